@@ -1,0 +1,100 @@
+"""Level kinds: the one extension point every storage format goes through.
+
+A level kind says what it stores (its arrays) and what it can do (iterate
+coordinates, iterate positions, locate).  The lowerer asks a level kind for
+LLIR through :meth:`LevelKind.bounds`, :meth:`LevelKind.coordinate` and
+:meth:`LevelKind.locate`; it never tests which kind it holds, so blocked,
+N:M, unordered or quantized kinds plug in by subclassing here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ucf.ir.nodes import Expr
+
+
+@dataclass(frozen=True)
+class LevelKind:
+    """Capabilities of one level kind; subclasses emit LLIR for them."""
+
+    letter: str
+    name: str
+    arrays: tuple[str, ...]
+    full: bool  # stores every coordinate of its dimension for each parent position
+    can_locate: bool  # a coordinate maps to a position without searching
+    ordered: bool = True
+    branchless: bool = False  # one child position per parent position (singleton)
+
+    def bounds(self, arrays: dict[str, Expr], parent: Expr, segment_end: Expr | None,
+               dim: Expr) -> tuple[Expr, Expr]:
+        """Position range [begin, end) of the children of parent position ``parent``.
+
+        ``segment_end`` is set when the parent level is non-unique: the parent
+        then hands down a run of positions [parent, segment_end).
+        """
+        raise NotImplementedError
+
+    def coordinate(self, arrays: dict[str, Expr], pos: Expr) -> Expr:
+        """The coordinate stored at position ``pos``."""
+        raise NotImplementedError
+
+    def locate(self, parent: Expr, coord: Expr, dim: Expr) -> Expr:
+        """The position of ``coord`` under parent position ``parent``."""
+        raise NotImplementedError
+
+    def count(self, parent_count: int, arrays: dict) -> int:
+        """Number of positions this level holds, given its parent's count."""
+        raise NotImplementedError
+
+
+class Dense(LevelKind):
+    def locate(self, parent, coord, dim):
+        from ucf.ir.nodes import add, mul
+
+        return add(mul(parent, dim), coord)
+
+    def count(self, parent_count, arrays):
+        raise TypeError("dense levels are counted from the dimension")
+
+
+class Compressed(LevelKind):
+    def bounds(self, arrays, parent, segment_end, dim):
+        from ucf.ir.nodes import Load, add, const_like
+
+        if segment_end is not None:
+            raise TypeError("a compressed level cannot sit below a non-unique level")
+        return (Load(arrays["pos"], parent), Load(arrays["pos"], add(parent, const_like(parent, 1))))
+
+    def coordinate(self, arrays, pos):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["crd"], pos)
+
+    def count(self, parent_count, arrays):
+        return int(arrays["pos"][parent_count]) if parent_count < len(arrays["pos"]) else -1
+
+
+class Singleton(LevelKind):
+    def bounds(self, arrays, parent, segment_end, dim):
+        from ucf.ir.nodes import add, const_like
+
+        end = segment_end if segment_end is not None else add(parent, const_like(parent, 1))
+        return parent, end
+
+    def coordinate(self, arrays, pos):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["crd"], pos)
+
+    def count(self, parent_count, arrays):
+        return parent_count
+
+
+DENSE = Dense("U", "dense", (), full=True, can_locate=True)
+COMPRESSED = Compressed("C", "compressed", ("pos", "crd"), full=False, can_locate=False)
+SINGLETON = Singleton("S", "singleton", ("crd",), full=False, can_locate=False, branchless=True)
+
+KINDS: dict[str, LevelKind] = {k.letter: k for k in (DENSE, COMPRESSED, SINGLETON)}
