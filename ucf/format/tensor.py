@@ -1,0 +1,896 @@
+"""Tensors in level storage: packing, unpacking, validation and conversion.
+
+Generated kernels index the arrays of a :class:`Tensor` directly and trust
+them, so everything that builds a tensor from user data goes through the
+packing code here and everything supplied raw goes through
+:meth:`Tensor.validate`.  Both are vectorized with numpy because they run on
+every operand of every kernel call and tensors reach tens of millions of
+entries.
+
+Storage contract (relied on by the code generator):
+
+* ``levels[l]`` is ``{}`` for a dense (U) level, ``{"pos", "crd"}`` for a
+  compressed (C) level and ``{"crd"}`` for a singleton (S) level; every index
+  array is 1-D, C-contiguous and of ``index_dtype``.
+* the root has one position; a U level has ``parent_count * d`` positions
+  (child of ``p`` at coordinate ``c`` is ``p * d + c``); a C level gives parent
+  ``p`` the positions ``pos[p] .. pos[p+1]-1``; an S level has exactly one
+  position per parent position.
+* ``vals`` holds one value per position of the last level.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ucf.errors import FormatError, OperandError, ShapeError
+from ucf.format.format import Format, parse_format
+
+VALUE_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32)
+)
+INDEX_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), np.dtype(np.int64))
+
+FormatLike = str | Format
+
+
+# --------------------------------------------------------------------------- dtypes
+
+
+def value_dtype(dtype: Any, name: str = "") -> np.dtype:
+    """Normalize a value dtype, rejecting the ones kernels are not generated for.
+
+    Byte-swapped variants are accepted and mapped to native order because
+    files and foreign buffers often carry them while kernels only read native
+    values.
+    """
+    who = f"operand {name}: " if name else ""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise OperandError(f"{who}{dtype!r} is not a numpy dtype") from None
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
+    if dt not in VALUE_DTYPES:
+        raise OperandError(
+            f"{who}value dtype {dt} is not supported; use one of float64, float32, int64, int32"
+        )
+    return dt
+
+
+def index_dtype_of(dtype: Any) -> np.dtype:
+    """Normalize an index dtype; ``None`` means int32, which halves index traffic."""
+    if dtype is None:
+        return INDEX_DTYPES[0]
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise FormatError(f"{dtype!r} is not a numpy dtype") from None
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
+    if dt not in INDEX_DTYPES:
+        raise FormatError(f"index dtype {dt} is not supported; use int32 or int64")
+    return dt
+
+
+def _reject_nonnumeric(dt: np.dtype, name: str = "") -> None:
+    """Refuse casts that would silently lose information (complex, strings, objects)."""
+    if dt.kind not in "biuf":
+        who = f"operand {name}: " if name else ""
+        raise OperandError(
+            f"{who}value dtype {dt} is not supported; use one of float64, float32, int64, int32"
+        )
+
+
+def _as_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"shape must be a tuple of integers, got {shape!r}") from None
+    out = []
+    for m, d in enumerate(dims):
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool) or int(d) < 0:
+            raise ShapeError(f"dimension {m} of shape {dims!r} is not a non-negative integer")
+        out.append(int(d))
+    return tuple(out)
+
+
+def _level_dims(shape: tuple[int, ...], fmt: Format) -> list[int]:
+    return [shape[m] for m in fmt.mode_order]
+
+
+def _where(fmt: Format, level: int) -> str:
+    return f"level {level} ({fmt.levels[level].name}, mode {fmt.mode_order[level]})"
+
+
+def _first_true(mask: np.ndarray) -> int | None:
+    """Index of the first True, without materializing all of them."""
+    if mask.size == 0:
+        return None
+    i = int(np.argmax(mask))
+    return i if mask[i] else None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_index_array(where: str, name: str, arr: Any, idt: np.dtype) -> None:
+    if arr is None:
+        raise FormatError(f"{where}: missing array '{name}'")
+    if not isinstance(arr, np.ndarray):
+        raise FormatError(
+            f"{where}: array '{name}' must be a numpy array, got {type(arr).__name__}"
+        )
+    if arr.ndim != 1:
+        raise FormatError(f"{where}: array '{name}' must be 1-D, got shape {arr.shape}")
+    if arr.dtype != idt:
+        raise FormatError(
+            f"{where}: array '{name}' has dtype {arr.dtype} but the tensor's index dtype is {idt}"
+        )
+    if not arr.flags.c_contiguous:
+        raise FormatError(f"{where}: array '{name}' is not C-contiguous")
+
+
+def _check_pos(where: str, pos: np.ndarray, parent_count: int) -> int:
+    """Check a pos array against its parent's position count; returns the child count."""
+    if len(pos) != parent_count + 1:
+        raise FormatError(
+            f"{where}: pos has length {len(pos)}, expected parent position count + 1 = "
+            f"{parent_count + 1}"
+        )
+    if pos[0] != 0:
+        raise FormatError(f"{where}: pos[0] is {int(pos[0])}, expected 0")
+    p = _first_true(pos[1:] < pos[:-1])
+    if p is not None:
+        raise FormatError(
+            f"{where}: pos decreases at parent position {p} "
+            f"(pos[{p}] = {int(pos[p])} > pos[{p + 1}] = {int(pos[p + 1])})"
+        )
+    return int(pos[-1])
+
+
+def _check_range(where: str, crd: np.ndarray, dim: int, what: str = "crd") -> None:
+    if crd.size == 0:
+        return
+    if int(crd.min()) >= 0 and int(crd.max()) < dim:
+        return
+    q = _first_true((crd < 0) | (crd >= dim))
+    assert q is not None
+    raise FormatError(f"{where}: {what} {int(crd[q])} at position {q} is out of range [0, {dim})")
+
+
+def _same_segment(pos: np.ndarray, n: int) -> np.ndarray:
+    """For each neighbouring pair (q-1, q) of n children: do they share a parent?
+
+    Only sortedness *within* a segment is required, so every check of
+    neighbouring coordinates is masked with this.
+    """
+    start = np.zeros(n, dtype=bool)
+    starts = pos[:-1]
+    start[starts[starts < n]] = True
+    return ~start[1:]
+
+
+def _parent_of(pos: np.ndarray, q: int) -> int:
+    return int(np.searchsorted(pos, q, side="right")) - 1
+
+
+# --------------------------------------------------------------------------- Tensor
+
+
+class Tensor:
+    """A tensor stored level by level in a :class:`Format`.
+
+    The arrays are public and raw on purpose: kernels read them directly, and
+    zero-copy interchange with scipy and numpy depends on holding the very
+    buffers the user passed in.
+    """
+
+    __slots__ = ("shape", "format", "levels", "vals", "index_dtype")
+
+    shape: tuple[int, ...]
+    format: Format
+    levels: list[dict[str, np.ndarray]]
+    vals: np.ndarray
+    index_dtype: np.dtype
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        format: FormatLike,
+        levels: Sequence[dict[str, np.ndarray]],
+        vals: Any,
+        index_dtype: Any = None,
+        check: bool = True,
+    ) -> None:
+        self.shape = _as_shape(shape)
+        self.format = parse_format(format, order=len(self.shape))
+        self.levels = [dict(lv) if isinstance(lv, dict) else lv for lv in levels]
+        self.vals = vals if isinstance(vals, np.ndarray) else np.asarray(vals)
+        if index_dtype is None:
+            found = [
+                a.dtype
+                for lv in self.levels
+                if isinstance(lv, dict)
+                for a in lv.values()
+                if isinstance(a, np.ndarray)
+            ]
+            index_dtype = found[0] if found else None
+        self.index_dtype = index_dtype_of(index_dtype)
+        if check:
+            self.validate()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.vals.dtype
+
+    @property
+    def order(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries (explicit zeros and U-level fill included)."""
+        return int(len(self.vals))
+
+    def level_sizes(self) -> list[int]:
+        """Number of positions at each level, outermost first."""
+        sizes = []
+        count = 1
+        for lvl, kind in enumerate(self.format.levels):
+            letter = kind.letter
+            if letter == "U":
+                count *= self.shape[self.format.mode_order[lvl]]
+            elif letter == "C":
+                count = int(self.levels[lvl]["pos"][-1])
+            sizes.append(count)
+        return sizes
+
+    def __repr__(self) -> str:
+        return (
+            f"Tensor(shape={self.shape}, format='{self.format}', dtype={self.dtype}, "
+            f"nnz={self.nnz})"
+        )
+
+    # ------------------------------------------------------------ validation
+
+    def validate(self) -> None:
+        """Check every storage invariant kernels rely on; raise FormatError on the first breach.
+
+        Kernels never bounds-check, so a malformed tensor would read out of
+        range instead of failing; this is the single gate in front of them.
+        """
+        fmt = self.format
+        idt = self.index_dtype
+        if len(self.shape) != fmt.order:
+            raise FormatError(
+                f"format '{fmt}' has {fmt.order} levels but shape {self.shape} has "
+                f"{len(self.shape)} modes"
+            )
+        if len(self.levels) != fmt.order:
+            raise FormatError(
+                f"format '{fmt}' has {fmt.order} levels but {len(self.levels)} level "
+                "array dicts were given"
+            )
+        count = 1
+        # State of the current C S* run: the run's C level, its pos, and for
+        # each neighbouring pair whether all coordinates so far in the run are equal.
+        run_level = -1
+        run_pos: np.ndarray | None = None
+        run_eq: np.ndarray | None = None
+        for lvl, kind in enumerate(fmt.levels):
+            where = _where(fmt, lvl)
+            dim = self.shape[fmt.mode_order[lvl]]
+            arrays = self.levels[lvl]
+            if not isinstance(arrays, dict):
+                raise FormatError(
+                    f"{where}: expected a dict of arrays, got {type(arrays).__name__}"
+                )
+            extra = sorted(set(arrays) - set(kind.arrays))
+            if extra:
+                raise FormatError(
+                    f"{where}: unexpected array(s) {', '.join(map(repr, extra))}; a "
+                    f"{kind.name} level stores {list(kind.arrays) or 'no arrays'}"
+                )
+            for name in kind.arrays:
+                _check_index_array(where, name, arrays.get(name), idt)
+            if kind.letter == "U":
+                count *= dim
+                continue
+            if kind.letter == "C":
+                pos, crd = arrays["pos"], arrays["crd"]
+                n = _check_pos(where, pos, count)
+                if len(crd) != n:
+                    raise FormatError(f"{where}: crd has length {len(crd)}, expected pos[-1] = {n}")
+                _check_range(where, crd, dim)
+                same = _same_segment(pos, n)
+                unique = fmt.unique(lvl)
+                prev, cur = crd[:-1], crd[1:]
+                bad = same & ((cur <= prev) if unique else (cur < prev))
+                q = _first_true(bad)
+                if q is not None:
+                    q += 1
+                    kind_s = "strictly sorted" if unique else "sorted"
+                    raise FormatError(
+                        f"{where}: crd not {kind_s} within segment of parent position "
+                        f"{_parent_of(pos, q)} at position {q} (crd {int(crd[q])} after "
+                        f"{int(crd[q - 1])})"
+                    )
+                if not unique:
+                    run_level, run_pos, run_eq = lvl, pos, same & (cur == prev)
+                count = n
+                continue
+            if kind.letter == "S":
+                crd = arrays["crd"]
+                if len(crd) != count:
+                    raise FormatError(
+                        f"{where}: crd has length {len(crd)}, expected one per parent "
+                        f"position = {count}"
+                    )
+                _check_range(where, crd, dim)
+                if run_eq is None or run_pos is None:
+                    raise FormatError(f"{where}: a singleton level must follow a compressed level")
+                prev, cur = crd[:-1], crd[1:]
+                q = _first_true(run_eq & (cur < prev))
+                if q is not None:
+                    q += 1
+                    raise FormatError(
+                        f"{where}: crd not sorted within segment of parent position "
+                        f"{_parent_of(run_pos, q)} (of level {run_level}) at position {q} "
+                        f"(crd {int(crd[q])} after {int(crd[q - 1])}, with equal coordinates "
+                        f"at levels {run_level}..{lvl - 1})"
+                    )
+                run_eq = run_eq & (cur == prev)
+                if fmt.unique(lvl):
+                    q = _first_true(run_eq)
+                    if q is not None:
+                        raise FormatError(
+                            f"{where}: duplicate coordinate tuple at positions {q} and {q + 1} "
+                            f"within segment of parent position {_parent_of(run_pos, q + 1)} "
+                            f"(of level {run_level})"
+                        )
+                    run_level, run_pos, run_eq = -1, None, None
+                continue
+            raise FormatError(f"{where}: no packing support for level kind '{kind.letter}'")
+        vals = self.vals
+        if not isinstance(vals, np.ndarray):
+            raise FormatError(f"vals must be a numpy array, got {type(vals).__name__}")
+        value_dtype(vals.dtype)
+        if vals.dtype not in VALUE_DTYPES:
+            raise FormatError(f"vals has non-native byte order {vals.dtype.str}")
+        if vals.ndim != 1:
+            raise FormatError(f"vals must be 1-D, got shape {vals.shape}")
+        if not vals.flags.c_contiguous:
+            raise FormatError("vals is not C-contiguous")
+        if len(vals) != count:
+            raise FormatError(
+                f"vals has length {len(vals)}, expected one per position of the last level "
+                f"= {count}"
+            )
+
+    # ------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_coo(
+        cls,
+        coords: Any,
+        values: Any,
+        shape: Any = None,
+        format: Any = None,
+        dtype: Any = None,
+        index_dtype: Any = np.int32,
+    ) -> Tensor:
+        return from_coo(coords, values, shape, format, dtype, index_dtype)
+
+    @classmethod
+    def from_numpy(
+        cls, arr: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
+    ) -> Tensor:
+        return from_numpy(arr, format, dtype, index_dtype)
+
+    @classmethod
+    def from_scipy(
+        cls, m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None
+    ) -> Tensor:
+        return from_scipy(m, format, dtype, index_dtype)
+
+    @classmethod
+    def zeros(
+        cls, shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
+    ) -> Tensor:
+        return zeros(shape, format, dtype, index_dtype)
+
+    # ------------------------------------------------------------ unpacking
+
+    def to_coo(self) -> tuple[np.ndarray, np.ndarray]:
+        """Coordinates (nnz, order) in original mode numbering and values of every stored position.
+
+        The values array is the tensor's own ``vals`` (not a copy): callers
+        converting between formats should not pay for a copy they discard.
+        """
+        fmt = self.format
+        dims = _level_dims(self.shape, fmt)
+        cols: list[np.ndarray] = []
+        count = 1
+        for lvl, kind in enumerate(fmt.levels):
+            d = dims[lvl]
+            arrays = self.levels[lvl]
+            if kind.letter == "U":
+                cols = [np.repeat(c, d) for c in cols]
+                cols.append(np.tile(np.arange(d, dtype=np.int64), count))
+                count *= d
+            elif kind.letter == "C":
+                pos = arrays["pos"]
+                if cols:
+                    parent = np.repeat(np.arange(count, dtype=np.int64), np.diff(pos))
+                    cols = [c[parent] for c in cols]
+                cols.append(arrays["crd"].astype(np.int64))
+                count = len(arrays["crd"])
+            else:
+                cols.append(arrays["crd"].astype(np.int64))
+        coords = np.empty((count, fmt.order), dtype=np.int64)
+        for lvl, m in enumerate(fmt.mode_order):
+            coords[:, m] = cols[lvl]
+        return coords, self.vals
+
+    def _dense_view(self) -> np.ndarray | None:
+        """The vals buffer viewed as the dense array, when the layout allows it."""
+        fmt = self.format
+        if fmt.is_dense and fmt.mode_order == tuple(range(fmt.order)):
+            return self.vals.reshape(self.shape)
+        return None
+
+    def to_numpy(self) -> np.ndarray:
+        """A fresh dense array; never aliases the tensor so callers may write to it."""
+        fmt = self.format
+        if fmt.is_dense:
+            perm_shape = tuple(_level_dims(self.shape, fmt))
+            a = self.vals.reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
+            return np.array(a, order="C", copy=True)
+        out = np.zeros(self.shape, dtype=self.dtype)
+        coords, vals = self.to_coo()
+        if len(vals):
+            out[tuple(coords.T)] = vals
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        view = self._dense_view() if copy is not True else None
+        if view is not None:
+            if dtype is None or np.dtype(dtype) == view.dtype:
+                return view
+            if copy is False:
+                raise ValueError("converting the tensor to another dtype requires a copy")
+            return view.astype(dtype)
+        if copy is False:
+            raise ValueError(
+                f"a tensor in format '{self.format}' cannot be viewed as a dense array without "
+                "a copy"
+            )
+        a = self.to_numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def to_scipy(self, matrix: bool = False) -> Any:
+        """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows.
+
+        CSR and CSC tensors map onto scipy's own layout directly; scipy may
+        still copy int64 indices it decides to narrow.
+        """
+        import scipy.sparse as sp
+
+        if self.order != 2:
+            raise FormatError(
+                f"only order-2 tensors convert to scipy.sparse; this tensor has order {self.order}"
+            )
+        fmt = self.format
+        csr = sp.csr_matrix if matrix else sp.csr_array
+        csc = sp.csc_matrix if matrix else sp.csc_array
+        if fmt.letters == "UC":
+            build = csr if fmt.mode_order == (0, 1) else csc
+            lv = self.levels[1]
+            return build((self.vals, lv["crd"], lv["pos"]), shape=self.shape, copy=False)
+        coo = sp.coo_matrix if matrix else sp.coo_array
+        coords, vals = self.to_coo()
+        return coo((vals, (coords[:, 0], coords[:, 1])), shape=self.shape).tocsr()
+
+    # ------------------------------------------------------------ conversion
+
+    def copy(self) -> Tensor:
+        levels = [{k: v.copy() for k, v in lv.items()} for lv in self.levels]
+        return Tensor(self.shape, self.format, levels, self.vals.copy(), self.index_dtype, False)
+
+    def astype(self, dtype: Any) -> Tensor:
+        """Cast values only; index arrays are shared since they do not change."""
+        dt = value_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        levels = [dict(lv) for lv in self.levels]
+        return Tensor(
+            self.shape, self.format, levels, self.vals.astype(dt), self.index_dtype, check=False
+        )
+
+    def convert(self, format: Any = None, index_dtype: Any = None, dtype: Any = None) -> Tensor:
+        """Repack in another format, index dtype or value dtype; ``self`` if nothing changes.
+
+        Stored zeros are dropped when the format changes: otherwise converting
+        a dense tensor to a sparse format would store every element.
+        """
+        fmt = self.format if format is None else parse_format(format, order=self.order)
+        idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
+        dt = self.dtype if dtype is None else value_dtype(dtype)
+        if fmt == self.format:
+            out = self.astype(dt)
+            if idt == self.index_dtype:
+                return out
+            levels = []
+            for lvl, lv in enumerate(out.levels):
+                for name, arr in lv.items():
+                    _check_fits(_where(fmt, lvl), name, arr, idt)
+                levels.append({k: v.astype(idt) for k, v in lv.items()})
+            return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
+        if self.format.is_dense:
+            return from_numpy(self.to_numpy(), fmt, dt, idt)
+        coords, vals = self.to_coo()
+        keep = vals != 0
+        if not keep.all():
+            coords, vals = coords[keep], vals[keep]
+        return _pack(self.shape, fmt, coords[:, list(fmt.mode_order)], vals.astype(dt), idt)
+
+
+def _check_fits(where: str, name: str, arr: np.ndarray, idt: np.dtype) -> None:
+    if arr.size and int(arr.max()) > np.iinfo(idt).max:
+        raise FormatError(
+            f"{where}: {name} value {int(arr.max())} does not fit index dtype {idt}; "
+            "use index_dtype=np.int64"
+        )
+
+
+# --------------------------------------------------------------------------- packing
+
+
+def _sort_sum(lc: np.ndarray, vals: np.ndarray, dims: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Sort level-ordered coordinates lexicographically and sum duplicate tuples.
+
+    A single linearized int64 key sorts much faster than a lexsort, so it is
+    used whenever the index space fits in 63 bits.
+    """
+    nnz = len(vals)
+    if nnz == 0 or lc.shape[1] == 0:
+        return lc, vals
+    if math.prod(dims) < 2**63:
+        key = lc[:, 0].copy()
+        for j in range(1, lc.shape[1]):
+            key *= dims[j]
+            key += lc[:, j]
+        if bool(np.all(key[1:] > key[:-1])):
+            return lc, vals
+        perm = np.argsort(key, kind="stable")
+        key = key[perm]
+        new = key[1:] != key[:-1]
+        lc = lc[perm]
+    else:
+        perm = np.lexsort(lc.T[::-1])
+        lc = lc[perm]
+        new = np.any(lc[1:] != lc[:-1], axis=1)
+    vals = vals[perm]
+    if not new.all():
+        starts = np.flatnonzero(np.concatenate(([True], new)))
+        vals = np.add.reduceat(vals, starts)
+        lc = lc[starts]
+    return lc, vals
+
+
+def _pack(
+    shape: tuple[int, ...],
+    fmt: Format,
+    lc: np.ndarray,
+    vals: np.ndarray,
+    idt: np.dtype,
+    sorted_unique: bool = False,
+) -> Tensor:
+    """Build level arrays from coordinates given in *level* order (nnz, levels).
+
+    Every entry is tracked by its position at the current level; positions
+    are non-decreasing in lexicographic order, so a C run's new positions are
+    exactly the entries whose (parent, run coordinates) differ from their
+    predecessor.
+    """
+    dims = _level_dims(shape, fmt)
+    dt = vals.dtype
+    if fmt.order == 0:
+        total = vals.sum(dtype=dt) if len(vals) else dt.type(0)
+        return Tensor((), fmt, [], np.array([total], dtype=dt), idt, check=False)
+    if not sorted_unique:
+        lc, vals = _sort_sum(lc, vals, dims)
+    nnz = len(vals)
+    imax = np.iinfo(idt).max
+    parent = np.zeros(nnz, dtype=np.int64)
+    count = 1
+    levels: list[dict[str, np.ndarray]] = []
+    lvl = 0
+    while lvl < fmt.order:
+        kind = fmt.levels[lvl]
+        if kind.letter == "U":
+            parent *= dims[lvl]
+            parent += lc[:, lvl]
+            count *= dims[lvl]
+            levels.append({})
+            lvl += 1
+            continue
+        if kind.letter != "C":
+            raise FormatError(
+                f"{_where(fmt, lvl)}: no packing support for level kind '{kind.letter}' here"
+            )
+        end = lvl + 1
+        while end < fmt.order and fmt.levels[end].letter == "S":
+            end += 1
+        flag = np.ones(nnz, dtype=bool)
+        if nnz:
+            flag[1:] = parent[1:] != parent[:-1]
+            for j in range(lvl, end):
+                flag[1:] |= lc[1:, j] != lc[:-1, j]
+        first = np.flatnonzero(flag)
+        n = len(first)
+        for j in range(lvl, end):
+            if dims[j] - 1 > imax:
+                raise FormatError(
+                    f"{_where(fmt, j)}: dimension {dims[j]} does not fit index dtype {idt}; "
+                    "use index_dtype=np.int64"
+                )
+        if n > imax:
+            raise FormatError(
+                f"{_where(fmt, lvl)}: {n} positions do not fit index dtype {idt}; "
+                "use index_dtype=np.int64"
+            )
+        pos = np.zeros(count + 1, dtype=idt)
+        np.cumsum(np.bincount(parent[first], minlength=count), out=pos[1:])
+        levels.append({"pos": pos, "crd": lc[first, lvl].astype(idt)})
+        for j in range(lvl + 1, end):
+            levels.append({"crd": lc[first, j].astype(idt)})
+        parent = np.cumsum(flag, dtype=np.int64)
+        parent -= 1
+        count = n
+        lvl = end
+    if nnz == count and (nnz == 0 or (parent[-1] == nnz - 1)):
+        out = np.ascontiguousarray(vals)
+    else:
+        out = np.zeros(count, dtype=dt)
+        out[parent] = vals
+    return Tensor(shape, fmt, levels, out, idt, check=False)
+
+
+def _coords_array(coords: Any, order: int | None) -> np.ndarray:
+    c = np.asarray(coords)
+    if c.size == 0:
+        n = order if order is not None else (c.shape[1] if c.ndim == 2 else 0)
+        return np.zeros((0, n), dtype=np.int64)
+    if c.ndim == 1 and order == 1:
+        c = c[:, None]
+    if c.ndim != 2 or (order is not None and c.shape[1] != order):
+        want = f"(nnz, {order})" if order is not None else "(nnz, order)"
+        raise ShapeError(f"coords must have shape {want}, got {c.shape}")
+    if c.dtype.kind not in "iu":
+        raise FormatError(f"coordinates must be integers, got dtype {c.dtype}")
+    return c.astype(np.int64, copy=False)
+
+
+def from_coo(
+    coords: Any,
+    values: Any,
+    shape: Any = None,
+    format: Any = None,
+    dtype: Any = None,
+    index_dtype: Any = np.int32,
+) -> Tensor:
+    """Pack coordinate/value pairs; duplicates are summed and explicit zeros kept.
+
+    ``coords`` is (nnz, order) in mode numbering, in any order.  ``shape``
+    defaults to one past the largest coordinate per mode and ``format`` to
+    dense.
+    """
+    order = len(_as_shape(shape)) if shape is not None else None
+    c = _coords_array(coords, order)
+    if shape is None:
+        shape = tuple(int(x) + 1 for x in c.max(axis=0)) if len(c) else (0,) * c.shape[1]
+    shape = _as_shape(shape)
+    v = np.asarray(values)
+    if v.ndim != 1 or len(v) != len(c):
+        if not (v.size == 0 and len(c) == 0):
+            raise ShapeError(
+                f"values must be 1-D with one entry per coordinate row ({len(c)}), got shape "
+                f"{v.shape}"
+            )
+        v = v.reshape(0)
+    if dtype is None:
+        dt = value_dtype(np.float64 if v.size == 0 and v.dtype == object else v.dtype)
+    else:
+        _reject_nonnumeric(v.dtype)
+        dt = value_dtype(dtype)
+    # A copy, because packing may hand this buffer to the tensor as its vals.
+    v = v.astype(dt, copy=True)
+    for m, d in enumerate(shape):
+        col = c[:, m]
+        if col.size and (int(col.min()) < 0 or int(col.max()) >= d):
+            k = _first_true((col < 0) | (col >= d))
+            assert k is not None
+            raise ShapeError(
+                f"coordinate {int(col[k])} of mode {m} (entry {k}) is out of range for "
+                f"dimension {d}"
+            )
+    fmt = parse_format("dense" if format is None else format, order=len(shape))
+    idt = index_dtype_of(index_dtype)
+    return _pack(shape, fmt, c[:, list(fmt.mode_order)], v, idt)
+
+
+def from_numpy(
+    arr: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
+) -> Tensor:
+    """Pack a dense array; sparse (C/S) levels store only its nonzeros.
+
+    A dense result may share memory with ``arr`` (like ``np.asarray``).
+    """
+    a = np.asarray(arr)
+    if dtype is None:
+        dt = value_dtype(a.dtype)
+    else:
+        _reject_nonnumeric(a.dtype)
+        dt = value_dtype(dtype)
+    fmt = parse_format("dense" if format is None else format, order=a.ndim)
+    idt = index_dtype_of(index_dtype)
+    t = np.transpose(a, fmt.mode_order) if fmt.order else a
+    if fmt.is_dense:
+        vals = np.ascontiguousarray(t, dtype=dt).reshape(-1)
+        return Tensor(a.shape, fmt, [{} for _ in range(fmt.order)], vals, idt, check=False)
+    nz = np.nonzero(t)
+    lc = np.stack(nz, axis=1).astype(np.int64, copy=False)
+    return _pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
+
+
+def zeros(
+    shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
+) -> Tensor:
+    """An all-zero tensor: zero-filled for dense levels, no entries for sparse ones."""
+    shape = _as_shape(shape)
+    fmt = parse_format("dense" if format is None else format, order=len(shape))
+    lc = np.zeros((0, len(shape)), dtype=np.int64)
+    return _pack(shape, fmt, lc, np.zeros(0, dtype=value_dtype(dtype)), index_dtype_of(index_dtype))
+
+
+# --------------------------------------------------------------------------- scipy
+
+
+def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
+    dts = {a.dtype for a in arrays}
+    if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
+        return next(iter(dts))
+    return np.dtype(np.int64) if any(d.itemsize > 4 for d in dts) else np.dtype(np.int32)
+
+
+def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None) -> Tensor:
+    """Pack a scipy.sparse matrix or array, sharing its buffers when it is already canonical.
+
+    CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
+    ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
+    else is repacked from coordinates on fresh arrays; the input is never
+    modified.  The index dtype defaults to that of the input.
+    """
+    import scipy.sparse as sp
+
+    if not sp.issparse(m):
+        raise OperandError(f"expected a scipy.sparse matrix or array, got {type(m).__name__}")
+    shape = _as_shape(m.shape)
+    if dtype is None:
+        dt = value_dtype(m.dtype)
+    else:
+        _reject_nonnumeric(m.dtype)
+        dt = value_dtype(dtype)
+    if format is None:
+        format = "csr" if len(shape) == 2 else "coo"
+    fmt = parse_format(format, order=len(shape))
+    kind = m.format
+    if kind in ("csr", "csc") and len(shape) == 2:
+        indptr, indices, data = m.indptr, m.indices, m.data
+        major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
+        where = f"scipy {kind} input"
+        if not (isinstance(indptr, np.ndarray) and indptr.ndim == 1):
+            raise FormatError(f"{where}: indptr is not a 1-D array")
+        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+            raise FormatError(f"{where}: indptr/indices must be integer arrays")
+        nnz = _check_pos(f"{where} (indptr)", indptr, major)
+        if len(indices) < nnz or len(data) < nnz:
+            raise FormatError(
+                f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+                f"{len(data)} entries"
+            )
+        indices, data = indices[:nnz], data[:nnz]
+        _check_range(where, indices, minor, what="index")
+        idt = (
+            _scipy_index_dtype(indptr, indices)
+            if index_dtype is None
+            else index_dtype_of(index_dtype)
+        )
+        same = _same_segment(indptr, nnz)
+        canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
+        layout = (0, 1) if kind == "csr" else (1, 0)
+        if canonical and fmt.letters == "UC" and fmt.mode_order == layout:
+            if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
+                raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
+            levels = [
+                {},
+                {
+                    "pos": np.ascontiguousarray(indptr, dtype=idt),
+                    "crd": np.ascontiguousarray(indices, dtype=idt),
+                },
+            ]
+            vals = np.ascontiguousarray(data, dtype=dt)
+            return Tensor(shape, fmt, levels, vals, idt, check=False)
+        majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
+        mins = indices.astype(np.int64)
+        coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
+        vals = data.astype(dt)
+    else:
+        idt = index_dtype_of(index_dtype)
+        try:
+            c = m.tocoo()
+        except (ValueError, IndexError, TypeError) as e:
+            raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
+        coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
+        coords = coords.reshape(-1, len(shape))
+        for mode, d in enumerate(shape):
+            _check_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
+        vals = np.asarray(c.data).astype(dt)
+    return _pack(shape, fmt, coords[:, list(fmt.mode_order)], vals, idt)
+
+
+# --------------------------------------------------------------------------- as_tensor
+
+
+def as_tensor(
+    obj: Any,
+    format: Any = None,
+    name: str = "",
+    dtype: Any = None,
+    index_dtype: Any = None,
+) -> Tensor:
+    """Coerce a kernel operand into a Tensor, converting only what differs.
+
+    Errors name the operand because the caller passes many of them at once.
+    """
+    try:
+        if isinstance(obj, Tensor):
+            return obj.convert(format, index_dtype, dtype)
+        if _is_scipy(obj):
+            t = from_scipy(obj, format, dtype, index_dtype)
+            return t
+        if isinstance(obj, (np.ndarray, np.generic, numbers.Number, list, tuple)):
+            try:
+                a = np.asarray(obj)
+            except ValueError as e:
+                raise OperandError(f"cannot make an array: {e}") from None
+            return from_numpy(a, format, dtype, index_dtype_of(index_dtype))
+    except (OperandError, FormatError, ShapeError) as e:
+        if name and f"operand {name}" not in str(e):
+            raise type(e)(f"operand {name}: {e}") from None
+        raise
+    who = f"operand {name}" if name else "operand"
+    raise OperandError(
+        f"{who}: unsupported type {type(obj).__name__}; expected a ucf Tensor, numpy array, "
+        "scalar or scipy.sparse matrix"
+    )
+
+
+def _is_scipy(obj: Any) -> bool:
+    mod = type(obj).__module__ or ""
+    if not mod.startswith("scipy"):
+        return False
+    import scipy.sparse as sp
+
+    return bool(sp.issparse(obj))
