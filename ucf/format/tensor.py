@@ -538,6 +538,12 @@ class Tensor:
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
         if self.format.is_dense:
             return from_numpy(self.to_numpy(), fmt, dt, idt)
+        if self.format.letters == "UC" and fmt.letters == "UC":
+            # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
+            m = self.to_scipy()
+            m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
+            m.eliminate_zeros()
+            return from_scipy(m, fmt, dt, idt)
         coords, vals = self.to_coo()
         keep = vals != 0
         if not keep.all():
@@ -559,8 +565,11 @@ def _check_fits(where: str, name: str, arr: np.ndarray, idt: np.dtype) -> None:
 def _sort_sum(lc: np.ndarray, vals: np.ndarray, dims: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Sort level-ordered coordinates lexicographically and sum duplicate tuples.
 
-    A single linearized int64 key sorts much faster than a lexsort, so it is
-    used whenever the index space fits in 63 bits.
+    Whenever the index space fits in 63 bits, one linearized int64 key is
+    sorted and the coordinates are decoded from it afterwards: that beats a
+    lexsort and avoids a random gather of every coordinate column.  The sort
+    is not stable, so duplicates are summed in an unspecified (but
+    deterministic) order.
     """
     nnz = len(vals)
     if nnz == 0 or lc.shape[1] == 0:
@@ -572,15 +581,23 @@ def _sort_sum(lc: np.ndarray, vals: np.ndarray, dims: list[int]) -> tuple[np.nda
             key += lc[:, j]
         if bool(np.all(key[1:] > key[:-1])):
             return lc, vals
-        perm = np.argsort(key, kind="stable")
+        perm = np.argsort(key)
         key = key[perm]
+        vals = vals[perm]
         new = key[1:] != key[:-1]
-        lc = lc[perm]
-    else:
-        perm = np.lexsort(lc.T[::-1])
-        lc = lc[perm]
-        new = np.any(lc[1:] != lc[:-1], axis=1)
+        if not new.all():
+            starts = np.flatnonzero(np.concatenate(([True], new)))
+            vals = np.add.reduceat(vals, starts)
+            key = key[starts]
+        out = np.empty((len(key), lc.shape[1]), dtype=np.int64, order="F")
+        for j in range(lc.shape[1] - 1, 0, -1):
+            key, out[:, j] = np.divmod(key, dims[j])
+        out[:, 0] = key
+        return out, vals
+    perm = np.lexsort(lc.T[::-1])
+    lc = lc[perm]
     vals = vals[perm]
+    new = np.any(lc[1:] != lc[:-1], axis=1)
     if not new.all():
         starts = np.flatnonzero(np.concatenate(([True], new)))
         vals = np.add.reduceat(vals, starts)
@@ -669,6 +686,8 @@ def _pack(
 
 def _coords_array(coords: Any, order: int | None) -> np.ndarray:
     c = np.asarray(coords)
+    if c.ndim == 2 and c.size == 0 and (order is None or c.shape[1] == order):
+        return np.zeros(c.shape, dtype=np.int64)  # keeps the row count of order-0 input
     if c.size == 0:
         n = order if order is not None else (c.shape[1] if c.ndim == 2 else 0)
         return np.zeros((0, n), dtype=np.int64)
