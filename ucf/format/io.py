@@ -9,8 +9,8 @@ naming the path, so the CLI can report it in one line.
 from __future__ import annotations
 
 import gzip
-import io
 import os
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,17 +132,16 @@ def _tns_header_shape(p: Path, gz: bool) -> tuple[int, ...] | None:
 
 def _read_tns(p: Path, format: Any, gz: bool) -> Tensor:
     shape = _tns_header_shape(p, gz)
-    with _open(p, "r", gz) as fh:
-        text = fh.read()
-    if not any(ln.strip() and not ln.lstrip().startswith("#") for ln in text.splitlines()):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
+            data = np.loadtxt(p, dtype=np.float64, comments="#", ndmin=2)
+    except ValueError as e:
+        raise FormatError(f"not a FROSTT file (lines of 'i1 ... iN value'): {e}") from None
+    if data.size == 0:
         if shape is None:
             raise FormatError("no entries and no '# shape:' comment; cannot infer the shape")
         data = np.zeros((0, len(shape) + 1))
-    else:
-        try:
-            data = np.loadtxt(io.StringIO(text), dtype=np.float64, comments="#", ndmin=2)
-        except ValueError as e:
-            raise FormatError(f"not a FROSTT file (lines of 'i1 ... iN value'): {e}") from None
     if data.shape[1] < 2:
         raise FormatError("each line needs at least one coordinate and a value")
     raw = data[:, :-1]

@@ -531,7 +531,13 @@ class Tensor:
             if idt == self.index_dtype:
                 return out
             levels = []
+            dims = _level_dims(self.shape, fmt)
             for lvl, lv in enumerate(out.levels):
+                if lv and dims[lvl] - 1 > np.iinfo(idt).max:
+                    raise FormatError(
+                        f"{_where(fmt, lvl)}: dimension {dims[lvl]} does not fit index dtype "
+                        f"{idt}; use index_dtype=np.int64"
+                    )
                 for name, arr in lv.items():
                     _check_fits(_where(fmt, lvl), name, arr, idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
