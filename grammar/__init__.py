@@ -1,0 +1,1 @@
+"""Lark grammars for ucf statements and schedules (shipped inside the wheel)."""

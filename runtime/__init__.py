@@ -1,0 +1,1 @@
+"""C and CUDA headers that generated code includes (shipped inside the wheel)."""

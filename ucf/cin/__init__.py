@@ -1,0 +1,1 @@
+"""Concrete index notation: loop order, conversions, and how they were chosen."""

@@ -1,0 +1,218 @@
+"""LLVM IR from LLIR, built with llvmlite.
+
+Every LLIR variable becomes an entry-block alloca; the O3 pipeline promotes
+them to registers.  Array parameters carry ``noalias`` , which is what lets LLVM hoist bounds and vectorize the inner loops,
+like ``restrict`` in the C target.  Floating point stays strict, so both
+targets round identically.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ucf.ir import nodes as ir
+
+_TYPES = {
+    "i1": ll.IntType(1),
+    "i32": ll.IntType(32),
+    "i64": ll.IntType(64),
+    "f32": ll.FloatType(),
+    "f64": ll.DoubleType(),
+}
+
+
+def _is_float(ty: str) -> bool:
+    return ty in ir.FLOAT_TYPES
+
+
+def module(fns: list[ir.Function], name: str = "ucf") -> ll.Module:
+    mod = ll.Module(name=name)
+    for fn in fns:
+        _FunctionBuilder(mod, fn).build()
+    return mod
+
+
+class _FunctionBuilder:
+    def __init__(self, mod: ll.Module, fn: ir.Function):
+        self.fn = fn
+        arg_types = [ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type]
+                     for p in fn.params]
+        self.func = ll.Function(mod, ll.FunctionType(ll.VoidType(), arg_types), name=fn.name)
+        self.args: dict[str, ll.Value] = {}
+        for p, arg in zip(fn.params, self.func.args):
+            arg.name = p.name
+            if p.is_array:
+                arg.add_attribute("noalias")
+            self.args[p.name] = arg
+        self.slots: dict[str, ll.AllocaInstr] = {}
+        entry = self.func.append_basic_block("entry")
+        self.alloca_builder = ll.IRBuilder(entry)
+        body = self.func.append_basic_block("body")
+        self.b = ll.IRBuilder(body)
+
+    def build(self) -> None:
+        self.block(self.fn.body)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.func.blocks[1])
+
+    def slot(self, var: ir.Var) -> ll.AllocaInstr:
+        if var.name not in self.slots:
+            self.slots[var.name] = self.alloca_builder.alloca(_TYPES[var.type], name=var.name)
+        return self.slots[var.name]
+
+    # statements
+    def block(self, stmts: list[ir.Stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s: ir.Stmt) -> None:
+        b = self.b
+        if isinstance(s, ir.Decl):
+            b.store(self.expr(s.init), self.slot(s.var))
+        elif isinstance(s, ir.Assign):
+            b.store(self.expr(s.value), self.slot(s.var))
+        elif isinstance(s, ir.Store):
+            ptr = b.gep(self.args[s.array.name], [self.expr(s.index)], inbounds=True)
+            value = self.expr(s.value)
+            if s.accumulate:
+                old = b.load(ptr)
+                value = b.fadd(old, value) if _is_float(s.array.elem) else b.add(old, value)
+            b.store(value, ptr)
+        elif isinstance(s, ir.For):
+            self.for_loop(s)
+        elif isinstance(s, ir.While):
+            self.while_loop(s)
+        elif isinstance(s, ir.If):
+            self.if_stmt(s)
+        elif isinstance(s, ir.Comment):
+            pass
+        else:
+            raise TypeError(f"no LLVM for {type(s).__name__}")
+
+    def for_loop(self, s: ir.For) -> None:
+        b = self.b
+        var = self.slot(s.var)
+        b.store(self.expr(s.start), var)
+        end = self.expr(s.end)
+        cond = self.func.append_basic_block(f"{s.var.name}.cond")
+        body = self.func.append_basic_block(f"{s.var.name}.body")
+        exit_ = self.func.append_basic_block(f"{s.var.name}.exit")
+        b.branch(cond)
+        b.position_at_end(cond)
+        b.cbranch(b.icmp_signed("<", b.load(var), end), body, exit_)
+        b.position_at_end(body)
+        self.block(s.body)
+        b.store(b.add(b.load(var), ll.Constant(_TYPES["i64"], 1)), var)
+        b.branch(cond)
+        b.position_at_end(exit_)
+
+    def while_loop(self, s: ir.While) -> None:
+        b = self.b
+        cond = self.func.append_basic_block("while.cond")
+        body = self.func.append_basic_block("while.body")
+        exit_ = self.func.append_basic_block("while.exit")
+        b.branch(cond)
+        b.position_at_end(cond)
+        b.cbranch(self.expr(s.cond), body, exit_)
+        b.position_at_end(body)
+        self.block(s.body)
+        b.branch(cond)
+        b.position_at_end(exit_)
+
+    def if_stmt(self, s: ir.If) -> None:
+        b = self.b
+        then = self.func.append_basic_block("if.then")
+        orelse = self.func.append_basic_block("if.else")
+        merge = self.func.append_basic_block("if.end")
+        b.cbranch(self.expr(s.cond), then, orelse)
+        b.position_at_end(then)
+        self.block(s.then)
+        b.branch(merge)
+        b.position_at_end(orelse)
+        self.block(s.orelse)
+        b.branch(merge)
+        b.position_at_end(merge)
+
+    # expressions
+    def expr(self, e: ir.Expr) -> ll.Value:
+        b = self.b
+        if isinstance(e, ir.Var):
+            if e.name in self.args:
+                return self.args[e.name]
+            return b.load(self.slot(e))
+        if isinstance(e, ir.Const):
+            value = bool(e.value) if e.type == "i1" else e.value
+            if _is_float(e.type):
+                value = float(value)
+            return ll.Constant(_TYPES[e.type], value)
+        if isinstance(e, ir.Load):
+            ptr = b.gep(self.args[e.array.name], [self.expr(e.index)], inbounds=True)
+            return b.load(ptr)
+        if isinstance(e, ir.Bin):
+            return self.binary(e)
+        if isinstance(e, ir.Neg):
+            x = self.expr(e.operand)
+            return b.fneg(x) if _is_float(e.type) else b.neg(x)
+        if isinstance(e, ir.Cmp):
+            left, right = self.expr(e.left), self.expr(e.right)
+            if _is_float(e.left.type):
+                return b.fcmp_ordered(e.op, left, right)
+            return b.icmp_signed(e.op, left, right)
+        if isinstance(e, ir.Logic):
+            return self.short_circuit(e)
+        if isinstance(e, ir.Cast):
+            return self.cast(self.expr(e.operand), e.operand.type, e.type)
+        if isinstance(e, ir.Select):
+            return b.select(self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false))
+        raise TypeError(f"no LLVM for {type(e).__name__}")
+
+    def binary(self, e: ir.Bin) -> ll.Value:
+        b = self.b
+        left, right = self.expr(e.left), self.expr(e.right)
+        if e.op in ("min", "max"):
+            if _is_float(e.type):
+                cmp = b.fcmp_ordered("<" if e.op == "min" else ">", left, right)
+            else:
+                cmp = b.icmp_signed("<" if e.op == "min" else ">", left, right)
+            return b.select(cmp, left, right)
+        if _is_float(e.type):
+            return {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}[e.op](left, right)
+        return {"+": b.add, "-": b.sub, "*": b.mul, "/": b.sdiv}[e.op](left, right)
+
+    def short_circuit(self, e: ir.Logic) -> ll.Value:
+        """``and``/``or`` must not evaluate their right side needlessly: it may read past an end."""
+        b = self.b
+        left = self.expr(e.left)
+        start = b.block
+        rhs = self.func.append_basic_block("logic.rhs")
+        merge = self.func.append_basic_block("logic.end")
+        if e.op == "and":
+            b.cbranch(left, rhs, merge)
+        else:
+            b.cbranch(left, merge, rhs)
+        b.position_at_end(rhs)
+        right = self.expr(e.right)
+        rhs_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(_TYPES["i1"])
+        phi.add_incoming(ll.Constant(_TYPES["i1"], e.op == "or"), start)
+        phi.add_incoming(right, rhs_end)
+        return phi
+
+    def cast(self, x: ll.Value, src: str, dst: str) -> ll.Value:
+        b = self.b
+        if src == dst:
+            return x
+        t = _TYPES[dst]
+        if _is_float(src) and _is_float(dst):
+            return b.fpext(x, t) if dst == "f64" else b.fptrunc(x, t)
+        if _is_float(src):
+            return b.fptosi(x, t)
+        if _is_float(dst):
+            return b.uitofp(x, t) if src == "i1" else b.sitofp(x, t)
+        if src == "i1":
+            return b.zext(x, t)
+        if t.width > _TYPES[src].width:
+            return b.sext(x, t)
+        return b.trunc(x, t)

@@ -1,0 +1,1 @@
+"""Executing kernels: compilers (llvmlite JIT, cc), the disk cache, binding."""

@@ -1,0 +1,1 @@
+"""LLIR: the small typed imperative IR that every code generator reads."""

@@ -1,0 +1,242 @@
+"""LLIR nodes.
+
+Scalars are typed by short names (``i1 i32 i64 f32 f64``); arrays are
+function parameters with an element type.  Constructors fold the trivial
+cases (``x + 0``, ``x * 1``) so the lowerer can build expressions naively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+INT_TYPES = ("i32", "i64")
+FLOAT_TYPES = ("f32", "f64")
+
+NUMPY_TO_IR = {"float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32"}
+IR_TO_C = {
+    "i1": "bool",
+    "i32": "int32_t",
+    "i64": "int64_t",
+    "f32": "float",
+    "f64": "double",
+}
+
+
+class Expr:
+    type: str
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float | int | bool
+    type: str
+
+
+@dataclass(frozen=True)
+class Array:
+    """An array parameter: element type, and whether the kernel writes it."""
+
+    name: str
+    elem: str
+    output: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    array: Array
+    index: Expr
+
+    @property
+    def type(self) -> str:
+        return self.array.elem
+
+
+@dataclass(frozen=True)
+class Bin(Expr):
+    op: str  # + - * / min max
+    left: Expr
+    right: Expr
+
+    @property
+    def type(self) -> str:
+        return self.left.type
+
+
+@dataclass(frozen=True)
+class Neg(Expr):
+    operand: Expr
+
+    @property
+    def type(self) -> str:
+        return self.operand.type
+
+
+@dataclass(frozen=True)
+class Cmp(Expr):
+    op: str  # < <= == != > >=
+    left: Expr
+    right: Expr
+    type: str = "i1"
+
+
+@dataclass(frozen=True)
+class Logic(Expr):
+    op: str  # and or
+    left: Expr
+    right: Expr
+    type: str = "i1"
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    operand: Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+
+    @property
+    def type(self) -> str:
+        return self.if_true.type
+
+
+class Stmt:
+    pass
+
+
+@dataclass
+class Decl(Stmt):
+    var: Var
+    init: Expr
+
+
+@dataclass
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass
+class Store(Stmt):
+    array: Array
+    index: Expr
+    value: Expr
+    accumulate: bool = False
+
+
+@dataclass
+class For(Stmt):
+    var: Var
+    start: Expr
+    end: Expr
+    body: list[Stmt]
+    parallel: str | None = None  # None, or a unit name such as "CPUThread"
+
+
+@dataclass
+class While(Stmt):
+    cond: Expr
+    body: list[Stmt]
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class Comment(Stmt):
+    text: str
+
+
+@dataclass
+class Param:
+    """A scalar or array parameter of a kernel function, in ABI order."""
+
+    name: str
+    type: str  # scalar type, or the element type for arrays
+    is_array: bool
+    output: bool = False
+    doc: str = ""
+    role: tuple = ()  # what the executor binds here, e.g. ("pos", slot, level)
+
+
+@dataclass
+class Function:
+    name: str
+    params: list[Param]
+    body: list[Stmt]
+    doc: str = ""
+
+
+def const_like(e: Expr, value) -> Const:
+    return Const(value, e.type)
+
+
+def _is_const(e: Expr, value) -> bool:
+    return isinstance(e, Const) and e.value == value
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if _is_const(b, 0):
+        return a
+    if _is_const(a, 0):
+        return b
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value, a.type)
+    return Bin("+", a, b)
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    if _is_const(b, 0):
+        return a
+    return Bin("-", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if _is_const(a, 0) or _is_const(b, 0):
+        return Const(0, a.type)
+    if _is_const(b, 1):
+        return a
+    if _is_const(a, 1):
+        return b
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value * b.value, a.type)
+    return Bin("*", a, b)
+
+
+def minimum(a: Expr, b: Expr) -> Expr:
+    return Bin("min", a, b)
+
+
+def land(a: Expr, b: Expr) -> Expr:
+    if _is_const(a, True):
+        return b
+    if _is_const(b, True):
+        return a
+    return Logic("and", a, b)
+
+
+def lor(a: Expr, b: Expr) -> Expr:
+    return Logic("or", a, b)
+
+
+def cast(e: Expr, ty: str) -> Expr:
+    if e.type == ty:
+        return e
+    if isinstance(e, Const):
+        return Const(float(e.value) if ty in FLOAT_TYPES else int(e.value), ty)
+    return Cast(e, ty)

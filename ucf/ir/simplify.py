@@ -1,0 +1,59 @@
+"""Clean-ups on LLIR that keep generated C warning-free under -Wall -Werror."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+
+from ucf.ir import nodes as ir
+
+
+def _reads(node, acc: set[str]) -> None:
+    """Names of variables read anywhere in a node (declarations' targets excluded)."""
+    if isinstance(node, ir.Var):
+        acc.add(node.name)
+        return
+    if isinstance(node, list):
+        for x in node:
+            _reads(x, acc)
+        return
+    if not is_dataclass(node):
+        return
+    for f in fields(node):
+        if isinstance(node, ir.Decl | ir.Assign) and f.name == "var":
+            continue
+        if isinstance(node, ir.For) and f.name == "var":
+            continue
+        _reads(getattr(node, f.name), acc)
+
+
+def _prune(stmts: list[ir.Stmt], live: set[str]) -> list[ir.Stmt]:
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        if isinstance(s, ir.Decl | ir.Assign) and s.var.name not in live:
+            continue
+        if isinstance(s, ir.For):
+            s = ir.For(s.var, s.start, s.end, _prune(s.body, live), s.parallel)
+        elif isinstance(s, ir.While):
+            s = ir.While(s.cond, _prune(s.body, live))
+        elif isinstance(s, ir.If):
+            then, orelse = _prune(s.then, live), _prune(s.orelse, live)
+            if not then and not orelse:
+                continue
+            s = ir.If(s.cond, then, orelse)
+        out.append(s)
+    return out
+
+
+def remove_dead_variables(fn: ir.Function) -> ir.Function:
+    """Drop declarations and assignments of variables nothing reads, to a fixpoint.
+
+    Loads have no side effects, so dropping an unread declaration is safe.
+    """
+    body = fn.body
+    while True:
+        live: set[str] = set()
+        _reads(body, live)
+        new = _prune(body, live)
+        if new == body:
+            return ir.Function(fn.name, fn.params, new, fn.doc)
+        body = new

@@ -1,0 +1,1 @@
+"""The Einsum language: parsing, AST and affine index forms."""

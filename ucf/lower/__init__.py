@@ -1,0 +1,1 @@
+"""Lowering CIN to LLIR: level iterators, merge lattices, output assembly."""
