@@ -63,15 +63,11 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def source(fns: list[ir.Function], include: str | None = None) -> str:
-    """A self-contained C translation unit (it includes only standard headers)."""
-    out = ["#include <stdint.h>", "#include <stdbool.h>"]
-    if include:
-        out.append(f'#include "{include}"')
-    out.append("")
-    out.append("static inline int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }")
-    out.append("static inline int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }")
-    out.append("")
+def source(fns: list[ir.Function]) -> str:
+    """A self-contained C translation unit: runtime/ucf_runtime.h is carried inline."""
+    from ucf.resources import runtime_dir
+
+    out = [(runtime_dir() / "ucf_runtime.h").read_text()]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")

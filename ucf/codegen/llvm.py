@@ -139,7 +139,9 @@ class _FunctionBuilder:
         if isinstance(e, ir.Var):
             if e.name in self.args:
                 return self.args[e.name]
-            return b.load(self.slot(e))
+            if e.name not in self.slots:
+                raise ValueError(f"LLIR reads variable {e.name} before declaring it")
+            return b.load(self.slots[e.name])
         if isinstance(e, ir.Const):
             value = bool(e.value) if e.type == "i1" else e.value
             if _is_float(e.type):

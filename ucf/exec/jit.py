@@ -16,6 +16,11 @@ _lock = threading.RLock()
 
 @lru_cache(maxsize=None)
 def _target_machine() -> llvm.TargetMachine:
+    """The machine used for optimizing and emitting; never handed to an engine."""
+    return _new_target_machine()
+
+
+def _new_target_machine() -> llvm.TargetMachine:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
@@ -38,7 +43,8 @@ class JitLibrary:
 def _empty_engine() -> llvm.ExecutionEngine:
     mod = llvm.parse_assembly("")
     mod.triple = llvm.get_process_triple()
-    return llvm.create_mcjit_compiler(mod, _target_machine())
+    # The engine takes ownership of its target machine, so it gets its own.
+    return llvm.create_mcjit_compiler(mod, _new_target_machine())
 
 
 def compile_ir(ir_text: str) -> JitLibrary:

@@ -285,7 +285,7 @@ class Lowerer:
         if out_kind == "C" and not self.assembling:
             lvl = st.out_level
             stmts.append(ir.Store(self.out_params.levels[lvl]["pos"], ir.add(st.out_pos, Const(1, I64)),
-                                  self.counters[lvl]))
+                                  ir.cast(self.counters[lvl], self.it)))
         return stmts
 
     def _out_kind(self, v: str, st: State) -> str | None:
@@ -334,7 +334,9 @@ class Lowerer:
                          ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), coord))
             body.append(ir.Decl(m, ok))
             if not it.unique:
-                body.append(ir.If(m, self._coordinate_stmts(it)))
+                seg_stmts = self._coordinate_stmts(it)
+                body.append(seg_stmts.pop(1))  # the run end, declared where cases can see it
+                body.append(ir.If(m, seg_stmts))
             matches[n] = m
         body += self._cases(term, st, iters, located, coord, set(iters), matches, full=True)
         for n, it in iters.items():

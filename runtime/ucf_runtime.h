@@ -1,0 +1,14 @@
+/* ucf runtime helpers for generated C kernels.
+ *
+ * Generated sources carry this header inline, so a saved kernel compiles on
+ * its own; keep everything here static inline and C99.
+ */
+#ifndef UCF_RUNTIME_H
+#define UCF_RUNTIME_H
+#include <stdbool.h>
+#include <stdint.h>
+
+static inline int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#endif /* UCF_RUNTIME_H */

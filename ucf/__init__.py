@@ -1,0 +1,71 @@
+"""ucf: a sparse tensor-algebra compiler with affine indices.
+
+Write ``C(i,k) = A(i,j) * B(j,k)``, choose a storage format per tensor, and
+get a kernel: JIT-compiled LLVM (the default, no C compiler needed) or C.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from ucf.errors import (  # noqa: E402
+    CompileError,
+    FormatError,
+    OperandError,
+    ParseError,
+    ScheduleError,
+    ShapeError,
+    UcfError,
+    UnsupportedError,
+)
+from ucf.exec.kernel import Kernel  # noqa: E402
+from ucf.format.format import Format, parse_format  # noqa: E402
+from ucf.format.io import read, write  # noqa: E402
+from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy  # noqa: E402
+
+__all__ = [
+    "CompileError", "FormatError", "Format", "Kernel", "OperandError", "ParseError",
+    "ScheduleError", "ShapeError", "Tensor", "UcfError", "UnsupportedError", "compile",
+    "einsum", "from_coo", "from_numpy", "from_scipy", "parse_format", "read", "write",
+]
+
+
+def compile(expr: str, formats: dict[str, Any] | None = None, schedule: str | None = None,
+            target: str = "llvm", dtype: Any = "float64", index_dtype: Any = "int32",
+            emulate: bool = False) -> Kernel:
+    """Compile a statement once for operands arriving in ``formats`` (others dense)."""
+    return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
+
+
+def einsum(expr: str, formats: dict[str, Any] | None = None, schedule: str | None = None,
+           target: str = "llvm", out: Any = None, shapes: dict[str, int] | None = None,
+           **operands: Any) -> Tensor:
+    """Compile (or fetch from the cache) and run in one call.
+
+    Operand formats and dtypes are taken from the operands themselves, so a
+    scipy CSR matrix is read as CSR without repacking.
+    """
+    import numpy as np
+
+    from ucf.format.tensor import as_tensor
+    from ucf.lang.ast import accesses
+    from ucf.lang.parser import parse_statement
+
+    stmt = parse_statement(expr)
+    fmts = dict(formats or {})
+    tensors = {}
+    names = {a.tensor for a in accesses(stmt.rhs)}
+    for name, value in operands.items():
+        if name not in names:
+            continue  # Kernel reports unknown operands with the full list
+        t = as_tensor(value, format=fmts.get(name), name=name)
+        tensors[name] = t
+        fmts.setdefault(name, str(t.format))
+    dtypes = [t.dtype for t in tensors.values()]
+    dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+    idx = np.int64 if any(t.index_dtype == np.int64 for t in tensors.values()) else np.int32
+    kernel = Kernel(expr, fmts, schedule, target, dtype, idx)
+    operands.update(tensors)
+    return kernel(out=out, shapes=shapes, **operands)

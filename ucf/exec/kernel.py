@@ -1,0 +1,357 @@
+"""Kernels: compile once, then bind ucf.Tensor storage to the ABI and call.
+
+Binding never copies an operand that already has the kernel's format and
+dtypes; operands in other formats (or numpy/scipy objects) are packed first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ucf import __version__
+from ucf.cin.concretize import concretize
+from ucf.cin.notation import CIN
+from ucf.codegen import c as cgen
+from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
+from ucf.exec import cache
+from ucf.format.format import Format, parse_format
+from ucf.format.levels import KINDS
+from ucf.format.tensor import Tensor, as_tensor, value_dtype
+from ucf.ir import nodes as ir
+from ucf.ir.simplify import remove_dead_variables
+from ucf.lang.ast import Statement, accesses
+from ucf.lang.parser import parse_statement
+from ucf.lower.lowerer import Lowerer
+
+TARGETS = ("llvm", "c", "cuda")
+_NP = {"f64": np.float64, "f32": np.float32, "i64": np.int64, "i32": np.int32}
+
+
+@dataclass
+class _Plan:
+    """Everything a call needs that does not depend on the operands' values."""
+
+    statement: Statement
+    cin: CIN
+    orders: dict[str, int]
+    compute: ir.Function
+    assemble: ir.Function | None
+    c_source: str
+    llvm_ir: str
+    computed_format: Format  # output format the kernel writes
+    output_format: Format  # format the user asked for
+
+
+def _statement_orders(stmt: Statement) -> dict[str, int]:
+    orders: dict[str, int] = {}
+    for a in [stmt.lhs, *accesses(stmt.rhs)]:
+        if a.tensor in orders and orders[a.tensor] != len(a.indices):
+            raise ShapeError(
+                f"tensor {a.tensor} is accessed with {orders[a.tensor]} and with "
+                f"{len(a.indices)} indices"
+            )
+        orders[a.tensor] = len(a.indices)
+    return orders
+
+
+def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it: str) -> _Plan:
+    stmt = parse_statement(expr)
+    orders = _statement_orders(stmt)
+    out = stmt.lhs.tensor
+    if out in {a.tensor for a in accesses(stmt.rhs)}:
+        raise OperandError(f"output {out} also appears on the right-hand side; use another name")
+    for name in formats:
+        if name not in orders:
+            raise OperandError(
+                f"formats names tensor {name}, which the statement does not use "
+                f"(tensors: {', '.join(orders)})"
+            )
+    fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
+    if schedule and schedule.strip():
+        raise ScheduleError(
+            "scheduling commands are not supported yet; omit the schedule to get the "
+            "default loop nest"
+        )
+    requested = fmts.pop(out)
+    # Outputs with singleton levels are computed compressed and converted after.
+    computed = Format(tuple(KINDS["C"] if k.branchless else k for k in requested.levels),
+                      requested.mode_order)
+    cin = concretize(stmt, fmts, computed)
+    if computed != requested:
+        cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
+    lowered = Lowerer(cin, vt, it).lower()
+    compute = remove_dead_variables(lowered.compute)
+    assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
+    fns = [f for f in (assemble, compute) if f is not None]
+    from ucf.codegen import llvm as lcg
+
+    return _Plan(stmt, cin, orders, compute, assemble, cgen.source(fns), str(lcg.module(fns)),
+                 computed, requested)
+
+
+class Kernel:
+    """A compiled statement; call it with operands as keyword arguments."""
+
+    def __init__(self, expr: str, formats: dict[str, Any] | None = None,
+                 schedule: str | None = None, target: str = "llvm", dtype: Any = "float64",
+                 index_dtype: Any = "int32", emulate: bool = False):
+        if target not in TARGETS:
+            raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
+        if target == "cuda":
+            raise UcfError("target 'cuda' is not available yet in this version of ucf")
+        self.target = target
+        self.dtype = value_dtype(dtype)
+        idt = np.dtype(index_dtype)
+        if idt not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise OperandError(f"index dtype {idt} cannot be used; choose int32 or int64")
+        self.index_dtype = idt
+        vt = ir.NUMPY_TO_IR[str(self.dtype)]
+        it = ir.NUMPY_TO_IR[str(idt)]
+        formats = {k: str(v) for k, v in (formats or {}).items()}
+        ck = cache.key(" ".join(expr.split()), sorted(formats.items()), schedule or "", vt, it,
+                       target, __version__)
+        entry = cache.load(f"{ck}.plan")
+        if entry is None:
+            plan = _plan(expr, formats, schedule, vt, it)
+        else:
+            plan = entry["plan"]
+        self._plan = plan
+        self._functions = self._load(plan, ck, entry)
+        if entry is None:
+            stored = {"plan": plan}
+            if target == "llvm":
+                stored["object"] = self._library.object_code
+            cache.store(f"{ck}.plan", stored)
+
+    # -------------------------------------------------------------- building
+    def _load(self, plan: _Plan, ck: str, entry: dict | None) -> dict[str, Any]:
+        names = [f for f in (plan.assemble, plan.compute) if f is not None]
+        if self.target == "llvm":
+            from ucf.exec import jit
+
+            if entry is not None and "object" in entry:
+                self._library = jit.load_object(entry["object"])
+            else:
+                self._library = jit.compile_ir(plan.llvm_ir)
+            addrs = {f.name: self._library.address(f.name) for f in names}
+            return {f.name: _cfunc(f, addrs[f.name]) for f in names}
+        from ucf.exec.cc import build_shared
+
+        so = cache.cache_dir() / f"{ck}.so"
+        if not so.exists():
+            build_shared(plan.c_source, so)
+        self._library = ctypes.CDLL(str(so))
+        result = {}
+        for f in names:
+            fn = getattr(self._library, f.name)
+            fn.argtypes = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in f.params]
+            fn.restype = None
+            result[f.name] = fn
+        return result
+
+    # ------------------------------------------------------------ inspection
+    @property
+    def cin(self) -> str:
+        return str(self._plan.cin)
+
+    @property
+    def source(self) -> str:
+        return self._plan.llvm_ir if self.target == "llvm" else self._plan.c_source
+
+    @property
+    def c_source(self) -> str:
+        return self._plan.c_source
+
+    @property
+    def llir(self) -> list[ir.Function]:
+        return [f for f in (self._plan.assemble, self._plan.compute) if f is not None]
+
+    @property
+    def statement(self) -> Statement:
+        return self._plan.statement
+
+    def save(self, prefix: str | Path) -> tuple[Path, Path]:
+        """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI."""
+        prefix = Path(prefix)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        fns = self.llir
+        guard = "UCF_" + "".join(ch if ch.isalnum() else "_" for ch in prefix.name.upper()) + "_H"
+        h = prefix.with_suffix(".h")
+        csrc = prefix.with_suffix(".c")
+        h.write_text(cgen.header(fns, guard, str(self._plan.statement)))
+        csrc.write_text(f'#include "{h.name}"\n' + self._plan.c_source)
+        return csrc, h
+
+    # --------------------------------------------------------------- calling
+    def __call__(self, out: Any = None, shapes: dict[str, int] | None = None,
+                 **operands: Any) -> Tensor:
+        plan = self._plan
+        stmt = plan.statement
+        names = {a.tensor for a in accesses(stmt.rhs)}
+        unknown = sorted(set(operands) - names)
+        if unknown:
+            raise OperandError(
+                f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(names))}"
+            )
+        missing = sorted(names - set(operands))
+        if missing:
+            raise OperandError(f"missing operand {missing[0]} for {stmt}")
+        given = {n: as_tensor(operands[n], name=n) for n in names}
+        for n, t in given.items():
+            if t.order != plan.orders[n]:
+                raise ShapeError(
+                    f"operand {n} has order {t.order} (shape {t.shape}) but is accessed "
+                    f"with {plan.orders[n]} indices"
+                )
+        extents = self._extents(given, out, shapes)
+        slots: dict[str, Tensor] = {}
+        for slot in plan.cin.slots.values():
+            if slot.name not in slots:
+                slots[slot.name] = given[slot.tensor].convert(
+                    slot.format, index_dtype=self.index_dtype, dtype=self.dtype)
+        out_shape = tuple(extents[v] for v in plan.cin.output_vars)
+        outname = stmt.lhs.tensor
+        if plan.computed_format.is_dense:
+            result = self._dense_output(out, out_shape)
+            self._invoke(plan.compute, extents, slots, result)
+            return result
+        if out is not None or stmt.op == "+=":
+            raise OperandError(
+                f"output {outname} is sparse ('{plan.output_format}'); '+=' into a given "
+                "sparse output is not supported, write the sum as an expression instead"
+            )
+        counts = np.zeros(plan.computed_format.order, dtype=np.int64)
+        self._invoke(plan.assemble, extents, slots, None, counts=counts)
+        result = self._allocate_sparse(out_shape, counts)
+        self._invoke(plan.compute, extents, slots, result)
+        result = _finish_sparse(result)
+        if plan.output_format != plan.computed_format:
+            result = result.convert(plan.output_format)
+        return result
+
+    def _extents(self, given: dict[str, Tensor], out: Any, shapes: dict[str, int] | None):
+        stmt = self._plan.statement
+        bound: dict[str, tuple[int, str]] = {}
+
+        def bind(v: str, size: int, who: str) -> None:
+            if v in bound and bound[v][0] != size:
+                raise ShapeError(
+                    f"index variable {v} has extent {bound[v][0]} in {bound[v][1]} "
+                    f"but {size} in {who}"
+                )
+            bound.setdefault(v, (size, who))
+
+        for a in accesses(stmt.rhs):
+            for m, idx in enumerate(a.indices):
+                bind(idx.single_variable, given[a.tensor].shape[m], f"{a.tensor} (mode {m})")
+        if out is not None:
+            shape = np.shape(out) if not isinstance(out, Tensor) else out.shape
+            if len(shape) != len(stmt.lhs.indices):
+                raise ShapeError(f"out has shape {tuple(shape)} but {stmt.lhs} has "
+                                 f"{len(stmt.lhs.indices)} indices")
+            for m, idx in enumerate(stmt.lhs.indices):
+                bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
+        for v, size in (shapes or {}).items():
+            bind(v, int(size), "shapes=")
+        for v in self._plan.cin.order:
+            if v not in bound:
+                raise ShapeError(f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}")
+        return {v: s for v, (s, _) in bound.items()}
+
+    def _dense_output(self, out: Any, shape: tuple[int, ...]) -> Tensor:
+        fmt = self._plan.computed_format
+        size = math.prod(shape)
+        if out is None:
+            if self._plan.statement.op == "+=":
+                raise OperandError(f"'+=' needs the output: pass out= for {self._plan.statement.lhs}")
+            return Tensor(shape, fmt, [{} for _ in shape], np.zeros(max(size, 1) if not shape else size,
+                                                                   dtype=self.dtype))
+        if isinstance(out, Tensor):
+            t = out
+        else:
+            arr = np.asarray(out)
+            if arr.dtype != self.dtype or not arr.flags.c_contiguous or str(fmt) != "U" * arr.ndim:
+                raise OperandError(
+                    f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
+                    f"format '{fmt}'), got {arr.dtype}"
+                )
+            t = Tensor(shape, fmt, [{} for _ in shape], arr.reshape(-1))
+        if t.format != fmt or t.dtype != self.dtype:
+            raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
+        if self._plan.statement.op == "=":
+            t.vals[:] = 0
+        return t
+
+    def _allocate_sparse(self, shape: tuple[int, ...], counts: np.ndarray) -> Tensor:
+        fmt = self._plan.computed_format
+        levels = []
+        parent = 1
+        for lvl, kind in enumerate(fmt.levels):
+            dim = shape[fmt.mode_order[lvl]]
+            if kind.full:
+                levels.append({})
+                parent *= dim
+            else:
+                n = int(counts[lvl])
+                levels.append({"pos": np.zeros(parent + 1, dtype=self.index_dtype),
+                               "crd": np.zeros(n, dtype=self.index_dtype)})
+                parent = n
+        return Tensor(shape, fmt, levels, np.zeros(parent, dtype=self.dtype),
+                      index_dtype=self.index_dtype, check=False)
+
+    def _invoke(self, fn: ir.Function, extents: dict[str, int], slots: dict[str, Tensor],
+                output: Tensor | None, counts: np.ndarray | None = None) -> None:
+        args: list[Any] = []
+        keep: list[np.ndarray] = []
+        outname = self._plan.statement.lhs.tensor
+        for p in fn.params:
+            role = p.role
+            if role[0] == "extent":
+                args.append(extents[role[1]])
+                continue
+            if role[0] == "counts":
+                arr = counts
+            else:
+                t = output if role[1] == outname else slots[role[1]]
+                if role[0] == "dim":
+                    args.append(t.shape[role[2]])
+                    continue
+                arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
+            keep.append(arr)
+            args.append(arr.ctypes.data)
+        self._functions[fn.name](*args)
+
+
+def _cfunc(fn: ir.Function, address: int):
+    types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
+    return ctypes.CFUNCTYPE(None, *types)(address)
+
+
+def _finish_sparse(t: Tensor) -> Tensor:
+    """Fill positions of parents the kernel never visited and drop empty segments."""
+    levels = [dict(d) for d in t.levels]
+    for d in levels:
+        if "pos" in d:
+            np.maximum.accumulate(d["pos"], out=d["pos"])
+    fmt = t.format
+    # A compressed level whose entries got no children (possible with nested
+    # compressed output levels) keeps empty segments; remove them bottom-up.
+    for lvl in range(fmt.order - 2, -1, -1):
+        if fmt.levels[lvl].full or "pos" not in levels[lvl + 1]:
+            continue
+        child = levels[lvl + 1]["pos"]
+        keep = np.diff(child) > 0
+        if keep.all():
+            continue
+        levels[lvl + 1]["pos"] = np.concatenate(([0], child[1:][keep])).astype(child.dtype)
+        levels[lvl]["crd"] = levels[lvl]["crd"][keep]
+        pos = levels[lvl]["pos"]
+        kept_before = np.concatenate(([0], np.cumsum(keep)))
+        levels[lvl]["pos"] = kept_before[pos].astype(pos.dtype)
+    return Tensor(t.shape, fmt, levels, t.vals, index_dtype=t.index_dtype, check=False)

@@ -1,0 +1,1 @@
+"""Storage formats: level kinds, format strings, tensors and file I/O."""
