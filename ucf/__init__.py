@@ -26,22 +26,50 @@ from ucf.format.io import read, write  # noqa: E402
 from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy  # noqa: E402
 
 __all__ = [
-    "CompileError", "FormatError", "Format", "Kernel", "OperandError", "ParseError",
-    "ScheduleError", "ShapeError", "Tensor", "UcfError", "UnsupportedError", "compile",
-    "einsum", "from_coo", "from_numpy", "from_scipy", "parse_format", "read", "write",
+    "CompileError",
+    "FormatError",
+    "Format",
+    "Kernel",
+    "OperandError",
+    "ParseError",
+    "ScheduleError",
+    "ShapeError",
+    "Tensor",
+    "UcfError",
+    "UnsupportedError",
+    "compile",
+    "einsum",
+    "from_coo",
+    "from_numpy",
+    "from_scipy",
+    "parse_format",
+    "read",
+    "write",
 ]
 
 
-def compile(expr: str, formats: dict[str, Any] | None = None, schedule: str | None = None,
-            target: str = "llvm", dtype: Any = "float64", index_dtype: Any = "int32",
-            emulate: bool = False) -> Kernel:
+def compile(
+    expr: str,
+    formats: dict[str, Any] | None = None,
+    schedule: str | None = None,
+    target: str = "llvm",
+    dtype: Any = "float64",
+    index_dtype: Any = "int32",
+    emulate: bool = False,
+) -> Kernel:
     """Compile a statement once for operands arriving in ``formats`` (others dense)."""
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
 
 
-def einsum(expr: str, formats: dict[str, Any] | None = None, schedule: str | None = None,
-           target: str = "llvm", out: Any = None, shapes: dict[str, int] | None = None,
-           **operands: Any) -> Tensor:
+def einsum(
+    expr: str,
+    formats: dict[str, Any] | None = None,
+    schedule: str | None = None,
+    target: str = "llvm",
+    out: Any = None,
+    shapes: dict[str, int] | None = None,
+    **operands: Any,
+) -> Tensor:
     """Compile (or fetch from the cache) and run in one call.
 
     Operand formats and dtypes are taken from the operands themselves, so a

@@ -33,12 +33,17 @@ def level_vars(access: Access, fmt: Format) -> list[str]:
     return [access.indices[m].single_variable for m in fmt.mode_order]
 
 
-def concretize(stmt: Statement, formats: dict[str, Format], output_format: Format,
-               order: list[str] | None = None) -> CIN:
+def concretize(
+    stmt: Statement,
+    formats: dict[str, Format],
+    output_format: Format,
+    order: list[str] | None = None,
+) -> CIN:
     out_vars = [i.single_variable for i in stmt.lhs.indices]
     rhs = accesses(stmt.rhs)
-    all_vars = list(dict.fromkeys(out_vars + [v for a in rhs for i in a.indices
-                                               for v in i.variables]))
+    all_vars = list(
+        dict.fromkeys(out_vars + [v for a in rhs for i in a.indices for v in i.variables])
+    )
     red_vars = [v for v in all_vars if v not in out_vars]
 
     hard: list[tuple[int, list[str]]] = []  # (access number, chain)
@@ -110,7 +115,7 @@ def concretize(stmt: Statement, formats: dict[str, Format], output_format: Forma
 
 
 def _violations(chain: list[str], pos: dict[str, int]) -> int:
-    return sum(1 for a, b in zip(chain, chain[1:]) if pos[a] > pos[b])
+    return sum(1 for a, b in zip(chain, chain[1:], strict=False) if pos[a] > pos[b])
 
 
 def _candidates(variables: list[str], chains: list[list[str]]):
@@ -121,9 +126,12 @@ def _candidates(variables: list[str], chains: list[list[str]]):
     order: list[str] = []
     remaining = list(variables)
     while remaining:
+
         def blocked(v: str) -> int:
-            return sum(1 for c in chains for a, b in zip(c, c[1:])
-                       if b == v and a in remaining and a != v)
+            return sum(
+                1 for c in chains for a, b in zip(c, c[1:], strict=False) if b == v and a in remaining and a != v
+            )
+
         nxt = min(remaining, key=lambda v: (blocked(v), variables.index(v)))
         order.append(nxt)
         remaining.remove(nxt)

@@ -10,10 +10,44 @@ from ucf.ir import nodes as ir
 from ucf.ir.nodes import IR_TO_C
 
 _C_RESERVED = {
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-    "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "main",
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "bool",
+    "true",
+    "false",
+    "main",
 }
 
 _BIN = {"+": "+", "-": "-", "*": "*", "/": "/"}
@@ -95,14 +129,19 @@ class _Emitter:
             return [f"{pad}{c_name(s.array.name)}[{self.expr(s.index)}] {op} {self.expr(s.value)};"]
         if isinstance(s, ir.For):
             v = c_name(s.var.name)
-            head = (f"{pad}for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.end)}; "
-                    f"{v}++) {{")
+            head = (
+                f"{pad}for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.end)}; {v}++) {{"
+            )
             pragma = []
             if s.parallel == "CPUThread":
                 pragma = [f"{pad}#pragma omp parallel for schedule(static)"]
             return [*pragma, head, *self.block(s.body, depth + 1), f"{pad}}}"]
         if isinstance(s, ir.While):
-            return [f"{pad}while ({self.expr(s.cond)}) {{", *self.block(s.body, depth + 1), f"{pad}}}"]
+            return [
+                f"{pad}while ({self.expr(s.cond)}) {{",
+                *self.block(s.body, depth + 1),
+                f"{pad}}}",
+            ]
         if isinstance(s, ir.If):
             lines = [f"{pad}if ({self.expr(s.cond)}) {{", *self.block(s.then, depth + 1)]
             if len(s.orelse) == 1 and isinstance(s.orelse[0], ir.If):

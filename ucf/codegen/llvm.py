@@ -1,8 +1,9 @@
 """LLVM IR from LLIR, built with llvmlite.
 
 Every LLIR variable becomes an entry-block alloca; the O3 pipeline promotes
-them to registers.  Array parameters carry ``noalias`` , which is what lets LLVM hoist bounds and vectorize the inner loops,
-like ``restrict`` in the C target.  Floating point stays strict, so both
+them to registers.  Array parameters carry ``noalias``, which is what lets
+LLVM hoist bounds and vectorize the inner loops, like ``restrict`` in the C
+target.  Floating point stays strict, so both
 targets round identically.
 """
 
@@ -35,11 +36,12 @@ def module(fns: list[ir.Function], name: str = "ucf") -> ll.Module:
 class _FunctionBuilder:
     def __init__(self, mod: ll.Module, fn: ir.Function):
         self.fn = fn
-        arg_types = [ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type]
-                     for p in fn.params]
+        arg_types = [
+            ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type] for p in fn.params
+        ]
         self.func = ll.Function(mod, ll.FunctionType(ll.VoidType(), arg_types), name=fn.name)
         self.args: dict[str, ll.Value] = {}
-        for p, arg in zip(fn.params, self.func.args):
+        for p, arg in zip(fn.params, self.func.args, strict=True):
             arg.name = p.name
             if p.is_array:
                 arg.add_attribute("noalias")

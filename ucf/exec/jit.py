@@ -7,14 +7,14 @@ process with a cache hit skips LLVM's optimizer and code generator entirely.
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import cache
 
 import llvmlite.binding as llvm
 
 _lock = threading.RLock()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _target_machine() -> llvm.TargetMachine:
     """The machine used for optimizing and emitting; never handed to an engine."""
     return _new_target_machine()
@@ -25,8 +25,9 @@ def _new_target_machine() -> llvm.TargetMachine:
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     features = llvm.get_host_cpu_features().flatten()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features,
-                                        opt=3, reloc="pic", codemodel="jitdefault")
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=features, opt=3, reloc="pic", codemodel="jitdefault"
+    )
 
 
 class JitLibrary:

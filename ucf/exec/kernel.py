@@ -80,8 +80,9 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
         )
     requested = fmts.pop(out)
     # Outputs with singleton levels are computed compressed and converted after.
-    computed = Format(tuple(KINDS["C"] if k.branchless else k for k in requested.levels),
-                      requested.mode_order)
+    computed = Format(
+        tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
+    )
     cin = concretize(stmt, fmts, computed)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
@@ -91,16 +92,32 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     fns = [f for f in (assemble, compute) if f is not None]
     from ucf.codegen import llvm as lcg
 
-    return _Plan(stmt, cin, orders, compute, assemble, cgen.source(fns), str(lcg.module(fns)),
-                 computed, requested)
+    return _Plan(
+        stmt,
+        cin,
+        orders,
+        compute,
+        assemble,
+        cgen.source(fns),
+        str(lcg.module(fns)),
+        computed,
+        requested,
+    )
 
 
 class Kernel:
     """A compiled statement; call it with operands as keyword arguments."""
 
-    def __init__(self, expr: str, formats: dict[str, Any] | None = None,
-                 schedule: str | None = None, target: str = "llvm", dtype: Any = "float64",
-                 index_dtype: Any = "int32", emulate: bool = False):
+    def __init__(
+        self,
+        expr: str,
+        formats: dict[str, Any] | None = None,
+        schedule: str | None = None,
+        target: str = "llvm",
+        dtype: Any = "float64",
+        index_dtype: Any = "int32",
+        emulate: bool = False,
+    ):
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         if target == "cuda":
@@ -114,8 +131,15 @@ class Kernel:
         vt = ir.NUMPY_TO_IR[str(self.dtype)]
         it = ir.NUMPY_TO_IR[str(idt)]
         formats = {k: str(v) for k, v in (formats or {}).items()}
-        ck = cache.key(" ".join(expr.split()), sorted(formats.items()), schedule or "", vt, it,
-                       target, __version__)
+        ck = cache.key(
+            " ".join(expr.split()),
+            sorted(formats.items()),
+            schedule or "",
+            vt,
+            it,
+            target,
+            __version__,
+        )
         entry = cache.load(f"{ck}.plan")
         if entry is None:
             plan = _plan(expr, formats, schedule, vt, it)
@@ -189,8 +213,9 @@ class Kernel:
         return csrc, h
 
     # --------------------------------------------------------------- calling
-    def __call__(self, out: Any = None, shapes: dict[str, int] | None = None,
-                 **operands: Any) -> Tensor:
+    def __call__(
+        self, out: Any = None, shapes: dict[str, int] | None = None, **operands: Any
+    ) -> Tensor:
         plan = self._plan
         stmt = plan.statement
         names = {a.tensor for a in accesses(stmt.rhs)}
@@ -214,7 +239,8 @@ class Kernel:
         for slot in plan.cin.slots.values():
             if slot.name not in slots:
                 slots[slot.name] = given[slot.tensor].convert(
-                    slot.format, index_dtype=self.index_dtype, dtype=self.dtype)
+                    slot.format, index_dtype=self.index_dtype, dtype=self.dtype
+                )
         out_shape = tuple(extents[v] for v in plan.cin.output_vars)
         outname = stmt.lhs.tensor
         if plan.computed_format.is_dense:
@@ -253,15 +279,19 @@ class Kernel:
         if out is not None:
             shape = np.shape(out) if not isinstance(out, Tensor) else out.shape
             if len(shape) != len(stmt.lhs.indices):
-                raise ShapeError(f"out has shape {tuple(shape)} but {stmt.lhs} has "
-                                 f"{len(stmt.lhs.indices)} indices")
+                raise ShapeError(
+                    f"out has shape {tuple(shape)} but {stmt.lhs} has "
+                    f"{len(stmt.lhs.indices)} indices"
+                )
             for m, idx in enumerate(stmt.lhs.indices):
                 bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
         for v, size in (shapes or {}).items():
             bind(v, int(size), "shapes=")
         for v in self._plan.cin.order:
             if v not in bound:
-                raise ShapeError(f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}")
+                raise ShapeError(
+                    f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}"
+                )
         return {v: s for v, (s, _) in bound.items()}
 
     def _dense_output(self, out: Any, shape: tuple[int, ...]) -> Tensor:
@@ -269,9 +299,15 @@ class Kernel:
         size = math.prod(shape)
         if out is None:
             if self._plan.statement.op == "+=":
-                raise OperandError(f"'+=' needs the output: pass out= for {self._plan.statement.lhs}")
-            return Tensor(shape, fmt, [{} for _ in shape], np.zeros(max(size, 1) if not shape else size,
-                                                                   dtype=self.dtype))
+                raise OperandError(
+                    f"'+=' needs the output: pass out= for {self._plan.statement.lhs}"
+                )
+            return Tensor(
+                shape,
+                fmt,
+                [{} for _ in shape],
+                np.zeros(max(size, 1) if not shape else size, dtype=self.dtype),
+            )
         if isinstance(out, Tensor):
             t = out
         else:
@@ -299,14 +335,30 @@ class Kernel:
                 parent *= dim
             else:
                 n = int(counts[lvl])
-                levels.append({"pos": np.zeros(parent + 1, dtype=self.index_dtype),
-                               "crd": np.zeros(n, dtype=self.index_dtype)})
+                levels.append(
+                    {
+                        "pos": np.zeros(parent + 1, dtype=self.index_dtype),
+                        "crd": np.zeros(n, dtype=self.index_dtype),
+                    }
+                )
                 parent = n
-        return Tensor(shape, fmt, levels, np.zeros(parent, dtype=self.dtype),
-                      index_dtype=self.index_dtype, check=False)
+        return Tensor(
+            shape,
+            fmt,
+            levels,
+            np.zeros(parent, dtype=self.dtype),
+            index_dtype=self.index_dtype,
+            check=False,
+        )
 
-    def _invoke(self, fn: ir.Function, extents: dict[str, int], slots: dict[str, Tensor],
-                output: Tensor | None, counts: np.ndarray | None = None) -> None:
+    def _invoke(
+        self,
+        fn: ir.Function,
+        extents: dict[str, int],
+        slots: dict[str, Tensor],
+        output: Tensor | None,
+        counts: np.ndarray | None = None,
+    ) -> None:
         args: list[Any] = []
         keep: list[np.ndarray] = []
         outname = self._plan.statement.lhs.tensor

@@ -28,8 +28,9 @@ class LevelKind:
     ordered: bool = True
     branchless: bool = False  # one child position per parent position (singleton)
 
-    def bounds(self, arrays: dict[str, Expr], parent: Expr, segment_end: Expr | None,
-               dim: Expr) -> tuple[Expr, Expr]:
+    def bounds(
+        self, arrays: dict[str, Expr], parent: Expr, segment_end: Expr | None, dim: Expr
+    ) -> tuple[Expr, Expr]:
         """Position range [begin, end) of the children of parent position ``parent``.
 
         ``segment_end`` is set when the parent level is non-unique: the parent
@@ -66,7 +67,10 @@ class Compressed(LevelKind):
 
         if segment_end is not None:
             raise TypeError("a compressed level cannot sit below a non-unique level")
-        return (Load(arrays["pos"], parent), Load(arrays["pos"], add(parent, const_like(parent, 1))))
+        return (
+            Load(arrays["pos"], parent),
+            Load(arrays["pos"], add(parent, const_like(parent, 1))),
+        )
 
     def coordinate(self, arrays, pos):
         from ucf.ir.nodes import Load

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import lark
 from lark import Lark, Transformer, v_args
@@ -12,7 +12,7 @@ from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Literal, Neg, Statement
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parser(name: str) -> Lark:
     from ucf.resources import grammar_file
 

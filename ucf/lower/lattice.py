@@ -7,8 +7,8 @@ expression that is left when only some iterators match a coordinate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ucf.lang import ast
 

@@ -64,8 +64,15 @@ class State:
     acc: Var | None = None
 
     def copy(self) -> State:
-        return State(self.depth, dict(self.levels), dict(self.pos), dict(self.seg_end),
-                     self.out_level, self.out_pos, self.acc)
+        return State(
+            self.depth,
+            dict(self.levels),
+            dict(self.pos),
+            dict(self.seg_end),
+            self.out_level,
+            self.out_pos,
+            self.acc,
+        )
 
 
 @dataclass
@@ -99,7 +106,9 @@ class Lowerer:
         for n, a in enumerate(self.rhs_accesses):
             slot = cin.slots[n]
             if slot.name not in self.slot_params:
-                self.slot_params[slot.name] = self._slot_params(slot.name, slot.format, len(a.indices))
+                self.slot_params[slot.name] = self._slot_params(
+                    slot.name, slot.format, len(a.indices)
+                )
             seen[a.tensor] = seen.get(a.tensor, 0) + 1
             label = a.tensor if counts[a.tensor] == 1 else f"{a.tensor}{seen[a.tensor]}"
             lv = [a.indices[m].single_variable for m in slot.format.mode_order]
@@ -140,27 +149,55 @@ class Lowerer:
         return SlotParams(dims, levels, Array(f"{name}_vals", self.vt, output))
 
     def _params(self, assemble: bool) -> list[Param]:
-        params = [Param(v.name, I64, False, role=("extent", k), doc=f"extent of index variable {k}")
-                  for k, v in self.extents.items()]
+        params = [
+            Param(v.name, I64, False, role=("extent", k), doc=f"extent of index variable {k}")
+            for k, v in self.extents.items()
+        ]
         for slot_name, sp in self.slot_params.items():
             params += self._storage_params(slot_name, sp, output=False)
         if assemble:
-            params.append(Param(f"{self.out_name}_counts", I64, True, True, role=("counts",),
-                                doc="out: number of entries each output level receives"))
+            params.append(
+                Param(
+                    f"{self.out_name}_counts",
+                    I64,
+                    True,
+                    True,
+                    role=("counts",),
+                    doc="out: number of entries each output level receives",
+                )
+            )
         else:
             params += self._storage_params(self.out_name, self.out_params, output=True)
         return params
 
     def _storage_params(self, slot: str, sp: SlotParams, output: bool) -> list[Param]:
         who = "output" if output else "operand"
-        params = [Param(d.name, I64, False, role=("dim", slot, m), doc=f"{who} {slot}: size of mode {m}")
-                  for m, d in enumerate(sp.dims)]
+        params = [
+            Param(d.name, I64, False, role=("dim", slot, m), doc=f"{who} {slot}: size of mode {m}")
+            for m, d in enumerate(sp.dims)
+        ]
         for lvl, arrays in enumerate(sp.levels):
             for key, arr in arrays.items():
-                params.append(Param(arr.name, arr.elem, True, output, role=(key, slot, lvl),
-                                    doc=f"{who} {slot}: level {lvl} {key} array"))
-        params.append(Param(sp.vals.name, sp.vals.elem, True, output, role=("vals", slot),
-                            doc=f"{who} {slot}: values"))
+                params.append(
+                    Param(
+                        arr.name,
+                        arr.elem,
+                        True,
+                        output,
+                        role=(key, slot, lvl),
+                        doc=f"{who} {slot}: level {lvl} {key} array",
+                    )
+                )
+        params.append(
+            Param(
+                sp.vals.name,
+                sp.vals.elem,
+                True,
+                output,
+                role=("vals", slot),
+                doc=f"{who} {slot}: values",
+            )
+        )
         return params
 
     # ------------------------------------------------------------------ entry
@@ -169,21 +206,30 @@ class Lowerer:
         if self.sparse_out:
             self.assembling = True
             body = self._function_body()
-            body += [ir.Store(self._counts_array(), Const(lvl, I64), c)
-                     for lvl, c in enumerate(self.counters)]
-            assemble = ir.Function(f"{self.name}_assemble", self._params(True), body,
-                                   doc="Count the entries of each output level.")
+            body += [
+                ir.Store(self._counts_array(), Const(lvl, I64), c)
+                for lvl, c in enumerate(self.counters)
+            ]
+            assemble = ir.Function(
+                f"{self.name}_assemble",
+                self._params(True),
+                body,
+                doc="Count the entries of each output level.",
+            )
             self.assembling = False
         body = self._function_body()
-        compute = ir.Function(self.name, self._params(False), body,
-                              doc=f"Compute {self.cin.statement}.")
+        compute = ir.Function(
+            self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
+        )
         return Lowered(compute, assemble, self.vt, self.it, self.sparse_out)
 
     def _counts_array(self) -> Array:
         return Array(f"{self.out_name}_counts", I64, True)
 
     def _function_body(self) -> list[ir.Stmt]:
-        body: list[ir.Stmt] = [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
+        body: list[ir.Stmt] = (
+            [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
+        )
         state = State()
         for n in self.operands:
             state.levels[n] = 0
@@ -205,8 +251,11 @@ class Lowerer:
             acc = Var(f"t{next(self._fresh)}", self.vt)
             inner = st.copy()
             inner.acc = acc
-            return [ir.Decl(acc, Const(0, self.vt)), *self._loop(term, inner),
-                    self._store_output(st, acc)]
+            return [
+                ir.Decl(acc, Const(0, self.vt)),
+                *self._loop(term, inner),
+                self._store_output(st, acc),
+            ]
         return self._loop(term, st)
 
     def _leaf(self, term: Term, st: State) -> list[ir.Stmt]:
@@ -218,9 +267,12 @@ class Lowerer:
     def _store_output(self, st: State, value: ir.Expr) -> ir.Stmt:
         if self.sparse_out:
             return ir.Store(self.out_params.vals, st.out_pos, value, accumulate=True)
-        return ir.Store(self.out_params.vals, self._dense_index(self.out_params, self.out_fmt,
-                                                                self.out_level_vars),
-                        value, accumulate=True)
+        return ir.Store(
+            self.out_params.vals,
+            self._dense_index(self.out_params, self.out_fmt, self.out_level_vars),
+            value,
+            accumulate=True,
+        )
 
     def _dense_index(self, sp: SlotParams, fmt: Format, level_vars: list[str]) -> ir.Expr:
         index: ir.Expr = Const(0, I64)
@@ -284,8 +336,13 @@ class Lowerer:
                 stmts += self._point_loop(term, st, iters, located, coord, point)
         if out_kind == "C" and not self.assembling:
             lvl = st.out_level
-            stmts.append(ir.Store(self.out_params.levels[lvl]["pos"], ir.add(st.out_pos, Const(1, I64)),
-                                  ir.cast(self.counters[lvl], self.it)))
+            stmts.append(
+                ir.Store(
+                    self.out_params.levels[lvl]["pos"],
+                    ir.add(st.out_pos, Const(1, I64)),
+                    ir.cast(self.counters[lvl], self.it),
+                )
+            )
         return stmts
 
     def _out_kind(self, v: str, st: State) -> str | None:
@@ -301,7 +358,9 @@ class Lowerer:
         kind = op.fmt.levels[lvl]
         arrays = op.params.levels[lvl]
         base = f"{op.name}{lvl}"
-        begin, end = kind.bounds(arrays, st.pos[n], st.seg_end.get(n), op.params.dims[op.fmt.mode_order[lvl]])
+        begin, end = kind.bounds(
+            arrays, st.pos[n], st.seg_end.get(n), op.params.dims[op.fmt.mode_order[lvl]]
+        )
         p = Var(f"p{base}", I64)
         e = Var(f"p{base}_end", I64)
         it = _Iterator(n, p, e, Var(f"{v}{op.name}", I64), kind, arrays, unique=op.fmt.unique(lvl))
@@ -312,13 +371,19 @@ class Lowerer:
         return it
 
     def _coordinate_stmts(self, it: _Iterator) -> list[ir.Stmt]:
-        stmts: list[ir.Stmt] = [ir.Decl(it.coord, ir.cast(it.kind.coordinate(it.arrays, it.pos), I64))]
+        stmts: list[ir.Stmt] = [
+            ir.Decl(it.coord, ir.cast(it.kind.coordinate(it.arrays, it.pos), I64))
+        ]
         if not it.unique:
             nxt = ir.add(it.seg, Const(1, I64))
-            same = ir.land(ir.Cmp("<", it.seg, it.end),
-                           ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.seg), I64), it.coord))
-            stmts += [ir.Decl(it.seg, ir.add(it.pos, Const(1, I64))),
-                      ir.While(same, [ir.Assign(it.seg, nxt)])]
+            same = ir.land(
+                ir.Cmp("<", it.seg, it.end),
+                ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.seg), I64), it.coord),
+            )
+            stmts += [
+                ir.Decl(it.seg, ir.add(it.pos, Const(1, I64))),
+                ir.While(same, [ir.Assign(it.seg, nxt)]),
+            ]
         return stmts
 
     def _advance(self, it: _Iterator) -> ir.Expr:
@@ -330,8 +395,10 @@ class Lowerer:
         matches = {}
         for n, it in iters.items():
             m = Var(f"{it.coord.name}_hit", "i1")
-            ok = ir.land(ir.Cmp("<", it.pos, it.end),
-                         ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), coord))
+            ok = ir.land(
+                ir.Cmp("<", it.pos, it.end),
+                ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), coord),
+            )
             body.append(ir.Decl(m, ok))
             if not it.unique:
                 seg_stmts = self._coordinate_stmts(it)
@@ -421,8 +488,12 @@ class Lowerer:
             else:
                 stmts.append(ir.Decl(q, self.counters[lvl]))
                 if not self.assembling:
-                    stmts.append(ir.Store(self.out_params.levels[lvl]["crd"], q, ir.cast(coord, self.it)))
-                stmts.append(ir.Assign(self.counters[lvl], ir.add(self.counters[lvl], Const(1, I64))))
+                    stmts.append(
+                        ir.Store(self.out_params.levels[lvl]["crd"], q, ir.cast(coord, self.it))
+                    )
+                stmts.append(
+                    ir.Assign(self.counters[lvl], ir.add(self.counters[lvl], Const(1, I64)))
+                )
             inner.out_pos = q
         return stmts + self._at_depth(term, inner)
 
@@ -473,4 +544,3 @@ def _check_divisors(t: Term, cin: CIN) -> None:
                         f"division by sparse tensor {slot.tensor} (format '{slot.format}') would "
                         "divide by its implicit zeros; store the divisor dense"
                     )
-
