@@ -129,7 +129,10 @@ def _candidates(variables: list[str], chains: list[list[str]]):
 
         def blocked(v: str) -> int:
             return sum(
-                1 for c in chains for a, b in zip(c, c[1:], strict=False) if b == v and a in remaining and a != v
+                1
+                for c in chains
+                for a, b in zip(c, c[1:], strict=False)
+                if b == v and a in remaining and a != v
             )
 
         nxt = min(remaining, key=lambda v: (blocked(v), variables.index(v)))
