@@ -1,0 +1,370 @@
+"""The ``ucf`` command: compile a statement, run it on files, or run the demo.
+
+Every user mistake the library can diagnose arrives as a :class:`ucf.UcfError`;
+the command turns it into one ``ucf: error:`` message and exit status 1, so
+shell scripts can tell bad input (1) from bad usage (2) without parsing a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+PROG = "ucf"
+TARGETS = ("llvm", "c", "cuda")
+DTYPES = ("float64", "float32", "int64", "int32")
+INDEX_DTYPES = ("int32", "int64")
+SMALL_RESULT = 20  # results with at most this many stored entries are printed in full
+
+
+class _UserError(Exception):
+    """A CLI-level mistake (e.g. a tensor given two formats) reported like a UcfError."""
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def _pair(what: str):
+    """An argparse type for ``T:VALUE``; only the first colon splits, since formats use one."""
+
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, value = text.partition(":")
+        name = name.strip()
+        if not sep or not name.isidentifier() or not value:
+            raise argparse.ArgumentTypeError(f"expected TENSOR:{what}, got {text!r}")
+        return name, value
+
+    parse.__name__ = f"TENSOR:{what}"
+    return parse
+
+
+def _extent(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    try:
+        size = int(value)
+    except ValueError:
+        size = -1
+    if not sep or not name.strip().isidentifier() or size < 0:
+        raise argparse.ArgumentTypeError(f"expected VAR=N with N >= 0, got {text!r}")
+    return name.strip(), size
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _to_dict(pairs: Sequence[tuple[str, Any]] | None, what: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, value in pairs or ():
+        if name in result and result[name] != value:
+            raise _UserError(f"{what} for {name} is given twice ({result[name]!r} and {value!r})")
+        result[name] = value
+    return result
+
+
+def _schedule(commands: Sequence[str] | None) -> str | None:
+    return "; ".join(commands) if commands else None
+
+
+# --------------------------------------------------------------------------- parser
+
+_COMPILE_EPILOG = """\
+examples:
+  ucf compile "y(i) = A(i,j) * x(j)" -f A:csr
+  ucf compile "C(i,k) = A(i,j) * B(j,k)" -f A:csr --print source
+  ucf compile "S(i,j) = A(i,j) + B(i,j)" -f A:csr -f B:csr -f S:csr -o build/add
+
+With no --print the concrete index notation (CIN) is printed.  -o PREFIX
+writes PREFIX.c and PREFIX.h, a standalone kernel whose header documents the
+calling convention.
+"""
+
+_RUN_EPILOG = """\
+examples:
+  ucf run "y(i) = A(i,j) * x(j)" -i A:matrix.mtx -i x:x.npy
+  ucf run "y(i) = A(i,j) * x(j)" -f A:csc -i A:matrix.mtx -i x:x.npy -o y:y.npy --time 10
+  ucf run "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)" -i B:tensor.tns -i C:c.npy -i D:d.npy
+
+Inputs may be .mtx, .tns, .npy or .npz (scipy.sparse) files.  An input
+named by -f is converted to that format; otherwise it keeps the format it
+was read in (csr for .mtx/.npz, csf for .tns, dense for .npy).  The output
+shape is inferred from the inputs; use --extent VAR=N for index variables
+that appear only on the left-hand side.
+"""
+
+_DEMO_EPILOG = """\
+example:
+  ucf demo --size 5000
+
+Runs SpMV, SpMM, sparse addition and MTTKRP on random data (fixed seed),
+checks each result against numpy/scipy and prints timings.
+"""
+
+
+def _add_kernel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("expr", metavar="EXPR", help='the statement, e.g. "y(i) = A(i,j) * x(j)"')
+    p.add_argument(
+        "-f",
+        "--format",
+        dest="formats",
+        action="append",
+        type=_pair("FMT"),
+        metavar="T:FMT",
+        help="storage format of tensor T, e.g. A:csr, A:UC:1,0, B:csf "
+        "(repeatable; tensors without one are dense)",
+    )
+    p.add_argument(
+        "-s",
+        "--schedule",
+        dest="schedule",
+        action="append",
+        metavar="SCHED",
+        help="scheduling command(s), e.g. \"split(i, i0, i1, 32)\" (repeatable; joined with ';')",
+    )
+    p.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="llvm",
+        help="code generator: llvm (JIT, the default, no C compiler needed), c (needs cc) or cuda",
+    )
+    p.add_argument("--dtype", choices=DTYPES, default="float64", help="value type (float64)")
+    p.add_argument(
+        "--index-dtype",
+        choices=INDEX_DTYPES,
+        default="int32",
+        help="type of pos/crd arrays (int32)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser; separate from :func:`main` so tests and docs can inspect it."""
+    from ucf import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="ucf: a sparse tensor-algebra compiler. Write C(i,k) = A(i,j) * B(j,k), "
+        "pick a format per tensor and get a kernel.",
+        epilog='Run "ucf COMMAND --help" for examples.',
+    )
+    parser.add_argument("--version", action="version", version=f"ucf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    pc = sub.add_parser(
+        "compile",
+        help="compile a statement and print or save the code",
+        description="Compile a statement and print its CIN or code, or save a standalone C kernel.",
+        epilog=_COMPILE_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_kernel_options(pc)
+    pc.add_argument(
+        "-o", "--output", dest="prefix", metavar="PREFIX", help="write PREFIX.c and PREFIX.h"
+    )
+    pc.add_argument(
+        "--print",
+        dest="show",
+        choices=("cin", "llir", "source"),
+        help="what to print: cin (concrete index notation, the default), llir "
+        "(the low-level IR, rendered in C syntax) or source (the target's "
+        "code: LLVM IR for llvm, C for c)",
+    )
+
+    pr = sub.add_parser(
+        "run",
+        help="run a statement on tensors read from files",
+        description="Compile a statement, run it on tensors read from files, "
+        "and print or save the result.",
+        epilog=_RUN_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_kernel_options(pr)
+    pr.add_argument(
+        "-i",
+        "--input",
+        dest="inputs",
+        action="append",
+        type=_pair("FILE"),
+        required=True,
+        metavar="T:FILE",
+        help="read operand T from FILE (repeatable)",
+    )
+    pr.add_argument(
+        "-o",
+        "--output",
+        dest="output",
+        type=_pair("FILE"),
+        metavar="T:FILE",
+        help="write the result (T is the output tensor) to FILE; otherwise print a summary",
+    )
+    pr.add_argument(
+        "--extent",
+        dest="extents",
+        action="append",
+        type=_extent,
+        metavar="VAR=N",
+        help="extent of an index variable the inputs do not determine (repeatable)",
+    )
+    pr.add_argument(
+        "--time",
+        dest="repeat",
+        type=_positive,
+        metavar="N",
+        help="after a warm-up call, run N more times and print min/median time",
+    )
+    pr.add_argument(
+        "--emulate", action="store_true", help="with --target cuda, run the CUDA source on the CPU"
+    )
+
+    pd = sub.add_parser(
+        "demo",
+        help="run built-in kernels on random data and compare with scipy",
+        description="Run SpMV, SpMM, sparse add and MTTKRP on random data, check "
+        "them against numpy/scipy and print timings.",
+        epilog=_DEMO_EPILOG,
+        formatter_class=fmt,
+    )
+    pd.add_argument(
+        "--size",
+        type=_positive,
+        default=20000,
+        metavar="N",
+        help="rows and columns of the random sparse matrices (20000)",
+    )
+    pd.add_argument(
+        "--target",
+        choices=("llvm", "c"),
+        default="llvm",
+        help="code generator (llvm, no C compiler needed)",
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _compile(args: argparse.Namespace, formats: dict[str, str]) -> Any:
+    import ucf
+
+    return ucf.compile(
+        args.expr,
+        formats=formats,
+        schedule=_schedule(args.schedule),
+        target=args.target,
+        dtype=args.dtype,
+        index_dtype=args.index_dtype,
+        emulate=getattr(args, "emulate", False),
+    )
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    k = _compile(args, _to_dict(args.formats, "format"))
+    show = args.show or ("cin" if args.prefix is None else None)
+    if show == "cin":
+        print(k.cin)
+    elif show == "llir":
+        print("// low-level IR, rendered in C syntax")
+        print(k.c_source)
+    elif show == "source":
+        print(k.source)
+    if args.prefix is not None:
+        for path in k.save(args.prefix):
+            print(f"wrote {path}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import ucf
+
+    formats = _to_dict(args.formats, "format")
+    paths = _to_dict(args.inputs, "input file")
+    operands = {}
+    for name, path in paths.items():
+        t = ucf.read(path, formats.get(name))
+        operands[name] = t.convert(index_dtype=args.index_dtype, dtype=args.dtype)
+        # Inputs without -f keep the format they were read in rather than
+        # being densified, which is what the kernel would assume.
+        formats.setdefault(name, str(t.format))
+    k = _compile(args, formats)
+    outname = k.statement.lhs.tensor
+    if outname in paths:
+        raise _UserError(f"{outname} is the output of the statement; it cannot be an input (-i)")
+    if args.output is not None and args.output[0] != outname:
+        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
+    shapes = _to_dict(args.extents, "extent")
+    result = k(shapes=shapes or None, **operands)
+    if args.repeat:
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            k(shapes=shapes or None, **operands)
+            times.append((time.perf_counter() - start) * 1e3)
+        print(
+            f"time: min {min(times):.3f} ms, median {statistics.median(times):.3f} ms "
+            f"over {args.repeat} runs"
+        )
+    if args.output is not None:
+        ucf.write(args.output[1], result)
+        print(f"wrote {outname} to {args.output[1]}")
+    else:
+        _summarize(outname, result)
+    return 0
+
+
+def _summarize(name: str, t: Any) -> None:
+    fmt = f"format '{t.format}', " if t.order else ""
+    print(f"{name}: shape {t.shape}, {fmt}dtype {t.dtype}, nnz {t.nnz}")
+    if t.order == 0:
+        print(f"  {name}() = {t.to_numpy().item()!r}")
+        return
+    if t.nnz > SMALL_RESULT:
+        return
+    coords, vals = t.to_coo()
+    for c, v in zip(coords.tolist(), vals.tolist(), strict=True):
+        print(f"  {name}({', '.join(map(str, c))}) = {v!r}")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ucf.demo import run_demo
+
+    return run_demo(args.size, args.target)
+
+
+_COMMANDS = {"compile": _cmd_compile, "run": _cmd_run, "demo": _cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ucf`` script; returns the exit status instead of exiting.
+
+    Returning (rather than calling ``sys.exit``) lets tests call it in-process.
+    argparse still exits with status 2 on usage errors, which it owns.
+    """
+    import ucf
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "emulate", False) and args.target != "cuda":
+        parser.error("--emulate only applies to --target cuda")
+    try:
+        return _COMMANDS[args.command](args)
+    except (ucf.UcfError, _UserError) as e:
+        return _fail(str(e))
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        return _fail(f"{where}{e.strerror or e}")
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 1
