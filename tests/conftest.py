@@ -1,0 +1,93 @@
+"""Shared fixtures and helpers for the kernel, fuzz, error and ASan tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+HAVE_CC = shutil.which("cc") is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="target 'c' needs a C compiler (cc)")
+
+#: Both code generators; the C one is skipped without a C compiler.
+TARGETS = ["llvm", pytest.param("c", marks=needs_cc)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ucf_cache_dir(tmp_path_factory):
+    """Point the kernel cache at a fresh per-session directory."""
+    path = tmp_path_factory.mktemp("ucf-cache")
+    old = os.environ.get("UCF_CACHE_DIR")
+    os.environ["UCF_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("UCF_CACHE_DIR", None)
+    else:
+        os.environ["UCF_CACHE_DIR"] = old
+
+
+@pytest.fixture(params=TARGETS)
+def target(request):
+    return request.param
+
+
+def target_param(t: str):
+    """A target as a pytest param, with the C-compiler skip mark where needed."""
+    return pytest.param(t, marks=needs_cc) if t == "c" else t
+
+
+def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):
+    """``n`` small integer-valued entries (exact in every dtype), never zero."""
+    v = rng.integers(low, high, size=n)
+    if signed:
+        v = v * rng.choice([-1, 1], size=n)
+    return v.astype(dtype)
+
+
+def rand_sparse(rng, shape, density=0.3, dtype=np.float64, empty_rows=1, low=1, high=10,
+                signed=True):
+    """A dense array with about ``density`` nonzeros and ``empty_rows`` all-zero mode-0 slices.
+
+    Values are small nonzero integers so that results are exact in float32,
+    float64 and int64 and never cancel accidentally when ``signed`` is False.
+    """
+    shape = tuple(shape)
+    a = np.zeros(shape, dtype=dtype)
+    mask = rng.random(shape) < density
+    if shape and shape[0] > 1 and empty_rows:
+        rows = rng.choice(shape[0], size=min(empty_rows, shape[0] - 1), replace=False)
+        mask[rows] = False
+    a[mask] = rand_values(rng, int(mask.sum()), dtype, low, high, signed)
+    return a
+
+
+def rand_dense(rng, shape, dtype=np.float64, low=1, high=10, signed=True):
+    """A fully dense array of small nonzero integer values."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return rand_values(rng, n, dtype, low, high, signed).reshape(shape)
+
+
+def stored_coords(t) -> set[tuple[int, ...]]:
+    """The set of coordinates a ucf.Tensor stores (explicit zeros included)."""
+    coords, _ = t.to_coo()
+    return {tuple(int(x) for x in row) for row in coords}
+
+
+def nonzero_coords(a) -> set[tuple[int, ...]]:
+    """The coordinates of a dense array's nonzeros."""
+    return {tuple(int(x) for x in row) for row in np.argwhere(np.asarray(a) != 0)}
+
+
+def matrix_formats(kinds=("UU", "UC", "CU", "CC")) -> list[str]:
+    """Every level-kind string with both mode orders."""
+    return [f"{k}:{o}" for k in kinds for o in ("0,1", "1,0")]
+
+
+def uc_combos(order: int) -> list[str]:
+    """All 2**order U/C level strings of the given order."""
+    out = [""]
+    for _ in range(order):
+        out = [s + c for s in out for c in "UC"]
+    return out
