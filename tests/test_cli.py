@@ -220,3 +220,42 @@ def test_subprocess_exit_status(tmp_path, files):
     usage = _subprocess(tmp_path, "compile")
     assert usage.returncode == 2
     assert "usage:" in usage.stderr
+
+
+def test_run_tns_mttkrp(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    coords = np.array([[0, 1, 2], [1, 0, 0], [2, 2, 1], [2, 0, 2]])
+    vals = rng.random(4)
+    B = ucf.from_coo(coords, vals, (3, 3, 3), "csf")
+    ucf.write(tmp_path / "B.tns", B)
+    C, D = rng.random((3, 2)), rng.random((3, 2))
+    np.save(tmp_path / "C.npy", C)
+    np.save(tmp_path / "D.npy", D)
+    dest = tmp_path / "A.npy"
+    argv = ["run", "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", "-f", "B:csf"]
+    for name in "BCD":
+        suffix = "tns" if name == "B" else "npy"
+        argv += ["-i", f"{name}:{tmp_path / f'{name}.{suffix}'}"]
+    status, _, err = _run(capsys, *argv, "-o", f"A:{dest}")
+    assert status == 0, err
+    dense = np.zeros((3, 3, 3))
+    dense[tuple(coords.T)] = vals
+    np.testing.assert_allclose(np.load(dest), np.einsum("ikl,kj,lj->ij", dense, C, D))
+
+
+def test_run_extent_for_lhs_only_variable(capsys, files):
+    d, _, x = files
+    err = _fails(capsys, "run", "A(i,j) = x(i)", "-i", f"x:{d / 'x.npy'}")
+    assert "--extent j=N" in err
+    status, out, _ = _run(
+        capsys, "run", "A(i,j) = x(i)", "-i", f"x:{d / 'x.npy'}", "--extent", "j=2"
+    )
+    assert status == 0 and "shape (5, 2)" in out
+
+
+def test_run_input_names_checked(capsys, files):
+    d, _, _ = files
+    a, x = f"A:{d / 'A.mtx'}", f"x:{d / 'x.npy'}"
+    assert "does not read" in _fails(capsys, "run", SPMV, "-i", a, "-i", x, "-i", f"z:{x[2:]}")
+    assert "-i x:FILE" in _fails(capsys, "run", SPMV, "-i", a)
+    assert "output" in _fails(capsys, "run", SPMV, "-i", a, "-i", x, "-i", f"y:{x[2:]}")

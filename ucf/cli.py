@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -286,9 +287,26 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import ucf
+    from ucf.lang.ast import accesses
+    from ucf.lang.parser import parse_statement
 
     formats = _to_dict(args.formats, "format")
     paths = _to_dict(args.inputs, "input file")
+    stmt = parse_statement(args.expr)
+    outname = stmt.lhs.tensor
+    reads = sorted({a.tensor for a in accesses(stmt.rhs)})
+    if outname in paths:
+        raise _UserError(f"{outname} is the output of the statement; it cannot be an input (-i)")
+    for name in paths:
+        if name not in reads:
+            raise _UserError(
+                f"-i names {name}, which the statement does not read (it reads {', '.join(reads)})"
+            )
+    for name in reads:
+        if name not in paths:
+            raise _UserError(f"no input for {name}; pass -i {name}:FILE")
+    if args.output is not None and args.output[0] != outname:
+        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
     operands = {}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
@@ -297,13 +315,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # being densified, which is what the kernel would assume.
         formats.setdefault(name, str(t.format))
     k = _compile(args, formats)
-    outname = k.statement.lhs.tensor
-    if outname in paths:
-        raise _UserError(f"{outname} is the output of the statement; it cannot be an input (-i)")
-    if args.output is not None and args.output[0] != outname:
-        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
     shapes = _to_dict(args.extents, "extent")
-    result = k(shapes=shapes or None, **operands)
+    try:
+        result = k(shapes=shapes or None, **operands)
+    except ucf.ShapeError as e:
+        # The library's hint names the Python keyword; point at the flag instead.
+        raise _UserError(
+            re.sub(r"pass shapes=\{'(\w+)': n\}", r"pass --extent \1=N", str(e))
+        ) from None
     if args.repeat:
         times = []
         for _ in range(args.repeat):
