@@ -62,6 +62,10 @@ class State:
     out_level: int = 0
     out_pos: ir.Expr = Const(0, I64)
     acc: Var | None = None
+    pending: tuple | None = (
+        None  # (level, coordinate) of an output append deferred past a reduction
+    )
+    hit: Var | None = None  # set when the deferred reduction met a nonzero term
 
     def copy(self) -> State:
         return State(
@@ -72,6 +76,8 @@ class State:
             self.out_level,
             self.out_pos,
             self.acc,
+            self.pending,
+            self.hit,
         )
 
 
@@ -243,7 +249,7 @@ class Lowerer:
         d = st.depth
         remaining = order[d:]
         out_bound = all(v in order[:d] for v in self.out_vars)
-        if self.assembling and out_bound:
+        if self.assembling and out_bound and st.pending is None:
             return []
         if d == len(order):
             return self._leaf(term, st)
@@ -251,28 +257,54 @@ class Lowerer:
             acc = Var(f"t{next(self._fresh)}", self.vt)
             inner = st.copy()
             inner.acc = acc
+            if st.pending is None:
+                return [
+                    ir.Decl(acc, Const(0, self.vt)),
+                    *self._loop(term, inner),
+                    self._store_output(st, acc),
+                ]
+            # A compressed output level gets the coordinate only if some term of
+            # the reduction was present, so its pattern is exactly the implied one.
+            hit = Var(f"{acc.name}_hit", "i1")
+            inner.hit = hit
+            lvl, coord = st.pending
+            q = Var(f"p{self.out_name}{lvl}", I64)
+            insert: list[ir.Stmt] = [ir.Decl(q, self.counters[lvl])]
+            if not self.assembling:
+                crd = self.out_params.levels[lvl]["crd"]
+                insert += [
+                    ir.Store(crd, q, ir.cast(coord, self.it)),
+                    ir.Store(self.out_params.vals, q, acc),
+                ]
+            insert.append(ir.Assign(self.counters[lvl], ir.add(self.counters[lvl], Const(1, I64))))
             return [
                 ir.Decl(acc, Const(0, self.vt)),
+                ir.Decl(hit, Const(False, "i1")),
                 *self._loop(term, inner),
-                self._store_output(st, acc),
+                ir.If(hit, insert),
             ]
         return self._loop(term, st)
 
     def _leaf(self, term: Term, st: State) -> list[ir.Stmt]:
+        if st.hit is not None and self.assembling:
+            return [ir.Assign(st.hit, Const(True, "i1"))]
         value = self._value(term, st)
         if st.acc is not None:
-            return [ir.Assign(st.acc, ir.add(st.acc, value))]
+            flag = [ir.Assign(st.hit, Const(True, "i1"))] if st.hit is not None else []
+            return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
         return [self._store_output(st, value)]
 
     def _store_output(self, st: State, value: ir.Expr) -> ir.Stmt:
+        # Each output position is reached exactly once when only output variables
+        # enclose the store (lattice loops partition the coordinates), so `=`
+        # statements can overwrite instead of read-modify-write.
+        outer = self.cin.order[: st.depth]
+        once = self.cin.statement.op == "=" and all(v in self.out_vars for v in outer)
         if self.sparse_out:
-            return ir.Store(self.out_params.vals, st.out_pos, value, accumulate=True)
-        return ir.Store(
-            self.out_params.vals,
-            self._dense_index(self.out_params, self.out_fmt, self.out_level_vars),
-            value,
-            accumulate=True,
-        )
+            index = st.out_pos
+        else:
+            index = self._dense_index(self.out_params, self.out_fmt, self.out_level_vars)
+        return ir.Store(self.out_params.vals, index, value, accumulate=not once)
 
     def _dense_index(self, sp: SlotParams, fmt: Format, level_vars: list[str]) -> ir.Expr:
         index: ir.Expr = Const(0, I64)
@@ -483,8 +515,12 @@ class Lowerer:
             inner.out_level += 1
             dim = self.out_params.dims[self.out_fmt.mode_order[lvl]]
             q = Var(f"p{self.out_name}{lvl}", I64)
+            last = lvl == self.out_fmt.order - 1
             if kind == "U":
                 stmts.append(ir.Decl(q, self.out_fmt.levels[lvl].locate(st.out_pos, coord, dim)))
+            elif last and inner.depth < len(self.cin.order):
+                inner.pending = (lvl, coord)
+                return stmts + self._at_depth(term, inner)
             else:
                 stmts.append(ir.Decl(q, self.counters[lvl]))
                 if not self.assembling:
