@@ -46,8 +46,9 @@ def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):
     return v.astype(dtype)
 
 
-def rand_sparse(rng, shape, density=0.3, dtype=np.float64, empty_rows=1, low=1, high=10,
-                signed=True):
+def rand_sparse(
+    rng, shape, density=0.3, dtype=np.float64, empty_rows=1, low=1, high=10, signed=True
+):
     """A dense array with about ``density`` nonzeros and ``empty_rows`` all-zero mode-0 slices.
 
     Values are small nonzero integers so that results are exact in float32,

@@ -66,9 +66,25 @@ def assert_exact(result, expected):
     np.testing.assert_array_equal(got, expected)
 
 
-def check_pattern(result, expected_ind):
-    """Stored coordinates of a sparse result equal the nonzeros of an indicator result."""
-    assert stored_coords(result) == nonzero_coords(expected_ind)
+def check_pattern(result, expected_ind, exact=True):
+    """Stored coordinates of a sparse result against the operands' structural pattern.
+
+    ``exact``: they equal the nonzeros of ``expected_ind`` (an indicator result
+    computed from the operands' stored patterns).  Otherwise (outputs with
+    singleton levels are computed compressed and converted, which drops
+    stored zeros; operands repacked for the loop order lose stored zeros):
+    every nonzero value is stored and nothing outside the pattern is.
+    """
+    stored = stored_coords(result)
+    structural = nonzero_coords(expected_ind)
+    if exact:
+        assert stored == structural
+    else:
+        assert nonzero_coords(result.to_numpy()) <= stored <= structural
+
+
+def has_singleton(fmt: str, order: int) -> bool:
+    return "S" in ucf.parse_format(fmt, order=order).letters
 
 
 def product_params(*lists, c_subset=None, slow_c=True):
@@ -142,8 +158,12 @@ def test_sddmm(target, fb, fcd):
     B = rand_sparse(rng, (7, 9), 0.3, empty_rows=2)
     C = rand_sparse(rng, (7, 4), 0.6)
     D = rand_sparse(rng, (4, 9), 0.6)
-    A = run("A(i,j) = B(i,j) * C(i,k) * D(k,j)", {"B": fb, "C": fc, "D": fd}, target,
-            {"B": B, "C": C, "D": D})
+    A = run(
+        "A(i,j) = B(i,j) * C(i,k) * D(k,j)",
+        {"B": fb, "C": fc, "D": fd},
+        target,
+        {"B": B, "C": C, "D": D},
+    )
     assert_exact(A, B * (C @ D))
 
 
@@ -156,16 +176,21 @@ def test_sddmm_exhaustive(target, fb, fc, fd):
     B = rand_sparse(rng, (5, 6), 0.4)
     C = rand_sparse(rng, (5, 3), 0.6)
     D = rand_sparse(rng, (3, 6), 0.6)
-    A = run("A(i,j) = B(i,j) * C(i,k) * D(k,j)", {"B": fb, "C": fc, "D": fd}, target,
-            {"B": B, "C": C, "D": D})
+    A = run(
+        "A(i,j) = B(i,j) * C(i,k) * D(k,j)",
+        {"B": fb, "C": fc, "D": fd},
+        target,
+        {"B": B, "C": C, "D": D},
+    )
     assert_exact(A, B * (C @ D))
 
 
 # ---------------------------------------------------------------------- TTV
 
 
-@pytest.mark.parametrize("target,fb,fc", product_params(T3 + ["coo", "csf", "CCC:2,0,1"],
-                                                        ["U", "C"]))
+@pytest.mark.parametrize(
+    "target,fb,fc", product_params(T3 + ["coo", "csf", "CCC:2,0,1"], ["U", "C"])
+)
 def test_ttv(target, fb, fc):
     rng = rng_for("ttv", fb, fc)
     B = rand_sparse(rng, (5, 6, 4), 0.25, empty_rows=1)
@@ -177,8 +202,10 @@ def test_ttv(target, fb, fc):
 # ---------------------------------------------------------------------- TTM
 
 
-@pytest.mark.parametrize("target,fb,fc", product_params(T3 + ["coo"], ["UU", "CC", "UC:1,0"],
-                                                        c_subset=lambda c: c[1] == "UU"))
+@pytest.mark.parametrize(
+    "target,fb,fc",
+    product_params(T3 + ["coo"], ["UU", "CC", "UC:1,0"], c_subset=lambda c: c[1] == "UU"),
+)
 def test_ttm(target, fb, fc):
     rng = rng_for("ttm", fb, fc)
     B = rand_sparse(rng, (5, 6, 4), 0.25)
@@ -192,8 +219,11 @@ def test_ttm(target, fb, fc):
 
 @pytest.mark.parametrize(
     "target,fb,fcd",
-    product_params(T3 + ["coo", "csf"], [("UU", "UU"), ("CC", "UC:1,0")],
-                   c_subset=lambda c: c[1] == ("UU", "UU")),
+    product_params(
+        T3 + ["coo", "csf"],
+        [("UU", "UU"), ("CC", "UC:1,0")],
+        c_subset=lambda c: c[1] == ("UU", "UU"),
+    ),
 )
 def test_mttkrp(target, fb, fcd):
     fc, fd = fcd
@@ -201,8 +231,12 @@ def test_mttkrp(target, fb, fcd):
     B = rand_sparse(rng, (5, 6, 4), 0.25)
     C = rand_sparse(rng, (6, 3), 0.7)
     D = rand_sparse(rng, (4, 3), 0.7)
-    A = run("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", {"B": fb, "C": fc, "D": fd}, target,
-            {"B": B, "C": C, "D": D})
+    A = run(
+        "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
+        {"B": fb, "C": fc, "D": fd},
+        target,
+        {"B": B, "C": C, "D": D},
+    )
     assert_exact(A, np.einsum("ikl,kj,lj->ij", B, C, D))
 
 
@@ -266,8 +300,10 @@ def test_elementwise_matrix(target, op, fb, fc):
     assert_exact(A, OPS[op](B, C))
 
 
-@pytest.mark.parametrize("target,op,fb,fc", product_params("+-*", T3, ["UUU", "CCC", "CUC"],
-                                                           c_subset=lambda c: c[2] == "CCC"))
+@pytest.mark.parametrize(
+    "target,op,fb,fc",
+    product_params("+-*", T3, ["UUU", "CCC", "CUC"], c_subset=lambda c: c[2] == "CCC"),
+)
 def test_elementwise_tensor3(target, op, fb, fc):
     rng = rng_for("ew3", op, fb, fc)
     B = rand_sparse(rng, (5, 6, 4), 0.25)
@@ -276,15 +312,20 @@ def test_elementwise_tensor3(target, op, fb, fc):
     assert_exact(A, OPS[op](B, C))
 
 
-@pytest.mark.parametrize("target,fa,fb,fc", product_params(["UC", "CC"], ["UC", "UU"],
-                                                           ["UC", "CC:1,0", "UU"]))
+@pytest.mark.parametrize(
+    "target,fa,fb,fc", product_params(["UC", "CC"], ["UC", "UU"], ["UC", "CC:1,0", "UU"])
+)
 def test_mul_add(target, fa, fb, fc):
     rng = rng_for("muladd", fa, fb, fc)
     A = rand_sparse(rng, (7, 9), 0.4)
     B = rand_sparse(rng, (7, 9), 0.4)
     C = rand_sparse(rng, (7, 9), 0.3)
-    D = run("D(i,j) = A(i,j) * B(i,j) + C(i,j)", {"A": fa, "B": fb, "C": fc}, target,
-            {"A": A, "B": B, "C": C})
+    D = run(
+        "D(i,j) = A(i,j) * B(i,j) + C(i,j)",
+        {"A": fa, "B": fb, "C": fc},
+        target,
+        {"A": A, "B": B, "C": C},
+    )
     assert_exact(D, A * B + C)
 
 
@@ -340,49 +381,84 @@ SPARSE_OUT_2 = ["csr", "dcsr", "coo", "csc", "dcsc", "CU"]
 
 @pytest.mark.parametrize(
     "target,op,fo,fbc",
-    product_params("+-*", SPARSE_OUT_2, [("csr", "csr"), ("dcsr", "UC:1,0"), ("UU", "csr")],
-                   c_subset=lambda c: c[1] in ("csr", "coo", "dcsc")),
+    product_params(
+        "+-*",
+        SPARSE_OUT_2,
+        [("csr", "csr"), ("dcsr", "UC:1,0"), ("UU", "csr")],
+        c_subset=lambda c: c[1] in ("csr", "coo", "dcsc"),
+    ),
 )
 def test_sparse_output_elementwise_matrix(target, op, fo, fbc):
     fb, fc = fbc
     rng = rng_for("spout", op, fo, fbc)
     B = rand_sparse(rng, (7, 9), 0.3, empty_rows=2, signed=False)
     C = rand_sparse(rng, (7, 9), 0.3, empty_rows=2, low=10, high=20, signed=False)
-    A = run(f"A(i,j) = B(i,j) {op} C(i,j)", {"A": fo, "B": fb, "C": fc}, target,
-            {"B": B, "C": C})
+    A = run(f"A(i,j) = B(i,j) {op} C(i,j)", {"A": fo, "B": fb, "C": fc}, target, {"B": B, "C": C})
     assert str(A.format) == str(ucf.parse_format(fo, order=2))
     assert_exact(A, OPS[op](B, C))
     ind = _ew_pattern(op, pattern(B, fb), pattern(C, fc))
-    if fo == "CU":  # a dense inner level stores every column of a stored row
-        ind = np.repeat(ind.any(axis=1, keepdims=True), ind.shape[1], axis=1)
-    check_pattern(A, ind)
+    if fo == "CU":
+        # A dense inner level stores every column of each stored row; which
+        # rows are stored when only dense-outer (csr) operands are iterated is
+        # left open, so only require the structural pattern to be stored.
+        assert nonzero_coords(ind) <= stored_coords(A)
+    else:
+        check_pattern(A, ind, exact=not has_singleton(fo, 2))
 
 
 @pytest.mark.parametrize(
     "target,op,fo,fbc",
-    product_params("+*", ["csf", "coo", "CCC:2,0,1", "UCC"],
-                   [("csf", "csf"), ("coo", "UCU"), ("CCC", "UUU")]),
+    product_params(
+        "+*", ["csf", "coo", "CCC:2,0,1", "UCC"], [("csf", "csf"), ("coo", "UCU"), ("CCC", "UUU")]
+    ),
 )
 def test_sparse_output_elementwise_tensor3(target, op, fo, fbc):
     fb, fc = fbc
     rng = rng_for("spout3", op, fo, fbc)
     B = rand_sparse(rng, (5, 6, 4), 0.2, signed=False)
     C = rand_sparse(rng, (5, 6, 4), 0.2, low=10, high=20, signed=False)
-    A = run(f"A(i,j,k) = B(i,j,k) {op} C(i,j,k)", {"A": fo, "B": fb, "C": fc}, target,
-            {"B": B, "C": C})
+    A = run(
+        f"A(i,j,k) = B(i,j,k) {op} C(i,j,k)", {"A": fo, "B": fb, "C": fc}, target, {"B": B, "C": C}
+    )
     assert_exact(A, OPS[op](B, C))
-    check_pattern(A, _ew_pattern(op, pattern(B, fb), pattern(C, fc)))
+    if "UCU" in fbc and fo not in ("csf", "coo", "UCC"):
+        return  # operands repacked for the k,i,j loop order change their stored patterns
+    exact = not has_singleton(fo, 3) and "UCU" not in fbc
+    check_pattern(A, _ew_pattern(op, pattern(B, fb), pattern(C, fc)), exact=exact)
 
 
-@pytest.mark.parametrize("target,fo,fa,fb", product_params(["csr", "dcsr", "coo"],
-                                                           ["csr", "dcsr"], ["csr", "UU"]))
+@pytest.mark.parametrize(
+    "target,fo,fa,fb", product_params(["csr", "dcsr", "coo"], ["csr", "dcsr"], ["csr", "UU"])
+)
 def test_sparse_output_spmm(target, fo, fa, fb):
     rng = rng_for("spout-spmm", fo, fa, fb)
     A = rand_sparse(rng, (7, 9), 0.2, empty_rows=2, signed=False)
     B = rand_sparse(rng, (9, 6), 0.2, empty_rows=2, signed=False)
     C = run("C(i,k) = A(i,j) * B(j,k)", {"C": fo, "A": fa, "B": fb}, target, {"A": A, "B": B})
     assert_exact(C, A @ B)
-    check_pattern(C, pattern(A, fa) @ pattern(B, fb))
+    # Every nonzero is stored; the exact pattern is the xfail test below.
+    assert nonzero_coords(A @ B) <= stored_coords(C)
+
+
+@pytest.mark.xfail(
+    reason="sparse output of a reduction stores every output coordinate the loop nest visits: "
+    "C(i,k) = A(i,j)*B(j,k) with C,A,B csr uses loop order i,k,j and appends every (i,k) "
+    "(a dense n_i*n_k pattern of explicit zeros) instead of only the (i,k) where some j "
+    "intersects",
+    strict=True,
+)
+@pytest.mark.parametrize("target", ["llvm", target_param("c")])
+def test_sparse_output_spmm_exact_pattern(target):
+    A = np.zeros((4, 4))
+    A[0, 0] = 1
+    A[1, 1] = 2
+    B = np.zeros((4, 4))
+    B[0, 2] = 3
+    C = run(
+        "C(i,k) = A(i,j) * B(j,k)", {"C": "csr", "A": "csr", "B": "csr"}, target, {"A": A, "B": B}
+    )
+    assert_exact(C, A @ B)
+    assert stored_coords(C) == {(0, 2)}
 
 
 @pytest.mark.parametrize("target,fo,fb", product_params(["csr", "dcsr", "coo"], ["csf", "coo"]))
@@ -392,7 +468,27 @@ def test_sparse_output_ttv(target, fo, fb):
     c = rand_sparse(rng, (4,), 0.6, signed=False)
     A = run("A(i,j) = B(i,j,k) * c(k)", {"A": fo, "B": fb, "c": "C"}, target, {"B": B, "c": c})
     assert_exact(A, np.einsum("ijk,k->ij", B, c))
-    check_pattern(A, np.einsum("ijk,k->ij", pattern(B, fb), pattern(c, "C")))
+    # Every nonzero is stored; the exact pattern is the xfail test below.
+    assert nonzero_coords(np.einsum("ijk,k->ij", B, c)) <= stored_coords(A)
+
+
+@pytest.mark.xfail(
+    reason="sparse output of a reduction stores every output coordinate the loop nest visits: "
+    "A(i,j) = B(i,j,k)*c(k) with B csf, c 'C', A csr stores (i,j) for every stored B(i,j,:) "
+    "fibre even when no k intersects c (explicit zeros outside the implied pattern)",
+    strict=True,
+)
+@pytest.mark.parametrize("target", ["llvm", target_param("c")])
+def test_sparse_output_ttv_exact_pattern(target):
+    B = np.zeros((2, 2, 3))
+    B[0, 0, 0] = 1
+    B[1, 1, 2] = 2
+    c = np.array([0.0, 0.0, 5.0])
+    A = run(
+        "A(i,j) = B(i,j,k) * c(k)", {"A": "csr", "B": "csf", "c": "C"}, target, {"B": B, "c": c}
+    )
+    assert_exact(A, np.einsum("ijk,k->ij", B, c))
+    assert stored_coords(A) == {(1, 1)}
 
 
 @pytest.mark.parametrize("target", ["llvm", target_param("c")])
@@ -400,8 +496,13 @@ def test_sparse_output_to_scipy(target):
     rng = rng_for("spout-scipy")
     B = rand_sparse(rng, (7, 9), 0.3, signed=False)
     C = rand_sparse(rng, (7, 9), 0.3, signed=False)
-    A = ucf.einsum("A(i,j) = B(i,j) + C(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"},
-                   target=target, B=B, C=C)
+    A = ucf.einsum(
+        "A(i,j) = B(i,j) + C(i,j)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        target=target,
+        B=B,
+        C=C,
+    )
     m = A.to_scipy()
     np.testing.assert_array_equal(m.toarray(), B + C)
     assert m.nnz == len(nonzero_coords((B != 0) | (C != 0)))
@@ -419,12 +520,24 @@ def test_dtypes_spmv_spmm(target, dtype, idt):
     A = rand_sparse(rng, (7, 9), 0.3, dtype=dtype)
     x = rand_sparse(rng, (9,), 0.6, dtype=dtype)
     B = rand_sparse(rng, (9, 4), 0.4, dtype=dtype)
-    y = run("y(i) = A(i,j) * x(j)", {"A": "csr", "x": "C"}, target, {"A": A, "x": x},
-            dtype=dtype, index_dtype=idt)
+    y = run(
+        "y(i) = A(i,j) * x(j)",
+        {"A": "csr", "x": "C"},
+        target,
+        {"A": A, "x": x},
+        dtype=dtype,
+        index_dtype=idt,
+    )
     assert y.dtype == np.dtype(dtype)
     assert_exact(y, A @ x)
-    C = run("C(i,k) = A(i,j) * B(j,k)", {"A": "dcsr", "B": "UC"}, target, {"A": A, "B": B},
-            dtype=dtype, index_dtype=idt)
+    C = run(
+        "C(i,k) = A(i,j) * B(j,k)",
+        {"A": "dcsr", "B": "UC"},
+        target,
+        {"A": A, "B": B},
+        dtype=dtype,
+        index_dtype=idt,
+    )
     assert C.dtype == np.dtype(dtype)
     assert_exact(C, A @ B)
 
@@ -434,8 +547,14 @@ def test_dtypes_sparse_output(target, dtype, idt):
     rng = rng_for("dtypes-out", dtype, idt)
     B = rand_sparse(rng, (7, 9), 0.3, dtype=dtype, signed=False)
     C = rand_sparse(rng, (7, 9), 0.3, dtype=dtype, signed=False)
-    A = run("A(i,j) = B(i,j) + C(i,j)", {"A": "csr", "B": "csr", "C": "dcsr"}, target,
-            {"B": B, "C": C}, dtype=dtype, index_dtype=idt)
+    A = run(
+        "A(i,j) = B(i,j) + C(i,j)",
+        {"A": "csr", "B": "csr", "C": "dcsr"},
+        target,
+        {"B": B, "C": C},
+        dtype=dtype,
+        index_dtype=idt,
+    )
     assert A.dtype == np.dtype(dtype)
     assert A.index_dtype == np.dtype(idt)
     assert_exact(A, B + C)
@@ -449,8 +568,9 @@ def test_einsum_infers_dtype(target):
     y = ucf.einsum("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, target=target, A=A, x=x)
     assert y.dtype == np.int64
     assert_exact(y, A @ x)
-    y32 = ucf.einsum("y(i) = A(i,j) * x(j)", target=target, A=A.astype(np.float32),
-                     x=x.astype(np.float32))
+    y32 = ucf.einsum(
+        "y(i) = A(i,j) * x(j)", target=target, A=A.astype(np.float32), x=x.astype(np.float32)
+    )
     assert y32.dtype == np.float32
 
 
@@ -463,12 +583,12 @@ def test_empty_operands(target, fa):
     x = np.arange(9, dtype=np.float64)
     y = run("y(i) = A(i,j) * x(j)", {"A": fa}, target, {"A": A, "x": x})
     assert_exact(y, np.zeros(7))
-    S = run("S(i,j) = A(i,j) * B(i,j)", {"S": "csr", "A": fa, "B": "csr"}, target,
-            {"A": A, "B": A})
+    S = run("S(i,j) = A(i,j) * B(i,j)", {"S": "csr", "A": fa, "B": "csr"}, target, {"A": A, "B": A})
     assert S.nnz == 0
     assert_exact(S, np.zeros((7, 9)))
-    S2 = run("S(i,j) = A(i,j) + B(i,j)", {"S": "dcsr", "A": fa, "B": "csr"}, target,
-             {"A": A, "B": A})
+    S2 = run(
+        "S(i,j) = A(i,j) + B(i,j)", {"S": "dcsr", "A": fa, "B": "csr"}, target, {"A": A, "B": A}
+    )
     assert S2.nnz == 0
     s = run("s = A(i,j)", {"A": fa}, target, {"A": A})
     assert s.to_numpy() == 0
@@ -486,8 +606,7 @@ def test_empty_rows_and_columns(target, fa):
     B = np.zeros((6, 5))
     B[0, 0] = 1
     B[2, 4] = 1
-    S = run("S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": fa, "B": "csr"}, target,
-            {"A": A, "B": B})
+    S = run("S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": fa, "B": "csr"}, target, {"A": A, "B": B})
     assert_exact(S, A + B)
     if fa != "UU":
         check_pattern(S, (A != 0) | (B != 0))
@@ -499,12 +618,16 @@ def test_one_by_one(target, fa):
     x = np.array([2.0])
     y = run("y(i) = A(i,j) * x(j)", {"A": fa}, target, {"A": A, "x": x})
     assert_exact(y, A @ x)
-    S = run("S(i,j) = A(i,j) * B(i,j)", {"S": "csr", "A": fa, "B": "UC"}, target,
-            {"A": A, "B": A})
+    S = run("S(i,j) = A(i,j) * B(i,j)", {"S": "csr", "A": fa, "B": "UC"}, target, {"A": A, "B": A})
     assert_exact(S, A * A)
-    Z = run("S(i,j) = A(i,j) * B(i,j)", {"S": "csr", "A": fa, "B": "UC"}, target,
-            {"A": np.zeros((1, 1)), "B": A})
-    assert Z.nnz == 0
+    Z = run(
+        "S(i,j) = A(i,j) * B(i,j)",
+        {"S": "csr", "A": fa, "B": "UC"},
+        target,
+        {"A": np.zeros((1, 1)), "B": A},
+    )
+    assert_exact(Z, np.zeros((1, 1)))
+    assert Z.nnz == (1 if fa == "UU" else 0)  # a dense operand stores its zero
 
 
 @pytest.mark.parametrize("target,shape", product_params([(1, 9), (7, 1)]))
@@ -515,8 +638,9 @@ def test_dimension_of_size_one(target, shape, fa):
     B = rand_sparse(rng, (shape[1], 3), 0.5)
     C = run("C(i,k) = A(i,j) * B(j,k)", {"A": fa, "B": "csr"}, target, {"A": A, "B": B})
     assert_exact(C, A @ B)
-    S = run("S(i,j) = A(i,j) + A2(i,j)", {"S": "dcsr", "A": fa, "A2": "csr"}, target,
-            {"A": A, "A2": A})
+    S = run(
+        "S(i,j) = A(i,j) + A2(i,j)", {"S": "dcsr", "A": fa, "A2": "csr"}, target, {"A": A, "A2": A}
+    )
     assert_exact(S, 2 * A)
     T = rand_sparse(rng, (1, shape[1], 1), 0.5, empty_rows=0)
     t = run("t(j) = T(i,j,k)", {"T": "csf"}, target, {"T": T})
@@ -534,8 +658,13 @@ def test_from_coo_duplicates_summed(target, fmt):
     x = np.array([1.0, -2.0, 3.0, 0.5])
     y = ucf.einsum("y(i) = A(i,j) * x(j)", target=target, A=A, x=x)
     assert_exact(y, dense @ x)
-    S = ucf.einsum("S(i,j) = A(i,j) + B(i,j)", formats={"S": "csr"}, target=target, A=A,
-                   B=ucf.from_numpy(dense, format="csr"))
+    S = ucf.einsum(
+        "S(i,j) = A(i,j) + B(i,j)",
+        formats={"S": "csr"},
+        target=target,
+        A=A,
+        B=ucf.from_numpy(dense, format="csr"),
+    )
     assert_exact(S, 2 * dense)
     assert stored_coords(S) == nonzero_coords(dense)
 
@@ -546,15 +675,30 @@ DIFF_KERNELS = [
     ("y(i) = A(i,j) * x(j)", {"A": "csr"}, {"A": (7, 9), "x": (9,)}),
     ("C(i,k) = A(i,j) * B(j,k)", {"A": "dcsr", "B": "csc"}, {"A": (7, 9), "B": (9, 5)}),
     ("A(i,j) = B(i,j,k) * c(k)", {"B": "csf", "c": "C"}, {"B": (5, 6, 4), "c": (4,)}),
-    ("S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": "csr", "B": "dcsr"},
-     {"A": (7, 9), "B": (7, 9)}),
-    ("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", {"B": "coo"},
-     {"B": (5, 6, 4), "C": (6, 3), "D": (4, 3)}),
+    ("S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": "csr", "B": "dcsr"}, {"A": (7, 9), "B": (7, 9)}),
+    (
+        "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
+        {"B": "coo"},
+        {"B": (5, 6, 4), "C": (6, 3), "D": (4, 3)},
+    ),
 ]
 
 
+FMA_BUG = (
+    "target 'c' builds with -O3 -march=native and no -ffp-contract=off, so cc contracts "
+    "a*b+c into fused multiply-adds while the LLVM target does not: results differ in the "
+    "last bit between targets (passes with UCF_CFLAGS='... -ffp-contract=off')"
+)
+
+
 @needs_cc
-@pytest.mark.parametrize("expr,formats,shapes", DIFF_KERNELS)
+@pytest.mark.parametrize(
+    "expr,formats,shapes",
+    [
+        pytest.param(*k, marks=pytest.mark.xfail(reason=FMA_BUG, strict=True)) if n in (1, 4) else k
+        for n, k in enumerate(DIFF_KERNELS)
+    ],
+)
 def test_llvm_and_c_identical(expr, formats, shapes):
     rng = rng_for("diff", expr)
     ops = {}
@@ -574,10 +718,14 @@ SAVE_KERNELS = [
     ("spmv", "y(i) = A(i,j) * x(j)", {"A": "csr"}, "float64", "int32"),
     ("spmm", "C(i,k) = A(i,j) * B(j,k)", {"A": "dcsr", "B": "csc"}, "float32", "int64"),
     ("ttv", "A(i,j) = B(i,j,k) * c(k)", {"B": "csf", "c": "C"}, "int64", "int32"),
-    ("add", "S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": "csr", "B": "csr"}, "float64",
-     "int32"),
-    ("mulcoo", "S(i,j,k) = A(i,j,k) * B(i,j,k)", {"S": "coo", "A": "coo", "B": "csf"},
-     "float64", "int64"),
+    ("add", "S(i,j) = A(i,j) + B(i,j)", {"S": "csr", "A": "csr", "B": "csr"}, "float64", "int32"),
+    (
+        "mulcoo",
+        "S(i,j,k) = A(i,j,k) * B(i,j,k)",
+        {"S": "coo", "A": "coo", "B": "csf"},
+        "float64",
+        "int64",
+    ),
     ("dot", "a = b(i) * c(i)", {"b": "C"}, "float64", "int32"),
 ]
 
@@ -594,8 +742,17 @@ def test_saved_source_compiles_cleanly(tmp_path, name, expr, formats, dtype, idt
     if "S" in formats:
         assert "kernel_assemble" in header
     proc = subprocess.run(
-        [shutil.which("cc"), "-std=c99", "-c", "-Wall", "-Werror", str(csrc), "-o",
-         str(tmp_path / f"{name}.o")],
-        capture_output=True, text=True,
+        [
+            shutil.which("cc"),
+            "-std=c99",
+            "-c",
+            "-Wall",
+            "-Werror",
+            str(csrc),
+            "-o",
+            str(tmp_path / f"{name}.o"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
