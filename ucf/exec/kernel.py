@@ -30,7 +30,9 @@ from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 
 TARGETS = ("llvm", "c", "cuda")
-_NP = {"f64": np.float64, "f32": np.float32, "i64": np.int64, "i32": np.int32}
+# Kernels already linked into this process, by cache key: einsum() in a loop
+# then costs a dictionary lookup, not a trip to the disk cache.
+_LOADED: dict[str, tuple] = {}
 
 
 @dataclass
@@ -122,9 +124,14 @@ class Kernel:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         if target == "cuda":
             raise UcfError("target 'cuda' is not available yet in this version of ucf")
+        if emulate:
+            raise UcfError("emulate=True runs CUDA source on the CPU and needs target='cuda'")
         self.target = target
         self.dtype = value_dtype(dtype)
-        idt = np.dtype(index_dtype)
+        try:
+            idt = np.dtype(index_dtype)
+        except TypeError:
+            raise OperandError(f"index dtype {index_dtype!r} is not a dtype") from None
         if idt not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise OperandError(f"index dtype {idt} cannot be used; choose int32 or int64")
         self.index_dtype = idt
@@ -140,6 +147,9 @@ class Kernel:
             target,
             __version__,
         )
+        if ck in _LOADED:
+            self._plan, self._functions, self._library = _LOADED[ck]
+            return
         entry = cache.load(f"{ck}.plan")
         if entry is None:
             plan = _plan(expr, formats, schedule, vt, it)
@@ -152,6 +162,7 @@ class Kernel:
             if target == "llvm":
                 stored["object"] = self._library.object_code
             cache.store(f"{ck}.plan", stored)
+        _LOADED[ck] = (self._plan, self._functions, self._library)
 
     # -------------------------------------------------------------- building
     def _load(self, plan: _Plan, ck: str, entry: dict | None) -> dict[str, Any]:
