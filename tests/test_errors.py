@@ -1,0 +1,222 @@
+"""Every user mistake raises a specific ucf.UcfError subclass with a useful message."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+
+
+def test_error_hierarchy():
+    for cls in (
+        ucf.ParseError,
+        ucf.FormatError,
+        ucf.ShapeError,
+        ucf.OperandError,
+        ucf.ScheduleError,
+        ucf.UnsupportedError,
+        ucf.CompileError,
+    ):
+        assert issubclass(cls, ucf.UcfError)
+
+
+def test_parse_error_has_line_column_and_caret():
+    with pytest.raises(ucf.ParseError) as ei:
+        ucf.compile("A(i) = B(i) * * C(i)")
+    err = ei.value
+    assert err.line == 1
+    assert err.column == 15
+    msg = str(err)
+    assert "line 1" in msg and "column 15" in msg
+    lines = msg.splitlines()
+    caret = next(ln for ln in lines if ln.strip() == "^")
+    src = next(ln for ln in lines if "B(i) * * C(i)" in ln)
+    assert src[caret.index("^")] == "*"
+
+
+def test_parse_error_unterminated():
+    with pytest.raises(ucf.ParseError) as ei:
+        ucf.compile("A(i) = B(i")
+    assert ei.value.line == 1
+    assert ei.value.column == 10
+    assert "^" in str(ei.value)
+
+
+def test_parse_error_on_second_line():
+    with pytest.raises(ucf.ParseError) as ei:
+        ucf.compile("A(i) =\n  B(i) +")
+    assert ei.value.line == 2
+    assert "^" in str(ei.value)
+
+
+def test_non_affine_index_is_parse_error():
+    with pytest.raises(ucf.ParseError, match="not affine") as ei:
+        ucf.compile("A(i) = B(p*r)")
+    assert ei.value.line == 1
+    assert ei.value.column == 10
+
+
+def test_affine_index_unsupported():
+    with pytest.raises(ucf.UnsupportedError, match=r"B\(i \+ 1\)"):
+        ucf.compile("A(i) = B(i+1)")
+
+
+def test_schedule_error():
+    with pytest.raises(ucf.ScheduleError, match="not supported"):
+        ucf.compile("y(i) = A(i,j) * x(j)", schedule="reorder(j, i)")
+    with pytest.raises(ucf.ScheduleError):
+        ucf.einsum(
+            "y(i) = A(i,j) * x(j)", schedule="split(i, i0, i1, 4)", A=np.ones((2, 2)), x=np.ones(2)
+        )
+
+
+def test_empty_schedule_is_fine():
+    k = ucf.compile("y(i) = A(i,j) * x(j)", schedule="  ")
+    np.testing.assert_array_equal(k(A=np.eye(2), x=np.ones(2)).to_numpy(), np.ones(2))
+
+
+def test_missing_operand():
+    k = ucf.compile("y(i) = A(i,j) * x(j)")
+    with pytest.raises(ucf.OperandError, match="missing operand x"):
+        k(A=np.ones((2, 3)))
+    with pytest.raises(ucf.OperandError, match="missing operand"):
+        ucf.einsum("y(i) = A(i,j) * x(j)", A=np.ones((2, 3)))
+
+
+def test_unknown_operand():
+    k = ucf.compile("y(i) = A(i,j) * x(j)")
+    with pytest.raises(ucf.OperandError, match="unknown operand Q") as ei:
+        k(A=np.ones((2, 3)), x=np.ones(3), Q=np.ones(3))
+    assert "A" in str(ei.value) and "x" in str(ei.value)
+
+
+def test_unknown_tensor_in_formats():
+    with pytest.raises(ucf.OperandError, match="Z") as ei:
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"Z": "csr"})
+    assert "does not use" in str(ei.value)
+
+
+def test_output_on_rhs():
+    with pytest.raises(ucf.OperandError, match="right-hand side"):
+        ucf.compile("A(i) = A(i) + b(i)")
+
+
+def test_index_variable_bound_to_two_extents():
+    with pytest.raises(ucf.ShapeError) as ei:
+        ucf.einsum("y(i) = A(i,j) * x(j)", A=np.ones((2, 3)), x=np.ones(4))
+    msg = str(ei.value)
+    assert "index variable j" in msg
+    assert "3" in msg and "4" in msg
+
+
+def test_index_variable_two_extents_same_tensor_family():
+    with pytest.raises(ucf.ShapeError, match="index variable i") as ei:
+        ucf.einsum("C(i,j) = A(i,j) + B(i,j)", A=np.ones((2, 3)), B=np.ones((5, 3)))
+    assert "2" in str(ei.value) and "5" in str(ei.value)
+
+
+def test_access_arity_differs_from_operand_order():
+    k = ucf.compile("y(i) = A(i,j) * x(j)")
+    with pytest.raises(ucf.ShapeError, match="order 3") as ei:
+        k(A=np.ones((2, 3, 4)), x=np.ones(3))
+    assert "2 indices" in str(ei.value)
+
+
+def test_tensor_accessed_with_two_arities():
+    with pytest.raises(ucf.ShapeError, match="B"):
+        ucf.compile("A(i) = B(i) + B(i,j)")
+
+
+def test_format_arity_mismatch():
+    with pytest.raises(ucf.FormatError):
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "UCC"})
+
+
+@pytest.mark.parametrize("fmt", ["XY", "UQ", "UC:0,0", "UC:0,2", "UC:1", "csrr", ""])
+def test_bad_format_string(fmt):
+    with pytest.raises(ucf.FormatError) as ei:
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})
+    assert str(ei.value)
+
+
+def test_bad_format_to_from_numpy():
+    with pytest.raises(ucf.FormatError):
+        ucf.from_numpy(np.ones((2, 2)), format="UZ")
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, "complex64"])
+def test_complex_dtype_is_operand_error(dtype):
+    with pytest.raises(ucf.OperandError, match="complex"):
+        ucf.compile("y(i) = A(i,j) * x(j)", dtype=dtype)
+
+
+def test_complex_operand_is_operand_error():
+    with pytest.raises(ucf.OperandError):
+        ucf.einsum("y(i) = A(i,j) * x(j)", A=np.ones((2, 2), dtype=complex), x=np.ones(2))
+
+
+def test_bad_index_dtype():
+    with pytest.raises(ucf.OperandError, match="int32 or int64"):
+        ucf.compile("y(i) = A(i,j) * x(j)", index_dtype=np.int16)
+
+
+def test_unknown_target():
+    with pytest.raises(ucf.UcfError, match="unknown target"):
+        ucf.compile("y(i) = A(i,j) * x(j)", target="fortran")
+
+
+def test_scipy_out_of_range_indices():
+    m = sp.csr_matrix((np.array([1.0, 2.0]), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3))
+    with pytest.raises(ucf.FormatError) as ei:
+        ucf.from_scipy(m)
+    assert "7" in str(ei.value)
+    with pytest.raises(ucf.FormatError):
+        ucf.einsum("y(i) = A(i,j) * x(j)", A=m, x=np.ones(3))
+
+
+def test_scipy_bad_indptr():
+    m = sp.csr_matrix((np.array([1.0, 2.0]), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 3))
+    m.indptr = np.array([0, 3, 2], dtype=m.indptr.dtype)
+    with pytest.raises(ucf.FormatError):
+        ucf.from_scipy(m)
+
+
+def test_division_by_sparse_unsupported():
+    with pytest.raises(ucf.UnsupportedError, match="division by sparse tensor B"):
+        ucf.compile("A(i) = C(i) / B(i)", formats={"B": "C"})
+
+
+def test_division_by_dense_ok():
+    r = ucf.einsum(
+        "A(i) = C(i) / B(i)", formats={"C": "C"}, C=np.array([0.0, 4.0]), B=np.array([1.0, 2.0])
+    )
+    np.testing.assert_array_equal(r.to_numpy(), [0.0, 2.0])
+
+
+def test_unknown_extent_needs_shapes():
+    k = ucf.compile("A(i,j) = b(i)")
+    with pytest.raises(ucf.ShapeError, match="extent of index variable j"):
+        k(b=np.ones(3))
+    r = k(b=np.arange(3.0), shapes={"j": 2})
+    np.testing.assert_array_equal(r.to_numpy(), np.repeat(np.arange(3.0)[:, None], 2, 1))
+
+
+def test_cache_is_used(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("UCF_CACHE_DIR", str(cache))
+    expr = "y(i) = A(i,j) * x(j) + z(i)"
+    k1 = ucf.compile(expr, formats={"A": "dcsr"}, dtype="float32")
+    files = sorted(p.name for p in Path(cache).iterdir())
+    assert files, "compiling should populate the cache directory"
+    k2 = ucf.compile(expr, formats={"A": "dcsr"}, dtype="float32")
+    A = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = np.ones(3, dtype=np.float32)
+    z = np.ones(2, dtype=np.float32)
+    np.testing.assert_array_equal(k1(A=A, x=x, z=z).to_numpy(), k2(A=A, x=x, z=z).to_numpy())
+    np.testing.assert_array_equal(k2(A=A, x=x, z=z).to_numpy(), A @ x + 3 * z)
+    assert os.path.isdir(cache)
