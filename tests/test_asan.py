@@ -1,0 +1,337 @@
+"""Saved C kernels run under AddressSanitizer with exactly-sized buffers.
+
+Each test saves a kernel with ``Kernel.save``, writes a C driver that copies
+the operands into heap buffers of exactly the size the storage needs (so
+any out-of-bounds read or write trips ASan), calls ``kernel_assemble`` and
+``kernel`` following the ABI in the saved header, and prints the output
+arrays, which are compared with numpy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import rand_sparse
+
+import ucf
+from ucf.exec.kernel import _finish_sparse
+
+CC = shutil.which("cc")
+CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
+NPTYPE = {"i32": np.int32, "i64": np.int64, "f64": np.float64, "f32": np.float32}
+
+
+@pytest.fixture(scope="module")
+def asan_cc(tmp_path_factory):
+    if CC is None:
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("asan-probe")
+    (d / "t.c").write_text(
+        "#include <stdlib.h>\nint main(void){char *p = malloc(4); p[0] = 0; free(p); return 0;}\n"
+    )
+    proc = subprocess.run(
+        [CC, "-fsanitize=address", "-g", str(d / "t.c"), "-o", str(d / "t")],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cc lacks AddressSanitizer support: {proc.stderr.strip()[:200]}")
+    run = subprocess.run([str(d / "t")], capture_output=True, text=True)
+    if run.returncode != 0:
+        pytest.skip(f"ASan programs do not run here: {run.stderr.strip()[:200]}")
+    return CC
+
+
+def _c_literal(v, ty: str) -> str:
+    if ty.startswith("f"):
+        return repr(float(v))
+    return f"INT64_C({int(v)})" if ty == "i64" else str(int(v))
+
+
+def _array(name: str, ty: str, data: np.ndarray, out: list[str]) -> None:
+    """Declare ``name`` as a malloc'ed copy of ``data`` with exactly len(data) elements."""
+    ct = CTYPE[ty]
+    n = len(data)
+    out.append(f"  {ct} *{name} = ({ct} *)malloc({n} * sizeof({ct}));")
+    if n:
+        items = ", ".join(_c_literal(x, ty) for x in data)
+        out.append(f"  static const {ct} {name}_init[{n}] = {{{items}}};")
+        out.append(f"  memcpy({name}, {name}_init, sizeof({name}_init));")
+
+
+def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, operands):
+    """Run a saved kernel under ASan; return the output as a ucf.Tensor.
+
+    ``operands`` must already be in the kernel's formats and dtypes (so no
+    repacking happens and the parameters name the operands themselves).
+    """
+    prefix = tmp_path / "kern"
+    csrc, header = kernel.save(prefix)
+    fns = {f.name: f for f in kernel.llir}
+    compute = fns["kernel"]
+    outname = kernel.statement.lhs.tensor
+    fmt = ucf.parse_format(out_format, order=len(out_shape))
+    assert "S" not in fmt.letters, "the driver allocates compressed/dense output levels only"
+    body: list[str] = []
+    declared: set[str] = set()
+
+    def args_for(fn) -> list[str]:
+        args = []
+        for p in fn.params:
+            role = p.role
+            if role[0] == "extent":
+                args.append(f"INT64_C({extents[role[1]]})")
+            elif role[0] == "counts":
+                args.append(p.name)
+            elif role[0] == "dim":
+                shape = out_shape if role[1] == outname else operands[role[1]].shape
+                args.append(f"INT64_C({shape[role[2]]})")
+            elif role[1] == outname:
+                args.append(p.name)
+            else:
+                t = operands[role[1]]
+                if p.name not in declared:
+                    arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
+                    assert arr.dtype == NPTYPE[p.type], (p.name, arr.dtype, p.type)
+                    _array(p.name, p.type, arr, body)
+                    declared.add(p.name)
+                args.append(p.name)
+        return args
+
+    compute_args = args_for(compute)
+    out_params = [p for p in compute.params if p.is_array and p.role[1] == outname]
+    by_role = {(p.role[0], p.role[2] if len(p.role) > 2 else None): p for p in out_params}
+    sizes: dict[str, str] = {}
+    if "kernel_assemble" in fns:
+        asm = fns["kernel_assemble"]
+        asm_args = args_for(asm)
+        body.append(f"  int64_t *{outname}_counts = calloc({fmt.order}, sizeof(int64_t));")
+        body.append(f"  kernel_assemble({', '.join(asm_args)});")
+        parent = "INT64_C(1)"
+        for lvl, kind in enumerate(fmt.levels):
+            dim = out_shape[fmt.mode_order[lvl]]
+            if kind.letter == "U":
+                parent = f"({parent} * INT64_C({dim}))"
+                continue
+            pos, crd = by_role[("pos", lvl)], by_role[("crd", lvl)]
+            body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
+            body.append(f"  int64_t {crd.name}_n = {outname}_counts[{lvl}];")
+            for p in (pos, crd):
+                body.append(
+                    f"  {CTYPE[p.type]} *{p.name} = calloc({p.name}_n, sizeof({CTYPE[p.type]}));"
+                )
+                sizes[p.name] = f"{p.name}_n"
+            parent = f"{crd.name}_n"
+        vals = by_role[("vals", None)]
+        body.append(f"  int64_t {vals.name}_n = {parent};")
+    else:
+        assert fmt.is_dense
+        vals = by_role[("vals", None)]
+        n = int(np.prod(out_shape, dtype=np.int64)) if out_shape else 1
+        body.append(f"  int64_t {vals.name}_n = {n};")
+    body.append(
+        f"  {CTYPE[vals.type]} *{vals.name} = calloc({vals.name}_n, sizeof({CTYPE[vals.type]}));"
+    )
+    sizes[vals.name] = f"{vals.name}_n"
+    body.append(f"  kernel({', '.join(compute_args)});")
+    for p in out_params:
+        fmt_spec = '"%.17g\\n", (double)' if p.type.startswith("f") else '"%lld\\n", (long long)'
+        body.append(f'  printf("%s %lld\\n", "{p.name}", (long long){sizes[p.name]});')
+        body.append(
+            f"  for (int64_t q = 0; q < {sizes[p.name]}; q++) printf({fmt_spec}{p.name}[q]);"
+        )
+    body.append("  return 0;")
+    driver = tmp_path / "driver.c"
+    driver.write_text(
+        "#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+        f'#include "{header.name}"\n\nint main(void) {{\n' + "\n".join(body) + "\n}\n"
+    )
+    exe = tmp_path / "driver"
+    proc = subprocess.run(
+        [
+            asan_cc,
+            "-std=c99",
+            "-fsanitize=address",
+            "-fno-omit-frame-pointer",
+            "-g",
+            "-O1",
+            f"-I{tmp_path}",
+            str(driver),
+            str(csrc),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run(
+        [str(exe)],
+        capture_output=True,
+        text=True,
+        env={"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "AddressSanitizer" not in run.stderr, run.stderr
+    # parse "name count" headers followed by count numbers
+    tokens = run.stdout.split()
+    arrays = {}
+    t = 0
+    while t < len(tokens):
+        name, n = tokens[t], int(tokens[t + 1])
+        arrays[name] = tokens[t + 2 : t + 2 + n]
+        t += 2 + n
+    levels = []
+    for lvl in range(fmt.order):
+        lv = {}
+        for what in ("pos", "crd"):
+            p = by_role.get((what, lvl))
+            if p is not None:
+                lv[what] = np.array([int(x) for x in arrays[p.name]], dtype=NPTYPE[p.type])
+        levels.append(lv)
+    vals_arr = np.array([float(x) for x in arrays[vals.name]]).astype(NPTYPE[vals.type])
+    idt = kernel.index_dtype
+    result = ucf.Tensor(tuple(out_shape), fmt, levels, vals_arr, index_dtype=idt, check=False)
+    return _finish_sparse(result) if not fmt.is_dense else result
+
+
+def _tensor(a, fmt, idt=np.int32, dtype=np.float64):
+    return ucf.from_numpy(a, format=fmt, index_dtype=idt, dtype=dtype)
+
+
+def _matrix_cases():
+    rng = np.random.default_rng(7)
+    a = rand_sparse(rng, (7, 9), 0.3, empty_rows=3)
+    empty_rows = np.zeros((6, 5))
+    empty_rows[4, 2] = 3.0
+    return {
+        "random": a,
+        "nnz0": np.zeros((4, 5)),
+        "empty_rows": empty_rows,
+        "one": np.array([[2.5]]),
+    }
+
+
+MATS = _matrix_cases()
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("idt", [np.int32, np.int64])
+def test_spmv_csr(asan_cc, tmp_path, case, idt):
+    A = MATS[case]
+    x = np.arange(1, A.shape[1] + 1, dtype=np.float64)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, target="c", index_dtype=idt)
+    ops = {"A": _tensor(A, "csr", idt), "x": _tensor(x, "U", idt)}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "U", (A.shape[0],), {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), A @ x)
+    np.testing.assert_array_equal(k(**ops).to_numpy(), A @ x)
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("other", ["same", "nnz0", "shifted"])
+@pytest.mark.parametrize("out_format", ["csr", "dcsr"])
+def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format):
+    A = MATS[case]
+    B = {"same": A, "nnz0": np.zeros_like(A), "shifted": np.roll(A, 1, axis=1) * 2}[other]
+    k = ucf.compile(
+        "S(i,j) = A(i,j) + B(i,j)", formats={"S": out_format, "A": "csr", "B": "csr"}, target="c"
+    )
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "csr")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, out_format, A.shape, {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), A + B)
+    coords, _ = out.to_coo()
+    want = np.argwhere((A != 0) | (B != 0))
+    np.testing.assert_array_equal(coords, want)
+    py = k(**ops)
+    np.testing.assert_array_equal(py.to_numpy(), A + B)
+
+
+def _tensor3_cases():
+    rng = np.random.default_rng(11)
+    t = rand_sparse(rng, (5, 6, 4), 0.2, empty_rows=2)
+    single = np.zeros((3, 1, 2))
+    single[2, 0, 1] = 4.0
+    return {"random": t, "nnz0": np.zeros((3, 2, 4)), "single": single, "one": np.array([[[1.5]]])}
+
+
+T3 = _tensor3_cases()
+
+
+@pytest.mark.parametrize("case", list(T3))
+@pytest.mark.parametrize("fc", ["U", "C"])
+def test_ttv_csf(asan_cc, tmp_path, case, fc):
+    B = T3[case]
+    c = np.zeros(B.shape[2])
+    c[::2] = np.arange(1, len(c[::2]) + 1)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf", "c": fc}, target="c")
+    ops = {"B": _tensor(B, "csf"), "c": _tensor(c, fc)}
+    ext = dict(zip("ijk", B.shape, strict=True))
+    out = run_under_asan(asan_cc, tmp_path, k, "UU", B.shape[:2], ext, ops)
+    np.testing.assert_array_equal(out.to_numpy(), np.einsum("ijk,k->ij", B, c))
+
+
+@pytest.mark.parametrize("case", list(T3))
+def test_ttv_csf_sparse_output(asan_cc, tmp_path, case):
+    B = T3[case]
+    c = np.arange(1, B.shape[2] + 1, dtype=np.float64)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"A": "dcsr", "B": "csf"}, target="c")
+    ops = {"B": _tensor(B, "csf"), "c": _tensor(c, "U")}
+    ext = dict(zip("ijk", B.shape, strict=True))
+    out = run_under_asan(asan_cc, tmp_path, k, "dcsr", B.shape[:2], ext, ops)
+    want = np.einsum("ijk,k->ij", B, c)
+    np.testing.assert_array_equal(out.to_numpy(), want)
+    coords, _ = out.to_coo()
+    np.testing.assert_array_equal(coords, np.argwhere(want != 0))
+
+
+@pytest.mark.parametrize("case", list(MATS))
+def test_spmv_coo(asan_cc, tmp_path, case):
+    A = MATS[case]
+    x = np.arange(1, A.shape[1] + 1, dtype=np.float64)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "coo"}, target="c")
+    ops = {"A": _tensor(A, "coo"), "x": _tensor(x, "U")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "U", (A.shape[0],), {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), A @ x)
+
+
+@pytest.mark.parametrize("case", list(T3))
+def test_coo3_full_reduction(asan_cc, tmp_path, case):
+    B = T3[case]
+    k = ucf.compile(
+        "s = B(i,j,k)", formats={"B": "coo"}, target="c", dtype="int64", index_dtype="int64"
+    )
+    Bi = (B * 2).astype(np.int64)
+    ops = {"B": _tensor(Bi, "coo", np.int64, np.int64)}
+    out = run_under_asan(asan_cc, tmp_path, k, "", (), dict(zip("ijk", B.shape, strict=True)), ops)
+    assert out.to_numpy() == Bi.sum()
+
+
+@pytest.mark.parametrize("case", list(MATS))
+def test_spmm_dcsr_into_csr(asan_cc, tmp_path, case):
+    A = MATS[case]
+    rng = np.random.default_rng(3)
+    B = rand_sparse(rng, (A.shape[1], 3), 0.5, empty_rows=1)
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"C": "csr", "A": "dcsr", "B": "csc"},
+        target="c",
+        dtype="float32",
+    )
+    ops = {"A": _tensor(A, "dcsr", dtype=np.float32), "B": _tensor(B, "csc", dtype=np.float32)}
+    ext = {"i": A.shape[0], "j": A.shape[1], "k": 3}
+    if any(
+        p.role[0] != "extent" and p.role[1] not in ("A", "B", "C") for f in k.llir for p in f.params
+    ):
+        pytest.skip("kernel repacks an operand for its loop order")
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (A.shape[0], 3), ext, ops)
+    np.testing.assert_array_equal(out.to_numpy(), (A @ B).astype(np.float32))
