@@ -669,21 +669,8 @@ DIFF_KERNELS = [
 ]
 
 
-FMA_BUG = (
-    "target 'c' builds with -O3 -march=native and no -ffp-contract=off, so cc contracts "
-    "a*b+c into fused multiply-adds while the LLVM target does not: results differ in the "
-    "last bit between targets (passes with UCF_CFLAGS='... -ffp-contract=off')"
-)
-
-
 @needs_cc
-@pytest.mark.parametrize(
-    "expr,formats,shapes",
-    [
-        pytest.param(*k, marks=pytest.mark.xfail(reason=FMA_BUG, strict=True)) if n in (1, 4) else k
-        for n, k in enumerate(DIFF_KERNELS)
-    ],
-)
+@pytest.mark.parametrize("expr,formats,shapes", DIFF_KERNELS)
 def test_llvm_and_c_identical(expr, formats, shapes):
     rng = rng_for("diff", expr)
     ops = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 from ucf.errors import CompileError
 from ucf.exec.cache import atomic_write
 
-DEFAULT_CFLAGS = "-O3 -march=native -fopenmp -fPIC -shared"
+DEFAULT_CFLAGS = "-O3 -march=native -ffp-contract=off -fopenmp -fPIC -shared"
 
 
 def compiler() -> list[str]:
