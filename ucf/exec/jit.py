@@ -59,7 +59,7 @@ def compile_ir(ir_text: str) -> JitLibrary:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
-        pto.loop_unrolling = True
+        pto.loop_unrolling = False
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         obj = tm.emit_object(mod)
