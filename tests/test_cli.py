@@ -63,7 +63,7 @@ def test_compile_print_source_and_llir(capsys):
     assert "define void" in out  # LLVM IR for the default target
     status, out, _ = _run(capsys, "compile", SPMV, "-f", "A:UC:1,0", "--print", "llir")
     assert status == 0
-    assert "A1_crd" in out and "for (" in out
+    assert "A1_crd" in out and "func kernel(" in out and " in [" in out
 
 
 def test_compile_save_writes_c_and_header(capsys, tmp_path):

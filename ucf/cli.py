@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="show",
         choices=("cin", "llir", "source"),
         help="what to print: cin (concrete index notation, the default), llir "
-        "(the low-level IR, rendered in C syntax) or source (the target's "
-        "code: LLVM IR for llvm, C for c)",
+        "(ucf's low-level IR, which every code generator reads) or source (the "
+        "target's code: LLVM IR for llvm, C for c)",
     )
 
     pr = sub.add_parser(
@@ -275,8 +275,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if show == "cin":
         print(k.cin)
     elif show == "llir":
-        print("// low-level IR, rendered in C syntax")
-        print(k.c_source)
+        from ucf.ir.printer import format_functions
+
+        print(format_functions(k.llir), end="")
     elif show == "source":
         print(k.source)
     if args.prefix is not None:

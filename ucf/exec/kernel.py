@@ -32,7 +32,12 @@ from ucf.lower.lowerer import Lowerer
 TARGETS = ("llvm", "c", "cuda")
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
-_LOADED: dict[str, tuple] = {}
+_LOADED: dict[tuple[str, str], tuple] = {}
+
+
+def forget_loaded() -> None:
+    """Drop the in-process kernels, so the next compile goes to the disk cache."""
+    _LOADED.clear()
 
 
 @dataclass
@@ -147,8 +152,9 @@ class Kernel:
             target,
             __version__,
         )
-        if ck in _LOADED:
-            self._plan, self._functions, self._library = _LOADED[ck]
+        memo = (str(cache.cache_dir()), ck)
+        if memo in _LOADED:
+            self._plan, self._functions, self._library = _LOADED[memo]
             return
         entry = cache.load(f"{ck}.plan")
         if entry is None:
@@ -162,7 +168,7 @@ class Kernel:
             if target == "llvm":
                 stored["object"] = self._library.object_code
             cache.store(f"{ck}.plan", stored)
-        _LOADED[ck] = (self._plan, self._functions, self._library)
+        _LOADED[memo] = (self._plan, self._functions, self._library)
 
     # -------------------------------------------------------------- building
     def _load(self, plan: _Plan, ck: str, entry: dict | None) -> dict[str, Any]:
