@@ -61,9 +61,19 @@ def test_non_affine_index_is_parse_error():
     assert ei.value.column == 10
 
 
-def test_affine_index_unsupported():
-    with pytest.raises(ucf.UnsupportedError, match=r"B\(i \+ 1\)"):
-        ucf.compile("A(i) = B(i+1)")
+@pytest.mark.parametrize(
+    "expr,formats,shown",
+    [
+        ("A(i) = B(i+1)", {}, r"B\(i \+ 1\)"),
+        ("y(i) = A(i+1,j) * x(j)", {"A": "csr"}, r"A\(i \+ 1, j\)"),
+        ("C(i) = A(2*i+k) * B(k)", {"A": "C", "B": "C"}, "2\\*i \\+ k"),
+        ("y(i) = A(i,0)", {"A": "UC"}, "operand"),
+        ("y(i+1) = x(i)", {}, "the output"),
+    ],
+)
+def test_affine_index_unsupported(expr, formats, shown):
+    with pytest.raises(ucf.UnsupportedError, match=shown):
+        ucf.compile(expr, formats=formats)
 
 
 def test_schedule_error():

@@ -39,8 +39,16 @@ def concretize(
     output_format: Format,
     order: list[str] | None = None,
 ) -> CIN:
-    out_vars = [i.single_variable for i in stmt.lhs.indices]
     rhs = accesses(stmt.rhs)
+    for a in [stmt.lhs, *rhs]:
+        for idx in a.indices:
+            if idx.single_variable is None:
+                where = "the output" if a is stmt.lhs else "an operand"
+                raise UnsupportedError(
+                    f"access {a}: index '{idx}' of {where} is not a plain index variable; "
+                    "affine and constant indices are not yet supported by the lowering"
+                )
+    out_vars = [i.single_variable for i in stmt.lhs.indices]
     all_vars = list(
         dict.fromkeys(out_vars + [v for a in rhs for i in a.indices for v in i.variables])
     )

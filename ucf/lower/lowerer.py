@@ -133,13 +133,6 @@ class Lowerer:
     # ---------------------------------------------------------------- checks
     def _check_supported(self) -> None:
         stmt = self.cin.statement
-        for a in [stmt.lhs, *self.rhs_accesses]:
-            for idx in a.indices:
-                if idx.single_variable is None:
-                    raise UnsupportedError(
-                        f"access {a}: index '{idx}' is affine; affine indices other than a "
-                        "plain index variable are not yet supported by the lowering"
-                    )
         if len(set(self.cin.output_vars)) != len(self.cin.output_vars):
             raise UnsupportedError(f"output {stmt.lhs}: a repeated index variable is not supported")
         _check_divisors(self.term, self.cin)
