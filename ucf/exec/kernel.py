@@ -144,7 +144,7 @@ class Kernel:
         it = ir.NUMPY_TO_IR[str(idt)]
         formats = {k: str(v) for k, v in (formats or {}).items()}
         ck = cache.key(
-            " ".join(expr.split()),
+            "".join(expr.split()),  # whitespace never matters in the grammar
             sorted(formats.items()),
             schedule or "",
             vt,
