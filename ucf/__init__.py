@@ -10,6 +10,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from ucf.cin.schedule import Schedule  # noqa: E402
 from ucf.errors import (  # noqa: E402
     CompileError,
     FormatError,
@@ -32,6 +33,7 @@ __all__ = [
     "Kernel",
     "OperandError",
     "ParseError",
+    "Schedule",
     "ScheduleError",
     "ShapeError",
     "Tensor",

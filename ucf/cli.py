@@ -131,7 +131,8 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
         dest="schedule",
         action="append",
         metavar="SCHED",
-        help="scheduling command(s), e.g. \"split(i, i0, i1, 32)\" (repeatable; joined with ';')",
+        help="scheduling command(s), e.g. \"reorder(i, k, j)\" (repeatable; joined with ';'); "
+        "this version applies reorder and refuses the other commands with a clear error",
     )
     p.add_argument(
         "--target",

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ucf import __version__
-from ucf.cin.concretize import concretize
+from ucf.cin.concretize import concretize, level_vars
 from ucf.cin.notation import CIN
+from ucf.cin.schedule import Schedule, apply_reorders, parse_schedule
 from ucf.codegen import c as cgen
 from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
 from ucf.exec import cache
@@ -80,17 +81,15 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
                 f"(tensors: {', '.join(orders)})"
             )
     fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
-    if schedule and schedule.strip():
-        raise ScheduleError(
-            "scheduling commands are not supported yet; omit the schedule to get the "
-            "default loop nest"
-        )
+    commands = parse_schedule(schedule) if schedule else []
     requested = fmts.pop(out)
     # Outputs with singleton levels are computed compressed and converted after.
     computed = Format(
         tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
     )
     cin = concretize(stmt, fmts, computed)
+    if commands:
+        cin = _reordered(cin, commands, fmts, computed)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     lowered = Lowerer(cin, vt, it).lower()
@@ -112,6 +111,32 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     )
 
 
+def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Format) -> CIN:
+    """Re-concretize with the loop order the schedule asks for, after checking it."""
+    stmt = cin.statement
+    chains = {}
+    for n, a in enumerate(accesses(stmt.rhs)):
+        slot = cin.slots[n]
+        if not slot.format.is_dense:
+            chains[f"operand {a.tensor} ('{slot.format}')"] = level_vars(a, slot.format)
+    if not computed.is_dense:
+        chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(stmt.lhs, computed)
+    order = apply_reorders(commands, cin.order, chains)
+    if not computed.is_dense:
+        out = set(cin.output_vars)
+        for k, v in enumerate(order):
+            later = [w for w in order[k + 1 :] if w in out]
+            if v not in out and later:
+                raise ScheduleError(
+                    f"reorder: reduction variable {v} would enclose output variable "
+                    f"{later[0]}, which a sparse output cannot be appended in (a "
+                    "workspace via precompute is needed)"
+                )
+    new = concretize(stmt, fmts, computed, order=order)
+    new.notes[0] += f" (from schedule: {'; '.join(map(str, commands))})"
+    return new
+
+
 class Kernel:
     """A compiled statement; call it with operands as keyword arguments."""
 
@@ -119,7 +144,7 @@ class Kernel:
         self,
         expr: str,
         formats: dict[str, Any] | None = None,
-        schedule: str | None = None,
+        schedule: str | Schedule | None = None,
         target: str = "llvm",
         dtype: Any = "float64",
         index_dtype: Any = "int32",
@@ -143,6 +168,8 @@ class Kernel:
         vt = ir.NUMPY_TO_IR[str(self.dtype)]
         it = ir.NUMPY_TO_IR[str(idt)]
         formats = {k: str(v) for k, v in (formats or {}).items()}
+        if isinstance(schedule, Schedule):
+            schedule = str(schedule)
         ck = cache.key(
             "".join(expr.split()),  # whitespace never matters in the grammar
             sorted(formats.items()),

@@ -1,0 +1,155 @@
+"""Schedule text and the fluent ``ucf.Schedule()`` chain, parsed into commands.
+
+Every command of DESIGN section 2 parses; a command is checked against the
+statement before anything is compiled, so a typo or an illegal request is a
+``ScheduleError`` that names the variable and suggests the closest name.
+``reorder`` is applied today; the other commands are recognised and refused
+with a clear message until the scheduling work lands.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import lark
+
+from ucf.errors import ParseError, ScheduleError
+
+COMMANDS = {
+    "reorder": None,  # any number of variables
+    "split": 4,
+    "divide": 4,
+    "fuse": 3,
+    "pos": 3,
+    "bound": 4,
+    "unroll": 2,
+    "precompute": 4,
+    "parallelize": None,  # 3, or 4 for GPUGroup
+}
+UNITS = ("CPUThread", "CPUVector", "GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
+STRATEGIES = ("NoRaces", "IgnoreRaces", "Atomics", "Temporary", "ParallelReduction", "Segment")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(self.args)})"
+
+
+def closest(name: str, choices) -> str:
+    match = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def parse_schedule(text: str) -> list[Command]:
+    from ucf.lang.parser import _describe, _parser
+
+    try:
+        tree = _parser("schedule.lark").parse(text)
+    except lark.exceptions.UnexpectedInput as e:
+        raise ParseError("schedule: " + _describe(e), text, e.line, e.column) from None
+    commands = []
+    for node in tree.children:
+        if node is None:
+            continue
+        name = str(node.children[0])
+        args = tuple(_text(text, a) for a in node.children[1:] if a is not None)
+        if name not in COMMANDS:
+            raise ScheduleError(f"unknown schedule command '{name}'{closest(name, COMMANDS)}")
+        arity = COMMANDS[name]
+        if arity is not None and len(args) != arity:
+            raise ScheduleError(f"{name} takes {arity} arguments, got {len(args)}: {name}{args}")
+        commands.append(Command(name, args))
+    return commands
+
+
+def _text(source: str, node) -> str:
+    if isinstance(node, lark.Token):
+        return str(node)
+    meta = node.meta
+    return source[meta.start_pos : meta.end_pos]
+
+
+def apply_reorders(
+    commands: list[Command], order: list[str], chains: dict[str, list[str]]
+) -> list[str]:
+    """Apply ``reorder`` commands to a loop order, checking sparse storage is respected.
+
+    ``chains`` maps each sparse operand (or the sparse output) to its index
+    variables in level order; a reorder that walks one out of order is refused.
+    """
+    order = list(order)
+    for cmd in commands:
+        if cmd.name != "reorder":
+            raise ScheduleError(
+                f"schedule command '{cmd}' is not supported yet; only reorder is applied "
+                "in this version"
+            )
+        for v in cmd.args:
+            if v not in order:
+                raise ScheduleError(
+                    f"reorder: unknown index variable '{v}'{closest(v, order)}; "
+                    f"the loop variables are {', '.join(order)}"
+                )
+        if len(set(cmd.args)) != len(cmd.args):
+            raise ScheduleError(f"reorder: a variable is repeated in {cmd}")
+        slots = sorted(order.index(v) for v in cmd.args)
+        for slot, v in zip(slots, cmd.args, strict=True):
+            order[slot] = v
+    pos = {v: k for k, v in enumerate(order)}
+    for who, chain in chains.items():
+        for a, b in zip(chain, chain[1:], strict=False):
+            if pos[a] > pos[b]:
+                raise ScheduleError(
+                    f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
+                    f"{who} stores {a} above {b}; reorder the loops or store {who} "
+                    "in another mode order"
+                )
+    return order
+
+
+class Schedule:
+    """A fluent schedule: ``ucf.Schedule().reorder("j", "i")``; ``str()`` gives the text."""
+
+    def __init__(self, commands: tuple[Command, ...] = ()):
+        self.commands = commands
+
+    def _add(self, name: str, *args) -> Schedule:
+        return Schedule((*self.commands, Command(name, tuple(str(a) for a in args))))
+
+    def reorder(self, *variables: str) -> Schedule:
+        return self._add("reorder", *variables)
+
+    def split(self, i: str, outer: str, inner: str, factor: int) -> Schedule:
+        return self._add("split", i, outer, inner, factor)
+
+    def divide(self, i: str, outer: str, inner: str, parts: int) -> Schedule:
+        return self._add("divide", i, outer, inner, parts)
+
+    def fuse(self, i: str, j: str, fused: str) -> Schedule:
+        return self._add("fuse", i, j, fused)
+
+    def pos(self, i: str, ipos: str, tensor: str) -> Schedule:
+        return self._add("pos", i, ipos, tensor)
+
+    def bound(self, i: str, ib: str, n: int, kind: str = "MaxExact") -> Schedule:
+        return self._add("bound", i, ib, n, kind)
+
+    def unroll(self, i: str, factor: int) -> Schedule:
+        return self._add("unroll", i, factor)
+
+    def precompute(self, expr: str, i: str, iw: str, name: str) -> Schedule:
+        return self._add("precompute", expr, i, iw, name)
+
+    def parallelize(self, i: str, unit: str, *rest) -> Schedule:
+        return self._add("parallelize", i, unit, *rest)
+
+    def __str__(self) -> str:
+        return "; ".join(map(str, self.commands))
+
+    def __repr__(self) -> str:
+        return f"Schedule('{self}')"
