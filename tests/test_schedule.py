@@ -101,3 +101,82 @@ def test_sparse_output_refuses_reduction_outside():
         ucf.compile(
             "C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr", "C": "csr"}, schedule="reorder(j, k)"
         )
+
+
+PAR = "parallelize(i, CPUThread, NoRaces)"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("fa", ["csr", "dcsr", "UU"])
+def test_parallel_spmv_matches_serial_and_scipy(fa, threads, target):
+    A = sp.random(257, 120, density=0.05, format="csr", random_state=8)
+    A[3, :] = 0  # an empty row
+    A.eliminate_zeros()
+    x = np.random.default_rng(2).random(120)
+    ucf.set_num_threads(threads)
+    try:
+        serial = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fa}, target=target)
+        par = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fa}, schedule=PAR, target=target)
+        y = par(A=A, x=x).to_numpy()
+    finally:
+        ucf.set_num_threads(2)
+    assert "in parallel" in par.cin
+    assert np.array_equal(y, serial(A=A, x=x).to_numpy())
+    assert np.allclose(y, A @ x)
+
+
+def test_parallel_spmm_and_csf_ttv(target):
+    rng = np.random.default_rng(3)
+    A = sp.random(100, 60, density=0.1, format="csr", random_state=9)
+    B = rng.random((60, 33))
+    k = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=PAR, target=target)
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+    T = rng.random((9, 7, 5)) * (rng.random((9, 7, 5)) < 0.3)
+    c = rng.random(5)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"}, schedule=PAR, target=target)
+    assert np.allclose(
+        k(B=ucf.from_numpy(T, format="csf"), c=c).to_numpy(), np.einsum("ijk,k->ij", T, c)
+    )
+
+
+def test_parallel_c_source_has_the_pragma():
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR, target="llvm")
+    assert "#pragma omp parallel for" in k.c_source
+    assert "GOMP_parallel" in k.source
+
+
+@pytest.mark.parametrize(
+    "expr,formats,schedule,message",
+    [
+        (
+            "y(i) = A(i,j) * x(j)",
+            {"A": "csr"},
+            "parallelize(j, CPUThread, NoRaces)",
+            "reduction variable",
+        ),
+        (
+            "y(i) = A(i,j) * x(j)",
+            {"A": "csr"},
+            "parallelize(i, CPUThred, NoRaces)",
+            "did you mean 'CPUThread'",
+        ),
+        (
+            "y(i) = A(i,j) * x(j)",
+            {"A": "csr"},
+            "parallelize(q, CPUThread, NoRaces)",
+            "unknown index variable 'q'",
+        ),
+        ("y(i) = A(i) + B(i)", {"A": "C", "B": "C"}, PAR, "co-iterated by while loops"),
+        ("y(i) = A(i) + d(i)", {"A": "C"}, PAR, "carries"),
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, PAR, "sparse output"),
+        (
+            "y(i) = A(i,j) * x(j)",
+            {"A": "csr"},
+            "parallelize(i, CPUThread, Atomics)",
+            "only parallelize",
+        ),
+    ],
+)
+def test_illegal_parallelize(expr, formats, schedule, message):
+    with pytest.raises(ucf.ScheduleError, match=message):
+        ucf.compile(expr, formats=formats, schedule=schedule)

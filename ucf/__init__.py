@@ -45,9 +45,17 @@ __all__ = [
     "from_numpy",
     "from_scipy",
     "parse_format",
+    "set_num_threads",
     "read",
     "write",
 ]
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for parallel loops (else ``UCF_NUM_THREADS``, else OpenMP's default)."""
+    from ucf.exec.jit import set_num_threads as _set
+
+    _set(n)
 
 
 def compile(

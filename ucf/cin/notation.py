@@ -29,6 +29,7 @@ class CIN:
     slots: dict[int, Slot]  # access number (left to right on the rhs) -> storage
     output_format: Format
     notes: list[str] = field(default_factory=list)
+    parallel: dict[str, tuple[str, str]] = field(default_factory=dict)  # var -> (unit, strategy)
 
     @property
     def reduction_vars(self) -> list[str]:

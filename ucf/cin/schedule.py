@@ -3,8 +3,9 @@
 Every command of DESIGN section 2 parses; a command is checked against the
 statement before anything is compiled, so a typo or an illegal request is a
 ``ScheduleError`` that names the variable and suggests the closest name.
-``reorder`` is applied today; the other commands are recognised and refused
-with a clear message until the scheduling work lands.
+``reorder`` and ``parallelize(i, CPUThread, NoRaces)`` are applied today;
+the other commands are recognised and refused with a clear message until the
+scheduling work lands.
 """
 
 from __future__ import annotations
@@ -74,20 +75,26 @@ def _text(source: str, node) -> str:
     return source[meta.start_pos : meta.end_pos]
 
 
-def apply_reorders(
+def apply_schedule(
     commands: list[Command], order: list[str], chains: dict[str, list[str]]
-) -> list[str]:
-    """Apply ``reorder`` commands to a loop order, checking sparse storage is respected.
+) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Apply ``reorder`` and collect ``parallelize`` commands against a loop order.
 
     ``chains`` maps each sparse operand (or the sparse output) to its index
     variables in level order; a reorder that walks one out of order is refused.
+    The lowerer checks the rest of parallelize's preconditions, which depend
+    on the loops it builds.
     """
     order = list(order)
+    parallel: dict[str, tuple[str, str]] = {}
     for cmd in commands:
+        if cmd.name == "parallelize":
+            parallel.update(_parallelize(cmd, order))
+            continue
         if cmd.name != "reorder":
             raise ScheduleError(
-                f"schedule command '{cmd}' is not supported yet; only reorder is applied "
-                "in this version"
+                f"schedule command '{cmd}' is not supported yet; this version applies "
+                "reorder and parallelize(i, CPUThread, NoRaces)"
             )
         for v in cmd.args:
             if v not in order:
@@ -109,7 +116,29 @@ def apply_reorders(
                     f"{who} stores {a} above {b}; reorder the loops or store {who} "
                     "in another mode order"
                 )
-    return order
+    return order, parallel
+
+
+def _parallelize(cmd: Command, order: list[str]) -> dict[str, tuple[str, str]]:
+    if len(cmd.args) not in (3, 4):
+        raise ScheduleError(
+            f"{cmd}: parallelize takes (i, unit, strategy) or (i, GPUGroup, size, strategy)"
+        )
+    v, unit, strategy = cmd.args[0], cmd.args[1], cmd.args[-1]
+    if v not in order:
+        raise ScheduleError(
+            f"{cmd}: unknown index variable '{v}'{closest(v, order)}; "
+            f"the loop variables are {', '.join(order)}"
+        )
+    if unit not in UNITS:
+        raise ScheduleError(f"{cmd}: unknown unit '{unit}'{closest(unit, UNITS)}")
+    if strategy not in STRATEGIES:
+        raise ScheduleError(f"{cmd}: unknown strategy '{strategy}'{closest(strategy, STRATEGIES)}")
+    if (unit, strategy) != ("CPUThread", "NoRaces"):
+        raise ScheduleError(
+            f"{cmd}: only parallelize(i, CPUThread, NoRaces) is supported in this version"
+        )
+    return {v: (unit, strategy)}
 
 
 class Schedule:

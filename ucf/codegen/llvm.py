@@ -26,27 +26,40 @@ def _is_float(ty: str) -> bool:
     return ty in ir.FLOAT_TYPES
 
 
-def module(fns: list[ir.Function], name: str = "ucf") -> ll.Module:
+_I8P = ll.PointerType(ll.IntType(8))
+_I32 = ll.IntType(32)
+
+
+def module(fns: list[ir.Function], name: str = "ucf", openmp: bool = True) -> ll.Module:
+    """``openmp=False`` emits CPUThread loops serially (no libgomp in this process)."""
     mod = ll.Module(name=name)
     for fn in fns:
-        _FunctionBuilder(mod, fn).build()
+        _FunctionBuilder(mod, fn, openmp).build()
     return mod
 
 
 class _FunctionBuilder:
-    def __init__(self, mod: ll.Module, fn: ir.Function):
+    def __init__(self, mod: ll.Module, fn: ir.Function | None, openmp: bool = True):
+        self.mod = mod
+        self.openmp = openmp
+        self.outlined = 0
+        self.slots: dict[str, ll.AllocaInstr] = {}
+        self.args: dict[str, ll.Value] = {}
+        if fn is None:
+            return
         self.fn = fn
         arg_types = [
             ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type] for p in fn.params
         ]
         self.func = ll.Function(mod, ll.FunctionType(ll.VoidType(), arg_types), name=fn.name)
-        self.args: dict[str, ll.Value] = {}
         for p, arg in zip(fn.params, self.func.args, strict=True):
             arg.name = p.name
             if p.is_array:
                 arg.add_attribute("noalias")
             self.args[p.name] = arg
-        self.slots: dict[str, ll.AllocaInstr] = {}
+        self._start_blocks()
+
+    def _start_blocks(self) -> None:
         entry = self.func.append_basic_block("entry")
         self.alloca_builder = ll.IRBuilder(entry)
         body = self.func.append_basic_block("body")
@@ -54,8 +67,63 @@ class _FunctionBuilder:
 
     def build(self) -> None:
         self.block(self.fn.body)
+        self.finish()
+
+    def finish(self) -> None:
         self.b.ret_void()
         self.alloca_builder.branch(self.func.blocks[1])
+
+    def _extern(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        if name in self.mod.globals:
+            return self.mod.globals[name]
+        return ll.Function(self.mod, ll.FunctionType(ret, args), name=name)
+
+    def parallel_for(self, s: ir.For) -> None:
+        """Outline the loop into a function that libgomp runs on every thread.
+
+        Each thread takes one contiguous block of iterations (static schedule).
+        Everything the body reads from outside - parameters and enclosing
+        locals - travels in a struct; the body writes no enclosing variable
+        (the lowerer checks that before it marks a loop parallel).
+        """
+        b = self.b
+        # Parameters (arrays are read through Load, not Var) always travel.
+        names = sorted(self.args) + _free_reads(s, set(self.slots) - set(self.args))
+        values = [self.args[n] if n in self.args else b.load(self.slots[n]) for n in names]
+        start, end = self.expr(s.start), self.expr(s.end)
+        types = [v.type for v in values] + [_TYPES["i64"], _TYPES["i64"]]
+        struct_t = ll.LiteralStructType(types)
+        data = self.alloca_builder.alloca(struct_t, name="omp.data")
+        for k, v in enumerate([*values, start, end]):
+            b.store(v, b.gep(data, [_I32(0), _I32(k)], inbounds=True))
+        self.outlined += 1
+        fn_t = ll.FunctionType(ll.VoidType(), [_I8P])
+        outlined = ll.Function(self.mod, fn_t, name=f"{self.func.name}.omp{self.outlined}")
+        inner = _FunctionBuilder(self.mod, None, self.openmp)
+        inner.func = outlined
+        inner._start_blocks()
+        ib = inner.b
+        ptr = ib.bitcast(outlined.args[0], ll.PointerType(struct_t))
+        fields = [
+            ib.load(ib.gep(ptr, [_I32(0), _I32(k)], inbounds=True)) for k in range(len(types))
+        ]
+        inner.args = dict(zip(names, fields[:-2], strict=True))
+        lo_all, hi_all = fields[-2], fields[-1]
+        tid = ib.sext(ib.call(self._extern("omp_get_thread_num", _I32, []), []), _TYPES["i64"])
+        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", _I32, []), []), _TYPES["i64"])
+        one = ll.Constant(_TYPES["i64"], 1)
+        count = ib.sub(hi_all, lo_all)
+        chunk = ib.sdiv(ib.sub(ib.add(count, nth), one), nth)
+        lo = ib.add(lo_all, ib.mul(tid, chunk))
+        hi_raw = ib.add(lo, chunk)
+        hi = ib.select(ib.icmp_signed("<", hi_raw, hi_all), hi_raw, hi_all)
+        inner.args["omp.lo"], inner.args["omp.hi"] = lo, hi
+        inner.for_loop(ir.For(s.var, ir.Var("omp.lo", "i64"), ir.Var("omp.hi", "i64"), s.body))
+        inner.finish()
+        gomp = self._extern(
+            "GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), _I8P, _I32, _I32]
+        )
+        b.call(gomp, [outlined, b.bitcast(data, _I8P), _I32(0), _I32(0)])
 
     def slot(self, var: ir.Var) -> ll.AllocaInstr:
         if var.name not in self.slots:
@@ -81,7 +149,10 @@ class _FunctionBuilder:
                 value = b.fadd(old, value) if _is_float(s.array.elem) else b.add(old, value)
             b.store(value, ptr)
         elif isinstance(s, ir.For):
-            self.for_loop(s)
+            if s.parallel == "CPUThread" and self.openmp:
+                self.parallel_for(s)
+            else:
+                self.for_loop(s)
         elif isinstance(s, ir.While):
             self.while_loop(s)
         elif isinstance(s, ir.If):
@@ -220,3 +291,13 @@ class _FunctionBuilder:
         if t.width > _TYPES[src].width:
             return b.sext(x, t)
         return b.trunc(x, t)
+
+
+def _free_reads(s: ir.For, outer: set[str]) -> list[str]:
+    """Names the loop reads that are defined outside it, in a stable order."""
+    from ucf.ir.simplify import declared, reads
+
+    names: set[str] = set()
+    reads([s.body, s.start, s.end], names)
+    local = declared(s.body) | {s.var.name}
+    return sorted(n for n in names if n in outer and n not in local)

@@ -6,7 +6,11 @@ process with a cache hit skips LLVM's optimizer and code generator entirely.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
 import threading
+import warnings
 from functools import cache
 
 import llvmlite.binding as llvm
@@ -41,6 +45,37 @@ class JitLibrary:
         return self.engine.get_function_address(name)
 
 
+@cache
+def openmp_runtime() -> ctypes.CDLL | None:
+    """libgomp, loaded so JIT-compiled parallel loops can call it; None when absent.
+
+    The C target's shared objects link the same libgomp, so one
+    ``omp_set_num_threads`` governs both targets.
+    """
+    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    try:
+        lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        llvm.load_library_permanently(name)
+    except (OSError, RuntimeError):
+        warnings.warn(
+            "ucf: libgomp could not be loaded; parallel loops on the llvm target run serially",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    threads = os.environ.get("UCF_NUM_THREADS")
+    if threads and threads.isdigit() and int(threads) > 0:
+        lib.omp_set_num_threads(int(threads))
+    return lib
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for parallel loops of both targets (else UCF_NUM_THREADS, else OpenMP's default)."""
+    lib = openmp_runtime()
+    if lib is not None:
+        lib.omp_set_num_threads(int(n))
+
+
 def _empty_engine() -> llvm.ExecutionEngine:
     mod = llvm.parse_assembly("")
     mod.triple = llvm.get_process_triple()
@@ -68,6 +103,7 @@ def compile_ir(ir_text: str) -> JitLibrary:
 
 def load_object(obj: bytes) -> JitLibrary:
     """Link previously emitted object code into a fresh engine (the cache-hit path)."""
+    openmp_runtime()  # resolve GOMP symbols the object may reference
     with _lock:
         engine = _empty_engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

@@ -17,7 +17,7 @@ import numpy as np
 from ucf import __version__
 from ucf.cin.concretize import concretize, level_vars
 from ucf.cin.notation import CIN
-from ucf.cin.schedule import Schedule, apply_reorders, parse_schedule
+from ucf.cin.schedule import Schedule, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
 from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
 from ucf.exec import cache
@@ -105,7 +105,7 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
         compute,
         assemble,
         cgen.source(fns),
-        str(lcg.module(fns)),
+        str(lcg.module(fns, openmp=_openmp_for(cin))),
         computed,
         requested,
     )
@@ -121,7 +121,7 @@ def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Form
             chains[f"operand {a.tensor} ('{slot.format}')"] = level_vars(a, slot.format)
     if not computed.is_dense:
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(stmt.lhs, computed)
-    order = apply_reorders(commands, cin.order, chains)
+    order, parallel = apply_schedule(commands, cin.order, chains)
     if not computed.is_dense:
         out = set(cin.output_vars)
         for k, v in enumerate(order):
@@ -133,8 +133,22 @@ def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Form
                     "workspace via precompute is needed)"
                 )
     new = concretize(stmt, fmts, computed, order=order)
+    new.parallel = parallel
+    for v, (unit, strategy) in parallel.items():
+        new.notes.append(f"loop {v} runs in parallel ({unit}, {strategy})")
     new.notes[0] += f" (from schedule: {'; '.join(map(str, commands))})"
     return new
+
+
+def _openmp_for(cin: CIN) -> bool:
+    if not cin.parallel:
+        return True
+    from ucf.exec.jit import openmp_runtime
+
+    if openmp_runtime() is None:
+        cin.notes.append("llvm target: libgomp not found, parallel loops run serially")
+        return False
+    return True
 
 
 class Kernel:

@@ -7,14 +7,14 @@ from dataclasses import fields, is_dataclass
 from ucf.ir import nodes as ir
 
 
-def _reads(node, acc: set[str]) -> None:
+def reads(node, acc: set[str]) -> None:
     """Names of variables read anywhere in a node (declarations' targets excluded)."""
     if isinstance(node, ir.Var):
         acc.add(node.name)
         return
     if isinstance(node, list):
         for x in node:
-            _reads(x, acc)
+            reads(x, acc)
         return
     if not is_dataclass(node):
         return
@@ -23,7 +23,7 @@ def _reads(node, acc: set[str]) -> None:
             continue
         if isinstance(node, ir.For) and f.name == "var":
             continue
-        _reads(getattr(node, f.name), acc)
+        reads(getattr(node, f.name), acc)
 
 
 def _prune(stmts: list[ir.Stmt], live: set[str]) -> list[ir.Stmt]:
@@ -52,8 +52,37 @@ def remove_dead_variables(fn: ir.Function) -> ir.Function:
     body = fn.body
     while True:
         live: set[str] = set()
-        _reads(body, live)
+        reads(body, live)
         new = _prune(body, live)
         if new == body:
             return ir.Function(fn.name, fn.params, new, fn.doc)
         body = new
+
+
+def declared(stmts: list[ir.Stmt]) -> set[str]:
+    """Variables declared (by Decl or as a loop variable) anywhere in the statements."""
+    names: set[str] = set()
+    for s in stmts:
+        if isinstance(s, ir.Decl):
+            names.add(s.var.name)
+        elif isinstance(s, ir.For):
+            names.add(s.var.name)
+            names |= declared(s.body)
+        elif isinstance(s, ir.While):
+            names |= declared(s.body)
+        elif isinstance(s, ir.If):
+            names |= declared(s.then) | declared(s.orelse)
+    return names
+
+
+def assigned(stmts: list[ir.Stmt]) -> set[str]:
+    """Variables assigned (not declared) anywhere in the statements."""
+    names: set[str] = set()
+    for s in stmts:
+        if isinstance(s, ir.Assign):
+            names.add(s.var.name)
+        elif isinstance(s, ir.For | ir.While):
+            names |= assigned(s.body)
+        elif isinstance(s, ir.If):
+            names |= assigned(s.then) | assigned(s.orelse)
+    return names

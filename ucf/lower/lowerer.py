@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ucf.cin.notation import CIN
-from ucf.errors import UnsupportedError
+from ucf.errors import ScheduleError, UnsupportedError
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Array, Const, Param, Var
@@ -359,6 +359,8 @@ class Lowerer:
                 if not point.iters:
                     continue
                 stmts += self._point_loop(term, st, iters, located, coord, point)
+        if v in self.cin.parallel:
+            self._parallelize(v, stmts)
         if out_kind == "C" and not self.assembling:
             lvl = st.out_level
             stmts.append(
@@ -369,6 +371,39 @@ class Lowerer:
                 )
             )
         return stmts
+
+    def _parallelize(self, v: str, stmts: list[ir.Stmt]) -> None:
+        """Mark the loop over v parallel once its preconditions are known to hold."""
+        from ucf.ir.simplify import assigned, declared
+
+        unit, strategy = self.cin.parallel[v]
+        cmd = f"parallelize({v}, {unit}, {strategy})"
+        loops = [s for s in stmts if isinstance(s, ir.For | ir.While)]
+        if len(loops) != 1 or not isinstance(loops[0], ir.For):
+            raise ScheduleError(
+                f"{cmd}: {v} is co-iterated by while loops over several sparse operands; "
+                "only a for loop (a dense dimension or one driving sparse operand) can run "
+                "in parallel"
+            )
+        loop = loops[0]
+        if v not in self.out_vars:
+            raise ScheduleError(
+                f"{cmd}: {v} is a reduction variable, so iterations add into the same output "
+                f"entries; {strategy} promises they never do"
+            )
+        if self.sparse_out:
+            raise ScheduleError(
+                f"{cmd}: the sparse output {self.out_name} is appended in order, so its loops "
+                "cannot run in parallel yet"
+            )
+        carried = sorted(assigned(loop.body) - declared(loop.body))
+        if carried:
+            raise ScheduleError(
+                f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
+                "(a sparse iterator co-iterated with a dense dimension), so it cannot run "
+                "in parallel"
+            )
+        loop.parallel = unit
 
     def _out_kind(self, v: str, st: State) -> str | None:
         if not self.sparse_out or st.out_level >= self.out_fmt.order:
