@@ -78,7 +78,7 @@ def test_affine_index_unsupported(expr, formats, shown):
 
 def test_schedule_error():
     with pytest.raises(ucf.ScheduleError, match="not supported yet"):
-        ucf.compile("y(i) = A(i,j) * x(j)", schedule="split(i, i0, i1, 4)")
+        ucf.compile("y(i) = A(i,j) * x(j)", schedule="precompute(A(i,j), j, jw, w)")
     with pytest.raises(ucf.ScheduleError, match="stores i above j"):
         ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="reorder(j, i)")
 

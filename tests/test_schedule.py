@@ -180,3 +180,69 @@ def test_parallel_c_source_has_the_pragma():
 def test_illegal_parallelize(expr, formats, schedule, message):
     with pytest.raises(ucf.ScheduleError, match=message):
         ucf.compile(expr, formats=formats, schedule=schedule)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 33])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "split(i, i0, i1, 16); reorder(i0, i1, j); parallelize(i0, CPUThread, NoRaces)",
+        "split(i, i0, i1, 4); parallelize(i1, CPUThread, NoRaces)",
+        "divide(i, i0, i1, 3); parallelize(i0, CPUThread, NoRaces)",
+        "divide(i, i0, i1, 40)",
+        "split(j, j0, j1, 4)",
+        "split(i, i0, i1, 8); split(j, j0, j1, 3)",
+    ],
+)
+def test_split_and_divide_with_tails(n, schedule, target):
+    A = sp.random(n, 11, density=0.3, format="csr", random_state=n)
+    x = np.random.default_rng(n).random(11)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule, target=target)
+    assert "strip-mined" in k.cin
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+
+
+def test_split_dense_and_csf_loops(target):
+    rng = np.random.default_rng(11)
+    A = rng.random((17, 9))
+    B = rng.random((9, 5))
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        schedule="split(k, k0, k1, 2); split(i, i0, i1, 4)",
+        target=target,
+    )
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+    T = rng.random((9, 7, 5)) * (rng.random((9, 7, 5)) < 0.3)
+    c = rng.random(5)
+    k = ucf.compile(
+        "A(i,j) = B(i,j,k) * c(k)",
+        formats={"B": "csf"},
+        schedule="split(j, j0, j1, 2); parallelize(j0, CPUThread, NoRaces)",
+        target=target,
+    )
+    assert np.allclose(
+        k(B=ucf.from_numpy(T, format="csf"), c=c).to_numpy(), np.einsum("ijk,k->ij", T, c)
+    )
+
+
+@pytest.mark.parametrize(
+    "schedule,message",
+    [
+        ("split(i, i0, i1, 4); reorder(i0, j, i1)", "must stay adjacent"),
+        ("split(i, i0, i1, 0)", "positive integer"),
+        ("split(i, j, i1, 4)", "already a loop variable"),
+        ("split(i, i0, i1, 4); split(i0, a, b, 2)", "derived variable"),
+        ("split(q, i0, i1, 4)", "unknown index variable 'q'"),
+        ("split(i, i0, i1, 4); parallelize(i, CPUThread, NoRaces)", "unknown index variable 'i'"),
+    ],
+)
+def test_bad_splits(schedule, message):
+    with pytest.raises(ucf.ScheduleError, match=message):
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+
+
+def test_split_of_coiteration_is_refused():
+    with pytest.raises(ucf.ScheduleError, match="while loops"):
+        ucf.compile(
+            "y(i) = A(i) + B(i)", formats={"A": "C", "B": "C"}, schedule="split(i, i0, i1, 4)"
+        )

@@ -30,6 +30,7 @@ class CIN:
     output_format: Format
     notes: list[str] = field(default_factory=list)
     parallel: dict[str, tuple[str, str]] = field(default_factory=dict)  # var -> (unit, strategy)
+    splits: dict = field(default_factory=dict)  # var -> ucf.cin.schedule.Split
 
     @property
     def reduction_vars(self) -> list[str]:

@@ -3,7 +3,8 @@
 Every command of DESIGN section 2 parses; a command is checked against the
 statement before anything is compiled, so a typo or an illegal request is a
 ``ScheduleError`` that names the variable and suggests the closest name.
-``reorder`` and ``parallelize(i, CPUThread, NoRaces)`` are applied today;
+``reorder``, ``split``, ``divide`` and ``parallelize(i, CPUThread, NoRaces)``
+are applied today;
 the other commands are recognised and refused with a clear message until the
 scheduling work lands.
 """
@@ -75,38 +76,65 @@ def _text(source: str, node) -> str:
     return source[meta.start_pos : meta.end_pos]
 
 
+@dataclass(frozen=True)
+class Split:
+    """``split`` (fixed inner size) or ``divide`` (fixed number of outer parts) of a loop."""
+
+    var: str
+    outer: str
+    inner: str
+    amount: int
+    mode: str  # "split" or "divide"
+
+
+@dataclass
+class Applied:
+    order: list[str]  # original index variables, outer to inner
+    parallel: dict[str, tuple[str, str]]  # loop variable (original or derived) -> unit, strategy
+    splits: dict[str, Split]  # original variable -> how its loop is strip-mined
+
+
 def apply_schedule(
     commands: list[Command], order: list[str], chains: dict[str, list[str]]
-) -> tuple[list[str], dict[str, tuple[str, str]]]:
-    """Apply ``reorder`` and collect ``parallelize`` commands against a loop order.
+) -> Applied:
+    """Apply ``reorder``, ``split``/``divide`` and ``parallelize`` to a loop order.
 
     ``chains`` maps each sparse operand (or the sparse output) to its index
     variables in level order; a reorder that walks one out of order is refused.
+    A split loop is strip-mined in place, so its two halves must stay adjacent.
     The lowerer checks the rest of parallelize's preconditions, which depend
     on the loops it builds.
     """
-    order = list(order)
+    loops = list(order)  # schedule-level loop variables, derived ones included
     parallel: dict[str, tuple[str, str]] = {}
+    splits: dict[str, Split] = {}
     for cmd in commands:
         if cmd.name == "parallelize":
-            parallel.update(_parallelize(cmd, order))
-            continue
-        if cmd.name != "reorder":
+            parallel.update(_parallelize(cmd, loops))
+        elif cmd.name in ("split", "divide"):
+            sp = _split(cmd, loops)
+            if sp.var not in order:
+                raise ScheduleError(f"{cmd}: splitting a derived variable is not supported yet")
+            splits[sp.var] = sp
+            k = loops.index(sp.var)
+            loops[k : k + 1] = [sp.outer, sp.inner]
+        elif cmd.name == "reorder":
+            _reorder(cmd, loops)
+        else:
             raise ScheduleError(
                 f"schedule command '{cmd}' is not supported yet; this version applies "
-                "reorder and parallelize(i, CPUThread, NoRaces)"
+                "reorder, split, divide and parallelize(i, CPUThread, NoRaces)"
             )
-        for v in cmd.args:
-            if v not in order:
-                raise ScheduleError(
-                    f"reorder: unknown index variable '{v}'{closest(v, order)}; "
-                    f"the loop variables are {', '.join(order)}"
-                )
-        if len(set(cmd.args)) != len(cmd.args):
-            raise ScheduleError(f"reorder: a variable is repeated in {cmd}")
-        slots = sorted(order.index(v) for v in cmd.args)
-        for slot, v in zip(slots, cmd.args, strict=True):
-            order[slot] = v
+    for sp in splits.values():
+        k = loops.index(sp.outer)
+        if k + 1 >= len(loops) or loops[k + 1] != sp.inner:
+            raise ScheduleError(
+                f"{sp.mode}({sp.var}, {sp.outer}, {sp.inner}, {sp.amount}): {sp.outer} and "
+                f"{sp.inner} must stay adjacent, outer first, in this version (the loop "
+                f"order is {', '.join(loops)})"
+            )
+    order = [v for v in loops if v not in {sp.inner for sp in splits.values()}]
+    order = [next((sp.var for sp in splits.values() if sp.outer == v), v) for v in order]
     pos = {v: k for k, v in enumerate(order)}
     for who, chain in chains.items():
         for a, b in zip(chain, chain[1:], strict=False):
@@ -116,7 +144,41 @@ def apply_schedule(
                     f"{who} stores {a} above {b}; reorder the loops or store {who} "
                     "in another mode order"
                 )
-    return order, parallel
+    return Applied(order, parallel, splits)
+
+
+def _reorder(cmd: Command, loops: list[str]) -> None:
+    for v in cmd.args:
+        if v not in loops:
+            raise ScheduleError(
+                f"reorder: unknown index variable '{v}'{closest(v, loops)}; "
+                f"the loop variables are {', '.join(loops)}"
+            )
+    if len(set(cmd.args)) != len(cmd.args):
+        raise ScheduleError(f"reorder: a variable is repeated in {cmd}")
+    slots = sorted(loops.index(v) for v in cmd.args)
+    for slot, v in zip(slots, cmd.args, strict=True):
+        loops[slot] = v
+
+
+def _split(cmd: Command, loops: list[str]) -> Split:
+    var, outer, inner, amount = cmd.args
+    if var not in loops:
+        raise ScheduleError(
+            f"{cmd}: unknown index variable '{var}'{closest(var, loops)}; "
+            f"the loop variables are {', '.join(loops)}"
+        )
+    for new in (outer, inner):
+        if new in loops:
+            raise ScheduleError(f"{cmd}: the new variable '{new}' is already a loop variable")
+    if outer == inner:
+        raise ScheduleError(f"{cmd}: the two new variables must differ")
+    if not amount.isdigit() or int(amount) < 1:
+        raise ScheduleError(
+            f"{cmd}: the {'factor' if cmd.name == 'split' else 'number of parts'} "
+            f"must be a positive integer, got '{amount}'"
+        )
+    return Split(var, outer, inner, int(amount), cmd.name)
 
 
 def _parallelize(cmd: Command, order: list[str]) -> dict[str, tuple[str, str]]:

@@ -121,7 +121,8 @@ def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Form
             chains[f"operand {a.tensor} ('{slot.format}')"] = level_vars(a, slot.format)
     if not computed.is_dense:
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(stmt.lhs, computed)
-    order, parallel = apply_schedule(commands, cin.order, chains)
+    applied = apply_schedule(commands, cin.order, chains)
+    order, parallel = applied.order, applied.parallel
     if not computed.is_dense:
         out = set(cin.output_vars)
         for k, v in enumerate(order):
@@ -134,6 +135,11 @@ def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Form
                 )
     new = concretize(stmt, fmts, computed, order=order)
     new.parallel = parallel
+    new.splits = applied.splits
+    for sp in applied.splits.values():
+        new.notes.append(
+            f"loop {sp.var} is strip-mined into {sp.outer}, {sp.inner} ({sp.mode} by {sp.amount})"
+        )
     for v, (unit, strategy) in parallel.items():
         new.notes.append(f"loop {v} runs in parallel ({unit}, {strategy})")
     new.notes[0] += f" (from schedule: {'; '.join(map(str, commands))})"

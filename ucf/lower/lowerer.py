@@ -359,8 +359,7 @@ class Lowerer:
                 if not point.iters:
                     continue
                 stmts += self._point_loop(term, st, iters, located, coord, point)
-        if v in self.cin.parallel:
-            self._parallelize(v, stmts)
+        self._schedule_loop(v, stmts)
         if out_kind == "C" and not self.assembling:
             lvl = st.out_level
             stmts.append(
@@ -372,20 +371,40 @@ class Lowerer:
             )
         return stmts
 
-    def _parallelize(self, v: str, stmts: list[ir.Stmt]) -> None:
-        """Mark the loop over v parallel once its preconditions are known to hold."""
+    def _schedule_loop(self, v: str, stmts: list[ir.Stmt]) -> None:
+        """Strip-mine and parallelize the loop over v as the schedule asks."""
+        split = self.cin.splits.get(v)
+        names = (split.outer, split.inner) if split else (v,)
+        wanted = [n for n in names if n in self.cin.parallel]
+        if split is None and not wanted:
+            return
+        loops = [k for k, s in enumerate(stmts) if isinstance(s, ir.For | ir.While)]
+        if len(loops) != 1 or not isinstance(stmts[loops[0]], ir.For):
+            what = (
+                f"{split.mode}({v}, ...)"
+                if split
+                else f"parallelize({v}, {', '.join(self.cin.parallel[v])})"
+            )
+            raise ScheduleError(
+                f"{what}: {v} is co-iterated by while loops over several sparse operands; "
+                "only a for loop (a dense dimension or one driving sparse operand) can be "
+                "split or run in parallel"
+            )
+        loop = stmts[loops[0]]
+        targets = {v: loop}
+        if split:
+            prelude, outer, inner = _strip_mine(loop, split)
+            stmts[loops[0] : loops[0] + 1] = [*prelude, outer]
+            targets = {split.outer: outer, split.inner: inner}
+        for name in wanted:
+            self._parallelize(v, name, targets[name])
+
+    def _parallelize(self, v: str, name: str, loop: ir.For) -> None:
+        """Mark a loop parallel once its preconditions are known to hold."""
         from ucf.ir.simplify import assigned, declared
 
-        unit, strategy = self.cin.parallel[v]
-        cmd = f"parallelize({v}, {unit}, {strategy})"
-        loops = [s for s in stmts if isinstance(s, ir.For | ir.While)]
-        if len(loops) != 1 or not isinstance(loops[0], ir.For):
-            raise ScheduleError(
-                f"{cmd}: {v} is co-iterated by while loops over several sparse operands; "
-                "only a for loop (a dense dimension or one driving sparse operand) can run "
-                "in parallel"
-            )
-        loop = loops[0]
+        unit, strategy = self.cin.parallel[name]
+        cmd = f"parallelize({name}, {unit}, {strategy})"
         if v not in self.out_vars:
             raise ScheduleError(
                 f"{cmd}: {v} is a reduction variable, so iterations add into the same output "
@@ -575,6 +594,39 @@ class _Iterator:
     init: list = field(default_factory=list)
     begin: ir.Expr | None = None
     end_expr: ir.Expr | None = None
+
+
+def _strip_mine(loop: ir.For, split) -> tuple[list[ir.Stmt], ir.For, ir.For]:
+    """``for x in [a, b)`` as an outer loop over blocks and an inner loop within one.
+
+    The inner bound is clipped to the range, so a tail needs no guard and the
+    inner loop still vectorizes.
+    """
+    x = loop.var.name
+    lo, hi = Var(f"{x}_lo", I64), Var(f"{x}_hi", I64)
+    outer, inner = Var(split.outer, I64), Var(split.inner, I64)
+    count = ir.sub(hi, lo)
+    prelude: list[ir.Stmt] = [ir.Decl(lo, loop.start), ir.Decl(hi, loop.end)]
+    one = Const(1, I64)
+    if split.mode == "split":
+        chunk: ir.Expr = Const(split.amount, I64)
+        blocks = ir.Bin("/", ir.add(count, Const(split.amount - 1, I64)), chunk)
+    else:
+        chunk = Var(f"{x}_chunk", I64)
+        parts = Const(split.amount, I64)
+        prelude.append(ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(count, parts), one), parts)))
+        blocks = parts
+    base = Var(f"{x}_base", I64)
+    inner_loop = ir.For(
+        inner,
+        Const(0, I64),
+        ir.minimum(chunk, ir.sub(hi, base)),
+        [ir.Decl(loop.var, ir.add(base, inner)), *loop.body],
+    )
+    outer_loop = ir.For(
+        outer, Const(0, I64), blocks, [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk))), inner_loop]
+    )
+    return prelude, outer_loop, inner_loop
 
 
 def _operands_of(t: Term) -> set[int]:
