@@ -12,6 +12,7 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
+from ucf.ir.simplify import declared, reads
 
 _TYPES = {
     "i1": ll.IntType(1),
@@ -295,8 +296,6 @@ class _FunctionBuilder:
 
 def _free_reads(s: ir.For, outer: set[str]) -> list[str]:
     """Names the loop reads that are defined outside it, in a stable order."""
-    from ucf.ir.simplify import declared, reads
-
     names: set[str] = set()
     reads([s.body, s.start, s.end], names)
     local = declared(s.body) | {s.var.name}

@@ -19,9 +19,10 @@ from ucf.cin.concretize import concretize, level_vars
 from ucf.cin.notation import CIN
 from ucf.cin.schedule import Schedule, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
+from ucf.codegen import llvm as lcg
 from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
 from ucf.exec import cache
-from ucf.format.format import Format, parse_format
+from ucf.format.format import Format, dense_format, parse_format
 from ucf.format.levels import KINDS
 from ucf.format.tensor import Tensor, as_tensor, value_dtype
 from ucf.ir import nodes as ir
@@ -96,8 +97,6 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     compute = remove_dead_variables(lowered.compute)
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
     fns = [f for f in (assemble, compute) if f is not None]
-    from ucf.codegen import llvm as lcg
-
     return _Plan(
         stmt,
         cin,
@@ -333,7 +332,7 @@ class Kernel:
             and value.flags.c_contiguous
             and value.ndim > 0
         ):
-            fmt = parse_format("dense", order=value.ndim)
+            fmt = dense_format(value.ndim)
             return Tensor(
                 value.shape, fmt, [{} for _ in value.shape], value.reshape(-1), check=False
             )
@@ -384,7 +383,7 @@ class Kernel:
                 shape,
                 fmt,
                 [{} for _ in shape],
-                np.zeros(max(size, 1) if not shape else size, dtype=self.dtype),
+                np.zeros(size, dtype=self.dtype),  # a scalar's empty shape has size 1
             )
         if isinstance(out, Tensor):
             t = out

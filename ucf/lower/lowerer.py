@@ -23,8 +23,19 @@ from ucf.errors import ScheduleError, UnsupportedError
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Array, Const, Param, Var
+from ucf.ir.simplify import assigned, declared
 from ucf.lang.ast import accesses
-from ucf.lower.lattice import Lit, Negate, Op, Opnd, Term, from_ast, lattice, restrict
+from ucf.lower.lattice import (
+    Lit,
+    Negate,
+    Op,
+    Opnd,
+    Term,
+    from_ast,
+    lattice,
+    operands,
+    restrict,
+)
 
 I64 = "i64"
 
@@ -86,10 +97,7 @@ class Lowered:
     """The kernel functions plus what the executor needs to call them."""
 
     compute: ir.Function
-    assemble: ir.Function | None
-    value_type: str
-    index_type: str
-    sparse_output: bool
+    assemble: ir.Function | None  # set for sparse outputs: counts entries per level
 
 
 class Lowerer:
@@ -220,7 +228,7 @@ class Lowerer:
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )
-        return Lowered(compute, assemble, self.vt, self.it, self.sparse_out)
+        return Lowered(compute, assemble)
 
     def _counts_array(self) -> Array:
         return Array(f"{self.out_name}_counts", I64, True)
@@ -334,7 +342,8 @@ class Lowerer:
     def _loop(self, term: Term, st: State) -> list[ir.Stmt]:
         v = self.cin.order[st.depth]
         sparse, located = self._sparse_here(v, st)
-        present = [n for n in sparse if n in _operands_of(term)]
+        used = operands(term)
+        present = [n for n in sparse if n in used]
         points = lattice(term, lambda n: n in present)
         top = points[0]
         stmts: list[ir.Stmt] = []
@@ -401,8 +410,6 @@ class Lowerer:
 
     def _parallelize(self, v: str, name: str, loop: ir.For) -> None:
         """Mark a loop parallel once its preconditions are known to hold."""
-        from ucf.ir.simplify import assigned, declared
-
         unit, strategy = self.cin.parallel[name]
         cmd = f"parallelize({name}, {unit}, {strategy})"
         if v not in self.out_vars:
@@ -629,12 +636,6 @@ def _strip_mine(loop: ir.For, split) -> tuple[list[ir.Stmt], ir.For, ir.For]:
     return prelude, outer_loop, inner_loop
 
 
-def _operands_of(t: Term) -> set[int]:
-    from ucf.lower.lattice import operands
-
-    return operands(t)
-
-
 def _has_division(t: Term) -> bool:
     if isinstance(t, Op):
         return t.op == "/" or _has_division(t.left) or _has_division(t.right)
@@ -651,8 +652,6 @@ def _check_divisors(t: Term, cin: CIN) -> None:
         _check_divisors(t.left, cin)
         _check_divisors(t.right, cin)
         if t.op == "/":
-            from ucf.lower.lattice import operands
-
             for n in operands(t.right):
                 slot = cin.slots[n]
                 if not slot.format.is_dense:
