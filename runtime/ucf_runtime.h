@@ -7,6 +7,7 @@
 #define UCF_RUNTIME_H
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 static inline int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }

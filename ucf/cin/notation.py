@@ -29,8 +29,9 @@ class CIN:
     slots: dict[int, Slot]  # access number (left to right on the rhs) -> storage
     output_format: Format
     notes: list[str] = field(default_factory=list)
-    parallel: dict[str, tuple[str, str]] = field(default_factory=dict)  # var -> (unit, strategy)
-    splits: dict = field(default_factory=dict)  # var -> ucf.cin.schedule.Split
+    parallel: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Parallel
+    loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
+    bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # var -> (extent, kind)
 
     @property
     def reduction_vars(self) -> list[str]:
@@ -45,7 +46,7 @@ class CIN:
         s = self.statement
         op = "+=" if (s.op == "+=" or self.reduction_vars) else "="
         text = f"{s.lhs} {op} {s.rhs}"
-        for v in reversed(self.order):
+        for v in reversed(self.loops or self.order):
             text = f"forall({v}, {text})"
         lines = [text]
         lines += [f"  # {n}" for n in self.notes]

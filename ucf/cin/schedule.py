@@ -3,10 +3,9 @@
 Every command of DESIGN section 2 parses; a command is checked against the
 statement before anything is compiled, so a typo or an illegal request is a
 ``ScheduleError`` that names the variable and suggests the closest name.
-``reorder``, ``split``, ``divide`` and ``parallelize(i, CPUThread, NoRaces)``
-are applied today;
-the other commands are recognised and refused with a clear message until the
-scheduling work lands.
+The provenance graph records how each derived variable (split, divide, fuse,
+pos, bound) relates to the original ones, so later commands and the lowerer
+can recover coordinates and bounds through any chain.
 """
 
 from __future__ import annotations
@@ -87,54 +86,246 @@ class Split:
     mode: str  # "split" or "divide"
 
 
+@dataclass(frozen=True)
+class Precompute:
+    """``precompute(expr, i, iw, w)``: ``expr`` goes through a dense workspace ``w`` over ``iw``."""
+
+    expr: str
+    var: str
+    wvar: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Parallel:
+    unit: str
+    strategy: str
+    size: int = 0  # GPUGroup size
+
+    def __str__(self) -> str:
+        size = f", {self.size}" if self.size else ""
+        return f"{self.unit}{size}, {self.strategy}"
+
+
 @dataclass
 class Applied:
-    order: list[str]  # original index variables, outer to inner
-    parallel: dict[str, tuple[str, str]]  # loop variable (original or derived) -> unit, strategy
-    splits: dict[str, Split]  # original variable -> how its loop is strip-mined
+    """A schedule checked against the statement, ready for the lowerer.
+
+    ``order`` is the loop order of the original index variables that the
+    lowerer builds; ``steps`` are the loop transformations applied to the built
+    nest, in the user's order; ``pos``/``fused`` and ``precompute`` change what
+    the lowerer builds in the first place.
+    """
+
+    order: list[str]
+    loops: list[str]  # the final loop variables, outer to inner
+    provenance: Provenance
+    steps: list[Command]
+    parallel: dict[str, Parallel]
+    pos: dict[str, tuple[str, str]]  # original variable -> (position variable, tensor)
+    fused: list[tuple[tuple[str, ...], str, str]]  # (original variables, pos variable, tensor)
+    precompute: list[Precompute]
+    bounds: dict[str, tuple[int, str]]  # original variable -> (extent, kind)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """How a derived index variable relates to its parents (one provenance edge)."""
+
+    kind: str  # split, divide, fuse, pos, bound, workspace
+    parents: tuple[str, ...]
+    amount: int = 0
+    tensor: str = ""
+    role: str = ""  # "outer" or "inner" for split and divide
+
+
+class Provenance:
+    """Derived index variables and the original variables they come from."""
+
+    def __init__(self, originals: list[str]):
+        self.originals = list(originals)
+        self.rel: dict[str, Relation] = {}
+
+    def add(self, name: str, rel: Relation) -> None:
+        self.rel[name] = rel
+
+    def origins(self, v: str) -> list[str]:
+        """The original variables a loop variable iterates, outer to inner."""
+        if v not in self.rel:
+            return [v]
+        out: list[str] = []
+        for p in self.rel[v].parents:
+            out += [o for o in self.origins(p) if o not in out]
+        return out
+
+    def bounded(self, v: str) -> bool:
+        """Whether the loop's trip count is known when the kernel is compiled."""
+        rel = self.rel.get(v)
+        if rel is None:
+            return False
+        if rel.kind == "bound":
+            return True
+        return (rel.kind, rel.role) in (("split", "inner"), ("divide", "outer"))
+
+    def describe(self, v: str) -> str:
+        rel = self.rel[v]
+        parents = ", ".join(rel.parents)
+        if rel.kind in ("split", "divide"):
+            return f"{v} is the {rel.role} loop of {rel.kind}({parents}, {rel.amount})"
+        if rel.kind == "pos":
+            return f"{v} walks the positions of {rel.tensor} for {parents}"
+        if rel.kind == "bound":
+            return f"{v} is {parents} bounded to {rel.amount}"
+        if rel.kind == "workspace":
+            return f"{v} walks the workspace of {parents}"
+        return f"{v} fuses {parents}"
 
 
 def apply_schedule(
-    commands: list[Command], order: list[str], chains: dict[str, list[str]]
+    commands: list[Command],
+    order: list[str],
+    chains: dict[str, list[str]],
+    tensors: dict[str, tuple[list[str], str]],
 ) -> Applied:
-    """Apply ``reorder``, ``split``/``divide`` and ``parallelize`` to a loop order.
+    """Check every command against the loop nest as it stands and record it.
 
     ``chains`` maps each sparse operand (or the sparse output) to its index
-    variables in level order; a reorder that walks one out of order is refused.
-    A split loop is strip-mined in place, so its two halves must stay adjacent.
-    The lowerer checks the rest of parallelize's preconditions, which depend
-    on the loops it builds.
+    variables in level order, so a loop order that walks one out of order is
+    refused.  ``tensors`` maps each operand name to its variables in level
+    order and its level letters, for ``pos``.
     """
-    loops = list(order)  # schedule-level loop variables, derived ones included
-    parallel: dict[str, tuple[str, str]] = {}
-    splits: dict[str, Split] = {}
+    loops = list(order)
+    prov = Provenance(order)
+    steps: list[Command] = []
+    parallel: dict[str, Parallel] = {}
+    pos: dict[str, tuple[str, str]] = {}
+    fused: list[tuple[tuple[str, ...], str, str]] = []
+    precompute: list[Precompute] = []
+    bounds: dict[str, tuple[int, str]] = {}
     for cmd in commands:
-        if cmd.name == "parallelize":
-            parallel.update(_parallelize(cmd, loops))
-        elif cmd.name in ("split", "divide"):
+        name = cmd.name
+        if name == "reorder":
+            _reorder(cmd, loops)
+            steps.append(Command("arrange", tuple(loops)))
+        elif name in ("split", "divide"):
             sp = _split(cmd, loops)
-            if sp.var not in order:
-                raise ScheduleError(f"{cmd}: splitting a derived variable is not supported yet")
-            splits[sp.var] = sp
             k = loops.index(sp.var)
             loops[k : k + 1] = [sp.outer, sp.inner]
-        elif cmd.name == "reorder":
-            _reorder(cmd, loops)
-        else:
-            raise ScheduleError(
-                f"schedule command '{cmd}' is not supported yet; this version applies "
-                "reorder, split, divide and parallelize(i, CPUThread, NoRaces)"
-            )
-    for sp in splits.values():
-        k = loops.index(sp.outer)
-        if k + 1 >= len(loops) or loops[k + 1] != sp.inner:
-            raise ScheduleError(
-                f"{sp.mode}({sp.var}, {sp.outer}, {sp.inner}, {sp.amount}): {sp.outer} and "
-                f"{sp.inner} must stay adjacent, outer first, in this version (the loop "
-                f"order is {', '.join(loops)})"
-            )
-    order = [v for v in loops if v not in {sp.inner for sp in splits.values()}]
-    order = [next((sp.var for sp in splits.values() if sp.outer == v), v) for v in order]
+            for new, role in ((sp.outer, "outer"), (sp.inner, "inner")):
+                prov.add(new, Relation(name, (sp.var,), sp.amount, role=role))
+            steps.append(cmd)
+        elif name == "fuse":
+            i, j, f = cmd.args
+            _known(cmd, i, loops)
+            _known(cmd, j, loops)
+            _fresh(cmd, f, loops)
+            k = loops.index(i)
+            if k + 1 >= len(loops) or loops[k + 1] != j:
+                raise ScheduleError(
+                    f"{cmd}: {j} must be the loop directly inside {i} (the loop order is "
+                    f"{', '.join(loops)}); reorder them first"
+                )
+            loops[k : k + 2] = [f]
+            prov.add(f, Relation("fuse", (i, j)))
+            steps.append(cmd)
+        elif name == "pos":
+            v, vpos, tensor = cmd.args
+            _known(cmd, v, loops)
+            _fresh(cmd, vpos, loops)
+            origins = prov.origins(v)
+            if v in prov.rel and prov.rel[v].kind != "fuse":
+                raise ScheduleError(
+                    f"{cmd}: {prov.describe(v)}; pos applies to an index variable or a fuse of them"
+                )
+            if tensor not in tensors:
+                raise ScheduleError(
+                    f"{cmd}: unknown tensor '{tensor}'{closest(tensor, tensors)}; the operands "
+                    f"are {', '.join(tensors)}"
+                )
+            tvars, letters = tensors[tensor]
+            if any(o not in tvars for o in origins):
+                missing = next(o for o in origins if o not in tvars)
+                raise ScheduleError(
+                    f"{cmd}: tensor {tensor} is not indexed by {missing} (it is "
+                    f"{tensor}({', '.join(tvars)})), so it has no positions to walk for {missing}"
+                )
+            levels = [tvars.index(o) for o in origins]
+            if levels != list(range(levels[0], levels[0] + len(levels))):
+                raise ScheduleError(
+                    f"{cmd}: {', '.join(origins)} are not consecutive levels of {tensor}"
+                )
+            letter = letters[levels[-1]]
+            if letter == "U":
+                raise ScheduleError(
+                    f"{cmd}: {tensor} stores {origins[-1]} in a dense (U) level, which has "
+                    "no position space; pos needs a compressed (C) or singleton (S) level"
+                )
+            loops[loops.index(v)] = vpos
+            prov.add(vpos, Relation("pos", (v,), tensor=tensor))
+            if len(origins) == 1:
+                pos[v] = (vpos, tensor)
+            else:
+                fused.append((tuple(origins), vpos, tensor))
+                steps = [c for c in steps if not (c.name == "fuse" and c.args[2] == v)]
+        elif name == "bound":
+            v, vb, n, kind = cmd.args
+            _known(cmd, v, loops)
+            _fresh(cmd, vb, loops)
+            if v in prov.rel:
+                raise ScheduleError(f"{cmd}: {prov.describe(v)}; bound applies to index variables")
+            if kind not in BOUND_KINDS:
+                raise ScheduleError(
+                    f"{cmd}: unknown bound kind '{kind}'{closest(kind, BOUND_KINDS)}; "
+                    f"the kinds are {', '.join(BOUND_KINDS)}"
+                )
+            bounds[v] = (_positive(cmd, n, "the bound"), kind)
+            loops[loops.index(v)] = vb
+            prov.add(vb, Relation("bound", (v,), bounds[v][0]))
+            steps.append(cmd)
+        elif name == "unroll":
+            v, factor = cmd.args
+            _known(cmd, v, loops)
+            _positive(cmd, factor, "the unroll factor")
+            if not prov.bounded(v):
+                raise ScheduleError(
+                    f"{cmd}: {v} is not bounded, so its trip count is unknown when the kernel is "
+                    f"compiled; unroll the inner loop of a split, or bound({v}, ...) first"
+                )
+            steps.append(cmd)
+        elif name == "precompute":
+            expr, v, vw, ws = cmd.args
+            _known(cmd, v, loops)
+            if vw != v:
+                _fresh(cmd, vw, loops)
+                loops[loops.index(v)] = vw
+                prov.add(vw, Relation("workspace", (v,)))
+            if ws in tensors:
+                raise ScheduleError(f"{cmd}: the workspace name {ws} is already a tensor")
+            if precompute:
+                raise ScheduleError(f"{cmd}: one precompute per kernel is supported")
+            precompute.append(Precompute(expr, v, vw, ws))
+        elif name == "parallelize":
+            v, par = _parallelize(cmd, loops)
+            parallel[v] = par
+        else:  # pragma: no cover - parse_schedule only lets known commands through
+            raise ScheduleError(f"unknown schedule command '{name}'")
+    steps.append(Command("arrange", tuple(loops)))
+    lowering = _lowering_order(loops, prov)
+    _check_chains(lowering, chains)
+    return Applied(lowering, loops, prov, steps, parallel, pos, fused, precompute, bounds)
+
+
+BOUND_KINDS = ("MaxExact",)
+
+
+def _lowering_order(loops: list[str], prov: Provenance) -> list[str]:
+    order: list[str] = []
+    for v in loops:
+        order += [o for o in prov.origins(v) if o not in order]
+    return order
+
+
+def _check_chains(order: list[str], chains: dict[str, list[str]]) -> None:
     pos = {v: k for k, v in enumerate(order)}
     for who, chain in chains.items():
         for a, b in zip(chain, chain[1:], strict=False):
@@ -144,16 +335,32 @@ def apply_schedule(
                     f"{who} stores {a} above {b}; reorder the loops or store {who} "
                     "in another mode order"
                 )
-    return Applied(order, parallel, splits)
+
+
+def _known(cmd: Command, v: str, loops: list[str]) -> None:
+    if v not in loops:
+        raise ScheduleError(
+            f"{cmd}: unknown index variable '{v}'{closest(v, loops)}; "
+            f"the loop variables are {', '.join(loops)}"
+        )
+
+
+def _fresh(cmd: Command, v: str, loops: list[str]) -> None:
+    if v in loops:
+        raise ScheduleError(f"{cmd}: the new variable '{v}' is already a loop variable")
+    if not v.isidentifier():
+        raise ScheduleError(f"{cmd}: '{v}' is not a valid index variable name")
+
+
+def _positive(cmd: Command, text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ScheduleError(f"{cmd}: {what} must be a positive integer, got '{text}'")
+    return int(text)
 
 
 def _reorder(cmd: Command, loops: list[str]) -> None:
     for v in cmd.args:
-        if v not in loops:
-            raise ScheduleError(
-                f"reorder: unknown index variable '{v}'{closest(v, loops)}; "
-                f"the loop variables are {', '.join(loops)}"
-            )
+        _known(cmd, v, loops)
     if len(set(cmd.args)) != len(cmd.args):
         raise ScheduleError(f"reorder: a variable is repeated in {cmd}")
     slots = sorted(loops.index(v) for v in cmd.args)
@@ -163,44 +370,42 @@ def _reorder(cmd: Command, loops: list[str]) -> None:
 
 def _split(cmd: Command, loops: list[str]) -> Split:
     var, outer, inner, amount = cmd.args
-    if var not in loops:
-        raise ScheduleError(
-            f"{cmd}: unknown index variable '{var}'{closest(var, loops)}; "
-            f"the loop variables are {', '.join(loops)}"
-        )
+    _known(cmd, var, loops)
     for new in (outer, inner):
-        if new in loops:
-            raise ScheduleError(f"{cmd}: the new variable '{new}' is already a loop variable")
+        _fresh(cmd, new, loops)
     if outer == inner:
         raise ScheduleError(f"{cmd}: the two new variables must differ")
-    if not amount.isdigit() or int(amount) < 1:
-        raise ScheduleError(
-            f"{cmd}: the {'factor' if cmd.name == 'split' else 'number of parts'} "
-            f"must be a positive integer, got '{amount}'"
-        )
-    return Split(var, outer, inner, int(amount), cmd.name)
+    what = "the factor" if cmd.name == "split" else "the number of parts"
+    return Split(var, outer, inner, _positive(cmd, amount, what), cmd.name)
 
 
-def _parallelize(cmd: Command, order: list[str]) -> dict[str, tuple[str, str]]:
+def _parallelize(cmd: Command, loops: list[str]) -> tuple[str, Parallel]:
     if len(cmd.args) not in (3, 4):
         raise ScheduleError(
             f"{cmd}: parallelize takes (i, unit, strategy) or (i, GPUGroup, size, strategy)"
         )
     v, unit, strategy = cmd.args[0], cmd.args[1], cmd.args[-1]
-    if v not in order:
-        raise ScheduleError(
-            f"{cmd}: unknown index variable '{v}'{closest(v, order)}; "
-            f"the loop variables are {', '.join(order)}"
-        )
+    _known(cmd, v, loops)
     if unit not in UNITS:
         raise ScheduleError(f"{cmd}: unknown unit '{unit}'{closest(unit, UNITS)}")
     if strategy not in STRATEGIES:
         raise ScheduleError(f"{cmd}: unknown strategy '{strategy}'{closest(strategy, STRATEGIES)}")
-    if (unit, strategy) != ("CPUThread", "NoRaces"):
-        raise ScheduleError(
-            f"{cmd}: only parallelize(i, CPUThread, NoRaces) is supported in this version"
-        )
-    return {v: (unit, strategy)}
+    size = 0
+    if unit == "GPUGroup":
+        if len(cmd.args) != 4:
+            raise ScheduleError(
+                f"{cmd}: GPUGroup takes a group size: parallelize(i, GPUGroup, 8, …)"
+            )
+        size = _positive(cmd, cmd.args[2], "the group size")
+        if size > 32 or size & (size - 1):
+            raise ScheduleError(
+                f"{cmd}: the group size of {v} must be a power of two no larger than 32, got {size}"
+            )
+    elif len(cmd.args) == 4:
+        raise ScheduleError(f"{cmd}: only GPUGroup takes a size")
+    if strategy == "Segment" and unit != "GPUGroup":
+        raise ScheduleError(f"{cmd}: the Segment strategy needs a GPUGroup unit")
+    return v, Parallel(unit, strategy, size)
 
 
 class Schedule:

@@ -67,7 +67,8 @@ def signature(fn: ir.Function) -> str:
             args.append(f"{const}{ctype}* restrict {c_name(p.name)}")
         else:
             args.append(f"{ctype} {c_name(p.name)}")
-    return f"void {fn.name}({', '.join(args)})"
+    static = "static " if fn.internal else ""
+    return f"{static}void {fn.name}({', '.join(args)})"
 
 
 def header(fns: list[ir.Function], guard: str, title: str) -> str:
@@ -84,6 +85,8 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         "",
     ]
     for fn in fns:
+        if fn.internal:
+            continue
         lines.append(f"/* {fn.doc}")
         for p in fn.params:
             kind = ("out " if p.output else "in  ") + (
@@ -126,16 +129,20 @@ class _Emitter:
             return [f"{pad}{c_name(s.var.name)} = {self.expr(s.value)};"]
         if isinstance(s, ir.Store):
             op = "+=" if s.accumulate else "="
-            return [f"{pad}{c_name(s.array.name)}[{self.expr(s.index)}] {op} {self.expr(s.value)};"]
+            atomic = [f"{pad}#pragma omp atomic"] if s.atomic else []
+            store = f"{pad}{c_name(s.array.name)}[{self.expr(s.index)}] {op} {self.expr(s.value)};"
+            return [*atomic, store]
         if isinstance(s, ir.For):
-            v = c_name(s.var.name)
-            head = (
-                f"{pad}for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.end)}; {v}++) {{"
-            )
-            pragma = []
-            if s.parallel == "CPUThread":
-                pragma = [f"{pad}#pragma omp parallel for schedule(static)"]
-            return [*pragma, head, *self.block(s.body, depth + 1), f"{pad}}}"]
+            return self.for_loop(s, depth)
+        if isinstance(s, ir.Alloc):
+            t, name = IR_TO_C[s.array.elem], c_name(s.array.name)
+            size = self.expr(s.size)
+            return [f"{pad}{t}* restrict {name} = ({t}*)calloc(ucf_max({size}, 1), sizeof({t}));"]
+        if isinstance(s, ir.Free):
+            return [f"{pad}free({c_name(s.array.name)});"]
+        if isinstance(s, ir.Call):
+            args = [c_name(a.name) if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
+            return [f"{pad}{s.name}({', '.join(args)});"]
         if isinstance(s, ir.While):
             return [
                 f"{pad}while ({self.expr(s.cond)}) {{",
@@ -156,6 +163,35 @@ class _Emitter:
         if isinstance(s, ir.Comment):
             return [f"{pad}/* {s.text} */"]
         raise TypeError(f"no C for {type(s).__name__}")
+
+    def for_loop(self, s: ir.For, depth: int) -> list[str]:
+        """OpenMP for parallel loops; a loop with per-thread setup gets its own region."""
+        pad = "  " * depth
+        reduction = "".join(f" reduction(+:{c_name(r.name)})" for r in s.reduction)
+        if s.parallel == "CPUVector":
+            return [f"{pad}#pragma omp simd{reduction}", *self.loop_lines(s, depth)]
+        if s.parallel != "CPUThread":
+            return self.loop_lines(s, depth)
+        kind, chunk = s.schedule
+        sched = f"schedule({kind}, {chunk})" if chunk else f"schedule({kind})"
+        if not (s.prologue or s.epilogue):
+            return [f"{pad}#pragma omp parallel for {sched}{reduction}", *self.loop_lines(s, depth)]
+        return [
+            f"{pad}#pragma omp parallel",
+            f"{pad}{{",
+            *self.block(s.prologue, depth + 1),
+            f"{pad}  #pragma omp for {sched}{reduction}",
+            *self.loop_lines(s, depth + 1),
+            *self.block(s.epilogue, depth + 1),
+            f"{pad}}}",
+        ]
+
+    def loop_lines(self, s: ir.For, depth: int) -> list[str]:
+        pad = "  " * depth
+        v = c_name(s.var.name)
+        head = f"{pad}for (int64_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.end)}; {v}++) {{"
+        unroll = [f"{pad}#pragma GCC unroll {s.unroll}"] if s.unroll else []
+        return [*unroll, head, *self.block(s.body, depth + 1), f"{pad}}}"]
 
     def expr(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Var):

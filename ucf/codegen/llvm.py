@@ -9,6 +9,8 @@ targets round identically.
 
 from __future__ import annotations
 
+import re
+
 from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
@@ -27,16 +29,42 @@ def _is_float(ty: str) -> bool:
     return ty in ir.FLOAT_TYPES
 
 
+_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
 _I8P = ll.PointerType(ll.IntType(8))
 _I32 = ll.IntType(32)
 
 
-def module(fns: list[ir.Function], name: str = "ucf", openmp: bool = True) -> ll.Module:
-    """``openmp=False`` emits CPUThread loops serially (no libgomp in this process)."""
+def module(fns: list[ir.Function], name: str = "ucf", openmp: bool = True) -> str:
+    """LLVM IR text; ``openmp=False`` emits CPUThread loops serially (no libgomp here)."""
     mod = ll.Module(name=name)
     for fn in fns:
         _FunctionBuilder(mod, fn, openmp).build()
-    return mod
+    return _loop_metadata(str(mod))
+
+
+_LOOP_HINT = re.compile(r'^(!\d+) = !\{ !"ucf\.loop\.(\w+)\.(\d+)\.(\d+)" \}$', re.M)
+
+
+def _loop_metadata(text: str) -> str:
+    """Turn placeholder nodes into LLVM's self-referential loop metadata.
+
+    llvmlite cannot build a ``distinct`` node that names itself, which is what
+    ``!llvm.loop`` requires, so loops carry a placeholder string node that is
+    rewritten here into unroll-count or vectorize-enable hints.
+    """
+    extra: list[str] = []
+
+    def rewrite(m: re.Match) -> str:
+        node, kind, serial, amount = m.groups()
+        hint = f"!ucf.hint.{serial}"
+        if kind == "unroll":
+            extra.append(f'{hint} = !{{!"llvm.loop.unroll.count", i32 {amount}}}')
+        else:
+            extra.append(f'{hint} = !{{!"llvm.loop.vectorize.enable", i1 true}}')
+        return f"{node} = distinct !{{{node}, {hint}}}"
+
+    text = _LOOP_HINT.sub(rewrite, text)
+    return text + "\n".join(extra) + ("\n" if extra else "")
 
 
 class _FunctionBuilder:
@@ -53,6 +81,8 @@ class _FunctionBuilder:
             ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type] for p in fn.params
         ]
         self.func = ll.Function(mod, ll.FunctionType(ll.VoidType(), arg_types), name=fn.name)
+        if fn.internal:
+            self.func.linkage = "internal"
         for p, arg in zip(fn.params, self.func.args, strict=True):
             arg.name = p.name
             if p.is_array:
@@ -82,15 +112,20 @@ class _FunctionBuilder:
     def parallel_for(self, s: ir.For) -> None:
         """Outline the loop into a function that libgomp runs on every thread.
 
-        Each thread takes one contiguous block of iterations (static schedule).
         Everything the body reads from outside - parameters and enclosing
-        locals - travels in a struct; the body writes no enclosing variable
-        (the lowerer checks that before it marks a loop parallel).
+        locals - travels by value in a struct; the body writes no enclosing
+        variable (the scheduler checks that before it marks a loop parallel)
+        except the loop's reduction scalars, which travel by pointer: each
+        thread sums into a private copy and adds it atomically at the end.
+        A ``static`` loop gives every thread one contiguous block; a
+        ``dynamic`` one hands out chunks through ``GOMP_loop_dynamic_*``.
         """
         b = self.b
-        # Parameters (arrays are read through Load, not Var) always travel.
-        names = sorted(self.args) + _free_reads(s, set(self.slots) - set(self.args))
+        reduced = [r.name for r in s.reduction]
+        body_reads = _free_reads(s, set(self.slots) - set(self.args))
+        names = sorted(self.args) + [n for n in body_reads if n not in reduced]
         values = [self.args[n] if n in self.args else b.load(self.slots[n]) for n in names]
+        values += [self.slot(r) for r in s.reduction]
         start, end = self.expr(s.start), self.expr(s.end)
         types = [v.type for v in values] + [_TYPES["i64"], _TYPES["i64"]]
         struct_t = ll.LiteralStructType(types)
@@ -100,6 +135,7 @@ class _FunctionBuilder:
         self.outlined += 1
         fn_t = ll.FunctionType(ll.VoidType(), [_I8P])
         outlined = ll.Function(self.mod, fn_t, name=f"{self.func.name}.omp{self.outlined}")
+        outlined.linkage = "internal"
         inner = _FunctionBuilder(self.mod, None, self.openmp)
         inner.func = outlined
         inner._start_blocks()
@@ -108,8 +144,35 @@ class _FunctionBuilder:
         fields = [
             ib.load(ib.gep(ptr, [_I32(0), _I32(k)], inbounds=True)) for k in range(len(types))
         ]
-        inner.args = dict(zip(names, fields[:-2], strict=True))
+        inner.args = dict(zip(names, fields[: len(names)], strict=True))
+        shared = dict(zip(reduced, fields[len(names) : -2], strict=True))
         lo_all, hi_all = fields[-2], fields[-1]
+        for r in s.reduction:
+            ib.store(ll.Constant(_TYPES[r.type], 0.0 if _is_float(r.type) else 0), inner.slot(r))
+        inner.block(s.prologue)
+        if s.schedule[0] == "dynamic":
+            inner.dynamic_chunks(s, lo_all, hi_all)
+        else:
+            inner.static_block(s, lo_all, hi_all)
+        inner.block(s.epilogue)
+        for r in s.reduction:
+            op = "fadd" if _is_float(r.type) else "add"
+            inner.b.atomic_rmw(op, shared[r.name], inner.b.load(inner.slot(r)), "monotonic")
+        inner.finish()
+        gomp = self._extern(
+            "GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), _I8P, _I32, _I32]
+        )
+        b.call(gomp, [outlined, b.bitcast(data, _I8P), _I32(0), _I32(0)])
+
+    def _serial_part(self, s: ir.For, lo: ll.Value, hi: ll.Value) -> None:
+        self.args["omp.lo"], self.args["omp.hi"] = lo, hi
+        i64 = "i64"
+        self.for_loop(
+            ir.For(s.var, ir.Var("omp.lo", i64), ir.Var("omp.hi", i64), s.body, unroll=s.unroll)
+        )
+
+    def static_block(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
+        ib = self.b
         tid = ib.sext(ib.call(self._extern("omp_get_thread_num", _I32, []), []), _TYPES["i64"])
         nth = ib.sext(ib.call(self._extern("omp_get_num_threads", _I32, []), []), _TYPES["i64"])
         one = ll.Constant(_TYPES["i64"], 1)
@@ -118,13 +181,29 @@ class _FunctionBuilder:
         lo = ib.add(lo_all, ib.mul(tid, chunk))
         hi_raw = ib.add(lo, chunk)
         hi = ib.select(ib.icmp_signed("<", hi_raw, hi_all), hi_raw, hi_all)
-        inner.args["omp.lo"], inner.args["omp.hi"] = lo, hi
-        inner.for_loop(ir.For(s.var, ir.Var("omp.lo", "i64"), ir.Var("omp.hi", "i64"), s.body))
-        inner.finish()
-        gomp = self._extern(
-            "GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), _I8P, _I32, _I32]
-        )
-        b.call(gomp, [outlined, b.bitcast(data, _I8P), _I32(0), _I32(0)])
+        self._serial_part(s, lo, hi)
+
+    def dynamic_chunks(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
+        b = self.b
+        i64 = _TYPES["i64"]
+        p64 = ll.PointerType(i64)
+        start = self._extern("GOMP_loop_dynamic_start", ll.IntType(8), [i64] * 4 + [p64, p64])
+        nxt = self._extern("GOMP_loop_dynamic_next", ll.IntType(8), [p64, p64])
+        done = self._extern("GOMP_loop_end_nowait", ll.VoidType(), [])
+        lo_p = self.alloca_builder.alloca(i64, name="omp.chunk.lo")
+        hi_p = self.alloca_builder.alloca(i64, name="omp.chunk.hi")
+        chunk = ll.Constant(i64, s.schedule[1])
+        got = b.call(start, [lo_all, hi_all, ll.Constant(i64, 1), chunk, lo_p, hi_p])
+        work = self.func.append_basic_block("omp.chunk")
+        exit_ = self.func.append_basic_block("omp.done")
+        zero = ll.Constant(ll.IntType(8), 0)
+        b.cbranch(b.icmp_unsigned("!=", got, zero), work, exit_)
+        b.position_at_end(work)
+        self._serial_part(s, b.load(lo_p), b.load(hi_p))
+        more = b.call(nxt, [lo_p, hi_p])
+        b.cbranch(b.icmp_unsigned("!=", more, zero), work, exit_)
+        b.position_at_end(exit_)
+        b.call(done, [])
 
     def slot(self, var: ir.Var) -> ll.AllocaInstr:
         if var.name not in self.slots:
@@ -145,6 +224,10 @@ class _FunctionBuilder:
         elif isinstance(s, ir.Store):
             ptr = b.gep(self.args[s.array.name], [self.expr(s.index)], inbounds=True)
             value = self.expr(s.value)
+            if s.atomic:
+                op = "fadd" if _is_float(s.array.elem) else "add"
+                b.atomic_rmw(op, ptr, value, "monotonic")
+                return
             if s.accumulate:
                 old = b.load(ptr)
                 value = b.fadd(old, value) if _is_float(s.array.elem) else b.add(old, value)
@@ -153,7 +236,27 @@ class _FunctionBuilder:
             if s.parallel == "CPUThread" and self.openmp:
                 self.parallel_for(s)
             else:
+                self.block(s.prologue)
                 self.for_loop(s)
+                self.block(s.epilogue)
+        elif isinstance(s, ir.Alloc):
+            t = _TYPES[s.array.elem]
+            calloc = self._extern("calloc", _I8P, [_TYPES["i64"], _TYPES["i64"]])
+            size = b.select(
+                b.icmp_signed(">", self.expr(s.size), ll.Constant(_TYPES["i64"], 0)),
+                self.expr(s.size),
+                ll.Constant(_TYPES["i64"], 1),
+            )
+            width = ll.Constant(_TYPES["i64"], _SIZES[s.array.elem])
+            raw = b.call(calloc, [size, width])
+            self.args[s.array.name] = b.bitcast(raw, ll.PointerType(t), name=s.array.name)
+        elif isinstance(s, ir.Free):
+            free = self._extern("free", ll.VoidType(), [_I8P])
+            b.call(free, [b.bitcast(self.args[s.array.name], _I8P)])
+        elif isinstance(s, ir.Call):
+            callee = self.mod.globals[s.name]
+            args = [self.args[a.name] if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
+            b.call(callee, args)
         elif isinstance(s, ir.While):
             self.while_loop(s)
         elif isinstance(s, ir.If):
@@ -177,7 +280,18 @@ class _FunctionBuilder:
         b.position_at_end(body)
         self.block(s.body)
         b.store(b.add(b.load(var), ll.Constant(_TYPES["i64"], 1)), var)
-        b.branch(cond)
+        latch = b.branch(cond)
+        hint = None
+        if s.unroll:
+            hint = ("unroll", s.unroll)
+        elif s.parallel == "CPUVector":
+            hint = ("vectorize", 1)
+        if hint:
+            serial = len(self.mod.metadata)
+            tag = f"ucf.loop.{hint[0]}.{serial}.{hint[1]}"
+            latch.set_metadata(
+                "llvm.loop", self.mod.add_metadata([ll.MetaDataString(self.mod, tag)])
+            )
         b.position_at_end(exit_)
 
     def while_loop(self, s: ir.While) -> None:

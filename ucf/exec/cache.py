@@ -27,7 +27,30 @@ def cache_dir() -> Path:
 
 
 def key(*parts: Any) -> str:
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return hashlib.sha256(repr((code_version(), parts)).encode()).hexdigest()[:32]
+
+
+_CODE: list[str] = []
+
+
+def code_version() -> str:
+    """A digest of the compiler's own sources, grammars and runtime headers.
+
+    Cached plans are pickles of compiler objects, so any change to the code
+    (not just a version bump) must miss the cache rather than load a stale plan.
+    """
+    if not _CODE:
+        from ucf.resources import grammar_file, runtime_dir
+
+        root = Path(__file__).resolve().parent.parent
+        files = sorted(root.rglob("*.py"))
+        files += sorted(grammar_file("einsum.lark").parent.glob("*.lark"))
+        files += sorted(runtime_dir().glob("*.h*"))
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.read_bytes())
+        _CODE.append(h.hexdigest()[:16])
+    return _CODE[0]
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from ucf import __version__
 from ucf.cin.concretize import concretize, level_vars
 from ucf.cin.notation import CIN
-from ucf.cin.schedule import Schedule, apply_schedule, parse_schedule
+from ucf.cin.schedule import Applied, Command, Schedule, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
 from ucf.codegen import llvm as lcg
 from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
@@ -55,6 +55,7 @@ class _Plan:
     llvm_ir: str
     computed_format: Format  # output format the kernel writes
     output_format: Format  # format the user asked for
+    local_level: int | None  # output level whose pos the assemble pass fills per segment
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -88,15 +89,17 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     computed = Format(
         tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
     )
-    cin = concretize(stmt, fmts, computed)
-    if commands:
-        cin = _reordered(cin, commands, fmts, computed)
+    base = concretize(stmt, fmts, computed)
+    if schedule is None:
+        cin, lowered = _default_schedule(base, fmts, computed, vt, it)
+    else:
+        cin, applied = _scheduled(base, commands, fmts, computed) if commands else (base, None)
+        lowered = Lowerer(cin, vt, it, applied=applied).lower()
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
-    lowered = Lowerer(cin, vt, it).lower()
     compute = remove_dead_variables(lowered.compute)
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
-    fns = [f for f in (assemble, compute) if f is not None]
+    fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
     return _Plan(
         stmt,
         cin,
@@ -104,45 +107,78 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
         compute,
         assemble,
         cgen.source(fns),
-        str(lcg.module(fns, openmp=_openmp_for(cin))),
+        lcg.module(fns, openmp=_openmp_for(cin)),
         computed,
         requested,
+        lowered.local_level,
     )
 
 
-def _reordered(cin: CIN, commands: list, fmts: dict[str, Format], computed: Format) -> CIN:
+def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: str, it: str):
+    """Parallelize the outermost loop when that is legal; otherwise say why not."""
+    if cin.order:
+        v = cin.order[0]
+        cmd = Command("parallelize", (v, "CPUThread", "NoRaces"))
+        try:
+            scheduled, applied = _scheduled(cin, [cmd], fmts, computed, default=True)
+            lowered = Lowerer(scheduled, vt, it, applied=applied).lower()
+        except ScheduleError as e:
+            reason = str(e).split(": ", 1)[-1]
+            cin.notes.append(
+                f"default schedule: serial, since the outermost loop {v} cannot run in "
+                f"parallel ({reason})"
+            )
+        else:
+            return scheduled, lowered
+    return cin, Lowerer(cin, vt, it).lower()
+
+
+def _scheduled(
+    cin: CIN,
+    commands: list[Command],
+    fmts: dict[str, Format],
+    computed: Format,
+    default: bool = False,
+) -> tuple[CIN, Applied]:
     """Re-concretize with the loop order the schedule asks for, after checking it."""
     stmt = cin.statement
     chains = {}
+    tensors: dict[str, tuple[list[str], str]] = {}
     for n, a in enumerate(accesses(stmt.rhs)):
         slot = cin.slots[n]
+        lv = level_vars(a, slot.format)
+        tensors.setdefault(a.tensor, (lv, slot.format.letters))
         if not slot.format.is_dense:
-            chains[f"operand {a.tensor} ('{slot.format}')"] = level_vars(a, slot.format)
+            chains[f"operand {a.tensor} ('{slot.format}')"] = lv
     if not computed.is_dense:
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(stmt.lhs, computed)
-    applied = apply_schedule(commands, cin.order, chains)
-    order, parallel = applied.order, applied.parallel
-    if not computed.is_dense:
+    applied = apply_schedule(commands, cin.order, chains, tensors)
+    order = applied.order
+    if not computed.is_dense and not applied.precompute:
         out = set(cin.output_vars)
         for k, v in enumerate(order):
             later = [w for w in order[k + 1 :] if w in out]
             if v not in out and later:
                 raise ScheduleError(
                     f"reorder: reduction variable {v} would enclose output variable "
-                    f"{later[0]}, which a sparse output cannot be appended in (a "
-                    "workspace via precompute is needed)"
+                    f"{later[0]}, which a sparse output cannot be appended in; precompute "
+                    "into a workspace instead"
                 )
     new = concretize(stmt, fmts, computed, order=order)
-    new.parallel = parallel
-    new.splits = applied.splits
-    for sp in applied.splits.values():
-        new.notes.append(
-            f"loop {sp.var} is strip-mined into {sp.outer}, {sp.inner} ({sp.mode} by {sp.amount})"
-        )
-    for v, (unit, strategy) in parallel.items():
-        new.notes.append(f"loop {v} runs in parallel ({unit}, {strategy})")
-    new.notes[0] += f" (from schedule: {'; '.join(map(str, commands))})"
-    return new
+    new.loops = list(applied.loops)
+    new.parallel = dict(applied.parallel)
+    new.bounds = dict(applied.bounds)
+    text = "; ".join(map(str, commands))
+    new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
+    prov = applied.provenance
+    for v in applied.loops:
+        if v in prov.rel:
+            new.notes.append(prov.describe(v))
+    for pc in applied.precompute:
+        new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({pc.wvar})")
+    for v, par in applied.parallel.items():
+        new.notes.append(f"loop {v} runs in parallel ({par})")
+    return new, applied
 
 
 def _openmp_for(cin: CIN) -> bool:
@@ -298,6 +334,12 @@ class Kernel:
                     f"with {plan.orders[n]} indices"
                 )
         extents = self._extents(given, out, shapes)
+        for v, (n, kind) in plan.cin.bounds.items():
+            if extents[v] != n:
+                raise ShapeError(
+                    f"the schedule bounds index variable {v} to exactly {n} ({kind}), but this "
+                    f"call has extent {extents[v]} for {v}"
+                )
         slots: dict[str, Tensor] = {}
         for slot in plan.cin.slots.values():
             if slot.name not in slots:
@@ -316,8 +358,18 @@ class Kernel:
                 "sparse output is not supported, write the sum as an expression instead"
             )
         counts = np.zeros(plan.computed_format.order, dtype=np.int64)
-        self._invoke(plan.assemble, extents, slots, None, counts=counts)
-        result = self._allocate_sparse(out_shape, counts)
+        if plan.local_level is None:
+            self._invoke(plan.assemble, extents, slots, None, counts=counts)
+            result = self._allocate_sparse(out_shape, counts)
+        else:
+            # The assemble pass counts each segment into pos; a prefix sum places them.
+            counted = self._allocate_sparse(out_shape, counts)
+            self._invoke(plan.assemble, extents, slots, counted, counts=counts)
+            pos = counted.levels[plan.local_level]["pos"]
+            np.cumsum(pos, out=pos)
+            counts[plan.local_level] = pos[-1]
+            result = self._allocate_sparse(out_shape, counts)
+            result.levels[plan.local_level]["pos"] = pos
         self._invoke(plan.compute, extents, slots, result)
         result = _finish_sparse(result)
         if plan.output_format != plan.computed_format:

@@ -50,6 +50,10 @@ class LevelKind:
         """Number of positions this level holds, given its parent's count."""
         raise NotImplementedError
 
+    def child_range(self, arrays: dict[str, Expr], lo: Expr, hi: Expr, dim: Expr):
+        """Positions of the children of the parent positions [lo, hi), for ``pos`` over a fuse."""
+        raise NotImplementedError
+
 
 class Dense(LevelKind):
     def locate(self, parent, coord, dim):
@@ -59,6 +63,11 @@ class Dense(LevelKind):
 
     def count(self, parent_count, arrays):
         raise TypeError("dense levels are counted from the dimension")
+
+    def child_range(self, arrays, lo, hi, dim):
+        from ucf.ir.nodes import mul
+
+        return mul(lo, dim), mul(hi, dim)
 
 
 class Compressed(LevelKind):
@@ -80,6 +89,11 @@ class Compressed(LevelKind):
     def count(self, parent_count, arrays):
         return int(arrays["pos"][parent_count]) if parent_count < len(arrays["pos"]) else -1
 
+    def child_range(self, arrays, lo, hi, dim):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["pos"], lo), Load(arrays["pos"], hi)
+
 
 class Singleton(LevelKind):
     def bounds(self, arrays, parent, segment_end, dim):
@@ -96,9 +110,29 @@ class Singleton(LevelKind):
     def count(self, parent_count, arrays):
         return parent_count
 
+    def child_range(self, arrays, lo, hi, dim):
+        return lo, hi
+
+
+class WorkspaceList(LevelKind):
+    """The coordinates a precompute workspace was touched at, sorted: ``crd[0:count)``."""
+
+    def bounds(self, arrays, parent, segment_end, dim):
+        from ucf.ir.nodes import Const
+
+        return Const(0, "i64"), arrays["count"]
+
+    def coordinate(self, arrays, pos):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["crd"], pos)
+
 
 DENSE = Dense("U", "dense", (), full=True, can_locate=True)
 COMPRESSED = Compressed("C", "compressed", ("pos", "crd"), full=False, can_locate=False)
 SINGLETON = Singleton("S", "singleton", ("crd",), full=False, can_locate=False, branchless=True)
+
+# Not a user format: the lowerer's view of a workspace's touched-coordinate list.
+WORKSPACE_LIST = WorkspaceList("W", "workspace list", ("crd",), full=False, can_locate=False)
 
 KINDS: dict[str, LevelKind] = {k.letter: k for k in (DENSE, COMPRESSED, SINGLETON)}

@@ -133,6 +133,7 @@ class Store(Stmt):
     index: Expr
     value: Expr
     accumulate: bool = False
+    atomic: bool = False  # the add must not race with other threads' adds
 
 
 @dataclass
@@ -142,12 +143,20 @@ class For(Stmt):
     end: Expr
     body: list[Stmt]
     parallel: str | None = None  # None, or a unit name such as "CPUThread"
+    label: str = ""  # the schedule's name for this loop (an index variable, original or derived)
+    strategy: str = ""  # race strategy of a parallel loop
+    schedule: tuple[str, int] = ("static", 0)  # OpenMP-style (kind, chunk; 0 = even blocks)
+    unroll: int = 0  # unroll count the backend compiler is told to use
+    reduction: list[Var] = field(default_factory=list)  # scalars summed across threads/lanes
+    prologue: list[Stmt] = field(default_factory=list)  # per-thread setup of a parallel loop
+    epilogue: list[Stmt] = field(default_factory=list)  # per-thread teardown
 
 
 @dataclass
 class While(Stmt):
     cond: Expr
     body: list[Stmt]
+    label: str = ""  # set when this is the loop over an index variable (co-iteration)
 
 
 @dataclass
@@ -155,6 +164,27 @@ class If(Stmt):
     cond: Expr
     then: list[Stmt]
     orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class Alloc(Stmt):
+    """A zero-filled local array (a workspace) of ``size`` elements."""
+
+    array: Array
+    size: Expr
+
+
+@dataclass
+class Free(Stmt):
+    array: Array
+
+
+@dataclass
+class Call(Stmt):
+    """A call of another function of the same module (a helper such as the sort)."""
+
+    name: str
+    args: list
 
 
 @dataclass
@@ -180,6 +210,7 @@ class Function:
     params: list[Param]
     body: list[Stmt]
     doc: str = ""
+    internal: bool = False  # a helper: not exported, not in the header
 
 
 def const_like(e: Expr, value) -> Const:

@@ -37,14 +37,20 @@ def _stmt(s: ir.Stmt, depth: int) -> list[str]:
     if isinstance(s, ir.Assign):
         return [f"{pad}{s.var.name} = {expr(s.value)}"]
     if isinstance(s, ir.Store):
-        op = "store+=" if s.accumulate else "store"
+        op = ("atomic " if s.atomic else "") + ("store+=" if s.accumulate else "store")
         return [f"{pad}{op} {s.array.name}[{expr(s.index)}], {expr(s.value)}"]
     if isinstance(s, ir.For):
-        par = f" parallel({s.parallel})" if s.parallel else ""
-        head = f"{pad}for{par} {s.var.name} in [{expr(s.start)}, {expr(s.end)}) {{"
-        return [head, *_block(s.body, depth + 1), f"{pad}}}"]
+        return _for(s, depth)
     if isinstance(s, ir.While):
-        return [f"{pad}while {expr(s.cond)} {{", *_block(s.body, depth + 1), f"{pad}}}"]
+        label = f"  # {s.label}" if s.label else ""
+        return [f"{pad}while {expr(s.cond)} {{{label}", *_block(s.body, depth + 1), f"{pad}}}"]
+    if isinstance(s, ir.Alloc):
+        return [f"{pad}alloc {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
+    if isinstance(s, ir.Free):
+        return [f"{pad}free {s.array.name}"]
+    if isinstance(s, ir.Call):
+        args = ", ".join(a.name if isinstance(a, ir.Array) else expr(a) for a in s.args)
+        return [f"{pad}call {s.name}({args})"]
     if isinstance(s, ir.If):
         lines = [f"{pad}if {expr(s.cond)} {{", *_block(s.then, depth + 1)]
         if s.orelse:
@@ -53,6 +59,30 @@ def _stmt(s: ir.Stmt, depth: int) -> list[str]:
     if isinstance(s, ir.Comment):
         return [f"{pad}# {s.text}"]
     raise TypeError(f"cannot print {type(s).__name__}")
+
+
+def _for(s: ir.For, depth: int) -> list[str]:
+    pad = "  " * depth
+    attrs = []
+    if s.parallel:
+        attrs.append(f"parallel({s.parallel}, {s.strategy or 'NoRaces'})")
+    if s.reduction:
+        attrs.append("reduce(" + ", ".join(r.name for r in s.reduction) + ")")
+    if s.unroll:
+        attrs.append(f"unroll({s.unroll})")
+    label = f"  # {s.label}" if s.label and s.label != s.var.name else ""
+    head = f"{pad}for{' ' if attrs else ''}{' '.join(attrs)} {s.var.name} in "
+    head += f"[{expr(s.start)}, {expr(s.end)}) {{{label}"
+    lines = [head, *_block(s.body, depth + 1), f"{pad}}}"]
+    if s.prologue or s.epilogue:
+        lines = [
+            f"{pad}per-thread {{",
+            *_block(s.prologue, depth + 1),
+            *["  " + line for line in lines],
+            *_block(s.epilogue, depth + 1),
+            f"{pad}}}",
+        ]
+    return lines
 
 
 def expr(e: ir.Expr) -> str:

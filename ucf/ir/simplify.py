@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 
 from ucf.ir import nodes as ir
 
@@ -32,9 +32,14 @@ def _prune(stmts: list[ir.Stmt], live: set[str]) -> list[ir.Stmt]:
         if isinstance(s, ir.Decl | ir.Assign) and s.var.name not in live:
             continue
         if isinstance(s, ir.For):
-            s = ir.For(s.var, s.start, s.end, _prune(s.body, live), s.parallel)
+            s = replace(
+                s,
+                body=_prune(s.body, live),
+                prologue=_prune(s.prologue, live),
+                epilogue=_prune(s.epilogue, live),
+            )
         elif isinstance(s, ir.While):
-            s = ir.While(s.cond, _prune(s.body, live))
+            s = replace(s, body=_prune(s.body, live))
         elif isinstance(s, ir.If):
             then, orelse = _prune(s.then, live), _prune(s.orelse, live)
             if not then and not orelse:
@@ -55,7 +60,7 @@ def remove_dead_variables(fn: ir.Function) -> ir.Function:
         reads(body, live)
         new = _prune(body, live)
         if new == body:
-            return ir.Function(fn.name, fn.params, new, fn.doc)
+            return replace(fn, body=new)
         body = new
 
 
@@ -67,7 +72,7 @@ def declared(stmts: list[ir.Stmt]) -> set[str]:
             names.add(s.var.name)
         elif isinstance(s, ir.For):
             names.add(s.var.name)
-            names |= declared(s.body)
+            names |= declared(s.prologue + s.body + s.epilogue)
         elif isinstance(s, ir.While):
             names |= declared(s.body)
         elif isinstance(s, ir.If):
@@ -81,8 +86,41 @@ def assigned(stmts: list[ir.Stmt]) -> set[str]:
     for s in stmts:
         if isinstance(s, ir.Assign):
             names.add(s.var.name)
-        elif isinstance(s, ir.For | ir.While):
+        elif isinstance(s, ir.For):
+            names |= assigned(s.prologue + s.body + s.epilogue)
+        elif isinstance(s, ir.While):
             names |= assigned(s.body)
         elif isinstance(s, ir.If):
             names |= assigned(s.then) | assigned(s.orelse)
     return names
+
+
+def substitute(node, mapping: dict[str, ir.Expr]):
+    """A copy of an LLIR tree with the named variables replaced (reads and writes alike)."""
+    if isinstance(node, ir.Var):
+        new = mapping.get(node.name)
+        return node if new is None else new
+    if isinstance(node, list):
+        return [substitute(x, mapping) for x in node]
+    if isinstance(node, tuple):
+        return tuple(substitute(x, mapping) for x in node)
+    if not is_dataclass(node) or isinstance(node, ir.Array | ir.Param):
+        return node
+    return replace(
+        node, **{f.name: substitute(getattr(node, f.name), mapping) for f in fields(node)}
+    )
+
+
+def loops(stmts: list[ir.Stmt]):
+    """Every loop in the statements, outermost first, with the list that holds it."""
+    for s in stmts:
+        if isinstance(s, ir.For):
+            yield stmts, s
+            for lst in (s.prologue, s.body, s.epilogue):
+                yield from loops(lst)
+        elif isinstance(s, ir.While):
+            yield stmts, s
+            yield from loops(s.body)
+        elif isinstance(s, ir.If):
+            yield from loops(s.then)
+            yield from loops(s.orelse)

@@ -16,15 +16,18 @@ counts the entries each output level receives, the executor allocates, and
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ucf.cin.notation import CIN
-from ucf.errors import ScheduleError, UnsupportedError
-from ucf.format.format import Format
+from ucf.cin.schedule import Applied
+from ucf.errors import ScheduleError, UcfError, UnsupportedError
+from ucf.format.format import Format, dense_format
+from ucf.format.levels import WORKSPACE_LIST
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Array, Const, Param, Var
-from ucf.ir.simplify import assigned, declared
+from ucf.lang import ast
 from ucf.lang.ast import accesses
+from ucf.lower import sort, transforms
 from ucf.lower.lattice import (
     Lit,
     Negate,
@@ -77,19 +80,30 @@ class State:
         None  # (level, coordinate) of an output append deferred past a reduction
     )
     hit: Var | None = None  # set when the deferred reduction met a nonzero term
+    order: tuple[str, ...] = ()  # the loop order of this nest (a where's sides differ)
+    ws: Workspace | None = None  # set in a precompute's producer: the leaf writes here
+    where_done: bool = False  # below a precompute's where
+    counter: Var | None = None  # a segment-local counter for the compressed output level
 
     def copy(self) -> State:
-        return State(
-            self.depth,
-            dict(self.levels),
-            dict(self.pos),
-            dict(self.seg_end),
-            self.out_level,
-            self.out_pos,
-            self.acc,
-            self.pending,
-            self.hit,
+        return replace(
+            self, levels=dict(self.levels), pos=dict(self.pos), seg_end=dict(self.seg_end)
         )
+
+
+@dataclass
+class Workspace:
+    """A precompute's dense workspace, plus the list of touched coordinates when the
+    consumer appends to a sparse output (so it walks only those, in order)."""
+
+    name: str
+    var: str  # the original index variable it is indexed by
+    index: Var  # the variable it is indexed with (the original or a split's inner one)
+    size: ir.Expr
+    vals: Array
+    flags: Array | None = None
+    list: Array | None = None
+    count: Var | None = None
 
 
 @dataclass
@@ -98,10 +112,32 @@ class Lowered:
 
     compute: ir.Function
     assemble: ir.Function | None  # set for sparse outputs: counts entries per level
+    helpers: list[ir.Function]  # internal functions the kernels call
+    local_level: int | None  # compressed output level whose pos the assemble pass fills
+
+
+@dataclass
+class Where:
+    """Where a precompute splits the nest into a producer and a consumer."""
+
+    depth: int
+    prod_term: Term
+    cons_term: Term
+    prod_vars: set[str]
+    cons_vars: set[str]
+    ws: Workspace
+    split: tuple | None  # (outer, inner, factor, extent) when iw is a split's inner loop
 
 
 class Lowerer:
-    def __init__(self, cin: CIN, value_type: str, index_type: str, name: str = "kernel"):
+    def __init__(
+        self,
+        cin: CIN,
+        value_type: str,
+        index_type: str,
+        name: str = "kernel",
+        applied: Applied | None = None,
+    ):
         self.cin = cin
         self.vt = value_type
         self.it = index_type
@@ -137,6 +173,41 @@ class Lowerer:
         self.counters = [Var(f"{out.tensor}{lvl}_size", I64) for lvl in range(self.out_fmt.order)]
         self.assembling = False
         self._fresh = itertools.count()
+        self.applied = applied
+        self.pos_map = applied.pos if applied else {}
+        self.fused = {f[0][0]: f for f in applied.fused} if applied else {}
+        self.steps = list(applied.steps) if applied else []
+        self.entries: dict[str, tuple[Var, int]] = {}
+        self.workspaces: list[Array] = []
+        self.local = self._local_level()
+        self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
+        self.where = self._plan_where() if applied and applied.precompute else None
+
+    def _local_level(self) -> int | None:
+        """The one compressed output level below only dense ones, if that is the shape.
+
+        Such an output (CSR and its kin) is counted per segment, so each
+        segment's positions are known before the compute pass and its dense
+        loops can run in parallel.
+        """
+        if not self.sparse_out:
+            return None
+        sparse = [k for k, lvl in enumerate(self.out_fmt.levels) if not lvl.full]
+        if len(sparse) == 1 and self.out_fmt.levels[sparse[0]].letter == "C":
+            return sparse[0]
+        return None
+
+    @staticmethod
+    def _interleaved(applied: Applied) -> bool:
+        """Whether the final loops interleave the loops of different original variables."""
+        seen: list[str] = []
+        for label in applied.loops:
+            for o in applied.provenance.origins(label):
+                if o in seen and seen[-1] != o:
+                    return True
+                if o not in seen:
+                    seen.append(o)
+        return False
 
     # ---------------------------------------------------------------- checks
     def _check_supported(self) -> None:
@@ -173,6 +244,18 @@ class Lowerer:
                     doc="out: number of entries each output level receives",
                 )
             )
+            if self.local is not None:
+                arr = self.out_params.levels[self.local]["pos"]
+                params.append(
+                    Param(
+                        arr.name,
+                        arr.elem,
+                        True,
+                        True,
+                        role=("pos", self.out_name, self.local),
+                        doc=f"out: entries under each parent of output level {self.local}",
+                    )
+                )
         else:
             params += self._storage_params(self.out_name, self.out_params, output=True)
         return params
@@ -220,15 +303,43 @@ class Lowerer:
             assemble = ir.Function(
                 f"{self.name}_assemble",
                 self._params(True),
-                body,
+                self._scheduled(body),
                 doc="Count the entries of each output level.",
             )
             self.assembling = False
-        body = self._function_body()
+        body = self._scheduled(self._function_body())
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )
-        return Lowered(compute, assemble)
+        helpers = [sort.sort_function()] if self.where and self.where.ws.list else []
+        return Lowered(compute, assemble, helpers, self.local)
+
+    def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """Apply the loop transformations of the schedule to a built nest."""
+        if self.applied is None:
+            return body
+        for ws in self.workspaces:
+            body.insert(0, ir.Alloc(ws, self._ws_size(ws)))
+            body.append(ir.Free(ws))
+        parallel_out: set[str] = set()
+        if self.local is not None:
+            parallel_out = set(self.out_level_vars[: self.local])
+        nest = transforms.Nest(
+            body,
+            self.applied.provenance,
+            set(self.out_vars),
+            self.out_params.vals.name,
+            self.sparse_out,
+            parallel_out,
+            dict(self.entries),
+            list(self.workspaces),
+        )
+        transforms.apply(nest, self.steps, self.applied.parallel)
+        self.entries.clear()
+        return nest.body
+
+    def _ws_size(self, arr: Array) -> ir.Expr:
+        return self.where.ws.size
 
     def _counts_array(self) -> Array:
         return Array(f"{self.out_name}_counts", I64, True)
@@ -237,24 +348,35 @@ class Lowerer:
         body: list[ir.Stmt] = (
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
         )
-        state = State()
+        state = State(order=tuple(self.cin.order))
         for n in self.operands:
             state.levels[n] = 0
             state.pos[n] = Const(0, I64)
+        self.workspaces = []
+        if self.where is not None:
+            ws = self.where.ws
+            self.workspaces = [a for a in (ws.vals, ws.flags, ws.list) if a is not None]
+            if self.assembling:
+                self.workspaces.remove(ws.vals)
         body += self._at_depth(self.term, state)
         return body
 
     # --------------------------------------------------------------- descent
     def _at_depth(self, term: Term, st: State) -> list[ir.Stmt]:
-        order = self.cin.order
+        order = st.order
         d = st.depth
+        if self.where and not st.where_done and st.ws is None and d == self.where.depth:
+            return self._where(st)
         remaining = order[d:]
-        out_bound = all(v in order[:d] for v in self.out_vars)
-        if self.assembling and out_bound and st.pending is None:
+        out_vars = [st.ws.var] if st.ws else self.out_vars
+        out_bound = all(v in order[:d] for v in out_vars)
+        listing = st.ws is not None and st.ws.list is not None
+        if self.assembling and out_bound and st.pending is None and not listing:
             return []
         if d == len(order):
             return self._leaf(term, st)
-        if out_bound and st.acc is None and remaining:
+        use_acc = self.use_acc and st.ws is None
+        if out_bound and st.acc is None and remaining and use_acc:
             acc = Var(f"t{next(self._fresh)}", self.vt)
             inner = st.copy()
             inner.acc = acc
@@ -270,14 +392,15 @@ class Lowerer:
             inner.hit = hit
             lvl, coord = st.pending
             q = Var(f"p{self.out_name}{lvl}", I64)
-            insert: list[ir.Stmt] = [ir.Decl(q, self.counters[lvl])]
+            counter = self._counter(st, lvl)
+            insert: list[ir.Stmt] = [ir.Decl(q, counter)]
             if not self.assembling:
                 crd = self.out_params.levels[lvl]["crd"]
                 insert += [
                     ir.Store(crd, q, ir.cast(coord, self.it)),
                     ir.Store(self.out_params.vals, q, acc),
                 ]
-            insert.append(ir.Assign(self.counters[lvl], ir.add(self.counters[lvl], Const(1, I64))))
+            insert.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
             return [
                 ir.Decl(acc, Const(0, self.vt)),
                 ir.Decl(hit, Const(False, "i1")),
@@ -286,7 +409,14 @@ class Lowerer:
             ]
         return self._loop(term, st)
 
+    def _counter(self, st: State, lvl: int) -> Var:
+        if lvl == self.local and st.counter is not None:
+            return st.counter
+        return self.counters[lvl]
+
     def _leaf(self, term: Term, st: State) -> list[ir.Stmt]:
+        if st.ws is not None:
+            return self._ws_leaf(term, st)
         if st.hit is not None and self.assembling:
             return [ir.Assign(st.hit, Const(True, "i1"))]
         value = self._value(term, st)
@@ -299,7 +429,7 @@ class Lowerer:
         # Each output position is reached exactly once when only output variables
         # enclose the store (lattice loops partition the coordinates), so `=`
         # statements can overwrite instead of read-modify-write.
-        outer = self.cin.order[: st.depth]
+        outer = st.order[: st.depth]
         once = self.cin.statement.op == "=" and all(v in self.out_vars for v in outer)
         if self.sparse_out:
             index = st.out_pos
@@ -316,6 +446,8 @@ class Lowerer:
     def _value(self, t: Term, st: State) -> ir.Expr:
         if isinstance(t, Opnd):
             op = self.operands[t.n]
+            if self.where and t.n == self.where_n:
+                return ir.Load(self.where.ws.vals, self.where.ws.index)
             if op.dense:
                 return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, op.level_vars))
             return ir.Load(op.params.vals, st.pos[t.n])
@@ -340,36 +472,57 @@ class Lowerer:
         return sparse, located
 
     def _loop(self, term: Term, st: State) -> list[ir.Stmt]:
-        v = self.cin.order[st.depth]
+        v = st.order[st.depth]
+        if v in self.fused and st.ws is None:
+            return self._fused_loop(term, st, *self.fused[v])
         sparse, located = self._sparse_here(v, st)
         used = operands(term)
         present = [n for n in sparse if n in used]
         points = lattice(term, lambda n: n in present)
         top = points[0]
         stmts: list[ir.Stmt] = []
-        iters = {n: self._iterator(n, v, st) for n in present}
         out_kind = self._out_kind(v, st)
+        local = out_kind == "C" and st.out_level == self.local and st.ws is None
+        prefix: list[ir.Stmt] = []
+        if local:
+            st = st.copy()
+            st.counter = Var(f"{self.out_name}{self.local}_at", I64)
+            pos_arr = self.out_params.levels[self.local]["pos"]
+            start = Const(0, I64) if self.assembling else ir.cast(ir.Load(pos_arr, st.out_pos), I64)
+            prefix = [ir.Decl(st.counter, start)]
+        iters = {n: self._iterator(n, v, st) for n in present}
         coord = Var(v, I64)
-        if len(iters) == 1 and not top.full and next(iter(iters.values())).unique:
+        label = self._label(v, st)
+        drives = len(iters) == 1 and not top.full and next(iter(iters.values())).unique
+        self._check_pos(v, iters, top, drives)
+        if drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
             it = next(iter(iters.values()))
             body = [ir.Decl(coord, ir.cast(it.kind.coordinate(it.arrays, it.pos), I64))]
             body += self._cases(term, st, iters, located, coord, set(iters), {}, full=False)
-            stmts.append(ir.For(it.pos, it.begin, it.end_expr, body))
+            stmts.append(ir.For(it.pos, it.begin, it.end_expr, body, label=label))
         elif top.full:
             for it in iters.values():
                 stmts += it.init
             body = self._full_body(term, st, iters, located, coord)
-            stmts.append(ir.For(coord, Const(0, I64), self.extents[v], body))
+            stmts.append(ir.For(coord, Const(0, I64), self.extents[v], body, label=label))
         else:
             for it in iters.values():
                 stmts += it.init
             for point in points:
                 if not point.iters:
                     continue
-                stmts += self._point_loop(term, st, iters, located, coord, point)
-        self._schedule_loop(v, stmts)
-        if out_kind == "C" and not self.assembling:
+                stmts += self._point_loop(term, st, iters, located, coord, point, label)
+        if local:
+            if self.assembling:
+                pos_arr = self.out_params.levels[self.local]["pos"]
+                stmts.append(
+                    ir.Store(
+                        pos_arr, ir.add(st.out_pos, Const(1, I64)), ir.cast(st.counter, self.it)
+                    )
+                )
+            return prefix + stmts
+        if out_kind == "C" and not self.assembling and st.ws is None:
             lvl = st.out_level
             stmts.append(
                 ir.Store(
@@ -380,56 +533,356 @@ class Lowerer:
             )
         return stmts
 
-    def _schedule_loop(self, v: str, stmts: list[ir.Stmt]) -> None:
-        """Strip-mine and parallelize the loop over v as the schedule asks."""
-        split = self.cin.splits.get(v)
-        names = (split.outer, split.inner) if split else (v,)
-        wanted = [n for n in names if n in self.cin.parallel]
-        if split is None and not wanted:
-            return
-        loops = [k for k, s in enumerate(stmts) if isinstance(s, ir.For | ir.While)]
-        if len(loops) != 1 or not isinstance(stmts[loops[0]], ir.For):
-            what = (
-                f"{split.mode}({v}, ...)"
-                if split
-                else f"parallelize({v}, {', '.join(self.cin.parallel[v])})"
-            )
-            raise ScheduleError(
-                f"{what}: {v} is co-iterated by while loops over several sparse operands; "
-                "only a for loop (a dense dimension or one driving sparse operand) can be "
-                "split or run in parallel"
-            )
-        loop = stmts[loops[0]]
-        targets = {v: loop}
-        if split:
-            prelude, outer, inner = _strip_mine(loop, split)
-            stmts[loops[0] : loops[0] + 1] = [*prelude, outer]
-            targets = {split.outer: outer, split.inner: inner}
-        for name in wanted:
-            self._parallelize(v, name, targets[name])
+    def _label(self, v: str, st: State) -> str:
+        if self.where and (st.ws is not None or st.where_done) and v == self.where.ws.var:
+            return self.applied.precompute[0].wvar
+        if v in self.pos_map:
+            return self.pos_map[v][0]
+        return v
 
-    def _parallelize(self, v: str, name: str, loop: ir.For) -> None:
-        """Mark a loop parallel once its preconditions are known to hold."""
-        unit, strategy = self.cin.parallel[name]
-        cmd = f"parallelize({name}, {unit}, {strategy})"
-        if v not in self.out_vars:
+    def _check_pos(self, v: str, iters: dict, top, drives: bool) -> None:
+        if v not in self.pos_map:
+            return
+        vpos, tensor = self.pos_map[v]
+        cmd = f"pos({v}, {vpos}, {tensor})"
+        names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
+        if top.full:
             raise ScheduleError(
-                f"{cmd}: {v} is a reduction variable, so iterations add into the same output "
-                f"entries; {strategy} promises they never do"
+                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero (a "
+                f"sum with a dense term), so {tensor}'s positions do not cover it"
             )
+        if len(iters) > 1:
+            raise ScheduleError(
+                f"{cmd}: {v} co-iterates {' and '.join(names)}; pos needs {tensor} to drive the "
+                f"loop over {v} alone"
+            )
+        if not drives or names != [tensor]:
+            raise ScheduleError(
+                f"{cmd}: the loop over {v} is not driven by {tensor}'s positions here (at {v}, "
+                f"{tensor}'s level is dense or not reached)"
+            )
+
+    # -------------------------------------------------------------- precompute
+    def _plan_where(self) -> Where:
+        """Place a precompute's where as high in the nest as its workspace allows.
+
+        Below the where, the producer and the consumer may share no variable but
+        the workspace's, or the workspace would need more dimensions.  A sparse
+        output needs every reduction variable inside the producer, so the
+        consumer writes each output entry once.
+        """
+        from ucf.lang.parser import parse_statement
+
+        pc = self.applied.precompute[0]
+        prov = self.applied.provenance
+        cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
+        origins = prov.origins(pc.var)
+        if len(origins) != 1:
+            raise ScheduleError(f"{cmd}: {pc.var} iterates several variables; use one")
+        i = origins[0]
+        split = None
+        rel = prov.rel.get(pc.var)
+        if rel is not None and (rel.kind, rel.role) == ("split", "inner"):
+            split = self._ws_split(cmd, pc.var, i)
+        elif rel is not None:
+            raise ScheduleError(
+                f"{cmd}: {prov.describe(pc.var)}; precompute over an index variable or the "
+                "inner loop of a split"
+            )
+        try:
+            stmt = parse_statement(f"{pc.name}({i}) = {pc.expr}")
+        except UcfError as e:
+            raise ScheduleError(f"{cmd}: the expression does not parse: {e}") from None
+        factors = _factors(self.term)
+        taken: list[int] = []
+        for a in _ast_factors(stmt.rhs):
+            match = next(
+                (
+                    t.n
+                    for t in factors
+                    if isinstance(t, Opnd)
+                    and t.n not in taken
+                    and isinstance(a, ast.Access)
+                    and str(self.rhs_accesses[t.n]) == str(a)
+                ),
+                None,
+            )
+            if match is None:
+                raise ScheduleError(
+                    f"{cmd}: {a} is not a factor of the right-hand side "
+                    f"{self.cin.statement.rhs}; precompute a product of its factors"
+                )
+            taken.append(match)
+        rest = [t for t in factors if not (isinstance(t, Opnd) and t.n in taken)]
+        if len(factors) == 1 and taken:
+            rest = []
+        prod_vars = {
+            v for n in taken for idx in self.rhs_accesses[n].indices for v in idx.variables
+        }
+        if i not in prod_vars:
+            raise ScheduleError(f"{cmd}: {pc.expr} does not use {i}")
+        cons_vars = set(self.out_vars) | {i}
+        for t in rest:
+            for n in operands(t):
+                cons_vars |= {v for idx in self.rhs_accesses[n].indices for v in idx.variables}
+        order = self.cin.order
+        reductions = set(self.cin.reduction_vars)
+        depth = None
+        for d in range(len(order)):
+            below = set(order[d:])
+            if i not in below or not (prod_vars & cons_vars & below) <= {i}:
+                continue
+            if self.sparse_out and reductions & set(order[:d]):
+                continue
+            if split is not None and order[d] != i:
+                continue
+            depth = d
+            break
+        if depth is None:
+            raise ScheduleError(
+                f"{cmd}: with the loop order {', '.join(order)} the producer and the consumer "
+                f"would share variables other than {i} below any placement; reorder the loops "
+                f"so that {i} and the variables only {pc.expr} uses are innermost"
+            )
+        W = len(self.rhs_accesses)
+        self.where_n = W
+        size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
+        index = Var(i if split is None else pc.var, I64)
+        vals = Array(pc.name, self.vt, True)
+        ws = Workspace(pc.name, i, index, size, vals)
+        if self.sparse_out:
+            below = [v for v in order[depth:] if v in cons_vars]
+            if below != [i]:
+                raise ScheduleError(
+                    f"{cmd}: the consumer would loop over {', '.join(below)}; with a sparse "
+                    f"output it must loop over {i} only"
+                )
+            ws.flags = Array(f"{pc.name}_seen", "i32", True)
+            ws.list = Array(f"{pc.name}_list", I64, True)
+            ws.count = Var(f"{pc.name}_count", I64)
+            fmt = Format((WORKSPACE_LIST,), (0,))
+            params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
+        else:
+            fmt = dense_format(1)
+            params = SlotParams([size], [{}], vals)
+        self.operands[W] = Operand(W, pc.name, fmt, [i], params)
+        prod = _product([Opnd(n) for n in taken])
+        cons = _product([*rest, Opnd(W)])
+        return Where(depth, prod, cons, prod_vars, cons_vars, ws, split)
+
+    def _ws_split(self, cmd: str, var: str, i: str) -> tuple:
+        """The (outer, inner, factor, extent) of a workspace over a split's inner loop."""
+        prov = self.applied.provenance
+        rel = prov.rel[var]
+        parent = rel.parents[0]
+        outer = next(
+            v
+            for v, r in prov.rel.items()
+            if r.kind == "split" and r.parents == rel.parents and r.role == "outer"
+        )
+        prel = prov.rel.get(parent)
+        if parent == i:
+            extent: ir.Expr = self.extents[i]
+        elif prel is not None and prel.kind == "bound" and prel.parents == (i,):
+            extent = Const(prel.amount, I64)
+        else:
+            raise ScheduleError(f"{cmd}: {prov.describe(parent)}; split {i} or its bound")
+        self.steps = [
+            c
+            for c in self.steps
+            if not (c.name == "split" and c.args[0] == parent)
+            and not (c.name == "bound" and c.args[1] == parent)
+        ]
+        return outer, var, rel.amount, extent
+
+    def _where(self, st: State) -> list[ir.Stmt]:
+        wh = self.where
+        ws = wh.ws
+        d = st.depth
+        prod = st.copy()
+        prod.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.prod_vars)
+        prod.ws = ws
+        cons = st.copy()
+        cons.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.cons_vars)
+        cons.where_done = True
+        start: list[ir.Stmt] = []
+        if ws.list is None:
+            z = Var(f"{ws.name}_z", I64)
+            if not self.assembling:
+                start.append(
+                    ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.vals, z, Const(0, self.vt))])
+                )
+        else:
+            start.append(ir.Decl(ws.count, Const(0, I64)))
+        produce = self._at_depth(wh.prod_term, prod)
+        if ws.list is not None and not self.assembling:
+            produce.append(ir.Call(sort.NAME, [ws.list, ws.count]))
+        consume = self._at_depth(wh.cons_term, cons)
+        if ws.list is not None:
+            r, k = Var(f"{ws.name}_r", I64), Var(f"{ws.name}_k", I64)
+            reset: list[ir.Stmt] = [
+                ir.Decl(k, ir.Load(ws.list, r)),
+                ir.Store(ws.flags, k, Const(0, "i32")),
+            ]
+            if not self.assembling:
+                reset.append(ir.Store(ws.vals, k, Const(0, self.vt)))
+            consume.append(ir.For(r, Const(0, I64), ws.count, reset))
+        if wh.split is None:
+            return start + produce + consume
+        outer, inner, factor, extent = wh.split
+        base = Var(f"{ws.var}_base", I64)
+        f = Const(factor, I64)
+
+        def tile(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+            loop = stmts[-1] if stmts else None
+            if not (isinstance(loop, ir.For) and loop.var.name == ws.var):
+                raise ScheduleError(
+                    f"precompute over {inner}: the loop over {ws.var} walks a sparse operand; "
+                    "a workspace over a split's inner loop needs a dense loop"
+                )
+            body = [ir.Decl(loop.var, ir.add(base, Var(inner, I64))), *loop.body]
+            end = ir.minimum(f, ir.sub(extent, base))
+            return [*stmts[:-1], ir.For(Var(inner, I64), Const(0, I64), end, body, label=inner)]
+
+        blocks = ir.Bin("/", ir.add(extent, Const(factor - 1, I64)), f)
+        body = [ir.Decl(base, ir.mul(Var(outer, I64), f)), *start, *tile(produce), *tile(consume)]
+        return [ir.For(Var(outer, I64), Const(0, I64), blocks, body, label=outer)]
+
+    def _ws_leaf(self, term: Term, st: State) -> list[ir.Stmt]:
+        ws = st.ws
+        idx = ws.index
+        stmts: list[ir.Stmt] = []
+        if ws.list is not None:
+            first = [
+                ir.Store(ws.flags, idx, Const(1, "i32")),
+                ir.Store(ws.list, ws.count, idx),
+                ir.Assign(ws.count, ir.add(ws.count, Const(1, I64))),
+            ]
+            stmts.append(ir.If(ir.Cmp("==", ir.Load(ws.flags, idx), Const(0, "i32")), first))
+        if not self.assembling:
+            stmts.append(ir.Store(ws.vals, idx, self._value(term, st), accumulate=True))
+        return stmts
+
+    # ------------------------------------------------------------- fused pos
+    def _fused_loop(self, term: Term, st: State, fvars: tuple, label: str, tensor: str):
+        """One loop over the positions of ``tensor``'s deepest fused level.
+
+        Each iteration recovers the parent positions and coordinates above it.
+        A compressed parent is found by binary search at the start of a range
+        (the loop's start, or each block's once it is split) and then advanced
+        incrementally, so a block costs one search plus constant work per
+        nonzero.
+        """
+        cmd = f"pos over {', '.join(fvars)} ({label}, {tensor})"
+        used = operands(term)
+        n = next(
+            (
+                x
+                for x, op in self.operands.items()
+                if x in self.cin.slots
+                and self.cin.slots[x].tensor == tensor
+                and x in used
+                and not op.dense
+                and st.levels[x] < op.fmt.order
+                and op.level_vars[st.levels[x]] == fvars[0]
+            ),
+            None,
+        )
+        if n is None:
+            raise ScheduleError(f"{cmd}: {tensor} does not drive the loop over {fvars[0]} here")
+        op = self.operands[n]
+        a = st.levels[n]
+        m = len(fvars)
+        b = a + m - 1
+        if op.level_vars[a : b + 1] != list(fvars):
+            raise ScheduleError(f"{cmd}: {tensor} does not store {', '.join(fvars)} in that order")
         if self.sparse_out:
             raise ScheduleError(
-                f"{cmd}: the sparse output {self.out_name} is appended in order, so its loops "
-                "cannot run in parallel yet"
+                f"{cmd}: a sparse output cannot be appended from a loop over fused nonzeros"
             )
-        carried = sorted(assigned(loop.body) - declared(loop.body))
-        if carried:
-            raise ScheduleError(
-                f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
-                "(a sparse iterator co-iterated with a dense dimension), so it cannot run "
-                "in parallel"
-            )
-        loop.parallel = unit
+        cur = st.copy()
+        located_stmts: list[ir.Stmt] = []
+        for v in fvars:
+            sparse, located = self._sparse_here(v, cur)
+            others = [x for x in sparse if x in used and x != n]
+            if others:
+                names = ", ".join(self.cin.slots[x].tensor for x in others)
+                raise ScheduleError(
+                    f"{cmd}: {v} also co-iterates {names}; pos needs {tensor} alone"
+                )
+            if lattice(term, lambda x: x == n)[0].full:
+                raise ScheduleError(
+                    f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero"
+                )
+            for x in located:
+                other = self.operands[x]
+                lvl = cur.levels[x]
+                dim = other.params.dims[other.fmt.mode_order[lvl]]
+                q = Var(f"p{other.name}{lvl}", I64)
+                located_stmts.append(
+                    ir.Decl(q, other.fmt.levels[lvl].locate(cur.pos[x], Var(v, I64), dim))
+                )
+                cur.levels[x] += 1
+                cur.pos[x] = q
+            cur.levels[n] += 1
+        arrays = op.params.levels
+        kinds = op.fmt.levels
+        dims = [op.params.dims[op.fmt.mode_order[lvl]] for lvl in range(op.fmt.order)]
+        pre: list[ir.Stmt] = []
+        ranges: dict[int, tuple[Var, Var]] = {}
+        lo, hi = kinds[a].bounds(arrays[a], st.pos[n], st.seg_end.get(n), dims[a])
+        for lvl in range(a, b + 1):
+            if lvl > a:
+                lo, hi = kinds[lvl].child_range(arrays[lvl], *ranges[lvl - 1], dims[lvl])
+            rng = (Var(f"{label}_lo{lvl}", I64), Var(f"{label}_hi{lvl}", I64))
+            pre += [ir.Decl(rng[0], ir.cast(lo, I64)), ir.Decl(rng[1], ir.cast(hi, I64))]
+            ranges[lvl] = rng
+        p = Var(label, I64)
+        first = Var(f"{label}_first", I64)
+        entry: list[ir.Stmt] = []
+        body: list[ir.Stmt] = []
+        parents: dict[int, ir.Expr] = {b: p}
+        child, child_first = p, first
+        for lvl in range(b, a, -1):
+            letter = kinds[lvl].letter
+            q = Var(f"{label}_q{lvl - 1}", I64)
+            if letter == "C":
+                posarr = arrays[lvl]["pos"]
+                entry += _segment_search(posarr, child_first, ranges[lvl - 1], q)
+                nxt = ir.add(q, Const(1, I64))
+                body.append(
+                    ir.While(
+                        ir.Cmp("<=", ir.cast(ir.Load(posarr, nxt), I64), child), [ir.Assign(q, nxt)]
+                    )
+                )
+                child_first = q
+            elif letter == "U":
+                body.append(ir.Decl(q, ir.Bin("/", child, dims[lvl])))
+                qf = Var(f"{label}_f{lvl - 1}", I64)
+                entry.append(ir.Decl(qf, ir.Bin("/", child_first, dims[lvl])))
+                child_first = qf
+            else:
+                body.append(ir.Decl(q, child))
+                child_first = child_first
+            parents[lvl - 1] = q
+            child = q
+        for lvl in range(a, b + 1):
+            pos_l = parents[lvl]
+            if kinds[lvl].letter == "U":
+                parent = st.pos[n] if lvl == a else parents[lvl - 1]
+                coord = ir.sub(pos_l, ir.mul(parent, dims[lvl]))
+            else:
+                coord = ir.cast(kinds[lvl].coordinate(arrays[lvl], pos_l), I64)
+            body.append(ir.Decl(Var(fvars[lvl - a], I64), coord))
+        body += located_stmts
+        inner = cur
+        inner.depth = st.depth + m
+        inner.pos[n] = p
+        inner.seg_end[n] = None
+        body += self._at_depth(term, inner)
+        loop = ir.For(p, ranges[b][0], ranges[b][1], body, label=label)
+        self.entries[label] = (first, len(entry) + 1)
+        return [*pre, ir.Decl(first, ranges[b][0]), *entry, loop]
 
     def _out_kind(self, v: str, st: State) -> str | None:
         if not self.sparse_out or st.out_level >= self.out_fmt.order:
@@ -448,6 +901,8 @@ class Lowerer:
             arrays, st.pos[n], st.seg_end.get(n), op.params.dims[op.fmt.mode_order[lvl]]
         )
         p = Var(f"p{base}", I64)
+        if n in self.cin.slots and self.pos_map.get(v, ("", ""))[1] == self.cin.slots[n].tensor:
+            p = Var(self.pos_map[v][0], I64)
         e = Var(f"p{base}_end", I64)
         it = _Iterator(n, p, e, Var(f"{v}{op.name}", I64), kind, arrays, unique=op.fmt.unique(lvl))
         it.begin, it.end_expr = ir.cast(begin, I64), ir.cast(end, I64)
@@ -496,7 +951,7 @@ class Lowerer:
             body.append(ir.If(matches[n], [ir.Assign(it.pos, self._advance(it))]))
         return body
 
-    def _point_loop(self, term, st, iters, located, coord, point) -> list[ir.Stmt]:
+    def _point_loop(self, term, st, iters, located, coord, point, label) -> list[ir.Stmt]:
         its = [iters[n] for n in sorted(point.iters)]
         cond: ir.Expr = Const(True, "i1")
         for it in its:
@@ -519,7 +974,7 @@ class Lowerer:
                 body.append(ir.Assign(it.pos, self._advance(it)))
             else:
                 body.append(ir.If(matches[it.n], [ir.Assign(it.pos, self._advance(it))]))
-        return [ir.While(cond, body)]
+        return [ir.While(cond, body, label=label)]
 
     def _cases(self, term, st, iters, located, coord, live: set[int], matches, full: bool):
         """One branch per set of matching iterators, largest set first."""
@@ -563,7 +1018,7 @@ class Lowerer:
             inner.levels[n] += 1
             inner.pos[n] = p
             inner.seg_end[n] = None
-        kind = self._out_kind(coord.name, st)
+        kind = self._out_kind(coord.name, st) if st.ws is None else None
         if kind is not None:
             lvl = st.out_level
             inner.out_level += 1
@@ -572,18 +1027,17 @@ class Lowerer:
             last = lvl == self.out_fmt.order - 1
             if kind == "U":
                 stmts.append(ir.Decl(q, self.out_fmt.levels[lvl].locate(st.out_pos, coord, dim)))
-            elif last and inner.depth < len(self.cin.order):
+            elif last and inner.depth < len(inner.order):
                 inner.pending = (lvl, coord)
                 return stmts + self._at_depth(term, inner)
             else:
-                stmts.append(ir.Decl(q, self.counters[lvl]))
+                counter = self._counter(st, lvl)
+                stmts.append(ir.Decl(q, counter))
                 if not self.assembling:
                     stmts.append(
                         ir.Store(self.out_params.levels[lvl]["crd"], q, ir.cast(coord, self.it))
                     )
-                stmts.append(
-                    ir.Assign(self.counters[lvl], ir.add(self.counters[lvl], Const(1, I64)))
-                )
+                stmts.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
             inner.out_pos = q
         return stmts + self._at_depth(term, inner)
 
@@ -603,37 +1057,42 @@ class _Iterator:
     end_expr: ir.Expr | None = None
 
 
-def _strip_mine(loop: ir.For, split) -> tuple[list[ir.Stmt], ir.For, ir.For]:
-    """``for x in [a, b)`` as an outer loop over blocks and an inner loop within one.
+def _factors(t: Term) -> list[Term]:
+    if isinstance(t, Op) and t.op == "*":
+        return _factors(t.left) + _factors(t.right)
+    return [t]
 
-    The inner bound is clipped to the range, so a tail needs no guard and the
-    inner loop still vectorizes.
-    """
-    x = loop.var.name
-    lo, hi = Var(f"{x}_lo", I64), Var(f"{x}_hi", I64)
-    outer, inner = Var(split.outer, I64), Var(split.inner, I64)
-    count = ir.sub(hi, lo)
-    prelude: list[ir.Stmt] = [ir.Decl(lo, loop.start), ir.Decl(hi, loop.end)]
-    one = Const(1, I64)
-    if split.mode == "split":
-        chunk: ir.Expr = Const(split.amount, I64)
-        blocks = ir.Bin("/", ir.add(count, Const(split.amount - 1, I64)), chunk)
-    else:
-        chunk = Var(f"{x}_chunk", I64)
-        parts = Const(split.amount, I64)
-        prelude.append(ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(count, parts), one), parts)))
-        blocks = parts
-    base = Var(f"{x}_base", I64)
-    inner_loop = ir.For(
-        inner,
-        Const(0, I64),
-        ir.minimum(chunk, ir.sub(hi, base)),
-        [ir.Decl(loop.var, ir.add(base, inner)), *loop.body],
-    )
-    outer_loop = ir.For(
-        outer, Const(0, I64), blocks, [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk))), inner_loop]
-    )
-    return prelude, outer_loop, inner_loop
+
+def _ast_factors(e) -> list:
+    if isinstance(e, ast.Binary) and e.op == "*":
+        return _ast_factors(e.left) + _ast_factors(e.right)
+    return [e]
+
+
+def _product(terms: list[Term]) -> Term:
+    out = terms[0]
+    for t in terms[1:]:
+        out = Op("*", out, t)
+    return out
+
+
+def _segment_search(pos: Array, target: ir.Expr, rng: tuple[Var, Var], q: Var) -> list[ir.Stmt]:
+    """``q`` = the parent whose segment of ``pos`` holds child position ``target``."""
+    lo, hi, mid = Var(f"{q.name}_l", I64), Var(f"{q.name}_h", I64), Var(f"{q.name}_m", I64)
+    step = [
+        ir.Decl(mid, ir.Bin("/", ir.add(lo, hi), Const(2, I64))),
+        ir.If(
+            ir.Cmp("<=", ir.cast(ir.Load(pos, mid), I64), target),
+            [ir.Assign(lo, mid)],
+            [ir.Assign(hi, mid)],
+        ),
+    ]
+    return [
+        ir.Decl(lo, rng[0]),
+        ir.Decl(hi, rng[1]),
+        ir.While(ir.Cmp(">", ir.sub(hi, lo), Const(1, I64)), step),
+        ir.Decl(q, lo),
+    ]
 
 
 def _has_division(t: Term) -> bool:

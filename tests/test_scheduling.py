@@ -1,0 +1,512 @@
+"""The scheduling language, command by command, on both targets.
+
+Every kernel case is checked twice: against numpy/scipy (the expected value
+never comes from ucf) and against the same statement compiled without a
+schedule, since a schedule must change the algorithm and never the result.
+Operands are small integer-valued arrays with fixed seeds, so results are
+exact; the comparisons still use ``np.allclose``.
+
+The statements and schedules follow the TACO scheduling papers: SpMV, SpMM,
+SDDMM, TTV, MTTKRP, Gustavson SpGEMM, a scalar reduction, bounded loops with
+tails, tiled element-wise products, unrolling, random legal schedules
+(hypothesis), and illegal schedules that must name what is wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import nonzero_coords, rand_dense, rand_sparse, stored_coords
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ucf
+from ucf.cin.schedule import parse_schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPMV = "y(i) = A(i,j) * x(j)"
+SPMM = "C(i,k) = A(i,j) * B(j,k)"
+SDDMM = "A(i,k) = B(i,k) * C(i,j) * D(j,k)"
+TTV = "A(i,j) = B(i,j,k) * c(k)"
+MTTKRP = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
+DOT = "c = a(i) * b(i)"
+PAR_I = "parallelize(i, CPUThread, NoRaces)"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pack(arrays: dict[str, np.ndarray], formats: dict[str, str]) -> dict[str, object]:
+    """Operands as ucf.Tensors in their formats (dense ones stay numpy arrays)."""
+    return {
+        n: ucf.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()
+    }
+
+
+def dense(result) -> np.ndarray:
+    return result.to_numpy() if isinstance(result, ucf.Tensor) else np.asarray(result)
+
+
+def check(expr, formats, schedule, target, arrays, expected):
+    """Run ``expr`` with and without ``schedule``; both must equal ``expected``.
+
+    Returns the scheduled result, the unscheduled result and the scheduled kernel.
+    """
+    k = ucf.compile(expr, formats=formats, schedule=schedule, target=target)
+    base = ucf.compile(expr, formats=formats, target=target)
+    ops = pack(arrays, formats)
+    got = k(**ops)
+    ref = base(**ops)
+    g = dense(got)
+    assert g.shape == np.shape(expected)
+    assert np.allclose(g, expected), f"schedule {schedule!s} differs from numpy"
+    assert np.allclose(g, dense(ref)), f"schedule {schedule!s} differs from the unscheduled kernel"
+    return got, ref, k
+
+
+def assert_sorted_csr(S) -> None:
+    """Column indices strictly increase within every row of a scipy CSR array."""
+    assert S.has_sorted_indices
+    for r in range(S.shape[0]):
+        seg = S.indices[S.indptr[r] : S.indptr[r + 1]]
+        assert np.all(np.diff(seg) > 0), f"row {r} has unsorted or repeated columns {seg}"
+
+
+def without_echo(message: str, schedule: str) -> str:
+    """The message with the offending command text removed.
+
+    Messages may quote the command; the variable must be named by the
+    explanation itself, not only by the echo of what the user typed.
+    """
+    for cmd in parse_schedule(schedule):
+        message = message.replace(str(cmd), " ")
+    for part in re.split(r"[;\n]", schedule):
+        if part.strip():
+            message = message.replace(part.strip(), " ")
+    return message
+
+
+def names(message: str, name: str) -> bool:
+    """``name`` occurs in ``message`` as a whole word."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message) is not None
+
+
+# --------------------------------------------------------------------------- 1. SpMV
+
+SPMV_SCHEDULES = {
+    "split-reorder-parallel": (
+        "split(i,i0,i1,16); reorder(i0,i1,j); parallelize(i0,CPUThread,NoRaces)"
+    ),
+    "fuse-pos-atomics": (
+        "fuse(i,j,k); pos(k,kpos,A); split(kpos,kpos0,kpos1,16); "
+        "parallelize(kpos0,CPUThread,Atomics)"
+    ),
+    "fuse-pos-atomics-fluent": ucf.Schedule()
+    .fuse("i", "j", "k")
+    .pos("k", "kpos", "A")
+    .split("kpos", "kpos0", "kpos1", 16)
+    .parallelize("kpos0", "CPUThread", "Atomics"),
+}
+
+
+@pytest.mark.parametrize("schedule", list(SPMV_SCHEDULES.values()), ids=list(SPMV_SCHEDULES))
+def test_spmv(schedule, target):
+    rng = np.random.default_rng(101)
+    A = rand_sparse(rng, (57, 43), 0.15, empty_rows=3)
+    x = rand_dense(rng, (43,))
+    check(SPMV, {"A": "csr"}, schedule, target, {"A": A, "x": x}, A @ x)
+
+
+# --------------------------------------------------------------------------- 2. SpMM
+
+
+def test_spmm(target):
+    rng = np.random.default_rng(102)
+    A = rand_sparse(rng, (53, 41), 0.15, empty_rows=3)
+    B = rand_dense(rng, (41, 128))
+    schedule = (
+        "split(i,i0,i1,16); pos(j,jpos,A); split(jpos,jpos0,jpos1,8); "
+        "reorder(i0,i1,jpos0,k,jpos1); parallelize(i0,CPUThread,NoRaces); "
+        "parallelize(k,CPUVector,IgnoreRaces)"
+    )
+    check(SPMM, {"A": "csr"}, schedule, target, {"A": A, "B": B}, A @ B)
+
+
+# --------------------------------------------------------------------------- 3. SDDMM
+
+
+def test_sddmm(target):
+    rng = np.random.default_rng(103)
+    B = rand_sparse(rng, (47, 61), 0.12, empty_rows=3)
+    C = rand_dense(rng, (47, 13))
+    D = rand_dense(rng, (13, 61))
+    schedule = (
+        "split(i,i0,i1,16); pos(k,kpos,B); split(kpos,kpos0,kpos1,8); "
+        "reorder(i0,i1,kpos0,j,kpos1); parallelize(i0,CPUThread,NoRaces); "
+        "parallelize(kpos1,CPUVector,ParallelReduction)"
+    )
+    check(SDDMM, {"B": "csr"}, schedule, target, {"B": B, "C": C, "D": D}, B * (C @ D))
+
+
+# --------------------------------------------------------------------------- 4. TTV
+
+
+def _ttv_operands(seed: int):
+    rng = np.random.default_rng(seed)
+    B = rand_sparse(rng, (41, 23, 9), 0.1, empty_rows=3)
+    B[:, 4, :] = 0  # an empty (i, 4, :) slice in every row
+    c = rand_dense(rng, (9,))
+    return B, c
+
+
+def test_ttv_fused_position_chunks(target):
+    B, c = _ttv_operands(104)
+    schedule = (
+        "fuse(i,j,f); pos(f,fpos,B); split(fpos,chunk,fpos2,16); "
+        "reorder(chunk,fpos2,k); parallelize(chunk,CPUThread,NoRaces)"
+    )
+    check(TTV, {"B": "csf"}, schedule, target, {"B": B, "c": c}, np.einsum("ijk,k->ij", B, c))
+
+
+def test_ttv_sparse_output_parallel(target):
+    B, c = _ttv_operands(105)
+    formats = {"A": "csr", "B": "csf"}
+    got, ref, _ = check(TTV, formats, PAR_I, target, {"B": B, "c": c}, np.einsum("ijk,k->ij", B, c))
+    implied = nonzero_coords(np.any(B != 0, axis=2))
+    assert stored_coords(got) == implied
+    assert stored_coords(ref) == implied
+    assert_sorted_csr(got.to_scipy())
+
+
+# --------------------------------------------------------------------------- 5. MTTKRP
+
+MTTKRP_SCHEDULES = {
+    "workspace-BC": (
+        "split(i,i1,i2,16); reorder(i1,i2,k,l,j); precompute(B(i,k,l)*C(k,j),j,j,w); "
+        "parallelize(i1,CPUThread,NoRaces)"
+    ),
+    "workspace-BD-sums-l": (
+        "split(i,i1,i2,16); reorder(i1,i2,k,l,j); precompute(B(i,k,l)*D(l,j),j,j,w); "
+        "parallelize(i1,CPUThread,NoRaces)"
+    ),
+}
+
+
+@pytest.mark.parametrize("schedule", list(MTTKRP_SCHEDULES.values()), ids=list(MTTKRP_SCHEDULES))
+def test_mttkrp_precompute(schedule, target):
+    rng = np.random.default_rng(106)
+    B = rand_sparse(rng, (43, 11, 9), 0.12, empty_rows=3)
+    C = rand_dense(rng, (11, 7))
+    D = rand_dense(rng, (9, 7))
+    expected = np.einsum("ikl,kj,lj->ij", B, C, D)
+    check(MTTKRP, {"B": "csf"}, schedule, target, {"B": B, "C": C, "D": D}, expected)
+
+
+# --------------------------------------------------------------------------- 6. SpGEMM
+
+GUSTAVSON = "precompute(A(i,j)*B(j,k),k,k,w)"
+
+
+# The unscheduled kernel writes C in order (i, k, j) and repacks B to follow it.
+@pytest.mark.filterwarnings("ignore::ucf.cin.concretize.ConversionWarning")
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
+@pytest.mark.parametrize("fa,fb", list(itertools.product(["csr", "dcsr"], repeat=2)))
+def test_gustavson_spgemm(fa, fb, parallel, target):
+    rng = np.random.default_rng(107)
+    A = rand_sparse(rng, (45, 38), 0.08, empty_rows=4)
+    B = rand_sparse(rng, (38, 52), 0.08, empty_rows=4)
+    A[:, 5] = 0  # an empty column of A (B's row 5 then never contributes)
+    B[:, 7] = 0  # an empty column of B, hence of C
+    schedule = GUSTAVSON + ("; " + PAR_I if parallel else "")
+    formats = {"A": fa, "B": fb, "C": "csr"}
+    got, ref, _ = check(SPMM, formats, schedule, target, {"A": A, "B": B}, A @ B)
+
+    structural = (A != 0).astype(np.int64) @ (B != 0).astype(np.int64) > 0
+    implied = nonzero_coords(structural)
+    assert not structural[:, 7].any() and not structural.any(axis=1).all()
+    assert stored_coords(got) == implied
+    assert stored_coords(ref) == implied
+    S = got.to_scipy()
+    assert S.shape == (45, 52)
+    assert_sorted_csr(S)
+    assert np.allclose(S.toarray(), A @ B)
+
+
+# --------------------------------------------------------------------------- 7. scalar reduction
+
+
+@pytest.mark.parametrize("strategy", ["Atomics", "Temporary", "ParallelReduction"])
+@pytest.mark.parametrize("fa", ["dense", "C"])
+def test_parallel_scalar_reduction(fa, strategy, target):
+    rng = np.random.default_rng(108)
+    a = rand_sparse(rng, (67,), 0.3, empty_rows=0)
+    b = rand_dense(rng, (67,))
+    formats = {} if fa == "dense" else {"a": fa}
+    schedule = f"split(i,i0,i1,8); parallelize(i0,CPUThread,{strategy})"
+    got, _, _ = check(DOT, formats, schedule, target, {"a": a, "b": b}, np.dot(a, b))
+    assert np.asarray(got).shape == ()
+
+
+# --------------------------------------------------------------------------- 8. bound with tails
+
+EW1 = "a(i) = b(i) * c(i)"
+
+
+def _bounded(n: int) -> str:
+    return f"bound(i,ib,{n},MaxExact); split(ib,i0,i1,4); precompute(b(i)*c(i),i1,i1,w)"
+
+
+@pytest.mark.parametrize("n", [16, 17])
+def test_bound_split_precompute(n, target):
+    rng = np.random.default_rng(109 + n)
+    b = rand_dense(rng, (n,))
+    c = rand_dense(rng, (n,))
+    check(EW1, {}, _bounded(n), target, {"b": b, "c": c}, b * c)
+
+
+def test_bound_rejects_a_larger_extent(target):
+    rng = np.random.default_rng(110)
+    k = ucf.compile(EW1, schedule=_bounded(16), target=target)
+    b16, c16 = rand_dense(rng, (16,)), rand_dense(rng, (16,))
+    assert np.allclose(dense(k(b=b16, c=c16)), b16 * c16)
+    b17, c17 = rand_dense(rng, (17,)), rand_dense(rng, (17,))
+    with pytest.raises(ucf.UcfError):
+        k(b=b17, c=c17)
+
+
+# --------------------------------------------------------------------------- 9. tiled element-wise
+
+TILE_PERMS = list(itertools.permutations(["i0", "i1", "j0", "j1"]))
+
+
+@pytest.mark.parametrize("perm", TILE_PERMS, ids=["".join(p) for p in TILE_PERMS])
+def test_tiled_elementwise_every_order(perm, target):
+    rng = np.random.default_rng(111)
+    B = rand_dense(rng, (10, 7))
+    C = rand_dense(rng, (10, 7))
+    schedule = f"split(i,i0,i1,4); split(j,j0,j1,4); reorder({','.join(perm)})"
+    check("A(i,j) = B(i,j) * C(i,j)", {}, schedule, target, {"B": B, "C": C}, B * C)
+
+
+# --------------------------------------------------------------------------- 10. unroll, divide
+
+
+def test_unroll_bounded_loop(target):
+    rng = np.random.default_rng(112)
+    A = rand_dense(rng, (45, 8))
+    x = rand_dense(rng, (8,))
+    check(SPMV, {}, "bound(j,jb,8,MaxExact); unroll(jb,4)", target, {"A": A, "x": x}, A @ x)
+
+
+@pytest.mark.parametrize("fa", ["dense", "csr"])
+def test_divide_parallel(fa, target):
+    rng = np.random.default_rng(113)
+    A = rand_sparse(rng, (61, 29), 0.2, empty_rows=3)
+    x = rand_dense(rng, (29,))
+    formats = {} if fa == "dense" else {"A": fa}
+    schedule = "divide(i,i0,i1,3); parallelize(i0,CPUThread,NoRaces)"
+    check(SPMV, formats, schedule, target, {"A": A, "x": x}, A @ x)
+
+
+# --------------------------------------------------------------------------- 11. random schedules
+
+#: name -> (statement, default loop order, operand -> its index variables, output variables)
+RANDOM_STATEMENTS = {
+    "elementwise": ("C(i,j) = A(i,j) * B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
+    "spmv": (SPMV, "ij", {"A": "ij", "x": "j"}, "i"),
+    "spmm": (SPMM, "ijk", {"A": "ij", "B": "jk"}, "ik"),
+    "add": ("C(i,j) = A(i,j) + B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
+}
+
+
+def _numpy_reference(name: str, ops: dict[str, np.ndarray]) -> np.ndarray:
+    if name == "elementwise":
+        return ops["A"] * ops["B"]
+    if name == "spmv":
+        return ops["A"] @ ops["x"]
+    if name == "spmm":
+        return ops["A"] @ ops["B"]
+    return ops["A"] + ops["B"]
+
+
+@st.composite
+def random_case(draw):
+    """A statement, A's format, extents, operand seed and a legal schedule.
+
+    Legal by construction: splits (factor 1..5, fresh names) of any current
+    loop, reorders only when every operand is dense, and at most one
+    ``parallelize(.., CPUThread, NoRaces)`` of the first loop that derives
+    from an output variable (its iterations write disjoint output entries,
+    and the output is dense).
+    """
+    name = draw(st.sampled_from(sorted(RANDOM_STATEMENTS)))
+    expr, order, operands, outvars = RANDOM_STATEMENTS[name]
+    fa = draw(st.sampled_from(["dense", "csr"]))
+    extents = {v: draw(st.integers(1, 9)) for v in order}
+    seed = draw(st.integers(0, 2**32 - 1))
+    loops = list(order)
+    origin = {v: v for v in order}
+    commands: list[str] = []
+    fresh = itertools.count()
+    for _ in range(draw(st.integers(0, 4))):
+        kinds = ["split", "reorder"] if fa == "dense" else ["split"]
+        if draw(st.sampled_from(kinds)) == "split":
+            v = draw(st.sampled_from(loops))
+            factor = draw(st.integers(1, 5))
+            outer, inner = f"{origin[v]}{next(fresh)}", f"{origin[v]}{next(fresh)}"
+            at = loops.index(v)
+            loops[at : at + 1] = [outer, inner]
+            origin[outer] = origin[inner] = origin[v]
+            commands.append(f"split({v}, {outer}, {inner}, {factor})")
+        else:
+            loops = list(draw(st.permutations(loops)))
+            commands.append(f"reorder({', '.join(loops)})")
+    if draw(st.booleans()):
+        par = next(v for v in loops if origin[v] in outvars)
+        commands.append(f"parallelize({par}, CPUThread, NoRaces)")
+    return name, expr, operands, fa, extents, seed, "; ".join(commands)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=random_case())
+def test_random_legal_schedules(target, case):
+    name, expr, operands, fa, extents, seed, schedule = case
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for t, vs in operands.items():
+        shape = tuple(extents[v] for v in vs)
+        arrays[t] = rand_sparse(rng, shape, 0.4) if t == "A" else rand_dense(rng, shape)
+    formats = {} if fa == "dense" else {"A": fa}
+    check(expr, formats, schedule or None, target, arrays, _numpy_reference(name, arrays))
+
+
+# --------------------------------------------------------------------------- 12. illegal schedules
+
+ILLEGAL = [
+    # (statement, formats, schedule, names the message must contain)
+    pytest.param(SPMV, {}, "pos(i, ipos, A)", ["i"], id="pos-dense-operand"),
+    pytest.param(SPMV, {"A": "csr"}, "pos(i, ipos, A)", ["i"], id="pos-uncompressed-level"),
+    pytest.param(SPMV, {"A": "csr"}, "pos(i, ipos, x)", ["x", "i"], id="pos-tensor-without-var"),
+    pytest.param(SPMV, {"A": "csr"}, "unroll(i, 4)", ["i"], id="unroll-without-bound"),
+    pytest.param(
+        "C(i,j) = A(i,j) + B(i,j)",
+        {"A": "dcsr", "B": "dcsr"},
+        PAR_I,
+        ["i"],
+        id="parallelize-while-loop",
+    ),
+    pytest.param(SPMV, {"A": "csr"}, "reorder(j, i)", ["A"], id="reorder-against-storage"),
+    pytest.param(
+        SPMV, {"A": "csr"}, "parallelize(j, CPUThread, NoRaces)", ["j"], id="parallelize-reduction"
+    ),
+]
+
+
+@pytest.mark.parametrize("expr,formats,schedule,must_name", ILLEGAL)
+def test_illegal_schedule_names_the_culprit(expr, formats, schedule, must_name):
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile(expr, formats=formats, schedule=schedule)
+    message = str(e.value)
+    assert "not supported" not in message, message
+    explanation = without_echo(message, schedule)
+    for n in must_name:
+        assert names(explanation, n), f"{n!r} not named in: {message}"
+
+
+@pytest.mark.parametrize(
+    "schedule,suggestion",
+    [
+        ("splitt(i,i0,i1,4)", "did you mean 'split'"),
+        ("parallelize(ii,CPUThread,NoRaces)", "did you mean 'i'"),
+    ],
+)
+def test_misspellings_get_suggestions(schedule, suggestion):
+    with pytest.raises(ucf.ScheduleError, match=re.escape(suggestion)):
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule)
+
+
+def test_cli_illegal_schedule_exits_1(tmp_path):
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule="reorder(j,i)")
+    env = dict(os.environ)
+    env["UCF_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    code = "import sys; from ucf.cli import main; sys.exit(main())"
+    argv = ["compile", SPMV, "-f", "A:csr", "-s", "reorder(j,i)"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("ucf: error: ")
+    assert "Traceback" not in proc.stderr
+    assert str(e.value) in proc.stderr
+    assert names(proc.stderr, "A")
+
+
+# --------------------------------------------------------------------------- 13. default schedule
+
+
+def test_default_schedule_parallelizes_the_outer_output_loop(target):
+    rng = np.random.default_rng(114)
+    A = rand_sparse(rng, (59, 37), 0.15, empty_rows=3)
+    x = rand_dense(rng, (37,))
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    claims = [line for line in k.cin.splitlines() if "parallel" in line]
+    assert any(names(line, "i") for line in claims), k.cin
+    assert np.allclose(dense(k(A=ucf.from_numpy(A, format="csr"), x=x)), A @ x)
+
+
+@pytest.mark.parametrize("fa", ["dense", "C"])
+def test_default_schedule_keeps_outer_reduction_serial(fa, target):
+    rng = np.random.default_rng(115)
+    a = rand_sparse(rng, (53,), 0.4, empty_rows=0)
+    b = rand_dense(rng, (53,))
+    formats = {} if fa == "dense" else {"a": fa}
+    k = ucf.compile(DOT, formats=formats, target=target)
+    assert "in parallel" not in k.cin, k.cin
+    got = k(**pack({"a": a, "b": b}, formats))
+    assert np.asarray(got).shape == ()
+    assert np.allclose(np.asarray(got), np.dot(a, b))
+
+
+# --------------------------------------------------------------------------- 14. GPU units
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "split(i,i0,i1,16); parallelize(i0, GPUBlock, NoRaces)",
+        "split(i,i0,i1,16); parallelize(i0, GPUBlock, NoRaces); "
+        "parallelize(i1, GPUThread, NoRaces)",
+    ],
+    ids=["block", "block-thread"],
+)
+def test_gpu_units_need_the_cuda_target(schedule, target):
+    with pytest.raises(ucf.UcfError) as e:
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule, target=target)
+    assert not isinstance(e.value, ucf.ParseError)
+    message = str(e.value)
+    assert "not supported" not in message, message
+    explanation = without_echo(message, schedule)
+    assert "GPU" in explanation and "cuda" in explanation, message
+
+
+def test_gpu_group_command_parses():
+    text = "pos(j,jpos,A); split(jpos,jpos0,jpos1,8); parallelize(jpos1, GPUGroup, 8, Segment)"
+    cmds = parse_schedule(text)
+    assert [c.name for c in cmds] == ["pos", "split", "parallelize"]
+    assert cmds[-1].args == ("jpos1", "GPUGroup", "8", "Segment")
+    fluent = ucf.Schedule().parallelize("jpos1", "GPUGroup", 8, "Segment")
+    assert [c.args for c in parse_schedule(str(fluent))] == [cmds[-1].args]

@@ -1,0 +1,409 @@
+"""Schedule transformations applied to a lowered loop nest.
+
+The lowerer builds one loop per original index variable (or per ``pos`` or
+fused-``pos`` variable) and labels each with its schedule name.  The commands
+that only restructure loops - split, divide, fuse, bound, unroll, reorder and
+parallelize - then work here on those labelled LLIR loops.  Each checks its
+precondition on the nest it is given and raises ``ScheduleError`` naming the
+loop and the rule, so an illegal schedule never produces wrong code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ucf.cin.schedule import Command, Parallel, Provenance, Split
+from ucf.errors import ScheduleError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import Const, Var
+from ucf.ir.simplify import assigned, declared, loops, reads, substitute
+
+I64 = "i64"
+
+
+@dataclass
+class Nest:
+    """A function body plus what the transformations need to know about it."""
+
+    body: list[ir.Stmt]
+    prov: Provenance
+    out_vars: set[str]
+    out_vals: str  # name of the output's values array
+    sparse_out: bool
+    parallel_out: set[str]  # output variables a sparse output can be built in parallel over
+    entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
+    workspaces: list[ir.Array] = field(default_factory=list)
+
+    def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
+        for container, loop in loops(self.body):
+            if loop.label == label:
+                if isinstance(loop, ir.While):
+                    raise ScheduleError(
+                        f"{cmd}: {label} is co-iterated by a while loop over several sparse "
+                        "operands; only a for loop (a dense dimension or one driving sparse "
+                        f"operand; see pos) can be split, fused or run in parallel"
+                    )
+                return container, _index(container, loop), loop
+        raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
+
+
+def _index(container: list, item) -> int:
+    return next(k for k, s in enumerate(container) if s is item)
+
+
+def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> None:
+    for cmd in steps:
+        if cmd.name in ("split", "divide"):
+            var, outer, inner, amount = cmd.args
+            strip_mine(nest, Split(var, outer, inner, int(amount), cmd.name), str(cmd))
+        elif cmd.name == "fuse":
+            arrange(nest, _current_order(nest), str(cmd))
+            fuse(nest, *cmd.args, str(cmd))
+        elif cmd.name == "bound":
+            bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
+        elif cmd.name == "unroll":
+            _, _, loop = nest.find(cmd.args[0], str(cmd))
+            loop.unroll = int(cmd.args[1])
+        elif cmd.name == "arrange":
+            arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
+    for label, par in parallel.items():
+        parallelize(nest, label, par)
+
+
+def _current_order(nest: Nest) -> list[str]:
+    return [loop.label for _, loop in loops(nest.body) if loop.label]
+
+
+# ------------------------------------------------------------------ split
+def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
+    """``for x in [a, b)`` as an outer loop over blocks and an inner loop within one.
+
+    The inner bound is clipped to the range, so a tail needs no guard and the
+    inner loop still vectorizes.  State a loop re-establishes at the start of
+    a range (a fused ``pos`` loop's parent positions) moves into the outer
+    loop, so blocks are independent.
+    """
+    container, k, loop = nest.find(split.var, cmd)
+    entry: list[ir.Stmt] = []
+    if split.var in nest.entries:
+        first, count = nest.entries.pop(split.var)
+        entry = container[k - count + 1 : k]  # the first statement declares ``first``
+        del container[k - count : k]
+        k -= count
+    x = loop.var.name
+    lo, hi = Var(f"{x}_lo", I64), Var(f"{x}_hi", I64)
+    outer, inner = Var(split.outer, I64), Var(split.inner, I64)
+    count_ = ir.sub(hi, lo)
+    prelude: list[ir.Stmt] = [ir.Decl(lo, loop.start), ir.Decl(hi, loop.end)]
+    one = Const(1, I64)
+    if split.mode == "split":
+        chunk: ir.Expr = Const(split.amount, I64)
+        blocks = ir.Bin("/", ir.add(count_, Const(split.amount - 1, I64)), chunk)
+    else:
+        chunk = Var(f"{x}_chunk", I64)
+        parts = Const(split.amount, I64)
+        prelude.append(ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(count_, parts), one), parts)))
+        blocks = parts
+    base = Var(f"{x}_base", I64)
+    inner_loop = ir.For(
+        inner,
+        Const(0, I64),
+        ir.minimum(chunk, ir.sub(hi, base)),
+        [ir.Decl(loop.var, ir.add(base, inner)), *loop.body],
+        label=split.inner,
+        unroll=loop.unroll,
+    )
+    outer_body: list[ir.Stmt] = [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk)))]
+    if entry:
+        outer_body += substitute(entry, {first.name: base})
+    outer_loop = ir.For(outer, Const(0, I64), blocks, [*outer_body, inner_loop], label=split.outer)
+    container[k : k + 1] = [*prelude, outer_loop]
+
+
+# ------------------------------------------------------------------ bound
+def bound(nest: Nest, var: str, new: str, n: int, cmd: str) -> None:
+    _, _, loop = nest.find(var, cmd)
+    if not (isinstance(loop.start, Const) and loop.start.value == 0 and loop.var.name == var):
+        raise ScheduleError(
+            f"{cmd}: the loop over {var} walks a sparse operand's positions; bound applies "
+            "to a dense loop over the whole dimension"
+        )
+    loop.end = Const(n, I64)
+    loop.label = new
+
+
+# ------------------------------------------------------------------ reorder
+def _split_prefix(loop: ir.For | ir.While, what: str) -> tuple[list[ir.Stmt], ir.Stmt]:
+    """A loop body that only declares values and then runs one inner loop, or an error."""
+    body = loop.body
+    inner = body[-1] if body else None
+    prefix = body[:-1]
+    if not isinstance(inner, ir.For | ir.While) or not all(isinstance(s, ir.Decl) for s in prefix):
+        raise ScheduleError(
+            f"{what}: the loop over {loop.label} does more than run the loop inside it (it "
+            "accumulates, appends to a sparse output, or co-iterates), so loops cannot move "
+            "across it"
+        )
+    return prefix, inner
+
+
+def _hoist(prefix: list[ir.Stmt], needed: set[str], banned: set[str], what: str):
+    """Split ``prefix`` into declarations ``needed`` depends on and the rest."""
+    need = set(needed)
+    take = [False] * len(prefix)
+    for k in range(len(prefix) - 1, -1, -1):
+        s = prefix[k]
+        if s.var.name in need:
+            take[k] = True
+            reads(s.init, need)
+    if need & banned:
+        return None
+    return [s for s, t in zip(prefix, take, strict=True) if t], [
+        s for s, t in zip(prefix, take, strict=True) if not t
+    ]
+
+
+def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) -> None:
+    prefix, inner = _split_prefix(outer, what)
+    if isinstance(inner, ir.While):
+        raise ScheduleError(
+            f"{what}: the loop inside {outer.label} co-iterates sparse operands with a while "
+            "loop and cannot move outward"
+        )
+    if nest.sparse_out:
+        raise ScheduleError(
+            f"{what}: the sparse output is appended in loop order, so {inner.label} cannot "
+            f"move outside {outer.label}"
+        )
+    needed: set[str] = set()
+    reads([inner.start, inner.end], needed)
+    banned = {outer.var.name} | assigned(outer.body)
+    split = _hoist(prefix, needed, banned, what)
+    if split is None:
+        raise ScheduleError(
+            f"{what}: the bounds of {inner.label} depend on {outer.label}, so {inner.label} "
+            f"cannot move outside {outer.label}"
+        )
+    hoisted, rest = split
+    new_outer = replace(outer, body=[*rest, *inner.body])
+    new_inner = replace(inner, body=[new_outer])
+    k = _index(container, outer)
+    container[k : k + 1] = [*hoisted, new_inner]
+    if inner.label in nest.entries:
+        raise ScheduleError(
+            f"{what}: {inner.label} resumes a search at each block and cannot move outward"
+        )
+
+
+def arrange(nest: Nest, order: list[str], what: str) -> None:
+    """Interchange adjacent loops until the labelled loops nest in ``order``."""
+    rank = {v: k for k, v in enumerate(order)}
+    for _ in range(len(order) ** 2 + 1):
+        moved = False
+        for container, loop in loops(nest.body):
+            if loop.label not in rank or not isinstance(loop, ir.For):
+                continue
+            inner = _next_labelled(loop)
+            if inner is not None and inner.label in rank and rank[inner.label] < rank[loop.label]:
+                if inner is not loop.body[-1] if loop.body else True:
+                    raise ScheduleError(
+                        f"{what}: {inner.label} is not the only loop inside {loop.label}, so "
+                        "they cannot be interchanged"
+                    )
+                interchange(nest, container, loop, what)
+                moved = True
+                break
+        if not moved:
+            return
+    raise ScheduleError(f"{what}: the loops cannot be arranged in this order")
+
+
+def _next_labelled(loop: ir.For) -> ir.For | ir.While | None:
+    for _, inner in loops(loop.body):
+        if inner.label:
+            return inner
+    return None
+
+
+# ------------------------------------------------------------------ fuse
+def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
+    container, k, outer = nest.find(i, what)
+    prefix, inner = _split_prefix(outer, what)
+    if inner.label != j:
+        raise ScheduleError(f"{what}: the loop directly inside {i} is not {j}")
+    if isinstance(inner, ir.While) or inner.var.name != j or outer.var.name != i:
+        who = i if outer.var.name != i else j
+        raise ScheduleError(
+            f"{what}: the loop over {who} walks a sparse operand's positions; fuse dense loops, "
+            f"or add pos({f}, {f}pos, T) after the fuse to walk T's nonzeros across both"
+        )
+    needed: set[str] = set()
+    reads([inner.start, inner.end], needed)
+    split = _hoist(prefix, needed, {i} | assigned(outer.body), what)
+    if split is None:
+        raise ScheduleError(f"{what}: the extent of {j} depends on {i}")
+    hoisted, rest = split
+    fv = Var(f, I64)
+    n_j = Var(f"{f}_n{j}", I64)
+    body = [
+        ir.Decl(Var(i, I64), ir.add(outer.start, ir.Bin("/", fv, n_j))),
+        *rest,
+        ir.Decl(Var(j, I64), ir.add(inner.start, ir.Bin("%", fv, n_j))),
+        *inner.body,
+    ]
+    n_i = ir.sub(outer.end, outer.start)
+    fused = ir.For(fv, Const(0, I64), ir.mul(n_i, n_j), body, label=f)
+    container[k : k + 1] = [*hoisted, ir.Decl(n_j, ir.sub(inner.end, inner.start)), fused]
+
+
+# ------------------------------------------------------------------ parallelize
+def parallelize(nest: Nest, label: str, par: Parallel) -> None:
+    cmd = f"parallelize({label}, {par})"
+    if par.unit.startswith("GPU"):
+        raise ScheduleError(f"{cmd}: GPU units need target 'cuda'")
+    container, k, loop = nest.find(label, cmd)
+    origins = nest.prov.origins(label)
+    races = [v for v in origins if v not in nest.out_vars]
+    if label in nest.entries:
+        first, count = nest.entries.pop(label)
+        entry = container[k - count + 1 : k]  # the first statement declares ``first``
+        del container[k - count : k]
+        loop.body = [*substitute(entry, {first.name: loop.var}), *loop.body]
+        k -= count
+    if nest.sparse_out and (races or any(v not in nest.parallel_out for v in origins)):
+        raise ScheduleError(
+            f"{cmd}: the sparse output is appended in order; it can be built in parallel only "
+            "over dense output levels above its single compressed level"
+        )
+    carried = sorted(assigned(loop.body) - declared(loop.body))
+    accs = [v for v in carried if _accumulator(container, k, v, nest.out_vals)]
+    if races and par.strategy == "NoRaces":
+        raise ScheduleError(
+            f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
+            "output entries; NoRaces promises they never do (use Atomics, Temporary or "
+            "ParallelReduction)"
+        )
+    if accs and par.strategy == "Atomics" and par.unit == "CPUThread":
+        for v in accs:
+            _sink(container, loop, v)
+    elif accs and par.strategy in ("Temporary", "ParallelReduction"):
+        loop.reduction = [_var(container, v) for v in accs]
+    elif accs:
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} add into the running sum {accs[0]}; use "
+            "ParallelReduction, Temporary or Atomics"
+        )
+    if races and par.strategy == "Atomics":
+        _atomic_stores(loop.body, nest.out_vals)
+    elif races and not accs and par.strategy in ("Temporary", "ParallelReduction"):
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} add straight into the output, not into a scalar "
+            "sum; use Atomics"
+        )
+    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
+    if carried:
+        raise ScheduleError(
+            f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
+            "(a sparse iterator co-iterated with a dense dimension), so it cannot run "
+            "in parallel"
+        )
+    loop.parallel = par.unit
+    loop.strategy = par.strategy
+    if par.unit == "CPUThread":
+        used: set[str] = set()
+        _arrays(loop.body, used)
+        for ws in nest.workspaces:
+            if ws.name in used:
+                _privatize(nest.body, loop, ws)
+        rel = nest.prov.rel.get(label)
+        if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
+            loop.schedule = ("dynamic", 1)
+
+
+def _var(container: list[ir.Stmt], name: str) -> Var:
+    return next(s.var for s in container if isinstance(s, ir.Decl) and s.var.name == name)
+
+
+def _accumulator(container: list[ir.Stmt], k: int, name: str, out_vals: str) -> bool:
+    """A scalar declared as 0 before the loop and stored into the output once after it."""
+    declared_before = any(
+        isinstance(s, ir.Decl) and s.var.name == name and isinstance(s.init, Const)
+        for s in container[:k]
+    )
+    stores = [
+        s
+        for s in container[k + 1 :]
+        if isinstance(s, ir.Store)
+        and s.array.name == out_vals
+        and isinstance(s.value, Var)
+        and s.value.name == name
+    ]
+    return declared_before and len(stores) == 1
+
+
+def _sink(container: list[ir.Stmt], loop: ir.For, name: str) -> None:
+    """Give every iteration its own partial sum, added atomically into the output."""
+    decl = next(s for s in container if isinstance(s, ir.Decl) and s.var.name == name)
+    store = next(
+        s
+        for s in container
+        if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == name
+    )
+    container.remove(decl)
+    container.remove(store)
+    loop.body = [decl, *loop.body, replace(store, accumulate=True, atomic=True)]
+
+
+def _atomic_stores(stmts: list[ir.Stmt], out_vals: str) -> None:
+    for s in stmts:
+        if isinstance(s, ir.Store) and s.array.name == out_vals:
+            s.accumulate = True
+            s.atomic = True
+        elif isinstance(s, ir.For):
+            _atomic_stores(s.body, out_vals)
+        elif isinstance(s, ir.While):
+            _atomic_stores(s.body, out_vals)
+        elif isinstance(s, ir.If):
+            _atomic_stores(s.then, out_vals)
+            _atomic_stores(s.orelse, out_vals)
+
+
+def _arrays(node, acc: set[str]) -> None:
+    if isinstance(node, ir.Array):
+        acc.add(node.name)
+    elif isinstance(node, list | tuple):
+        for x in node:
+            _arrays(x, acc)
+    elif hasattr(node, "__dataclass_fields__") and not isinstance(node, ir.Var | ir.Const):
+        for name in node.__dataclass_fields__:
+            _arrays(getattr(node, name), acc)
+
+
+def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:
+    """Move a workspace's allocation into the loop's per-thread setup."""
+    alloc = next(s for s in body if isinstance(s, ir.Alloc) and s.array == ws)
+    free = next(s for s in body if isinstance(s, ir.Free) and s.array == ws)
+    body.remove(alloc)
+    body.remove(free)
+    loop.prologue.append(alloc)
+    loop.epilogue.append(free)
+
+
+def _data_dependent(stmts: list[ir.Stmt]) -> bool:
+    """Whether the work per iteration depends on the data (inner loops over sparse levels)."""
+    for _, inner in loops(stmts):
+        if isinstance(inner, ir.While):
+            return True
+        if _has_load([inner.start, inner.end]):
+            return True
+    return False
+
+
+def _has_load(node) -> bool:
+    if isinstance(node, ir.Load):
+        return True
+    if isinstance(node, list | tuple):
+        return any(_has_load(x) for x in node)
+    if hasattr(node, "__dataclass_fields__") and not isinstance(node, ir.Var | ir.Const):
+        return any(_has_load(getattr(node, f)) for f in node.__dataclass_fields__)
+    return False
