@@ -58,16 +58,18 @@ def split_par(chunk: int) -> str:
 
 
 TRIAD_SCHEDULE = split_par(65536)
-SPMV_SCHEDULES = {f"split {c}, par i0": split_par(c) for c in (512, 2048, 8192)}
-SPMM_SCHEDULES = {f"split {c}, par i0": split_par(c) for c in (16, 64, 256)}
+SPMV_SCHEDULES = {f"split {c}": split_par(c) for c in (512, 2048, 8192)}
+SPMM_SCHEDULES = {f"split {c}": split_par(c) for c in (16, 64, 256)}
 SPMM_SCHEDULES["par i"] = "parallelize(i,CPUThread,NoRaces)"
 SPGEMM_SCHEDULES = {
     "parallel": (
-        "precompute w, par i",
+        "precompute, par i",
         "precompute(A(i,j)*B(j,k), k, k, w); parallelize(i, CPUThread, NoRaces)",
     ),
-    "serial": ("precompute w", "precompute(A(i,j)*B(j,k), k, k, w)"),
+    "serial": ("precompute", "precompute(A(i,j)*B(j,k), k, k, w)"),
 }
+# How a dense result is obtained: a fresh array per call, or written into a reused one.
+NEW, OUT = "new", "out="
 
 # Targets.
 SPMV_MIN_PCT_TRIAD = 75.0
@@ -75,7 +77,10 @@ SPMM_MIN_VS_SCIPY = 3.0
 SPMM_MIN_VS_TORCH = 1.5
 SPGEMM_MIN_VS_SCIPY = 1.5
 
-# np.allclose tolerances, relative to the largest reference magnitude for atol.
+# Share of the machine's CPU time taken by others above which the report warns.
+NOISY_SHARE = 0.05
+
+# np.allclose tolerances: rtol, and atol relative to the largest reference magnitude.
 TOL = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5)}
 
 
@@ -93,9 +98,9 @@ class RowError(Exception):
 def median_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
     """Wall times of each callable: one untimed warm-up each, then ``repeat`` interleaved runs.
 
-    Medians (taken by the caller) rather than minima: with every core busy a
-    lucky run says little about what a user gets, and interleaving spreads
-    the machine's slow phases over all contenders instead of one.
+    The caller takes medians rather than minima: with every core busy a lucky
+    run says little about what a user gets, and interleaving spreads the
+    machine's slow phases over all contenders instead of one.
     """
     for f in fns.values():
         f()
@@ -112,10 +117,28 @@ def med(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+def fastest(fns: dict[str, Callable[[], Any]], repeat: int) -> tuple[str, dict[str, float]]:
+    """Tune before the head-to-head, so each contender is timed in its best variant only."""
+    meds = {k: med(v) for k, v in median_of(fns, repeat).items()}
+    return min(meds, key=meds.__getitem__), meds
+
+
 def close(got: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
     rtol, atol = TOL[dtype]
     scale = float(np.max(np.abs(ref))) if ref.size else 1.0
     return bool(np.allclose(got, ref, rtol=rtol, atol=atol * (scale or 1.0)))
+
+
+def check_all(
+    fns: dict[str, Callable[[], Any]], extract: Callable[[Any], np.ndarray], ref, dtype: str
+) -> tuple[bool, float]:
+    """Every variant is checked, not just the winner: a fast wrong kernel must not win."""
+    ok, err = True, 0.0
+    for f in fns.values():
+        got = extract(f())
+        ok = ok and close(got, ref, dtype)
+        err = max(err, base._relerr(got, ref))
+    return ok, err
 
 
 def compile_or_raise(expr: str, formats: dict, schedule: str, dtype: str) -> ucf.Kernel:
@@ -131,12 +154,12 @@ def guarded(row: dict, fn: Callable[[], dict]) -> dict:
     try:
         row.update(fn())
     except RowError as e:
-        row.update(status=e.kind, message=str(e), verdict=e.kind)
+        row.update(status=e.kind, message=str(e))
     except ucf.UcfError as e:
-        row.update(status="unsupported", message=f"{type(e).__name__}: {e}", verdict="unsupported")
+        row.update(status="unsupported", message=f"{type(e).__name__}: {e}")
     except Exception as e:  # a bug in ucf must not hide the other rows' numbers
         traceback.print_exc()
-        row.update(status="error", message=f"{type(e).__name__}: {e}", verdict="error")
+        row.update(status="error", message=f"{type(e).__name__}: {e}")
     return row
 
 
@@ -150,43 +173,91 @@ def openmp_runtimes() -> list[str]:
     return sorted(p for p in paths if any(k in Path(p).name for k in ("gomp", "iomp", "libomp")))
 
 
+def cpu_snapshot() -> dict[str, float] | None:
+    """Machine-wide busy and steal CPU seconds, and this process's own, from /proc/stat.
+
+    Two threads on a two-core machine leave no slack: anything else running
+    stretches every parallel region by whole scheduler time slices, so the
+    report says how much CPU other processes (and the hypervisor) took.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    own = os.times()
+    return {
+        "busy": (user + nice + system + irq + softirq) / hz,
+        "steal": steal / hz,
+        "own": own.user + own.system,
+        "wall": time.perf_counter(),
+    }
+
+
+def cpu_contention(start: dict | None, end: dict | None) -> dict | None:
+    if start is None or end is None:
+        return None
+    d = {k: end[k] - start[k] for k in start}
+    return {
+        "wall_s": d["wall"],
+        "cpus": os.cpu_count(),
+        "own_cpu_s": d["own"],
+        "other_cpu_s": max(0.0, d["busy"] - d["own"]),
+        "steal_s": d["steal"],
+        "loadavg_end": list(os.getloadavg()),
+    }
+
+
 # --------------------------------------------------------------------------- benchmarks
 
 
 def bench_triad(n: int, repeat: int) -> dict:
     """The bandwidth ceiling for SpMV, measured through the same ucf call path and threads.
 
-    ``a = b + 3c`` is the STREAM triad as the task defines it; like every
-    other row it returns a fresh output, so page faults on ``a`` are part of
-    its time.  ``a += b + 3c`` into a reused array moves four arrays with no
-    allocation or zeroing at all, which is the stricter ceiling; it is
-    reported alongside.
+    ucf adds work around the loop that STREAM does not have: a fresh output
+    is page-faulted in by the threads, and ``out=`` is zero-filled first.
+    So ``a = b + 3c`` is timed both ways, and ``a += b + 3c`` into a reused
+    array (no allocation, no zero fill) as well; the fastest is the
+    reference.  Every variant is credited with 4 arrays (write-allocate
+    counted, which ``+=`` really moves), so the reference is never too low.
     """
     k = compile_or_raise(TRIAD, {}, TRIAD_SCHEDULE, "float64")
     krw = compile_or_raise(TRIAD_RW, {}, TRIAD_SCHEDULE, "float64")
     rng = np.random.default_rng(1)
     b = rng.random(n)
     c = rng.random(n)
+    want = b + 3.0 * c
     out = np.zeros(n)
-    ok = close(k(b=b, c=c).vals, b + 3.0 * c, "float64")
-    krw(b=b, c=c, out=out)
-    ok = ok and close(out, b + 3.0 * c, "float64")
-    s = median_of({"triad": lambda: k(b=b, c=c), "rw": lambda: krw(b=b, c=c, out=out)}, repeat)
-    t, trw = med(s["triad"]), med(s["rw"])
+    acc = np.zeros(n)
+    ok = close(k(b=b, c=c).vals, want, "float64")
+    ok = ok and close(k(b=b, c=c, out=out).vals, want, "float64")
+    ok = ok and close(krw(b=b, c=c, out=acc).vals, want, "float64")  # acc grows from here on
+    del want
+    variants = {
+        f"a=b+3c, {NEW}": lambda: k(b=b, c=c),
+        f"a=b+3c, {OUT}": lambda: k(b=b, c=c, out=out),
+        f"a+=b+3c, {OUT}": lambda: krw(b=b, c=c, out=acc),
+    }
+    best, meds = fastest(variants, repeat)
+    nbytes = 4 * 8 * n
+    stream = min(meds[f"a=b+3c, {NEW}"], meds[f"a=b+3c, {OUT}"])
     return {
+        "status": "ok",
         "n": n,
         "array_mib": n * 8 / 2**20,
         "schedule": TRIAD_SCHEDULE,
-        "seconds": t,
-        "samples": s["triad"],
-        "gbps": 3 * 8 * n / t / 1e9,
-        "gbps_write_allocate": 4 * 8 * n / t / 1e9,
-        "rw_statement": TRIAD_RW,
-        "rw_seconds": trw,
-        "rw_gbps": 4 * 8 * n / trw / 1e9,
+        "variants_s": meds,
+        "variants_gbps": {v: nbytes / t / 1e9 for v, t in meds.items()},
+        "best": best,
+        "seconds": meds[best],
+        "gbps": nbytes / meds[best] / 1e9,
+        "statements": {"a=b+3c": TRIAD, "a+=b+3c": TRIAD_RW},
+        "counted_bytes": "4 arrays x 8 bytes (b, c read; a written and write-allocated)",
+        "stream_3array_gbps": 3 * 8 * n / stream / 1e9,
         "check": ok,
         "pass": None if ok else False,
-        "status": "ok",
     }
 
 
@@ -194,16 +265,15 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
     a = ucf.from_scipy(m, format="csr")
     x = np.random.default_rng(2).uniform(-1.0, 1.0, m.shape[1])
     ref = m @ x
-    kernels = {
-        label: compile_or_raise(SPMV, {"A": "csr"}, s, "float64")
-        for label, s in SPMV_SCHEDULES.items()
-    }
-    ok = all(close(k(A=a, x=x).vals, ref, "float64") for k in kernels.values())
-    err = max(base._relerr(k(A=a, x=x).vals, ref) for k in kernels.values())
-    tune = median_of({lb: (lambda k=k: k(A=a, x=x)) for lb, k in kernels.items()}, repeat)
-    best = min(tune, key=lambda lb: med(tune[lb]))
-    kb = kernels[best]
-    s = median_of({"ucf": lambda: kb(A=a, x=x), "scipy": lambda: m @ x}, repeat)
+    y = np.zeros(m.shape[0])
+    variants: dict[str, Callable[[], Any]] = {}
+    for label, s in SPMV_SCHEDULES.items():
+        k = compile_or_raise(SPMV, {"A": "csr"}, s, "float64")
+        variants[f"{label}, {NEW}"] = lambda k=k: k(A=a, x=x)
+        variants[f"{label}, {OUT}"] = lambda k=k: k(A=a, x=x, out=y)
+    ok, err = check_all(variants, lambda t: t.vals, ref, "float64")
+    best, tuning = fastest(variants, repeat)
+    s = median_of({"ucf": variants[best], "scipy": lambda: m @ x}, repeat)
     t, ts = med(s["ucf"]), med(s["scipy"])
     nbytes = base.spmv_bytes(m)
     gbps = nbytes / t / 1e9
@@ -211,9 +281,9 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
         "status": "ok",
         "shape": list(m.shape),
         "nnz": int(m.nnz),
-        "schedule_label": best,
-        "schedule": SPMV_SCHEDULES[best],
-        "tuning_s": {lb: med(v) for lb, v in tune.items()},
+        "variant": best,
+        "schedule": SPMV_SCHEDULES[best.split(",")[0]],
+        "tuning_s": tuning,
         "ucf_s": t,
         "scipy_s": ts,
         "samples": s,
@@ -223,20 +293,19 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
         "speedup_vs_scipy": ts / t,
         "check": ok,
         "max_rel_err": err,
-        "target": f">= {SPMV_MIN_PCT_TRIAD:.0f}% of triad",
+        "target": f">= {SPMV_MIN_PCT_TRIAD:g}% of triad",
+        "pass": None,
     }
     if triad.get("status") == "ok":
         row["pct_triad"] = 100 * gbps / triad["gbps"]
-        row["pct_triad_rw"] = 100 * gbps / triad["rw_gbps"]
+        row["pct_stream_3array"] = 100 * gbps / triad["stream_3array_gbps"]
         row["pass"] = ok and row["pct_triad"] >= SPMV_MIN_PCT_TRIAD
-    else:
-        row["pass"] = None
     return row
 
 
 def _torch_csr(torch: Any, m: sp.csr_matrix, index_dtype: type) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "beta" notice; invariants are ours to guarantee
+        warnings.simplefilter("ignore")  # the "beta" notice; the invariants hold by construction
         return torch.sparse_csr_tensor(
             torch.from_numpy(m.indptr.astype(index_dtype)),
             torch.from_numpy(m.indices.astype(index_dtype)),
@@ -247,63 +316,60 @@ def _torch_csr(torch: Any, m: sp.csr_matrix, index_dtype: type) -> Any:
 
 
 def bench_spmm(m: sp.csr_matrix, n: int, repeat: int, torch: Any) -> dict:
-    """Both libraries get to pick their best variant first, so the head-to-head is fair.
+    """Both threaded libraries pick their best variant first, so the head-to-head is fair.
 
-    ucf tries several chunkings of the row loop and torch both index widths;
-    the winners are then timed again, interleaved with scipy.
+    ucf tries several chunkings of the row loop and torch both index widths,
+    each returning a fresh result or writing a reused one; the winners are
+    then timed again, interleaved with scipy (which has no ``out=``).
     """
     dtype = str(m.dtype)
     a = ucf.from_scipy(m, format="csr")
     b = np.random.default_rng(3).uniform(-1.0, 1.0, (m.shape[1], n)).astype(dtype)
     ref = m @ b
-    kernels: dict[str, ucf.Kernel] = {}
+    c = np.zeros_like(ref)
+    variants: dict[str, Callable[[], Any]] = {}
     refused: dict[str, str] = {}
     for label, s in SPMM_SCHEDULES.items():
         try:
-            kernels[label] = ucf.compile(SPMM, formats={"A": "csr"}, schedule=s, dtype=dtype)
+            k = ucf.compile(SPMM, formats={"A": "csr"}, schedule=s, dtype=dtype)
         except ucf.UcfError as e:
             refused[label] = f"{type(e).__name__}: {e}"
-    if not kernels:
+            continue
+        variants[f"{label}, {NEW}"] = lambda k=k: k(A=a, B=b)
+        variants[f"{label}, {OUT}"] = lambda k=k: k(A=a, B=b, out=c)
+    if not variants:
         raise RowError("unsupported", next(iter(refused.values())))
-    shape = (m.shape[0], n)
-    ok = all(close(k(A=a, B=b).vals.reshape(shape), ref, dtype) for k in kernels.values())
-    err = max(base._relerr(k(A=a, B=b).vals.reshape(shape), ref) for k in kernels.values())
-    tune = median_of({lb: (lambda k=k: k(A=a, B=b)) for lb, k in kernels.items()}, repeat)
-    best = min(tune, key=lambda lb: med(tune[lb]))
-    kb = kernels[best]
-    fns: dict[str, Callable[[], Any]] = {"ucf": lambda: kb(A=a, B=b), "scipy": lambda: m @ b}
+    ok, err = check_all(variants, lambda t: t.vals.reshape(ref.shape), ref, dtype)
+    best, tuning = fastest(variants, repeat)
+    contenders: dict[str, Callable[[], Any]] = {"ucf": variants[best], "scipy": lambda: m @ b}
 
     torch_row: dict[str, Any] = {}
     if torch is not None:
         tb = torch.from_numpy(b)
-        widths = {"int32": np.int32, "int64": np.int64}
-        variants = {w: _torch_csr(torch, m, t) for w, t in widths.items()}
+        tc = torch.from_numpy(np.zeros_like(ref))
+        tvariants: dict[str, Callable[[], Any]] = {}
+        for width, idt in (("int32", np.int32), ("int64", np.int64)):
+            ta = _torch_csr(torch, m, idt)
+            tvariants[f"{width}, {NEW}"] = lambda ta=ta: ta @ tb
+            tvariants[f"{width}, {OUT}"] = lambda ta=ta: torch.mm(ta, tb, out=tc)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch_ok = all(close((ta @ tb).numpy(), ref, dtype) for ta in variants.values())
-        ttune = median_of({w: (lambda ta=ta: ta @ tb) for w, ta in variants.items()}, repeat)
-        tbest = min(ttune, key=lambda w: med(ttune[w]))
-        ta_best = variants[tbest]
-        fns["torch"] = lambda: ta_best @ tb
-        torch_row = {
-            "torch_index_dtype": tbest,
-            "torch_tuning_s": {w: med(v) for w, v in ttune.items()},
-            "torch_check": torch_ok,
-        }
+            torch_ok, _ = check_all(tvariants, lambda t: t.numpy(), ref, dtype)
+            tbest, ttuning = fastest(tvariants, repeat)
+        contenders["torch"] = tvariants[tbest]
+        torch_row = {"torch_variant": tbest, "torch_tuning_s": ttuning, "torch_check": torch_ok}
 
-    s = median_of(fns, repeat)
+    s = median_of(contenders, repeat)
     t, ts = med(s["ucf"]), med(s["scipy"])
     flops = 2 * m.nnz * n
     row = {
         "status": "ok",
         "shape": list(m.shape),
         "nnz": int(m.nnz),
-        "N": n,
-        "dtype": dtype,
-        "schedule_label": best,
-        "schedule": SPMM_SCHEDULES[best],
+        "variant": best,
+        "schedule": SPMM_SCHEDULES[best.split(",")[0]],
         "refused_schedules": refused,
-        "tuning_s": {lb: med(v) for lb, v in tune.items()},
+        "tuning_s": tuning,
         "ucf_s": t,
         "scipy_s": ts,
         "samples": s,
@@ -315,21 +381,20 @@ def bench_spmm(m: sp.csr_matrix, n: int, repeat: int, torch: Any) -> dict:
         **torch_row,
     }
     passes = [ok, row["speedup_vs_scipy"] >= SPMM_MIN_VS_SCIPY]
-    target = f">= {SPMM_MIN_VS_SCIPY:g}x scipy"
+    row["target"] = f">= {SPMM_MIN_VS_SCIPY:g}x scipy"
     if "torch" in s:
         row["torch_s"] = med(s["torch"])
         row["torch_gflops"] = flops / row["torch_s"] / 1e9
         row["speedup_vs_torch"] = row["torch_s"] / t
         passes.append(row["speedup_vs_torch"] >= SPMM_MIN_VS_TORCH)
-        target += f", >= {SPMM_MIN_VS_TORCH:g}x torch"
+        row["target"] += f", {SPMM_MIN_VS_TORCH:g}x torch"
     else:
-        target += " (torch not importable: not checked)"
-    row["target"] = target
+        row["torch_note"] = "torch not importable: the torch target is not checked"
     row["pass"] = all(passes)
     return row
 
 
-def _sorted_rows(m: sp.csr_matrix) -> bool:
+def _sorted_rows(m: Any) -> bool:
     probe = sp.csr_matrix((m.data, m.indices, m.indptr), shape=m.shape, copy=False)
     return bool(probe.has_sorted_indices)  # scipy scans the rows to answer this
 
@@ -337,13 +402,12 @@ def _sorted_rows(m: sp.csr_matrix) -> bool:
 def bench_spgemm(m: sp.csr_matrix, which: str, repeat: int) -> dict:
     """Gustavson's row-by-row product needs a dense workspace, hence the precompute schedule.
 
-    scipy leaves each output row in workspace order; ucf's rows are sorted,
-    so scipy followed by ``sort_indices`` is timed too, for a like-for-like
-    figure (the target is against plain ``A @ A``).
+    scipy leaves each output row in workspace order while ucf's rows are
+    sorted, so scipy followed by ``sort_indices`` is timed too, for a
+    like-for-like figure; the target is against plain ``A @ A``.
     """
     label, schedule = SPGEMM_SCHEDULES[which]
-    formats = {"A": "csr", "B": "csr", "C": "csr"}
-    k = compile_or_raise(SPMM, formats, schedule, str(m.dtype))
+    k = compile_or_raise(SPMM, {"A": "csr", "B": "csr", "C": "csr"}, schedule, str(m.dtype))
     a = ucf.from_scipy(m, format="csr")
     ref = m @ m
     got = k(A=a, B=a).to_scipy()
@@ -368,7 +432,7 @@ def bench_spgemm(m: sp.csr_matrix, which: str, repeat: int) -> dict:
         "out_nnz_scipy": int(ref.nnz),
         "ucf_rows_sorted": _sorted_rows(got),
         "scipy_rows_sorted": _sorted_rows(ref),
-        "schedule_label": label,
+        "variant": label,
         "schedule": schedule,
         "ucf_s": t,
         "scipy_s": ts,
@@ -378,12 +442,11 @@ def bench_spgemm(m: sp.csr_matrix, which: str, repeat: int) -> dict:
         "speedup_vs_scipy_sorted": med(s["scipy_sorted"]) / t,
         "check": ok,
         "max_rel_err": err,
+        "pass": None if ok else False,  # the serial row is a reference point
     }
     if which == "parallel":
         row["target"] = f">= {SPGEMM_MIN_VS_SCIPY:g}x scipy"
         row["pass"] = ok and row["speedup_vs_scipy"] >= SPGEMM_MIN_VS_SCIPY
-    else:
-        row["pass"] = None if ok else False  # a reference point: only a wrong result fails
     return row
 
 
@@ -394,122 +457,138 @@ def _ms(t: float | None) -> str:
     return "-" if t is None else f"{t * 1e3:.2f}ms"
 
 
-def _verdict(r: dict) -> str:
-    if r.get("status", "ok") != "ok":
-        return r["status"]
-    p = r.get("pass")
-    if p is None:
-        return "-"
+def verdict(r: dict) -> str:
+    if r.get("status") != "ok":
+        return r.get("status", "error")
     if not r.get("check", True):
         return "FAIL (wrong result)"
-    return "PASS" if p else "FAIL"
+    p = r.get("pass")
+    return "-" if p is None else ("PASS" if p else "FAIL")
 
 
-def _line(case: str, r: dict, metric: str, target: str, cols: dict) -> str:
-    if r.get("status", "ok") != "ok":
-        first = r["message"].splitlines()[0] if r.get("message") else ""
-        return f"{case:<{cols['case']}} {r['status']}: {first}"
+COLS = {"case": 26, "variant": 18, "metric": 34, "target": 24}
+
+
+def _line(case: str, r: dict, metric: str = "", target: str = "-") -> str:
+    if r.get("status") != "ok":
+        first = r.get("message", "").splitlines()[0] if r.get("message") else ""
+        return f"{case:<{COLS['case']}} {r.get('status', 'error')}: {first}"
     return (
-        f"{case:<{cols['case']}} {r.get('schedule_label', '-'):<{cols['sched']}} "
+        f"{case:<{COLS['case']}} {r.get('variant', '-'):<{COLS['variant']}} "
         f"{_ms(r.get('ucf_s')):>10} {_ms(r.get('scipy_s')):>10} {_ms(r.get('torch_s')):>10}  "
-        f"{metric:<{cols['metric']}} {target:<{cols['target']}} {_verdict(r)}"
+        f"{metric:<{COLS['metric']}} {target:<{COLS['target']}} {verdict(r)}"
     )
 
 
 def table(res: dict) -> str:
-    cols = {"case": 32, "sched": 20, "metric": 34, "target": 26}
     head = (
-        f"{'case':<{cols['case']}} {'ucf schedule':<{cols['sched']}} {'ucf':>10} "
-        f"{'scipy':>10} {'torch':>10}  {'ucf vs reference':<{cols['metric']}} "
-        f"{'target':<{cols['target']}} result"
+        f"{'case':<{COLS['case']}} {'ucf variant':<{COLS['variant']}} {'ucf':>10} "
+        f"{'scipy':>10} {'torch':>10}  {'ucf vs reference':<{COLS['metric']}} "
+        f"{'target':<{COLS['target']}} result"
     )
     lines = [head, "-" * len(head)]
     tri = res["triad"]
-    threads = res["config"]["threads"]
     if tri.get("status") == "ok":
-        tri_row = dict(tri, schedule_label="split 65536, par i0", ucf_s=tri["seconds"])
-        metric = f"{tri['gbps']:.1f} GB/s (3 arrays)"
         lines.append(
-            _line(f"triad a=b+3c {tri['array_mib']:.0f}MiB/array", tri_row, metric, "-", cols)
+            _line(
+                f"triad {tri['array_mib']:.0f} MiB/array",
+                dict(tri, variant=tri["best"]),
+                f"{tri['gbps']:.1f} GB/s (4 arrays)",
+            )
         )
     else:
-        lines.append(_line("triad a=b+3c", tri, "", "", cols))
+        lines.append(_line("triad", tri))
 
     r = res["spmv"]
     case = f"SpMV banded {r['rows'] / 1e6:g}M rows"
-    if r.get("status") == "ok":
-        metric = f"{r['ucf_gbps']:.1f} GB/s = {r.get('pct_triad', float('nan')):.0f}% of triad"
-        lines.append(_line(case, r, metric, f">= {SPMV_MIN_PCT_TRIAD:.0f}% triad", cols))
+    if r.get("status") == "ok" and "pct_triad" in r:
+        metric = f"{r['ucf_gbps']:.1f} GB/s = {r['pct_triad']:.0f}% of triad"
     else:
-        lines.append(_line(case, r, "", "", cols))
+        metric = f"{r.get('ucf_gbps', float('nan')):.1f} GB/s (no triad)"
+    lines.append(_line(case, r, metric, f">= {SPMV_MIN_PCT_TRIAD:g}% triad"))
 
     for r in res["spmm"]:
-        case = f"SpMM N={r['N']} {r['dtype']}"
+        metric = target = ""
         if r.get("status") == "ok":
             metric = f"{r['speedup_vs_scipy']:.2f}x scipy"
             if "speedup_vs_torch" in r:
                 metric += f", {r['speedup_vs_torch']:.2f}x torch"
-            target = f">= {SPMM_MIN_VS_SCIPY:g}x scipy" + (
-                f", {SPMM_MIN_VS_TORCH:g}x torch" if "speedup_vs_torch" in r else ""
-            )
-            lines.append(_line(case, r, metric, target, cols))
-        else:
-            lines.append(_line(case, r, "", "", cols))
+            target = r["target"]
+        lines.append(_line(f"SpMM N={r['N']} {r['dtype']}", r, metric, target))
 
     for r in res["spgemm"]:
-        case = f"SpGEMM {r['which']}"
+        metric = target = ""
         if r.get("status") == "ok":
-            metric = (
-                f"{r['speedup_vs_scipy']:.2f}x scipy ({r['speedup_vs_scipy_sorted']:.2f}x +sort)"
-            )
-            target = f">= {SPGEMM_MIN_VS_SCIPY:g}x scipy" if r["which"] == "parallel" else "-"
-            lines.append(_line(case, r, metric, target, cols))
-        else:
-            lines.append(_line(case, r, "", "", cols))
+            metric = f"{r['speedup_vs_scipy']:.2f}x scipy"
+            metric += f" ({r['speedup_vs_scipy_sorted']:.2f}x +sort)"
+            target = r.get("target", "-")
+        lines.append(_line(f"SpGEMM {r['which']}", r, metric, target))
 
+    cfg = res["config"]
     lines.append("-" * len(head))
     lines.append(
-        f"ucf and torch use {threads} threads; scipy.sparse is single-threaded. Times are "
-        f"medians of {res['config']['repeat']} interleaved runs after a warm-up; "
-        "'Nx' = reference time / ucf time."
+        f"ucf and torch run {cfg['threads']} threads, scipy.sparse one. Times: median of "
+        f"{cfg['repeat']} interleaved runs after a warm-up, best variant of each library "
+        "(tuned first); 'Nx' = reference time / ucf time; 'new' = fresh output per call, "
+        "'out=' = reused output."
     )
     if tri.get("status") == "ok":
         lines.append(
-            f"triad: ucf '{TRIAD}', {tri['gbps']:.1f} GB/s counting 3 arrays (STREAM's count, "
-            f"no write-allocate, like the SpMV bytes; %triad uses it), "
-            f"{tri['gbps_write_allocate']:.1f} GB/s counting write-allocate"
+            f"triad: ucf '{TRIAD}' and '{TRIAD_RW}', {TRIAD_SCHEDULE}; GB/s counting 4 arrays "
+            "(write-allocate included): "
+            + "; ".join(f"'{v}' {g:.1f}" for v, g in tri["variants_gbps"].items())
         )
-        pct_rw = res["spmv"].get("pct_triad_rw")
-        lines.append(
-            f"       '{TRIAD_RW}' into a reused output (no allocation, 4 arrays really moved): "
-            f"{tri['rw_gbps']:.1f} GB/s"
-            + (f"; SpMV is {pct_rw:.0f}% of that" if pct_rw is not None else "")
-        )
+        r = res["spmv"]
+        if "pct_stream_3array" in r:
+            lines.append(
+                f"       STREAM's own 3-array count for '{TRIAD}': "
+                f"{tri['stream_3array_gbps']:.1f} GB/s; SpMV is {r['pct_stream_3array']:.0f}% "
+                "of that (looser than %triad)"
+            )
     r = res["spmv"]
     if r.get("status") == "ok":
         lines.append(
             f"SpMV: {r['nnz'] / 1e6:.1f}M nnz, {r['compulsory_bytes'] / 1e6:.0f} MB compulsory "
-            f"(vals+crd+pos+x+y); scipy {r['scipy_gbps']:.1f} GB/s; chunk medians: "
-            + ", ".join(f"{lb.split(',')[0]} {_ms(t)}" for lb, t in r["tuning_s"].items())
+            f"(vals+crd+pos+x+y), scipy {r['scipy_gbps']:.1f} GB/s; variants: "
+            + ", ".join(f"{lb} {_ms(t)}" for lb, t in r["tuning_s"].items())
         )
     for r in res["spmm"]:
         if r.get("status") != "ok":
             continue
-        extra = ""
-        if "torch_index_dtype" in r:
-            extra = f"; torch best with {r['torch_index_dtype']} indices " + ", ".join(
-                f"({w} {_ms(t)})" for w, t in r["torch_tuning_s"].items()
-            )
         lines.append(
-            f"SpMM N={r['N']}: {r['nnz'] / 1e6:.1f}M nnz, ucf {r['ucf_gflops']:.1f} GFLOP/s; "
-            "schedules: " + ", ".join(f"{lb} {_ms(t)}" for lb, t in r["tuning_s"].items()) + extra
+            f"SpMM N={r['N']}: {r['nnz'] / 1e6:.1f}M nnz; GFLOP/s ucf {r['ucf_gflops']:.1f}, "
+            f"scipy {r['scipy_gflops']:.1f}"
+            + (f", torch {r['torch_gflops']:.1f}" if "torch_gflops" in r else "")
+            + "; ucf variants: "
+            + ", ".join(f"{lb} {_ms(t)}" for lb, t in r["tuning_s"].items())
         )
+        if "torch_tuning_s" in r:
+            lines.append(
+                "        torch variants: "
+                + ", ".join(f"{lb} {_ms(t)}" for lb, t in r["torch_tuning_s"].items())
+                + ("" if r["torch_check"] else " (torch result WRONG)")
+            )
+        elif "torch_note" in r:
+            lines.append(f"        {r['torch_note']}")
     for r in res["spgemm"]:
         if r.get("status") == "ok":
             lines.append(
-                f"SpGEMM {r['which']}: out nnz ucf {r['out_nnz_ucf']} / scipy "
-                f"{r['out_nnz_scipy']}; rows sorted: ucf {r['ucf_rows_sorted']}, scipy "
+                f"SpGEMM {r['which']}: A {r['nnz'] / 1e6:.1f}M nnz; C nnz ucf {r['out_nnz_ucf']}, "
+                f"scipy {r['out_nnz_scipy']}; rows sorted: ucf {r['ucf_rows_sorted']}, scipy "
                 f"{r['scipy_rows_sorted']}; scipy + sort_indices {_ms(r['scipy_sorted_s'])}"
+            )
+    busy = res.get("cpu")
+    if busy:
+        lines.append(
+            f"machine: {busy['cpus']} CPUs; during the {busy['wall_s']:.0f} s run other processes "
+            f"used {busy['other_cpu_s']:.1f} CPU-s and the hypervisor stole "
+            f"{busy['steal_s']:.1f} CPU-s (this process: {busy['own_cpu_s']:.1f})"
+        )
+        lost = busy["other_cpu_s"] + busy["steal_s"]
+        if lost > NOISY_SHARE * busy["wall_s"] * (busy["cpus"] or 1):
+            lines.append(
+                f"WARNING: {lost:.1f} CPU-s went elsewhere during the run; parallel timings "
+                "are unreliable, rerun on an idle machine"
             )
     errs = [
         x["max_rel_err"]
@@ -543,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sizes = {"triad": 1 << 25, "banded": 2_000_000, "spmm": 200_000, "spgemm": 100_000}
 
-    ucf.set_num_threads(args.threads)  # loads libgomp before torch, so both share one pool
+    ucf.set_num_threads(args.threads)  # loads libgomp first; torch's then resolves to it
     try:
         import torch
     except ImportError:
@@ -553,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
 
     saved_cache = os.environ.get("UCF_CACHE_DIR")
     run_dir = tempfile.mkdtemp(prefix="ucf-bench-par-")
-    os.environ["UCF_CACHE_DIR"] = run_dir
+    os.environ["UCF_CACHE_DIR"] = run_dir  # compile time is excluded, but never stale kernels
     res: dict = {
         "config": {
             "quick": args.quick,
@@ -562,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": sizes,
             "timing": "median of repeat interleaved runs after one warm-up, time.perf_counter",
             "ucf": ucf.__version__,
+            "ucf_path": str(Path(ucf.__file__).parent),
             "numpy": np.__version__,
             "scipy": scipy.__version__,
             "torch": None if torch is None else torch.__version__,
@@ -570,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
         }
     }
-    t_start = time.perf_counter()
+    cpu_start = cpu_snapshot()
     try:
         rng = np.random.default_rng(12345)
         print(f"STREAM triad ({sizes['triad']} doubles) ...", file=sys.stderr)
@@ -587,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"SpMM N={n} ({m.shape[0]} rows, {m.nnz} nnz) ...", file=sys.stderr)
             res["spmm"].append(
                 guarded(
-                    {"N": n, "dtype": "float32"}, lambda m=m, n=n: bench_spmm(m, n, repeat, torch)
+                    {"N": n, "dtype": str(m.dtype)},
+                    lambda m=m, n=n: bench_spmm(m, n, repeat, torch),
                 )
             )
         del m
@@ -607,22 +688,25 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.pop("UCF_CACHE_DIR", None)
         else:
             os.environ["UCF_CACHE_DIR"] = saved_cache
-    res["config"]["wall_s"] = time.perf_counter() - t_start
+    res["cpu"] = cpu_contention(cpu_start, cpu_snapshot())
 
-    rows = [res["spmv"], *res["spmm"], *res["spgemm"]]
-    verdicts = [_verdict(r) for r in rows if r.get("status") != "ok" or r.get("pass") is not None]
-    counts = {v: sum(x.split()[0] == v for x in verdicts) for v in ("PASS", "FAIL")}
-    counts["unsupported"] = verdicts.count("unsupported")
-    counts["error"] = verdicts.count("error")
+    graded = [
+        verdict(r)
+        for r in [res["triad"], res["spmv"], *res["spmm"], *res["spgemm"]]
+        if r.get("status") != "ok" or r.get("pass") is not None
+    ]
+    counts = {
+        k: sum(v.split()[0] == k for v in graded) for k in ("PASS", "FAIL", "unsupported", "error")
+    }
     res["summary"] = counts
-    res["all_pass"] = counts["PASS"] == len(verdicts)
+    res["all_pass"] = counts["PASS"] == len(graded)
 
     print(table(res))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    print(f"\ntargets: {summary}; {res['config']['wall_s']:.0f} s; results written to {out}")
+    print(f"\ntargets: {summary}; results written to {out}")
     if len(res["config"].get("openmp_runtimes", [])) > 1:
         print("warning: more than one OpenMP runtime is loaded", file=sys.stderr)
     return 0

@@ -56,7 +56,7 @@ def _loop_metadata(text: str) -> str:
 
     def rewrite(m: re.Match) -> str:
         node, kind, serial, amount = m.groups()
-        hint = f"!ucf.hint.{serial}"
+        hint = f"!{900000 + int(serial)}"
         if kind == "unroll":
             extra.append(f'{hint} = !{{!"llvm.loop.unroll.count", i32 {amount}}}')
         else:
@@ -64,7 +64,7 @@ def _loop_metadata(text: str) -> str:
         return f"{node} = distinct !{{{node}, {hint}}}"
 
     text = _LOOP_HINT.sub(rewrite, text)
-    return text + "\n".join(extra) + ("\n" if extra else "")
+    return text.rstrip("\n") + "\n" + "".join(line + "\n" for line in extra)
 
 
 class _FunctionBuilder:

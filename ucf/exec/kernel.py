@@ -125,8 +125,8 @@ def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: s
         except ScheduleError as e:
             reason = str(e).split(": ", 1)[-1]
             cin.notes.append(
-                f"default schedule: serial, since the outermost loop {v} cannot run in "
-                f"parallel ({reason})"
+                f"default schedule: no parallel loop, since the outermost loop {v} cannot be "
+                f"parallelized ({reason})"
             )
         else:
             return scheduled, lowered

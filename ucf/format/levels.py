@@ -56,6 +56,11 @@ class LevelKind:
 
 
 class Dense(LevelKind):
+    def bounds(self, arrays, parent, segment_end, dim):
+        from ucf.ir.nodes import add, mul
+
+        return mul(parent, dim), add(mul(parent, dim), dim)
+
     def locate(self, parent, coord, dim):
         from ucf.ir.nodes import add, mul
 

@@ -331,8 +331,8 @@ class Lowerer:
             self.out_params.vals.name,
             self.sparse_out,
             parallel_out,
-            dict(self.entries),
-            list(self.workspaces),
+            entries=dict(self.entries),
+            workspaces=list(self.workspaces),
         )
         transforms.apply(nest, self.steps, self.applied.parallel)
         self.entries.clear()

@@ -32,6 +32,7 @@ class Nest:
     sparse_out: bool
     parallel_out: set[str]  # output variables a sparse output can be built in parallel over
     entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
+    clipped: dict[str, tuple[Var, Var, ir.Expr]] = field(default_factory=dict)  # see strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
 
     def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
@@ -52,12 +53,18 @@ def _index(container: list, item) -> int:
 
 
 def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> None:
-    for cmd in steps:
+    """Run the steps in order; the loops are arranged into the final order once, at the end.
+
+    The lowerer already builds the original variables in the order the final
+    loops imply, so only interleavings of derived loops are left to arrange.
+    """
+    for k, cmd in enumerate(steps):
+        if cmd.name == "arrange" and k != len(steps) - 1:
+            continue
         if cmd.name in ("split", "divide"):
             var, outer, inner, amount = cmd.args
             strip_mine(nest, Split(var, outer, inner, int(amount), cmd.name), str(cmd))
         elif cmd.name == "fuse":
-            arrange(nest, _current_order(nest), str(cmd))
             fuse(nest, *cmd.args, str(cmd))
         elif cmd.name == "bound":
             bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
@@ -68,10 +75,6 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
             arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
     for label, par in parallel.items():
         parallelize(nest, label, par)
-
-
-def _current_order(nest: Nest) -> list[str]:
-    return [loop.label for _, loop in loops(nest.body) if loop.label]
 
 
 # ------------------------------------------------------------------ split
@@ -118,6 +121,32 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
         outer_body += substitute(entry, {first.name: base})
     outer_loop = ir.For(outer, Const(0, I64), blocks, [*outer_body, inner_loop], label=split.outer)
     container[k : k + 1] = [*prelude, outer_loop]
+    nest.clipped[split.inner] = (loop.var, hi, chunk)
+
+
+def _unclip(nest: Nest, inner: ir.For) -> None:
+    """Run a split's inner loop over the full block and guard the tail instead.
+
+    The clipped bound depends on the outer loop, which keeps the inner loop
+    from moving outside it; a guard on the original coordinate, placed around
+    the innermost body, does not.
+    """
+    var, hi, chunk = nest.clipped.pop(inner.label)
+    inner.end = chunk
+    deepest = inner
+    while True:
+        body = deepest.body
+        nxt = body[-1] if body else None
+        if isinstance(nxt, ir.For) and all(isinstance(s, ir.Decl) for s in body[:-1]):
+            deepest = nxt
+            continue
+        break
+    guard = ir.Cmp("<", var, hi)
+    body = deepest.body
+    k = 0  # declarations that read no memory stay outside, so the guard can see them
+    while k < len(body) and isinstance(body[k], ir.Decl) and not _has_load(body[k].init):
+        k += 1
+    deepest.body = [*body[:k], ir.If(guard, body[k:])]
 
 
 # ------------------------------------------------------------------ bound
@@ -179,6 +208,11 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
     reads([inner.start, inner.end], needed)
     banned = {outer.var.name} | assigned(outer.body)
     split = _hoist(prefix, needed, banned, what)
+    if split is None and inner.label in nest.clipped:
+        _unclip(nest, inner)
+        needed = set()
+        reads([inner.start, inner.end], needed)
+        split = _hoist(prefix, needed, banned, what)
     if split is None:
         raise ScheduleError(
             f"{what}: the bounds of {inner.label} depend on {outer.label}, so {inner.label} "
@@ -304,8 +338,8 @@ def parallelize(nest: Nest, label: str, par: Parallel) -> None:
     if carried:
         raise ScheduleError(
             f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
-            "(a sparse iterator co-iterated with a dense dimension), so it cannot run "
-            "in parallel"
+            "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
+            "parallelized"
         )
     loop.parallel = par.unit
     loop.strategy = par.strategy
