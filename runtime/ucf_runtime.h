@@ -9,6 +9,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* OpenMP directives vanish when the file is compiled without OpenMP. */
+#ifdef _OPENMP
+#define UCF_OMP(directive) _Pragma(directive)
+#else
+#define UCF_OMP(directive)
+#endif
+
 static inline int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }
 

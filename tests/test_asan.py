@@ -108,7 +108,22 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
     if "kernel_assemble" in fns:
         asm = fns["kernel_assemble"]
         asm_args = args_for(asm)
+        # A compressed level below only dense ones is counted per segment into its
+        # pos array by the assemble pass; the caller prefix-sums it (see the header).
+        local = {p.role[2] for p in asm.params if p.role[0] == "pos" and p.role[1] == outname}
         body.append(f"  int64_t *{outname}_counts = calloc({fmt.order}, sizeof(int64_t));")
+        parent = "INT64_C(1)"
+        for lvl, kind in enumerate(fmt.levels):
+            dim = out_shape[fmt.mode_order[lvl]]
+            if kind.letter == "U":
+                parent = f"({parent} * INT64_C({dim}))"
+            elif lvl in local:
+                pos = by_role[("pos", lvl)]
+                body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
+                body.append(
+                    f"  {CTYPE[pos.type]} *{pos.name} = calloc({pos.name}_n, sizeof(*{pos.name}));"
+                )
+                sizes[pos.name] = f"{pos.name}_n"
         body.append(f"  kernel_assemble({', '.join(asm_args)});")
         parent = "INT64_C(1)"
         for lvl, kind in enumerate(fmt.levels):
@@ -117,9 +132,17 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
                 parent = f"({parent} * INT64_C({dim}))"
                 continue
             pos, crd = by_role[("pos", lvl)], by_role[("crd", lvl)]
-            body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
-            body.append(f"  int64_t {crd.name}_n = {outname}_counts[{lvl}];")
-            for p in (pos, crd):
+            if lvl in local:
+                body.append(
+                    f"  for (int64_t q = 1; q < {pos.name}_n; q++) {pos.name}[q] += {pos.name}[q - 1];"
+                )
+                body.append(f"  int64_t {crd.name}_n = {pos.name}[{pos.name}_n - 1];")
+                made = (crd,)
+            else:
+                body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
+                body.append(f"  int64_t {crd.name}_n = {outname}_counts[{lvl}];")
+                made = (pos, crd)
+            for p in made:
                 body.append(
                     f"  {CTYPE[p.type]} *{p.name} = calloc({p.name}_n, sizeof({CTYPE[p.type]}));"
                 )

@@ -82,7 +82,7 @@ def test_spmm_inner_product_order(target):
         ("reorder(j, i)", "stores i above j"),
         ("reorder(i, i)", "repeated"),
         ("split(i, i0, i1)", "takes 4 arguments"),
-        ("pos(j, jpos, A)", "not supported yet"),
+        ("pos(i, ipos, A)", r"dense \(U\) level"),
     ],
 )
 def test_bad_schedules(schedule, message):
@@ -141,7 +141,7 @@ def test_parallel_spmm_and_csf_ttv(target):
 
 def test_parallel_c_source_has_the_pragma():
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR, target="llvm")
-    assert "#pragma omp parallel for" in k.c_source
+    assert "omp parallel for" in k.c_source
     assert "GOMP_parallel" in k.source
 
 
@@ -166,14 +166,14 @@ def test_parallel_c_source_has_the_pragma():
             "parallelize(q, CPUThread, NoRaces)",
             "unknown index variable 'q'",
         ),
-        ("y(i) = A(i) + B(i)", {"A": "C", "B": "C"}, PAR, "co-iterated by while loops"),
+        ("y(i) = A(i) + B(i)", {"A": "C", "B": "C"}, PAR, "co-iterated by a while loop"),
         ("y(i) = A(i) + d(i)", {"A": "C"}, PAR, "carries"),
-        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, PAR, "sparse output"),
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "dcsr"}, PAR, "sparse output"),
         (
             "y(i) = A(i,j) * x(j)",
             {"A": "csr"},
-            "parallelize(i, CPUThread, Atomics)",
-            "only parallelize",
+            "parallelize(i, GPUBlock, NoRaces)",
+            "GPU units need target 'cuda'",
         ),
     ],
 )
@@ -198,7 +198,7 @@ def test_split_and_divide_with_tails(n, schedule, target):
     A = sp.random(n, 11, density=0.3, format="csr", random_state=n)
     x = np.random.default_rng(n).random(11)
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule, target=target)
-    assert "strip-mined" in k.cin
+    assert "inner loop of" in k.cin
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
 
 
@@ -228,10 +228,9 @@ def test_split_dense_and_csf_loops(target):
 @pytest.mark.parametrize(
     "schedule,message",
     [
-        ("split(i, i0, i1, 4); reorder(i0, j, i1)", "must stay adjacent"),
+        ("split(i, i0, i1, 4); fuse(i1, i0, f)", "must be the loop directly inside"),
         ("split(i, i0, i1, 0)", "positive integer"),
         ("split(i, j, i1, 4)", "already a loop variable"),
-        ("split(i, i0, i1, 4); split(i0, a, b, 2)", "derived variable"),
         ("split(q, i0, i1, 4)", "unknown index variable 'q'"),
         ("split(i, i0, i1, 4); parallelize(i, CPUThread, NoRaces)", "unknown index variable 'i'"),
     ],
@@ -242,7 +241,7 @@ def test_bad_splits(schedule, message):
 
 
 def test_split_of_coiteration_is_refused():
-    with pytest.raises(ucf.ScheduleError, match="while loops"):
+    with pytest.raises(ucf.ScheduleError, match="while loop"):
         ucf.compile(
             "y(i) = A(i) + B(i)", formats={"A": "C", "B": "C"}, schedule="split(i, i0, i1, 4)"
         )

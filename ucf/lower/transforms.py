@@ -87,6 +87,9 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
     loop, so blocks are independent.
     """
     container, k, loop = nest.find(split.var, cmd)
+    if split.var in nest.clipped:
+        # Splitting a split's inner loop: its blocks must not depend on the outer one.
+        _unclip(nest, loop)
     entry: list[ir.Stmt] = []
     if split.var in nest.entries:
         first, count = nest.entries.pop(split.var)
