@@ -133,8 +133,9 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
                 continue
             pos, crd = by_role[("pos", lvl)], by_role[("crd", lvl)]
             if lvl in local:
+                n = f"{pos.name}_n"
                 body.append(
-                    f"  for (int64_t q = 1; q < {pos.name}_n; q++) {pos.name}[q] += {pos.name}[q - 1];"
+                    f"  for (int64_t q = 1; q < {n}; q++) {pos.name}[q] += {pos.name}[q - 1];"
                 )
                 body.append(f"  int64_t {crd.name}_n = {pos.name}[{pos.name}_n - 1];")
                 made = (crd,)
