@@ -23,12 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from conftest import nonzero_coords, rand_dense, rand_sparse, stored_coords
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
 from ucf.cin.schedule import parse_schedule
+from ucf.ir import nodes as ir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -510,3 +512,66 @@ def test_gpu_group_command_parses():
     assert cmds[-1].args == ("jpos1", "GPUGroup", "8", "Segment")
     fluent = ucf.Schedule().parallelize("jpos1", "GPUGroup", 8, "Segment")
     assert [c.args for c in parse_schedule(str(fluent))] == [cmds[-1].args]
+
+
+# ---------------------------------------------------------------- regressions
+def test_dense_fuse_matches_numpy(target):
+    rng = np.random.default_rng(3)
+    B, C = rng.random((7, 5)), rng.random((7, 5))
+    k = ucf.compile(
+        "A(i,j) = B(i,j) * C(i,j)",
+        schedule="fuse(i,j,f); split(f,f0,f1,4); parallelize(f0,CPUThread,NoRaces)",
+        target=target,
+    )
+    assert np.allclose(k(B=B, C=C).to_numpy(), B * C)
+
+
+def test_gustavson_keeps_csr_operands_and_sorts_a_row_workspace():
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule="precompute(A(i,j)*B(j,k),k,k,w)",
+    )
+    assert "converted" not in k.cin
+    assert "loop order i, j, k" in k.cin
+    calls = [s for s in _walk(k.llir[-1].body) if isinstance(s, ir.Call)]
+    assert [c.name for c in calls] == ["ucf_sort_i64"]
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for attr in ("body", "then", "orelse", "prologue", "epilogue"):
+            yield from _walk(getattr(s, attr, []) or [])
+
+
+def test_parallel_loop_inside_a_precompute_keeps_the_shared_workspace(target):
+    A = sp.random(30, 20, density=0.3, format="csr", random_state=2)
+    x = np.random.default_rng(2).random(20)
+    k = ucf.compile(
+        "y(i) = A(i,j) * x(j)",
+        formats={"A": "csr"},
+        schedule="precompute(A(i,j)*x(j),i,iw,w); parallelize(iw,CPUThread,NoRaces)",
+        target=target,
+    )
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+
+
+def test_empty_schedule_is_serial_and_default_is_parallel():
+    expr, fmts = "y(i) = A(i,j) * x(j)", {"A": "csr"}
+    assert "in parallel" not in ucf.compile(expr, formats=fmts, schedule="").cin
+    assert "loop i runs in parallel" in ucf.compile(expr, formats=fmts).cin
+
+
+def test_vector_atomics_is_refused_with_the_alternatives():
+    with pytest.raises(ucf.ScheduleError, match="CPUVector takes NoRaces"):
+        ucf.compile(
+            "y(i) = A(i,j) * x(j)",
+            formats={"A": "csr"},
+            schedule="parallelize(j,CPUVector,Atomics)",
+        )
+
+
+def test_fuse_of_a_sparse_loop_suggests_pos():
+    with pytest.raises(ucf.ScheduleError, match=r"add pos\(f, fpos, T\)"):
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="fuse(i,j,f)")

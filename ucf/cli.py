@@ -131,8 +131,9 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
         dest="schedule",
         action="append",
         metavar="SCHED",
-        help="scheduling command(s), e.g. \"reorder(i, k, j)\" (repeatable; joined with ';'); "
-        "this version applies reorder and refuses the other commands with a clear error",
+        help='scheduling command(s), e.g. "split(i, i0, i1, 32); parallelize(i0, CPUThread, '
+        "NoRaces)\" (repeatable; joined with ';'; see docs/scheduling.md). Without -s the "
+        "outermost loop runs in parallel when that is legal",
     )
     p.add_argument(
         "--target",

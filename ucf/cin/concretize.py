@@ -38,7 +38,13 @@ def concretize(
     formats: dict[str, Format],
     output_format: Format,
     order: list[str] | None = None,
+    workspace: bool = False,
 ) -> CIN:
+    """The loop order and operand storage for a statement.
+
+    ``workspace`` says a precompute will give the output a workspace, so a
+    sparse output no longer needs its variables outside every reduction.
+    """
     rhs = accesses(stmt.rhs)
     for a in [stmt.lhs, *rhs]:
         for idx in a.indices:
@@ -75,7 +81,7 @@ def concretize(
         pos = {v: k for k, v in enumerate(perm)}
         if _violations(out_chain, pos):
             return False
-        return all(pos[o] < pos[r] for o in out_vars for r in red_vars)
+        return workspace or all(pos[o] < pos[r] for o in out_vars for r in red_vars)
 
     preference = {v: k for k, v in enumerate(all_vars)}
     if order is not None:

@@ -63,7 +63,9 @@ def parse_schedule(text: str) -> list[Command]:
             raise ScheduleError(f"unknown schedule command '{name}'{closest(name, COMMANDS)}")
         arity = COMMANDS[name]
         if arity is not None and len(args) != arity:
-            raise ScheduleError(f"{name} takes {arity} arguments, got {len(args)}: {name}{args}")
+            raise ScheduleError(
+                f"{name} takes {arity} arguments, got {len(args)}: {name}({', '.join(args)})"
+            )
         commands.append(Command(name, args))
     return commands
 

@@ -50,7 +50,7 @@ _C_RESERVED = {
     "main",
 }
 
-_BIN = {"+": "+", "-": "-", "*": "*", "/": "/"}
+_BIN = {"+": "+", "-": "-", "*": "*", "/": "/", "%": "%"}
 
 
 def c_name(name: str) -> str:
@@ -82,6 +82,8 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         " * caller allocates, then <name> fills them. When _assemble takes a pos array,",
         " * it stores each segment's count at pos[q + 1]; prefix-sum pos before the",
         " * second call (its last element is then the number of entries).",
+        " * Dense outputs of '=' statements must be zeroed before the call: loops over",
+        " * sparse operands only visit nonzeros, and some schedules add into the output.",
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",

@@ -89,7 +89,7 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     computed = Format(
         tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
     )
-    base = concretize(stmt, fmts, computed)
+    base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
     if schedule is None:
         cin, lowered = _default_schedule(base, fmts, computed, vt, it)
     else:
@@ -228,7 +228,7 @@ class Kernel:
         ck = cache.key(
             "".join(expr.split()),  # whitespace never matters in the grammar
             sorted(formats.items()),
-            schedule or "",
+            "<default>" if schedule is None else schedule,
             vt,
             it,
             target,
@@ -265,7 +265,10 @@ class Kernel:
             addrs = {f.name: self._library.address(f.name) for f in names}
             return {f.name: _cfunc(f, addrs[f.name]) for f in names}
         from ucf.exec.cc import build_shared
+        from ucf.exec.jit import openmp_runtime
 
+        if plan.cin.parallel:
+            openmp_runtime()  # applies UCF_NUM_THREADS to the libgomp the .so links
         so = cache.cache_dir() / f"{ck}.so"
         if not so.exists():
             build_shared(plan.c_source, so)

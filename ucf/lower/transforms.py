@@ -35,7 +35,9 @@ class Nest:
     clipped: dict[str, tuple[Var, Var, ir.Expr]] = field(default_factory=dict)  # see strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
 
-    def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
+    def find_all(self, label: str, cmd: str) -> list[tuple[list[ir.Stmt], int, ir.For]]:
+        """Every loop labelled ``label``: one, or a precompute's producer and consumer."""
+        found = []
         for container, loop in loops(self.body):
             if loop.label == label:
                 if isinstance(loop, ir.While):
@@ -44,8 +46,19 @@ class Nest:
                         "operands; only a for loop (a dense dimension or one driving sparse "
                         f"operand; see pos) can be split, fused or run in parallel"
                     )
-                return container, _index(container, loop), loop
-        raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
+                found.append((container, _index(container, loop), loop))
+        if not found:
+            raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
+        return found
+
+    def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
+        found = self.find_all(label, cmd)
+        if len(found) > 1:
+            raise ScheduleError(
+                f"{cmd}: {label} is looped over by both the producer and the consumer of the "
+                f"precompute; split the variable before the precompute instead"
+            )
+        return found[0]
 
 
 def _index(container: list, item) -> int:
@@ -69,8 +82,8 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
         elif cmd.name == "bound":
             bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
         elif cmd.name == "unroll":
-            _, _, loop = nest.find(cmd.args[0], str(cmd))
-            loop.unroll = int(cmd.args[1])
+            for _, _, loop in nest.find_all(cmd.args[0], str(cmd)):
+                loop.unroll = int(cmd.args[1])
         elif cmd.name == "arrange":
             arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
     for label, par in parallel.items():
@@ -242,6 +255,11 @@ def arrange(nest: Nest, order: list[str], what: str) -> None:
                 continue
             inner = _next_labelled(loop)
             if inner is not None and inner.label in rank and rank[inner.label] < rank[loop.label]:
+                if nest.sparse_out:
+                    raise ScheduleError(
+                        f"{what}: the sparse output is appended in loop order, so {inner.label} "
+                        f"cannot move outside {loop.label}"
+                    )
                 if inner is not loop.body[-1] if loop.body else True:
                     raise ScheduleError(
                         f"{what}: {inner.label} is not the only loop inside {loop.label}, so "
@@ -265,6 +283,16 @@ def _next_labelled(loop: ir.For) -> ir.For | ir.While | None:
 # ------------------------------------------------------------------ fuse
 def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     container, k, outer = nest.find(i, what)
+    nested = next((s for s in outer.body if isinstance(s, ir.For | ir.While)), None)
+    sparse_inner = isinstance(nested, ir.While) or (
+        isinstance(nested, ir.For) and nested.var.name != j
+    )
+    if outer.var.name != i or sparse_inner:
+        who = i if outer.var.name != i else j
+        raise ScheduleError(
+            f"{what}: the loop over {who} walks a sparse operand's positions; fuse dense loops, "
+            f"or add pos({f}, {f}pos, T) after the fuse to walk T's nonzeros across both"
+        )
     prefix, inner = _split_prefix(outer, what)
     if inner.label != j:
         raise ScheduleError(f"{what}: the loop directly inside {i} is not {j}")
@@ -298,7 +326,18 @@ def parallelize(nest: Nest, label: str, par: Parallel) -> None:
     cmd = f"parallelize({label}, {par})"
     if par.unit.startswith("GPU"):
         raise ScheduleError(f"{cmd}: GPU units need target 'cuda'")
-    container, k, loop = nest.find(label, cmd)
+    if par.unit == "CPUVector" and par.strategy == "Atomics":
+        raise ScheduleError(
+            f"{cmd}: vector lanes cannot add atomically; CPUVector takes NoRaces, IgnoreRaces "
+            "or ParallelReduction"
+        )
+    for container, k, loop in nest.find_all(label, cmd):
+        _parallelize_loop(nest, label, par, cmd, container, k, loop)
+
+
+def _parallelize_loop(
+    nest: Nest, label: str, par: Parallel, cmd: str, container: list, k: int, loop: ir.For
+) -> None:
     origins = nest.prov.origins(label)
     races = [v for v in origins if v not in nest.out_vars]
     if label in nest.entries:
@@ -349,8 +388,13 @@ def parallelize(nest: Nest, label: str, par: Parallel) -> None:
     if par.unit == "CPUThread":
         used: set[str] = set()
         _arrays(loop.body, used)
+        outside: set[str] = set()
+        _arrays(
+            [s for s in container if s is not loop and not isinstance(s, ir.Alloc | ir.Free)],
+            outside,
+        )
         for ws in nest.workspaces:
-            if ws.name in used:
+            if ws.name in used and ws.name not in outside and _allocated_at_top(nest.body, ws):
                 _privatize(nest.body, loop, ws)
         rel = nest.prov.rel.get(label)
         if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
@@ -414,6 +458,10 @@ def _arrays(node, acc: set[str]) -> None:
     elif hasattr(node, "__dataclass_fields__") and not isinstance(node, ir.Var | ir.Const):
         for name in node.__dataclass_fields__:
             _arrays(getattr(node, name), acc)
+
+
+def _allocated_at_top(body: list[ir.Stmt], ws: ir.Array) -> bool:
+    return any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
 
 
 def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:
