@@ -85,7 +85,7 @@ TOL = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5)}
 
 
 class RowError(Exception):
-    """A row that cannot be measured; ``kind`` is 'unsupported' (a UcfError) or 'error'."""
+    """A row that cannot be measured: 'unsupported' (a UcfError), 'too slow' or 'error'."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)

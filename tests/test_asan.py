@@ -358,3 +358,43 @@ def test_spmm_dcsr_into_csr(asan_cc, tmp_path, case):
         pytest.skip("kernel repacks an operand for its loop order")
     out = run_under_asan(asan_cc, tmp_path, k, "csr", (A.shape[0], 3), ext, ops)
     np.testing.assert_array_equal(out.to_numpy(), (A @ B).astype(np.float32))
+
+
+GUSTAVSON = "precompute(A(i,j)*B(j,k),k,k,w)"
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("fa", ["csr", "dcsr"])
+@pytest.mark.parametrize("schedule", [GUSTAVSON, GUSTAVSON + "; parallelize(i,CPUThread,NoRaces)"])
+def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedule):
+    """The row workspace, its touched list and the sort must stay inside their buffers."""
+    A = MATS[case]
+    B = np.roll(A, 1, axis=0).T.copy()
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": fa, "B": "csr", "C": "csr"},
+        schedule=schedule,
+        target="c",
+    )
+    ops = {"A": _tensor(A, fa), "B": _tensor(B, "csr")}
+    n, m = A.shape
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (n, n), {"i": n, "j": m, "k": n}, ops)
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), A @ B)
+
+
+@pytest.mark.parametrize("case", list(T3))
+def test_fused_positions_stay_in_bounds(asan_cc, tmp_path, case):
+    """Fused pos over CSF: the per-block binary search and the parent walk."""
+    T = T3[case]
+    c = np.arange(1, T.shape[2] + 1, dtype=np.float64)
+    k = ucf.compile(
+        "A(i,j) = B(i,j,k) * c(k)",
+        formats={"B": "csf"},
+        schedule="fuse(i,j,f); pos(f,fpos,B); split(fpos,chunk,fpos2,3)",
+        target="c",
+    )
+    ops = {"B": _tensor(T, "CCC"), "c": _tensor(c, "U")}
+    i, j, kk = T.shape
+    out = run_under_asan(asan_cc, tmp_path, k, "UU", (i, j), {"i": i, "j": j, "k": kk}, ops)
+    np.testing.assert_array_equal(out.to_numpy(), T @ c)
