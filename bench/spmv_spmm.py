@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="timed runs per case (best is kept)")
     args = p.parse_args(argv)
     repeat = max(1, args.repeat)
+    # The comparison is with single-threaded scipy; the default schedule would
+    # otherwise run the outermost loop on every core (bench/parallel.py does that).
+    ucf.set_num_threads(1)
 
     if args.quick:
         sizes = {"banded": 200_000, "uniform": 20_000, "rmat_scale": 16, "triad": 1 << 23}
