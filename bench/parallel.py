@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python bench/parallel.py               # full sizes (about two minutes, ~3 GB RAM)
+    python bench/parallel.py               # full sizes (about a minute, ~3 GB RAM)
     python bench/parallel.py --quick       # small sizes, one timed run each (smoke test)
     python bench/parallel.py --threads 2 --repeat 9 --json /tmp/parallel.json
 
@@ -58,9 +58,12 @@ def split_par(chunk: int) -> str:
 
 
 TRIAD_SCHEDULE = split_par(65536)
+# ucf's default schedule (None) is a candidate too: it may already parallelize the row loop.
 SPMV_SCHEDULES = {f"split {c}": split_par(c) for c in (512, 2048, 8192)}
+SPMV_SCHEDULES["default"] = None
 SPMM_SCHEDULES = {f"split {c}": split_par(c) for c in (16, 64, 256)}
 SPMM_SCHEDULES["par i"] = "parallelize(i,CPUThread,NoRaces)"
+SPMM_SCHEDULES["default"] = None
 SPGEMM_SCHEDULES = {
     "parallel": (
         "precompute, par i",
@@ -141,12 +144,28 @@ def check_all(
     return ok, err
 
 
-def compile_or_raise(expr: str, formats: dict, schedule: str, dtype: str) -> ucf.Kernel:
+def compile_or_raise(expr: str, formats: dict, schedule: str | None, dtype: str) -> ucf.Kernel:
     """Compile, turning ucf's refusal into a row-level 'unsupported' instead of an abort."""
     try:
         return ucf.compile(expr, formats=formats, schedule=schedule, dtype=dtype)
     except ucf.UcfError as e:
         raise RowError("unsupported", f"{type(e).__name__}: {e}") from None
+
+
+def compile_candidates(
+    expr: str, formats: dict, schedules: dict[str, str | None], dtype: str
+) -> tuple[dict[str, ucf.Kernel], dict[str, str]]:
+    """Schedules ucf refuses drop out of the tuning; the row is unsupported only if all do."""
+    kernels: dict[str, ucf.Kernel] = {}
+    refused: dict[str, str] = {}
+    for label, schedule in schedules.items():
+        try:
+            kernels[label] = ucf.compile(expr, formats=formats, schedule=schedule, dtype=dtype)
+        except ucf.UcfError as e:
+            refused[label] = f"{type(e).__name__}: {e}"
+    if not kernels:
+        raise RowError("unsupported", next(iter(refused.values())))
+    return kernels, refused
 
 
 def guarded(row: dict, fn: Callable[[], dict]) -> dict:
@@ -266,9 +285,9 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
     x = np.random.default_rng(2).uniform(-1.0, 1.0, m.shape[1])
     ref = m @ x
     y = np.zeros(m.shape[0])
+    kernels, refused = compile_candidates(SPMV, {"A": "csr"}, SPMV_SCHEDULES, "float64")
     variants: dict[str, Callable[[], Any]] = {}
-    for label, s in SPMV_SCHEDULES.items():
-        k = compile_or_raise(SPMV, {"A": "csr"}, s, "float64")
+    for label, k in kernels.items():
         variants[f"{label}, {NEW}"] = lambda k=k: k(A=a, x=x)
         variants[f"{label}, {OUT}"] = lambda k=k: k(A=a, x=x, out=y)
     ok, err = check_all(variants, lambda t: t.vals, ref, "float64")
@@ -283,6 +302,8 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
         "nnz": int(m.nnz),
         "variant": best,
         "schedule": SPMV_SCHEDULES[best.split(",")[0]],
+        "cin": kernels[best.split(",")[0]].cin,
+        "refused_schedules": refused,
         "tuning_s": tuning,
         "ucf_s": t,
         "scipy_s": ts,
@@ -327,18 +348,11 @@ def bench_spmm(m: sp.csr_matrix, n: int, repeat: int, torch: Any) -> dict:
     b = np.random.default_rng(3).uniform(-1.0, 1.0, (m.shape[1], n)).astype(dtype)
     ref = m @ b
     c = np.zeros_like(ref)
+    kernels, refused = compile_candidates(SPMM, {"A": "csr"}, SPMM_SCHEDULES, dtype)
     variants: dict[str, Callable[[], Any]] = {}
-    refused: dict[str, str] = {}
-    for label, s in SPMM_SCHEDULES.items():
-        try:
-            k = ucf.compile(SPMM, formats={"A": "csr"}, schedule=s, dtype=dtype)
-        except ucf.UcfError as e:
-            refused[label] = f"{type(e).__name__}: {e}"
-            continue
+    for label, k in kernels.items():
         variants[f"{label}, {NEW}"] = lambda k=k: k(A=a, B=b)
         variants[f"{label}, {OUT}"] = lambda k=k: k(A=a, B=b, out=c)
-    if not variants:
-        raise RowError("unsupported", next(iter(refused.values())))
     ok, err = check_all(variants, lambda t: t.vals.reshape(ref.shape), ref, dtype)
     best, tuning = fastest(variants, repeat)
     contenders: dict[str, Callable[[], Any]] = {"ucf": variants[best], "scipy": lambda: m @ b}
@@ -368,6 +382,7 @@ def bench_spmm(m: sp.csr_matrix, n: int, repeat: int, torch: Any) -> dict:
         "nnz": int(m.nnz),
         "variant": best,
         "schedule": SPMM_SCHEDULES[best.split(",")[0]],
+        "cin": kernels[best.split(",")[0]].cin,
         "refused_schedules": refused,
         "tuning_s": tuning,
         "ucf_s": t,
@@ -461,6 +476,7 @@ def bench_spgemm(
         "scipy_rows_sorted": _sorted_rows(ref),
         "variant": label,
         "schedule": schedule,
+        "cin": k.cin,
         "ucf_s": t,
         "scipy_s": ts,
         "scipy_sorted_s": med(s["scipy_sorted"]),
@@ -619,6 +635,9 @@ def table(res: dict) -> str:
                 f"WARNING: {lost:.1f} CPU-s went elsewhere during the run; parallel timings "
                 "are unreliable, rerun on an idle machine"
             )
+    for name, x in [("SpMV", res["spmv"]), *((f"SpMM N={r['N']}", r) for r in res["spmm"])]:
+        for label, why in x.get("refused_schedules", {}).items():
+            lines.append(f"{name}: ucf refused schedule '{label}': {why.splitlines()[0]}")
     errs = [
         x["max_rel_err"]
         for x in [res["spmv"], *res["spmm"], *res["spgemm"]]
