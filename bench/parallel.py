@@ -99,21 +99,27 @@ class RowError(Exception):
 
 
 def median_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
-    """Wall times of each callable: one untimed warm-up each, then ``repeat`` interleaved runs.
+    """All samples of each callable, for the caller to take medians rather than minima:
+    with every core busy a lucky run says little about what a user gets."""
+    return base.timings(fns, repeat)
 
-    The caller takes medians rather than minima: with every core busy a lucky
-    run says little about what a user gets, and interleaving spreads the
-    machine's slow phases over all contenders instead of one.
-    """
-    for f in fns.values():
-        f()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            samples[k].append(time.perf_counter() - t0)
-    return samples
+
+def _tuned_row(m, best: str, schedules: dict, kernels: dict, refused, tuning, s) -> dict:
+    """The fields every tuned ucf-vs-scipy row reports, for the winning variant ``best``."""
+    label = best.split(",")[0]
+    return {
+        "status": "ok",
+        "shape": list(m.shape),
+        "nnz": int(m.nnz),
+        "variant": best,
+        "schedule": schedules[label],
+        "cin": kernels[label].cin,
+        "refused_schedules": refused,
+        "tuning_s": tuning,
+        "ucf_s": med(s["ucf"]),
+        "scipy_s": med(s["scipy"]),
+        "samples": s,
+    }
 
 
 def med(samples: list[float]) -> float:
@@ -297,17 +303,7 @@ def bench_spmv(m: sp.csr_matrix, repeat: int, triad: dict) -> dict:
     nbytes = base.spmv_bytes(m)
     gbps = nbytes / t / 1e9
     row = {
-        "status": "ok",
-        "shape": list(m.shape),
-        "nnz": int(m.nnz),
-        "variant": best,
-        "schedule": SPMV_SCHEDULES[best.split(",")[0]],
-        "cin": kernels[best.split(",")[0]].cin,
-        "refused_schedules": refused,
-        "tuning_s": tuning,
-        "ucf_s": t,
-        "scipy_s": ts,
-        "samples": s,
+        **_tuned_row(m, best, SPMV_SCHEDULES, kernels, refused, tuning, s),
         "compulsory_bytes": nbytes,
         "ucf_gbps": gbps,
         "scipy_gbps": nbytes / ts / 1e9,
@@ -377,17 +373,7 @@ def bench_spmm(m: sp.csr_matrix, n: int, repeat: int, torch: Any) -> dict:
     t, ts = med(s["ucf"]), med(s["scipy"])
     flops = 2 * m.nnz * n
     row = {
-        "status": "ok",
-        "shape": list(m.shape),
-        "nnz": int(m.nnz),
-        "variant": best,
-        "schedule": SPMM_SCHEDULES[best.split(",")[0]],
-        "cin": kernels[best.split(",")[0]].cin,
-        "refused_schedules": refused,
-        "tuning_s": tuning,
-        "ucf_s": t,
-        "scipy_s": ts,
-        "samples": s,
+        **_tuned_row(m, best, SPMM_SCHEDULES, kernels, refused, tuning, s),
         "ucf_gflops": flops / t / 1e9,
         "scipy_gflops": flops / ts / 1e9,
         "speedup_vs_scipy": ts / t,

@@ -104,8 +104,12 @@ def rmat(scale: int, edge_factor: int, rng, probs=(0.57, 0.19, 0.19, 0.05)) -> s
 # --------------------------------------------------------------------------- timing
 
 
-def best_of(fns: dict[str, callable], repeat: int) -> dict[str, float]:
-    """Best wall time of each callable; one untimed warm-up each, then interleaved runs."""
+def timings(fns: dict[str, callable], repeat: int) -> dict[str, list[float]]:
+    """Wall times of each callable: one untimed warm-up each, then ``repeat`` interleaved runs.
+
+    Interleaving spreads the machine's slow phases over all contenders
+    instead of one.
+    """
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -114,7 +118,12 @@ def best_of(fns: dict[str, callable], repeat: int) -> dict[str, float]:
             t0 = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t0)
-    return {k: min(v) for k, v in times.items()}
+    return times
+
+
+def best_of(fns: dict[str, callable], repeat: int) -> dict[str, float]:
+    """Best wall time of each callable."""
+    return {k: min(v) for k, v in timings(fns, repeat).items()}
 
 
 def triad_bandwidth(n: int, repeat: int) -> dict:

@@ -64,35 +64,33 @@ def remove_dead_variables(fn: ir.Function) -> ir.Function:
         body = new
 
 
+def blocks(s: ir.Stmt) -> list[list[ir.Stmt]]:
+    """The statement lists nested directly inside a statement."""
+    if isinstance(s, ir.For):
+        return [s.prologue, s.body, s.epilogue]
+    if isinstance(s, ir.While):
+        return [s.body]
+    if isinstance(s, ir.If):
+        return [s.then, s.orelse]
+    return []
+
+
+def statements(stmts: list[ir.Stmt]):
+    """Every statement, nested ones included, outermost first."""
+    for s in stmts:
+        yield s
+        for block in blocks(s):
+            yield from statements(block)
+
+
 def declared(stmts: list[ir.Stmt]) -> set[str]:
     """Variables declared (by Decl or as a loop variable) anywhere in the statements."""
-    names: set[str] = set()
-    for s in stmts:
-        if isinstance(s, ir.Decl):
-            names.add(s.var.name)
-        elif isinstance(s, ir.For):
-            names.add(s.var.name)
-            names |= declared(s.prologue + s.body + s.epilogue)
-        elif isinstance(s, ir.While):
-            names |= declared(s.body)
-        elif isinstance(s, ir.If):
-            names |= declared(s.then) | declared(s.orelse)
-    return names
+    return {s.var.name for s in statements(stmts) if isinstance(s, ir.Decl | ir.For)}
 
 
 def assigned(stmts: list[ir.Stmt]) -> set[str]:
     """Variables assigned (not declared) anywhere in the statements."""
-    names: set[str] = set()
-    for s in stmts:
-        if isinstance(s, ir.Assign):
-            names.add(s.var.name)
-        elif isinstance(s, ir.For):
-            names |= assigned(s.prologue + s.body + s.epilogue)
-        elif isinstance(s, ir.While):
-            names |= assigned(s.body)
-        elif isinstance(s, ir.If):
-            names |= assigned(s.then) | assigned(s.orelse)
-    return names
+    return {s.var.name for s in statements(stmts) if isinstance(s, ir.Assign)}
 
 
 def substitute(node, mapping: dict[str, ir.Expr]):
@@ -114,13 +112,19 @@ def substitute(node, mapping: dict[str, ir.Expr]):
 def loops(stmts: list[ir.Stmt]):
     """Every loop in the statements, outermost first, with the list that holds it."""
     for s in stmts:
-        if isinstance(s, ir.For):
+        if isinstance(s, ir.For | ir.While):
             yield stmts, s
-            for lst in (s.prologue, s.body, s.epilogue):
-                yield from loops(lst)
-        elif isinstance(s, ir.While):
-            yield stmts, s
-            yield from loops(s.body)
-        elif isinstance(s, ir.If):
-            yield from loops(s.then)
-            yield from loops(s.orelse)
+        for block in blocks(s):
+            yield from loops(block)
+
+
+def nodes(node):
+    """Every LLIR node in a tree (statements, expressions, arrays), parents first."""
+    if isinstance(node, list | tuple):
+        for x in node:
+            yield from nodes(x)
+    elif is_dataclass(node):
+        yield node
+        if not isinstance(node, ir.Array | ir.Param):
+            for f in fields(node):
+                yield from nodes(getattr(node, f.name))

@@ -319,7 +319,7 @@ class Lowerer:
         if self.applied is None:
             return body
         for ws in self.workspaces:
-            body.insert(0, ir.Alloc(ws, self._ws_size(ws)))
+            body.insert(0, ir.Alloc(ws, self.where.ws.size))
             body.append(ir.Free(ws))
         parallel_out: set[str] = set()
         if self.local is not None:
@@ -337,9 +337,6 @@ class Lowerer:
         transforms.apply(nest, self.steps, self.applied.parallel)
         self.entries.clear()
         return nest.body
-
-    def _ws_size(self, arr: Array) -> ir.Expr:
-        return self.where.ws.size
 
     def _counts_array(self) -> Array:
         return Array(f"{self.out_name}_counts", I64, True)
@@ -484,10 +481,10 @@ class Lowerer:
         out_kind = self._out_kind(v, st)
         local = out_kind == "C" and st.out_level == self.local and st.ws is None
         prefix: list[ir.Stmt] = []
+        pos_arr = self.out_params.levels[self.local]["pos"] if local else None
         if local:
             st = st.copy()
             st.counter = Var(f"{self.out_name}{self.local}_at", I64)
-            pos_arr = self.out_params.levels[self.local]["pos"]
             start = Const(0, I64) if self.assembling else ir.cast(ir.Load(pos_arr, st.out_pos), I64)
             prefix = [ir.Decl(st.counter, start)]
         iters = {n: self._iterator(n, v, st) for n in present}
@@ -515,7 +512,6 @@ class Lowerer:
                 stmts += self._point_loop(term, st, iters, located, coord, point, label)
         if local:
             if self.assembling:
-                pos_arr = self.out_params.levels[self.local]["pos"]
                 stmts.append(
                     ir.Store(
                         pos_arr, ir.add(st.out_pos, Const(1, I64)), ir.cast(st.counter, self.it)
@@ -800,6 +796,10 @@ class Lowerer:
             raise ScheduleError(
                 f"{cmd}: a sparse output cannot be appended from a loop over fused nonzeros"
             )
+        if lattice(term, lambda x: x == n)[0].full:
+            raise ScheduleError(
+                f"{cmd}: the loop over {fvars[0]} also visits coordinates where {tensor} is zero"
+            )
         cur = st.copy()
         located_stmts: list[ir.Stmt] = []
         for v in fvars:
@@ -810,20 +810,8 @@ class Lowerer:
                 raise ScheduleError(
                     f"{cmd}: {v} also co-iterates {names}; pos needs {tensor} alone"
                 )
-            if lattice(term, lambda x: x == n)[0].full:
-                raise ScheduleError(
-                    f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero"
-                )
             for x in located:
-                other = self.operands[x]
-                lvl = cur.levels[x]
-                dim = other.params.dims[other.fmt.mode_order[lvl]]
-                q = Var(f"p{other.name}{lvl}", I64)
-                located_stmts.append(
-                    ir.Decl(q, other.fmt.levels[lvl].locate(cur.pos[x], Var(v, I64), dim))
-                )
-                cur.levels[x] += 1
-                cur.pos[x] = q
+                located_stmts.append(self._locate(x, Var(v, I64), cur, cur))
             cur.levels[n] += 1
         arrays = op.params.levels
         kinds = op.fmt.levels
@@ -863,7 +851,6 @@ class Lowerer:
                 child_first = qf
             else:
                 body.append(ir.Decl(q, child))
-                child_first = child_first
             parents[lvl - 1] = q
             child = q
         for lvl in range(a, b + 1):
@@ -1000,6 +987,18 @@ class Lowerer:
                 stmts = [ir.If(cond, body, stmts)]
         return stmts
 
+    def _locate(self, n: int, coord: Var, st: State, inner: State) -> ir.Stmt:
+        """Find operand ``n``'s position for ``coord`` in its next (dense) level."""
+        op = self.operands[n]
+        lvl = st.levels[n]
+        dim = op.params.dims[op.fmt.mode_order[lvl]]
+        p = Var(f"p{op.name}{lvl}", I64)
+        decl = ir.Decl(p, op.fmt.levels[lvl].locate(st.pos[n], coord, dim))
+        inner.levels[n] = lvl + 1
+        inner.pos[n] = p
+        inner.seg_end[n] = None
+        return decl
+
     def _case_body(self, term, st, iters, located, coord, subset) -> list[ir.Stmt]:
         inner = st.copy()
         inner.depth += 1
@@ -1010,14 +1009,7 @@ class Lowerer:
             inner.pos[n] = it.pos
             inner.seg_end[n] = it.seg if not it.unique else None
         for n in located:
-            op = self.operands[n]
-            lvl = st.levels[n]
-            dim = op.params.dims[op.fmt.mode_order[lvl]]
-            p = Var(f"p{op.name}{lvl}", I64)
-            stmts.append(ir.Decl(p, op.fmt.levels[lvl].locate(st.pos[n], coord, dim)))
-            inner.levels[n] += 1
-            inner.pos[n] = p
-            inner.seg_end[n] = None
+            stmts.append(self._locate(n, coord, st, inner))
         kind = self._out_kind(coord.name, st) if st.ws is None else None
         if kind is not None:
             lvl = st.out_level

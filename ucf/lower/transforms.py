@@ -16,7 +16,7 @@ from ucf.cin.schedule import Command, Parallel, Provenance, Split
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
-from ucf.ir.simplify import assigned, declared, loops, reads, substitute
+from ucf.ir.simplify import assigned, declared, loops, nodes, reads, statements, substitute
 
 I64 = "i64"
 
@@ -103,12 +103,8 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
     if split.var in nest.clipped:
         # Splitting a split's inner loop: its blocks must not depend on the outer one.
         _unclip(nest, loop)
-    entry: list[ir.Stmt] = []
-    if split.var in nest.entries:
-        first, count = nest.entries.pop(split.var)
-        entry = container[k - count + 1 : k]  # the first statement declares ``first``
-        del container[k - count : k]
-        k -= count
+    base = Var(f"{loop.var.name}_base", I64)
+    entry, k = _take_entry(nest, split.var, container, k, base)
     x = loop.var.name
     lo, hi = Var(f"{x}_lo", I64), Var(f"{x}_hi", I64)
     outer, inner = Var(split.outer, I64), Var(split.inner, I64)
@@ -123,7 +119,6 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
         parts = Const(split.amount, I64)
         prelude.append(ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(count_, parts), one), parts)))
         blocks = parts
-    base = Var(f"{x}_base", I64)
     inner_loop = ir.For(
         inner,
         Const(0, I64),
@@ -132,12 +127,22 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
         label=split.inner,
         unroll=loop.unroll,
     )
-    outer_body: list[ir.Stmt] = [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk)))]
-    if entry:
-        outer_body += substitute(entry, {first.name: base})
-    outer_loop = ir.For(outer, Const(0, I64), blocks, [*outer_body, inner_loop], label=split.outer)
+    outer_body = [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk))), *entry, inner_loop]
+    outer_loop = ir.For(outer, Const(0, I64), blocks, outer_body, label=split.outer)
     container[k : k + 1] = [*prelude, outer_loop]
     nest.clipped[split.inner] = (loop.var, hi, chunk)
+
+
+def _take_entry(nest: Nest, label: str, container: list, k: int, start: ir.Expr):
+    """Remove the statements that set up the loop at ``container[k]`` for a range starting
+    at its ``first`` variable; return them rewritten to start at ``start``, and the loop's
+    new index."""
+    if label not in nest.entries:
+        return [], k
+    first, count = nest.entries.pop(label)
+    entry = container[k - count + 1 : k]  # the first statement declares ``first``
+    del container[k - count : k]
+    return substitute(entry, {first.name: start}), k - count
 
 
 def _unclip(nest: Nest, inner: ir.For) -> None:
@@ -192,7 +197,7 @@ def _split_prefix(loop: ir.For | ir.While, what: str) -> tuple[list[ir.Stmt], ir
     return prefix, inner
 
 
-def _hoist(prefix: list[ir.Stmt], needed: set[str], banned: set[str], what: str):
+def _hoist(prefix: list[ir.Stmt], needed: set[str], banned: set[str]):
     """Split ``prefix`` into declarations ``needed`` depends on and the rest."""
     need = set(needed)
     take = [False] * len(prefix)
@@ -220,15 +225,19 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
             f"{what}: the sparse output is appended in loop order, so {inner.label} cannot "
             f"move outside {outer.label}"
         )
+    if inner.label in nest.entries:
+        raise ScheduleError(
+            f"{what}: {inner.label} resumes a search at each block and cannot move outward"
+        )
     needed: set[str] = set()
     reads([inner.start, inner.end], needed)
     banned = {outer.var.name} | assigned(outer.body)
-    split = _hoist(prefix, needed, banned, what)
+    split = _hoist(prefix, needed, banned)
     if split is None and inner.label in nest.clipped:
         _unclip(nest, inner)
         needed = set()
         reads([inner.start, inner.end], needed)
-        split = _hoist(prefix, needed, banned, what)
+        split = _hoist(prefix, needed, banned)
     if split is None:
         raise ScheduleError(
             f"{what}: the bounds of {inner.label} depend on {outer.label}, so {inner.label} "
@@ -239,10 +248,6 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
     new_inner = replace(inner, body=[new_outer])
     k = _index(container, outer)
     container[k : k + 1] = [*hoisted, new_inner]
-    if inner.label in nest.entries:
-        raise ScheduleError(
-            f"{what}: {inner.label} resumes a search at each block and cannot move outward"
-        )
 
 
 def arrange(nest: Nest, order: list[str], what: str) -> None:
@@ -304,7 +309,7 @@ def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
         )
     needed: set[str] = set()
     reads([inner.start, inner.end], needed)
-    split = _hoist(prefix, needed, {i} | assigned(outer.body), what)
+    split = _hoist(prefix, needed, {i} | assigned(outer.body))
     if split is None:
         raise ScheduleError(f"{what}: the extent of {j} depends on {i}")
     hoisted, rest = split
@@ -340,12 +345,8 @@ def _parallelize_loop(
 ) -> None:
     origins = nest.prov.origins(label)
     races = [v for v in origins if v not in nest.out_vars]
-    if label in nest.entries:
-        first, count = nest.entries.pop(label)
-        entry = container[k - count + 1 : k]  # the first statement declares ``first``
-        del container[k - count : k]
-        loop.body = [*substitute(entry, {first.name: loop.var}), *loop.body]
-        k -= count
+    entry, k = _take_entry(nest, label, container, k, loop.var)
+    loop.body = [*entry, *loop.body]
     if nest.sparse_out and (races or any(v not in nest.parallel_out for v in origins)):
         raise ScheduleError(
             f"{cmd}: the sparse output is appended in order; it can be built in parallel only "
@@ -386,12 +387,9 @@ def _parallelize_loop(
     loop.parallel = par.unit
     loop.strategy = par.strategy
     if par.unit == "CPUThread":
-        used: set[str] = set()
-        _arrays(loop.body, used)
-        outside: set[str] = set()
-        _arrays(
-            [s for s in container if s is not loop and not isinstance(s, ir.Alloc | ir.Free)],
-            outside,
+        used = _arrays(loop.body)
+        outside = _arrays(
+            [s for s in container if s is not loop and not isinstance(s, ir.Alloc | ir.Free)]
         )
         for ws in nest.workspaces:
             if ws.name in used and ws.name not in outside and _allocated_at_top(nest.body, ws):
@@ -436,28 +434,14 @@ def _sink(container: list[ir.Stmt], loop: ir.For, name: str) -> None:
 
 
 def _atomic_stores(stmts: list[ir.Stmt], out_vals: str) -> None:
-    for s in stmts:
+    for s in statements(stmts):
         if isinstance(s, ir.Store) and s.array.name == out_vals:
             s.accumulate = True
             s.atomic = True
-        elif isinstance(s, ir.For):
-            _atomic_stores(s.body, out_vals)
-        elif isinstance(s, ir.While):
-            _atomic_stores(s.body, out_vals)
-        elif isinstance(s, ir.If):
-            _atomic_stores(s.then, out_vals)
-            _atomic_stores(s.orelse, out_vals)
 
 
-def _arrays(node, acc: set[str]) -> None:
-    if isinstance(node, ir.Array):
-        acc.add(node.name)
-    elif isinstance(node, list | tuple):
-        for x in node:
-            _arrays(x, acc)
-    elif hasattr(node, "__dataclass_fields__") and not isinstance(node, ir.Var | ir.Const):
-        for name in node.__dataclass_fields__:
-            _arrays(getattr(node, name), acc)
+def _arrays(node) -> set[str]:
+    return {n.name for n in nodes(node) if isinstance(n, ir.Array)}
 
 
 def _allocated_at_top(body: list[ir.Stmt], ws: ir.Array) -> bool:
@@ -485,10 +469,4 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
 
 
 def _has_load(node) -> bool:
-    if isinstance(node, ir.Load):
-        return True
-    if isinstance(node, list | tuple):
-        return any(_has_load(x) for x in node)
-    if hasattr(node, "__dataclass_fields__") and not isinstance(node, ir.Var | ir.Const):
-        return any(_has_load(getattr(node, f)) for f in node.__dataclass_fields__)
-    return False
+    return any(isinstance(n, ir.Load) for n in nodes(node))
