@@ -28,9 +28,35 @@ class ConversionWarning(UserWarning):
 _warned: set[tuple[str, str, str]] = set()
 
 
-def level_vars(access: Access, fmt: Format) -> list[str]:
-    """Index variables of an access in the order its storage levels hold them."""
-    return [access.indices[m].single_variable for m in fmt.mode_order]
+def level_vars(access: Access, fmt: Format, order: list[str]) -> list[str]:
+    """The variable each storage level is resolved at, outer to inner.
+
+    A plain index is its own variable; an affine one (``p + r``) is resolved
+    at whichever of its variables the loop order binds last, its base.
+    """
+    position = {v: k for k, v in enumerate(order)}
+    return [access.indices[m].base(position) for m in fmt.mode_order]
+
+
+def _level_sets(access: Access, fmt: Format) -> list[tuple[str, ...]]:
+    return [access.indices[m].variables for m in fmt.mode_order]
+
+
+def check_indices(stmt: Statement) -> None:
+    """Refuse the index forms the lowering has no algorithm for, naming the access."""
+    for idx in stmt.lhs.indices:
+        if idx.single_variable is None:
+            raise UnsupportedError(
+                f"output {stmt.lhs}: index '{idx}' is affine; an output index must be a plain "
+                "index variable (write the affine index on an operand instead)"
+            )
+    for a in accesses(stmt.rhs):
+        for m, idx in enumerate(a.indices):
+            if idx.is_constant:
+                raise UnsupportedError(
+                    f"access {a}: index '{idx}' of mode {m} is a constant; constant indices are "
+                    "not supported yet (slice the operand before the call)"
+                )
 
 
 def concretize(
@@ -46,34 +72,33 @@ def concretize(
     sparse output no longer needs its variables outside every reduction.
     """
     rhs = accesses(stmt.rhs)
-    for a in [stmt.lhs, *rhs]:
-        for idx in a.indices:
-            if idx.single_variable is None:
-                where = "the output" if a is stmt.lhs else "an operand"
-                raise UnsupportedError(
-                    f"access {a}: index '{idx}' of {where} is not a plain index variable; "
-                    "affine and constant indices are not yet supported by the lowering"
-                )
+    check_indices(stmt)
     out_vars = [i.single_variable for i in stmt.lhs.indices]
     all_vars = list(
         dict.fromkeys(out_vars + [v for a in rhs for i in a.indices for v in i.variables])
     )
     red_vars = [v for v in all_vars if v not in out_vars]
 
-    hard: list[tuple[int, list[str]]] = []  # (access number, chain)
-    soft: list[list[str]] = []
+    hard: list[tuple[int, Chain]] = []  # (access number, chain)
+    soft: list[Chain] = []
     for n, a in enumerate(rhs):
-        chain = level_vars(a, formats[a.tensor])
+        chain = _level_sets(a, formats[a.tensor])
         if formats[a.tensor].is_dense:
             soft.append(chain)
         else:
-            if len(set(chain)) != len(chain):
+            plain = [c[0] for c in chain if len(c) == 1]
+            if len(set(plain)) != len(plain):
                 raise UnsupportedError(
                     f"access {a}: a repeated index variable in a sparse operand is not supported"
                 )
             hard.append((n, chain))
-    out_chain = level_vars(stmt.lhs, output_format)
+    out_chain = _level_sets(stmt.lhs, output_format)
     sparse_out = not output_format.is_dense
+    # Output levels below the last compressed one that are dense may be
+    # accumulated into inside reductions: their positions exist once the
+    # compressed coordinates above them have been appended.
+    compressed = [k for k, lvl in enumerate(output_format.levels) if not lvl.full]
+    appended = {c[0] for c in out_chain[: compressed[-1] + 1]} if compressed else set()
 
     def fixed_ok(perm: tuple[str, ...]) -> bool:
         if not sparse_out:
@@ -81,7 +106,7 @@ def concretize(
         pos = {v: k for k, v in enumerate(perm)}
         if _violations(out_chain, pos):
             return False
-        return workspace or all(pos[o] < pos[r] for o in out_vars for r in red_vars)
+        return workspace or all(pos[o] < pos[r] for o in appended for r in red_vars)
 
     preference = {v: k for k, v in enumerate(all_vars)}
     if order is not None:
@@ -89,12 +114,15 @@ def concretize(
     else:
         best = None
         best_key = None
-        for perm in _candidates(all_vars, [c for _, c in hard] + soft + [out_chain]):
+        flat = [
+            [v for level in c for v in level] for c in [*(c for _, c in hard), *soft, out_chain]
+        ]
+        for perm in _candidates(all_vars, flat):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
             key = (
-                sum(1 for _, c in hard if _violations(c, pos)),
+                sum(1 for _, c in hard if _violations(c, pos, strict=True)),
                 sum(_violations(c, pos) for c in soft) + _violations(out_chain, pos),
                 [preference[v] for v in perm],
             )
@@ -108,9 +136,14 @@ def concretize(
     converted: dict[tuple[str, Format], str] = {}
     for n, a in enumerate(rhs):
         fmt = formats[a.tensor]
-        if not fmt.is_dense and _violations(level_vars(a, fmt), pos):
-            modes = sorted(range(len(a.indices)), key=lambda m: pos[a.indices[m].single_variable])
+        if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
+            modes = sorted(range(len(a.indices)), key=lambda m: pos[a.indices[m].base(pos)])
             new = Format(fmt.levels, tuple(modes))
+            if _violations(_level_sets(a, new), pos, strict=True):
+                raise UnsupportedError(
+                    f"access {a}: two levels of sparse operand {a.tensor} would be resolved at "
+                    f"one loop in the order {', '.join(best)}; store {a.tensor} dense"
+                )
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
             slots[n] = Slot(name, a.tensor, new)
             msg = (
@@ -128,12 +161,25 @@ def concretize(
     return CIN(stmt, list(best), slots, output_format, notes)
 
 
-def _violations(chain: list[str], pos: dict[str, int]) -> int:
-    return sum(1 for a, b in zip(chain, chain[1:], strict=False) if pos[a] > pos[b])
+Chain = list[tuple[str, ...]]  # the variables of each level's index, outer to inner
+
+
+def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
+    """Adjacent levels whose base variables the order binds the wrong way round.
+
+    ``strict`` (sparse operands) also counts two levels resolved at one loop,
+    which no walk down the levels can do.
+    """
+    bases = [max(pos[v] for v in level) for level in chain]
+    return sum(1 for a, b in zip(bases, bases[1:], strict=False) if a > b or (strict and a == b))
 
 
 def _candidates(variables: list[str], chains: list[list[str]]):
-    """All permutations when few variables, else orders from a topological sort."""
+    """All permutations when few variables, else orders from a topological sort.
+
+    An affine level appears in a chain as all its variables, so the sort binds
+    them before the next level's.
+    """
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return

@@ -16,6 +16,8 @@ import numpy as np
 
 from ucf import __version__
 from ucf.cin.concretize import concretize, level_vars
+from ucf.cin.extents import describe as describe_extents
+from ucf.cin.extents import infer as infer_extents
 from ucf.cin.notation import CIN
 from ucf.cin.schedule import Applied, Command, Schedule, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
@@ -95,6 +97,7 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     else:
         cin, applied = _scheduled(base, commands, fmts, computed) if commands else (base, None)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
+    cin.notes += describe_extents(stmt)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -146,12 +149,15 @@ def _scheduled(
     tensors: dict[str, tuple[list[str], str]] = {}
     for n, a in enumerate(accesses(stmt.rhs)):
         slot = cin.slots[n]
-        lv = level_vars(a, slot.format)
+        lv = level_vars(a, slot.format, cin.order)
         tensors.setdefault(a.tensor, (lv, slot.format.letters))
-        if not slot.format.is_dense:
+        # An affine level's base moves with the order; concretize checks those.
+        if not slot.format.is_dense and all(i.single_variable for i in a.indices):
             chains[f"operand {a.tensor} ('{slot.format}')"] = lv
     if not computed.is_dense:
-        chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(stmt.lhs, computed)
+        chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
+            stmt.lhs, computed, cin.order
+        )
     applied = apply_schedule(commands, cin.order, chains, tensors)
     order = applied.order
     if not computed.is_dense and not applied.precompute:
@@ -407,7 +413,8 @@ class Kernel:
 
         for a in accesses(stmt.rhs):
             for m, idx in enumerate(a.indices):
-                bind(idx.single_variable, given[a.tensor].shape[m], f"{a.tensor} (mode {m})")
+                if idx.single_variable is not None:
+                    bind(idx.single_variable, given[a.tensor].shape[m], f"{a.tensor} (mode {m})")
         if out is not None:
             shape = np.shape(out) if not isinstance(out, Tensor) else out.shape
             if len(shape) != len(stmt.lhs.indices):
@@ -419,6 +426,14 @@ class Kernel:
                 bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
         for v, size in (shapes or {}).items():
             bind(v, int(size), "shapes=")
+        sizes = {
+            (a.tensor, m): given[a.tensor].shape[m]
+            for a in accesses(stmt.rhs)
+            for m in range(len(a.indices))
+        }
+        known = {v: n for v, (n, _) in bound.items()}
+        for v, (n, who) in infer_extents(stmt, known, sizes).items():
+            bound[v] = (n, who)
         for v in self._plan.cin.order:
             if v not in bound:
                 raise ShapeError(

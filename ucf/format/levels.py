@@ -54,6 +54,33 @@ class LevelKind:
         """Positions of the children of the parent positions [lo, hi), for ``pos`` over a fuse."""
         raise NotImplementedError
 
+    def search(self, arrays: dict[str, Expr], lo: Expr, hi: Expr, key: Expr, result):
+        """Statements setting (the declared) ``result`` to the first position in [lo, hi)
+        whose coordinate is at least ``key``: where an affine access's window starts or ends.
+
+        Any kind with ordered coordinates gets this binary search for free.
+        """
+        from ucf.ir import nodes as ir
+
+        if not self.ordered or self.full:
+            raise TypeError(f"a {self.name} level has no ordered coordinates to search")
+        i64 = "i64"
+        h = ir.Var(f"{result.name}_h", i64)
+        m = ir.Var(f"{result.name}_m", i64)
+        step = [
+            ir.Decl(m, ir.Bin("/", ir.add(result, h), ir.Const(2, i64))),
+            ir.If(
+                ir.Cmp("<", ir.cast(self.coordinate(arrays, m), i64), key),
+                [ir.Assign(result, ir.add(m, ir.Const(1, i64)))],
+                [ir.Assign(h, m)],
+            ),
+        ]
+        return [
+            ir.Assign(result, lo),
+            ir.Decl(h, hi),
+            ir.While(ir.Cmp("<", result, h), step),
+        ]
+
 
 class Dense(LevelKind):
     def bounds(self, arrays, parent, segment_end, dim):

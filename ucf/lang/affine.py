@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,35 @@ class Affine:
             parts.append(str(self.const))
         text = " + ".join(parts)
         return text.replace("+ -", "- ")
+
+    def coefficient(self, v: str) -> int:
+        return dict(self.terms).get(v, 0)
+
+    def without(self, v: str) -> Affine:
+        """The index with ``v``'s term dropped: the offset when ``v`` is the base."""
+        return Affine(tuple(t for t in self.terms if t[0] != v), self.const)
+
+    def base(self, position: dict[str, int]) -> str | None:
+        """The variable bound last in a loop order: the one the access is resolved at."""
+        if not self.terms:
+            return None
+        return max(self.variables, key=lambda v: position[v])
+
+    def interval(self, extent: Callable[[str], str]) -> tuple[Affine, Affine]:
+        """Least and greatest value over ``0 <= v < |v|``, as affine forms in the extents
+        (``extent(v)`` names ``|v|``), so they can be printed, evaluated or lowered."""
+        lo = hi = Affine.constant(self.const)
+        for v, c in self.terms:
+            span = Affine.var(extent(v)).scale(c) - Affine.constant(c)  # c * (|v| - 1)
+            if c > 0:
+                hi = hi + span
+            else:
+                lo = lo + span
+        return lo, hi
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        """The index's value; the values may be ints or sympy expressions."""
+        total: Any = self.const
+        for v, c in self.terms:
+            total = total + c * values[v]
+        return total

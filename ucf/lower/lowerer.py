@@ -26,6 +26,7 @@ from ucf.format.levels import WORKSPACE_LIST
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Array, Const, Param, Var
 from ucf.lang import ast
+from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lower import sort, transforms
 from ucf.lower.lattice import (
@@ -57,8 +58,15 @@ class Operand:
     n: int
     name: str  # readable prefix for this occurrence's iterator variables
     fmt: Format
-    level_vars: list[str]
+    level_vars: list[str]  # the loop each level is resolved at (an affine index's base)
     params: SlotParams
+    level_idx: list[Affine]  # each level's index
+
+    def affine(self, lvl: int) -> bool:
+        return self.level_idx[lvl].single_variable is None
+
+    def dim(self, lvl: int) -> Var:
+        return self.params.dims[self.fmt.mode_order[lvl]]
 
     @property
     def dense(self) -> bool:
@@ -153,6 +161,7 @@ class Lowerer:
         for a in self.rhs_accesses:
             counts[a.tensor] = counts.get(a.tensor, 0) + 1
         seen: dict[str, int] = {}
+        position = {v: k for k, v in enumerate(cin.order)}
         for n, a in enumerate(self.rhs_accesses):
             slot = cin.slots[n]
             if slot.name not in self.slot_params:
@@ -161,8 +170,9 @@ class Lowerer:
                 )
             seen[a.tensor] = seen.get(a.tensor, 0) + 1
             label = a.tensor if counts[a.tensor] == 1 else f"{a.tensor}{seen[a.tensor]}"
-            lv = [a.indices[m].single_variable for m in slot.format.mode_order]
-            self.operands[n] = Operand(n, label, slot.format, lv, self.slot_params[slot.name])
+            idx = [a.indices[m] for m in slot.format.mode_order]
+            lv = [ix.base(position) for ix in idx]
+            self.operands[n] = Operand(n, label, slot.format, lv, self.slot_params[slot.name], idx)
         self.out_fmt = cin.output_format
         out = stmt.lhs
         self.out_name = out.tensor
@@ -431,14 +441,23 @@ class Lowerer:
         if self.sparse_out:
             index = st.out_pos
         else:
-            index = self._dense_index(self.out_params, self.out_fmt, self.out_level_vars)
+            coords = [Var(v, I64) for v in self.out_level_vars]
+            index = self._dense_index(self.out_params, self.out_fmt, coords)
         return ir.Store(self.out_params.vals, index, value, accumulate=not once)
 
-    def _dense_index(self, sp: SlotParams, fmt: Format, level_vars: list[str]) -> ir.Expr:
+    def _dense_index(self, sp: SlotParams, fmt: Format, coords: list[ir.Expr]) -> ir.Expr:
         index: ir.Expr = Const(0, I64)
-        for lvl, v in enumerate(level_vars):
-            index = ir.add(ir.mul(index, sp.dims[fmt.mode_order[lvl]]), Var(v, I64))
+        for lvl, c in enumerate(coords):
+            index = ir.add(ir.mul(index, sp.dims[fmt.mode_order[lvl]]), c)
         return index
+
+    @staticmethod
+    def _affine(a: Affine) -> ir.Expr:
+        """An index's value from the loop variables that are bound where it is read."""
+        e: ir.Expr = Const(a.const, I64)
+        for v, c in a.terms:
+            e = ir.add(e, ir.mul(Const(c, I64), Var(v, I64)))
+        return e
 
     def _value(self, t: Term, st: State) -> ir.Expr:
         if isinstance(t, Opnd):
@@ -446,7 +465,8 @@ class Lowerer:
             if self.where and t.n == self.where_n:
                 return ir.Load(self.where.ws.vals, self.where.ws.index)
             if op.dense:
-                return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, op.level_vars))
+                coords = [self._affine(ix) for ix in op.level_idx]
+                return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, coords))
             return ir.Load(op.params.vals, st.pos[t.n])
         if isinstance(t, Lit):
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
@@ -475,7 +495,8 @@ class Lowerer:
         sparse, located = self._sparse_here(v, st)
         used = operands(term)
         present = [n for n in sparse if n in used]
-        points = lattice(term, lambda n: n in present)
+        guards = self._guards(v, st, used, located)
+        points = lattice(term, lambda n: n in present or n in guards)
         top = points[0]
         stmts: list[ir.Stmt] = []
         out_kind = self._out_kind(v, st)
@@ -490,26 +511,59 @@ class Lowerer:
         iters = {n: self._iterator(n, v, st) for n in present}
         coord = Var(v, I64)
         label = self._label(v, st)
-        drives = len(iters) == 1 and not top.full and next(iter(iters.values())).unique
-        self._check_pos(v, iters, top, drives)
+        # A point that only guarded operands make up needs every coordinate visited.
+        guard_only = any(p.iters and not p.iters & set(iters) for p in points)
+        full = top.full or (guard_only and bool(iters))
+        drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
+        self._check_pos(v, iters, full, drives)
+        live = set(iters) | set(guards)
         if drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
             it = next(iter(iters.values()))
-            body = [ir.Decl(coord, ir.cast(it.kind.coordinate(it.arrays, it.pos), I64))]
-            body += self._cases(term, st, iters, located, coord, set(iters), {}, full=False)
-            stmts.append(ir.For(it.pos, it.begin, it.end_expr, body, label=label))
-        elif top.full:
+            body = [ir.Decl(coord, self._it_coord(it))]
+            flags = self._guard_flags(guards, guards)
+            inner = [*flags.values()]
+            matches = {n: f.var for n, f in flags.items()}
+            inner += self._cases(term, st, iters, located, coord, live, matches, full=False)
+            if it.stride > 1:
+                inner = [ir.If(self._on_stride(it), inner)]
+            stmts += it.setup
+            stmts.append(ir.For(it.pos, it.begin, it.end_expr, body + inner, label=label))
+        elif full:
             for it in iters.values():
                 stmts += it.init
-            body = self._full_body(term, st, iters, located, coord)
+            body = self._full_body(term, st, iters, located, coord, guards)
             stmts.append(ir.For(coord, Const(0, I64), self.extents[v], body, label=label))
+        elif not iters:
+            # Only guarded (affine, located) operands: the loop runs over the range
+            # every point's common guards allow, and checks the others.
+            common = set(guards)
+            for point in points:
+                if point.iters:
+                    common &= point.iters
+            lo, hi = self._guard_range(v, [g for n in common for g in guards[n]])
+            flags = self._guard_flags(guards, set(guards) - common)
+            body = [*flags.values()]
+            matches = {n: f.var for n, f in flags.items()}
+            body += self._cases(term, st, {}, located, coord, live - common, matches, full=True)
+            stmts.append(ir.For(coord, lo, hi, body, label=label))
         else:
             for it in iters.values():
                 stmts += it.init
+            done: set[frozenset[int]] = set()
             for point in points:
-                if not point.iters:
+                key = frozenset(point.iters & set(iters))
+                if not key or key in done:
                     continue
-                stmts += self._point_loop(term, st, iters, located, coord, point, label)
+                done.add(key)
+                point_live = key | {
+                    n for q in points if q.iters & set(iters) == key for n in q.iters
+                }
+                flags = self._guard_flags(guards, point_live)
+                absent = set(guards) - point_live
+                stmts += self._point_loop(
+                    term, st, iters, located, coord, key, point_live, flags, absent, label
+                )
         if local:
             if self.assembling:
                 stmts.append(
@@ -529,6 +583,102 @@ class Lowerer:
             )
         return stmts
 
+    # ------------------------------------------------------- affine accesses
+    def _guards(self, v: str, st: State, used: set[int], located: list[int]) -> dict:
+        """Operands read through a located level whose affine index has base ``v``.
+
+        Such a coordinate can fall outside the level, where the operand reads
+        as zero (implicit padding): at ``v`` the operand may be absent, like a
+        sparse one, and its guard says where it is present.
+        """
+        guards: dict[int, list[tuple[Affine, ir.Expr]]] = {}
+        for n, op in self.operands.items():
+            if n not in used:
+                continue
+            if op.dense:
+                levels = [k for k, b in enumerate(op.level_vars) if b == v and op.affine(k)]
+            elif n in located and op.affine(st.levels[n]):
+                levels = [st.levels[n]]
+            else:
+                continue
+            if levels:
+                guards[n] = [(op.level_idx[k], op.dim(k)) for k in levels]
+        return guards
+
+    def _guard_flags(self, guards: dict, which) -> dict[int, ir.Decl]:
+        flags = {}
+        for n, conds in guards.items():
+            if n not in which:
+                continue
+            ok: ir.Expr = Const(True, "i1")
+            for a, dim in conds:
+                c = self._affine(a)
+                ok = ir.land(ok, ir.land(ir.Cmp(">=", c, Const(0, I64)), ir.Cmp("<", c, dim)))
+            var = Var(f"{self.operands[n].name}_in{next(self._fresh)}", "i1")
+            flags[n] = ir.Decl(var, ok)
+        return flags
+
+    def _guard_range(self, v: str, conds: list) -> tuple[ir.Expr, ir.Expr]:
+        """The values of ``v`` for which every guard holds: ``s*v + off`` in [0, dim)."""
+        lo: ir.Expr = Const(0, I64)
+        hi: ir.Expr = self.extents[v]
+        for a, dim in conds:
+            s = a.coefficient(v)
+            off = self._affine(a.without(v))
+            if s > 0:
+                first = _ceildiv(ir.Neg(off), s)
+                end = _ceildiv(ir.sub(dim, off), s)
+            else:
+                first = ir.add(_floordiv(ir.sub(off, dim), -s), Const(1, I64))
+                end = ir.add(_floordiv(off, -s), Const(1, I64))
+            lo = ir.Bin("max", lo, first)
+            hi = ir.minimum(hi, end)
+        return lo, hi
+
+    def _window(self, it: _Iterator, a: Affine, v: str, begin: ir.Expr, end: ir.Expr) -> None:
+        """Iterate only the positions of a compressed level whose coordinates lie in the
+        window ``[off, off + s*|v|)`` of the index ``s*v + off``.
+
+        Each end is found by binary search, unless the window's interval over
+        the loops around it shows that end is always outside the stored
+        range; that test only reads extents, so it is decided once per call.
+        """
+        op = self.operands[it.n]
+        lvl = op.level_idx.index(a)
+        s = a.coefficient(v)
+        rest = a.without(v)
+        off = self._affine(rest)
+        low, high = (self._affine(b) for b in rest.interval(lambda u: self.extents[u].name))
+        lo_key, hi_key = off, ir.add(off, ir.mul(Const(s, I64), self.extents[v]))
+        dim = op.dim(lvl)
+        pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
+        wb, we = Var(f"{it.pos.name}_w0", I64), Var(f"{it.pos.name}_w1", I64)
+        setup: list[ir.Stmt] = [ir.Decl(pb, begin), ir.Decl(pe, end)]
+        reach = ir.add(low, ir.mul(Const(s, I64), self.extents[v]))
+        # (result, key, search from, value when no search is needed, "search needed")
+        for w, key, first, outside, needed in (
+            (wb, lo_key, pb, pb, ir.Cmp(">", high, Const(0, I64))),
+            (we, hi_key, wb, pe, ir.Cmp("<", reach, dim)),
+        ):
+            search = it.kind.search(it.arrays, first, pe, key, w)
+            setup += [ir.Decl(w, outside), ir.If(needed, search)]
+        it.setup = setup
+        it.begin, it.end_expr = wb, we
+        it.stride, it.offset = s, off
+
+    def _it_coord(self, it: _Iterator) -> ir.Expr:
+        """The iterator's coordinate in its loop's variable (undoing an affine index)."""
+        c = ir.cast(it.kind.coordinate(it.arrays, it.pos), I64)
+        if it.offset is None:
+            return c
+        c = ir.sub(c, it.offset)
+        return c if it.stride == 1 else ir.Bin("/", c, Const(it.stride, I64))
+
+    def _on_stride(self, it: _Iterator, on: bool = True) -> ir.Expr:
+        c = ir.sub(ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), it.offset)
+        rem = ir.Bin("%", c, Const(it.stride, I64))
+        return ir.Cmp("==" if on else "!=", rem, Const(0, I64))
+
     def _label(self, v: str, st: State) -> str:
         if self.where and (st.ws is not None or st.where_done) and v == self.where.ws.var:
             return self.applied.precompute[0].wvar
@@ -536,13 +686,13 @@ class Lowerer:
             return self.pos_map[v][0]
         return v
 
-    def _check_pos(self, v: str, iters: dict, top, drives: bool) -> None:
+    def _check_pos(self, v: str, iters: dict, full: bool, drives: bool) -> None:
         if v not in self.pos_map:
             return
         vpos, tensor = self.pos_map[v]
         cmd = f"pos({v}, {vpos}, {tensor})"
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
-        if top.full:
+        if full:
             raise ScheduleError(
                 f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero (a "
                 f"sum with a dense term), so {tensor}'s positions do not cover it"
@@ -661,7 +811,7 @@ class Lowerer:
         else:
             fmt = dense_format(1)
             params = SlotParams([size], [{}], vals)
-        self.operands[W] = Operand(W, pc.name, fmt, [i], params)
+        self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
         prod = _product([Opnd(n) for n in taken])
         cons = _product([*rest, Opnd(W)])
         return Where(depth, prod, cons, prod_vars, cons_vars, ws, split)
@@ -811,7 +961,7 @@ class Lowerer:
                     f"{cmd}: {v} also co-iterates {names}; pos needs {tensor} alone"
                 )
             for x in located:
-                located_stmts.append(self._locate(x, Var(v, I64), cur, cur))
+                located_stmts.append(self._locate(x, cur, cur))
             cur.levels[n] += 1
         arrays = op.params.levels
         kinds = op.fmt.levels
@@ -893,15 +1043,36 @@ class Lowerer:
         e = Var(f"p{base}_end", I64)
         it = _Iterator(n, p, e, Var(f"{v}{op.name}", I64), kind, arrays, unique=op.fmt.unique(lvl))
         it.begin, it.end_expr = ir.cast(begin, I64), ir.cast(end, I64)
-        it.init = [ir.Decl(p, it.begin), ir.Decl(e, it.end_expr)]
+        if op.affine(lvl):
+            a = op.level_idx[lvl]
+            access = self.rhs_accesses[n] if n < len(self.rhs_accesses) else a
+            if not (it.unique and kind.ordered) or kind.branchless:
+                raise UnsupportedError(
+                    f"access {access}: affine index '{a}' on a {kind.name} level that is not "
+                    "unique and ordered; store that level compressed (C) below unique levels, "
+                    "or dense (U)"
+                )
+            if a.coefficient(v) < 0:
+                raise UnsupportedError(
+                    f"access {access}: affine index '{a}' on a compressed level decreases with "
+                    f"{v}, its innermost loop; store that level dense (U) or reorder the loops"
+                )
+            self._window(it, a, v, it.begin, it.end_expr)
+        it.init = [*it.setup, ir.Decl(p, it.begin), ir.Decl(e, it.end_expr)]
+        if it.stride > 1:
+            it.skip = [
+                ir.While(
+                    ir.land(ir.Cmp("<", p, e), self._on_stride(it, False)),
+                    [ir.Assign(p, ir.add(p, Const(1, I64)))],
+                )
+            ]
+            it.init += it.skip
         if not it.unique:
             it.seg = Var(f"p{base}_seg", I64)
         return it
 
     def _coordinate_stmts(self, it: _Iterator) -> list[ir.Stmt]:
-        stmts: list[ir.Stmt] = [
-            ir.Decl(it.coord, ir.cast(it.kind.coordinate(it.arrays, it.pos), I64))
-        ]
+        stmts: list[ir.Stmt] = [ir.Decl(it.coord, self._it_coord(it))]
         if not it.unique:
             nxt = ir.add(it.seg, Const(1, I64))
             same = ir.land(
@@ -917,29 +1088,32 @@ class Lowerer:
     def _advance(self, it: _Iterator) -> ir.Expr:
         return it.seg if not it.unique else ir.add(it.pos, Const(1, I64))
 
-    def _full_body(self, term, st, iters, located, coord) -> list[ir.Stmt]:
+    def _full_body(self, term, st, iters, located, coord, guards) -> list[ir.Stmt]:
         """A dense loop over the dimension; sparse iterators are checked for a match."""
-        body: list[ir.Stmt] = []
-        matches = {}
+        flags = self._guard_flags(guards, guards)
+        body: list[ir.Stmt] = [*flags.values()]
+        matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
         for n, it in iters.items():
             m = Var(f"{it.coord.name}_hit", "i1")
-            ok = ir.land(
-                ir.Cmp("<", it.pos, it.end),
-                ir.Cmp("==", ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), coord),
-            )
+            ok = ir.land(ir.Cmp("<", it.pos, it.end), ir.Cmp("==", self._it_coord(it), coord))
             body.append(ir.Decl(m, ok))
             if not it.unique:
                 seg_stmts = self._coordinate_stmts(it)
                 body.append(seg_stmts.pop(1))  # the run end, declared where cases can see it
                 body.append(ir.If(m, seg_stmts))
             matches[n] = m
-        body += self._cases(term, st, iters, located, coord, set(iters), matches, full=True)
+        live = set(iters) | set(guards)
+        body += self._cases(term, st, iters, located, coord, live, matches, full=True)
         for n, it in iters.items():
-            body.append(ir.If(matches[n], [ir.Assign(it.pos, self._advance(it))]))
+            body.append(ir.If(matches[n], [ir.Assign(it.pos, self._advance(it)), *it.skip]))
         return body
 
-    def _point_loop(self, term, st, iters, located, coord, point, label) -> list[ir.Stmt]:
-        its = [iters[n] for n in sorted(point.iters)]
+    def _point_loop(
+        self, term, st, iters, located, coord, key, live, flags, absent, label
+    ) -> list[ir.Stmt]:
+        """A co-iteration ``while`` over the iterators in ``key``; ``live`` adds the guarded
+        operands that may match with them, each checked by its flag."""
+        its = [iters[n] for n in sorted(key)]
         cond: ir.Expr = Const(True, "i1")
         for it in its:
             cond = ir.land(cond, ir.Cmp("<", it.pos, it.end))
@@ -950,22 +1124,27 @@ class Lowerer:
         for it in its[1:]:
             mn = ir.minimum(mn, it.coord)
         body.append(ir.Decl(coord, mn))
-        matches = {}
+        body += flags.values()
+        matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
         for it in its:
             m = Var(f"{it.coord.name}_hit", "i1")
             body.append(ir.Decl(m, ir.Cmp("==", it.coord, coord)))
             matches[it.n] = m
-        body += self._cases(term, st, iters, located, coord, set(point.iters), matches, full=False)
+        body += self._cases(term, st, iters, located, coord, live, matches, False, absent)
         for it in its:
-            if len(its) == 1:
-                body.append(ir.Assign(it.pos, self._advance(it)))
-            else:
-                body.append(ir.If(matches[it.n], [ir.Assign(it.pos, self._advance(it))]))
+            step = [ir.Assign(it.pos, self._advance(it)), *it.skip]
+            body += step if len(its) == 1 else [ir.If(matches[it.n], step)]
         return [ir.While(cond, body, label=label)]
 
-    def _cases(self, term, st, iters, located, coord, live: set[int], matches, full: bool):
-        """One branch per set of matching iterators, largest set first."""
-        all_here = set(iters)
+    def _cases(
+        self, term, st, iters, located, coord, live: set[int], matches, full: bool, absent=()
+    ):
+        """One branch per set of matching iterators and guards, largest set first.
+
+        Iterators and guarded operands outside the matching set, and those in
+        ``absent``, read as zero in a branch.
+        """
+        all_here = set(iters) | live | set(absent)
         chain: list[tuple[ir.Expr, list[ir.Stmt]]] = []
         for size in range(len(live), -1, -1):
             if size == 0 and not full:
@@ -987,13 +1166,14 @@ class Lowerer:
                 stmts = [ir.If(cond, body, stmts)]
         return stmts
 
-    def _locate(self, n: int, coord: Var, st: State, inner: State) -> ir.Stmt:
-        """Find operand ``n``'s position for ``coord`` in its next (dense) level."""
+    def _locate(self, n: int, st: State, inner: State) -> ir.Stmt:
+        """Find operand ``n``'s position in its next (dense) level; an affine coordinate
+        out of range is excluded by the loop's guard before the position is used."""
         op = self.operands[n]
         lvl = st.levels[n]
-        dim = op.params.dims[op.fmt.mode_order[lvl]]
         p = Var(f"p{op.name}{lvl}", I64)
-        decl = ir.Decl(p, op.fmt.levels[lvl].locate(st.pos[n], coord, dim))
+        coord = self._affine(op.level_idx[lvl])
+        decl = ir.Decl(p, op.fmt.levels[lvl].locate(st.pos[n], coord, op.dim(lvl)))
         inner.levels[n] = lvl + 1
         inner.pos[n] = p
         inner.seg_end[n] = None
@@ -1004,12 +1184,14 @@ class Lowerer:
         inner.depth += 1
         stmts: list[ir.Stmt] = []
         for n in subset:
+            if n not in iters:
+                continue  # a guarded operand: located below, or read as dense
             it = iters[n]
             inner.levels[n] += 1
             inner.pos[n] = it.pos
             inner.seg_end[n] = it.seg if not it.unique else None
         for n in located:
-            stmts.append(self._locate(n, coord, st, inner))
+            stmts.append(self._locate(n, st, inner))
         kind = self._out_kind(coord.name, st) if st.ws is None else None
         if kind is not None:
             lvl = st.out_level
@@ -1047,6 +1229,10 @@ class _Iterator:
     init: list = field(default_factory=list)
     begin: ir.Expr | None = None
     end_expr: ir.Expr | None = None
+    setup: list = field(default_factory=list)  # finds an affine window before the loop
+    skip: list = field(default_factory=list)  # steps past coordinates off a stride
+    stride: int = 1
+    offset: ir.Expr | None = None  # set for an affine index: coordinate = stride*v + offset
 
 
 def _factors(t: Term) -> list[Term]:
@@ -1085,6 +1271,19 @@ def _segment_search(pos: Array, target: ir.Expr, rng: tuple[Var, Var], q: Var) -
         ir.While(ir.Cmp(">", ir.sub(hi, lo), Const(1, I64)), step),
         ir.Decl(q, lo),
     ]
+
+
+def _floordiv(a: ir.Expr, d: int) -> ir.Expr:
+    """Division rounding down, for a positive constant divisor (LLIR's ``/`` truncates)."""
+    if d == 1:
+        return a
+    k = Const(d, I64)
+    rem = ir.Bin("%", ir.add(ir.Bin("%", a, k), k), k)
+    return ir.Bin("/", ir.sub(a, rem), k)
+
+
+def _ceildiv(a: ir.Expr, d: int) -> ir.Expr:
+    return a if d == 1 else ir.Neg(_floordiv(ir.Neg(a), d))
 
 
 def _has_division(t: Term) -> bool:
