@@ -1,0 +1,146 @@
+/* ucf_cuda.cuh: device helpers included by every CUDA kernel ucf generates.
+ *
+ * The same text builds two ways: with nvcc for a GPU, or, with
+ * UCF_CUDA_EMULATION defined, as C++ against ucf_cuda_emu.h, which runs the
+ * kernels on the CPU with warp-lockstep semantics (see that header). Nothing
+ * below may depend on which one it is, except the launch plumbing.
+ *
+ * Launching: host code launches through UCF_LAUNCH(kernel, grid, block,
+ * shmem, args...) and returns ucf_launch_error() (0 on success). A template
+ * kernel whose name contains a comma goes in parentheses,
+ * `UCF_LAUNCH((kern<float, 4>), ...)`, or through a pointer, since the
+ * preprocessor would split the name. Dynamic shared memory is ucf_dynamic_shared<T>(),
+ * never `extern __shared__` (which the emulator cannot express).
+ */
+#ifndef UCF_CUDA_CUH
+#define UCF_CUDA_CUH
+
+#ifdef UCF_CUDA_EMULATION
+#include "ucf_cuda_emu.h"
+#else
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdint>
+#include <type_traits>
+
+#ifdef UCF_CUDA_EMULATION
+
+#define UCF_LAUNCH(kernel, grid, block, shmem, ...) \
+  ::ucf_emu::launch(#kernel, (grid), (block), (shmem), kernel __VA_OPT__(, ) __VA_ARGS__)
+
+/* The first error since the previous call (deadlock, invalid collective or
+ * configuration); ucf_emu_message() says what happened. */
+static inline int ucf_launch_error() { return ::ucf_emu::take_status(); }
+
+template <typename T>
+__device__ __forceinline__ T* ucf_dynamic_shared() {
+  return static_cast<T*>(::ucf_emu::dynamic_shared());
+}
+
+#else
+
+#define UCF_LAUNCH(kernel, grid, block, shmem, ...) \
+  kernel<<<(grid), (block), (shmem)>>>(__VA_ARGS__)
+
+/* A launch error shows at once; a fault inside the kernel only at the sync. */
+static inline int ucf_launch_error() {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  return static_cast<int>(err);
+}
+
+template <typename T>
+__device__ __forceinline__ T* ucf_dynamic_shared() {
+  extern __shared__ __align__(16) unsigned char ucf_shared_bytes[];
+  return reinterpret_cast<T*>(ucf_shared_bytes);
+}
+
+#endif
+
+/* atomicAdd for every value type ucf computes in. CUDA has no signed 64-bit
+ * atomicAdd (int64_t is long on LP64); two's-complement addition is the same
+ * bit operation as unsigned addition, so that overload serves. */
+template <typename T>
+__device__ __forceinline__ void ucf_atomic_add(T* p, T v) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  } else {
+    atomicAdd(p, v);
+  }
+}
+
+/* All G lanes of the calling thread's tile add into the same out[idx]: one
+ * atomic per tile instead of G. Every lane must call it with the same idx; a
+ * negative idx means the tile has nothing to write. */
+template <typename T, int G>
+__device__ __forceinline__ void atomicAddGroup(T* out, int64_t idx, T val) {
+  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G must be 1, 2, 4, 8, 16 or 32");
+  const auto tile = cooperative_groups::tiled_partition<G>(cooperative_groups::this_thread_block());
+  /* shfl_down stays inside the tile (width G); only rank 0's sum is complete. */
+  for (unsigned off = G / 2; off > 0; off /= 2) val += tile.shfl_down(val, off);
+  if (tile.thread_rank() == 0 && idx >= 0) ucf_atomic_add(&out[idx], val);
+}
+
+/* Segmented reduction over the tile: consecutive lanes with equal idx form a
+ * segment, and the first lane of each segment adds the segment's sum into
+ * out[idx]. Lanes with idx < 0 are inactive: they take part in the shuffles
+ * (the helper is convergent, so every lane of the tile must call it) but add
+ * nothing and write nothing.
+ *
+ * Why the ballot: lanes l and l+d may hold equal idx without being in one
+ * segment (5, 7, 5), so comparing idx across distance d is wrong. The ballot
+ * of segment heads tells each lane exactly whether a head lies in
+ * (l, l+d], i.e. whether lane l+d is still in its segment. */
+template <typename T, int G>
+__device__ __forceinline__ void segReduceGroup(T* out, int64_t idx, T val) {
+  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G must be 1, 2, 4, 8, 16 or 32");
+  const auto tile = cooperative_groups::tiled_partition<G>(cooperative_groups::this_thread_block());
+  const unsigned lane = tile.thread_rank();
+  const int64_t prev = tile.shfl_up(idx, 1);
+  const bool head = lane == 0 || prev != idx;
+  const unsigned heads = tile.ballot(head);
+  /* Bit k: lane lane+1+k starts a segment. A shift by 32 would be undefined. */
+  const unsigned later = lane + 1 < G ? heads >> (lane + 1) : 0u;
+  if (idx < 0) val = T(0);
+  /* Suffix scan: after the step with offset d, lane l holds the sum of
+   * [l, min(l + 2d, end of l's segment)), so each head ends with its segment. */
+  for (unsigned d = 1; d < G; d *= 2) {
+    const T other = tile.shfl_down(val, d);
+    if (lane + d < G && (later & ((1u << d) - 1u)) == 0u) val += other;
+  }
+  if (head && idx >= 0) ucf_atomic_add(&out[idx], val);
+}
+
+/* First position p in [lo, hi) with a[p] >= key, or hi: finds where a
+ * coordinate starts in a sorted crd array (pos splits, co-iteration). */
+template <typename I>
+__host__ __device__ __forceinline__ int64_t ucf_lower_bound(const I* a, int64_t lo, int64_t hi,
+                                                            int64_t key) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (static_cast<int64_t>(a[mid]) < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* First position p in [lo, hi) with a[p] > key, or hi: the row of a position
+ * in a pos array is ucf_upper_bound(pos, 0, n + 1, p) - 1. */
+template <typename I>
+__host__ __device__ __forceinline__ int64_t ucf_upper_bound(const I* a, int64_t lo, int64_t hi,
+                                                            int64_t key) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (static_cast<int64_t>(a[mid]) <= key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+#endif /* UCF_CUDA_CUH */

@@ -1,0 +1,109 @@
+"""Building CUDA source text: as C++ for the CPU emulator, or with nvcc.
+
+Generated CUDA has to be checked on machines without a GPU. The same ``.cu``
+text therefore builds two ways: ``build_emulated`` compiles it as C++ against
+``runtime/ucf_cuda_emu.h`` into a shared library whose ``extern "C"``
+launchers run every GPU thread as a fiber on the CPU, and ``nvcc_check``
+proves that nvcc accepts it for a real architecture. ``build_device`` makes a
+shared library for a real GPU, whose launchers take device pointers.
+
+The compilers can be overridden, as ``UCF_CC`` does for target ``c``:
+``UCF_CXX`` (default ``g++``) for emulation and ``UCF_NVCC`` for nvcc.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ucf.errors import CompileError
+from ucf.exec.cache import atomic_write
+from ucf.resources import runtime_dir
+
+#: C++20 for the emulator (std::atomic_ref, std::bit_cast, __VA_OPT__); -x c++
+#: because the source is a .cu file.
+EMULATION_FLAGS = ("-std=c++20", "-O2", "-fPIC", "-shared", "-pthread", "-DUCF_CUDA_EMULATION")
+
+#: What generated device code may assume of nvcc.
+NVCC_FLAGS = ("-std=c++17",)
+
+
+def emulation_compiler() -> list[str]:
+    cxx = shlex.split(os.environ.get("UCF_CXX", "g++"))
+    if shutil.which(cxx[0]) is None:
+        raise CompileError(
+            f"CUDA emulation needs a C++20 compiler, and '{cxx[0]}' was not found (set UCF_CXX)"
+        )
+    return cxx
+
+
+def nvcc_path() -> str | None:
+    """nvcc from ``UCF_NVCC``, the PATH, ``$CUDA_HOME/bin`` or /usr/local/cuda; None if absent."""
+    env = os.environ.get("UCF_NVCC")
+    if env:
+        return shutil.which(env)
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and os.access(Path(home) / "bin" / "nvcc", os.X_OK):
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def _nvcc() -> str:
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileError("nvcc was not found (set UCF_NVCC, CUDA_HOME or PATH)")
+    return nvcc
+
+
+def _compile(source: str, command: list[str], output: str) -> bytes:
+    """Run ``command`` (which ends before ``-o``) on ``source`` in a scratch directory.
+
+    Returns the bytes of ``output``; a nonzero exit raises CompileError with the
+    compiler's stderr, so the user sees what was rejected and where.
+    """
+    with tempfile.TemporaryDirectory(prefix="ucf-cuda-") as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(source)
+        out = Path(tmp) / output
+        cmd = [*command, f"-I{runtime_dir()}", "-o", str(out), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise CompileError(f"{shlex.join(cmd)} failed:\n{proc.stderr.strip()}")
+        return out.read_bytes()
+
+
+def build_emulated(source: str, dest: Path) -> None:
+    """Compile CUDA ``source`` for the CPU emulator into the shared library ``dest``.
+
+    ``dest`` is written atomically, so concurrent builds of one kernel are safe.
+    An intrinsic the emulator lacks is a compile error here, never a silent
+    difference at run time.
+    """
+    cmd = [*emulation_compiler(), *EMULATION_FLAGS, "-x", "c++"]
+    atomic_write(Path(dest), _compile(source, cmd, "kernel.so"))
+
+
+def nvcc_check(source: str, arch: str = "sm_80") -> None:
+    """Compile ``source`` with nvcc for ``arch`` and discard the object.
+
+    This is the check that the emulated text is also valid CUDA: the emulator
+    accepts C++ that nvcc may reject (and vice versa), so both must pass.
+    """
+    _compile(source, [_nvcc(), "-c", f"-arch={arch}", *NVCC_FLAGS], "kernel.o")
+
+
+def build_device(source: str, dest: Path, arch: str = "sm_80") -> None:
+    """Compile ``source`` with nvcc into a shared library for a real GPU.
+
+    Its ``extern "C"`` launchers take device pointers (from pycuda, say) and
+    return ``ucf_launch_error()``; ``dest`` is written atomically.
+    """
+    cmd = [_nvcc(), "-O3", f"-arch={arch}", *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC"]
+    atomic_write(Path(dest), _compile(source, cmd, "kernel.so"))
