@@ -42,6 +42,19 @@ def _level_sets(access: Access, fmt: Format) -> list[tuple[str, ...]]:
     return [access.indices[m].variables for m in fmt.mode_order]
 
 
+def appended_vars(lhs: Access, fmt: Format) -> set[str]:
+    """Output variables that a sparse output appends coordinates for.
+
+    Levels below the last compressed one that are dense may be accumulated
+    into inside reductions: their positions exist once the coordinates above
+    them are appended, so only these variables must enclose every reduction.
+    """
+    compressed = [k for k, lvl in enumerate(fmt.levels) if not lvl.full]
+    if not compressed:
+        return set()
+    return {lhs.indices[m].single_variable for m in fmt.mode_order[: compressed[-1] + 1]}
+
+
 def check_indices(stmt: Statement) -> None:
     """Refuse the index forms the lowering has no algorithm for, naming the access."""
     for idx in stmt.lhs.indices:
@@ -94,11 +107,7 @@ def concretize(
             hard.append((n, chain))
     out_chain = _level_sets(stmt.lhs, output_format)
     sparse_out = not output_format.is_dense
-    # Output levels below the last compressed one that are dense may be
-    # accumulated into inside reductions: their positions exist once the
-    # compressed coordinates above them have been appended.
-    compressed = [k for k, lvl in enumerate(output_format.levels) if not lvl.full]
-    appended = {c[0] for c in out_chain[: compressed[-1] + 1]} if compressed else set()
+    appended = appended_vars(stmt.lhs, output_format)
 
     def fixed_ok(perm: tuple[str, ...]) -> bool:
         if not sparse_out:

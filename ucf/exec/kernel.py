@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ucf import __version__
-from ucf.cin.concretize import concretize, level_vars
+from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.extents import infer as infer_extents
 from ucf.cin.notation import CIN
@@ -161,7 +161,7 @@ def _scheduled(
     applied = apply_schedule(commands, cin.order, chains, tensors)
     order = applied.order
     if not computed.is_dense and not applied.precompute:
-        out = set(cin.output_vars)
+        out = appended_vars(stmt.lhs, computed)
         for k, v in enumerate(order):
             later = [w for w in order[k + 1 :] if w in out]
             if v not in out and later:

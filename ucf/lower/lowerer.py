@@ -181,6 +181,8 @@ class Lowerer:
         self.sparse_out = not self.out_fmt.is_dense
         self.out_params = self._slot_params(out.tensor, self.out_fmt, len(out.indices), output=True)
         self.counters = [Var(f"{out.tensor}{lvl}_size", I64) for lvl in range(self.out_fmt.order)]
+        sparse_levels = [k for k, lvl in enumerate(self.out_fmt.levels) if not lvl.full]
+        self.last_appended = max(sparse_levels, default=-1)
         self.assembling = False
         self._fresh = itertools.count()
         self.applied = applied
@@ -305,7 +307,9 @@ class Lowerer:
         assemble = None
         if self.sparse_out:
             self.assembling = True
-            body = self._function_body()
+            # The assemble pass has no output storage; its dense levels' sizes are extents.
+            body = [ir.Decl(d, self.extents[v]) for d, v in zip(self.out_params.dims, self.out_vars)]
+            body += self._function_body()
             body += [
                 ir.Store(self._counts_array(), Const(lvl, I64), c)
                 for lvl, c in enumerate(self.counters)
@@ -378,8 +382,10 @@ class Lowerer:
         out_vars = [st.ws.var] if st.ws else self.out_vars
         out_bound = all(v in order[:d] for v in out_vars)
         listing = st.ws is not None and st.ws.list is not None
-        if self.assembling and out_bound and st.pending is None and not listing:
-            return []
+        if self.assembling and st.pending is None and not listing:
+            # Counting is done once every output coordinate that gets appended is placed.
+            if out_bound or (st.ws is None and st.out_level > self.last_appended):
+                return []
         if d == len(order):
             return self._leaf(term, st)
         use_acc = self.use_acc and st.ws is None
