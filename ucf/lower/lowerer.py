@@ -308,7 +308,8 @@ class Lowerer:
         if self.sparse_out:
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
-            body = [ir.Decl(d, self.extents[v]) for d, v in zip(self.out_params.dims, self.out_vars)]
+            dims = zip(self.out_params.dims, self.out_vars, strict=True)
+            body = [ir.Decl(d, self.extents[v]) for d, v in dims]
             body += self._function_body()
             body += [
                 ir.Store(self._counts_array(), Const(lvl, I64), c)
