@@ -94,15 +94,24 @@ namespace ucf_emu {
 enum Status : int {
   kOk = 0,
   kInvalidConfiguration = 1, /* grid/block/shared-memory sizes CUDA would reject */
-  kDeadlock = 2,             /* no thread can proceed, or a divergent __syncthreads */
-  kInvalidCollective = 3,    /* bad mask or width, exited lane in a mask */
+  kDeadlock = 2,             /* a divergent __syncthreads, a wait for an exited lane, ... */
+  kInvalidCollective = 3,    /* a mask without the caller or with absent lanes; a bad width */
   kOutOfResources = 4,       /* fiber stacks could not be allocated */
 };
 
 /* Returned by a shuffle that reads a lane outside its mask (undefined in CUDA). */
 constexpr std::uint64_t kPoison = 0x7FF4DEAD7FA0DEADull;
 
-enum class Op : unsigned char { kNone, kSyncThreads, kSyncWarp, kShfl, kShflUp, kShflDown, kShflXor, kBallot };
+enum class Op : unsigned char {
+  kNone,
+  kSyncThreads,
+  kSyncWarp,
+  kShfl,
+  kShflUp,
+  kShflDown,
+  kShflXor,
+  kBallot,
+};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -326,25 +335,31 @@ inline void complete(Block& b, unsigned base, unsigned mask) {
 inline std::string describe(const Block& b) {
   std::string out = "deadlock: no thread can proceed;";
   const unsigned n = b.kernel->nthreads;
+  /* An exited thread's op and mask are stale: only its state counts. */
+  const auto same = [](const Fiber& f, const Fiber& g) {
+    return f.state == g.state &&
+           (f.state == Fiber::kDone || (f.op == g.op && f.mask == g.mask));
+  };
   int runs = 0;
   for (unsigned i = 0; i < n;) {
     const Fiber& f = b.fibers[i];
     unsigned j = i + 1;
-    while (j < n && b.fibers[j].state == f.state && b.fibers[j].op == f.op &&
-           b.fibers[j].mask == f.mask)
-      ++j;
+    while (j < n && same(f, b.fibers[j])) ++j;
     if (++runs > 12) {
       out += " ...";
       break;
     }
-    char buf[160];
-    if (f.state == Fiber::kDone)
-      std::snprintf(buf, sizeof buf, " threads %u-%u exited;", i, j - 1);
-    else if (f.op == Op::kSyncThreads)
-      std::snprintf(buf, sizeof buf, " threads %u-%u wait at __syncthreads();", i, j - 1);
+    char who[64], buf[192];
+    if (j == i + 1)
+      std::snprintf(who, sizeof who, " thread %u", i);
     else
-      std::snprintf(buf, sizeof buf, " threads %u-%u wait at %s(mask=0x%08x);", i, j - 1,
-                    op_name(f.op), f.mask);
+      std::snprintf(who, sizeof who, " threads %u-%u", i, j - 1);
+    if (f.state == Fiber::kDone)
+      std::snprintf(buf, sizeof buf, "%s exited;", who);
+    else if (f.op == Op::kSyncThreads)
+      std::snprintf(buf, sizeof buf, "%s wait at __syncthreads();", who);
+    else
+      std::snprintf(buf, sizeof buf, "%s wait at %s(mask=0x%08x);", who, op_name(f.op), f.mask);
     out += buf;
     i = j;
   }
@@ -411,7 +426,8 @@ inline void resolve(Block& b) {
   if (!progress) b.fail(kDeadlock, describe(b));
 }
 
-inline std::size_t env_size(const char* name, std::size_t fallback, std::size_t lo, std::size_t hi) {
+inline std::size_t env_size(const char* name, std::size_t fallback, std::size_t lo,
+                            std::size_t hi) {
   const char* s = std::getenv(name);
   if (s == nullptr || *s == '\0') return fallback;
   char* end = nullptr;
@@ -567,9 +583,10 @@ template <typename K, typename... A>
 void launch(const char* name, dim3 grid, dim3 block, std::size_t shmem, K kernel, A... args) {
   using Call = std::tuple<K, A...>;
   const Call call{kernel, args...};
-  Kernel k{name, grid, block, shmem, 0,
-           [](const void* p) { std::apply([](K f, const A&... a) { f(a...); }, *static_cast<const Call*>(p)); },
-           &call};
+  const auto body = [](const void* p) {
+    std::apply([](K f, const A&... a) { f(a...); }, *static_cast<const Call*>(p));
+  };
+  Kernel k{name, grid, block, shmem, 0, body, &call};
   run(k);
 }
 
@@ -659,7 +676,7 @@ inline thread_block this_thread_block() { return thread_block(); }
 
 /* A tile of Size consecutive lanes of a warp. ParentT only matters for the
  * type, as in CUDA: thread_block_tile<N, thread_block> converts to
- * thread_block_tile<N>. */
+ * thread_block_tile<N>, which keeps the meta-group rank and size. */
 template <unsigned int Size, typename ParentT = void>
 class thread_block_tile {
   static_assert(Size >= 1 && Size <= 32 && (Size & (Size - 1)) == 0,
@@ -667,15 +684,14 @@ class thread_block_tile {
 
  public:
   template <typename P>
-  thread_block_tile(const thread_block_tile<Size, P>&) {}
+  thread_block_tile(const thread_block_tile<Size, P>& other)
+      : meta_rank_(other.meta_rank_), meta_size_(other.meta_size_) {}
 
   static unsigned int thread_rank() { return ::ucf_emu::self().linear & (Size - 1); }
   static constexpr unsigned int num_threads() { return Size; }
   static constexpr unsigned int size() { return Size; }
-  static unsigned int meta_group_rank() { return ::ucf_emu::self().linear / Size; }
-  static unsigned int meta_group_size() {
-    return (::ucf_emu::self().block->kernel->nthreads + Size - 1) / Size;
-  }
+  unsigned int meta_group_rank() const { return meta_rank_; }
+  unsigned int meta_group_size() const { return meta_size_; }
 
   static void sync() { __syncwarp(mask()); }
 
@@ -707,21 +723,34 @@ class thread_block_tile {
  private:
   template <unsigned int, typename>
   friend class thread_block_tile;
-  template <unsigned int N, typename P>
-  friend thread_block_tile<N, P> tiled_partition(const P&);
+  template <unsigned int N>
+  friend thread_block_tile<N, thread_block> tiled_partition(const thread_block&);
+  template <unsigned int N, unsigned int P, typename Q>
+  friend thread_block_tile<N, thread_block_tile<P, Q>> tiled_partition(
+      const thread_block_tile<P, Q>&);
 
-  thread_block_tile() = default;
+  thread_block_tile(unsigned int meta_rank, unsigned int meta_size)
+      : meta_rank_(meta_rank), meta_size_(meta_size) {}
 
   static unsigned int lane() { return ::ucf_emu::self().linear & 31u; }
   static unsigned int mask() {
     const unsigned int ones = Size == 32 ? 0xFFFFFFFFu : (1u << Size) - 1u;
     return ones << (lane() & ~(Size - 1));
   }
+
+  unsigned int meta_rank_, meta_size_;
 };
 
-template <unsigned int Size, typename ParentT>
-thread_block_tile<Size, ParentT> tiled_partition(const ParentT&) {
-  return thread_block_tile<Size, ParentT>();
+template <unsigned int Size>
+thread_block_tile<Size, thread_block> tiled_partition(const thread_block& parent) {
+  return {parent.thread_rank() / Size, (parent.num_threads() + Size - 1) / Size};
+}
+
+template <unsigned int Size, unsigned int P, typename Q>
+thread_block_tile<Size, thread_block_tile<P, Q>> tiled_partition(
+    const thread_block_tile<P, Q>& parent) {
+  static_assert(Size < P, "Tile size bigger or equal to the parent group size");
+  return {parent.thread_rank() / Size, P / Size};
 }
 
 }  // namespace cooperative_groups

@@ -253,11 +253,14 @@ def check_layout(run: Run) -> None:
     gx, gy, bx, by, bz = 3, 2, 8, 4, 2
     per_block = bx * by * bz
     nblocks = gx * gy
-    out = np.zeros((nblocks * per_block, 4), dtype=np.int64)
+    out = np.zeros((nblocks * per_block, 7), dtype=np.int64)
     assert run("layout", out, gx, gy, bx, by, bz) == 0
     t = np.tile(np.arange(per_block), nblocks)
     b = np.repeat(np.arange(nblocks), per_block)
-    want = np.stack([t, t - t % 32, b, np.full_like(t, per_block)], axis=1)
+    want = np.stack(
+        [t, t - t % 32, b, np.full_like(t, per_block), t // 32, t % 32 // 8, np.full_like(t, 4)],
+        axis=1,
+    )
     np.testing.assert_array_equal(out, want)
 
 

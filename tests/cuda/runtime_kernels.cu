@@ -210,18 +210,26 @@ extern "C" int reverse(float* out, const float* in, int64_t blocks, int64_t thre
 }
 
 // A 2-D grid of 2-D blocks: warps are 32 consecutive linear thread ids.
-// out[4 * g + k]: linear id in block, first linear id of the warp (by shuffle),
-// linear block id, threads per block.
+// out[kLayout * g + k]: linear id in block, first linear id of the warp (by
+// shuffle), linear block id, threads per block, then the meta-group rank of
+// the warp tile, and rank and size of an 8-lane tile of that warp tile.
+static constexpr int kLayout = 7;
+
 __global__ void layout_kernel(int64_t* out) {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   const unsigned per_block = blockDim.x * blockDim.y * blockDim.z;
-  const unsigned g = block * per_block + linear;
-  const auto b = cg::this_thread_block();
-  out[4 * g + 0] = b.thread_rank() == linear ? static_cast<int64_t>(linear) : -1;
-  out[4 * g + 1] = __shfl_sync(kFull, linear, 0);
-  out[4 * g + 2] = block;
-  out[4 * g + 3] = b.size() == per_block ? static_cast<int64_t>(per_block) : -1;
+  int64_t* o = out + kLayout * (block * per_block + linear);
+  const cg::thread_block b = cg::this_thread_block();
+  o[0] = b.thread_rank() == linear ? static_cast<int64_t>(linear) : -1;
+  o[1] = __shfl_sync(kFull, linear, 0);
+  o[2] = block;
+  o[3] = b.size() == per_block ? static_cast<int64_t>(per_block) : -1;
+  const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(b);
+  const auto sub = cg::tiled_partition<8>(warp);
+  o[4] = warp.meta_group_rank();
+  o[5] = sub.meta_group_rank();
+  o[6] = sub.meta_group_size();
 }
 
 extern "C" int layout(int64_t* out, int64_t gx, int64_t gy, int64_t bx, int64_t by,
