@@ -92,10 +92,15 @@ class State:
     ws: Workspace | None = None  # set in a precompute's producer: the leaf writes here
     where_done: bool = False  # below a precompute's where
     counter: Var | None = None  # a segment-local counter for the compressed output level
+    cursors: dict = field(default_factory=dict)  # operand -> where its sliding window was
 
     def copy(self) -> State:
         return replace(
-            self, levels=dict(self.levels), pos=dict(self.pos), seg_end=dict(self.seg_end)
+            self,
+            levels=dict(self.levels),
+            pos=dict(self.pos),
+            seg_end=dict(self.seg_end),
+            cursors=dict(self.cursors),
         )
 
 
@@ -515,6 +520,8 @@ class Lowerer:
             st.counter = Var(f"{self.out_name}{self.local}_at", I64)
             start = Const(0, I64) if self.assembling else ir.cast(ir.Load(pos_arr, st.out_pos), I64)
             prefix = [ir.Decl(st.counter, start)]
+        st, slide = self._cursors(v, st, used)
+        prefix += slide
         iters = {n: self._iterator(n, v, st) for n in present}
         coord = Var(v, I64)
         label = self._label(v, st)
@@ -588,9 +595,51 @@ class Lowerer:
                     ir.cast(self.counters[lvl], self.it),
                 )
             )
-        return stmts
+        return prefix + stmts
 
     # ------------------------------------------------------- affine accesses
+    def _cursors(self, u: str, st: State, used: set[int]) -> tuple[State, list[ir.Stmt]]:
+        """Cursors for the affine windows that slide forward as ``u`` advances.
+
+        When ``u`` is the innermost variable of a compressed level's window
+        offset and that level's parent is fixed across the loop over ``u``,
+        each window starts (and ends) at or after the previous one, so its
+        search resumes from there: a linear scan whose total over the loop is
+        the segment's length.  Only when ``u`` runs serially in increasing
+        order, as in an untransformed loop nest.
+        """
+        if self.applied is not None and (
+            self.applied.provenance.rel
+            or any(u in self.applied.provenance.origins(p) for p in self.applied.parallel)
+        ):
+            return st, []
+        position = {v: k for k, v in enumerate(st.order)}
+        decls: list[ir.Stmt] = []
+        cursors = dict(st.cursors)
+        for n, op in self.operands.items():
+            lvl = st.levels[n]
+            if n not in used or op.dense or lvl >= op.fmt.order or not op.affine(lvl):
+                continue
+            a = op.level_idx[lvl]
+            rest = a.without(op.level_vars[lvl])
+            kind = op.fmt.levels[lvl]
+            if (
+                not rest.variables
+                or rest.base(position) != u
+                or rest.coefficient(u) <= 0
+                or kind.full
+                or not op.fmt.unique(lvl)
+            ):
+                continue
+            begin, _ = kind.bounds(op.params.levels[lvl], st.pos[n], st.seg_end.get(n), op.dim(lvl))
+            pair = tuple(Var(f"{op.name}{lvl}_{u}_cursor{k}", I64) for k in range(2))
+            decls += [ir.Decl(c, ir.cast(begin, I64)) for c in pair]
+            cursors[n] = pair
+        if decls:
+            st = st.copy()
+            st.cursors = cursors
+        return st, decls
+
     def _guards(self, v: str, st: State, used: set[int], located: list[int]) -> dict:
         """Operands read through a located level whose affine index has base ``v``.
 
@@ -642,7 +691,9 @@ class Lowerer:
             hi = ir.minimum(hi, end)
         return lo, hi
 
-    def _window(self, it: _Iterator, a: Affine, v: str, begin: ir.Expr, end: ir.Expr) -> None:
+    def _window(
+        self, it: _Iterator, a: Affine, v: str, begin: ir.Expr, end: ir.Expr, st: State
+    ) -> None:
         """Iterate only the positions of a compressed level whose coordinates lie in the
         window ``[off, off + s*|v|)`` of the index ``s*v + off``.
 
@@ -661,14 +712,23 @@ class Lowerer:
         pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
         wb, we = Var(f"{it.pos.name}_w0", I64), Var(f"{it.pos.name}_w1", I64)
         setup: list[ir.Stmt] = [ir.Decl(pb, begin), ir.Decl(pe, end)]
-        reach = ir.add(low, ir.mul(Const(s, I64), self.extents[v]))
-        # (result, key, search from, value when no search is needed, "search needed")
-        for w, key, first, outside, needed in (
-            (wb, lo_key, pb, pb, ir.Cmp(">", high, Const(0, I64))),
-            (we, hi_key, wb, pe, ir.Cmp("<", reach, dim)),
-        ):
-            search = it.kind.search(it.arrays, first, pe, key, w)
-            setup += [ir.Decl(w, outside), ir.If(needed, search)]
+        if it.n in st.cursors:
+            for w, key, cur in zip((wb, we), (lo_key, hi_key), st.cursors[it.n], strict=True):
+                crd = ir.cast(it.kind.coordinate(it.arrays, cur), I64)
+                step = ir.Assign(cur, ir.add(cur, Const(1, I64)))
+                setup += [
+                    ir.While(ir.land(ir.Cmp("<", cur, pe), ir.Cmp("<", crd, key)), [step]),
+                    ir.Decl(w, cur),
+                ]
+        else:
+            reach = ir.add(low, ir.mul(Const(s, I64), self.extents[v]))
+            # (result, key, search from, value when no search is needed, "search needed")
+            for w, key, first, outside, needed in (
+                (wb, lo_key, pb, pb, ir.Cmp(">", high, Const(0, I64))),
+                (we, hi_key, wb, pe, ir.Cmp("<", reach, dim)),
+            ):
+                search = it.kind.search(it.arrays, first, pe, key, w)
+                setup += [ir.Decl(w, outside), ir.If(needed, search)]
         it.setup = setup
         it.begin, it.end_expr = wb, we
         it.stride, it.offset = s, off
@@ -949,6 +1009,12 @@ class Lowerer:
         b = a + m - 1
         if op.level_vars[a : b + 1] != list(fvars):
             raise ScheduleError(f"{cmd}: {tensor} does not store {', '.join(fvars)} in that order")
+        affine = [str(op.level_idx[k]) for k in range(a, b + 1) if op.affine(k)]
+        if affine:
+            raise ScheduleError(
+                f"{cmd}: {tensor}'s index '{affine[0]}' is affine; pos over fused levels needs "
+                "plain indices"
+            )
         if self.sparse_out:
             raise ScheduleError(
                 f"{cmd}: a sparse output cannot be appended from a loop over fused nonzeros"
@@ -1064,7 +1130,7 @@ class Lowerer:
                     f"access {access}: affine index '{a}' on a compressed level decreases with "
                     f"{v}, its innermost loop; store that level dense (U) or reorder the loops"
                 )
-            self._window(it, a, v, it.begin, it.end_expr)
+            self._window(it, a, v, it.begin, it.end_expr, st)
         it.init = [*it.setup, ir.Decl(p, it.begin), ir.Decl(e, it.end_expr)]
         if it.stride > 1:
             it.skip = [
