@@ -123,10 +123,12 @@ def concretize(
     else:
         best = None
         best_key = None
-        flat = [
-            [v for level in c for v in level] for c in [*(c for _, c in hard), *soft, out_chain]
+        # Plain levels only: which variable an affine level resolves at depends on the order.
+        plain = [
+            [level[0] for level in c if len(level) == 1]
+            for c in [*(c for _, c in hard), *soft, out_chain]
         ]
-        for perm in _candidates(all_vars, flat):
+        for perm in _candidates(all_vars, plain, [v for v in out_vars if v in appended]):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
@@ -183,15 +185,19 @@ def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
     return sum(1 for a, b in zip(bases, bases[1:], strict=False) if a > b or (strict and a == b))
 
 
-def _candidates(variables: list[str], chains: list[list[str]]):
-    """All permutations when few variables, else orders from a topological sort.
-
-    An affine level appears in a chain as all its variables, so the sort binds
-    them before the next level's.
-    """
+def _candidates(variables: list[str], chains: list[list[str]], first: list[str]):
+    """All permutations when few variables, else orders from a topological sort:
+    one of all the variables, and one that binds ``first`` (a sparse output's
+    appended variables) before the rest."""
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return
+    yield _topological(variables, chains)
+    rest = [v for v in variables if v not in first]
+    yield tuple(first) + _topological(rest, [[v for v in c if v in rest] for c in chains])
+
+
+def _topological(variables: list[str], chains: list[list[str]]) -> tuple[str, ...]:
     order: list[str] = []
     remaining = list(variables)
     while remaining:
@@ -207,4 +213,4 @@ def _candidates(variables: list[str], chains: list[list[str]]):
         nxt = min(remaining, key=lambda v: (blocked(v), variables.index(v)))
         order.append(nxt)
         remaining.remove(nxt)
-    yield tuple(order)
+    return tuple(order)
