@@ -398,3 +398,56 @@ def test_fused_positions_stay_in_bounds(asan_cc, tmp_path, case):
     i, j, kk = T.shape
     out = run_under_asan(asan_cc, tmp_path, k, "UU", (i, j), {"i": i, "j": j, "k": kk}, ops)
     np.testing.assert_array_equal(out.to_numpy(), T @ c)
+
+
+def _padded_conv1d(a, b, stride, n_out, offset):
+    """out[i] = sum_k a[stride*i + k + offset] * b[k], reading zeros outside a."""
+    out = np.zeros(n_out)
+    for i in range(n_out):
+        for k in range(len(b)):
+            x = stride * i + k + offset
+            if 0 <= x < len(a):
+                out[i] += a[x] * b[k]
+    return out
+
+
+@pytest.mark.parametrize("fa", ["U", "C"])
+@pytest.mark.parametrize("fb", ["U", "C"])
+@pytest.mark.parametrize("schedule", ["", "reorder(k,i)", None])
+@pytest.mark.parametrize("n_out", [3, 9])
+def test_affine_windows_and_guards_stay_in_bounds(asan_cc, tmp_path, fa, fb, schedule, n_out):
+    """Strided, padded windows (searched, cursor-resumed, or guarded) with an output
+    larger than the inferred one, so windows run off both ends of A."""
+    rng = np.random.default_rng(11)
+    a = rand_sparse(rng, (12,), 0.5)
+    b = rand_sparse(rng, (4,), 0.7)
+    k = ucf.compile(
+        "C(i) = A(2*i+k-1) * B(k)", formats={"A": fa, "B": fb}, schedule=schedule, target="c"
+    )
+    ops = {"A": _tensor(a, fa), "B": _tensor(b, fb)}
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n_out,), {"i": n_out, "k": 4}, ops)
+    np.testing.assert_allclose(out.to_numpy(), _padded_conv1d(a, b, 2, n_out, -1))
+
+
+@pytest.mark.parametrize("fi", ["UUU", "UUC", "UCC"])
+def test_submanifold_conv_stays_in_bounds(asan_cc, tmp_path, fi):
+    """Masked 2-D conv into a sparse output that takes the mask's pattern."""
+    rng = np.random.default_rng(5)
+    pts = rng.random((5, 6)) < 0.3
+    pts[0, 0] = pts[4, 5] = True  # corners: windows clipped on both sides
+    img = rng.random((5, 6, 2)) * pts[..., None]
+    f = rng.random((3, 3, 2, 3))
+    k = ucf.compile(
+        "O(p,q,m) = Mask(p,q) * I(p+r-1,q+s-1,c) * F(r,s,c,m)",
+        formats={"O": "UCU", "Mask": "UC", "I": fi},
+        schedule="reorder(p,q,r,s,c,m)",
+        target="c",
+    )
+    ops = {"Mask": _tensor(pts.astype(float), "UC"), "I": _tensor(img, fi), "F": _tensor(f, "UUUU")}
+    ext = {"p": 5, "q": 6, "r": 3, "s": 3, "c": 2, "m": 3}
+    out = run_under_asan(asan_cc, tmp_path, k, "UCU", (5, 6, 3), ext, ops)
+    padded = np.pad(img, ((1, 1), (1, 1), (0, 0)))
+    win = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(0, 1))
+    ref = np.einsum("pqcrs,rscm->pqm", win, f) * pts[..., None]
+    np.testing.assert_allclose(out.to_numpy(), ref)
+    np.testing.assert_array_equal(out.levels[1]["crd"], np.nonzero(pts)[1])
