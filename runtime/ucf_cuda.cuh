@@ -59,6 +59,43 @@ __device__ __forceinline__ T* ucf_dynamic_shared() {
 
 #endif
 
+/* The min/max of generated index arithmetic (as ucf_runtime.h gives C kernels). */
+__host__ __device__ __forceinline__ int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The launcher's own reads and writes of device arrays: a few scalars that
+ * size a grid, such as the number of nonzeros A1_pos[n]. With CUDA they copy
+ * one element (and order with the launches, as cudaMemcpy does); the emulator's
+ * arrays are host memory. */
+template <typename T>
+static inline T ucf_host_load(const T* p, int64_t i) {
+#ifdef UCF_CUDA_EMULATION
+  return p[i];
+#else
+  T v{};
+  cudaMemcpy(&v, p + i, sizeof(T), cudaMemcpyDeviceToHost);
+  return v;
+#endif
+}
+
+template <typename T, typename V>
+static inline void ucf_host_store(T* p, int64_t i, V value) {
+  const T v = static_cast<T>(value);
+#ifdef UCF_CUDA_EMULATION
+  p[i] = v;
+#else
+  cudaMemcpy(p + i, &v, sizeof(T), cudaMemcpyHostToDevice);
+#endif
+}
+
+#ifndef UCF_CUDA_EMULATION
+/* The text of a status a launcher returned, for callers without the CUDA headers. */
+extern "C" __attribute__((used, visibility("default"))) inline const char* ucf_cuda_error_string(
+    int status) {
+  return cudaGetErrorString(static_cast<cudaError_t>(status));
+}
+#endif
+
 /* atomicAdd for every value type ucf computes in. CUDA has no signed 64-bit
  * atomicAdd (int64_t is long on LP64); two's-complement addition is the same
  * bit operation as unsigned addition, so that overload serves. */

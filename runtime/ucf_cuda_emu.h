@@ -71,6 +71,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+/* A register-allocation hint to nvcc; generated kernels never launch more threads. */
+#define __launch_bounds__(...)
 /* One copy per OS thread is one copy per block: an OS thread runs one block
  * at a time, and all fibers of that block share it. Like CUDA shared memory,
  * its contents are undefined at the start of a block. */

@@ -1,4 +1,4 @@
-"""Building CUDA source text: as C++ for the CPU emulator, or with nvcc.
+"""Building and running CUDA source text: as C++ for the CPU emulator, or with nvcc.
 
 Generated CUDA has to be checked on machines without a GPU. The same ``.cu``
 text therefore builds two ways: ``build_emulated`` compiles it as C++ against
@@ -13,6 +13,7 @@ The compilers can be overridden, as ``UCF_CC`` does for target ``c``:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import shutil
@@ -20,8 +21,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ucf.errors import CompileError
-from ucf.exec.cache import atomic_write
+import numpy as np
+
+from ucf.errors import CompileError, UcfError
+from ucf.exec.cache import atomic_write, cache_dir
 from ucf.resources import runtime_dir
 
 #: C++20 for the emulator (std::atomic_ref, std::bit_cast, __VA_OPT__); -x c++
@@ -107,3 +110,95 @@ def build_device(source: str, dest: Path, arch: str = "sm_80") -> None:
     """
     cmd = [_nvcc(), "-O3", f"-arch={arch}", *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC"]
     atomic_write(Path(dest), _compile(source, cmd, "kernel.so"))
+
+
+# ---------------------------------------------------------------- running kernels
+def _ctypes_fn(lib, name: str, params):
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in params]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class Emulated:
+    """A generated launcher built for the CPU emulator; called with numpy arrays and ints."""
+
+    def __init__(self, so: Path, name: str, params):
+        self.lib = ctypes.CDLL(str(so))
+        self.lib.ucf_emu_message.restype = ctypes.c_char_p
+        self.fn = _ctypes_fn(self.lib, name, params)
+
+    def __call__(self, *args) -> None:
+        status = self.fn(*[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
+        if status != 0:
+            message = self.lib.ucf_emu_message().decode(errors="replace")
+            raise UcfError(f"the emulated CUDA kernel failed (status {status}): {message}")
+
+
+class Device:
+    """A generated launcher on a real GPU, through pycuda (the ``cuda`` extra).
+
+    Nothing is imported or built until the first call, so kernels compile (and
+    ``k.source``/``k.save`` work) on machines without pycuda, nvcc or a GPU.
+    Each call copies the operands to fresh device memory and the outputs back.
+    """
+
+    def __init__(self, source: str, key: str, name: str, params):
+        self.source, self.key, self.name, self.params = source, key, name, list(params)
+        self.fn = None
+
+    def _setup(self) -> None:
+        try:
+            import pycuda.driver  # noqa: F401
+        except ImportError:
+            raise UcfError(
+                "running target 'cuda' on a GPU needs pycuda (pip install 'ucf[cuda]'); "
+                "pass emulate=True to run the generated CUDA on the CPU instead"
+            ) from None
+        try:
+            import pycuda.autoinit as auto
+        except Exception as e:  # no driver, no device: pycuda raises its own types
+            raise UcfError(
+                f"no usable CUDA device ({e}); pass emulate=True to run the generated CUDA "
+                "on the CPU instead"
+            ) from None
+        major, minor = auto.device.compute_capability()
+        arch = f"sm_{major}{minor}"
+        so = cache_dir() / f"{self.key}.{arch}.so"
+        if not so.exists():
+            build_device(self.source, so, arch)
+        self.lib = ctypes.CDLL(str(so))
+        self.lib.ucf_cuda_error_string.restype = ctypes.c_char_p
+        self.fn = _ctypes_fn(self.lib, self.name, self.params)
+
+    def __call__(self, *args) -> None:
+        if self.fn is None:
+            self._setup()
+        import pycuda.driver as drv
+
+        device = [
+            drv.to_device(a if a.size else np.zeros(1, a.dtype)) if isinstance(a, np.ndarray)
+            else None
+            for a in args
+        ]
+        c_args = [int(d) if d is not None else a for a, d in zip(args, device, strict=True)]
+        status = self.fn(*c_args)
+        if status != 0:
+            message = self.lib.ucf_cuda_error_string(status).decode(errors="replace")
+            raise UcfError(f"the CUDA kernel failed (status {status}): {message}")
+        for p, a, d in zip(self.params, args, device, strict=True):
+            if p.output and d is not None and a.size:
+                drv.memcpy_dtoh(a, d)
+
+
+def save_cuda(module, source: str, prefix: Path, guard: str, title: str) -> tuple[Path, Path]:
+    """Write ``prefix.cu`` and ``prefix.h``, and copy the runtime headers the ``.cu`` needs."""
+    from ucf.codegen.cuda import header
+
+    h = prefix.with_suffix(".h")
+    cu = prefix.with_suffix(".cu")
+    h.write_text(header(module, guard, title))
+    cu.write_text(f'#include "{h.name}"\n' + source)
+    for name in ("ucf_cuda.cuh", "ucf_cuda_emu.h"):
+        shutil.copyfile(runtime_dir() / name, prefix.parent / name)
+    return cu, h

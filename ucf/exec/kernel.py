@@ -21,8 +21,9 @@ from ucf.cin.extents import infer as infer_extents
 from ucf.cin.notation import CIN
 from ucf.cin.schedule import Applied, Command, Schedule, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
+from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
-from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError
+from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError, UnsupportedError
 from ucf.exec import cache
 from ucf.format.format import Format, dense_format, parse_format
 from ucf.format.levels import KINDS
@@ -58,6 +59,8 @@ class _Plan:
     computed_format: Format  # output format the kernel writes
     output_format: Format  # format the user asked for
     local_level: int | None  # output level whose pos the assemble pass fills per segment
+    cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
+    cuda_module: Any = None  # target cuda: the ucf.lower.gpu.Module it prints
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -72,7 +75,9 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
     return orders
 
 
-def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it: str) -> _Plan:
+def _plan(
+    expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it: str, target: str = "llvm"
+) -> _Plan:
     stmt = parse_statement(expr)
     orders = _statement_orders(stmt)
     out = stmt.lhs.tensor
@@ -92,10 +97,14 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
         tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
     )
     base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
-    if schedule is None:
+    module = None
+    if target == "cuda":
+        cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
+    elif schedule is None:
         cin, lowered = _default_schedule(base, fmts, computed, vt, it)
     else:
         cin, applied = _scheduled(base, commands, fmts, computed) if commands else (base, None)
+        _check_units(applied, target)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
     cin.notes += describe_extents(stmt)
     if computed != requested:
@@ -103,6 +112,11 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
     compute = remove_dead_variables(lowered.compute)
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
     fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
+    if module is not None:
+        cuda = cudagen.source(module, str(stmt))
+        return _Plan(
+            stmt, cin, orders, compute, None, "", "", computed, requested, None, cuda, module
+        )
     return _Plan(
         stmt,
         cin,
@@ -115,6 +129,72 @@ def _plan(expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it:
         requested,
         lowered.local_level,
     )
+
+
+def _check_units(applied: Applied | None, target: str) -> None:
+    """GPU units are for target cuda only, CPU units for the others."""
+    for v, par in (applied.parallel if applied else {}).items():
+        gpu_unit = par.unit.startswith("GPU")
+        if gpu_unit and target != "cuda":
+            raise ScheduleError(f"parallelize({v}, {par}): GPU units need target 'cuda'")
+        if not gpu_unit and target == "cuda":
+            raise ScheduleError(
+                f"parallelize({v}, {par}): CPU units need target 'llvm' or 'c'; on target "
+                "'cuda' use GPUBlock, GPUWarp, GPUThread or GPUGroup"
+            )
+
+
+def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str):
+    """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
+    if not requested.is_dense:
+        raise UnsupportedError(
+            f"target 'cuda' computes dense outputs only; output {base.statement.lhs.tensor} "
+            f"is '{requested}'"
+        )
+    if any(c.name == "precompute" for c in commands):
+        raise UnsupportedError("target 'cuda' does not support precompute yet")
+    computed = base.output_format
+    if schedule is None and base.order:
+        v = base.order[0]
+        text = (
+            f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
+            f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
+        )
+        try:
+            cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
+            lowered, module = _lower_cuda(cin, applied, vt, it)
+        except ScheduleError as e:
+            reason = str(e).split(": ", 1)[-1]
+            base.notes.append(
+                f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
+                f"split over blocks and threads ({reason})"
+            )
+        else:
+            return cin, lowered, module
+    applied = None
+    if commands:
+        base, applied = _scheduled(base, commands, fmts, computed)
+        _check_units(applied, "cuda")
+    lowered, module = _lower_cuda(base, applied, vt, it)
+    return base, lowered, module
+
+
+#: Threads per block of the default GPU schedule.
+DEFAULT_GPU_THREADS = 128
+
+
+def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
+    from ucf.lower import gpu
+
+    lowered = Lowerer(cin, vt, it, applied=applied).lower()
+    races: dict[str, list[str]] = {}
+    if applied is not None:
+        out = set(cin.output_vars)
+        prov = applied.provenance
+        races = {v: [o for o in prov.origins(v) if o not in out] for v in applied.parallel}
+    module = gpu.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
+    cin.notes += module.notes
+    return lowered, module
 
 
 def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: str, it: str):
@@ -213,11 +293,10 @@ class Kernel:
     ):
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
-        if target == "cuda":
-            raise UcfError("target 'cuda' is not available yet in this version of ucf")
-        if emulate:
+        if emulate and target != "cuda":
             raise UcfError("emulate=True runs CUDA source on the CPU and needs target='cuda'")
         self.target = target
+        self.emulate = emulate
         self.dtype = value_dtype(dtype)
         try:
             idt = np.dtype(index_dtype)
@@ -239,6 +318,7 @@ class Kernel:
             it,
             target,
             __version__,
+            *(["emulate"] if emulate else []),
         )
         memo = (str(cache.cache_dir()), ck)
         if memo in _LOADED:
@@ -246,7 +326,7 @@ class Kernel:
             return
         entry = cache.load(f"{ck}.plan")
         if entry is None:
-            plan = _plan(expr, formats, schedule, vt, it)
+            plan = _plan(expr, formats, schedule, vt, it, target)
         else:
             plan = entry["plan"]
         self._plan = plan
@@ -261,6 +341,19 @@ class Kernel:
     # -------------------------------------------------------------- building
     def _load(self, plan: _Plan, ck: str, entry: dict | None) -> dict[str, Any]:
         names = [f for f in (plan.assemble, plan.compute) if f is not None]
+        if self.target == "cuda":
+            from ucf.exec import cuda_build
+
+            self._library = None
+            launch = f"{plan.compute.name}_launch"
+            if self.emulate:
+                so = cache.cache_dir() / f"{ck}.emu.so"
+                if not so.exists():
+                    cuda_build.build_emulated(plan.cuda_source, so)
+                run = cuda_build.Emulated(so, launch, plan.compute.params)
+            else:
+                run = cuda_build.Device(plan.cuda_source, ck, launch, plan.compute.params)
+            return {plan.compute.name: run}
         if self.target == "llvm":
             from ucf.exec import jit
 
@@ -294,6 +387,8 @@ class Kernel:
 
     @property
     def source(self) -> str:
+        if self.target == "cuda":
+            return self._plan.cuda_source
         return self._plan.llvm_ir if self.target == "llvm" else self._plan.c_source
 
     @property
@@ -309,12 +404,20 @@ class Kernel:
         return self._plan.statement
 
     def save(self, prefix: str | Path) -> tuple[Path, Path]:
-        """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI."""
+        """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI.
+
+        Target cuda writes ``prefix.cu`` instead, and copies the runtime headers it
+        includes (``ucf_cuda.cuh``, ``ucf_cuda_emu.h``) next to it."""
         prefix = Path(prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
         fns = self.llir
         guard = "UCF_" + "".join(ch if ch.isalnum() else "_" for ch in prefix.name.upper()) + "_H"
         h = prefix.with_suffix(".h")
+        if self.target == "cuda":
+            from ucf.exec.cuda_build import save_cuda
+
+            plan = self._plan
+            return save_cuda(plan.cuda_module, plan.cuda_source, prefix, guard, str(plan.statement))
         csrc = prefix.with_suffix(".c")
         h.write_text(cgen.header(fns, guard, str(self._plan.statement)))
         csrc.write_text(f'#include "{h.name}"\n' + self._plan.c_source)
@@ -523,7 +626,7 @@ class Kernel:
                     continue
                 arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
             keep.append(arr)
-            args.append(arr.ctypes.data)
+            args.append(arr if self.target == "cuda" else arr.ctypes.data)
         self._functions[fn.name](*args)
 
 

@@ -330,7 +330,8 @@ def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
 def parallelize(nest: Nest, label: str, par: Parallel) -> None:
     cmd = f"parallelize({label}, {par})"
     if par.unit.startswith("GPU"):
-        raise ScheduleError(f"{cmd}: GPU units need target 'cuda'")
+        _mark_gpu(nest, label, par, cmd)
+        return
     if par.unit == "CPUVector" and par.strategy == "Atomics":
         raise ScheduleError(
             f"{cmd}: vector lanes cannot add atomically; CPUVector takes NoRaces, IgnoreRaces "
@@ -397,6 +398,22 @@ def _parallelize_loop(
         rel = nest.prov.rel.get(label)
         if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
             loop.schedule = ("dynamic", 1)
+
+
+def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
+    """Mark a loop for the GPU; ``ucf.lower.gpu`` checks the whole nest and maps it.
+
+    Only the CUDA target gets here (``ucf.exec.kernel`` refuses GPU units on the others).
+    A range's setup (a fused ``pos`` loop's search) moves into each iteration, as for
+    CPUThread, so a GPU thread that starts a range searches for it itself.
+    """
+    if nest.sparse_out:
+        raise ScheduleError(f"{cmd}: target 'cuda' computes dense outputs only")
+    for container, k, loop in nest.find_all(label, cmd):
+        entry, k = _take_entry(nest, label, container, k, loop.var)
+        loop.body = [*entry, *loop.body]
+        loop.parallel = par.unit
+        loop.strategy = par.strategy
 
 
 def _var(container: list[ir.Stmt], name: str) -> Var:

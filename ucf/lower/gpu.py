@@ -1,0 +1,749 @@
+"""Mapping GPU-parallel loops onto a CUDA grid: an LLIR -> LLIR pass.
+
+``parallelize`` only marks loops with a GPU unit (``transforms._mark_gpu``).
+This pass then outlines each nest of marked loops into a device kernel and
+leaves a host launcher behind, so the CUDA printer (``ucf/codegen/cuda.py``)
+prints LLIR and nothing else.
+
+The mapping, in one sentence: a GPU loop is not run, it is *bound*; every GPU
+thread executes the nest's code with each GPU loop restricted to one
+iteration, its own. In detail:
+
+- ``GPUBlock`` loops bind ``blockIdx.x``, ``.y``, ``.z`` (outermost first).
+  The grid is fixed at launch, so their bounds must be computable before the
+  kernel starts.
+- ``GPUWarp``, ``GPUThread`` and ``GPUGroup`` loops (thread-level) share
+  ``threadIdx.x`` as a mixed-radix number. Each needs a trip count known when
+  the kernel is compiled (a split's inner loop, a divide's outer loop, a
+  bound loop); that count is its radix. The group's lanes are the fastest
+  digit, so a ``thread_block_tile<G>`` is exactly one group. A warp's digit
+  steps by 32 lanes, padding the loops inside it.
+- Code between GPU loops runs in every thread that reaches it. Scalars are
+  therefore private, and a running sum carried across GPU loops is a partial
+  sum per thread, combined where the sum is stored: ``Atomics`` adds each
+  partial atomically, ``ParallelReduction`` (and ``Temporary``) reduce over
+  the group's tile first (``atomicAddGroup``), ``Segment`` reduces runs of
+  equal destinations (``segReduceGroup``). The state a fused ``pos`` loop
+  resumes (its current row) is private too: each thread starts from its
+  block's search and catches up to its own position.
+- Out-of-range iterations (a clipped split's tail, a warp's padding) are
+  guarded; inside a group they take part with zero contributions (zero
+  extension) instead, so that every lane of the tile reaches each collective.
+
+Every rule the mapping depends on is checked here, with a ``ScheduleError``
+that names the loop.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+
+from ucf.cin.schedule import Parallel
+from ucf.errors import ScheduleError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import Const, Var
+from ucf.ir.simplify import assigned, blocks, declared, nodes, reads, statements
+
+I64 = "i64"
+GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
+REDUCING = ("ParallelReduction", "Temporary", "Segment")
+#: LLIR intrinsic calls that are tile collectives: (array, index, value, group size).
+GROUP_CALLS = ("atomicAddGroup", "segReduceGroup")
+MAX_THREADS = 1024
+WARP = 32
+
+
+@dataclass(frozen=True)
+class Special(ir.Expr):
+    """A CUDA built-in index such as ``threadIdx.x``, as a 64-bit integer."""
+
+    name: str
+    type: str = I64
+
+
+@dataclass
+class Scope(ir.Stmt):
+    """A brace-delimited block: the binding of one GPU loop and the code it covers."""
+
+    body: list[ir.Stmt]
+
+
+@dataclass
+class Launch(ir.Stmt):
+    """Host code: launch ``kernel`` on ``grid`` blocks of ``threads`` threads."""
+
+    kernel: str
+    grid: list[ir.Expr]
+    threads: int
+    args: list  # Var or Array, in the kernel's parameter order
+
+
+@dataclass
+class Module:
+    """A compute function split into device kernels and the host code that launches them."""
+
+    kernels: list[ir.Function]
+    host: ir.Function
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Loop:
+    """A GPU loop of one nest, with what the mapping decided for it."""
+
+    loop: ir.For
+    par: Parallel
+    path: tuple  # enclosing statements, outermost first
+    radix: int = 0
+    stride: int = 0
+    modulus: int = 0  # the lane index is (tid % modulus) / stride; 0 means no modulus
+    dim: str = ""  # x, y or z for GPUBlock loops
+    group: int = 0  # lanes of the tile when this loop is the nest's group
+
+    @property
+    def label(self) -> str:
+        return self.loop.label or self.loop.var.name
+
+    @property
+    def unit(self) -> str:
+        return self.par.unit
+
+    @property
+    def cmd(self) -> str:
+        return f"parallelize({self.label}, {self.par})"
+
+
+def _walk(stmts: list[ir.Stmt], path: tuple = ()):
+    """Every statement with the statements that enclose it, outermost first."""
+    for s in stmts:
+        yield s, path
+        for block in blocks(s):
+            yield from _walk(block, (*path, s))
+        if isinstance(s, Scope):
+            yield from _walk(s.body, (*path, s))
+
+
+def _is_gpu(s) -> bool:
+    return isinstance(s, ir.For) and s.parallel in GPU_UNITS
+
+
+def _has_gpu(stmts) -> bool:
+    return any(_is_gpu(s) for s, _ in _walk(stmts))
+
+
+# --------------------------------------------------------------------- constants
+def _defs(fn: ir.Function) -> dict[str, ir.Expr]:
+    """Declarations of variables declared exactly once: enough to fold loop bounds."""
+    seen: dict[str, list[ir.Expr]] = {}
+    for s in statements(fn.body):
+        if isinstance(s, ir.Decl):
+            seen.setdefault(s.var.name, []).append(s.init)
+        elif isinstance(s, ir.For):
+            seen.setdefault(s.var.name, []).extend([None, None])
+    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+
+def _fold(e: ir.Expr, defs: dict[str, ir.Expr], upper: bool = False) -> int | None:
+    """The value of an integer expression when it is constant; with ``upper``, a
+    constant upper bound through ``min`` (a clipped split's inner bound)."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        d = defs.get(e.name)
+        return None if d is None else _fold(d, defs, upper)
+    if isinstance(e, ir.Cast):
+        return _fold(e.operand, defs, upper)
+    if isinstance(e, ir.Bin):
+        a, b = _fold(e.left, defs, upper), _fold(e.right, defs, upper)
+        if e.op == "min" and upper:
+            known = [x for x in (a, b) if x is not None]
+            return min(known) if known else None
+        if a is None or b is None:
+            return None
+        if e.op in ("+", "-", "*", "min", "max"):
+            return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
+        if e.op in ("/", "%") and b > 0 and a >= 0:
+            return a // b if e.op == "/" else a % b
+    return None
+
+
+def _inline(e: ir.Expr, defs: dict[str, ir.Expr]) -> ir.Expr:
+    """``e`` with the named variables replaced by their definitions, transitively."""
+    from ucf.ir.simplify import substitute
+
+    for _ in range(64):
+        names: set[str] = set()
+        reads(e, names)
+        todo = {n: defs[n] for n in names if n in defs}
+        if not todo:
+            return e
+        e = substitute(e, todo)
+    raise ScheduleError("a GPU loop bound is defined circularly")  # pragma: no cover
+
+
+# --------------------------------------------------------------------- entry
+def lower(fn: ir.Function, parallel: dict[str, Parallel], races: dict[str, list[str]]) -> Module:
+    """Outline every GPU nest of ``fn`` into a kernel; ``races[label]`` lists the reduction
+    variables a parallel loop iterates (iterations may add into the same entries)."""
+    fn = copy.deepcopy(fn)
+    defs = _defs(fn)
+    state = _Outliner(fn, parallel, races, defs)
+    if not _has_gpu(fn.body):
+        body = state.single_thread()
+    else:
+        body = state.host(fn.body, top=True)
+    host = ir.Function(f"{fn.name}_launch", fn.params, body, doc=fn.doc)
+    return Module(state.kernels, host, state.notes)
+
+
+class _Outliner:
+    def __init__(self, fn, parallel, races, defs):
+        self.fn = fn
+        self.parallel = parallel
+        self.races = races
+        self.defs = defs
+        self.kernels: list[ir.Function] = []
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------ host side
+    def single_thread(self) -> list[ir.Stmt]:
+        """No GPU loops: the whole function runs in one GPU thread."""
+        self.notes.append("no GPU loops: the kernel runs in a single GPU thread")
+        return [self._kernel(list(self.fn.body), [Const(1, I64)], 1)]
+
+    def host(self, stmts: list[ir.Stmt], top: bool = False) -> list[ir.Stmt]:
+        """Host statements with every GPU nest replaced by its launch."""
+        out: list[ir.Stmt] = []
+        rest = list(stmts)
+        while rest:
+            s = rest.pop(0)
+            if _is_gpu(s):
+                if s.parallel != "GPUBlock":
+                    par = self.parallel.get(s.label) or Parallel(s.parallel, s.strategy)
+                    raise ScheduleError(
+                        f"parallelize({s.label}, {par}): {s.label} is not inside a GPUBlock "
+                        f"loop; GPU threads belong to a block, so parallelize a loop around "
+                        f"{s.label} with GPUBlock"
+                    )
+                before, after = self._pull_sums(s, out, rest)
+                out.append(self._nest([*before, s, *after], s))
+            elif _has_gpu([s]):
+                new = copy.copy(s)
+                if isinstance(s, ir.For):
+                    new.body = self.host(s.body)
+                elif isinstance(s, ir.While):
+                    new.body = self.host(s.body)
+                elif isinstance(s, ir.If):
+                    new.then, new.orelse = self.host(s.then), self.host(s.orelse)
+                out.append(new)
+            else:
+                out.append(s)
+        return out
+
+    def _pull_sums(self, root: ir.For, before: list[ir.Stmt], after: list[ir.Stmt]):
+        """Running sums declared before the nest and stored after it move into the kernel."""
+        carried = sorted(assigned(root.body) - declared(root.body))
+        pulled_decls, pulled_stores = [], []
+        for name in carried:
+            decl = next((s for s in before if isinstance(s, ir.Decl) and s.var.name == name), None)
+            stores = [
+                s
+                for s in after
+                if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == name
+            ]
+            used = set()
+            reads([s for s in after if s not in stores], used)
+            if decl is None or len(stores) != 1 or name in used:
+                continue  # _check_carried reports it
+            before.remove(decl)
+            after.remove(stores[0])
+            pulled_decls.append(decl)
+            pulled_stores.append(stores[0])
+        return pulled_decls, pulled_stores
+
+    # ------------------------------------------------------------ one nest
+    def _nest(self, stmts: list[ir.Stmt], root: ir.For) -> ir.Stmt:
+        loops = [_Loop(s, self._par(s), path) for s, path in _walk(stmts) if _is_gpu(s)]
+        blocks_ = [g for g in loops if g.unit == "GPUBlock"]
+        threads = [g for g in loops if g.unit != "GPUBlock"]
+        grid = self._grid(blocks_, stmts)
+        group = self._chain(threads)
+        nthreads = self._radices(threads, group)
+        by_id = {id(g.loop): g for g in loops}
+        sums = _Reductions(stmts, by_id, group, self.races).run()
+        self._check_carried(loops, sums)
+        if group is not None:
+            self._zero_extend(group, by_id)
+        body = self._bind(stmts, by_id)
+        return self._kernel(body, grid, nthreads)
+
+    def _par(self, loop: ir.For) -> Parallel:
+        par = self.parallel.get(loop.label)
+        return par if par is not None else Parallel(loop.parallel, loop.strategy)
+
+    def _grid(self, blocks_: list[_Loop], stmts: list[ir.Stmt]) -> list[ir.Expr]:
+        """Grid dimensions, outermost GPUBlock loop first; computable before the launch."""
+        if len(blocks_) > 3:
+            raise ScheduleError(
+                f"{blocks_[3].cmd}: a CUDA grid has three dimensions, and this kernel has "
+                f"{len(blocks_)} GPUBlock loops"
+            )
+        made: dict[str, list[ir.Expr]] = {}
+        for s, _ in _walk(stmts):
+            if isinstance(s, ir.Decl):
+                made.setdefault(s.var.name, []).append(s.init)
+            elif isinstance(s, ir.For):
+                made.setdefault(s.var.name, []).extend([s.start, s.end])
+        changed = assigned(stmts)
+        local = {k: v[0] for k, v in made.items() if len(v) == 1 and k not in changed}
+        grid = []
+        for dim, g in zip("xyz", blocks_, strict=False):
+            g.dim = dim
+            extent = _inline(ir.sub(g.loop.end, g.loop.start), local)
+            bad = sorted(_names(extent) & (set(made) | changed))
+            if bad:
+                raise ScheduleError(
+                    f"{g.cmd}: the number of {g.label} blocks depends on {bad[0]}, which the "
+                    "GPU loops compute; a grid is fixed when the kernel is launched"
+                )
+            grid.append(extent)
+        return grid
+
+    def _chain(self, threads: list[_Loop]) -> _Loop | None:
+        """Thread-level loops must nest in one chain; returns the group, if any."""
+        threads.sort(key=lambda g: len(g.path))
+        for outer, inner in zip(threads, threads[1:], strict=False):
+            if outer.loop not in inner.path:
+                raise ScheduleError(
+                    f"{inner.cmd}: the thread-level GPU loops {outer.label} and {inner.label} "
+                    "are not nested; the threads of a block come from one chain of nested "
+                    "GPU loops"
+                )
+        groups = [g for g in threads if g.unit == "GPUGroup"]
+        if len(groups) > 1:
+            raise ScheduleError(f"{groups[1].cmd}: a kernel has one GPUGroup loop")
+        group = groups[0] if groups else None
+        for g in threads:
+            self._slot(g)
+            if g.par.strategy in ("ParallelReduction", "Temporary") and g.unit != "GPUGroup":
+                innermost = g is threads[-1] and group is None
+                if not (innermost and g.unit == "GPUThread" and _pow2(g.radix)):
+                    raise ScheduleError(
+                        f"{g.cmd}: only a group of lanes reduces in parallel: use GPUGroup "
+                        "(or make this the innermost GPUThread loop, with a power of two of "
+                        "at most 32 threads), or Atomics"
+                    )
+                group = g
+        if group is not None:
+            group.group = group.par.size or group.radix
+            if group.radix > group.group:
+                raise ScheduleError(
+                    f"{group.cmd}: the loop over {group.label} has up to {group.radix} "
+                    f"iterations, more than the {group.group} lanes of its group"
+                )
+            group.radix = group.group
+        return group
+
+    def _slot(self, g: _Loop) -> None:
+        start = _fold(g.loop.start, self.defs)
+        end = _fold(g.loop.end, self.defs, upper=True)
+        if start is None or end is None:
+            raise ScheduleError(
+                f"{g.cmd}: the loop over {g.label} has no trip count known when the kernel is "
+                "compiled, and a GPU block has a fixed number of threads; split the loop and "
+                "parallelize its inner loop (at most the factor's iterations), or bound it"
+            )
+        g.radix = max(end - start, 1)
+
+    def _radices(self, threads: list[_Loop], group: _Loop | None) -> int:
+        order = [g for g in threads if g is not group] + ([group] if group else [])
+        size = 1
+        for g in reversed(order):
+            if g.unit == "GPUWarp":
+                if size > WARP:
+                    raise ScheduleError(
+                        f"{g.cmd}: a warp has {WARP} lanes, but the GPU loops inside "
+                        f"{g.label} need {size} threads"
+                    )
+                size = WARP
+            g.stride = size
+            size *= g.radix
+        outer = 0
+        for g in order:
+            g.modulus = outer
+            outer = g.stride
+        if size > MAX_THREADS:
+            raise ScheduleError(
+                f"{order[0].cmd}: the GPU loops of one block need {size} threads; CUDA allows "
+                f"at most {MAX_THREADS}"
+            )
+        return size
+
+    def _check_carried(self, loops: list[_Loop], sums: set[str]) -> None:
+        for g in loops:
+            carried = sorted(assigned(g.loop.body) - declared(g.loop.body) - sums)
+            bad = [v for v in carried if not _catches_up(g.loop.body, v)]
+            if bad:
+                raise ScheduleError(
+                    f"{g.cmd}: the loop carries {', '.join(bad)} from one iteration to the "
+                    "next (a sparse iterator co-iterated with a dense dimension), so it cannot "
+                    "be parallelized"
+                )
+
+    def _zero_extend(self, group: _Loop, by_id: dict[int, _Loop]) -> None:
+        loop = group.loop
+        full = _fold(ir.sub(loop.end, loop.start), self.defs)
+        guard = (
+            None if full is not None and full >= group.group else ir.Cmp("<", loop.var, loop.end)
+        )
+        if not any(isinstance(s, ir.Call) and s.name in GROUP_CALLS for s in statements(loop.body)):
+            loop.body = loop.body if guard is None else [ir.If(guard, loop.body)]
+            return
+        variant = {loop.var.name} | assigned(loop.body)
+        loop.body = _Predicator(variant, by_id, group).block(loop.body, guard)
+
+    # ------------------------------------------------------------ kernel
+    def _bind(self, stmts: list[ir.Stmt], by_id: dict[int, _Loop]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            g = by_id.get(id(s))
+            if g is not None:
+                body = self._bind(s.body, by_id)
+                if g.unit == "GPUBlock":
+                    index: ir.Expr = Special(f"blockIdx.{g.dim}")
+                else:
+                    tid: ir.Expr = Special("threadIdx.x")
+                    if g.modulus:
+                        tid = ir.Bin("%", tid, Const(g.modulus, I64))
+                    index = ir.Bin("/", tid, Const(g.stride, I64)) if g.stride > 1 else tid
+                bind = ir.Decl(s.var, ir.add(s.start, index))
+                if g.unit == "GPUBlock" or g.group:
+                    out.append(Scope([bind, *body]))
+                else:
+                    out.append(Scope([bind, ir.If(ir.Cmp("<", s.var, s.end), body)]))
+                continue
+            new = copy.copy(s)
+            if isinstance(s, ir.For | ir.While):
+                new.body = self._bind(s.body, by_id)
+            elif isinstance(s, ir.If):
+                new.then, new.orelse = self._bind(s.then, by_id), self._bind(s.orelse, by_id)
+            out.append(new)
+        return out
+
+    def _kernel(self, body: list[ir.Stmt], grid: list[ir.Expr], threads: int) -> Launch:
+        kname = f"{self.fn.name}_k{len(self.kernels)}"
+        used: dict[str, Var] = {}
+        for n in nodes(body):
+            if isinstance(n, Var):
+                used.setdefault(n.name, n)
+        free: set[str] = set()
+        reads(body, free)
+        free -= {s.var.name for s, _ in _walk(body) if isinstance(s, ir.Decl | ir.For)}
+        arrays = {n.name: n for n in nodes(body) if isinstance(n, ir.Array)}
+        written = {s.array.name for s, _ in _walk(body) if isinstance(s, ir.Store)}
+        written |= {s.args[0].name for s, _ in _walk(body) if isinstance(s, ir.Call) and s.args}
+        params, args = [], []
+        for p in self.fn.params:
+            if p.is_array and p.name in arrays:
+                params.append(replace(p, output=p.name in written))
+                args.append(arrays[p.name])
+            elif not p.is_array and p.name in free:
+                params.append(p)
+                args.append(used[p.name])
+        known = {p.name for p in self.fn.params}
+        for name in sorted(free - known):
+            v = used[name]
+            params.append(ir.Param(name, v.type, False, doc="captured from the host code"))
+            args.append(v)
+        self.kernels.append(ir.Function(kname, params, body, doc=f"GPU kernel {kname}."))
+        return Launch(kname, grid, threads, args)
+
+
+def _pow2(n: int) -> bool:
+    return 1 <= n <= WARP and n & (n - 1) == 0
+
+
+def _catches_up(body: list[ir.Stmt], name: str) -> bool:
+    """Every assignment of ``name`` is a ``while (...) name = name + 1`` catch-up loop, which
+    reaches the same value from any earlier start: a thread may start from its block's."""
+    step = ir.Assign(Var(name, I64), ir.add(Var(name, I64), Const(1, I64)))
+    allowed: set[int] = set()
+    for s in statements(body):
+        if isinstance(s, ir.While) and s.body == [step]:
+            allowed.add(id(s.body[0]))
+    return all(
+        id(s) in allowed
+        for s in statements(body)
+        if isinstance(s, ir.Assign) and s.var.name == name
+    )
+
+
+# ------------------------------------------------------------------ reductions
+class _Reductions:
+    """Decide how every store of a nest combines the work of the threads that run it."""
+
+    def __init__(self, stmts, by_id, group, races):
+        self.stmts = stmts
+        self.by_id = by_id
+        self.group = group
+        self.races = races
+        self.sums: set[str] = set()
+        self.handled: set[int] = set()
+        self.group_reduces = False
+
+    def run(self) -> set[str]:
+        self._accumulators(self.stmts)
+        self._stores(self.stmts)
+        g = self.group
+        if g is not None and g.par.strategy in REDUCING and not self.group_reduces:
+            raise ScheduleError(
+                f"{g.cmd}: {g.label} iterates no reduction variable and feeds no running sum, "
+                f"so its group has nothing to reduce; use NoRaces"
+            )
+        return self.sums
+
+    def _gpu(self, path) -> list[_Loop]:
+        return [self.by_id[id(s)] for s in path if id(s) in self.by_id]
+
+    def _accumulators(self, stmts: list[ir.Stmt]) -> None:
+        for container in _containers(stmts):
+            for a, decl in enumerate(container):
+                if isinstance(decl, ir.Decl):
+                    self._accumulator(container, a, decl)
+
+    def _accumulator(self, container: list[ir.Stmt], a: int, decl: ir.Decl) -> None:
+        t = decl.var.name
+        after = container[a + 1 :]
+        adds = [
+            (s, self._gpu(path))
+            for s, path in _walk(after)
+            if isinstance(s, ir.Assign) and s.var.name == t
+        ]
+        if not any(loops for _, loops in adds):
+            return
+        stores = [
+            k
+            for k, s in enumerate(after)
+            if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == t
+        ]
+        summing = all(
+            isinstance(s.value, ir.Bin)
+            and s.value.op == "+"
+            and s.value.left == s.var
+            and t not in _names(s.value.right)
+            for s, _ in adds
+        )
+        zero = isinstance(decl.init, Const) and decl.init.value == 0
+        if not (summing and zero and len(stores) == 1):
+            return  # _check_carried reports the loop that carries it
+        store = after[stores[0]]
+        enclosing = {id(g) for g in self._gpu(_path_to(self.stmts, store))}
+        nest = set(self.by_id)
+        missing = nest - enclosing
+        loops = {id(g.loop): g for _, gs in adds for g in gs if id(g.loop) not in enclosing}
+        for _, gs in adds:
+            lacking = missing - {id(g.loop) for g in gs}
+            if lacking:
+                g = self.by_id[next(iter(sorted(lacking)))]
+                raise ScheduleError(
+                    f"{g.cmd}: {t} is added to outside the loop over {g.label}, so every "
+                    f"thread of {g.label} would add it again; move the sum inside {g.label}"
+                )
+        for g in loops.values():
+            if g.par.strategy in ("NoRaces", "IgnoreRaces"):
+                raise ScheduleError(
+                    f"{g.cmd}: iterations of {g.label} add into the running sum {t}; use "
+                    "Atomics, or a GPUGroup with ParallelReduction or Segment"
+                )
+        combine = self._combine(store, store.index, Var(t, decl.var.type), loops.values())
+        container[a + 1 + stores[0]] = combine
+        self.handled.add(id(combine))
+        self.sums.add(t)
+
+    def _combine(self, store: ir.Store, index, value, loops) -> ir.Stmt:
+        g = self.group
+        if g is not None and any(x is g for x in loops) and g.par.strategy in REDUCING:
+            name = "segReduceGroup" if g.par.strategy == "Segment" else "atomicAddGroup"
+            if name == "atomicAddGroup" and _names(index) & assigned(g.loop.body):
+                raise ScheduleError(
+                    f"{g.cmd}: the lanes of a group add into different entries here; "
+                    "ParallelReduction needs one entry per group, Segment handles several"
+                )
+            self.group_reduces = True
+            return ir.Call(name, [store.array, index, value, Const(g.group, I64)])
+        return ir.Store(store.array, index, value, accumulate=True, atomic=True)
+
+    def _stores(self, stmts: list[ir.Stmt]) -> None:
+        for container in _containers(stmts):
+            for k, s in enumerate(container):
+                if isinstance(s, ir.Store) and id(s) not in self.handled:
+                    container[k] = self._store(s, _path_to(self.stmts, s))
+
+    def _store(self, s: ir.Store, path) -> ir.Stmt:
+        enclosing = self._gpu(path)
+        missing = set(self.by_id) - {id(g.loop) for g in enclosing}
+        if missing:
+            g = self.by_id[next(iter(sorted(missing)))]
+            raise ScheduleError(
+                f"{g.cmd}: the store into {s.array.name} is outside the loop over {g.label}, "
+                f"so every thread of {g.label} would run it; reorder so that it is inside, or "
+                "reduce into a running sum"
+            )
+        racing = [g for g in enclosing if self.races.get(g.label)]
+        for g in racing:
+            if g.par.strategy == "NoRaces":
+                v = self.races[g.label][0]
+                raise ScheduleError(
+                    f"{g.cmd}: {v} is a reduction variable, so iterations add into the same "
+                    "output entries; NoRaces promises they never do (use Atomics, IgnoreRaces, "
+                    "or a GPUGroup with ParallelReduction or Segment)"
+                )
+        group = self.group
+        if group is not None and group in racing and group.par.strategy in REDUCING:
+            if not s.accumulate:
+                raise ScheduleError(
+                    f"{group.cmd}: the store into {s.array.name} overwrites rather than adds, "
+                    "so the group has no sum to reduce"
+                )
+            return self._combine(s, s.index, s.value, [group])
+        if any(g.par.strategy == "Atomics" for g in racing):
+            return ir.Store(s.array, s.index, s.value, accumulate=True, atomic=True)
+        return s
+
+
+def _names(e) -> set[str]:
+    acc: set[str] = set()
+    reads(e, acc)
+    return acc
+
+
+def _containers(stmts: list[ir.Stmt]):
+    yield stmts
+    for s, _ in _walk(stmts):
+        yield from blocks(s)
+        if isinstance(s, Scope):
+            yield s.body
+
+
+def _path_to(stmts: list[ir.Stmt], target: ir.Stmt) -> tuple:
+    for s, path in _walk(stmts):
+        if s is target:
+            return path
+    raise AssertionError("statement not in nest")  # pragma: no cover
+
+
+# ------------------------------------------------------------------ zero extension
+class _Predicator:
+    """Rewrite a group's body so that every lane reaches every collective.
+
+    Conditions that differ between the lanes of a tile (lane-variant) no longer
+    branch around a collective: they become a predicate, and an inactive lane
+    contributes zero to an entry of -1 (which the helpers skip). Declarations
+    under a predicate are evaluated only when it holds (``p ? init : 0``), and
+    other statements keep their ``if``. Loops that contain a collective must
+    run the same number of times in every lane.
+    """
+
+    def __init__(self, variant: set[str], by_id: dict[int, _Loop], group: _Loop):
+        self.variant = set(variant)
+        self.by_id = by_id
+        self.group = group
+        self.count = 0
+
+    def _varies(self, e) -> bool:
+        return bool(_names(e) & self.variant)
+
+    def block(self, stmts: list[ir.Stmt], pred: ir.Expr | None) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        pending: list[ir.Stmt] = []
+
+        def flush():
+            if pending and pred is None:
+                out.extend(pending)
+            elif pending:
+                out.append(ir.If(pred, list(pending)))
+            pending.clear()
+
+        for s in stmts:
+            if not _collective(s):
+                if isinstance(s, ir.Decl):
+                    flush()
+                    out.append(self._decl(s, pred))
+                else:
+                    pending.append(s)
+                continue
+            flush()
+            out += self._collective(s, pred)
+        flush()
+        return out
+
+    def _decl(self, s: ir.Decl, pred) -> ir.Decl:
+        if self._varies(s.init):
+            self.variant.add(s.var.name)
+        if pred is None or _safe(s.init):
+            return s
+        self.variant.add(s.var.name)
+        return ir.Decl(s.var, ir.Select(pred, s.init, ir.const_like(s.init, 0)))
+
+    def _collective(self, s: ir.Stmt, pred) -> list[ir.Stmt]:
+        g = self.group
+        if isinstance(s, ir.Call):
+            arr, index, value, size = s.args
+            if s.name == "atomicAddGroup" and self._varies(index):
+                raise ScheduleError(
+                    f"{g.cmd}: the lanes of a group add into different entries here; "
+                    "ParallelReduction needs one entry per group, use Segment"
+                )
+            if pred is None:
+                return [s]
+            if s.name == "segReduceGroup":
+                index = ir.Select(pred, index, Const(-1, index.type))
+            value = ir.Select(pred, value, ir.const_like(value, 0))
+            return [ir.Call(s.name, [arr, index, value, size])]
+        if isinstance(s, ir.For):
+            if self._varies([s.start, s.end]):
+                raise ScheduleError(
+                    f"{g.cmd}: the loop over {s.label or s.var.name} inside group "
+                    f"{g.label} runs a different number of times in each lane, but every lane "
+                    "must reach the group's reduction together"
+                )
+            s.body = self.block(s.body, pred)  # in place: GPU loops are known by identity
+            return [s]
+        if isinstance(s, ir.If):
+            if not self._varies(s.cond):
+                then = self.block(s.then, pred)
+                return [ir.If(s.cond, then, self.block(s.orelse, pred))]
+            if any(_collective(x) for x in s.orelse):
+                raise ScheduleError(
+                    f"{g.cmd}: a reduction in both branches of a lane-dependent condition is "
+                    "not supported"
+                )
+            self.count += 1
+            p = Var(f"{g.loop.var.name}_on{self.count}", "i1")
+            self.variant.add(p.name)
+            cond = s.cond if pred is None else ir.Select(pred, s.cond, Const(False, "i1"))
+            out: list[ir.Stmt] = [ir.Decl(p, cond)]
+            if s.orelse:
+                out.append(ir.If(ir.Cmp("==", p, Const(False, "i1")), s.orelse))
+                if pred is not None:
+                    out[-1] = ir.If(pred, [out[-1]])
+            return out + self.block(s.then, p)
+        raise ScheduleError(
+            f"{g.cmd}: a reduction inside a while loop of group {g.label} cannot be reached "
+            "by every lane together"
+        )
+
+
+def _collective(s: ir.Stmt) -> bool:
+    return any(isinstance(x, ir.Call) and x.name in GROUP_CALLS for x in statements([s]))
+
+
+def _safe(e: ir.Expr) -> bool:
+    """Evaluating ``e`` for an inactive lane cannot fault: no loads, no division by a variable."""
+    for n in nodes(e):
+        if isinstance(n, ir.Load):
+            return False
+        if isinstance(n, ir.Bin) and n.op in ("/", "%") and not isinstance(n.right, Const):
+            return False
+    return True
