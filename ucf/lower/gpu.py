@@ -538,7 +538,7 @@ class _Reductions:
         if not (summing and zero and len(stores) == 1):
             return  # _check_carried reports the loop that carries it
         store = after[stores[0]]
-        enclosing = {id(g) for g in self._gpu(_path_to(self.stmts, store))}
+        enclosing = {id(g.loop) for g in self._gpu(_path_to(self.stmts, store))}
         nest = set(self.by_id)
         missing = nest - enclosing
         loops = {id(g.loop): g for _, gs in adds for g in gs if id(g.loop) not in enclosing}
