@@ -268,7 +268,7 @@ def apply_schedule(
                 pos[v] = (vpos, tensor)
             else:
                 fused.append((tuple(origins), vpos, tensor))
-                steps = [c for c in steps if not (c.name == "fuse" and c.args[2] == v)]
+                steps = [c for c in steps if not (c.name == "fuse" and c.args[2] in _fuses(v, prov))]
         elif name == "bound":
             v, vb, n, kind = cmd.args
             _known(cmd, v, loops)
@@ -318,6 +318,14 @@ def apply_schedule(
 
 
 BOUND_KINDS = ("MaxExact",)
+
+
+def _fuses(v: str, prov: Provenance) -> set[str]:
+    """``v`` and the fused variables it is made of (a fuse of a fuse)."""
+    rel = prov.rel.get(v)
+    if rel is None or rel.kind != "fuse":
+        return {v}
+    return {v}.union(*(_fuses(p, prov) for p in rel.parents))
 
 
 def _lowering_order(loops: list[str], prov: Provenance) -> list[str]:
