@@ -177,7 +177,8 @@ class Device:
         import pycuda.driver as drv
 
         device = [
-            drv.to_device(a if a.size else np.zeros(1, a.dtype)) if isinstance(a, np.ndarray)
+            drv.to_device(a if a.size else np.zeros(1, a.dtype))
+            if isinstance(a, np.ndarray)
             else None
             for a in args
         ]
