@@ -268,7 +268,8 @@ def apply_schedule(
                 pos[v] = (vpos, tensor)
             else:
                 fused.append((tuple(origins), vpos, tensor))
-                steps = [c for c in steps if not (c.name == "fuse" and c.args[2] in _fuses(v, prov))]
+                covered = _fuses(v, prov)
+                steps = [c for c in steps if not (c.name == "fuse" and c.args[2] in covered)]
         elif name == "bound":
             v, vb, n, kind = cmd.args
             _known(cmd, v, loops)
