@@ -330,11 +330,6 @@ def test_negative_inferred_extent_names_the_variable(expr, n, kf, extent):
     assert names(msg, "p") and str(extent) in msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="shapes= with a negative extent raises numpy's ValueError",
-)
 def test_negative_extent_in_shapes_is_a_ucf_error():
     k = ucf.compile("O(p) = I(p+r) * F(r)")
     with pytest.raises(ucf.UcfError, match="p"):
@@ -393,9 +388,6 @@ def test_non_affine_index_is_a_parse_error_with_position(expr, line, column):
     assert f"line {line}, column {column}" in str(e.value)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="non-affine error echoes 'r * (p+1)' without its parentheses"
-)
 def test_non_affine_error_quotes_the_index_faithfully():
     with pytest.raises(ucf.ParseError) as e:
         ucf.compile("O(p) = I(r*(p+1)) * F(r)")
@@ -561,7 +553,7 @@ def test_brute_force_reference_agrees_with_loops():
     assert got.shape == (5, 4)
 
 
-# --------------------------------------------------------------- bugs (xfail)
+# ------------------------------------------------- regressions (bugs found by these tests)
 
 
 def run_isolated(code: str) -> list:
@@ -588,12 +580,6 @@ print(json.dumps(k(I=ucf.from_numpy(x, format="CC"), F=np.ones((2, 2))).to_numpy
         ("UU", "reorder(q,r,p,s); parallelize(q,CPUThread,NoRaces)", "llvm"),
         ("CU", None, "llvm"),  # a sparse output keeps the default schedule serial
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="two compressed levels with affine indices: the lower level's window search "
-    "reuses the upper level's monotone cursor (wrong values, garbage reads or a crash)",
 )
 def test_serial_2d_affine_on_two_compressed_levels(fo, schedule, target):
     got = run_isolated(SERIAL_CC % (fo, schedule, target))

@@ -528,6 +528,11 @@ class Kernel:
             for m, idx in enumerate(stmt.lhs.indices):
                 bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
         for v, size in (shapes or {}).items():
+            if not isinstance(size, (int, np.integer)) or size < 0:
+                raise ShapeError(
+                    f"shapes= gives index variable {v} the extent {size!r}; "
+                    "an extent is a non-negative integer"
+                )
             bind(v, int(size), "shapes=")
         sizes = {
             (a.tensor, m): given[a.tensor].shape[m]

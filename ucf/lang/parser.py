@@ -79,8 +79,9 @@ class _ToAst(Transformer):
             return b.scale(a.const)
         if b.is_constant:
             return a.scale(b.const)
+        left, right = (f"({x})" if len(x.terms) + bool(x.const) > 1 else str(x) for x in c)
         raise _NotAffine(
-            f"index expression '{a} * {b}' is not affine: a product of index variables",
+            f"index expression '{left} * {right}' is not affine: a product of index variables",
             meta,
         )
 

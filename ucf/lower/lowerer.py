@@ -92,7 +92,7 @@ class State:
     ws: Workspace | None = None  # set in a precompute's producer: the leaf writes here
     where_done: bool = False  # below a precompute's where
     counter: Var | None = None  # a segment-local counter for the compressed output level
-    cursors: dict = field(default_factory=dict)  # operand -> where its sliding window was
+    cursors: dict = field(default_factory=dict)  # (operand, level) -> its sliding window's ends
 
     def copy(self) -> State:
         return replace(
@@ -634,7 +634,7 @@ class Lowerer:
             begin, _ = kind.bounds(op.params.levels[lvl], st.pos[n], st.seg_end.get(n), op.dim(lvl))
             pair = tuple(Var(f"{op.name}{lvl}_{u}_cursor{k}", I64) for k in range(2))
             decls += [ir.Decl(c, ir.cast(begin, I64)) for c in pair]
-            cursors[n] = pair
+            cursors[(n, lvl)] = pair
         if decls:
             st = st.copy()
             st.cursors = cursors
@@ -692,7 +692,7 @@ class Lowerer:
         return lo, hi
 
     def _window(
-        self, it: _Iterator, a: Affine, v: str, begin: ir.Expr, end: ir.Expr, st: State
+        self, it: _Iterator, lvl: int, v: str, begin: ir.Expr, end: ir.Expr, st: State
     ) -> None:
         """Iterate only the positions of a compressed level whose coordinates lie in the
         window ``[off, off + s*|v|)`` of the index ``s*v + off``.
@@ -702,7 +702,7 @@ class Lowerer:
         range; that test only reads extents, so it is decided once per call.
         """
         op = self.operands[it.n]
-        lvl = op.level_idx.index(a)
+        a = op.level_idx[lvl]
         s = a.coefficient(v)
         rest = a.without(v)
         off = self._affine(rest)
@@ -712,8 +712,9 @@ class Lowerer:
         pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
         wb, we = Var(f"{it.pos.name}_w0", I64), Var(f"{it.pos.name}_w1", I64)
         setup: list[ir.Stmt] = [ir.Decl(pb, begin), ir.Decl(pe, end)]
-        if it.n in st.cursors:
-            for w, key, cur in zip((wb, we), (lo_key, hi_key), st.cursors[it.n], strict=True):
+        if (it.n, lvl) in st.cursors:
+            pair = st.cursors[(it.n, lvl)]
+            for w, key, cur in zip((wb, we), (lo_key, hi_key), pair, strict=True):
                 crd = ir.cast(it.kind.coordinate(it.arrays, cur), I64)
                 step = ir.Assign(cur, ir.add(cur, Const(1, I64)))
                 setup += [
@@ -1130,7 +1131,7 @@ class Lowerer:
                     f"access {access}: affine index '{a}' on a compressed level decreases with "
                     f"{v}, its innermost loop; store that level dense (U) or reorder the loops"
                 )
-            self._window(it, a, v, it.begin, it.end_expr, st)
+            self._window(it, lvl, v, it.begin, it.end_expr, st)
         it.init = [*it.setup, ir.Decl(p, it.begin), ir.Decl(e, it.end_expr)]
         if it.stride > 1:
             it.skip = [
