@@ -124,8 +124,8 @@ def header(module: Module, guard: str, title: str) -> str:
         f"/* {host.doc}",
     ]
     for p in host.params:
-        kind = "device " + ("out " if p.output else "in  ")
-        kind += f"{IR_TO_C[p.type]}[]" if p.is_array else f"{IR_TO_C[p.type]} (host)"
+        kind = ("out " if p.output else "in  ") + ("device " if p.is_array else "")
+        kind += f"{IR_TO_C[p.type]}[]" if p.is_array else IR_TO_C[p.type]
         lines.append(f" *   {cgen.c_name(p.name):<24} {kind:<22} {p.doc}")
     lines += [
         " */",

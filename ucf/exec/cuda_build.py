@@ -153,14 +153,14 @@ class Device:
         except ImportError:
             raise UcfError(
                 "running target 'cuda' on a GPU needs pycuda (pip install 'ucf[cuda]'); "
-                "pass emulate=True to run the generated CUDA on the CPU instead"
+                "pass emulate=True (--emulate) to run the generated CUDA on the CPU instead"
             ) from None
         try:
             import pycuda.autoinit as auto
         except Exception as e:  # no driver, no device: pycuda raises its own types
             raise UcfError(
-                f"no usable CUDA device ({e}); pass emulate=True to run the generated CUDA "
-                "on the CPU instead"
+                f"no usable CUDA device ({e}); pass emulate=True (--emulate) to run the "
+                "generated CUDA on the CPU instead"
             ) from None
         major, minor = auto.device.compute_capability()
         arch = f"sm_{major}{minor}"
