@@ -508,6 +508,7 @@ def bench_filter(
         "ucf_s": t,
         "torch_s": tt,
         "speedup": tt / t,
+        "speedup_of_minima": min(s["torch"]) / min(s["ucf"]),
         "ucf_gflops_effective": layer.dense_flops / t / 1e9,
         "ucf_gflops_useful": 2 * nnz * layer.out_h**2 / t / 1e9,
         "torch_gflops": layer.dense_flops / tt / 1e9,
@@ -531,6 +532,7 @@ def summarize_filter(rows: list[dict], labels: list[str]) -> dict:
         entry = {
             "layers": [r["layer"] for r in sel],
             "geomean_speedup": g,
+            "geomean_speedup_of_minima": geomean([r["speedup_of_minima"] for r in sel]),
             "complete": len(sel) == len(SUMMARY_LAYERS),
             "all_layers_geomean": geomean(
                 [r["speedup"] for r in rows if r["pattern"] == label and r.get("status") == "ok"]
@@ -855,6 +857,7 @@ def bench_submanifold(args: argparse.Namespace, rng: np.random.Generator, torch:
         "torch_gather_gemm_check": torch_ok,
         "baseline_s": med(s[base_key]),
         "speedup": med(s[base_key]) / t,
+        "speedup_of_minima": min(s[base_key]) / min(s["ucf"]),
         "ucf_gflops": flops / t / 1e9,
         "samples": s,
         "pass": not wrong and spot < 1e-4 and med(s[base_key]) > t,
@@ -925,8 +928,9 @@ def filter_table(rows: list[dict], summary: dict) -> str:
         if "target" in e:
             verdict = f"  target >= {e['target']:.1f}x: {'PASS' if e['pass'] else 'FAIL'}"
         lines.append(
-            f"  {lb:<5} {e['geomean_speedup']:>6.2f}x{part}{verdict}   "
-            f"(all measured layers: {e['all_layers_geomean']:.2f}x)"
+            f"  {lb:<5} {e['geomean_speedup']:>6.2f}x{part}{verdict}   (from the fastest runs "
+            f"{e['geomean_speedup_of_minima']:.2f}x; all measured layers "
+            f"{e['all_layers_geomean']:.2f}x)"
         )
     wins: dict[str, int] = {}
     for r in rows:
@@ -949,8 +953,9 @@ def subm_table(r: dict) -> str:
         f"{r['pairs']} neighbour pairs ({r['pairs_per_voxel']:.1f} per voxel), C = M = 64, "
         f"3x3x3",
         f"  ucf ({r['variant']}): {_ms(r['ucf_s'])} ms ({r['ucf_gflops']:.1f} GFLOP/s)",
-        f"  {r['baseline']}: {_ms(r['baseline_s'])} ms -> ucf speedup {r['speedup']:.2f}x  "
-        f"target > 1: {'PASS' if r['pass'] else 'FAIL'}",
+        f"  {r['baseline']}: {_ms(r['baseline_s'])} ms -> ucf speedup {r['speedup']:.2f}x "
+        f"(fastest runs: {r['speedup_of_minima']:.2f}x)  target > 1: "
+        f"{'PASS' if r['pass'] else 'FAIL'}",
         f"  gather-GEMM alone (neighbour map reused): numpy {_ms(r['numpy_gemm_only_s'])} ms, "
         f"ucf ({r.get('ucf_gemm_variant', '-')}) {_ms(r.get('ucf_gemm_only_s'))} ms -> "
         f"{r.get('gemm_only_speedup', float('nan')):.2f}x",
