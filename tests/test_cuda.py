@@ -265,6 +265,15 @@ DIFFERENTIAL = [
     (SPMM, {"A": "csr"}, eb_seg(8), "loop fl runs in parallel (GPUGroup, 8, Segment)"),
     ("M(i,j) = X(i,j,k) * v(k) + W(i,j)", {"X": "csf"}, None, "single GPU thread"),
     ("y(i) = A(i,j) * x(j) + z(i)", {"A": "csr"}, None, "(default schedule)"),
+    # One launch per row from a host loop; each block's partial sum added atomically.
+    (SPMV, {"A": "csr"}, "parallelize(j,GPUBlock,Atomics)", "loop j runs in parallel"),
+    # A scalar output: every thread adds its partial sum atomically.
+    (
+        "s = a(i) * b(i)",
+        {},
+        "split(i,i0,i1,64); parallelize(i0,GPUBlock,Atomics); parallelize(i1,GPUThread,Atomics)",
+        "loop i1 runs in parallel (GPUThread, Atomics)",
+    ),
 ]
 
 
@@ -272,7 +281,7 @@ DIFFERENTIAL = [
 def test_emulated_cuda_matches_llvm(expr, formats, schedule, note):
     rng = np.random.default_rng(13)
     shapes = {"A": (30, 20), "x": (20,), "z": (30,), "B": (20, 7), "X": (6, 5, 4)}
-    shapes |= {"v": (4,), "W": (6, 5)}
+    shapes |= {"v": (4,), "W": (6, 5), "a": (300,), "b": (300,)}
     k = ucf.compile(expr, formats=formats, schedule=schedule, target="cuda", emulate=True)
     ref = ucf.compile(expr, formats=formats)
     names = sorted(set(re.findall(r"([A-Za-z]\w*)\(", expr.split("=")[1])))

@@ -192,7 +192,7 @@ def lower(fn: ir.Function, parallel: dict[str, Parallel], races: dict[str, list[
     if not _has_gpu(fn.body):
         body = state.single_thread()
     else:
-        body = state.host(fn.body, top=True)
+        body = state.host(fn.body)
     host = ir.Function(f"{fn.name}_launch", fn.params, body, doc=fn.doc)
     return Module(state.kernels, host, state.notes)
 
@@ -212,7 +212,7 @@ class _Outliner:
         self.notes.append("no GPU loops: the kernel runs in a single GPU thread")
         return [self._kernel(list(self.fn.body), [Const(1, I64)], 1)]
 
-    def host(self, stmts: list[ir.Stmt], top: bool = False) -> list[ir.Stmt]:
+    def host(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         """Host statements with every GPU nest replaced by its launch."""
         out: list[ir.Stmt] = []
         rest = list(stmts)
@@ -227,12 +227,10 @@ class _Outliner:
                         f"{s.label} with GPUBlock"
                     )
                 before, after = self._pull_sums(s, out, rest)
-                out.append(self._nest([*before, s, *after], s))
+                out.append(self._nest([*before, s, *after]))
             elif _has_gpu([s]):
                 new = copy.copy(s)
-                if isinstance(s, ir.For):
-                    new.body = self.host(s.body)
-                elif isinstance(s, ir.While):
+                if isinstance(s, ir.For | ir.While):
                     new.body = self.host(s.body)
                 elif isinstance(s, ir.If):
                     new.then, new.orelse = self.host(s.then), self.host(s.orelse)
@@ -263,7 +261,7 @@ class _Outliner:
         return pulled_decls, pulled_stores
 
     # ------------------------------------------------------------ one nest
-    def _nest(self, stmts: list[ir.Stmt], root: ir.For) -> ir.Stmt:
+    def _nest(self, stmts: list[ir.Stmt]) -> ir.Stmt:
         loops = [_Loop(s, self._par(s), path) for s, path in _walk(stmts) if _is_gpu(s)]
         blocks_ = [g for g in loops if g.unit == "GPUBlock"]
         threads = [g for g in loops if g.unit != "GPUBlock"]
