@@ -91,8 +91,10 @@ pattern), F dense (``direct`` schedules), and as a map-based pipeline
 
 (Idx holds 1 + each voxel's number; Nb takes the mask's pattern with a
 dense 27-entry block), numpy turns Nb's values into the coordinates of a
-0/1 tensor N(i,k,j) (``UUC``), and a ucf gather-GEMM computes
-``O(i,m) = N(i,k,j) * X(j,c) * W(k,c,m)``.  Both ucf pipelines search for
+0/1 tensor N(i,k,j) (``UUC`` by output voxel, or ``UCC:1,0,2`` by tap),
+and a ucf gather-GEMM computes ``O(i,m) = N(i,k,j) * X(j,c) * W(k,c,m)``
+(schedules with and without ``bound`` on c and m, serial and parallel:
+see ``subm_schedules``).  Both ucf pipelines search for
 neighbours in every call.  The baseline is spconv's ``SubMConv3d`` when
 spconv imports, else a numpy hash-map implementation
 (``numpy_submanifold``): voxel keys linearized and sorted once, then per
@@ -552,23 +554,30 @@ SUBM_FORMATS = {"O": "UUUCU", "Mask": "UUUC", "I": "UUUCU"}
 NBMAP = "Nb(n,x,y,z,r,s,t) = Mask(n,x,y,z) * Idx(n,x+r-1,y+s-1,z+t-1)"
 NBMAP_FORMATS = {"Nb": "UUUCUUU", "Mask": "UUUC", "Idx": "UUUC"}
 GATHER_GEMM = "O(i,m) = N(i,k,j) * X(j,c) * W(k,c,m)"
-GATHER_GEMM_FORMATS = {"N": "UUC"}
+GATHER_GEMM_FORMATS = {"N": "UUC"}  # per output voxel i, per tap k, the neighbour j
+TAP_MAJOR_FORMATS = {"N": "UCC:1,0,2"}  # per tap k, the (output i, neighbour j) pairs
 PAR_X = "parallelize(x,CPUThread,NoRaces)"
 
 
 def subm_schedules(c: int, m: int) -> dict[str, tuple[str, str]]:
-    """label -> (kernel, schedule) for the direct kernel and the gather-GEMM."""
+    """label -> (kernel kind, schedule): the direct kernel, or the gather-GEMM with N by output
+    voxel ("map") or by tap ("tap-major", which keeps one tap's W(k,:,:) in cache)."""
     bound = f"bound(c,cb,{c},MaxExact); bound(m,mb,{m},MaxExact)"
+    par_i = "parallelize(i,CPUThread,NoRaces)"
+    taps = "reorder(k,i,j,c,m)"
     return {
         "direct, par x": ("direct", PAR_X),
         "direct, split x 8": ("direct", "split(x,x0,x1,8); parallelize(x0,CPUThread,NoRaces)"),
         "direct, par x, bound c,m": ("direct", f"{bound}; {PAR_X}"),
-        "map, par i": ("map", "parallelize(i,CPUThread,NoRaces)"),
-        "map, par i, bound c,m": ("map", f"{bound}; parallelize(i,CPUThread,NoRaces)"),
+        "map, par i": ("map", par_i),
+        "map, par i, bound c,m": ("map", f"{bound}; {par_i}"),
         "map, split i 64, bound c,m": (
             "map",
             f"{bound}; split(i,i0,i1,64); parallelize(i0,CPUThread,NoRaces)",
         ),
+        "map, serial, bound c,m": ("map", bound),
+        "tap-major, serial, bound c,m": ("tap-major", f"{taps}; {bound}"),
+        "tap-major, par i, bound c,m": ("tap-major", f"{taps}; {bound}; {par_i}"),
     }
 
 
@@ -746,19 +755,31 @@ def bench_submanifold(args: argparse.Namespace, rng: np.random.Generator, torch:
     w27 = w.reshape(27, c, m)
     ones = np.ones(n_vox * 27, np.float32)
 
-    def neighbour_map() -> ucf.Tensor:
+    def neighbour_map(kind: str = "map") -> ucf.Tensor:
         """N(i,k,j): ucf finds the neighbours, numpy turns Nb's values into j coordinates."""
-        nb = kmap(Mask=mask, Idx=ids).vals.astype(np.int32)  # (voxel, tap) -> 1 + neighbour
-        hit = nb > 0
-        pos = np.zeros(n_vox * 27 + 1, np.int32)
-        np.cumsum(hit, out=pos[1:])
-        levels = [{}, {}, {"pos": pos, "crd": nb[hit] - 1}]
-        return ucf.Tensor(
-            (n_vox, 27, n_vox), "UUC", levels, ones[: len(levels[2]["crd"])], check=False
-        )
+        nb = kmap(Mask=mask, Idx=ids).vals.astype(np.int32).reshape(n_vox, 27)  # 1 + neighbour
+        if kind == "map":  # levels i (dense), k (dense), j (at most one per (i, k))
+            hit = nb > 0
+            pos = np.zeros(n_vox * 27 + 1, np.int32)
+            np.cumsum(hit, out=pos[1:])
+            levels = [{}, {}, {"pos": pos, "crd": nb[hit] - 1}]
+            fmt = GATHER_GEMM_FORMATS["N"]
+        else:  # levels k (dense), i (compressed), j (exactly one per (k, i))
+            tap, site = np.nonzero(nb.T > 0)
+            pos_i = np.searchsorted(tap, np.arange(28)).astype(np.int32)
+            pos_j = np.arange(len(site) + 1, dtype=np.int32)
+            crd_j = nb[site, tap] - 1
+            levels = [
+                {},
+                {"pos": pos_i, "crd": site.astype(np.int32)},
+                {"pos": pos_j, "crd": crd_j},
+            ]
+            fmt = TAP_MAJOR_FORMATS["N"]
+        nnz = len(levels[2]["crd"])
+        return ucf.Tensor((n_vox, 27, n_vox), fmt, levels, ones[:nnz], check=False)
 
     kmap = kernel(NBMAP, NBMAP_FORMATS, PAR_X, args.target)
-    nmap = neighbour_map()
+    nmaps = {kind: neighbour_map(kind) for kind in ("map", "tap-major")}
     out_map = np.empty((n_vox, m), np.float32)
     variants: dict[str, Callable[[], np.ndarray]] = {}
     gemm_only: dict[str, Callable[[], np.ndarray]] = {}
@@ -768,20 +789,22 @@ def bench_submanifold(args: argparse.Namespace, rng: np.random.Generator, torch:
         try:
             if kind == "direct":
                 k = kernel(SUBM, SUBM_FORMATS, sched, args.target)
-            else:
+            elif kind == "map":
                 k = kernel(GATHER_GEMM, GATHER_GEMM_FORMATS, sched, args.target)
+            else:
+                k = kernel(GATHER_GEMM, TAP_MAJOR_FORMATS, sched, args.target)
         except ucf.UcfError as e:
             refused[label] = f"{type(e).__name__}: {e}"
             continue
         if kind == "direct":
             variants[label] = lambda k=k: k(Mask=mask, I=inp, F=w).vals.reshape(n_vox, m)
         else:
-            variants[label] = lambda k=k: k(
-                N=neighbour_map(), X=feats, W=w27, out=out_map
+            variants[label] = lambda k=k, kind=kind: k(
+                N=neighbour_map(kind), X=feats, W=w27, out=out_map
             ).vals.reshape(n_vox, m)
-            gemm_only[label] = lambda k=k: k(N=nmap, X=feats, W=w27, out=out_map).vals.reshape(
-                n_vox, m
-            )
+            gemm_only[label] = lambda k=k, kind=kind: k(
+                N=nmaps[kind], X=feats, W=w27, out=out_map
+            ).vals.reshape(n_vox, m)
 
     ref = numpy_submanifold(keys, coords, grid, feats, w, pairs)
     spot = spot_check(coords, feats, w, ref, 256, np.random.default_rng(7))
@@ -842,6 +865,9 @@ def bench_submanifold(args: argparse.Namespace, rng: np.random.Generator, torch:
         "baseline_note": baseline_note,
         "variant": best,
         "statements": [SUBM] if kind == "direct" else [NBMAP, GATHER_GEMM],
+        "formats": SUBM_FORMATS
+        if kind == "direct"
+        else {**NBMAP_FORMATS, **(GATHER_GEMM_FORMATS if kind == "map" else TAP_MAJOR_FORMATS)},
         "schedule": sched,
         "tuning_s": tuning,
         "refused": refused,
