@@ -34,7 +34,7 @@ import pytest
 import sympy
 from conftest import TARGETS, needs_cc, rand_sparse
 from conv_reference import affine_einsum, affine_einsum_loops, conv, conv_output_size, infer_extent
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -332,8 +332,9 @@ def test_negative_inferred_extent_names_the_variable(expr, n, kf, extent):
 
 def test_negative_extent_in_shapes_is_a_ucf_error():
     k = ucf.compile("O(p) = I(p+r) * F(r)")
-    with pytest.raises(ucf.UcfError, match="p"):
+    with pytest.raises(ucf.UcfError) as e:
         k(I=np.ones(7), F=np.ones(3), shapes={"p": -1})
+    assert names(str(e.value), "p") and "-1" in str(e.value)
 
 
 def cin_extent(cin: str, v: str) -> sympy.Expr:
@@ -392,6 +393,7 @@ def test_non_affine_error_quotes_the_index_faithfully():
     with pytest.raises(ucf.ParseError) as e:
         ucf.compile("O(p) = I(r*(p+1)) * F(r)")
     assert "r * p + 1" not in str(e.value)
+    assert re.search(r"r ?\* ?\(p ?\+ ?1\)", str(e.value))
 
 
 @pytest.mark.parametrize(
@@ -483,17 +485,6 @@ def affine_cases(draw, dims: int, scheduled: bool):
     return out_vars, red_vars, indices, fi, ff, fo, ishape, fshape, seed, density, shapes, schedule
 
 
-def known_bug(fi: str, schedule, kernel: ucf.Kernel) -> bool:
-    """Configurations that hit the bug test_serial_2d_affine_on_two_compressed_levels shows.
-
-    Two compressed affine levels searched with monotone cursors (the level
-    below reuses the level above's cursor): every kernel but the default
-    schedule with a parallel outer loop, which searches by bisection.
-    """
-    default_parallel = schedule is None and "runs in parallel" in kernel.cin
-    return fi.count("C") >= 2 and not default_parallel
-
-
 def check_random_case(case) -> None:
     out_vars, red_vars, indices, fi, ff, fo, ishape, fshape, seed, density, shapes, sched = case
     lhs = ",".join(out_vars)
@@ -514,7 +505,6 @@ def check_random_case(case) -> None:
             ext[o] = infer_extent(co, const, o, ishape[m], ext)
     formats = {"I": fi, "F": ff, "O": fo}
     k = ucf.compile(expr, formats=formats, schedule=sched)
-    assume(not known_bug(fi, sched, k))
     ops = pack({"I": x, "F": w}, formats)
     if any(n < 0 for n in ext.values()):
         with pytest.raises(ucf.ShapeError):

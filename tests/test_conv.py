@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import needs_cc, rand_sparse, uc_combos
+from conftest import needs_cc, nonzero_coords, rand_sparse, stored_coords, uc_combos
 from conv_reference import conv, conv_grouped, conv_output_size, submanifold
 
 import ucf
@@ -234,6 +234,20 @@ def test_conv2d_input_formats(fi, schedule):
     x, w = operands(rng, 2, "NCHW", density=0.5)
     got = run(conv_expr(2, "NCHW", 2, 1), {"I": fi}, schedule, "llvm", {"I": x, "F": w})
     assert_exact(got, conv(x, w, stride=2, padding=1))
+
+
+@pytest.mark.parametrize("fo", ["UUUC", "UCUU", "UUCC", "CCCC"])
+@pytest.mark.parametrize("schedule", [None, ""])
+def test_conv2d_sparse_output(fo, schedule):
+    """A sparse output stores every nonzero of the result (and only values the reference has)."""
+    rng = rng_for("sparse-out", fo)
+    x, w = operands(rng, 2, "NCHW", density=0.2)
+    formats = {"I": "UUUC", "O": fo}
+    got = run(conv_expr(2, "NCHW", 2, 1), formats, schedule, "llvm", {"I": x, "F": w})
+    expected = conv(x, w, stride=2, padding=1)
+    assert str(got.format).split(":")[0] == fo
+    assert nonzero_coords(expected) <= stored_coords(got)
+    assert_exact(got, expected)
 
 
 # ------------------------------------------------------------------- grouped
