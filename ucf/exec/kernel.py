@@ -528,6 +528,11 @@ class Kernel:
             for m, idx in enumerate(stmt.lhs.indices):
                 bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
         for v, size in (shapes or {}).items():
+            if v not in self._plan.cin.order:
+                raise ShapeError(
+                    f"shapes= names index variable '{v}', which {stmt} does not use "
+                    f"(its variables: {', '.join(self._plan.cin.order)})"
+                )
             if not isinstance(size, (int, np.integer)) or size < 0:
                 raise ShapeError(
                     f"shapes= gives index variable {v} the extent {size!r}; "
