@@ -119,9 +119,7 @@ import json
 import math
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -1045,17 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
         layers = [x for x in layers if x in QUICK_LAYERS] if not args.layers else layers
         labels = [x for x in labels if x in QUICK_PATTERNS] if not args.sparsity else labels
 
-    ucf.set_num_threads(args.threads)  # loads libgomp first; torch's then resolves to it
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None:
-        torch.set_num_threads(args.threads)
+    torch = par.load_torch(args.threads)
 
-    saved_cache = os.environ.get("UCF_CACHE_DIR")
-    run_dir = tempfile.mkdtemp(prefix="ucf-bench-conv-")
-    os.environ["UCF_CACHE_DIR"] = run_dir  # compile time is excluded, but never stale kernels
     res: dict = {
         "config": {
             "quick": args.quick,
@@ -1078,7 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_start = par.cpu_snapshot()
     t_start = time.perf_counter()
     texts = []
-    try:
+    with par.fresh_kernel_cache("ucf-bench-conv-"):
         if args.only != "submanifold":
             if torch is None:
                 res["filter"] = {"status": "skipped", "message": "torch not importable"}
@@ -1111,12 +1100,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             texts.append(subm_table(res["submanifold"]))
         res["config"]["openmp_runtimes"] = par.openmp_runtimes()
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if saved_cache is None:
-            os.environ.pop("UCF_CACHE_DIR", None)
-        else:
-            os.environ["UCF_CACHE_DIR"] = saved_cache
     res["cpu"] = par.cpu_contention(cpu_start, par.cpu_snapshot())
     res["wall_s"] = time.perf_counter() - t_start
 

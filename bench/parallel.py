@@ -19,6 +19,7 @@ working while the scheduling language is being filled in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,35 @@ def guarded(row: dict, fn: Callable[[], dict]) -> dict:
         traceback.print_exc()
         row.update(status="error", message=f"{type(e).__name__}: {e}")
     return row
+
+
+def load_torch(threads: int) -> Any:
+    """Set ucf's threads (loading libgomp first, so torch's OpenMP resolves to it), then
+    torch's; None when torch is not installed."""
+    ucf.set_num_threads(threads)
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    return torch
+
+
+@contextlib.contextmanager
+def fresh_kernel_cache(prefix: str) -> Iterator[str]:
+    """A kernel cache for this run only: compile time stays out of the timings, but a
+    kernel compiled by an older ucf is never timed."""
+    saved = os.environ.get("UCF_CACHE_DIR")
+    run_dir = tempfile.mkdtemp(prefix=prefix)
+    os.environ["UCF_CACHE_DIR"] = run_dir
+    try:
+        yield run_dir
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if saved is None:
+            os.environ.pop("UCF_CACHE_DIR", None)
+        else:
+            os.environ["UCF_CACHE_DIR"] = saved
 
 
 def openmp_runtimes() -> list[str]:
@@ -658,17 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = {"triad": 1 << 25, "banded": 2_000_000, "spmm": 200_000, "spgemm": 100_000}
         budget = 180.0
 
-    ucf.set_num_threads(args.threads)  # loads libgomp first; torch's then resolves to it
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None:
-        torch.set_num_threads(args.threads)
+    torch = load_torch(args.threads)
 
-    saved_cache = os.environ.get("UCF_CACHE_DIR")
-    run_dir = tempfile.mkdtemp(prefix="ucf-bench-par-")
-    os.environ["UCF_CACHE_DIR"] = run_dir  # compile time is excluded, but never stale kernels
     res: dict = {
         "config": {
             "quick": args.quick,
@@ -688,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     }
     cpu_start = cpu_snapshot()
-    try:
+    with fresh_kernel_cache("ucf-bench-par-"):
         rng = np.random.default_rng(12345)
         print(f"STREAM triad ({sizes['triad']} doubles) ...", file=sys.stderr)
         res["triad"] = guarded({}, lambda: bench_triad(sizes["triad"], repeat))
@@ -723,12 +744,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         del m, pilot
         res["config"]["openmp_runtimes"] = openmp_runtimes()
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if saved_cache is None:
-            os.environ.pop("UCF_CACHE_DIR", None)
-        else:
-            os.environ["UCF_CACHE_DIR"] = saved_cache
     res["cpu"] = cpu_contention(cpu_start, cpu_snapshot())
 
     graded = [verdict(r) for r in [res["triad"], res["spmv"], *res["spmm"], *res["spgemm"]]]
