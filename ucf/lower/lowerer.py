@@ -707,7 +707,8 @@ class Lowerer:
         rest = a.without(v)
         off = self._affine(rest)
         low, high = (self._affine(b) for b in rest.interval(lambda u: self.extents[u].name))
-        lo_key, hi_key = off, ir.add(off, ir.mul(Const(s, I64), self.extents[v]))
+        span = ir.mul(Const(s, I64), self.extents[v])  # the window's width
+        lo_key, hi_key = off, ir.add(off, span)
         dim = op.dim(lvl)
         pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
         wb, we = Var(f"{it.pos.name}_w0", I64), Var(f"{it.pos.name}_w1", I64)
@@ -722,7 +723,7 @@ class Lowerer:
                     ir.Decl(w, cur),
                 ]
         else:
-            reach = ir.add(low, ir.mul(Const(s, I64), self.extents[v]))
+            reach = ir.add(low, span)
             # (result, key, search from, value when no search is needed, "search needed")
             for w, key, first, outside, needed in (
                 (wb, lo_key, pb, pb, ir.Cmp(">", high, Const(0, I64))),
@@ -734,17 +735,19 @@ class Lowerer:
         it.begin, it.end_expr = wb, we
         it.stride, it.offset = s, off
 
+    @staticmethod
+    def _past_offset(it: _Iterator) -> ir.Expr:
+        """The stored coordinate minus an affine index's offset: ``stride * v``."""
+        c = ir.cast(it.kind.coordinate(it.arrays, it.pos), I64)
+        return c if it.offset is None else ir.sub(c, it.offset)
+
     def _it_coord(self, it: _Iterator) -> ir.Expr:
         """The iterator's coordinate in its loop's variable (undoing an affine index)."""
-        c = ir.cast(it.kind.coordinate(it.arrays, it.pos), I64)
-        if it.offset is None:
-            return c
-        c = ir.sub(c, it.offset)
+        c = self._past_offset(it)
         return c if it.stride == 1 else ir.Bin("/", c, Const(it.stride, I64))
 
     def _on_stride(self, it: _Iterator, on: bool = True) -> ir.Expr:
-        c = ir.sub(ir.cast(it.kind.coordinate(it.arrays, it.pos), I64), it.offset)
-        rem = ir.Bin("%", c, Const(it.stride, I64))
+        rem = ir.Bin("%", self._past_offset(it), Const(it.stride, I64))
         return ir.Cmp("==" if on else "!=", rem, Const(0, I64))
 
     def _label(self, v: str, st: State) -> str:
