@@ -383,6 +383,27 @@ def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedu
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
+@pytest.mark.parametrize("cols", [40, 300])
+def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
+    """Rows of C longer than 32 entries (up to every column) take the radix sort, whose
+    scratch and counters must hold them."""
+    rng = np.random.default_rng(cols)
+    B = np.zeros((4, cols))
+    for r, n in enumerate([cols, 33, 0, cols // 2]):
+        B[r, rng.choice(cols, n, replace=False)] = rng.integers(1, 5, n)
+    A = np.array([[1.0, 0, 0, 2], [0, 3, 0, 0], [0, 0, 1, 0], [1, 1, 0, 1]])
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule=GUSTAVSON,
+        target="c",
+    )
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "csr")}
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (4, cols), {"i": 4, "j": 4, "k": cols}, ops)
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), A @ B)
+
+
 @pytest.mark.parametrize("case", list(T3))
 def test_fused_positions_stay_in_bounds(asan_cc, tmp_path, case):
     """Fused pos over CSF: the per-block binary search and the parent walk."""

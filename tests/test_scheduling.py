@@ -242,6 +242,73 @@ def test_gustavson_spgemm(fa, fb, parallel, target):
     assert np.allclose(S.toarray(), A @ B)
 
 
+def _long_rows(rng, rows: int, cols: int, lengths: list[int]) -> sp.csr_matrix:
+    """Rows with the given numbers of entries at random distinct columns."""
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = np.concatenate([rng.choice(cols, n, replace=False) for n in lengths])
+    data = rng.integers(1, 5, indptr[-1]).astype(np.float64)
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, cols))
+
+
+# Rows of C longer than 32 entries take the radix sort: extents with 6 to 17 key bits give
+# one, two and three digit passes (an odd count ends with a copy back), and the full row
+# (every column present) is the longest list the workspace can hold.
+@pytest.mark.parametrize("cols", [40, 256, 257, 5000, 70000])
+def test_gustavson_long_rows_are_sorted(cols, target):
+    rng = np.random.default_rng(cols)
+    lengths = [0, 1, 33, min(cols, 300), cols, min(cols, 700), 5]
+    a = np.eye(len(lengths)) * 3.0
+    a[2, 3] = 2.0  # two rows of B merge into row 2 of C
+    A = sp.csr_matrix(a)
+    B = _long_rows(rng, len(lengths), cols, lengths)
+    for parallel in (False, True):
+        schedule = GUSTAVSON + ("; " + PAR_I if parallel else "")
+        k = ucf.compile(
+            SPMM, formats={"A": "csr", "B": "csr", "C": "csr"}, schedule=schedule, target=target
+        )
+        S = k(A=A, B=B).to_scipy()
+        assert_sorted_csr(S)
+        assert np.array_equal(S.toarray(), (A @ B).toarray())
+
+
+def test_listed_workspace_survives_the_epoch_wrap(monkeypatch, tmp_path):
+    """Each row starts a new epoch; at the wrap the flags are cleared and numbering restarts.
+
+    A wrap every 3 rows (instead of every 2**31) is a fresh plan, hence its own cache.
+    """
+    from ucf.lower import lowerer
+
+    monkeypatch.setattr(lowerer, "EPOCH_WRAP", 3)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(5)
+    A = sp.random(40, 30, density=0.2, format="csr", random_state=rng)
+    B = sp.random(30, 50, density=0.2, format="csr", random_state=rng)
+    for target in ("llvm", "c"):
+        k = ucf.compile(
+            SPMM, formats={"A": "csr", "B": "csr", "C": "csr"}, schedule=GUSTAVSON, target=target
+        )
+        assert any(c.value == 3 for c in _consts(k.llir[-1].body))
+        S = k(A=A, B=B).to_scipy()
+        assert_sorted_csr(S)
+        assert np.allclose(S.toarray(), (A @ B).toarray())
+        assert stored_coords(k(A=A, B=B)) == nonzero_coords(((A != 0) @ (B != 0)).toarray())
+
+
+def _consts(stmts):
+    """Every constant in the statements' expressions."""
+    for s in _walk(stmts):
+        for v in vars(s).values():
+            yield from _expr_consts(v)
+
+
+def _expr_consts(e):
+    if isinstance(e, ir.Const):
+        yield e
+    elif isinstance(e, ir.Expr):
+        for v in vars(e).values():
+            yield from _expr_consts(v)
+
+
 # --------------------------------------------------------------------------- 7. scalar reduction
 
 

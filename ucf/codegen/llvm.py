@@ -367,7 +367,9 @@ class _FunctionBuilder:
             return b.select(cmp, left, right)
         if _is_float(e.type):
             return {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}[e.op](left, right)
-        return {"+": b.add, "-": b.sub, "*": b.mul, "/": b.sdiv, "%": b.srem}[e.op](left, right)
+        ops = {"+": b.add, "-": b.sub, "*": b.mul, "/": b.sdiv, "%": b.srem}
+        ops.update({"<<": b.shl, ">>": b.ashr, "&": b.and_})
+        return ops[e.op](left, right)
 
     def short_circuit(self, e: ir.Logic) -> ll.Value:
         """``and``/``or`` must not evaluate their right side needlessly: it may read past an end."""

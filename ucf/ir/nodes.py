@@ -60,7 +60,7 @@ class Load(Expr):
 
 @dataclass(frozen=True)
 class Bin(Expr):
-    op: str  # + - * / % min max
+    op: str  # + - * / % min max, and on integers << >> (arithmetic) &
     left: Expr
     right: Expr
 

@@ -44,6 +44,10 @@ from ucf.lower.lattice import (
 I64 = "i64"
 
 
+# The epoch at which a listed workspace's flags are cleared and the count restarts.
+EPOCH_WRAP = 2**31 - 1
+
+
 @dataclass
 class SlotParams:
     """The parameters through which one operand storage reaches the kernel."""
@@ -117,6 +121,9 @@ class Workspace:
     flags: Array | None = None
     list: Array | None = None
     count: Var | None = None
+    epoch: Var | None = None  # which use of the workspace flags[k] == epoch marks
+    sort_tmp: Array | None = None  # the sort's scratch, as long as the list
+    sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
 
 
 @dataclass
@@ -339,7 +346,12 @@ class Lowerer:
         if self.applied is None:
             return body
         for ws in self.workspaces:
-            body.insert(0, ir.Alloc(ws, self.where.ws.size))
+            size = self.where.ws.size
+            if ws is self.where.ws.sort_buckets:
+                size = Const(sort.BUCKETS, I64)
+            elif ws is self.where.ws.flags:
+                size = ir.add(size, Const(1, I64))  # the last entry holds the epoch
+            body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
         parallel_out: set[str] = set()
         if self.local is not None:
@@ -372,7 +384,10 @@ class Lowerer:
         self.workspaces = []
         if self.where is not None:
             ws = self.where.ws
-            self.workspaces = [a for a in (ws.vals, ws.flags, ws.list) if a is not None]
+            arrays = (ws.vals, ws.flags, ws.list)
+            if not self.assembling:
+                arrays += (ws.sort_tmp, ws.sort_buckets)
+            self.workspaces = [a for a in arrays if a is not None]
             if self.assembling:
                 self.workspaces.remove(ws.vals)
         body += self._at_depth(self.term, state)
@@ -877,6 +892,9 @@ class Lowerer:
             ws.flags = Array(f"{pc.name}_seen", "i32", True)
             ws.list = Array(f"{pc.name}_list", I64, True)
             ws.count = Var(f"{pc.name}_count", I64)
+            ws.epoch = Var(f"{pc.name}_epoch", "i32")
+            ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
+            ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
             fmt = Format((WORKSPACE_LIST,), (0,))
             params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
         else:
@@ -930,20 +948,12 @@ class Lowerer:
                     ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.vals, z, Const(0, self.vt))])
                 )
         else:
-            start.append(ir.Decl(ws.count, Const(0, I64)))
+            start += self._ws_epoch(ws)
         produce = self._at_depth(wh.prod_term, prod)
         if ws.list is not None and not self.assembling:
-            produce.append(ir.Call(sort.NAME, [ws.list, ws.count]))
+            sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets, ws.size]
+            produce.append(ir.Call(sort.NAME, sort_args))
         consume = self._at_depth(wh.cons_term, cons)
-        if ws.list is not None:
-            r, k = Var(f"{ws.name}_r", I64), Var(f"{ws.name}_k", I64)
-            reset: list[ir.Stmt] = [
-                ir.Decl(k, ir.Load(ws.list, r)),
-                ir.Store(ws.flags, k, Const(0, "i32")),
-            ]
-            if not self.assembling:
-                reset.append(ir.Store(ws.vals, k, Const(0, self.vt)))
-            consume.append(ir.For(r, Const(0, I64), ws.count, reset))
         if wh.split is None:
             return start + produce + consume
         outer, inner, factor, extent = wh.split
@@ -965,17 +975,43 @@ class Lowerer:
         body = [ir.Decl(base, ir.mul(Var(outer, I64), f)), *start, *tile(produce), *tile(consume)]
         return [ir.For(Var(outer, I64), Const(0, I64), blocks, body, label=outer)]
 
+    @staticmethod
+    def _ws_epoch(ws: Workspace) -> list[ir.Stmt]:
+        """Start a use of a listed workspace by moving to a new epoch.
+
+        An entry is touched in this use when its flag equals the epoch, and a first
+        touch zeroes the value, so nothing walks the list afterwards to reset flags and
+        values: that second pass of random writes cost a tenth of Gustavson SpGEMM.
+        The epoch lives in the flags' extra last entry so it is private to a thread
+        exactly when the flags are; when it would overflow, the flags are cleared.
+        """
+        i32 = "i32"
+        last = Const(EPOCH_WRAP, i32)
+        z = Var(f"{ws.name}_z", I64)
+        wrap = [
+            ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.flags, z, Const(0, i32))]),
+            ir.Assign(ws.epoch, Const(1, i32)),
+        ]
+        return [
+            ir.Decl(ws.count, Const(0, I64)),
+            ir.Decl(ws.epoch, ir.add(ir.Load(ws.flags, ws.size), Const(1, i32))),
+            ir.If(ir.Cmp("==", ws.epoch, last), wrap),
+            ir.Store(ws.flags, ws.size, ws.epoch),
+        ]
+
     def _ws_leaf(self, term: Term, st: State) -> list[ir.Stmt]:
         ws = st.ws
         idx = ws.index
         stmts: list[ir.Stmt] = []
         if ws.list is not None:
             first = [
-                ir.Store(ws.flags, idx, Const(1, "i32")),
+                ir.Store(ws.flags, idx, ws.epoch),
                 ir.Store(ws.list, ws.count, idx),
                 ir.Assign(ws.count, ir.add(ws.count, Const(1, I64))),
             ]
-            stmts.append(ir.If(ir.Cmp("==", ir.Load(ws.flags, idx), Const(0, "i32")), first))
+            if not self.assembling:
+                first.append(ir.Store(ws.vals, idx, Const(0, self.vt)))
+            stmts.append(ir.If(ir.Cmp("!=", ir.Load(ws.flags, idx), ws.epoch), first))
         if not self.assembling:
             stmts.append(ir.Store(ws.vals, idx, self._value(term, st), accumulate=True))
         return stmts
