@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -143,6 +144,26 @@ def test_parallel_c_source_has_the_pragma():
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR, target="llvm")
     assert "omp parallel for" in k.c_source
     assert "GOMP_parallel" in k.source
+
+
+def test_parallel_body_keeps_the_arrays_no_alias():
+    """The outlined parallel body gets the arrays as noalias arguments, and once inlined
+    into the libgomp entry they survive as scoped no-alias metadata on its accesses."""
+    from ucf.exec import jit
+
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr"},
+        schedule="bound(k,kb,8,MaxExact); split(i,i0,i1,4); parallelize(i0,CPUThread,NoRaces)",
+    )
+    body = k.source[k.source.index('define internal void @"kernel.omp1.body"(') :].split("\n", 1)[0]
+    restricted = re.findall(r'noalias %"(\w+)"', body)
+    assert sorted(restricted) == ["A1_crd", "A1_pos", "A_vals", "B_vals", "C_vals"]
+    entry = jit.optimized_ir(k.source).split("@kernel.omp1(")[1].split("\ndefine ")[0]
+    assert "!alias.scope" in entry and "!noalias" in entry
+    A = sp.random(30, 20, density=0.3, format="csr", random_state=4)
+    B = np.random.default_rng(4).random((20, 8))
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
 
 
 @pytest.mark.parametrize(

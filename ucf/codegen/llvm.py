@@ -74,9 +74,11 @@ class _FunctionBuilder:
         self.outlined = 0
         self.slots: dict[str, ll.AllocaInstr] = {}
         self.args: dict[str, ll.Value] = {}
+        self.restrict: set[str] = set()  # array parameters that alias nothing else
         if fn is None:
             return
         self.fn = fn
+        self.restrict = {p.name for p in fn.params if p.is_array}
         arg_types = [
             ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type] for p in fn.params
         ]
@@ -134,21 +136,38 @@ class _FunctionBuilder:
             b.store(v, b.gep(data, [_I32(0), _I32(k)], inbounds=True))
         self.outlined += 1
         fn_t = ll.FunctionType(ll.VoidType(), [_I8P])
-        outlined = ll.Function(self.mod, fn_t, name=f"{self.func.name}.omp{self.outlined}")
+        name = f"{self.func.name}.omp{self.outlined}"
+        outlined = ll.Function(self.mod, fn_t, name=name)
         outlined.linkage = "internal"
-        inner = _FunctionBuilder(self.mod, None, self.openmp)
-        inner.func = outlined
-        inner._start_blocks()
-        ib = inner.b
-        ptr = ib.bitcast(outlined.args[0], ll.PointerType(struct_t))
+        # The body is its own function so that the arrays arrive as noalias arguments:
+        # loaded from the struct they would lose the kernel's no-alias contract, and with
+        # it vectorization and hoisting (about 3x per thread on gather-GEMM bodies).
+        # Inlined into the entry at O3, the arguments become scoped no-alias metadata.
+        body_fn = ll.Function(self.mod, ll.FunctionType(ll.VoidType(), types), name=f"{name}.body")
+        body_fn.linkage = "internal"
+        for n, arg in zip(names, body_fn.args, strict=False):
+            arg.name = n
+            if n in self.restrict:
+                arg.add_attribute("noalias")
+        entry = ll.IRBuilder(outlined.append_basic_block("entry"))
+        ptr = entry.bitcast(outlined.args[0], ll.PointerType(struct_t))
         fields = [
-            ib.load(ib.gep(ptr, [_I32(0), _I32(k)], inbounds=True)) for k in range(len(types))
+            entry.load(entry.gep(ptr, [_I32(0), _I32(k)], inbounds=True)) for k in range(len(types))
         ]
-        inner.args = dict(zip(names, fields[: len(names)], strict=True))
-        shared = dict(zip(reduced, fields[len(names) : -2], strict=True))
-        lo_all, hi_all = fields[-2], fields[-1]
+        entry.call(body_fn, fields)
+        entry.ret_void()
+        inner = _FunctionBuilder(self.mod, None, self.openmp)
+        inner.func = body_fn
+        inner.restrict = self.restrict
+        inner._start_blocks()
+        params = list(body_fn.args)
+        inner.args = dict(zip(names, params[: len(names)], strict=True))
+        shared = dict(zip(reduced, params[len(names) : -2], strict=True))
+        lo_all, hi_all = params[-2], params[-1]
         for r in s.reduction:
-            ib.store(ll.Constant(_TYPES[r.type], 0.0 if _is_float(r.type) else 0), inner.slot(r))
+            inner.b.store(
+                ll.Constant(_TYPES[r.type], 0.0 if _is_float(r.type) else 0), inner.slot(r)
+            )
         inner.block(s.prologue)
         if s.schedule[0] == "dynamic":
             inner.dynamic_chunks(s, lo_all, hi_all)
