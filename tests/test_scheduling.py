@@ -351,6 +351,36 @@ def test_bound_rejects_a_larger_extent(target):
         k(b=b17, c=c17)
 
 
+# The sparse output's assemble pass stops at its last compressed level, so the loop over
+# the dense trailing level k exists only in the compute pass; commands on it (and on the
+# loops they derive) apply there and are skipped in the assemble pass.
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "bound(k,kb,8,MaxExact)",
+        "bound(k,kb,8,MaxExact); unroll(kb,8)",
+        "split(k,k0,k1,3)",
+        "split(k,k0,k1,4); parallelize(k1,CPUVector,IgnoreRaces)",
+        "parallelize(k,CPUVector,NoRaces)",
+        "split(i,i0,i1,2); parallelize(i0,CPUThread,NoRaces); bound(k,kb,8,MaxExact)",
+    ],
+)
+def test_commands_below_the_last_appended_level(schedule, target):
+    rng = np.random.default_rng(111)
+    B = rand_sparse(rng, (7, 6), 0.4, empty_rows=2)
+    C = rand_dense(rng, (6, 8))
+    expected = np.einsum("ij,jk->ijk", B, C)
+    got, _, k = check(
+        "A(i,j,k) = B(i,j) * C(j,k)",
+        {"A": "UCU", "B": "UC"},
+        schedule,
+        target,
+        {"B": B, "C": C},
+        expected,
+    )
+    assert stored_coords(got) == {(i, j, kk) for i, j in nonzero_coords(B) for kk in range(8)}
+
+
 # --------------------------------------------------------------------------- 9. tiled element-wise
 
 TILE_PERMS = list(itertools.permutations(["i0", "i1", "j0", "j1"]))

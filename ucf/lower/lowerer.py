@@ -365,6 +365,8 @@ class Lowerer:
             parallel_out,
             entries=dict(self.entries),
             workspaces=list(self.workspaces),
+            partial=self.assembling,
+            trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
         transforms.apply(nest, self.steps, self.applied.parallel)
         self.entries.clear()

@@ -34,6 +34,12 @@ class Nest:
     entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
     clipped: dict[str, tuple[Var, Var, ir.Expr]] = field(default_factory=dict)  # see strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
+    # The assemble pass of a sparse output stops once every appended coordinate is
+    # placed, so loops further in (over dense trailing levels, or reductions) are absent.
+    partial: bool = False
+    # Output variables of dense levels below a sparse output's last compressed level:
+    # loops over them write values at placed positions and append nothing.
+    trailing_out: set[str] = field(default_factory=set)
 
     def find_all(self, label: str, cmd: str) -> list[tuple[list[ir.Stmt], int, ir.For]]:
         """Every loop labelled ``label``: one, or a precompute's producer and consumer."""
@@ -48,6 +54,8 @@ class Nest:
                     )
                 found.append((container, _index(container, loop), loop))
         if not found:
+            if self.partial:
+                raise _Absent(label)
             raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
         return found
 
@@ -59,6 +67,10 @@ class Nest:
                 f"precompute; split the variable before the precompute instead"
             )
         return found[0]
+
+
+class _Absent(Exception):  # noqa: N818 - control flow, never seen by users
+    """A command's loop is not in a partial nest: the command does not apply to it."""
 
 
 def _index(container: list, item) -> int:
@@ -74,20 +86,30 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
     for k, cmd in enumerate(steps):
         if cmd.name == "arrange" and k != len(steps) - 1:
             continue
-        if cmd.name in ("split", "divide"):
-            var, outer, inner, amount = cmd.args
-            strip_mine(nest, Split(var, outer, inner, int(amount), cmd.name), str(cmd))
-        elif cmd.name == "fuse":
-            fuse(nest, *cmd.args, str(cmd))
-        elif cmd.name == "bound":
-            bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
-        elif cmd.name == "unroll":
-            for _, _, loop in nest.find_all(cmd.args[0], str(cmd)):
-                loop.unroll = int(cmd.args[1])
-        elif cmd.name == "arrange":
-            arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
+        try:
+            _apply_one(nest, cmd)
+        except _Absent:
+            continue
     for label, par in parallel.items():
-        parallelize(nest, label, par)
+        try:
+            parallelize(nest, label, par)
+        except _Absent:
+            continue
+
+
+def _apply_one(nest: Nest, cmd: Command) -> None:
+    if cmd.name in ("split", "divide"):
+        var, outer, inner, amount = cmd.args
+        strip_mine(nest, Split(var, outer, inner, int(amount), cmd.name), str(cmd))
+    elif cmd.name == "fuse":
+        fuse(nest, *cmd.args, str(cmd))
+    elif cmd.name == "bound":
+        bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
+    elif cmd.name == "unroll":
+        for _, _, loop in nest.find_all(cmd.args[0], str(cmd)):
+            loop.unroll = int(cmd.args[1])
+    elif cmd.name == "arrange":
+        arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
 
 
 # ------------------------------------------------------------------ split
@@ -348,10 +370,11 @@ def _parallelize_loop(
     races = [v for v in origins if v not in nest.out_vars]
     entry, k = _take_entry(nest, label, container, k, loop.var)
     loop.body = [*entry, *loop.body]
-    if nest.sparse_out and (races or any(v not in nest.parallel_out for v in origins)):
+    free = nest.parallel_out | nest.trailing_out
+    if nest.sparse_out and (races or any(v not in free for v in origins)):
         raise ScheduleError(
             f"{cmd}: the sparse output is appended in order; it can be built in parallel only "
-            "over dense output levels above its single compressed level"
+            "over dense output levels above its single compressed level, or below its last one"
         )
     carried = sorted(assigned(loop.body) - declared(loop.body))
     accs = [v for v in carried if _accumulator(container, k, v, nest.out_vals)]
