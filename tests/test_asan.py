@@ -404,6 +404,25 @@ def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
+@pytest.mark.parametrize("rows", [37, 64, 65])
+def test_split_tail_guard_stays_above_position_reads(asan_cc, tmp_path, rows):
+    """A split of a split's inner loop guards the tail; the guard must sit above the loop
+    whose bounds read A1_pos[i + 1], which does not exist past the last row."""
+    rng = np.random.default_rng(rows)
+    A = rand_sparse(rng, (rows, 9), 0.3, empty_rows=2)
+    B = rng.random((9, 6))
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr"},
+        schedule="reorder(i,k,j); split(i,ib,i1,64); split(i1,it,ir,2); split(k,kb,kc,4); "
+        "reorder(ib,kb,it,ir,kc,j)",
+        target="c",
+    )
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "UU")}
+    out = run_under_asan(asan_cc, tmp_path, k, "UU", (rows, 6), {"i": rows, "j": 9, "k": 6}, ops)
+    np.testing.assert_allclose(out.to_numpy(), A @ B)
+
+
 @pytest.mark.parametrize("case", list(T3))
 def test_fused_positions_stay_in_bounds(asan_cc, tmp_path, case):
     """Fused pos over CSF: the per-block binary search and the parent walk."""

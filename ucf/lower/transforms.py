@@ -172,7 +172,10 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
 
     The clipped bound depends on the outer loop, which keeps the inner loop
     from moving outside it; a guard on the original coordinate, placed around
-    the innermost body, does not.
+    the innermost body, does not.  The guard stops above the first loop whose
+    bounds, or declaration before it, read memory: past the tail those reads
+    (say ``A1_pos[i + 1]``) would be out of bounds, and such a loop depends on
+    the guarded coordinate anyway, so it could not move outside it.
     """
     var, hi, chunk = nest.clipped.pop(inner.label)
     inner.end = chunk
@@ -180,7 +183,8 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
     while True:
         body = deepest.body
         nxt = body[-1] if body else None
-        if isinstance(nxt, ir.For) and all(isinstance(s, ir.Decl) for s in body[:-1]):
+        prefix_ok = all(isinstance(s, ir.Decl) and not _has_load(s.init) for s in body[:-1])
+        if isinstance(nxt, ir.For) and prefix_ok and not _has_load(nxt.start, nxt.end):
             deepest = nxt
             continue
         break
@@ -508,5 +512,5 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
     return False
 
 
-def _has_load(node) -> bool:
-    return any(isinstance(n, ir.Load) for n in nodes(node))
+def _has_load(*exprs) -> bool:
+    return any(isinstance(n, ir.Load) for e in exprs for n in nodes(e))
