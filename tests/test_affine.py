@@ -337,6 +337,17 @@ def test_negative_extent_in_shapes_is_a_ucf_error():
     assert names(str(e.value), "p") and "-1" in str(e.value)
 
 
+@pytest.mark.parametrize("schedule,var", [("reorder(k,x)", "x"), ("reorder(x,k)", "k")])
+def test_bound_on_a_narrowed_window_loop_says_so(schedule, var):
+    """The innermost variable of an affine index iterates only where the index is inside
+    its operand; bound needs the whole dimension, and the message says which it is."""
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile("O(x) = P(x+k) * G(k)", schedule=f"{schedule}; bound({var},vb,4,MaxExact)")
+    msg = str(e.value)
+    assert "narrowed" in msg and "positions" not in msg
+    assert names(msg.split(":", 1)[1], var)
+
+
 def cin_extent(cin: str, v: str) -> sympy.Expr:
     """The formula ``k.cin`` gives for ``|v|``, with ``X.shape[m]`` as symbols ``X_m``."""
     lines = [x for x in cin.splitlines() if f"|{v}| =" in x]

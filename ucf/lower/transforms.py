@@ -199,10 +199,17 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
 # ------------------------------------------------------------------ bound
 def bound(nest: Nest, var: str, new: str, n: int, cmd: str) -> None:
     _, _, loop = nest.find(var, cmd)
-    if not (isinstance(loop.start, Const) and loop.start.value == 0 and loop.var.name == var):
+    if loop.var.name != var:
         raise ScheduleError(
             f"{cmd}: the loop over {var} walks a sparse operand's positions; bound applies "
             "to a dense loop over the whole dimension"
+        )
+    if not (isinstance(loop.start, Const) and loop.start.value == 0):
+        raise ScheduleError(
+            f"{cmd}: the loop over {var} is narrowed to where an affine index stays inside "
+            f"its operand, so its trip count varies; bound applies to a loop over the whole "
+            f"dimension (bound a variable that indexes no window, or reorder so that another "
+            f"variable of that index is inside {var})"
         )
     loop.end = Const(n, I64)
     loop.label = new
