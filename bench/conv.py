@@ -1067,7 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_start = par.cpu_snapshot()
     t_start = time.perf_counter()
     texts = []
-    with par.fresh_kernel_cache("ucf-bench-conv-"):
+    with par.base.fresh_kernel_cache("ucf-bench-conv-"):
         if args.only != "submanifold":
             if torch is None:
                 res["filter"] = {"status": "skipped", "message": "torch not importable"}

@@ -19,18 +19,15 @@ working while the scheduling language is being filled in.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,23 +206,6 @@ def load_torch(threads: int) -> Any:
         return None
     torch.set_num_threads(threads)
     return torch
-
-
-@contextlib.contextmanager
-def fresh_kernel_cache(prefix: str) -> Iterator[str]:
-    """A kernel cache for this run only: compile time stays out of the timings, but a
-    kernel compiled by an older ucf is never timed."""
-    saved = os.environ.get("UCF_CACHE_DIR")
-    run_dir = tempfile.mkdtemp(prefix=prefix)
-    os.environ["UCF_CACHE_DIR"] = run_dir
-    try:
-        yield run_dir
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if saved is None:
-            os.environ.pop("UCF_CACHE_DIR", None)
-        else:
-            os.environ["UCF_CACHE_DIR"] = saved
 
 
 def openmp_runtimes() -> list[str]:
@@ -720,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     }
     cpu_start = cpu_snapshot()
-    with fresh_kernel_cache("ucf-bench-par-"):
+    with base.fresh_kernel_cache("ucf-bench-par-"):
         rng = np.random.default_rng(12345)
         print(f"STREAM triad ({sizes['triad']} doubles) ...", file=sys.stderr)
         res["triad"] = guarded({}, lambda: bench_triad(sizes["triad"], repeat))
