@@ -125,6 +125,18 @@ class Workspace:
     sort_tmp: Array | None = None  # the sort's scratch, as long as the list
     sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
 
+    def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
+        """The arrays a pass allocates, with their lengths.  The assemble pass only
+        counts, so it needs neither the values nor the sort's scratch; the flags have one
+        extra entry, which holds the epoch."""
+        if self.list is None:
+            return [] if assembling else [(self.vals, self.size)]
+        listing = [(self.flags, ir.add(self.size, Const(1, I64))), (self.list, self.size)]
+        if assembling:
+            return listing
+        scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
+        return [(self.vals, self.size), *listing, *scratch]
+
 
 @dataclass
 class Lowered:
@@ -202,7 +214,7 @@ class Lowerer:
         self.fused = {f[0][0]: f for f in applied.fused} if applied else {}
         self.steps = list(applied.steps) if applied else []
         self.entries: dict[str, tuple[Var, int]] = {}
-        self.workspaces: list[Array] = []
+        self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.where = self._plan_where() if applied and applied.precompute else None
@@ -345,12 +357,7 @@ class Lowerer:
         """Apply the loop transformations of the schedule to a built nest."""
         if self.applied is None:
             return body
-        for ws in self.workspaces:
-            size = self.where.ws.size
-            if ws is self.where.ws.sort_buckets:
-                size = Const(sort.BUCKETS, I64)
-            elif ws is self.where.ws.flags:
-                size = ir.add(size, Const(1, I64))  # the last entry holds the epoch
+        for ws, size in self.workspaces:
             body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
         parallel_out: set[str] = set()
@@ -364,7 +371,7 @@ class Lowerer:
             self.sparse_out,
             parallel_out,
             entries=dict(self.entries),
-            workspaces=list(self.workspaces),
+            workspaces=[ws for ws, _ in self.workspaces],
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
@@ -385,13 +392,7 @@ class Lowerer:
             state.pos[n] = Const(0, I64)
         self.workspaces = []
         if self.where is not None:
-            ws = self.where.ws
-            arrays = (ws.vals, ws.flags, ws.list)
-            if not self.assembling:
-                arrays += (ws.sort_tmp, ws.sort_buckets)
-            self.workspaces = [a for a in arrays if a is not None]
-            if self.assembling:
-                self.workspaces.remove(ws.vals)
+            self.workspaces = self.where.ws.allocations(self.assembling)
         body += self._at_depth(self.term, state)
         return body
 

@@ -35,9 +35,11 @@ def _log2_floor(x: ir.Expr, out: Var) -> list[ir.Stmt]:
     ]
 
 
-def _radix_pass(src: Array, dst: Array, cnt: Array, n: Var, shift: ir.Expr, tag: str) -> list:
-    """One stable counting pass on the digit at ``shift`` from src to dst."""
-    nb, mask = Var("nb", _I64), Var("mask", _I64)
+def _radix_pass(
+    src: Array, dst: Array, cnt: Array, n: Var, nb: Var, mask: Var, shift: ir.Expr, tag: str
+) -> list[ir.Stmt]:
+    """One stable counting pass from src to dst on the digit ``(x >> shift) & mask``, which
+    takes ``nb`` values."""
     b, e, q, r, x, run, c = (Var(f"{v}{tag}", _I64) for v in ("b", "e", "q", "r", "x", "run", "c"))
 
     def digit(v: ir.Expr) -> ir.Expr:
@@ -90,12 +92,12 @@ def _radix(a: Array, tmp: Array, cnt: Array, n: Var, limit: Var) -> list[ir.Stmt
         ir.While(
             ir.Cmp("<", p, passes),
             [
-                *_radix_pass(a, tmp, cnt, n, ir.mul(p, d), "u"),
+                *_radix_pass(a, tmp, cnt, n, nb, mask, ir.mul(p, d), "u"),
                 ir.Assign(p, ir.add(p, _c(1))),
                 ir.If(
                     ir.Cmp("<", p, passes),
                     [
-                        *_radix_pass(tmp, a, cnt, n, ir.mul(p, d), "v"),
+                        *_radix_pass(tmp, a, cnt, n, nb, mask, ir.mul(p, d), "v"),
                         ir.Assign(p, ir.add(p, _c(1))),
                     ],
                     [ir.For(q, _c(0), n, [ir.Store(a, q, ir.Load(tmp, q))])],
