@@ -60,8 +60,14 @@ __device__ __forceinline__ T* ucf_dynamic_shared() {
 #endif
 
 /* The min/max of generated index arithmetic (as ucf_runtime.h gives C kernels). */
-__host__ __device__ __forceinline__ int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
-__host__ __device__ __forceinline__ int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* min and max per type, as in ucf_runtime.h (a NaN comparison picks the second operand). */
+#define UCF_MINMAX(T, S)                                                                 \
+  __host__ __device__ __forceinline__ T ucf_min_##S(T a, T b) { return a < b ? a : b; } \
+  __host__ __device__ __forceinline__ T ucf_max_##S(T a, T b) { return a > b ? a : b; }
+UCF_MINMAX(int32_t, i32)
+UCF_MINMAX(int64_t, i64)
+UCF_MINMAX(float, f32)
+UCF_MINMAX(double, f64)
 
 /* The launcher's own reads and writes of device arrays: a few scalars that
  * size a grid, such as the number of nonzeros A1_pos[n]. With CUDA they copy

@@ -5,6 +5,7 @@
  */
 #ifndef UCF_RUNTIME_H
 #define UCF_RUNTIME_H
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,7 +17,14 @@
 #define UCF_OMP(directive)
 #endif
 
-static inline int64_t ucf_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t ucf_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* min and max per type; a comparison with NaN picks the second operand, as the
+ * LLVM target's select does, so both targets agree bit for bit. */
+#define UCF_MINMAX(T, S)                                                        \
+  static inline T ucf_min_##S(T a, T b) { return a < b ? a : b; }               \
+  static inline T ucf_max_##S(T a, T b) { return a > b ? a : b; }
+UCF_MINMAX(int32_t, i32)
+UCF_MINMAX(int64_t, i64)
+UCF_MINMAX(float, f32)
+UCF_MINMAX(double, f64)
 
 #endif /* UCF_RUNTIME_H */

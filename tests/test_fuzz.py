@@ -1,8 +1,13 @@
-"""Differential fuzzing: random statements and formats against a numpy evaluator.
+"""Differential fuzzing: random statements and formats against numpy.
 
-The reference evaluates the right-hand side with broadcasting over every
-index variable and sums the variables missing from the output over the
-WHOLE right-hand side at the end, which is TACO's (and ucf's) semantics.
+Statements mix products, sums and differences of accesses with different
+index variables, unary minus, literals, element-wise functions and explicit
+``sum``.  The reference reads the reduction rule straight from its
+definition, on dense arrays with numpy broadcasting: a variable missing from
+the output is summed over the smallest additive term (the whole right-hand
+side, or an operand of ``+``/``-``) that holds all of its occurrences.  For
+statements that are sums of products of accesses a second reference, one
+``np.einsum`` per term, checks the first.
 """
 
 from __future__ import annotations
@@ -17,14 +22,20 @@ from hypothesis import strategies as st
 
 import ucf
 
-VARS = ["i", "j", "k"]
-NAMES = ["A", "B", "C"]
+VARS = ["i", "j", "k", "l"]
+NAMES = ["A", "B", "C", "D"]
+UNARY = ["relu", "abs", "sign", "tanh", "sin", "exp", "cos", "sigmoid"]
+BINARY = ["max", "min"]
+TRANSCENDENTAL = {"tanh", "sin", "exp", "cos", "sigmoid"}
+
+# A tree is ("acc", name) | ("lit", value) | ("neg", t) | (op, left, right) for op in + - *
+# | ("fn", name, (args...)) | ("sum", (vars...), body).
 
 
 @dataclass
 class Case:
     expr: str
-    tree: object  # ("acc", name) | (op, left, right)
+    tree: tuple
     accesses: dict[str, tuple[str, ...]]
     out_vars: tuple[str, ...]
     extents: dict[str, int]
@@ -33,24 +44,114 @@ class Case:
     out_format: str | None
 
 
-def render(tree, accesses) -> str:
-    if tree[0] == "acc":
-        name = tree[1]
-        return f"{name}({','.join(accesses[name])})"
-    op, left, right = tree
-    parts = [
-        render(t, accesses) if t[0] == "acc" else f"({render(t, accesses)})" for t in (left, right)
-    ]
-    return f"{parts[0]} {op} {parts[1]}"
+def render(t, accesses) -> str:
+    kind = t[0]
+    if kind == "acc":
+        return f"{t[1]}({','.join(accesses[t[1]])})" if accesses[t[1]] else t[1]
+    if kind == "lit":
+        return repr(t[1])
+    if kind == "neg":
+        return f"-({render(t[1], accesses)})"
+    if kind == "fn":
+        return f"{t[1]}({', '.join(render(a, accesses) for a in t[2])})"
+    if kind == "sum":
+        return f"sum({', '.join(t[1])}, {render(t[2], accesses)})"
+    op, left, right = t
+    return f"({render(left, accesses)}) {op} ({render(right, accesses)})"
+
+
+def subtrees(t):
+    kind = t[0]
+    if kind in ("acc", "lit"):
+        return ()
+    if kind == "neg":
+        return (t[1],)
+    if kind == "fn":
+        return t[2]
+    if kind == "sum":
+        return (t[2],)
+    return (t[1], t[2])
+
+
+def variables(t, accesses) -> set[str]:
+    if t[0] == "acc":
+        return set(accesses[t[1]])
+    return set().union(*(variables(c, accesses) for c in subtrees(t)))
 
 
 @st.composite
 def trees(draw, names):
     if len(names) == 1:
-        return ("acc", names[0])
+        leaf = ("acc", names[0])
+        if draw(st.integers(0, 5)) == 0:
+            leaf = ("*", ("lit", draw(st.sampled_from([2, -1, 0.5]))), leaf)
+        return leaf
     split = draw(st.integers(1, len(names) - 1))
-    op = draw(st.sampled_from("+-*"))
-    return (op, draw(trees(names[:split])), draw(trees(names[split:])))
+    left, right = draw(trees(names[:split])), draw(trees(names[split:]))
+    shape = draw(st.integers(0, 9))
+    if shape == 0:
+        return ("fn", draw(st.sampled_from(BINARY)), (left, right))
+    t = (draw(st.sampled_from("+-*")), left, right)
+    if shape == 1:
+        t = ("neg", t)
+    elif shape == 2:
+        t = ("fn", draw(st.sampled_from(UNARY)), (t,))
+    return t
+
+
+def add_sum(draw, tree, accesses, out_vars):
+    """Wrap one subtree in an explicit sum over a variable used only inside it."""
+    nodes = []
+
+    def collect(t):
+        nodes.append(t)
+        for c in subtrees(t):
+            collect(c)
+
+    collect(tree)
+    target = draw(st.sampled_from(nodes))
+    rest_vars: dict[str, int] = {}
+
+    def count(t):
+        if t[0] == "acc":
+            for v in accesses[t[1]]:
+                rest_vars[v] = rest_vars.get(v, 0) + 1
+        for c in subtrees(t):
+            count(c)
+
+    count(tree)
+    inside: dict[str, int] = {}
+    for v in variables(target, accesses):
+        inside[v] = 0
+
+    def count_in(t):
+        if t[0] == "acc":
+            for v in accesses[t[1]]:
+                inside[v] += 1
+        for c in subtrees(t):
+            count_in(c)
+
+    count_in(target)
+    own = sorted(v for v in inside if v not in out_vars and inside[v] == rest_vars[v])
+    if not own:
+        return tree
+    picked = tuple(draw(st.lists(st.sampled_from(own), min_size=1, unique=True)))
+
+    def rebuild(t):
+        if t is target:
+            return ("sum", picked, t)
+        kind = t[0]
+        if kind in ("acc", "lit"):
+            return t
+        if kind == "neg":
+            return ("neg", rebuild(t[1]))
+        if kind == "fn":
+            return ("fn", t[1], tuple(rebuild(a) for a in t[2]))
+        if kind == "sum":
+            return ("sum", t[1], rebuild(t[2]))
+        return (t[0], rebuild(t[1]), rebuild(t[2]))
+
+    return rebuild(tree)
 
 
 def random_format(draw, order: int) -> str:
@@ -62,25 +163,31 @@ def random_format(draw, order: int) -> str:
 
 
 @st.composite
-def cases(draw, sparse_output=True):
-    nvars = draw(st.integers(1, 3))
+def cases(draw, sparse_output=True, functions=True):
+    nvars = draw(st.integers(1, 4))
     vars_ = VARS[:nvars]
-    nops = draw(st.integers(1, 3))
+    nops = draw(st.integers(1, 4))
     names = NAMES[:nops]
     accesses = {}
     for n in names:
-        sub = draw(st.lists(st.sampled_from(vars_), min_size=1, max_size=nvars, unique=True))
-        accesses[n] = tuple(sub)
+        size = draw(st.integers(1, min(3, nvars)))
+        accesses[n] = tuple(
+            draw(st.lists(st.sampled_from(vars_), min_size=size, max_size=size, unique=True))
+        )
     used = sorted({v for a in accesses.values() for v in a}, key=VARS.index)
     out_vars = tuple(draw(st.lists(st.sampled_from(used), max_size=len(used), unique=True)))
     extents = {v: draw(st.integers(1, 4)) for v in used}
     tree = draw(trees(names))
+    if not functions:
+        tree = strip_functions(tree)
+    if draw(st.integers(0, 3)) == 0:
+        tree = add_sum(draw, tree, accesses, out_vars)
     formats = {n: random_format(draw, len(accesses[n])) for n in names}
     seed = draw(st.integers(0, 2**32 - 1))
     density = draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
     rng = np.random.default_rng(seed)
     arrays = {
-        n: rand_sparse(rng, tuple(extents[v] for v in accesses[n]), density, empty_rows=0)
+        n: rand_sparse(rng, tuple(extents[v] for v in accesses[n]), density, empty_rows=0, high=4)
         for n in names
     }
     out_format = None
@@ -91,47 +198,168 @@ def cases(draw, sparse_output=True):
     return Case(expr, tree, accesses, out_vars, extents, formats, arrays, out_format)
 
 
+def strip_functions(t):
+    kind = t[0]
+    if kind in ("acc", "lit"):
+        return t
+    if kind == "neg":
+        return ("neg", strip_functions(t[1]))
+    if kind == "fn":
+        args = [strip_functions(a) for a in t[2]]
+        return args[0] if len(args) == 1 else ("+", args[0], args[1])
+    if kind == "sum":
+        return ("sum", t[1], strip_functions(t[2]))
+    return (t[0], strip_functions(t[1]), strip_functions(t[2]))
+
+
+_NUMPY = {
+    "relu": lambda x: np.maximum(x, 0),
+    "abs": np.abs,
+    "sign": np.sign,
+    "tanh": np.tanh,
+    "sin": np.sin,
+    "exp": np.exp,
+    "cos": np.cos,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
 def reference(case: Case) -> np.ndarray:
+    """Dense evaluation with one axis per variable; a variable is summed where the rule
+    says, found by where it occurs."""
     used = list(case.extents)
+    occurrences: dict[str, list[tuple[int, ...]]] = {}
+
+    def find(t, path):
+        if t[0] == "acc":
+            for v in case.accesses[t[1]]:
+                occurrences.setdefault(v, []).append(path)
+        for k, c in enumerate(subtrees(t)):
+            find(c, (*path, k))
+
+    find(case.tree, ())
+    explicit = set()
+
+    def explicit_vars(t):
+        if t[0] == "sum":
+            explicit.update(t[1])
+        for c in subtrees(t):
+            explicit_vars(c)
+
+    explicit_vars(case.tree)
+
+    def owner(v) -> tuple[int, ...]:
+        """The smallest additive term holding every occurrence of v."""
+        paths = occurrences[v]
+        prefix = paths[0]
+        for p in paths[1:]:
+            n = 0
+            while n < min(len(p), len(prefix)) and p[n] == prefix[n]:
+                n += 1
+            prefix = prefix[:n]
+        while prefix and not additive(prefix):
+            prefix = prefix[:-1]
+        return prefix
+
+    def additive(path) -> bool:
+        parent = case.tree
+        for k in path[:-1]:
+            parent = subtrees(parent)[k]
+        return parent[0] in ("+", "-")
+
+    owners = {v: owner(v) for v in occurrences if v not in case.out_vars and v not in explicit}
 
     def full(name):
         a = case.arrays[name]
         acc = case.accesses[name]
-        # transpose into the global variable order, then broadcast
         order = sorted(range(len(acc)), key=lambda m: used.index(acc[m]))
         a = np.transpose(a, order)
-        shape = [case.extents[v] if v in acc else 1 for v in used]
-        return a.reshape(shape)
+        return a.reshape([case.extents[v] if v in acc else 1 for v in used])
 
-    def ev(t):
-        if t[0] == "acc":
-            return full(t[1])
-        left, right = ev(t[1]), ev(t[2])
-        return {"+": np.add, "-": np.subtract, "*": np.multiply}[t[0]](left, right)
+    def axes(vs):
+        return tuple(used.index(v) for v in vs)
 
-    val = np.broadcast_to(ev(case.tree), [case.extents[v] for v in used])
-    red = tuple(m for m, v in enumerate(used) if v not in case.out_vars)
-    val = val.sum(axis=red) if red else np.array(val)
+    def ev(t, path):
+        kind = t[0]
+        if kind == "acc":
+            val = full(t[1])
+        elif kind == "lit":
+            val = np.full([1] * len(used), float(t[1]))
+        elif kind == "neg":
+            val = -ev(t[1], (*path, 0))
+        elif kind == "fn":
+            val = _NUMPY[t[1]](*(ev(a, (*path, k)) for k, a in enumerate(t[2])))
+        elif kind == "sum":
+            val = ev(t[2], (*path, 0))
+            val = np.broadcast_to(val, np.broadcast_shapes(val.shape, _box(t[1])))
+            val = val.sum(axis=axes(t[1]), keepdims=True)
+        else:
+            left, right = ev(t[1], (*path, 0)), ev(t[2], (*path, 1))
+            val = {"+": np.add, "-": np.subtract, "*": np.multiply}[kind](left, right)
+        mine = [v for v, p in owners.items() if p == path]
+        if mine:
+            val = np.broadcast_to(val, np.broadcast_shapes(val.shape, _box(mine)))
+            val = val.sum(axis=axes(mine), keepdims=True)
+        return val
+
+    def _box(vs):
+        return [case.extents[v] if v in vs else 1 for v in used]
+
+    val = np.broadcast_to(
+        ev(case.tree, ()), [case.extents[v] if v in case.out_vars else 1 for v in used]
+    )
+    val = val.reshape([case.extents[v] for v in used if v in case.out_vars])
     kept = [v for v in used if v in case.out_vars]
     return np.transpose(val, [kept.index(v) for v in case.out_vars])
 
 
-def pure_product_reference(case: Case) -> np.ndarray | None:
-    """numpy.einsum for statements that are a single product (cross-check of reference())."""
+def einsum_reference(case: Case) -> np.ndarray | None:
+    """For a sum of products of accesses whose summed variables each occur in one term:
+    one np.einsum per term, added with its sign."""
 
-    def leaves(t):
+    def terms(t, sign):
+        if t[0] in ("+", "-"):
+            right = terms(t[2], sign if t[0] == "+" else -sign)
+            left = terms(t[1], sign)
+            return None if left is None or right is None else left + right
+        names = factors(t)
+        return None if names is None else [(sign, names)]
+
+    def factors(t):
         if t[0] == "acc":
             return [t[1]]
         if t[0] != "*":
             return None
-        left, right = leaves(t[1]), leaves(t[2])
+        left, right = factors(t[1]), factors(t[2])
         return None if left is None or right is None else left + right
 
-    names = leaves(case.tree)
-    if names is None:
+    found = terms(case.tree, 1)
+    if found is None:
         return None
-    spec = ",".join("".join(case.accesses[n]) for n in names) + "->" + "".join(case.out_vars)
-    return np.einsum(spec, *[case.arrays[n] for n in names])
+    for v in case.extents:
+        holders = [names for _, names in found if any(v in case.accesses[n] for n in names)]
+        if v not in case.out_vars and len(holders) > 1:
+            return None
+    out = "".join(case.out_vars)
+    total = np.zeros([case.extents[v] for v in case.out_vars])
+    for sign, names in found:
+        spec = ",".join("".join(case.accesses[n]) for n in names)
+        term = np.einsum(
+            f"{spec}->{''.join(v for v in out if any(v in case.accesses[n] for n in names))}",
+            *[case.arrays[n] for n in names],
+        )
+        present = [v for v in case.out_vars if any(v in case.accesses[n] for n in names)]
+        term = term.reshape([case.extents[v] if v in present else 1 for v in case.out_vars])
+        total = total + sign * term
+    return total
+
+
+def uses_transcendental(t) -> bool:
+    if t[0] == "fn" and t[1] in TRANSCENDENTAL:
+        return True
+    return any(uses_transcendental(c) for c in subtrees(t))
 
 
 def check(case: Case, target: str) -> None:
@@ -140,41 +368,70 @@ def check(case: Case, target: str) -> None:
         formats["X"] = case.out_format
     k = ucf.compile(case.expr, formats=formats, target=target)
     ops = {n: ucf.from_numpy(a, format=case.formats[n] or None) for n, a in case.arrays.items()}
-    shapes = {v: e for v, e in case.extents.items()}
-    got = k(shapes=shapes, **ops).to_numpy()
+    got = k(shapes=dict(case.extents), **ops).to_numpy()
     want = reference(case)
-    einsum_want = pure_product_reference(case)
-    if einsum_want is not None:
-        np.testing.assert_array_equal(want, einsum_want)
+    by_terms = einsum_reference(case)
+    if by_terms is not None:
+        np.testing.assert_array_equal(want, by_terms)
     assert got.shape == want.shape, case.expr
-    np.testing.assert_array_equal(got, want, err_msg=f"{case.expr} formats={formats}")
+    message = f"{case.expr} formats={formats}"
+    if uses_transcendental(case.tree):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=message)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=message)
 
 
-def test_reference_matches_taco_semantics():
+def _case(expr, tree, accesses, out_vars, arrays):
+    extents = {}
+    for name, vs in accesses.items():
+        for v, n in zip(vs, arrays[name].shape, strict=True):
+            extents[v] = n
+    return Case(expr, tree, accesses, out_vars, extents, {}, arrays, None)
+
+
+def test_reference_sums_each_term_over_its_own_variables():
     rng = np.random.default_rng(0)
     X = rng.integers(1, 5, (2, 3, 4)).astype(float)
     v = rng.integers(1, 5, 4).astype(float)
     W = rng.integers(1, 5, (2, 3)).astype(float)
-    case = Case(
+    case = _case(
         "M(i,j) = X(i,j,k) * v(k) + W(i,j)",
         ("+", ("*", ("acc", "X"), ("acc", "v")), ("acc", "W")),
         {"X": ("i", "j", "k"), "v": ("k",), "W": ("i", "j")},
         ("i", "j"),
-        {"i": 2, "j": 3, "k": 4},
-        {},
         {"X": X, "v": v, "W": W},
-        None,
     )
-    np.testing.assert_array_equal(reference(case), np.einsum("ijk,k->ij", X, v) + 4 * W)
+    np.testing.assert_array_equal(reference(case), np.einsum("ijk,k->ij", X, v) + W)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_reference_sums_a_product_of_a_sum_as_a_whole():
+    rng = np.random.default_rng(1)
+    B = rng.integers(1, 5, (2, 3)).astype(float)
+    c = rng.integers(1, 5, 2).astype(float)
+    x = rng.integers(1, 5, 3).astype(float)
+    case = _case(
+        "y(i) = (B(i,j) + c(i)) * x(j)",
+        ("*", ("+", ("acc", "B"), ("acc", "c")), ("acc", "x")),
+        {"B": ("i", "j"), "c": ("i",), "x": ("j",)},
+        ("i",),
+        {"B": B, "c": c, "x": x},
+    )
+    np.testing.assert_array_equal(reference(case), B @ x + c * x.sum())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_fuzz_llvm(case):
     check(case, "llvm")
 
 
 @pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_fuzz_llvm_long(case):
+    check(case, "llvm")
+
+
 @needs_cc
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())

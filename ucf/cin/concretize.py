@@ -14,9 +14,10 @@ import itertools
 import warnings
 
 from ucf.cin.notation import CIN, Slot
-from ucf.errors import UnsupportedError
+from ucf.errors import ScheduleError, UnsupportedError
 from ucf.format.format import Format
 from ucf.lang.ast import Access, Statement, accesses
+from ucf.lang.reductions import free_variables, peel, sums
 
 _MAX_EXHAUSTIVE = 7
 
@@ -55,6 +56,33 @@ def appended_vars(lhs: Access, fmt: Format) -> set[str]:
     return {lhs.indices[m].single_variable for m in fmt.mode_order[: compressed[-1] + 1]}
 
 
+def nesting(stmt: Statement) -> list[tuple[str, set[str], tuple[str, ...]]]:
+    """For each nested sum: its text, the variables its value depends on, and its own.
+
+    A nested sum is computed into a temporary once the first are fixed, so in any
+    loop order they come before its own variables."""
+    body = peel(stmt.rhs)[1]
+    return [(str(s), free_variables(s), s.vars) for s in sums(body)]
+
+
+def check_nesting(stmt: Statement, order: list[str]) -> None:
+    """Refuse a loop order that runs a nested sum's loops outside a variable it needs."""
+    pos = {v: k for k, v in enumerate(order)}
+    for text, free, own in nesting(stmt):
+        for v in own:
+            late = [f for f in free if pos[f] > pos[v]]
+            if late:
+                raise ScheduleError(
+                    f"reorder: {v} is summed in {text}, whose value is needed for each "
+                    f"{late[0]}; the loop over {v} must be inside the loop over {late[0]} "
+                    f"(loop order {', '.join(order)})"
+                )
+
+
+def _nesting_ok(nested: list, pos: dict[str, int]) -> bool:
+    return all(pos[f] < pos[v] for _, free, own in nested for f in free for v in own)
+
+
 def check_indices(stmt: Statement) -> None:
     """Refuse the index forms the lowering has no algorithm for, naming the access."""
     for idx in stmt.lhs.indices:
@@ -90,7 +118,8 @@ def concretize(
     all_vars = list(
         dict.fromkeys(out_vars + [v for a in rhs for i in a.indices for v in i.variables])
     )
-    red_vars = [v for v in all_vars if v not in out_vars]
+    red_vars = list(peel(stmt.rhs)[0])
+    nested = nesting(stmt)
 
     hard: list[tuple[int, Chain]] = []  # (access number, chain)
     soft: list[Chain] = []
@@ -110,15 +139,18 @@ def concretize(
     appended = appended_vars(stmt.lhs, output_format)
 
     def fixed_ok(perm: tuple[str, ...]) -> bool:
+        pos = {v: k for k, v in enumerate(perm)}
+        if not _nesting_ok(nested, pos):
+            return False
         if not sparse_out:
             return True
-        pos = {v: k for k, v in enumerate(perm)}
         if _violations(out_chain, pos):
             return False
         return workspace or all(pos[o] < pos[r] for o in appended for r in red_vars)
 
     preference = {v: k for k, v in enumerate(all_vars)}
     if order is not None:
+        check_nesting(stmt, list(order))
         best = tuple(order)
     else:
         best = None
@@ -128,6 +160,7 @@ def concretize(
             [level[0] for level in c if len(level) == 1]
             for c in [*(c for _, c in hard), *soft, out_chain]
         ]
+        plain += [[f, v] for _, free, own in nested for f in free for v in own]
         for perm in _candidates(all_vars, plain, [v for v in out_vars if v in appended]):
             if not fixed_ok(perm):
                 continue
@@ -139,7 +172,11 @@ def concretize(
             )
             if best_key is None or key < best_key:
                 best, best_key = perm, key
-    assert best is not None
+    if best is None:
+        raise UnsupportedError(
+            f"{stmt}: no loop order computes each nested sum where its value is needed and "
+            "appends the sparse output in order; store the output dense"
+        )
     pos = {v: k for k, v in enumerate(best)}
 
     notes: list[str] = []

@@ -1,8 +1,12 @@
 """Concrete index notation (CIN): the statement plus the loop nest that computes it.
 
-For now a CIN is a perfect ``forall`` nest around one assignment; ``notes``
-record every decision concretization made on the user's behalf (operand
-conversions, the loop order) so that ``k.cin`` explains the kernel.
+The loop order covers every index variable.  The variables the whole
+right-hand side is summed over are the outer reduction, whose loops add into
+the output; every other sum is nested, and its loops compute a temporary at
+the point where the variables its value depends on are fixed: TACO's
+``where(consumer, producer)``.  ``notes`` record every decision made on the
+user's behalf (operand conversions, the loop order) so that ``k.cin``
+explains the kernel.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ucf.format.format import Format
-from ucf.lang.ast import Statement
+from ucf.lang.ast import Expr, Statement, Sum, children, text
+from ucf.lang.reductions import free_variables, peel, sums, temporary
 
 
 @dataclass(frozen=True)
@@ -32,11 +37,18 @@ class CIN:
     parallel: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Parallel
     loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
     bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # var -> (extent, kind)
+    origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
 
     @property
     def reduction_vars(self) -> list[str]:
-        out = set(self.output_vars)
-        return [v for v in self.order if v not in out]
+        """The outer reduction's variables, in loop order."""
+        summed = set(peel(self.statement.rhs)[0])
+        return [v for v in self.order if v in summed]
+
+    @property
+    def nested_vars(self) -> set[str]:
+        """Variables of nested sums: their loops run inside a temporary's producer."""
+        return {v for s in sums(peel(self.statement.rhs)[1]) for v in s.vars}
 
     @property
     def output_vars(self) -> list[str]:
@@ -45,9 +57,43 @@ class CIN:
     def __str__(self) -> str:
         s = self.statement
         op = "+=" if (s.op == "+=" or self.reduction_vars) else "="
-        text = f"{s.lhs} {op} {s.rhs}"
-        for v in reversed(self.loops or self.order):
-            text = f"forall({v}, {text})"
-        lines = [text]
+        body = peel(s.rhs)[1]
+        loops = self.loops or self.order
+        nested = self.nested_vars
+        outer = [v for v in loops if not set(self.origins.get(v, [v])) & nested]
+        lines = [self._render(body, outer, set(), str(s.lhs), op, {})]
         lines += [f"  # {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _loops_of(self, variables: set[str]) -> list[str]:
+        loops = self.loops or self.order
+        return [v for v in loops if set(self.origins.get(v, [v])) <= variables]
+
+    def _render(self, body: Expr, loops, bound: set[str], lhs: str, op: str, temps) -> str:
+        """``forall`` over ``loops`` around ``lhs op body``, with a ``where`` wherever a
+        nested sum's variables are fixed and its temporary can be computed.  ``temps``
+        names the sums already computed (by node id)."""
+        ready = [x for x in _sums_outside(body, temps) if free_variables(x) <= bound]
+        if ready:
+            temps = {**temps, **{id(x): temporary(x.vars) for x in ready}}
+            text_ = self._render(body, loops, bound, lhs, op, temps)
+            for x in ready:
+                producer = self._render(
+                    x.body, self._loops_of(set(x.vars)), bound, temps[id(x)], "+=", temps
+                )
+                text_ = f"where({text_}, {producer})"
+            return text_
+        if not loops:
+            return f"{lhs} {op} {text(body, temps)}"
+        v = loops[0]
+        inner = self._render(body, loops[1:], bound | set(self.origins.get(v, [v])), lhs, op, temps)
+        return f"forall({v}, {inner})"
+
+
+def _sums_outside(e: Expr, temps) -> list[Sum]:
+    """The sums of ``e`` that are neither inside another sum nor already computed."""
+    if id(e) in temps:
+        return []
+    if isinstance(e, Sum):
+        return [e]
+    return [x for c in children(e) for x in _sums_outside(c, temps)]

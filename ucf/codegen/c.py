@@ -143,7 +143,9 @@ class _Emitter:
         if isinstance(s, ir.Alloc):
             t, name = IR_TO_C[s.array.elem], c_name(s.array.name)
             size = self.expr(s.size)
-            return [f"{pad}{t}* restrict {name} = ({t}*)calloc(ucf_max({size}, 1), sizeof({t}));"]
+            return [
+                f"{pad}{t}* restrict {name} = ({t}*)calloc(ucf_max_i64({size}, 1), sizeof({t}));"
+            ]
         if isinstance(s, ir.Free):
             return [f"{pad}free({c_name(s.array.name)});"]
         if isinstance(s, ir.Call):
@@ -209,7 +211,7 @@ class _Emitter:
             return f"{c_name(e.array.name)}[{self.expr(e.index)}]"
         if isinstance(e, ir.Bin):
             if e.op in ("min", "max"):
-                return f"ucf_{e.op}({self.expr(e.left)}, {self.expr(e.right)})"
+                return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
             return f"({self.expr(e.left)} {_BIN[e.op]} {self.expr(e.right)})"
         if isinstance(e, ir.Neg):
             return f"(-{self.expr(e.operand)})"
@@ -222,6 +224,9 @@ class _Emitter:
             return f"(({IR_TO_C[e.type]}){self.expr(e.operand)})"
         if isinstance(e, ir.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+        if isinstance(e, ir.Math):
+            suffix = "f" if e.type == "f32" else ""
+            return f"{e.fn}{suffix}({self.expr(e.operand)})"
         raise TypeError(f"no C for {type(e).__name__}")
 
 

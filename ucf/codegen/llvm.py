@@ -373,7 +373,19 @@ class _FunctionBuilder:
             return self.cast(self.expr(e.operand), e.operand.type, e.type)
         if isinstance(e, ir.Select):
             return b.select(self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false))
+        if isinstance(e, ir.Math):
+            return self.math(e)
         raise TypeError(f"no LLVM for {type(e).__name__}")
+
+    def math(self, e: ir.Math) -> ll.Value:
+        """LLVM's intrinsic where it has one (it can vectorize or fold it); else libm's
+        function, which the JIT finds in the process and a C program links with -lm."""
+        t = _TYPES[e.type]
+        if e.fn == "tanh":
+            name = "tanhf" if e.type == "f32" else "tanh"
+        else:
+            name = f"llvm.{e.fn}.{e.type}"
+        return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
 
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b

@@ -35,7 +35,7 @@ def build_shared(source: str, dest: Path, include_dir: Path | None = None) -> No
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
         so = Path(tmp) / "kernel.so"
-        cmd = [*compiler(), *cflags(), "-o", str(so), str(src)]
+        cmd = [*compiler(), *cflags(), "-o", str(so), str(src), "-lm"]
         if include_dir is not None:
             cmd.insert(1, f"-I{include_dir}")
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -198,9 +198,13 @@ def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
 
 
 def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: str, it: str):
-    """Parallelize the outermost loop when that is legal; otherwise say why not."""
-    if cin.order:
-        v = cin.order[0]
+    """Parallelize the outermost loop when that is legal; otherwise say why not.
+
+    Loops of nested sums run inside a temporary's producer, so they are never
+    the outermost loop."""
+    outer = [v for v in cin.order if v not in cin.nested_vars]
+    if outer:
+        v = outer[0]
         cmd = Command("parallelize", (v, "CPUThread", "NoRaces"))
         try:
             scheduled, applied = _scheduled(cin, [cmd], fmts, computed, default=True)
@@ -244,7 +248,7 @@ def _scheduled(
         out = appended_vars(stmt.lhs, computed)
         for k, v in enumerate(order):
             later = [w for w in order[k + 1 :] if w in out]
-            if v not in out and later:
+            if v not in out and v not in cin.nested_vars and later:
                 raise ScheduleError(
                     f"reorder: reduction variable {v} would enclose output variable "
                     f"{later[0]}, which a sparse output cannot be appended in; precompute "

@@ -111,6 +111,21 @@ class Select(Expr):
         return self.if_true.type
 
 
+@dataclass(frozen=True)
+class Math(Expr):
+    """A floating-point libm function of one argument: sqrt, exp, sin, cos or tanh."""
+
+    fn: str
+    operand: Expr
+
+    @property
+    def type(self) -> str:
+        return self.operand.type
+
+
+MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh")
+
+
 class Stmt:
     pass
 

@@ -104,4 +104,6 @@ def expr(e: ir.Expr) -> str:
         return f"{e.type}({expr(e.operand)})"
     if isinstance(e, ir.Select):
         return f"select({expr(e.cond)}, {expr(e.if_true)}, {expr(e.if_false)})"
+    if isinstance(e, ir.Math):
+        return f"{e.fn}({expr(e.operand)})"
     raise TypeError(f"cannot print {type(e).__name__}")

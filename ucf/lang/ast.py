@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ucf.lang.affine import Affine
@@ -10,30 +11,24 @@ from ucf.lang.affine import Affine
 class Expr:
     """Base of right-hand-side expressions; nodes are immutable and hashable."""
 
+    def __str__(self) -> str:
+        return text(self)
+
 
 @dataclass(frozen=True)
 class Access(Expr):
     tensor: str
     indices: tuple[Affine, ...]
 
-    def __str__(self) -> str:
-        return f"{self.tensor}({', '.join(map(str, self.indices))})"
-
 
 @dataclass(frozen=True)
 class Literal(Expr):
     value: float | int
 
-    def __str__(self) -> str:
-        return repr(self.value)
-
 
 @dataclass(frozen=True)
 class Neg(Expr):
     operand: Expr
-
-    def __str__(self) -> str:
-        return f"-{_paren(self.operand, 3)}"
 
 
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
@@ -45,16 +40,53 @@ class Binary(Expr):
     left: Expr
     right: Expr
 
-    def __str__(self) -> str:
-        p = _PREC[self.op]
-        right_p = p + 1 if self.op in "-/" else p
-        return f"{_paren(self.left, p)} {self.op} {_paren(self.right, right_p)}"
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """An element-wise function (see ``ucf.lang.functions``) applied to its arguments."""
+
+    fn: str
+    args: tuple[Expr, ...]
 
 
-def _paren(e: Expr, prec: int) -> str:
-    if isinstance(e, Binary) and _PREC[e.op] < prec:
-        return f"({e})"
-    return str(e)
+@dataclass(frozen=True)
+class Sum(Expr):
+    """``body`` summed over ``vars``: written ``sum(j, ...)``, or implied by a variable
+    that appears only on the right-hand side (``explicit`` is then False)."""
+
+    vars: tuple[str, ...]
+    body: Expr
+    explicit: bool = True
+
+
+def text(e: Expr, names: Mapping[int, str] | None = None) -> str:
+    """The expression as statement text; ``names`` maps the ids of nodes to print as a
+    name instead (a nested sum shown as the temporary that holds it)."""
+    names = names or {}
+
+    def paren(x: Expr, prec: int) -> str:
+        if isinstance(x, Binary) and _PREC[x.op] < prec and id(x) not in names:
+            return f"({go(x)})"
+        return go(x)
+
+    def go(x: Expr) -> str:
+        if id(x) in names:
+            return names[id(x)]
+        if isinstance(x, Access):
+            return f"{x.tensor}({', '.join(map(str, x.indices))})"
+        if isinstance(x, Literal):
+            return repr(x.value)
+        if isinstance(x, Neg):
+            return f"-{paren(x.operand, 3)}"
+        if isinstance(x, Binary):
+            p = _PREC[x.op]
+            return f"{paren(x.left, p)} {x.op} {paren(x.right, p + 1 if x.op in '-/' else p)}"
+        if isinstance(x, Call):
+            return f"{x.fn}({', '.join(go(a) for a in x.args)})"
+        assert isinstance(x, Sum)
+        return f"sum({', '.join(x.vars)}, {go(x.body)})"
+
+    return go(e)
 
 
 @dataclass(frozen=True)
@@ -68,15 +100,24 @@ class Statement:
         return f"{self.lhs} {self.op} {self.rhs}"
 
 
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of ``e``, left to right."""
+    if isinstance(e, Neg):
+        return (e.operand,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Sum):
+        return (e.body,)
+    return ()
+
+
 def accesses(e: Expr) -> list[Access]:
-    """Accesses of an expression in left-to-right order."""
+    """Accesses of an expression in left-to-right order (the operand numbering)."""
     if isinstance(e, Access):
         return [e]
-    if isinstance(e, Neg):
-        return accesses(e.operand)
-    if isinstance(e, Binary):
-        return accesses(e.left) + accesses(e.right)
-    return []
+    return [a for c in children(e) for a in accesses(c)]
 
 
 def index_variables(e: Expr | Access) -> list[str]:

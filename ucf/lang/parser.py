@@ -9,7 +9,9 @@ from lark import Lark, Transformer, v_args
 
 from ucf.errors import ParseError
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Literal, Neg, Statement
+from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Statement, Sum
+from ucf.lang.functions import FUNCTIONS, RESERVED, SUM
+from ucf.lang.reductions import with_reductions
 
 
 @cache
@@ -19,14 +21,29 @@ def _parser(name: str) -> Lark:
     return Lark(grammar_file(name).read_text(), parser="lalr", propagate_positions=True)
 
 
-class _NotAffine(Exception):
-    def __init__(self, message: str, meta):
+class _Located(Exception):
+    """An error found while building the AST, with the position of the text it is about."""
+
+    def __init__(self, message: str, meta, quoted: bool = False):
         super().__init__(message)
         self.meta = meta
+        self.quoted = quoted  # the message has one %s for the source text at meta
 
 
 @v_args(meta=True)
 class _ToAst(Transformer):
+    """Builds the AST and remembers where each right-hand-side node was written, so that
+    errors found after parsing (an index that is not affine, a misused ``sum``) point at
+    the text they are about."""
+
+    def __init__(self):
+        super().__init__()
+        self.where: dict[int, object] = {}
+
+    def _at(self, node, meta):
+        self.where[id(node)] = meta
+        return node
+
     def start(self, meta, children):
         lhs, op, rhs = children
         return Statement(lhs, str(op), rhs)
@@ -37,26 +54,82 @@ class _ToAst(Transformer):
         return Access(str(name), tuple(indices))
 
     def scalar_ref(self, meta, children):
-        return Access(str(children[0]), ())
+        return self._at(Access(str(children[0]), ()), meta)
 
     def literal(self, meta, children):
         text = str(children[0])
-        return Literal(float(text) if any(c in text for c in ".eE") else int(text))
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+        return self._at(Literal(value), meta)
+
+    def call(self, meta, children):
+        name, *args = (str(children[0]), *(a for a in children[1:] if a is not None))
+        if name == SUM:
+            return self._at(self._sum(args, meta), meta)
+        if name in FUNCTIONS:
+            fn = FUNCTIONS[name]
+            if len(args) != fn.arity:
+                raise _Located(
+                    f"{name} takes {fn.arity} argument{'s' * (fn.arity > 1)}, got {len(args)}",
+                    meta,
+                )
+            return self._at(Call(name, tuple(args)), meta)
+        return self._at(Access(name, tuple(self._index(a) for a in args)), meta)
+
+    def _sum(self, args: list[Expr], meta) -> Sum:
+        if len(args) < 2:
+            raise _Located("sum takes index variables and then an expression: sum(j, expr)", meta)
+        names = []
+        for a in args[:-1]:
+            if not (isinstance(a, Access) and not a.indices):
+                raise _Located(
+                    f"sum: '{a}' is not an index variable; write sum(j, expr) or sum(j, k, expr)",
+                    self.where.get(id(a), meta),
+                )
+            if a.tensor in names:
+                raise _Located(f"sum: index variable {a.tensor} is listed twice", meta)
+            names.append(a.tensor)
+        return Sum(tuple(names), args[-1])
+
+    def _index(self, e: Expr) -> Affine:
+        """An access's argument as an affine index: names are index variables."""
+        meta = self.where.get(id(e))
+        if isinstance(e, Access) and not e.indices:
+            if e.tensor in RESERVED:
+                raise _Located(f"'{e.tensor}' is a function, not an index variable", meta)
+            return Affine.var(e.tensor)
+        if isinstance(e, Literal):
+            if isinstance(e.value, float):
+                raise _Located(f"index '{e.value}' is not an integer", meta)
+            return Affine.constant(e.value)
+        if isinstance(e, Neg):
+            return -self._index(e.operand)
+        if isinstance(e, Binary) and e.op in "+-":
+            left, right = self._index(e.left), self._index(e.right)
+            return left + right if e.op == "+" else left - right
+        if isinstance(e, Binary) and e.op == "*":
+            return _affine_product(self._index(e.left), self._index(e.right), meta)
+        what = {
+            Access: "a tensor access",
+            Call: "a function call",
+            Sum: "a sum",
+            Binary: "a division",
+        }
+        raise _Located(f"index '%s' is not affine: {what[type(e)]}", meta, quoted=True)
 
     def add(self, meta, c):
-        return Binary("+", c[0], c[1])
+        return self._at(Binary("+", c[0], c[1]), meta)
 
     def sub(self, meta, c):
-        return Binary("-", c[0], c[1])
+        return self._at(Binary("-", c[0], c[1]), meta)
 
     def mul(self, meta, c):
-        return Binary("*", c[0], c[1])
+        return self._at(Binary("*", c[0], c[1]), meta)
 
     def div(self, meta, c):
-        return Binary("/", c[0], c[1])
+        return self._at(Binary("/", c[0], c[1]), meta)
 
     def neg(self, meta, c):
-        return Neg(c[0])
+        return self._at(Neg(c[0]), meta)
 
     def ivar(self, meta, c):
         return Affine.var(str(c[0]))
@@ -74,32 +147,50 @@ class _ToAst(Transformer):
         return -c[0]
 
     def imul(self, meta, c):
-        a, b = c
-        if a.is_constant:
-            return b.scale(a.const)
-        if b.is_constant:
-            return a.scale(b.const)
-        left, right = (f"({x})" if len(x.terms) + bool(x.const) > 1 else str(x) for x in c)
-        raise _NotAffine(
-            f"index expression '{left} * {right}' is not affine: a product of index variables",
-            meta,
-        )
+        return _affine_product(c[0], c[1], meta)
+
+
+def _affine_product(a: Affine, b: Affine, meta) -> Affine:
+    if a.is_constant:
+        return b.scale(a.const)
+    if b.is_constant:
+        return a.scale(b.const)
+    left, right = (f"({x})" if len(x.terms) + bool(x.const) > 1 else str(x) for x in (a, b))
+    raise _Located(
+        f"index expression '{left} * {right}' is not affine: a product of index variables",
+        meta,
+    )
 
 
 def parse_statement(text: str) -> Statement:
-    """Parse one statement such as ``y(i) = A(i,j) * x(j)``."""
+    """Parse one statement such as ``y(i) = A(i,j) * x(j)``.
+
+    The right-hand side comes back in reduction notation: every variable it
+    sums over is bound by a ``Sum`` node (see ``ucf.lang.reductions``).
+    """
     try:
         tree = _parser("einsum.lark").parse(text)
     except lark.exceptions.UnexpectedInput as e:
         raise ParseError(_describe(e), text, e.line, e.column) from None
+    builder = _ToAst()
     try:
-        stmt = _ToAst().transform(tree)
+        stmt = builder.transform(tree)
+        rhs = with_reductions(stmt, lambda node: builder.where.get(id(node)), _Located)
     except lark.exceptions.VisitError as e:
-        if isinstance(e.orig_exc, _NotAffine):
-            m = e.orig_exc.meta
-            raise ParseError(str(e.orig_exc), text, m.line, m.column) from None
+        if isinstance(e.orig_exc, _Located):
+            _raise_at(e.orig_exc, text)
         raise
-    return Statement(stmt.lhs, stmt.op, stmt.rhs, text)
+    except _Located as e:
+        _raise_at(e, text)
+    return Statement(stmt.lhs, stmt.op, rhs, text)
+
+
+def _raise_at(e: _Located, text: str):
+    m = e.meta
+    if m is None:
+        raise ParseError(str(e), text) from None
+    message = str(e) % text[m.start_pos : m.end_pos] if e.quoted else str(e)
+    raise ParseError(message, text, m.line, m.column) from None
 
 
 def _describe(e: lark.exceptions.UnexpectedInput) -> str:

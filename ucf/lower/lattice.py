@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ucf.lang import ast
+from ucf.lang.functions import FUNCTIONS
 
 
 class Term:
@@ -39,9 +40,42 @@ class Op(Term):
     right: Term
 
 
+@dataclass(frozen=True)
+class Func(Term):
+    """An element-wise function of ``ucf.lang.functions``."""
+
+    fn: str
+    args: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
+class Reduce(Term):
+    """``body`` summed over ``vars``; ``id`` tells apart sums that look alike."""
+
+    vars: tuple[str, ...]
+    body: Term
+    id: int
+
+
+@dataclass(frozen=True)
+class Temp(Term):
+    """The value of ``Reduce`` number ``id`` once a nested loop nest has computed it.
+
+    ``n`` is negative, so a temporary can be named in ``restrict``'s zero set
+    beside the operands without ever being mistaken for one."""
+
+    id: int
+
+    @property
+    def n(self) -> int:
+        return -1 - self.id
+
+
 def from_ast(e: ast.Expr) -> Term:
-    """Number accesses left to right, so A(i)*A(i) is two operands, not one."""
+    """Number accesses left to right, so A(i)*A(i) is two operands, not one, and sums in
+    the order they are written."""
     counter = iter(range(1 << 30))
+    sums = iter(range(1 << 30))
 
     def go(x: ast.Expr) -> Term:
         if isinstance(x, ast.Access):
@@ -50,6 +84,11 @@ def from_ast(e: ast.Expr) -> Term:
             return Lit(x.value)
         if isinstance(x, ast.Neg):
             return Negate(go(x.operand))
+        if isinstance(x, ast.Call):
+            return Func(x.fn, tuple(go(a) for a in x.args))
+        if isinstance(x, ast.Sum):
+            k = next(sums)
+            return Reduce(x.vars, go(x.body), k)
         assert isinstance(x, ast.Binary)
         left = go(x.left)
         return Op(x.op, left, go(x.right))
@@ -57,27 +96,47 @@ def from_ast(e: ast.Expr) -> Term:
     return go(e)
 
 
+def subterms(t: Term) -> tuple[Term, ...]:
+    if isinstance(t, Negate):
+        return (t.operand,)
+    if isinstance(t, Op):
+        return (t.left, t.right)
+    if isinstance(t, Func):
+        return t.args
+    if isinstance(t, Reduce):
+        return (t.body,)
+    return ()
+
+
 def operands(t: Term | None) -> set[int]:
+    """The operand numbers a term reads, inside its sums too."""
     if isinstance(t, Opnd):
         return {t.n}
-    if isinstance(t, Negate):
-        return operands(t.operand)
-    if isinstance(t, Op):
-        return operands(t.left) | operands(t.right)
-    return set()
+    if t is None:
+        return set()
+    return set().union(*(operands(c) for c in subterms(t)))
 
 
 def restrict(t: Term | None, zero: set[int]) -> Term | None:
     """The term with operands in ``zero`` replaced by 0; None means identically zero."""
     if t is None:
         return None
-    if isinstance(t, Opnd):
+    if isinstance(t, Opnd | Temp):
         return None if t.n in zero else t
     if isinstance(t, Lit):
         return None if t.value == 0 else t
     if isinstance(t, Negate):
         inner = restrict(t.operand, zero)
         return None if inner is None else Negate(inner)
+    if isinstance(t, Reduce):
+        body = restrict(t.body, zero)
+        return None if body is None else Reduce(t.vars, body, t.id)
+    if isinstance(t, Func):
+        args = [restrict(a, zero) for a in t.args]
+        if FUNCTIONS[t.fn].zero_preserving and all(a is None for a in args):
+            return None
+        # An absent argument reads as 0: max(A, B) where only B is stored is max(0, B).
+        return Func(t.fn, tuple(Lit(0) if a is None else a for a in args))
     assert isinstance(t, Op)
     left, right = restrict(t.left, zero), restrict(t.right, zero)
     if t.op in "*/":
@@ -111,15 +170,27 @@ def lattice(t: Term, sparse: Callable[[int], bool]) -> list[Point]:
 def _points(t: Term, sparse: Callable[[int], bool]) -> list[Point]:
     if isinstance(t, Opnd):
         return [Point(frozenset({t.n}), False)] if sparse(t.n) else [Point(frozenset(), True)]
-    if isinstance(t, Lit):
+    if isinstance(t, Lit | Temp):
         return [Point(frozenset(), True)]
-    if isinstance(t, Negate):
-        return _points(t.operand, sparse)
+    if isinstance(t, Negate | Reduce):
+        return _points(subterms(t)[0], sparse)
+    if isinstance(t, Func):
+        if not FUNCTIONS[t.fn].zero_preserving:
+            # Nonzero where every argument is zero: dense over the space, like ``arg + 1``.
+            return _union(_points(t.args[0], sparse), [Point(frozenset(), True)])
+        points = _points(t.args[0], sparse)
+        for a in t.args[1:]:
+            points = _union(points, _points(a, sparse))
+        return points
     assert isinstance(t, Op)
     left, right = _points(t.left, sparse), _points(t.right, sparse)
     if t.op == "/":
         return left
     if t.op == "*":
         return [Point(a.iters | b.iters, a.full and b.full) for a in left for b in right]
+    return _union(left, right)
+
+
+def _union(left: list[Point], right: list[Point]) -> list[Point]:
     both = [Point(a.iters | b.iters, a.full or b.full) for a in left for b in right]
     return both + left + right

@@ -28,17 +28,22 @@ from ucf.ir.nodes import Array, Const, Param, Var
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
-from ucf.lower import sort, transforms
+from ucf.lang.reductions import peel, temporary
+from ucf.lower import functions, sort, transforms
 from ucf.lower.lattice import (
+    Func,
     Lit,
     Negate,
     Op,
     Opnd,
+    Reduce,
+    Temp,
     Term,
     from_ast,
     lattice,
     operands,
     restrict,
+    subterms,
 )
 
 I64 = "i64"
@@ -97,6 +102,7 @@ class State:
     where_done: bool = False  # below a precompute's where
     counter: Var | None = None  # a segment-local counter for the compressed output level
     cursors: dict = field(default_factory=dict)  # (operand, level) -> its sliding window's ends
+    temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
 
     def copy(self) -> State:
         return replace(
@@ -175,10 +181,14 @@ class Lowerer:
         self.it = index_type
         self.name = name
         stmt = cin.statement
-        self.term = from_ast(stmt.rhs)
+        self.term = from_ast(peel(stmt.rhs)[1])
+        self.reduces = {r.id: r for r in _reduces(self.term)}
+        self.temps = {k: Var(temporary(r.vars), value_type) for k, r in self.reduces.items()}
         self.rhs_accesses = accesses(stmt.rhs)
+        self.applied = applied
         self._check_supported()
         self.extents = {v: Var(f"n_{v}", I64) for v in cin.order}
+        self.outer_order = tuple(v for v in cin.order if v not in cin.nested_vars)
         self.slot_params: dict[str, SlotParams] = {}
         self.operands: dict[int, Operand] = {}
         counts: dict[str, int] = {}
@@ -253,6 +263,14 @@ class Lowerer:
         _check_divisors(self.term, self.cin)
         if self.vt in ir.INT_TYPES and _has_division(self.term):
             raise UnsupportedError("division is not supported in integer kernels")
+        for t in _walk(self.term):
+            if isinstance(t, Func):
+                functions.check(t.fn, self.vt)
+        if self.reduces and self.applied is not None and self.applied.precompute:
+            raise UnsupportedError(
+                f"precompute in {stmt}: a statement with nested sums cannot be precomputed "
+                "yet; write the nested sum as its own statement"
+            )
 
     # ------------------------------------------------------------ parameters
     def _slot_params(self, name: str, fmt: Format, order: int, output: bool = False) -> SlotParams:
@@ -386,7 +404,7 @@ class Lowerer:
         body: list[ir.Stmt] = (
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
         )
-        state = State(order=tuple(self.cin.order))
+        state = State(order=self.outer_order)
         for n in self.operands:
             state.levels[n] = 0
             state.pos[n] = Const(0, I64)
@@ -406,21 +424,19 @@ class Lowerer:
         out_vars = [st.ws.var] if st.ws else self.out_vars
         out_bound = all(v in order[:d] for v in out_vars)
         listing = st.ws is not None and st.ws.list is not None
-        if self.assembling and st.pending is None and not listing:
+        if self.assembling and st.pending is None and not listing and not st.temp:
             # Counting is done once every output coordinate that gets appended is placed.
             if out_bound or (st.ws is None and st.out_level > self.last_appended):
                 return []
-        if d == len(order):
-            return self._leaf(term, st)
         use_acc = self.use_acc and st.ws is None
-        if out_bound and st.acc is None and remaining and use_acc:
+        if out_bound and st.acc is None and use_acc and (remaining or st.pending is not None):
             acc = Var(f"t{next(self._fresh)}", self.vt)
             inner = st.copy()
             inner.acc = acc
             if st.pending is None:
                 return [
                     ir.Decl(acc, Const(0, self.vt)),
-                    *self._loop(term, inner),
+                    *self._nest(term, inner),
                     self._store_output(st, acc),
                 ]
             # A compressed output level gets the coordinate only if some term of
@@ -441,10 +457,70 @@ class Lowerer:
             return [
                 ir.Decl(acc, Const(0, self.vt)),
                 ir.Decl(hit, Const(False, "i1")),
-                *self._loop(term, inner),
+                *self._nest(term, inner),
                 ir.If(hit, insert),
             ]
+        return self._nest(term, st)
+
+    def _nest(self, term: Term, st: State) -> list[ir.Stmt]:
+        """The loops left at this depth, after any nested sum that can be computed here."""
+        bound = set(st.order[: st.depth])
+        ready = [r for r in _top_reduces(term) if self._free(r) <= bound]
+        if ready:
+            return self._temporaries(term, st, ready)
+        if st.depth == len(st.order):
+            return self._leaf(term, st)
         return self._loop(term, st)
+
+    def _free(self, r: Reduce) -> set[str]:
+        """The variables a nested sum's value depends on."""
+        used = {
+            v
+            for n in operands(r.body)
+            for idx in self.rhs_accesses[n].indices
+            for v in idx.variables
+        }
+        return used - {v for x in _reduces(r) for v in x.vars}
+
+    def _temporaries(self, term: Term, st: State, ready: list[Reduce]) -> list[ir.Stmt]:
+        """Compute nested sums into temporaries, then go on with them in their place.
+
+        Each temporary gets a loop nest of its own over its sum's variables,
+        started from where the walk down the operands has got to, so it is
+        computed once per value of the variables it depends on (hoisted out of
+        any loop it does not depend on).  When the output is sparse, whether
+        anything was summed decides the pattern: where a sum met no stored
+        entry, the expression continues as if the sum were absent.
+        """
+        stmts: list[ir.Stmt] = []
+        track = self.sparse_out
+        for r in ready:
+            t = self.temps[r.id]
+            hit = Var(f"{t.name}_hit", "i1") if track else None
+            sub = st.copy()
+            own = tuple(v for v in self.cin.order if v in r.vars)
+            sub.order = st.order[: st.depth] + own
+            sub.acc, sub.hit, sub.pending, sub.temp = t, hit, None, True
+            stmts.append(ir.Decl(t, Const(0, self.vt)))
+            if hit is not None:
+                stmts.append(ir.Decl(hit, Const(False, "i1")))
+            stmts += self._nest(r.body, sub)
+            term = _substitute(term, r.id, Temp(r.id))
+        if not track:
+            return stmts + self._nest(term, st)
+        return stmts + self._present(term, st, [r.id for r in ready])
+
+    def _present(self, term: Term | None, st: State, ids: list[int]) -> list[ir.Stmt]:
+        """The rest of the nest with each temporary in ``ids`` present where its sum met a
+        stored entry, and absent where it did not."""
+        if term is None:
+            return []
+        if not ids:
+            return self._nest(term, st)
+        k, rest = ids[0], ids[1:]
+        hit = Var(f"{self.temps[k].name}_hit", "i1")
+        absent = restrict(term, {Temp(k).n})
+        return [ir.If(hit, self._present(term, st, rest), self._present(absent, st, rest))]
 
     def _counter(self, st: State, lvl: int) -> Var:
         if lvl == self.local and st.counter is not None:
@@ -502,7 +578,11 @@ class Lowerer:
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
         if isinstance(t, Negate):
             return ir.Neg(self._value(t.operand, st))
-        assert isinstance(t, Op)
+        if isinstance(t, Temp):
+            return self.temps[t.id]
+        if isinstance(t, Func):
+            return functions.apply(t.fn, [self._value(a, st) for a in t.args])
+        assert isinstance(t, Op), f"{t} reached a leaf uncomputed"
         return ir.Bin(t.op, self._value(t.left, st), self._value(t.right, st))
 
     # ------------------------------------------------------------------ loops
@@ -830,7 +910,7 @@ class Lowerer:
             raise ScheduleError(f"{cmd}: the expression does not parse: {e}") from None
         factors = _factors(self.term)
         taken: list[int] = []
-        for a in _ast_factors(stmt.rhs):
+        for a in _ast_factors(peel(stmt.rhs)[1]):
             match = next(
                 (
                     t.n
@@ -1317,7 +1397,9 @@ class Lowerer:
             last = lvl == self.out_fmt.order - 1
             if kind == "U":
                 stmts.append(ir.Decl(q, self.out_fmt.levels[lvl].locate(st.out_pos, coord, dim)))
-            elif last and inner.depth < len(inner.order):
+            elif last and (inner.depth < len(inner.order) or _reduces(term)):
+                # Whether the entry exists is known only once the reduction (or a nested
+                # sum) below has met a stored entry.
                 inner.pending = (lvl, coord)
                 return stmts + self._at_depth(term, inner)
             else:
@@ -1402,21 +1484,48 @@ def _ceildiv(a: ir.Expr, d: int) -> ir.Expr:
     return a if d == 1 else ir.Neg(_floordiv(ir.Neg(a), d))
 
 
-def _has_division(t: Term) -> bool:
-    if isinstance(t, Op):
-        return t.op == "/" or _has_division(t.left) or _has_division(t.right)
+def _walk(t: Term):
+    yield t
+    for c in subterms(t):
+        yield from _walk(c)
+
+
+def _reduces(t: Term) -> list[Reduce]:
+    """Every nested sum of a term, outermost first."""
+    return [x for x in _walk(t) if isinstance(x, Reduce)]
+
+
+def _top_reduces(t: Term) -> list[Reduce]:
+    """The nested sums of a term that are not inside another one."""
+    if isinstance(t, Reduce):
+        return [t]
+    return [r for c in subterms(t) for r in _top_reduces(c)]
+
+
+def _substitute(t: Term, k: int, new: Term) -> Term:
+    """The term with nested sum number ``k`` replaced."""
+    if isinstance(t, Reduce) and t.id == k:
+        return new
     if isinstance(t, Negate):
-        return _has_division(t.operand)
-    return False
+        return Negate(_substitute(t.operand, k, new))
+    if isinstance(t, Op):
+        return Op(t.op, _substitute(t.left, k, new), _substitute(t.right, k, new))
+    if isinstance(t, Func):
+        return Func(t.fn, tuple(_substitute(a, k, new) for a in t.args))
+    if isinstance(t, Reduce):
+        return Reduce(t.vars, _substitute(t.body, k, new), t.id)
+    return t
+
+
+def _has_division(t: Term) -> bool:
+    return any(isinstance(x, Op) and x.op == "/" for x in _walk(t))
 
 
 def _check_divisors(t: Term, cin: CIN) -> None:
     """A sparse divisor would divide by its implicit zeros; refuse rather than guess."""
-    if isinstance(t, Negate):
-        _check_divisors(t.operand, cin)
-    elif isinstance(t, Op):
-        _check_divisors(t.left, cin)
-        _check_divisors(t.right, cin)
+    for c in subterms(t):
+        _check_divisors(c, cin)
+    if isinstance(t, Op):
         if t.op == "/":
             for n in operands(t.right):
                 slot = cin.slots[n]

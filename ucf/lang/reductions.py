@@ -1,0 +1,178 @@
+"""Reduction notation: which part of the right-hand side each reduction variable sums.
+
+A variable that appears on the right-hand side but not on the left is summed
+over the smallest additive term that holds all of its occurrences, where an
+additive term is the whole right-hand side or either operand of a ``+`` or
+``-`` at any depth.  Within that term the sum covers everything: products,
+quotients and function applications.  This is TACO's meaning wherever TACO
+gives one: ``y(i) = A(i,j)*x(j) + b(i)`` is ``A @ x + b``, not
+``A @ x + |j| * b``, while ``(B(i,j) + c(i)) * x(j)`` sums the whole product.
+
+``sum(j, expr)`` states a reduction explicitly; its variables must not appear
+outside it.  The result binds every reduction variable by exactly one ``Sum``
+node, so later stages never guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Statement, Sum, children
+
+Path = tuple[int, ...]
+
+
+def with_reductions(
+    stmt: Statement, where: Callable[[Expr], object], error: type[Exception]
+) -> Expr:
+    """The right-hand side with a ``Sum`` node for every implied reduction.
+
+    ``where(node)`` gives the source position of a node for ``error(message,
+    position)``, which is raised for a misused explicit ``sum``.
+    """
+    out = {v for idx in stmt.lhs.indices for v in idx.variables}
+    bound = _check_explicit(stmt.rhs, out, where, error)
+    uses: dict[str, list[Path]] = {}
+    for path, node in _walk(stmt.rhs):
+        if isinstance(node, Access):
+            for idx in node.indices:
+                for v in idx.variables:
+                    if v not in out and v not in bound:
+                        uses.setdefault(v, []).append(path)
+    additive = {path for path, _ in _walk(stmt.rhs) if _is_additive(stmt.rhs, path)}
+    at: dict[Path, list[str]] = {}
+    for v, paths in uses.items():
+        term = _common_prefix(paths)
+        while term not in additive:
+            term = term[:-1]
+        at.setdefault(term, []).append(v)
+    return _insert(stmt.rhs, (), at)
+
+
+def _walk(e: Expr, path: Path = ()):
+    yield path, e
+    for k, c in enumerate(children(e)):
+        yield from _walk(c, (*path, k))
+
+
+def _node(e: Expr, path: Path) -> Expr:
+    for k in path:
+        e = children(e)[k]
+    return e
+
+
+def _is_additive(rhs: Expr, path: Path) -> bool:
+    if not path:
+        return True
+    parent = _node(rhs, path[:-1])
+    return isinstance(parent, Binary) and parent.op in "+-"
+
+
+def _common_prefix(paths: list[Path]) -> Path:
+    first = paths[0]
+    n = len(first)
+    for p in paths[1:]:
+        n = min(n, len(p))
+        n = next((k for k in range(n) if p[k] != first[k]), n)
+    return first[:n]
+
+
+def _insert(e: Expr, path: Path, at: dict[Path, list[str]]) -> Expr:
+    if isinstance(e, Neg):
+        e = Neg(_insert(e.operand, (*path, 0), at))
+    elif isinstance(e, Binary):
+        e = Binary(e.op, _insert(e.left, (*path, 0), at), _insert(e.right, (*path, 1), at))
+    elif isinstance(e, Call):
+        e = Call(e.fn, tuple(_insert(a, (*path, k), at) for k, a in enumerate(e.args)))
+    elif isinstance(e, Sum):
+        e = Sum(e.vars, _insert(e.body, (*path, 0), at), e.explicit)
+    if path in at:
+        return Sum(tuple(at[path]), e, explicit=False)
+    return e
+
+
+def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
+    """The variables explicit sums bind, after checking each is used only inside its sum."""
+    bound: set[str] = set()
+    explicit = [node for _, node in _walk(rhs) if isinstance(node, Sum)]
+    for path, node in _walk(rhs):
+        if not isinstance(node, Sum):
+            continue
+        inside = _variables(node.body)
+        for v in node.vars:
+            if v in out:
+                raise error(
+                    f"sum({v}, ...) sums over {v}, which is an index of the output; "
+                    "an output variable cannot be summed",
+                    where(node),
+                )
+            if sum(v in other.vars for other in explicit) > 1:
+                raise error(
+                    f"index variable {v} is summed by two sums; give each sum its own variable",
+                    where(node),
+                )
+            if v not in inside:
+                raise error(f"sum({v}, ...): the expression it sums does not use {v}", where(node))
+            outside = _variables(_without(rhs, path))
+            if v in outside:
+                raise error(
+                    f"sum({v}, ...): {v} is also used outside the sum; rename one of them",
+                    where(node),
+                )
+            bound.add(v)
+    return bound
+
+
+def _variables(e: Expr) -> set[str]:
+    return {
+        v for _, a in _walk(e) if isinstance(a, Access) for idx in a.indices for v in idx.variables
+    }
+
+
+def _without(rhs: Expr, path: Path) -> Expr:
+    """The expression with the node at ``path`` replaced by a literal."""
+    if not path:
+        return Literal(0)
+    k, rest = path[0], path[1:]
+    if isinstance(rhs, Neg):
+        return Neg(_without(rhs.operand, rest))
+    if isinstance(rhs, Binary):
+        left = _without(rhs.left, rest) if k == 0 else rhs.left
+        right = _without(rhs.right, rest) if k == 1 else rhs.right
+        return Binary(rhs.op, left, right)
+    if isinstance(rhs, Call):
+        return Call(
+            rhs.fn, tuple(_without(a, rest) if m == k else a for m, a in enumerate(rhs.args))
+        )
+    assert isinstance(rhs, Sum)
+    return Sum(rhs.vars, _without(rhs.body, rest), rhs.explicit)
+
+
+def peel(rhs: Expr) -> tuple[tuple[str, ...], Expr]:
+    """The variables the whole right-hand side is summed over, and what is summed.
+
+    These are the kernel's outer reduction: its loops accumulate straight into
+    the output (or one scalar per output entry); every other sum is nested and
+    computed into a temporary where its value is needed."""
+    summed: tuple[str, ...] = ()
+    while isinstance(rhs, Sum):
+        summed += rhs.vars
+        rhs = rhs.body
+    return summed, rhs
+
+
+def sums(e: Expr) -> list[Sum]:
+    """Every ``Sum`` node of an expression, outermost first."""
+    return [node for _, node in _walk(e) if isinstance(node, Sum)]
+
+
+def free_variables(e: Expr) -> set[str]:
+    """The index variables ``e`` reads that no sum inside ``e`` binds: for a sum, the
+    variables that must be fixed before its value can be computed."""
+    return _variables(e) - {v for s in sums(e) for v in s.vars}
+
+
+def temporary(variables: tuple[str, ...]) -> str:
+    """The name of the temporary that holds a nested sum over ``variables`` (each
+    variable is summed by one sum, so the name is unique in a statement)."""
+    return "sum_" + "_".join(variables)
