@@ -101,7 +101,9 @@ def test_sparse_sum_of_terms_with_different_reductions(target, fa, fb, fc, fs):
     B, C = rand_sparse(rng, (5, 4), 0.3), rand_sparse(rng, (4, 6), 0.3)
     formats = {"A": fa, "B": fb, "C": fc, "S": fs}
     k = ucf.compile("S(i,j) = A(i,j) + B(i,k)*C(k,j)", formats=formats, target=target)
-    got = k(**{n: ucf.from_numpy(a, format=formats[n]) for n, a in zip("ABC", (A, B, C))})
+    got = k(
+        **{n: ucf.from_numpy(a, format=formats[n]) for n, a in zip("ABC", (A, B, C), strict=True)}
+    )
     assert_equal(got, A + np.einsum("ik,kj->ij", B, C))
     if fs == "UU":
         return
