@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 

@@ -28,6 +28,7 @@ from ucf.ir.nodes import Array, Const, Param, Var
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
+from ucf.lang.functions import FUNCTIONS
 from ucf.lang.reductions import peel, temporary
 from ucf.lower import functions, sort, transforms
 from ucf.lower.lattice import (
@@ -224,6 +225,8 @@ class Lowerer:
         self.fused = {f[0][0]: f for f in applied.fused} if applied else {}
         self.steps = list(applied.steps) if applied else []
         self.entries: dict[str, tuple[Var, int]] = {}
+        # Set when a fused pos loop walks a non-unique level: its coordinates repeat.
+        self.repeats = False
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
@@ -543,7 +546,11 @@ class Lowerer:
         # enclose the store (lattice loops partition the coordinates), so `=`
         # statements can overwrite instead of read-modify-write.
         outer = st.order[: st.depth]
-        once = self.cin.statement.op == "=" and all(v in self.out_vars for v in outer)
+        once = (
+            self.cin.statement.op == "="
+            and all(v in self.out_vars for v in outer)
+            and not self.repeats
+        )
         if self.sparse_out:
             index = st.out_pos
         else:
@@ -627,7 +634,7 @@ class Lowerer:
         guard_only = any(p.iters and not p.iters & set(iters) for p in points)
         full = top.full or (guard_only and bool(iters))
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
-        self._check_pos(v, iters, full, drives)
+        self._check_pos(v, term, iters, full, drives)
         live = set(iters) | set(guards)
         if drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
@@ -855,7 +862,7 @@ class Lowerer:
             return self.pos_map[v][0]
         return v
 
-    def _check_pos(self, v: str, iters: dict, full: bool, drives: bool) -> None:
+    def _check_pos(self, v: str, term: Term, iters: dict, full: bool, drives: bool) -> None:
         if v not in self.pos_map:
             return
         vpos, tensor = self.pos_map[v]
@@ -863,8 +870,8 @@ class Lowerer:
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
         if full:
             raise ScheduleError(
-                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero (a "
-                f"sum with a dense term), so {tensor}'s positions do not cover it"
+                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero "
+                f"({_why_full(term)}), so {tensor}'s positions do not cover it"
             )
         if len(iters) > 1:
             raise ScheduleError(
@@ -1144,7 +1151,8 @@ class Lowerer:
             )
         if lattice(term, lambda x: x == n)[0].full:
             raise ScheduleError(
-                f"{cmd}: the loop over {fvars[0]} also visits coordinates where {tensor} is zero"
+                f"{cmd}: the loop over {fvars[0]} also visits coordinates where {tensor} is zero "
+                f"({_why_full(term)})"
             )
         cur = st.copy()
         located_stmts: list[ir.Stmt] = []
@@ -1157,11 +1165,13 @@ class Lowerer:
                     f"{cmd}: {v} also co-iterates {names}; pos needs {tensor} alone"
                 )
             for x in located:
-                located_stmts.append(self._locate(x, cur, cur))
+                if x != n:  # the fused loop walks its own tensor's levels itself
+                    located_stmts.append(self._locate(x, cur, cur))
             cur.levels[n] += 1
         arrays = op.params.levels
         kinds = op.fmt.levels
         dims = [op.params.dims[op.fmt.mode_order[lvl]] for lvl in range(op.fmt.order)]
+        self.repeats = self.repeats or not op.fmt.unique(b)
         pre: list[ir.Stmt] = []
         ranges: dict[int, tuple[Var, Var]] = {}
         lo, hi = kinds[a].bounds(arrays[a], st.pos[n], st.seg_end.get(n), dims[a])
@@ -1515,6 +1525,15 @@ def _substitute(t: Term, k: int, new: Term) -> Term:
     if isinstance(t, Reduce):
         return Reduce(t.vars, _substitute(t.body, k, new), t.id)
     return t
+
+
+def _why_full(t: Term) -> str:
+    """Why a loop must visit every coordinate: a function that is nonzero at zero, or a
+    sum with a dense term."""
+    for x in _walk(t):
+        if isinstance(x, Func) and not FUNCTIONS[x.fn].zero_preserving:
+            return f"{x.fn} maps 0 to a nonzero value"
+    return "a sum with a dense term"
 
 
 def _has_division(t: Term) -> bool:
