@@ -102,6 +102,9 @@ class Cast(Expr):
 
 @dataclass(frozen=True)
 class Select(Expr):
+    """``cond ? if_true : if_false``, evaluating only the chosen side (as C does), so a
+    side may load from a position that is valid only when it is chosen."""
+
     cond: Expr
     if_true: Expr
     if_false: Expr

@@ -104,6 +104,8 @@ class State:
     counter: Var | None = None  # a segment-local counter for the compressed output level
     cursors: dict = field(default_factory=dict)  # (operand, level) -> its sliding window's ends
     temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
+    # operand -> flag: whether it matched at every flat co-iteration above (absent reads 0)
+    alive: dict = field(default_factory=dict)
 
     def copy(self) -> State:
         return replace(
@@ -112,6 +114,7 @@ class State:
             pos=dict(self.pos),
             seg_end=dict(self.seg_end),
             cursors=dict(self.cursors),
+            alive=dict(self.alive),
         )
 
 
@@ -580,7 +583,9 @@ class Lowerer:
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
                 return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, coords))
-            return ir.Load(op.params.vals, st.pos[t.n])
+            value = ir.Load(op.params.vals, st.pos[t.n])
+            alive = st.alive.get(t.n)
+            return value if alive is None else ir.Select(alive, value, Const(0, self.vt))
         if isinstance(t, Lit):
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
         if isinstance(t, Negate):
@@ -636,7 +641,9 @@ class Lowerer:
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
         self._check_pos(v, term, iters, full, drives)
         live = set(iters) | set(guards)
-        if drives:
+        if self._flat(v, iters, guards, st):
+            stmts += self._flat_loop(term, st, iters, located, coord, label, full)
+        elif drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
             it = next(iter(iters.values()))
             body = [ir.Decl(coord, self._it_coord(it))]
@@ -702,6 +709,64 @@ class Lowerer:
             )
         return prefix + stmts
 
+    # ------------------------------------------------------- flat co-iteration
+    #: Co-iterating this many sparse operands or more takes one loop with match flags:
+    #: a lattice of n operands has up to 2**n points and 3**n cases, nested per level.
+    FLAT = 3
+
+    def _flat(self, v: str, iters: dict, guards: dict, st: State) -> bool:
+        return (
+            len(iters) >= self.FLAT
+            and not guards
+            and st.ws is None
+            and v not in self.pos_map
+            and all(it.unique and it.stride == 1 for it in iters.values())
+        )
+
+    def _flat_loop(self, term, st, iters, located, coord, label, full) -> list[ir.Stmt]:
+        """One loop over the union of the iterators' coordinates, whatever the lattice.
+
+        Each iteration finds which iterators match the coordinate and enters the
+        body when the expression is structurally present for those matches.  The
+        body is the same for every combination: an operand that did not match
+        reads as 0 below (its deeper ranges are empty and its values masked), which
+        is exactly the restricted expression a lattice case would have built.  So
+        the code grows linearly with the operands instead of exponentially.
+        """
+        stmts: list[ir.Stmt] = []
+        for it in iters.values():
+            stmts += it.init
+        live = {n: ir.Cmp("<", it.pos, it.end) for n, it in iters.items()}
+        body: list[ir.Stmt] = []
+        matches: dict[int, ir.Expr] = {}
+        if not full:
+            beyond = Const(2**62, I64)
+            for n, it in iters.items():
+                body.append(ir.Decl(it.coord, ir.Select(live[n], self._it_coord(it), beyond)))
+            nearest: ir.Expr = iters[min(iters)].coord
+            for n in sorted(iters)[1:]:
+                nearest = ir.minimum(nearest, iters[n].coord)
+            body.append(ir.Decl(coord, nearest))
+        for n, it in iters.items():
+            m = Var(f"{it.coord.name}_hit", "i1")
+            if full:
+                ok = ir.land(live[n], ir.Cmp("==", self._it_coord(it), coord))
+            else:
+                ok = ir.Cmp("==", it.coord, coord)
+            body.append(ir.Decl(m, ok))
+            matches[n] = m
+        inner = self._case_body(term, st, iters, located, coord, list(iters), alive=matches)
+        present = _presence(term, matches)
+        body += inner if present is True else [ir.If(present, inner)]
+        for n, it in iters.items():
+            body.append(ir.If(matches[n], [ir.Assign(it.pos, ir.add(it.pos, Const(1, I64)))]))
+        if full:
+            return [
+                *stmts,
+                ir.For(coord, Const(0, I64), self.extents[coord.name], body, label=label),
+            ]
+        return [*stmts, ir.While(_presence(term, live), body, label=label)]
+
     # ------------------------------------------------------- affine accesses
     def _cursors(self, u: str, st: State, used: set[int]) -> tuple[State, list[ir.Stmt]]:
         """Cursors for the affine windows that slide forward as ``u`` advances.
@@ -736,7 +801,7 @@ class Lowerer:
                 or not op.fmt.unique(lvl)
             ):
                 continue
-            begin, _ = kind.bounds(op.params.levels[lvl], st.pos[n], st.seg_end.get(n), op.dim(lvl))
+            begin, _ = self._bounds(n, st)
             pair = tuple(Var(f"{op.name}{lvl}_{u}_cursor{k}", I64) for k in range(2))
             decls += [ir.Decl(c, ir.cast(begin, I64)) for c in pair]
             cursors[(n, lvl)] = pair
@@ -1234,15 +1299,28 @@ class Lowerer:
             return None
         return self.out_fmt.levels[st.out_level].letter
 
+    def _bounds(self, n: int, st: State) -> tuple[ir.Expr, ir.Expr]:
+        """The position range of operand ``n``'s next level; empty when the operand did
+        not match above (its parent position is then not its own)."""
+        op = self.operands[n]
+        lvl = st.levels[n]
+        begin, end = op.fmt.levels[lvl].bounds(
+            op.params.levels[lvl], st.pos[n], st.seg_end.get(n), op.dim(lvl)
+        )
+        alive = st.alive.get(n)
+        if alive is None:
+            return begin, end
+        return ir.Select(alive, begin, ir.const_like(begin, 0)), ir.Select(
+            alive, end, ir.const_like(end, 0)
+        )
+
     def _iterator(self, n: int, v: str, st: State) -> _Iterator:
         op = self.operands[n]
         lvl = st.levels[n]
         kind = op.fmt.levels[lvl]
         arrays = op.params.levels[lvl]
         base = f"{op.name}{lvl}"
-        begin, end = kind.bounds(
-            arrays, st.pos[n], st.seg_end.get(n), op.params.dims[op.fmt.mode_order[lvl]]
-        )
+        begin, end = self._bounds(n, st)
         p = Var(f"p{base}", I64)
         if n in self.cin.slots and self.pos_map.get(v, ("", ""))[1] == self.cin.slots[n].tensor:
             p = Var(self.pos_map[v][0], I64)
@@ -1385,7 +1463,11 @@ class Lowerer:
         inner.seg_end[n] = None
         return decl
 
-    def _case_body(self, term, st, iters, located, coord, subset) -> list[ir.Stmt]:
+    def _case_body(
+        self, term, st, iters, located, coord, subset, alive: dict | None = None
+    ) -> list[ir.Stmt]:
+        """Descend past this loop with the operands in ``subset`` matched; ``alive`` (a
+        flat loop) gives each one a flag instead, for whether it matched."""
         inner = st.copy()
         inner.depth += 1
         stmts: list[ir.Stmt] = []
@@ -1396,6 +1478,8 @@ class Lowerer:
             inner.levels[n] += 1
             inner.pos[n] = it.pos
             inner.seg_end[n] = it.seg if not it.unique else None
+            if alive is not None:
+                inner.alive[n] = alive[n]
         for n in located:
             stmts.append(self._locate(n, st, inner))
         kind = self._out_kind(coord.name, st) if st.ws is None else None
@@ -1525,6 +1609,44 @@ def _substitute(t: Term, k: int, new: Term) -> Term:
     if isinstance(t, Reduce):
         return Reduce(t.vars, _substitute(t.body, k, new), t.id)
     return t
+
+
+def _presence(t: Term, flags: dict[int, ir.Expr]) -> ir.Expr | bool:
+    """Whether a term is structurally nonzero when the operands in ``flags`` are present
+    exactly where their flag holds (every other operand is present): the merge lattice
+    as a formula.  Python booleans stand for constants."""
+
+    def both(a, b):
+        if a is False or b is False:
+            return False
+        return b if a is True else a if b is True else ir.land(a, b)
+
+    def either(a, b):
+        if a is True or b is True:
+            return True
+        return b if a is False else a if b is False else ir.lor(a, b)
+
+    if isinstance(t, Opnd):
+        return flags.get(t.n, True)
+    if isinstance(t, Lit):
+        return t.value != 0
+    if isinstance(t, Temp):
+        return True
+    if isinstance(t, Negate | Reduce):
+        return _presence(subterms(t)[0], flags)
+    if isinstance(t, Func):
+        if not FUNCTIONS[t.fn].zero_preserving:
+            return True
+        result: ir.Expr | bool = False
+        for a in t.args:
+            result = either(result, _presence(a, flags))
+        return result
+    assert isinstance(t, Op)
+    left = _presence(t.left, flags)
+    if t.op == "/":
+        return left
+    right = _presence(t.right, flags)
+    return both(left, right) if t.op == "*" else either(left, right)
 
 
 def _why_full(t: Term) -> str:
