@@ -509,3 +509,22 @@ def test_flat_coiteration_reads_no_unmatched_position(asan_cc, tmp_path, case, o
     out = run_under_asan(asan_cc, tmp_path, k, out_format, B.shape, ext, ops)
     want = ops_np["B"] + ops_np["C"] * (ops_np["D"] + ops_np["E"])
     np.testing.assert_array_equal(out.to_numpy(), want)
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("schedule", ["split(j,j0,j1,2)", "divide(j,j0,j1,3)"])
+def test_coordinate_split_blocks_stay_in_bounds(asan_cc, tmp_path, case, schedule):
+    """Each block's binary searches stay inside the operands' segments."""
+    A = MATS[case]
+    B = np.roll(A, 1, axis=1) * 2
+    k = ucf.compile(
+        "S(i,j) = A(i,j) + B(i,j)",
+        formats={"S": "csr", "A": "csr", "B": "csr"},
+        schedule=schedule,
+        target="c",
+    )
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "csr")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "csr", A.shape, dict(zip("ij", A.shape, strict=True)), ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), A + B)

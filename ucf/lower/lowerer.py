@@ -227,6 +227,9 @@ class Lowerer:
         self.pos_map = applied.pos if applied else {}
         self.fused = {f[0][0]: f for f in applied.fused} if applied else {}
         self.steps = list(applied.steps) if applied else []
+        # A split of an original variable, in case its loop co-iterates (see _blocks).
+        self.splits = {c.args[0]: c for c in self.steps if c.name in ("split", "divide")}
+        self.consumed: set = set()  # steps this pass built itself; transforms skip them
         self.entries: dict[str, tuple[Var, int]] = {}
         # Set when a fused pos loop walks a non-unique level: its coordinates repeat.
         self.repeats = False
@@ -399,7 +402,8 @@ class Lowerer:
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
-        transforms.apply(nest, self.steps, self.applied.parallel)
+        steps = [c for c in self.steps if c not in self.consumed]
+        transforms.apply(nest, steps, self.applied.parallel)
         self.entries.clear()
         return nest.body
 
@@ -410,6 +414,7 @@ class Lowerer:
         body: list[ir.Stmt] = (
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
         )
+        self.consumed = set()
         state = State(order=self.outer_order)
         for n in self.operands:
             state.levels[n] = 0
@@ -641,6 +646,10 @@ class Lowerer:
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
         self._check_pos(v, term, iters, full, drives)
         live = set(iters) | set(guards)
+        split = None
+        if v in self.splits and iters and not (full or drives or st.ws is not None):
+            split = self._narrow_to_blocks(v, iters)
+            label = split.args[2]
         if self._flat(v, iters, guards, st):
             stmts += self._flat_loop(term, st, iters, located, coord, label, full)
         elif drives:
@@ -690,6 +699,8 @@ class Lowerer:
                 stmts += self._point_loop(
                     term, st, iters, located, coord, key, point_live, flags, absent, label
                 )
+        if split is not None:
+            stmts = self._blocks(split, stmts)
         if local:
             if self.assembling:
                 stmts.append(
@@ -766,6 +777,66 @@ class Lowerer:
                 ir.For(coord, Const(0, I64), self.extents[coord.name], body, label=label),
             ]
         return [*stmts, ir.While(_presence(term, live), body, label=label)]
+
+    # ------------------------------------------------- coordinate-space split
+    def _narrow_to_blocks(self, v: str, iters: dict):
+        """Narrow each co-iterated operand to the block ``[lo, hi)`` of a split of ``v``.
+
+        A loop that co-iterates several sparse operands has no dense range to
+        strip-mine, so the split happens in coordinate space, as in TACO: the
+        outer loop runs over blocks of coordinates and every operand is narrowed
+        to the block by two binary searches.  Blocks share no state, so the outer
+        loop may run in parallel.
+        """
+        cmd = self.splits[v]
+        for it in iters.values():
+            if it.stride != 1 or it.offset is not None or not it.kind.ordered:
+                raise ScheduleError(
+                    f"{cmd}: {v} co-iterates an operand whose level cannot be searched by "
+                    "coordinate (an affine window or an unordered level); split a dense or "
+                    "singly-driven loop instead"
+                )
+        inner = cmd.args[2]
+        lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
+        for it in iters.values():
+            pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
+            wb, we = Var(f"{it.pos.name}_w0", I64), Var(f"{it.pos.name}_w1", I64)
+            it.init = [
+                ir.Decl(pb, it.begin),
+                ir.Decl(pe, it.end_expr),
+                ir.Decl(wb, pb),
+                *it.kind.search(it.arrays, pb, pe, lo, wb),
+                ir.Decl(we, wb),
+                *it.kind.search(it.arrays, wb, pe, hi, we),
+                ir.Decl(it.pos, wb),
+                ir.Decl(it.end, we),
+            ]
+        self.consumed.add(cmd)
+        return cmd
+
+    def _blocks(self, cmd, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        """The co-iteration ``stmts`` inside a loop over blocks of coordinates."""
+        v, outer, inner, amount = cmd.args
+        n = self.extents[v]
+        lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
+        prelude: list[ir.Stmt] = []
+        if cmd.name == "split":
+            chunk: ir.Expr = Const(int(amount), I64)
+            blocks = ir.Bin("/", ir.add(n, Const(int(amount) - 1, I64)), chunk)
+        else:
+            chunk = Var(f"{inner}_chunk", I64)
+            parts = Const(int(amount), I64)
+            prelude.append(
+                ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(n, parts), Const(1, I64)), parts))
+            )
+            blocks = parts
+        o = Var(outer, I64)
+        body = [
+            ir.Decl(lo, ir.mul(o, chunk)),
+            ir.Decl(hi, ir.minimum(ir.add(ir.mul(o, chunk), chunk), n)),
+            *stmts,
+        ]
+        return [*prelude, ir.For(o, Const(0, I64), blocks, body, label=outer)]
 
     # ------------------------------------------------------- affine accesses
     def _cursors(self, u: str, st: State, used: set[int]) -> tuple[State, list[ir.Stmt]]:
