@@ -402,8 +402,11 @@ class Lowerer:
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
-        steps = [c for c in self.steps if c not in self.consumed]
-        transforms.apply(nest, steps, self.applied.parallel)
+        steps, parallel = self.steps, self.applied.parallel
+        if self.assembling and self.applied.query is not None:
+            steps, parallel = self.applied.query
+        steps = [c for c in steps if c not in self.consumed]
+        transforms.apply(nest, steps, parallel)
         self.entries.clear()
         return nest.body
 
