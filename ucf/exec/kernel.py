@@ -257,6 +257,7 @@ def _scheduled(
                 )
     new = concretize(stmt, fmts, computed, order=order)
     new.loops = list(applied.loops)
+    new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     text = "; ".join(map(str, commands))
