@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from ucf.format.format import Format
-from ucf.ir.nodes import Array, Param, Var
+from ucf.ir.nodes import I64, Array, Param, Var
 from ucf.lower.state import (
     SlotParams,
 )
-
-I64 = "i64"
 
 
 class ParamsMixin:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Const, Var
-
-I64 = "i64"
+from ucf.ir.nodes import I64, Const, Var
 
 
 class BlocksMixin:

@@ -6,21 +6,18 @@ import itertools
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Const, Var
+from ucf.ir.nodes import I64, Const, Var
 from ucf.lower.lattice import (
     Term,
     lattice,
     operands,
     presence,
-    reduces,
     restrict,
     why_full,
 )
 from ucf.lower.state import (
     State,
 )
-
-I64 = "i64"
 
 
 class CoiterationMixin:
@@ -232,29 +229,8 @@ class CoiterationMixin:
                 inner.alive[n] = alive[n]
         for n in located:
             stmts.append(self._locate(n, st, inner))
-        kind = self._out_kind(coord.name, st) if st.ws is None else None
-        if kind is not None:
-            lvl = st.out_level
-            inner.out_level += 1
-            dim = self.out_params.dims[self.out_fmt.mode_order[lvl]]
-            q = Var(f"p{self.out_name}{lvl}", I64)
-            last = lvl == self.out_fmt.order - 1
-            if kind == "U":
-                stmts.append(ir.Decl(q, self.out_fmt.levels[lvl].locate(st.out_pos, coord, dim)))
-            elif last and (inner.depth < len(inner.order) or reduces(term)):
-                # Whether the entry exists is known only once the reduction (or a nested
-                # sum) below has met a stored entry.
-                inner.pending = (lvl, coord)
-                return stmts + self._at_depth(term, inner)
-            else:
-                counter = self._counter(st, lvl)
-                stmts.append(ir.Decl(q, counter))
-                if not self.assembling:
-                    stmts.append(
-                        ir.Store(self.out_params.levels[lvl]["crd"], q, ir.cast(coord, self.it))
-                    )
-                stmts.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
-            inner.out_pos = q
+        if st.ws is None and self._out_kind(coord.name, st) is not None:
+            stmts += self._output_level(term, st, inner, coord)
         return stmts + self._at_depth(term, inner)
 
     def _label(self, v: str, st: State) -> str:

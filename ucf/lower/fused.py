@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Array, Const, Var
+from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lower.lattice import (
     Term,
     lattice,
@@ -14,8 +14,6 @@ from ucf.lower.lattice import (
 from ucf.lower.state import (
     State,
 )
-
-I64 = "i64"
 
 
 class FusedMixin:

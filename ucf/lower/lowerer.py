@@ -37,7 +37,7 @@ from ucf.cin.notation import CIN
 from ucf.cin.schedule import Applied
 from ucf.errors import UnsupportedError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Array, Const, Var
+from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
@@ -68,8 +68,6 @@ from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
-
-I64 = "i64"
 
 
 class Lowerer(
@@ -270,36 +268,7 @@ class Lowerer(
                 return []
         use_acc = self.use_acc and st.ws is None
         if out_bound and st.acc is None and use_acc and (remaining or st.pending is not None):
-            acc = Var(f"t{next(self._fresh)}", self.vt)
-            inner = st.copy()
-            inner.acc = acc
-            if st.pending is None:
-                return [
-                    ir.Decl(acc, Const(0, self.vt)),
-                    *self._nest(term, inner),
-                    self._store_output(st, acc),
-                ]
-            # A compressed output level gets the coordinate only if some term of
-            # the reduction was present, so its pattern is exactly the implied one.
-            hit = Var(f"{acc.name}_hit", "i1")
-            inner.hit = hit
-            lvl, coord = st.pending
-            q = Var(f"p{self.out_name}{lvl}", I64)
-            counter = self._counter(st, lvl)
-            insert: list[ir.Stmt] = [ir.Decl(q, counter)]
-            if not self.assembling:
-                crd = self.out_params.levels[lvl]["crd"]
-                insert += [
-                    ir.Store(crd, q, ir.cast(coord, self.it)),
-                    ir.Store(self.out_params.vals, q, acc),
-                ]
-            insert.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
-            return [
-                ir.Decl(acc, Const(0, self.vt)),
-                ir.Decl(hit, Const(False, "i1")),
-                *self._nest(term, inner),
-                ir.If(hit, insert),
-            ]
+            return self._accumulate(term, st)
         return self._nest(term, st)
 
     def _nest(self, term: Term, st: State) -> list[ir.Stmt]:

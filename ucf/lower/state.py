@@ -6,14 +6,12 @@ from dataclasses import dataclass, field, replace
 
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Array, Const, Var
+from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lower import sort
 from ucf.lower.lattice import (
     Term,
 )
-
-I64 = "i64"
 
 
 @dataclass

@@ -17,8 +17,6 @@ from ucf.lower.state import (
     State,
 )
 
-I64 = "i64"
-
 
 class TemporariesMixin:
     """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""

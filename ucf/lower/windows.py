@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Const, Var
+from ucf.ir.nodes import I64, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lower.state import (
     Iterator,
     State,
 )
-
-I64 = "i64"
 
 
 class WindowsMixin:

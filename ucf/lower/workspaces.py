@@ -6,7 +6,7 @@ from ucf.errors import ScheduleError, UcfError
 from ucf.format.format import Format, dense_format
 from ucf.format.levels import WORKSPACE_LIST
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Array, Const, Var
+from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.reductions import peel
@@ -24,8 +24,6 @@ from ucf.lower.state import (
     Where,
     Workspace,
 )
-
-I64 = "i64"
 
 # The epoch at which a listed workspace's flags are cleared and the count restarts.
 EPOCH_WRAP = 2**31 - 1
