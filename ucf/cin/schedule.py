@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import lark
 
 from ucf.errors import ParseError, ScheduleError
+
+if TYPE_CHECKING:
+    from ucf.format.format import Format
 
 COMMANDS = {
     "reorder": None,  # any number of variables
@@ -210,7 +214,7 @@ def apply_schedule(
     commands: list[Command],
     order: list[str],
     chains: dict[str, list[str]],
-    tensors: dict[str, tuple[list[str], str]],
+    tensors: dict[str, tuple[list[str], Format]],
     output: tuple[str, bool] = ("", False),
 ) -> Applied:
     """Check every command against the loop nest as it stands and record it.
@@ -218,7 +222,7 @@ def apply_schedule(
     ``chains`` maps each sparse operand (or the sparse output) to its index
     variables in level order, so a loop order that walks one out of order is
     refused.  ``tensors`` maps each operand name to its variables in level
-    order and its level letters, for ``pos``.  ``output`` is the output's name
+    order and its format, for ``pos``.  ``output`` is the output's name
     and whether it is sparse, for ``assemble``.
     """
     assemble: Assemble | None = None
@@ -341,7 +345,7 @@ def _apply(
     commands: list[Command],
     order: list[str],
     chains: dict[str, list[str]],
-    tensors: dict[str, tuple[list[str], str]],
+    tensors: dict[str, tuple[list[str], Format]],
 ) -> Applied:
     loops = list(order)
     prov = Provenance(order)
@@ -391,7 +395,7 @@ def _apply(
                     f"{cmd}: unknown tensor '{tensor}'{closest(tensor, tensors)}; the operands "
                     f"are {', '.join(tensors)}"
                 )
-            tvars, letters = tensors[tensor]
+            tvars, fmt = tensors[tensor]
             if any(o not in tvars for o in origins):
                 missing = next(o for o in origins if o not in tvars)
                 raise ScheduleError(
@@ -403,11 +407,12 @@ def _apply(
                 raise ScheduleError(
                     f"{cmd}: {', '.join(origins)} are not consecutive levels of {tensor}"
                 )
-            letter = letters[levels[-1]]
-            if letter == "U":
+            kind = fmt.levels[levels[-1]]
+            if kind.full:
                 raise ScheduleError(
-                    f"{cmd}: {tensor} stores {origins[-1]} in a dense (U) level, which has "
-                    "no position space; pos needs a compressed (C) or singleton (S) level"
+                    f"{cmd}: {tensor} stores {origins[-1]} in a {kind.name} ({kind.letter}) level, "
+                    "which has no position space; pos needs a level that stores its "
+                    "coordinates, such as compressed (C) or singleton (S)"
                 )
             loops[loops.index(v)] = vpos
             prov.add(vpos, Relation("pos", (v,), tensor=tensor))

@@ -23,10 +23,16 @@ from ucf.cin.schedule import Applied, Command, Schedule, apply_schedule, parse_s
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
-from ucf.errors import OperandError, ScheduleError, ShapeError, UcfError, UnsupportedError
+from ucf.errors import (
+    FormatError,
+    OperandError,
+    ScheduleError,
+    ShapeError,
+    UcfError,
+    UnsupportedError,
+)
 from ucf.exec import cache
 from ucf.format.format import Format, dense_format, parse_format
-from ucf.format.levels import KINDS
 from ucf.format.tensor import Tensor, as_tensor, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -92,10 +98,13 @@ def _plan(
     fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
     commands = parse_schedule(schedule) if schedule else []
     requested = fmts.pop(out)
-    # Outputs with singleton levels are computed compressed and converted after.
-    computed = Format(
-        tuple(KINDS["C"] if k.branchless else k for k in requested.levels), requested.mode_order
-    )
+    # Levels that cannot be written as outputs (singleton) are computed in the kind they
+    # name (compressed), and the result is converted after.
+    try:
+        levels = tuple(k.as_output() for k in requested.levels)
+    except FormatError as e:
+        raise FormatError(f"output {out} ('{requested}'): {e}") from None
+    computed = Format(levels, requested.mode_order)
     base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
     module = None
     if target == "cuda":
@@ -230,11 +239,11 @@ def _scheduled(
     """Re-concretize with the loop order the schedule asks for, after checking it."""
     stmt = cin.statement
     chains = {}
-    tensors: dict[str, tuple[list[str], str]] = {}
+    tensors: dict[str, tuple[list[str], Format]] = {}
     for n, a in enumerate(accesses(stmt.rhs)):
         slot = cin.slots[n]
         lv = level_vars(a, slot.format, cin.order)
-        tensors.setdefault(a.tensor, (lv, slot.format.letters))
+        tensors.setdefault(a.tensor, (lv, slot.format))
         # An affine level's base moves with the order; concretize checks those.
         if not slot.format.is_dense and all(i.single_variable for i in a.indices):
             chains[f"operand {a.tensor} ('{slot.format}')"] = lv
@@ -588,7 +597,11 @@ class Kernel:
             t = out
         else:
             arr = np.asarray(out)
-            if arr.dtype != self.dtype or not arr.flags.c_contiguous or str(fmt) != "U" * arr.ndim:
+            if (
+                arr.dtype != self.dtype
+                or not arr.flags.c_contiguous
+                or fmt != dense_format(arr.ndim)
+            ):
                 raise OperandError(
                     f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
                     f"format '{fmt}'), got {arr.dtype}"
@@ -606,18 +619,8 @@ class Kernel:
         parent = 1
         for lvl, kind in enumerate(fmt.levels):
             dim = shape[fmt.mode_order[lvl]]
-            if kind.full:
-                levels.append({})
-                parent *= dim
-            else:
-                n = int(counts[lvl])
-                levels.append(
-                    {
-                        "pos": np.zeros(parent + 1, dtype=self.index_dtype),
-                        "crd": np.zeros(n, dtype=self.index_dtype),
-                    }
-                )
-                parent = n
+            arrays, parent = kind.allocate(parent, int(counts[lvl]), dim, self.index_dtype)
+            levels.append(arrays)
         return Tensor(
             shape,
             fmt,

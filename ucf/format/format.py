@@ -41,6 +41,14 @@ class Format:
         """A level is non-unique exactly when a singleton level hangs below it."""
         return not (level + 1 < self.order and self.levels[level + 1].branchless)
 
+    def run_end(self, level: int) -> int:
+        """One past the last branchless level below ``level``: the levels that share its
+        positions (a COO run ``C S S``)."""
+        end = level + 1
+        while end < self.order and self.levels[end].branchless:
+            end += 1
+        return end
+
     def level_of_mode(self, mode: int) -> int:
         return self.mode_order.index(mode)
 
@@ -122,3 +130,8 @@ def _check_structure(fmt: Format, tensor: str) -> None:
                 f"format '{fmt}'{who}: singleton level {lvl} must follow a compressed "
                 "or singleton level (e.g. 'CS' is COO)"
             )
+
+
+#: The formats scipy stores natively, for zero-copy interchange.
+CSR = Format((KINDS["U"], KINDS["C"]), (0, 1))
+CSC = Format((KINDS["U"], KINDS["C"]), (1, 0))

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, ShapeError
-from ucf.format.format import Format, parse_format
+from ucf.format.format import CSC, CSR, Format, parse_format
+from ucf.format.levels import Checking, Packing, checks
 
 VALUE_DTYPES: tuple[np.dtype, ...] = tuple(
     np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32)
@@ -110,76 +111,7 @@ def _where(fmt: Format, level: int) -> str:
     return f"level {level} ({fmt.levels[level].name}, mode {fmt.mode_order[level]})"
 
 
-def _first_true(mask: np.ndarray) -> int | None:
-    """Index of the first True, without materializing all of them."""
-    if mask.size == 0:
-        return None
-    i = int(np.argmax(mask))
-    return i if mask[i] else None
-
-
 # --------------------------------------------------------------------------- checks
-
-
-def _check_index_array(where: str, name: str, arr: Any, idt: np.dtype) -> None:
-    if arr is None:
-        raise FormatError(f"{where}: missing array '{name}'")
-    if not isinstance(arr, np.ndarray):
-        raise FormatError(
-            f"{where}: array '{name}' must be a numpy array, got {type(arr).__name__}"
-        )
-    if arr.ndim != 1:
-        raise FormatError(f"{where}: array '{name}' must be 1-D, got shape {arr.shape}")
-    if arr.dtype != idt:
-        raise FormatError(
-            f"{where}: array '{name}' has dtype {arr.dtype} but the tensor's index dtype is {idt}"
-        )
-    if not arr.flags.c_contiguous:
-        raise FormatError(f"{where}: array '{name}' is not C-contiguous")
-
-
-def _check_pos(where: str, pos: np.ndarray, parent_count: int) -> int:
-    """Check a pos array against its parent's position count; returns the child count."""
-    if len(pos) != parent_count + 1:
-        raise FormatError(
-            f"{where}: pos has length {len(pos)}, expected parent position count + 1 = "
-            f"{parent_count + 1}"
-        )
-    if pos[0] != 0:
-        raise FormatError(f"{where}: pos[0] is {int(pos[0])}, expected 0")
-    p = _first_true(pos[1:] < pos[:-1])
-    if p is not None:
-        raise FormatError(
-            f"{where}: pos decreases at parent position {p} "
-            f"(pos[{p}] = {int(pos[p])} > pos[{p + 1}] = {int(pos[p + 1])})"
-        )
-    return int(pos[-1])
-
-
-def _check_range(where: str, crd: np.ndarray, dim: int, what: str = "crd") -> None:
-    if crd.size == 0:
-        return
-    if int(crd.min()) >= 0 and int(crd.max()) < dim:
-        return
-    q = _first_true((crd < 0) | (crd >= dim))
-    assert q is not None
-    raise FormatError(f"{where}: {what} {int(crd[q])} at position {q} is out of range [0, {dim})")
-
-
-def _same_segment(pos: np.ndarray, n: int) -> np.ndarray:
-    """For each neighbouring pair (q-1, q) of n children: do they share a parent?
-
-    Only sortedness *within* a segment is required, so every check of
-    neighbouring coordinates is masked with this.
-    """
-    start = np.zeros(n, dtype=bool)
-    starts = pos[:-1]
-    start[starts[starts < n]] = True
-    return ~start[1:]
-
-
-def _parent_of(pos: np.ndarray, q: int) -> int:
-    return int(np.searchsorted(pos, q, side="right")) - 1
 
 
 # --------------------------------------------------------------------------- Tensor
@@ -246,12 +178,9 @@ class Tensor:
         """Number of positions at each level, outermost first."""
         sizes = []
         count = 1
+        dims = _level_dims(self.shape, self.format)
         for lvl, kind in enumerate(self.format.levels):
-            letter = kind.letter
-            if letter == "U":
-                count *= self.shape[self.format.mode_order[lvl]]
-            elif letter == "C":
-                count = int(self.levels[lvl]["pos"][-1])
+            count = kind.size(self.levels[lvl], count, dims[lvl])
             sizes.append(count)
         return sizes
 
@@ -281,12 +210,7 @@ class Tensor:
                 f"format '{fmt}' has {fmt.order} levels but {len(self.levels)} level "
                 "array dicts were given"
             )
-        count = 1
-        # State of the current C S* run: the run's C level, its pos, and for
-        # each neighbouring pair whether all coordinates so far in the run are equal.
-        run_level = -1
-        run_pos: np.ndarray | None = None
-        run_eq: np.ndarray | None = None
+        state = Checking()
         for lvl, kind in enumerate(fmt.levels):
             where = _where(fmt, lvl)
             dim = self.shape[fmt.mode_order[lvl]]
@@ -302,65 +226,10 @@ class Tensor:
                     f"{kind.name} level stores {list(kind.arrays) or 'no arrays'}"
                 )
             for name in kind.arrays:
-                _check_index_array(where, name, arrays.get(name), idt)
-            if kind.letter == "U":
-                count *= dim
-                continue
-            if kind.letter == "C":
-                pos, crd = arrays["pos"], arrays["crd"]
-                n = _check_pos(where, pos, count)
-                if len(crd) != n:
-                    raise FormatError(f"{where}: crd has length {len(crd)}, expected pos[-1] = {n}")
-                _check_range(where, crd, dim)
-                same = _same_segment(pos, n)
-                unique = fmt.unique(lvl)
-                prev, cur = crd[:-1], crd[1:]
-                bad = same & ((cur <= prev) if unique else (cur < prev))
-                q = _first_true(bad)
-                if q is not None:
-                    q += 1
-                    kind_s = "strictly sorted" if unique else "sorted"
-                    raise FormatError(
-                        f"{where}: crd not {kind_s} within segment of parent position "
-                        f"{_parent_of(pos, q)} at position {q} (crd {int(crd[q])} after "
-                        f"{int(crd[q - 1])})"
-                    )
-                if not unique:
-                    run_level, run_pos, run_eq = lvl, pos, same & (cur == prev)
-                count = n
-                continue
-            if kind.letter == "S":
-                crd = arrays["crd"]
-                if len(crd) != count:
-                    raise FormatError(
-                        f"{where}: crd has length {len(crd)}, expected one per parent "
-                        f"position = {count}"
-                    )
-                _check_range(where, crd, dim)
-                if run_eq is None or run_pos is None:
-                    raise FormatError(f"{where}: a singleton level must follow a compressed level")
-                prev, cur = crd[:-1], crd[1:]
-                q = _first_true(run_eq & (cur < prev))
-                if q is not None:
-                    q += 1
-                    raise FormatError(
-                        f"{where}: crd not sorted within segment of parent position "
-                        f"{_parent_of(run_pos, q)} (of level {run_level}) at position {q} "
-                        f"(crd {int(crd[q])} after {int(crd[q - 1])}, with equal coordinates "
-                        f"at levels {run_level}..{lvl - 1})"
-                    )
-                run_eq = run_eq & (cur == prev)
-                if fmt.unique(lvl):
-                    q = _first_true(run_eq)
-                    if q is not None:
-                        raise FormatError(
-                            f"{where}: duplicate coordinate tuple at positions {q} and {q + 1} "
-                            f"within segment of parent position {_parent_of(run_pos, q + 1)} "
-                            f"(of level {run_level})"
-                        )
-                    run_level, run_pos, run_eq = -1, None, None
-                continue
-            raise FormatError(f"{where}: no packing support for level kind '{kind.letter}'")
+                checks.index_array(where, name, arrays.get(name), idt)
+            state.level = lvl
+            kind.check(where, arrays, dim, fmt.unique(lvl), state)
+        count = state.count
         vals = self.vals
         if not isinstance(vals, np.ndarray):
             raise FormatError(f"vals must be a numpy array, got {type(vals).__name__}")
@@ -422,21 +291,7 @@ class Tensor:
         cols: list[np.ndarray] = []
         count = 1
         for lvl, kind in enumerate(fmt.levels):
-            d = dims[lvl]
-            arrays = self.levels[lvl]
-            if kind.letter == "U":
-                cols = [np.repeat(c, d) for c in cols]
-                cols.append(np.tile(np.arange(d, dtype=np.int64), count))
-                count *= d
-            elif kind.letter == "C":
-                pos = arrays["pos"]
-                if cols:
-                    parent = np.repeat(np.arange(count, dtype=np.int64), np.diff(pos))
-                    cols = [c[parent] for c in cols]
-                cols.append(arrays["crd"].astype(np.int64))
-                count = len(arrays["crd"])
-            else:
-                cols.append(arrays["crd"].astype(np.int64))
+            cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
         coords = np.empty((count, fmt.order), dtype=np.int64)
         for lvl, m in enumerate(fmt.mode_order):
             coords[:, m] = cols[lvl]
@@ -493,8 +348,8 @@ class Tensor:
         fmt = self.format
         csr = sp.csr_matrix if matrix else sp.csr_array
         csc = sp.csc_matrix if matrix else sp.csc_array
-        if fmt.letters == "UC":
-            build = csr if fmt.mode_order == (0, 1) else csc
+        if fmt in (CSR, CSC):
+            build = csr if fmt == CSR else csc
             lv = self.levels[1]
             return build((self.vals, lv["crd"], lv["pos"]), shape=self.shape, copy=False)
         coo = sp.coo_matrix if matrix else sp.coo_array
@@ -539,12 +394,13 @@ class Tensor:
                         f"{idt}; use index_dtype=np.int64"
                     )
                 for name, arr in lv.items():
-                    _check_fits(_where(fmt, lvl), name, arr, idt)
+                    if arr.size:
+                        checks.fits(_where(fmt, lvl), f"{name} value", int(arr.max()), idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
         if self.format.is_dense:
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        if self.format.letters == "UC" and fmt.letters == "UC":
+        if self.format in (CSR, CSC) and fmt in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
             m = self.to_scipy()
             m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
@@ -555,14 +411,6 @@ class Tensor:
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
         return _pack(self.shape, fmt, coords[:, list(fmt.mode_order)], vals.astype(dt), idt)
-
-
-def _check_fits(where: str, name: str, arr: np.ndarray, idt: np.dtype) -> None:
-    if arr.size and int(arr.max()) > np.iinfo(idt).max:
-        raise FormatError(
-            f"{where}: {name} value {int(arr.max())} does not fit index dtype {idt}; "
-            "use index_dtype=np.int64"
-        )
 
 
 # --------------------------------------------------------------------------- packing
@@ -634,54 +482,15 @@ def _pack(
     if not sorted_unique:
         lc, vals = _sort_sum(lc, vals, dims)
     nnz = len(vals)
-    imax = np.iinfo(idt).max
-    parent = np.zeros(nnz, dtype=np.int64)
-    count = 1
+    for lvl in range(fmt.order):
+        if fmt.levels[lvl].arrays:
+            checks.fits(_where(fmt, lvl), "dimension", dims[lvl] - 1, idt)
+    state = Packing(lc, dims, idt, np.zeros(nnz, dtype=np.int64))
     levels: list[dict[str, np.ndarray]] = []
-    lvl = 0
-    while lvl < fmt.order:
-        kind = fmt.levels[lvl]
-        if kind.letter == "U":
-            parent *= dims[lvl]
-            parent += lc[:, lvl]
-            count *= dims[lvl]
-            levels.append({})
-            lvl += 1
-            continue
-        if kind.letter != "C":
-            raise FormatError(
-                f"{_where(fmt, lvl)}: no packing support for level kind '{kind.letter}' here"
-            )
-        end = lvl + 1
-        while end < fmt.order and fmt.levels[end].letter == "S":
-            end += 1
-        flag = np.ones(nnz, dtype=bool)
-        if nnz:
-            flag[1:] = parent[1:] != parent[:-1]
-            for j in range(lvl, end):
-                flag[1:] |= lc[1:, j] != lc[:-1, j]
-        first = np.flatnonzero(flag)
-        n = len(first)
-        for j in range(lvl, end):
-            if dims[j] - 1 > imax:
-                raise FormatError(
-                    f"{_where(fmt, j)}: dimension {dims[j]} does not fit index dtype {idt}; "
-                    "use index_dtype=np.int64"
-                )
-        if n > imax:
-            raise FormatError(
-                f"{_where(fmt, lvl)}: {n} positions do not fit index dtype {idt}; "
-                "use index_dtype=np.int64"
-            )
-        pos = np.zeros(count + 1, dtype=idt)
-        np.cumsum(np.bincount(parent[first], minlength=count), out=pos[1:])
-        levels.append({"pos": pos, "crd": lc[first, lvl].astype(idt)})
-        for j in range(lvl + 1, end):
-            levels.append({"crd": lc[first, j].astype(idt)})
-        parent = np.cumsum(flag, dtype=np.int64)
-        parent -= 1
-        count = n
-        lvl = end
+    for lvl, kind in enumerate(fmt.levels):
+        levels.append(kind.pack(lvl, fmt.run_end(lvl), state))
+        checks.fits(_where(fmt, lvl), "position count", state.count, idt)
+    parent, count = state.parent, state.count
     if nnz == count and (nnz == 0 or (parent[-1] == nnz - 1)):
         out = np.ascontiguousarray(vals)
     else:
@@ -744,7 +553,7 @@ def from_coo(
     for m, d in enumerate(shape):
         col = c[:, m]
         if col.size and (int(col.min()) < 0 or int(col.max()) >= d):
-            k = _first_true((col < 0) | (col >= d))
+            k = checks.first_true((col < 0) | (col >= d))
             assert k is not None
             raise ShapeError(
                 f"coordinate {int(col[k])} of mode {m} (entry {k}) is out of range for "
@@ -829,23 +638,22 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
             raise FormatError(f"{where}: indptr is not a 1-D array")
         if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
             raise FormatError(f"{where}: indptr/indices must be integer arrays")
-        nnz = _check_pos(f"{where} (indptr)", indptr, major)
+        nnz = checks.positions(f"{where} (indptr)", indptr, major)
         if len(indices) < nnz or len(data) < nnz:
             raise FormatError(
                 f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
                 f"{len(data)} entries"
             )
         indices, data = indices[:nnz], data[:nnz]
-        _check_range(where, indices, minor, what="index")
+        checks.in_range(where, indices, minor, what="index")
         idt = (
             _scipy_index_dtype(indptr, indices)
             if index_dtype is None
             else index_dtype_of(index_dtype)
         )
-        same = _same_segment(indptr, nnz)
+        same = checks.same_segment(indptr, nnz)
         canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
-        layout = (0, 1) if kind == "csr" else (1, 0)
-        if canonical and fmt.letters == "UC" and fmt.mode_order == layout:
+        if canonical and fmt == (CSR if kind == "csr" else CSC):
             if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
                 raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
             levels = [
@@ -870,7 +678,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
         coords = coords.reshape(-1, len(shape))
         for mode, d in enumerate(shape):
-            _check_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
+            checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
         vals = np.asarray(c.data).astype(dt)
     return _pack(shape, fmt, coords[:, list(fmt.mode_order)], vals, idt)
 

@@ -38,14 +38,15 @@ class ParamsMixin:
                 )
             )
             if self.local is not None:
-                arr = self.out_params.levels[self.local]["pos"]
+                kind = self.out_fmt.levels[self.local]
+                arr = self.out_params.levels[self.local][kind.segment_array]
                 params.append(
                     Param(
                         arr.name,
                         arr.elem,
                         True,
                         True,
-                        role=("pos", self.out_name, self.local),
+                        role=(kind.segment_array, self.out_name, self.local),
                         doc=f"out: entries under each parent of output level {self.local}",
                     )
                 )

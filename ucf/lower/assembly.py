@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ucf.format.format import Format
+from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower.lattice import Term, reduces
@@ -25,16 +26,23 @@ class AssemblyMixin:
         if not self.sparse_out:
             return None
         sparse = [k for k, lvl in enumerate(self.out_fmt.levels) if not lvl.full]
-        if len(sparse) == 1 and self.out_fmt.levels[sparse[0]].letter == "C":
+        if len(sparse) == 1 and self.out_fmt.levels[sparse[0]].segment_array is not None:
             return sparse[0]
         return None
 
-    def _out_kind(self, v: str, st: State) -> str | None:
+    def _out_kind(self, v: str, st: State) -> LevelKind | None:
+        """The kind of the output level loop ``v`` places a coordinate in, if any."""
         if not self.sparse_out or st.out_level >= self.out_fmt.order:
             return None
         if self.out_level_vars[st.out_level] != v:
             return None
-        return self.out_fmt.levels[st.out_level].letter
+        return self.out_fmt.levels[st.out_level]
+
+    def _close_segment(self, st: State, end: ir.Expr) -> list[ir.Stmt]:
+        """Record where the output segment of the current parent position ends."""
+        lvl = st.out_level
+        kind = self.out_fmt.levels[lvl]
+        return kind.close(self.out_params.levels[lvl], st.out_pos, end, self.it)
 
     def _accumulate(self, term: Term, st: State) -> list[ir.Stmt]:
         """The rest of the nest summed into a scalar, stored once every output variable is
@@ -57,11 +65,10 @@ class AssemblyMixin:
         counter = self._counter(st, lvl)
         insert: list[ir.Stmt] = [ir.Decl(q, counter)]
         if not self.assembling:
-            crd = self.out_params.levels[lvl]["crd"]
-            insert += [
-                ir.Store(crd, q, ir.cast(coord, self.it)),
-                ir.Store(self.out_params.vals, q, acc),
-            ]
+            insert += self.out_fmt.levels[lvl].append(
+                self.out_params.levels[lvl], q, coord, self.it
+            )
+            insert.append(ir.Store(self.out_params.vals, q, acc))
         insert.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
         return [
             ir.Decl(acc, Const(0, self.vt)),
@@ -89,7 +96,7 @@ class AssemblyMixin:
         counter = self._counter(st, lvl)
         stmts: list[ir.Stmt] = [ir.Decl(q, counter)]
         if not self.assembling:
-            stmts.append(ir.Store(self.out_params.levels[lvl]["crd"], q, ir.cast(coord, self.it)))
+            stmts += kind.append(self.out_params.levels[lvl], q, coord, self.it)
         stmts.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
         inner.out_pos = q
         return stmts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from ucf.errors import ScheduleError
+from ucf.errors import ScheduleError, UnsupportedError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower.lattice import (
@@ -39,13 +39,15 @@ class CoiterationMixin:
         top = points[0]
         stmts: list[ir.Stmt] = []
         out_kind = self._out_kind(v, st)
-        local = out_kind == "C" and st.out_level == self.local and st.ws is None
+        local = out_kind is not None and st.out_level == self.local and st.ws is None
         prefix: list[ir.Stmt] = []
-        pos_arr = self.out_params.levels[self.local]["pos"] if local else None
         if local:
             st = st.copy()
             st.counter = Var(f"{self.out_name}{self.local}_at", I64)
-            start = Const(0, I64) if self.assembling else ir.cast(ir.Load(pos_arr, st.out_pos), I64)
+            arrays = self.out_params.levels[self.local]
+            dim = self.out_params.dims[self.out_fmt.mode_order[self.local]]
+            begin = out_kind.bounds(arrays, st.out_pos, None, dim)[0]
+            start = Const(0, I64) if self.assembling else ir.cast(begin, I64)
             prefix = [ir.Decl(st.counter, start)]
         st, slide = self._cursors(v, st, used)
         prefix += slide
@@ -56,6 +58,8 @@ class CoiterationMixin:
         guard_only = any(p.iters and not p.iters & set(iters) for p in points)
         full = top.full or (guard_only and bool(iters))
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
+        if not drives:
+            self._require_ordered(v, iters, st)
         self._check_pos(v, term, iters, full, drives)
         live = set(iters) | set(guards)
         split = None
@@ -115,22 +119,26 @@ class CoiterationMixin:
             stmts = self._blocks(split, stmts)
         if local:
             if self.assembling:
-                stmts.append(
-                    ir.Store(
-                        pos_arr, ir.add(st.out_pos, Const(1, I64)), ir.cast(st.counter, self.it)
-                    )
-                )
+                stmts += self._close_segment(st, st.counter)
             return prefix + stmts
-        if out_kind == "C" and not self.assembling and st.ws is None:
-            lvl = st.out_level
-            stmts.append(
-                ir.Store(
-                    self.out_params.levels[lvl]["pos"],
-                    ir.add(st.out_pos, Const(1, I64)),
-                    ir.cast(self.counters[lvl], self.it),
-                )
-            )
+        appended = out_kind is not None and out_kind.output == "append"
+        if appended and not self.assembling and st.ws is None:
+            stmts += self._close_segment(st, self.counters[st.out_level])
         return prefix + stmts
+
+    def _require_ordered(self, v: str, iters: dict, st: State) -> None:
+        """Merging or matching coordinates needs them in order; an unordered level can only
+        drive its loop alone, with every other operand located."""
+        for n, it in iters.items():
+            if not it.kind.ordered:
+                op = self.operands[n]
+                tensor = self.cin.slots[n].tensor if n in self.cin.slots else op.name
+                raise UnsupportedError(
+                    f"tensor {tensor}, level {st.levels[n]} ({it.kind.name}) "
+                    f"stores its coordinates unordered, so the loop over {v} cannot co-iterate "
+                    "it with other operands or visit every coordinate; it can only drive the "
+                    "loop alone while the other operands are dense there"
+                )
 
     def _full_body(self, term, st, iters, located, coord, guards) -> list[ir.Stmt]:
         """A dense loop over the dimension; sparse iterators are checked for a match."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.ir.nodes import I64, Var
 from ucf.lower.lattice import (
     Term,
     lattice,
@@ -100,35 +100,18 @@ class FusedMixin:
         parents: dict[int, ir.Expr] = {b: p}
         child, child_first = p, first
         for lvl in range(b, a, -1):
-            letter = kinds[lvl].letter
             q = Var(f"{label}_q{lvl - 1}", I64)
-            if letter == "C":
-                posarr = arrays[lvl]["pos"]
-                entry += _segment_search(posarr, child_first, ranges[lvl - 1], q)
-                nxt = ir.add(q, Const(1, I64))
-                body.append(
-                    ir.While(
-                        ir.Cmp("<=", ir.cast(ir.Load(posarr, nxt), I64), child), [ir.Assign(q, nxt)]
-                    )
-                )
-                child_first = q
-            elif letter == "U":
-                body.append(ir.Decl(q, ir.Bin("/", child, dims[lvl])))
-                qf = Var(f"{label}_f{lvl - 1}", I64)
-                entry.append(ir.Decl(qf, ir.Bin("/", child_first, dims[lvl])))
-                child_first = qf
-            else:
-                body.append(ir.Decl(q, child))
+            found, step, child_first = kinds[lvl].parent_walk(
+                arrays[lvl], dims[lvl], child, child_first, ranges[lvl - 1], q
+            )
+            entry += found
+            body += step
             parents[lvl - 1] = q
             child = q
         for lvl in range(a, b + 1):
-            pos_l = parents[lvl]
-            if kinds[lvl].letter == "U":
-                parent = st.pos[n] if lvl == a else parents[lvl - 1]
-                coord = ir.sub(pos_l, ir.mul(parent, dims[lvl]))
-            else:
-                coord = ir.cast(kinds[lvl].coordinate(arrays[lvl], pos_l), I64)
-            body.append(ir.Decl(Var(fvars[lvl - a], I64), coord))
+            parent = st.pos[n] if lvl == a else parents[lvl - 1]
+            coord = kinds[lvl].coordinate(arrays[lvl], parents[lvl], parent, dims[lvl])
+            body.append(ir.Decl(Var(fvars[lvl - a], I64), ir.cast(coord, I64)))
         body += located_stmts
         inner = cur
         inner.depth = st.depth + m
@@ -138,22 +121,3 @@ class FusedMixin:
         loop = ir.For(p, ranges[b][0], ranges[b][1], body, label=label)
         self.entries[label] = (first, len(entry) + 1)
         return [*pre, ir.Decl(first, ranges[b][0]), *entry, loop]
-
-
-def _segment_search(pos: Array, target: ir.Expr, rng: tuple[Var, Var], q: Var) -> list[ir.Stmt]:
-    """``q`` = the parent whose segment of ``pos`` holds child position ``target``."""
-    lo, hi, mid = Var(f"{q.name}_l", I64), Var(f"{q.name}_h", I64), Var(f"{q.name}_m", I64)
-    step = [
-        ir.Decl(mid, ir.Bin("/", ir.add(lo, hi), Const(2, I64))),
-        ir.If(
-            ir.Cmp("<=", ir.cast(ir.Load(pos, mid), I64), target),
-            [ir.Assign(lo, mid)],
-            [ir.Assign(hi, mid)],
-        ),
-    ]
-    return [
-        ir.Decl(lo, rng[0]),
-        ir.Decl(hi, rng[1]),
-        ir.While(ir.Cmp(">", ir.sub(hi, lo), Const(1, I64)), step),
-        ir.Decl(q, lo),
-    ]

@@ -1,0 +1,129 @@
+"""The house rules of issue 13: the compiler asks level kinds for properties only, a
+new kind plugs in as one module, and the package has no import cycles."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from ucf.format.levels import KINDS
+from ucf.format.levels.compressed import Compressed
+
+ROOT = Path(ucf.__file__).parent
+COMPILER = ["lower", "cin", "exec", "codegen"]
+CONCRETE = re.compile(
+    r"ucf\.format\.levels\.(dense|compressed|singleton)|\b(DENSE|COMPRESSED|SINGLETON)\b"
+)
+LETTER = re.compile(r"""\.letters?\b\s*[!=]=|[!=]=\s*["'][UCS]["']|KINDS\[""")
+
+
+def compiler_sources():
+    for package in COMPILER:
+        yield from sorted((ROOT / package).glob("*.py"))
+
+
+@pytest.mark.parametrize(
+    "path", list(compiler_sources()), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_the_compiler_never_tests_which_kind_it_holds(path):
+    text = path.read_text()
+    assert not LETTER.findall(text), f"{path} compares level letters"
+    assert not CONCRETE.findall(text), f"{path} names a concrete level kind"
+
+
+def test_the_scan_finds_what_it_looks_for():
+    assert LETTER.search('if kind.letter == "C":')
+    assert LETTER.search("fmt.letters == 'UC'")
+    assert CONCRETE.search("from ucf.format.levels.compressed import COMPRESSED")
+    assert not LETTER.search("kind.output == 'append'")
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of ucf this module imports when it is loaded (not inside functions)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ucf"):
+            found.add(node.module)
+            for alias in node.names:
+                found.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ucf"))
+    return found
+
+
+def test_no_import_cycles():
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        modules[name] = path
+    graph = {m: {i for i in _imports(p) if i in modules and i != m} for m, p in modules.items()}
+    seen, stack = set(), []
+
+    def visit(m):
+        if m in stack:
+            raise AssertionError("import cycle: " + " -> ".join([*stack[stack.index(m) :], m]))
+        if m in seen:
+            return
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if n.startswith(m + "."):
+                continue  # a package importing its own modules
+            visit(n)
+        stack.pop()
+        seen.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+
+
+# --------------------------------------------------- a kind plugged in from outside
+UNORDERED = Compressed(
+    "Q", "unordered compressed", ("pos", "crd"), full=False, can_locate=False, ordered=False
+)
+
+
+@pytest.fixture
+def unordered(monkeypatch):
+    monkeypatch.setitem(KINDS, "Q", UNORDERED)
+
+
+def _shuffled_csr(seed):
+    """A CSR matrix whose rows keep their columns in a random order."""
+    m = sp.random(30, 20, density=0.2, format="csr", random_state=seed)
+    rng = np.random.default_rng(seed)
+    indices, data = m.indices.copy(), m.data.copy()
+    for r in range(m.shape[0]):
+        a, b = m.indptr[r], m.indptr[r + 1]
+        perm = rng.permutation(b - a) + a
+        indices[a:b], data[a:b] = indices[perm], data[perm]
+    return m, m.indptr.astype(np.int32), indices.astype(np.int32), data
+
+
+def test_an_unordered_level_drives_a_loop_alone(unordered, target):
+    m, pos, crd, vals = _shuffled_csr(1)
+    A = ucf.Tensor(m.shape, "UQ", [{}, {"pos": pos, "crd": crd}], vals)
+    x = np.arange(1.0, 21.0)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "UQ"}, target=target)
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), m @ x, rtol=1e-14)
+
+
+def test_an_unordered_level_refuses_co_iteration(unordered):
+    with pytest.raises(ucf.UnsupportedError, match=r"tensor A, level 1 \(unordered compressed\)"):
+        ucf.compile("S(i,j) = A(i,j) + B(i,j)", formats={"A": "UQ", "B": "UC"})
+    with pytest.raises(ucf.UnsupportedError, match="tensor A, level 1"):
+        ucf.compile("y(i) = A(i,j) * z(j)", formats={"A": "UQ", "z": "C"})
+
+
+def test_an_ordered_level_checks_its_order_and_an_unordered_one_does_not(unordered):
+    m, pos, crd, vals = _shuffled_csr(2)
+    ucf.Tensor(m.shape, "UQ", [{}, {"pos": pos, "crd": crd}], vals)
+    with pytest.raises(ucf.FormatError, match="crd not strictly sorted"):
+        ucf.Tensor(m.shape, "UC", [{}, {"pos": pos, "crd": crd}], vals)

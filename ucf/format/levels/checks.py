@@ -1,0 +1,90 @@
+"""Vectorized checks of user-supplied level arrays, shared by the level kinds.
+
+Kernels never bounds-check, so every array a user hands in is checked here
+first; each failure names the level and the offending position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ucf.errors import FormatError
+
+
+def first_true(mask: np.ndarray) -> int | None:
+    """Index of the first True, without materializing all of them."""
+    if mask.size == 0:
+        return None
+    i = int(np.argmax(mask))
+    return i if mask[i] else None
+
+
+def index_array(where: str, name: str, arr: Any, idt: np.dtype) -> None:
+    if arr is None:
+        raise FormatError(f"{where}: missing array '{name}'")
+    if not isinstance(arr, np.ndarray):
+        raise FormatError(
+            f"{where}: array '{name}' must be a numpy array, got {type(arr).__name__}"
+        )
+    if arr.ndim != 1:
+        raise FormatError(f"{where}: array '{name}' must be 1-D, got shape {arr.shape}")
+    if arr.dtype != idt:
+        raise FormatError(
+            f"{where}: array '{name}' has dtype {arr.dtype} but the tensor's index dtype is {idt}"
+        )
+    if not arr.flags.c_contiguous:
+        raise FormatError(f"{where}: array '{name}' is not C-contiguous")
+
+
+def positions(where: str, pos: np.ndarray, parent_count: int) -> int:
+    """Check a pos array against its parent's position count; returns the child count."""
+    if len(pos) != parent_count + 1:
+        raise FormatError(
+            f"{where}: pos has length {len(pos)}, expected parent position count + 1 = "
+            f"{parent_count + 1}"
+        )
+    if pos[0] != 0:
+        raise FormatError(f"{where}: pos[0] is {int(pos[0])}, expected 0")
+    p = first_true(pos[1:] < pos[:-1])
+    if p is not None:
+        raise FormatError(
+            f"{where}: pos decreases at parent position {p} "
+            f"(pos[{p}] = {int(pos[p])} > pos[{p + 1}] = {int(pos[p + 1])})"
+        )
+    return int(pos[-1])
+
+
+def in_range(where: str, crd: np.ndarray, dim: int, what: str = "crd") -> None:
+    if crd.size == 0:
+        return
+    if int(crd.min()) >= 0 and int(crd.max()) < dim:
+        return
+    q = first_true((crd < 0) | (crd >= dim))
+    assert q is not None
+    raise FormatError(f"{where}: {what} {int(crd[q])} at position {q} is out of range [0, {dim})")
+
+
+def same_segment(pos: np.ndarray, n: int) -> np.ndarray:
+    """For each neighbouring pair (q-1, q) of n children: do they share a parent?
+
+    Only sortedness *within* a segment is required, so every check of
+    neighbouring coordinates is masked with this.
+    """
+    start = np.zeros(n, dtype=bool)
+    starts = pos[:-1]
+    start[starts[starts < n]] = True
+    return ~start[1:]
+
+
+def parent_of(pos: np.ndarray, q: int) -> int:
+    return int(np.searchsorted(pos, q, side="right")) - 1
+
+
+def fits(where: str, what: str, value: int, idt: np.dtype) -> None:
+    """Refuse a size or coordinate the index dtype cannot hold."""
+    if value > np.iinfo(idt).max:
+        raise FormatError(
+            f"{where}: {what} {value} does not fit index dtype {idt}; use index_dtype=np.int64"
+        )

@@ -1,0 +1,136 @@
+"""Compressed (C) levels: a pos array of segment bounds and the stored coordinates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ucf.errors import FormatError
+from ucf.format.levels import checks
+from ucf.format.levels.base import LevelKind
+
+
+class Compressed(LevelKind):
+    output = "append"
+    segment_array = "pos"
+
+    def bounds(self, arrays, parent, segment_end, dim):
+        from ucf.ir.nodes import Load, add, const_like
+
+        if segment_end is not None:
+            raise TypeError("a compressed level cannot sit below a non-unique level")
+        return (
+            Load(arrays["pos"], parent),
+            Load(arrays["pos"], add(parent, const_like(parent, 1))),
+        )
+
+    def coordinate(self, arrays, pos, parent=None, dim=None):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["crd"], pos)
+
+    def child_range(self, arrays, lo, hi, dim):
+        from ucf.ir.nodes import Load
+
+        return Load(arrays["pos"], lo), Load(arrays["pos"], hi)
+
+    def parent_walk(self, arrays, dim, child, first, rng, parent):
+        """A binary search over pos for the first position's parent, then a step to the
+        next parent whenever the walk crosses a segment end."""
+        from ucf.ir import nodes as ir
+
+        pos = arrays["pos"]
+        i64 = ir.I64
+        lo, hi = ir.Var(f"{parent.name}_l", i64), ir.Var(f"{parent.name}_h", i64)
+        mid = ir.Var(f"{parent.name}_m", i64)
+        halve = [
+            ir.Decl(mid, ir.Bin("/", ir.add(lo, hi), ir.Const(2, i64))),
+            ir.If(
+                ir.Cmp("<=", ir.cast(ir.Load(pos, mid), i64), first),
+                [ir.Assign(lo, mid)],
+                [ir.Assign(hi, mid)],
+            ),
+        ]
+        search = [
+            ir.Decl(lo, rng[0]),
+            ir.Decl(hi, rng[1]),
+            ir.While(ir.Cmp(">", ir.sub(hi, lo), ir.Const(1, i64)), halve),
+            ir.Decl(parent, lo),
+        ]
+        nxt = ir.add(parent, ir.Const(1, i64))
+        step = ir.While(
+            ir.Cmp("<=", ir.cast(ir.Load(pos, nxt), i64), child), [ir.Assign(parent, nxt)]
+        )
+        return search, [step], parent
+
+    def append(self, arrays, q, coord, index_type):
+        from ucf.ir import nodes as ir
+
+        return [ir.Store(arrays["crd"], q, ir.cast(coord, index_type))]
+
+    def close(self, arrays, parent, end, index_type):
+        from ucf.ir import nodes as ir
+
+        one = ir.const_like(parent, 1)
+        return [ir.Store(arrays["pos"], ir.add(parent, one), ir.cast(end, index_type))]
+
+    def allocate(self, parent_count, count, dim, idt):
+        arrays = {"pos": np.zeros(parent_count + 1, dtype=idt), "crd": np.zeros(count, dtype=idt)}
+        return arrays, count
+
+    def size(self, arrays, parent_count, dim):
+        return int(arrays["pos"][-1])
+
+    def check(self, where, arrays, dim, unique, state):
+        pos, crd = arrays["pos"], arrays["crd"]
+        n = checks.positions(where, pos, state.count)
+        if len(crd) != n:
+            raise FormatError(f"{where}: crd has length {len(crd)}, expected pos[-1] = {n}")
+        checks.in_range(where, crd, dim)
+        same = checks.same_segment(pos, n)
+        if self.ordered:
+            prev, cur = crd[:-1], crd[1:]
+            bad = same & ((cur <= prev) if unique else (cur < prev))
+            q = checks.first_true(bad)
+            if q is not None:
+                q += 1
+                sorted_ = "strictly sorted" if unique else "sorted"
+                raise FormatError(
+                    f"{where}: crd not {sorted_} within segment of parent position "
+                    f"{checks.parent_of(pos, q)} at position {q} (crd {int(crd[q])} after "
+                    f"{int(crd[q - 1])})"
+                )
+        if not unique:
+            state.run_level = state.level
+            state.run_pos = pos
+            state.run_eq = same & (crd[1:] == crd[:-1])
+        state.count = n
+
+    def pack(self, lvl, run_end, state):
+        """A position per distinct (parent, coordinates of this level and the branchless
+        levels below it that share its positions)."""
+        lc, parent = state.lc, state.parent
+        nnz = len(parent)
+        flag = np.ones(nnz, dtype=bool)
+        if nnz:
+            flag[1:] = parent[1:] != parent[:-1]
+            for j in range(lvl, run_end):
+                flag[1:] |= lc[1:, j] != lc[:-1, j]
+        first = np.flatnonzero(flag)
+        n = len(first)
+        pos = np.zeros(state.count + 1, dtype=state.idt)
+        np.cumsum(np.bincount(parent[first], minlength=state.count), out=pos[1:])
+        state.parent = np.cumsum(flag, dtype=np.int64) - 1
+        state.first = first
+        state.count = n
+        return {"pos": pos, "crd": lc[first, lvl].astype(state.idt)}
+
+    def unpack(self, arrays, dim, cols, count):
+        pos = arrays["pos"]
+        if cols:
+            parent = np.repeat(np.arange(count, dtype=np.int64), np.diff(pos))
+            cols = [c[parent] for c in cols]
+        cols.append(arrays["crd"].astype(np.int64))
+        return cols, len(arrays["crd"])
+
+
+COMPRESSED = Compressed("C", "compressed", ("pos", "crd"), full=False, can_locate=False)
