@@ -16,7 +16,16 @@ from ucf.cin.schedule import Command, Parallel, Provenance, Split
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
-from ucf.ir.simplify import assigned, declared, loops, nodes, reads, statements, substitute
+from ucf.ir.simplify import (
+    assigned,
+    blocks,
+    declared,
+    loops,
+    nodes,
+    reads,
+    statements,
+    substitute,
+)
 
 I64 = "i64"
 
@@ -32,7 +41,7 @@ class Nest:
     sparse_out: bool
     parallel_out: set[str]  # output variables a sparse output can be built in parallel over
     entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
-    clipped: dict[str, tuple[Var, Var, ir.Expr]] = field(default_factory=dict)  # see strip_mine
+    clipped: dict[str, tuple[ir.Expr, Var, ir.Expr]] = field(default_factory=dict)  # strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
     # The assemble pass of a sparse output stops once every appended coordinate is
     # placed, so loops further in (over dense trailing levels, or reductions) are absent.
@@ -95,6 +104,21 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
             parallelize(nest, label, par)
         except _Absent:
             continue
+    _check_vector_nesting(nest.body, parallel)
+
+
+def _check_vector_nesting(body: list[ir.Stmt], parallel: dict[str, Parallel]) -> None:
+    """Vector lanes run in lockstep inside one thread, so they cannot start threads."""
+    for _, outer in loops(body):
+        if not (isinstance(outer, ir.For) and outer.parallel == "CPUVector"):
+            continue
+        for _, inner in loops([*outer.prologue, *outer.body]):
+            if isinstance(inner, ir.For) and inner.parallel == "CPUThread":
+                raise ScheduleError(
+                    f"parallelize({inner.label}, {parallel[inner.label]}): {inner.label} is "
+                    f"inside {outer.label}, which runs on vector lanes, and lanes cannot start "
+                    f"threads; run {inner.label} on CPUThread only outside every CPUVector loop"
+                )
 
 
 def _apply_one(nest: Nest, cmd: Command) -> None:
@@ -152,7 +176,7 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
     outer_body = [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk))), *entry, inner_loop]
     outer_loop = ir.For(outer, Const(0, I64), blocks, outer_body, label=split.outer)
     container[k : k + 1] = [*prelude, outer_loop]
-    nest.clipped[split.inner] = (loop.var, hi, chunk)
+    nest.clipped[split.inner] = (ir.add(base, inner), hi, chunk)
 
 
 def _take_entry(nest: Nest, label: str, container: list, k: int, start: ir.Expr):
@@ -177,7 +201,7 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
     (say ``A1_pos[i + 1]``) would be out of bounds, and such a loop depends on
     the guarded coordinate anyway, so it could not move outside it.
     """
-    var, hi, chunk = nest.clipped.pop(inner.label)
+    coord, hi, chunk = nest.clipped.pop(inner.label)
     inner.end = chunk
     deepest = inner
     while True:
@@ -188,7 +212,7 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
             deepest = nxt
             continue
         break
-    guard = ir.Cmp("<", var, hi)
+    guard = ir.Cmp("<", coord, hi)  # not the coordinate's name: a load may precede its Decl
     body = deepest.body
     k = 0  # declarations that read no memory stay outside, so the guard can see them
     while k < len(body) and isinstance(body[k], ir.Decl) and not _has_load(body[k].init):
@@ -379,6 +403,12 @@ def _parallelize_loop(
 ) -> None:
     origins = nest.prov.origins(label)
     races = [v for v in origins if v not in nest.out_vars]
+    if loop.unroll:
+        raise ScheduleError(
+            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
+            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
+            "and unroll the inner loop)"
+        )
     entry, k = _take_entry(nest, label, container, k, loop.var)
     loop.body = [*entry, *loop.body]
     free = nest.parallel_out | nest.trailing_out
@@ -388,7 +418,9 @@ def _parallelize_loop(
             "over dense output levels above its single compressed level, or below its last one"
         )
     carried = sorted(assigned(loop.body) - declared(loop.body))
-    accs = [v for v in carried if _accumulator(container, k, v, nest.out_vals)]
+    path = _path(nest.body, loop)
+    sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
+    accs = [v for v in carried if sums[v] is not None]
     if races and par.strategy == "NoRaces":
         raise ScheduleError(
             f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
@@ -397,19 +429,24 @@ def _parallelize_loop(
         )
     if accs and par.strategy == "Atomics" and par.unit == "CPUThread":
         for v in accs:
-            _sink(container, loop, v)
+            _sink(*sums[v], loop)
     elif accs and par.strategy in ("Temporary", "ParallelReduction"):
-        loop.reduction = [_var(container, v) for v in accs]
+        loop.reduction = [sums[v][1].var for v in accs]
     elif accs:
         raise ScheduleError(
             f"{cmd}: iterations of {label} add into the running sum {accs[0]}; use "
             "ParallelReduction, Temporary or Atomics"
         )
+    private = [ws for ws in nest.workspaces if _private(nest.body, loop, ws)]
+    shared = {ws.name for ws in nest.workspaces if ws not in private}
     if races and par.strategy == "Atomics":
-        _atomic_stores(loop.body, nest.out_vals)
+        # A loop inside a precompute's producer adds into the shared workspace as well.
+        _atomic_stores(loop.body, {nest.out_vals} | shared)
     elif races and not accs and par.strategy in ("Temporary", "ParallelReduction"):
+        written = {s.array.name for s in statements(loop.body) if isinstance(s, ir.Store)}
+        into = [f"the workspace {w}" for w in sorted(written & shared)] or ["the output"]
         raise ScheduleError(
-            f"{cmd}: iterations of {label} add straight into the output, not into a scalar "
+            f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
             "sum; use Atomics"
         )
     carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
@@ -422,13 +459,8 @@ def _parallelize_loop(
     loop.parallel = par.unit
     loop.strategy = par.strategy
     if par.unit == "CPUThread":
-        used = _arrays(loop.body)
-        outside = _arrays(
-            [s for s in container if s is not loop and not isinstance(s, ir.Alloc | ir.Free)]
-        )
-        for ws in nest.workspaces:
-            if ws.name in used and ws.name not in outside and _allocated_at_top(nest.body, ws):
-                _privatize(nest.body, loop, ws)
+        for ws in private:
+            _privatize(nest.body, loop, ws)
         rel = nest.prov.rel.get(label)
         if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
             loop.schedule = ("dynamic", 1)
@@ -450,53 +482,79 @@ def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
         loop.strategy = par.strategy
 
 
-def _var(container: list[ir.Stmt], name: str) -> Var:
-    return next(s.var for s in container if isinstance(s, ir.Decl) and s.var.name == name)
+def _path(stmts: list[ir.Stmt], target: ir.Stmt) -> list[tuple[list[ir.Stmt], int]]:
+    """The (statement list, index) pairs that lead from ``stmts`` down to ``target``."""
+    for k, s in enumerate(stmts):
+        if s is target:
+            return [(stmts, k)]
+        for block in blocks(s):
+            below = _path(block, target)
+            if below:
+                return [(stmts, k), *below]
+    return []
 
 
-def _accumulator(container: list[ir.Stmt], k: int, name: str, out_vals: str) -> bool:
-    """A scalar declared as 0 before the loop and stored into the output once after it."""
-    declared_before = any(
-        isinstance(s, ir.Decl) and s.var.name == name and isinstance(s.init, Const)
-        for s in container[:k]
-    )
-    stores = [
-        s
-        for s in container[k + 1 :]
-        if isinstance(s, ir.Store)
-        and s.array.name == out_vals
-        and isinstance(s.value, Var)
-        and s.value.name == name
-    ]
-    return declared_before and len(stores) == 1
+def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
+    """``(statements, declaration, store)`` when ``name`` is a running sum that ``loop``
+    feeds: declared as 0 before the statement holding the loop (directly, or through
+    the other loops of a split), stored into the output once after it, and assigned by
+    nothing else in between; else None."""
+    for container, k in reversed(path):
+        decl = next(
+            (s for s in container[:k] if isinstance(s, ir.Decl) and s.var.name == name), None
+        )
+        if decl is None:
+            continue
+        stores = [
+            s
+            for s in container[k + 1 :]
+            if isinstance(s, ir.Store)
+            and s.array.name == out_vals
+            and isinstance(s.value, Var)
+            and s.value.name == name
+        ]
+        alone = _assignments([container[k]], name) == _assignments(loop.body, name)
+        if isinstance(decl.init, Const) and len(stores) == 1 and alone:
+            return container, decl, stores[0]
+        return None
+    return None
 
 
-def _sink(container: list[ir.Stmt], loop: ir.For, name: str) -> None:
+def _assignments(stmts: list[ir.Stmt], name: str) -> int:
+    return sum(1 for s in statements(stmts) if isinstance(s, ir.Assign) and s.var.name == name)
+
+
+def _sink(container: list[ir.Stmt], decl: ir.Decl, store: ir.Store, loop: ir.For) -> None:
     """Give every iteration its own partial sum, added atomically into the output."""
-    decl = next(s for s in container if isinstance(s, ir.Decl) and s.var.name == name)
-    store = next(
-        s
-        for s in container
-        if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == name
-    )
     container.remove(decl)
     container.remove(store)
     loop.body = [decl, *loop.body, replace(store, accumulate=True, atomic=True)]
 
 
-def _atomic_stores(stmts: list[ir.Stmt], out_vals: str) -> None:
+def _atomic_stores(stmts: list[ir.Stmt], arrays: set[str]) -> None:
     for s in statements(stmts):
-        if isinstance(s, ir.Store) and s.array.name == out_vals:
+        if isinstance(s, ir.Store) and s.array.name in arrays:
             s.accumulate = True
             s.atomic = True
 
 
-def _arrays(node) -> set[str]:
-    return {n.name for n in nodes(node) if isinstance(n, ir.Array)}
+def _private(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> bool:
+    """Whether each iteration of ``loop`` may have its own copy of workspace ``ws``: the
+    loop holds every use of it (the whole ``where``), and it is allocated at the top.
+
+    A loop inside the producer or the consumer shares the workspace with the other side,
+    so it must see the one copy.
+    """
+    at_top = any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
+    inside = _uses(loop.body, ws)
+    return at_top and inside > 0 and inside == _uses(body, ws)
 
 
-def _allocated_at_top(body: list[ir.Stmt], ws: ir.Array) -> bool:
-    return any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
+def _uses(stmts: list[ir.Stmt], ws: ir.Array) -> int:
+    """How often the statements name array ``ws``, its allocation and release aside."""
+    named = sum(1 for n in nodes(stmts) if isinstance(n, ir.Array) and n.name == ws.name)
+    held = sum(1 for s in statements(stmts) if isinstance(s, ir.Alloc | ir.Free) and s.array == ws)
+    return named - held
 
 
 def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:
