@@ -183,3 +183,33 @@ def test_threads_inside_vector_lanes_are_refused(target):
     schedule = "parallelize(j,CPUVector,NoRaces); parallelize(k,CPUThread,Atomics)"
     with pytest.raises(ucf.ScheduleError, match="k is inside j, which runs on vector lanes"):
         ucf.compile(TTV, formats={"B": "UUC:1,2,0"}, schedule=schedule, target=target)
+
+
+# ----------------------------------------------------------- a sparse walk beside a dense loop
+
+
+@pytest.mark.parametrize(
+    "fb,schedule,message",
+    [
+        ("csr", "fuse(i,j,f)", "would restart at every f"),
+        ("csr", "split(j,j0,j1,2); reorder(j1,j0)", "step pB1 from one iteration to the next"),
+        ("csr", "split(j,j0,j1,2); reorder(i,j1,j0)", "step pB1 from one iteration to the next"),
+        ("dcsr", "split(i,i0,i1,2); reorder(i1,i0)", "step pB0 from one iteration to the next"),
+    ],
+)
+def test_sparse_iterator_beside_a_dense_loop_keeps_its_order(fb, schedule, message, target):
+    """A dense A plus a sparse B walks B's positions while the loop visits every
+    coordinate; fusing restarted that walk and reordering took the coordinates out of
+    order, and both gave wrong sums (found by the schedule fuzzer)."""
+    with pytest.raises(ucf.ScheduleError, match=message):
+        ucf.compile("C(i,j) = A(i,j) + B(i,j)", formats={"B": fb}, schedule=schedule, target=target)
+
+
+def test_reorder_of_a_split_running_sum_still_works(target):
+    """Running sums do not depend on the order of their terms, so loops feeding one may
+    still be interchanged."""
+    rng = np.random.default_rng(13)
+    A = rand_sparse(rng, (11, 13), 0.5)
+    x = rand_dense(rng, (13,))
+    k = ucf.compile(SPMV, schedule="split(j,j0,j1,4); reorder(j1,j0)", target=target)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)

@@ -301,10 +301,51 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
             f"cannot move outside {outer.label}"
         )
     hoisted, rest = split
+    state = _restarted(rest, inner) + _ordered_state(outer)
+    if state:
+        raise ScheduleError(
+            f"{what}: the loops over {outer.label} and {inner.label} step {state[0]} from one "
+            "iteration to the next in order (the position of a sparse operand walked beside a "
+            f"dense loop), so {inner.label} cannot move outside {outer.label}"
+        )
     new_outer = replace(outer, body=[*rest, *inner.body])
     new_inner = replace(inner, body=[new_outer])
     k = _index(container, outer)
     container[k : k + 1] = [*hoisted, new_inner]
+
+
+def _restarted(rest: list[ir.Stmt], inner: ir.For) -> list[str]:
+    """Variables declared in ``rest`` that ``inner`` updates: a rewrite that runs ``rest``
+    once per iteration of ``inner`` would reset them."""
+    return sorted(assigned(inner.body) & {d.var.name for d in rest})
+
+
+def _ordered_state(outer: ir.For) -> list[str]:
+    """Variables declared outside ``outer`` that its iterations update in an order that
+    matters: everything but running sums (``t = t + e``) and flags set to a constant."""
+    return [
+        v
+        for v in sorted(assigned(outer.body) - declared(outer.body))
+        if not _order_free(outer.body, v)
+    ]
+
+
+def _order_free(body: list[ir.Stmt], name: str) -> bool:
+    """Whether ``name`` is only ever summed into or set to a constant, and read nowhere
+    else in ``body``, so its final value does not depend on the order of iterations."""
+    v = next(n for n in nodes(body) if isinstance(n, Var) and n.name == name)
+    updates = [s for s in statements(body) if isinstance(s, ir.Assign) and s.var == v]
+    sums = [
+        s
+        for s in updates
+        if isinstance(s.value, ir.Bin)
+        and s.value.op == "+"
+        and s.value.left == v
+        and v not in nodes(s.value.right)
+    ]
+    constants = [s for s in updates if isinstance(s.value, Const)]
+    uses = sum(1 for n in nodes(body) if n == v)
+    return len(sums) + len(constants) == len(updates) and uses == len(updates) + len(sums)
 
 
 def arrange(nest: Nest, order: list[str], what: str) -> None:
@@ -370,6 +411,13 @@ def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     if split is None:
         raise ScheduleError(f"{what}: the extent of {j} depends on {i}")
     hoisted, rest = split
+    state = _restarted(rest, inner)
+    if state:
+        raise ScheduleError(
+            f"{what}: the loop over {j} carries {state[0]} from one iteration to the next (the "
+            f"position of a sparse operand walked beside a dense loop), which the fused loop "
+            f"would restart at every {f}; fuse loops that only index dense operands"
+        )
     fv = Var(f, I64)
     n_j = Var(f"{f}_n{j}", I64)
     body = [
