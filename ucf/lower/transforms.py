@@ -451,12 +451,6 @@ def _parallelize_loop(
 ) -> None:
     origins = nest.prov.origins(label)
     races = [v for v in origins if v not in nest.out_vars]
-    if loop.unroll:
-        raise ScheduleError(
-            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
-            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
-            "and unroll the inner loop)"
-        )
     entry, k = _take_entry(nest, label, container, k, loop.var)
     loop.body = [*entry, *loop.body]
     free = nest.parallel_out | nest.trailing_out
@@ -503,6 +497,12 @@ def _parallelize_loop(
             f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
             "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
             "parallelized"
+        )
+    if loop.unroll:
+        raise ScheduleError(
+            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
+            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
+            "and unroll the inner loop)"
         )
     loop.parallel = par.unit
     loop.strategy = par.strategy
