@@ -547,7 +547,7 @@ class Lowerer:
         guard_only = any(p.iters and not p.iters & set(iters) for p in points)
         full = top.full or (guard_only and bool(iters))
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
-        self._check_pos(v, iters, full, drives)
+        self._check_pos(v, st, iters, full, drives)
         live = set(iters) | set(guards)
         if drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
@@ -775,16 +775,25 @@ class Lowerer:
             return self.pos_map[v][0]
         return v
 
-    def _check_pos(self, v: str, iters: dict, full: bool, drives: bool) -> None:
+    def _check_pos(self, v: str, st: State, iters: dict, full: bool, drives: bool) -> None:
         if v not in self.pos_map:
             return
         vpos, tensor = self.pos_map[v]
         cmd = f"pos({v}, {vpos}, {tensor})"
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
         if full:
+            why = "a sum with a dense term"
+            if st.where_done:
+                why = f"the precompute's consumer walks the dense workspace {self.where.ws.name}"
             raise ScheduleError(
-                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero (a "
-                f"sum with a dense term), so {tensor}'s positions do not cover it"
+                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero "
+                f"({why}), so {tensor}'s positions do not cover it"
+            )
+        if names == [tensor] and not next(iter(iters.values())).unique:
+            raise ScheduleError(
+                f"{cmd}: {tensor}'s level for {v} is not unique (the singleton level below "
+                f"it repeats each coordinate), so its positions are not one per {v}; fuse "
+                f"{v} with the variables below it and pos the fused loop"
             )
         if len(iters) > 1:
             raise ScheduleError(
