@@ -213,3 +213,38 @@ def test_reorder_of_a_split_running_sum_still_works(target):
     x = rand_dense(rng, (13,))
     k = ucf.compile(SPMV, schedule="split(j,j0,j1,4); reorder(j1,j0)", target=target)
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+
+
+# ----------------------------------------------------------- more refusals with the true reason
+# (found by reading the fuzzer's commonest refusals next to their cases)
+
+
+@pytest.mark.parametrize(
+    "expr,formats,schedule,reason",
+    [
+        pytest.param(
+            "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
+            {"B": "CCS:2,1,0"},
+            "pos(k, kp, B)",
+            "B's level for k is not unique",
+            id="pos-non-unique-level",  # was: B's level is dense or not reached
+        ),
+        pytest.param(
+            TTV,
+            {"B": "UUC:1,2,0"},
+            "precompute(B(i,j,k)*c(k), i, i, w); pos(i, ip, B)",
+            "consumer walks the dense workspace w",
+            id="pos-precompute-consumer",  # was: a sum with a dense term
+        ),
+        pytest.param(
+            "C(i,j) = A(i,j) + B(i,j)",
+            {"A": "UC:1,0", "B": "CU:1,0", "C": "CU:1,0"},
+            "divide(i, i0, i1, 8)",
+            "i is walked by 2 loops, one per case of a sum",
+            id="split-lattice-loops",  # was: the producer and the consumer of the precompute
+        ),
+    ],
+)
+def test_refusal_gives_the_true_reason(expr, formats, schedule, reason):
+    with pytest.raises(ucf.ScheduleError, match=reason):
+        ucf.compile(expr, formats=formats, schedule=schedule)

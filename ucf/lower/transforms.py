@@ -71,9 +71,16 @@ class Nest:
     def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
         found = self.find_all(label, cmd)
         if len(found) > 1:
+            names = {ws.name for ws in self.workspaces}
+            if names and all(_arrays(loop) & names for _, _, loop in found):
+                raise ScheduleError(
+                    f"{cmd}: {label} is looped over by both the producer and the consumer of "
+                    f"the precompute; split the variable before the precompute instead"
+                )
             raise ScheduleError(
-                f"{cmd}: {label} is looped over by both the producer and the consumer of the "
-                f"precompute; split the variable before the precompute instead"
+                f"{cmd}: {label} is walked by {len(found)} loops, one per case of a sum of "
+                "sparse operands (where they meet, and where only some have entries); only a "
+                "single loop can be split, fused or bounded"
             )
         return found[0]
 
@@ -584,6 +591,10 @@ def _atomic_stores(stmts: list[ir.Stmt], arrays: set[str]) -> None:
         if isinstance(s, ir.Store) and s.array.name in arrays:
             s.accumulate = True
             s.atomic = True
+
+
+def _arrays(node) -> set[str]:
+    return {n.name for n in nodes(node) if isinstance(n, ir.Array)}
 
 
 def _private(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> bool:
