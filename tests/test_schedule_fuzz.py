@@ -68,7 +68,7 @@ def test_random_schedules_c(pool, case):
 
 @pytest.mark.slow
 @needs_cc
-@fuzz_settings(5000)
+@fuzz_settings(3000)
 @given(case=cases(("llvm", "c")))
 def test_random_schedules_long(pool, case):
     check(pool, case)
