@@ -60,7 +60,7 @@ class CoiterationMixin:
         drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
         if not drives:
             self._require_ordered(v, iters, st)
-        self._check_pos(v, term, iters, full, drives)
+        self._check_pos(v, st, term, iters, full, drives)
         live = set(iters) | set(guards)
         split = None
         if v in self.splits and iters and not (full or drives or st.ws is not None):
@@ -248,16 +248,27 @@ class CoiterationMixin:
             return self.pos_map[v][0]
         return v
 
-    def _check_pos(self, v: str, term: Term, iters: dict, full: bool, drives: bool) -> None:
+    def _check_pos(
+        self, v: str, st: State, term: Term, iters: dict, full: bool, drives: bool
+    ) -> None:
         if v not in self.pos_map:
             return
         vpos, tensor = self.pos_map[v]
         cmd = f"pos({v}, {vpos}, {tensor})"
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
         if full:
+            why = why_full(term)
+            if st.where_done:
+                why = f"the precompute's consumer walks the dense workspace {self.where.ws.name}"
             raise ScheduleError(
                 f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero "
-                f"({why_full(term)}), so {tensor}'s positions do not cover it"
+                f"({why}), so {tensor}'s positions do not cover it"
+            )
+        if names == [tensor] and not next(iter(iters.values())).unique:
+            raise ScheduleError(
+                f"{cmd}: {tensor}'s level for {v} is not unique (the singleton level below "
+                f"it repeats each coordinate), so its positions are not one per {v}; fuse "
+                f"{v} with the variables below it and pos the fused loop"
             )
         if len(iters) > 1:
             raise ScheduleError(

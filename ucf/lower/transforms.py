@@ -16,7 +16,16 @@ from ucf.cin.schedule import Command, Parallel, Provenance, Split
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
-from ucf.ir.simplify import assigned, declared, loops, nodes, reads, statements, substitute
+from ucf.ir.simplify import (
+    assigned,
+    blocks,
+    declared,
+    loops,
+    nodes,
+    reads,
+    statements,
+    substitute,
+)
 
 I64 = "i64"
 
@@ -32,7 +41,7 @@ class Nest:
     sparse_out: bool
     parallel_out: set[str]  # output variables a sparse output can be built in parallel over
     entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
-    clipped: dict[str, tuple[Var, Var, ir.Expr]] = field(default_factory=dict)  # see strip_mine
+    clipped: dict[str, tuple[ir.Expr, Var, ir.Expr]] = field(default_factory=dict)  # strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
     # The assemble pass of a sparse output stops once every appended coordinate is
     # placed, so loops further in (over dense trailing levels, or reductions) are absent.
@@ -62,9 +71,16 @@ class Nest:
     def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
         found = self.find_all(label, cmd)
         if len(found) > 1:
+            names = {ws.name for ws in self.workspaces}
+            if names and all(_arrays(loop) & names for _, _, loop in found):
+                raise ScheduleError(
+                    f"{cmd}: {label} is looped over by both the producer and the consumer of "
+                    f"the precompute; split the variable before the precompute instead"
+                )
             raise ScheduleError(
-                f"{cmd}: {label} is looped over by both the producer and the consumer of the "
-                f"precompute; split the variable before the precompute instead"
+                f"{cmd}: {label} is walked by {len(found)} loops, one per case of a sum of "
+                "sparse operands (where they meet, and where only some have entries); only a "
+                "single loop can be split, fused or bounded"
             )
         return found[0]
 
@@ -95,6 +111,21 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
             parallelize(nest, label, par)
         except _Absent:
             continue
+    _check_vector_nesting(nest.body, parallel)
+
+
+def _check_vector_nesting(body: list[ir.Stmt], parallel: dict[str, Parallel]) -> None:
+    """Vector lanes run in lockstep inside one thread, so they cannot start threads."""
+    for _, outer in loops(body):
+        if not (isinstance(outer, ir.For) and outer.parallel == "CPUVector"):
+            continue
+        for _, inner in loops([*outer.prologue, *outer.body]):
+            if isinstance(inner, ir.For) and inner.parallel == "CPUThread":
+                raise ScheduleError(
+                    f"parallelize({inner.label}, {parallel[inner.label]}): {inner.label} is "
+                    f"inside {outer.label}, which runs on vector lanes, and lanes cannot start "
+                    f"threads; run {inner.label} on CPUThread only outside every CPUVector loop"
+                )
 
 
 def _apply_one(nest: Nest, cmd: Command) -> None:
@@ -152,7 +183,7 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
     outer_body = [ir.Decl(base, ir.add(lo, ir.mul(outer, chunk))), *entry, inner_loop]
     outer_loop = ir.For(outer, Const(0, I64), blocks, outer_body, label=split.outer)
     container[k : k + 1] = [*prelude, outer_loop]
-    nest.clipped[split.inner] = (loop.var, hi, chunk)
+    nest.clipped[split.inner] = (ir.add(base, inner), hi, chunk)
 
 
 def _take_entry(nest: Nest, label: str, container: list, k: int, start: ir.Expr):
@@ -177,7 +208,7 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
     (say ``A1_pos[i + 1]``) would be out of bounds, and such a loop depends on
     the guarded coordinate anyway, so it could not move outside it.
     """
-    var, hi, chunk = nest.clipped.pop(inner.label)
+    coord, hi, chunk = nest.clipped.pop(inner.label)
     inner.end = chunk
     deepest = inner
     while True:
@@ -188,7 +219,7 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
             deepest = nxt
             continue
         break
-    guard = ir.Cmp("<", var, hi)
+    guard = ir.Cmp("<", coord, hi)  # not the coordinate's name: a load may precede its Decl
     body = deepest.body
     k = 0  # declarations that read no memory stay outside, so the guard can see them
     while k < len(body) and isinstance(body[k], ir.Decl) and not _has_load(body[k].init):
@@ -277,10 +308,51 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
             f"cannot move outside {outer.label}"
         )
     hoisted, rest = split
+    state = _restarted(rest, inner) + _ordered_state(outer)
+    if state:
+        raise ScheduleError(
+            f"{what}: the loops over {outer.label} and {inner.label} step {state[0]} from one "
+            "iteration to the next in order (the position of a sparse operand walked beside a "
+            f"dense loop), so {inner.label} cannot move outside {outer.label}"
+        )
     new_outer = replace(outer, body=[*rest, *inner.body])
     new_inner = replace(inner, body=[new_outer])
     k = _index(container, outer)
     container[k : k + 1] = [*hoisted, new_inner]
+
+
+def _restarted(rest: list[ir.Stmt], inner: ir.For) -> list[str]:
+    """Variables declared in ``rest`` that ``inner`` updates: a rewrite that runs ``rest``
+    once per iteration of ``inner`` would reset them."""
+    return sorted(assigned(inner.body) & {d.var.name for d in rest})
+
+
+def _ordered_state(outer: ir.For) -> list[str]:
+    """Variables declared outside ``outer`` that its iterations update in an order that
+    matters: everything but running sums (``t = t + e``) and flags set to a constant."""
+    return [
+        v
+        for v in sorted(assigned(outer.body) - declared(outer.body))
+        if not _order_free(outer.body, v)
+    ]
+
+
+def _order_free(body: list[ir.Stmt], name: str) -> bool:
+    """Whether ``name`` is only ever summed into or set to a constant, and read nowhere
+    else in ``body``, so its final value does not depend on the order of iterations."""
+    v = next(n for n in nodes(body) if isinstance(n, Var) and n.name == name)
+    updates = [s for s in statements(body) if isinstance(s, ir.Assign) and s.var == v]
+    sums = [
+        s
+        for s in updates
+        if isinstance(s.value, ir.Bin)
+        and s.value.op == "+"
+        and s.value.left == v
+        and v not in nodes(s.value.right)
+    ]
+    constants = [s for s in updates if isinstance(s.value, Const)]
+    uses = sum(1 for n in nodes(body) if n == v)
+    return len(sums) + len(constants) == len(updates) and uses == len(updates) + len(sums)
 
 
 def arrange(nest: Nest, order: list[str], what: str) -> None:
@@ -346,6 +418,13 @@ def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     if split is None:
         raise ScheduleError(f"{what}: the extent of {j} depends on {i}")
     hoisted, rest = split
+    state = _restarted(rest, inner)
+    if state:
+        raise ScheduleError(
+            f"{what}: the loop over {j} carries {state[0]} from one iteration to the next (the "
+            f"position of a sparse operand walked beside a dense loop), which the fused loop "
+            f"would restart at every {f}; fuse loops that only index dense operands"
+        )
     fv = Var(f, I64)
     n_j = Var(f"{f}_n{j}", I64)
     body = [
@@ -388,7 +467,9 @@ def _parallelize_loop(
             "over dense output levels above its single compressed level, or below its last one"
         )
     carried = sorted(assigned(loop.body) - declared(loop.body))
-    accs = [v for v in carried if _accumulator(container, k, v, nest.out_vals)]
+    path = _path(nest.body, loop)
+    sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
+    accs = [v for v in carried if sums[v] is not None]
     if races and par.strategy == "NoRaces":
         raise ScheduleError(
             f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
@@ -397,19 +478,24 @@ def _parallelize_loop(
         )
     if accs and par.strategy == "Atomics" and par.unit == "CPUThread":
         for v in accs:
-            _sink(container, loop, v)
+            _sink(*sums[v], loop)
     elif accs and par.strategy in ("Temporary", "ParallelReduction"):
-        loop.reduction = [_var(container, v) for v in accs]
+        loop.reduction = [sums[v][1].var for v in accs]
     elif accs:
         raise ScheduleError(
             f"{cmd}: iterations of {label} add into the running sum {accs[0]}; use "
             "ParallelReduction, Temporary or Atomics"
         )
+    private = [ws for ws in nest.workspaces if _private(nest.body, loop, ws)]
+    shared = {ws.name for ws in nest.workspaces if ws not in private}
     if races and par.strategy == "Atomics":
-        _atomic_stores(loop.body, nest.out_vals)
+        # A loop inside a precompute's producer adds into the shared workspace as well.
+        _atomic_stores(loop.body, {nest.out_vals} | shared)
     elif races and not accs and par.strategy in ("Temporary", "ParallelReduction"):
+        written = {s.array.name for s in statements(loop.body) if isinstance(s, ir.Store)}
+        into = [f"the workspace {w}" for w in sorted(written & shared)] or ["the output"]
         raise ScheduleError(
-            f"{cmd}: iterations of {label} add straight into the output, not into a scalar "
+            f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
             "sum; use Atomics"
         )
     carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
@@ -419,16 +505,17 @@ def _parallelize_loop(
             "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
             "parallelized"
         )
+    if loop.unroll:
+        raise ScheduleError(
+            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
+            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
+            "and unroll the inner loop)"
+        )
     loop.parallel = par.unit
     loop.strategy = par.strategy
     if par.unit == "CPUThread":
-        used = _arrays(loop.body)
-        outside = _arrays(
-            [s for s in container if s is not loop and not isinstance(s, ir.Alloc | ir.Free)]
-        )
-        for ws in nest.workspaces:
-            if ws.name in used and ws.name not in outside and _allocated_at_top(nest.body, ws):
-                _privatize(nest.body, loop, ws)
+        for ws in private:
+            _privatize(nest.body, loop, ws)
         rel = nest.prov.rel.get(label)
         if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
             loop.schedule = ("dynamic", 1)
@@ -450,43 +537,58 @@ def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
         loop.strategy = par.strategy
 
 
-def _var(container: list[ir.Stmt], name: str) -> Var:
-    return next(s.var for s in container if isinstance(s, ir.Decl) and s.var.name == name)
+def _path(stmts: list[ir.Stmt], target: ir.Stmt) -> list[tuple[list[ir.Stmt], int]]:
+    """The (statement list, index) pairs that lead from ``stmts`` down to ``target``."""
+    for k, s in enumerate(stmts):
+        if s is target:
+            return [(stmts, k)]
+        for block in blocks(s):
+            below = _path(block, target)
+            if below:
+                return [(stmts, k), *below]
+    return []
 
 
-def _accumulator(container: list[ir.Stmt], k: int, name: str, out_vals: str) -> bool:
-    """A scalar declared as 0 before the loop and stored into the output once after it."""
-    declared_before = any(
-        isinstance(s, ir.Decl) and s.var.name == name and isinstance(s.init, Const)
-        for s in container[:k]
-    )
-    stores = [
-        s
-        for s in container[k + 1 :]
-        if isinstance(s, ir.Store)
-        and s.array.name == out_vals
-        and isinstance(s.value, Var)
-        and s.value.name == name
-    ]
-    return declared_before and len(stores) == 1
+def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
+    """``(statements, declaration, store)`` when ``name`` is a running sum that ``loop``
+    feeds: declared as 0 before the statement holding the loop (directly, or through
+    the other loops of a split), stored into the output once after it, and assigned by
+    nothing else in between; else None."""
+    for container, k in reversed(path):
+        decl = next(
+            (s for s in container[:k] if isinstance(s, ir.Decl) and s.var.name == name), None
+        )
+        if decl is None:
+            continue
+        stores = [
+            s
+            for s in container[k + 1 :]
+            if isinstance(s, ir.Store)
+            and s.array.name == out_vals
+            and isinstance(s.value, Var)
+            and s.value.name == name
+        ]
+        alone = _assignments([container[k]], name) == _assignments(loop.body, name)
+        if isinstance(decl.init, Const) and len(stores) == 1 and alone:
+            return container, decl, stores[0]
+        return None
+    return None
 
 
-def _sink(container: list[ir.Stmt], loop: ir.For, name: str) -> None:
+def _assignments(stmts: list[ir.Stmt], name: str) -> int:
+    return sum(1 for s in statements(stmts) if isinstance(s, ir.Assign) and s.var.name == name)
+
+
+def _sink(container: list[ir.Stmt], decl: ir.Decl, store: ir.Store, loop: ir.For) -> None:
     """Give every iteration its own partial sum, added atomically into the output."""
-    decl = next(s for s in container if isinstance(s, ir.Decl) and s.var.name == name)
-    store = next(
-        s
-        for s in container
-        if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == name
-    )
     container.remove(decl)
     container.remove(store)
     loop.body = [decl, *loop.body, replace(store, accumulate=True, atomic=True)]
 
 
-def _atomic_stores(stmts: list[ir.Stmt], out_vals: str) -> None:
+def _atomic_stores(stmts: list[ir.Stmt], arrays: set[str]) -> None:
     for s in statements(stmts):
-        if isinstance(s, ir.Store) and s.array.name == out_vals:
+        if isinstance(s, ir.Store) and s.array.name in arrays:
             s.accumulate = True
             s.atomic = True
 
@@ -495,8 +597,23 @@ def _arrays(node) -> set[str]:
     return {n.name for n in nodes(node) if isinstance(n, ir.Array)}
 
 
-def _allocated_at_top(body: list[ir.Stmt], ws: ir.Array) -> bool:
-    return any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
+def _private(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> bool:
+    """Whether each iteration of ``loop`` may have its own copy of workspace ``ws``: the
+    loop holds every use of it (the whole ``where``), and it is allocated at the top.
+
+    A loop inside the producer or the consumer shares the workspace with the other side,
+    so it must see the one copy.
+    """
+    at_top = any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
+    inside = _uses(loop.body, ws)
+    return at_top and inside > 0 and inside == _uses(body, ws)
+
+
+def _uses(stmts: list[ir.Stmt], ws: ir.Array) -> int:
+    """How often the statements name array ``ws``, its allocation and release aside."""
+    named = sum(1 for n in nodes(stmts) if isinstance(n, ir.Array) and n.name == ws.name)
+    held = sum(1 for s in statements(stmts) if isinstance(s, ir.Alloc | ir.Free) and s.array == ws)
+    return named - held
 
 
 def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:

@@ -213,6 +213,12 @@ class WorkspacesMixin:
 
         def tile(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
             loop = stmts[-1] if stmts else None
+            if any(isinstance(s, ir.For) and s.var.name == ws.var for s in stmts[:-1]):
+                raise ScheduleError(
+                    f"precompute over {inner}: the rest of the statement sums {ws.name} over "
+                    f"{ws.var} into a scalar that is stored once after the loop, so the loop "
+                    f"cannot be cut into tiles; precompute over {ws.var} itself"
+                )
             if not (isinstance(loop, ir.For) and loop.var.name == ws.var):
                 raise ScheduleError(
                     f"precompute over {inner}: the loop over {ws.var} walks a sparse operand; "

@@ -1,0 +1,219 @@
+"""The long schedule fuzz: many random cases, minimized repros of every failure.
+
+```sh
+python bench/fuzz.py --cases 10000 --out bench/fuzz-repros/
+python bench/fuzz.py --cases 2000 --workers 2 --targets llvm --kernels SpMV,SpGEMM
+python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
+```
+
+Cases come from the generator the test suite uses (``tests/schedule_fuzz.py``):
+random schedules (reorder, split, divide, fuse, pos, bound, unroll,
+precompute, parallelize) over SpMV, SpMM, SDDMM, TTV, MTTKRP, SpGEMM and a
+sparse add, in random formats, on the llvm and c targets, checked against
+``np.einsum`` on dense copies.  Case ``n`` of seed ``s`` is drawn from
+``random.Random("s:n")``, so any case can be rerun alone.  Each case runs in
+a worker subprocess; a crash or a hang is a failure, not the end of the run.
+
+After the run, each failure is minimized (commands dropped, operands made
+dense, extents and densities reduced, target llvm tried) while it still fails
+the same way, and written to ``--out`` as a standalone script (the data
+inline) plus a JSON record of the original and the minimized case.  The
+summary table gives accepted / refused / failed cases per kernel.  Needs the
+test extras (``pip install -e ".[test]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (str(ROOT), str(ROOT / "tests")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import schedule_fuzz as sf  # noqa: E402
+from schedule_fuzz import Case, Outcome, WorkerPool  # noqa: E402
+
+COLUMNS = ("ok", "refused", "racy", "wrong", "error", "crash", "hang")
+
+
+def draw(seed: int, n: int, targets: list[str], kernels: list[str]) -> Case:
+    return sf.draw_case(sf.RandomDraw(f"{seed}:{n}"), targets, kernels)
+
+
+def signature(case: Case, outcome: Outcome) -> str:
+    """What kind of failure this is: the status and, for errors, the exception's last line
+    with numbers and quoted names blanked, so one bug is counted once."""
+    if outcome.status != "error":
+        return f"{case.kernel}: {outcome.status}"
+    lines = [line for line in outcome.detail.strip().splitlines() if line.strip()]
+    if outcome.detail.startswith("CompileError"):
+        lines = [line.split("error:", 1)[1] for line in lines if "error:" in line] or lines
+        last = "CompileError:" + lines[0]
+    else:
+        last = lines[-1] if lines else ""
+    last = re.sub(r"'[^']*'|‘[^’]*’|\d+", "_", last)[:120]
+    return f"{case.kernel}: error: {last}"
+
+
+def simpler(case: Case):
+    """Candidate cases one step simpler than ``case``."""
+    commands = [c.strip() for c in case.schedule.split(";") if c.strip()]
+    for k in range(len(commands)):
+        yield replace(case, schedule="; ".join(commands[:k] + commands[k + 1 :]))
+    if case.target != "llvm":
+        yield replace(case, target="llvm")
+    kernel = sf.KERNELS[case.kernel]
+    for name in case.formats:
+        if name not in kernel.sparse:
+            formats = {n: f for n, f in case.formats.items() if n != name}
+            densities = {n: x for n, x in case.densities.items() if n != name}
+            yield replace(case, formats=formats, densities=densities)
+    for v, e in case.extents.items():
+        for smaller in sorted({1, 2, e // 2, e - 1}):
+            if 1 <= smaller < e:
+                yield replace(case, extents={**case.extents, v: smaller})
+    for name, x in case.densities.items():
+        if x not in (0.0, 0.3):
+            yield replace(case, densities={**case.densities, name: 0.3})
+    if case.seed:
+        yield replace(case, seed=0)
+
+
+def minimize(pool: WorkerPool, case: Case, outcome: Outcome, budget: int) -> tuple[Case, Outcome]:
+    """Take simpler cases while they fail with the same signature, for ``budget`` runs."""
+    want = signature(case, outcome)
+    progress = True
+    while progress and budget > 0:
+        progress = False
+        for candidate in simpler(case):
+            if budget <= 0:
+                break
+            budget -= 1
+            got = pool.run(candidate)
+            if got.failed and signature(candidate, got) == want:
+                case, outcome, progress = candidate, got, True
+                break
+    return case, outcome
+
+
+def table(counts: dict[str, Counter]) -> str:
+    head = f"{'kernel':8} {'cases':>6} {'accepted':>8} {'refused':>8} {'failed':>6}   " + " ".join(
+        f"{c:>7}" for c in COLUMNS
+    )
+    rows = [head, "-" * len(head)]
+    total: Counter = Counter()
+    for name in [*sorted(counts), "total"]:
+        c = total if name == "total" else counts[name]
+        if name != "total":
+            total.update(c)
+        n = sum(c.values())
+        failed = sum(c[s] for s in sf.FAILURES)
+        rows.append(
+            f"{name:8} {n:>6} {c['ok'] + c['racy']:>8} {c['refused']:>8} {failed:>6}   "
+            + " ".join(f"{c[s]:>7}" for s in COLUMNS)
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=1000, help="number of cases (default 1000)")
+    ap.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    ap.add_argument("--case", type=int, help="run only case number CASE of --seed, verbosely")
+    ap.add_argument("--workers", type=int, default=2, help="worker subprocesses (default 2)")
+    ap.add_argument("--threads", type=int, default=2, help="OpenMP threads per worker (default 2)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds per case (default 120)")
+    ap.add_argument("--targets", default="llvm,c", help="comma-separated (default llvm,c)")
+    ap.add_argument("--kernels", default=",".join(sf.KERNELS), help="comma-separated kernels")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "fuzz-repros", help="repro folder")
+    ap.add_argument("--budget", type=int, default=80, help="runs to minimize each failure")
+    ap.add_argument("--reasons", type=int, default=0, help="print the N commonest refusals")
+    args = ap.parse_args(argv)
+    targets = args.targets.split(",")
+    kernels = args.kernels.split(",")
+    unknown = [k for k in kernels if k not in sf.KERNELS]
+    if unknown:
+        ap.error(f"unknown kernel {unknown[0]}; the kernels are {', '.join(sf.KERNELS)}")
+
+    numbers = [args.case] if args.case is not None else range(args.cases)
+    cases = (draw(args.seed, n, targets, kernels) for n in numbers)
+    counts: dict[str, Counter] = {}
+    reasons: Counter = Counter()
+    failures: list[tuple[int, Case, Outcome]] = []
+    index = {}
+    start = time.monotonic()
+    with WorkerPool(args.workers, args.timeout, args.threads) as pool:
+        done = 0
+
+        def numbered():
+            for n, case in zip(numbers, cases, strict=True):
+                index[id(case)] = n
+                yield case
+
+        for case, outcome in pool.map(numbered()):
+            done += 1
+            n = index.pop(id(case))
+            counts.setdefault(case.kernel, Counter())[outcome.status] += 1
+            if outcome.status == "refused":
+                reasons[re.sub(r"\([^()]*\)", "(…)", outcome.detail.splitlines()[0])[:160]] += 1
+            if outcome.failed:
+                failures.append((n, case, outcome))
+            if args.case is not None:
+                print(sf.repro(case, outcome))
+            if done % 250 == 0:
+                rate = done / (time.monotonic() - start)
+                print(
+                    f"{done} cases, {len(failures)} failures, {rate:.1f} cases/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        print(f"\n{done} cases in {time.monotonic() - start:.0f} s (seed {args.seed})\n")
+        print(table(counts))
+        if args.reasons:
+            print("\ncommonest refusals:")
+            for text, k in reasons.most_common(args.reasons):
+                print(f"{k:6}  {text}")
+        if failures:
+            report(pool, failures, args)
+    return 1 if failures else 0
+
+
+def report(pool: WorkerPool, failures, args) -> None:
+    """Minimize the first failure of each signature; write every one as a repro."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    kinds: dict[str, list[int]] = {}
+    for n, case, outcome in failures:
+        sig = signature(case, outcome)
+        first = sig not in kinds
+        kinds.setdefault(sig, []).append(n)
+        small, small_outcome = case, outcome
+        if first:
+            small, small_outcome = minimize(pool, case, outcome, args.budget)
+        stem = args.out / f"seed{args.seed}-case{n}-{case.kernel}-{outcome.status}"
+        stem.with_suffix(".py").write_text(sf.repro(small, small_outcome))
+        record = {
+            "seed": args.seed,
+            "case_number": n,
+            "signature": sig,
+            "case": asdict(case),
+            "outcome": asdict(outcome),
+            "minimized": asdict(small),
+            "minimized_outcome": asdict(small_outcome),
+        }
+        stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    print(f"\n{len(failures)} failures of {len(kinds)} kinds; repros in {args.out}:")
+    for sig, ns in kinds.items():
+        shown = ", ".join(map(str, ns[:8])) + (" …" if len(ns) > 8 else "")
+        print(f"{len(ns):6}  {sig}   (cases {shown})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
