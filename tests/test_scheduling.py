@@ -611,6 +611,34 @@ def test_gpu_group_command_parses():
     assert [c.args for c in parse_schedule(str(fluent))] == [cmds[-1].args]
 
 
+# -------------------------------------------------------------- 15. loops across a fused pos
+
+
+def _spmm_rows(rng, cols: int = 38) -> np.ndarray:
+    """Empty rows, a dense row and short rows: the cases a row catch-up can get wrong."""
+    A = rand_sparse(rng, (45, cols), 0.15, empty_rows=4)
+    A[7] = rand_dense(rng, (cols,))
+    return A
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "fuse(i,j,f); pos(f,fpos,A); reorder(k,fpos)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); reorder(b,k,nz)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); reorder(b,k,nz); "
+        "parallelize(b,CPUThread,Atomics)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); split(k,k0,k1,4); reorder(b,k1,nz,k0)",
+    ],
+)
+def test_loops_move_outside_a_fused_pos_loop(schedule, target):
+    """Each run of the moved loop restarts the nonzeros with its own copy of the row."""
+    rng = np.random.default_rng(116)
+    A = _spmm_rows(rng)
+    B = rand_dense(rng, (38, 9))
+    check(SPMM, {"A": "csr"}, schedule, target, {"A": A, "B": B}, A @ B)
+
+
 # ---------------------------------------------------------------- regressions
 def test_dense_fuse_matches_numpy(target):
     rng = np.random.default_rng(3)

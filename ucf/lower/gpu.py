@@ -44,6 +44,7 @@ from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
 from ucf.ir.simplify import assigned, blocks, declared, nodes, reads, statements
+from ucf.lower.transforms import catches_up
 
 I64 = "i64"
 GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
@@ -381,7 +382,7 @@ class _Outliner:
     def _check_carried(self, loops: list[_Loop], sums: set[str]) -> None:
         for g in loops:
             carried = sorted(assigned(g.loop.body) - declared(g.loop.body) - sums)
-            bad = [v for v in carried if not _catches_up(g.loop.body, v)]
+            bad = [v for v in carried if not catches_up(g.loop.body, v)]
             if bad:
                 raise ScheduleError(
                     f"{g.cmd}: the loop carries {', '.join(bad)} from one iteration to the "
@@ -460,21 +461,6 @@ class _Outliner:
 
 def _pow2(n: int) -> bool:
     return 1 <= n <= WARP and n & (n - 1) == 0
-
-
-def _catches_up(body: list[ir.Stmt], name: str) -> bool:
-    """Every assignment of ``name`` is a ``while (...) name = name + 1`` catch-up loop, which
-    reaches the same value from any earlier start: a thread may start from its block's."""
-    step = ir.Assign(Var(name, I64), ir.add(Var(name, I64), Const(1, I64)))
-    allowed: set[int] = set()
-    for s in statements(body):
-        if isinstance(s, ir.While) and s.body == [step]:
-            allowed.add(id(s.body[0]))
-    return all(
-        id(s) in allowed
-        for s in statements(body)
-        if isinstance(s, ir.Assign) and s.var.name == name
-    )
 
 
 # ------------------------------------------------------------------ reductions
