@@ -200,6 +200,12 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
 
 # ------------------------------------------------------------------ bound
 def bound(nest: Nest, var: str, new: str, n: int, cmd: str) -> None:
+    """The loop over ``var`` runs ``n`` times, which each call checks (``Bound.check``).
+
+    ``var`` may be a split's outer loop: each call checks ``n`` against the blocks
+    of the whole dimension, and where an affine window narrows the loop, the runs
+    past the window's blocks are empty, since the inner loop clips to the window.
+    """
     _, _, loop = nest.find(var, cmd)
     if loop.var.name != var:
         raise ScheduleError(
