@@ -1,5 +1,8 @@
 """GPU SpMM: Sgap's four algorithms as ucf schedules, against cuSPARSE.
 
+Two more rows per matrix run the group algorithms with a group loop four times
+wider than the group (each lane takes four nonzeros into a private sum).
+
 Run from the repository root on a machine with a CUDA GPU, nvcc and pycuda
 (``pip install '.[cuda]'``); cuSPARSE is reached through cupy when it is
 installed (``pip install cupy-cuda12x``), otherwise its column says n/a:
@@ -47,8 +50,8 @@ SIZES = (4, 8, 16, 32)
 
 
 # --------------------------------------------------------------------- schedules
-# The same four algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes
-# across the columns of B (coalesced), about 256 threads per block.
+# The same algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes across
+# the columns of B (coalesced), about 256 threads per block.
 def eb_sr(g: int) -> str:
     """{<g nnz, c col>, 1}: g nonzeros and N/32 columns per thread, atomic adds."""
     return (
@@ -88,11 +91,37 @@ def eb_seg(r: int) -> str:
     )
 
 
+def rb_pr_wide(r: int) -> str:
+    """{<1/g row, c col>, r} with g = 4r: each lane sums 4 of every 4r nonzeros of its row
+    privately, then one tile reduction per row (a group loop wider than its group)."""
+    rows = max(1, 256 // (32 * r))
+    return (
+        f"reorder(i,k,j); split(i,ib,it,{rows}); split(k,kc,kl,32); pos(j,jpos,A); "
+        f"split(jpos,jpos0,jpos1,{4 * r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
+        "parallelize(ib,GPUBlock,NoRaces); parallelize(it,GPUThread,NoRaces); "
+        f"parallelize(kl,GPUThread,NoRaces); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
+    )
+
+
+def eb_seg_wide(r: int) -> str:
+    """{<g/r nnz, c col>, r} with g = 4r: 4 consecutive nonzeros per lane with a running sum
+    per row, the lanes' last rows reduced by segments (columns outside the nonzeros)."""
+    groups = max(1, 256 // (32 * r))
+    return (
+        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{groups * 4 * r}); "
+        f"split(f1,fg,fl,{4 * r}); split(k,kc,kl,32); reorder(fb,fg,kc,kl,fl); "
+        "parallelize(fb,GPUBlock,IgnoreRaces); parallelize(fg,GPUThread,Atomics); "
+        f"parallelize(fl,GPUGroup,{r},Segment); parallelize(kl,GPUThread,NoRaces)"
+    )
+
+
 ALGORITHMS = {
     "{<g nnz, c col>, 1}": eb_sr,
     "{<g row, c col>, 1}": rb_sr,
     "{<1/g row, c col>, r} PR": rb_pr,
     "{<1 nnz, c col>, r} Seg": eb_seg,
+    "{<1/4r row, c col>, r} PR": rb_pr_wide,
+    "{<4 nnz, c col>, r} Seg": eb_seg_wide,
 }
 
 
