@@ -1,7 +1,7 @@
 """GPU SpMM: Sgap's four algorithms as ucf schedules, against cuSPARSE.
 
-Two more rows per matrix run the group algorithms with a group loop four times
-wider than the group (each lane takes four nonzeros into a private sum).
+It also runs the two group algorithms with a group loop four times wider than
+the group: each lane takes four nonzeros into a private sum.
 
 Run from the repository root on a machine with a CUDA GPU, nvcc and pycuda
 (``pip install '.[cuda]'``); cuSPARSE is reached through cupy when it is
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import sys
 import tempfile
@@ -70,46 +71,27 @@ def rb_sr(g: int) -> str:
     )
 
 
-def rb_pr(r: int) -> str:
-    """{<1/r row, c col>, r}: r lanes per row, a tree reduction per group."""
+def rb_pr(r: int, share: int = 1) -> str:
+    """{<1/g row, c col>, r} with g = share * r: r lanes per row, each summing ``share`` of
+    every g nonzeros privately, then a tree reduction per group."""
     rows = max(1, 256 // (32 * r))
     return (
         f"reorder(i,k,j); split(i,ib,it,{rows}); split(k,kc,kl,32); pos(j,jpos,A); "
-        f"split(jpos,jpos0,jpos1,{r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
+        f"split(jpos,jpos0,jpos1,{share * r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
         "parallelize(ib,GPUBlock,NoRaces); parallelize(it,GPUThread,NoRaces); "
         f"parallelize(kl,GPUThread,NoRaces); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
     )
 
 
-def eb_seg(r: int) -> str:
-    """{<1 nnz, c col>, r}: one nonzero per lane, a segmented reduction per group."""
-    return (
-        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{max(8, r)}); split(f1,fg,fl,{r}); "
-        "split(k,kc,kl,32); parallelize(fb,GPUBlock,IgnoreRaces); "
-        f"parallelize(fg,GPUThread,Atomics); parallelize(fl,GPUGroup,{r},Segment); "
-        "parallelize(kl,GPUThread,NoRaces)"
-    )
-
-
-def rb_pr_wide(r: int) -> str:
-    """{<1/g row, c col>, r} with g = 4r: each lane sums 4 of every 4r nonzeros of its row
-    privately, then one tile reduction per row (a group loop wider than its group)."""
-    rows = max(1, 256 // (32 * r))
-    return (
-        f"reorder(i,k,j); split(i,ib,it,{rows}); split(k,kc,kl,32); pos(j,jpos,A); "
-        f"split(jpos,jpos0,jpos1,{4 * r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
-        "parallelize(ib,GPUBlock,NoRaces); parallelize(it,GPUThread,NoRaces); "
-        f"parallelize(kl,GPUThread,NoRaces); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
-    )
-
-
-def eb_seg_wide(r: int) -> str:
-    """{<g/r nnz, c col>, r} with g = 4r: 4 consecutive nonzeros per lane with a running sum
-    per row, the lanes' last rows reduced by segments (columns outside the nonzeros)."""
+def eb_seg(r: int, share: int = 1) -> str:
+    """{<share nnz, c col>, r}: ``share`` consecutive nonzeros per lane, a segmented reduction
+    per group. With more than one, a lane keeps a running sum per row, and the column loops
+    go outside the nonzeros so that one sum at a time suffices."""
     groups = max(1, 256 // (32 * r))
+    columns_outside = "; reorder(fb,fg,kc,kl,fl)" if share > 1 else ""
     return (
-        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{groups * 4 * r}); "
-        f"split(f1,fg,fl,{4 * r}); split(k,kc,kl,32); reorder(fb,fg,kc,kl,fl); "
+        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{groups * share * r}); "
+        f"split(f1,fg,fl,{share * r}); split(k,kc,kl,32){columns_outside}; "
         "parallelize(fb,GPUBlock,IgnoreRaces); parallelize(fg,GPUThread,Atomics); "
         f"parallelize(fl,GPUGroup,{r},Segment); parallelize(kl,GPUThread,NoRaces)"
     )
@@ -120,8 +102,8 @@ ALGORITHMS = {
     "{<g row, c col>, 1}": rb_sr,
     "{<1/g row, c col>, r} PR": rb_pr,
     "{<1 nnz, c col>, r} Seg": eb_seg,
-    "{<1/4r row, c col>, r} PR": rb_pr_wide,
-    "{<4 nnz, c col>, r} Seg": eb_seg_wide,
+    "{<1/4r row, c col>, r} PR": functools.partial(rb_pr, share=4),
+    "{<4 nnz, c col>, r} Seg": functools.partial(eb_seg, share=4),
 }
 
 
