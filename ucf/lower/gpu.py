@@ -17,7 +17,9 @@ iteration, its own. In detail:
   the kernel is compiled (a split's inner loop, a divide's outer loop, a
   bound loop); that count is its radix. The group's lanes are the fastest
   digit, so a ``thread_block_tile<G>`` is exactly one group. A warp's digit
-  steps by 32 lanes, padding the loops inside it.
+  steps by 32 lanes, padding the loops inside it. A group loop with more
+  iterations than lanes is the exception to binding: each lane runs a share
+  of them itself, into a private partial sum where it can (``_share``).
 - Code between GPU loops runs in every thread that reaches it. Scalars are
   therefore private, and a running sum carried across GPU loops is a partial
   sum per thread, combined where the sum is stored: ``Atomics`` adds each
@@ -456,10 +458,7 @@ class _Outliner:
         if not segment:
             variant = _variant(loop)
             if any(_names(c.args[1]) & variant for c in calls):
-                raise ScheduleError(
-                    f"{group.cmd}: the lanes of a group add into different entries here; "
-                    "ParallelReduction needs one entry per group, use Segment"
-                )
+                raise _several_entries(group)
         before: list[ir.Stmt] = []
         after: list[ir.Stmt] = []
         sums: dict[int, list[ir.Stmt]] = {}
@@ -604,6 +603,13 @@ def _variant(loop: ir.For) -> set[str]:
     return variant
 
 
+def _several_entries(group: _Loop) -> ScheduleError:
+    return ScheduleError(
+        f"{group.cmd}: the lanes of a group add into different entries here; "
+        "ParallelReduction needs one entry per group, use Segment"
+    )
+
+
 def _pow2(n: int) -> bool:
     return 1 <= n <= WARP and n & (n - 1) == 0
 
@@ -695,10 +701,7 @@ class _Reductions:
         if g is not None and any(x is g for x in loops) and g.par.strategy in REDUCING:
             name = "segReduceGroup" if g.par.strategy == "Segment" else "atomicAddGroup"
             if name == "atomicAddGroup" and _names(index) & assigned(g.loop.body):
-                raise ScheduleError(
-                    f"{g.cmd}: the lanes of a group add into different entries here; "
-                    "ParallelReduction needs one entry per group, Segment handles several"
-                )
+                raise _several_entries(g)
             self.group_reduces = True
             return ir.Call(name, [store.array, index, value, Const(g.group, I64)])
         return ir.Store(store.array, index, value, accumulate=True, atomic=True)
@@ -822,10 +825,7 @@ class _Predicator:
         if isinstance(s, ir.Call):
             arr, index, value, size = s.args
             if s.name == "atomicAddGroup" and self._varies(index):
-                raise ScheduleError(
-                    f"{g.cmd}: the lanes of a group add into different entries here; "
-                    "ParallelReduction needs one entry per group, use Segment"
-                )
+                raise _several_entries(g)
             if pred is None:
                 return [s]
             if s.name == "segReduceGroup":
