@@ -104,6 +104,7 @@ class _Loop:
     dim: str = ""  # x, y or z for GPUBlock loops
     group: int = 0  # lanes of the tile when this loop is the nest's group
     width: int = 0  # the group loop's iterations, which may be more than its lanes
+    shared: bool = False  # the group's lanes run the loop's iterations themselves
 
     @property
     def label(self) -> str:
@@ -275,11 +276,8 @@ class _Outliner:
         by_id = {id(g.loop): g for g in loops}
         sums = _Reductions(stmts, by_id, group, self.races).run()
         self._check_carried(loops, sums)
-        if group is not None and group.width > group.group:
+        if group is not None:
             self._share(group, by_id)
-        elif group is not None:  # lane l runs iteration l; a warp's padding lanes none
-            lanes = max(group.group, group.modulus)
-            group.loop.body = self._extended(group, by_id, lanes)
         body = self._bind(stmts, by_id)
         return self._kernel(body, grid, nthreads)
 
@@ -410,23 +408,29 @@ class _Outliner:
         return None if full is not None and full >= span else ir.Cmp("<", loop.var, loop.end)
 
     def _share(self, group: _Loop, by_id: dict[int, _Loop]) -> None:
-        """A group loop with more iterations than lanes: every lane runs its share serially.
+        """Give each lane its iterations of the group loop: one, bound to the lane, or a
+        share of them when the loop is wider than the group.
 
         Where the group reduces stores whose destination only changes with the loop's
         own iterations (not with a serial loop inside it, such as a column loop), each
         lane keeps a private partial sum and the group reduces once, after the loop
-        (``_private``). Otherwise the lanes take the iterations ``G`` at a time, in
-        lockstep, and each step reduces as a group of one iteration per lane would (a
-        reduction of running sums then already happens after the loop).
+        (``_private``): for a wider loop, and for a loop whose stores sit in a serial
+        loop (the nonzeros of a row). Otherwise the lanes take the iterations ``G`` at
+        a time, in lockstep, and each step reduces as a group of one iteration per
+        lane would (a reduction of running sums then already happens after the loop).
         """
         loop = group.loop
-        steady, moving = _group_calls(loop.body, frozenset())
-        if steady and not moving:
+        wide = group.width > group.group
+        steady, moving, looped = _group_calls(loop.body, frozenset())
+        group.shared = wide or bool(steady and not moving and looped)
+        if steady and not moving and group.shared:
             self._private(group, steady)
-            return
-        steps = -(-group.width // group.group)
-        body = self._extended(group, by_id, steps * group.group)
-        loop.body = self._strided(group, body)
+        elif wide:
+            steps = -(-group.width // group.group)
+            body = self._extended(group, by_id, steps * group.group)
+            loop.body = self._strided(group, body)
+        else:  # lane l runs iteration l; the padding lanes of a warp run none
+            loop.body = self._extended(group, by_id, max(group.group, group.modulus))
 
     def _strided(self, group: _Loop, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Lane ``l`` runs iterations ``l``, ``l + G``, ...: at each step the lanes read
@@ -508,7 +512,7 @@ class _Outliner:
                         tid = ir.Bin("%", tid, Const(g.modulus, I64))
                     index = ir.Bin("/", tid, Const(g.stride, I64)) if g.stride > 1 else tid
                 bind = ir.Decl(s.var, ir.add(s.start, index))
-                if g.width > g.group:  # the lanes run the loop's iterations themselves
+                if g.shared:
                     bind = ir.Decl(_lane(s), index)
                 if g.unit == "GPUBlock" or g.group:
                     out.append(Scope([bind, *body]))
@@ -559,24 +563,30 @@ def _lane(loop: ir.For) -> Var:
 
 def _group_calls(
     stmts: list[ir.Stmt], inner: frozenset[str]
-) -> tuple[list[ir.Call], list[ir.Call]]:
+) -> tuple[list[ir.Call], list[ir.Call], bool]:
     """The group collectives in ``stmts``, split by whether one private sum per lane can
     stand for each: its destination must not change within the serial loops around it
-    (``inner`` holds the names those loops vary). GPU loops only bind an index."""
+    (``inner`` holds the names those loops vary). GPU loops only bind an index. The flag
+    says whether a collective of the first kind sits in a serial loop, where a private
+    sum saves a reduction per iteration."""
     steady: list[ir.Call] = []
     moving: list[ir.Call] = []
+    looped = False
     for s in stmts:
         if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
-            (moving if _names(s.args[1]) & inner else steady).append(s)
+            moves = bool(_names(s.args[1]) & inner)
+            (moving if moves else steady).append(s)
+            looped = looped or (bool(inner) and not moves)
         varies = inner
         if isinstance(s, ir.While) or (isinstance(s, ir.For) and not _is_gpu(s)):
             varies = inner | declared(s.body) | assigned(s.body)
             varies |= {s.var.name} if isinstance(s, ir.For) else set()
         for block in blocks(s):
-            a, b = _group_calls(block, varies)
+            a, b, c = _group_calls(block, varies)
             steady += a
             moving += b
-    return steady, moving
+            looped = looped or c
+    return steady, moving, looped
 
 
 def _replace(stmts: list[ir.Stmt], new: dict[int, list[ir.Stmt]]) -> list[ir.Stmt]:
