@@ -491,3 +491,40 @@ def test_submanifold_conv_stays_in_bounds(asan_cc, tmp_path, fi):
     ref = np.einsum("pqcrs,rscm->pqm", win, f) * pts[..., None]
     np.testing.assert_allclose(out.to_numpy(), ref)
     np.testing.assert_array_equal(out.levels[1]["crd"], np.nonzero(pts)[1])
+
+
+@pytest.mark.parametrize("case", list(T3))
+@pytest.mark.parametrize("out_format", ["UUU", "CCC"])
+def test_flat_coiteration_reads_no_unmatched_position(asan_cc, tmp_path, case, out_format):
+    """Four CSF operands meet at every level in one flat loop: an operand that did not
+    match reads nothing below (empty ranges, guarded value loads)."""
+    B = T3[case]
+    ops_np = {"B": B, "C": np.roll(B, 1, axis=2) * 2, "D": np.zeros_like(B), "E": B[::-1] * 3}
+    formats = dict.fromkeys(ops_np, "csf") | {"A": out_format}
+    k = ucf.compile(
+        "A(i,j,k) = B(i,j,k) + C(i,j,k) * (D(i,j,k) + E(i,j,k))", formats=formats, target="c"
+    )
+    ops = {n: _tensor(a, "csf") for n, a in ops_np.items()}
+    ext = dict(zip("ijk", B.shape, strict=True))
+    out = run_under_asan(asan_cc, tmp_path, k, out_format, B.shape, ext, ops)
+    want = ops_np["B"] + ops_np["C"] * (ops_np["D"] + ops_np["E"])
+    np.testing.assert_array_equal(out.to_numpy(), want)
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("schedule", ["split(j,j0,j1,2)", "divide(j,j0,j1,3)"])
+def test_coordinate_split_blocks_stay_in_bounds(asan_cc, tmp_path, case, schedule):
+    """Each block's binary searches stay inside the operands' segments."""
+    A = MATS[case]
+    B = np.roll(A, 1, axis=1) * 2
+    k = ucf.compile(
+        "S(i,j) = A(i,j) + B(i,j)",
+        formats={"S": "csr", "A": "csr", "B": "csr"},
+        schedule=schedule,
+        target="c",
+    )
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "csr")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "csr", A.shape, dict(zip("ij", A.shape, strict=True)), ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), A + B)

@@ -15,8 +15,10 @@ import pytest
 from conftest import TARGETS, nonzero_coords, rand_sparse, stored_coords
 
 import ucf
+from ucf.exec.cuda_build import nvcc_check, nvcc_path
 
 SEED = 7
+needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 
 NUMPY = {
     "relu": lambda x: np.maximum(x, 0),
@@ -162,3 +164,16 @@ def test_functions_run_under_the_cuda_emulator():
     )
     got = k(A=ucf.from_numpy(A, format="csr"), x=x, b=b).to_numpy()
     np.testing.assert_allclose(got, np.tanh(A @ x) + np.exp(b), rtol=1e-13)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_function_kernels_compile_with_nvcc(dtype):
+    k = ucf.compile(
+        "y(i) = sigmoid(sum(j, A(i,j) * x(j))) + tanh(b(i)) * sqrt(abs(b(i))) "
+        "+ max(relu(b(i)), exp(-b(i))) - sign(b(i)) * cos(sin(b(i)))",
+        formats={"A": "csr"},
+        target="cuda",
+        dtype=dtype,
+    )
+    nvcc_check(k.source, "sm_80")

@@ -262,8 +262,12 @@ def test_bad_splits(schedule, message):
         ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
 
 
-def test_split_of_coiteration_is_refused():
+def test_parallel_coiteration_is_refused():
+    """A co-iteration is split in coordinate space (tests/test_coordinate_split.py), but
+    the while loop itself cannot run in parallel."""
     with pytest.raises(ucf.ScheduleError, match="while loop"):
         ucf.compile(
-            "y(i) = A(i) + B(i)", formats={"A": "C", "B": "C"}, schedule="split(i, i0, i1, 4)"
+            "y(i) = A(i) + B(i)",
+            formats={"A": "C", "B": "C"},
+            schedule="parallelize(i, CPUThread, NoRaces)",
         )

@@ -276,9 +276,9 @@ def test_listed_workspace_survives_the_epoch_wrap(monkeypatch, tmp_path):
 
     A wrap every 3 rows (instead of every 2**31) is a fresh plan, hence its own cache.
     """
-    from ucf.lower import lowerer
+    from ucf.lower import workspaces
 
-    monkeypatch.setattr(lowerer, "EPOCH_WRAP", 3)
+    monkeypatch.setattr(workspaces, "EPOCH_WRAP", 3)
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(5)
     A = sp.random(40, 30, density=0.2, format="csr", random_state=rng)

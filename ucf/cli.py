@@ -89,6 +89,11 @@ examples:
 With no --print the concrete index notation (CIN) is printed.  -o PREFIX
 writes PREFIX.c and PREFIX.h, a standalone kernel whose header documents the
 calling convention.
+
+A variable only on the right-hand side is summed over the smallest operand of
++ or - (or the whole right-hand side) holding all its occurrences, as in TACO:
+"y(i) = A(i,j)*x(j) + b(i)" is A @ x + b.  sum(j, ...) sums explicitly;
+relu abs sign sqrt sin tanh exp cos sigmoid max min apply element-wise.
 """
 
 _RUN_EPILOG = """\

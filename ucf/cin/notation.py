@@ -86,8 +86,16 @@ class CIN:
         if not loops:
             return f"{lhs} {op} {text(body, temps)}"
         v = loops[0]
-        inner = self._render(body, loops[1:], bound | set(self.origins.get(v, [v])), lhs, op, temps)
+        inner = self._render(body, loops[1:], bound | self._completed(v), lhs, op, temps)
         return f"forall({v}, {inner})"
+
+    def _completed(self, v: str) -> set[str]:
+        """The variables fixed once loop ``v`` is entered: those no later loop iterates
+        (after a split, ``i`` is fixed inside ``i1``, not inside ``i0``)."""
+        loops = self.loops or self.order
+        later = loops[loops.index(v) + 1 :]
+        rest = {o for w in later for o in self.origins.get(w, [w])}
+        return set(self.origins.get(v, [v])) - rest
 
 
 def _sums_outside(e: Expr, temps) -> list[Sum]:

@@ -27,7 +27,11 @@ COMMANDS = {
     "unroll": 2,
     "precompute": 4,
     "parallelize": None,  # 3, or 4 for GPUGroup
+    "assemble": None,  # (T, Insert|Append) or (T, Insert|Append, true|false)
 }
+ASSEMBLE_STRATEGIES = ("Insert", "Append")
+#: Commands that may name a query loop (``qi``) after ``assemble(T, ..., true)``.
+QUERY_COMMANDS = ("split", "divide", "unroll", "parallelize")
 UNITS = ("CPUThread", "CPUVector", "GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
 STRATEGIES = ("NoRaces", "IgnoreRaces", "Atomics", "Temporary", "ParallelReduction", "Segment")
 
@@ -109,6 +113,22 @@ class Parallel:
         return f"{self.unit}{size}, {self.strategy}"
 
 
+@dataclass(frozen=True)
+class Assemble:
+    """``assemble(T, strategy[, separately])``: how the sparse output T is built.
+
+    ucf always counts the output's entries in a query pass before it fills them,
+    so arrays are exactly sized.  ``Insert`` (TACO's name) lets rows be filled in
+    parallel once each row's count is known; ``Append`` appends in loop order.
+    ``separately`` gives the query pass loops of its own, named ``q`` + the
+    loop's name (``qi``), scheduled apart from the compute pass's.
+    """
+
+    tensor: str
+    strategy: str
+    separately: bool
+
+
 @dataclass
 class Applied:
     """A schedule checked against the statement, ready for the lowerer.
@@ -128,6 +148,9 @@ class Applied:
     fused: list[tuple[tuple[str, ...], str, str]]  # (original variables, pos variable, tensor)
     precompute: list[Precompute]
     bounds: dict[str, Bound]  # bounded loop variable -> its bound
+    assemble: Assemble | None = None
+    # With assemble(T, ..., true): the query pass's own steps and parallel loops.
+    query: tuple[list[Command], dict[str, Parallel]] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,14 +211,138 @@ def apply_schedule(
     order: list[str],
     chains: dict[str, list[str]],
     tensors: dict[str, tuple[list[str], str]],
+    output: tuple[str, bool] = ("", False),
 ) -> Applied:
     """Check every command against the loop nest as it stands and record it.
 
     ``chains`` maps each sparse operand (or the sparse output) to its index
     variables in level order, so a loop order that walks one out of order is
     refused.  ``tensors`` maps each operand name to its variables in level
-    order and its level letters, for ``pos``.
+    order and its level letters, for ``pos``.  ``output`` is the output's name
+    and whether it is sparse, for ``assemble``.
     """
+    assemble: Assemble | None = None
+    query: _Query | None = None
+    rest = list(commands)
+    for k, cmd in enumerate(commands):
+        if cmd.name == "assemble":
+            assemble = _assemble(cmd, output, assemble)
+            if assemble.separately:
+                at = _apply(commands[:k], order, {}, tensors).loops
+                query = _Query(commands[k + 1 :], at)
+                rest = [*commands[:k], *query.compute]
+    applied = _apply(rest, order, chains, tensors)
+    applied.assemble = assemble
+    if query is not None:
+        applied.query = query.apply(applied)
+    if assemble is not None and assemble.strategy == "Append":
+        for v in applied.parallel:
+            appended = [o for o in applied.provenance.origins(v) if o in output_vars(chains)]
+            if appended:
+                raise ScheduleError(
+                    f"parallelize({v}, {applied.parallel[v]}): assemble({assemble.tensor}, "
+                    f"Append) appends {assemble.tensor}'s entries in loop order, so the loop "
+                    f"over {appended[0]} cannot run in parallel; use Insert"
+                )
+    return applied
+
+
+def output_vars(chains: dict[str, list[str]]) -> set[str]:
+    return {v for who, chain in chains.items() if who.startswith("output") for v in chain}
+
+
+def _assemble(cmd: Command, output: tuple[str, bool], earlier: Assemble | None) -> Assemble:
+    name, sparse = output
+    if len(cmd.args) not in (2, 3):
+        raise ScheduleError(f"{cmd}: assemble takes (T, Insert|Append) or (T, Insert|Append, true)")
+    tensor, strategy = cmd.args[0], cmd.args[1]
+    separately = cmd.args[2] if len(cmd.args) == 3 else "false"
+    if earlier is not None:
+        raise ScheduleError(f"{cmd}: the output's assembly is already chosen")
+    if tensor != name:
+        raise ScheduleError(f"{cmd}: {tensor} is not the output; the output is {name}")
+    if not sparse:
+        raise ScheduleError(
+            f"{cmd}: output {name} is dense; assemble chooses how a sparse output is built"
+        )
+    if strategy not in ASSEMBLE_STRATEGIES:
+        raise ScheduleError(
+            f"{cmd}: unknown strategy '{strategy}'{closest(strategy, ASSEMBLE_STRATEGIES)}; "
+            "the strategies are Insert and Append"
+        )
+    if separately not in ("true", "false"):
+        raise ScheduleError(f"{cmd}: the third argument is true or false, got '{separately}'")
+    return Assemble(tensor, strategy, separately == "true")
+
+
+class _Query:
+    """Commands after ``assemble(T, ..., true)``: those naming a query loop (``qi``)
+    schedule the query pass, the others the compute pass only."""
+
+    def __init__(self, commands: list[Command], loops: list[str]):
+        self.loops = loops  # the loops when the assemble command was given
+        names = {f"q{v}" for v in loops} - set(loops)
+        self.query: list[Command] = []
+        self.compute: list[Command] = []
+        for c in commands:
+            if c.args and c.args[0] in names:
+                self.query.append(c)
+                if c.name in ("split", "divide"):
+                    names |= {c.args[1], c.args[2]}
+            else:
+                self.compute.append(c)
+
+    def apply(self, applied: Applied) -> tuple[list[Command], dict[str, Parallel]]:
+        """The query pass's steps and parallel loops: those before the assemble command
+        (they shape both passes) and the query commands, with ``q`` names mapped to the
+        query pass's loops (which carry the compute pass's labels)."""
+        both = set(self.compute)
+        steps = [c for c in applied.steps if c not in both and c.name != "arrange"]
+        parallel = {v: p for v, p in applied.parallel.items() if not self._compute_only(v)}
+        loops = {f"q{v}": v for v in self.loops}
+        final = list(self.loops)
+        for cmd in self.query:
+            if cmd.name not in QUERY_COMMANDS:
+                raise ScheduleError(
+                    f"{cmd}: the query loops of assemble(..., true) take "
+                    f"{', '.join(QUERY_COMMANDS)}; {cmd.name} shapes both passes, so put it "
+                    "before the assemble command"
+                )
+            v = cmd.args[0]
+            if v not in loops:
+                raise ScheduleError(
+                    f"{cmd}: unknown query loop '{v}'{closest(v, loops)}; the query loops are "
+                    f"{', '.join(loops)}"
+                )
+            label = loops[v]
+            renamed = Command(cmd.name, (label, *cmd.args[1:]))
+            if cmd.name == "parallelize":
+                parallel[label] = _parallelize(renamed, [label])[1]
+                continue
+            steps.append(renamed)
+            if cmd.name in ("split", "divide"):
+                _, outer, inner, _ = cmd.args
+                for new, role in ((outer, "outer"), (inner, "inner")):
+                    if new in loops or new in self.loops:
+                        raise ScheduleError(f"{cmd}: the new variable '{new}' is already a loop")
+                    loops[new] = new
+                    amount = _positive(cmd, cmd.args[3], "the factor")
+                    applied.provenance.add(new, Relation(cmd.name, (label,), amount, role=role))
+                k = final.index(label)
+                final[k : k + 1] = [outer, inner]
+        steps.append(Command("arrange", tuple(final)))
+        return steps, parallel
+
+    def _compute_only(self, v: str) -> bool:
+        return any(c.name == "parallelize" and c.args[0] == v for c in self.compute)
+
+
+def _apply(
+    commands: list[Command],
+    order: list[str],
+    chains: dict[str, list[str]],
+    tensors: dict[str, tuple[list[str], str]],
+) -> Applied:
     loops = list(order)
     prov = Provenance(order)
     steps: list[Command] = []
@@ -203,7 +350,7 @@ def apply_schedule(
     pos: dict[str, tuple[str, str]] = {}
     fused: list[tuple[tuple[str, ...], str, str]] = []
     precompute: list[Precompute] = []
-    bounds: dict[str, tuple[int, str]] = {}
+    bounds: dict[str, Bound] = {}
     for cmd in commands:
         name = cmd.name
         if name == "reorder":
@@ -309,6 +456,8 @@ def apply_schedule(
         elif name == "parallelize":
             v, par = _parallelize(cmd, loops)
             parallel[v] = par
+        elif name == "assemble":
+            continue  # recorded by apply_schedule
         else:  # pragma: no cover - parse_schedule only lets known commands through
             raise ScheduleError(f"unknown schedule command '{name}'")
     steps.append(Command("arrange", tuple(loops)))
@@ -512,6 +661,9 @@ class Schedule:
 
     def parallelize(self, i: str, unit: str, *rest) -> Schedule:
         return self._add("parallelize", i, unit, *rest)
+
+    def assemble(self, tensor: str, strategy: str, separately: bool = False) -> Schedule:
+        return self._add("assemble", tensor, strategy, "true" if separately else "false")
 
     def __str__(self) -> str:
         return "; ".join(map(str, self.commands))

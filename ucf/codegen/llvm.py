@@ -14,7 +14,7 @@ import re
 from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
-from ucf.ir.simplify import declared, reads
+from ucf.ir.simplify import declared, nodes, reads
 
 _TYPES = {
     "i1": ll.IntType(1),
@@ -372,6 +372,8 @@ class _FunctionBuilder:
         if isinstance(e, ir.Cast):
             return self.cast(self.expr(e.operand), e.operand.type, e.type)
         if isinstance(e, ir.Select):
+            if _loads(e.if_true) or _loads(e.if_false):
+                return self.guarded_select(e)
             return b.select(self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false))
         if isinstance(e, ir.Math):
             return self.math(e)
@@ -401,6 +403,29 @@ class _FunctionBuilder:
         ops = {"+": b.add, "-": b.sub, "*": b.mul, "/": b.sdiv, "%": b.srem}
         ops.update({"<<": b.shl, ">>": b.ashr, "&": b.and_})
         return ops[e.op](left, right)
+
+    def guarded_select(self, e: ir.Select) -> ll.Value:
+        """A select that evaluates only the chosen side, as C's ``?:`` does: LLIR guards
+        loads with it (an operand that did not match has no valid position to read)."""
+        b = self.b
+        cond = self.expr(e.cond)
+        then = self.func.append_basic_block("select.true")
+        orelse = self.func.append_basic_block("select.false")
+        merge = self.func.append_basic_block("select.end")
+        b.cbranch(cond, then, orelse)
+        b.position_at_end(then)
+        value_true = self.expr(e.if_true)
+        then_end = b.block
+        b.branch(merge)
+        b.position_at_end(orelse)
+        value_false = self.expr(e.if_false)
+        orelse_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(value_true.type)
+        phi.add_incoming(value_true, then_end)
+        phi.add_incoming(value_false, orelse_end)
+        return phi
 
     def short_circuit(self, e: ir.Logic) -> ll.Value:
         """``and``/``or`` must not evaluate their right side needlessly: it may read past an end."""
@@ -439,6 +464,10 @@ class _FunctionBuilder:
         if t.width > _TYPES[src].width:
             return b.sext(x, t)
         return b.trunc(x, t)
+
+
+def _loads(e: ir.Expr) -> bool:
+    return any(isinstance(n, ir.Load) for n in nodes(e))
 
 
 def _free_reads(s: ir.For, outer: set[str]) -> list[str]:

@@ -242,7 +242,8 @@ def _scheduled(
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
             stmt.lhs, computed, cin.order
         )
-    applied = apply_schedule(commands, cin.order, chains, tensors)
+    output = (stmt.lhs.tensor, not computed.is_dense)
+    applied = apply_schedule(commands, cin.order, chains, tensors, output)
     order = applied.order
     if not computed.is_dense and not applied.precompute:
         out = appended_vars(stmt.lhs, computed)
@@ -256,6 +257,7 @@ def _scheduled(
                 )
     new = concretize(stmt, fmts, computed, order=order)
     new.loops = list(applied.loops)
+    new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     text = "; ".join(map(str, commands))
@@ -268,6 +270,16 @@ def _scheduled(
         new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({pc.wvar})")
     for v, par in applied.parallel.items():
         new.notes.append(f"loop {v} runs in parallel ({par})")
+    if applied.assemble is not None:
+        a = applied.assemble
+        how = {
+            "Insert": "a query pass counts its entries, then they are inserted",
+            "Append": "a query pass counts its entries, then they are appended in loop order",
+        }[a.strategy]
+        new.notes.append(f"output {a.tensor} is assembled by {a.strategy}: {how}")
+    if applied.query is not None:
+        for v, par in applied.query[1].items():
+            new.notes.append(f"query loop q{v} runs in parallel ({par})")
     return new, applied
 
 

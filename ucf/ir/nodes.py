@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 INT_TYPES = ("i32", "i64")
+#: The type of positions, coordinates, extents and loop variables.
+I64 = "i64"
 FLOAT_TYPES = ("f32", "f64")
 
 NUMPY_TO_IR = {"float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32"}
@@ -102,6 +104,9 @@ class Cast(Expr):
 
 @dataclass(frozen=True)
 class Select(Expr):
+    """``cond ? if_true : if_false``, evaluating only the chosen side (as C does), so a
+    side may load from a position that is valid only when it is chosen."""
+
     cond: Expr
     if_true: Expr
     if_false: Expr

@@ -52,11 +52,10 @@ class Call(Expr):
 @dataclass(frozen=True)
 class Sum(Expr):
     """``body`` summed over ``vars``: written ``sum(j, ...)``, or implied by a variable
-    that appears only on the right-hand side (``explicit`` is then False)."""
+    that appears only on the right-hand side (see ``ucf.lang.reductions``)."""
 
     vars: tuple[str, ...]
     body: Expr
-    explicit: bool = True
 
 
 def text(e: Expr, names: Mapping[int, str] | None = None) -> str:

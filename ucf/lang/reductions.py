@@ -85,9 +85,9 @@ def _insert(e: Expr, path: Path, at: dict[Path, list[str]]) -> Expr:
     elif isinstance(e, Call):
         e = Call(e.fn, tuple(_insert(a, (*path, k), at) for k, a in enumerate(e.args)))
     elif isinstance(e, Sum):
-        e = Sum(e.vars, _insert(e.body, (*path, 0), at), e.explicit)
+        e = Sum(e.vars, _insert(e.body, (*path, 0), at))
     if path in at:
-        return Sum(tuple(at[path]), e, explicit=False)
+        return Sum(tuple(at[path]), e)
     return e
 
 
@@ -145,7 +145,7 @@ def _without(rhs: Expr, path: Path) -> Expr:
             rhs.fn, tuple(_without(a, rest) if m == k else a for m, a in enumerate(rhs.args))
         )
     assert isinstance(rhs, Sum)
-    return Sum(rhs.vars, _without(rhs.body, rest), rhs.explicit)
+    return Sum(rhs.vars, _without(rhs.body, rest))
 
 
 def peel(rhs: Expr) -> tuple[tuple[str, ...], Expr]:

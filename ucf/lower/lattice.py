@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ucf.ir import nodes as ir
 from ucf.lang import ast
 from ucf.lang.functions import FUNCTIONS
 
@@ -194,3 +195,87 @@ def _points(t: Term, sparse: Callable[[int], bool]) -> list[Point]:
 def _union(left: list[Point], right: list[Point]) -> list[Point]:
     both = [Point(a.iters | b.iters, a.full or b.full) for a in left for b in right]
     return both + left + right
+
+
+def walk(t: Term):
+    yield t
+    for c in subterms(t):
+        yield from walk(c)
+
+
+def reduces(t: Term) -> list[Reduce]:
+    """Every nested sum of a term, outermost first."""
+    return [x for x in walk(t) if isinstance(x, Reduce)]
+
+
+def top_reduces(t: Term) -> list[Reduce]:
+    """The nested sums of a term that are not inside another one."""
+    if isinstance(t, Reduce):
+        return [t]
+    return [r for c in subterms(t) for r in top_reduces(c)]
+
+
+def substitute(t: Term, k: int, new: Term) -> Term:
+    """The term with nested sum number ``k`` replaced."""
+    if isinstance(t, Reduce) and t.id == k:
+        return new
+    if isinstance(t, Negate):
+        return Negate(substitute(t.operand, k, new))
+    if isinstance(t, Op):
+        return Op(t.op, substitute(t.left, k, new), substitute(t.right, k, new))
+    if isinstance(t, Func):
+        return Func(t.fn, tuple(substitute(a, k, new) for a in t.args))
+    if isinstance(t, Reduce):
+        return Reduce(t.vars, substitute(t.body, k, new), t.id)
+    return t
+
+
+def presence(t: Term, flags: dict[int, ir.Expr]) -> ir.Expr | bool:
+    """Whether a term is structurally nonzero when the operands in ``flags`` are present
+    exactly where their flag holds (every other operand is present): the merge lattice
+    as a formula.  Python booleans stand for constants."""
+
+    def both(a, b):
+        if a is False or b is False:
+            return False
+        return b if a is True else a if b is True else ir.land(a, b)
+
+    def either(a, b):
+        if a is True or b is True:
+            return True
+        return b if a is False else a if b is False else ir.lor(a, b)
+
+    if isinstance(t, Opnd):
+        return flags.get(t.n, True)
+    if isinstance(t, Lit):
+        return t.value != 0
+    if isinstance(t, Temp):
+        return True
+    if isinstance(t, Negate | Reduce):
+        return presence(subterms(t)[0], flags)
+    if isinstance(t, Func):
+        if not FUNCTIONS[t.fn].zero_preserving:
+            return True
+        result: ir.Expr | bool = False
+        for a in t.args:
+            result = either(result, presence(a, flags))
+        return result
+    assert isinstance(t, Op)
+    left = presence(t.left, flags)
+    if t.op == "/":
+        return left
+    right = presence(t.right, flags)
+    return both(left, right) if t.op == "*" else either(left, right)
+
+
+def why_full(t: Term) -> str:
+    """Why a loop must visit every coordinate: a function that is nonzero at zero, or a
+    sum with a dense term."""
+    for x in walk(t):
+        if isinstance(x, Func) and not FUNCTIONS[x.fn].zero_preserving:
+            return f"{x.fn} maps 0 to a nonzero value"
+    return "a sum with a dense term"
+
+
+def has_division(t: Term) -> bool:
+    return any(isinstance(x, Op) and x.op == "/" for x in walk(t))

@@ -1,0 +1,87 @@
+"""The kernel's parameters: how each storage reaches the generated function."""
+
+from __future__ import annotations
+
+from ucf.format.format import Format
+from ucf.ir.nodes import I64, Array, Param, Var
+from ucf.lower.state import (
+    SlotParams,
+)
+
+
+class ParamsMixin:
+    """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
+
+    def _slot_params(self, name: str, fmt: Format, order: int, output: bool = False) -> SlotParams:
+        dims = [Var(f"{name}_dim{m}", I64) for m in range(order)]
+        levels = []
+        for lvl, kind in enumerate(fmt.levels):
+            levels.append({a: Array(f"{name}{lvl}_{a}", self.it, output) for a in kind.arrays})
+        return SlotParams(dims, levels, Array(f"{name}_vals", self.vt, output))
+
+    def _params(self, assemble: bool) -> list[Param]:
+        params = [
+            Param(v.name, I64, False, role=("extent", k), doc=f"extent of index variable {k}")
+            for k, v in self.extents.items()
+        ]
+        for slot_name, sp in self.slot_params.items():
+            params += self._storage_params(slot_name, sp, output=False)
+        if assemble:
+            params.append(
+                Param(
+                    f"{self.out_name}_counts",
+                    I64,
+                    True,
+                    True,
+                    role=("counts",),
+                    doc="out: number of entries each output level receives",
+                )
+            )
+            if self.local is not None:
+                arr = self.out_params.levels[self.local]["pos"]
+                params.append(
+                    Param(
+                        arr.name,
+                        arr.elem,
+                        True,
+                        True,
+                        role=("pos", self.out_name, self.local),
+                        doc=f"out: entries under each parent of output level {self.local}",
+                    )
+                )
+        else:
+            params += self._storage_params(self.out_name, self.out_params, output=True)
+        return params
+
+    def _storage_params(self, slot: str, sp: SlotParams, output: bool) -> list[Param]:
+        who = "output" if output else "operand"
+        params = [
+            Param(d.name, I64, False, role=("dim", slot, m), doc=f"{who} {slot}: size of mode {m}")
+            for m, d in enumerate(sp.dims)
+        ]
+        for lvl, arrays in enumerate(sp.levels):
+            for key, arr in arrays.items():
+                params.append(
+                    Param(
+                        arr.name,
+                        arr.elem,
+                        True,
+                        output,
+                        role=(key, slot, lvl),
+                        doc=f"{who} {slot}: level {lvl} {key} array",
+                    )
+                )
+        params.append(
+            Param(
+                sp.vals.name,
+                sp.vals.elem,
+                True,
+                output,
+                role=("vals", slot),
+                doc=f"{who} {slot}: values",
+            )
+        )
+        return params
+
+    def _counts_array(self) -> Array:
+        return Array(f"{self.out_name}_counts", I64, True)

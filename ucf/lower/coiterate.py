@@ -1,0 +1,316 @@
+"""One loop per index variable: merge lattices, cases, flat co-iteration."""
+
+from __future__ import annotations
+
+import itertools
+
+from ucf.errors import ScheduleError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.lower.lattice import (
+    Term,
+    lattice,
+    operands,
+    presence,
+    restrict,
+    why_full,
+)
+from ucf.lower.state import (
+    State,
+)
+
+
+class CoiterationMixin:
+    """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
+
+    #: Co-iterating this many sparse operands or more takes one loop with match flags:
+    #: a lattice of n operands has up to 2**n points and 3**n cases, nested per level.
+    FLAT = 3
+
+    def _loop(self, term: Term, st: State) -> list[ir.Stmt]:
+        v = st.order[st.depth]
+        if v in self.fused and st.ws is None:
+            return self._fused_loop(term, st, *self.fused[v])
+        sparse, located = self._sparse_here(v, st)
+        used = operands(term)
+        present = [n for n in sparse if n in used]
+        guards = self._guards(v, st, used, located)
+        points = lattice(term, lambda n: n in present or n in guards)
+        top = points[0]
+        stmts: list[ir.Stmt] = []
+        out_kind = self._out_kind(v, st)
+        local = out_kind == "C" and st.out_level == self.local and st.ws is None
+        prefix: list[ir.Stmt] = []
+        pos_arr = self.out_params.levels[self.local]["pos"] if local else None
+        if local:
+            st = st.copy()
+            st.counter = Var(f"{self.out_name}{self.local}_at", I64)
+            start = Const(0, I64) if self.assembling else ir.cast(ir.Load(pos_arr, st.out_pos), I64)
+            prefix = [ir.Decl(st.counter, start)]
+        st, slide = self._cursors(v, st, used)
+        prefix += slide
+        iters = {n: self._iterator(n, v, st) for n in present}
+        coord = Var(v, I64)
+        label = self._label(v, st)
+        # A point that only guarded operands make up needs every coordinate visited.
+        guard_only = any(p.iters and not p.iters & set(iters) for p in points)
+        full = top.full or (guard_only and bool(iters))
+        drives = len(iters) == 1 and not full and next(iter(iters.values())).unique
+        self._check_pos(v, term, iters, full, drives)
+        live = set(iters) | set(guards)
+        split = None
+        if v in self.splits and iters and not (full or drives or st.ws is not None):
+            split = self._narrow_to_blocks(v, iters)
+            label = split.args[2]
+        if self._flat(v, iters, guards, st):
+            stmts += self._flat_loop(term, st, iters, located, coord, label, full)
+        elif drives:
+            # One iterator drives: a counted loop over its positions, which vectorizes.
+            it = next(iter(iters.values()))
+            body = [ir.Decl(coord, self._it_coord(it))]
+            flags = self._guard_flags(guards, guards)
+            inner = [*flags.values()]
+            matches = {n: f.var for n, f in flags.items()}
+            inner += self._cases(term, st, iters, located, coord, live, matches, full=False)
+            if it.stride > 1:
+                inner = [ir.If(self._on_stride(it), inner)]
+            stmts += it.setup
+            stmts.append(ir.For(it.pos, it.begin, it.end_expr, body + inner, label=label))
+        elif full:
+            for it in iters.values():
+                stmts += it.init
+            body = self._full_body(term, st, iters, located, coord, guards)
+            stmts.append(ir.For(coord, Const(0, I64), self.extents[v], body, label=label))
+        elif not iters:
+            # Only guarded (affine, located) operands: the loop runs over the range
+            # every point's common guards allow, and checks the others.
+            common = set(guards)
+            for point in points:
+                if point.iters:
+                    common &= point.iters
+            lo, hi = self._guard_range(v, [g for n in common for g in guards[n]])
+            flags = self._guard_flags(guards, set(guards) - common)
+            body = [*flags.values()]
+            matches = {n: f.var for n, f in flags.items()}
+            body += self._cases(term, st, {}, located, coord, live - common, matches, full=True)
+            stmts.append(ir.For(coord, lo, hi, body, label=label))
+        else:
+            for it in iters.values():
+                stmts += it.init
+            done: set[frozenset[int]] = set()
+            for point in points:
+                key = frozenset(point.iters & set(iters))
+                if not key or key in done:
+                    continue
+                done.add(key)
+                point_live = key | {
+                    n for q in points if q.iters & set(iters) == key for n in q.iters
+                }
+                flags = self._guard_flags(guards, point_live)
+                absent = set(guards) - point_live
+                stmts += self._point_loop(
+                    term, st, iters, located, coord, key, point_live, flags, absent, label
+                )
+        if split is not None:
+            stmts = self._blocks(split, stmts)
+        if local:
+            if self.assembling:
+                stmts.append(
+                    ir.Store(
+                        pos_arr, ir.add(st.out_pos, Const(1, I64)), ir.cast(st.counter, self.it)
+                    )
+                )
+            return prefix + stmts
+        if out_kind == "C" and not self.assembling and st.ws is None:
+            lvl = st.out_level
+            stmts.append(
+                ir.Store(
+                    self.out_params.levels[lvl]["pos"],
+                    ir.add(st.out_pos, Const(1, I64)),
+                    ir.cast(self.counters[lvl], self.it),
+                )
+            )
+        return prefix + stmts
+
+    def _full_body(self, term, st, iters, located, coord, guards) -> list[ir.Stmt]:
+        """A dense loop over the dimension; sparse iterators are checked for a match."""
+        flags = self._guard_flags(guards, guards)
+        body: list[ir.Stmt] = [*flags.values()]
+        matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
+        for n, it in iters.items():
+            m = Var(f"{it.coord.name}_hit", "i1")
+            ok = ir.land(ir.Cmp("<", it.pos, it.end), ir.Cmp("==", self._it_coord(it), coord))
+            body.append(ir.Decl(m, ok))
+            if not it.unique:
+                seg_stmts = self._coordinate_stmts(it)
+                body.append(seg_stmts.pop(1))  # the run end, declared where cases can see it
+                body.append(ir.If(m, seg_stmts))
+            matches[n] = m
+        live = set(iters) | set(guards)
+        body += self._cases(term, st, iters, located, coord, live, matches, full=True)
+        for n, it in iters.items():
+            body.append(ir.If(matches[n], [ir.Assign(it.pos, self._advance(it)), *it.skip]))
+        return body
+
+    def _point_loop(
+        self, term, st, iters, located, coord, key, live, flags, absent, label
+    ) -> list[ir.Stmt]:
+        """A co-iteration ``while`` over the iterators in ``key``; ``live`` adds the guarded
+        operands that may match with them, each checked by its flag."""
+        its = [iters[n] for n in sorted(key)]
+        cond: ir.Expr = Const(True, "i1")
+        for it in its:
+            cond = ir.land(cond, ir.Cmp("<", it.pos, it.end))
+        body: list[ir.Stmt] = []
+        for it in its:
+            body += self._coordinate_stmts(it)
+        mn: ir.Expr = its[0].coord
+        for it in its[1:]:
+            mn = ir.minimum(mn, it.coord)
+        body.append(ir.Decl(coord, mn))
+        body += flags.values()
+        matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
+        for it in its:
+            m = Var(f"{it.coord.name}_hit", "i1")
+            body.append(ir.Decl(m, ir.Cmp("==", it.coord, coord)))
+            matches[it.n] = m
+        body += self._cases(term, st, iters, located, coord, live, matches, False, absent)
+        for it in its:
+            step = [ir.Assign(it.pos, self._advance(it)), *it.skip]
+            body += step if len(its) == 1 else [ir.If(matches[it.n], step)]
+        return [ir.While(cond, body, label=label)]
+
+    def _cases(
+        self, term, st, iters, located, coord, live: set[int], matches, full: bool, absent=()
+    ):
+        """One branch per set of matching iterators and guards, largest set first.
+
+        Iterators and guarded operands outside the matching set, and those in
+        ``absent``, read as zero in a branch.
+        """
+        all_here = set(iters) | live | set(absent)
+        chain: list[tuple[ir.Expr, list[ir.Stmt]]] = []
+        for size in range(len(live), -1, -1):
+            if size == 0 and not full:
+                break
+            for subset in itertools.combinations(sorted(live), size):
+                sub = restrict(term, all_here - set(subset))
+                if sub is None:
+                    continue
+                cond: ir.Expr = Const(True, "i1")
+                for n in subset:
+                    if n in matches:
+                        cond = ir.land(cond, matches[n])
+                chain.append((cond, self._case_body(sub, st, iters, located, coord, subset)))
+        stmts: list[ir.Stmt] = []
+        for cond, body in reversed(chain):
+            if isinstance(cond, Const) and cond.value is True:
+                stmts = body
+            else:
+                stmts = [ir.If(cond, body, stmts)]
+        return stmts
+
+    def _case_body(
+        self, term, st, iters, located, coord, subset, alive: dict | None = None
+    ) -> list[ir.Stmt]:
+        """Descend past this loop with the operands in ``subset`` matched; ``alive`` (a
+        flat loop) gives each one a flag instead, for whether it matched."""
+        inner = st.copy()
+        inner.depth += 1
+        stmts: list[ir.Stmt] = []
+        for n in subset:
+            if n not in iters:
+                continue  # a guarded operand: located below, or read as dense
+            it = iters[n]
+            inner.levels[n] += 1
+            inner.pos[n] = it.pos
+            inner.seg_end[n] = it.seg if not it.unique else None
+            if alive is not None:
+                inner.alive[n] = alive[n]
+        for n in located:
+            stmts.append(self._locate(n, st, inner))
+        if st.ws is None and self._out_kind(coord.name, st) is not None:
+            stmts += self._output_level(term, st, inner, coord)
+        return stmts + self._at_depth(term, inner)
+
+    def _label(self, v: str, st: State) -> str:
+        if self.where and (st.ws is not None or st.where_done) and v == self.where.ws.var:
+            return self.applied.precompute[0].wvar
+        if v in self.pos_map:
+            return self.pos_map[v][0]
+        return v
+
+    def _check_pos(self, v: str, term: Term, iters: dict, full: bool, drives: bool) -> None:
+        if v not in self.pos_map:
+            return
+        vpos, tensor = self.pos_map[v]
+        cmd = f"pos({v}, {vpos}, {tensor})"
+        names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
+        if full:
+            raise ScheduleError(
+                f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero "
+                f"({why_full(term)}), so {tensor}'s positions do not cover it"
+            )
+        if len(iters) > 1:
+            raise ScheduleError(
+                f"{cmd}: {v} co-iterates {' and '.join(names)}; pos needs {tensor} to drive the "
+                f"loop over {v} alone"
+            )
+        if not drives or names != [tensor]:
+            raise ScheduleError(
+                f"{cmd}: the loop over {v} is not driven by {tensor}'s positions here (at {v}, "
+                f"{tensor}'s level is dense or not reached)"
+            )
+
+    def _flat(self, v: str, iters: dict, guards: dict, st: State) -> bool:
+        return (
+            len(iters) >= self.FLAT
+            and not guards
+            and st.ws is None
+            and v not in self.pos_map
+            and all(it.unique and it.stride == 1 for it in iters.values())
+        )
+
+    def _flat_loop(self, term, st, iters, located, coord, label, full) -> list[ir.Stmt]:
+        """One loop over the union of the iterators' coordinates, whatever the lattice.
+
+        Each iteration finds which iterators match the coordinate and enters the
+        body when the expression is structurally present for those matches.  The
+        body is the same for every combination: an operand that did not match
+        reads as 0 below (its deeper ranges are empty and its values masked), which
+        is exactly the restricted expression a lattice case would have built.  So
+        the code grows linearly with the operands instead of exponentially.
+        """
+        stmts: list[ir.Stmt] = []
+        for it in iters.values():
+            stmts += it.init
+        live = {n: ir.Cmp("<", it.pos, it.end) for n, it in iters.items()}
+        body: list[ir.Stmt] = []
+        matches: dict[int, ir.Expr] = {}
+        if not full:
+            beyond = Const(2**62, I64)
+            for n, it in iters.items():
+                body.append(ir.Decl(it.coord, ir.Select(live[n], self._it_coord(it), beyond)))
+            nearest: ir.Expr = iters[min(iters)].coord
+            for n in sorted(iters)[1:]:
+                nearest = ir.minimum(nearest, iters[n].coord)
+            body.append(ir.Decl(coord, nearest))
+        for n, it in iters.items():
+            m = Var(f"{it.coord.name}_hit", "i1")
+            if full:
+                ok = ir.land(live[n], ir.Cmp("==", self._it_coord(it), coord))
+            else:
+                ok = ir.Cmp("==", it.coord, coord)
+            body.append(ir.Decl(m, ok))
+            matches[n] = m
+        inner = self._case_body(term, st, iters, located, coord, list(iters), alive=matches)
+        present = presence(term, matches)
+        body += inner if present is True else [ir.If(present, inner)]
+        for n, it in iters.items():
+            body.append(ir.If(matches[n], [ir.Assign(it.pos, ir.add(it.pos, Const(1, I64)))]))
+        if full:
+            return [
+                *stmts,
+                ir.For(coord, Const(0, I64), self.extents[coord.name], body, label=label),
+            ]
+        return [*stmts, ir.While(presence(term, live), body, label=label)]

@@ -1,0 +1,159 @@
+"""pos over fused levels: one loop over a tensor's nonzeros across several levels."""
+
+from __future__ import annotations
+
+from ucf.errors import ScheduleError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.lower.lattice import (
+    Term,
+    lattice,
+    operands,
+    why_full,
+)
+from ucf.lower.state import (
+    State,
+)
+
+
+class FusedMixin:
+    """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
+
+    def _fused_loop(self, term: Term, st: State, fvars: tuple, label: str, tensor: str):
+        """One loop over the positions of ``tensor``'s deepest fused level.
+
+        Each iteration recovers the parent positions and coordinates above it.
+        A compressed parent is found by binary search at the start of a range
+        (the loop's start, or each block's once it is split) and then advanced
+        incrementally, so a block costs one search plus constant work per
+        nonzero.
+        """
+        cmd = f"pos over {', '.join(fvars)} ({label}, {tensor})"
+        used = operands(term)
+        n = next(
+            (
+                x
+                for x, op in self.operands.items()
+                if x in self.cin.slots
+                and self.cin.slots[x].tensor == tensor
+                and x in used
+                and not op.dense
+                and st.levels[x] < op.fmt.order
+                and op.level_vars[st.levels[x]] == fvars[0]
+            ),
+            None,
+        )
+        if n is None:
+            raise ScheduleError(f"{cmd}: {tensor} does not drive the loop over {fvars[0]} here")
+        op = self.operands[n]
+        a = st.levels[n]
+        m = len(fvars)
+        b = a + m - 1
+        if op.level_vars[a : b + 1] != list(fvars):
+            raise ScheduleError(f"{cmd}: {tensor} does not store {', '.join(fvars)} in that order")
+        affine = [str(op.level_idx[k]) for k in range(a, b + 1) if op.affine(k)]
+        if affine:
+            raise ScheduleError(
+                f"{cmd}: {tensor}'s index '{affine[0]}' is affine; pos over fused levels needs "
+                "plain indices"
+            )
+        if self.sparse_out:
+            raise ScheduleError(
+                f"{cmd}: a sparse output cannot be appended from a loop over fused nonzeros"
+            )
+        if lattice(term, lambda x: x == n)[0].full:
+            raise ScheduleError(
+                f"{cmd}: the loop over {fvars[0]} also visits coordinates where {tensor} is zero "
+                f"({why_full(term)})"
+            )
+        cur = st.copy()
+        located_stmts: list[ir.Stmt] = []
+        for v in fvars:
+            sparse, located = self._sparse_here(v, cur)
+            others = [x for x in sparse if x in used and x != n]
+            if others:
+                names = ", ".join(self.cin.slots[x].tensor for x in others)
+                raise ScheduleError(
+                    f"{cmd}: {v} also co-iterates {names}; pos needs {tensor} alone"
+                )
+            for x in located:
+                if x != n:  # the fused loop walks its own tensor's levels itself
+                    located_stmts.append(self._locate(x, cur, cur))
+            cur.levels[n] += 1
+        arrays = op.params.levels
+        kinds = op.fmt.levels
+        dims = [op.params.dims[op.fmt.mode_order[lvl]] for lvl in range(op.fmt.order)]
+        self.repeats = self.repeats or not op.fmt.unique(b)
+        pre: list[ir.Stmt] = []
+        ranges: dict[int, tuple[Var, Var]] = {}
+        lo, hi = kinds[a].bounds(arrays[a], st.pos[n], st.seg_end.get(n), dims[a])
+        for lvl in range(a, b + 1):
+            if lvl > a:
+                lo, hi = kinds[lvl].child_range(arrays[lvl], *ranges[lvl - 1], dims[lvl])
+            rng = (Var(f"{label}_lo{lvl}", I64), Var(f"{label}_hi{lvl}", I64))
+            pre += [ir.Decl(rng[0], ir.cast(lo, I64)), ir.Decl(rng[1], ir.cast(hi, I64))]
+            ranges[lvl] = rng
+        p = Var(label, I64)
+        first = Var(f"{label}_first", I64)
+        entry: list[ir.Stmt] = []
+        body: list[ir.Stmt] = []
+        parents: dict[int, ir.Expr] = {b: p}
+        child, child_first = p, first
+        for lvl in range(b, a, -1):
+            letter = kinds[lvl].letter
+            q = Var(f"{label}_q{lvl - 1}", I64)
+            if letter == "C":
+                posarr = arrays[lvl]["pos"]
+                entry += _segment_search(posarr, child_first, ranges[lvl - 1], q)
+                nxt = ir.add(q, Const(1, I64))
+                body.append(
+                    ir.While(
+                        ir.Cmp("<=", ir.cast(ir.Load(posarr, nxt), I64), child), [ir.Assign(q, nxt)]
+                    )
+                )
+                child_first = q
+            elif letter == "U":
+                body.append(ir.Decl(q, ir.Bin("/", child, dims[lvl])))
+                qf = Var(f"{label}_f{lvl - 1}", I64)
+                entry.append(ir.Decl(qf, ir.Bin("/", child_first, dims[lvl])))
+                child_first = qf
+            else:
+                body.append(ir.Decl(q, child))
+            parents[lvl - 1] = q
+            child = q
+        for lvl in range(a, b + 1):
+            pos_l = parents[lvl]
+            if kinds[lvl].letter == "U":
+                parent = st.pos[n] if lvl == a else parents[lvl - 1]
+                coord = ir.sub(pos_l, ir.mul(parent, dims[lvl]))
+            else:
+                coord = ir.cast(kinds[lvl].coordinate(arrays[lvl], pos_l), I64)
+            body.append(ir.Decl(Var(fvars[lvl - a], I64), coord))
+        body += located_stmts
+        inner = cur
+        inner.depth = st.depth + m
+        inner.pos[n] = p
+        inner.seg_end[n] = None
+        body += self._at_depth(term, inner)
+        loop = ir.For(p, ranges[b][0], ranges[b][1], body, label=label)
+        self.entries[label] = (first, len(entry) + 1)
+        return [*pre, ir.Decl(first, ranges[b][0]), *entry, loop]
+
+
+def _segment_search(pos: Array, target: ir.Expr, rng: tuple[Var, Var], q: Var) -> list[ir.Stmt]:
+    """``q`` = the parent whose segment of ``pos`` holds child position ``target``."""
+    lo, hi, mid = Var(f"{q.name}_l", I64), Var(f"{q.name}_h", I64), Var(f"{q.name}_m", I64)
+    step = [
+        ir.Decl(mid, ir.Bin("/", ir.add(lo, hi), Const(2, I64))),
+        ir.If(
+            ir.Cmp("<=", ir.cast(ir.Load(pos, mid), I64), target),
+            [ir.Assign(lo, mid)],
+            [ir.Assign(hi, mid)],
+        ),
+    ]
+    return [
+        ir.Decl(lo, rng[0]),
+        ir.Decl(hi, rng[1]),
+        ir.While(ir.Cmp(">", ir.sub(hi, lo), Const(1, I64)), step),
+        ir.Decl(q, lo),
+    ]

@@ -1,0 +1,150 @@
+"""The lowerer's environment: operands, their parameters, and where each walk has got to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ucf.format.format import Format
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.lang.affine import Affine
+from ucf.lower import sort
+from ucf.lower.lattice import (
+    Term,
+)
+
+
+@dataclass
+class SlotParams:
+    """The parameters through which one operand storage reaches the kernel."""
+
+    dims: list[Var]
+    levels: list[dict[str, Array]]
+    vals: Array
+
+
+@dataclass
+class Operand:
+    n: int
+    name: str  # readable prefix for this occurrence's iterator variables
+    fmt: Format
+    level_vars: list[str]  # the loop each level is resolved at (an affine index's base)
+    params: SlotParams
+    level_idx: list[Affine]  # each level's index
+
+    def affine(self, lvl: int) -> bool:
+        return self.level_idx[lvl].single_variable is None
+
+    def dim(self, lvl: int) -> Var:
+        return self.params.dims[self.fmt.mode_order[lvl]]
+
+    @property
+    def dense(self) -> bool:
+        return self.fmt.is_dense
+
+
+@dataclass
+class State:
+    """Where each operand's and the output's walk down its levels has got to."""
+
+    depth: int = 0
+    levels: dict = field(default_factory=dict)  # operand -> levels resolved
+    pos: dict = field(default_factory=dict)  # operand -> position expr of last resolved level
+    seg_end: dict = field(default_factory=dict)  # operand -> end of a non-unique run
+    out_level: int = 0
+    out_pos: ir.Expr = Const(0, I64)
+    acc: Var | None = None
+    pending: tuple | None = (
+        None  # (level, coordinate) of an output append deferred past a reduction
+    )
+    hit: Var | None = None  # set when the deferred reduction met a nonzero term
+    order: tuple[str, ...] = ()  # the loop order of this nest (a where's sides differ)
+    ws: Workspace | None = None  # set in a precompute's producer: the leaf writes here
+    where_done: bool = False  # below a precompute's where
+    counter: Var | None = None  # a segment-local counter for the compressed output level
+    cursors: dict = field(default_factory=dict)  # (operand, level) -> its sliding window's ends
+    temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
+    # operand -> flag: whether it matched at every flat co-iteration above (absent reads 0)
+    alive: dict = field(default_factory=dict)
+
+    def copy(self) -> State:
+        return replace(
+            self,
+            levels=dict(self.levels),
+            pos=dict(self.pos),
+            seg_end=dict(self.seg_end),
+            cursors=dict(self.cursors),
+            alive=dict(self.alive),
+        )
+
+
+@dataclass
+class Workspace:
+    """A precompute's dense workspace, plus the list of touched coordinates when the
+    consumer appends to a sparse output (so it walks only those, in order)."""
+
+    name: str
+    var: str  # the original index variable it is indexed by
+    index: Var  # the variable it is indexed with (the original or a split's inner one)
+    size: ir.Expr
+    vals: Array
+    flags: Array | None = None
+    list: Array | None = None
+    count: Var | None = None
+    epoch: Var | None = None  # which use of the workspace flags[k] == epoch marks
+    sort_tmp: Array | None = None  # the sort's scratch, as long as the list
+    sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
+
+    def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
+        """The arrays a pass allocates, with their lengths.  The assemble pass only
+        counts, so it needs neither the values nor the sort's scratch; the flags have one
+        extra entry, which holds the epoch."""
+        if self.list is None:
+            return [] if assembling else [(self.vals, self.size)]
+        listing = [(self.flags, ir.add(self.size, Const(1, I64))), (self.list, self.size)]
+        if assembling:
+            return listing
+        scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
+        return [(self.vals, self.size), *listing, *scratch]
+
+
+@dataclass
+class Lowered:
+    """The kernel functions plus what the executor needs to call them."""
+
+    compute: ir.Function
+    assemble: ir.Function | None  # set for sparse outputs: counts entries per level
+    helpers: list[ir.Function]  # internal functions the kernels call
+    local_level: int | None  # compressed output level whose pos the assemble pass fills
+
+
+@dataclass
+class Where:
+    """Where a precompute splits the nest into a producer and a consumer."""
+
+    depth: int
+    prod_term: Term
+    cons_term: Term
+    prod_vars: set[str]
+    cons_vars: set[str]
+    ws: Workspace
+    split: tuple | None  # (outer, inner, factor, extent) when iw is a split's inner loop
+
+
+@dataclass
+class Iterator:
+    n: int
+    pos: Var
+    end: Var
+    coord: Var
+    kind: object
+    arrays: dict
+    unique: bool
+    seg: Var | None = None
+    init: list = field(default_factory=list)
+    begin: ir.Expr | None = None
+    end_expr: ir.Expr | None = None
+    setup: list = field(default_factory=list)  # finds an affine window before the loop
+    skip: list = field(default_factory=list)  # steps past coordinates off a stride
+    stride: int = 1
+    offset: ir.Expr | None = None  # set for an affine index: coordinate = stride*v + offset

@@ -1,0 +1,273 @@
+"""precompute: a where whose producer fills a workspace the consumer reads."""
+
+from __future__ import annotations
+
+from ucf.errors import ScheduleError, UcfError
+from ucf.format.format import Format, dense_format
+from ucf.format.levels import WORKSPACE_LIST
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.lang import ast
+from ucf.lang.affine import Affine
+from ucf.lang.reductions import peel
+from ucf.lower import sort
+from ucf.lower.lattice import (
+    Op,
+    Opnd,
+    Term,
+    operands,
+)
+from ucf.lower.state import (
+    Operand,
+    SlotParams,
+    State,
+    Where,
+    Workspace,
+)
+
+# The epoch at which a listed workspace's flags are cleared and the count restarts.
+EPOCH_WRAP = 2**31 - 1
+
+
+class WorkspacesMixin:
+    """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
+
+    def _plan_where(self) -> Where:
+        """Place a precompute's where as high in the nest as its workspace allows.
+
+        Below the where, the producer and the consumer may share no variable but
+        the workspace's, or the workspace would need more dimensions.  A sparse
+        output needs every reduction variable inside the producer, so the
+        consumer writes each output entry once.
+        """
+        from ucf.lang.parser import parse_statement
+
+        pc = self.applied.precompute[0]
+        prov = self.applied.provenance
+        cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
+        origins = prov.origins(pc.var)
+        if len(origins) != 1:
+            raise ScheduleError(f"{cmd}: {pc.var} iterates several variables; use one")
+        i = origins[0]
+        split = None
+        rel = prov.rel.get(pc.var)
+        if rel is not None and (rel.kind, rel.role) == ("split", "inner"):
+            split = self._ws_split(cmd, pc.var, i)
+        elif rel is not None:
+            raise ScheduleError(
+                f"{cmd}: {prov.describe(pc.var)}; precompute over an index variable or the "
+                "inner loop of a split"
+            )
+        try:
+            stmt = parse_statement(f"{pc.name}({i}) = {pc.expr}")
+        except UcfError as e:
+            raise ScheduleError(f"{cmd}: the expression does not parse: {e}") from None
+        factors = _factors(self.term)
+        taken: list[int] = []
+        for a in _ast_factors(peel(stmt.rhs)[1]):
+            match = next(
+                (
+                    t.n
+                    for t in factors
+                    if isinstance(t, Opnd)
+                    and t.n not in taken
+                    and isinstance(a, ast.Access)
+                    and str(self.rhs_accesses[t.n]) == str(a)
+                ),
+                None,
+            )
+            if match is None:
+                raise ScheduleError(
+                    f"{cmd}: {a} is not a factor of the right-hand side "
+                    f"{self.cin.statement.rhs}; precompute a product of its factors"
+                )
+            taken.append(match)
+        rest = [t for t in factors if not (isinstance(t, Opnd) and t.n in taken)]
+        if len(factors) == 1 and taken:
+            rest = []
+        prod_vars = {
+            v for n in taken for idx in self.rhs_accesses[n].indices for v in idx.variables
+        }
+        if i not in prod_vars:
+            raise ScheduleError(f"{cmd}: {pc.expr} does not use {i}")
+        cons_vars = set(self.out_vars) | {i}
+        for t in rest:
+            for n in operands(t):
+                cons_vars |= {v for idx in self.rhs_accesses[n].indices for v in idx.variables}
+        order = self.cin.order
+        reductions = set(self.cin.reduction_vars)
+        depth = None
+        for d in range(len(order)):
+            below = set(order[d:])
+            if i not in below or not (prod_vars & cons_vars & below) <= {i}:
+                continue
+            if self.sparse_out and reductions & set(order[:d]):
+                continue
+            if split is not None and order[d] != i:
+                continue
+            depth = d
+            break
+        if depth is None:
+            raise ScheduleError(
+                f"{cmd}: with the loop order {', '.join(order)} the producer and the consumer "
+                f"would share variables other than {i} below any placement; reorder the loops "
+                f"so that {i} and the variables only {pc.expr} uses are innermost"
+            )
+        W = len(self.rhs_accesses)
+        self.where_n = W
+        size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
+        index = Var(i if split is None else pc.var, I64)
+        vals = Array(pc.name, self.vt, True)
+        ws = Workspace(pc.name, i, index, size, vals)
+        if self.sparse_out:
+            below = [v for v in order[depth:] if v in cons_vars]
+            if below != [i]:
+                raise ScheduleError(
+                    f"{cmd}: the consumer would loop over {', '.join(below)}; with a sparse "
+                    f"output it must loop over {i} only"
+                )
+            ws.flags = Array(f"{pc.name}_seen", "i32", True)
+            ws.list = Array(f"{pc.name}_list", I64, True)
+            ws.count = Var(f"{pc.name}_count", I64)
+            ws.epoch = Var(f"{pc.name}_epoch", "i32")
+            ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
+            ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
+            fmt = Format((WORKSPACE_LIST,), (0,))
+            params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
+        else:
+            fmt = dense_format(1)
+            params = SlotParams([size], [{}], vals)
+        self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
+        prod = _product([Opnd(n) for n in taken])
+        cons = _product([*rest, Opnd(W)])
+        return Where(depth, prod, cons, prod_vars, cons_vars, ws, split)
+
+    def _ws_split(self, cmd: str, var: str, i: str) -> tuple:
+        """The (outer, inner, factor, extent) of a workspace over a split's inner loop."""
+        prov = self.applied.provenance
+        rel = prov.rel[var]
+        parent = rel.parents[0]
+        outer = next(
+            v
+            for v, r in prov.rel.items()
+            if r.kind == "split" and r.parents == rel.parents and r.role == "outer"
+        )
+        prel = prov.rel.get(parent)
+        if parent == i:
+            extent: ir.Expr = self.extents[i]
+        elif prel is not None and prel.kind == "bound" and prel.parents == (i,):
+            extent = Const(prel.amount, I64)
+        else:
+            raise ScheduleError(f"{cmd}: {prov.describe(parent)}; split {i} or its bound")
+        self.steps = [
+            c
+            for c in self.steps
+            if not (c.name == "split" and c.args[0] == parent)
+            and not (c.name == "bound" and c.args[1] == parent)
+        ]
+        return outer, var, rel.amount, extent
+
+    def _where(self, st: State) -> list[ir.Stmt]:
+        wh = self.where
+        ws = wh.ws
+        d = st.depth
+        prod = st.copy()
+        prod.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.prod_vars)
+        prod.ws = ws
+        cons = st.copy()
+        cons.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.cons_vars)
+        cons.where_done = True
+        start: list[ir.Stmt] = []
+        if ws.list is None:
+            z = Var(f"{ws.name}_z", I64)
+            if not self.assembling:
+                start.append(
+                    ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.vals, z, Const(0, self.vt))])
+                )
+        else:
+            start += self._ws_epoch(ws)
+        produce = self._at_depth(wh.prod_term, prod)
+        if ws.list is not None and not self.assembling:
+            sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets, ws.size]
+            produce.append(ir.Call(sort.NAME, sort_args))
+        consume = self._at_depth(wh.cons_term, cons)
+        if wh.split is None:
+            return start + produce + consume
+        outer, inner, factor, extent = wh.split
+        base = Var(f"{ws.var}_base", I64)
+        f = Const(factor, I64)
+
+        def tile(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+            loop = stmts[-1] if stmts else None
+            if not (isinstance(loop, ir.For) and loop.var.name == ws.var):
+                raise ScheduleError(
+                    f"precompute over {inner}: the loop over {ws.var} walks a sparse operand; "
+                    "a workspace over a split's inner loop needs a dense loop"
+                )
+            body = [ir.Decl(loop.var, ir.add(base, Var(inner, I64))), *loop.body]
+            end = ir.minimum(f, ir.sub(extent, base))
+            return [*stmts[:-1], ir.For(Var(inner, I64), Const(0, I64), end, body, label=inner)]
+
+        blocks = ir.Bin("/", ir.add(extent, Const(factor - 1, I64)), f)
+        body = [ir.Decl(base, ir.mul(Var(outer, I64), f)), *start, *tile(produce), *tile(consume)]
+        return [ir.For(Var(outer, I64), Const(0, I64), blocks, body, label=outer)]
+
+    @staticmethod
+    def _ws_epoch(ws: Workspace) -> list[ir.Stmt]:
+        """Start a use of a listed workspace by moving to a new epoch.
+
+        An entry is touched in this use when its flag equals the epoch, and a first
+        touch zeroes the value, so nothing walks the list afterwards to reset flags and
+        values: that second pass of random writes cost a tenth of Gustavson SpGEMM.
+        The epoch lives in the flags' extra last entry so it is private to a thread
+        exactly when the flags are; when it would overflow, the flags are cleared.
+        """
+        i32 = "i32"
+        last = Const(EPOCH_WRAP, i32)
+        z = Var(f"{ws.name}_z", I64)
+        wrap = [
+            ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.flags, z, Const(0, i32))]),
+            ir.Assign(ws.epoch, Const(1, i32)),
+        ]
+        return [
+            ir.Decl(ws.count, Const(0, I64)),
+            ir.Decl(ws.epoch, ir.add(ir.Load(ws.flags, ws.size), Const(1, i32))),
+            ir.If(ir.Cmp("==", ws.epoch, last), wrap),
+            ir.Store(ws.flags, ws.size, ws.epoch),
+        ]
+
+    def _ws_leaf(self, term: Term, st: State) -> list[ir.Stmt]:
+        ws = st.ws
+        idx = ws.index
+        stmts: list[ir.Stmt] = []
+        if ws.list is not None:
+            first = [
+                ir.Store(ws.flags, idx, ws.epoch),
+                ir.Store(ws.list, ws.count, idx),
+                ir.Assign(ws.count, ir.add(ws.count, Const(1, I64))),
+            ]
+            if not self.assembling:
+                first.append(ir.Store(ws.vals, idx, Const(0, self.vt)))
+            stmts.append(ir.If(ir.Cmp("!=", ir.Load(ws.flags, idx), ws.epoch), first))
+        if not self.assembling:
+            stmts.append(ir.Store(ws.vals, idx, self._value(term, st), accumulate=True))
+        return stmts
+
+
+def _factors(t: Term) -> list[Term]:
+    if isinstance(t, Op) and t.op == "*":
+        return _factors(t.left) + _factors(t.right)
+    return [t]
+
+
+def _ast_factors(e) -> list:
+    if isinstance(e, ast.Binary) and e.op == "*":
+        return _ast_factors(e.left) + _ast_factors(e.right)
+    return [e]
+
+
+def _product(terms: list[Term]) -> Term:
+    out = terms[0]
+    for t in terms[1:]:
+        out = Op("*", out, t)
+    return out
