@@ -1,5 +1,8 @@
 """GPU SpMM: Sgap's four algorithms as ucf schedules, against cuSPARSE.
 
+It also runs the two group algorithms with a group loop four times wider than
+the group: each lane takes four nonzeros into a private sum.
+
 Run from the repository root on a machine with a CUDA GPU, nvcc and pycuda
 (``pip install '.[cuda]'``); cuSPARSE is reached through cupy when it is
 installed (``pip install cupy-cuda12x``), otherwise its column says n/a:
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import sys
 import tempfile
@@ -47,8 +51,8 @@ SIZES = (4, 8, 16, 32)
 
 
 # --------------------------------------------------------------------- schedules
-# The same four algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes
-# across the columns of B (coalesced), about 256 threads per block.
+# The same algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes across
+# the columns of B (coalesced), about 256 threads per block.
 def eb_sr(g: int) -> str:
     """{<g nnz, c col>, 1}: g nonzeros and N/32 columns per thread, atomic adds."""
     return (
@@ -67,24 +71,29 @@ def rb_sr(g: int) -> str:
     )
 
 
-def rb_pr(r: int) -> str:
-    """{<1/r row, c col>, r}: r lanes per row, a tree reduction per group."""
+def rb_pr(r: int, share: int = 1) -> str:
+    """{<1/g row, c col>, r} with g = share * r: r lanes per row, each summing ``share`` of
+    every g nonzeros privately, then a tree reduction per group."""
     rows = max(1, 256 // (32 * r))
     return (
         f"reorder(i,k,j); split(i,ib,it,{rows}); split(k,kc,kl,32); pos(j,jpos,A); "
-        f"split(jpos,jpos0,jpos1,{r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
+        f"split(jpos,jpos0,jpos1,{share * r}); reorder(ib,it,kc,kl,jpos1,jpos0); "
         "parallelize(ib,GPUBlock,NoRaces); parallelize(it,GPUThread,NoRaces); "
         f"parallelize(kl,GPUThread,NoRaces); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
     )
 
 
-def eb_seg(r: int) -> str:
-    """{<1 nnz, c col>, r}: one nonzero per lane, a segmented reduction per group."""
+def eb_seg(r: int, share: int = 1) -> str:
+    """{<share nnz, c col>, r}: ``share`` consecutive nonzeros per lane, a segmented reduction
+    per group. With more than one, a lane keeps a running sum per row, and the column loops
+    go outside the nonzeros so that one sum at a time suffices."""
+    groups = max(1, 256 // (32 * r))
+    columns_outside = "; reorder(fb,fg,kc,kl,fl)" if share > 1 else ""
     return (
-        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{max(8, r)}); split(f1,fg,fl,{r}); "
-        "split(k,kc,kl,32); parallelize(fb,GPUBlock,IgnoreRaces); "
-        f"parallelize(fg,GPUThread,Atomics); parallelize(fl,GPUGroup,{r},Segment); "
-        "parallelize(kl,GPUThread,NoRaces)"
+        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{groups * share * r}); "
+        f"split(f1,fg,fl,{share * r}); split(k,kc,kl,32){columns_outside}; "
+        "parallelize(fb,GPUBlock,IgnoreRaces); parallelize(fg,GPUThread,Atomics); "
+        f"parallelize(fl,GPUGroup,{r},Segment); parallelize(kl,GPUThread,NoRaces)"
     )
 
 
@@ -93,6 +102,8 @@ ALGORITHMS = {
     "{<g row, c col>, 1}": rb_sr,
     "{<1/g row, c col>, r} PR": rb_pr,
     "{<1 nnz, c col>, r} Seg": eb_seg,
+    "{<1/4r row, c col>, r} PR": functools.partial(rb_pr, share=4),
+    "{<4 nnz, c col>, r} Seg": functools.partial(eb_seg, share=4),
 }
 
 

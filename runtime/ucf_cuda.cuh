@@ -115,16 +115,22 @@ __device__ __forceinline__ void ucf_atomic_add(T* p, T v) {
   }
 }
 
-/* All G lanes of the calling thread's tile add into the same out[idx]: one
- * atomic per tile instead of G. Every lane must call it with the same idx; a
- * negative idx means the tile has nothing to write. */
+/* The G lanes of the calling thread's tile add into one out[idx]: one atomic
+ * per tile instead of G. A lane with a negative idx has nothing to add (a lane
+ * whose share of a loop never reached the store); the others must all pass the
+ * same idx, and the tile writes there. A tile whose lanes all pass a negative
+ * idx writes nothing. */
 template <typename T, int G>
 __device__ __forceinline__ void atomicAddGroup(T* out, int64_t idx, T val) {
   static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G must be 1, 2, 4, 8, 16 or 32");
   const auto tile = cooperative_groups::tiled_partition<G>(cooperative_groups::this_thread_block());
+  const unsigned active = tile.ballot(idx >= 0);
+  if (active == 0u) return; /* the same in every lane of the tile */
+  const int64_t dest = tile.shfl(idx, __ffs(static_cast<int>(active)) - 1);
+  if (idx < 0) val = T(0);
   /* shfl_down stays inside the tile (width G); only rank 0's sum is complete. */
   for (unsigned off = G / 2; off > 0; off /= 2) val += tile.shfl_down(val, off);
-  if (tile.thread_rank() == 0 && idx >= 0) ucf_atomic_add(&out[idx], val);
+  if (tile.thread_rank() == 0) ucf_atomic_add(&out[dest], val);
 }
 
 /* Segmented reduction over the tile: consecutive lanes with equal idx form a

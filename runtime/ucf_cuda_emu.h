@@ -612,6 +612,8 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   return static_cast<unsigned>(
       ::ucf_emu::collective(::ucf_emu::Op::kBallot, mask, 0, 32, 4, predicate != 0));
 }
+/* The position of the lowest set bit, counting from 1; 0 for 0. */
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
 inline int __all_sync(unsigned mask, int predicate) {
   return __ballot_sync(mask, predicate) == mask;

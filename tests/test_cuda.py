@@ -164,7 +164,140 @@ def test_sgap_value_types(dtype):
         assert np.array_equal(got, (A @ B).astype(dtype)), alg
 
 
+# ------------------------------------------------------- groups wider than their tile
+def listing5(g: int, r: int, c: int = 4) -> str:
+    """Sgap's Listing 5, {<1/g row, c col>, r}, as written there (the loop nesting of its
+    CIN spelled as reorder, ParallelReduction as its text says), with p = 8g threads per
+    block: warps take c (row, column) pairs each, and the r lanes of a group split a row's
+    nonzeros g at a time, g/r per lane, into private sums that one tile reduction adds."""
+    p = 8 * g
+    return (
+        f"reorder(i,k,j); fuse(i,k,io); split(io,ko,ki,{c * p // g}); "
+        f"split(ki,warp,kii,{c}); pos(j,jpos,A); split(jpos,jpos0,jpos1,{g}); "
+        "reorder(ko,warp,kii,jpos1,jpos0); parallelize(ko,GPUBlock,NoRaces); "
+        f"parallelize(warp,GPUWarp,Atomics); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
+    )
+
+
+def rows_wide(g: int, r: int) -> str:
+    """SpMV by rows: a group of r lanes takes a row's nonzeros g at a time (g/r per lane)
+    into the running sum, which the group reduces after the row."""
+    return (
+        f"split(i,ib,it,8); pos(j,jpos,A); split(jpos,jpos0,jpos1,{g}); "
+        "reorder(ib,it,jpos1,jpos0); parallelize(ib,GPUBlock,NoRaces); "
+        f"parallelize(it,GPUThread,NoRaces); parallelize(jpos1,GPUGroup,{r},ParallelReduction)"
+    )
+
+
+def nnz_wide(g: int, r: int, columns: bool, reorder: bool = True) -> str:
+    """{<g/r nnz, c col>, r}: a group takes g consecutive nonzeros, each lane g/r of them
+    with a partial sum per row (flushed when the row changes), and the lanes' last rows
+    meet in segReduceGroup. With ``reorder`` the column loops are outside the nonzeros,
+    so one partial sum per lane suffices; without, the lanes step through the nonzeros
+    r at a time and reduce at each step."""
+    schedule = (
+        f"fuse(i,j,f); pos(f,fpos,A); split(fpos,fb,f1,{8 * g}); split(f1,fg,fl,{g}); "
+        "parallelize(fb,GPUBlock,IgnoreRaces); parallelize(fg,GPUThread,Atomics); "
+        f"parallelize(fl,GPUGroup,{r},Segment)"
+    )
+    if columns:
+        schedule += "; split(k,kc,kl,4); parallelize(kl,GPUThread,NoRaces)"
+        schedule += "; reorder(fb,fg,kc,kl,fl)" if reorder else ""
+    return schedule
+
+
+GROUPS = [2, 4, 8, 16, 32]
+WIDE = [(r, w * r) for r in GROUPS for w in (1, 2, 4, 8)]
+WIDE_ALGS = {
+    "spmv_rows": (SPMV, rows_wide),
+    "spmv_nnz": (SPMV, lambda g, r: nnz_wide(g, r, columns=False)),
+    "spmm_listing5": (SPMM, listing5),
+    "spmm_nnz": (SPMM, lambda g, r: nnz_wide(g, r, columns=True)),
+}
+#: More shapes: lockstep steps (the column loop inside the group), g not a multiple of r.
+WIDE_EXTRA = {
+    ("spmm_nnz_steps", r, g): (SPMM, nnz_wide(g, r, columns=True, reorder=False))
+    for r, g in [(2, 6), (4, 16), (8, 20), (32, 64)]
+} | {
+    (alg, r, g): (WIDE_ALGS[alg][0], WIDE_ALGS[alg][1](g, r))
+    for alg in WIDE_ALGS
+    for r, g in [(4, 6), (8, 20), (16, 40), (1, 16)]
+}
+
+
+def _wide_jobs() -> dict:
+    cases = {(alg, r, g): (expr, f(g, r)) for alg, (expr, f) in WIDE_ALGS.items() for r, g in WIDE}
+    return cases | WIDE_EXTRA
+
+
+@pytest.fixture(scope="module")
+def wide_kernels():
+    jobs = {
+        key: dict(expr=e, formats={"A": "csr"}, schedule=s, target="cuda", emulate=True)
+        for key, (e, s) in _wide_jobs().items()
+    }
+    return build(jobs)
+
+
+def check_wide(k, expr: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for name, A in matrices().items():
+        for columns in [3, 16, 46] if expr == SPMM else [1]:
+            B = _values(rng, A.shape[1] * columns).reshape(A.shape[1], columns)
+            got = k(A=A, B=B) if expr == SPMM else k(A=A, x=B[:, 0])
+            want = A @ B if expr == SPMM else A @ B[:, 0]
+            assert np.array_equal(got.to_numpy(), want), (name, columns)
+
+
+@pytest.mark.parametrize("key", list(_wide_jobs()), ids=lambda k: "-".join(map(str, k)))
+def test_groups_wider_than_their_tile(wide_kernels, key):
+    check_wide(wide_kernels[key], _wide_jobs()[key][0], seed=key[2])
+
+
+def test_wide_groups_keep_private_sums(wide_kernels):
+    """One reduction per group after the lanes' own loops, none inside them."""
+    for g in (8, 32):  # g = r too: the row's nonzeros are a serial loop inside the group
+        listing = wide_kernels["spmm_listing5", 8, g].source
+        assert "jpos1_acc1 = (jpos1_acc1 + " in listing
+        assert listing.count("atomicAddGroup<double, 8>(") == 1
+        assert "atomicAddGroup<double, 8>(C_vals, jpos1_cur1, jpos1_acc1)" in listing
+    nnz = wide_kernels["spmm_nnz", 4, 16].source
+    assert "ucf_atomic_add(&C_vals[fl_cur1], fl_acc1)" in nnz  # a finished row's sum
+    assert "segReduceGroup<double, 4>(C_vals, fl_cur1, fl_acc1)" in nnz
+    steps = wide_kernels["spmm_nnz_steps", 4, 16].source
+    assert "fl_step" in steps and "fl_acc" not in steps
+
+
+@pytest.mark.parametrize("r,g", [(8, 32), (2, 6), (32, 64)])
+def test_wide_group_inside_padded_warps(r, g):
+    """TACO's SDDMM with a wider group: the lanes past the group in each warp stay idle."""
+    rng = np.random.default_rng(g)
+    A = matrices()["empty_rows"]
+    schedule = (
+        "reorder(i,k,j); fuse(i,k,f); pos(f,fpos,B); split(fpos,block,fpos1,64); "
+        f"split(fpos1,warp,nnz,16); split(j,dense_val,thread,{g}); "
+        "parallelize(block,GPUBlock,IgnoreRaces); parallelize(warp,GPUWarp,Atomics); "
+        f"parallelize(thread,GPUGroup,{r},ParallelReduction)"
+    )
+    expr = "A(i,k) = B(i,k) * C(i,j) * D(j,k)"
+    k = ucf.compile(expr, formats={"B": "csr"}, schedule=schedule, target="cuda", emulate=True)
+    for n in (5, g + 3):
+        C, D = _values(rng, 40 * n).reshape(40, n), _values(rng, n * 48).reshape(n, 48)
+        assert np.array_equal(k(B=A, C=C, D=D).to_numpy(), A.multiply(C @ D).toarray()), n
+
+
 # ------------------------------------------------------- TACO-style SpMV, SDDMM, TTV
+#: TACO's scheduleSpMMGPU (test/tests-scheduling-eval.cpp), verbatim with its defaults.
+TACO_SPMM_GPU = (
+    "reorder(i,j,k); fuse(i,j,f); pos(f,fpos,A); split(fpos,block,fpos1,64); "
+    "split(fpos1,warp,nnz,8); split(k,dense_val_unbounded,thread,32); "
+    "reorder(block,warp,thread,dense_val_unbounded,nnz); "
+    "bound(dense_val_unbounded,dense_val,4,MaxExact); "
+    "parallelize(block,GPUBlock,IgnoreRaces); parallelize(warp,GPUWarp,IgnoreRaces); "
+    "parallelize(thread,GPUThread,Atomics)"
+)
+
+
 def _taco_cases():
     rng = np.random.default_rng(11)
     A = matrices()["empty_rows"]
@@ -176,7 +309,12 @@ def _taco_cases():
     c = _values(rng, 11)
     Tcsf = ucf.from_numpy(T, format="csf")
     ttv = np.einsum("ijk,k->ij", T, c)
+    P = matrices()["power_law"]
+    B = _values(rng, P.shape[1] * 128).reshape(P.shape[1], 128)
     return {
+        # TACO's scheduleSpMMGPU: nonzeros over blocks and warps, 32 column lanes, and a
+        # bound on the outer column loop (4 x 32 columns); Atomics covers the warps' rows.
+        "spmm": (SPMM, {"A": "csr"}, TACO_SPMM_GPU, {"A": P, "B": B}, P @ B),
         # TACO's scheduleSpMVGPU: nonzeros split into blocks, warps and threads.
         "spmv": (
             SPMV,
@@ -255,6 +393,20 @@ def taco_kernels():
 def test_taco_style_gpu_schedules(taco_kernels, name):
     k, operands, expected = taco_kernels[name]
     assert np.allclose(k(**operands).to_numpy(), expected)
+
+
+def test_taco_spmm_bound_is_checked_and_its_adds_are_atomic(taco_kernels):
+    """The bounded column loop runs ceil(N / 32) = 4 times: N from 97 to 128. The warps'
+    nonzeros may share a row, and Atomics on the column lanes makes those adds atomic
+    (as in TACO, whose Atomics covers the reductions in the loop's body)."""
+    k, operands, _ = taco_kernels["spmm"]
+    assert "ucf_atomic_add(&C_vals[" in k.source
+    A = operands["A"]
+    rng = np.random.default_rng(3)
+    B = _values(rng, A.shape[1] * 100).reshape(A.shape[1], 100)
+    assert np.array_equal(k(A=A, B=B).to_numpy(), A @ B)
+    with pytest.raises(ucf.ShapeError, match=re.escape("ceil(k / 32) times, which is 3")):
+        k(A=A, B=B[:, :96])
 
 
 # ------------------------------------------------------- differential: cuda vs llvm
@@ -345,7 +497,7 @@ def test_emulated_cuda_matches_llvm(expr, formats, schedule, note):
             SPMV,
             "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,t,64); "
             "parallelize(b,GPUBlock,IgnoreRaces); parallelize(t,GPUGroup,32,ParallelReduction)",
-            "more than the 32 lanes",
+            "use Segment",
         ),
         (
             SPMV,
@@ -456,6 +608,11 @@ def test_generated_kernels_compile_with_nvcc(sgap_kernels, taco_kernels, arch):
     nvcc_check(_batch(sources), arch)
 
 
+@needs_nvcc
+def test_wide_group_kernels_compile_with_nvcc(wide_kernels):
+    nvcc_check(_batch([k.source for k in wide_kernels.values()]), "sm_80")
+
+
 # ------------------------------------------------------- a real GPU
 @pytest.fixture(scope="module")
 def device():
@@ -478,6 +635,14 @@ def test_sgap_spmm_on_a_gpu(device, alg, size):
         for name, A in matrices().items():
             B = _values(rng, A.shape[1] * columns).reshape(A.shape[1], columns)
             assert np.array_equal(k(A=A, B=B).to_numpy(), A @ B), (alg, size, columns, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", list(_wide_jobs()), ids=lambda k: "-".join(map(str, k)))
+def test_groups_wider_than_their_tile_on_a_gpu(device, key):
+    expr, schedule = _wide_jobs()[key]
+    k = ucf.compile(expr, formats={"A": "csr"}, schedule=schedule, target="cuda")
+    check_wide(k, expr, seed=key[2])
 
 
 @pytest.mark.gpu

@@ -140,8 +140,10 @@ def check_group(run: Run, helper: str, dtype: str, g: int, name: str) -> None:
     n = LANES
     if helper == "seg_reduce":
         idx = pattern(name, n, rng)
-    else:  # atomicAddGroup needs one idx per tile
+    else:  # atomicAddGroup: one idx per tile, and lanes with a negative idx add nothing
         idx = np.repeat(pattern(name, -(-n // g), rng), g)[:n]
+        if name == "holes":  # idle lanes inside active tiles, the tile's first lane too
+            idx = np.where(rng.random(n) < 0.3, -1, idx)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     val = rng.integers(-9, 10, n).astype(DTYPES[dtype])
     out = np.full(n + 1, 5, dtype=DTYPES[dtype])

@@ -611,6 +611,113 @@ def test_gpu_group_command_parses():
     assert [c.args for c in parse_schedule(str(fluent))] == [cmds[-1].args]
 
 
+# ----------------------------------------------- 15. loops across a fused pos; TACO's GPU SpMM
+
+#: TACO's scheduleSpMMGPU (test/tests-scheduling-eval.cpp, 8 nonzeros per warp and 256
+#: threads per block) without its GPU parallelize commands: a bound on the outer loop of
+#: a split, and column loops moved outside the nonzeros of a fused pos loop.
+TACO_SPMM_GPU_LOOPS = (
+    "reorder(i,j,k); fuse(i,j,f); pos(f,fpos,A); split(fpos,block,fpos1,64); "
+    "split(fpos1,warp,nnz,8); split(k,dense_val_unbounded,thread,32); "
+    "reorder(block,warp,thread,dense_val_unbounded,nnz); "
+    "bound(dense_val_unbounded,dense_val,4,MaxExact)"
+)
+
+
+def _spmm_rows(rng, cols: int = 38) -> np.ndarray:
+    """Empty rows, a dense row and short rows: the cases a row catch-up can get wrong."""
+    A = rand_sparse(rng, (45, cols), 0.15, empty_rows=4)
+    A[7] = rand_dense(rng, (cols,))
+    return A
+
+
+@pytest.mark.parametrize("columns", [97, 128])
+def test_taco_gpu_spmm_loops(columns, target):
+    rng = np.random.default_rng(115 + columns)
+    A = _spmm_rows(rng)
+    B = rand_dense(rng, (38, columns))
+    check(SPMM, {"A": "csr"}, TACO_SPMM_GPU_LOOPS, target, {"A": A, "B": B}, A @ B)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "fuse(i,j,f); pos(f,fpos,A); reorder(k,fpos)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); reorder(b,k,nz)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); reorder(b,k,nz); "
+        "parallelize(b,CPUThread,Atomics)",
+        "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); split(k,k0,k1,4); reorder(b,k1,nz,k0)",
+    ],
+)
+def test_loops_move_outside_a_fused_pos_loop(schedule, target):
+    """Each run of the moved loop restarts the nonzeros with its own copy of the row."""
+    rng = np.random.default_rng(116)
+    A = _spmm_rows(rng)
+    B = rand_dense(rng, (38, 9))
+    check(SPMM, {"A": "csr"}, schedule, target, {"A": A, "B": B}, A @ B)
+
+
+@pytest.mark.parametrize(
+    "schedule,good,bad,formula",
+    [
+        (TACO_SPMM_GPU_LOOPS, [97, 128], [96, 129], "ceil(k / 32)"),
+        (
+            "split(k,k0,k1,4); split(k0,k00,k01,2); bound(k00,kb,3,MaxExact); unroll(kb,3)",
+            [17, 24],
+            [16, 25],
+            "ceil(k / 8)",
+        ),
+    ],
+    ids=["taco", "split-of-split"],
+)
+def test_bound_on_a_split_checks_each_call(schedule, good, bad, formula, target):
+    rng = np.random.default_rng(117)
+    A = _spmm_rows(rng)
+    k = ucf.compile(SPMM, formats={"A": "csr"}, schedule=schedule, target=target)
+    for n in good:
+        B = rand_dense(rng, (38, n))
+        assert np.allclose(dense(k(A=A, B=B)), A @ B), n
+    for n in bad:
+        with pytest.raises(ucf.ShapeError) as e:
+            k(A=A, B=rand_dense(rng, (38, n)))
+        assert formula in str(e.value) and f"extent {n} of k" in str(e.value)
+
+
+def test_bound_on_a_split_of_a_narrowed_window(target):
+    """Where an affine index narrows the split loop, the bounded loop's extra runs are empty."""
+    P = np.arange(1.0, 13.0)
+    G = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    expected = np.array(
+        [sum(P[x + r - 2] * G[r] for r in range(5) if 0 <= x + r - 2 < 12) for x in range(12)]
+    )
+    schedule = "reorder(x,k); split(k,k0,k1,2); bound(k0,kb,3,MaxExact)"
+    check("O(x) = P(x+k-2) * G(k)", {}, schedule, target, {"P": P, "G": G}, expected)
+
+
+@pytest.mark.parametrize(
+    "schedule,culprit,why",
+    [
+        ("split(k,k0,k1,8); bound(k1,kb,8,MaxExact)", "k1", "already known"),
+        ("divide(k,k0,k1,4); bound(k0,kb,4,MaxExact)", "k0", "already known"),
+        ("bound(k,kb,8,MaxExact); bound(kb,kc,8,MaxExact)", "kb", "already known"),
+        ("divide(k,k0,k1,4); bound(k1,kb,4,MaxExact)", "k1", "shorter"),
+        ("pos(j,jpos,A); bound(jpos,jb,4,MaxExact)", "jpos", "nonzeros"),
+        (
+            "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); bound(b,bb,4,MaxExact)",
+            "b",
+            "nonzeros",
+        ),
+        ("reorder(i,k,j); fuse(i,k,f); bound(f,fb,8,MaxExact)", "f", "one extent"),
+    ],
+)
+def test_bound_refuses_loops_without_one_trip_count(schedule, culprit, why):
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile(SPMM, formats={"A": "csr"}, schedule=schedule)
+    message = str(e.value)
+    assert why in message
+    assert names(without_echo(message, schedule), culprit), message
+
+
 # ---------------------------------------------------------------- regressions
 def test_dense_fuse_matches_numpy(target):
     rng = np.random.default_rng(3)

@@ -26,9 +26,7 @@ __global__ void seg_reduce_kernel(T* out, const int64_t* idx, const T* val, int6
 template <typename T, int G>
 __global__ void atomic_group_kernel(T* out, const int64_t* idx, const T* val, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // The tile's idx is its first lane's, so lanes past n agree with the tile.
-  const int64_t first = i - (threadIdx.x % G);
-  atomicAddGroup<T, G>(out, first < n ? idx[first] : -1, i < n ? val[i] : T(0));
+  atomicAddGroup<T, G>(out, i < n ? idx[i] : -1, i < n ? val[i] : T(0));
 }
 
 #define GROUP_LAUNCHERS(T, NAME, G)                                                        \

@@ -36,7 +36,7 @@ class CIN:
     notes: list[str] = field(default_factory=list)
     parallel: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Parallel
     loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
-    bounds: dict[str, tuple[int, str]] = field(default_factory=dict)  # var -> (extent, kind)
+    bounds: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Bound
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
 
     @property

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import lark
 
-from ucf.errors import ParseError, ScheduleError
+from ucf.errors import ParseError, ScheduleError, ShapeError
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -151,7 +151,7 @@ class Applied:
     pos: dict[str, tuple[str, str]]  # original variable -> (position variable, tensor)
     fused: list[tuple[tuple[str, ...], str, str]]  # (original variables, pos variable, tensor)
     precompute: list[Precompute]
-    bounds: dict[str, tuple[int, str]]  # original variable -> (extent, kind)
+    bounds: dict[str, Bound]  # bounded loop variable -> its bound
     assemble: Assemble | None = None
     # With assemble(T, ..., true): the query pass's own steps and parallel loops.
     query: tuple[list[Command], dict[str, Parallel]] | None = None
@@ -354,7 +354,7 @@ def _apply(
     pos: dict[str, tuple[str, str]] = {}
     fused: list[tuple[tuple[str, ...], str, str]] = []
     precompute: list[Precompute] = []
-    bounds: dict[str, tuple[int, str]] = {}
+    bounds: dict[str, Bound] = {}
     for cmd in commands:
         name = cmd.name
         if name == "reorder":
@@ -426,16 +426,15 @@ def _apply(
             v, vb, n, kind = cmd.args
             _known(cmd, v, loops)
             _fresh(cmd, vb, loops)
-            if v in prov.rel:
-                raise ScheduleError(f"{cmd}: {prov.describe(v)}; bound applies to index variables")
             if kind not in BOUND_KINDS:
                 raise ScheduleError(
                     f"{cmd}: unknown bound kind '{kind}'{closest(kind, BOUND_KINDS)}; "
                     f"the kinds are {', '.join(BOUND_KINDS)}"
                 )
-            bounds[v] = (_positive(cmd, n, "the bound"), kind)
+            origin, divisor = _bound_origin(cmd, v, prov)
+            bounds[v] = Bound(v, _positive(cmd, n, "the bound"), kind, origin, divisor)
             loops[loops.index(v)] = vb
-            prov.add(vb, Relation("bound", (v,), bounds[v][0]))
+            prov.add(vb, Relation("bound", (v,), bounds[v].amount))
             steps.append(cmd)
         elif name == "unroll":
             v, factor = cmd.args
@@ -473,6 +472,65 @@ def _apply(
 
 
 BOUND_KINDS = ("MaxExact",)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``bound(var, ..., amount, kind)``: loop ``var`` runs exactly ``amount`` times.
+
+    ``var`` is an index variable, or the outer loop of a ``split`` of one (through
+    any number of splits: TACO's ``split(k, kv, thread, 32); bound(kv, ...)``),
+    which runs ``ceil(|origin| / divisor)`` times. The trip count depends on an
+    extent only known when the kernel is called, so each call checks it.
+    """
+
+    var: str
+    amount: int
+    kind: str
+    origin: str
+    divisor: int = 1
+
+    def check(self, extents: dict[str, int]) -> None:
+        trips = -(-extents[self.origin] // self.divisor)
+        if trips == self.amount:
+            return
+        if self.divisor == 1:
+            raise ShapeError(
+                f"the schedule bounds index variable {self.var} to exactly {self.amount} "
+                f"({self.kind}), but this call has extent {trips} for {self.var}"
+            )
+        raise ShapeError(
+            f"the schedule bounds loop {self.var} to exactly {self.amount} ({self.kind}); it "
+            f"runs ceil({self.origin} / {self.divisor}) times, which is {trips} for this "
+            f"call's extent {extents[self.origin]} of {self.origin}"
+        )
+
+
+def _bound_origin(cmd: Command, v: str, prov: Provenance) -> tuple[str, int]:
+    """The index variable that ``bound`` on ``v`` constrains, and the product of the split
+    factors between them; a ScheduleError where the trip count is not one number for
+    every run of the loop."""
+    divisor = 1
+    var = v
+    while var in prov.rel:
+        rel = prov.rel[var]
+        if (rel.kind, rel.role) != ("split", "outer"):
+            what = prov.describe(var)
+            if rel.kind == "pos":
+                why = "its trip count is a number of nonzeros, which only the data gives"
+            elif prov.bounded(var):
+                why = "its trip count is already known when the kernel is compiled"
+            elif (rel.kind, rel.role) == ("divide", "inner"):
+                why = "its last part may be shorter than the others"
+            else:
+                why = "its trip count is not a function of one extent"
+            raise ScheduleError(
+                f"{cmd}: {what}; {why}, so {v} cannot be bounded (bound applies to index "
+                "variables and to the outer loops of their splits)"
+            )
+        divisor *= rel.amount
+        var = rel.parents[0]
+    return var, divisor
 
 
 def _fuses(v: str, prov: Provenance) -> set[str]:

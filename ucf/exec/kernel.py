@@ -471,12 +471,8 @@ class Kernel:
                     f"with {plan.orders[n]} indices"
                 )
         extents = self._extents(given, out, shapes)
-        for v, (n, kind) in plan.cin.bounds.items():
-            if extents[v] != n:
-                raise ShapeError(
-                    f"the schedule bounds index variable {v} to exactly {n} ({kind}), but this "
-                    f"call has extent {extents[v]} for {v}"
-                )
+        for bound in plan.cin.bounds.values():
+            bound.check(extents)
         slots: dict[str, Tensor] = {}
         for slot in plan.cin.slots.values():
             if slot.name not in slots:

@@ -17,7 +17,9 @@ iteration, its own. In detail:
   the kernel is compiled (a split's inner loop, a divide's outer loop, a
   bound loop); that count is its radix. The group's lanes are the fastest
   digit, so a ``thread_block_tile<G>`` is exactly one group. A warp's digit
-  steps by 32 lanes, padding the loops inside it.
+  steps by 32 lanes, padding the loops inside it. A group loop with more
+  iterations than lanes is the exception to binding: each lane runs a share
+  of them itself, into a private partial sum where it can (``_share``).
 - Code between GPU loops runs in every thread that reaches it. Scalars are
   therefore private, and a running sum carried across GPU loops is a partial
   sum per thread, combined where the sum is stored: ``Atomics`` adds each
@@ -44,6 +46,7 @@ from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
 from ucf.ir.simplify import assigned, blocks, declared, nodes, reads, statements
+from ucf.lower.transforms import catches_up
 
 I64 = "i64"
 GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
@@ -100,6 +103,8 @@ class _Loop:
     modulus: int = 0  # the lane index is (tid % modulus) / stride; 0 means no modulus
     dim: str = ""  # x, y or z for GPUBlock loops
     group: int = 0  # lanes of the tile when this loop is the nest's group
+    width: int = 0  # the group loop's iterations, which may be more than its lanes
+    shared: bool = False  # the group's lanes run the loop's iterations themselves
 
     @property
     def label(self) -> str:
@@ -272,7 +277,7 @@ class _Outliner:
         sums = _Reductions(stmts, by_id, group, self.races).run()
         self._check_carried(loops, sums)
         if group is not None:
-            self._zero_extend(group, by_id)
+            self._share(group, by_id)
         body = self._bind(stmts, by_id)
         return self._kernel(body, grid, nthreads)
 
@@ -335,11 +340,7 @@ class _Outliner:
                 group = g
         if group is not None:
             group.group = group.par.size or group.radix
-            if group.radix > group.group:
-                raise ScheduleError(
-                    f"{group.cmd}: the loop over {group.label} has up to {group.radix} "
-                    f"iterations, more than the {group.group} lanes of its group"
-                )
+            group.width = group.radix
             group.radix = group.group
         return group
 
@@ -381,7 +382,7 @@ class _Outliner:
     def _check_carried(self, loops: list[_Loop], sums: set[str]) -> None:
         for g in loops:
             carried = sorted(assigned(g.loop.body) - declared(g.loop.body) - sums)
-            bad = [v for v in carried if not _catches_up(g.loop.body, v)]
+            bad = [v for v in carried if not catches_up(g.loop.body, v)]
             if bad:
                 raise ScheduleError(
                     f"{g.cmd}: the loop carries {', '.join(bad)} from one iteration to the "
@@ -389,17 +390,112 @@ class _Outliner:
                     "be parallelized"
                 )
 
-    def _zero_extend(self, group: _Loop, by_id: dict[int, _Loop]) -> None:
+    def _extended(self, group: _Loop, by_id: dict[int, _Loop], span: int) -> list[ir.Stmt]:
+        """The group loop's body for the iteration a lane is bound to, when the lanes take
+        ``span`` iterations together: out-of-range iterations are guarded, and inside the
+        group they are predicated instead, so that every lane reaches each collective."""
+        loop = group.loop
+        guard = self._guard(group, span)
+        if not any(_collective(s) for s in loop.body):
+            return loop.body if guard is None else [ir.If(guard, loop.body)]
+        variant = {loop.var.name} | assigned(loop.body)
+        return _Predicator(variant, by_id, group).block(loop.body, guard)
+
+    def _guard(self, group: _Loop, span: int) -> ir.Expr | None:
+        """The test that an iteration is in range, unless the loop has ``span`` of them."""
         loop = group.loop
         full = _fold(ir.sub(loop.end, loop.start), self.defs)
-        guard = (
-            None if full is not None and full >= group.group else ir.Cmp("<", loop.var, loop.end)
-        )
-        if not any(isinstance(s, ir.Call) and s.name in GROUP_CALLS for s in statements(loop.body)):
-            loop.body = loop.body if guard is None else [ir.If(guard, loop.body)]
-            return
-        variant = {loop.var.name} | assigned(loop.body)
-        loop.body = _Predicator(variant, by_id, group).block(loop.body, guard)
+        return None if full is not None and full >= span else ir.Cmp("<", loop.var, loop.end)
+
+    def _share(self, group: _Loop, by_id: dict[int, _Loop]) -> None:
+        """Give each lane its iterations of the group loop: one, bound to the lane, or a
+        share of them when the loop is wider than the group.
+
+        Where the group reduces stores whose destination only changes with the loop's
+        own iterations (not with a serial loop inside it, such as a column loop), each
+        lane keeps a private partial sum and the group reduces once, after the loop
+        (``_private``): for a wider loop, and for a loop whose stores sit in a serial
+        loop (the nonzeros of a row). Otherwise the lanes take the iterations ``G`` at
+        a time, in lockstep, and each step reduces as a group of one iteration per
+        lane would (a reduction of running sums then already happens after the loop).
+        """
+        loop = group.loop
+        wide = group.width > group.group
+        steady, moving, looped = _group_calls(loop.body, frozenset())
+        group.shared = wide or bool(steady and not moving and looped)
+        if steady and not moving and group.shared:
+            self._private(group, steady)
+        elif wide:
+            steps = -(-group.width // group.group)
+            body = self._extended(group, by_id, steps * group.group)
+            loop.body = self._strided(group, body)
+        else:  # lane l runs iteration l; the padding lanes of a warp run none
+            loop.body = self._extended(group, by_id, max(group.group, group.modulus))
+
+    def _strided(self, group: _Loop, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """Lane ``l`` runs iterations ``l``, ``l + G``, ...: at each step the lanes read
+        consecutive iterations (coalesced loads). ``body`` is one guarded iteration."""
+        loop = group.loop
+        lanes = Const(group.group, I64)
+        steps: ir.Expr = Const(-(-group.width // group.group), I64)
+        if group.modulus > group.group:  # a warp's padding: whole tiles of idle lanes
+            steps = ir.Select(ir.Cmp("<", _lane(loop), lanes), steps, Const(0, I64))
+        step = Var(f"{loop.var.name}_step", I64)
+        first = ir.Decl(loop.var, ir.add(loop.start, ir.add(ir.mul(step, lanes), _lane(loop))))
+        return [ir.For(step, Const(0, I64), steps, [first, *body])]
+
+    def _private(self, group: _Loop, calls: list[ir.Call]) -> None:
+        """Each lane sums its share of the iterations privately, then the group reduces.
+
+        For ``Segment`` a lane takes consecutive iterations (Sgap's "g nonzeros per
+        thread") and keeps one partial sum per run of equal destinations: when the
+        destination changes, the finished run is added atomically (a neighbouring lane
+        or group may share that row), and the lane's last run goes to
+        ``segReduceGroup``, which combines it with the lanes next to it. For
+        ``ParallelReduction`` every iteration adds into one destination, so a lane
+        keeps one sum; the iterations are strided for coalesced loads, and
+        ``atomicAddGroup`` adds the tile's total once.
+        """
+        loop = group.loop
+        name = loop.var.name
+        segment = group.par.strategy == "Segment"
+        if not segment:
+            variant = _variant(loop)
+            if any(_names(c.args[1]) & variant for c in calls):
+                raise _several_entries(group)
+        before: list[ir.Stmt] = []
+        after: list[ir.Stmt] = []
+        sums: dict[int, list[ir.Stmt]] = {}
+        for n, call in enumerate(calls, 1):
+            array, index, value, size = call.args
+            cur = Var(f"{name}_cur{n}", I64)
+            acc = Var(f"{name}_acc{n}", array.elem)
+            zero = Const(0, array.elem)
+            before += [ir.Decl(cur, Const(-1, I64)), ir.Decl(acc, zero)]
+            after.append(ir.Call(call.name, [array, cur, acc, size]))
+            add = ir.Assign(acc, ir.add(acc, value))
+            if not segment:
+                sums[id(call)] = [ir.Assign(cur, index), add]
+                continue
+            at = Var(f"{name}_at{n}", I64)
+            flush = ir.Store(array, cur, acc, accumulate=True, atomic=True)
+            finished = [ir.If(ir.Cmp(">=", cur, Const(0, I64)), [flush]), ir.Assign(acc, zero)]
+            sums[id(call)] = [
+                ir.Decl(at, index),
+                ir.If(ir.Cmp("!=", at, cur), finished),
+                ir.Assign(cur, at),
+                add,
+            ]
+        body = _replace(loop.body, sums)
+        share = -(-group.width // group.group)
+        if segment:
+            first = ir.add(loop.start, ir.mul(_lane(loop), Const(share, I64)))
+            last = ir.minimum(ir.add(first, Const(share, I64)), loop.end)
+            lanes = [ir.For(loop.var, first, last, body)]
+        else:
+            guard = self._guard(group, share * group.group)
+            lanes = self._strided(group, body if guard is None else [ir.If(guard, body)])
+        loop.body = [*before, *lanes, *after]
 
     # ------------------------------------------------------------ kernel
     def _bind(self, stmts: list[ir.Stmt], by_id: dict[int, _Loop]) -> list[ir.Stmt]:
@@ -416,6 +512,8 @@ class _Outliner:
                         tid = ir.Bin("%", tid, Const(g.modulus, I64))
                     index = ir.Bin("/", tid, Const(g.stride, I64)) if g.stride > 1 else tid
                 bind = ir.Decl(s.var, ir.add(s.start, index))
+                if g.shared:
+                    bind = ir.Decl(_lane(s), index)
                 if g.unit == "GPUBlock" or g.group:
                     out.append(Scope([bind, *body]))
                 else:
@@ -458,23 +556,72 @@ class _Outliner:
         return Launch(kname, grid, threads, args)
 
 
+def _lane(loop: ir.For) -> Var:
+    """The lane of a group whose loop has more iterations than lanes."""
+    return Var(f"{loop.var.name}_lane", I64)
+
+
+def _group_calls(
+    stmts: list[ir.Stmt], inner: frozenset[str]
+) -> tuple[list[ir.Call], list[ir.Call], bool]:
+    """The group collectives in ``stmts``, split by whether one private sum per lane can
+    stand for each: its destination must not change within the serial loops around it
+    (``inner`` holds the names those loops vary). GPU loops only bind an index. The flag
+    says whether a collective of the first kind sits in a serial loop, where a private
+    sum saves a reduction per iteration."""
+    steady: list[ir.Call] = []
+    moving: list[ir.Call] = []
+    looped = False
+    for s in stmts:
+        if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
+            moves = bool(_names(s.args[1]) & inner)
+            (moving if moves else steady).append(s)
+            looped = looped or (bool(inner) and not moves)
+        varies = inner
+        if isinstance(s, ir.While) or (isinstance(s, ir.For) and not _is_gpu(s)):
+            varies = inner | declared(s.body) | assigned(s.body)
+            varies |= {s.var.name} if isinstance(s, ir.For) else set()
+        for block in blocks(s):
+            a, b, c = _group_calls(block, varies)
+            steady += a
+            moving += b
+            looped = looped or c
+    return steady, moving, looped
+
+
+def _replace(stmts: list[ir.Stmt], new: dict[int, list[ir.Stmt]]) -> list[ir.Stmt]:
+    """``stmts`` with each statement whose id is in ``new`` replaced by its statements."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        if id(s) in new:
+            out += new[id(s)]
+            continue
+        if isinstance(s, ir.If):
+            s = replace(s, then=_replace(s.then, new), orelse=_replace(s.orelse, new))
+        elif isinstance(s, ir.For | ir.While):
+            s.body = _replace(s.body, new)  # in place: GPU loops are known by identity
+        out.append(s)
+    return out
+
+
+def _variant(loop: ir.For) -> set[str]:
+    """Names in the loop's body whose value differs between its iterations."""
+    variant = {loop.var.name} | assigned(loop.body)
+    for s in statements(loop.body):
+        if isinstance(s, ir.Decl) and _names(s.init) & variant:
+            variant.add(s.var.name)
+    return variant
+
+
+def _several_entries(group: _Loop) -> ScheduleError:
+    return ScheduleError(
+        f"{group.cmd}: the lanes of a group add into different entries here; "
+        "ParallelReduction needs one entry per group, use Segment"
+    )
+
+
 def _pow2(n: int) -> bool:
     return 1 <= n <= WARP and n & (n - 1) == 0
-
-
-def _catches_up(body: list[ir.Stmt], name: str) -> bool:
-    """Every assignment of ``name`` is a ``while (...) name = name + 1`` catch-up loop, which
-    reaches the same value from any earlier start: a thread may start from its block's."""
-    step = ir.Assign(Var(name, I64), ir.add(Var(name, I64), Const(1, I64)))
-    allowed: set[int] = set()
-    for s in statements(body):
-        if isinstance(s, ir.While) and s.body == [step]:
-            allowed.add(id(s.body[0]))
-    return all(
-        id(s) in allowed
-        for s in statements(body)
-        if isinstance(s, ir.Assign) and s.var.name == name
-    )
 
 
 # ------------------------------------------------------------------ reductions
@@ -564,10 +711,7 @@ class _Reductions:
         if g is not None and any(x is g for x in loops) and g.par.strategy in REDUCING:
             name = "segReduceGroup" if g.par.strategy == "Segment" else "atomicAddGroup"
             if name == "atomicAddGroup" and _names(index) & assigned(g.loop.body):
-                raise ScheduleError(
-                    f"{g.cmd}: the lanes of a group add into different entries here; "
-                    "ParallelReduction needs one entry per group, Segment handles several"
-                )
+                raise _several_entries(g)
             self.group_reduces = True
             return ir.Call(name, [store.array, index, value, Const(g.group, I64)])
         return ir.Store(store.array, index, value, accumulate=True, atomic=True)
@@ -605,7 +749,9 @@ class _Reductions:
                     "so the group has no sum to reduce"
                 )
             return self._combine(s, s.index, s.value, [group])
-        if any(g.par.strategy == "Atomics" for g in racing):
+        # As in TACO, Atomics makes the reductions in its loop's body atomic, whichever
+        # enclosing loop they race on (a column loop inside IgnoreRaces blocks of nonzeros).
+        if racing and any(g.par.strategy == "Atomics" for g in enclosing):
             return ir.Store(s.array, s.index, s.value, accumulate=True, atomic=True)
         return s
 
@@ -689,10 +835,7 @@ class _Predicator:
         if isinstance(s, ir.Call):
             arr, index, value, size = s.args
             if s.name == "atomicAddGroup" and self._varies(index):
-                raise ScheduleError(
-                    f"{g.cmd}: the lanes of a group add into different entries here; "
-                    "ParallelReduction needs one entry per group, use Segment"
-                )
+                raise _several_entries(g)
             if pred is None:
                 return [s]
             if s.name == "segReduceGroup":

@@ -229,6 +229,12 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
 
 # ------------------------------------------------------------------ bound
 def bound(nest: Nest, var: str, new: str, n: int, cmd: str) -> None:
+    """The loop over ``var`` runs ``n`` times, which each call checks (``Bound.check``).
+
+    ``var`` may be a split's outer loop: each call checks ``n`` against the blocks
+    of the whole dimension, and where an affine window narrows the loop, the runs
+    past the window's blocks are empty, since the inner loop clips to the window.
+    """
     _, _, loop = nest.find(var, cmd)
     if loop.var.name != var:
         raise ScheduleError(
@@ -278,7 +284,21 @@ def _hoist(prefix: list[ir.Stmt], needed: set[str], banned: set[str]):
 
 
 def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) -> None:
-    prefix, inner = _split_prefix(outer, what)
+    """Move the loop inside ``outer`` outward, around it.
+
+    The inner loop may sit under the tail guard of a split and after the catch-up
+    loops of a fused ``pos`` (the row of the current nonzero). Each iteration of
+    the moved loop then runs ``outer`` from the start, with its own copy of that
+    row: the catch-up reaches the same row from any earlier start.
+    """
+    found = _inner_path(outer.body)
+    if found is None:
+        raise ScheduleError(
+            f"{what}: the loop over {outer.label} does more than run the loop inside it (it "
+            "accumulates, appends to a sparse output, or co-iterates), so loops cannot move "
+            "across it"
+        )
+    prefix, inner = found
     if isinstance(inner, ir.While):
         raise ScheduleError(
             f"{what}: the loop inside {outer.label} co-iterates sparse operands with a while "
@@ -293,30 +313,50 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
         raise ScheduleError(
             f"{what}: {inner.label} resumes a search at each block and cannot move outward"
         )
+    decls = [s for s, _ in prefix if isinstance(s, ir.Decl)]
+    # A guarded declaration that reads memory may only be evaluated under its guard.
+    unsafe = {
+        s.var.name
+        for s, guarded in prefix
+        if guarded and isinstance(s, ir.Decl) and _has_load(s.init)
+    }
+    banned = {outer.var.name} | assigned(outer.body) | unsafe
     needed: set[str] = set()
     reads([inner.start, inner.end], needed)
-    banned = {outer.var.name} | assigned(outer.body)
-    split = _hoist(prefix, needed, banned)
+    split = _hoist(decls, needed, banned)
     if split is None and inner.label in nest.clipped:
         _unclip(nest, inner)
         needed = set()
         reads([inner.start, inner.end], needed)
-        split = _hoist(prefix, needed, banned)
+        split = _hoist(decls, needed, banned)
     if split is None:
         raise ScheduleError(
             f"{what}: the bounds of {inner.label} depend on {outer.label}, so {inner.label} "
             f"cannot move outside {outer.label}"
         )
     hoisted, rest = split
-    state = _restarted(rest, inner) + _ordered_state(outer)
+    rows = {
+        s.body[0].var.name: s.body[0].var
+        for s, _ in prefix
+        if isinstance(s, ir.While) and s.body[0].var.name not in declared(outer.body)
+    }
+    for name in rows:
+        if not catches_up(outer.body, name):
+            raise ScheduleError(
+                f"{what}: the loop over {outer.label} carries {name} from one iteration to "
+                f"the next, so {inner.label} cannot move outside it"
+            )
+    state = _restarted(rest, inner) + [v for v in _ordered_state(outer) if v not in rows]
     if state:
         raise ScheduleError(
             f"{what}: the loops over {outer.label} and {inner.label} step {state[0]} from one "
             "iteration to the next in order (the position of a sparse operand walked beside a "
             f"dense loop), so {inner.label} cannot move outside {outer.label}"
         )
-    new_outer = replace(outer, body=[*rest, *inner.body])
-    new_inner = replace(inner, body=[new_outer])
+    own = {n: Var(f"{n}_{inner.var.name}", v.type) for n, v in rows.items()}
+    body = substitute(_spliced(outer.body, inner, {id(s) for s in hoisted}), own)
+    copies = [ir.Decl(own[n], v) for n, v in rows.items()]
+    new_inner = replace(inner, body=[*copies, replace(outer, body=body)])
     k = _index(container, outer)
     container[k : k + 1] = [*hoisted, new_inner]
 
@@ -355,6 +395,57 @@ def _order_free(body: list[ir.Stmt], name: str) -> bool:
     return len(sums) + len(constants) == len(updates) and uses == len(updates) + len(sums)
 
 
+def _inner_path(stmts: list[ir.Stmt], guarded: bool = False):
+    """The loop ``stmts`` end with, possibly inside ``if`` guards without an else, and the
+    statements before it on the way, each with whether a guard encloses it; ``None`` unless
+    those are all declarations and catch-up loops."""
+    if not stmts:
+        return None
+    *prefix, last = stmts
+    if not all(isinstance(s, ir.Decl) or _catch_up(s) for s in prefix):
+        return None
+    before = [(s, guarded) for s in prefix]
+    if isinstance(last, ir.For | ir.While):
+        return before, last
+    if isinstance(last, ir.If) and not last.orelse:
+        found = _inner_path(last.then, True)
+        if found is not None:
+            return before + found[0], found[1]
+    return None
+
+
+def _spliced(stmts: list[ir.Stmt], inner: ir.Stmt, drop: set[int]) -> list[ir.Stmt]:
+    """``stmts`` with ``inner`` replaced by its body and the statements in ``drop`` removed."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        if s is inner:
+            out += inner.body
+        elif isinstance(s, ir.If):
+            out.append(replace(s, then=_spliced(s.then, inner, drop)))
+        elif id(s) not in drop:
+            out.append(s)
+    return out
+
+
+def _catch_up(s: ir.Stmt) -> bool:
+    """``while (...) q = q + 1``: a fused ``pos`` loop advancing its parent position."""
+    if not (isinstance(s, ir.While) and len(s.body) == 1 and isinstance(s.body[0], ir.Assign)):
+        return False
+    var = s.body[0].var
+    return s.body[0].value == ir.add(var, Const(1, var.type))
+
+
+def catches_up(body: list[ir.Stmt], name: str) -> bool:
+    """Every assignment of ``name`` is a catch-up loop (``_catch_up``), which reaches the
+    same value from any earlier start: a copy may restart from an earlier value."""
+    allowed = {id(s.body[0]) for s in statements(body) if _catch_up(s)}
+    return all(
+        id(s) in allowed
+        for s in statements(body)
+        if isinstance(s, ir.Assign) and s.var.name == name
+    )
+
+
 def arrange(nest: Nest, order: list[str], what: str) -> None:
     """Interchange adjacent loops until the labelled loops nest in ``order``."""
     rank = {v: k for k, v in enumerate(order)}
@@ -370,7 +461,7 @@ def arrange(nest: Nest, order: list[str], what: str) -> None:
                         f"{what}: the sparse output is appended in loop order, so {inner.label} "
                         f"cannot move outside {loop.label}"
                     )
-                if inner is not loop.body[-1] if loop.body else True:
+                if not _ends_with(loop.body, inner):
                     raise ScheduleError(
                         f"{what}: {inner.label} is not the only loop inside {loop.label}, so "
                         "they cannot be interchanged"
@@ -381,6 +472,14 @@ def arrange(nest: Nest, order: list[str], what: str) -> None:
         if not moved:
             return
     raise ScheduleError(f"{what}: the loops cannot be arranged in this order")
+
+
+def _ends_with(stmts: list[ir.Stmt], inner: ir.Stmt) -> bool:
+    """``inner`` is the last statement, or the last one inside a final ``if`` without else."""
+    last = stmts[-1] if stmts else None
+    if isinstance(last, ir.If) and not last.orelse:
+        return _ends_with(last.then, inner)
+    return last is inner
 
 
 def _next_labelled(loop: ir.For) -> ir.For | ir.While | None:
