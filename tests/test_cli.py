@@ -200,9 +200,8 @@ def _subprocess(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["UCF_CACHE_DIR"] = str(tmp_path / "cache")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    code = "import sys; from ucf.cli import main; sys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "ucf", *argv], capture_output=True, text=True, env=env, timeout=120
     )
 
 
@@ -219,7 +218,10 @@ def test_subprocess_exit_status(tmp_path, files):
 
     usage = _subprocess(tmp_path, "compile")
     assert usage.returncode == 2
-    assert "usage:" in usage.stderr
+    assert "usage: ucf compile" in usage.stderr
+
+    version = _subprocess(tmp_path, "--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"ucf {ucf.__version__}"
 
 
 def test_run_tns_mttkrp(capsys, tmp_path):

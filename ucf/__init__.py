@@ -77,13 +77,15 @@ def einsum(
     schedule: str | None = None,
     target: str = "llvm",
     out: Any = None,
-    shapes: dict[str, int] | None = None,
+    shapes: dict[str, Any] | None = None,
     **operands: Any,
 ) -> Tensor:
     """Compile (or fetch from the cache) and run in one call.
 
     Operand formats and dtypes are taken from the operands themselves, so a
-    scipy CSR matrix is read as CSR without repacking.
+    scipy CSR matrix is read as CSR without repacking. ``shapes`` gives
+    extents the operands do not fix: an index variable mapped to an int
+    (``{"j": 8}``) or a tensor mapped to its shape (``{"C": (4, 8)}``).
     """
     import numpy as np
 

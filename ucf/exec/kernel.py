@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -450,7 +451,7 @@ class Kernel:
 
     # --------------------------------------------------------------- calling
     def __call__(
-        self, out: Any = None, shapes: dict[str, int] | None = None, **operands: Any
+        self, out: Any = None, shapes: Mapping[str, Any] | None = None, **operands: Any
     ) -> Tensor:
         plan = self._plan
         stmt = plan.statement
@@ -523,7 +524,7 @@ class Kernel:
             )
         return as_tensor(value, name=name)
 
-    def _extents(self, given: dict[str, Tensor], out: Any, shapes: dict[str, int] | None):
+    def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):
         stmt = self._plan.statement
         bound: dict[str, tuple[int, str]] = {}
 
@@ -548,18 +549,17 @@ class Kernel:
                 )
             for m, idx in enumerate(stmt.lhs.indices):
                 bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
-        for v, size in (shapes or {}).items():
-            if v not in self._plan.cin.order:
+        for key, size in (shapes or {}).items():
+            if isinstance(size, (tuple, list)):
+                self._bind_tensor_shape(key, size, given, bind)
+                continue
+            if key not in self._plan.cin.order:
                 raise ShapeError(
-                    f"shapes= names index variable '{v}', which {stmt} does not use "
-                    f"(its variables: {', '.join(self._plan.cin.order)})"
+                    f"shapes= names '{key}', which is not an index variable of {stmt} (its "
+                    f"variables: {', '.join(self._plan.cin.order)}); map a tensor name to "
+                    "a tuple, as in shapes={'" + stmt.lhs.tensor + "': (n, ...)}"
                 )
-            if not isinstance(size, (int, np.integer)) or size < 0:
-                raise ShapeError(
-                    f"shapes= gives index variable {v} the extent {size!r}; "
-                    "an extent is a non-negative integer"
-                )
-            bind(v, int(size), "shapes=")
+            bind(key, _extent(size, f"shapes= gives index variable {key}"), "shapes=")
         sizes = {
             (a.tensor, m): given[a.tensor].shape[m]
             for a in accesses(stmt.rhs)
@@ -574,6 +574,30 @@ class Kernel:
                     f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}"
                 )
         return {v: s for v, (s, _) in bound.items()}
+
+    def _bind_tensor_shape(self, name: str, shape: Any, given: dict[str, Tensor], bind) -> None:
+        """``shapes={name: (n, ...)}``: the extents of ``name``'s plain indices, and for an
+        operand, a check that the operand has that shape."""
+        stmt = self._plan.statement
+        access = next((a for a in (stmt.lhs, *accesses(stmt.rhs)) if a.tensor == name), None)
+        if access is None:
+            raise ShapeError(
+                f"shapes= gives tensor '{name}' a shape, but {stmt} has no tensor {name}"
+            )
+        if len(shape) != len(access.indices):
+            raise ShapeError(
+                f"shapes= gives {name} the shape {tuple(shape)}, but {access} has "
+                f"{len(access.indices)} indices"
+            )
+        for m, (idx, size) in enumerate(zip(access.indices, shape, strict=True)):
+            size = _extent(size, f"shapes= gives mode {m} of {name}")
+            if name in given and given[name].shape[m] != size:
+                raise ShapeError(
+                    f"operand {name} has size {given[name].shape[m]} in mode {m} but "
+                    f"shapes= gives {size}"
+                )
+            if idx.single_variable is not None:
+                bind(idx.single_variable, size, f"shapes= ({name}, mode {m})")
 
     def _dense_output(self, out: Any, shape: tuple[int, ...]) -> Tensor:
         fmt = self._plan.computed_format
@@ -682,3 +706,10 @@ def _finish_sparse(t: Tensor) -> Tensor:
         kept_before = np.concatenate(([0], np.cumsum(keep)))
         levels[lvl]["pos"] = kept_before[pos].astype(pos.dtype)
     return Tensor(t.shape, fmt, levels, t.vals, index_dtype=t.index_dtype, check=False)
+
+
+def _extent(size: Any, what: str) -> int:
+    """A user-given extent as an int, or a ShapeError saying ``what`` was wrong."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ShapeError(f"{what} the extent {size!r}; an extent is a non-negative integer")
+    return int(size)
