@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
-from ucf.cin.schedule import Schedule  # noqa: E402
-from ucf.errors import (  # noqa: E402
+from ucf._version import __version__
+from ucf.cin.schedule import Schedule
+from ucf.errors import (
     CompileError,
     FormatError,
     OperandError,
@@ -21,12 +20,13 @@ from ucf.errors import (  # noqa: E402
     UcfError,
     UnsupportedError,
 )
-from ucf.exec.kernel import Kernel  # noqa: E402
-from ucf.format.format import Format, parse_format  # noqa: E402
-from ucf.format.io import read, write  # noqa: E402
-from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy  # noqa: E402
+from ucf.exec.kernel import Kernel
+from ucf.format.format import Format, parse_format
+from ucf.format.io import read, write
+from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy
 
 __all__ = [
+    "__version__",
     "CompileError",
     "FormatError",
     "Format",

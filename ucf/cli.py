@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ucf.pipeline import TARGETS
+
 PROG = "ucf"
-TARGETS = ("llvm", "c", "cuda")
 DTYPES = ("float64", "float32", "int64", "int32")
 INDEX_DTYPES = ("int32", "int64")
 SMALL_RESULT = 20  # results with at most this many stored entries are printed in full
@@ -157,7 +158,7 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser; separate from :func:`main` so tests and docs can inspect it."""
-    from ucf import __version__
+    from ucf._version import __version__
 
     parser = argparse.ArgumentParser(
         prog=PROG,

@@ -9,39 +9,28 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ucf import __version__
-from ucf.cin.concretize import appended_vars, concretize, level_vars
-from ucf.cin.extents import describe as describe_extents
+from ucf import pipeline
+from ucf._version import __version__
 from ucf.cin.extents import infer as infer_extents
-from ucf.cin.notation import CIN
-from ucf.cin.schedule import Applied, Command, Schedule, apply_schedule, parse_schedule
+from ucf.cin.schedule import Schedule
 from ucf.codegen import c as cgen
-from ucf.codegen import cuda as cudagen
-from ucf.codegen import llvm as lcg
 from ucf.errors import (
-    FormatError,
     OperandError,
-    ScheduleError,
     ShapeError,
     UcfError,
-    UnsupportedError,
 )
 from ucf.exec import cache
-from ucf.format.format import Format, dense_format, parse_format
+from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor, as_tensor, value_dtype
 from ucf.ir import nodes as ir
-from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
-from ucf.lang.parser import parse_statement
-from ucf.lower.lowerer import Lowerer
+from ucf.pipeline import TARGETS, Plan
 
-TARGETS = ("llvm", "c", "cuda")
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
 _LOADED: dict[tuple[str, str], tuple] = {}
@@ -50,258 +39,6 @@ _LOADED: dict[tuple[str, str], tuple] = {}
 def forget_loaded() -> None:
     """Drop the in-process kernels, so the next compile goes to the disk cache."""
     _LOADED.clear()
-
-
-@dataclass
-class _Plan:
-    """Everything a call needs that does not depend on the operands' values."""
-
-    statement: Statement
-    cin: CIN
-    orders: dict[str, int]
-    compute: ir.Function
-    assemble: ir.Function | None
-    c_source: str
-    llvm_ir: str
-    computed_format: Format  # output format the kernel writes
-    output_format: Format  # format the user asked for
-    local_level: int | None  # output level whose pos the assemble pass fills per segment
-    cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
-    cuda_module: Any = None  # target cuda: the ucf.lower.gpu.Module it prints
-
-
-def _statement_orders(stmt: Statement) -> dict[str, int]:
-    orders: dict[str, int] = {}
-    for a in [stmt.lhs, *accesses(stmt.rhs)]:
-        if a.tensor in orders and orders[a.tensor] != len(a.indices):
-            raise ShapeError(
-                f"tensor {a.tensor} is accessed with {orders[a.tensor]} and with "
-                f"{len(a.indices)} indices"
-            )
-        orders[a.tensor] = len(a.indices)
-    return orders
-
-
-def _plan(
-    expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it: str, target: str = "llvm"
-) -> _Plan:
-    stmt = parse_statement(expr)
-    orders = _statement_orders(stmt)
-    out = stmt.lhs.tensor
-    if out in {a.tensor for a in accesses(stmt.rhs)}:
-        raise OperandError(f"output {out} also appears on the right-hand side; use another name")
-    for name in formats:
-        if name not in orders:
-            raise OperandError(
-                f"formats names tensor {name}, which the statement does not use "
-                f"(tensors: {', '.join(orders)})"
-            )
-    fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
-    commands = parse_schedule(schedule) if schedule else []
-    requested = fmts.pop(out)
-    # Levels that cannot be written as outputs (singleton) are computed in the kind they
-    # name (compressed), and the result is converted after.
-    try:
-        levels = tuple(k.as_output() for k in requested.levels)
-    except FormatError as e:
-        raise FormatError(f"output {out} ('{requested}'): {e}") from None
-    computed = Format(levels, requested.mode_order)
-    base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
-    module = None
-    if target == "cuda":
-        cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
-    elif schedule is None:
-        cin, lowered = _default_schedule(base, fmts, computed, vt, it)
-    else:
-        cin, applied = _scheduled(base, commands, fmts, computed) if commands else (base, None)
-        _check_units(applied, target)
-        lowered = Lowerer(cin, vt, it, applied=applied).lower()
-    cin.notes += describe_extents(stmt)
-    if computed != requested:
-        cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
-    compute = remove_dead_variables(lowered.compute)
-    assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
-    fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
-    if module is not None:
-        cuda = cudagen.source(module, str(stmt))
-        return _Plan(
-            stmt, cin, orders, compute, None, "", "", computed, requested, None, cuda, module
-        )
-    return _Plan(
-        stmt,
-        cin,
-        orders,
-        compute,
-        assemble,
-        cgen.source(fns),
-        lcg.module(fns, openmp=_openmp_for(cin)),
-        computed,
-        requested,
-        lowered.local_level,
-    )
-
-
-def _check_units(applied: Applied | None, target: str) -> None:
-    """GPU units are for target cuda only, CPU units for the others."""
-    for v, par in (applied.parallel if applied else {}).items():
-        gpu_unit = par.unit.startswith("GPU")
-        if gpu_unit and target != "cuda":
-            raise ScheduleError(f"parallelize({v}, {par}): GPU units need target 'cuda'")
-        if not gpu_unit and target == "cuda":
-            raise ScheduleError(
-                f"parallelize({v}, {par}): CPU units need target 'llvm' or 'c'; on target "
-                "'cuda' use GPUBlock, GPUWarp, GPUThread or GPUGroup"
-            )
-
-
-def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str):
-    """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
-    if not requested.is_dense:
-        raise UnsupportedError(
-            f"target 'cuda' computes dense outputs only; output {base.statement.lhs.tensor} "
-            f"is '{requested}'"
-        )
-    if any(c.name == "precompute" for c in commands):
-        raise UnsupportedError("target 'cuda' does not support precompute yet")
-    computed = base.output_format
-    if schedule is None and base.order:
-        v = base.order[0]
-        text = (
-            f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
-            f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
-        )
-        try:
-            cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
-            lowered, module = _lower_cuda(cin, applied, vt, it)
-        except ScheduleError as e:
-            reason = str(e).split(": ", 1)[-1]
-            base.notes.append(
-                f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
-                f"split over blocks and threads ({reason})"
-            )
-        else:
-            return cin, lowered, module
-    applied = None
-    if commands:
-        base, applied = _scheduled(base, commands, fmts, computed)
-        _check_units(applied, "cuda")
-    lowered, module = _lower_cuda(base, applied, vt, it)
-    return base, lowered, module
-
-
-#: Threads per block of the default GPU schedule.
-DEFAULT_GPU_THREADS = 128
-
-
-def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
-    from ucf.lower import gpu
-
-    lowered = Lowerer(cin, vt, it, applied=applied).lower()
-    races: dict[str, list[str]] = {}
-    if applied is not None:
-        out = set(cin.output_vars)
-        prov = applied.provenance
-        races = {v: [o for o in prov.origins(v) if o not in out] for v in applied.parallel}
-    module = gpu.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
-    cin.notes += module.notes
-    return lowered, module
-
-
-def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: str, it: str):
-    """Parallelize the outermost loop when that is legal; otherwise say why not.
-
-    Loops of nested sums run inside a temporary's producer, so they are never
-    the outermost loop."""
-    outer = [v for v in cin.order if v not in cin.nested_vars]
-    if outer:
-        v = outer[0]
-        cmd = Command("parallelize", (v, "CPUThread", "NoRaces"))
-        try:
-            scheduled, applied = _scheduled(cin, [cmd], fmts, computed, default=True)
-            lowered = Lowerer(scheduled, vt, it, applied=applied).lower()
-        except ScheduleError as e:
-            reason = str(e).split(": ", 1)[-1]
-            cin.notes.append(
-                f"default schedule: no parallel loop, since the outermost loop {v} cannot be "
-                f"parallelized ({reason})"
-            )
-        else:
-            return scheduled, lowered
-    return cin, Lowerer(cin, vt, it).lower()
-
-
-def _scheduled(
-    cin: CIN,
-    commands: list[Command],
-    fmts: dict[str, Format],
-    computed: Format,
-    default: bool = False,
-) -> tuple[CIN, Applied]:
-    """Re-concretize with the loop order the schedule asks for, after checking it."""
-    stmt = cin.statement
-    chains = {}
-    tensors: dict[str, tuple[list[str], Format]] = {}
-    for n, a in enumerate(accesses(stmt.rhs)):
-        slot = cin.slots[n]
-        lv = level_vars(a, slot.format, cin.order)
-        tensors.setdefault(a.tensor, (lv, slot.format))
-        # An affine level's base moves with the order; concretize checks those.
-        if not slot.format.is_dense and all(i.single_variable for i in a.indices):
-            chains[f"operand {a.tensor} ('{slot.format}')"] = lv
-    if not computed.is_dense:
-        chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
-            stmt.lhs, computed, cin.order
-        )
-    output = (stmt.lhs.tensor, not computed.is_dense)
-    applied = apply_schedule(commands, cin.order, chains, tensors, output)
-    order = applied.order
-    if not computed.is_dense and not applied.precompute:
-        out = appended_vars(stmt.lhs, computed)
-        for k, v in enumerate(order):
-            later = [w for w in order[k + 1 :] if w in out]
-            if v not in out and v not in cin.nested_vars and later:
-                raise ScheduleError(
-                    f"reorder: reduction variable {v} would enclose output variable "
-                    f"{later[0]}, which a sparse output cannot be appended in; precompute "
-                    "into a workspace instead"
-                )
-    new = concretize(stmt, fmts, computed, order=order)
-    new.loops = list(applied.loops)
-    new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
-    new.parallel = dict(applied.parallel)
-    new.bounds = dict(applied.bounds)
-    text = "; ".join(map(str, commands))
-    new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
-    prov = applied.provenance
-    for v in applied.loops:
-        if v in prov.rel:
-            new.notes.append(prov.describe(v))
-    for pc in applied.precompute:
-        new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({pc.wvar})")
-    for v, par in applied.parallel.items():
-        new.notes.append(f"loop {v} runs in parallel ({par})")
-    if applied.assemble is not None:
-        a = applied.assemble
-        how = {
-            "Insert": "a query pass counts its entries, then they are inserted",
-            "Append": "a query pass counts its entries, then they are appended in loop order",
-        }[a.strategy]
-        new.notes.append(f"output {a.tensor} is assembled by {a.strategy}: {how}")
-    if applied.query is not None:
-        for v, par in applied.query[1].items():
-            new.notes.append(f"query loop q{v} runs in parallel ({par})")
-    return new, applied
-
-
-def _openmp_for(cin: CIN) -> bool:
-    if not cin.parallel:
-        return True
-    from ucf.exec.jit import openmp_runtime
-
-    if openmp_runtime() is None:
-        cin.notes.append("llvm target: libgomp not found, parallel loops run serially")
-        return False
-    return True
 
 
 class Kernel:
@@ -352,7 +89,7 @@ class Kernel:
             return
         entry = cache.load(f"{ck}.plan")
         if entry is None:
-            plan = _plan(expr, formats, schedule, vt, it, target)
+            plan = pipeline.plan(expr, formats, schedule, vt, it, target)
         else:
             plan = entry["plan"]
         self._plan = plan
@@ -365,7 +102,7 @@ class Kernel:
         _LOADED[memo] = (self._plan, self._functions, self._library)
 
     # -------------------------------------------------------------- building
-    def _load(self, plan: _Plan, ck: str, entry: dict | None) -> dict[str, Any]:
+    def _load(self, plan: Plan, ck: str, entry: dict | None) -> dict[str, Any]:
         names = [f for f in (plan.assemble, plan.compute) if f is not None]
         if self.target == "cuda":
             from ucf.exec import cuda_build

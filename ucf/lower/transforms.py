@@ -623,7 +623,7 @@ def _parallelize_loop(
 def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
     """Mark a loop for the GPU; ``ucf.lower.gpu`` checks the whole nest and maps it.
 
-    Only the CUDA target gets here (``ucf.exec.kernel`` refuses GPU units on the others).
+    Only the CUDA target gets here (``ucf.pipeline`` refuses GPU units on the others).
     A range's setup (a fused ``pos`` loop's search) moves into each iteration, as for
     CPUThread, so a GPU thread that starts a range searches for it itself.
     """
