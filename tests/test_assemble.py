@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from conftest import TARGETS
 
 import ucf
-from ucf.ir.simplify import loops
+from ucf.ir.walk import loops
 
 CSR3 = {"A": "csr", "B": "csr", "C": "csr"}
 

@@ -127,3 +127,23 @@ def test_an_ordered_level_checks_its_order_and_an_unordered_one_does_not(unorder
     ucf.Tensor(m.shape, "UQ", [{}, {"pos": pos, "crd": crd}], vals)
     with pytest.raises(ucf.FormatError, match="crd not strictly sorted"):
         ucf.Tensor(m.shape, "UC", [{}, {"pos": pos, "crd": crd}], vals)
+
+
+def test_one_walker_sees_every_block_gpu_nodes_included():
+    """``ucf.ir.walk`` finds statements in every nested list a node declares (loop
+    prologues, ``else`` branches, GPU scopes), and ``with_blocks`` rewrites each."""
+    from ucf.ir import nodes as ir
+    from ucf.ir.gpu import Scope
+    from ucf.ir.walk import declared, statements, walk, with_blocks
+
+    v = {n: ir.Var(n, "i64") for n in "abcdei"}
+    decl = {n: ir.Decl(v[n], ir.Const(0, "i64")) for n in "abcde"}
+    loop = ir.For(v["i"], ir.Const(0, "i64"), ir.Const(4, "i64"), [decl["a"]])
+    loop.prologue, loop.epilogue = [decl["b"]], [decl["c"]]
+    branch = ir.If(ir.Cmp("<", v["i"], v["a"]), [], [Scope([decl["d"]])])
+    body = [loop, ir.While(ir.Cmp("<", v["e"], v["i"]), [branch]), decl["e"]]
+    assert declared(body) == set("abcdei")
+    assert [s for s in statements(body) if isinstance(s, ir.Decl)] == [decl[n] for n in "bacde"]
+    assert dict((id(s), len(p)) for s, p in walk(body))[id(decl["d"])] == 3
+    emptied = [with_blocks(s, lambda block: []) for s in body]
+    assert declared(emptied) == {"i", "e"}

@@ -45,7 +45,7 @@ class Plan:
     output_format: Format  # format the user asked for
     local_level: int | None  # output level whose pos the assemble pass fills per segment
     cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
-    cuda_module: Any = None  # target cuda: the ucf.lower.gpu.Module it prints
+    cuda_module: Any = None  # target cuda: the ucf.ir.gpu.Module it prints
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""CUDA C++ from LLIR: the device kernels of a ``ucf.lower.gpu.Module`` and its launcher.
+"""CUDA C++ from LLIR: the device kernels of a ``ucf.ir.gpu.Module`` and its launcher.
 
 Statements and expressions print as in the C printer (``ucf/codegen/c.py``),
 whose emitter this subclasses; only what CUDA spells differently is
@@ -23,9 +23,9 @@ from dataclasses import replace
 
 from ucf.codegen import c as cgen
 from ucf.ir import nodes as ir
+from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import IR_TO_C
-from ucf.ir.simplify import substitute
-from ucf.lower.gpu import GROUP_CALLS, Launch, Module, Scope, Special
+from ucf.ir.walk import substitute
 
 #: Names C++ or CUDA reserve beyond C's (the C printer already avoids C's).
 _CXX_RESERVED = {
@@ -188,7 +188,7 @@ def _renamed(module: Module) -> Module:
 
 
 def _vars(node):
-    from ucf.ir.simplify import nodes
+    from ucf.ir.walk import nodes
 
     return [n for n in nodes(node) if isinstance(n, ir.Var)]
 

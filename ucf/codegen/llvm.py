@@ -14,7 +14,7 @@ import re
 from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
-from ucf.ir.simplify import declared, nodes, reads
+from ucf.ir.walk import declared, nodes, reads
 
 _TYPES = {
     "i1": ll.IntType(1),

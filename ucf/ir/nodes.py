@@ -8,6 +8,7 @@ cases (``x + 0``, ``x * 1``) so the lowerer can build expressions naively.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 INT_TYPES = ("i32", "i64")
 #: The type of positions, coordinates, extents and loop variables.
@@ -132,7 +133,8 @@ MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh")
 
 
 class Stmt:
-    pass
+    #: The fields holding nested statement lists, in execution order (``ucf.ir.walk``).
+    BLOCKS: ClassVar[tuple[str, ...]] = ()
 
 
 @dataclass
@@ -158,6 +160,7 @@ class Store(Stmt):
 
 @dataclass
 class For(Stmt):
+    BLOCKS: ClassVar[tuple[str, ...]] = ("prologue", "body", "epilogue")
     var: Var
     start: Expr
     end: Expr
@@ -174,6 +177,7 @@ class For(Stmt):
 
 @dataclass
 class While(Stmt):
+    BLOCKS: ClassVar[tuple[str, ...]] = ("body",)
     cond: Expr
     body: list[Stmt]
     label: str = ""  # set when this is the loop over an index variable (co-iteration)
@@ -181,6 +185,7 @@ class While(Stmt):
 
 @dataclass
 class If(Stmt):
+    BLOCKS: ClassVar[tuple[str, ...]] = ("then", "orelse")
     cond: Expr
     then: list[Stmt]
     orelse: list[Stmt] = field(default_factory=list)

@@ -39,56 +39,30 @@ that names the loop.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ucf.cin.schedule import Parallel
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Const, Var
-from ucf.ir.simplify import assigned, blocks, declared, nodes, reads, statements
+from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import (
+    assigned,
+    blocks,
+    containers,
+    declared,
+    names,
+    nodes,
+    reads,
+    statements,
+    walk,
+)
 from ucf.lower.transforms import catches_up
 
-I64 = "i64"
 GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
 REDUCING = ("ParallelReduction", "Temporary", "Segment")
-#: LLIR intrinsic calls that are tile collectives: (array, index, value, group size).
-GROUP_CALLS = ("atomicAddGroup", "segReduceGroup")
 MAX_THREADS = 1024
 WARP = 32
-
-
-@dataclass(frozen=True)
-class Special(ir.Expr):
-    """A CUDA built-in index such as ``threadIdx.x``, as a 64-bit integer."""
-
-    name: str
-    type: str = I64
-
-
-@dataclass
-class Scope(ir.Stmt):
-    """A brace-delimited block: the binding of one GPU loop and the code it covers."""
-
-    body: list[ir.Stmt]
-
-
-@dataclass
-class Launch(ir.Stmt):
-    """Host code: launch ``kernel`` on ``grid`` blocks of ``threads`` threads."""
-
-    kernel: str
-    grid: list[ir.Expr]
-    threads: int
-    args: list  # Var or Array, in the kernel's parameter order
-
-
-@dataclass
-class Module:
-    """A compute function split into device kernels and the host code that launches them."""
-
-    kernels: list[ir.Function]
-    host: ir.Function
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -119,22 +93,12 @@ class _Loop:
         return f"parallelize({self.label}, {self.par})"
 
 
-def _walk(stmts: list[ir.Stmt], path: tuple = ()):
-    """Every statement with the statements that enclose it, outermost first."""
-    for s in stmts:
-        yield s, path
-        for block in blocks(s):
-            yield from _walk(block, (*path, s))
-        if isinstance(s, Scope):
-            yield from _walk(s.body, (*path, s))
-
-
 def _is_gpu(s) -> bool:
     return isinstance(s, ir.For) and s.parallel in GPU_UNITS
 
 
 def _has_gpu(stmts) -> bool:
-    return any(_is_gpu(s) for s, _ in _walk(stmts))
+    return any(_is_gpu(s) for s, _ in walk(stmts))
 
 
 # --------------------------------------------------------------------- constants
@@ -175,7 +139,7 @@ def _fold(e: ir.Expr, defs: dict[str, ir.Expr], upper: bool = False) -> int | No
 
 def _inline(e: ir.Expr, defs: dict[str, ir.Expr]) -> ir.Expr:
     """``e`` with the named variables replaced by their definitions, transitively."""
-    from ucf.ir.simplify import substitute
+    from ucf.ir.walk import substitute
 
     for _ in range(64):
         names: set[str] = set()
@@ -267,7 +231,7 @@ class _Outliner:
 
     # ------------------------------------------------------------ one nest
     def _nest(self, stmts: list[ir.Stmt]) -> ir.Stmt:
-        loops = [_Loop(s, self._par(s), path) for s, path in _walk(stmts) if _is_gpu(s)]
+        loops = [_Loop(s, self._par(s), path) for s, path in walk(stmts) if _is_gpu(s)]
         blocks_ = [g for g in loops if g.unit == "GPUBlock"]
         threads = [g for g in loops if g.unit != "GPUBlock"]
         grid = self._grid(blocks_, stmts)
@@ -293,7 +257,7 @@ class _Outliner:
                 f"{len(blocks_)} GPUBlock loops"
             )
         made: dict[str, list[ir.Expr]] = {}
-        for s, _ in _walk(stmts):
+        for s, _ in walk(stmts):
             if isinstance(s, ir.Decl):
                 made.setdefault(s.var.name, []).append(s.init)
             elif isinstance(s, ir.For):
@@ -304,7 +268,7 @@ class _Outliner:
         for dim, g in zip("xyz", blocks_, strict=False):
             g.dim = dim
             extent = _inline(ir.sub(g.loop.end, g.loop.start), local)
-            bad = sorted(_names(extent) & (set(made) | changed))
+            bad = sorted(names(extent) & (set(made) | changed))
             if bad:
                 raise ScheduleError(
                     f"{g.cmd}: the number of {g.label} blocks depends on {bad[0]}, which the "
@@ -461,7 +425,7 @@ class _Outliner:
         segment = group.par.strategy == "Segment"
         if not segment:
             variant = _variant(loop)
-            if any(_names(c.args[1]) & variant for c in calls):
+            if any(names(c.args[1]) & variant for c in calls):
                 raise _several_entries(group)
         before: list[ir.Stmt] = []
         after: list[ir.Stmt] = []
@@ -535,10 +499,10 @@ class _Outliner:
                 used.setdefault(n.name, n)
         free: set[str] = set()
         reads(body, free)
-        free -= {s.var.name for s, _ in _walk(body) if isinstance(s, ir.Decl | ir.For)}
+        free -= {s.var.name for s, _ in walk(body) if isinstance(s, ir.Decl | ir.For)}
         arrays = {n.name: n for n in nodes(body) if isinstance(n, ir.Array)}
-        written = {s.array.name for s, _ in _walk(body) if isinstance(s, ir.Store)}
-        written |= {s.args[0].name for s, _ in _walk(body) if isinstance(s, ir.Call) and s.args}
+        written = {s.array.name for s, _ in walk(body) if isinstance(s, ir.Store)}
+        written |= {s.args[0].name for s, _ in walk(body) if isinstance(s, ir.Call) and s.args}
         params, args = [], []
         for p in self.fn.params:
             if p.is_array and p.name in arrays:
@@ -574,7 +538,7 @@ def _group_calls(
     looped = False
     for s in stmts:
         if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
-            moves = bool(_names(s.args[1]) & inner)
+            moves = bool(names(s.args[1]) & inner)
             (moving if moves else steady).append(s)
             looped = looped or (bool(inner) and not moves)
         varies = inner
@@ -608,7 +572,7 @@ def _variant(loop: ir.For) -> set[str]:
     """Names in the loop's body whose value differs between its iterations."""
     variant = {loop.var.name} | assigned(loop.body)
     for s in statements(loop.body):
-        if isinstance(s, ir.Decl) and _names(s.init) & variant:
+        if isinstance(s, ir.Decl) and names(s.init) & variant:
             variant.add(s.var.name)
     return variant
 
@@ -652,7 +616,7 @@ class _Reductions:
         return [self.by_id[id(s)] for s in path if id(s) in self.by_id]
 
     def _accumulators(self, stmts: list[ir.Stmt]) -> None:
-        for container in _containers(stmts):
+        for container in containers(stmts):
             for a, decl in enumerate(container):
                 if isinstance(decl, ir.Decl):
                     self._accumulator(container, a, decl)
@@ -662,7 +626,7 @@ class _Reductions:
         after = container[a + 1 :]
         adds = [
             (s, self._gpu(path))
-            for s, path in _walk(after)
+            for s, path in walk(after)
             if isinstance(s, ir.Assign) and s.var.name == t
         ]
         if not any(loops for _, loops in adds):
@@ -676,7 +640,7 @@ class _Reductions:
             isinstance(s.value, ir.Bin)
             and s.value.op == "+"
             and s.value.left == s.var
-            and t not in _names(s.value.right)
+            and t not in names(s.value.right)
             for s, _ in adds
         )
         zero = isinstance(decl.init, Const) and decl.init.value == 0
@@ -710,14 +674,14 @@ class _Reductions:
         g = self.group
         if g is not None and any(x is g for x in loops) and g.par.strategy in REDUCING:
             name = "segReduceGroup" if g.par.strategy == "Segment" else "atomicAddGroup"
-            if name == "atomicAddGroup" and _names(index) & assigned(g.loop.body):
+            if name == "atomicAddGroup" and names(index) & assigned(g.loop.body):
                 raise _several_entries(g)
             self.group_reduces = True
             return ir.Call(name, [store.array, index, value, Const(g.group, I64)])
         return ir.Store(store.array, index, value, accumulate=True, atomic=True)
 
     def _stores(self, stmts: list[ir.Stmt]) -> None:
-        for container in _containers(stmts):
+        for container in containers(stmts):
             for k, s in enumerate(container):
                 if isinstance(s, ir.Store) and id(s) not in self.handled:
                     container[k] = self._store(s, _path_to(self.stmts, s))
@@ -756,22 +720,8 @@ class _Reductions:
         return s
 
 
-def _names(e) -> set[str]:
-    acc: set[str] = set()
-    reads(e, acc)
-    return acc
-
-
-def _containers(stmts: list[ir.Stmt]):
-    yield stmts
-    for s, _ in _walk(stmts):
-        yield from blocks(s)
-        if isinstance(s, Scope):
-            yield s.body
-
-
 def _path_to(stmts: list[ir.Stmt], target: ir.Stmt) -> tuple:
-    for s, path in _walk(stmts):
+    for s, path in walk(stmts):
         if s is target:
             return path
     raise AssertionError("statement not in nest")  # pragma: no cover
@@ -796,7 +746,7 @@ class _Predicator:
         self.count = 0
 
     def _varies(self, e) -> bool:
-        return bool(_names(e) & self.variant)
+        return bool(names(e) & self.variant)
 
     def block(self, stmts: list[ir.Stmt], pred: ir.Expr | None) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []

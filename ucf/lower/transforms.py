@@ -16,7 +16,7 @@ from ucf.cin.schedule import Command, Parallel, Provenance, Split
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
-from ucf.ir.simplify import (
+from ucf.ir.walk import (
     assigned,
     blocks,
     declared,
