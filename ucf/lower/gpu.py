@@ -39,7 +39,7 @@ that names the loop.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ucf.cin.schedule import Parallel
 from ucf.errors import ScheduleError
@@ -49,7 +49,6 @@ from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import (
     assigned,
     blocks,
-    containers,
     declared,
     names,
     nodes,
@@ -57,48 +56,17 @@ from ucf.ir.walk import (
     statements,
     walk,
 )
+from ucf.lower.gpu_loops import (
+    MAX_THREADS,
+    WARP,
+    GpuLoop,
+    has_gpu,
+    is_gpu,
+    several_entries,
+)
+from ucf.lower.gpu_predication import Predicator, collective
+from ucf.lower.gpu_reductions import Reductions
 from ucf.lower.transforms import catches_up
-
-GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
-REDUCING = ("ParallelReduction", "Temporary", "Segment")
-MAX_THREADS = 1024
-WARP = 32
-
-
-@dataclass(eq=False)
-class _Loop:
-    """A GPU loop of one nest, with what the mapping decided for it."""
-
-    loop: ir.For
-    par: Parallel
-    path: tuple  # enclosing statements, outermost first
-    radix: int = 0
-    stride: int = 0
-    modulus: int = 0  # the lane index is (tid % modulus) / stride; 0 means no modulus
-    dim: str = ""  # x, y or z for GPUBlock loops
-    group: int = 0  # lanes of the tile when this loop is the nest's group
-    width: int = 0  # the group loop's iterations, which may be more than its lanes
-    shared: bool = False  # the group's lanes run the loop's iterations themselves
-
-    @property
-    def label(self) -> str:
-        return self.loop.label or self.loop.var.name
-
-    @property
-    def unit(self) -> str:
-        return self.par.unit
-
-    @property
-    def cmd(self) -> str:
-        return f"parallelize({self.label}, {self.par})"
-
-
-def _is_gpu(s) -> bool:
-    return isinstance(s, ir.For) and s.parallel in GPU_UNITS
-
-
-def _has_gpu(stmts) -> bool:
-    return any(_is_gpu(s) for s, _ in walk(stmts))
 
 
 # --------------------------------------------------------------------- constants
@@ -158,7 +126,7 @@ def lower(fn: ir.Function, parallel: dict[str, Parallel], races: dict[str, list[
     fn = copy.deepcopy(fn)
     defs = _defs(fn)
     state = _Outliner(fn, parallel, races, defs)
-    if not _has_gpu(fn.body):
+    if not has_gpu(fn.body):
         body = state.single_thread()
     else:
         body = state.host(fn.body)
@@ -187,7 +155,7 @@ class _Outliner:
         rest = list(stmts)
         while rest:
             s = rest.pop(0)
-            if _is_gpu(s):
+            if is_gpu(s):
                 if s.parallel != "GPUBlock":
                     par = self.parallel.get(s.label) or Parallel(s.parallel, s.strategy)
                     raise ScheduleError(
@@ -197,7 +165,7 @@ class _Outliner:
                     )
                 before, after = self._pull_sums(s, out, rest)
                 out.append(self._nest([*before, s, *after]))
-            elif _has_gpu([s]):
+            elif has_gpu([s]):
                 new = copy.copy(s)
                 if isinstance(s, ir.For | ir.While):
                     new.body = self.host(s.body)
@@ -231,14 +199,14 @@ class _Outliner:
 
     # ------------------------------------------------------------ one nest
     def _nest(self, stmts: list[ir.Stmt]) -> ir.Stmt:
-        loops = [_Loop(s, self._par(s), path) for s, path in walk(stmts) if _is_gpu(s)]
+        loops = [GpuLoop(s, self._par(s), path) for s, path in walk(stmts) if is_gpu(s)]
         blocks_ = [g for g in loops if g.unit == "GPUBlock"]
         threads = [g for g in loops if g.unit != "GPUBlock"]
         grid = self._grid(blocks_, stmts)
         group = self._chain(threads)
         nthreads = self._radices(threads, group)
         by_id = {id(g.loop): g for g in loops}
-        sums = _Reductions(stmts, by_id, group, self.races).run()
+        sums = Reductions(stmts, by_id, group, self.races).run()
         self._check_carried(loops, sums)
         if group is not None:
             self._share(group, by_id)
@@ -249,7 +217,7 @@ class _Outliner:
         par = self.parallel.get(loop.label)
         return par if par is not None else Parallel(loop.parallel, loop.strategy)
 
-    def _grid(self, blocks_: list[_Loop], stmts: list[ir.Stmt]) -> list[ir.Expr]:
+    def _grid(self, blocks_: list[GpuLoop], stmts: list[ir.Stmt]) -> list[ir.Expr]:
         """Grid dimensions, outermost GPUBlock loop first; computable before the launch."""
         if len(blocks_) > 3:
             raise ScheduleError(
@@ -277,7 +245,7 @@ class _Outliner:
             grid.append(extent)
         return grid
 
-    def _chain(self, threads: list[_Loop]) -> _Loop | None:
+    def _chain(self, threads: list[GpuLoop]) -> GpuLoop | None:
         """Thread-level loops must nest in one chain; returns the group, if any."""
         threads.sort(key=lambda g: len(g.path))
         for outer, inner in zip(threads, threads[1:], strict=False):
@@ -308,7 +276,7 @@ class _Outliner:
             group.radix = group.group
         return group
 
-    def _slot(self, g: _Loop) -> None:
+    def _slot(self, g: GpuLoop) -> None:
         start = _fold(g.loop.start, self.defs)
         end = _fold(g.loop.end, self.defs, upper=True)
         if start is None or end is None:
@@ -319,7 +287,7 @@ class _Outliner:
             )
         g.radix = max(end - start, 1)
 
-    def _radices(self, threads: list[_Loop], group: _Loop | None) -> int:
+    def _radices(self, threads: list[GpuLoop], group: GpuLoop | None) -> int:
         order = [g for g in threads if g is not group] + ([group] if group else [])
         size = 1
         for g in reversed(order):
@@ -343,7 +311,7 @@ class _Outliner:
             )
         return size
 
-    def _check_carried(self, loops: list[_Loop], sums: set[str]) -> None:
+    def _check_carried(self, loops: list[GpuLoop], sums: set[str]) -> None:
         for g in loops:
             carried = sorted(assigned(g.loop.body) - declared(g.loop.body) - sums)
             bad = [v for v in carried if not catches_up(g.loop.body, v)]
@@ -354,24 +322,24 @@ class _Outliner:
                     "be parallelized"
                 )
 
-    def _extended(self, group: _Loop, by_id: dict[int, _Loop], span: int) -> list[ir.Stmt]:
+    def _extended(self, group: GpuLoop, by_id: dict[int, GpuLoop], span: int) -> list[ir.Stmt]:
         """The group loop's body for the iteration a lane is bound to, when the lanes take
         ``span`` iterations together: out-of-range iterations are guarded, and inside the
         group they are predicated instead, so that every lane reaches each collective."""
         loop = group.loop
         guard = self._guard(group, span)
-        if not any(_collective(s) for s in loop.body):
+        if not any(collective(s) for s in loop.body):
             return loop.body if guard is None else [ir.If(guard, loop.body)]
         variant = {loop.var.name} | assigned(loop.body)
-        return _Predicator(variant, by_id, group).block(loop.body, guard)
+        return Predicator(variant, by_id, group).block(loop.body, guard)
 
-    def _guard(self, group: _Loop, span: int) -> ir.Expr | None:
+    def _guard(self, group: GpuLoop, span: int) -> ir.Expr | None:
         """The test that an iteration is in range, unless the loop has ``span`` of them."""
         loop = group.loop
         full = _fold(ir.sub(loop.end, loop.start), self.defs)
         return None if full is not None and full >= span else ir.Cmp("<", loop.var, loop.end)
 
-    def _share(self, group: _Loop, by_id: dict[int, _Loop]) -> None:
+    def _share(self, group: GpuLoop, by_id: dict[int, GpuLoop]) -> None:
         """Give each lane its iterations of the group loop: one, bound to the lane, or a
         share of them when the loop is wider than the group.
 
@@ -396,7 +364,7 @@ class _Outliner:
         else:  # lane l runs iteration l; the padding lanes of a warp run none
             loop.body = self._extended(group, by_id, max(group.group, group.modulus))
 
-    def _strided(self, group: _Loop, body: list[ir.Stmt]) -> list[ir.Stmt]:
+    def _strided(self, group: GpuLoop, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Lane ``l`` runs iterations ``l``, ``l + G``, ...: at each step the lanes read
         consecutive iterations (coalesced loads). ``body`` is one guarded iteration."""
         loop = group.loop
@@ -408,7 +376,7 @@ class _Outliner:
         first = ir.Decl(loop.var, ir.add(loop.start, ir.add(ir.mul(step, lanes), _lane(loop))))
         return [ir.For(step, Const(0, I64), steps, [first, *body])]
 
-    def _private(self, group: _Loop, calls: list[ir.Call]) -> None:
+    def _private(self, group: GpuLoop, calls: list[ir.Call]) -> None:
         """Each lane sums its share of the iterations privately, then the group reduces.
 
         For ``Segment`` a lane takes consecutive iterations (Sgap's "g nonzeros per
@@ -426,7 +394,7 @@ class _Outliner:
         if not segment:
             variant = _variant(loop)
             if any(names(c.args[1]) & variant for c in calls):
-                raise _several_entries(group)
+                raise several_entries(group)
         before: list[ir.Stmt] = []
         after: list[ir.Stmt] = []
         sums: dict[int, list[ir.Stmt]] = {}
@@ -462,7 +430,7 @@ class _Outliner:
         loop.body = [*before, *lanes, *after]
 
     # ------------------------------------------------------------ kernel
-    def _bind(self, stmts: list[ir.Stmt], by_id: dict[int, _Loop]) -> list[ir.Stmt]:
+    def _bind(self, stmts: list[ir.Stmt], by_id: dict[int, GpuLoop]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for s in stmts:
             g = by_id.get(id(s))
@@ -542,7 +510,7 @@ def _group_calls(
             (moving if moves else steady).append(s)
             looped = looped or (bool(inner) and not moves)
         varies = inner
-        if isinstance(s, ir.While) or (isinstance(s, ir.For) and not _is_gpu(s)):
+        if isinstance(s, ir.While) or (isinstance(s, ir.For) and not is_gpu(s)):
             varies = inner | declared(s.body) | assigned(s.body)
             varies |= {s.var.name} if isinstance(s, ir.For) else set()
         for block in blocks(s):
@@ -577,264 +545,5 @@ def _variant(loop: ir.For) -> set[str]:
     return variant
 
 
-def _several_entries(group: _Loop) -> ScheduleError:
-    return ScheduleError(
-        f"{group.cmd}: the lanes of a group add into different entries here; "
-        "ParallelReduction needs one entry per group, use Segment"
-    )
-
-
 def _pow2(n: int) -> bool:
     return 1 <= n <= WARP and n & (n - 1) == 0
-
-
-# ------------------------------------------------------------------ reductions
-class _Reductions:
-    """Decide how every store of a nest combines the work of the threads that run it."""
-
-    def __init__(self, stmts, by_id, group, races):
-        self.stmts = stmts
-        self.by_id = by_id
-        self.group = group
-        self.races = races
-        self.sums: set[str] = set()
-        self.handled: set[int] = set()
-        self.group_reduces = False
-
-    def run(self) -> set[str]:
-        self._accumulators(self.stmts)
-        self._stores(self.stmts)
-        g = self.group
-        if g is not None and g.par.strategy in REDUCING and not self.group_reduces:
-            raise ScheduleError(
-                f"{g.cmd}: {g.label} iterates no reduction variable and feeds no running sum, "
-                f"so its group has nothing to reduce; use NoRaces"
-            )
-        return self.sums
-
-    def _gpu(self, path) -> list[_Loop]:
-        return [self.by_id[id(s)] for s in path if id(s) in self.by_id]
-
-    def _accumulators(self, stmts: list[ir.Stmt]) -> None:
-        for container in containers(stmts):
-            for a, decl in enumerate(container):
-                if isinstance(decl, ir.Decl):
-                    self._accumulator(container, a, decl)
-
-    def _accumulator(self, container: list[ir.Stmt], a: int, decl: ir.Decl) -> None:
-        t = decl.var.name
-        after = container[a + 1 :]
-        adds = [
-            (s, self._gpu(path))
-            for s, path in walk(after)
-            if isinstance(s, ir.Assign) and s.var.name == t
-        ]
-        if not any(loops for _, loops in adds):
-            return
-        stores = [
-            k
-            for k, s in enumerate(after)
-            if isinstance(s, ir.Store) and isinstance(s.value, Var) and s.value.name == t
-        ]
-        summing = all(
-            isinstance(s.value, ir.Bin)
-            and s.value.op == "+"
-            and s.value.left == s.var
-            and t not in names(s.value.right)
-            for s, _ in adds
-        )
-        zero = isinstance(decl.init, Const) and decl.init.value == 0
-        if not (summing and zero and len(stores) == 1):
-            return  # _check_carried reports the loop that carries it
-        store = after[stores[0]]
-        enclosing = {id(g.loop) for g in self._gpu(_path_to(self.stmts, store))}
-        nest = set(self.by_id)
-        missing = nest - enclosing
-        loops = {id(g.loop): g for _, gs in adds for g in gs if id(g.loop) not in enclosing}
-        for _, gs in adds:
-            lacking = missing - {id(g.loop) for g in gs}
-            if lacking:
-                g = self.by_id[next(iter(sorted(lacking)))]
-                raise ScheduleError(
-                    f"{g.cmd}: {t} is added to outside the loop over {g.label}, so every "
-                    f"thread of {g.label} would add it again; move the sum inside {g.label}"
-                )
-        for g in loops.values():
-            if g.par.strategy in ("NoRaces", "IgnoreRaces"):
-                raise ScheduleError(
-                    f"{g.cmd}: iterations of {g.label} add into the running sum {t}; use "
-                    "Atomics, or a GPUGroup with ParallelReduction or Segment"
-                )
-        combine = self._combine(store, store.index, Var(t, decl.var.type), loops.values())
-        container[a + 1 + stores[0]] = combine
-        self.handled.add(id(combine))
-        self.sums.add(t)
-
-    def _combine(self, store: ir.Store, index, value, loops) -> ir.Stmt:
-        g = self.group
-        if g is not None and any(x is g for x in loops) and g.par.strategy in REDUCING:
-            name = "segReduceGroup" if g.par.strategy == "Segment" else "atomicAddGroup"
-            if name == "atomicAddGroup" and names(index) & assigned(g.loop.body):
-                raise _several_entries(g)
-            self.group_reduces = True
-            return ir.Call(name, [store.array, index, value, Const(g.group, I64)])
-        return ir.Store(store.array, index, value, accumulate=True, atomic=True)
-
-    def _stores(self, stmts: list[ir.Stmt]) -> None:
-        for container in containers(stmts):
-            for k, s in enumerate(container):
-                if isinstance(s, ir.Store) and id(s) not in self.handled:
-                    container[k] = self._store(s, _path_to(self.stmts, s))
-
-    def _store(self, s: ir.Store, path) -> ir.Stmt:
-        enclosing = self._gpu(path)
-        missing = set(self.by_id) - {id(g.loop) for g in enclosing}
-        if missing:
-            g = self.by_id[next(iter(sorted(missing)))]
-            raise ScheduleError(
-                f"{g.cmd}: the store into {s.array.name} is outside the loop over {g.label}, "
-                f"so every thread of {g.label} would run it; reorder so that it is inside, or "
-                "reduce into a running sum"
-            )
-        racing = [g for g in enclosing if self.races.get(g.label)]
-        for g in racing:
-            if g.par.strategy == "NoRaces":
-                v = self.races[g.label][0]
-                raise ScheduleError(
-                    f"{g.cmd}: {v} is a reduction variable, so iterations add into the same "
-                    "output entries; NoRaces promises they never do (use Atomics, IgnoreRaces, "
-                    "or a GPUGroup with ParallelReduction or Segment)"
-                )
-        group = self.group
-        if group is not None and group in racing and group.par.strategy in REDUCING:
-            if not s.accumulate:
-                raise ScheduleError(
-                    f"{group.cmd}: the store into {s.array.name} overwrites rather than adds, "
-                    "so the group has no sum to reduce"
-                )
-            return self._combine(s, s.index, s.value, [group])
-        # As in TACO, Atomics makes the reductions in its loop's body atomic, whichever
-        # enclosing loop they race on (a column loop inside IgnoreRaces blocks of nonzeros).
-        if racing and any(g.par.strategy == "Atomics" for g in enclosing):
-            return ir.Store(s.array, s.index, s.value, accumulate=True, atomic=True)
-        return s
-
-
-def _path_to(stmts: list[ir.Stmt], target: ir.Stmt) -> tuple:
-    for s, path in walk(stmts):
-        if s is target:
-            return path
-    raise AssertionError("statement not in nest")  # pragma: no cover
-
-
-# ------------------------------------------------------------------ zero extension
-class _Predicator:
-    """Rewrite a group's body so that every lane reaches every collective.
-
-    Conditions that differ between the lanes of a tile (lane-variant) no longer
-    branch around a collective: they become a predicate, and an inactive lane
-    contributes zero to an entry of -1 (which the helpers skip). Declarations
-    under a predicate are evaluated only when it holds (``p ? init : 0``), and
-    other statements keep their ``if``. Loops that contain a collective must
-    run the same number of times in every lane.
-    """
-
-    def __init__(self, variant: set[str], by_id: dict[int, _Loop], group: _Loop):
-        self.variant = set(variant)
-        self.by_id = by_id
-        self.group = group
-        self.count = 0
-
-    def _varies(self, e) -> bool:
-        return bool(names(e) & self.variant)
-
-    def block(self, stmts: list[ir.Stmt], pred: ir.Expr | None) -> list[ir.Stmt]:
-        out: list[ir.Stmt] = []
-        pending: list[ir.Stmt] = []
-
-        def flush():
-            if pending and pred is None:
-                out.extend(pending)
-            elif pending:
-                out.append(ir.If(pred, list(pending)))
-            pending.clear()
-
-        for s in stmts:
-            if not _collective(s):
-                if isinstance(s, ir.Decl):
-                    flush()
-                    out.append(self._decl(s, pred))
-                else:
-                    pending.append(s)
-                continue
-            flush()
-            out += self._collective(s, pred)
-        flush()
-        return out
-
-    def _decl(self, s: ir.Decl, pred) -> ir.Decl:
-        if self._varies(s.init):
-            self.variant.add(s.var.name)
-        if pred is None or _safe(s.init):
-            return s
-        self.variant.add(s.var.name)
-        return ir.Decl(s.var, ir.Select(pred, s.init, ir.const_like(s.init, 0)))
-
-    def _collective(self, s: ir.Stmt, pred) -> list[ir.Stmt]:
-        g = self.group
-        if isinstance(s, ir.Call):
-            arr, index, value, size = s.args
-            if s.name == "atomicAddGroup" and self._varies(index):
-                raise _several_entries(g)
-            if pred is None:
-                return [s]
-            if s.name == "segReduceGroup":
-                index = ir.Select(pred, index, Const(-1, index.type))
-            value = ir.Select(pred, value, ir.const_like(value, 0))
-            return [ir.Call(s.name, [arr, index, value, size])]
-        if isinstance(s, ir.For):
-            if self._varies([s.start, s.end]):
-                raise ScheduleError(
-                    f"{g.cmd}: the loop over {s.label or s.var.name} inside group "
-                    f"{g.label} runs a different number of times in each lane, but every lane "
-                    "must reach the group's reduction together"
-                )
-            s.body = self.block(s.body, pred)  # in place: GPU loops are known by identity
-            return [s]
-        if isinstance(s, ir.If):
-            if not self._varies(s.cond):
-                then = self.block(s.then, pred)
-                return [ir.If(s.cond, then, self.block(s.orelse, pred))]
-            if any(_collective(x) for x in s.orelse):
-                raise ScheduleError(
-                    f"{g.cmd}: a reduction in both branches of a lane-dependent condition is "
-                    "not supported"
-                )
-            self.count += 1
-            p = Var(f"{g.loop.var.name}_on{self.count}", "i1")
-            self.variant.add(p.name)
-            cond = s.cond if pred is None else ir.Select(pred, s.cond, Const(False, "i1"))
-            out: list[ir.Stmt] = [ir.Decl(p, cond)]
-            if s.orelse:
-                out.append(ir.If(ir.Cmp("==", p, Const(False, "i1")), s.orelse))
-                if pred is not None:
-                    out[-1] = ir.If(pred, [out[-1]])
-            return out + self.block(s.then, p)
-        raise ScheduleError(
-            f"{g.cmd}: a reduction inside a while loop of group {g.label} cannot be reached "
-            "by every lane together"
-        )
-
-
-def _collective(s: ir.Stmt) -> bool:
-    return any(isinstance(x, ir.Call) and x.name in GROUP_CALLS for x in statements([s]))
-
-
-def _safe(e: ir.Expr) -> bool:
-    """Evaluating ``e`` for an inactive lane cannot fault: no loads, no division by a variable."""
-    for n in nodes(e):
-        if isinstance(n, ir.Load):
-            return False
-        if isinstance(n, ir.Bin) and n.op in ("/", "%") and not isinstance(n.right, Const):
-            return False
-    return True
