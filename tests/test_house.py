@@ -91,8 +91,16 @@ UNORDERED = Compressed(
 
 
 @pytest.fixture
-def unordered(monkeypatch):
+def unordered(monkeypatch, tmp_path):
+    """The kind plugged in for one test, with kernels cached apart: a cached "UQ"
+    kernel must not outlive the kind that made the format valid."""
+    from ucf.exec.kernel import forget_loaded
+
     monkeypatch.setitem(KINDS, "Q", UNORDERED)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    forget_loaded()
+    yield
+    forget_loaded()
 
 
 def _shuffled_csr(seed):

@@ -75,6 +75,13 @@ def plan(
                 f"(tensors: {', '.join(orders)})"
             )
     fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
+    for name, fmt in fmts.items():
+        if fmt.blocked:
+            raise UnsupportedError(
+                f"tensor {name} is stored in blocked format '{fmt}': ucf.Tensor stores, packs "
+                "and converts blocked formats, but kernels do not read or write them yet; "
+                "convert it first (t.convert('csr'))"
+            )
     commands = parse_schedule(schedule) if schedule else []
     requested = fmts.pop(out)
     # Levels that cannot be written as outputs (singleton) are computed in the kind they

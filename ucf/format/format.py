@@ -1,8 +1,18 @@
-"""Format strings: one level kind per storage level plus a mode ordering."""
+"""Formats: a sequence of level kinds plus what each level stores of the dimensions.
+
+A level stores one index of the tensor's coordinates, a *level map*: a mode's
+coordinate ``i`` (``0``), the block it falls in (``0/32``: ``i // 32``) or its
+place in the block (``0%32``: ``i % 32``). Plain maps give CSR, CSC and every
+permuted format; blocked maps give BCSR as plain levels with no special case
+(MLIR's ``(i, j) -> (i floordiv 32, j floordiv 32, i mod 32, j mod 32)``).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from ucf.errors import FormatError
 from ucf.format.levels import KINDS, LevelKind
@@ -19,15 +29,86 @@ ALIASES = {
 
 
 @dataclass(frozen=True)
+class LevelMap:
+    """What one level stores of mode ``mode``'s coordinate ``i``: ``(i // div) % mod``
+    (``mod`` 0: no modulo). Within a mode, the levels' maps form a mixed-radix
+    split of ``i``, outer to inner, so ``i`` is the sum of each level's
+    coordinate times its ``div``."""
+
+    mode: int
+    div: int = 1
+    mod: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.div == 1 and self.mod == 0
+
+    def coordinate(self, i):
+        """The level coordinate of mode coordinate(s) ``i`` (ints or numpy arrays)."""
+        q = i // self.div if self.div != 1 else i
+        return q % self.mod if self.mod else q
+
+    def size(self, extent: int) -> int:
+        """The level's dimension when its mode has ``extent``: blocks round up."""
+        return self.mod if self.mod else -(-extent // self.div)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.mode}"
+            + (f"/{self.div}" if self.div != 1 else "")
+            + (f"%{self.mod}" if self.mod else "")
+        )
+
+
+@dataclass(frozen=True)
 class Format:
-    """An immutable storage format: level kinds outer to inner and the mode each stores."""
+    """An immutable storage format: level kinds outer to inner and what each stores.
+
+    ``maps`` may be given as mode numbers (a mode ordering) or as ``LevelMap``s.
+    """
 
     levels: tuple[LevelKind, ...]
-    mode_order: tuple[int, ...]
+    maps: tuple[LevelMap, ...]
+
+    def __post_init__(self) -> None:
+        maps = tuple(m if isinstance(m, LevelMap) else LevelMap(int(m)) for m in self.maps)
+        object.__setattr__(self, "maps", maps)
 
     @property
     def order(self) -> int:
-        return len(self.levels)
+        """The tensor's order (its number of modes); ``len(levels)`` may be larger."""
+        return len({m.mode for m in self.maps})
+
+    @property
+    def mode_order(self) -> tuple[int, ...]:
+        """The mode each level stores (repeated for blocked modes)."""
+        return tuple(m.mode for m in self.maps)
+
+    @property
+    def blocked(self) -> bool:
+        """Whether some level stores a block index or an offset in a block."""
+        return not all(m.plain for m in self.maps)
+
+    def level_dims(self, shape: tuple[int, ...]) -> list[int]:
+        """Each level's dimension for a tensor of ``shape``."""
+        return [m.size(shape[m.mode]) for m in self.maps]
+
+    def level_coords(self, coords: np.ndarray) -> np.ndarray:
+        """Mode coordinates (entries x modes) as level coordinates (entries x levels)."""
+        if not self.blocked:
+            return coords[:, list(self.mode_order)]
+        lc = np.empty((len(coords), len(self.maps)), dtype=np.int64)
+        for lvl, m in enumerate(self.maps):
+            lc[:, lvl] = m.coordinate(coords[:, m.mode])
+        return lc
+
+    def mode_coords(self, cols: list[np.ndarray], count: int) -> np.ndarray:
+        """Level coordinate columns back to mode coordinates (``count`` x modes): each
+        mode's coordinate is the sum of its levels' coordinates times their ``div``."""
+        coords = np.zeros((count, self.order), dtype=np.int64)
+        for col, m in zip(cols, self.maps, strict=True):
+            coords[:, m.mode] += col * m.div if m.div != 1 else col
+        return coords
 
     @property
     def letters(self) -> str:
@@ -53,9 +134,9 @@ class Format:
         return self.mode_order.index(mode)
 
     def __str__(self) -> str:
-        if self.mode_order == tuple(range(self.order)):
+        if self.maps == tuple(LevelMap(m) for m in range(len(self.levels))):
             return self.letters
-        return self.letters + ":" + ",".join(map(str, self.mode_order))
+        return self.letters + ":" + ",".join(map(str, self.maps))
 
     def __repr__(self) -> str:
         return f"Format('{self}')"
@@ -74,7 +155,8 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
         raise FormatError(
-            f"format '{fmt}'{who} has {fmt.order} levels but the tensor has order {order}"
+            f"format '{fmt}'{who} has {len(fmt.levels)} levels over {fmt.order} modes but "
+            f"the tensor has order {order}"
         )
     _check_structure(fmt, tensor)
     return fmt
@@ -105,21 +187,58 @@ def _parse(text: str, order: int | None, tensor: str) -> Format:
             f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
         )
     if modes.strip():
-        try:
-            mode_order = tuple(int(m) for m in modes.split(","))
-        except ValueError:
-            raise FormatError(
-                f"bad format '{text}'{who}: the mode ordering after ':' must be "
-                "comma-separated integers"
-            ) from None
+        maps = tuple(_level_map(item, text, who) for item in modes.split(","))
     else:
-        mode_order = tuple(range(len(letters)))
-    if sorted(mode_order) != list(range(len(letters))):
+        maps = tuple(LevelMap(m) for m in range(len(letters)))
+    if len(maps) != len(letters):
         raise FormatError(
-            f"bad format '{text}'{who}: mode ordering {list(mode_order)} is not a "
-            f"permutation of 0..{len(letters) - 1}"
+            f"bad format '{text}'{who}: {len(letters)} levels but {len(maps)} entries after ':'"
         )
-    return Format(tuple(KINDS[c] for c in letters), mode_order)
+    _check_maps(maps, text, who)
+    return Format(tuple(KINDS[c] for c in letters), maps)
+
+
+_MAP = re.compile(r"\s*(\d+)\s*(?:/\s*(\d+))?\s*(?:%\s*(\d+))?\s*")
+
+
+def _level_map(item: str, text: str, who: str) -> LevelMap:
+    """``m``, ``m/b`` (the block of size b), ``m%b`` (the place in it) or ``m/b%c``."""
+    match = _MAP.fullmatch(item)
+    if match is None:
+        raise FormatError(
+            f"bad format '{text}'{who}: '{item.strip()}' after ':' is not a mode ('0'), a "
+            "block index ('0/32') or an offset in a block ('0%32')"
+        )
+    mode, div, mod = match.groups()
+    lm = LevelMap(int(mode), int(div or 1), int(mod or 0))
+    if lm.div < 1 or (mod is not None and lm.mod < 1):
+        raise FormatError(f"bad format '{text}'{who}: block sizes in '{lm}' must be positive")
+    return lm
+
+
+def _check_maps(maps: tuple[LevelMap, ...], text: str, who: str) -> None:
+    """Each mode 0..n-1 appears, and its levels split its coordinate in mixed radix:
+    the outermost ``m/b0``, then ``m/b1%(b0/b1)`` ..., the innermost ``m%bk``."""
+    modes = sorted({m.mode for m in maps})
+    if modes != list(range(len(modes))):
+        raise FormatError(
+            f"bad format '{text}'{who}: the modes after ':' ({', '.join(map(str, modes))}) "
+            f"are not 0..{len(modes) - 1}"
+        )
+    for mode in modes:
+        chain = [m for m in maps if m.mode == mode]
+        for k, m in enumerate(chain):
+            last = k == len(chain) - 1
+            above = chain[k - 1].div if k else 0
+            ok = (m.div == 1 or not last) and (not k or above % m.div == 0)
+            if not ok or m.mod != (above // m.div if k else 0):
+                shown = ",".join(map(str, chain))
+                raise FormatError(
+                    f"bad format '{text}'{who}: the levels of mode {mode} ({shown}) do not "
+                    f"split its coordinate into blocks: write '{mode}' alone, or "
+                    f"'{mode}/b' before '{mode}%b' (nested: '{mode}/b', '{mode}/c%(b/c)', "
+                    f"'{mode}%c')"
+                )
 
 
 def _check_structure(fmt: Format, tensor: str) -> None:

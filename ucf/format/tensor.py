@@ -103,12 +103,10 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _level_dims(shape: tuple[int, ...], fmt: Format) -> list[int]:
-    return [shape[m] for m in fmt.mode_order]
-
-
 def _where(fmt: Format, level: int) -> str:
-    return f"level {level} ({fmt.levels[level].name}, mode {fmt.mode_order[level]})"
+    m = fmt.maps[level]
+    what = f"mode {m.mode}" if m.plain else f"{m} of mode {m.mode}"
+    return f"level {level} ({fmt.levels[level].name}, {what})"
 
 
 # --------------------------------------------------------------------------- checks
@@ -178,7 +176,7 @@ class Tensor:
         """Number of positions at each level, outermost first."""
         sizes = []
         count = 1
-        dims = _level_dims(self.shape, self.format)
+        dims = self.format.level_dims(self.shape)
         for lvl, kind in enumerate(self.format.levels):
             count = kind.size(self.levels[lvl], count, dims[lvl])
             sizes.append(count)
@@ -202,18 +200,19 @@ class Tensor:
         idt = self.index_dtype
         if len(self.shape) != fmt.order:
             raise FormatError(
-                f"format '{fmt}' has {fmt.order} levels but shape {self.shape} has "
-                f"{len(self.shape)} modes"
+                f"format '{fmt}' has {len(fmt.levels)} levels over {fmt.order} modes but "
+                f"shape {self.shape} has {len(self.shape)} modes"
             )
-        if len(self.levels) != fmt.order:
+        if len(self.levels) != len(fmt.levels):
             raise FormatError(
-                f"format '{fmt}' has {fmt.order} levels but {len(self.levels)} level "
+                f"format '{fmt}' has {len(fmt.levels)} levels but {len(self.levels)} level "
                 "array dicts were given"
             )
         state = Checking()
+        dims = fmt.level_dims(self.shape)
         for lvl, kind in enumerate(fmt.levels):
             where = _where(fmt, lvl)
-            dim = self.shape[fmt.mode_order[lvl]]
+            dim = dims[lvl]
             arrays = self.levels[lvl]
             if not isinstance(arrays, dict):
                 raise FormatError(
@@ -287,28 +286,30 @@ class Tensor:
         converting between formats should not pay for a copy they discard.
         """
         fmt = self.format
-        dims = _level_dims(self.shape, fmt)
+        dims = fmt.level_dims(self.shape)
         cols: list[np.ndarray] = []
         count = 1
         for lvl, kind in enumerate(fmt.levels):
             cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
-        coords = np.empty((count, fmt.order), dtype=np.int64)
-        for lvl, m in enumerate(fmt.mode_order):
-            coords[:, m] = cols[lvl]
+        coords = fmt.mode_coords(cols, count)
+        if fmt.blocked:  # the padding of partial blocks lies outside the shape
+            inside = np.all(coords < np.asarray(self.shape, dtype=np.int64), axis=1)
+            if not inside.all():
+                return coords[inside], self.vals[inside]
         return coords, self.vals
 
     def _dense_view(self) -> np.ndarray | None:
         """The vals buffer viewed as the dense array, when the layout allows it."""
         fmt = self.format
-        if fmt.is_dense and fmt.mode_order == tuple(range(fmt.order)):
+        if fmt.is_dense and fmt.mode_order == tuple(range(len(fmt.levels))):
             return self.vals.reshape(self.shape)
         return None
 
     def to_numpy(self) -> np.ndarray:
         """A fresh dense array; never aliases the tensor so callers may write to it."""
         fmt = self.format
-        if fmt.is_dense:
-            perm_shape = tuple(_level_dims(self.shape, fmt))
+        if fmt.is_dense and not fmt.blocked:
+            perm_shape = tuple(fmt.level_dims(self.shape))
             a = self.vals.reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
             return np.array(a, order="C", copy=True)
         out = np.zeros(self.shape, dtype=self.dtype)
@@ -386,7 +387,7 @@ class Tensor:
             if idt == self.index_dtype:
                 return out
             levels = []
-            dims = _level_dims(self.shape, fmt)
+            dims = fmt.level_dims(self.shape)
             for lvl, lv in enumerate(out.levels):
                 if lv and dims[lvl] - 1 > np.iinfo(idt).max:
                     raise FormatError(
@@ -410,7 +411,7 @@ class Tensor:
         keep = vals != 0
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
-        return _pack(self.shape, fmt, coords[:, list(fmt.mode_order)], vals.astype(dt), idt)
+        return _pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
 
 
 # --------------------------------------------------------------------------- packing
@@ -474,15 +475,15 @@ def _pack(
     exactly the entries whose (parent, run coordinates) differ from their
     predecessor.
     """
-    dims = _level_dims(shape, fmt)
+    dims = fmt.level_dims(shape)
     dt = vals.dtype
-    if fmt.order == 0:
+    if not fmt.levels:
         total = vals.sum(dtype=dt) if len(vals) else dt.type(0)
         return Tensor((), fmt, [], np.array([total], dtype=dt), idt, check=False)
     if not sorted_unique:
         lc, vals = _sort_sum(lc, vals, dims)
     nnz = len(vals)
-    for lvl in range(fmt.order):
+    for lvl in range(len(fmt.levels)):
         if fmt.levels[lvl].arrays:
             checks.fits(_where(fmt, lvl), "dimension", dims[lvl] - 1, idt)
     state = Packing(lc, dims, idt, np.zeros(nnz, dtype=np.int64))
@@ -561,7 +562,7 @@ def from_coo(
             )
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     idt = index_dtype_of(index_dtype)
-    return _pack(shape, fmt, c[:, list(fmt.mode_order)], v, idt)
+    return _pack(shape, fmt, fmt.level_coords(c), v, idt)
 
 
 def from_numpy(
@@ -579,6 +580,10 @@ def from_numpy(
         dt = value_dtype(dtype)
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
     idt = index_dtype_of(index_dtype)
+    if fmt.blocked:
+        nz = np.nonzero(a)
+        coords = np.stack(nz, axis=1).astype(np.int64, copy=False)
+        return _pack(a.shape, fmt, fmt.level_coords(coords), a[nz].astype(dt), idt)
     t = np.transpose(a, fmt.mode_order) if fmt.order else a
     if fmt.is_dense:
         vals = np.ascontiguousarray(t, dtype=dt).reshape(-1)
@@ -680,7 +685,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         for mode, d in enumerate(shape):
             checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
         vals = np.asarray(c.data).astype(dt)
-    return _pack(shape, fmt, coords[:, list(fmt.mode_order)], vals, idt)
+    return _pack(shape, fmt, fmt.level_coords(coords), vals, idt)
 
 
 # --------------------------------------------------------------------------- as_tensor
