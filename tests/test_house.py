@@ -44,11 +44,12 @@ def test_the_scan_finds_what_it_looks_for():
     assert not LETTER.search("kind.output == 'append'")
 
 
-def _imports(path: Path) -> set[str]:
-    """Modules of ucf this module imports when it is loaded (not inside functions)."""
+def _imports(path: Path, lazy: bool = False) -> set[str]:
+    """Modules of ucf this module imports when it is loaded (``lazy``: or inside
+    functions)."""
     tree = ast.parse(path.read_text())
     found = set()
-    for node in tree.body:
+    for node in ast.walk(tree) if lazy else tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ucf"):
             found.add(node.module)
             for alias in node.names:
@@ -82,6 +83,25 @@ def test_no_import_cycles():
 
     for m in sorted(graph):
         visit(m)
+
+
+#: The pipeline's layers, top to bottom as docs/design.md draws them: a module
+#: may import from its own layer and the layers before it, never after.
+LAYERS = ["lang", "ir", "format", "cin", "lower", "codegen", "pipeline", "exec", "cli"]
+
+
+def test_layers_only_import_upward():
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).with_suffix("")
+        own = rel.parts[0]
+        if own not in LAYERS:
+            continue
+        for name in _imports(path, lazy=True):
+            parts = name.split(".")
+            if parts[0] == "ucf" and len(parts) > 1 and parts[1] in LAYERS:
+                assert LAYERS.index(parts[1]) <= LAYERS.index(own), (
+                    f"{rel} ({own}) imports {name}, a later layer"
+                )
 
 
 # --------------------------------------------------- a kind plugged in from outside

@@ -61,8 +61,17 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
 
 
 def plan(
-    expr: str, formats: dict[str, Any], schedule: str | None, vt: str, it: str, target: str = "llvm"
+    expr: str,
+    formats: dict[str, Any],
+    schedule: str | None,
+    vt: str,
+    it: str,
+    target: str = "llvm",
+    openmp: bool = True,
 ) -> Plan:
+    """Everything about a kernel that does not depend on operand values. ``openmp``
+    says whether the LLVM target's process has an OpenMP runtime to call (the
+    builder knows; without one, parallel loops run serially)."""
     stmt = parse_statement(expr)
     orders = _statement_orders(stmt)
     out = stmt.lhs.tensor
@@ -119,7 +128,7 @@ def plan(
         compute,
         assemble,
         cgen.source(fns),
-        lcg.module(fns, openmp=_openmp_for(cin)),
+        lcg.module(fns, openmp=_openmp_for(cin, openmp)),
         computed,
         requested,
         lowered.local_level,
@@ -278,12 +287,8 @@ def _scheduled(
     return new, applied
 
 
-def _openmp_for(cin: CIN) -> bool:
-    if not cin.parallel:
-        return True
-    from ucf.exec.jit import openmp_runtime
-
-    if openmp_runtime() is None:
+def _openmp_for(cin: CIN, available: bool) -> bool:
+    if cin.parallel and not available:
         cin.notes.append("llvm target: libgomp not found, parallel loops run serially")
         return False
     return True

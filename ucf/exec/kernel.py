@@ -25,6 +25,7 @@ from ucf.errors import (
     UcfError,
 )
 from ucf.exec import cache
+from ucf.exec.jit import openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor, as_tensor, value_dtype
 from ucf.ir import nodes as ir
@@ -89,7 +90,8 @@ class Kernel:
             return
         entry = cache.load(f"{ck}.plan")
         if entry is None:
-            plan = pipeline.plan(expr, formats, schedule, vt, it, target)
+            openmp = target != "llvm" or openmp_runtime() is not None
+            plan = pipeline.plan(expr, formats, schedule, vt, it, target, openmp)
         else:
             plan = entry["plan"]
         self._plan = plan
@@ -127,7 +129,6 @@ class Kernel:
             addrs = {f.name: self._library.address(f.name) for f in names}
             return {f.name: _cfunc(f, addrs[f.name]) for f in names}
         from ucf.exec.cc import build_shared
-        from ucf.exec.jit import openmp_runtime
 
         if plan.cin.parallel:
             openmp_runtime()  # applies UCF_NUM_THREADS to the libgomp the .so links
