@@ -73,6 +73,7 @@ def compile(
 
 def einsum(
     expr: str,
+    *positional: Any,
     formats: dict[str, Any] | None = None,
     schedule: str | None = None,
     target: str = "llvm",
@@ -82,6 +83,10 @@ def einsum(
 ) -> Tensor:
     """Compile (or fetch from the cache) and run in one call.
 
+    ``expr`` is a statement with operands passed by name
+    (``einsum("y(i) = A(i,j) * x(j)", A=A, x=x)``), or numpy's subscripts with
+    operands passed in order (``einsum("ij,j->i", A, x)``; the operands are
+    then named ``T0, T1, ...`` and the output ``out``, for ``formats=``).
     Operand formats and dtypes are taken from the operands themselves, so a
     scipy CSR matrix is read as CSR without repacking. ``shapes`` gives
     extents the operands do not fix: an index variable mapped to an int
@@ -90,9 +95,24 @@ def einsum(
     import numpy as np
 
     from ucf.format.tensor import as_tensor
+    from ucf.lang import subscripts
     from ucf.lang.ast import accesses
     from ucf.lang.parser import parse_statement
 
+    if subscripts.is_subscripts(expr):
+        if operands:
+            raise OperandError(
+                f"einsum subscripts '{expr}' take their operands in order, not by name "
+                f"({', '.join(operands)})"
+            )
+        given = [as_tensor(v, format=None, name=f"operand {k}") for k, v in enumerate(positional)]
+        expr = subscripts.statement(expr, [t.order for t in given])
+        operands = {subscripts.OPERAND.format(k): t for k, t in enumerate(given)}
+    elif positional:
+        raise OperandError(
+            "operands of a statement are passed by name (A=..., x=...); positional operands "
+            "go with numpy-style subscripts such as 'ij,j->i'"
+        )
     stmt = parse_statement(expr)
     fmts = dict(formats or {})
     tensors = {}
