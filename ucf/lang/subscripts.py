@@ -29,12 +29,11 @@ def statement(subscripts: str, ndims: list[int]) -> str:
     text = "".join(subscripts.split())
     if "..." in text:
         raise UnsupportedError(
-            f"einsum subscripts '{subscripts}': ellipsis ('...') is not supported; name "
-            "every index"
+            f"einsum subscripts '{subscripts}': ellipsis ('...') is not supported; name every index"
         )
     inputs, arrow, output = text.partition("->")
     specs = inputs.split(",")
-    for k, spec in enumerate([*specs, output]):
+    for spec in [*specs, output]:
         if not _SPEC.fullmatch(spec):
             bad = next(c for c in spec if not c.isalpha())
             at = subscripts.find(bad)
