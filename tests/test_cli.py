@@ -224,6 +224,17 @@ def test_subprocess_exit_status(tmp_path, files):
     assert version.returncode == 0 and version.stdout.strip() == f"ucf {ucf.__version__}"
 
 
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    """`ucf compile ... --print source | head -1`: no "Broken pipe" error, status 0."""
+    env = dict(os.environ, UCF_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    argv = [sys.executable, "-m", "ucf", "compile", SPMV, "-f", "A:csr", "--print", "source"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # before ucf writes (importing and compiling take far longer)
+    assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read() == b""
+
+
 def test_run_tns_mttkrp(capsys, tmp_path):
     rng = np.random.default_rng(0)
     coords = np.array([[0, 1, 2], [1, 0, 0], [2, 2, 1], [2, 0, 2]])

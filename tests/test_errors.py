@@ -134,6 +134,15 @@ def test_access_arity_differs_from_operand_order():
     assert "2 indices" in str(ei.value)
 
 
+@pytest.mark.parametrize("fmt", [None, "csr"])
+def test_einsum_blames_the_operand_not_a_format_nobody_wrote(fmt):
+    """A dense operand of the wrong order once failed on format 'U', inferred from it."""
+    formats = {"A": fmt} if fmt else None
+    with pytest.raises(ucf.ShapeError) as ei:
+        ucf.einsum("y(i) = A(i,j) * x(j)", A=np.ones(3), x=np.ones(3), formats=formats)
+    assert "operand A has order 1 (shape (3,))" in str(ei.value) and "format" not in str(ei.value)
+
+
 def test_tensor_accessed_with_two_arities():
     with pytest.raises(ucf.ShapeError, match="B"):
         ucf.compile("A(i) = B(i) + B(i,j)")

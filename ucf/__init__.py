@@ -116,11 +116,18 @@ def einsum(
     stmt = parse_statement(expr)
     fmts = dict(formats or {})
     tensors = {}
-    names = {a.tensor for a in accesses(stmt.rhs)}
+    orders = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     for name, value in operands.items():
-        if name not in names:
+        if name not in orders:
             continue  # Kernel reports unknown operands with the full list
-        t = as_tensor(value, format=fmts.get(name), name=name)
+        t = as_tensor(value, name=name)
+        if t.order != orders[name]:
+            raise ShapeError(
+                f"operand {name} has order {t.order} (shape {t.shape}) but is accessed "
+                f"with {orders[name]} indices"
+            )
+        if name in fmts:
+            t = as_tensor(t, format=fmts[name], name=name)
         tensors[name] = t
         fmts.setdefault(name, str(t.format))
     dtypes = [t.dtype for t in tensors.values()]

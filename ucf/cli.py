@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -388,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except (ucf.UcfError, _UserError) as e:
         return _fail(str(e))
+    except BrokenPipeError:
+        # The reader stopped early (`ucf compile ... | head`): what it read is all it
+        # wanted, so end quietly, and keep the interpreter's final flush from failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         return _fail(f"{where}{e.strerror or e}")

@@ -152,7 +152,8 @@ class Device:
             import pycuda.driver  # noqa: F401
         except ImportError:
             raise UcfError(
-                "running target 'cuda' on a GPU needs pycuda (pip install 'ucf[cuda]'); "
+                "running target 'cuda' on a GPU needs pycuda (pip install pycuda, or pip install "
+                "'.[cuda]' in a ucf checkout); "
                 "pass emulate=True (--emulate) to run the generated CUDA on the CPU instead"
             ) from None
         try:
