@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import forget_loaded
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +63,8 @@ def test_corrupt_cache_entry_is_recompiled(tmp_path, monkeypatch):
     for f in tmp_path.glob("*.plan"):
         f.write_bytes(b"not a pickle")
     forget_loaded()
-    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    with pytest.warns(CacheWarning, match="is not a ucf cache entry"):
+        k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     A = sp.random(20, 10, density=0.3, format="csr", random_state=0)
     x = np.arange(10.0)
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)

@@ -20,6 +20,7 @@ from ucf.errors import (
     UcfError,
     UnsupportedError,
 )
+from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import Kernel
 from ucf.format.format import Format, parse_format
 from ucf.format.io import read, write
@@ -27,6 +28,7 @@ from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy
 
 __all__ = [
     "__version__",
+    "CacheWarning",
     "CompileError",
     "FormatError",
     "Format",

@@ -1,33 +1,80 @@
-"""The on-disk cache of compiled kernels.
+"""The on-disk cache of compiled kernels, which trusts nothing it reads back.
 
-Entries are written to a temporary file in the cache directory and renamed
-into place, so two processes compiling the same kernel at once each produce
-a complete file and the last rename wins; readers never see a partial one.
+A cache directory is shared by processes and survives crashes, full disks and
+editors, so any entry may be truncated, damaged or another kernel's. Every
+entry is one file: a magic line, a JSON header holding the entry's full key
+(statement, formats, schedule, dtypes, target, compiler and flags, versions)
+and the SHA-256 and size of the payload, then the payload (a pickled plan, or
+a shared library's bytes). Reading checks the header's key against the key
+asked for and the payload's digest *before* anything is unpickled or
+``dlopen``ed; any failure is a ``CacheWarning`` and a recompile, never a crash
+or another statement's kernel. A shared library is loaded from a private
+copy of the verified bytes, so a file changed afterwards cannot fault the
+process.
+
+Writes are atomic (a temporary file renamed into place) and made under a
+per-entry file lock (filelock), so concurrent processes build an entry once
+and readers never see half of one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import json
 import os
 import pickle
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import filelock
+import platformdirs
+
+MAGIC = b"ucf kernel cache entry v1\n"
+_MAX_HEADER = 1 << 20
+
+
+class CacheWarning(UserWarning):
+    """A cache entry could not be used (damaged, truncated or another kernel's); ucf
+    recompiles it."""
+
 
 def cache_dir() -> Path:
+    """``UCF_CACHE_DIR``, else the platform's user cache directory (platformdirs).
+
+    A directory that cannot be created (a file in the way, no permission) is
+    warned about once, and this process caches in a private temporary
+    directory instead: compiling must not depend on the cache."""
     env = os.environ.get("UCF_CACHE_DIR")
-    if env:
-        path = Path(env)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = Path(base) / "ucf"
-    path.mkdir(parents=True, exist_ok=True)
+    path = Path(env) if env else Path(platformdirs.user_cache_dir("ucf", appauthor=False))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if path not in _FALLBACK:
+            warnings.warn(
+                f"ucf kernel cache: cannot use {path} ({e.strerror}); kernels compiled by "
+                "this process are cached in a temporary directory",
+                CacheWarning,
+                stacklevel=2,
+            )
+            _FALLBACK[path] = Path(tempfile.mkdtemp(prefix="ucf-cache-"))
+        return _FALLBACK[path]
     return path
 
 
-def key(*parts: Any) -> str:
-    return hashlib.sha256(repr((code_version(), parts)).encode()).hexdigest()[:32]
+_FALLBACK: dict[Path, Path] = {}
+
+
+def key(fields: dict[str, Any]) -> str:
+    """The file stem of the entry for ``fields`` (its full key, stored in the entry too)."""
+    return hashlib.sha256(_canonical(fields)).hexdigest()[:32]
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps({"code": code_version(), **fields}, sort_keys=True).encode()
 
 
 _CODE: list[str] = []
@@ -54,6 +101,7 @@ def code_version() -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -65,18 +113,111 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def load(name: str) -> Any | None:
-    """The cached object, or None when absent or unreadable (then we recompile)."""
+def lock(name: str) -> filelock.BaseFileLock:
+    """The lock that serializes building and writing the entry ``name``."""
+    return filelock.FileLock(str(cache_dir() / f"{name}.lock"))
+
+
+# ------------------------------------------------------------------ entries
+def _pack(fields: dict[str, Any], payload: bytes) -> bytes:
+    header = json.dumps(
+        {
+            "key": json.loads(_canonical(fields)),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "size": len(payload),
+        },
+        sort_keys=True,
+    ).encode()
+    return MAGIC + len(header).to_bytes(8, "big") + header + payload
+
+
+def _unpack(data: bytes, fields: dict[str, Any]) -> bytes:
+    """The verified payload of an entry, or ``ValueError`` saying what is wrong."""
+    if not data.startswith(MAGIC):
+        raise ValueError("is not a ucf cache entry (or its first bytes are damaged)")
+    at = len(MAGIC)
+    size = int.from_bytes(data[at : at + 8], "big")
+    if not 0 < size <= _MAX_HEADER or at + 8 + size > len(data):
+        raise ValueError("has a damaged or truncated header")
+    try:
+        header = json.loads(data[at + 8 : at + 8 + size])
+        stored_key, digest, length = header["key"], header["sha256"], header["size"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError("has a damaged header") from None
+    if stored_key != json.loads(_canonical(fields)):
+        raise ValueError("holds another kernel (its key differs)")
+    payload = data[at + 8 + size :]
+    if len(payload) != length:
+        raise ValueError(f"is truncated or padded ({len(payload)} bytes, expected {length})")
+    if hashlib.sha256(payload).hexdigest() != digest:
+        raise ValueError("is damaged (its checksum differs)")
+    return payload
+
+
+def _read(name: str, fields: dict[str, Any]) -> bytes | None:
+    """The verified payload of entry ``name``, or None (absent, or damaged: warned, removed)."""
     path = cache_dir() / name
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _discard(path, f"cannot be read ({e.strerror})")
+        return None
+    try:
+        return _unpack(data, fields)
+    except ValueError as e:
+        _discard(path, str(e))
         return None
 
 
-def store(name: str, obj: Any) -> None:
+def _discard(path: Path, reason: str) -> None:
+    warnings.warn(f"ucf kernel cache: {path} {reason}; recompiling it", CacheWarning, stacklevel=5)
     try:
-        atomic_write(cache_dir() / name, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        path.unlink()
+    except OSError:
+        pass  # another process removed or replaced it; the lock orders the rewrite
+
+
+def _write(name: str, fields: dict[str, Any], payload: bytes) -> None:
+    try:
+        atomic_write(cache_dir() / name, _pack(fields, payload))
     except OSError:
         pass  # a read-only or full cache must never break compilation
+
+
+def load(name: str, fields: dict[str, Any]) -> Any | None:
+    """The cached object of entry ``name`` if it is intact and is ``fields``' entry."""
+    payload = _read(name, fields)
+    if payload is None:
+        return None
+    try:
+        return pickle.loads(payload)
+    except Exception as e:  # verified bytes from an incompatible pickle: rebuild
+        _discard(cache_dir() / name, f"cannot be unpickled ({type(e).__name__})")
+        return None
+
+
+def store(name: str, fields: dict[str, Any], obj: Any) -> None:
+    _write(name, fields, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def library(fields: dict[str, Any], build: Callable[[], bytes]) -> ctypes.CDLL:
+    """The shared library keyed by ``fields`` (which name its compiler and flags):
+    cached and verified, or built (``build`` returns its bytes) and stored. It is
+    loaded from a private copy of the verified bytes."""
+    name = f"{key(fields)}.so"
+    data = _read(name, fields)
+    if data is None:
+        with lock(name):
+            data = _read(name, fields)
+            if data is None:
+                data = build()
+                _write(name, fields, data)
+    fd, path = tempfile.mkstemp(dir=cache_dir(), prefix=".load-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(path)
+    finally:
+        os.unlink(path)  # the loader keeps its mapping; nothing else can reach the copy

@@ -7,10 +7,10 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from functools import cache
 from pathlib import Path
 
 from ucf.errors import CompileError
-from ucf.exec.cache import atomic_write
 
 DEFAULT_CFLAGS = "-O3 -march=native -ffp-contract=off -fopenmp -fPIC -shared"
 
@@ -29,8 +29,31 @@ def cflags() -> list[str]:
     return shlex.split(os.environ.get("UCF_CFLAGS", DEFAULT_CFLAGS))
 
 
-def build_shared(source: str, dest: Path, include_dir: Path | None = None) -> None:
-    """Compile ``source`` to ``dest`` (written atomically, so concurrent builds are safe)."""
+@cache
+def version(tool: str) -> str:
+    """The first line ``tool --version`` prints: part of a cached library's key, so that
+    a compiler upgrade rebuilds it."""
+    try:
+        proc = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = (proc.stdout or proc.stderr).splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def identity() -> dict[str, object]:
+    """What decides the bytes ``build_shared`` produces, for the cache key."""
+    cc = compiler()
+    return {
+        "cc": cc,
+        "cc_path": shutil.which(cc[0]),
+        "cc_version": version(cc[0]),
+        "cflags": cflags(),
+    }
+
+
+def build_shared(source: str, include_dir: Path | None = None) -> bytes:
+    """Compile ``source`` into a shared library and return its bytes."""
     with tempfile.TemporaryDirectory(prefix="ucf-cc-") as tmp:
         src = Path(tmp) / "kernel.c"
         src.write_text(source)
@@ -41,4 +64,4 @@ def build_shared(source: str, dest: Path, include_dir: Path | None = None) -> No
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
-        atomic_write(dest, so.read_bytes())
+        return so.read_bytes()

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ucf.errors import CompileError, UcfError
-from ucf.exec.cache import atomic_write, cache_dir
+from ucf.exec import cache
+from ucf.exec.cc import version
 from ucf.resources import runtime_dir
 
 #: C++20 for the emulator (std::atomic_ref, std::bit_cast, __VA_OPT__); -x c++
@@ -82,15 +83,20 @@ def _compile(source: str, command: list[str], output: str) -> bytes:
         return out.read_bytes()
 
 
-def build_emulated(source: str, dest: Path) -> None:
-    """Compile CUDA ``source`` for the CPU emulator into the shared library ``dest``.
+def emulation_identity() -> dict[str, object]:
+    """What decides the bytes ``build_emulated`` produces, for the cache key."""
+    cxx = emulation_compiler()
+    return {"cxx": cxx, "cxx_version": version(cxx[0]), "flags": list(EMULATION_FLAGS)}
 
-    ``dest`` is written atomically, so concurrent builds of one kernel are safe.
+
+def build_emulated(source: str) -> bytes:
+    """Compile CUDA ``source`` for the CPU emulator; the shared library's bytes.
+
     An intrinsic the emulator lacks is a compile error here, never a silent
     difference at run time.
     """
     cmd = [*emulation_compiler(), *EMULATION_FLAGS, "-x", "c++"]
-    atomic_write(Path(dest), _compile(source, cmd, "kernel.so"))
+    return _compile(source, cmd, "kernel.so")
 
 
 def nvcc_check(source: str, arch: str = "sm_80") -> None:
@@ -102,14 +108,14 @@ def nvcc_check(source: str, arch: str = "sm_80") -> None:
     _compile(source, [_nvcc(), "-c", f"-arch={arch}", *NVCC_FLAGS], "kernel.o")
 
 
-def build_device(source: str, dest: Path, arch: str = "sm_80") -> None:
-    """Compile ``source`` with nvcc into a shared library for a real GPU.
+def build_device(source: str, arch: str = "sm_80") -> bytes:
+    """Compile ``source`` with nvcc into a shared library for a real GPU; its bytes.
 
     Its ``extern "C"`` launchers take device pointers (from pycuda, say) and
-    return ``ucf_launch_error()``; ``dest`` is written atomically.
+    return ``ucf_launch_error()``.
     """
     cmd = [_nvcc(), "-O3", f"-arch={arch}", *NVCC_FLAGS, "-shared", "-Xcompiler", "-fPIC"]
-    atomic_write(Path(dest), _compile(source, cmd, "kernel.so"))
+    return _compile(source, cmd, "kernel.so")
 
 
 # ---------------------------------------------------------------- running kernels
@@ -123,8 +129,8 @@ def _ctypes_fn(lib, name: str, params):
 class Emulated:
     """A generated launcher built for the CPU emulator; called with numpy arrays and ints."""
 
-    def __init__(self, so: Path, name: str, params):
-        self.lib = ctypes.CDLL(str(so))
+    def __init__(self, lib: ctypes.CDLL, name: str, params):
+        self.lib = lib
         self.lib.ucf_emu_message.restype = ctypes.c_char_p
         self.fn = _ctypes_fn(self.lib, name, params)
 
@@ -143,8 +149,9 @@ class Device:
     Each call copies the operands to fresh device memory and the outputs back.
     """
 
-    def __init__(self, source: str, key: str, name: str, params):
-        self.source, self.key, self.name, self.params = source, key, name, list(params)
+    def __init__(self, source: str, fields: dict, name: str, params):
+        self.source, self.fields = source, fields
+        self.name, self.params = name, list(params)
         self.fn = None
 
     def _setup(self) -> None:
@@ -165,10 +172,8 @@ class Device:
             ) from None
         major, minor = auto.device.compute_capability()
         arch = f"sm_{major}{minor}"
-        so = cache_dir() / f"{self.key}.{arch}.so"
-        if not so.exists():
-            build_device(self.source, so, arch)
-        self.lib = ctypes.CDLL(str(so))
+        fields = {**self.fields, "arch": arch, "nvcc": _nvcc(), "nvcc_version": version(_nvcc())}
+        self.lib = cache.library(fields, lambda: build_device(self.source, arch))
         self.lib.ucf_cuda_error_string.restype = ctypes.c_char_p
         self.fn = _ctypes_fn(self.lib, self.name, self.params)
 

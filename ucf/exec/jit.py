@@ -34,6 +34,21 @@ def _new_target_machine() -> llvm.TargetMachine:
     )
 
 
+@cache
+def identity() -> dict[str, object]:
+    """What decides the object code this process emits, for the cache key: it is
+    built for the host CPU, so another CPU or LLVM must not reuse it."""
+    import llvmlite
+
+    _target_machine()
+    return {
+        "llvmlite": llvmlite.__version__,
+        "triple": llvm.get_process_triple(),
+        "cpu": llvm.get_host_cpu_name(),
+        "features": llvm.get_host_cpu_features().flatten(),
+    }
+
+
 class JitLibrary:
     """Owns an execution engine; function addresses stay valid while it lives."""
 

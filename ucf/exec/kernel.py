@@ -74,37 +74,48 @@ class Kernel:
         formats = {k: str(v) for k, v in (formats or {}).items()}
         if isinstance(schedule, Schedule):
             schedule = str(schedule)
-        ck = cache.key(
-            "".join(expr.split()),  # whitespace never matters in the grammar
-            sorted(formats.items()),
-            "<default>" if schedule is None else schedule,
-            vt,
-            it,
-            target,
-            __version__,
-            *(["emulate"] if emulate else []),
-        )
+        fields = {
+            "statement": "".join(expr.split()),  # whitespace never matters in the grammar
+            "formats": sorted(formats.items()),
+            "schedule": schedule,
+            "dtype": vt,
+            "index_dtype": it,
+            "target": target,
+            "emulate": emulate,
+            "version": __version__,
+        }
+        if target == "llvm":
+            from ucf.exec import jit
+
+            fields["llvm"] = jit.identity()
+        ck = cache.key(fields)
         memo = (str(cache.cache_dir()), ck)
         if memo in _LOADED:
             self._plan, self._functions, self._library = _LOADED[memo]
             return
-        entry = cache.load(f"{ck}.plan")
+        entry = cache.load(f"{ck}.plan", fields)
         if entry is None:
-            openmp = target != "llvm" or openmp_runtime() is not None
-            plan = pipeline.plan(expr, formats, schedule, vt, it, target, openmp)
-        else:
-            plan = entry["plan"]
-        self._plan = plan
-        self._functions = self._load(plan, ck, entry)
-        if entry is None:
-            stored = {"plan": plan}
-            if target == "llvm":
-                stored["object"] = self._library.object_code
-            cache.store(f"{ck}.plan", stored)
+            with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
+                entry = cache.load(f"{ck}.plan", fields)
+                if entry is None:
+                    self._build(expr, formats, schedule, vt, it, ck, fields)
+        if entry is not None:
+            self._plan = entry["plan"]
+            self._functions = self._load(self._plan, fields, entry)
         _LOADED[memo] = (self._plan, self._functions, self._library)
 
+    def _build(self, expr, formats, schedule, vt: str, it: str, ck: str, fields: dict) -> None:
+        """Run the pipeline, load the result and store it in the cache."""
+        openmp = self.target != "llvm" or openmp_runtime() is not None
+        self._plan = pipeline.plan(expr, formats, schedule, vt, it, self.target, openmp)
+        self._functions = self._load(self._plan, fields, None)
+        stored = {"plan": self._plan}
+        if self.target == "llvm":
+            stored["object"] = self._library.object_code
+        cache.store(f"{ck}.plan", fields, stored)
+
     # -------------------------------------------------------------- building
-    def _load(self, plan: Plan, ck: str, entry: dict | None) -> dict[str, Any]:
+    def _load(self, plan: Plan, fields: dict, entry: dict | None) -> dict[str, Any]:
         names = [f for f in (plan.assemble, plan.compute) if f is not None]
         if self.target == "cuda":
             from ucf.exec import cuda_build
@@ -112,12 +123,13 @@ class Kernel:
             self._library = None
             launch = f"{plan.compute.name}_launch"
             if self.emulate:
-                so = cache.cache_dir() / f"{ck}.emu.so"
-                if not so.exists():
-                    cuda_build.build_emulated(plan.cuda_source, so)
-                run = cuda_build.Emulated(so, launch, plan.compute.params)
+                lib = cache.library(
+                    {**fields, **cuda_build.emulation_identity()},
+                    lambda: cuda_build.build_emulated(plan.cuda_source),
+                )
+                run = cuda_build.Emulated(lib, launch, plan.compute.params)
             else:
-                run = cuda_build.Device(plan.cuda_source, ck, launch, plan.compute.params)
+                run = cuda_build.Device(plan.cuda_source, fields, launch, plan.compute.params)
             return {plan.compute.name: run}
         if self.target == "llvm":
             from ucf.exec import jit
@@ -128,14 +140,13 @@ class Kernel:
                 self._library = jit.compile_ir(plan.llvm_ir)
             addrs = {f.name: self._library.address(f.name) for f in names}
             return {f.name: _cfunc(f, addrs[f.name]) for f in names}
-        from ucf.exec.cc import build_shared
+        from ucf.exec import cc
 
         if plan.cin.parallel:
             openmp_runtime()  # applies UCF_NUM_THREADS to the libgomp the .so links
-        so = cache.cache_dir() / f"{ck}.so"
-        if not so.exists():
-            build_shared(plan.c_source, so)
-        self._library = ctypes.CDLL(str(so))
+        self._library = cache.library(
+            {**fields, **cc.identity()}, lambda: cc.build_shared(plan.c_source)
+        )
         result = {}
         for f in names:
             fn = getattr(self._library, f.name)

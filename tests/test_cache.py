@@ -1,0 +1,169 @@
+"""The kernel cache survives damage: every run after flipped bits, truncation, swapped
+entries or changed compiler flags gets the right answer, warns about what it could
+not use, and repairs the cache. Each run is a fresh process, because the failures
+this guards against were segfaults, SIGBUS and aborts."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HAVE_CC
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Three kernels checked against scipy/numpy; prints how many CacheWarnings it saw.
+CHILD = """
+import json, warnings
+import numpy as np, scipy.sparse as sp, ucf
+from ucf.exec.cache import CacheWarning
+T = {target!r}
+A = sp.random(60, 40, density=0.1, format="csr", random_state=3)
+B = sp.random(60, 40, density=0.1, format="csr", random_state=4)
+x = np.linspace(0, 1, 40)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    y = ucf.compile("y(i) = A(i,j) * x(j)", formats={{"A": "csr"}}, target=T)(A=A, x=x)
+    assert np.allclose(y.to_numpy(), A @ x), "SpMV"
+    S = ucf.compile("S(i,j) = A(i,j) + B(i,j)", formats={{"A": "csr", "B": "csr", "S": "csr"}},
+                    target=T)(A=A, B=B)
+    assert np.allclose(S.to_numpy(), (A + B).toarray()), "SpAdd"
+    z = ucf.compile("z(j) = A(i,j) * x(i)", formats={{"A": "csr"}}, target=T)(A=A, x=np.ones(60))
+    assert np.allclose(z.to_numpy(), A.T @ np.ones(60)), "SpMV transposed"
+print(json.dumps({{"warnings": [str(w.message) for w in seen if w.category is CacheWarning]}}))
+"""
+
+
+def run(cache: Path, target: str, **env) -> list[str]:
+    """Run the child on ``cache``; it must succeed. Returns its cache warnings."""
+    full = dict(os.environ, UCF_CACHE_DIR=str(cache), PYTHONPATH=str(REPO), **env)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(target=target)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"status {proc.returncode}\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])["warnings"]
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if p.suffix in (".plan", ".so"))
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A cache filled once per target, copied for each test."""
+    made = {}
+
+    def get(target: str) -> Path:
+        if target not in made:
+            made[target] = tmp_path_factory.mktemp(f"filled-{target}")
+            assert run(made[target], target) == []
+        return made[target]
+
+    return get
+
+
+def flip_bits(path: Path, rng: random.Random, n: int = 3) -> None:
+    data = bytearray(path.read_bytes())
+    for _ in range(n):
+        k = rng.randrange(len(data) * 8)
+        data[k // 8] ^= 1 << (k % 8)
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path, rng: random.Random) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: rng.randrange(len(data))])
+
+
+def swap(a: Path, b: Path) -> None:
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+
+
+TARGETS = ["llvm", pytest.param("c", marks=pytest.mark.skipif(not HAVE_CC, reason="no cc"))]
+
+
+def damaged_run(filled, tmp_path, target: str, damage) -> tuple[list[str], Path]:
+    cache = tmp_path / "cache"
+    shutil.copytree(filled(target), cache)
+    damage(entries(cache))
+    return run(cache, target), cache
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_flipped_bits_are_detected_and_repaired(filled, tmp_path, target, seed):
+    rng = random.Random(seed)
+    warned, cache = damaged_run(
+        filled, tmp_path, target, lambda files: [flip_bits(f, rng) for f in files]
+    )
+    assert len(warned) == len(entries(filled(target)))
+    assert all("recompiling" in w for w in warned)
+    assert run(cache, target) == []  # repaired: the next process warns about nothing
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_truncated_entries_are_detected(filled, tmp_path, target):
+    rng = random.Random(7)
+    warned, _ = damaged_run(
+        filled, tmp_path, target, lambda files: [truncate(f, rng) for f in files]
+    )
+    assert len(warned) == len(entries(filled(target)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("suffix", [".plan", ".so"])
+def test_swapped_entries_are_not_another_kernel(filled, tmp_path, target, suffix):
+    def damage(files):
+        pair = [f for f in files if f.suffix == suffix][:2]
+        if len(pair) < 2:
+            pytest.skip(f"target {target} keeps no {suffix} entries")
+        swap(*pair)
+
+    warned, _ = damaged_run(filled, tmp_path, target, damage)
+    assert len(warned) == 2 and all("holds another kernel" in w for w in warned)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no cc")
+def test_compiler_flags_are_part_of_the_key(filled, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(filled("c"), cache)
+    before = {p.name for p in cache.glob("*.so")}
+    flags = "-O1 -ffp-contract=off -fopenmp -fPIC -shared"
+    assert run(cache, "c", UCF_CFLAGS=flags) == []
+    assert len({p.name for p in cache.glob("*.so")} - before) == 3  # one new library each
+
+
+def test_a_cache_directory_that_cannot_be_made_still_compiles(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    warned = run(blocker / "cache", "llvm")
+    assert len(warned) == 1 and "cannot use" in warned[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("seed", range(2, 12))
+def test_many_damages(filled, tmp_path, target, seed):
+    rng = random.Random(seed)
+
+    def damage(files):
+        for f in files:
+            rng.choice(
+                [lambda p: flip_bits(p, rng, rng.randint(1, 8)), lambda p: truncate(p, rng)]
+            )(f)
+
+    warned, cache = damaged_run(filled, tmp_path, target, damage)
+    assert len(warned) == len(entries(filled(target)))
+    assert run(cache, target) == []
