@@ -13,12 +13,14 @@ from ucf.cin.schedule import Schedule
 from ucf.errors import (
     CompileError,
     FormatError,
+    InternalError,
     OperandError,
     ParseError,
     ScheduleError,
     ShapeError,
     UcfError,
     UnsupportedError,
+    boundary,
 )
 from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import Kernel
@@ -31,6 +33,7 @@ __all__ = [
     "CacheWarning",
     "CompileError",
     "FormatError",
+    "InternalError",
     "Format",
     "Kernel",
     "OperandError",
@@ -60,6 +63,7 @@ def set_num_threads(n: int) -> None:
     _set(n)
 
 
+@boundary
 def compile(
     expr: str,
     formats: dict[str, Any] | None = None,
@@ -73,6 +77,7 @@ def compile(
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
 
 
+@boundary
 def einsum(
     expr: str,
     *positional: Any,

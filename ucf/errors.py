@@ -6,6 +6,14 @@ catch one type and the CLI can print one line without a traceback.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class UcfError(Exception):
     """Base class of every error ucf raises on bad input."""
@@ -47,3 +55,59 @@ class UnsupportedError(UcfError):
 
 class CompileError(UcfError):
     """The backend compiler (cc, llvm, nvcc) rejected generated code."""
+
+
+class InternalError(UcfError):
+    """A bug in ucf: something other than a ``UcfError`` escaped from the public API.
+
+    The message carries what a bug report needs (the statement, formats,
+    schedule, target and ucf's version); the original exception is chained
+    as ``__cause__``.
+    """
+
+
+#: Exceptions that cross the API boundary unchanged: ucf's own, resource
+#: exhaustion (not a bug), and warnings turned into errors by the user's filters.
+_PASSED = (UcfError, MemoryError, Warning)
+#: The arguments and attributes that describe a call in a bug report.
+_CONTEXT = ("expr", "statement", "formats", "format", "schedule", "target", "dtype", "path")
+
+
+def boundary(fn: Callable[P, R]) -> Callable[P, R]:
+    """Mark ``fn`` as part of the public API: any exception escaping it that is not
+    a ``UcfError`` becomes an ``InternalError`` describing the call."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except _PASSED:
+            raise
+        except Exception as e:
+            raise InternalError(_report(fn, signature, args, kwargs, e)) from e
+
+    return wrapper
+
+
+def _report(fn, signature, args, kwargs, error: Exception) -> str:
+    from ucf._version import __version__
+
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        bound = {}
+    context = {k: bound[k] for k in _CONTEXT if bound.get(k) is not None}
+    owner = bound.get("self")
+    for name in _CONTEXT:
+        value = getattr(owner, name, None) if owner is not None else None
+        if value is not None and name not in context and not callable(value):
+            context[name] = value
+    described = "; ".join(
+        f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in context.items()
+    )
+    return (
+        f"internal error in ucf {__version__} ({fn.__qualname__}: {type(error).__name__}: "
+        f"{error}); this is a bug in ucf, please file it with this message"
+        + (f" [{described}]" if described else "")
+    )

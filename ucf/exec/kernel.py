@@ -23,6 +23,7 @@ from ucf.errors import (
     OperandError,
     ShapeError,
     UcfError,
+    boundary,
 )
 from ucf.exec import cache
 from ucf.exec.jit import openmp_runtime
@@ -45,6 +46,7 @@ def forget_loaded() -> None:
 class Kernel:
     """A compiled statement; call it with operands as keyword arguments."""
 
+    @boundary
     def __init__(
         self,
         expr: str,
@@ -74,6 +76,7 @@ class Kernel:
         formats = {k: str(v) for k, v in (formats or {}).items()}
         if isinstance(schedule, Schedule):
             schedule = str(schedule)
+        self.formats, self.schedule = formats, schedule
         fields = {
             "statement": "".join(expr.split()),  # whitespace never matters in the grammar
             "formats": sorted(formats.items()),
@@ -178,6 +181,7 @@ class Kernel:
     def statement(self) -> Statement:
         return self._plan.statement
 
+    @boundary
     def save(self, prefix: str | Path) -> tuple[Path, Path]:
         """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI.
 
@@ -199,6 +203,7 @@ class Kernel:
         return csrc, h
 
     # --------------------------------------------------------------- calling
+    @boundary
     def __call__(
         self, out: Any = None, shapes: Mapping[str, Any] | None = None, **operands: Any
     ) -> Tensor:

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ucf.errors import FormatError, OperandError, ShapeError, UcfError
+from ucf.errors import FormatError, OperandError, ShapeError, UcfError, boundary
 from ucf.format.tensor import Tensor, as_tensor, from_coo, from_numpy, from_scipy
 
 SUFFIXES = (".mtx", ".tns", ".npy", ".npz")
@@ -45,6 +45,7 @@ def _open(path: Path, mode: str, gz: bool) -> IO[Any]:
     return open(path, mode)
 
 
+@boundary
 def read(path: str | os.PathLike[str], format: Any = None) -> Tensor:
     """Load a tensor; ``format`` defaults to csr (.mtx, .npz), csf (.tns) or dense (.npy)."""
     p = Path(path)
@@ -68,6 +69,7 @@ def read(path: str | os.PathLike[str], format: Any = None) -> Tensor:
         raise OperandError(f"{p}: cannot read {suffix} file: {e}") from None
 
 
+@boundary
 def write(path: str | os.PathLike[str], tensor: Any) -> None:
     """Save a tensor (or anything :func:`as_tensor` accepts) in the suffix's container."""
     p = Path(path)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, OperandError, ShapeError
+from ucf.errors import FormatError, OperandError, ShapeError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import Checking, Packing, checks
 
@@ -517,6 +517,7 @@ def _coords_array(coords: Any, order: int | None) -> np.ndarray:
     return c.astype(np.int64, copy=False)
 
 
+@boundary
 def from_coo(
     coords: Any,
     values: Any,
@@ -565,6 +566,7 @@ def from_coo(
     return _pack(shape, fmt, fmt.level_coords(c), v, idt)
 
 
+@boundary
 def from_numpy(
     arr: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
 ) -> Tensor:
@@ -593,6 +595,7 @@ def from_numpy(
     return _pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
 
 
+@boundary
 def zeros(
     shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
 ) -> Tensor:
@@ -613,6 +616,7 @@ def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
     return np.dtype(np.int64) if any(d.itemsize > 4 for d in dts) else np.dtype(np.int32)
 
 
+@boundary
 def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None) -> Tensor:
     """Pack a scipy.sparse matrix or array, sharing its buffers when it is already canonical.
 
@@ -691,6 +695,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 # --------------------------------------------------------------------------- as_tensor
 
 
+@boundary
 def as_tensor(
     obj: Any,
     format: Any = None,
