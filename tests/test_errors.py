@@ -236,3 +236,31 @@ def test_cache_is_used(tmp_path, monkeypatch):
     np.testing.assert_array_equal(k1(A=A, x=x, z=z).to_numpy(), k2(A=A, x=x, z=z).to_numpy())
     np.testing.assert_array_equal(k2(A=A, x=x, z=z).to_numpy(), A @ x + z)
     assert os.path.isdir(cache)
+
+
+@pytest.mark.parametrize(
+    "dtype, values, shown",
+    [
+        ("int64", [1.5, 2.0], "1.5"),
+        ("int64", [np.nan, 1.0], "nan"),
+        ("int64", [np.inf, 1.0], "inf"),
+        ("int64", [2.0**63, 1.0], "9.223372036854776e+18"),
+        ("int32", [2.0**31, 1.0], "2147483648.0"),
+        ("int32", np.array([2**40, 1], dtype=np.int64), "1099511627776"),
+    ],
+)
+def test_values_an_integer_kernel_would_change_are_refused(dtype, values, shown):
+    """Issue 19 item 6: floats into an int kernel were truncated without a word."""
+    k = ucf.compile("y(i) = A(i,j) * x(j)", dtype=dtype)
+    with pytest.raises(ucf.OperandError) as e:
+        k(A=np.ones((2, 2), dtype=dtype), x=np.asarray(values))
+    assert f"operand x: value {shown}" in str(e.value) and dtype in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_integral_floats_into_an_integer_kernel_are_exact(dtype):
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, dtype=dtype)
+    A = np.array([[1.0, 0.0], [-3.0, 4.0]])
+    got = k(A=A, x=np.array([2.0, -1.0])).to_numpy()
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, [2, -10])

@@ -28,7 +28,7 @@ from ucf.errors import (
 from ucf.exec import cache
 from ucf.exec.jit import openmp_runtime
 from ucf.format.format import dense_format
-from ucf.format.tensor import Tensor, as_tensor, value_dtype
+from ucf.format.tensor import Tensor, as_tensor, check_lossless, value_dtype
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
@@ -231,6 +231,7 @@ class Kernel:
         slots: dict[str, Tensor] = {}
         for slot in plan.cin.slots.values():
             if slot.name not in slots:
+                check_lossless(given[slot.tensor].vals, self.dtype, slot.tensor)
                 slots[slot.name] = given[slot.tensor].convert(
                     slot.format, index_dtype=self.index_dtype, dtype=self.dtype
                 )

@@ -64,6 +64,27 @@ def value_dtype(dtype: Any, name: str = "") -> np.dtype:
     return dt
 
 
+def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:
+    """Refuse to cast operand ``name``'s values to ``dtype`` when that would change
+    one: a float with a fraction (or inf, nan) into integers, or an integer out of
+    range of a narrower one. Float to float rounds, as numpy's ``same_kind`` allows."""
+    if dtype.kind != "i" or vals.dtype == dtype or vals.size == 0:
+        return
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    if vals.dtype.kind == "f":  # 2.0**63 rounds onto int64's max: compare with max + 1
+        bad = ~np.isfinite(vals) | (vals != np.trunc(vals))
+        bad |= (vals < float(lo)) | (vals >= float(hi) + 1)
+    else:
+        bad = (vals < lo) | (vals > hi)
+    if bad.any():
+        value = vals[np.flatnonzero(bad)[0]].item()
+        raise OperandError(
+            f"operand {name}: value {value!r} ({vals.dtype}) does not fit the kernel's "
+            f"dtype {dtype} without changing it; cast it yourself (astype) or compile "
+            f"the kernel with dtype='{vals.dtype}'"
+        )
+
+
 def index_dtype_of(dtype: Any) -> np.dtype:
     """Normalize an index dtype; ``None`` means int32, which halves index traffic."""
     if dtype is None:
