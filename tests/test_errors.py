@@ -264,3 +264,19 @@ def test_integral_floats_into_an_integer_kernel_are_exact(dtype):
     got = k(A=A, x=np.array([2.0, -1.0])).to_numpy()
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(got, [2, -10])
+
+
+def test_letters_that_spell_an_alias_win_where_the_alias_cannot_fit():
+    """Issue 19 item 4: 'CSC' for an order-3 tensor is compressed, singleton,
+    compressed, not the matrix alias csc."""
+    a = np.zeros((3, 2, 4))
+    a[0, 1, 2], a[2, 0, 3] = 1.0, 2.0
+    t = ucf.from_numpy(a, format="CSC")
+    assert str(t.format) == "CSC"
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    assert str(ucf.parse_format("CSC", order=2)) == "UC:1,0"  # a matrix: the alias
+
+
+def test_a_misfit_alias_says_how_it_was_read():
+    with pytest.raises(ucf.FormatError, match=r"format 'csc' \(read as 'UC:1,0'\) has 2 levels"):
+        ucf.parse_format("csc", order=4)

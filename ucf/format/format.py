@@ -154,8 +154,10 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
         fmt = _parse(str(text), order, tensor)
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
+        shown = str(text).strip()
+        read = f" (read as '{fmt}')" if shown.upper() != str(fmt) else ""
         raise FormatError(
-            f"format '{fmt}'{who} has {len(fmt.levels)} levels over {fmt.order} modes but "
+            f"format '{shown}'{read}{who} has {len(fmt.levels)} levels over {fmt.order} modes but "
             f"the tensor has order {order}"
         )
     _check_structure(fmt, tensor)
@@ -166,7 +168,7 @@ def _parse(text: str, order: int | None, tensor: str) -> Format:
     who = f" for tensor {tensor}" if tensor else ""
     src = text.strip()
     alias = src.lower()
-    if alias in ALIASES:
+    if alias in ALIASES and not _letters_fit_better(alias, src, order):
         if ALIASES[alias] is not None:
             src = ALIASES[alias]
         else:
@@ -214,6 +216,17 @@ def _level_map(item: str, text: str, who: str) -> LevelMap:
     if lm.div < 1 or (mod is not None and lm.mod < 1):
         raise FormatError(f"bad format '{text}'{who}: block sizes in '{lm}' must be positive")
     return lm
+
+
+def _letters_fit_better(alias: str, src: str, order: int | None) -> bool:
+    """Whether ``src`` should be read as level letters rather than as the alias it also
+    spells: ``CSC`` for an order-3 tensor is compressed, singleton, compressed, since
+    the alias ``csc`` is a matrix format."""
+    fixed = ALIASES[alias]
+    if fixed is None or order is None:
+        return False
+    levels = len(fixed.partition(":")[0])
+    return levels != order and len(src) == order and all(c in KINDS for c in src.upper())
 
 
 def _check_maps(maps: tuple[LevelMap, ...], text: str, who: str) -> None:
