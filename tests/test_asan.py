@@ -14,10 +14,11 @@ import subprocess
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from conftest import rand_sparse
 
 import ucf
-from ucf.exec.kernel import _finish_sparse
+from ucf.exec.kernel import _trimmed
 
 CC = shutil.which("cc")
 CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
@@ -102,52 +103,34 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
         return args
 
     compute_args = args_for(compute)
-    out_params = [p for p in compute.params if p.is_array and p.role[1] == outname]
+    out_params = [p for p in compute.params if p.is_array and p.output and p.role[1] == outname]
     by_role = {(p.role[0], p.role[2] if len(p.role) > 2 else None): p for p in out_params}
     sizes: dict[str, str] = {}
     if "kernel_assemble" in fns:
         asm = fns["kernel_assemble"]
         asm_args = args_for(asm)
         # A compressed level below only dense ones is counted per segment into its
-        # pos array by the assemble pass; the caller prefix-sums it (see the header).
+        # pos array by the assemble pass, which leaves positions (see the header).
         local = {p.role[2] for p in asm.params if p.role[0] == "pos" and p.role[1] == outname}
         body.append(f"  int64_t *{outname}_counts = calloc({fmt.order}, sizeof(int64_t));")
         parent = "INT64_C(1)"
         for lvl, kind in enumerate(fmt.levels):
             dim = out_shape[fmt.mode_order[lvl]]
-            if kind.letter == "U":
+            if kind.full:
                 parent = f"({parent} * INT64_C({dim}))"
             elif lvl in local:
-                pos = by_role[("pos", lvl)]
-                body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
-                body.append(
-                    f"  {CTYPE[pos.type]} *{pos.name} = calloc({pos.name}_n, sizeof(*{pos.name}));"
-                )
-                sizes[pos.name] = f"{pos.name}_n"
+                _garbage(by_role[("pos", lvl)], f"{parent} + 1", body, sizes)
         body.append(f"  kernel_assemble({', '.join(asm_args)});")
         parent = "INT64_C(1)"
         for lvl, kind in enumerate(fmt.levels):
             dim = out_shape[fmt.mode_order[lvl]]
-            if kind.letter == "U":
+            if kind.full:
                 parent = f"({parent} * INT64_C({dim}))"
                 continue
             pos, crd = by_role[("pos", lvl)], by_role[("crd", lvl)]
-            if lvl in local:
-                n = f"{pos.name}_n"
-                body.append(
-                    f"  for (int64_t q = 1; q < {n}; q++) {pos.name}[q] += {pos.name}[q - 1];"
-                )
-                body.append(f"  int64_t {crd.name}_n = {pos.name}[{pos.name}_n - 1];")
-                made = (crd,)
-            else:
-                body.append(f"  int64_t {pos.name}_n = {parent} + 1;")
-                body.append(f"  int64_t {crd.name}_n = {outname}_counts[{lvl}];")
-                made = (pos, crd)
-            for p in made:
-                body.append(
-                    f"  {CTYPE[p.type]} *{p.name} = calloc({p.name}_n, sizeof({CTYPE[p.type]}));"
-                )
-                sizes[p.name] = f"{p.name}_n"
+            if lvl not in local:
+                _garbage(pos, f"{parent} + 1", body, sizes)
+            _garbage(crd, f"{outname}_counts[{lvl}]", body, sizes)
             parent = f"{crd.name}_n"
         vals = by_role[("vals", None)]
         body.append(f"  int64_t {vals.name}_n = {parent};")
@@ -219,7 +202,17 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
     vals_arr = np.array([float(x) for x in arrays[vals.name]]).astype(NPTYPE[vals.type])
     idt = kernel.index_dtype
     result = ucf.Tensor(tuple(out_shape), fmt, levels, vals_arr, index_dtype=idt, check=False)
-    return _finish_sparse(result) if not fmt.is_dense else result
+    return _trimmed(result) if not fmt.is_dense else result
+
+
+def _garbage(p, n: str, body: list[str], sizes: dict[str, str]) -> None:
+    """An output index array of ``n`` entries filled with garbage: the kernel must
+    initialize what it reads, as an embedding C program need not zero them."""
+    ct = CTYPE[p.type]
+    body.append(f"  int64_t {p.name}_n = {n};")
+    body.append(f"  {ct} *{p.name} = malloc(({p.name}_n + 1) * sizeof({ct}));")
+    body.append(f"  memset({p.name}, 0x5a, ({p.name}_n + 1) * sizeof({ct}));")
+    sizes[p.name] = f"{p.name}_n"
 
 
 def _tensor(a, fmt, idt=np.int32, dtype=np.float64):
@@ -276,6 +269,41 @@ def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format):
     np.testing.assert_array_equal(coords, want)
     py = k(**ops)
     np.testing.assert_array_equal(py.to_numpy(), A + B)
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("op", ["*", "+"])
+@pytest.mark.parametrize("out_format", ["csr", "dcsr"])
+def test_exported_sparse_output_is_finished_like_python(asan_cc, tmp_path, case, op, out_format):
+    """Issue 19 item 5: the exported C filled DCSR pos[0] only if the caller zeroed
+    it, kept rows whose entries all cancelled in an intersection, and left the
+    CSR count to the caller. Now its arrays (from garbage-filled buffers) are the
+    Python path's, array by array, and scipy's pattern."""
+    A = MATS[case]
+    B = np.roll(A, 1, axis=1) * 2  # rows of both whose product has no entry
+    k = ucf.compile(
+        f"S(i,j) = A(i,j) {op} B(i,j)",
+        formats={"S": out_format, "A": "dcsr", "B": "dcsr"},
+        target="c",
+    )
+    ops = {"A": _tensor(A, "dcsr"), "B": _tensor(B, "dcsr")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, out_format, A.shape, {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    out.validate()
+    py = k(**ops)
+    for got, want in zip(out.levels, py.levels, strict=True):
+        assert got.keys() == want.keys()
+        for name in got:
+            np.testing.assert_array_equal(got[name], want[name])
+    np.testing.assert_array_equal(out.vals, py.vals)
+    want = sp.csr_array(A * B if op == "*" else A + B)
+    np.testing.assert_array_equal(out.to_scipy().toarray(), want.toarray())
+    if out_format == "dcsr":  # no stored row without entries
+        assert len(out.levels[0]["crd"]) == np.count_nonzero(np.diff(want.indptr))
+        both = np.count_nonzero(A.any(axis=1) & B.any(axis=1))
+        if op == "*" and case == "random":
+            assert both > len(out.levels[0]["crd"]), "the case must drop a row"
 
 
 def _tensor3_cases():

@@ -251,16 +251,14 @@ class Kernel:
             self._invoke(plan.assemble, extents, slots, None, counts=counts)
             result = self._allocate_sparse(out_shape, counts)
         else:
-            # The assemble pass counts each segment into pos; a prefix sum places them.
+            # The assemble pass turns its per-segment counts into the level's pos.
             counted = self._allocate_sparse(out_shape, counts)
             self._invoke(plan.assemble, extents, slots, counted, counts=counts)
             pos = counted.levels[plan.local_level]["pos"]
-            np.cumsum(pos, out=pos)
-            counts[plan.local_level] = pos[-1]
             result = self._allocate_sparse(out_shape, counts)
             result.levels[plan.local_level]["pos"] = pos
-        self._invoke(plan.compute, extents, slots, result)
-        result = _finish_sparse(result)
+        self._invoke(plan.compute, extents, slots, result, counts=counts)
+        result = _trimmed(result)
         if plan.output_format != plan.computed_format:
             result = result.convert(plan.output_format)
         return result
@@ -439,28 +437,15 @@ def _cfunc(fn: ir.Function, address: int):
     return ctypes.CFUNCTYPE(None, *types)(address)
 
 
-def _finish_sparse(t: Tensor) -> Tensor:
-    """Fill positions of parents the kernel never visited and drop empty segments."""
-    levels = [dict(d) for d in t.levels]
-    for d in levels:
-        if "pos" in d:
-            np.maximum.accumulate(d["pos"], out=d["pos"])
-    fmt = t.format
-    # A compressed level whose entries got no children (possible with nested
-    # compressed output levels) keeps empty segments; remove them bottom-up.
-    for lvl in range(fmt.order - 2, -1, -1):
-        if fmt.levels[lvl].full or "pos" not in levels[lvl + 1]:
-            continue
-        child = levels[lvl + 1]["pos"]
-        keep = np.diff(child) > 0
-        if keep.all():
-            continue
-        levels[lvl + 1]["pos"] = np.concatenate(([0], child[1:][keep])).astype(child.dtype)
-        levels[lvl]["crd"] = levels[lvl]["crd"][keep]
-        pos = levels[lvl]["pos"]
-        kept_before = np.concatenate(([0], np.cumsum(keep)))
-        levels[lvl]["pos"] = kept_before[pos].astype(pos.dtype)
-    return Tensor(t.shape, fmt, levels, t.vals, index_dtype=t.index_dtype, check=False)
+def _trimmed(t: Tensor) -> Tensor:
+    """The output with its arrays cut to the sizes the compute pass finished with:
+    dropping entries whose segments below stayed empty leaves room at the ends."""
+    levels, count = [], 1
+    for kind, arrays, m in zip(t.format.levels, t.levels, t.format.mode_order, strict=True):
+        arrays = kind.trimmed(arrays, count)
+        count = kind.size(arrays, count, t.shape[m])
+        levels.append(arrays)
+    return Tensor(t.shape, t.format, levels, t.vals[:count], index_dtype=t.index_dtype, check=False)
 
 
 def _extent(size: Any, what: str) -> int:

@@ -52,6 +52,17 @@ class ParamsMixin:
                 )
         else:
             params += self._storage_params(self.out_name, self.out_params, output=True)
+            if self.sparse_out:
+                params.append(
+                    Param(
+                        f"{self.out_name}_counts",
+                        I64,
+                        True,
+                        False,
+                        role=("counts",),
+                        doc="in: the entries per output level that _assemble counted",
+                    )
+                )
         return params
 
     def _storage_params(self, slot: str, sp: SlotParams, output: bool) -> list[Param]:

@@ -128,3 +128,144 @@ class AssemblyMixin:
         for lvl, c in enumerate(coords):
             index = ir.add(ir.mul(index, sp.dims[fmt.mode_order[lvl]]), c)
         return index
+
+    # ------------------------------------------------------- finishing an output
+    # A sparse output leaves the generated functions complete, so the exported C
+    # and the Python binding share one implementation: the assemble pass turns the
+    # per-segment counts of the local level into positions and reports every
+    # level's size; the compute pass starts from zeroed segments, fills the
+    # segments of parents it never visited, and drops entries whose segments
+    # below stayed empty.
+    def _level_dim(self, lvl: int) -> ir.Expr:
+        """The extent of the output level (a parameter of both passes)."""
+        return self.extents[self.out_vars[self.out_fmt.mode_order[lvl]]]
+
+    def _segments(self, lvl: int):
+        """The output level's kind and arrays, and a loop over ``q`` in [lo, hi)."""
+        kind = self.out_fmt.levels[lvl]
+        q = Var(f"q{self.out_name}{lvl}_{next(self._fresh)}", I64)
+        return kind, self.out_params.levels[lvl], q
+
+    def _zeroed(self, lvl: int, parents: ir.Expr) -> list[ir.Stmt]:
+        """Every segment of level ``lvl`` empty (its arrays come uninitialized)."""
+        kind, arrays, q = self._segments(lvl)
+        zero = Const(0, I64)
+        close = kind.close(arrays, q, zero, self.it)
+        return [*kind.close(arrays, Const(-1, I64), zero, self.it), ir.For(q, zero, parents, close)]
+
+    def _assemble_finish(self) -> list[ir.Stmt]:
+        """In the assemble pass, after counting: the local level's counts become
+        positions (a prefix sum) and its size joins the other levels' counts."""
+        if self.local is None:
+            return []
+        parents: ir.Expr = Const(1, I64)
+        for lvl in range(self.local):
+            parents = ir.mul(parents, self._level_dim(lvl))
+        kind, arrays, q = self._segments(self.local)
+        begin, end = kind.bounds(arrays, q, None, self._level_dim(self.local))
+        total = ir.add(ir.cast(begin, I64), ir.cast(end, I64))
+        count, _ = kind.bounds(arrays, parents, None, self._level_dim(self.local))
+        return [
+            ir.For(q, Const(0, I64), parents, kind.close(arrays, q, total, self.it)),
+            ir.Store(self._counts_array(), Const(self.local, I64), ir.cast(count, I64)),
+        ]
+
+    def _assemble_start(self) -> list[ir.Stmt]:
+        if self.local is None:
+            return []
+        parents: ir.Expr = Const(1, I64)
+        for lvl in range(self.local):
+            parents = ir.mul(parents, self._level_dim(lvl))
+        return self._zeroed(self.local, parents)
+
+    def _compute_start(self) -> list[ir.Stmt]:
+        """Zero the segments the compute pass appends into (all but the local level's,
+        which the assemble pass filled); parent counts come from the counts array."""
+        stmts: list[ir.Stmt] = []
+        parents: ir.Expr = Const(1, I64)
+        for lvl, kind in enumerate(self.out_fmt.levels):
+            if not kind.full and lvl != self.local:
+                stmts += self._zeroed(lvl, parents)
+            parents = (
+                ir.mul(parents, self._level_dim(lvl))
+                if kind.full
+                else ir.Load(self._counts_array(), Const(lvl, I64))
+            )
+        return stmts
+
+    def _compute_finish(self) -> list[ir.Stmt]:
+        """After the compute pass: parents never visited get the segment where the
+        previous one ended, then entries with empty segments below are dropped."""
+        stmts: list[ir.Stmt] = []
+        sizes: list[ir.Expr] = []  # positions of each level
+        parents: ir.Expr = Const(1, I64)
+        for lvl, kind in enumerate(self.out_fmt.levels):
+            if kind.full:
+                parents = ir.mul(parents, self._level_dim(lvl))
+            else:
+                kind, arrays, q = self._segments(lvl)
+                dim = self._level_dim(lvl)
+                begin, end = kind.bounds(arrays, q, None, dim)
+                steady = ir.Select(ir.Cmp("<", end, begin), begin, end)
+                if lvl != self.local:  # the assemble pass left the local level complete
+                    stmts.append(
+                        ir.For(q, Const(0, I64), parents, kind.close(arrays, q, steady, self.it))
+                    )
+                size = Var(f"{self.out_name}{lvl}_final", I64)
+                stmts.append(
+                    ir.Decl(size, ir.cast(kind.bounds(arrays, parents, None, dim)[0], I64))
+                )
+                parents = size
+            sizes.append(parents)
+        for lvl in range(self.out_fmt.order - 2, -1, -1):
+            kind, child = self.out_fmt.levels[lvl], self.out_fmt.levels[lvl + 1]
+            if kind.full or child.full:
+                continue
+            above = sizes[lvl - 1] if lvl else Const(1, I64)
+            stmts += self._drop_empty(lvl, sizes[lvl], above)
+        return stmts
+
+    def _drop_empty(self, lvl: int, count: ir.Expr, parents: ir.Expr) -> list[ir.Stmt]:
+        """Remove the entries of level ``lvl`` whose segment in level ``lvl + 1`` is
+        empty, in place (entries only move down), renumbering the segments of
+        level ``lvl`` that point at them."""
+        kind, arrays, q = self._segments(lvl)
+        child, below = self.out_fmt.levels[lvl + 1], self.out_params.levels[lvl + 1]
+        dim, child_dim = self._level_dim(lvl), self._level_dim(lvl + 1)
+        tag = f"{self.out_name}{lvl}_{next(self._fresh)}"
+        kept, start, r = (Var(f"{n}{tag}", I64) for n in ("kept", "start", "r"))
+        end = Var(f"end{tag}", I64)
+        # r walks the segment boundaries of level lvl; one at q is renumbered to kept
+        # (the load is clamped: a non-short-circuit `and` must not read past the end)
+        boundary = ir.cast(kind.bounds(arrays, ir.minimum(r, parents), None, dim)[0], I64)
+        renumber = ir.While(
+            ir.land(ir.Cmp("<=", r, parents), ir.Cmp("==", boundary, q)),
+            [
+                *kind.close(arrays, ir.sub(r, Const(1, I64)), kept, self.it),
+                ir.Assign(r, ir.add(r, Const(1, I64))),
+            ],
+        )
+        move = [
+            *kind.append(arrays, kept, kind.coordinate(arrays, q), self.it),
+            *child.close(below, kept, end, self.it),
+            ir.Assign(kept, ir.add(kept, Const(1, I64))),
+        ]
+        body = [
+            renumber,
+            ir.Decl(end, ir.cast(child.bounds(below, q, None, child_dim)[1], I64)),
+            ir.If(ir.Cmp(">", end, start), move),
+            ir.Assign(start, end),
+        ]
+        return [
+            ir.Decl(kept, Const(0, I64)),
+            ir.Decl(start, Const(0, I64)),
+            ir.Decl(r, Const(0, I64)),
+            ir.For(q, Const(0, I64), count, body),
+            ir.While(
+                ir.Cmp("<=", r, parents),
+                [
+                    *kind.close(arrays, ir.sub(r, Const(1, I64)), kept, self.it),
+                    ir.Assign(r, ir.add(r, Const(1, I64))),
+                ],
+            ),
+        ]

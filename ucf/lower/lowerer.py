@@ -196,11 +196,13 @@ class Lowerer(
             assemble = ir.Function(
                 f"{self.name}_assemble",
                 self._params(True),
-                self._scheduled(body),
+                self._assemble_start() + self._scheduled(body) + self._assemble_finish(),
                 doc="Count the entries of each output level.",
             )
             self.assembling = False
         body = self._scheduled(self._function_body())
+        if self.sparse_out:
+            body = self._compute_start() + body + self._compute_finish()
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )

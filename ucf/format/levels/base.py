@@ -179,6 +179,11 @@ class LevelKind:
         what the assemble pass counted for an appended level)."""
         raise NotImplementedError
 
+    def trimmed(self, arrays: dict[str, np.ndarray], parent_count: int) -> dict[str, np.ndarray]:
+        """An output level's arrays cut to ``parent_count`` parents and the positions
+        they hold (the compute pass may finish with fewer than were allocated)."""
+        return arrays
+
     # ----------------------------------------------------------- storage (numpy)
     def size(self, arrays: dict[str, np.ndarray], parent_count: int, dim: int) -> int:
         """Number of positions this level holds."""

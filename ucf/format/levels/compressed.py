@@ -77,6 +77,10 @@ class Compressed(LevelKind):
         arrays = {"pos": np.zeros(parent_count + 1, dtype=idt), "crd": np.zeros(count, dtype=idt)}
         return arrays, count
 
+    def trimmed(self, arrays, parent_count):
+        pos = arrays["pos"][: parent_count + 1]
+        return {"pos": pos, "crd": arrays["crd"][: int(pos[-1])]}
+
     def size(self, arrays, parent_count, dim):
         return int(arrays["pos"][-1])
 
