@@ -29,7 +29,7 @@ COMMANDS = {
     "pos": 3,
     "bound": 4,
     "unroll": 2,
-    "precompute": 4,
+    "precompute": None,  # (expr, i, iw, w), or TACO's (expr, i, iw) naming w itself
     "parallelize": None,  # 3, or 4 for GPUGroup
     "assemble": None,  # (T, Insert|Append) or (T, Insert|Append, true|false)
 }
@@ -235,7 +235,7 @@ def apply_schedule(
                 at = _apply(commands[:k], order, {}, tensors).loops
                 query = _Query(commands[k + 1 :], at)
                 rest = [*commands[:k], *query.compute]
-    applied = _apply(rest, order, chains, tensors)
+    applied = _apply(rest, order, chains, tensors, output[0])
     applied.assemble = assemble
     if query is not None:
         applied.query = query.apply(applied)
@@ -346,6 +346,7 @@ def _apply(
     order: list[str],
     chains: dict[str, list[str]],
     tensors: dict[str, tuple[list[str], Format]],
+    output: str = "",
 ) -> Applied:
     loops = list(order)
     prov = Provenance(order)
@@ -447,13 +448,20 @@ def _apply(
                 )
             steps.append(cmd)
         elif name == "precompute":
-            expr, v, vw, ws = cmd.args
+            if len(cmd.args) not in (3, 4):
+                raise ScheduleError(
+                    f"precompute takes (expr, i, iw) or (expr, i, iw, w), got {len(cmd.args)} "
+                    f"arguments: {cmd}"
+                )
+            taken = {*tensors, output, *loops, *order, *(p.name for p in precompute)}
+            expr, v, vw = cmd.args[:3]
+            ws = cmd.args[3] if len(cmd.args) == 4 else _workspace_name(taken)
             _known(cmd, v, loops)
             if vw != v:
                 _fresh(cmd, vw, loops)
                 loops[loops.index(v)] = vw
                 prov.add(vw, Relation("workspace", (v,)))
-            if ws in tensors:
+            if ws in tensors or ws == output:
                 raise ScheduleError(f"{cmd}: the workspace name {ws} is already a tensor")
             if precompute:
                 raise ScheduleError(f"{cmd}: one precompute per kernel is supported")
@@ -472,6 +480,11 @@ def _apply(
 
 
 BOUND_KINDS = ("MaxExact",)
+
+
+def _workspace_name(taken: set[str]) -> str:
+    """TACO's three-argument precompute names its workspace: ``w``, else ``w1``, ..."""
+    return next(n for n in ("w", *(f"w{k}" for k in range(1, len(taken) + 2))) if n not in taken)
 
 
 @dataclass(frozen=True)
@@ -661,8 +674,9 @@ class Schedule:
     def unroll(self, i: str, factor: int) -> Schedule:
         return self._add("unroll", i, factor)
 
-    def precompute(self, expr: str, i: str, iw: str, name: str) -> Schedule:
-        return self._add("precompute", expr, i, iw, name)
+    def precompute(self, expr: str, i: str, iw: str, name: str | None = None) -> Schedule:
+        """``name`` None: ucf names the workspace (``w``, or ``w1``... if taken)."""
+        return self._add("precompute", expr, i, iw, *([name] if name else []))
 
     def parallelize(self, i: str, unit: str, *rest) -> Schedule:
         return self._add("parallelize", i, unit, *rest)
