@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
-from ucf.cin.schedule import parse_schedule
+from ucf.schedule import parse_schedule
 
 
 def test_every_command_parses():

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
-from ucf.cin.schedule import parse_schedule
 from ucf.ir import nodes as ir
+from ucf.schedule import parse_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from ucf._version import __version__
-from ucf.cin.schedule import Schedule
 from ucf.errors import (
     CompileError,
     FormatError,
@@ -27,6 +26,7 @@ from ucf.exec.kernel import Kernel
 from ucf.format.format import Format, parse_format
 from ucf.format.io import read, write
 from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy
+from ucf.schedule import Schedule
 
 __all__ = [
     "__version__",

@@ -15,7 +15,6 @@ from typing import Any
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
-from ucf.cin.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
@@ -26,6 +25,7 @@ from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
+from ucf.schedule import Applied, Command, apply_schedule, command, parse_schedule
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -209,7 +209,7 @@ def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: s
     outer = [v for v in cin.order if v not in cin.nested_vars]
     if outer:
         v = outer[0]
-        cmd = Command("parallelize", (v, "CPUThread", "NoRaces"))
+        cmd = command("parallelize", (v, "CPUThread", "NoRaces"))
         try:
             scheduled, applied = _scheduled(cin, [cmd], fmts, computed, default=True)
             lowered = Lowerer(scheduled, vt, it, applied=applied).lower()

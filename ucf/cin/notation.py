@@ -34,9 +34,9 @@ class CIN:
     slots: dict[int, Slot]  # access number (left to right on the rhs) -> storage
     output_format: Format
     notes: list[str] = field(default_factory=list)
-    parallel: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Parallel
+    parallel: dict = field(default_factory=dict)  # loop -> ucf.schedule.Parallel
     loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
-    bounds: dict = field(default_factory=dict)  # loop -> ucf.cin.schedule.Bound
+    bounds: dict = field(default_factory=dict)  # loop -> ucf.schedule.Bound
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
 
     @property

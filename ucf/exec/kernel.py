@@ -17,7 +17,6 @@ import numpy as np
 from ucf import pipeline
 from ucf._version import __version__
 from ucf.cin.extents import infer as infer_extents
-from ucf.cin.schedule import Schedule
 from ucf.codegen import c as cgen
 from ucf.errors import (
     OperandError,
@@ -32,6 +31,7 @@ from ucf.format.tensor import Tensor, as_tensor, check_lossless, value_dtype
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
+from ucf.schedule import Schedule
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.

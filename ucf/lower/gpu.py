@@ -41,7 +41,6 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from ucf.cin.schedule import Parallel
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
@@ -67,6 +66,7 @@ from ucf.lower.gpu_loops import (
 from ucf.lower.gpu_predication import Predicator, collective
 from ucf.lower.gpu_reductions import Reductions
 from ucf.lower.transforms import catches_up
+from ucf.schedule import Parallel
 
 
 # --------------------------------------------------------------------- constants

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ucf.cin.schedule import Parallel
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.walk import walk
+from ucf.schedule import Parallel
 
 GPU_UNITS = ("GPUBlock", "GPUWarp", "GPUThread", "GPUGroup")
 REDUCING = ("ParallelReduction", "Temporary", "Segment")

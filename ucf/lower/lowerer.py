@@ -34,7 +34,6 @@ from __future__ import annotations
 import itertools
 
 from ucf.cin.notation import CIN
-from ucf.cin.schedule import Applied
 from ucf.errors import UnsupportedError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
@@ -68,6 +67,7 @@ from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
+from ucf.schedule import Applied
 
 
 class Lowerer(

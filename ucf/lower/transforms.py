@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ucf.cin.schedule import Command, Parallel, Provenance, Split
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
@@ -26,6 +25,7 @@ from ucf.ir.walk import (
     statements,
     substitute,
 )
+from ucf.schedule import Command, Parallel, Provenance, Split
 
 I64 = "i64"
 

@@ -1,0 +1,50 @@
+"""Schedules: typed commands, checked against the loop nest and recorded for the lowerer.
+
+- ``commands``: one class per command (parse its arguments, check, apply);
+- ``provenance``: which loop variable derives from which;
+- ``records``: what a checked schedule hands on (splits, bounds, parallel loops...);
+- ``apply``: the checker, from commands to an ``Applied``;
+- ``text`` and ``fluent``: the two spellings, which build the same command objects.
+
+Every command of the schedule language is checked against the statement
+before anything is compiled, so a typo or an illegal request is a
+``ScheduleError`` that names the variable and suggests the closest name.
+"""
+
+from ucf.schedule.apply import QUERY_COMMANDS, Applied, apply_schedule, output_vars
+from ucf.schedule.commands import (
+    COMMANDS,
+    STRATEGIES,
+    UNITS,
+    Command,
+    NestState,
+    closest,
+    command,
+)
+from ucf.schedule.fluent import Schedule
+from ucf.schedule.provenance import Provenance, Relation
+from ucf.schedule.records import Assemble, Bound, Parallel, Precompute, Split
+from ucf.schedule.text import parse_schedule
+
+__all__ = [
+    "COMMANDS",
+    "QUERY_COMMANDS",
+    "STRATEGIES",
+    "UNITS",
+    "Applied",
+    "Assemble",
+    "Bound",
+    "Command",
+    "NestState",
+    "Parallel",
+    "Precompute",
+    "Provenance",
+    "Relation",
+    "Schedule",
+    "Split",
+    "apply_schedule",
+    "closest",
+    "command",
+    "output_vars",
+    "parse_schedule",
+]

@@ -1,0 +1,215 @@
+"""A schedule checked command by command against the loop nest, into an ``Applied``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ucf.errors import ScheduleError
+from ucf.schedule.commands import (
+    ASSEMBLE_STRATEGIES,
+    Command,
+    NestState,
+    Parallelize,
+    closest,
+    command,
+)
+from ucf.schedule.provenance import Provenance, Relation
+from ucf.schedule.records import Assemble, Bound, Parallel, Precompute
+
+if TYPE_CHECKING:
+    from ucf.format.format import Format
+
+#: Commands that may name a query loop (``qi``) after ``assemble(T, ..., true)``.
+QUERY_COMMANDS = ("split", "divide", "unroll", "parallelize")
+
+
+@dataclass
+class Applied:
+    """A schedule checked against the statement, ready for the lowerer.
+
+    ``order`` is the loop order of the original index variables that the
+    lowerer builds; ``steps`` are the loop transformations applied to the built
+    nest, in the user's order; ``pos``/``fused`` and ``precompute`` change what
+    the lowerer builds in the first place.
+    """
+
+    order: list[str]
+    loops: list[str]  # the final loop variables, outer to inner
+    provenance: Provenance
+    steps: list[Command]
+    parallel: dict[str, Parallel]
+    pos: dict[str, tuple[str, str]]  # original variable -> (position variable, tensor)
+    fused: list[tuple[tuple[str, ...], str, str]]  # (original variables, pos variable, tensor)
+    precompute: list[Precompute]
+    bounds: dict[str, Bound]  # bounded loop variable -> its bound
+    assemble: Assemble | None = None
+    # With assemble(T, ..., true): the query pass's own steps and parallel loops.
+    query: tuple[list[Command], dict[str, Parallel]] | None = None
+
+
+def apply_schedule(
+    commands: list[Command],
+    order: list[str],
+    chains: dict[str, list[str]],
+    tensors: dict[str, tuple[list[str], Format]],
+    output: tuple[str, bool] = ("", False),
+) -> Applied:
+    """Check every command against the loop nest as it stands and record it.
+
+    ``chains`` maps each sparse operand (or the sparse output) to its index
+    variables in level order, so a loop order that walks one out of order is
+    refused.  ``tensors`` maps each operand name to its variables in level
+    order and its format, for ``pos``.  ``output`` is the output's name
+    and whether it is sparse, for ``assemble``.
+    """
+    assemble: Assemble | None = None
+    query: _Query | None = None
+    rest = list(commands)
+    for k, cmd in enumerate(commands):
+        if cmd.name == "assemble":
+            assemble = _assemble(cmd, output, assemble)
+            if assemble.separately:
+                at = _apply(commands[:k], order, {}, tensors, output[0]).loops
+                query = _Query(commands[k + 1 :], at)
+                rest = [*commands[:k], *query.compute]
+    applied = _apply(rest, order, chains, tensors, output[0])
+    applied.assemble = assemble
+    if query is not None:
+        applied.query = query.apply(applied)
+    if assemble is not None and assemble.strategy == "Append":
+        for v in applied.parallel:
+            appended = [o for o in applied.provenance.origins(v) if o in output_vars(chains)]
+            if appended:
+                raise ScheduleError(
+                    f"parallelize({v}, {applied.parallel[v]}): assemble({assemble.tensor}, "
+                    f"Append) appends {assemble.tensor}'s entries in loop order, so the loop "
+                    f"over {appended[0]} cannot run in parallel; use Insert"
+                )
+    return applied
+
+
+def _apply(
+    commands: list[Command],
+    order: list[str],
+    chains: dict[str, list[str]],
+    tensors: dict[str, tuple[list[str], Format]],
+    output: str,
+) -> Applied:
+    nest = NestState(list(order), tensors, output)
+    for cmd in commands:
+        cmd.apply(nest)
+    nest.steps.append(command("arrange", tuple(nest.loops)))
+    lowering = nest.prov.lowering_order(nest.loops)
+    _check_chains(lowering, chains)
+    return Applied(
+        lowering,
+        nest.loops,
+        nest.prov,
+        nest.steps,
+        nest.parallel,
+        nest.pos,
+        nest.fused,
+        nest.precompute,
+        nest.bounds,
+    )
+
+
+def output_vars(chains: dict[str, list[str]]) -> set[str]:
+    return {v for who, chain in chains.items() if who.startswith("output") for v in chain}
+
+
+def _assemble(cmd: Command, output: tuple[str, bool], earlier: Assemble | None) -> Assemble:
+    name, sparse = output
+    tensor, strategy = cmd.args[0], cmd.args[1]
+    separately = cmd.args[2] if len(cmd.args) == 3 else "false"
+    if earlier is not None:
+        raise ScheduleError(f"{cmd}: the output's assembly is already chosen")
+    if tensor != name:
+        raise ScheduleError(f"{cmd}: {tensor} is not the output; the output is {name}")
+    if not sparse:
+        raise ScheduleError(
+            f"{cmd}: output {name} is dense; assemble chooses how a sparse output is built"
+        )
+    if strategy not in ASSEMBLE_STRATEGIES:
+        raise ScheduleError(
+            f"{cmd}: unknown strategy '{strategy}'{closest(strategy, ASSEMBLE_STRATEGIES)}; "
+            "the strategies are Insert and Append"
+        )
+    if separately not in ("true", "false"):
+        raise ScheduleError(f"{cmd}: the third argument is true or false, got '{separately}'")
+    return Assemble(tensor, strategy, separately == "true")
+
+
+def _check_chains(order: list[str], chains: dict[str, list[str]]) -> None:
+    pos = {v: k for k, v in enumerate(order)}
+    for who, chain in chains.items():
+        for a, b in zip(chain, chain[1:], strict=False):
+            if pos[a] > pos[b]:
+                raise ScheduleError(
+                    f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
+                    f"{who} stores {a} above {b}; reorder the loops or store {who} "
+                    "in another mode order"
+                )
+
+
+class _Query:
+    """Commands after ``assemble(T, ..., true)``: those naming a query loop (``qi``)
+    schedule the query pass, the others the compute pass only."""
+
+    def __init__(self, commands: list[Command], loops: list[str]):
+        self.loops = loops  # the loops when the assemble command was given
+        names = {f"q{v}" for v in loops} - set(loops)
+        self.query: list[Command] = []
+        self.compute: list[Command] = []
+        for c in commands:
+            if c.args and c.args[0] in names:
+                self.query.append(c)
+                if c.name in ("split", "divide"):
+                    names |= {c.args[1], c.args[2]}
+            else:
+                self.compute.append(c)
+
+    def apply(self, applied: Applied) -> tuple[list[Command], dict[str, Parallel]]:
+        """The query pass's steps and parallel loops: those before the assemble command
+        (they shape both passes) and the query commands, with ``q`` names mapped to the
+        query pass's loops (which carry the compute pass's labels)."""
+        both = set(self.compute)
+        steps = [c for c in applied.steps if c not in both and c.name != "arrange"]
+        parallel = {v: p for v, p in applied.parallel.items() if not self._compute_only(v)}
+        loops = {f"q{v}": v for v in self.loops}
+        final = list(self.loops)
+        for cmd in self.query:
+            if cmd.name not in QUERY_COMMANDS:
+                raise ScheduleError(
+                    f"{cmd}: the query loops of assemble(..., true) take "
+                    f"{', '.join(QUERY_COMMANDS)}; {cmd.name} shapes both passes, so put it "
+                    "before the assemble command"
+                )
+            v = cmd.args[0]
+            if v not in loops:
+                raise ScheduleError(
+                    f"{cmd}: unknown query loop '{v}'{closest(v, loops)}; the query loops are "
+                    f"{', '.join(loops)}"
+                )
+            label = loops[v]
+            renamed = command(cmd.name, (label, *cmd.args[1:]))
+            if isinstance(renamed, Parallelize):
+                parallel[label] = renamed.request
+                continue
+            steps.append(renamed)
+            if cmd.name in ("split", "divide"):
+                _, outer, inner, _ = cmd.args
+                for new, role in ((outer, "outer"), (inner, "inner")):
+                    if new in loops or new in self.loops:
+                        raise ScheduleError(f"{cmd}: the new variable '{new}' is already a loop")
+                    loops[new] = new
+                    amount = cmd.positive(cmd.args[3], "the factor")
+                    applied.provenance.add(new, Relation(cmd.name, (label,), amount, role=role))
+                k = final.index(label)
+                final[k : k + 1] = [outer, inner]
+        steps.append(command("arrange", tuple(final)))
+        return steps, parallel
+
+    def _compute_only(self, v: str) -> bool:
+        return any(c.name == "parallelize" and c.args[0] == v for c in self.compute)

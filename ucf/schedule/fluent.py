@@ -1,0 +1,55 @@
+"""``ucf.Schedule()``: the schedule language as a chain of method calls."""
+
+from __future__ import annotations
+
+from ucf.schedule.commands import Command, command
+
+
+class Schedule:
+    """A fluent schedule: ``ucf.Schedule().reorder("j", "i")``; ``str()`` gives the text.
+
+    Each method builds the same command object the text parser does, so a
+    mistake in its arguments is a ``ScheduleError`` at once."""
+
+    def __init__(self, commands: tuple[Command, ...] = ()):
+        self.commands = commands
+
+    def _add(self, name: str, *args) -> Schedule:
+        return Schedule((*self.commands, command(name, tuple(str(a) for a in args))))
+
+    def reorder(self, *variables: str) -> Schedule:
+        return self._add("reorder", *variables)
+
+    def split(self, i: str, outer: str, inner: str, factor: int) -> Schedule:
+        return self._add("split", i, outer, inner, factor)
+
+    def divide(self, i: str, outer: str, inner: str, parts: int) -> Schedule:
+        return self._add("divide", i, outer, inner, parts)
+
+    def fuse(self, i: str, j: str, fused: str) -> Schedule:
+        return self._add("fuse", i, j, fused)
+
+    def pos(self, i: str, ipos: str, tensor: str) -> Schedule:
+        return self._add("pos", i, ipos, tensor)
+
+    def bound(self, i: str, ib: str, n: int, kind: str = "MaxExact") -> Schedule:
+        return self._add("bound", i, ib, n, kind)
+
+    def unroll(self, i: str, factor: int) -> Schedule:
+        return self._add("unroll", i, factor)
+
+    def precompute(self, expr: str, i: str, iw: str, name: str | None = None) -> Schedule:
+        """``name`` None: ucf names the workspace (``w``, or ``w1``... if taken)."""
+        return self._add("precompute", expr, i, iw, *([name] if name else []))
+
+    def parallelize(self, i: str, unit: str, *rest) -> Schedule:
+        return self._add("parallelize", i, unit, *rest)
+
+    def assemble(self, tensor: str, strategy: str, separately: bool = False) -> Schedule:
+        return self._add("assemble", tensor, strategy, "true" if separately else "false")
+
+    def __str__(self) -> str:
+        return "; ".join(map(str, self.commands))
+
+    def __repr__(self) -> str:
+        return f"Schedule('{self}')"
