@@ -73,6 +73,8 @@ def test_fluent_precompute_without_a_name():
         ("precompute(B(i,k)*C(k,j),j)", ["precompute takes (expr, i, iw) or (expr, i, iw, w)"]),
         ("reorder(i,k,j); precompute(B(i,k)*C(k,j),j,j,A)", ["workspace name A is already"]),
         ("reorder(i,k,j); precompute(B(i,k)*C(k,j),j,j,B)", ["workspace name B is already"]),
+        ("reorder(i,k,j); precompute(B(i,k)*C(k*k,j),j,j)", ["expression does not parse", "^"]),
+        ("fuse(i,k,f); precompute(B(i,k)*C(k,j),f,f)", ["f iterates several variables"]),
     ],
 )
 def test_bad_precompute_forms(schedule, words):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ucf.errors import ScheduleError, UcfError
+from ucf.errors import ScheduleError
 from ucf.format.format import Format, dense_format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
@@ -54,15 +54,10 @@ class WorkspacesMixin:
         output needs every reduction variable inside the producer, so the
         consumer writes each output entry once.
         """
-        from ucf.lang.parser import parse_statement
-
         pc = self.applied.precompute[0]
         prov = self.applied.provenance
         cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
-        origins = prov.origins(pc.var)
-        if len(origins) != 1:
-            raise ScheduleError(f"{cmd}: {pc.var} iterates several variables; use one")
-        i = origins[0]
+        i = prov.origins(pc.var)[0]
         split = None
         rel = prov.rel.get(pc.var)
         if rel is not None and (rel.kind, rel.role) == ("split", "inner"):
@@ -72,10 +67,7 @@ class WorkspacesMixin:
                 f"{cmd}: {prov.describe(pc.var)}; precompute over an index variable or the "
                 "inner loop of a split"
             )
-        try:
-            stmt = parse_statement(f"{pc.name}({i}) = {pc.expr}")
-        except UcfError as e:
-            raise ScheduleError(f"{cmd}: the expression does not parse: {e}") from None
+        stmt = pc.statement
         factors = _factors(self.term)
         taken: list[int] = []
         for a in _ast_factors(peel(stmt.rhs)[1]):

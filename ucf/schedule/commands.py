@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
-from ucf.errors import ScheduleError
+from ucf.errors import ScheduleError, UcfError
+from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Bound, Parallel, Precompute, Split
 
@@ -283,7 +284,14 @@ class PrecomputeCommand(Command):
             raise ScheduleError(f"{self}: the workspace name {ws} is already a tensor")
         if nest.precompute:
             raise ScheduleError(f"{self}: one precompute per kernel is supported")
-        nest.precompute.append(Precompute(expr, v, vw, ws))
+        origins = nest.prov.origins(v)
+        if len(origins) != 1:
+            raise ScheduleError(f"{self}: {v} iterates several variables; use one")
+        try:
+            statement = parse_statement(f"{ws}({origins[0]}) = {expr}")
+        except UcfError as e:
+            raise ScheduleError(f"{self}: the expression does not parse: {e}") from None
+        nest.precompute.append(Precompute(expr, v, vw, ws, statement))
 
 
 class Parallelize(Command):

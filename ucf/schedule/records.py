@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ucf.errors import ShapeError
+
+if TYPE_CHECKING:
+    from ucf.lang.ast import Statement
 
 
 @dataclass(frozen=True)
@@ -20,12 +24,16 @@ class Split:
 
 @dataclass(frozen=True)
 class Precompute:
-    """``precompute(expr, i, iw, w)``: ``expr`` goes through a dense workspace ``w`` over ``iw``."""
+    """``precompute(expr, i, iw, w)``: ``expr`` goes through a dense workspace ``w`` over ``iw``.
+
+    ``statement`` is ``w(i) = expr`` over the original variable ``i``, parsed once
+    when the command is checked."""
 
     expr: str
     var: str
     wvar: str
     name: str
+    statement: Statement
 
 
 @dataclass(frozen=True)
