@@ -70,7 +70,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
     repacking happens and the parameters name the operands themselves).
     """
     prefix = tmp_path / "kern"
-    csrc, header = kernel.save(prefix)
+    csrc, header = kernel.save(prefix, name="kernel")
     fns = {f.name: f for f in kernel.llir}
     compute = fns["kernel"]
     outname = kernel.statement.lhs.tensor

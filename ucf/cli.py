@@ -87,10 +87,12 @@ examples:
   ucf compile "y(i) = A(i,j) * x(j)" -f A:csr
   ucf compile "C(i,k) = A(i,j) * B(j,k)" -f A:csr --print source
   ucf compile "S(i,j) = A(i,j) + B(i,j)" -f A:csr -f B:csr -f S:csr -o build/add
+  ucf compile "y(i) = A(i,j) * x(j)" -f A:csr -o build/spmv --lib static
 
 With no --print the concrete index notation (CIN) is printed.  -o PREFIX
 writes PREFIX.c and PREFIX.h, a standalone kernel whose header documents the
-calling convention.
+calling convention (docs/abi.md); its functions are named after PREFIX (or
+--name), and the header compiles as C and C++.
 
 A variable only on the right-hand side is summed over the smallest operand of
 + or - (or the whole right-hand side) holding all its occurrences, as in TACO:
@@ -181,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kernel_options(pc)
     pc.add_argument(
         "-o", "--output", dest="prefix", metavar="PREFIX", help="write PREFIX.c and PREFIX.h"
+    )
+    pc.add_argument(
+        "--name",
+        help="name of the exported functions: NAME and NAME_assemble (default: PREFIX's "
+        "file name as a C identifier), so several kernels link into one program",
+    )
+    pc.add_argument(
+        "--lib",
+        choices=("static", "shared"),
+        help="with -o, also build libNAME.a or libNAME.so with the system C compiler",
     )
     pc.add_argument(
         "--print",
@@ -290,8 +302,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     elif show == "source":
         print(k.source)
     if args.prefix is not None:
-        for path in k.save(args.prefix):
+        for path in k.save(args.prefix, name=args.name, lib=args.lib):
             print(f"wrote {path}")
+    elif args.name or args.lib:
+        raise _UserError("--name and --lib name and build the files -o writes; add -o PREFIX")
     return 0
 
 

@@ -9,7 +9,7 @@ caches, binds and calls it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ucf.cin.concretize import appended_vars, concretize, level_vars
@@ -46,6 +46,7 @@ class Plan:
     local_level: int | None  # output level whose pos the assemble pass fills per segment
     cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
     cuda_module: Any = None  # target cuda: the ucf.ir.gpu.Module it prints
+    helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -132,6 +133,7 @@ def plan(
         computed,
         requested,
         lowered.local_level,
+        helpers=list(lowered.helpers),
     )
 
 

@@ -53,18 +53,24 @@ _C_RESERVED = {
 _BIN = {"+": "+", "-": "-", "*": "*", "/": "/", "%": "%", "<<": "<<", ">>": ">>", "&": "&"}
 
 
+#: The version of the exported calling convention (docs/abi.md).
+ABI_VERSION = 2
+
+
 def c_name(name: str) -> str:
     """Index variables are user names; keep them readable but never a C keyword."""
     return name + "_" if name in _C_RESERVED else name
 
 
-def signature(fn: ir.Function) -> str:
+def signature(fn: ir.Function, restrict: str = "restrict") -> str:
+    """The C prototype; headers spell ``restrict`` as ``UCF_RESTRICT``, which they
+    define for C and C++ alike."""
     args = []
     for p in fn.params:
         ctype = IR_TO_C[p.type]
         if p.is_array:
             const = "" if p.output else "const "
-            args.append(f"{const}{ctype}* restrict {c_name(p.name)}")
+            args.append(f"{const}{ctype}* {restrict} {c_name(p.name)}")
         else:
             args.append(f"{ctype} {c_name(p.name)}")
     static = "static " if fn.internal else ""
@@ -95,6 +101,21 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         f"#define {guard}",
         "#include <stdint.h>",
         "",
+        "/* The version of this calling convention (docs/abi.md); it changes only when",
+        " * a kernel built from the same statement, formats and schedule would need",
+        " * different arguments. */",
+        f"#define {guard[:-2]}_ABI_VERSION {ABI_VERSION}",
+        "#ifndef UCF_RESTRICT",
+        "#ifdef __cplusplus",
+        "#define UCF_RESTRICT __restrict",
+        "#else",
+        "#define UCF_RESTRICT restrict",
+        "#endif",
+        "#endif",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
     ]
     for fn in fns:
         if fn.internal:
@@ -106,9 +127,9 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
             )
             lines.append(f" *   {c_name(p.name):<24} {kind:<14} {p.doc}")
         lines.append(" */")
-        lines.append(signature(fn) + ";")
+        lines.append(signature(fn, "UCF_RESTRICT") + ";")
         lines.append("")
-    lines.append(f"#endif /* {guard} */")
+    lines += ["#ifdef __cplusplus", "}", "#endif", f"#endif /* {guard} */"]
     return "\n".join(lines) + "\n"
 
 

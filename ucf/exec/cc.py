@@ -65,3 +65,28 @@ def build_shared(source: str, include_dir: Path | None = None) -> bytes:
         if proc.returncode != 0:
             raise CompileError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
         return so.read_bytes()
+
+
+def build_library(source: Path, stem: Path, kind: str) -> Path:
+    """Compile an exported kernel into ``libSTEM.a`` (``kind`` "static") or
+    ``libSTEM.so`` ("shared") beside it, with ``UCF_CC`` and ``UCF_CFLAGS`` minus
+    the flags that make a shared object (``-shared``, which a static library
+    must not get)."""
+    if kind not in ("static", "shared"):
+        raise CompileError(f"a library is 'static' or 'shared', not {kind!r}")
+    flags = [f for f in cflags() if f != "-shared"]
+    lib = stem.parent / f"lib{stem.name}.{'a' if kind == 'static' else 'so'}"
+    with tempfile.TemporaryDirectory(prefix="ucf-lib-") as tmp:
+        obj = Path(tmp) / "kernel.o"
+        if kind == "shared":
+            cmd = [*compiler(), *flags, "-shared", "-o", str(lib), str(source), "-lm"]
+        else:
+            cmd = [*compiler(), *flags, "-c", "-o", str(obj), str(source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        if kind == "static":
+            ar = subprocess.run(["ar", "rcs", str(lib), str(obj)], capture_output=True, text=True)
+            if ar.returncode != 0:
+                raise CompileError(f"ar rcs {lib} failed:\n{ar.stderr.strip()}")
+    return lib

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -182,25 +184,40 @@ class Kernel:
         return self._plan.statement
 
     @boundary
-    def save(self, prefix: str | Path) -> tuple[Path, Path]:
+    def save(
+        self, prefix: str | Path, name: str | None = None, lib: str | None = None
+    ) -> tuple[Path, ...]:
         """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI.
 
-        Target cuda writes ``prefix.cu`` instead, and copies the runtime headers it
-        includes (``ucf_cuda.cuh``, ``ucf_cuda_emu.h``) next to it."""
+        The exported functions are called ``name`` and ``name_assemble``
+        (``name`` defaults to the prefix's file name made a C identifier), so
+        several kernels link into one program. ``lib`` "static" or "shared" also
+        builds ``libNAME.a`` or ``libNAME.so`` beside them with the system C
+        compiler (``UCF_CC``). Target cuda writes ``prefix.cu`` instead, and
+        copies the runtime headers it includes next to it."""
         prefix = Path(prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        fns = self.llir
-        guard = "UCF_" + "".join(ch if ch.isalnum() else "_" for ch in prefix.name.upper()) + "_H"
+        name = export_name(name or prefix.name)
+        guard = f"UCF_{name.upper()}_H"
         h = prefix.with_suffix(".h")
         if self.target == "cuda":
             from ucf.exec.cuda_build import save_cuda
 
             plan = self._plan
             return save_cuda(plan.cuda_module, plan.cuda_source, prefix, guard, str(plan.statement))
+        renamed = {
+            f.name: replace(f, name=name + f.name.removeprefix(self._plan.compute.name))
+            for f in self.llir
+        }
+        fns = list(renamed.values())
         csrc = prefix.with_suffix(".c")
         h.write_text(cgen.header(fns, guard, str(self._plan.statement)))
-        csrc.write_text(f'#include "{h.name}"\n' + self._plan.c_source)
-        return csrc, h
+        csrc.write_text(f'#include "{h.name}"\n' + cgen.source([*self._plan.helpers, *fns]))
+        if lib is None:
+            return csrc, h
+        from ucf.exec import cc
+
+        return csrc, h, cc.build_library(csrc, prefix.parent / name, lib)
 
     # --------------------------------------------------------------- calling
     @boundary
@@ -453,3 +470,10 @@ def _extent(size: Any, what: str) -> int:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ShapeError(f"{what} the extent {size!r}; an extent is a non-negative integer")
     return int(size)
+
+
+def export_name(text: str) -> str:
+    """``text`` as a C identifier for exported functions: other characters become
+    ``_``, and a leading digit gets a ``k`` in front."""
+    ident = re.sub(r"\W", "_", text, flags=re.ASCII) or "kernel"
+    return "k" + ident if ident[0].isdigit() else ident
