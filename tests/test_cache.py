@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
 from conftest import HAVE_CC
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,3 +169,47 @@ def test_many_damages(filled, tmp_path, target, seed):
     warned, cache = damaged_run(filled, tmp_path, target, damage)
     assert len(warned) == len(entries(filled(target)))
     assert run(cache, target) == []
+
+
+def test_the_cache_keeps_within_its_size_limit(tmp_path, monkeypatch):
+    """Storing an entry evicts least recently used ones beyond UCF_CACHE_MAX_MB, and
+    loading an entry counts as using it."""
+    from ucf.exec import cache
+    from ucf.exec.kernel import forget_loaded
+
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    import ucf
+
+    forget_loaded()
+    statements = ["y(i) = A(i,j) * x(j)", "z(j) = A(i,j) * x(i)", "w(i) = A(i,j) * A(i,j)"]
+    for when, text in enumerate(statements, start=1):
+        ucf.compile(text, formats={"A": "csr"})
+        os.utime(cache.entries()[-1], (when, when))
+    a, b, c = cache.entries()
+    forget_loaded()
+    ucf.compile(statements[0], formats={"A": "csr"})  # a load: a is now the newest
+    assert cache.entries()[-1] == a
+    assert cache.evict(a.stat().st_size + c.stat().st_size) == [b]
+    monkeypatch.setenv("UCF_CACHE_MAX_MB", "0.000001")
+    forget_loaded()
+    k = ucf.compile("v(j) = A(i,j)", formats={"A": "csr"})  # over the limit at once
+    assert cache.entries() == []
+    A = sp.random(5, 4, density=0.5, format="csr", random_state=0)
+    np.testing.assert_allclose(k(A=A).to_numpy(), A.toarray().sum(axis=0))
+
+
+def test_cli_cache_info_and_clear(tmp_path, monkeypatch, capsys):
+    from ucf.cli import main
+    from ucf.exec.kernel import forget_loaded
+
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    import ucf
+
+    forget_loaded()
+    ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"directory: {tmp_path}" in out and "entries:   1" in out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.plan"))

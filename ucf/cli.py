@@ -270,6 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="llvm",
         help="code generator (llvm, no C compiler needed)",
     )
+
+    pk = sub.add_parser(
+        "cache",
+        help="show or clear the kernel cache",
+        description="The kernel cache keeps compiled kernels on disk (UCF_CACHE_DIR, else "
+        "the user cache directory). It holds at most UCF_CACHE_MAX_MB megabytes (1024); "
+        "beyond that the least recently used kernels are removed. Deleting it is always "
+        "safe: kernels are rebuilt when next needed.",
+    )
+    pk.add_argument(
+        "action", choices=("info", "clear"), help="info: where and how big; clear: empty it"
+    )
     return parser
 
 
@@ -384,7 +396,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.size, args.target)
 
 
-_COMMANDS = {"compile": _cmd_compile, "run": _cmd_run, "demo": _cmd_demo}
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from ucf.exec import cache
+
+    if args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.cache_dir()}")
+        return 0
+    n, used, cap = len(cache.entries()), cache.size(), cache.limit()
+    print(f"directory: {cache.cache_dir()}")
+    print(f"entries:   {n}")
+    print(f"size:      {used / 2**20:.1f} MB of {cap / 2**20:.0f} MB (UCF_CACHE_MAX_MB)")
+    return 0
+
+
+_COMMANDS = {"compile": _cmd_compile, "run": _cmd_run, "demo": _cmd_demo, "cache": _cmd_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -165,10 +165,15 @@ def _read(name: str, fields: dict[str, Any]) -> bytes | None:
         _discard(path, f"cannot be read ({e.strerror})")
         return None
     try:
-        return _unpack(data, fields)
+        payload = _unpack(data, fields)
     except ValueError as e:
         _discard(path, str(e))
         return None
+    try:
+        os.utime(path)  # recently used: eviction removes the least recently used first
+    except OSError:
+        pass
+    return payload
 
 
 def _discard(path: Path, reason: str) -> None:
@@ -182,8 +187,75 @@ def _discard(path: Path, reason: str) -> None:
 def _write(name: str, fields: dict[str, Any], payload: bytes) -> None:
     try:
         atomic_write(cache_dir() / name, _pack(fields, payload))
+        evict(limit())
     except OSError:
         pass  # a read-only or full cache must never break compilation
+
+
+#: The default size limit of the cache directory, in MB (``UCF_CACHE_MAX_MB``).
+DEFAULT_LIMIT_MB = 1024
+
+
+def limit() -> int:
+    """The cache's size limit in bytes: ``UCF_CACHE_MAX_MB``, else 1 GB."""
+    text = os.environ.get("UCF_CACHE_MAX_MB", "")
+    try:
+        mb = float(text) if text else DEFAULT_LIMIT_MB
+    except ValueError:
+        mb = DEFAULT_LIMIT_MB
+    return int(mb * 2**20)
+
+
+def entries() -> list[Path]:
+    """The cache's entries (plans and libraries), least recently used first."""
+    found = []
+    for p in cache_dir().iterdir():
+        if p.suffix in (".plan", ".so") and not p.name.startswith("."):
+            try:
+                found.append((p.stat().st_mtime, p))
+            except OSError:
+                continue  # removed by another process meanwhile
+    return [p for _, p in sorted(found)]
+
+
+def size() -> int:
+    """Bytes the cache's entries take."""
+    total = 0
+    for p in entries():
+        try:
+            total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def evict(max_bytes: int) -> list[Path]:
+    """Remove least recently used entries until the cache is within ``max_bytes``;
+    the removed paths. An entry in use elsewhere is rebuilt when next needed."""
+    removed = []
+    over = size() - max_bytes
+    for p in entries():
+        if over <= 0:
+            break
+        try:
+            n = p.stat().st_size
+            p.unlink()
+        except OSError:
+            continue
+        over -= n
+        removed.append(p)
+    return removed
+
+
+def clear() -> int:
+    """Remove every entry and lock file; the number of entries removed."""
+    removed = len(evict(0))
+    for p in cache_dir().glob("*.lock"):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return removed
 
 
 def load(name: str, fields: dict[str, Any]) -> Any | None:
