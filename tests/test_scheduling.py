@@ -218,7 +218,7 @@ GUSTAVSON = "precompute(A(i,j)*B(j,k),k,k,w)"
 
 
 # The unscheduled kernel writes C in order (i, k, j) and repacks B to follow it.
-@pytest.mark.filterwarnings("ignore::ucf.cin.concretize.ConversionWarning")
+@pytest.mark.filterwarnings("ignore::ucf.ConversionWarning")
 @pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
 @pytest.mark.parametrize("fa,fb", list(itertools.product(["csr", "dcsr"], repeat=2)))
 def test_gustavson_spgemm(fa, fb, parallel, target):

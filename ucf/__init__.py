@@ -11,6 +11,7 @@ from typing import Any
 from ucf._version import __version__
 from ucf.errors import (
     CompileError,
+    ConversionWarning,
     FormatError,
     InternalError,
     OperandError,
@@ -32,6 +33,7 @@ __all__ = [
     "__version__",
     "CacheWarning",
     "CompileError",
+    "ConversionWarning",
     "FormatError",
     "InternalError",
     "Format",

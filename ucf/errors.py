@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import warnings
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -111,3 +113,22 @@ def _report(fn, signature, args, kwargs, error: Exception) -> str:
         f"{error}); this is a bug in ucf, please file it with this message"
         + (f" [{described}]" if described else "")
     )
+
+
+class ConversionWarning(UserWarning):
+    """An operand is converted (format, value or index dtype) before a kernel reads it:
+    a cost on every call that converting it once, beforehand, avoids."""
+
+
+_PACKAGE = __file__.rsplit("/", 1)[0]
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """Warn with the location of the first caller outside ucf, so the warning points
+    at the user's line whatever depth of ucf lies between."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)

@@ -11,7 +11,6 @@ ordering, and say so in the CIN.
 from __future__ import annotations
 
 import itertools
-import warnings
 
 from ucf.cin.notation import CIN, Slot
 from ucf.errors import ScheduleError, UnsupportedError
@@ -20,13 +19,6 @@ from ucf.lang.ast import Access, Statement, accesses
 from ucf.lang.reductions import free_variables, peel, sums
 
 _MAX_EXHAUSTIVE = 7
-
-
-class ConversionWarning(UserWarning):
-    """An operand is stored in a mode order no loop order can follow; ucf converts it."""
-
-
-_warned: set[tuple[str, str, str]] = set()
 
 
 def level_vars(access: Access, fmt: Format, order: list[str]) -> list[str]:
@@ -199,10 +191,6 @@ def concretize(
                 f"it is converted to '{new}' before each call"
             )
             notes.append(msg)
-            key = (stmt.text or str(stmt), a.tensor, str(new))
-            if key not in _warned:
-                _warned.add(key)
-                warnings.warn(f"ucf: {msg}", ConversionWarning, stacklevel=3)
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")

@@ -21,10 +21,12 @@ from ucf._version import __version__
 from ucf.cin.extents import infer as infer_extents
 from ucf.codegen import c as cgen
 from ucf.errors import (
+    ConversionWarning,
     OperandError,
     ShapeError,
     UcfError,
     boundary,
+    warn_user,
 )
 from ucf.exec import cache
 from ucf.exec.jit import openmp_runtime
@@ -79,6 +81,7 @@ class Kernel:
         if isinstance(schedule, Schedule):
             schedule = str(schedule)
         self.formats, self.schedule = formats, schedule
+        self._warned: set[tuple[str, ...]] = set()
         fields = {
             "statement": "".join(expr.split()),  # whitespace never matters in the grammar
             "formats": sorted(formats.items()),
@@ -249,6 +252,7 @@ class Kernel:
         for slot in plan.cin.slots.values():
             if slot.name not in slots:
                 check_lossless(given[slot.tensor].vals, self.dtype, slot.tensor)
+                self._warn_conversion(slot, given[slot.tensor])
                 slots[slot.name] = given[slot.tensor].convert(
                     slot.format, index_dtype=self.index_dtype, dtype=self.dtype
                 )
@@ -279,6 +283,30 @@ class Kernel:
         if plan.output_format != plan.computed_format:
             result = result.convert(plan.output_format)
         return result
+
+    def _warn_conversion(self, slot: Any, t: Tensor) -> None:
+        """Say once per kernel that an operand is converted on every call (no loop
+        order follows its format, or its format or index dtype differs from the
+        kernel's), or rounded (a narrower value dtype)."""
+        name, fmt = slot.tensor, slot.format
+        reasons = []
+        if slot.name != slot.tensor:
+            reasons.append(f"is read as '{fmt}', since no loop order follows its format")
+        elif t.format != fmt:
+            reasons.append(f"is stored as '{t.format}' but the kernel reads '{fmt}'")
+        elif not fmt.is_dense and t.index_dtype != self.index_dtype:
+            reasons.append(f"has {t.index_dtype} indices but the kernel reads {self.index_dtype}")
+        if not np.can_cast(t.dtype, self.dtype, "safe"):
+            reasons.append(f"has {t.dtype} values, rounded to the kernel's {self.dtype}")
+        key = (name, *reasons)
+        if reasons and key not in self._warned:
+            self._warned.add(key)
+            warn_user(
+                f"ucf: operand {name} {' and '.join(reasons)}; it is converted on every "
+                "call (convert it once beforehand, e.g. with ucf.from_numpy(..., format=...) "
+                "or .convert(...), to avoid the cost)",
+                ConversionWarning,
+            )
 
     def _as_operand(self, value: Any, name: str) -> Tensor:
         """Wrap a ready numpy array without validation: dense storage has no invariants."""

@@ -644,7 +644,8 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
     ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
     else is repacked from coordinates on fresh arrays; the input is never
-    modified.  The index dtype defaults to that of the input.
+    modified.  The index dtype defaults to that of the input, and the format to
+    CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
     """
     import scipy.sparse as sp
 
@@ -657,7 +658,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         _reject_nonnumeric(m.dtype)
         dt = value_dtype(dtype)
     if format is None:
-        format = "csr" if len(shape) == 2 else "coo"
+        format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
     fmt = parse_format(format, order=len(shape))
     kind = m.format
     if kind in ("csr", "csc") and len(shape) == 2:
