@@ -175,3 +175,22 @@ def test_one_walker_sees_every_block_gpu_nodes_included():
     assert dict((id(s), len(p)) for s, p in walk(body))[id(decl["d"])] == 3
     emptied = [with_blocks(s, lambda block: []) for s in body]
     assert declared(emptied) == {"i", "e"}
+
+
+def test_every_package_ships_in_the_wheel():
+    """setuptools installs only the packages pyproject lists; one left out works in
+    an editable install and breaks ``pip install .`` (as ucf.format.levels once did)."""
+    import tomllib
+
+    repo = ROOT.parent
+    config = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapped = {name: repo / folder for name, folder in config["package-dir"].items()}
+    on_disk = {
+        ".".join(d.relative_to(repo).parts)
+        for d in [ROOT, *ROOT.rglob("*")]
+        if d.is_dir() and any(d.glob("*.py"))
+    }
+    assert on_disk | set(mapped) == listed
+    for name, folder in mapped.items():
+        assert (folder / "__init__.py").exists(), name

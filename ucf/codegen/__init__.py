@@ -1,0 +1,1 @@
+"""Code generators: one module per target, each printing the lowered IR."""
