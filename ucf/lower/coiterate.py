@@ -242,8 +242,9 @@ class CoiterationMixin:
         return stmts + self._at_depth(term, inner)
 
     def _label(self, v: str, st: State) -> str:
-        if self.where and (st.ws is not None or st.where_done) and v == self.where.ws.var:
-            return self.applied.precompute[0].wvar
+        for k, _ in reversed(st.scope):
+            if v == self.wheres[k].ws.var:
+                return self.wheres[k].label
         if v in self.pos_map:
             return self.pos_map[v][0]
         return v
@@ -258,8 +259,9 @@ class CoiterationMixin:
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
         if full:
             why = why_full(term)
-            if st.where_done:
-                why = f"the precompute's consumer walks the dense workspace {self.where.ws.name}"
+            if st.scope and st.scope[-1][1] == "cons":
+                ws = self.wheres[st.scope[-1][0]].ws
+                why = f"the precompute's consumer walks the dense workspace {ws.name}"
             raise ScheduleError(
                 f"{cmd}: the loop over {v} also visits coordinates where {tensor} is zero "
                 f"({why}), so {tensor}'s positions do not cover it"

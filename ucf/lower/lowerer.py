@@ -147,7 +147,7 @@ class Lowerer(
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
-        self.where = self._plan_where() if applied and applied.precompute else None
+        self.wheres = self._plan_wheres() if applied and applied.precompute else []
 
     @staticmethod
     def _interleaved(applied: Applied) -> bool:
@@ -206,7 +206,8 @@ class Lowerer(
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )
-        helpers = [sort.sort_function()] if self.where and self.where.ws.list else []
+        listed = any(wh.ws.list for wh in self.wheres)
+        helpers = [sort.sort_function()] if listed else []
         return Lowered(compute, assemble, helpers, self.local)
 
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
@@ -249,8 +250,8 @@ class Lowerer(
             state.levels[n] = 0
             state.pos[n] = Const(0, I64)
         self.workspaces = []
-        if self.where is not None:
-            self.workspaces = self.where.ws.allocations(self.assembling)
+        for wh in self.wheres:
+            self.workspaces += wh.ws.allocations(self.assembling)
         body += self._at_depth(self.term, state)
         return body
 
@@ -258,8 +259,10 @@ class Lowerer(
     def _at_depth(self, term: Term, st: State) -> list[ir.Stmt]:
         order = st.order
         d = st.depth
-        if self.where and not st.where_done and st.ws is None and d == self.where.depth:
-            return self._where(st)
+        here = st.scope[-1] if st.scope else None
+        for wh in self.wheres:
+            if wh.parent == here and wh.depth == d:
+                return self._where(wh, st)
         remaining = order[d:]
         out_vars = [st.ws.var] if st.ws else self.out_vars
         out_bound = all(v in order[:d] for v in out_vars)
@@ -305,8 +308,9 @@ class Lowerer(
     def _value(self, t: Term, st: State) -> ir.Expr:
         if isinstance(t, Opnd):
             op = self.operands[t.n]
-            if self.where and t.n == self.where_n:
-                return ir.Load(self.where.ws.vals, self.where.ws.index)
+            if t.n >= len(self.rhs_accesses):
+                ws = self.wheres[t.n - len(self.rhs_accesses)].ws
+                return ir.Load(ws.vals, ws.index)
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
                 return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, coords))

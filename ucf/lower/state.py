@@ -60,7 +60,8 @@ class State:
     hit: Var | None = None  # set when the deferred reduction met a nonzero term
     order: tuple[str, ...] = ()  # the loop order of this nest (a where's sides differ)
     ws: Workspace | None = None  # set in a precompute's producer: the leaf writes here
-    where_done: bool = False  # below a precompute's where
+    # The sides of precomputes' wheres this walk is inside, outermost first: (where, side)
+    scope: tuple = ()
     counter: Var | None = None  # a segment-local counter for the compressed output level
     cursors: dict = field(default_factory=dict)  # (operand, level) -> its sliding window's ends
     temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
@@ -129,6 +130,21 @@ class Where:
     cons_vars: set[str]
     ws: Workspace
     split: tuple | None  # (outer, inner, factor, extent) when iw is a split's inner loop
+    n: int  # the workspace's operand number
+    parent: tuple | None  # the side of an earlier where it splits: (where, "prod"|"cons")
+    label: str  # the loops over the workspace's variable below the where are labelled so
+
+
+@dataclass
+class Scope:
+    """A part of the nest a precompute may split: the whole statement, or one side of an
+    earlier where."""
+
+    factors: list[Term]  # the product this part computes
+    order: tuple[str, ...]  # its loop order (a where's sides keep only their variables)
+    start: int  # the depth at which its nest begins
+    out_vars: list[str]  # the variables of what it writes
+    output: bool  # whether it writes the statement's output (else a workspace)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from ucf.lower.lattice import (
 )
 from ucf.lower.state import (
     Operand,
+    Scope,
     SlotParams,
     State,
     Where,
@@ -46,68 +47,68 @@ EPOCH_WRAP = 2**31 - 1
 class WorkspacesMixin:
     """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
 
-    def _plan_where(self) -> Where:
-        """Place a precompute's where as high in the nest as its workspace allows.
+    def _plan_wheres(self) -> list[Where]:
+        """Place every precompute, in the order the schedule gives them.
+
+        Each one splits a *scope*: the whole statement at first, then either side of
+        an earlier where.  A precompute's factors must all lie in one scope, and its
+        where is placed at or below the depth at which that scope's nest begins.
+        """
+        scopes: dict = {
+            None: Scope(_factors(self.term), tuple(self.cin.order), 0, list(self.out_vars), True)
+        }
+        wheres: list[Where] = []
+        for k, pc in enumerate(self.applied.precompute):
+            wheres.append(self._plan_where(k, pc, scopes, wheres))
+        return wheres
+
+    def _plan_where(self, k: int, pc, scopes: dict, wheres: list[Where]) -> Where:
+        """Place precompute ``k`` as high in its scope's nest as its workspace allows.
 
         Below the where, the producer and the consumer may share no variable but
         the workspace's, or the workspace would need more dimensions.  A sparse
         output needs every reduction variable inside the producer, so the
         consumer writes each output entry once.
         """
-        pc = self.applied.precompute[0]
         prov = self.applied.provenance
         cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
         i = prov.origins(pc.var)[0]
         split = None
         rel = prov.rel.get(pc.var)
         if rel is not None and (rel.kind, rel.role) == ("split", "inner"):
+            if len(self.applied.precompute) > 1:
+                raise ScheduleError(
+                    f"{cmd}: a workspace over a split's inner loop tiles the whole nest, so "
+                    "it must be the kernel's only precompute"
+                )
             split = self._ws_split(cmd, pc.var, i)
         elif rel is not None:
             raise ScheduleError(
                 f"{cmd}: {prov.describe(pc.var)}; precompute over an index variable or the "
                 "inner loop of a split"
             )
-        stmt = pc.statement
-        factors = _factors(self.term)
-        taken: list[int] = []
-        for a in _ast_factors(peel(stmt.rhs)[1]):
-            match = next(
-                (
-                    t.n
-                    for t in factors
-                    if isinstance(t, Opnd)
-                    and t.n not in taken
-                    and isinstance(a, ast.Access)
-                    and str(self.rhs_accesses[t.n]) == str(a)
-                ),
-                None,
-            )
-            if match is None:
-                raise ScheduleError(
-                    f"{cmd}: {a} is not a factor of the right-hand side "
-                    f"{self.cin.statement.rhs}; precompute a product of its factors"
-                )
-            taken.append(match)
-        rest = [t for t in factors if not (isinstance(t, Opnd) and t.n in taken)]
-        if len(factors) == 1 and taken:
+        wanted = _ast_factors(peel(pc.statement.rhs)[1])
+        key, taken = self._scope_of(cmd, wanted, scopes, wheres)
+        scope = scopes.pop(key)
+        rest = [t for t in scope.factors if not (isinstance(t, Opnd) and t.n in taken)]
+        if len(scope.factors) == 1 and taken:
             rest = []
-        prod_vars = {
-            v for n in taken for idx in self.rhs_accesses[n].indices for v in idx.variables
-        }
+        prod_vars = {v for n in taken for v in self._operand_vars(n)}
         if i not in prod_vars:
             raise ScheduleError(f"{cmd}: {pc.expr} does not use {i}")
-        cons_vars = set(self.out_vars) | {i}
+        cons_vars = set(scope.out_vars) | {i}
         for t in rest:
             for n in operands(t):
-                cons_vars |= {v for idx in self.rhs_accesses[n].indices for v in idx.variables}
-        order = self.cin.order
+                cons_vars |= self._operand_vars(n)
+        order = scope.order
         reductions = set(self.cin.reduction_vars)
+        sparse = self.sparse_out and scope.output
         depth = None
-        for d in range(len(order)):
+        for d in range(scope.start, len(order)):
             below = set(order[d:])
             if i not in below or not (prod_vars & cons_vars & below) <= {i}:
                 continue
-            if self.sparse_out and reductions & set(order[:d]):
+            if sparse and reductions & set(order[:d]):
                 continue
             if split is not None and order[d] != i:
                 continue
@@ -119,13 +120,12 @@ class WorkspacesMixin:
                 f"would share variables other than {i} below any placement; reorder the loops "
                 f"so that {i} and the variables only {pc.expr} uses are innermost"
             )
-        W = len(self.rhs_accesses)
-        self.where_n = W
+        W = len(self.rhs_accesses) + k
         size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
         index = Var(i if split is None else pc.var, I64)
         vals = Array(pc.name, self.vt, True)
         ws = Workspace(pc.name, i, index, size, vals)
-        if self.sparse_out:
+        if sparse:
             below = [v for v in order[depth:] if v in cons_vars]
             if below != [i]:
                 raise ScheduleError(
@@ -144,9 +144,72 @@ class WorkspacesMixin:
             fmt = dense_format(1)
             params = SlotParams([size], [{}], vals)
         self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
+
+        def side(vs: set[str]) -> tuple[str, ...]:
+            return order[:depth] + tuple(v for v in order[depth:] if v in vs)
+
+        scopes[(k, "prod")] = Scope([Opnd(n) for n in taken], side(prod_vars), depth, [i], False)
+        scopes[(k, "cons")] = Scope(
+            [*rest, Opnd(W)], side(cons_vars), depth, scope.out_vars, scope.output
+        )
         prod = _product([Opnd(n) for n in taken])
         cons = _product([*rest, Opnd(W)])
-        return Where(depth, prod, cons, prod_vars, cons_vars, ws, split)
+        return Where(depth, prod, cons, prod_vars, cons_vars, ws, split, W, key, pc.wvar)
+
+    def _scope_of(
+        self, cmd: str, wanted: list, scopes: dict, wheres: list[Where]
+    ) -> tuple[object, list[int]]:
+        """The scope that holds every factor of a precompute's expression, and which of
+        its operands they are.  An earlier workspace counts as a factor by its name."""
+        found: dict = {}
+        for key, scope in scopes.items():
+            taken: list[int] = []
+            for a in wanted:
+                match = next(
+                    (
+                        t.n
+                        for t in scope.factors
+                        if isinstance(t, Opnd)
+                        and t.n not in taken
+                        and isinstance(a, ast.Access)
+                        and self._access_text(t.n) == str(a)
+                    ),
+                    None,
+                )
+                if match is not None:
+                    taken.append(match)
+            if len(taken) == len(wanted):
+                return key, taken
+            found[key] = len(taken)
+        if sum(found.values()) >= len(wanted) and len(scopes) > 1:
+            raise ScheduleError(
+                f"{cmd}: its factors lie on both sides of an earlier precompute's where "
+                "(some in the producer, some in the consumer); precompute a product that "
+                "one side holds"
+            )
+        missing = next(
+            a
+            for a in wanted
+            if not any(
+                isinstance(t, Opnd) and self._access_text(t.n) == str(a)
+                for s in scopes.values()
+                for t in s.factors
+            )
+        )
+        raise ScheduleError(
+            f"{cmd}: {missing} is not a factor of the right-hand side "
+            f"{self.cin.statement.rhs}; precompute a product of its factors"
+        )
+
+    def _access_text(self, n: int) -> str:
+        """How an operand is written: its access, or ``w(j)`` for a workspace."""
+        if n < len(self.rhs_accesses):
+            return str(self.rhs_accesses[n])
+        op = self.operands[n]
+        return f"{op.name}({', '.join(op.level_vars)})"
+
+    def _operand_vars(self, n: int) -> set[str]:
+        return {v for idx in self.operands[n].level_idx for v in idx.variables}
 
     def _ws_split(self, cmd: str, var: str, i: str) -> tuple:
         """The (outer, inner, factor, extent) of a workspace over a split's inner loop."""
@@ -173,16 +236,17 @@ class WorkspacesMixin:
         ]
         return outer, var, rel.amount, extent
 
-    def _where(self, st: State) -> list[ir.Stmt]:
-        wh = self.where
+    def _where(self, wh: Where, st: State) -> list[ir.Stmt]:
         ws = wh.ws
         d = st.depth
+        k = self.wheres.index(wh)
         prod = st.copy()
         prod.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.prod_vars)
         prod.ws = ws
+        prod.scope = (*st.scope, (k, "prod"))
         cons = st.copy()
         cons.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.cons_vars)
-        cons.where_done = True
+        cons.scope = (*st.scope, (k, "cons"))
         start: list[ir.Stmt] = []
         if ws.list is None:
             z = Var(f"{ws.name}_z", I64)

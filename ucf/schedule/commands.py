@@ -282,8 +282,8 @@ class PrecomputeCommand(Command):
             nest.prov.add(vw, Relation("workspace", (v,)))
         if ws in nest.tensors or ws == nest.output:
             raise ScheduleError(f"{self}: the workspace name {ws} is already a tensor")
-        if nest.precompute:
-            raise ScheduleError(f"{self}: one precompute per kernel is supported")
+        if any(p.name == ws for p in nest.precompute):
+            raise ScheduleError(f"{self}: an earlier precompute already names its workspace {ws}")
         origins = nest.prov.origins(v)
         if len(origins) != 1:
             raise ScheduleError(f"{self}: {v} iterates several variables; use one")
