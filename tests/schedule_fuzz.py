@@ -139,7 +139,7 @@ COMMANDS = (
     "precompute",
 )
 MAX_COMMANDS = 6
-WORKSPACE = "w"
+WORKSPACES = ("w", "w2")  # up to two precomputes per schedule
 
 
 # --------------------------------------------------------------------------- drawing
@@ -373,7 +373,7 @@ def draw_schedule(
     nest = _Loops(_initial_order(kernel, formats))
     commands: list[str] = []
     races: set[str] = set()
-    precomputed = False
+    precomputes = 0
 
     def positions(v: str) -> list[str]:
         """Operands with a compressed or singleton level for ``v``'s last origin."""
@@ -449,8 +449,8 @@ def draw_schedule(
                 continue
             v = d.choice(bounded)
             commands.append(f"unroll({v}, {d.choice((2, 4, 3))})")
-        elif kind == "precompute" and not precomputed:
-            precomputed = True
+        elif kind == "precompute" and precomputes < len(WORKSPACES):
+            precomputes += 1
             ops = list(kernel.operands)
             taken = [op for op in ops if d.boolean(0.6)] or ops[:1]
             used = {v for op in taken for v in kernel.operands[op]}
@@ -465,7 +465,8 @@ def draw_schedule(
                 vw = nest.fresh(f"{v}w")
                 nest.replace([v], {vw: "workspace"})
             expr = "*".join(f"{op}({','.join(kernel.operands[op])})" for op in taken)
-            commands.append(f"precompute({expr}, {v}, {vw}, {WORKSPACE})")
+            ws = WORKSPACES[precomputes - 1]
+            commands.append(f"precompute({expr}, {v}, {vw}, {ws})")
         elif kind == "parallelize":
             parallelize()
     # Most parallelize commands come last, where they name loops of the final nest.
