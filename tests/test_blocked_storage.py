@@ -116,9 +116,15 @@ def test_bad_block_maps_are_format_errors(text, words):
         assert w in str(e.value)
 
 
-def test_kernels_refuse_blocked_operands_by_name():
-    with pytest.raises(ucf.UnsupportedError, match="tensor A is stored in blocked format"):
-        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": BCSR.format(bh=2, bw=2)})
+def test_block_aliases_name_the_level_maps():
+    assert parse_format("bcsr(2,3)") == parse_format(BCSR.format(bh=2, bw=3))
+    assert parse_format(" BCSR( 2 , 3 ) ") == parse_format("bcsr(2,3)")
+    assert str(parse_format("bcsc(2,3)")) == "UCUU:1/3,0/2,0%2,1%3"
+    assert str(parse_format("bdcsr(4,4)")) == "CCUU:0/4,1/4,0%4,1%4"
+    with pytest.raises(ucf.FormatError, match="unknown blocked format 'bsr'"):
+        parse_format("bsr(2,2)")
+    with pytest.raises(ucf.FormatError, match="must be positive"):
+        parse_format("bcsr(0,2)")
 
 
 def test_a_blocked_operand_is_converted_to_the_kernels_format():

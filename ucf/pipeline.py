@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
@@ -47,6 +48,8 @@ class Plan:
     cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
     cuda_module: Any = None  # target cuda: the ucf.ir.gpu.Module it prints
     helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
+    blocking: Blocking | None = None  # how blocked formats split the kernel's statement
+    variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -85,13 +88,10 @@ def plan(
                 f"(tensors: {', '.join(orders)})"
             )
     fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
-    for name, fmt in fmts.items():
-        if fmt.blocked:
-            raise UnsupportedError(
-                f"tensor {name} is stored in blocked format '{fmt}': ucf.Tensor stores, packs "
-                "and converts blocked formats, but kernels do not read or write them yet; "
-                "convert it first (t.convert('csr'))"
-            )
+    user_stmt = stmt
+    blocking = unblock(stmt, fmts)
+    if blocking is not None:
+        stmt, fmts = blocking.statement, dict(blocking.formats)
     commands = parse_schedule(schedule) if schedule else []
     requested = fmts.pop(out)
     # Levels that cannot be written as outputs (singleton) are computed in the kind they
@@ -112,6 +112,13 @@ def plan(
         _check_units(applied, target)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
     cin.notes += describe_extents(stmt)
+    if blocking is not None:
+        cin.notes += [
+            f"{v} runs over blocks of {b}: {outer} is the block and {inner} the place in it"
+            for v, b in blocking.sizes.items()
+            for outer, inner in [blocking.names[v]]
+        ]
+    variables = tuple(cin.order) if blocking is None else user_variables(user_stmt)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -120,10 +127,23 @@ def plan(
     if module is not None:
         cuda = cudagen.source(module, str(stmt))
         return Plan(
-            stmt, cin, orders, compute, None, "", "", computed, requested, None, cuda, module
+            user_stmt,
+            cin,
+            orders,
+            compute,
+            None,
+            "",
+            "",
+            computed,
+            requested,
+            None,
+            cuda,
+            module,
+            blocking=blocking,
+            variables=variables,
         )
     return Plan(
-        stmt,
+        user_stmt,
         cin,
         orders,
         compute,
@@ -134,6 +154,8 @@ def plan(
         requested,
         lowered.local_level,
         helpers=list(lowered.helpers),
+        blocking=blocking,
+        variables=variables,
     )
 
 

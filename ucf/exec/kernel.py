@@ -28,7 +28,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import cache
+from ucf.exec import blocked, cache
 from ucf.exec.jit import openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor, as_tensor, check_lossless, value_dtype
@@ -246,6 +246,15 @@ class Kernel:
                     f"with {plan.orders[n]} indices"
                 )
         extents = self._extents(given, out, shapes)
+        if plan.blocking is None:
+            return self._run(given, extents, out)
+        return blocked.run(self._run, plan, given, extents, out, self.dtype)
+
+    def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
+        """Convert the operands to the kernel's formats, call it, and finish the output
+        (in the split shapes of a blocked statement: see ``ucf.exec.blocked``)."""
+        plan = self._plan
+        stmt = plan.blocking.statement if plan.blocking else plan.statement
         for bound in plan.cin.bounds.values():
             bound.check(extents)
         slots: dict[str, Tensor] = {}
@@ -351,10 +360,10 @@ class Kernel:
             if isinstance(size, (tuple, list)):
                 self._bind_tensor_shape(key, size, given, bind)
                 continue
-            if key not in self._plan.cin.order:
+            if key not in self._plan.variables:
                 raise ShapeError(
                     f"shapes= names '{key}', which is not an index variable of {stmt} (its "
-                    f"variables: {', '.join(self._plan.cin.order)}); map a tensor name to "
+                    f"variables: {', '.join(self._plan.variables)}); map a tensor name to "
                     "a tuple, as in shapes={'" + stmt.lhs.tensor + "': (n, ...)}"
                 )
             bind(key, _extent(size, f"shapes= gives index variable {key}"), "shapes=")
@@ -366,7 +375,7 @@ class Kernel:
         known = {v: n for v, (n, _) in bound.items()}
         for v, (n, who) in infer_extents(stmt, known, sizes).items():
             bound[v] = (n, who)
-        for v in self._plan.cin.order:
+        for v in self._plan.variables:
             if v not in bound:
                 raise ShapeError(
                     f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}"

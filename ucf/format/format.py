@@ -27,6 +27,15 @@ ALIASES = {
     "csf": None,  # C for every mode
 }
 
+#: Blocked formats by name, ``bcsr(bh, bw)`` etc.: blocks of bh x bw, stored row-major
+#: inside; ``bcsc`` orders the blocks by column (as torch's ``sparse_bsc``).
+BLOCK_ALIASES = {
+    "bcsr": "UCUU:0/{h},1/{w},0%{h},1%{w}",
+    "bcsc": "UCUU:1/{w},0/{h},0%{h},1%{w}",
+    "bdcsr": "CCUU:0/{h},1/{w},0%{h},1%{w}",
+}
+_BLOCK_ALIAS = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*")
+
 
 @dataclass(frozen=True)
 class LevelMap:
@@ -167,6 +176,17 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
 def _parse(text: str, order: int | None, tensor: str) -> Format:
     who = f" for tensor {tensor}" if tensor else ""
     src = text.strip()
+    block = _BLOCK_ALIAS.fullmatch(src)
+    if block is not None:
+        name, h, w = block.group(1).lower(), int(block.group(2)), int(block.group(3))
+        if name not in BLOCK_ALIASES:
+            raise FormatError(
+                f"bad format '{text}'{who}: unknown blocked format '{name}' (one of "
+                f"{', '.join(f'{n}(bh, bw)' for n in BLOCK_ALIASES)})"
+            )
+        if h < 1 or w < 1:
+            raise FormatError(f"bad format '{text}'{who}: block sizes must be positive")
+        src = BLOCK_ALIASES[name].format(h=h, w=w)
     alias = src.lower()
     if alias in ALIASES and not _letters_fit_better(alias, src, order):
         if ALIASES[alias] is not None:

@@ -374,6 +374,12 @@ class Tensor:
             build = csr if fmt == CSR else csc
             lv = self.levels[1]
             return build((self.vals, lv["crd"], lv["pos"]), shape=self.shape, copy=False)
+        block = _bcsr_blocks(fmt)
+        if block is not None and all(n % b == 0 for n, b in zip(self.shape, block, strict=True)):
+            bsr = sp.bsr_matrix if matrix else sp.bsr_array
+            lv = self.levels[1]
+            data = self.vals.reshape(-1, *block)
+            return bsr((data, lv["crd"], lv["pos"]), shape=self.shape, blocksize=block, copy=False)
         coo = sp.coo_matrix if matrix else sp.coo_array
         coords, vals = self.to_coo()
         return coo((vals, (coords[:, 0], coords[:, 1])), shape=self.shape).tocsr()
@@ -630,6 +636,14 @@ def zeros(
 # --------------------------------------------------------------------------- scipy
 
 
+def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
+    """The block shape of a ``bcsr(bh, bw)`` format, which scipy's BSR stores alike."""
+    if len(fmt.maps) != 4 or not (fmt.maps[2].mod and fmt.maps[3].mod):
+        return None
+    block = (fmt.maps[2].mod, fmt.maps[3].mod)
+    return block if fmt == parse_format("bcsr({}, {})".format(*block)) else None
+
+
 def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
     dts = {a.dtype for a in arrays}
     if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
@@ -657,10 +671,16 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     else:
         _reject_nonnumeric(m.dtype)
         dt = value_dtype(dtype)
+    if format is None and m.format == "bsr":
+        format = "bcsr({}, {})".format(*m.blocksize)
     if format is None:
         format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
     fmt = parse_format(format, order=len(shape))
     kind = m.format
+    if kind == "bsr" and fmt == parse_format("bcsr({}, {})".format(*m.blocksize)):
+        shared = _shared_bsr(m, fmt, dt, index_dtype)
+        if shared is not None:
+            return shared
     if kind in ("csr", "csc") and len(shape) == 2:
         indptr, indices, data = m.indptr, m.indices, m.data
         major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
@@ -712,6 +732,41 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
             checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
         vals = np.asarray(c.data).astype(dt)
     return _pack(shape, fmt, fmt.level_coords(coords), vals, idt)
+
+
+def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:
+    """A canonical scipy BSR matrix as a ``bcsr`` tensor on its own buffers: its
+    ``indptr`` and ``indices`` are the block level's pos and crd, and ``data`` (blocks
+    of bh x bw, row-major) is the values; None when it is not canonical."""
+    where = "scipy bsr input"
+    bh, bw = m.blocksize
+    rows, cols = m.shape[0] // bh, m.shape[1] // bw
+    indptr, indices, data = m.indptr, m.indices, m.data
+    nnz = checks.positions(f"{where} (indptr)", indptr, rows)
+    if len(indices) < nnz or len(data) < nnz:
+        raise FormatError(
+            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+            f"{len(data)} blocks"
+        )
+    indices, data = indices[:nnz], data[:nnz]
+    checks.in_range(where, indices, cols, what="block index")
+    same = checks.same_segment(indptr, nnz)
+    if np.any(same & (indices[1:] <= indices[:-1])):
+        return None
+    idt = (
+        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    )
+    levels = [
+        {},
+        {
+            "pos": np.ascontiguousarray(indptr, dtype=idt),
+            "crd": np.ascontiguousarray(indices, dtype=idt),
+        },
+        {},
+        {},
+    ]
+    vals = np.ascontiguousarray(data, dtype=dt).reshape(-1)
+    return Tensor(_as_shape(m.shape), fmt, levels, vals, idt, check=False)
 
 
 # --------------------------------------------------------------------------- as_tensor

@@ -160,6 +160,11 @@ class LevelKind:
     #: filled in parallel); None if the level cannot be counted per segment.
     segment_array: ClassVar[str | None] = None
 
+    def split(self, unique: bool) -> tuple[LevelKind, LevelKind]:
+        """The two levels that store this level's coordinate cut into blocks: the block,
+        then the place in it (``unique``: whether this level is)."""
+        return self, self
+
     def as_output(self) -> LevelKind:
         """The kind that computes this level of an output."""
         if self.output is None:

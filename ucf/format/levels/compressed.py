@@ -13,6 +13,13 @@ class Compressed(LevelKind):
     output = "append"
     segment_array = "pos"
 
+    def split(self, unique):
+        """Below a non-unique compressed level (COO's), each entry's place in its block is
+        a singleton level, as the coordinate it was cut from would have been."""
+        from ucf.format.levels.singleton import SINGLETON
+
+        return (self, self) if unique else (self, SINGLETON)
+
     def bounds(self, arrays, parent, segment_end, dim):
         from ucf.ir.nodes import Load, add, const_like
 
