@@ -102,6 +102,8 @@ def plan(
         raise FormatError(f"output {out} ('{requested}'): {e}") from None
     computed = Format(levels, requested.mode_order)
     base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
+    if blocking is not None:  # a block's size is its places' extent, so loops over it unroll
+        base.fixed = {blocking.names[v][1]: b for v, b in blocking.sizes.items()}
     module = None
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
@@ -288,6 +290,7 @@ def _scheduled(
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
+    new.fixed = dict(cin.fixed)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
     prov = applied.provenance

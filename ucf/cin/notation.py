@@ -38,6 +38,7 @@ class CIN:
     loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
     bounds: dict = field(default_factory=dict)  # loop -> ucf.schedule.Bound
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
+    fixed: dict[str, int] = field(default_factory=dict)  # extents known when compiling
 
     @property
     def reduction_vars(self) -> list[str]:

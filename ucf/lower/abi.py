@@ -21,8 +21,8 @@ class ParamsMixin:
 
     def _params(self, assemble: bool) -> list[Param]:
         params = [
-            Param(v.name, I64, False, role=("extent", k), doc=f"extent of index variable {k}")
-            for k, v in self.extents.items()
+            Param(f"n_{k}", I64, False, role=("extent", k), doc=f"extent of index variable {k}")
+            for k in self.extents
         ]
         for slot_name, sp in self.slot_params.items():
             params += self._storage_params(slot_name, sp, output=False)

@@ -122,7 +122,7 @@ class WindowsMixin:
         s = a.coefficient(v)
         rest = a.without(v)
         off = self._affine(rest)
-        low, high = (self._affine(b) for b in rest.interval(lambda u: self.extents[u].name))
+        low, high = (self._affine(b) for b in rest.interval(lambda u: f"n_{u}"))
         span = ir.mul(Const(s, I64), self.extents[v])  # the window's width
         lo_key, hi_key = off, ir.add(off, span)
         dim = op.dim(lvl)
