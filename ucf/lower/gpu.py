@@ -1,6 +1,6 @@
 """Mapping GPU-parallel loops onto a CUDA grid: an LLIR -> LLIR pass.
 
-``parallelize`` only marks loops with a GPU unit (``transforms._mark_gpu``).
+``parallelize`` only marks loops with a GPU unit (``parallel._mark_gpu``).
 This pass then outlines each nest of marked loops into a device kernel and
 leaves a host launcher behind, so the CUDA printer (``ucf/codegen/cuda.py``)
 prints LLIR and nothing else.

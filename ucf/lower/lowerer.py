@@ -63,6 +63,7 @@ from ucf.lower.lattice import (
     top_reduces,
     walk,
 )
+from ucf.lower.nest import Nest
 from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
@@ -222,7 +223,7 @@ class Lowerer(
         parallel_out: set[str] = set()
         if self.local is not None:
             parallel_out = set(self.out_level_vars[: self.local])
-        nest = transforms.Nest(
+        nest = Nest(
             body,
             self.applied.provenance,
             set(self.out_vars),

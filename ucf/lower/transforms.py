@@ -10,14 +10,13 @@ loop and the rule, so an illegal schedule never produces wrong code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
 from ucf.ir.walk import (
     assigned,
-    blocks,
     declared,
     loops,
     nodes,
@@ -25,72 +24,9 @@ from ucf.ir.walk import (
     statements,
     substitute,
 )
-from ucf.schedule import Command, Parallel, Provenance, Split
-
-I64 = "i64"
-
-
-@dataclass
-class Nest:
-    """A function body plus what the transformations need to know about it."""
-
-    body: list[ir.Stmt]
-    prov: Provenance
-    out_vars: set[str]
-    out_vals: str  # name of the output's values array
-    sparse_out: bool
-    parallel_out: set[str]  # output variables a sparse output can be built in parallel over
-    entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
-    clipped: dict[str, tuple[ir.Expr, Var, ir.Expr]] = field(default_factory=dict)  # strip_mine
-    workspaces: list[ir.Array] = field(default_factory=list)
-    # The assemble pass of a sparse output stops once every appended coordinate is
-    # placed, so loops further in (over dense trailing levels, or reductions) are absent.
-    partial: bool = False
-    # Output variables of dense levels below a sparse output's last compressed level:
-    # loops over them write values at placed positions and append nothing.
-    trailing_out: set[str] = field(default_factory=set)
-
-    def find_all(self, label: str, cmd: str) -> list[tuple[list[ir.Stmt], int, ir.For]]:
-        """Every loop labelled ``label``: one, or a precompute's producer and consumer."""
-        found = []
-        for container, loop in loops(self.body):
-            if loop.label == label:
-                if isinstance(loop, ir.While):
-                    raise ScheduleError(
-                        f"{cmd}: {label} is co-iterated by a while loop over several sparse "
-                        "operands; only a for loop (a dense dimension or one driving sparse "
-                        f"operand; see pos) can be split, fused or run in parallel"
-                    )
-                found.append((container, _index(container, loop), loop))
-        if not found:
-            if self.partial:
-                raise _Absent(label)
-            raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
-        return found
-
-    def find(self, label: str, cmd: str) -> tuple[list[ir.Stmt], int, ir.For]:
-        found = self.find_all(label, cmd)
-        if len(found) > 1:
-            names = {ws.name for ws in self.workspaces}
-            if names and all(_arrays(loop) & names for _, _, loop in found):
-                raise ScheduleError(
-                    f"{cmd}: {label} is looped over by both the producer and the consumer of "
-                    f"the precompute; split the variable before the precompute instead"
-                )
-            raise ScheduleError(
-                f"{cmd}: {label} is walked by {len(found)} loops, one per case of a sum of "
-                "sparse operands (where they meet, and where only some have entries); only a "
-                "single loop can be split, fused or bounded"
-            )
-        return found[0]
-
-
-class _Absent(Exception):  # noqa: N818 - control flow, never seen by users
-    """A command's loop is not in a partial nest: the command does not apply to it."""
-
-
-def _index(container: list, item) -> int:
-    return next(k for k, s in enumerate(container) if s is item)
+from ucf.lower.nest import I64, Absent, Nest, has_load, index_of, take_entry
+from ucf.lower.parallel import parallelize
+from ucf.schedule import Command, Parallel, Split
 
 
 def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> None:
@@ -104,12 +40,12 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
             continue
         try:
             _apply_one(nest, cmd)
-        except _Absent:
+        except Absent:
             continue
     for label, par in parallel.items():
         try:
             parallelize(nest, label, par)
-        except _Absent:
+        except Absent:
             continue
     _check_vector_nesting(nest.body, parallel)
 
@@ -157,7 +93,7 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
         # Splitting a split's inner loop: its blocks must not depend on the outer one.
         _unclip(nest, loop)
     base = Var(f"{loop.var.name}_base", I64)
-    entry, k = _take_entry(nest, split.var, container, k, base)
+    entry, k = take_entry(nest, split.var, container, k, base)
     x = loop.var.name
     lo, hi = Var(f"{x}_lo", I64), Var(f"{x}_hi", I64)
     outer, inner = Var(split.outer, I64), Var(split.inner, I64)
@@ -186,18 +122,6 @@ def strip_mine(nest: Nest, split: Split, cmd: str) -> None:
     nest.clipped[split.inner] = (ir.add(base, inner), hi, chunk)
 
 
-def _take_entry(nest: Nest, label: str, container: list, k: int, start: ir.Expr):
-    """Remove the statements that set up the loop at ``container[k]`` for a range starting
-    at its ``first`` variable; return them rewritten to start at ``start``, and the loop's
-    new index."""
-    if label not in nest.entries:
-        return [], k
-    first, count = nest.entries.pop(label)
-    entry = container[k - count + 1 : k]  # the first statement declares ``first``
-    del container[k - count : k]
-    return substitute(entry, {first.name: start}), k - count
-
-
 def _unclip(nest: Nest, inner: ir.For) -> None:
     """Run a split's inner loop over the full block and guard the tail instead.
 
@@ -214,15 +138,15 @@ def _unclip(nest: Nest, inner: ir.For) -> None:
     while True:
         body = deepest.body
         nxt = body[-1] if body else None
-        prefix_ok = all(isinstance(s, ir.Decl) and not _has_load(s.init) for s in body[:-1])
-        if isinstance(nxt, ir.For) and prefix_ok and not _has_load(nxt.start, nxt.end):
+        prefix_ok = all(isinstance(s, ir.Decl) and not has_load(s.init) for s in body[:-1])
+        if isinstance(nxt, ir.For) and prefix_ok and not has_load(nxt.start, nxt.end):
             deepest = nxt
             continue
         break
     guard = ir.Cmp("<", coord, hi)  # not the coordinate's name: a load may precede its Decl
     body = deepest.body
     k = 0  # declarations that read no memory stay outside, so the guard can see them
-    while k < len(body) and isinstance(body[k], ir.Decl) and not _has_load(body[k].init):
+    while k < len(body) and isinstance(body[k], ir.Decl) and not has_load(body[k].init):
         k += 1
     deepest.body = [*body[:k], ir.If(guard, body[k:])]
 
@@ -318,7 +242,7 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
     unsafe = {
         s.var.name
         for s, guarded in prefix
-        if guarded and isinstance(s, ir.Decl) and _has_load(s.init)
+        if guarded and isinstance(s, ir.Decl) and has_load(s.init)
     }
     banned = {outer.var.name} | assigned(outer.body) | unsafe
     needed: set[str] = set()
@@ -357,7 +281,7 @@ def interchange(nest: Nest, container: list[ir.Stmt], outer: ir.For, what: str) 
     body = substitute(_spliced(outer.body, inner, {id(s) for s in hoisted}), own)
     copies = [ir.Decl(own[n], v) for n, v in rows.items()]
     new_inner = replace(inner, body=[*copies, replace(outer, body=body)])
-    k = _index(container, outer)
+    k = index_of(container, outer)
     container[k : k + 1] = [*hoisted, new_inner]
 
 
@@ -535,205 +459,3 @@ def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     n_i = ir.sub(outer.end, outer.start)
     fused = ir.For(fv, Const(0, I64), ir.mul(n_i, n_j), body, label=f)
     container[k : k + 1] = [*hoisted, ir.Decl(n_j, ir.sub(inner.end, inner.start)), fused]
-
-
-# ------------------------------------------------------------------ parallelize
-def parallelize(nest: Nest, label: str, par: Parallel) -> None:
-    cmd = f"parallelize({label}, {par})"
-    if par.unit.startswith("GPU"):
-        _mark_gpu(nest, label, par, cmd)
-        return
-    if par.unit == "CPUVector" and par.strategy == "Atomics":
-        raise ScheduleError(
-            f"{cmd}: vector lanes cannot add atomically; CPUVector takes NoRaces, IgnoreRaces "
-            "or ParallelReduction"
-        )
-    for container, k, loop in nest.find_all(label, cmd):
-        _parallelize_loop(nest, label, par, cmd, container, k, loop)
-
-
-def _parallelize_loop(
-    nest: Nest, label: str, par: Parallel, cmd: str, container: list, k: int, loop: ir.For
-) -> None:
-    origins = nest.prov.origins(label)
-    races = [v for v in origins if v not in nest.out_vars]
-    entry, k = _take_entry(nest, label, container, k, loop.var)
-    loop.body = [*entry, *loop.body]
-    free = nest.parallel_out | nest.trailing_out
-    if nest.sparse_out and (races or any(v not in free for v in origins)):
-        raise ScheduleError(
-            f"{cmd}: the sparse output is appended in order; it can be built in parallel only "
-            "over dense output levels above its single compressed level, or below its last one"
-        )
-    carried = sorted(assigned(loop.body) - declared(loop.body))
-    path = _path(nest.body, loop)
-    sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
-    accs = [v for v in carried if sums[v] is not None]
-    if races and par.strategy == "NoRaces":
-        raise ScheduleError(
-            f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
-            "output entries; NoRaces promises they never do (use Atomics, Temporary or "
-            "ParallelReduction)"
-        )
-    if accs and par.strategy == "Atomics" and par.unit == "CPUThread":
-        for v in accs:
-            _sink(*sums[v], loop)
-    elif accs and par.strategy in ("Temporary", "ParallelReduction"):
-        loop.reduction = [sums[v][1].var for v in accs]
-    elif accs:
-        raise ScheduleError(
-            f"{cmd}: iterations of {label} add into the running sum {accs[0]}; use "
-            "ParallelReduction, Temporary or Atomics"
-        )
-    private = [ws for ws in nest.workspaces if _private(nest.body, loop, ws)]
-    shared = {ws.name for ws in nest.workspaces if ws not in private}
-    if races and par.strategy == "Atomics":
-        # A loop inside a precompute's producer adds into the shared workspace as well.
-        _atomic_stores(loop.body, {nest.out_vals} | shared)
-    elif races and not accs and par.strategy in ("Temporary", "ParallelReduction"):
-        written = {s.array.name for s in statements(loop.body) if isinstance(s, ir.Store)}
-        into = [f"the workspace {w}" for w in sorted(written & shared)] or ["the output"]
-        raise ScheduleError(
-            f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
-            "sum; use Atomics"
-        )
-    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
-    if carried:
-        raise ScheduleError(
-            f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
-            "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
-            "parallelized"
-        )
-    if loop.unroll:
-        raise ScheduleError(
-            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
-            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
-            "and unroll the inner loop)"
-        )
-    loop.parallel = par.unit
-    loop.strategy = par.strategy
-    if par.unit == "CPUThread":
-        for ws in private:
-            _privatize(nest.body, loop, ws)
-        rel = nest.prov.rel.get(label)
-        if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
-            loop.schedule = ("dynamic", 1)
-
-
-def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
-    """Mark a loop for the GPU; ``ucf.lower.gpu`` checks the whole nest and maps it.
-
-    Only the CUDA target gets here (``ucf.pipeline`` refuses GPU units on the others).
-    A range's setup (a fused ``pos`` loop's search) moves into each iteration, as for
-    CPUThread, so a GPU thread that starts a range searches for it itself.
-    """
-    if nest.sparse_out:
-        raise ScheduleError(f"{cmd}: target 'cuda' computes dense outputs only")
-    for container, k, loop in nest.find_all(label, cmd):
-        entry, k = _take_entry(nest, label, container, k, loop.var)
-        loop.body = [*entry, *loop.body]
-        loop.parallel = par.unit
-        loop.strategy = par.strategy
-
-
-def _path(stmts: list[ir.Stmt], target: ir.Stmt) -> list[tuple[list[ir.Stmt], int]]:
-    """The (statement list, index) pairs that lead from ``stmts`` down to ``target``."""
-    for k, s in enumerate(stmts):
-        if s is target:
-            return [(stmts, k)]
-        for block in blocks(s):
-            below = _path(block, target)
-            if below:
-                return [(stmts, k), *below]
-    return []
-
-
-def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
-    """``(statements, declaration, store)`` when ``name`` is a running sum that ``loop``
-    feeds: declared as 0 before the statement holding the loop (directly, or through
-    the other loops of a split), stored into the output once after it, and assigned by
-    nothing else in between; else None."""
-    for container, k in reversed(path):
-        decl = next(
-            (s for s in container[:k] if isinstance(s, ir.Decl) and s.var.name == name), None
-        )
-        if decl is None:
-            continue
-        stores = [
-            s
-            for s in container[k + 1 :]
-            if isinstance(s, ir.Store)
-            and s.array.name == out_vals
-            and isinstance(s.value, Var)
-            and s.value.name == name
-        ]
-        alone = _assignments([container[k]], name) == _assignments(loop.body, name)
-        if isinstance(decl.init, Const) and len(stores) == 1 and alone:
-            return container, decl, stores[0]
-        return None
-    return None
-
-
-def _assignments(stmts: list[ir.Stmt], name: str) -> int:
-    return sum(1 for s in statements(stmts) if isinstance(s, ir.Assign) and s.var.name == name)
-
-
-def _sink(container: list[ir.Stmt], decl: ir.Decl, store: ir.Store, loop: ir.For) -> None:
-    """Give every iteration its own partial sum, added atomically into the output."""
-    container.remove(decl)
-    container.remove(store)
-    loop.body = [decl, *loop.body, replace(store, accumulate=True, atomic=True)]
-
-
-def _atomic_stores(stmts: list[ir.Stmt], arrays: set[str]) -> None:
-    for s in statements(stmts):
-        if isinstance(s, ir.Store) and s.array.name in arrays:
-            s.accumulate = True
-            s.atomic = True
-
-
-def _arrays(node) -> set[str]:
-    return {n.name for n in nodes(node) if isinstance(n, ir.Array)}
-
-
-def _private(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> bool:
-    """Whether each iteration of ``loop`` may have its own copy of workspace ``ws``: the
-    loop holds every use of it (the whole ``where``), and it is allocated at the top.
-
-    A loop inside the producer or the consumer shares the workspace with the other side,
-    so it must see the one copy.
-    """
-    at_top = any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
-    inside = _uses(loop.body, ws)
-    return at_top and inside > 0 and inside == _uses(body, ws)
-
-
-def _uses(stmts: list[ir.Stmt], ws: ir.Array) -> int:
-    """How often the statements name array ``ws``, its allocation and release aside."""
-    named = sum(1 for n in nodes(stmts) if isinstance(n, ir.Array) and n.name == ws.name)
-    held = sum(1 for s in statements(stmts) if isinstance(s, ir.Alloc | ir.Free) and s.array == ws)
-    return named - held
-
-
-def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:
-    """Move a workspace's allocation into the loop's per-thread setup."""
-    alloc = next(s for s in body if isinstance(s, ir.Alloc) and s.array == ws)
-    free = next(s for s in body if isinstance(s, ir.Free) and s.array == ws)
-    body.remove(alloc)
-    body.remove(free)
-    loop.prologue.append(alloc)
-    loop.epilogue.append(free)
-
-
-def _data_dependent(stmts: list[ir.Stmt]) -> bool:
-    """Whether the work per iteration depends on the data (inner loops over sparse levels)."""
-    for _, inner in loops(stmts):
-        if isinstance(inner, ir.While):
-            return True
-        if _has_load([inner.start, inner.end]):
-            return True
-    return False
-
-
-def _has_load(*exprs) -> bool:
-    return any(isinstance(n, ir.Load) for e in exprs for n in nodes(e))

@@ -1,0 +1,206 @@
+"""``parallelize``: CPU threads and vector lanes with their race strategies, and GPU
+units marked for ``ucf.lower.gpu``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ucf.errors import ScheduleError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import Const, Var
+from ucf.ir.walk import assigned, blocks, declared, loops, nodes, statements
+from ucf.lower.nest import Nest, has_load, take_entry
+from ucf.schedule import Parallel
+
+
+def parallelize(nest: Nest, label: str, par: Parallel) -> None:
+    cmd = f"parallelize({label}, {par})"
+    if par.unit.startswith("GPU"):
+        _mark_gpu(nest, label, par, cmd)
+        return
+    if par.unit == "CPUVector" and par.strategy == "Atomics":
+        raise ScheduleError(
+            f"{cmd}: vector lanes cannot add atomically; CPUVector takes NoRaces, IgnoreRaces "
+            "or ParallelReduction"
+        )
+    for container, k, loop in nest.find_all(label, cmd):
+        _parallelize_loop(nest, label, par, cmd, container, k, loop)
+
+
+def _parallelize_loop(
+    nest: Nest, label: str, par: Parallel, cmd: str, container: list, k: int, loop: ir.For
+) -> None:
+    origins = nest.prov.origins(label)
+    races = [v for v in origins if v not in nest.out_vars]
+    entry, k = take_entry(nest, label, container, k, loop.var)
+    loop.body = [*entry, *loop.body]
+    free = nest.parallel_out | nest.trailing_out
+    if nest.sparse_out and (races or any(v not in free for v in origins)):
+        raise ScheduleError(
+            f"{cmd}: the sparse output is appended in order; it can be built in parallel only "
+            "over dense output levels above its single compressed level, or below its last one"
+        )
+    carried = sorted(assigned(loop.body) - declared(loop.body))
+    path = _path(nest.body, loop)
+    sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
+    accs = [v for v in carried if sums[v] is not None]
+    if races and par.strategy == "NoRaces":
+        raise ScheduleError(
+            f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
+            "output entries; NoRaces promises they never do (use Atomics, Temporary or "
+            "ParallelReduction)"
+        )
+    if accs and par.strategy == "Atomics" and par.unit == "CPUThread":
+        for v in accs:
+            _sink(*sums[v], loop)
+    elif accs and par.strategy in ("Temporary", "ParallelReduction"):
+        loop.reduction = [sums[v][1].var for v in accs]
+    elif accs:
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} add into the running sum {accs[0]}; use "
+            "ParallelReduction, Temporary or Atomics"
+        )
+    private = [ws for ws in nest.workspaces if _private(nest.body, loop, ws)]
+    shared = {ws.name for ws in nest.workspaces if ws not in private}
+    if races and par.strategy == "Atomics":
+        # A loop inside a precompute's producer adds into the shared workspace as well.
+        _atomic_stores(loop.body, {nest.out_vals} | shared)
+    elif races and not accs and par.strategy in ("Temporary", "ParallelReduction"):
+        written = {s.array.name for s in statements(loop.body) if isinstance(s, ir.Store)}
+        into = [f"the workspace {w}" for w in sorted(written & shared)] or ["the output"]
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
+            "sum; use Atomics"
+        )
+    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
+    if carried:
+        raise ScheduleError(
+            f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
+            "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
+            "parallelized"
+        )
+    if loop.unroll:
+        raise ScheduleError(
+            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
+            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
+            "and unroll the inner loop)"
+        )
+    loop.parallel = par.unit
+    loop.strategy = par.strategy
+    if par.unit == "CPUThread":
+        for ws in private:
+            _privatize(nest.body, loop, ws)
+        rel = nest.prov.rel.get(label)
+        if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
+            loop.schedule = ("dynamic", 1)
+
+
+def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
+    """Mark a loop for the GPU; ``ucf.lower.gpu`` checks the whole nest and maps it.
+
+    Only the CUDA target gets here (``ucf.pipeline`` refuses GPU units on the others).
+    A range's setup (a fused ``pos`` loop's search) moves into each iteration, as for
+    CPUThread, so a GPU thread that starts a range searches for it itself.
+    """
+    if nest.sparse_out:
+        raise ScheduleError(f"{cmd}: target 'cuda' computes dense outputs only")
+    for container, k, loop in nest.find_all(label, cmd):
+        entry, k = take_entry(nest, label, container, k, loop.var)
+        loop.body = [*entry, *loop.body]
+        loop.parallel = par.unit
+        loop.strategy = par.strategy
+
+
+def _path(stmts: list[ir.Stmt], target: ir.Stmt) -> list[tuple[list[ir.Stmt], int]]:
+    """The (statement list, index) pairs that lead from ``stmts`` down to ``target``."""
+    for k, s in enumerate(stmts):
+        if s is target:
+            return [(stmts, k)]
+        for block in blocks(s):
+            below = _path(block, target)
+            if below:
+                return [(stmts, k), *below]
+    return []
+
+
+def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
+    """``(statements, declaration, store)`` when ``name`` is a running sum that ``loop``
+    feeds: declared as 0 before the statement holding the loop (directly, or through
+    the other loops of a split), stored into the output once after it, and assigned by
+    nothing else in between; else None."""
+    for container, k in reversed(path):
+        decl = next(
+            (s for s in container[:k] if isinstance(s, ir.Decl) and s.var.name == name), None
+        )
+        if decl is None:
+            continue
+        stores = [
+            s
+            for s in container[k + 1 :]
+            if isinstance(s, ir.Store)
+            and s.array.name == out_vals
+            and isinstance(s.value, Var)
+            and s.value.name == name
+        ]
+        alone = _assignments([container[k]], name) == _assignments(loop.body, name)
+        if isinstance(decl.init, Const) and len(stores) == 1 and alone:
+            return container, decl, stores[0]
+        return None
+    return None
+
+
+def _assignments(stmts: list[ir.Stmt], name: str) -> int:
+    return sum(1 for s in statements(stmts) if isinstance(s, ir.Assign) and s.var.name == name)
+
+
+def _sink(container: list[ir.Stmt], decl: ir.Decl, store: ir.Store, loop: ir.For) -> None:
+    """Give every iteration its own partial sum, added atomically into the output."""
+    container.remove(decl)
+    container.remove(store)
+    loop.body = [decl, *loop.body, replace(store, accumulate=True, atomic=True)]
+
+
+def _atomic_stores(stmts: list[ir.Stmt], arrays: set[str]) -> None:
+    for s in statements(stmts):
+        if isinstance(s, ir.Store) and s.array.name in arrays:
+            s.accumulate = True
+            s.atomic = True
+
+
+def _private(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> bool:
+    """Whether each iteration of ``loop`` may have its own copy of workspace ``ws``: the
+    loop holds every use of it (the whole ``where``), and it is allocated at the top.
+
+    A loop inside the producer or the consumer shares the workspace with the other side,
+    so it must see the one copy.
+    """
+    at_top = any(isinstance(s, ir.Alloc) and s.array == ws for s in body)
+    inside = _uses(loop.body, ws)
+    return at_top and inside > 0 and inside == _uses(body, ws)
+
+
+def _uses(stmts: list[ir.Stmt], ws: ir.Array) -> int:
+    """How often the statements name array ``ws``, its allocation and release aside."""
+    named = sum(1 for n in nodes(stmts) if isinstance(n, ir.Array) and n.name == ws.name)
+    held = sum(1 for s in statements(stmts) if isinstance(s, ir.Alloc | ir.Free) and s.array == ws)
+    return named - held
+
+
+def _privatize(body: list[ir.Stmt], loop: ir.For, ws: ir.Array) -> None:
+    """Move a workspace's allocation into the loop's per-thread setup."""
+    alloc = next(s for s in body if isinstance(s, ir.Alloc) and s.array == ws)
+    free = next(s for s in body if isinstance(s, ir.Free) and s.array == ws)
+    body.remove(alloc)
+    body.remove(free)
+    loop.prologue.append(alloc)
+    loop.epilogue.append(free)
+
+
+def _data_dependent(stmts: list[ir.Stmt]) -> bool:
+    """Whether the work per iteration depends on the data (inner loops over sparse levels)."""
+    for _, inner in loops(stmts):
+        if isinstance(inner, ir.While):
+            return True
+        if has_load([inner.start, inner.end]):
+            return True
+    return False
