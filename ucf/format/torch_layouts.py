@@ -109,7 +109,7 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     where = _describe(t)
     if t.device.type != "cpu":
         raise OperandError(f"{where} is on device {t.device}; ucf reads CPU memory: pass t.cpu()")
-    t = t.detach()
+    t = t.detach().resolve_conj().resolve_neg()
     layout = t.layout
     if layout == torch.strided:
         a = _values(torch, t, dtype, where)
@@ -231,12 +231,15 @@ def to_torch(tensor: Tensor) -> Any:
     if fmt in (CSR, CSC):
         lv = tensor.levels[1]
         build = torch.sparse_csr_tensor if fmt == CSR else torch.sparse_csc_tensor
-        return build(share(lv["pos"]), share(lv["crd"]), share(tensor.vals), size=size)
+        arrays = share(lv["pos"]), share(lv["crd"]), share(tensor.vals)
+        return build(*arrays, size=size, check_invariants=False)
     blocks = _bsr_blocks(tensor)
     if blocks is not None:
         lv = tensor.levels[1]
         vals = share(tensor.vals).reshape(-1, *blocks)
-        return torch.sparse_bsr_tensor(share(lv["pos"]), share(lv["crd"]), vals, size=size)
+        pos, crd = share(lv["pos"]), share(lv["crd"])
+        return torch.sparse_bsr_tensor(pos, crd, vals, size=size, check_invariants=False)
     coords, vals = tensor.to_coo()
     indices = torch.from_numpy(np.ascontiguousarray(coords.T))
-    return torch.sparse_coo_tensor(indices, torch.from_numpy(vals.copy()), size=size).coalesce()
+    values = torch.from_numpy(vals.copy())
+    return torch.sparse_coo_tensor(indices, values, size=size, check_invariants=False).coalesce()
