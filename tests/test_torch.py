@@ -166,6 +166,24 @@ def test_csr_with_unsorted_columns_is_repacked():
     np.testing.assert_array_equal(u.to_numpy(), ref.toarray())
 
 
+def test_bsr_with_unsorted_block_columns_is_repacked():
+    g = torch.Generator().manual_seed(23)
+    crow, col = torch.tensor([0, 2, 3]), torch.tensor([2, 0, 1])
+    blocks = torch.randint(1, 9, (3, 2, 3), generator=g).double()
+    t = torch.sparse_bsr_tensor(crow, col, blocks, size=(4, 9), check_invariants=False)
+    u = ucf.from_torch(t)
+    u.validate()
+    assert str(u.format) == FORMATS["bsr"] and not np.shares_memory(u.vals, blocks.numpy())
+    ref = sp.bsr_array((blocks.numpy(), col.numpy(), crow.numpy()), shape=(4, 9))
+    np.testing.assert_array_equal(u.to_numpy(), ref.toarray())
+
+
+def test_autograd_history_is_dropped():
+    t = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    u = ucf.from_torch(t * 2)
+    np.testing.assert_array_equal(u.to_numpy(), (t * 2).detach().numpy())
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("fmt", ["csr", "csc", "dcsr", "dense"])
 def test_any_layout_into_any_format(layout, fmt):

@@ -379,8 +379,9 @@ class Tensor:
                 f"a tensor in format '{self.format}' has no strided buffer for DLPack; "
                 "convert it to a dense format first (t.convert('dense'))"
             )
-        given = {"stream": stream, "max_version": max_version, "dl_device": dl_device}
-        given["copy"] = copy
+        # Only the keywords the consumer set: numpy before 2.1 takes ``stream`` alone,
+        # and consumers retry without ``max_version`` on the TypeError it raises.
+        given = dict(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
         return view.__dlpack__(**{k: v for k, v in given.items() if v is not None})
 
     def __dlpack_device__(self) -> tuple[int, int]:
