@@ -4,6 +4,7 @@ kernels fed torch tensors, and kernels as torch custom ops under torch.compile."
 
 from __future__ import annotations
 
+import collections
 import sys
 import warnings
 
@@ -296,12 +297,16 @@ def test_kernel_errors_name_operand_and_torch_type():
     bad = torch.zeros((3, 3), dtype=torch.complex128)
     with pytest.raises(ucf.OperandError, match=r"operand A: torch.Tensor \(strided.*complex128"):
         k(A=bad, x=np.ones(3))
-    with pytest.raises(
-        ucf.OperandError, match="operand A: unsupported type collections.OrderedDict"
-    ):
-        import collections
-
+    with pytest.raises(ucf.OperandError, match="unsupported type collections.OrderedDict"):
         k(A=collections.OrderedDict(), x=np.ones(3))
+
+    class Tensor:
+        """Another library's class that happens to share ucf's name."""
+
+    with pytest.raises(
+        ucf.OperandError, match=r"unsupported type [\w.]*test_torch\.[\w.<>]*Tensor;"
+    ):
+        k(A=Tensor(), x=np.ones(3))
 
 
 def test_without_torch_the_error_says_how_to_install(monkeypatch):

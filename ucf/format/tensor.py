@@ -131,6 +131,14 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
+def foreign_type(obj: Any) -> str:
+    """A value's type with its module (``torch.Tensor``), so a foreign class is never
+    mistaken for ucf's own of the same name."""
+    cls = type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
 def _where(fmt: Format, level: int) -> str:
     m = fmt.maps[level]
     what = f"mode {m.mode}" if m.plain else f"{m} of mode {m.mode}"
@@ -663,8 +671,6 @@ def from_dlpack(obj: Any, format: Any = None, dtype: Any = None, index_dtype: An
     The values are read through ``np.from_dlpack``; a C-contiguous array in a dense
     format with its own dtype is shared, not copied (as :func:`from_numpy` does).
     """
-    from ucf.format.torch_layouts import foreign_type
-
     if not hasattr(obj, "__dlpack__"):
         raise OperandError(f"{foreign_type(obj)} does not export DLPack (no __dlpack__ method)")
     try:
@@ -708,7 +714,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     import scipy.sparse as sp
 
     if not sp.issparse(m):
-        raise OperandError(f"expected a scipy.sparse matrix or array, got {type(m).__name__}")
+        raise OperandError(f"expected a scipy.sparse matrix or array, got {foreign_type(m)}")
     shape = _as_shape(m.shape)
     if dtype is None:
         dt = value_dtype(m.dtype)
@@ -828,7 +834,7 @@ def as_tensor(
         raise
     who = f"operand {name}" if name else "operand"
     raise OperandError(
-        f"{who}: unsupported type {torch_layouts.foreign_type(obj)}; expected a ucf Tensor, "
+        f"{who}: unsupported type {foreign_type(obj)}; expected a ucf Tensor, "
         "numpy array, scalar, scipy.sparse matrix, torch tensor or DLPack array"
     )
 

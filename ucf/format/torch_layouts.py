@@ -23,6 +23,7 @@ from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.tensor import (
     Tensor,
+    foreign_type,
     from_compressed,
     from_coo,
     from_numpy,
@@ -44,14 +45,6 @@ def need_torch(feature: str = "this") -> Any:
             "(or pip install torch)"
         ) from None
     return torch
-
-
-def foreign_type(obj: Any) -> str:
-    """A value's type with its module (``torch.Tensor``), so a foreign class is never
-    mistaken for ucf's own of the same name."""
-    cls = type(obj)
-    module = cls.__module__
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
 def is_torch(obj: Any) -> bool:
