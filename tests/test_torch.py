@@ -366,6 +366,8 @@ def test_custom_op_refuses_what_it_cannot_shape():
         ucf.torch.op(SPMV, formats={"y": "C"})
     with pytest.raises(ucf.UnsupportedError, match="output index i \\+ 1"):
         ucf.torch.op("y(i+1) = x(i)")
+    with pytest.raises(ucf.OperandError, match="formats names B, which"):
+        ucf.torch.op(SPMV, formats={"B": "csr"})
     with pytest.raises(ucf.UnsupportedError, match="'\\+='"):
         ucf.torch.op("y(i) += x(i)")
     ucf.torch.op(SPMV, name="ucf_test_spmv")

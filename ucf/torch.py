@@ -58,6 +58,12 @@ def op(
             "neither read nor accumulated into ('+=')"
         )
     fmts = {k: str(v) for k, v in (formats or {}).items()}
+    unknown = sorted(set(fmts) - {out, *operands})
+    if unknown:
+        raise OperandError(
+            f"formats names {', '.join(unknown)}, which statement '{stmt}' does not use "
+            f"(tensors: {', '.join([out, *operands])})"
+        )
     if out in fmts and not parse_format(fmts[out], order=len(statement.lhs.indices)).is_dense:
         raise UnsupportedError(
             f"output {out} has the sparse format '{fmts[out]}'; a torch op returns a dense "
