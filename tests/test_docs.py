@@ -7,6 +7,7 @@ test, so the docs cannot drift from the code.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def test_snippets_run(page, tmp_path, monkeypatch):
     code = "".join(code for _, code in snippets(page))
     if not HAVE_CC and ("emulate=True" in code or 'target="c"' in code):
         pytest.skip("the page's snippets need a C compiler")
+    if "import torch" in code and importlib.util.find_spec("torch") is None:
+        pytest.skip("the page's snippets need PyTorch (pip install '.[torch]')")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"snippets_{page.stem}"}
     for line, code in snippets(page):

@@ -12,8 +12,10 @@ from ucf._version import __version__
 from ucf.errors import (
     CompileError,
     ConversionWarning,
+    DLPackError,
     FormatError,
     InternalError,
+    MissingDependencyError,
     OperandError,
     ParseError,
     ScheduleError,
@@ -26,7 +28,8 @@ from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import Kernel
 from ucf.format.format import Format, parse_format
 from ucf.format.io import read, write
-from ucf.format.tensor import Tensor, from_coo, from_numpy, from_scipy
+from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy, from_scipy
+from ucf.format.torch_layouts import from_torch
 from ucf.schedule import Schedule
 
 __all__ = [
@@ -34,8 +37,10 @@ __all__ = [
     "CacheWarning",
     "CompileError",
     "ConversionWarning",
+    "DLPackError",
     "FormatError",
     "InternalError",
+    "MissingDependencyError",
     "Format",
     "Kernel",
     "OperandError",
@@ -49,13 +54,24 @@ __all__ = [
     "compile",
     "einsum",
     "from_coo",
+    "from_dlpack",
     "from_numpy",
     "from_scipy",
+    "from_torch",
     "parse_format",
     "set_num_threads",
     "read",
     "write",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``ucf.torch`` on first use, so ``import ucf`` stays free of the torch op machinery."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("ucf.torch")
+    raise AttributeError(f"module 'ucf' has no attribute {name!r}")
 
 
 def set_num_threads(n: int) -> None:

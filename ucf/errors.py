@@ -55,6 +55,16 @@ class UnsupportedError(UcfError):
     """A well-formed request that this version of ucf cannot compile yet."""
 
 
+class MissingDependencyError(UcfError, ImportError):
+    """An optional dependency (torch, pycuda, ...) that a requested feature needs is not
+    installed; the message gives the pip command that brings it."""
+
+
+class DLPackError(FormatError, BufferError):
+    """A tensor that cannot be shared through DLPack (only dense storage can). Also a
+    ``BufferError``, which is what the DLPack protocol says exporters raise."""
+
+
 class CompileError(UcfError):
     """The backend compiler (cc, llvm, nvcc) rejected generated code."""
 

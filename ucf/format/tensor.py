@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, OperandError, ShapeError, boundary
+from ucf.errors import (
+    DLPackError,
+    FormatError,
+    OperandError,
+    ShapeError,
+    UnsupportedError,
+    boundary,
+)
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import Checking, Packing, checks
 
@@ -122,6 +129,14 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
             raise ShapeError(f"dimension {m} of shape {dims!r} is not a non-negative integer")
         out.append(int(d))
     return tuple(out)
+
+
+def foreign_type(obj: Any) -> str:
+    """A value's type with its module (``torch.Tensor``), so a foreign class is never
+    mistaken for ucf's own of the same name."""
+    cls = type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
 def _where(fmt: Format, level: int) -> str:
@@ -354,6 +369,39 @@ class Tensor:
             )
         a = self.to_numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Share a dense tensor's values through DLPack (``torch.from_dlpack(t)``,
+        ``np.from_dlpack(t)``); other formats raise :class:`DLPackError`, since DLPack
+        describes strided arrays only."""
+        view = self._dense_view()
+        if view is None:
+            raise DLPackError(
+                f"a tensor in format '{self.format}' has no strided buffer for DLPack; "
+                "convert it to a dense format first (t.convert('dense'))"
+            )
+        # Only the keywords the consumer set: numpy before 2.1 takes ``stream`` alone,
+        # and consumers retry without ``max_version`` on the TypeError it raises.
+        given = dict(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        return view.__dlpack__(**{k: v for k, v in given.items() if v is not None})
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Always the CPU (DLPack's device type 1, device 0): ucf keeps tensors in host memory."""
+        return (1, 0)
+
+    def to_torch(self) -> Any:
+        """The torch tensor of the matching layout, sharing buffers where it can; see
+        :func:`ucf.format.torch_layouts.to_torch`."""
+        from ucf.format.torch_layouts import to_torch
+
+        return to_torch(self)
 
     def to_scipy(self, matrix: bool = False) -> Any:
         """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows.
@@ -623,6 +671,22 @@ def from_numpy(
 
 
 @boundary
+def from_dlpack(obj: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None) -> Tensor:
+    """Pack a dense array from any DLPack exporter on the CPU (torch, numpy, JAX, ...).
+
+    The values are read through ``np.from_dlpack``; a C-contiguous array in a dense
+    format with its own dtype is shared, not copied (as :func:`from_numpy` does).
+    """
+    if not hasattr(obj, "__dlpack__"):
+        raise OperandError(f"{foreign_type(obj)} does not export DLPack (no __dlpack__ method)")
+    try:
+        a = np.from_dlpack(obj)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise OperandError(f"{foreign_type(obj)} cannot be read through DLPack: {e}") from None
+    return from_numpy(a, format, dtype, np.int32 if index_dtype is None else index_dtype)
+
+
+@boundary
 def zeros(
     shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
 ) -> Tensor:
@@ -664,7 +728,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     import scipy.sparse as sp
 
     if not sp.issparse(m):
-        raise OperandError(f"expected a scipy.sparse matrix or array, got {type(m).__name__}")
+        raise OperandError(f"expected a scipy.sparse matrix or array, got {foreign_type(m)}")
     shape = _as_shape(m.shape)
     if dtype is None:
         dt = value_dtype(m.dtype)
@@ -682,56 +746,73 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         if shared is not None:
             return shared
     if kind in ("csr", "csc") and len(shape) == 2:
-        indptr, indices, data = m.indptr, m.indices, m.data
-        major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
         where = f"scipy {kind} input"
-        if not (isinstance(indptr, np.ndarray) and indptr.ndim == 1):
+        if not (isinstance(m.indptr, np.ndarray) and m.indptr.ndim == 1):
             raise FormatError(f"{where}: indptr is not a 1-D array")
-        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
-            raise FormatError(f"{where}: indptr/indices must be integer arrays")
-        nnz = checks.positions(f"{where} (indptr)", indptr, major)
-        if len(indices) < nnz or len(data) < nnz:
-            raise FormatError(
-                f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-                f"{len(data)} entries"
-            )
-        indices, data = indices[:nnz], data[:nnz]
-        checks.in_range(where, indices, minor, what="index")
-        idt = (
-            _scipy_index_dtype(indptr, indices)
-            if index_dtype is None
-            else index_dtype_of(index_dtype)
+        return from_compressed(
+            where, kind, shape, m.indptr, m.indices, m.data, fmt, dt, index_dtype
         )
-        same = checks.same_segment(indptr, nnz)
-        canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
-        if canonical and fmt == (CSR if kind == "csr" else CSC):
-            if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
-                raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
-            levels = [
-                {},
-                {
-                    "pos": np.ascontiguousarray(indptr, dtype=idt),
-                    "crd": np.ascontiguousarray(indices, dtype=idt),
-                },
-            ]
-            vals = np.ascontiguousarray(data, dtype=dt)
-            return Tensor(shape, fmt, levels, vals, idt, check=False)
-        majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
-        mins = indices.astype(np.int64)
-        coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
-        vals = data.astype(dt)
-    else:
-        idt = index_dtype_of(index_dtype)
-        try:
-            c = m.tocoo()
-        except (ValueError, IndexError, TypeError) as e:
-            raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
-        coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
-        coords = coords.reshape(-1, len(shape))
-        for mode, d in enumerate(shape):
-            checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
-        vals = np.asarray(c.data).astype(dt)
-    return _pack(shape, fmt, fmt.level_coords(coords), vals, idt)
+    try:
+        c = m.tocoo()
+    except (ValueError, IndexError, TypeError) as e:
+        raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
+    coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
+    coords = coords.reshape(-1, len(shape))
+    for mode, d in enumerate(shape):
+        checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
+    vals = np.asarray(c.data).astype(dt)
+    return _pack(shape, fmt, fmt.level_coords(coords), vals, index_dtype_of(index_dtype))
+
+
+def from_compressed(
+    where: str,
+    kind: str,
+    shape: tuple[int, int],
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    fmt: Format,
+    dt: np.dtype,
+    index_dtype: Any,
+) -> Tensor:
+    """Pack a matrix given as ``kind`` ('csr' or 'csc') arrays, as scipy and torch hold it.
+
+    Canonical input (indices sorted and unique within each row or column) packed in
+    its own format with matching dtypes keeps the three arrays as the tensor's;
+    anything else is repacked from coordinates on fresh arrays. The index dtype
+    defaults to that of the input. ``where`` names the input in errors.
+    """
+    major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
+    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise FormatError(f"{where}: indptr/indices must be integer arrays")
+    nnz = checks.positions(f"{where} (indptr)", indptr, major)
+    if len(indices) < nnz or len(data) < nnz:
+        raise FormatError(
+            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+            f"{len(data)} entries"
+        )
+    indices, data = indices[:nnz], data[:nnz]
+    checks.in_range(where, indices, minor, what="index")
+    idt = (
+        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    )
+    same = checks.same_segment(indptr, nnz)
+    canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
+    if canonical and fmt == (CSR if kind == "csr" else CSC):
+        if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
+            raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
+        levels = [
+            {},
+            {
+                "pos": np.ascontiguousarray(indptr, dtype=idt),
+                "crd": np.ascontiguousarray(indices, dtype=idt),
+            },
+        ]
+        return Tensor(shape, fmt, levels, np.ascontiguousarray(data, dtype=dt), idt, check=False)
+    majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
+    mins = indices.astype(np.int64)
+    coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
+    return _pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
 
 
 def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:
@@ -784,6 +865,8 @@ def as_tensor(
 
     Errors name the operand because the caller passes many of them at once.
     """
+    from ucf.format import torch_layouts
+
     try:
         if isinstance(obj, Tensor):
             return obj.convert(format, index_dtype, dtype)
@@ -796,14 +879,18 @@ def as_tensor(
             except ValueError as e:
                 raise OperandError(f"cannot make an array: {e}") from None
             return from_numpy(a, format, dtype, index_dtype_of(index_dtype))
-    except (OperandError, FormatError, ShapeError) as e:
+        if torch_layouts.is_torch(obj):
+            return torch_layouts.from_torch(obj, format, dtype, index_dtype)
+        if hasattr(obj, "__dlpack__"):
+            return from_dlpack(obj, format, dtype, index_dtype)
+    except (OperandError, FormatError, ShapeError, UnsupportedError) as e:
         if name and f"operand {name}" not in str(e):
             raise type(e)(f"operand {name}: {e}") from None
         raise
     who = f"operand {name}" if name else "operand"
     raise OperandError(
-        f"{who}: unsupported type {type(obj).__name__}; expected a ucf Tensor, numpy array, "
-        "scalar or scipy.sparse matrix"
+        f"{who}: unsupported type {foreign_type(obj)}; expected a ucf Tensor, "
+        "numpy array, scalar, scipy.sparse matrix, torch tensor or DLPack array"
     )
 
 
