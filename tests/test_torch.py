@@ -373,3 +373,16 @@ def test_custom_op_refuses_what_it_cannot_shape():
     ucf.torch.op(SPMV, name="ucf_test_spmv")
     with pytest.raises(ucf.OperandError, match="already registered as ucf::ucf_test_spmv"):
         ucf.torch.op("y(i) = A(i,j) * x(j) * 2", name="ucf_test_spmv")
+
+
+def test_a_bsr_operand_is_read_in_place_by_a_blocked_kernel():
+    rng = torch.Generator().manual_seed(21)
+    dense = torch.rand(8, 12, dtype=torch.float64, generator=rng)
+    dense[dense < 0.5] = 0
+    A = dense.to_sparse_bsr((4, 3))
+    x = torch.rand(12, dtype=torch.float64, generator=rng)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "bcsr(4,3)"}, index_dtype="int64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ucf.ConversionWarning)
+        got = k(A=A, x=x).to_torch()
+    assert torch.allclose(got, dense @ x)
