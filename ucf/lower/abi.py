@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ucf.format.format import Format
-from ucf.ir.nodes import I64, Array, Param, Var
+from ucf.ir.nodes import I64, Array, Const, Expr, Param, Var
 from ucf.lower.state import (
     SlotParams,
 )
@@ -12,8 +12,14 @@ from ucf.lower.state import (
 class ParamsMixin:
     """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
 
-    def _slot_params(self, name: str, fmt: Format, order: int, output: bool = False) -> SlotParams:
-        dims = [Var(f"{name}_dim{m}", I64) for m in range(order)]
+    def _slot_params(
+        self, name: str, fmt: Format, order: int, output: bool = False, fixed=()
+    ) -> SlotParams:
+        """``fixed`` gives the modes whose size is known when compiling (a block's)."""
+        dims: list[Expr] = [
+            Const(fixed[m], I64) if fixed and fixed[m] else Var(f"{name}_dim{m}", I64)
+            for m in range(order)
+        ]
         levels = []
         for lvl, kind in enumerate(fmt.levels):
             levels.append({a: Array(f"{name}{lvl}_{a}", self.it, output) for a in kind.arrays})
@@ -68,8 +74,14 @@ class ParamsMixin:
     def _storage_params(self, slot: str, sp: SlotParams, output: bool) -> list[Param]:
         who = "output" if output else "operand"
         params = [
-            Param(d.name, I64, False, role=("dim", slot, m), doc=f"{who} {slot}: size of mode {m}")
-            for m, d in enumerate(sp.dims)
+            Param(
+                f"{slot}_dim{m}",
+                I64,
+                False,
+                role=("dim", slot, m),
+                doc=f"{who} {slot}: size of mode {m}",
+            )
+            for m in range(len(sp.dims))
         ]
         for lvl, arrays in enumerate(sp.levels):
             for key, arr in arrays.items():

@@ -118,7 +118,7 @@ class Lowerer(
             slot = cin.slots[n]
             if slot.name not in self.slot_params:
                 self.slot_params[slot.name] = self._slot_params(
-                    slot.name, slot.format, len(a.indices)
+                    slot.name, slot.format, len(a.indices), fixed=self._fixed_modes(a)
                 )
             seen[a.tensor] = seen.get(a.tensor, 0) + 1
             label = a.tensor if counts[a.tensor] == 1 else f"{a.tensor}{seen[a.tensor]}"
@@ -131,7 +131,9 @@ class Lowerer(
         self.out_vars = [i.single_variable for i in out.indices]
         self.out_level_vars = [out.indices[m].single_variable for m in self.out_fmt.mode_order]
         self.sparse_out = not self.out_fmt.is_dense
-        self.out_params = self._slot_params(out.tensor, self.out_fmt, len(out.indices), output=True)
+        self.out_params = self._slot_params(
+            out.tensor, self.out_fmt, len(out.indices), output=True, fixed=self._fixed_modes(out)
+        )
         self.counters = [Var(f"{out.tensor}{lvl}_size", I64) for lvl in range(self.out_fmt.order)]
         sparse_levels = [k for k, lvl in enumerate(self.out_fmt.levels) if not lvl.full]
         self.last_appended = max(sparse_levels, default=-1)
@@ -151,6 +153,11 @@ class Lowerer(
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
+
+    def _fixed_modes(self, a) -> tuple[int, ...]:
+        """Each mode's size when an index variable of fixed extent indexes it alone, else 0."""
+        fixed = self.cin.fixed
+        return tuple(fixed.get(idx.single_variable, 0) for idx in a.indices)
 
     @staticmethod
     def _interleaved(applied: Applied) -> bool:
@@ -190,7 +197,7 @@ class Lowerer(
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
             dims = zip(self.out_params.dims, self.out_vars, strict=True)
-            body = [ir.Decl(d, self.extents[v]) for d, v in dims]
+            body = [ir.Decl(d, self.extents[v]) for d, v in dims if isinstance(d, Var)]
             body += self._function_body()
             body += [
                 ir.Store(self._counts_array(), Const(lvl, I64), c)
