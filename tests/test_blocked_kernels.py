@@ -16,8 +16,6 @@ import ucf
 from ucf.errors import ConversionWarning, UnsupportedError
 from ucf.format.format import parse_format
 
-TARGETS_EMU = [*TARGETS, "cuda"]
-
 
 def compile_for(target, expr, formats, **kw):
     if target == "cuda":
@@ -59,7 +57,7 @@ def block_of(fmt: str) -> tuple[int, int]:
     return sizes.get(0, 1), sizes.get(1, 1)
 
 
-@pytest.mark.parametrize("target", TARGETS_EMU)
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(("fmt", "shape"), CASES, ids=IDS)
 def test_spmv_and_its_transpose(target, fmt, shape):
     rng = np.random.default_rng(1)
@@ -72,7 +70,7 @@ def test_spmv_and_its_transpose(target, fmt, shape):
     np.testing.assert_allclose(kt(A=At, z=z).to_numpy(), A.T @ z)
 
 
-@pytest.mark.parametrize("target", TARGETS_EMU)
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(("fmt", "shape"), CASES, ids=IDS)
 def test_spmm(target, fmt, shape):
     rng = np.random.default_rng(2)
@@ -121,6 +119,19 @@ def test_spmm_with_a_sparse_right_operand_and_a_sparse_output(target, B_format):
     got = k(A=ucf.from_numpy(A, format="bcsr(4,2)"), B=ucf.from_numpy(B, format=B_format))
     got.validate()
     np.testing.assert_allclose(got.to_numpy(), A @ B)
+
+
+@pytest.mark.parametrize(("fmt", "shape"), [CASES[1], CASES[5]], ids=[IDS[1], IDS[5]])
+def test_emulated_cuda(fmt, shape):
+    """The CUDA kernel of a blocked SpMV and SpMM, run by the CPU emulator."""
+    rng = np.random.default_rng(13)
+    A = blocky(rng, shape, block_of(fmt))
+    x, B = rand_dense(rng, shape[1]), rand_dense(rng, (shape[1], 3))
+    At = ucf.from_numpy(A, format=fmt)
+    k = compile_for("cuda", "y(i) = A(i,k)*x(k)", {"A": fmt})
+    np.testing.assert_allclose(k(A=At, x=x).to_numpy(), A @ x)
+    k = compile_for("cuda", "C(i,j) = A(i,k)*B(k,j)", {"A": fmt})
+    np.testing.assert_allclose(k(A=At, B=B).to_numpy(), A @ B)
 
 
 @pytest.mark.parametrize("target", TARGETS)
