@@ -53,7 +53,8 @@ _C_RESERVED = {
 _BIN = {"+": "+", "-": "-", "*": "*", "/": "/", "%": "%", "<<": "<<", ">>": ">>", "&": "&"}
 
 
-#: The version of the exported calling convention (docs/abi.md).
+#: The version of the exported calling convention (docs/abi.md); runtime/ucf.h
+#: says the same as UCF_ABI_VERSION_MAJOR.
 ABI_VERSION = 2
 
 
@@ -77,7 +78,9 @@ def signature(fn: ir.Function, restrict: str = "restrict") -> str:
     return f"{static}void {fn.name}({', '.join(args)})"
 
 
-def header(fns: list[ir.Function], guard: str, title: str) -> str:
+def header(fns: list[ir.Function], guard: str, title: str, extra: str = "") -> str:
+    """The exported functions' prototypes with their arguments documented; ``extra``
+    (already commented declarations, such as the ``_check`` function) goes after them."""
     lines = [
         f"/* {title}",
         " *",
@@ -99,19 +102,11 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",
-        "#include <stdint.h>",
+        '#include "ucf.h"',
         "",
-        "/* The version of this calling convention (docs/abi.md); it changes only when",
-        " * a kernel built from the same statement, formats and schedule would need",
-        " * different arguments. */",
+        "/* The version of this calling convention (docs/abi.md), UCF_ABI_VERSION_MAJOR",
+        " * of the ucf.h it was written with. */",
         f"#define {guard[:-2]}_ABI_VERSION {ABI_VERSION}",
-        "#ifndef UCF_RESTRICT",
-        "#ifdef __cplusplus",
-        "#define UCF_RESTRICT __restrict",
-        "#else",
-        "#define UCF_RESTRICT restrict",
-        "#endif",
-        "#endif",
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
@@ -129,6 +124,8 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         lines.append(" */")
         lines.append(signature(fn, "UCF_RESTRICT") + ";")
         lines.append("")
+    if extra:
+        lines.append(extra)
     lines += ["#ifdef __cplusplus", "}", "#endif", f"#endif /* {guard} */"]
     return "\n".join(lines) + "\n"
 
