@@ -96,7 +96,8 @@ int main(void) {
     double* sv = (double*)calloc((size_t)(counts[1] > 0 ? counts[1] : 1), sizeof(double));
     add(ni, nj, a0, a1, ap, ac, av, b0, b1, bp, bc0, bc1, bv, ni, nj, sp, sc, sv, counts);
     for (int64_t i = 0; i < ni; i++)
-      for (int32_t q = sp[i]; q < sp[i + 1]; q++) printf("%lld %d %.17g\n", (long long)i, sc[q], sv[q]);
+      for (int32_t q = sp[i]; q < sp[i + 1]; q++)
+        printf("%lld %d %.17g\n", (long long)i, sc[q], sv[q]);
     free(sp); free(sc); free(sv);
   }
   free(ap); free(ac); free(av); free(bp); free(bc0); free(bc1); free(bv);
