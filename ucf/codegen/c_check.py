@@ -125,7 +125,11 @@ def _levels(slot: str, tensor: str, fmt: Format, by_role: dict) -> list[str]:
             lines.append(f"    parents = (int64_t){pos}[parents];")
         elif kind.branchless and kind.arrays == ("crd",):
             crd = by_role[("crd", slot, lvl)]
-            lines += _in_range(where, crd, "parents", dim)
+            lines += [
+                "    for (int64_t q = 0; q < parents; q++) {",
+                *_in_range(where, crd, dim, depth=3),
+                "    }",
+            ]
             run.append((lvl, crd))
             if kind.ordered and fmt.run_end(run[0][0]) == lvl + 1:
                 lines += _run(tensor, run, run_pos, run_parents, fmt.unique(lvl))
@@ -151,13 +155,7 @@ def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique:
             depth=3,
         ),
         f"      for (int64_t q = {pos}[p]; q < {pos}[p + 1]; q++) {{",
-        *_fail_if(
-            f"{crd}[q] < 0 || {crd}[q] >= {dim}",
-            "UCF_ERR_CRD_RANGE",
-            f"{where}: crd[%lld] = %lld is outside [0, %lld)",
-            ["q", f"{crd}[q]", dim],
-            depth=4,
-        ),
+        *_in_range(where, crd, dim, depth=4),
     ]
     if ordered:
         prev = f"q > {pos}[p] && "
@@ -180,18 +178,15 @@ def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique:
     return [*lines, "      }", "    }"]
 
 
-def _in_range(where: str, crd: str, count: str, dim: str) -> list[str]:
-    return [
-        f"    for (int64_t q = 0; q < {count}; q++) {{",
-        *_fail_if(
-            f"{crd}[q] < 0 || {crd}[q] >= {dim}",
-            "UCF_ERR_CRD_RANGE",
-            f"{where}: crd[%lld] = %lld is outside [0, %lld)",
-            ["q", f"{crd}[q]", dim],
-            depth=3,
-        ),
-        "    }",
-    ]
+def _in_range(where: str, crd: str, dim: str, depth: int) -> list[str]:
+    """Fail unless coordinate ``crd[q]`` lies in [0, dim)."""
+    return _fail_if(
+        f"{crd}[q] < 0 || {crd}[q] >= {dim}",
+        "UCF_ERR_CRD_RANGE",
+        f"{where}: crd[%lld] = %lld is outside [0, %lld)",
+        ["q", f"{crd}[q]", dim],
+        depth=depth,
+    )
 
 
 def _run(tensor: str, run: list[tuple[int, str]], pos: str, parents: str, unique: bool):
