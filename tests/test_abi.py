@@ -112,8 +112,8 @@ def checker(tmp_path_factory):
     k = ucf.compile(
         "S(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "coo", "S": "csr"}, target="c"
     )
-    files = k.save(d / "add")
-    assert [f.name for f in files] == ["add.c", "add.h", "ucf.h"]
+    assert [f.name for f in k.save(d / "add")] == ["add.c", "add.h"]
+    assert (d / "ucf.h").exists()
     (d / "main.c").write_text(CHECK_DRIVER)
     return _build(d, ["main.c", "add.c"], "main")
 

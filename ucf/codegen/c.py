@@ -6,6 +6,8 @@ The output is meant to be read and kept: one function per LLIR function,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import IR_TO_C
 
@@ -138,18 +140,43 @@ def source(fns: list[ir.Function]) -> str:
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
-        out += _Emitter().block(fn.body, 1)
+        out += _Emitter(prune=True).block(fn.body, 1)
         out.append("}")
         out.append("")
     return "\n".join(out)
 
 
 class _Emitter:
-    def block(self, stmts: list[ir.Stmt], depth: int) -> list[str]:
+    def __init__(self, prune: bool = False):
+        self.prune = prune
+
+    def block(self, stmts: list[ir.Stmt], depth: int, tail: list[ir.Stmt] = ()) -> list[str]:
+        """``tail``: statements after the block that its declarations reach too."""
+        skip = self._unread(stmts, tail) if self.prune else set()
         lines: list[str] = []
-        for s in stmts:
-            lines += self.stmt(s, depth)
+        for k, s in enumerate(stmts):
+            if k not in skip:
+                lines += self.stmt(s, depth)
         return lines
+
+    @staticmethod
+    def _unread(stmts: list[ir.Stmt], tail) -> set[int]:
+        """Declarations no later statement in their scope reads or assigns: lowering
+        may leave a coordinate it did not need, and C compilers warn about those
+        (which -Wall -Werror turns into a failed build). Their inits are pure."""
+        from ucf.ir.walk import assigned, reads
+
+        live = assigned(list(tail))
+        reads(list(tail), live)
+        unread = set()
+        for k in range(len(stmts) - 1, -1, -1):
+            s = stmts[k]
+            if isinstance(s, ir.Decl) and s.var.name not in live:
+                unread.add(k)
+                continue
+            reads(s, live)
+            live |= assigned([s])
+        return unread
 
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = "  " * depth
@@ -212,7 +239,7 @@ class _Emitter:
         return [
             f'{pad}UCF_OMP("omp parallel")',
             f"{pad}{{",
-            *self.block(s.prologue, depth + 1),
+            *self.block(s.prologue, depth + 1, [replace(s, prologue=[])]),
             f'{pad}  UCF_OMP("omp for {sched}{reduction}")',
             *self.loop_lines(s, depth + 1),
             *self.block(s.epilogue, depth + 1),

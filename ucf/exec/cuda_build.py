@@ -198,10 +198,10 @@ class Device:
                 drv.memcpy_dtoh(a, d)
 
 
-def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, ...]:
+def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, Path]:
     """Write ``prefix.cu`` and ``prefix.h`` with the launcher called ``name`` (and the
     device kernels ``name_k0``, ...), and copy the runtime headers the ``.cu`` needs
-    beside them; the paths written."""
+    beside them; the paths of the .cu and the .h."""
     from ucf.codegen.cuda import header, named, source
     from ucf.exec.export import copy_runtime
 
@@ -211,4 +211,5 @@ def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, ...]:
     cu = prefix.with_suffix(".cu")
     h.write_text(header(module, f"UCF_{name.upper()}_H", title))
     cu.write_text(f'#include "{h.name}"\n' + source(module, title))
-    return (cu, h, *copy_runtime(prefix.parent, ("ucf_cuda.cuh", "ucf_cuda_emu.h")))
+    copy_runtime(prefix.parent, ("ucf_cuda.cuh", "ucf_cuda_emu.h"))
+    return cu, h

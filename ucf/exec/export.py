@@ -29,8 +29,9 @@ def copy_runtime(directory: Path, names: tuple[str, ...] = ("ucf.h",)) -> list[P
 
 
 def save_c(plan: Plan, prefix: Path, name: str, abi: str, lib: str | None) -> tuple[Path, ...]:
-    """``prefix.c`` and ``prefix.h`` (and ``ucf.h``, and a library when ``lib`` names
-    one) in ucf's convention, with a ``NAME_check`` function, or in TACO's."""
+    """Write ``prefix.c`` and ``prefix.h`` in ucf's convention, with a ``NAME_check``
+    function, or in TACO's, and copy ``ucf.h`` beside them; build a library when
+    ``lib`` names one. Returns the paths of the .c, the .h and the library."""
     if abi not in ABIS:
         raise UcfError(f"unknown ABI '{abi}'; choose one of {', '.join(ABIS)}")
     compute = plan.compute.name
@@ -60,9 +61,9 @@ def save_c(plan: Plan, prefix: Path, name: str, abi: str, lib: str | None) -> tu
         check = c_check.definition(name, params, plan.statement, slots)
         h.write_text(cgen.header(fns, guard, title, c_check.declaration(name, params)))
         csrc.write_text(f'#include "{h.name}"\n' + cgen.source([*plan.helpers, *fns]) + check)
-    files = (csrc, h, *copy_runtime(prefix.parent))
+    copy_runtime(prefix.parent)
     if lib is None:
-        return files
+        return csrc, h
     from ucf.exec import cc
 
-    return (*files, cc.build_library(csrc, prefix.parent / name, lib))
+    return csrc, h, cc.build_library(csrc, prefix.parent / name, lib)

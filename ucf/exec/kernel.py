@@ -192,8 +192,9 @@ class Kernel:
         lib: str | None = None,
         abi: str = "ucf",
     ) -> tuple[Path, ...]:
-        """Write ``prefix.c``, ``prefix.h`` and ``ucf.h``: standalone, the header
-        documents the ABI (docs/abi.md); returns the paths written.
+        """Write ``prefix.c`` and ``prefix.h``, and copy ``ucf.h`` beside them:
+        standalone, the header documents the ABI (docs/abi.md). Returns the
+        paths of the .c and .h files (and of the library, with ``lib``).
 
         The exported functions are called ``name``, ``name_assemble`` and
         ``name_check`` (``name`` defaults to the prefix's file name made a C
