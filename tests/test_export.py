@@ -166,3 +166,14 @@ def test_cli_names_and_builds(tmp_path, capsys):
     assert (tmp_path / "libspmv.a").exists() and "void spmv(" in (tmp_path / "k.h").read_text()
     assert main(["compile", "y(i) = A(i,j) * x(j)", "--lib", "static"]) == 1
     assert "add -o PREFIX" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dcsr"])
+def test_sparse_output_kernels_compile_warning_free(tmp_path, fmt):
+    """Lowering may declare a coordinate it never reads; the C printer leaves it out,
+    so exported sparse additions build under -Wall -Werror."""
+    k = ucf.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": fmt, "B": "coo", "C": fmt})
+    c, _ = k.save(tmp_path / "add")
+    cmd = [CC, "-std=c99", "-Wall", "-Werror", "-fopenmp", "-c", str(c), "-o", "add.o"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
