@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.cli import main
-from ucf.exec.cuda_build import EMULATION_FLAGS, nvcc_check, nvcc_path
+from ucf.exec.cuda_build import EMULATION_FLAGS, NVCC_FLAGS, nvcc_check, nvcc_path
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
@@ -559,11 +559,24 @@ def test_save_writes_a_standalone_cu(tmp_path):
     k = ucf.compile(SPMM, formats={"A": "csr"}, schedule=eb_seg(8), target="cuda")
     cu, h = k.save(tmp_path / "spmm")
     assert cu.suffix == ".cu" and h.suffix == ".h"
-    assert "int kernel_launch(" in h.read_text()
+    assert "int spmm(" in h.read_text() and "spmm_k0" in cu.read_text()
     assert (tmp_path / "ucf_cuda.cuh").exists() and (tmp_path / "ucf_cuda_emu.h").exists()
     cmd = ["g++", *EMULATION_FLAGS, "-Wall", "-Werror", "-x", "c++", "-c", "-o", "spmm.o"]
     proc = subprocess.run([*cmd, str(cu)], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@needs_nvcc
+def test_saved_cu_files_compile_with_nvcc_together(tmp_path):
+    """Two kernels exported under their own names compile with nvcc (-c, no GPU
+    needed) in one translation unit, so none of their symbols clash."""
+    ucf.compile(SPMM, formats={"A": "csr"}, target="cuda").save(tmp_path / "spmm")
+    ucf.compile(SPMV, formats={"A": "csr"}, target="cuda").save(tmp_path / "mv", name="spmv")
+    (tmp_path / "both.cu").write_text('#include "spmm.cu"\n#include "mv.cu"\n')
+    cmd = [nvcc_path(), "-c", "-arch=sm_80", *NVCC_FLAGS, "both.cu", "-o", "both.o"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "int spmv(" in (tmp_path / "mv.h").read_text()
 
 
 def test_cli_runs_emulated_cuda(tmp_path, capsys):

@@ -109,7 +109,7 @@ def test_the_headers_are_cpp_and_link_from_cpp(exported):
 @pytest.mark.parametrize("kind", ["static", "shared"])
 def test_libraries(tmp_path, kind):
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, target="c")
-    _, header, lib = k.save(tmp_path / "spmv", lib=kind)
+    _, _, lib = k.save(tmp_path / "spmv", lib=kind)
     assert lib.name == f"libspmv.{'a' if kind == 'static' else 'so'}" and lib.exists()
     k2 = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, target="c")
     k2.save(tmp_path / "spmm", name="matmul", lib=kind)
@@ -132,6 +132,7 @@ def test_libraries(tmp_path, kind):
 def test_header_declares_the_abi_version_and_cpp_linkage(tmp_path):
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     _, h = k.save(tmp_path / "my-kernel.v2")
+    assert (tmp_path / "ucf.h").exists() and '#include "ucf.h"' in h.read_text()
     text = h.read_text()
     assert "#define UCF_MY_KERNEL_V2_ABI_VERSION 2" in text
     assert 'extern "C" {' in text and "void my_kernel_v2(" in text
@@ -165,3 +166,14 @@ def test_cli_names_and_builds(tmp_path, capsys):
     assert (tmp_path / "libspmv.a").exists() and "void spmv(" in (tmp_path / "k.h").read_text()
     assert main(["compile", "y(i) = A(i,j) * x(j)", "--lib", "static"]) == 1
     assert "add -o PREFIX" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dcsr"])
+def test_sparse_output_kernels_compile_warning_free(tmp_path, fmt):
+    """Lowering may declare a coordinate it never reads; the C printer leaves it out,
+    so exported sparse additions build under -Wall -Werror."""
+    k = ucf.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": fmt, "B": "coo", "C": fmt})
+    c, _ = k.save(tmp_path / "add")
+    cmd = [CC, "-std=c99", "-Wall", "-Werror", "-fopenmp", "-c", str(c), "-o", "add.o"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

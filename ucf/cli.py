@@ -88,11 +88,15 @@ examples:
   ucf compile "C(i,k) = A(i,j) * B(j,k)" -f A:csr --print source
   ucf compile "S(i,j) = A(i,j) + B(i,j)" -f A:csr -f B:csr -f S:csr -o build/add
   ucf compile "y(i) = A(i,j) * x(j)" -f A:csr -o build/spmv --lib static
+  ucf compile "y(i) = A(i,j) * x(j)" -f A:csr -o build/taco_spmv --abi taco
 
 With no --print the concrete index notation (CIN) is printed.  -o PREFIX
 writes PREFIX.c and PREFIX.h, a standalone kernel whose header documents the
-calling convention (docs/abi.md); its functions are named after PREFIX (or
---name), and the header compiles as C and C++.
+calling convention (docs/abi.md), and ucf.h (ABI version, error codes); its
+functions are named after PREFIX (or --name), NAME_check validates a caller's
+arrays, and the headers compile as C and C++.  --abi taco writes TACO's
+compute/assemble on taco_tensor_t instead.  --target cuda writes PREFIX.cu,
+PREFIX.h and the runtime headers the .cu includes.
 
 A variable only on the right-hand side is summed over the smallest operand of
 + or - (or the whole right-hand side) holding all its occurrences, as in TACO:
@@ -182,7 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_kernel_options(pc)
     pc.add_argument(
-        "-o", "--output", dest="prefix", metavar="PREFIX", help="write PREFIX.c and PREFIX.h"
+        "-o",
+        "--output",
+        dest="prefix",
+        metavar="PREFIX",
+        help="write PREFIX.c and PREFIX.h (PREFIX.cu for --target cuda) and ucf.h beside them",
     )
     pc.add_argument(
         "--name",
@@ -193,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--lib",
         choices=("static", "shared"),
         help="with -o, also build libNAME.a or libNAME.so with the system C compiler",
+    )
+    pc.add_argument(
+        "--abi",
+        choices=("ucf", "taco"),
+        default="ucf",
+        help="with -o, the calling convention: ucf (NAME, NAME_assemble, NAME_check; the "
+        "default) or taco (int compute(taco_tensor_t* out, ...) and assemble, as TACO "
+        "generates them; docs/abi.md)",
     )
     pc.add_argument(
         "--print",
@@ -314,10 +330,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     elif show == "source":
         print(k.source)
     if args.prefix is not None:
-        for path in k.save(args.prefix, name=args.name, lib=args.lib):
+        for path in k.save(args.prefix, name=args.name, lib=args.lib, abi=args.abi):
             print(f"wrote {path}")
-    elif args.name or args.lib:
-        raise _UserError("--name and --lib name and build the files -o writes; add -o PREFIX")
+    elif args.name or args.lib or args.abi != "ucf":
+        raise _UserError(
+            "--name, --lib and --abi name and build the files -o writes; add -o PREFIX"
+        )
     return 0
 
 

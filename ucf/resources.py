@@ -13,6 +13,10 @@ _REPO = Path(__file__).resolve().parent.parent
 
 
 def _package_dir(package: str, fallback: str) -> Path:
+    """A source checkout reads its own folders (an editable install of another
+    checkout, a git worktree's main one say, would map the packages there)."""
+    if (_REPO / "pyproject.toml").is_file() and (_REPO / fallback).is_dir():
+        return _REPO / fallback
     spec = importlib.util.find_spec(package)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))

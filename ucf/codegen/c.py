@@ -6,6 +6,8 @@ The output is meant to be read and kept: one function per LLIR function,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import IR_TO_C
 
@@ -53,7 +55,8 @@ _C_RESERVED = {
 _BIN = {"+": "+", "-": "-", "*": "*", "/": "/", "%": "%", "<<": "<<", ">>": ">>", "&": "&"}
 
 
-#: The version of the exported calling convention (docs/abi.md).
+#: The version of the exported calling convention (docs/abi.md); runtime/ucf.h
+#: says the same as UCF_ABI_VERSION_MAJOR.
 ABI_VERSION = 2
 
 
@@ -77,7 +80,9 @@ def signature(fn: ir.Function, restrict: str = "restrict") -> str:
     return f"{static}void {fn.name}({', '.join(args)})"
 
 
-def header(fns: list[ir.Function], guard: str, title: str) -> str:
+def header(fns: list[ir.Function], guard: str, title: str, extra: str = "") -> str:
+    """The exported functions' prototypes with their arguments documented; ``extra``
+    (already commented declarations, such as the ``_check`` function) goes after them."""
     lines = [
         f"/* {title}",
         " *",
@@ -99,19 +104,11 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",
-        "#include <stdint.h>",
+        '#include "ucf.h"',
         "",
-        "/* The version of this calling convention (docs/abi.md); it changes only when",
-        " * a kernel built from the same statement, formats and schedule would need",
-        " * different arguments. */",
+        "/* The version of this calling convention (docs/abi.md), UCF_ABI_VERSION_MAJOR",
+        " * of the ucf.h it was written with. */",
         f"#define {guard[:-2]}_ABI_VERSION {ABI_VERSION}",
-        "#ifndef UCF_RESTRICT",
-        "#ifdef __cplusplus",
-        "#define UCF_RESTRICT __restrict",
-        "#else",
-        "#define UCF_RESTRICT restrict",
-        "#endif",
-        "#endif",
         "#ifdef __cplusplus",
         'extern "C" {',
         "#endif",
@@ -129,6 +126,8 @@ def header(fns: list[ir.Function], guard: str, title: str) -> str:
         lines.append(" */")
         lines.append(signature(fn, "UCF_RESTRICT") + ";")
         lines.append("")
+    if extra:
+        lines.append(extra)
     lines += ["#ifdef __cplusplus", "}", "#endif", f"#endif /* {guard} */"]
     return "\n".join(lines) + "\n"
 
@@ -141,18 +140,43 @@ def source(fns: list[ir.Function]) -> str:
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
-        out += _Emitter().block(fn.body, 1)
+        out += _Emitter(prune=True).block(fn.body, 1)
         out.append("}")
         out.append("")
     return "\n".join(out)
 
 
 class _Emitter:
-    def block(self, stmts: list[ir.Stmt], depth: int) -> list[str]:
+    def __init__(self, prune: bool = False):
+        self.prune = prune
+
+    def block(self, stmts: list[ir.Stmt], depth: int, tail: list[ir.Stmt] = ()) -> list[str]:
+        """``tail``: statements after the block that its declarations reach too."""
+        skip = self._unread(stmts, tail) if self.prune else set()
         lines: list[str] = []
-        for s in stmts:
-            lines += self.stmt(s, depth)
+        for k, s in enumerate(stmts):
+            if k not in skip:
+                lines += self.stmt(s, depth)
         return lines
+
+    @staticmethod
+    def _unread(stmts: list[ir.Stmt], tail) -> set[int]:
+        """Declarations no later statement in their scope reads or assigns: lowering
+        may leave a coordinate it did not need, and C compilers warn about those
+        (which -Wall -Werror turns into a failed build). Their inits are pure."""
+        from ucf.ir.walk import assigned, reads
+
+        live = assigned(list(tail))
+        reads(list(tail), live)
+        unread = set()
+        for k in range(len(stmts) - 1, -1, -1):
+            s = stmts[k]
+            if isinstance(s, ir.Decl) and s.var.name not in live:
+                unread.add(k)
+                continue
+            reads(s, live)
+            live |= assigned([s])
+        return unread
 
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = "  " * depth
@@ -215,7 +239,7 @@ class _Emitter:
         return [
             f'{pad}UCF_OMP("omp parallel")',
             f"{pad}{{",
-            *self.block(s.prologue, depth + 1),
+            *self.block(s.prologue, depth + 1, [replace(s, prologue=[])]),
             f'{pad}  UCF_OMP("omp for {sched}{reduction}")',
             *self.loop_lines(s, depth + 1),
             *self.block(s.epilogue, depth + 1),

@@ -25,7 +25,7 @@ from ucf.codegen import c as cgen
 from ucf.ir import nodes as ir
 from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import IR_TO_C
-from ucf.ir.walk import substitute
+from ucf.ir.walk import substitute, with_blocks
 
 #: Names C++ or CUDA reserve beyond C's (the C printer already avoids C's).
 _CXX_RESERVED = {
@@ -146,6 +146,24 @@ def _param(p: ir.Param, restrict: bool = False) -> str:
     const = "" if p.output else "const "
     qualifier = " __restrict__" if restrict else ""
     return f"{const}{ctype}*{qualifier} {cgen.c_name(p.name)}"
+
+
+def named(module: Module, name: str) -> Module:
+    """The module with its launcher called ``name`` and its device kernels ``name_k0``,
+    ...: exported files of several kernels then link into one program."""
+    old = module.host.name.removesuffix("_launch")
+    renames = {k.name: name + k.name.removeprefix(old) for k in module.kernels}
+
+    def rename(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out = []
+        for s in stmts:
+            s = replace(s, kernel=renames[s.kernel]) if isinstance(s, Launch) else s
+            out.append(with_blocks(s, rename))
+        return out
+
+    kernels = [replace(k, name=renames[k.name]) for k in module.kernels]
+    host = replace(module.host, name=name, body=rename(module.host.body))
+    return Module(kernels, host, module.notes)
 
 
 def _launches(stmts):

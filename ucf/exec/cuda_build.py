@@ -198,14 +198,18 @@ class Device:
                 drv.memcpy_dtoh(a, d)
 
 
-def save_cuda(module, source: str, prefix: Path, guard: str, title: str) -> tuple[Path, Path]:
-    """Write ``prefix.cu`` and ``prefix.h``, and copy the runtime headers the ``.cu`` needs."""
-    from ucf.codegen.cuda import header
+def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, Path]:
+    """Write ``prefix.cu`` and ``prefix.h`` with the launcher called ``name`` (and the
+    device kernels ``name_k0``, ...), and copy the runtime headers the ``.cu`` needs
+    beside them; the paths of the .cu and the .h."""
+    from ucf.codegen.cuda import header, named, source
+    from ucf.exec.export import copy_runtime
 
+    module = named(plan.cuda_module, name)
+    title = str(plan.statement)
     h = prefix.with_suffix(".h")
     cu = prefix.with_suffix(".cu")
-    h.write_text(header(module, guard, title))
-    cu.write_text(f'#include "{h.name}"\n' + source)
-    for name in ("ucf_cuda.cuh", "ucf_cuda_emu.h"):
-        shutil.copyfile(runtime_dir() / name, prefix.parent / name)
+    h.write_text(header(module, f"UCF_{name.upper()}_H", title))
+    cu.write_text(f'#include "{h.name}"\n' + source(module, title))
+    copy_runtime(prefix.parent, ("ucf_cuda.cuh", "ucf_cuda_emu.h"))
     return cu, h

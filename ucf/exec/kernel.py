@@ -10,7 +10,6 @@ import ctypes
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import numpy as np
 from ucf import pipeline
 from ucf._version import __version__
 from ucf.cin.extents import infer as infer_extents
-from ucf.codegen import c as cgen
 from ucf.errors import (
     ConversionWarning,
     OperandError,
@@ -188,39 +186,36 @@ class Kernel:
 
     @boundary
     def save(
-        self, prefix: str | Path, name: str | None = None, lib: str | None = None
+        self,
+        prefix: str | Path,
+        name: str | None = None,
+        lib: str | None = None,
+        abi: str = "ucf",
     ) -> tuple[Path, ...]:
-        """Write ``prefix.c`` and ``prefix.h``: standalone, the header documents the ABI.
+        """Write ``prefix.c`` and ``prefix.h``, and copy ``ucf.h`` beside them:
+        standalone, the header documents the ABI (docs/abi.md). Returns the
+        paths of the .c and .h files (and of the library, with ``lib``).
 
-        The exported functions are called ``name`` and ``name_assemble``
-        (``name`` defaults to the prefix's file name made a C identifier), so
-        several kernels link into one program. ``lib`` "static" or "shared" also
-        builds ``libNAME.a`` or ``libNAME.so`` beside them with the system C
-        compiler (``UCF_CC``). Target cuda writes ``prefix.cu`` instead, and
-        copies the runtime headers it includes next to it."""
+        The exported functions are called ``name``, ``name_assemble`` and
+        ``name_check`` (``name`` defaults to the prefix's file name made a C
+        identifier), so several kernels link into one program. ``lib`` "static"
+        or "shared" also builds ``libNAME.a`` or ``libNAME.so`` beside them with
+        the system C compiler (``UCF_CC``). ``abi="taco"`` writes the kernel
+        behind TACO's ``compute``/``assemble`` on ``taco_tensor_t`` instead.
+        Target cuda writes ``prefix.cu`` instead of ``prefix.c``, and copies the
+        runtime headers it includes next to it."""
         prefix = Path(prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
         name = export_name(name or prefix.name)
-        guard = f"UCF_{name.upper()}_H"
-        h = prefix.with_suffix(".h")
         if self.target == "cuda":
             from ucf.exec.cuda_build import save_cuda
 
-            plan = self._plan
-            return save_cuda(plan.cuda_module, plan.cuda_source, prefix, guard, str(plan.statement))
-        renamed = {
-            f.name: replace(f, name=name + f.name.removeprefix(self._plan.compute.name))
-            for f in self.llir
-        }
-        fns = list(renamed.values())
-        csrc = prefix.with_suffix(".c")
-        h.write_text(cgen.header(fns, guard, str(self._plan.statement)))
-        csrc.write_text(f'#include "{h.name}"\n' + cgen.source([*self._plan.helpers, *fns]))
-        if lib is None:
-            return csrc, h
-        from ucf.exec import cc
+            if abi != "ucf" or lib is not None:
+                raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
+            return save_cuda(self._plan, prefix, name)
+        from ucf.exec.export import save_c
 
-        return csrc, h, cc.build_library(csrc, prefix.parent / name, lib)
+        return save_c(self._plan, prefix, name, abi, lib)
 
     # --------------------------------------------------------------- calling
     @boundary

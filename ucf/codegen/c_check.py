@@ -1,0 +1,232 @@
+"""``<name>_check``: the C function that validates a caller's operand arrays.
+
+Kernels trust their inputs: an unsorted ``crd`` makes a merge skip entries and
+a coordinate out of range writes out of bounds, without a word. Python
+callers get ``ucf.Tensor``'s checks; C callers get this function, generated
+for each exported kernel from its operands' formats. It takes the kernel's
+own leading arguments (the extents and the operands), so checking is one
+more call with the same arguments, and returns one of ucf.h's error codes.
+
+Levels are told apart by their properties (full, branchless, ordered) and
+arrays, never by kind, as everywhere in the compiler.
+"""
+
+from __future__ import annotations
+
+from ucf.codegen.c import c_name
+from ucf.errors import UcfError
+from ucf.format.format import Format
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import IR_TO_C
+from ucf.lang.ast import Statement, accesses
+
+
+def check_params(fn: ir.Function, output: str) -> list[ir.Param]:
+    """The compute function's arguments up to the output: extents and operands."""
+    return [
+        p
+        for p in fn.params
+        if p.role[0] == "extent" or (p.role[0] != "counts" and p.role[1] != output)
+    ]
+
+
+def prototype(name: str, params: list[ir.Param]) -> str:
+    args = []
+    for p in params:
+        ctype = IR_TO_C[p.type]
+        args.append(
+            f"const {ctype}* {c_name(p.name)}" if p.is_array else f"{ctype} {c_name(p.name)}"
+        )
+    return f"int {name}_check({', '.join([*args, 'char* msg', 'size_t msg_size'])})"
+
+
+def declaration(name: str, params: list[ir.Param]) -> str:
+    return "\n".join(
+        [
+            f"/* Optional: validates the arguments {name} would get, up to the output: each",
+            " * operand's sizes against the extents, and its index arrays against its format",
+            " * (pos from 0 and non-decreasing; crd in range, sorted and unique within each",
+            " * segment of a compressed level). Returns UCF_OK (0) or a UCF_ERR_* code of",
+            " * ucf.h, and writes a message into msg (msg_size bytes, NUL-terminated) when",
+            " * msg is not NULL. Reads pos[0..parents] and crd[0..pos[parents]-1] only. */",
+            prototype(name, params) + ";",
+            "",
+        ]
+    )
+
+
+def definition(
+    name: str, params: list[ir.Param], stmt: Statement, formats: dict[str, tuple[str, Format]]
+) -> str:
+    """The function's C text; ``formats`` maps each operand storage (a parameter prefix)
+    to its tensor and format."""
+    by_role = {p.role: c_name(p.name) for p in params}
+    lines = [
+        "#include <stdio.h>",
+        prototype(name, params) + " {",
+        *[f"  (void){c_name(p.name)};" for p in params if p.role[0] == "vals"],
+    ]
+    for p in params:
+        if p.role[0] == "extent":
+            var = p.role[1]
+            lines += _fail_if(
+                f"{c_name(p.name)} < 0",
+                "UCF_ERR_DIM",
+                f"extent of index variable {var} is %lld",
+                [c_name(p.name)],
+                depth=1,
+            )
+    for slot, (tensor, fmt) in formats.items():
+        for a in accesses(stmt.rhs):
+            if a.tensor != tensor:
+                continue
+            for m, idx in enumerate(a.indices):
+                var = idx.single_variable
+                if var is None or ("extent", var) not in by_role:
+                    continue
+                dim, ext = by_role[("dim", slot, m)], by_role[("extent", var)]
+                lines += _fail_if(
+                    f"{dim} != {ext}",
+                    "UCF_ERR_DIM",
+                    f"operand {tensor}: mode {m} has size %lld but index variable {var} "
+                    "has extent %lld",
+                    [dim, ext],
+                    depth=1,
+                )
+        if not fmt.is_dense:  # dense storage has no arrays to check
+            lines += _levels(slot, tensor, fmt, by_role)
+    lines += ["  return UCF_OK;", "}", ""]
+    return "\n".join(lines)
+
+
+def _levels(slot: str, tensor: str, fmt: Format, by_role: dict) -> list[str]:
+    """Walk the levels outer to inner, with ``parents`` the positions of the level above."""
+    lines = ["  {", "    int64_t parents = 1;"]
+    run: list[tuple[int, str]] = []  # (level, crd) of a non-unique level and its singletons
+    run_pos, run_parents = "", ""
+    for lvl, (kind, m) in enumerate(zip(fmt.levels, fmt.maps, strict=True)):
+        where = f"operand {tensor}: level {lvl}"
+        dim = f"{slot}_d{lvl}"
+        size = by_role[("dim", slot, m.mode)]
+        if m.mod:
+            size = str(m.mod)
+        elif m.div != 1:
+            size = f"({size} + {m.div - 1}) / {m.div}"
+        lines.append(f"    const int64_t {dim} = {size};")
+        if kind.full:
+            lines.append(f"    parents *= {dim};")
+        elif "pos" in kind.arrays and "crd" in kind.arrays:
+            pos, crd = by_role[("pos", slot, lvl)], by_role[("crd", slot, lvl)]
+            unique = fmt.unique(lvl)
+            lines += _compressed(where, pos, crd, dim, kind.ordered, unique)
+            if not unique:
+                run, run_pos, run_parents = [(lvl, crd)], pos, f"{slot}_p{lvl}"
+                lines.append(f"    const int64_t {run_parents} = parents;")
+            lines.append(f"    parents = (int64_t){pos}[parents];")
+        elif kind.branchless and kind.arrays == ("crd",):
+            crd = by_role[("crd", slot, lvl)]
+            lines += [
+                "    for (int64_t q = 0; q < parents; q++) {",
+                *_in_range(where, crd, dim, depth=3),
+                "    }",
+            ]
+            run.append((lvl, crd))
+            if kind.ordered and fmt.run_end(run[0][0]) == lvl + 1:
+                lines += _run(tensor, run, run_pos, run_parents, fmt.unique(lvl))
+        else:
+            raise UcfError(
+                f"operand {tensor}: a {kind.name} level has no C check yet; export without "
+                "it is not possible"
+            )
+    return [*lines, "    (void)parents;", "  }"]
+
+
+def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique: bool):
+    lines = _fail_if(
+        f"{pos}[0] != 0", "UCF_ERR_POS", f"{where}: pos[0] is %lld, not 0", [f"{pos}[0]"]
+    )
+    lines += [
+        "    for (int64_t p = 0; p < parents; p++) {",
+        *_fail_if(
+            f"{pos}[p + 1] < {pos}[p]",
+            "UCF_ERR_POS",
+            f"{where}: pos decreases at %lld (%lld after %lld)",
+            ["p + 1", f"{pos}[p + 1]", f"{pos}[p]"],
+            depth=3,
+        ),
+        f"      for (int64_t q = {pos}[p]; q < {pos}[p + 1]; q++) {{",
+        *_in_range(where, crd, dim, depth=4),
+    ]
+    if ordered:
+        prev = f"q > {pos}[p] && "
+        if unique:
+            lines += _fail_if(
+                f"{prev}{crd}[q] == {crd}[q - 1]",
+                "UCF_ERR_CRD_DUPLICATE",
+                f"{where}: coordinate %lld repeats at position %lld in the segment of parent %lld",
+                [f"{crd}[q]", "q", "p"],
+                depth=4,
+            )
+        lines += _fail_if(
+            f"{prev}{crd}[q] < {crd}[q - 1]",
+            "UCF_ERR_CRD_ORDER",
+            f"{where}: crd not sorted in the segment of parent %lld: %lld after %lld at "
+            "position %lld",
+            ["p", f"{crd}[q]", f"{crd}[q - 1]", "q"],
+            depth=4,
+        )
+    return [*lines, "      }", "    }"]
+
+
+def _in_range(where: str, crd: str, dim: str, depth: int) -> list[str]:
+    """Fail unless coordinate ``crd[q]`` lies in [0, dim)."""
+    return _fail_if(
+        f"{crd}[q] < 0 || {crd}[q] >= {dim}",
+        "UCF_ERR_CRD_RANGE",
+        f"{where}: crd[%lld] = %lld is outside [0, %lld)",
+        ["q", f"{crd}[q]", dim],
+        depth=depth,
+    )
+
+
+def _run(tensor: str, run: list[tuple[int, str]], pos: str, parents: str, unique: bool):
+    """A non-unique compressed level and the singletons below it (COO) share positions:
+    within each segment of the compressed level, the coordinate tuples must increase."""
+    levels = f"levels {run[0][0]}-{run[-1][0]}"
+    compare = [
+        f"        if (c == 0) c = ({crd}[q] > {crd}[q - 1]) - ({crd}[q] < {crd}[q - 1]);"
+        for _, crd in run
+    ]
+    lines = [
+        f"    for (int64_t p = 0; p < {parents}; p++) {{",
+        f"      for (int64_t q = {pos}[p] + 1; q < {pos}[p + 1]; q++) {{",
+        "        int c = 0;",
+        *compare,
+        *_fail_if(
+            "c < 0",
+            "UCF_ERR_CRD_ORDER",
+            f"operand {tensor}: {levels}: coordinates not sorted at position %lld",
+            ["q"],
+            depth=4,
+        ),
+    ]
+    if unique:
+        lines += _fail_if(
+            "c == 0",
+            "UCF_ERR_CRD_DUPLICATE",
+            f"operand {tensor}: {levels}: coordinates repeat at position %lld",
+            ["q"],
+            depth=4,
+        )
+    return [*lines, "      }", "    }"]
+
+
+def _fail_if(cond: str, code: str, text: str, values: list[str], depth: int = 2) -> list[str]:
+    pad = "  " * depth
+    args = "".join(f", (long long)({v})" for v in values)
+    return [
+        f"{pad}if ({cond}) {{",
+        f'{pad}  if (msg != NULL && msg_size > 0) snprintf(msg, msg_size, "{text}"{args});',
+        f"{pad}  return {code};",
+        f"{pad}}}",
+    ]
