@@ -131,7 +131,9 @@ def test_libraries(tmp_path, kind):
 
 def test_header_declares_the_abi_version_and_cpp_linkage(tmp_path):
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
-    _, h = k.save(tmp_path / "my-kernel.v2")
+    c, h = k.save(tmp_path / "my-kernel.v2")
+    assert (c.name, h.name) == ("my-kernel.v2.c", "my-kernel.v2.h")  # the dot is kept
+    assert k.save(tmp_path / "spmv.c")[0].name == "spmv.c"  # a .c given is not doubled
     assert (tmp_path / "ucf.h").exists() and '#include "ucf.h"' in h.read_text()
     text = h.read_text()
     assert "#define UCF_MY_KERNEL_V2_ABI_VERSION 2" in text

@@ -203,12 +203,11 @@ def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, Path]:
     device kernels ``name_k0``, ...), and copy the runtime headers the ``.cu`` needs
     beside them; the paths of the .cu and the .h."""
     from ucf.codegen.cuda import header, named, source
-    from ucf.exec.export import copy_runtime
+    from ucf.exec.export import beside, copy_runtime
 
     module = named(plan.cuda_module, name)
     title = str(plan.statement)
-    h = prefix.with_suffix(".h")
-    cu = prefix.with_suffix(".cu")
+    h, cu = beside(prefix, ".h"), beside(prefix, ".cu")
     h.write_text(header(module, f"UCF_{name.upper()}_H", title))
     cu.write_text(f'#include "{h.name}"\n' + source(module, title))
     copy_runtime(prefix.parent, ("ucf_cuda.cuh", "ucf_cuda_emu.h"))

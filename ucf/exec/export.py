@@ -20,6 +20,14 @@ from ucf.resources import runtime_dir
 ABIS = ("ucf", "taco")
 
 
+def beside(prefix: Path, suffix: str) -> Path:
+    """``prefix`` with ``suffix`` added: dots in the name stay (``kernel.v2`` gives
+    ``kernel.v2.c``), and a ``.c``, ``.h`` or ``.cu`` the user already gave is replaced."""
+    if prefix.suffix in (".c", ".h", ".cu"):
+        prefix = prefix.with_suffix("")
+    return prefix.parent / f"{prefix.name}{suffix}"
+
+
 def copy_runtime(directory: Path, names: tuple[str, ...] = ("ucf.h",)) -> list[Path]:
     """Copy shipped runtime headers into ``directory``; their new paths."""
     paths = [directory / n for n in names]
@@ -43,7 +51,7 @@ def save_c(plan: Plan, prefix: Path, name: str, abi: str, lib: str | None) -> tu
     slots = {s.name: (s.tensor, s.format) for s in plan.cin.slots.values()}
     guard = f"UCF_{name.upper()}_H"
     title = str(plan.statement)
-    h, csrc = prefix.with_suffix(".h"), prefix.with_suffix(".c")
+    h, csrc = beside(prefix, ".h"), beside(prefix, ".c")
     if abi == "taco":
         if plan.computed_format != plan.output_format:
             raise UcfError(

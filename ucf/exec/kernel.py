@@ -27,6 +27,7 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import blocked, cache
+from ucf.exec.export import beside, save_c
 from ucf.exec.jit import openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor, as_tensor, check_lossless, value_dtype
@@ -206,15 +207,13 @@ class Kernel:
         runtime headers it includes next to it."""
         prefix = Path(prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        name = export_name(name or prefix.name)
+        name = export_name(name or beside(prefix, "").name)
         if self.target == "cuda":
             from ucf.exec.cuda_build import save_cuda
 
             if abi != "ucf" or lib is not None:
                 raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
             return save_cuda(self._plan, prefix, name)
-        from ucf.exec.export import save_c
-
         return save_c(self._plan, prefix, name, abi, lib)
 
     # --------------------------------------------------------------- calling
