@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from conftest import TARGETS, rand_dense, stored_coords
 
 import ucf
-from ucf.errors import ConversionWarning, UnsupportedError
+from ucf.errors import ConversionWarning, ScheduleError, UnsupportedError
 from ucf.format.format import parse_format
 
 
@@ -211,6 +211,22 @@ def test_a_non_canonical_bsr_is_repacked():
     t = ucf.from_scipy(A)
     t.validate()
     np.testing.assert_allclose(t.to_numpy(), A.toarray())
+
+
+def test_a_schedule_names_the_split_loops():
+    rng = np.random.default_rng(14)
+    A = blocky(rng, (8, 8), (2, 2))
+    x = rand_dense(rng, 8)
+    k = ucf.compile(
+        "y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,2)"}, schedule="split(i_blk,i0,i1,2)"
+    )
+    np.testing.assert_allclose(k(A=ucf.from_numpy(A, format="bcsr(2,2)"), x=x).to_numpy(), A @ x)
+    with pytest.raises(ScheduleError, match="its loops are i_blk .* and i_in"):
+        ucf.compile(
+            "y(i) = A(i,k)*x(k)",
+            formats={"A": "bcsr(2,2)"},
+            schedule="parallelize(i,CPUThread,NoRaces)",
+        )
 
 
 def test_the_cin_names_the_split():

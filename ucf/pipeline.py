@@ -93,6 +93,8 @@ def plan(
     if blocking is not None:
         stmt, fmts = blocking.statement, dict(blocking.formats)
     commands = parse_schedule(schedule) if schedule else []
+    if blocking is not None:
+        blocking.check_schedule(commands)
     requested = fmts.pop(out)
     # Levels that cannot be written as outputs (singleton) are computed in the kind they
     # name (compressed), and the result is converted after.
