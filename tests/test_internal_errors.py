@@ -48,7 +48,7 @@ def test_a_bug_while_calling_names_the_statement(monkeypatch):
 
 
 def test_a_bug_in_packing_is_internal(monkeypatch):
-    monkeypatch.setattr(tensor, "_pack", boom)
+    monkeypatch.setattr(tensor, "pack", boom)
     with pytest.raises(ucf.InternalError, match="from_numpy.*format='csr'"):
         ucf.from_numpy(np.eye(3), format="csr")
 

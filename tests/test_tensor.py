@@ -11,7 +11,9 @@ import scipy.sparse as sp
 
 from ucf.errors import FormatError, OperandError, ShapeError, UcfError
 from ucf.format.format import parse_format
-from ucf.format.tensor import Tensor, as_tensor, from_coo, from_numpy, from_scipy, zeros
+from ucf.format.interop import as_tensor
+from ucf.format.scipy_layouts import from_scipy
+from ucf.format.tensor import Tensor, from_coo, from_numpy, zeros
 
 VALUE_DTYPES = [np.float64, np.float32, np.int64, np.int32]
 

@@ -28,7 +28,8 @@ from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import Kernel
 from ucf.format.format import Format, parse_format
 from ucf.format.io import read, write
-from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy, from_scipy
+from ucf.format.scipy_layouts import from_scipy
+from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
 from ucf.format.torch_layouts import from_torch
 from ucf.schedule import Schedule
 
@@ -119,7 +120,7 @@ def einsum(
     """
     import numpy as np
 
-    from ucf.format.tensor import as_tensor
+    from ucf.format.interop import as_tensor
     from ucf.lang import subscripts
     from ucf.lang.ast import accesses
     from ucf.lang.parser import parse_statement

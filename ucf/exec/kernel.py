@@ -30,7 +30,8 @@ from ucf.exec import blocked, cache
 from ucf.exec.export import beside, save_c
 from ucf.exec.jit import openmp_runtime
 from ucf.format.format import dense_format
-from ucf.format.tensor import Tensor, as_tensor, check_lossless, value_dtype
+from ucf.format.interop import as_tensor
+from ucf.format.tensor import Tensor, check_lossless, value_dtype
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan

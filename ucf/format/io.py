@@ -17,7 +17,9 @@ from typing import IO, Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, ShapeError, UcfError, boundary
-from ucf.format.tensor import Tensor, as_tensor, from_coo, from_numpy, from_scipy
+from ucf.format.interop import as_tensor
+from ucf.format.scipy_layouts import from_scipy
+from ucf.format.tensor import Tensor, from_coo, from_numpy
 
 SUFFIXES = (".mtx", ".tns", ".npy", ".npz")
 

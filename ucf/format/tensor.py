@@ -33,7 +33,6 @@ from ucf.errors import (
     FormatError,
     OperandError,
     ShapeError,
-    UnsupportedError,
     boundary,
 )
 from ucf.format.format import CSC, CSR, Format, parse_format
@@ -107,7 +106,7 @@ def index_dtype_of(dtype: Any) -> np.dtype:
     return dt
 
 
-def _reject_nonnumeric(dt: np.dtype, name: str = "") -> None:
+def reject_nonnumeric(dt: np.dtype, name: str = "") -> None:
     """Refuse casts that would silently lose information (complex, strings, objects)."""
     if dt.kind not in "biuf":
         who = f"operand {name}: " if name else ""
@@ -116,7 +115,7 @@ def _reject_nonnumeric(dt: np.dtype, name: str = "") -> None:
         )
 
 
-def _as_shape(shape: Any) -> tuple[int, ...]:
+def as_shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
     try:
@@ -176,7 +175,7 @@ class Tensor:
         index_dtype: Any = None,
         check: bool = True,
     ) -> None:
-        self.shape = _as_shape(shape)
+        self.shape = as_shape(shape)
         self.format = parse_format(format, order=len(self.shape))
         self.levels = [dict(lv) if isinstance(lv, dict) else lv for lv in levels]
         self.vals = vals if isinstance(vals, np.ndarray) else np.asarray(vals)
@@ -305,6 +304,8 @@ class Tensor:
     def from_scipy(
         cls, m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None
     ) -> Tensor:
+        from ucf.format.scipy_layouts import from_scipy
+
         return from_scipy(m, format, dtype, index_dtype)
 
     @classmethod
@@ -404,33 +405,11 @@ class Tensor:
         return to_torch(self)
 
     def to_scipy(self, matrix: bool = False) -> Any:
-        """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows.
+        """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows;
+        see :func:`ucf.format.scipy_layouts.to_scipy`."""
+        from ucf.format.scipy_layouts import to_scipy
 
-        CSR and CSC tensors map onto scipy's own layout directly; scipy may
-        still copy int64 indices it decides to narrow.
-        """
-        import scipy.sparse as sp
-
-        if self.order != 2:
-            raise FormatError(
-                f"only order-2 tensors convert to scipy.sparse; this tensor has order {self.order}"
-            )
-        fmt = self.format
-        csr = sp.csr_matrix if matrix else sp.csr_array
-        csc = sp.csc_matrix if matrix else sp.csc_array
-        if fmt in (CSR, CSC):
-            build = csr if fmt == CSR else csc
-            lv = self.levels[1]
-            return build((self.vals, lv["crd"], lv["pos"]), shape=self.shape, copy=False)
-        block = _bcsr_blocks(fmt)
-        if block is not None and all(n % b == 0 for n, b in zip(self.shape, block, strict=True)):
-            bsr = sp.bsr_matrix if matrix else sp.bsr_array
-            lv = self.levels[1]
-            data = self.vals.reshape(-1, *block)
-            return bsr((data, lv["crd"], lv["pos"]), shape=self.shape, blocksize=block, copy=False)
-        coo = sp.coo_matrix if matrix else sp.coo_array
-        coords, vals = self.to_coo()
-        return coo((vals, (coords[:, 0], coords[:, 1])), shape=self.shape).tocsr()
+        return to_scipy(self, matrix)
 
     # ------------------------------------------------------------ conversion
 
@@ -478,6 +457,8 @@ class Tensor:
             return from_numpy(self.to_numpy(), fmt, dt, idt)
         if self.format in (CSR, CSC) and fmt in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
+            from ucf.format.scipy_layouts import from_scipy
+
             m = self.to_scipy()
             m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
             m.eliminate_zeros()
@@ -486,7 +467,7 @@ class Tensor:
         keep = vals != 0
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
-        return _pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
+        return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
 
 
 # --------------------------------------------------------------------------- packing
@@ -535,7 +516,7 @@ def _sort_sum(lc: np.ndarray, vals: np.ndarray, dims: list[int]) -> tuple[np.nda
     return lc, vals
 
 
-def _pack(
+def pack(
     shape: tuple[int, ...],
     fmt: Format,
     lc: np.ndarray,
@@ -607,11 +588,11 @@ def from_coo(
     defaults to one past the largest coordinate per mode and ``format`` to
     dense.
     """
-    order = len(_as_shape(shape)) if shape is not None else None
+    order = len(as_shape(shape)) if shape is not None else None
     c = _coords_array(coords, order)
     if shape is None:
         shape = tuple(int(x) + 1 for x in c.max(axis=0)) if len(c) else (0,) * c.shape[1]
-    shape = _as_shape(shape)
+    shape = as_shape(shape)
     v = np.asarray(values)
     if v.ndim != 1 or len(v) != len(c):
         if not (v.size == 0 and len(c) == 0):
@@ -623,7 +604,7 @@ def from_coo(
     if dtype is None:
         dt = value_dtype(np.float64 if v.size == 0 and v.dtype == object else v.dtype)
     else:
-        _reject_nonnumeric(v.dtype)
+        reject_nonnumeric(v.dtype)
         dt = value_dtype(dtype)
     # A copy, because packing may hand this buffer to the tensor as its vals.
     v = v.astype(dt, copy=True)
@@ -638,7 +619,7 @@ def from_coo(
             )
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     idt = index_dtype_of(index_dtype)
-    return _pack(shape, fmt, fmt.level_coords(c), v, idt)
+    return pack(shape, fmt, fmt.level_coords(c), v, idt)
 
 
 @boundary
@@ -653,21 +634,21 @@ def from_numpy(
     if dtype is None:
         dt = value_dtype(a.dtype)
     else:
-        _reject_nonnumeric(a.dtype)
+        reject_nonnumeric(a.dtype)
         dt = value_dtype(dtype)
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
     idt = index_dtype_of(index_dtype)
     if fmt.blocked:
         nz = np.nonzero(a)
         coords = np.stack(nz, axis=1).astype(np.int64, copy=False)
-        return _pack(a.shape, fmt, fmt.level_coords(coords), a[nz].astype(dt), idt)
+        return pack(a.shape, fmt, fmt.level_coords(coords), a[nz].astype(dt), idt)
     t = np.transpose(a, fmt.mode_order) if fmt.order else a
     if fmt.is_dense:
         vals = np.ascontiguousarray(t, dtype=dt).reshape(-1)
         return Tensor(a.shape, fmt, [{} for _ in range(fmt.order)], vals, idt, check=False)
     nz = np.nonzero(t)
     lc = np.stack(nz, axis=1).astype(np.int64, copy=False)
-    return _pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
+    return pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
 
 
 @boundary
@@ -691,213 +672,10 @@ def zeros(
     shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
 ) -> Tensor:
     """An all-zero tensor: zero-filled for dense levels, no entries for sparse ones."""
-    shape = _as_shape(shape)
+    shape = as_shape(shape)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     lc = np.zeros((0, len(shape)), dtype=np.int64)
-    return _pack(shape, fmt, lc, np.zeros(0, dtype=value_dtype(dtype)), index_dtype_of(index_dtype))
+    return pack(shape, fmt, lc, np.zeros(0, dtype=value_dtype(dtype)), index_dtype_of(index_dtype))
 
 
 # --------------------------------------------------------------------------- scipy
-
-
-def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
-    """The block shape of a ``bcsr(bh, bw)`` format, which scipy's BSR stores alike."""
-    if len(fmt.maps) != 4 or not (fmt.maps[2].mod and fmt.maps[3].mod):
-        return None
-    block = (fmt.maps[2].mod, fmt.maps[3].mod)
-    return block if fmt == parse_format("bcsr({}, {})".format(*block)) else None
-
-
-def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
-    dts = {a.dtype for a in arrays}
-    if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
-        return next(iter(dts))
-    return np.dtype(np.int64) if any(d.itemsize > 4 for d in dts) else np.dtype(np.int32)
-
-
-@boundary
-def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None) -> Tensor:
-    """Pack a scipy.sparse matrix or array, sharing its buffers when it is already canonical.
-
-    CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
-    ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
-    else is repacked from coordinates on fresh arrays; the input is never
-    modified.  The index dtype defaults to that of the input, and the format to
-    CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
-    """
-    import scipy.sparse as sp
-
-    if not sp.issparse(m):
-        raise OperandError(f"expected a scipy.sparse matrix or array, got {foreign_type(m)}")
-    shape = _as_shape(m.shape)
-    if dtype is None:
-        dt = value_dtype(m.dtype)
-    else:
-        _reject_nonnumeric(m.dtype)
-        dt = value_dtype(dtype)
-    if format is None and m.format == "bsr":
-        format = "bcsr({}, {})".format(*m.blocksize)
-    if format is None:
-        format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
-    fmt = parse_format(format, order=len(shape))
-    kind = m.format
-    if kind == "bsr" and fmt == parse_format("bcsr({}, {})".format(*m.blocksize)):
-        shared = _shared_bsr(m, fmt, dt, index_dtype)
-        if shared is not None:
-            return shared
-    if kind in ("csr", "csc") and len(shape) == 2:
-        where = f"scipy {kind} input"
-        if not (isinstance(m.indptr, np.ndarray) and m.indptr.ndim == 1):
-            raise FormatError(f"{where}: indptr is not a 1-D array")
-        return from_compressed(
-            where, kind, shape, m.indptr, m.indices, m.data, fmt, dt, index_dtype
-        )
-    try:
-        c = m.tocoo()
-    except (ValueError, IndexError, TypeError) as e:
-        raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
-    coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
-    coords = coords.reshape(-1, len(shape))
-    for mode, d in enumerate(shape):
-        checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
-    vals = np.asarray(c.data).astype(dt)
-    return _pack(shape, fmt, fmt.level_coords(coords), vals, index_dtype_of(index_dtype))
-
-
-def from_compressed(
-    where: str,
-    kind: str,
-    shape: tuple[int, int],
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    data: np.ndarray,
-    fmt: Format,
-    dt: np.dtype,
-    index_dtype: Any,
-) -> Tensor:
-    """Pack a matrix given as ``kind`` ('csr' or 'csc') arrays, as scipy and torch hold it.
-
-    Canonical input (indices sorted and unique within each row or column) packed in
-    its own format with matching dtypes keeps the three arrays as the tensor's;
-    anything else is repacked from coordinates on fresh arrays. The index dtype
-    defaults to that of the input. ``where`` names the input in errors.
-    """
-    major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
-    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
-        raise FormatError(f"{where}: indptr/indices must be integer arrays")
-    nnz = checks.positions(f"{where} (indptr)", indptr, major)
-    if len(indices) < nnz or len(data) < nnz:
-        raise FormatError(
-            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-            f"{len(data)} entries"
-        )
-    indices, data = indices[:nnz], data[:nnz]
-    checks.in_range(where, indices, minor, what="index")
-    idt = (
-        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
-    )
-    same = checks.same_segment(indptr, nnz)
-    canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
-    if canonical and fmt == (CSR if kind == "csr" else CSC):
-        if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
-            raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
-        levels = [
-            {},
-            {
-                "pos": np.ascontiguousarray(indptr, dtype=idt),
-                "crd": np.ascontiguousarray(indices, dtype=idt),
-            },
-        ]
-        return Tensor(shape, fmt, levels, np.ascontiguousarray(data, dtype=dt), idt, check=False)
-    majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
-    mins = indices.astype(np.int64)
-    coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
-    return _pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
-
-
-def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:
-    """A canonical scipy BSR matrix as a ``bcsr`` tensor on its own buffers: its
-    ``indptr`` and ``indices`` are the block level's pos and crd, and ``data`` (blocks
-    of bh x bw, row-major) is the values; None when it is not canonical."""
-    where = "scipy bsr input"
-    bh, bw = m.blocksize
-    rows, cols = m.shape[0] // bh, m.shape[1] // bw
-    indptr, indices, data = m.indptr, m.indices, m.data
-    nnz = checks.positions(f"{where} (indptr)", indptr, rows)
-    if len(indices) < nnz or len(data) < nnz:
-        raise FormatError(
-            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-            f"{len(data)} blocks"
-        )
-    indices, data = indices[:nnz], data[:nnz]
-    checks.in_range(where, indices, cols, what="block index")
-    same = checks.same_segment(indptr, nnz)
-    if np.any(same & (indices[1:] <= indices[:-1])):
-        return None
-    idt = (
-        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
-    )
-    levels = [
-        {},
-        {
-            "pos": np.ascontiguousarray(indptr, dtype=idt),
-            "crd": np.ascontiguousarray(indices, dtype=idt),
-        },
-        {},
-        {},
-    ]
-    vals = np.ascontiguousarray(data, dtype=dt).reshape(-1)
-    return Tensor(_as_shape(m.shape), fmt, levels, vals, idt, check=False)
-
-
-# --------------------------------------------------------------------------- as_tensor
-
-
-@boundary
-def as_tensor(
-    obj: Any,
-    format: Any = None,
-    name: str = "",
-    dtype: Any = None,
-    index_dtype: Any = None,
-) -> Tensor:
-    """Coerce a kernel operand into a Tensor, converting only what differs.
-
-    Errors name the operand because the caller passes many of them at once.
-    """
-    from ucf.format import torch_layouts
-
-    try:
-        if isinstance(obj, Tensor):
-            return obj.convert(format, index_dtype, dtype)
-        if _is_scipy(obj):
-            t = from_scipy(obj, format, dtype, index_dtype)
-            return t
-        if isinstance(obj, (np.ndarray, np.generic, numbers.Number, list, tuple)):
-            try:
-                a = np.asarray(obj)
-            except ValueError as e:
-                raise OperandError(f"cannot make an array: {e}") from None
-            return from_numpy(a, format, dtype, index_dtype_of(index_dtype))
-        if torch_layouts.is_torch(obj):
-            return torch_layouts.from_torch(obj, format, dtype, index_dtype)
-        if hasattr(obj, "__dlpack__"):
-            return from_dlpack(obj, format, dtype, index_dtype)
-    except (OperandError, FormatError, ShapeError, UnsupportedError) as e:
-        if name and f"operand {name}" not in str(e):
-            raise type(e)(f"operand {name}: {e}") from None
-        raise
-    who = f"operand {name}" if name else "operand"
-    raise OperandError(
-        f"{who}: unsupported type {foreign_type(obj)}; expected a ucf Tensor, "
-        "numpy array, scalar, scipy.sparse matrix, torch tensor or DLPack array"
-    )
-
-
-def _is_scipy(obj: Any) -> bool:
-    mod = type(obj).__module__ or ""
-    if not mod.startswith("scipy"):
-        return False
-    import scipy.sparse as sp
-
-    return bool(sp.issparse(obj))

@@ -21,10 +21,10 @@ import numpy as np
 from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
+from ucf.format.scipy_layouts import from_compressed
 from ucf.format.tensor import (
     Tensor,
     foreign_type,
-    from_compressed,
     from_coo,
     from_numpy,
     index_dtype_of,

@@ -1,0 +1,216 @@
+"""scipy.sparse in and out: CSR, CSC and BSR on their own buffers where the format
+matches, everything else through coordinates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ucf.errors import FormatError, OperandError, boundary
+from ucf.format.format import CSC, CSR, Format, parse_format
+from ucf.format.levels import checks
+from ucf.format.tensor import (
+    INDEX_DTYPES,
+    Tensor,
+    as_shape,
+    foreign_type,
+    index_dtype_of,
+    pack,
+    reject_nonnumeric,
+    value_dtype,
+)
+
+
+def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
+    """The block shape of a ``bcsr(bh, bw)`` format, which scipy's BSR stores alike."""
+    if len(fmt.maps) != 4 or not (fmt.maps[2].mod and fmt.maps[3].mod):
+        return None
+    block = (fmt.maps[2].mod, fmt.maps[3].mod)
+    return block if fmt == parse_format("bcsr({}, {})".format(*block)) else None
+
+
+def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
+    dts = {a.dtype for a in arrays}
+    if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
+        return next(iter(dts))
+    return np.dtype(np.int64) if any(d.itemsize > 4 for d in dts) else np.dtype(np.int32)
+
+
+@boundary
+def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None) -> Tensor:
+    """Pack a scipy.sparse matrix or array, sharing its buffers when it is already canonical.
+
+    CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
+    ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
+    else is repacked from coordinates on fresh arrays; the input is never
+    modified.  The index dtype defaults to that of the input, and the format to
+    CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
+    """
+    import scipy.sparse as sp
+
+    if not sp.issparse(m):
+        raise OperandError(f"expected a scipy.sparse matrix or array, got {foreign_type(m)}")
+    shape = as_shape(m.shape)
+    if dtype is None:
+        dt = value_dtype(m.dtype)
+    else:
+        reject_nonnumeric(m.dtype)
+        dt = value_dtype(dtype)
+    if format is None and m.format == "bsr":
+        format = "bcsr({}, {})".format(*m.blocksize)
+    if format is None:
+        format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
+    fmt = parse_format(format, order=len(shape))
+    kind = m.format
+    if kind == "bsr" and fmt == parse_format("bcsr({}, {})".format(*m.blocksize)):
+        shared = _shared_bsr(m, fmt, dt, index_dtype)
+        if shared is not None:
+            return shared
+    if kind in ("csr", "csc") and len(shape) == 2:
+        where = f"scipy {kind} input"
+        if not (isinstance(m.indptr, np.ndarray) and m.indptr.ndim == 1):
+            raise FormatError(f"{where}: indptr is not a 1-D array")
+        return from_compressed(
+            where, kind, shape, m.indptr, m.indices, m.data, fmt, dt, index_dtype
+        )
+    try:
+        c = m.tocoo()
+    except (ValueError, IndexError, TypeError) as e:
+        raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
+    coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
+    coords = coords.reshape(-1, len(shape))
+    for mode, d in enumerate(shape):
+        checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
+    vals = np.asarray(c.data).astype(dt)
+    return pack(shape, fmt, fmt.level_coords(coords), vals, index_dtype_of(index_dtype))
+
+
+def from_compressed(
+    where: str,
+    kind: str,
+    shape: tuple[int, int],
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    fmt: Format,
+    dt: np.dtype,
+    index_dtype: Any,
+) -> Tensor:
+    """Pack a matrix given as ``kind`` ('csr' or 'csc') arrays, as scipy and torch hold it.
+
+    Canonical input (indices sorted and unique within each row or column) packed in
+    its own format with matching dtypes keeps the three arrays as the tensor's;
+    anything else is repacked from coordinates on fresh arrays. The index dtype
+    defaults to that of the input. ``where`` names the input in errors.
+    """
+    major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
+    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise FormatError(f"{where}: indptr/indices must be integer arrays")
+    nnz = checks.positions(f"{where} (indptr)", indptr, major)
+    if len(indices) < nnz or len(data) < nnz:
+        raise FormatError(
+            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+            f"{len(data)} entries"
+        )
+    indices, data = indices[:nnz], data[:nnz]
+    checks.in_range(where, indices, minor, what="index")
+    idt = (
+        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    )
+    same = checks.same_segment(indptr, nnz)
+    canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
+    if canonical and fmt == (CSR if kind == "csr" else CSC):
+        if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
+            raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
+        levels = [
+            {},
+            {
+                "pos": np.ascontiguousarray(indptr, dtype=idt),
+                "crd": np.ascontiguousarray(indices, dtype=idt),
+            },
+        ]
+        return Tensor(shape, fmt, levels, np.ascontiguousarray(data, dtype=dt), idt, check=False)
+    majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
+    mins = indices.astype(np.int64)
+    coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
+    return pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
+
+
+def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:
+    """A canonical scipy BSR matrix as a ``bcsr`` tensor on its own buffers: its
+    ``indptr`` and ``indices`` are the block level's pos and crd, and ``data`` (blocks
+    of bh x bw, row-major) is the values; None when it is not canonical."""
+    where = "scipy bsr input"
+    bh, bw = m.blocksize
+    rows, cols = m.shape[0] // bh, m.shape[1] // bw
+    indptr, indices, data = m.indptr, m.indices, m.data
+    nnz = checks.positions(f"{where} (indptr)", indptr, rows)
+    if len(indices) < nnz or len(data) < nnz:
+        raise FormatError(
+            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+            f"{len(data)} blocks"
+        )
+    indices, data = indices[:nnz], data[:nnz]
+    checks.in_range(where, indices, cols, what="block index")
+    same = checks.same_segment(indptr, nnz)
+    if np.any(same & (indices[1:] <= indices[:-1])):
+        return None
+    idt = (
+        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    )
+    levels = [
+        {},
+        {
+            "pos": np.ascontiguousarray(indptr, dtype=idt),
+            "crd": np.ascontiguousarray(indices, dtype=idt),
+        },
+        {},
+        {},
+    ]
+    vals = np.ascontiguousarray(data, dtype=dt).reshape(-1)
+    return Tensor(as_shape(m.shape), fmt, levels, vals, idt, check=False)
+
+
+# --------------------------------------------------------------------------- as_tensor
+
+
+def to_scipy(t: Tensor, matrix: bool = False) -> Any:
+    """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows.
+
+    CSR and CSC tensors map onto scipy's own layout directly, ``bcsr`` onto BSR when
+    its blocks divide the shape; scipy may still copy int64 indices it narrows.
+    """
+    import scipy.sparse as sp
+
+    if t.order != 2:
+        raise FormatError(
+            f"only order-2 tensors convert to scipy.sparse; this tensor has order {t.order}"
+        )
+    fmt = t.format
+    csr = sp.csr_matrix if matrix else sp.csr_array
+    csc = sp.csc_matrix if matrix else sp.csc_array
+    if fmt in (CSR, CSC):
+        build = csr if fmt == CSR else csc
+        lv = t.levels[1]
+        return build((t.vals, lv["crd"], lv["pos"]), shape=t.shape, copy=False)
+    block = _bcsr_blocks(fmt)
+    if block is not None and all(n % b == 0 for n, b in zip(t.shape, block, strict=True)):
+        bsr = sp.bsr_matrix if matrix else sp.bsr_array
+        lv = t.levels[1]
+        data = t.vals.reshape(-1, *block)
+        return bsr((data, lv["crd"], lv["pos"]), shape=t.shape, blocksize=block, copy=False)
+    coo = sp.coo_matrix if matrix else sp.coo_array
+    coords, vals = t.to_coo()
+    return coo((vals, (coords[:, 0], coords[:, 1])), shape=t.shape).tocsr()
+
+
+def is_scipy(obj: Any) -> bool:
+    """Whether ``obj`` is a scipy.sparse matrix or array (without importing scipy for
+    objects from elsewhere)."""
+    mod = type(obj).__module__ or ""
+    if not mod.startswith("scipy"):
+        return False
+    import scipy.sparse as sp
+
+    return bool(sp.issparse(obj))
