@@ -275,9 +275,8 @@ def _split_variables(rhs: Any) -> tuple[str, ...]:
 
 
 def _chunk_format(meta: Any, order: int) -> str | None:
-    """The format a chunk like ``meta`` is in; None for dense."""
-    if isinstance(meta, Tensor):
-        return None if meta.format.is_dense else str(meta.format)
+    """The format a chunk like ``meta`` is in; None for dense (or unknown: Dask records
+    ucf Tensor chunks as numpy, so their format comes from ``formats``)."""
     if _is_scipy(meta):
         if order != 2:
             return "coo"
@@ -312,8 +311,9 @@ def _is_pydata(obj: Any) -> bool:
 
 
 def _meta(plan: _Plan, order: int) -> Any:
-    """An empty chunk of the output's kind, Dask's description of the chunk type."""
-    if plan.output_format is None:
+    """An empty chunk of the output's kind, Dask's record of the chunk type (numpy for
+    ucf Tensors, which Dask cannot slice to make one)."""
+    if plan.output_format is None or plan.chunk_kind == UCF:
         return np.empty((0,) * order, dtype=plan.dtype)
     empty = Tensor.zeros((0,) * order, format=plan.output_format, dtype=plan.dtype)
     return _final(plan, empty)
@@ -371,6 +371,11 @@ def _operand(block: Any, fmt: str | None, name: str) -> Any:
         )
     if fmt is None and isinstance(block, np.ndarray):
         return block  # the kernel takes dense arrays as they are
+    if fmt is None and isinstance(block, Tensor) and not block.format.is_dense:
+        raise OperandError(
+            f"the chunks of operand {name} are ucf Tensors in format '{block.format}', which "
+            f"Dask does not record; pass formats={{'{name}': '{block.format}'}}"
+        )
     return as_tensor(block, format=fmt, name=name)
 
 
@@ -417,3 +422,37 @@ def _final(plan: _Plan, t: Tensor) -> Any:
         coords, vals = t.to_coo()
         return sparse.COO(coords.T, vals, shape=t.shape)
     return t
+
+
+def _concatenate(parts: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Tensors side by side along ``axis``, in the first one's format: how Dask joins
+    ucf Tensor chunks (``compute()``, rechunking, blocks of a nested reduction)."""
+    coords, vals, offset = [], [], 0
+    for t in parts:
+        c, v = t.to_coo()
+        c = c.copy()
+        c[:, axis] += offset
+        offset += t.shape[axis]
+        coords.append(c)
+        vals.append(v)
+    first = parts[0]
+    shape = (*first.shape[:axis], offset, *first.shape[axis + 1 :])
+    wide = max(shape, default=0) > np.iinfo(np.int32).max or any(
+        t.index_dtype == np.int64 for t in parts
+    )
+    return from_coo(
+        np.concatenate(coords),
+        np.concatenate(vals),
+        shape,
+        format=first.format,
+        dtype=np.result_type(*(t.dtype for t in parts)),
+        index_dtype=np.int64 if wide else np.int32,
+    )
+
+
+try:
+    from dask.array.dispatch import concatenate_lookup
+
+    concatenate_lookup.register(Tensor, _concatenate)
+except ImportError:  # einsum says how to install dask when it is called
+    pass
