@@ -147,7 +147,7 @@ def einsum(
     output_format = fmts.get(out_name)
     if output_format is not None and parse_format(output_format, len(lhs_vars)).is_dense:
         output_format = None
-    split = _split_variables(parsed.rhs)
+    split = _split_variables(parsed.rhs, arrays, reads)
     plan = _Plan(
         statement=stmt,
         formats=tuple(sorted(fmts.items())),
@@ -264,14 +264,21 @@ def _check_extents(arrays: dict[str, Any], reads: dict[str, tuple[str, ...]]) ->
             seen.setdefault(v, (int(size), who))
 
 
-def _split_variables(rhs: Any) -> tuple[str, ...]:
-    """Reduction variables whose sum covers the whole right-hand side: their blocks give
-    partial results that add up. Reductions nested deeper are left whole to a block."""
+def _split_variables(
+    rhs: Any, arrays: dict[str, Any], reads: dict[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """Reduction variables whose sum covers the whole right-hand side and whose operands
+    have several blocks along them: those blocks give partial results that add up.
+    Reductions nested deeper, or over one block, are left whole to each task."""
     found: list[str] = []
     while isinstance(rhs, Sum):
         found.extend(rhs.vars)
         rhs = rhs.body
-    return tuple(found)
+    return tuple(
+        v
+        for v in found
+        if any(arr.numblocks[reads[n].index(v)] > 1 for n, arr in arrays.items() if v in reads[n])
+    )
 
 
 def _chunk_format(meta: Any, order: int) -> str | None:
