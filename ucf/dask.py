@@ -82,37 +82,7 @@ def einsum(
 
     parsed = parse_statement(stmt)
     lhs_vars = _plain_variables(parsed.lhs.tensor, parsed.lhs.indices)
-    if parsed.op != "=":
-        raise UnsupportedError(
-            f"ucf.dask.einsum computes a new array; '{parsed.op}' into an existing one is not "
-            f"supported ({stmt})"
-        )
-    if len(set(lhs_vars)) != len(lhs_vars):
-        raise UnsupportedError(f"output {parsed.lhs} repeats an index variable")
-    reads = {}
-    for a in accesses(parsed.rhs):
-        index = _plain_variables(a.tensor, a.indices)
-        if reads.setdefault(a.tensor, index) != index:
-            raise UnsupportedError(
-                f"tensor {a.tensor} is read as {a.tensor}({', '.join(reads[a.tensor])}) and as "
-                f"{a}; on Dask arrays each tensor is read with one index, so pass the second "
-                "read as an operand of its own name"
-            )
-    unknown = sorted(set(operands) - set(reads))
-    if unknown:
-        raise OperandError(
-            f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(reads))}"
-        )
-    missing = sorted(set(reads) - set(operands))
-    if missing:
-        raise OperandError(f"missing operand {missing[0]} for {stmt}")
-    rhs_vars = {v for index in reads.values() for v in index}
-    alone = [v for v in lhs_vars if v not in rhs_vars]
-    if alone:
-        raise UnsupportedError(
-            f"index variable {alone[0]} appears only in the output {parsed.lhs}; on Dask arrays "
-            "every output variable must index an operand"
-        )
+    reads = _reads(parsed, lhs_vars, operands)
 
     arrays: dict[str, Any] = {}
     scalars: dict[str, Any] = {}
@@ -211,6 +181,46 @@ def balanced_rows(matrix: Any, blocks: int) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- graph building
+
+
+def _reads(
+    parsed: Any, lhs_vars: tuple[str, ...], operands: dict[str, Any]
+) -> dict[str, tuple[str, ...]]:
+    """Each operand's index variables, after the checks that make the statement one
+    Dask can run: ``=``, one index list per tensor, every output variable read."""
+    stmt = parsed.text
+    if parsed.op != "=":
+        raise UnsupportedError(
+            f"ucf.dask.einsum computes a new array; '{parsed.op}' into an existing one is not "
+            f"supported ({stmt})"
+        )
+    if len(set(lhs_vars)) != len(lhs_vars):
+        raise UnsupportedError(f"output {parsed.lhs} repeats an index variable")
+    reads: dict[str, tuple[str, ...]] = {}
+    for a in accesses(parsed.rhs):
+        index = _plain_variables(a.tensor, a.indices)
+        if reads.setdefault(a.tensor, index) != index:
+            raise UnsupportedError(
+                f"tensor {a.tensor} is read as {a.tensor}({', '.join(reads[a.tensor])}) and as "
+                f"{a}; on Dask arrays each tensor is read with one index, so pass the second "
+                "read as an operand of its own name"
+            )
+    unknown = sorted(set(operands) - set(reads))
+    if unknown:
+        raise OperandError(
+            f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(reads))}"
+        )
+    missing = sorted(set(reads) - set(operands))
+    if missing:
+        raise OperandError(f"missing operand {missing[0]} for {stmt}")
+    rhs_vars = {v for index in reads.values() for v in index}
+    alone = [v for v in lhs_vars if v not in rhs_vars]
+    if alone:
+        raise UnsupportedError(
+            f"index variable {alone[0]} appears only in the output {parsed.lhs}; on Dask arrays "
+            "every output variable must index an operand"
+        )
+    return reads
 
 
 def _plain_variables(tensor: str, indices: Sequence[Any]) -> tuple[str, ...]:
