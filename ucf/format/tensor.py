@@ -203,6 +203,11 @@ class Tensor:
         return len(self.shape)
 
     @property
+    def ndim(self) -> int:
+        """The order under numpy's name, which Dask reads to join chunks."""
+        return len(self.shape)
+
+    @property
     def nnz(self) -> int:
         """Stored entries (explicit zeros and U-level fill included)."""
         return int(len(self.vals))
