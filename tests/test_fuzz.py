@@ -154,12 +154,17 @@ def add_sum(draw, tree, accesses, out_vars):
     return rebuild(tree)
 
 
-def random_format(draw, order: int) -> str:
+def random_format(draw, order: int, blocks: tuple[int, ...] = ()) -> str:
+    """U/C levels in a random mode order; a mode with a block size in ``blocks`` may be
+    stored in blocks (its block among the outer levels, its place among the inner)."""
     if order == 0:
         return ""
-    letters = "".join(draw(st.sampled_from("UC")) for _ in range(order))
     perm = draw(st.permutations(range(order)))
-    return f"{letters}:{','.join(map(str, perm))}"
+    blocked = [m for m in perm if blocks and blocks[m] and draw(st.booleans())]
+    maps = [f"{m}/{blocks[m]}" if m in blocked else str(m) for m in perm]
+    maps += [f"{m}%{blocks[m]}" for m in blocked]
+    letters = "".join(draw(st.sampled_from("UC")) for _ in maps)
+    return f"{letters}:{','.join(maps)}"
 
 
 @st.composite
@@ -182,7 +187,12 @@ def cases(draw, sparse_output=True, functions=True):
         tree = strip_functions(tree)
     if draw(st.integers(0, 3)) == 0:
         tree = add_sum(draw, tree, accesses, out_vars)
-    formats = {n: random_format(draw, len(accesses[n])) for n in names}
+    # Block sizes per variable (tensors that store a variable in blocks agree on it).
+    block = {v: draw(st.sampled_from([0, 0, 1, 2, 3])) for v in used}
+    formats = {
+        n: random_format(draw, len(accesses[n]), tuple(block[v] for v in accesses[n]))
+        for n in names
+    }
     seed = draw(st.integers(0, 2**32 - 1))
     density = draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
     rng = np.random.default_rng(seed)
@@ -192,7 +202,7 @@ def cases(draw, sparse_output=True, functions=True):
     }
     out_format = None
     if sparse_output and out_vars and draw(st.booleans()):
-        out_format = random_format(draw, len(out_vars))
+        out_format = random_format(draw, len(out_vars), tuple(block[v] for v in out_vars))
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"
     expr = f"{lhs} = {render(tree, accesses)}"
     return Case(expr, tree, accesses, out_vars, extents, formats, arrays, out_format)
