@@ -167,6 +167,21 @@ def test_dense_and_all_zero_tensors(target, kind):
     np.testing.assert_allclose(k(A=ucf.from_numpy(A, format="bcsr(3,4)"), x=x).to_numpy(), A @ x)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_sums_never_visit_the_padding(target):
+    """A term that does not vanish on the zero padding of a partial block (a constant, or
+    exp(0) = 1) is summed over the true extent only (found by the differential fuzzer)."""
+    rng = np.random.default_rng(15)
+    a = np.where(rng.random(7) < 0.5, rand_dense(rng, 7), 0.0)
+    A = blocky(rng, (5, 7), (2, 3))
+    fa = "UU:0/3,0%3"
+    k = compile_for(target, "s = sum(i, a(i) + 2)", {"a": fa})
+    np.testing.assert_allclose(k(a=ucf.from_numpy(a, format=fa)).to_numpy(), a.sum() + 14)
+    k = compile_for(target, "y(j) = exp(A(i,j))", {"A": "bcsr(2,3)"})
+    got = k(A=ucf.from_numpy(A, format="bcsr(2,3)")).to_numpy()
+    np.testing.assert_allclose(got, np.exp(A).sum(axis=0))
+
+
 def test_non_zero_preserving_functions_leave_no_padding_behind():
     """exp(0) = 1 in the padded rows of a partial block is cut away with the padding."""
     rng = np.random.default_rng(10)

@@ -106,6 +106,11 @@ def plan(
     base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
     if blocking is not None:  # a block's size is its places' extent, so loops over it unroll
         base.fixed = {blocking.names[v][1]: b for v, b in blocking.sizes.items()}
+        base.blocks = {
+            inner: (v, outer, b)
+            for v, b in blocking.sizes.items()
+            for outer, inner in [blocking.names[v]]
+        }
     module = None
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
@@ -293,6 +298,7 @@ def _scheduled(
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     new.fixed = dict(cin.fixed)
+    new.blocks = dict(cin.blocks)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
     prov = applied.provenance

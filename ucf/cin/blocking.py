@@ -64,7 +64,7 @@ class Blocking:
 
     def split_extents(self, extents: dict[str, int]) -> dict[str, int]:
         """The extents of the split statement's variables."""
-        split = {v: n for v, n in extents.items() if v not in self.sizes}
+        split = dict(extents)  # a blocked variable's own extent ends its partial block
         for v, b in self.sizes.items():
             outer, inner = self.names[v]
             split[outer] = -(-extents[v] // b)

@@ -39,6 +39,8 @@ class CIN:
     bounds: dict = field(default_factory=dict)  # loop -> ucf.schedule.Bound
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
     fixed: dict[str, int] = field(default_factory=dict)  # extents known when compiling
+    # A blocked variable's place in its block -> (the variable, its block's loop, the size)
+    blocks: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
     @property
     def reduction_vars(self) -> list[str]:

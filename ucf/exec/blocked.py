@@ -60,7 +60,7 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
         return t
     fmt = b.user_formats[name]
     shape = b.split_shape(name, t.shape)
-    if fmt.blocked:
+    if fmt.blocked and same_levels(b, name):
         if t.format != fmt:
             warn_user(
                 f"ucf: operand {name} is stored as '{t.format}' but the kernel reads the "
@@ -79,6 +79,12 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
             [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)],
         )
         return Tensor.from_numpy(padded.reshape(shape), dtype=t.dtype)
+    warn_user(
+        f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
+        "in blocks, so it is re-packed into those blocks on every call (store it in the "
+        "same blocks to avoid the cost)",
+        ConversionWarning,
+    )
     coords, vals = t.to_coo()
     return from_coo(
         _split_coords(coords, blocks),
@@ -88,6 +94,12 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
         dtype=t.dtype,
         index_dtype=t.index_dtype,
     )
+
+
+def same_levels(b: Blocking, name: str) -> bool:
+    """Whether ``name``'s arrays serve the split statement as they are: its blocked
+    format has no plain level over a variable that another tensor stores in blocks."""
+    return len(b.formats[name].levels) == len(b.user_formats[name].levels)
 
 
 def _split_coords(coords: np.ndarray, blocks: tuple[int, ...]) -> np.ndarray:
@@ -103,13 +115,15 @@ def _join(b: Blocking, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
     values the kernel left there dropped)."""
     fmt: Format = b.user_formats[name]
     blocks = b.modes[name]
+    if not any(blocks):
+        return t
     exact = all(not blk or n % blk == 0 for n, blk in zip(shape, blocks, strict=True))
-    if fmt.blocked and exact:
+    if fmt.blocked and exact and same_levels(b, name):
         return Tensor(shape, fmt, t.levels, t.vals, index_dtype=t.index_dtype, check=False)
     if fmt.is_dense and not fmt.blocked:
         whole = [-(-n // blk) * blk if blk else n for n, blk in zip(shape, blocks, strict=True)]
         arr = t.to_numpy().reshape(whole)[tuple(slice(0, n) for n in shape)]
-        return Tensor.from_numpy(np.ascontiguousarray(arr), format=dense_format(len(shape)))
+        return Tensor.from_numpy(np.array(arr, order="C"), format=dense_format(len(shape)))
     coords, vals = t.to_coo()
     joined = np.zeros((len(coords), len(shape)), dtype=np.int64)
     col = 0

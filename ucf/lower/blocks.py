@@ -48,7 +48,7 @@ class BlocksMixin:
     def _blocks(self, cmd, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         """The co-iteration ``stmts`` inside a loop over blocks of coordinates."""
         v, outer, inner, amount = cmd.args
-        n = self.extents[v]
+        n = self._loop_end(v)
         lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
         prelude: list[ir.Stmt] = []
         if cmd.name == "split":

@@ -84,7 +84,7 @@ class CoiterationMixin:
             for it in iters.values():
                 stmts += it.init
             body = self._full_body(term, st, iters, located, coord, guards)
-            stmts.append(ir.For(coord, Const(0, I64), self.extents[v], body, label=label))
+            stmts.append(ir.For(coord, Const(0, I64), self._loop_end(v), body, label=label))
         elif not iters:
             # Only guarded (affine, located) operands: the loop runs over the range
             # every point's common guards allow, and checks the others.
@@ -332,6 +332,6 @@ class CoiterationMixin:
         if full:
             return [
                 *stmts,
-                ir.For(coord, Const(0, I64), self.extents[coord.name], body, label=label),
+                ir.For(coord, Const(0, I64), self._loop_end(coord.name), body, label=label),
             ]
         return [*stmts, ir.While(presence(term, live), body, label=label)]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 
 from ucf.cin.notation import CIN
-from ucf.errors import UnsupportedError
+from ucf.errors import ScheduleError, UnsupportedError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
@@ -106,6 +106,19 @@ class Lowerer(
         self.extents: dict[str, ir.Expr] = {
             v: Const(cin.fixed[v], I64) if v in cin.fixed else Var(f"n_{v}", I64) for v in cin.order
         }
+        # A dense loop over a block's places stops at the variable's true extent, so that
+        # sums never visit the padding of a last, partial block (the blocked variable's
+        # own extent is a parameter for that).
+        self.loop_ends: dict[str, ir.Expr] = {}
+        for inner, (v, outer, b) in cin.blocks.items():
+            if cin.order.index(inner) < cin.order.index(outer):
+                raise ScheduleError(
+                    f"loop order {', '.join(cin.order)}: {inner} (the place in a block of {v}) "
+                    f"runs outside {outer} (the block); a block's places must be inside it"
+                )
+            self.extents[v] = Var(f"n_{v}", I64)
+            start = ir.mul(Var(outer, I64), Const(b, I64))
+            self.loop_ends[inner] = ir.minimum(Const(b, I64), ir.sub(self.extents[v], start))
         self.outer_order = tuple(v for v in cin.order if v not in cin.nested_vars)
         self.slot_params: dict[str, SlotParams] = {}
         self.operands: dict[int, Operand] = {}
@@ -153,6 +166,10 @@ class Lowerer(
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
+
+    def _loop_end(self, v: str) -> ir.Expr:
+        """Where a dense loop over ``v`` ends."""
+        return self.loop_ends.get(v, self.extents[v])
 
     def _fixed_modes(self, a) -> tuple[int, ...]:
         """Each mode's size when an index variable of fixed extent indexes it alone, else 0."""

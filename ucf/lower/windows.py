@@ -93,7 +93,7 @@ class WindowsMixin:
     def _guard_range(self, v: str, conds: list) -> tuple[ir.Expr, ir.Expr]:
         """The values of ``v`` for which every guard holds: ``s*v + off`` in [0, dim)."""
         lo: ir.Expr = Const(0, I64)
-        hi: ir.Expr = self.extents[v]
+        hi: ir.Expr = self._loop_end(v)
         for a, dim in conds:
             s = a.coefficient(v)
             off = self._affine(a.without(v))
