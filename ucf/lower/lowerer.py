@@ -106,19 +106,6 @@ class Lowerer(
         self.extents: dict[str, ir.Expr] = {
             v: Const(cin.fixed[v], I64) if v in cin.fixed else Var(f"n_{v}", I64) for v in cin.order
         }
-        # A dense loop over a block's places stops at the variable's true extent, so that
-        # sums never visit the padding of a last, partial block (the blocked variable's
-        # own extent is a parameter for that).
-        self.loop_ends: dict[str, ir.Expr] = {}
-        for inner, (v, outer, b) in cin.blocks.items():
-            if cin.order.index(inner) < cin.order.index(outer):
-                raise ScheduleError(
-                    f"loop order {', '.join(cin.order)}: {inner} (the place in a block of {v}) "
-                    f"runs outside {outer} (the block); a block's places must be inside it"
-                )
-            self.extents[v] = Var(f"n_{v}", I64)
-            start = ir.mul(Var(outer, I64), Const(b, I64))
-            self.loop_ends[inner] = ir.minimum(Const(b, I64), ir.sub(self.extents[v], start))
         self.outer_order = tuple(v for v in cin.order if v not in cin.nested_vars)
         self.slot_params: dict[str, SlotParams] = {}
         self.operands: dict[int, Operand] = {}
@@ -150,6 +137,22 @@ class Lowerer(
         self.counters = [Var(f"{out.tensor}{lvl}_size", I64) for lvl in range(self.out_fmt.order)]
         sparse_levels = [k for k, lvl in enumerate(self.out_fmt.levels) if not lvl.full]
         self.last_appended = max(sparse_levels, default=-1)
+        # A dense loop over a block's places stops at the variable's true extent where
+        # the statement could be non-zero in the padding of a last, partial block (the
+        # blocked variable's own extent is a parameter for that); elsewhere it keeps the
+        # block's constant size, and padded output entries are cut away after the call.
+        self.loop_ends: dict[str, ir.Expr] = {}
+        for inner, (v, outer, b) in cin.blocks.items():
+            if cin.order.index(inner) < cin.order.index(outer):
+                raise ScheduleError(
+                    f"loop order {', '.join(cin.order)}: {inner} (the place in a block of {v}) "
+                    f"runs outside {outer} (the block); a block's places must be inside it"
+                )
+            self.extents[v] = Var(f"n_{v}", I64)
+            if inner in self.out_vars or self._padding_vanishes(inner):
+                continue
+            start = ir.mul(Var(outer, I64), Const(b, I64))
+            self.loop_ends[inner] = ir.minimum(Const(b, I64), ir.sub(self.extents[v], start))
         self.assembling = False
         self._fresh = itertools.count()
         self.applied = applied
@@ -166,6 +169,24 @@ class Lowerer(
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
+
+    def _padding_vanishes(self, v: str) -> bool:
+        """Whether the statement is zero wherever ``v`` is in a block's padding: it is a
+        product of accesses and literals, one of them indexed by ``v`` (every split
+        tensor is zero in its padding, and no factor can be infinite there)."""
+        if self.reduces:
+            return False
+
+        def factors(t: Term) -> list[Term]:
+            if isinstance(t, Op) and t.op == "*":
+                return factors(t.left) + factors(t.right)
+            return factors(t.operand) if isinstance(t, Negate) else [t]
+
+        found = factors(self.term)
+        if not all(isinstance(f, Opnd | Lit) for f in found):
+            return False
+        indexed = [f for f in found if isinstance(f, Opnd)]
+        return any(v in i.variables for f in indexed for i in self.rhs_accesses[f.n].indices)
 
     def _loop_end(self, v: str) -> ir.Expr:
         """Where a dense loop over ``v`` ends."""
