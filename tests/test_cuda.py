@@ -104,6 +104,25 @@ def matrices() -> dict[str, sp.csr_matrix]:
     return out
 
 
+class Built(dict):
+    """Kernels compiled when first asked for, so that the quick run (slow tests left out)
+    builds only the ones it checks: g++ on the emulation header dominates this file."""
+
+    def __init__(self, jobs: dict):
+        super().__init__()
+        self.jobs = jobs
+
+    def __missing__(self, key):
+        self[key] = ucf.compile(**self.jobs[key])
+        return self[key]
+
+
+SLOW = pytest.mark.slow
+#: The sizes the quick run checks; the others are marked slow.
+QUICK_SIZES = (4, 16)
+SIZE_PARAMS = [s if s in QUICK_SIZES else pytest.param(s, marks=SLOW) for s in SIZES]
+
+
 def build(jobs: dict) -> dict:
     """Compile kernels two at a time: most of the time is g++ on the emulation header."""
     with ThreadPoolExecutor(2) as pool:
@@ -118,11 +137,11 @@ def sgap_kernels():
         for alg, f in SGAP.items()
         for n in SIZES
     }
-    return build(jobs)
+    return Built(jobs)
 
 
 @pytest.mark.parametrize("columns", COLUMNS)
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZE_PARAMS)
 @pytest.mark.parametrize("alg", list(SGAP))
 def test_sgap_spmm_matches_numpy(sgap_kernels, alg, size, columns):
     k = sgap_kernels[alg, size]
@@ -134,14 +153,15 @@ def test_sgap_spmm_matches_numpy(sgap_kernels, alg, size, columns):
 
 
 def test_sgap_kernels_use_the_group_helpers(sgap_kernels):
-    assert "atomicAddGroup<double, 8>(C_vals" in sgap_kernels["rb_pr", 8].source
+    assert "atomicAddGroup<double, 16>(C_vals" in sgap_kernels["rb_pr", 16].source
     assert "segReduceGroup<double, 16>(C_vals" in sgap_kernels["eb_seg", 16].source
     assert "ucf_atomic_add(&C_vals[" in sgap_kernels["eb_sr", 4].source
-    for (alg, _), k in sgap_kernels.items():
+    for alg in SGAP:
+        k = sgap_kernels[alg, 4]
         assert "blockIdx.x" in k.source and "threadIdx.x" in k.source, alg
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("int32", marks=SLOW), "int64"])
 def test_sgap_value_types(dtype):
     rng = np.random.default_rng(5)
     A = matrices()["power_law"].astype(dtype)
@@ -230,13 +250,25 @@ def _wide_jobs() -> dict:
     return cases | WIDE_EXTRA
 
 
+#: The shapes the quick run checks: each algorithm with a group as wide as its tile, twice
+#: and four times as wide, and the odd shapes (g not a multiple of r, one lane, steps).
+WIDE_QUICK = {(alg, r, g) for alg in WIDE_ALGS for r, g in [(8, 8), (2, 4), (8, 32)]} | {
+    ("spmm_nnz_steps", 4, 16),
+    ("spmm_nnz", 4, 16),
+    ("spmv_nnz", 4, 6),
+    ("spmm_listing5", 1, 16),
+    ("spmv_rows", 16, 40),
+}
+WIDE_PARAMS = [pytest.param(k, marks=() if k in WIDE_QUICK else SLOW) for k in _wide_jobs()]
+
+
 @pytest.fixture(scope="module")
 def wide_kernels():
     jobs = {
         key: dict(expr=e, formats={"A": "csr"}, schedule=s, target="cuda", emulate=True)
         for key, (e, s) in _wide_jobs().items()
     }
-    return build(jobs)
+    return Built(jobs)
 
 
 def check_wide(k, expr: str, seed: int) -> None:
@@ -249,7 +281,7 @@ def check_wide(k, expr: str, seed: int) -> None:
             assert np.array_equal(got.to_numpy(), want), (name, columns)
 
 
-@pytest.mark.parametrize("key", list(_wide_jobs()), ids=lambda k: "-".join(map(str, k)))
+@pytest.mark.parametrize("key", WIDE_PARAMS, ids=lambda k: "-".join(map(str, k)))
 def test_groups_wider_than_their_tile(wide_kernels, key):
     check_wide(wide_kernels[key], _wide_jobs()[key][0], seed=key[2])
 
@@ -610,7 +642,7 @@ def _batch(sources: list[str]) -> str:
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_generated_kernels_compile_with_nvcc(sgap_kernels, taco_kernels, arch):
-    sources = [k.source for k in sgap_kernels.values()]
+    sources = [sgap_kernels[alg, n].source for alg in SGAP for n in QUICK_SIZES]
     sources += [k.source for k, _, _ in taco_kernels.values()]
     for dtype in ("float32", "int32", "int64"):
         for f in SGAP.values():
@@ -623,7 +655,7 @@ def test_generated_kernels_compile_with_nvcc(sgap_kernels, taco_kernels, arch):
 
 @needs_nvcc
 def test_wide_group_kernels_compile_with_nvcc(wide_kernels):
-    nvcc_check(_batch([k.source for k in wide_kernels.values()]), "sm_80")
+    nvcc_check(_batch([wide_kernels[key].source for key in sorted(WIDE_QUICK)]), "sm_80")
 
 
 # ------------------------------------------------------- a real GPU
