@@ -116,3 +116,30 @@ def _has_cc() -> bool:
     import shutil
 
     return shutil.which("cc") is not None
+
+
+def test_the_thread_count_reaches_kernels_called_from_other_threads():
+    """OpenMP keeps the count per calling thread; ucf applies the one asked for in every
+    thread that calls a kernel (a thread pool, Dask's threaded scheduler)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ucf.exec.jit import openmp_runtime
+
+    lib = openmp_runtime()
+    if lib is None:
+        pytest.skip("no OpenMP runtime")
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    A = sp.random(20, 10, density=0.3, format="csr", random_state=3)
+    x = np.arange(10.0)
+
+    def call() -> int:
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+        return lib.omp_get_max_threads()
+
+    try:
+        for n in (1, 3):
+            ucf.set_num_threads(n)
+            with ThreadPoolExecutor(2) as pool:
+                assert set(pool.map(lambda _: call(), range(4))) == {n}
+    finally:
+        ucf.set_num_threads(2)

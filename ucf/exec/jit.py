@@ -80,15 +80,32 @@ def openmp_runtime() -> ctypes.CDLL | None:
         return None
     threads = os.environ.get("UCF_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0:
-        lib.omp_set_num_threads(int(threads))
+        _threads["requested"] = int(threads)
     return lib
 
 
+# OpenMP keeps its thread count per calling thread, so a count set in one Python thread
+# would not reach kernels called from another (a thread pool, Dask's threaded
+# scheduler): the count asked for is kept here and applied in each thread that calls.
+_threads: dict[str, int] = {}
+_applied = threading.local()
+
+
 def set_num_threads(n: int) -> None:
-    """Threads for parallel loops of both targets (else UCF_NUM_THREADS, else OpenMP's default)."""
+    """Threads for parallel loops of both targets, in every Python thread that calls a
+    kernel (else UCF_NUM_THREADS, else OpenMP's default)."""
+    _threads["requested"] = int(n)
+    apply_num_threads()
+
+
+def apply_num_threads() -> None:
+    """Give the calling thread the requested thread count, once per change."""
+    want = _threads.get("requested")
     lib = openmp_runtime()
-    if lib is not None:
-        lib.omp_set_num_threads(int(n))
+    if want is None or lib is None or getattr(_applied, "n", None) == want:
+        return
+    lib.omp_set_num_threads(want)
+    _applied.n = want
 
 
 def _empty_engine() -> llvm.ExecutionEngine:

@@ -28,7 +28,7 @@ from ucf.errors import (
 )
 from ucf.exec import blocked, cache
 from ucf.exec.export import beside, save_c
-from ucf.exec.jit import openmp_runtime
+from ucf.exec.jit import apply_num_threads, openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor, check_lossless, value_dtype
@@ -478,6 +478,8 @@ class Kernel:
                 arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
             keep.append(arr)
             args.append(arr if self.target == "cuda" else arr.ctypes.data)
+        if self.target != "cuda":
+            apply_num_threads()
         self._functions[fn.name](*args)
 
 
