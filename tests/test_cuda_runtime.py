@@ -418,7 +418,7 @@ def test_unsupported_intrinsic_is_a_compile_error(tmp_path, call):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.slow)])
 def test_kernels_compile_with_nvcc(arch):
     nvcc_check(KERNELS.read_text(), arch)
 
