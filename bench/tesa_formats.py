@@ -5,19 +5,16 @@ MKL's BSR (through sparse_dot_mkl, when installed) and ucf's own CSR.
     python bench/tesa_formats.py               # 1024^3, 2 threads
     python bench/tesa_formats.py --n 512 --repeat 3
 
-Every timing is the best of ``--repeat`` runs, all peers interleaved in one
-process on the same matrices; results are checked against numpy. The rows the
-issue targets that need storage ucf does not have yet (int8 values, N:M and
+Every timing is the best of ``--repeat`` interleaved runs, all peers in one
+process on the same matrices (timed by bench/spmv_spmm.py's helpers); results
+are checked against numpy. The rows the issue targets that need storage ucf does not have yet (int8 values, N:M and
 ELL levels) are printed as not built, so the table always shows every target.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +24,8 @@ import scipy.sparse as sp
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from spmv_spmm import best_of, fresh_kernel_cache  # noqa: E402
 
 import ucf  # noqa: E402
 
@@ -38,16 +37,6 @@ def block_sparse(rng, n: int, block: int, zero_fraction: float) -> np.ndarray:
     """An n x n float32 matrix whose blocks are all zero with ``zero_fraction``."""
     keep = rng.random((n // block, n // block)) >= zero_fraction
     return (np.kron(keep, np.ones((block, block))) * rng.random((n, n))).astype(np.float32)
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def peers(a: np.ndarray, b: np.ndarray, threads: int) -> dict[str, Callable[[], object]]:
@@ -97,7 +86,7 @@ def main() -> None:
             "ucf csr": lambda ac=ac: csr_kernel(A=ac, B=b),
             **peers(a, b, args.threads),
         }
-        times = {name: best(fn, args.repeat) for name, fn in runs.items()}
+        times = best_of(runs, args.repeat)
         rows.append((zero, times))
     print(f"SpMM {args.n}^3 float32, {args.threads} threads, best of {args.repeat}\n")
     print(f"{'zero blocks':>11}  " + "  ".join(f"{name:>16}" for name in rows[0][1]))
@@ -127,6 +116,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory(prefix="ucf-bench-") as cache:
-        os.environ["UCF_CACHE_DIR"] = cache
+    with fresh_kernel_cache("ucf-tesa-"):
         main()

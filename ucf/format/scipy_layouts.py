@@ -86,6 +86,34 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     return pack(shape, fmt, fmt.level_coords(coords), vals, index_dtype_of(index_dtype))
 
 
+def _segments(
+    where: str,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    major: int,
+    minor: int,
+    index_dtype: Any,
+    what: str,
+) -> tuple[np.ndarray, np.ndarray, np.dtype, bool]:
+    """Check scipy-style compressed arrays (``major`` segments of ``what`` below
+    ``minor``): the indices and data cut to ``indptr[-1]``, the index dtype (the input's
+    unless one is asked for), and whether every segment is strictly sorted."""
+    nnz = checks.positions(f"{where} (indptr)", indptr, major)
+    if len(indices) < nnz or len(data) < nnz:
+        raise FormatError(
+            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
+            f"{len(data)} entries"
+        )
+    indices, data = indices[:nnz], data[:nnz]
+    checks.in_range(where, indices, minor, what=what)
+    idt = (
+        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    )
+    same = checks.same_segment(indptr, nnz)
+    return indices, data, idt, not bool(np.any(same & (indices[1:] <= indices[:-1])))
+
+
 def from_compressed(
     where: str,
     kind: str,
@@ -107,19 +135,10 @@ def from_compressed(
     major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
     if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
         raise FormatError(f"{where}: indptr/indices must be integer arrays")
-    nnz = checks.positions(f"{where} (indptr)", indptr, major)
-    if len(indices) < nnz or len(data) < nnz:
-        raise FormatError(
-            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-            f"{len(data)} entries"
-        )
-    indices, data = indices[:nnz], data[:nnz]
-    checks.in_range(where, indices, minor, what="index")
-    idt = (
-        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    indices, data, idt, canonical = _segments(
+        where, indptr, indices, data, major, minor, index_dtype, "index"
     )
-    same = checks.same_segment(indptr, nnz)
-    canonical = not bool(np.any(same & (indices[1:] <= indices[:-1])))
+    nnz = len(indices)
     if canonical and fmt == (CSR if kind == "csr" else CSC):
         if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
             raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
@@ -144,21 +163,12 @@ def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor |
     where = "scipy bsr input"
     bh, bw = m.blocksize
     rows, cols = m.shape[0] // bh, m.shape[1] // bw
-    indptr, indices, data = m.indptr, m.indices, m.data
-    nnz = checks.positions(f"{where} (indptr)", indptr, rows)
-    if len(indices) < nnz or len(data) < nnz:
-        raise FormatError(
-            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-            f"{len(data)} blocks"
-        )
-    indices, data = indices[:nnz], data[:nnz]
-    checks.in_range(where, indices, cols, what="block index")
-    same = checks.same_segment(indptr, nnz)
-    if np.any(same & (indices[1:] <= indices[:-1])):
-        return None
-    idt = (
-        _scipy_index_dtype(indptr, indices) if index_dtype is None else index_dtype_of(index_dtype)
+    indptr = m.indptr
+    indices, data, idt, canonical = _segments(
+        where, indptr, m.indices, m.data, rows, cols, index_dtype, "block index"
     )
+    if not canonical:
+        return None
     levels = [
         {},
         {
