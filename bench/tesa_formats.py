@@ -7,8 +7,9 @@ MKL's BSR (through sparse_dot_mkl, when installed) and ucf's own CSR.
 
 Every timing is the best of ``--repeat`` interleaved runs, all peers in one
 process on the same matrices (timed by bench/spmv_spmm.py's helpers); results
-are checked against numpy. The rows the issue targets that need storage ucf does not have yet (int8 values, N:M and
-ELL levels) are printed as not built, so the table always shows every target.
+are checked against numpy. The rows the issue targets that need storage ucf
+does not have yet (int8 values, N:M and ELL levels) are printed as not built,
+so the table always shows every target.
 """
 
 from __future__ import annotations
