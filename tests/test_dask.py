@@ -271,7 +271,7 @@ def test_a_bad_schedule_fails_before_any_task_runs():
 
 def test_without_dask(monkeypatch):
     monkeypatch.setitem(sys.modules, "dask.array", None)
-    with pytest.raises(ucf.UcfError, match=r"pip install 'ucf\[dask\]'"):
+    with pytest.raises(ucf.UcfError, match=r"pip install '\.\[dask\]' in a ucf checkout"):
         ud.einsum(SPMV, A=np.eye(3), x=np.ones(3))
 
 

@@ -311,7 +311,8 @@ def test_kernel_errors_name_operand_and_torch_type():
 
 def test_without_torch_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
-    with pytest.raises(ucf.MissingDependencyError, match=r"pip install 'ucf\[torch\]'"):
+    hint = r"pip install torch \(or pip install '\.\[torch\]' in a ucf checkout\)"
+    with pytest.raises(ucf.MissingDependencyError, match=hint):
         ucf.from_torch(object())
     with pytest.raises(ucf.MissingDependencyError, match="Tensor.to_torch needs PyTorch"):
         ucf.from_numpy(np.eye(2)).to_torch()

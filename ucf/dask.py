@@ -28,7 +28,7 @@ from ucf.format.tensor import Tensor, from_coo, value_dtype
 from ucf.lang.ast import Sum, accesses
 from ucf.lang.parser import parse_statement
 
-INSTALL = "pip install 'ucf[dask]'"
+INSTALL = "pip install dask distributed (or pip install '.[dask]' in a ucf checkout)"
 
 #: Kinds of sparse output chunks: scipy matrix or array, pydata/sparse, ucf Tensor.
 SCIPY_MATRIX, SCIPY_ARRAY, PYDATA, UCF = "scipy-matrix", "scipy-array", "pydata", "ucf"

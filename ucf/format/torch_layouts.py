@@ -41,8 +41,8 @@ def need_torch(feature: str = "this") -> Any:
         import torch
     except ImportError:
         raise MissingDependencyError(
-            f"{feature} needs PyTorch, which is not installed: pip install 'ucf[torch]' "
-            "(or pip install torch)"
+            f"{feature} needs PyTorch, which is not installed: pip install torch (or pip "
+            "install '.[torch]' in a ucf checkout)"
         ) from None
     return torch
 
