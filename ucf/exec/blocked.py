@@ -74,11 +74,11 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
             shape, b.formats[name], levels, t.vals, index_dtype=t.index_dtype, check=False
         )
     if t.format.is_dense:
-        padded = np.pad(
-            t.to_numpy(),
-            [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)],
-        )
-        return Tensor.from_numpy(padded.reshape(shape), dtype=t.dtype)
+        pad = [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)]
+        dense = np.asarray(t)  # a view of a row-major tensor's values, else a copy
+        if any(after for _, after in pad):
+            dense = np.pad(dense, pad)
+        return Tensor.from_numpy(dense.reshape(shape), dtype=t.dtype)
     warn_user(
         f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
         "in blocks, so it is re-packed into those blocks on every call (store it in the "
