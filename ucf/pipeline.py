@@ -105,7 +105,6 @@ def plan(
     computed = Format(levels, requested.mode_order)
     base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
     if blocking is not None:  # a block's size is its places' extent, so loops over it unroll
-        base.fixed = {blocking.names[v][1]: b for v, b in blocking.sizes.items()}
         base.blocks = {
             inner: (v, outer, b)
             for v, b in blocking.sizes.items()
@@ -297,7 +296,6 @@ def _scheduled(
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
-    new.fixed = dict(cin.fixed)
     new.blocks = dict(cin.blocks)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"

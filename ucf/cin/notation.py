@@ -38,7 +38,6 @@ class CIN:
     loops: list[str] = field(default_factory=list)  # scheduled loop variables, outer to inner
     bounds: dict = field(default_factory=dict)  # loop -> ucf.schedule.Bound
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
-    fixed: dict[str, int] = field(default_factory=dict)  # extents known when compiling
     # A blocked variable's place in its block -> (the variable, its block's loop, the size)
     blocks: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
@@ -52,6 +51,11 @@ class CIN:
     def nested_vars(self) -> set[str]:
         """Variables of nested sums: their loops run inside a temporary's producer."""
         return {v for s in sums(peel(self.statement.rhs)[1]) for v in s.vars}
+
+    @property
+    def fixed(self) -> dict[str, int]:
+        """Extents known when compiling: a block's places run over the block's size."""
+        return {inner: size for inner, (_, _, size) in self.blocks.items()}
 
     @property
     def output_vars(self) -> list[str]:

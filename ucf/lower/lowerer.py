@@ -103,8 +103,9 @@ class Lowerer(
         self.rhs_accesses = accesses(stmt.rhs)
         self.applied = applied
         self._check_supported()
+        fixed = cin.fixed
         self.extents: dict[str, ir.Expr] = {
-            v: Const(cin.fixed[v], I64) if v in cin.fixed else Var(f"n_{v}", I64) for v in cin.order
+            v: Const(fixed[v], I64) if v in fixed else Var(f"n_{v}", I64) for v in cin.order
         }
         self.outer_order = tuple(v for v in cin.order if v not in cin.nested_vars)
         self.slot_params: dict[str, SlotParams] = {}
