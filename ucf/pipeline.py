@@ -26,7 +26,8 @@ from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
-from ucf.schedule import Applied, Command, apply_schedule, command, parse_schedule
+from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
+from ucf.schedule.model import Choice, Stats, propose
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -72,51 +73,39 @@ def plan(
     it: str,
     target: str = "llvm",
     openmp: bool = True,
+    default: bool = False,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values. ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
-    builder knows; without one, parallel loops run serially)."""
-    stmt = parse_statement(expr)
-    orders = _statement_orders(stmt)
-    out = stmt.lhs.tensor
-    if out in {a.tensor for a in accesses(stmt.rhs)}:
-        raise OperandError(f"output {out} also appears on the right-hand side; use another name")
-    for name in formats:
-        if name not in orders:
-            raise OperandError(
-                f"formats names tensor {name}, which the statement does not use "
-                f"(tensors: {', '.join(orders)})"
-            )
-    fmts = {n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in orders.items()}
-    user_stmt = stmt
-    blocking = unblock(stmt, fmts)
-    if blocking is not None:
-        stmt, fmts = blocking.statement, dict(blocking.formats)
+    builder knows; without one, parallel loops run serially). ``default`` says
+    ``schedule`` is the default model's choice (see ``proposals``), not the user's.
+
+    Without a schedule, the model's proposals for unknown statistics are tried in
+    turn, and the kernel says in ``cin`` why it got what it got."""
+    if schedule is None and target != "cuda":
+        *tried, last = proposals(expr, formats, None, threads=2)
+        for choice in tried:
+            try:
+                return _with_reasons(
+                    plan(expr, formats, choice.text, vt, it, target, openmp, True), choice.why
+                )
+            except (ScheduleError, UnsupportedError):
+                continue
+        return _with_reasons(plan(expr, formats, last.text, vt, it, target, openmp, True), last.why)
+    front = _Front(expr, formats)
+    stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
+    blocking, out = front.blocking, stmt.lhs.tensor
     commands = parse_schedule(schedule) if schedule else []
     if blocking is not None:
         blocking.check_schedule(commands)
-    requested = fmts.pop(out)
-    # Levels that cannot be written as outputs (singleton) are computed in the kind they
-    # name (compressed), and the result is converted after.
-    try:
-        levels = tuple(k.as_output() for k in requested.levels)
-    except FormatError as e:
-        raise FormatError(f"output {out} ('{requested}'): {e}") from None
-    computed = Format(levels, requested.mode_order)
-    base = concretize(stmt, fmts, computed, workspace=any(c.name == "precompute" for c in commands))
-    if blocking is not None:  # a block's size is its places' extent, so loops over it unroll
-        base.blocks = {
-            inner: (v, outer, b)
-            for v, b in blocking.sizes.items()
-            for outer, inner in [blocking.names[v]]
-        }
+    base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
     module = None
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
-    elif schedule is None:
-        cin, lowered = _default_schedule(base, fmts, computed, vt, it)
     else:
-        cin, applied = _scheduled(base, commands, fmts, computed) if commands else (base, None)
+        cin, applied = (
+            _scheduled(base, commands, fmts, computed, default) if commands else (base, None)
+        )
         _check_units(applied, target)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
     cin.notes += describe_extents(stmt)
@@ -126,7 +115,7 @@ def plan(
             for v, b in blocking.sizes.items()
             for outer, inner in [blocking.names[v]]
         ]
-    variables = tuple(cin.order) if blocking is None else user_variables(user_stmt)
+    variables = tuple(cin.order) if blocking is None else user_variables(front.user_stmt)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -135,9 +124,9 @@ def plan(
     if module is not None:
         cuda = cudagen.source(module, str(stmt))
         return Plan(
-            user_stmt,
+            front.user_stmt,
             cin,
-            orders,
+            front.orders,
             compute,
             None,
             "",
@@ -151,9 +140,9 @@ def plan(
             variables=variables,
         )
     return Plan(
-        user_stmt,
+        front.user_stmt,
         cin,
-        orders,
+        front.orders,
         compute,
         assemble,
         cgen.source(fns),
@@ -165,6 +154,84 @@ def plan(
         blocking=blocking,
         variables=variables,
     )
+
+
+class _Front:
+    """The statement and formats as the scheduler sees them: parsed, checked, the
+    blocked formats split into plain ones, and the output's computed format."""
+
+    def __init__(self, expr: str, formats: dict[str, Any]):
+        stmt = parse_statement(expr)
+        self.orders = _statement_orders(stmt)
+        out = stmt.lhs.tensor
+        if out in {a.tensor for a in accesses(stmt.rhs)}:
+            raise OperandError(
+                f"output {out} also appears on the right-hand side; use another name"
+            )
+        for name in formats:
+            if name not in self.orders:
+                raise OperandError(
+                    f"formats names tensor {name}, which the statement does not use "
+                    f"(tensors: {', '.join(self.orders)})"
+                )
+        fmts = {
+            n: parse_format(formats.get(n, "dense"), order=k, tensor=n)
+            for n, k in self.orders.items()
+        }
+        self.user_stmt = stmt
+        self.blocking = unblock(stmt, fmts)
+        if self.blocking is not None:
+            stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
+        self.stmt = stmt
+        self.requested = fmts.pop(out)
+        # Levels that cannot be written as outputs (singleton) are computed in the kind they
+        # name (compressed), and the result is converted after.
+        try:
+            levels = tuple(k.as_output() for k in self.requested.levels)
+        except FormatError as e:
+            raise FormatError(f"output {out} ('{self.requested}'): {e}") from None
+        self.computed = Format(levels, self.requested.mode_order)
+        self.fmts = fmts
+
+    def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
+        cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
+        if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
+            b = self.blocking
+            cin.blocks = {
+                inner: (v, outer, size)
+                for v, size in b.sizes.items()
+                for outer, inner in [b.names[v]]
+            }
+        return cin
+
+
+def proposals(
+    expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
+) -> list[Choice]:
+    """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
+    first, each checked against the statement as a user's schedule would be: the
+    ones the checker refuses are left out. The last one is always the plain nest."""
+    front = _Front(expr, formats)
+    base = front.concretized()
+    storage = front.concretized(workspace=True).order
+    if stats is not None and front.blocking is not None:
+        stats = Stats(front.blocking.split_extents(stats.extents), stats.nnz, stats.spread)
+    *candidates, last = propose(base, storage, stats, threads)
+    kept = []
+    for choice in candidates:
+        commands = parse_schedule(choice.text)
+        workspace = any(c.name == "precompute" for c in commands)
+        try:
+            _scheduled(front.concretized(workspace), commands, front.fmts, front.computed)
+        except (ScheduleError, UnsupportedError):
+            continue
+        kept.append(choice)
+    return [*kept, last]
+
+
+def _with_reasons(p: Plan, why: list[str]) -> Plan:
+    p.cin.notes += why
+    return p
 
 
 def _check_units(applied: Applied | None, target: str) -> None:
@@ -231,29 +298,6 @@ def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
     module = gpu.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
     cin.notes += module.notes
     return lowered, module
-
-
-def _default_schedule(cin: CIN, fmts: dict[str, Format], computed: Format, vt: str, it: str):
-    """Parallelize the outermost loop when that is legal; otherwise say why not.
-
-    Loops of nested sums run inside a temporary's producer, so they are never
-    the outermost loop."""
-    outer = [v for v in cin.order if v not in cin.nested_vars]
-    if outer:
-        v = outer[0]
-        cmd = command("parallelize", (v, "CPUThread", "NoRaces"))
-        try:
-            scheduled, applied = _scheduled(cin, [cmd], fmts, computed, default=True)
-            lowered = Lowerer(scheduled, vt, it, applied=applied).lower()
-        except ScheduleError as e:
-            reason = str(e).split(": ", 1)[-1]
-            cin.notes.append(
-                f"default schedule: no parallel loop, since the outermost loop {v} cannot be "
-                f"parallelized ({reason})"
-            )
-        else:
-            return scheduled, lowered
-    return cin, Lowerer(cin, vt, it).lower()
 
 
 def _scheduled(

@@ -98,6 +98,20 @@ def set_num_threads(n: int) -> None:
     apply_num_threads()
 
 
+def num_threads() -> int:
+    """The threads a parallel loop would get: the count asked for, else OpenMP's
+    default; 1 without an OpenMP runtime."""
+    lib = openmp_runtime()
+    if lib is None:
+        return 1
+    return _threads.get("requested") or _max_threads(lib)
+
+
+@cache
+def _max_threads(lib: ctypes.CDLL) -> int:
+    return int(lib.omp_get_max_threads())
+
+
 def apply_num_threads() -> None:
     """Give the calling thread the requested thread count, once per change."""
     want = _threads.get("requested")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import ctypes
 import math
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,14 +22,16 @@ from ucf.cin.extents import infer as infer_extents
 from ucf.errors import (
     ConversionWarning,
     OperandError,
+    ScheduleError,
     ShapeError,
     UcfError,
+    UnsupportedError,
     boundary,
     warn_user,
 )
-from ucf.exec import blocked, cache
+from ucf.exec import blocked, cache, stats
 from ucf.exec.export import beside, save_c
-from ucf.exec.jit import apply_num_threads, openmp_runtime
+from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor, check_lossless, value_dtype
@@ -45,6 +48,15 @@ _LOADED: dict[tuple[str, str], tuple] = {}
 def forget_loaded() -> None:
     """Drop the in-process kernels, so the next compile goes to the disk cache."""
     _LOADED.clear()
+
+
+class _Built(NamedTuple):
+    """One compiled plan of a kernel, and why the default model chose it."""
+
+    plan: Plan
+    functions: dict[str, Any]
+    library: Any
+    why: tuple[str, ...]
 
 
 class Kernel:
@@ -96,39 +108,88 @@ class Kernel:
             from ucf.exec import jit
 
             fields["llvm"] = jit.identity()
+        self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
+        self._static = self._compile(schedule, default=False)
+        # With no schedule the default model picks one per call from the operands'
+        # statistics (ucf.schedule.model); calls with the same statistics reuse it.
+        self._adaptive = schedule is None and target != "cuda"
+        self._choices: dict[tuple, _Built] = {}
+        self._local = threading.local()
+
+    def _compile(self, schedule: str | None, default: bool, why: tuple[str, ...] = ()) -> _Built:
+        """The plan and loaded functions for ``schedule``: from this process, from the
+        disk cache, or built now (other processes wait for one build)."""
+        fields = {**self._fields, "schedule": schedule}
+        if default:
+            fields["default"] = True
         ck = cache.key(fields)
         memo = (str(cache.cache_dir()), ck)
-        if memo in _LOADED:
-            self._plan, self._functions, self._library = _LOADED[memo]
-            return
-        entry = cache.load(f"{ck}.plan", fields)
-        if entry is None:
-            with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
-                entry = cache.load(f"{ck}.plan", fields)
-                if entry is None:
-                    self._build(expr, formats, schedule, vt, it, ck, fields)
-        if entry is not None:
-            self._plan = entry["plan"]
-            self._functions = self._load(self._plan, fields, entry)
-        _LOADED[memo] = (self._plan, self._functions, self._library)
+        if memo not in _LOADED:
+            entry = cache.load(f"{ck}.plan", fields)
+            if entry is None:
+                with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
+                    entry = cache.load(f"{ck}.plan", fields)
+                    if entry is None:
+                        _LOADED[memo] = self._build(schedule, default, ck, fields)
+            if entry is not None:
+                plan = entry["plan"]
+                _LOADED[memo] = (plan, *self._load(plan, fields, entry))
+        plan, functions, library = _LOADED[memo]
+        return _Built(plan, functions, library, why)
 
-    def _build(self, expr, formats, schedule, vt: str, it: str, ck: str, fields: dict) -> None:
+    def _build(self, schedule, default: bool, ck: str, fields: dict):
         """Run the pipeline, load the result and store it in the cache."""
         openmp = self.target != "llvm" or openmp_runtime() is not None
-        self._plan = pipeline.plan(expr, formats, schedule, vt, it, self.target, openmp)
-        self._functions = self._load(self._plan, fields, None)
-        stored = {"plan": self._plan}
+        plan = pipeline.plan(
+            self._expr, self.formats, schedule, self._vt, self._it, self.target, openmp, default
+        )
+        functions, library = self._load(plan, fields, None)
+        stored = {"plan": plan}
         if self.target == "llvm":
-            stored["object"] = self._library.object_code
+            stored["object"] = library.object_code
         cache.store(f"{ck}.plan", fields, stored)
+        return plan, functions, library
+
+    def _choose(self, given: dict[str, Tensor], extents: dict[str, int]) -> None:
+        """Give this thread's call the default model's kernel for these operands."""
+        threads = num_threads()
+        st = stats.measure(given, extents)
+        key = st.key(threads)
+        built = self._choices.get(key)
+        if built is None:
+            built = self._static
+            for choice in pipeline.proposals(self._expr, self.formats, st, threads):
+                try:
+                    built = self._compile(choice.text, default=True, why=tuple(choice.why))
+                    break
+                except (ScheduleError, UnsupportedError):
+                    continue
+            self._choices[key] = built
+        self._local.built = built
+
+    @property
+    def _built(self) -> _Built:
+        return getattr(self._local, "built", None) or self._static
+
+    @property
+    def _plan(self) -> Plan:
+        return self._built.plan
+
+    @property
+    def _functions(self) -> dict[str, Any]:
+        return self._built.functions
+
+    @property
+    def _library(self) -> Any:
+        return self._built.library
 
     # -------------------------------------------------------------- building
-    def _load(self, plan: Plan, fields: dict, entry: dict | None) -> dict[str, Any]:
+    def _load(self, plan: Plan, fields: dict, entry: dict | None) -> tuple[dict[str, Any], Any]:
+        """The plan's callable functions, and the library that keeps them alive."""
         names = [f for f in (plan.assemble, plan.compute) if f is not None]
         if self.target == "cuda":
             from ucf.exec import cuda_build
 
-            self._library = None
             launch = f"{plan.compute.name}_launch"
             if self.emulate:
                 lib = cache.library(
@@ -138,35 +199,35 @@ class Kernel:
                 run = cuda_build.Emulated(lib, launch, plan.compute.params)
             else:
                 run = cuda_build.Device(plan.cuda_source, fields, launch, plan.compute.params)
-            return {plan.compute.name: run}
+            return {plan.compute.name: run}, None
         if self.target == "llvm":
             from ucf.exec import jit
 
             if entry is not None and "object" in entry:
-                self._library = jit.load_object(entry["object"])
+                library = jit.load_object(entry["object"])
             else:
-                self._library = jit.compile_ir(plan.llvm_ir)
-            addrs = {f.name: self._library.address(f.name) for f in names}
-            return {f.name: _cfunc(f, addrs[f.name]) for f in names}
+                library = jit.compile_ir(plan.llvm_ir)
+            addrs = {f.name: library.address(f.name) for f in names}
+            return {f.name: _cfunc(f, addrs[f.name]) for f in names}, library
         from ucf.exec import cc
 
         if plan.cin.parallel:
             openmp_runtime()  # applies UCF_NUM_THREADS to the libgomp the .so links
-        self._library = cache.library(
-            {**fields, **cc.identity()}, lambda: cc.build_shared(plan.c_source)
-        )
+        library = cache.library({**fields, **cc.identity()}, lambda: cc.build_shared(plan.c_source))
         result = {}
         for f in names:
-            fn = getattr(self._library, f.name)
+            fn = getattr(library, f.name)
             fn.argtypes = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in f.params]
             fn.restype = None
             result[f.name] = fn
-        return result
+        return result, library
 
     # ------------------------------------------------------------ inspection
     @property
     def cin(self) -> str:
-        return str(self._plan.cin)
+        """The kernel's loop nest and every decision made for it: with no schedule
+        given, those of the kernel the last call in this thread ran."""
+        return "\n".join([str(self._plan.cin), *(f"  # {w}" for w in self._built.why)])
 
     @property
     def source(self) -> str:
@@ -241,6 +302,9 @@ class Kernel:
                     f"with {plan.orders[n]} indices"
                 )
         extents = self._extents(given, out, shapes)
+        if self._adaptive:
+            self._choose(given, extents)
+            plan = self._plan
         if plan.blocking is None:
             return self._run(given, extents, out)
         return blocked.run(self._run, plan, given, extents, out, self.dtype)

@@ -1,0 +1,273 @@
+"""The default schedule: decisions from the statement, the formats and cheap
+statistics of the operands, when the user gives no schedule.
+
+Each decision is a scheduling command plus one line saying why, so ``k.cin``
+explains the kernel it got. The model proposes; ``ucf.pipeline`` checks each
+proposal with the same checker a user's schedule goes through and takes the
+first that passes, so a wrong guess costs a fallback, never a wrong kernel.
+
+The statistics are what a call can see for almost nothing: every variable's
+extent, each operand's number of stored entries, and how unevenly a sparse
+operand's rows are filled. Without them (compiling before any call) the
+model assumes large extents and even rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ucf.cin.concretize import appended_vars
+from ucf.cin.notation import CIN
+from ucf.lang.ast import Binary, Call, Neg, Sum, accesses, text
+from ucf.lang.reductions import peel
+
+#: Below this many multiply-adds a parallel region costs more than it saves
+#: (an OpenMP fork and join is some microseconds; a multiply-add about a nanosecond).
+SERIAL_WORK = 1 << 16
+#: A dynamically scheduled chunk should hold about this much work, so handing it
+#: out costs little next to running it.
+CHUNK_WORK = 1 << 14
+#: The largest chunk: beyond it, rows of uneven length no longer even out.
+MAX_CHUNK = 4096
+#: Rows this many times longer than the mean call for many more chunks than threads.
+SKEWED = 4.0
+#: A parallel loop stays inside other loops only if they start at most this many regions.
+MAX_REGIONS = 8
+#: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
+#: vectorize) up to this extent.
+MAX_BOUND = 256
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What a call knows about its operands before running: extents per index
+    variable, stored entries per operand, and per sparse operand the longest
+    row over the mean row (1.0 for even rows)."""
+
+    extents: dict[str, int]
+    nnz: dict[str, int] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)
+
+    def key(self, threads: int) -> tuple:
+        """The statistics as far as the model looks at them: calls with the same key
+        get the same schedule."""
+        return (
+            threads,
+            tuple(sorted(self.extents.items())),
+            tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
+            tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
+        )
+
+
+@dataclass
+class Choice:
+    """One proposed schedule and the reason for each of its decisions."""
+
+    commands: list[str]
+    why: list[str]
+
+    @property
+    def text(self) -> str:
+        return "; ".join(self.commands)
+
+
+def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: int) -> list[Choice]:
+    """Schedules to try for ``cin`` (the concretized statement, unscheduled), best
+    first. ``storage_order`` is the loop order that follows every operand's storage
+    when the output may use a workspace. The last proposal is always the plain
+    loop nest, which every statement has."""
+    why: list[str] = []
+    workspace = _workspace(cin, storage_order, why)
+    order = storage_order if workspace else list(cin.order)
+    work = _work(cin, stats)
+    serial = _serial_reason(cin, stats, threads, work)
+    if serial is not None:
+        return [Choice(workspace, [*why, serial])]
+    choices = []
+    for v, reason in _parallel_loops(cin, order, stats, threads):
+        par, how = _parallel(cin, v, stats, threads, work)
+        bound = _bound(cin, order, stats, v)
+        for hoist in _placements(order, v, stats):
+            cmds = [*workspace, *hoist, *[c for c, _ in bound], *par]
+            lines = [*why, reason, how, *[w for _, w in bound]]
+            if hoist:
+                lines.append(f"default: {v} moves outermost, so one parallel region runs")
+            choices.append(Choice(cmds, lines))
+    if not choices:
+        why.append(
+            "default: serial, since no loop over an output variable can run in parallel "
+            "without races"
+        )
+    choices.append(Choice(workspace, why))
+    return choices
+
+
+def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
+    """Where the parallel loop ``v`` may run: moved outermost if the checker allows,
+    else in place when the loops around it run so few times that starting a parallel
+    region in each costs little."""
+    if order[0] == v:
+        return [[]]
+    outside = order[: order.index(v)]
+    regions = math.prod(stats.extents.get(w, 1) for w in outside) if stats else None
+    hoist = [f"reorder({v}, {order[0]})"]
+    return [hoist, []] if regions is not None and regions <= MAX_REGIONS else [hoist]
+
+
+def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
+    """Gustavson's workspace, when a sparse output's storage order puts a reduction
+    outside one of its variables: without it the output must be appended in its own
+    order, which co-iterates every output entry with the reduction (quadratic)."""
+    stmt = cin.statement
+    if cin.output_format.is_dense:
+        return []
+    summed, body = peel(stmt.rhs)
+    appended = appended_vars(stmt.lhs, cin.output_format)
+    pos = {v: k for k, v in enumerate(storage_order)}
+    first = min((pos[r] for r in summed if r in pos), default=None)
+    if first is None:
+        return []
+    inside = [v for v in storage_order[first:] if v in appended]
+    if not inside:
+        return []
+    r = storage_order[first]
+    if len(inside) > 1 or not _product(body):
+        why.append(
+            f"default: reduction variable {r} encloses output variables "
+            f"{', '.join(inside)} in storage order, but a workspace holds one variable of "
+            "one product; the output is appended in its own order instead"
+        )
+        return []
+    v = inside[0]
+    why.append(
+        f"default: precompute into a workspace over {v} (Gustavson), since reduction "
+        f"variable {r} encloses output variable {v} of sparse output {stmt.lhs.tensor} in "
+        "the order its operands are stored"
+    )
+    return [f"precompute({text(body)}, {v}, {v})"]
+
+
+def _product(e) -> bool:
+    """A product of factors: what precompute can compute into a workspace."""
+    if isinstance(e, Binary):
+        return e.op == "*" and _product(e.left) and _product(e.right)
+    return not isinstance(e, (Sum, Neg, Call))
+
+
+def _work(cin: CIN, stats: Stats | None) -> float | None:
+    """Multiply-adds, estimated per term of the right-hand side as the product of its
+    variables' extents thinned by each sparse operand's density."""
+    if stats is None:
+        return None
+    ext = stats.extents
+    variables = {v for a in accesses(cin.statement.rhs) for i in a.indices for v in i.variables}
+    total = math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars))
+    for n, a in enumerate(accesses(cin.statement.rhs)):
+        if cin.slots[n].format.is_dense or a.tensor not in stats.nnz:
+            continue
+        size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
+        total *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
+    return total
+
+
+def _serial_reason(cin: CIN, stats: Stats | None, threads: int, work: float | None) -> str | None:
+    if threads <= 1:
+        return "default: serial, since one thread is available (ucf.set_num_threads)"
+    if work is not None and work < SERIAL_WORK:
+        return (
+            f"default: serial, since the work (about {work:.0f} multiply-adds) is below "
+            f"{SERIAL_WORK}, where a parallel region costs more than it saves"
+        )
+    return None
+
+
+def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: int):
+    """Loops over output variables (their iterations write different entries, so no
+    races), most iterations first among those with enough for every thread."""
+    out = set(cin.output_vars)
+    nested = cin.nested_vars
+    loops = [v for v in order if v in out and v not in nested]
+    if stats is None:
+        for v in loops[:1]:
+            yield v, f"default: parallel loop {v}, the outermost loop over an output variable"
+        return
+    ext = stats.extents
+    enough = [v for v in loops if ext.get(v, 0) >= 4 * threads]
+    if enough:
+        v = enough[0]
+        skipped = [w for w in loops[: loops.index(v)]]
+        note = f" ({', '.join(f'{w} has {ext[w]}' for w in skipped)})" if skipped else ""
+        yield (
+            v,
+            f"default: parallel loop {v}: {ext[v]} iterations, at least 4 per thread "
+            f"of {threads}, the outermost such loop{note}",
+        )
+        return
+    best = max(loops, key=lambda w: ext.get(w, 0), default=None)
+    if best is not None and ext.get(best, 0) > 1:
+        yield (
+            best,
+            f"default: parallel loop {best}: {ext[best]} iterations, the most of any loop "
+            "over an output variable",
+        )
+
+
+def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
+    """The commands that run ``v`` in parallel: in dynamically scheduled chunks sized
+    so each holds enough work and uneven rows still balance."""
+    plain = [f"parallelize({v}, CPUThread, NoRaces)"]
+    if stats is None or work is None:
+        return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
+    rows = max(stats.extents.get(v, 1), 1)
+    per_row = max(work / rows, 1.0)
+    skew = max(
+        (s for t, s in stats.spread.items() if _rows_of(cin, t) == v),
+        default=1.0,
+    )
+    per_thread = 32 if skew > SKEWED else 8
+    chunk = min(CHUNK_WORK / per_row, rows / (per_thread * threads), MAX_CHUNK)
+    chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
+    if chunk <= 1 and rows <= 64 * threads:
+        return plain, f"default: {v} is shared out statically ({rows} iterations)"
+    outer, inner = f"{v}_c", f"{v}_r"
+    skewed = f"; rows are up to {skew:.0f}x the mean length" if skew > SKEWED else ""
+    return (
+        [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
+        f"default: {v} in dynamically scheduled chunks of {chunk} (about "
+        f"{per_row:.0f} multiply-adds per iteration{skewed})",
+    )
+
+
+def _rows_of(cin: CIN, tensor: str) -> str | None:
+    """The variable of ``tensor``'s first stored level, whose segments the spread is of."""
+    for n, a in enumerate(accesses(cin.statement.rhs)):
+        fmt = cin.slots[n].format
+        if a.tensor == tensor and not fmt.is_dense:
+            return a.indices[fmt.mode_order[0]].single_variable
+    return None
+
+
+def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str):
+    """``bound`` on the innermost loop when it is dense over every operand and its
+    extent is small and known: a constant trip count unrolls and vectorizes."""
+    if stats is None or not order:
+        return []
+    v = order[-1]
+    n = stats.extents.get(v, 0)
+    if v == parallel or v in cin.nested_vars or not 1 < n <= MAX_BOUND:
+        return []
+    for k, a in enumerate(accesses(cin.statement.rhs)):
+        fmt = cin.slots[k].format
+        for m, idx in enumerate(a.indices):
+            if v in idx.variables and (
+                idx.single_variable != v or not fmt.levels[fmt.level_of_mode(m)].full
+            ):
+                return []
+    return [
+        (
+            f"bound({v}, {v}_b, {n}, MaxExact)",
+            f"default: bound({v}) to {n}, the innermost loop's extent at this call, so its "
+            "trip count is a constant",
+        )
+    ]
