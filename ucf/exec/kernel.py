@@ -11,6 +11,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,7 +43,10 @@ from ucf.schedule import Schedule
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
-_LOADED: dict[tuple[str, str], tuple] = {}
+_LOADED: dict[tuple[str, str], _Compiled] = {}
+
+
+_LOAD_LOCK = threading.Lock()
 
 
 def forget_loaded() -> None:
@@ -50,12 +54,24 @@ def forget_loaded() -> None:
     _LOADED.clear()
 
 
-class _Built(NamedTuple):
-    """One compiled plan of a kernel, and why the default model chose it."""
+@dataclass
+class _Compiled:
+    """A plan in this process, and its functions once something calls them: loading
+    JIT-compiles (or builds the C library), so a plan that is only read for its
+    ``cin`` or source, or saved, never pays for it."""
 
     plan: Plan
-    functions: dict[str, Any]
-    library: Any
+    key: str
+    fields: dict
+    object: bytes | None = None  # the llvm target's object code, from the disk cache
+    functions: dict[str, Any] | None = None
+    library: Any = None
+
+
+class _Built(NamedTuple):
+    """One plan of a kernel, and why the default model chose it."""
+
+    compiled: _Compiled
     why: tuple[str, ...]
 
 
@@ -113,12 +129,14 @@ class Kernel:
         # With no schedule the default model picks one per call from the operands'
         # statistics (ucf.schedule.model); calls with the same statistics reuse it.
         self._adaptive = schedule is None and target != "cuda"
+        if not self._adaptive:
+            self._loaded()
         self._choices: dict[tuple, _Built] = {}
         self._local = threading.local()
 
     def _compile(self, schedule: str | None, default: bool, why: tuple[str, ...] = ()) -> _Built:
-        """The plan and loaded functions for ``schedule``: from this process, from the
-        disk cache, or built now (other processes wait for one build)."""
+        """The plan for ``schedule``: from this process, from the disk cache, or built
+        now (other processes wait for one build)."""
         fields = {**self._fields, "schedule": schedule}
         if default:
             fields["default"] = True
@@ -130,25 +148,32 @@ class Kernel:
                 with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
                     entry = cache.load(f"{ck}.plan", fields)
                     if entry is None:
-                        _LOADED[memo] = self._build(schedule, default, ck, fields)
-            if entry is not None:
-                plan = entry["plan"]
-                _LOADED[memo] = (plan, *self._load(plan, fields, entry))
-        plan, functions, library = _LOADED[memo]
-        return _Built(plan, functions, library, why)
+                        entry = {"plan": self._build(schedule, default)}
+                        cache.store(f"{ck}.plan", fields, entry)
+            _LOADED[memo] = _Compiled(entry["plan"], ck, fields, entry.get("object"))
+        return _Built(_LOADED[memo], why)
 
-    def _build(self, schedule, default: bool, ck: str, fields: dict):
-        """Run the pipeline, load the result and store it in the cache."""
+    def _build(self, schedule: str | None, default: bool) -> Plan:
         openmp = self.target != "llvm" or openmp_runtime() is not None
-        plan = pipeline.plan(
+        return pipeline.plan(
             self._expr, self.formats, schedule, self._vt, self._it, self.target, openmp, default
         )
-        functions, library = self._load(plan, fields, None)
-        stored = {"plan": plan}
-        if self.target == "llvm":
-            stored["object"] = library.object_code
-        cache.store(f"{ck}.plan", fields, stored)
-        return plan, functions, library
+
+    def _loaded(self) -> _Compiled:
+        """The current plan with its functions loaded; the llvm target's object code
+        joins the plan in the disk cache the first time."""
+        c = self._built.compiled
+        if c.functions is None:
+            with _LOAD_LOCK:
+                if c.functions is None:
+                    entry = {"object": c.object} if c.object is not None else None
+                    functions, c.library = self._load(c.plan, c.fields, entry)
+                    if self.target == "llvm" and c.object is None:
+                        c.object = c.library.object_code
+                        stored = {"plan": c.plan, "object": c.object}
+                        cache.store(f"{c.key}.plan", c.fields, stored)
+                    c.functions = functions
+        return c
 
     def _choose(self, given: dict[str, Tensor], extents: dict[str, int]) -> None:
         """Give this thread's call the default model's kernel for these operands."""
@@ -173,15 +198,11 @@ class Kernel:
 
     @property
     def _plan(self) -> Plan:
-        return self._built.plan
+        return self._built.compiled.plan
 
     @property
     def _functions(self) -> dict[str, Any]:
-        return self._built.functions
-
-    @property
-    def _library(self) -> Any:
-        return self._built.library
+        return self._loaded().functions
 
     # -------------------------------------------------------------- building
     def _load(self, plan: Plan, fields: dict, entry: dict | None) -> tuple[dict[str, Any], Any]:

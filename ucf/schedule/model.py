@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ucf.cin.concretize import appended_vars
 from ucf.cin.notation import CIN
-from ucf.lang.ast import Binary, Call, Neg, Sum, accesses, text
+from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.reductions import peel
 
 #: Below this many multiply-adds a parallel region costs more than it saves
@@ -77,29 +77,28 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     first. ``storage_order`` is the loop order that follows every operand's storage
     when the output may use a workspace. The last proposal is always the plain
     loop nest, which every statement has."""
-    why: list[str] = []
-    workspace = _workspace(cin, storage_order, why)
+    ws_why: list[str] = []
+    workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
     work = _work(cin, stats)
     serial = _serial_reason(cin, stats, threads, work)
-    if serial is not None:
-        return [Choice(workspace, [*why, serial])]
     choices = []
-    for v, reason in _parallel_loops(cin, order, stats, threads):
-        par, how = _parallel(cin, v, stats, threads, work)
-        bound = _bound(cin, order, stats, v)
-        for hoist in _placements(order, v, stats):
-            cmds = [*workspace, *hoist, *[c for c, _ in bound], *par]
-            lines = [*why, reason, how, *[w for _, w in bound]]
-            if hoist:
-                lines.append(f"default: {v} moves outermost, so one parallel region runs")
-            choices.append(Choice(cmds, lines))
-    if not choices:
-        why.append(
-            "default: serial, since no loop over an output variable can run in parallel "
-            "without races"
-        )
-    choices.append(Choice(workspace, why))
+    if serial is None:
+        for v, reason in _parallel_loops(cin, order, stats, threads):
+            par, how = _parallel(cin, v, stats, threads, work)
+            bound = _bound(cin, order, stats, v)
+            for hoist in _placements(order, v, stats):
+                cmds = [*workspace, *hoist, *[c for c, _ in bound], *par]
+                lines = [*ws_why, reason, how, *[w for _, w in bound]]
+                if hoist:
+                    lines.append(f"default: {v} moves outermost, so one parallel region runs")
+                choices.append(Choice(cmds, lines))
+    serial = serial or (
+        "default: serial, since no loop over an output variable can run in parallel without races"
+    )
+    choices.append(Choice(workspace, [*ws_why, serial]))
+    if workspace:
+        choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
     return choices
 
 
@@ -149,10 +148,10 @@ def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
 
 
 def _product(e) -> bool:
-    """A product of factors: what precompute can compute into a workspace."""
+    """A product of tensor accesses: what precompute can compute into a workspace."""
     if isinstance(e, Binary):
         return e.op == "*" and _product(e.left) and _product(e.right)
-    return not isinstance(e, (Sum, Neg, Call))
+    return isinstance(e, Access)
 
 
 def _work(cin: CIN, stats: Stats | None) -> float | None:

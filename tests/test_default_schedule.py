@@ -1,0 +1,210 @@
+"""The default schedule's cost model (ucf.schedule.model): what it decides is checked on
+the plan (``k.cin``), and every kernel it picks is checked against numpy/scipy."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import rand_dense
+
+import ucf
+from ucf.schedule.model import SERIAL_WORK, Stats
+
+SPMV = "y(i) = A(i,j) * x(j)"
+SPMM = "C(i,k) = A(i,j) * B(j,k)"
+
+
+@pytest.fixture(autouse=True)
+def _two_threads():
+    """The model plans for the threads a call gets; make that 2 whatever the machine."""
+    ucf.set_num_threads(2)
+    yield
+
+
+def rand_csr(rng, rows: int, cols: int, per_row: float) -> sp.csr_array:
+    nnz = int(rows * per_row)
+    r, c = rng.integers(0, rows, nnz), rng.integers(0, cols, nnz)
+    m = sp.csr_array((rng.integers(1, 9, nnz).astype(float), (r, c)), shape=(rows, cols))
+    m.sum_duplicates()
+    return m
+
+
+def chosen(k: ucf.Kernel) -> list[str]:
+    return [line.strip()[2:] for line in k.cin.splitlines() if "# default:" in line]
+
+
+def parallel_loop(k: ucf.Kernel) -> str | None:
+    loops = [line.split()[2] for line in k.cin.splitlines() if "runs in parallel" in line]
+    return loops[0] if loops else None
+
+
+# ------------------------------------------------------------------ Gustavson workspace
+
+
+@pytest.mark.parametrize(
+    "formats",
+    [
+        {"A": "csr", "B": "csr", "C": "csr"},
+        {"A": "dcsr", "B": "dcsr", "C": "dcsr"},
+        {"A": "csr", "B": "dcsr", "C": "csr"},
+        {"A": "csc", "B": "csc", "C": "csc"},
+    ],
+    ids=["csr", "dcsr", "csr-dcsr", "csc"],
+)
+def test_spgemm_default_is_never_quadratic(formats, target):
+    """A sparse output whose storage order puts the reduction outside an output variable
+    gets a workspace, and every operand is read as stored: co-iterating each output entry
+    with the reduction (converting B to the other orientation) is the quadratic plan."""
+    rng = np.random.default_rng(7)
+    A, B = rand_csr(rng, 300, 200, 4), rand_csr(rng, 200, 250, 4)
+    k = ucf.compile(SPMM, formats=formats, target=target)
+    for _ in range(2):  # before a call (no statistics), then after one
+        assert "precomputed into workspace" in k.cin, k.cin
+        assert "converted" not in k.cin, k.cin
+        C = k(A=A, B=B)
+    assert abs(C.to_scipy() - A @ B).max() == 0
+    assert any("Gustavson" in w for w in chosen(k)), k.cin
+
+
+def test_spgemm_of_a_sum_is_not_given_a_workspace():
+    """A workspace holds one product; for a sum of products the default says why not."""
+    rng = np.random.default_rng(8)
+    A, B, D = rand_csr(rng, 60, 50, 3), rand_csr(rng, 50, 40, 3), rand_csr(rng, 60, 40, 2)
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k) + D(i,k)",
+        formats={"A": "csr", "B": "csr", "D": "csr", "C": "csr"},
+    )
+    C = k(A=A, B=B, D=D)
+    assert np.allclose(C.to_scipy().toarray(), (A @ B + D).toarray())
+    assert "precomputed" not in k.cin
+
+
+# ------------------------------------------------------------------ the parallel loop
+
+
+def test_extent_one_loop_is_not_the_parallel_loop(target):
+    """Batch 1: the default runs the output channels in parallel, not n."""
+    rng = np.random.default_rng(9)
+    image = rand_dense(rng, (1, 16, 200))
+    W = rand_dense(rng, (32, 16, 3)) * (rng.random((32, 16, 3)) < 0.4)
+    expr = "O(n,m,p) = I(n,c,p+r) * W(m,c,r)"
+    k = ucf.compile(expr, formats={"W": "UCC"}, target=target)
+    got = k(I=image, W=ucf.from_numpy(W, format="UCC"), shapes={"p": 198}).to_numpy()
+    want = np.einsum("ncpr,mcr->nmp", np.lib.stride_tricks.sliding_window_view(image, 3, 2), W)
+    assert np.allclose(got, want)
+    assert parallel_loop(k) not in (None, "n"), k.cin
+    assert any("n has 1" in w for w in chosen(k)), k.cin
+
+
+@pytest.mark.parametrize("rows", [3, 10, 40])
+def test_small_work_runs_serially(rows, target):
+    rng = np.random.default_rng(rows)
+    A = rand_csr(rng, rows, rows, 3)
+    x = rng.random(rows)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert parallel_loop(k) is None, k.cin
+    assert any("serial" in w and str(SERIAL_WORK) in w for w in chosen(k)), k.cin
+
+
+def test_one_thread_runs_serially():
+    rng = np.random.default_rng(3)
+    A, x = rand_csr(rng, 5000, 5000, 20), rng.random(5000)
+    k = ucf.compile(SPMV, formats={"A": "csr"})
+    ucf.set_num_threads(1)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert parallel_loop(k) is None and any("one thread" in w for w in chosen(k)), k.cin
+    ucf.set_num_threads(2)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert parallel_loop(k) is not None, k.cin
+
+
+def test_large_spmv_runs_rows_in_chunks(target):
+    rng = np.random.default_rng(4)
+    A, x = rand_csr(rng, 20000, 3000, 8), rng.random(3000)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert parallel_loop(k) == "i_c", k.cin
+    assert any("chunks of" in w for w in chosen(k)), k.cin
+
+
+def test_skewed_rows_get_smaller_chunks():
+    """A few dense rows: more chunks per thread, so the long rows do not end up on one."""
+    rng = np.random.default_rng(5)
+    even = rand_csr(rng, 20000, 3000, 8)
+    skewed = even.tolil()
+    skewed[::2000] = rng.random((10, 3000))
+    skewed = sp.csr_array(skewed)
+    x = rng.random(3000)
+
+    def chunk(A) -> int:
+        k = ucf.compile(SPMV, formats={"A": "csr"})
+        assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+        line = next(w for w in chosen(k) if "chunks of" in w)
+        return int(line.split("chunks of ")[1].split()[0])
+
+    assert chunk(skewed) < chunk(even)
+
+
+def test_reduction_outer_loop_stays_serial():
+    """CSC SpMV: the outer loop is the reduction and i cannot move outside it, so a
+    parallel region per column would be the only option; the default stays serial."""
+    rng = np.random.default_rng(6)
+    A, x = rand_csr(rng, 3000, 3000, 10), rng.random(3000)
+    k = ucf.compile(SPMV, formats={"A": "csc"})
+    assert np.allclose(k(A=sp.csc_array(A), x=x).to_numpy(), A @ x)
+    assert parallel_loop(k) is None, k.cin
+
+
+# ------------------------------------------------------------------ bound and shape changes
+
+
+def test_bound_follows_the_call_and_a_new_extent_gets_a_new_kernel(target):
+    rng = np.random.default_rng(10)
+    A = rand_csr(rng, 4000, 300, 6)
+    k = ucf.compile(SPMM, formats={"A": "csr"}, target=target)
+    for n in (32, 16, 33):
+        B = rng.random((300, n))
+        assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+        assert any(f"bound(k) to {n}" in w for w in chosen(k)), k.cin
+
+
+def test_same_statistics_reuse_the_kernel():
+    rng = np.random.default_rng(11)
+    A, x = rand_csr(rng, 8000, 8000, 5), rng.random(8000)
+    k = ucf.compile(SPMV, formats={"A": "csr"})
+    k(A=A, x=x)
+    first = k.source
+    for _ in range(3):
+        k(A=A, x=2 * x)
+    assert k.source == first
+
+
+def test_threads_calling_with_different_shapes_get_their_own_kernels():
+    """Each thread's call runs the kernel chosen for its own operands (a Dask-like pool)."""
+    rng = np.random.default_rng(12)
+    cases = [(rand_csr(rng, n, 200, 4), rng.random((200, m))) for n, m in [(5, 3), (6000, 64)]]
+    k = ucf.compile(SPMM, formats={"A": "csr"})
+    errors: list[str] = []
+
+    def work(A, B):
+        for _ in range(20):
+            if not np.allclose(k(A=A, B=B).to_numpy(), A @ B):
+                errors.append(f"wrong result for {A.shape} x {B.shape}")
+
+    threads = [threading.Thread(target=work, args=c) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_statistics_key_buckets_nnz_but_not_extents():
+    a = Stats({"i": 100, "j": 100}, {"A": 1000})
+    assert a.key(2) == Stats({"i": 100, "j": 100}, {"A": 1010}).key(2)
+    assert a.key(2) != Stats({"i": 101, "j": 100}, {"A": 1000}).key(2)
+    assert a.key(2) != a.key(1)
