@@ -129,10 +129,10 @@ class Kernel:
         # With no schedule the default model picks one per call from the operands'
         # statistics (ucf.schedule.model); calls with the same statistics reuse it.
         self._adaptive = schedule is None and target != "cuda"
-        if not self._adaptive:
-            self._loaded()
         self._choices: dict[tuple, _Built] = {}
         self._local = threading.local()
+        if not self._adaptive:
+            self._loaded()
 
     def _compile(self, schedule: str | None, default: bool, why: tuple[str, ...] = ()) -> _Built:
         """The plan for ``schedule``: from this process, from the disk cache, or built
