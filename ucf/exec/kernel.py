@@ -47,6 +47,8 @@ _LOADED: dict[tuple[str, str], _Compiled] = {}
 
 
 _LOAD_LOCK = threading.Lock()
+#: ``schedule=TUNED`` takes the schedule ``ucf.tune`` stored for the operands' shape class.
+TUNED = "tuned"
 
 
 def forget_loaded() -> None:
@@ -125,10 +127,12 @@ class Kernel:
 
             fields["llvm"] = jit.identity()
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
-        self._static = self._compile(schedule, default=False)
         # With no schedule the default model picks one per call from the operands'
-        # statistics (ucf.schedule.model); calls with the same statistics reuse it.
-        self._adaptive = schedule is None and target != "cuda"
+        # statistics (ucf.schedule.model), and "tuned" takes what ucf.tune stored for
+        # the operands' shape class; calls with the same statistics reuse the choice.
+        self._tuned = schedule == TUNED
+        self._static = self._compile(None if self._tuned else schedule, default=False)
+        self._adaptive = (schedule is None or self._tuned) and target != "cuda"
         self._choices: dict[tuple, _Built] = {}
         self._local = threading.local()
         if not self._adaptive:
@@ -176,21 +180,45 @@ class Kernel:
         return c
 
     def _choose(self, given: dict[str, Tensor], extents: dict[str, int]) -> None:
-        """Give this thread's call the default model's kernel for these operands."""
+        """Give this thread's call the kernel chosen for these operands: the tuned
+        schedule stored for their shape class, else the default model's."""
         threads = num_threads()
         st = stats.measure(given, extents)
         key = st.key(threads)
         built = self._choices.get(key)
         if built is None:
-            built = self._static
-            for choice in pipeline.proposals(self._expr, self.formats, st, threads):
-                try:
-                    built = self._compile(choice.text, default=True, why=tuple(choice.why))
-                    break
-                except (ScheduleError, UnsupportedError):
-                    continue
+            built = self._tuned_kernel(st) if self._tuned else None
+            built = built or self._default_kernel(st, threads)
             self._choices[key] = built
         self._local.built = built
+
+    def _tuned_kernel(self, st: stats.Stats) -> _Built | None:
+        from ucf.exec import tuned
+
+        shape = tuned.shape_class(st.extents, st.nnz)
+        key = tuned.make_key(
+            self._expr, self.formats, self.dtype, self.index_dtype, self.target, shape
+        )
+        text = tuned.lookup(key)
+        if text is None:
+            return None
+        why = f"tuned: the schedule ucf.tune stored for shape class {shape}: {text}"
+        try:
+            return self._compile(text, default=False, why=(why,))
+        except UcfError as e:  # stored by another ucf version, say: advice, never a failure
+            warn_user(
+                f"ucf: the tuned schedule '{text}' no longer compiles ({e}); using the default",
+                UserWarning,
+            )
+            return None
+
+    def _default_kernel(self, st: stats.Stats, threads: int) -> _Built:
+        for choice in pipeline.proposals(self._expr, self.formats, st, threads):
+            try:
+                return self._compile(choice.text, default=True, why=tuple(choice.why))
+            except (ScheduleError, UnsupportedError):
+                continue
+        return self._static
 
     @property
     def _built(self) -> _Built:
