@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
+from ucf.schedule import model
 
 VARS = ["i", "j", "k", "l"]
 NAMES = ["A", "B", "C", "D"]
@@ -440,6 +441,20 @@ def test_fuzz_llvm(case):
 @given(cases())
 def test_fuzz_llvm_long(case):
     check(case, "llvm")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_fuzz_default_model_parallel_choices(case):
+    """The default model's parallel choices (hoisted loops, chunks, ``bound``) on the
+    fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
+    ucf.set_num_threads(2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model, "SERIAL_WORK", 0)
+        mp.setattr(model, "CHUNK_WORK", 2)
+        mp.setattr(model, "CHUNKS_PER_THREAD", 1)
+        mp.setattr(model, "SKEWED_CHUNKS_PER_THREAD", 1)
+        check(case, "llvm")
 
 
 @needs_cc

@@ -30,8 +30,11 @@ SERIAL_WORK = 1 << 16
 CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
-#: Rows this many times longer than the mean call for many more chunks than threads.
+#: Chunks per thread at least, so that uneven chunks still even out...
+CHUNKS_PER_THREAD = 8
+#: ... and when some row is this many times longer than the mean, this many.
 SKEWED = 4.0
+SKEWED_CHUNKS_PER_THREAD = 32
 #: A parallel loop stays inside other loops only if they start at most this many regions.
 MAX_REGIONS = 8
 #: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
@@ -224,7 +227,7 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
         (s for t, s in stats.spread.items() if _rows_of(cin, t) == v),
         default=1.0,
     )
-    per_thread = 32 if skew > SKEWED else 8
+    per_thread = SKEWED_CHUNKS_PER_THREAD if skew > SKEWED else CHUNKS_PER_THREAD
     chunk = min(CHUNK_WORK / per_row, rows / (per_thread * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads:
