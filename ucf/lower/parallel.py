@@ -207,10 +207,11 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
 
 
 #: Estimated work (see ``work_estimate``) below which a parallel loop runs on the calling
-#: thread alone: starting and joining threads costs about as much as this much work.
-#: Calibrated by ``bench/parallel_threshold.py`` so that no size is more than 10 % slower
-#: than the serial kernel.
-WORK_THRESHOLD = 32768
+#: thread alone, because starting and joining threads would cost more than they save.
+#: From ``bench/parallel_threshold.py`` on a shared 2-core machine, where waking a second
+#: thread took from 0.1 to 8 ms: about 1e6 units (a few ms of serial SpMV) is where two
+#: threads stopped losing to one. An idle machine would pay off from about 3e4.
+WORK_THRESHOLD = 1 << 20
 
 
 def work_threshold(loop: ir.For) -> ir.Expr:
