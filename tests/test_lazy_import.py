@@ -48,3 +48,19 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "no_such_name" in str(e)
     else:
         raise AssertionError("ucf.no_such_name did not raise")
+
+
+def test_every_public_name_resolves_and_type_checkers_see_the_lazy_ones():
+    import ast
+    import inspect
+
+    import ucf
+
+    for name in ucf.__all__:
+        assert getattr(ucf, name) is not None, name
+    tree = ast.parse(inspect.getsource(ucf))
+    guarded = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    seen = {alias.name for imp in guarded.body for alias in imp.names}
+    assert seen == set(ucf._LAZY)

@@ -25,9 +25,15 @@ from ucf.errors import (
     boundary,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
+    from ucf.exec.cache import CacheWarning
     from ucf.exec.kernel import Kernel
-    from ucf.format.tensor import Tensor
+    from ucf.format.format import Format, parse_format
+    from ucf.format.io import read, write
+    from ucf.format.scipy_layouts import from_scipy
+    from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
+    from ucf.format.torch_layouts import from_torch
+    from ucf.schedule import Schedule
 
 # Public names and the module each lives in.  They are imported on first use (PEP 562):
 # the compiler behind them pulls in sympy, lark and llvmlite, which cost most of a second,
