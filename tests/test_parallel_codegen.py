@@ -20,7 +20,13 @@ PAR = "parallelize(i,CPUThread,NoRaces)"
 def two_threads():
     ucf.set_num_threads(2)
     yield
-    ucf.set_num_threads(1)
+    ucf.set_num_threads(2)
+
+
+@pytest.fixture
+def default_threshold(monkeypatch):
+    """The threshold ucf ships with (conftest sets 0 for the other tests)."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", str(WORK_THRESHOLD))
 
 
 def _csr(rows: int, cols: int, per_row: int, seed: int) -> sp.csr_matrix:
@@ -31,7 +37,9 @@ def _csr(rows: int, cols: int, per_row: int, seed: int) -> sp.csr_matrix:
 
 @pytest.mark.parametrize("target", ["llvm", "c"])
 @pytest.mark.parametrize("above", [False, True])
-def test_parallel_kernels_below_and_above_the_threshold(target, above, two_threads):
+def test_parallel_kernels_below_and_above_the_threshold(
+    target, above, two_threads, default_threshold
+):
     rows = WORK_THRESHOLD // 10 + 1000 if above else 7
     a = _csr(rows, 300, 10, seed=rows)
     assert (rows + a.nnz >= WORK_THRESHOLD) == above  # the SpMV's work estimate
@@ -45,7 +53,7 @@ def test_parallel_kernels_below_and_above_the_threshold(target, above, two_threa
     np.testing.assert_allclose(spmm(A=a, B=b).to_numpy(), a @ b, rtol=1e-12)
 
 
-def test_the_threshold_is_in_the_generated_code():
+def test_the_threshold_is_in_the_generated_code(default_threshold):
     c = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR, target="c")
     pragma = next(line for line in c.source.splitlines() if "omp parallel" in line)
     assert " if(" in pragma and f"INT64_C({WORK_THRESHOLD})" in pragma
@@ -108,3 +116,16 @@ def test_llvm_parallel_body_takes_arrays_as_noalias_arguments():
     )
     for array in ("A1_pos", "A1_crd", "A_vals", "B_vals", "C_vals"):
         assert re.search(rf'noalias %"?{array}"?\b', head), array
+
+
+def test_the_threshold_setting_is_part_of_the_kernel(monkeypatch):
+    sources = set()
+    for setting in ("0", "12345"):
+        monkeypatch.setenv("UCF_WORK_THRESHOLD", setting)
+        k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR, target="c")
+        assert f"INT64_C({setting})" in k.source
+        sources.add(k.source)
+    assert len(sources) == 2
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "lots")
+    with pytest.raises(ucf.UcfError, match="UCF_WORK_THRESHOLD='lots'"):
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR)

@@ -3,9 +3,10 @@ units marked for ``ucf.lower.gpu``."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
-from ucf.errors import ScheduleError
+from ucf.errors import ScheduleError, UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import assigned, blocks, declared, loops, names, nodes, statements
@@ -214,10 +215,26 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
 WORK_THRESHOLD = 1 << 20
 
 
+def threshold() -> int:
+    """``UCF_WORK_THRESHOLD`` if set (0 makes every parallel loop start its threads, as
+    the tests want, to exercise them on small inputs), else WORK_THRESHOLD. It is
+    compiled into the code, so the kernel cache keys on it."""
+    text = os.environ.get("UCF_WORK_THRESHOLD", "").strip()
+    if not text:
+        return WORK_THRESHOLD
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UcfError(f"UCF_WORK_THRESHOLD={text!r}: the work threshold is an integer >= 0")
+    return value
+
+
 def work_threshold(loop: ir.For) -> ir.Expr:
     """The condition under which ``loop`` runs on several threads: its estimated work
-    reaches WORK_THRESHOLD. The one place a cost model tunes when parallelism pays."""
-    return ir.Cmp(">=", work_estimate(loop), Const(WORK_THRESHOLD, I64))
+    reaches ``threshold()``. The one place a cost model tunes when parallelism pays."""
+    return ir.Cmp(">=", work_estimate(loop), Const(threshold(), I64))
 
 
 def add_work_thresholds(body: list[ir.Stmt]) -> None:
