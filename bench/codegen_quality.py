@@ -23,16 +23,17 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = str(Path(__file__).resolve().parent.parent)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 import scipy.sparse as sp  # noqa: E402
+import spmv_spmm as base  # noqa: E402
 
 import ucf  # noqa: E402
 
@@ -53,19 +54,6 @@ def schedules(n: int) -> dict[str, tuple[str, str]]:
     return {"plain": ("", PAR), "bound N": (bound, f"{bound}; {PAR}")}
 
 
-def median_times(fns: dict, repeat: int) -> dict[str, float]:
-    """Median of ``repeat`` runs each, interleaved so that machine noise hits all alike."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            t = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def case(rows: int, n: int, target: str, schedules: tuple, repeat: int) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     a = sp.random(rows, COLS, density=PER_ROW / COLS, format="csr", random_state=rng)
@@ -79,7 +67,7 @@ def case(rows: int, n: int, target: str, schedules: tuple, repeat: int) -> tuple
         k(A=A, B=b, out=out)
         np.testing.assert_allclose(out, ref, rtol=1e-12)
         fns[label] = lambda k=k, out=out: k(A=A, B=b, out=out)
-    t = median_times(fns, repeat)
+    t = {k: statistics.median(v) for k, v in base.timings(fns, repeat).items()}
     return t["serial"], t["parallel"]
 
 
