@@ -16,6 +16,19 @@ TARGETS = ["llvm", pytest.param("c", marks=needs_cc)]
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _always_parallel():
+    """Parallel loops start their threads whatever the input size, so that small test
+    inputs exercise them (the default threshold would run them serially)."""
+    old = os.environ.get("UCF_WORK_THRESHOLD")
+    os.environ["UCF_WORK_THRESHOLD"] = "0"
+    yield
+    if old is None:
+        os.environ.pop("UCF_WORK_THRESHOLD", None)
+    else:
+        os.environ["UCF_WORK_THRESHOLD"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _ucf_cache_dir(tmp_path_factory):
     """Point the kernel cache at a fresh per-session directory."""
     path = tmp_path_factory.mktemp("ucf-cache")

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from conftest import rand_dense
 
 import ucf
-from ucf.schedule.model import SERIAL_WORK, Stats
+from ucf.schedule.model import Stats
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
@@ -97,17 +97,6 @@ def test_extent_one_loop_is_not_the_parallel_loop(target):
     assert np.allclose(got, want)
     assert parallel_loop(k) not in (None, "n"), k.cin
     assert any("n has 1" in w for w in chosen(k)), k.cin
-
-
-@pytest.mark.parametrize("rows", [3, 10, 40])
-def test_small_work_runs_serially(rows, target):
-    rng = np.random.default_rng(rows)
-    A = rand_csr(rng, rows, rows, 3)
-    x = rng.random(rows)
-    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
-    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
-    assert parallel_loop(k) is None, k.cin
-    assert any("serial" in w and str(SERIAL_WORK) in w for w in chosen(k)), k.cin
 
 
 def test_one_thread_runs_serially():

@@ -450,7 +450,6 @@ def test_fuzz_default_model_parallel_choices(case):
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
     ucf.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(model, "SERIAL_WORK", 0)
         mp.setattr(model, "CHUNK_WORK", 2)
         mp.setattr(model, "CHUNKS_PER_THREAD", 1)
         mp.setattr(model, "SKEWED_CHUNKS_PER_THREAD", 1)

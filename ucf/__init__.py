@@ -6,7 +6,7 @@ get a kernel: JIT-compiled LLVM (the default, no C compiler needed) or C.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ucf._version import __version__
 from ucf.errors import (
@@ -24,14 +24,35 @@ from ucf.errors import (
     UnsupportedError,
     boundary,
 )
-from ucf.exec.cache import CacheWarning
-from ucf.exec.kernel import Kernel
-from ucf.format.format import Format, parse_format
-from ucf.format.io import read, write
-from ucf.format.scipy_layouts import from_scipy
-from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
-from ucf.format.torch_layouts import from_torch
-from ucf.schedule import Schedule
+
+if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
+    from ucf.exec.cache import CacheWarning
+    from ucf.exec.kernel import Kernel
+    from ucf.format.format import Format, parse_format
+    from ucf.format.io import read, write
+    from ucf.format.scipy_layouts import from_scipy
+    from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
+    from ucf.format.torch_layouts import from_torch
+    from ucf.schedule import Schedule
+
+# Public names and the module each lives in.  They are imported on first use (PEP 562):
+# the compiler behind them pulls in sympy, lark and llvmlite, which cost most of a second,
+# and a script that only catches ``ucf.UcfError`` or asks ``ucf.__version__`` needs none.
+_LAZY = {
+    "CacheWarning": "ucf.exec.cache",
+    "Kernel": "ucf.exec.kernel",
+    "Format": "ucf.format.format",
+    "parse_format": "ucf.format.format",
+    "read": "ucf.format.io",
+    "write": "ucf.format.io",
+    "from_scipy": "ucf.format.scipy_layouts",
+    "Tensor": "ucf.format.tensor",
+    "from_coo": "ucf.format.tensor",
+    "from_dlpack": "ucf.format.tensor",
+    "from_numpy": "ucf.format.tensor",
+    "from_torch": "ucf.format.torch_layouts",
+    "Schedule": "ucf.schedule",
+}
 
 __all__ = [
     "__version__",
@@ -67,12 +88,20 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``ucf.torch`` on first use, so ``import ucf`` stays free of the torch op machinery."""
-    if name == "torch":
-        import importlib
+    """The public names of ``_LAZY``, and the submodule ``ucf.torch``, on first use."""
+    import importlib
 
+    if name == "torch":
         return importlib.import_module("ucf.torch")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'ucf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def set_num_threads(n: int) -> None:
@@ -93,6 +122,8 @@ def compile(
     emulate: bool = False,
 ) -> Kernel:
     """Compile a statement once for operands arriving in ``formats`` (others dense)."""
+    from ucf.exec.kernel import Kernel
+
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
 
 
@@ -120,6 +151,7 @@ def einsum(
     """
     import numpy as np
 
+    from ucf.exec.kernel import Kernel
     from ucf.format.interop import as_tensor
     from ucf.lang import subscripts
     from ucf.lang.ast import accesses

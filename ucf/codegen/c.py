@@ -233,11 +233,12 @@ class _Emitter:
             return self.loop_lines(s, depth)
         kind, chunk = s.schedule
         sched = f"schedule({kind}, {chunk})" if chunk else f"schedule({kind})"
+        when = "" if s.parallel_if is None else f" if({self.expr(s.parallel_if)})"
         if not (s.prologue or s.epilogue):
-            pragma = f'{pad}UCF_OMP("omp parallel for {sched}{reduction}")'
+            pragma = f'{pad}UCF_OMP("omp parallel for {sched}{reduction}{when}")'
             return [pragma, *self.loop_lines(s, depth)]
         return [
-            f'{pad}UCF_OMP("omp parallel")',
+            f'{pad}UCF_OMP("omp parallel{when}")',
             f"{pad}{{",
             *self.block(s.prologue, depth + 1, [replace(s, prologue=[])]),
             f'{pad}  UCF_OMP("omp for {sched}{reduction}")',

@@ -181,7 +181,10 @@ class _FunctionBuilder:
         gomp = self._extern(
             "GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), _I8P, _I32, _I32]
         )
-        b.call(gomp, [outlined, b.bitcast(data, _I8P), _I32(0), _I32(0)])
+        threads = _I32(0)  # libgomp's default team
+        if s.parallel_if is not None:  # as C's if clause: a team of one below the threshold
+            threads = b.select(self.expr(s.parallel_if), _I32(0), _I32(1))
+        b.call(gomp, [outlined, b.bitcast(data, _I8P), threads, _I32(0)])
 
     def _serial_part(self, s: ir.For, lo: ll.Value, hi: ll.Value) -> None:
         self.args["omp.lo"], self.args["omp.hi"] = lo, hi

@@ -74,7 +74,10 @@ def key(fields: dict[str, Any]) -> str:
 
 
 def _canonical(fields: dict[str, Any]) -> bytes:
-    return json.dumps({"code": code_version(), **fields}, sort_keys=True).encode()
+    from ucf.lower.parallel import threshold
+
+    settings = {"code": code_version(), "work_threshold": threshold()}
+    return json.dumps({**settings, **fields}, sort_keys=True).encode()
 
 
 _CODE: list[str] = []

@@ -31,11 +31,12 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import blocked, cache, stats
+from ucf.exec.binding import arguments, binding, same_format
 from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, check_lossless, value_dtype
+from ucf.format.tensor import Tensor, check_lossless, trusted, value_dtype
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
@@ -366,16 +367,25 @@ class Kernel:
         for bound in plan.cin.bounds.values():
             bound.check(extents)
         slots: dict[str, Tensor] = {}
-        for slot in plan.cin.slots.values():
-            if slot.name not in slots:
-                check_lossless(given[slot.tensor].vals, self.dtype, slot.tensor)
-                self._warn_conversion(slot, given[slot.tensor])
-                slots[slot.name] = given[slot.tensor].convert(
-                    slot.format, index_dtype=self.index_dtype, dtype=self.dtype
-                )
-        out_shape = tuple(extents[v] for v in plan.cin.output_vars)
+        b = binding(plan)
+        for slot, fmt, dense, own in b.slots:
+            t = given[slot.tensor]
+            if (
+                own
+                and t.vals.dtype == self.dtype
+                and same_format(t.format, fmt)
+                and (dense or t.index_dtype == self.index_dtype)
+            ):
+                slots[slot.name] = t  # already the kernel's format and dtypes
+                continue
+            check_lossless(t.vals, self.dtype, slot.tensor)
+            self._warn_conversion(slot, t)
+            slots[slot.name] = t.convert(
+                slot.format, index_dtype=self.index_dtype, dtype=self.dtype
+            )
+        out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
-        if plan.computed_format.is_dense:
+        if b.dense_output:
             result = self._dense_output(out, out_shape)
             self._invoke(plan.compute, extents, slots, result)
             return result
@@ -426,20 +436,33 @@ class Kernel:
             )
 
     def _as_operand(self, value: Any, name: str) -> Tensor:
-        """Wrap a ready numpy array without validation: dense storage has no invariants."""
+        """Wrap a ready numpy array without validation: dense storage has no invariants.
+        A Tensor is taken as it is (``as_tensor`` would return it unchanged, slower)."""
+        if isinstance(value, Tensor):
+            return value
         if (
             isinstance(value, np.ndarray)
             and value.dtype == self.dtype
             and value.flags.c_contiguous
             and value.ndim > 0
         ):
-            fmt = dense_format(value.ndim)
-            return Tensor(
-                value.shape, fmt, [{} for _ in value.shape], value.reshape(-1), check=False
-            )
+            shape = value.shape
+            vals = value if len(shape) == 1 else value.reshape(-1)
+            return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
         return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):
+        if shapes is None:
+            found = _plain_extents(binding(self._plan), given, out)
+            if found is not None:
+                return found
+        return self._bound_extents(given, out, shapes)
+
+    def _bound_extents(
+        self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None
+    ) -> dict[str, int]:
+        """Every extent with where it came from, inferred where no plain index fixes it;
+        a ShapeError names the two places that disagree."""
         stmt = self._plan.statement
         bound: dict[str, tuple[int, str]] = {}
 
@@ -522,12 +545,8 @@ class Kernel:
                 raise OperandError(
                     f"'+=' needs the output: pass out= for {self._plan.statement.lhs}"
                 )
-            return Tensor(
-                shape,
-                fmt,
-                [{} for _ in shape],
-                np.zeros(size, dtype=self.dtype),  # a scalar's empty shape has size 1
-            )
+            # a scalar's empty shape has size 1
+            return trusted(shape, fmt, [{} for _ in shape], np.zeros(size, dtype=self.dtype))
         if isinstance(out, Tensor):
             t = out
         else:
@@ -535,14 +554,14 @@ class Kernel:
             if (
                 arr.dtype != self.dtype
                 or not arr.flags.c_contiguous
-                or fmt != dense_format(arr.ndim)
+                or not same_format(fmt, dense_format(arr.ndim))
             ):
                 raise OperandError(
                     f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
                     f"format '{fmt}'), got {arr.dtype}"
                 )
-            t = Tensor(shape, fmt, [{} for _ in shape], arr.reshape(-1))
-        if t.format != fmt or t.dtype != self.dtype:
+            t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
+        if not same_format(t.format, fmt) or t.dtype != self.dtype:
             raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
         if self._plan.statement.op == "=":
             t.vals[:] = 0
@@ -573,25 +592,13 @@ class Kernel:
         output: Tensor | None,
         counts: np.ndarray | None = None,
     ) -> None:
-        args: list[Any] = []
-        keep: list[np.ndarray] = []
-        outname = self._plan.statement.lhs.tensor
-        for p in fn.params:
-            role = p.role
-            if role[0] == "extent":
-                args.append(extents[role[1]])
-                continue
-            if role[0] == "counts":
-                arr = counts
-            else:
-                t = output if role[1] == outname else slots[role[1]]
-                if role[0] == "dim":
-                    args.append(t.shape[role[2]])
-                    continue
-                arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
-            keep.append(arr)
-            args.append(arr if self.target == "cuda" else arr.ctypes.data)
-        if self.target != "cuda":
+        tensors = dict(slots)
+        if output is not None:
+            tensors[self._plan.statement.lhs.tensor] = output
+        specs = binding(self._plan).params[fn.name]
+        cpu = self.target != "cuda"
+        args = arguments(specs, extents, tensors, counts, addresses=cpu)
+        if cpu:
             apply_num_threads()
         self._functions[fn.name](*args)
 
@@ -624,3 +631,23 @@ def export_name(text: str) -> str:
     ``_``, and a leading digit gets a ``k`` in front."""
     ident = re.sub(r"\W", "_", text, flags=re.ASCII) or "kernel"
     return "k" + ident if ident[0].isdigit() else ident
+
+
+def _plain_extents(b: Any, given: dict[str, Tensor], out: Any) -> dict[str, int] | None:
+    """The extents when the operands' plain indices fix them all and agree with each
+    other and with ``out``; None otherwise (the full binding then says what is wrong)."""
+    if not b.closed:
+        return None
+    found: dict[str, int] = {}
+    for v, tensor, mode in b.plain:
+        size = given[tensor].shape[mode]
+        if found.setdefault(v, size) != size:
+            return None
+    if out is not None:
+        shape = out.shape if isinstance(out, (Tensor, np.ndarray)) else np.shape(out)
+        if len(shape) != len(b.lhs):
+            return None
+        for v, size in zip(b.lhs, shape, strict=True):
+            if found.setdefault(v, size) != size:
+                return None
+    return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -151,7 +152,9 @@ class Format:
         return f"Format('{self}')"
 
 
+@cache
 def dense_format(order: int) -> Format:
+    """One object per order, so the per-call check that an operand is dense is ``is``."""
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 

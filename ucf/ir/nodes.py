@@ -173,6 +173,9 @@ class For(Stmt):
     reduction: list[Var] = field(default_factory=list)  # scalars summed across threads/lanes
     prologue: list[Stmt] = field(default_factory=list)  # per-thread setup of a parallel loop
     epilogue: list[Stmt] = field(default_factory=list)  # per-thread teardown
+    # A CPUThread loop starts threads only when this holds (OpenMP's ``if`` clause); read
+    # before the loop, so it names only what is defined there. None: always.
+    parallel_if: Expr | None = None
 
 
 @dataclass

@@ -70,6 +70,8 @@ def _for(s: ir.For, depth: int) -> list[str]:
         attrs.append("reduce(" + ", ".join(r.name for r in s.reduction) + ")")
     if s.unroll:
         attrs.append(f"unroll({s.unroll})")
+    if s.parallel_if is not None:
+        attrs.append(f"if({expr(s.parallel_if)})")
     label = f"  # {s.label}" if s.label and s.label != s.var.name else ""
     head = f"{pad}for{' ' if attrs else ''}{' '.join(attrs)} {s.var.name} in "
     head += f"[{expr(s.start)}, {expr(s.end)}) {{{label}"

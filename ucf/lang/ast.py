@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from ucf.lang.affine import Affine
 
@@ -13,6 +14,14 @@ class Expr:
 
     def __str__(self) -> str:
         return text(self)
+
+    @cached_property
+    def _accesses(self) -> tuple[Access, ...]:
+        """Kept on the node, which never changes: every kernel call asks for its
+        statement's operands, and walking the tree each time cost microseconds."""
+        if isinstance(self, Access):
+            return (self,)
+        return tuple(a for c in children(self) for a in c._accesses)
 
 
 @dataclass(frozen=True)
@@ -114,9 +123,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 def accesses(e: Expr) -> list[Access]:
     """Accesses of an expression in left-to-right order (the operand numbering)."""
-    if isinstance(e, Access):
-        return [e]
-    return [a for c in children(e) for a in accesses(c)]
+    return list(e._accesses)
 
 
 def index_variables(e: Expr | Access) -> list[str]:

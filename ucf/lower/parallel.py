@@ -3,12 +3,13 @@ units marked for ``ucf.lower.gpu``."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
-from ucf.errors import ScheduleError
+from ucf.errors import ScheduleError, UcfError
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import Const, Var
-from ucf.ir.walk import assigned, blocks, declared, loops, nodes, statements
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import assigned, blocks, declared, loops, names, nodes, statements
 from ucf.lower.nest import Nest, has_load, take_entry
 from ucf.schedule import Parallel
 
@@ -204,3 +205,125 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
         if has_load([inner.start, inner.end]):
             return True
     return False
+
+
+#: Estimated work (see ``work_estimate``) below which a parallel loop runs on the calling
+#: thread alone, because starting and joining threads would cost more than they save.
+#: From ``bench/parallel_threshold.py`` on a shared 2-core machine, where waking a second
+#: thread took from 0.1 to 8 ms: about 1e6 units (a few ms of serial SpMV) is where two
+#: threads stopped losing to one. An idle machine would pay off from about 3e4.
+WORK_THRESHOLD = 1 << 20
+
+
+def threshold() -> int:
+    """``UCF_WORK_THRESHOLD`` if set (0 makes every parallel loop start its threads, as
+    the tests want, to exercise them on small inputs), else WORK_THRESHOLD. It is
+    compiled into the code, so the kernel cache keys on it."""
+    text = os.environ.get("UCF_WORK_THRESHOLD", "").strip()
+    if not text:
+        return WORK_THRESHOLD
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UcfError(f"UCF_WORK_THRESHOLD={text!r}: the work threshold is an integer >= 0")
+    return value
+
+
+def work_threshold(loop: ir.For) -> ir.Expr:
+    """The condition under which ``loop`` runs on several threads: its estimated work
+    reaches ``threshold()``. The one place a cost model tunes when parallelism pays."""
+    return ir.Cmp(">=", work_estimate(loop), Const(threshold(), I64))
+
+
+def add_work_thresholds(body: list[ir.Stmt]) -> None:
+    """Give every CPUThread loop its threshold, once the schedule has shaped the nest."""
+    for _, loop in loops(body):
+        if isinstance(loop, ir.For) and loop.parallel == "CPUThread":
+            loop.parallel_if = work_threshold(loop)
+
+
+def work_estimate(loop: ir.For) -> ir.Expr:
+    """Inner iterations the whole loop runs, as an expression of what is known before it.
+
+    Each iteration counts the trip counts of the first loop nested in it, where those
+    are known up front (a dense loop over an extent, or a split's ``min(c, ...)``, which
+    counts as c). A nested loop over a compressed level below the loop's own variable
+    (``pos[p] .. pos[p+1]`` with ``p`` the loop variable) counts its entries in the
+    loop's whole range, ``pos[end] - pos[start]``: rows of very different lengths then
+    weigh what they hold. Reading ``pos`` at the ends of the range is safe because the
+    loop reads the same entries itself; an empty range counts nothing.
+    """
+    local = declared(loop.body) | {loop.var.name}
+    trips = _span(loop.start, loop.end)
+    work: ir.Expr = _times(trips, _weight(loop.body, local))
+    inner = _compressed_child(loop)
+    if inner is not None:
+        pos, child = inner
+        count = ir.Bin("-", _as_i64(ir.Load(pos, loop.end)), _as_i64(ir.Load(pos, loop.start)))
+        entries = ir.Select(ir.Cmp(">", trips, Const(0, I64)), count, Const(0, I64))
+        work = ir.Bin("+", trips, _times(entries, _weight(child.body, local)))
+    return work
+
+
+def _weight(stmts: list[ir.Stmt], local: set[str]) -> ir.Expr | None:
+    """Iterations of the first loop in ``stmts`` and of the first loop in it, and so on,
+    while their trip counts are known before the parallel loop; None for none."""
+    for s in stmts:
+        if not isinstance(s, ir.For):
+            continue
+        trips = _known_trips(s, local)
+        if trips is None:
+            return None
+        return _times(trips, _weight(s.body, local))
+    return None
+
+
+def _known_trips(loop: ir.For, local: set[str]) -> ir.Expr | None:
+    if isinstance(loop.end, ir.Bin) and loop.end.op == "min" and loop.start == Const(0, I64):
+        for side in (loop.end.left, loop.end.right):
+            if isinstance(side, Const):
+                return side
+    span = _span(loop.start, loop.end)
+    if has_load(span) or names(span) & local:
+        return None
+    return span
+
+
+def _span(start: ir.Expr, end: ir.Expr) -> ir.Expr:
+    return end if start == Const(0, I64) else ir.Bin("-", end, start)
+
+
+def _times(a: ir.Expr, b: ir.Expr | None) -> ir.Expr:
+    return a if b is None else ir.Bin("*", a, b)
+
+
+def _as_i64(e: ir.Expr) -> ir.Expr:
+    return e if e.type == I64 else ir.Cast(e, I64)
+
+
+def _compressed_child(loop: ir.For) -> tuple[ir.Array, ir.For] | None:
+    """The first loop directly in ``loop``'s body that runs over ``pos[p] .. pos[p+1]``
+    where ``p`` is ``loop``'s variable (directly or through declarations before it)."""
+    alias: dict[str, ir.Expr] = {}
+    for s in loop.body:
+        if isinstance(s, ir.Decl):
+            alias[s.var.name] = s.init
+            continue
+        if not isinstance(s, ir.For):
+            continue
+        lo, hi = _strip_cast(s.start), _strip_cast(s.end)
+        if not (isinstance(lo, ir.Load) and isinstance(hi, ir.Load) and lo.array == hi.array):
+            return None
+        if hi.index != ir.Bin("+", lo.index, Const(1, I64)):
+            return None
+        p = lo.index
+        while isinstance(p, Var) and p.name in alias:
+            p = alias[p.name]
+        return (lo.array, s) if p == loop.var else None
+    return None
+
+
+def _strip_cast(e: ir.Expr) -> ir.Expr:
+    return e.operand if isinstance(e, ir.Cast) else e

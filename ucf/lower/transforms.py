@@ -25,7 +25,7 @@ from ucf.ir.walk import (
     substitute,
 )
 from ucf.lower.nest import I64, Absent, Nest, has_load, index_of, take_entry
-from ucf.lower.parallel import parallelize
+from ucf.lower.parallel import add_work_thresholds, parallelize
 from ucf.schedule import Command, Parallel, Split
 
 
@@ -48,6 +48,7 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
         except Absent:
             continue
     _check_vector_nesting(nest.body, parallel)
+    add_work_thresholds(nest.body)
 
 
 def _check_vector_nesting(body: list[ir.Stmt], parallel: dict[str, Parallel]) -> None:

@@ -22,9 +22,6 @@ from ucf.cin.notation import CIN
 from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.reductions import peel
 
-#: Below this many multiply-adds a parallel region costs more than it saves
-#: (an OpenMP fork and join is some microseconds; a multiply-add about a nanosecond).
-SERIAL_WORK = 1 << 16
 #: A dynamically scheduled chunk should hold about this much work, so handing it
 #: out costs little next to running it.
 CHUNK_WORK = 1 << 14
@@ -84,7 +81,7 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
     work = _work(cin, stats)
-    serial = _serial_reason(cin, stats, threads, work)
+    serial = _serial_reason(threads)
     choices = []
     if serial is None:
         for v, reason in _parallel_loops(cin, order, stats, threads):
@@ -173,14 +170,12 @@ def _work(cin: CIN, stats: Stats | None) -> float | None:
     return total
 
 
-def _serial_reason(cin: CIN, stats: Stats | None, threads: int, work: float | None) -> str | None:
+def _serial_reason(threads: int) -> str | None:
+    """Serial code when only one thread would run it. Small inputs need no serial
+    plan: every parallel loop starts its threads only above a work threshold
+    (``ucf.lower.parallel.work_threshold``), checked when the kernel runs."""
     if threads <= 1:
         return "default: serial, since one thread is available (ucf.set_num_threads)"
-    if work is not None and work < SERIAL_WORK:
-        return (
-            f"default: serial, since the work (about {work:.0f} multiply-adds) is below "
-            f"{SERIAL_WORK}, where a parallel region costs more than it saves"
-        )
     return None
 
 

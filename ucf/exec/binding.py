@@ -1,0 +1,159 @@
+"""What a kernel call binds, worked out once per plan instead of on every call.
+
+A call maps operands to the compiled function's parameters: which index
+variable each operand mode fixes, which storage slot each operand fills, and
+where each parameter's value comes from.  All of that depends on the plan
+only, so it is derived the first time a plan is called and kept beside it
+(keyed by the plan's identity, dropped when the plan is).  The per-call work
+that is left is a few dictionary lookups per parameter.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ucf.cin.notation import Slot
+from ucf.format.format import Format, dense_format
+from ucf.lang.ast import accesses
+from ucf.pipeline import Plan
+
+# Where a parameter's value comes from (the first field of an argument spec).
+EXTENT, COUNTS, DIM, VALS, LEVEL = range(5)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A plan's call-time facts, for the fast path of ``Kernel.__call__``."""
+
+    plain: tuple[tuple[str, str, int], ...]  # (variable, tensor, mode) of each plain index
+    closed: bool  # the plain indices fix every variable: no extent needs inferring
+    lhs: tuple[str, ...]  # the output's index variables
+    out_vars: tuple[str, ...]  # the computed output's, in the kernel's (maybe blocked) statement
+    # Each slot once: (slot, its format (the canonical object if dense), dense, whether the
+    # slot is the operand itself rather than a copy in a second format).
+    slots: tuple[tuple[Slot, Format, bool, bool], ...]
+    dense_output: bool  # the kernel writes a dense output
+    params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
+
+
+_BINDINGS: dict[int, Binding] = {}
+
+
+def binding(plan: Plan) -> Binding:
+    """The plan's Binding, made on first use and forgotten when the plan is freed."""
+    found = _BINDINGS.get(id(plan))
+    if found is None:
+        found = _BINDINGS[id(plan)] = _derive(plan)
+        weakref.finalize(plan, _BINDINGS.pop, id(plan), None)
+    return found
+
+
+def _derive(plan: Plan) -> Binding:
+    stmt = plan.statement
+    plain = tuple(
+        (idx.single_variable, a.tensor, m)
+        for a in accesses(stmt.rhs)
+        for m, idx in enumerate(a.indices)
+        if idx.single_variable is not None
+    )
+    closed = set(plan.variables) <= {v for v, _, _ in plain}
+    lhs = tuple(idx.single_variable for idx in stmt.lhs.indices)
+    slots: dict[str, tuple[Slot, Format, bool, bool]] = {}
+    for slot in plan.cin.slots.values():
+        if slot.name not in slots:
+            fmt, own = slot.format, slot.name == slot.tensor
+            dense = dense_format(fmt.order)
+            slots[slot.name] = (slot, dense, True, own) if fmt == dense else (slot, fmt, False, own)
+    functions = [f for f in (plan.assemble, plan.compute) if f is not None]
+    params = {f.name: tuple(_spec(p.role) for p in f.params) for f in functions}
+    return Binding(
+        plain=plain,
+        closed=closed,
+        lhs=lhs,
+        out_vars=tuple(plan.cin.output_vars),
+        slots=tuple(slots.values()),
+        dense_output=plan.computed_format.is_dense,
+        params=params,
+    )
+
+
+def _spec(role: tuple) -> tuple[int, Any, Any]:
+    if role[0] == "extent":
+        return (EXTENT, role[1], None)
+    if role[0] == "counts":
+        return (COUNTS, None, None)
+    if role[0] == "dim":
+        return (DIM, role[1], role[2])
+    if role[0] == "vals":
+        return (VALS, role[1], None)
+    return (LEVEL, role[1], (role[2], role[0]))
+
+
+def arguments(
+    specs: tuple[tuple[int, Any, Any], ...],
+    extents: dict[str, int],
+    tensors: dict[str, Any],
+    counts: np.ndarray | None,
+    addresses: bool,
+) -> list[Any]:
+    """The call's arguments: ints for scalars, and for arrays their addresses (the
+    caller keeps ``tensors`` alive across the call) or, with ``addresses`` false,
+    the arrays themselves."""
+    args: list[Any] = []
+    for kind, name, where in specs:
+        if kind == EXTENT:
+            args.append(extents[name])
+            continue
+        if kind == DIM:
+            args.append(tensors[name].shape[where])
+            continue
+        if kind == COUNTS:
+            arr = counts
+        elif kind == VALS:
+            arr = tensors[name].vals
+        else:
+            arr = tensors[name].levels[where[0]][where[1]]
+        args.append(address(arr) if addresses else arr)
+    return args
+
+
+_ADDRESSES: dict[int, tuple[weakref.ref, int, int]] = {}
+
+
+def address(arr: np.ndarray) -> int:
+    """``arr.ctypes.data``, remembered for arrays that come back call after call (a
+    sparse operand's arrays, a dense vector): asking numpy costs a microsecond or two
+    each time. The entry goes when the array does. numpy moves an array's buffer only
+    in ``resize``, which it refuses for an array with a weak reference (this cache's),
+    so an address cannot go stale; the byte count check guards that assumption."""
+    key = id(arr)
+    hit = _ADDRESSES.get(key)
+    if hit is not None and hit[0]() is arr and hit[2] == arr.nbytes:
+        return hit[1]
+    addr = arr.ctypes.data
+    _ADDRESSES[key] = (
+        weakref.ref(arr, lambda _, key=key: _ADDRESSES.pop(key, None)),
+        addr,
+        arr.nbytes,
+    )
+    return addr
+
+
+_EQUAL: dict[tuple[int, int], tuple[Format, Format]] = {}
+
+
+def same_format(a: Format, b: Format) -> bool:
+    """``a == b``, remembered for pairs of objects found equal: comparing two formats
+    field by field costs more than a whole call of a small kernel."""
+    if a is b or (id(a), id(b)) in _EQUAL:
+        return True
+    if a != b:
+        return False
+    if len(_EQUAL) > 256:
+        _EQUAL.clear()
+    _EQUAL[id(a), id(b)] = (a, b)  # held, so the ids stay theirs
+    return True
