@@ -226,7 +226,10 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     chunk = min(CHUNK_WORK / per_row, rows / (per_thread * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads:
-        return plain, f"default: {v} is shared out statically ({rows} iterations)"
+        return plain, (
+            f"default: {v} is shared out statically ({rows} iterations; threads start only "
+            "if the work reaches the threshold)"
+        )
     outer, inner = f"{v}_c", f"{v}_r"
     skewed = f"; rows are up to {skew:.0f}x the mean length" if skew > SKEWED else ""
     return (
