@@ -3,7 +3,7 @@ schedule, scipy and MKL on a suite of matrices and 3-tensors (issue 17, Performa
 
 Run from the repository root:
 
-    python bench/autoschedule.py                     # 21 matrices of 100k rows, 1 and 2 threads
+    python bench/autoschedule.py                     # 21 matrices of 50k rows, 1 and 2 threads
     python bench/autoschedule.py --rows 200000 --threads 2 --json /tmp/a.json --plot /tmp/a.png
     python bench/autoschedule.py --mtx web-Google.mtx --kernels spmv,spmm32 --trials 20
     python bench/autoschedule.py --rows 2000 --quick # smoke test: seconds
@@ -36,6 +36,7 @@ import platform
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -581,6 +582,19 @@ def checked(fn: Callable[[], Any], case: Case, sparse: bool, ucf_result: bool) -
     return err
 
 
+def fastest(variants: dict[str, Callable[[], Any]], runs: int) -> tuple[str, dict[str, float]]:
+    """The variant with the lowest median of ``runs`` interleaved calls, and every median.
+    Unlike ``parallel.fastest`` there is no warm-up: each variant has just run for its check."""
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(runs):
+        for k, f in variants.items():
+            t0 = time.perf_counter()
+            f()
+            samples[k].append(time.perf_counter() - t0)
+    meds = {k: med(v) for k, v in samples.items()}
+    return min(meds, key=meds.__getitem__), meds
+
+
 def attempt(cell: dict, column: str, fn: Callable[[], Callable[[], Any]]) -> Callable | None:
     """Build one contender; a failure is recorded in the cell and the others go on."""
     try:
@@ -641,7 +655,7 @@ def measure(spec: Spec, case: Case, threads: int, tools: Tools, args) -> dict:
         if not variants:
             kind = "wrong" if wrong else "unsupported"
             raise RowError(kind, next(iter({**wrong, **refused}.values()), "no hand schedule"))
-        best, pilot = par.fastest(variants, args.pilot)
+        best, pilot = fastest(variants, args.pilot)
         cell["hand"].update(variant=best, schedule=spec.hand[best], pilot_s=pilot)
         return variants[best]
 
@@ -927,8 +941,9 @@ def plot(rows: list[dict], path: Path) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def inputs(args) -> Iterator[tuple[str, str, int, Callable[[], Any]]]:
-    """(name, description, order, maker) of every selected input, generated when used."""
+def inputs(args) -> Iterator[tuple[str, str, int, int, Callable[[], Any]]]:
+    """(name, description, order, seed, maker) of every selected input, generated when
+    used; the seed does not depend on which inputs are selected."""
     suite = matrix_suite(args.rows)
     tensors = tensor_suite(args.rows)
     wanted = set(args.matrices.split(",")) if args.matrices else None
@@ -936,19 +951,19 @@ def inputs(args) -> Iterator[tuple[str, str, int, Callable[[], Any]]]:
         if wanted is not None and name not in wanted:
             continue
         order = 3 if name in tensors else 2
-        yield name, what, order, lambda g=gen, s=seed: g(np.random.default_rng([17, s]))
-    for path in args.mtx:
-        yield Path(path).stem, f"Matrix Market file {path}", 2, lambda p=path: read_mtx(p)
+        yield name, what, order, seed, lambda g=gen, s=seed: g(np.random.default_rng([17, s]))
+    for n, path in enumerate(args.mtx):
+        yield Path(path).stem, f"Matrix Market file {path}", 2, 1000 + n, lambda p=path: read_mtx(p)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=100_000, help="rows of the suite (%(default)s)")
+    p.add_argument("--rows", type=int, default=50_000, help="rows of the suite (%(default)s)")
     p.add_argument("--mtx", nargs="*", default=[], help="Matrix Market files to add")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts")
     p.add_argument("--trials", type=int, default=None, help="ucf.tune trials (50; 3 quick)")
     p.add_argument("--repeat", type=int, default=None, help="timed runs per column (5; 2 quick)")
-    p.add_argument("--pilot", type=int, default=None, help="runs per hand schedule (3; 1 quick)")
+    p.add_argument("--pilot", type=int, default=None, help="runs per hand schedule (2; 1 quick)")
     p.add_argument("--budget", type=float, default=None, help="s per ucf column (60; 10 quick)")
     p.add_argument("--spgemm-max-flops", type=float, default=1e8, help="skip larger A@B")
     p.add_argument("--matrices", help="comma-separated input names (default: all)")
@@ -960,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
     q = args.quick
     args.trials = args.trials if args.trials is not None else (3 if q else 50)
     args.repeat = max(1, args.repeat if args.repeat is not None else (2 if q else 5))
-    args.pilot = max(1, args.pilot if args.pilot is not None else (1 if q else 3))
+    args.pilot = max(1, args.pilot if args.pilot is not None else (1 if q else 2))
     args.budget = args.budget if args.budget is not None else (10.0 if q else 60.0)
     specs = kernel_specs(args.spgemm_max_flops)
     if args.kernels:
@@ -996,15 +1011,15 @@ def main(argv: list[str] | None = None) -> int:
     cpu_start = par.cpu_snapshot()
     with base.fresh_kernel_cache("ucf-bench-auto-"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ucf.ConversionWarning)
-        for name, what, order, make in inputs(args):
+        for name, what, order, seed, make in inputs(args):
             todo = [s for s in specs.values() if s.order == order]
             if not todo:
                 continue
             x = make()
             desc = {"input": name, "what": what, "shape": list(x.shape), "nnz": int(x.nnz)}
             print(f"{name}: {x.shape}, {x.nnz} nnz", file=sys.stderr)
-            for n_spec, spec in enumerate(todo):
-                rng = np.random.default_rng([17, len(rows), n_spec])
+            for spec in todo:
+                rng = np.random.default_rng([17, seed, zlib.crc32(spec.name.encode())])
                 try:
                     case = spec.build(x, rng, tools.mkl)
                 except RowError as e:
@@ -1014,10 +1029,12 @@ def main(argv: list[str] | None = None) -> int:
                     set_threads(th, tools)
                     print(f"  {spec.name}, {th} threads ...", file=sys.stderr)
                     row = {**desc, "kernel": spec.name, "threads": th, "note": case.note}
+                    t0 = time.perf_counter()
                     row.update(
                         par.guarded({}, lambda s=spec, c=case, t=th: measure(s, c, t, tools, args))
                     )
                     row.setdefault("status", "ok")
+                    row["wall_s"] = time.perf_counter() - t0  # the cell, tuning included
                     if row["status"] == "ok":
                         row["ratios"] = ratios(row)
                     rows.append(row)
