@@ -305,22 +305,14 @@ def _uniform(rng, shape) -> np.ndarray:
     return rng.uniform(-1.0, 1.0, size=shape)
 
 
-def build_spmv(m: sp.csr_matrix, rng, mkl) -> Case:
-    x = _uniform(rng, m.shape[1])
-    return Case(
-        {"A": ucf.from_scipy(m, format="csr"), "x": x},
-        m @ x,
-        lambda: m @ x,
-        None if mkl is None else (lambda: mkl.dot_product_mkl(m, x)),
-        m.shape[0],
-    )
+def dense_builder(n: int | None) -> Callable:
+    """SpMV (``n`` None: a vector x) or SpMM with an N-column dense B, row-major."""
 
-
-def spmm_builder(n: int) -> Callable:
     def build(m: sp.csr_matrix, rng, mkl) -> Case:
-        b = _uniform(rng, (m.shape[1], n))
+        name = "x" if n is None else "B"
+        b = _uniform(rng, m.shape[1] if n is None else (m.shape[1], n))
         return Case(
-            {"A": ucf.from_scipy(m, format="csr"), "B": b},
+            {"A": ucf.from_scipy(m, format="csr"), name: b},
             m @ b,
             lambda: m @ b,
             None if mkl is None else (lambda: mkl.dot_product_mkl(m, b)),
@@ -438,10 +430,10 @@ def build_mttkrp(t: Tensor3, rng, mkl) -> Case:
 def kernel_specs(max_flops: float) -> dict[str, Spec]:
     csr = {"A": "csr"}
     return {
-        "spmv": Spec("spmv", par.SPMV, csr, _hand(par.SPMV_SCHEDULES), build_spmv),
-        "spmm32": Spec("spmm32", par.SPMM, csr, _hand(par.spmm_schedules(32)), spmm_builder(32)),
+        "spmv": Spec("spmv", par.SPMV, csr, _hand(par.SPMV_SCHEDULES), dense_builder(None)),
+        "spmm32": Spec("spmm32", par.SPMM, csr, _hand(par.spmm_schedules(32)), dense_builder(32)),
         "spmm128": Spec(
-            "spmm128", par.SPMM, csr, _hand(par.spmm_schedules(128)), spmm_builder(128)
+            "spmm128", par.SPMM, csr, _hand(par.spmm_schedules(128)), dense_builder(128)
         ),
         "sddmm": Spec(
             "sddmm",
@@ -582,19 +574,6 @@ def checked(fn: Callable[[], Any], case: Case, sparse: bool, ucf_result: bool) -
     return err
 
 
-def fastest(variants: dict[str, Callable[[], Any]], runs: int) -> tuple[str, dict[str, float]]:
-    """The variant with the lowest median of ``runs`` interleaved calls, and every median.
-    Unlike ``parallel.fastest`` there is no warm-up: each variant has just run for its check."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(runs):
-        for k, f in variants.items():
-            t0 = time.perf_counter()
-            f()
-            samples[k].append(time.perf_counter() - t0)
-    meds = {k: med(v) for k, v in samples.items()}
-    return min(meds, key=meds.__getitem__), meds
-
-
 def attempt(cell: dict, column: str, fn: Callable[[], Callable[[], Any]]) -> Callable | None:
     """Build one contender; a failure is recorded in the cell and the others go on."""
     try:
@@ -655,7 +634,7 @@ def measure(spec: Spec, case: Case, threads: int, tools: Tools, args) -> dict:
         if not variants:
             kind = "wrong" if wrong else "unsupported"
             raise RowError(kind, next(iter({**wrong, **refused}.values()), "no hand schedule"))
-        best, pilot = fastest(variants, args.pilot)
+        best, pilot = par.fastest(variants, args.pilot)
         cell["hand"].update(variant=best, schedule=spec.hand[best], pilot_s=pilot)
         return variants[best]
 
