@@ -73,7 +73,8 @@ TUNE_TARGET_ROWS = 200_000
 TUNE_TARGET_TRIALS = 50
 MKL_TARGET_KERNELS = ("spmv", "spmm32", "spmm128")
 MKL_TARGET_THREADS = 2
-PILOT_SHARE = 1000  # SpGEMM's too-slow guard first runs 1/PILOT_SHARE of the rows
+PILOT_SHARE = 1000  # SpGEMM's too-slow guard runs 1/PILOT_SHARE of the rows, and half that
+PILOT_ROWS = 8  # the least of the smaller share
 LOAD_SECONDS = 0.05  # more than loading a kernel takes
 
 
@@ -254,14 +255,15 @@ def tensor_suite(n_rows: int) -> dict[str, tuple[str, Callable[[Any], Tensor3]]]
 @dataclass
 class Case:
     """One kernel on one input: ucf's operands, the reference result, the scipy and MKL
-    contenders, and (SpGEMM) a pilot problem for the too-slow guard."""
+    contenders, and (SpGEMM) two pilot problems for the too-slow guard: (rows, operands)
+    with A cut to its first rows, fewer first."""
 
     operands: dict[str, Any]
     expect: Any  # ndarray, or a scipy sparse matrix for sparse results
     scipy: Callable[[], Any]
     mkl: Callable[[], Any] | None = None
     rows: int = 0
-    pilot: Case | None = None
+    pilots: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     note: str = ""
 
 
@@ -369,22 +371,21 @@ def build_spgemm(m: sp.csr_matrix, rng, mkl, max_flops: float = math.inf) -> Cas
             "skipped",
             f"A @ B needs {flops:.1e} multiply-adds (limit {max_flops:.0e}, --spgemm-max-flops)",
         )
-    # The pilot multiplies A's first rows by the whole of B: a plan that co-iterates every
+    # The pilots multiply A's first rows by the whole of B: a plan that co-iterates every
     # (i, k) pair costs as much per row there as at full size, so scaling by rows is fair.
-    pa = m[: max(16, m.shape[0] // PILOT_SHARE)]
-    pilot = Case(
-        {"A": ucf.from_scipy(pa, format="csr"), "B": ucf.from_scipy(b, format="csr")},
-        None,
-        lambda: pa @ b,
-        rows=pa.shape[0],
-    )
+    bt = ucf.from_scipy(b, format="csr")
+    pilots = []
+    share = max(PILOT_ROWS, m.shape[0] // (2 * PILOT_SHARE))
+    for p in (share, 2 * share):
+        pa = m[:p]
+        pilots.append((pa.shape[0], {"A": ucf.from_scipy(pa, format="csr"), "B": bt}))
     return Case(
         {"A": ucf.from_scipy(m, format="csr"), "B": ucf.from_scipy(b, format="csr")},
         m @ b,
         lambda: m @ b,
         None if mkl is None else (lambda: mkl.dot_product_mkl(m, b)),
         m.shape[0],
-        pilot,
+        pilots,
         note="A @ A, or A @ A.T when A is not square",
     )
 
@@ -540,29 +541,43 @@ def call(k: Any, case: Case) -> Callable[[], Any]:
     return lambda: k(**case.operands)
 
 
-def guard_slow(k: Any, case: Case, runs: int, budget: float) -> float | None:
-    """Time a call on the pilot problem (a share of the rows) and extrapolate to all rows and
-    ``runs`` calls: a plan that co-iterates every (i, k) pair would otherwise take hours.
-    A short call that looks too slow is timed again (up to three times): the first one
-    includes loading the kernel, and any may lose a time slice on a busy machine. The
-    pilot's seconds, or None without a pilot."""
-    if case.pilot is None:
-        return None
-    scale = case.rows / case.pilot.rows * runs
+def pilot_seconds(k: Any, operands: dict[str, Any]) -> float:
+    """The least of up to three calls, stopping at one that takes longer than loading a
+    kernel: the first call also loads it, and any may lose a time slice on a busy machine."""
     t = math.inf
     for _ in range(3):
         t0 = time.perf_counter()
-        k(**case.pilot.operands)
+        k(**operands)
         t = min(t, time.perf_counter() - t0)
-        if t * scale <= budget or t > LOAD_SECONDS:
+        if t > LOAD_SECONDS:
             break
-    if t * scale > budget:
+    return t
+
+
+def guard_slow(k: Any, case: Case, runs: int, budget: float) -> float | None:
+    """Estimate ``runs`` calls at full size from the pilots and refuse to time a plan over
+    ``budget`` seconds: one that co-iterates every (i, k) pair would take hours.
+
+    The larger pilot scaled by rows is an upper bound (it counts the per-call cost, such
+    as allocating a workspace, once per share of rows); only when that is over budget is
+    the smaller pilot run too, and the cost split into a per-call and a per-row part. The
+    larger pilot's seconds, or None without pilots."""
+    if not case.pilots:
+        return None
+    (p1, ops1), (p2, ops2) = case.pilots
+    t2 = pilot_seconds(k, ops2)
+    if t2 * case.rows / p2 * runs <= budget:
+        return t2
+    t1 = pilot_seconds(k, ops1)
+    per_row = max(t2 - t1, 0.0) / (p2 - p1)
+    estimate = (t2 - per_row * p2 + per_row * case.rows) * runs
+    if estimate > budget:
         raise RowError(
             "too slow",
-            f"{t:.3f} s for the first {case.pilot.rows} rows; ~{t * scale:.0f} s for {runs} "
-            f"calls on all {case.rows} (budget {budget:.0f} s, --budget)",
+            f"{t1:.3f} s for the first {p1} rows, {t2:.3f} s for {p2}; ~{estimate:.0f} s "
+            f"for {runs} calls on all {case.rows} (budget {budget:.0f} s, --budget)",
         )
-    return t
+    return t2
 
 
 def checked(fn: Callable[[], Any], case: Case, sparse: bool, ucf_result: bool) -> float:
@@ -632,7 +647,8 @@ def measure(spec: Spec, case: Case, threads: int, tools: Tools, args) -> dict:
                 refused[label] = f"{type(e).__name__}: {e}"
         cell["hand"] = {"status": "ok", "refused": refused, "wrong": wrong}
         if not variants:
-            kind = "wrong" if wrong else "unsupported"
+            slow = refused and all(v.startswith("too slow") for v in refused.values())
+            kind = "wrong" if wrong else ("too slow" if slow else "unsupported")
             raise RowError(kind, next(iter({**wrong, **refused}.values()), "no hand schedule"))
         best, pilot = par.fastest(variants, args.pilot)
         cell["hand"].update(variant=best, schedule=spec.hand[best], pilot_s=pilot)
