@@ -230,6 +230,8 @@ PATTERNS = {
     "RS91": ("RS", 0.91),
 }
 TARGETS = {"91": 1.0, "98": 2.0}  # geometric-mean speedup over oneDNN, SUMMARY_LAYERS
+# The same for the direct statement with no schedule given (issue 17): what a user gets.
+NO_SCHEDULE_TARGETS = {"91": 1.0, "98": 2.5}
 QUICK_LAYERS = ["C3", "C11", "C13"]
 QUICK_PATTERNS = ["91"]
 
@@ -491,8 +493,14 @@ def bench_filter(
         if not variants:
             raise RowError("error", f"every ucf variant is wrong: {wrong}")
         best, tuning = par.fastest(variants, args.pilot)
-        s = par.median_of({"ucf": variants[best], "torch": onednn}, args.repeat)
+        contenders = {"ucf": variants[best], "torch": onednn}
+        plain = no_schedule(layer, x, f, ref, args.target)
+        if plain["status"] == "ok":
+            contenders["no_schedule"] = plain.pop("run")
+        s = par.median_of(contenders, args.repeat)
     t, tt = med(s["ucf"]), med(s["torch"])
+    if "no_schedule" in s:
+        plain.update(seconds=med(s["no_schedule"]), speedup=tt / med(s["no_schedule"]))
     return {
         "status": "ok",
         "nnz": nnz,
@@ -513,7 +521,30 @@ def bench_filter(
         "ucf_gflops_useful": 2 * nnz * layer.out_h**2 / t / 1e9,
         "torch_gflops": layer.dense_flops / tt / 1e9,
         "samples": s,
+        "no_schedule": plain,
     }
+
+
+def no_schedule(
+    layer: Layer, x: np.ndarray, f: np.ndarray, ref: np.ndarray, target: str
+) -> dict[str, Any]:
+    """The ``direct`` statement and formats with no schedule given: what a user who writes
+    only the convolution gets. Checked against oneDNN; 'run' is the timed call when right."""
+    try:
+        k = kernel(direct_expr(layer), {"F": "UCCC"}, None, target)
+    except ucf.UcfError as e:
+        return {"status": "unsupported", "message": f"{type(e).__name__}: {e}"}
+    ft = ucf.from_numpy(f, "UCCC")
+    out4 = np.empty(ref.shape, np.float32)
+
+    def run() -> np.ndarray:
+        return k(I=x, F=ft, out=out4).vals.reshape(out4.shape)
+
+    got = run()
+    err = par.base._relerr(got, ref)
+    if not par.close(got, ref, "float32"):
+        return {"status": "wrong", "message": f"max relative error {err:.1e}", "cin": k.cin}
+    return {"status": "ok", "cin": k.cin, "max_rel_err": err, "run": run}
 
 
 def geomean(xs: list[float]) -> float:
@@ -541,6 +572,15 @@ def summarize_filter(rows: list[dict], labels: list[str]) -> dict:
         if label in TARGETS:
             entry["target"] = TARGETS[label]
             entry["pass"] = bool(sel) and g >= TARGETS[label] and all(r["check"] for r in sel)
+        plain = [r["no_schedule"] for r in sel if r["no_schedule"]["status"] == "ok"]
+        entry["no_schedule_geomean_speedup"] = geomean([p["speedup"] for p in plain])
+        entry["no_schedule_complete"] = len(plain) == len(SUMMARY_LAYERS)
+        if label in NO_SCHEDULE_TARGETS:
+            entry["no_schedule_target"] = NO_SCHEDULE_TARGETS[label]
+            entry["no_schedule_pass"] = (
+                len(plain) == len(sel) > 0
+                and entry["no_schedule_geomean_speedup"] >= NO_SCHEDULE_TARGETS[label]
+            )
         out[label] = entry
     return out
 
@@ -906,7 +946,7 @@ def _ms(t: float | None) -> str:
 def filter_table(rows: list[dict], summary: dict) -> str:
     head = (
         f"{'layer':<5} {'shape':<24} {'pattern':<7} {'sparsity':>8} {'oneDNN ms':>10} "
-        f"{'ucf ms':>9} {'speedup':>8}  {'ucf variant':<14} {'ucf GF/s':>8}"
+        f"{'ucf ms':>9} {'speedup':>8}  {'ucf variant':<14} {'ucf GF/s':>8} {'no-sched':>9}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -918,12 +958,14 @@ def filter_table(rows: list[dict], summary: dict) -> str:
         flag = "" if r["check"] else "  WRONG: " + ", ".join(r["wrong"])
         lines.append(
             f"{pre} {100 * r['sparsity']:>7.1f}% {_ms(r['torch_s']):>10} {_ms(r['ucf_s']):>9} "
-            f"{r['speedup']:>7.2f}x  {r['variant']:<14} {r['ucf_gflops_useful']:>8.1f}{flag}"
+            f"{r['speedup']:>7.2f}x  {r['variant']:<14} {r['ucf_gflops_useful']:>8.1f} "
+            f"{_no_schedule_cell(r['no_schedule']):>9}{flag}"
         )
     lines.append("-" * len(head))
     lines.append(
         "speedup = oneDNN time / ucf time (above 1: ucf faster); ucf GF/s counts the useful "
-        "flops (2 x nnz x output pixels)"
+        "flops (2 x nnz x output pixels); no-sched = oneDNN time / time of the direct "
+        "statement with no schedule given"
     )
     labels = list(summary)
     layer_names = [x.name for x in LAYERS if any(r["layer"] == x.name for r in rows)]
@@ -956,6 +998,14 @@ def filter_table(rows: list[dict], summary: dict) -> str:
             f"{e['geomean_speedup_of_minima']:.2f}x; all measured layers "
             f"{e['all_layers_geomean']:.2f}x)"
         )
+    lines.append("no schedule given (the direct statement, F UCCC), same layers:")
+    for lb, e in summary.items():
+        part = "" if e["no_schedule_complete"] else " (not every layer measured)"
+        verdict = ""
+        if "no_schedule_target" in e:
+            ok = "PASS" if e["no_schedule_pass"] else "FAIL"
+            verdict = f"  target >= {e['no_schedule_target']:.1f}x: {ok}"
+        lines.append(f"  {lb:<5} {e['no_schedule_geomean_speedup']:>6.2f}x{part}{verdict}")
     wins: dict[str, int] = {}
     for r in rows:
         if r.get("status") == "ok":
@@ -967,6 +1017,10 @@ def filter_table(rows: list[dict], summary: dict) -> str:
     for k, v in refused.items():
         lines.append(f"ucf refused variant '{k}': {v.splitlines()[0]}")
     return "\n".join(lines)
+
+
+def _no_schedule_cell(plain: dict) -> str:
+    return f"{plain['speedup']:.2f}x" if plain["status"] == "ok" else plain["status"]
 
 
 def subm_table(r: dict) -> str:
@@ -1110,6 +1164,12 @@ def main(argv: list[str] | None = None) -> int:
     if "submanifold" in res:
         verdicts.append(bool(res["submanifold"].get("pass")))
     res["all_pass"] = bool(verdicts) and all(verdicts)
+    plain = [
+        e["no_schedule_pass"]
+        for e in res.get("filter", {}).get("summary", {}).values()
+        if "no_schedule_pass" in e
+    ]
+    res["no_schedule_pass"] = all(plain) if plain else None
 
     busy = res["cpu"]
     if busy:
@@ -1126,6 +1186,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2, default=str) + "\n")
     print(f"\ntargets: {'PASS' if res['all_pass'] else 'FAIL'}; results written to {out}")
+    if res["no_schedule_pass"] is not None:
+        print(f"no-schedule targets (issue 17): {'PASS' if res['no_schedule_pass'] else 'FAIL'}")
     return 0
 
 
