@@ -542,8 +542,11 @@ def call(k: Any, case: Case) -> Callable[[], Any]:
 
 
 def pilot_seconds(k: Any, operands: dict[str, Any]) -> float:
-    """The least of up to three calls, stopping at one that takes longer than loading a
-    kernel: the first call also loads it, and any may lose a time slice on a busy machine."""
+    """The least of up to three calls after an untimed one, stopping at one that takes
+    longer than loading a kernel: the first call may compile (the default schedule picks
+    a kernel per input size, and the pilots are smaller than the input), and any call
+    may lose a time slice on a busy machine."""
+    k(**operands)
     t = math.inf
     for _ in range(3):
         t0 = time.perf_counter()

@@ -452,7 +452,7 @@ def test_fuzz_default_model_parallel_choices(case):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(model, "CHUNK_WORK", 2)
         mp.setattr(model, "CHUNKS_PER_THREAD", 1)
-        mp.setattr(model, "SKEWED_CHUNKS_PER_THREAD", 1)
+        mp.setattr(model, "SKEWED", 0.0)
         check(case, "llvm")
 
 

@@ -213,7 +213,10 @@ def proposals(
     ones the checker refuses are left out. The last one is always the plain nest."""
     front = _Front(expr, formats)
     base = front.concretized()
-    storage = front.concretized(workspace=True).order
+    # A workspace pays only where it spares converting a sparse operand (co-iterating
+    # every output entry with the reduction); else the plain order follows storage too.
+    spared = front.concretized(workspace=True)
+    storage = spared.order if _converts(base) and not _converts(spared) else base.order
     if stats is not None and front.blocking is not None:
         stats = Stats(front.blocking.split_extents(stats.extents), stats.nnz, stats.spread)
     *candidates, last = propose(base, storage, stats, threads)
@@ -227,6 +230,11 @@ def proposals(
             continue
         kept.append(choice)
     return [*kept, last]
+
+
+def _converts(cin: CIN) -> bool:
+    """Whether ``cin`` reads some operand in another format than it is stored in."""
+    return any(slot.name != slot.tensor for slot in cin.slots.values())
 
 
 def _with_reasons(p: Plan, why: list[str]) -> Plan:

@@ -27,11 +27,10 @@ from ucf.lang.reductions import peel
 CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
-#: Chunks per thread at least, so that uneven chunks still even out...
-CHUNKS_PER_THREAD = 8
-#: ... and when some row is this many times longer than the mean, this many.
+#: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
-SKEWED_CHUNKS_PER_THREAD = 32
+#: ... and then in at least this many chunks per thread.
+CHUNKS_PER_THREAD = 32
 #: A parallel loop stays inside other loops only if they start at most this many regions.
 MAX_REGIONS = 8
 #: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
@@ -96,6 +95,10 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     serial = serial or (
         "default: serial, since no loop over an output variable can run in parallel without races"
     )
+    bound = _bound(cin, order, stats, None)
+    if bound:
+        cmds = [*workspace, *[c for c, _ in bound]]
+        choices.append(Choice(cmds, [*ws_why, serial, *[w for _, w in bound]]))
     choices.append(Choice(workspace, [*ws_why, serial]))
     if workspace:
         choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
@@ -211,31 +214,30 @@ def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: in
 
 
 def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
-    """The commands that run ``v`` in parallel: in dynamically scheduled chunks sized
-    so each holds enough work and uneven rows still balance."""
+    """The commands that run ``v`` in parallel. Rows of even length are shared out
+    statically; when some row is much longer than the mean they go in dynamically
+    scheduled chunks sized so each holds enough work and the long rows still balance."""
     plain = [f"parallelize({v}, CPUThread, NoRaces)"]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
     rows = max(stats.extents.get(v, 1), 1)
-    per_row = max(work / rows, 1.0)
-    skew = max(
-        (s for t, s in stats.spread.items() if _rows_of(cin, t) == v),
-        default=1.0,
+    skew = max((s for t, s in stats.spread.items() if _rows_of(cin, t) == v), default=1.0)
+    static = (
+        f"default: {v} is shared out statically ({rows} iterations; threads start only "
+        "if the work reaches the threshold)"
     )
-    per_thread = SKEWED_CHUNKS_PER_THREAD if skew > SKEWED else CHUNKS_PER_THREAD
-    chunk = min(CHUNK_WORK / per_row, rows / (per_thread * threads), MAX_CHUNK)
+    if skew <= SKEWED:
+        return plain, static
+    per_row = max(work / rows, 1.0)
+    chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads:
-        return plain, (
-            f"default: {v} is shared out statically ({rows} iterations; threads start only "
-            "if the work reaches the threshold)"
-        )
+        return plain, static
     outer, inner = f"{v}_c", f"{v}_r"
-    skewed = f"; rows are up to {skew:.0f}x the mean length" if skew > SKEWED else ""
     return (
         [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
-        f"default: {v} in dynamically scheduled chunks of {chunk} (about "
-        f"{per_row:.0f} multiply-adds per iteration{skewed})",
+        f"default: {v} in dynamically scheduled chunks of {chunk} (rows are up to "
+        f"{skew:.0f}x the mean length; about {per_row:.0f} multiply-adds per iteration)",
     )
 
 
@@ -248,7 +250,7 @@ def _rows_of(cin: CIN, tensor: str) -> str | None:
     return None
 
 
-def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str):
+def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None):
     """``bound`` on the innermost loop when it is dense over every operand and its
     extent is small and known: a constant trip count unrolls and vectorizes."""
     if stats is None or not order:
