@@ -62,16 +62,21 @@ __all__ = [
     "parse_format",
     "set_num_threads",
     "read",
+    "tune",
+    "Tuned",
     "write",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """``ucf.torch`` on first use, so ``import ucf`` stays free of the torch op machinery."""
-    if name == "torch":
-        import importlib
+    """``ucf.torch``, ``ucf.tune`` and ``ucf.Tuned`` on first use, so ``import ucf`` stays
+    free of the torch op machinery and of Optuna."""
+    import importlib
 
+    if name == "torch":
         return importlib.import_module("ucf.torch")
+    if name in ("tune", "Tuned"):
+        return getattr(importlib.import_module("ucf.tuning"), name)
     raise AttributeError(f"module 'ucf' has no attribute {name!r}")
 
 

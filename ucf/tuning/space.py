@@ -1,0 +1,241 @@
+"""The schedules a tuner may try, derived from the statement and the formats.
+
+Nothing here is written per kernel: the choices come from what the statement
+says (its index variables, which of them are summed, the factors of a
+product) and what the formats say (which operands are sparse and in which
+order they store their modes). A trial picks, in define-by-run style:
+
+- ``order``: a loop order that walks every sparse operand (and a sparse
+  output) in its storage order, so no operand is converted per call;
+- ``precompute``: a workspace for a sub-product over one output variable
+  (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is summed;
+- ``bound_<v>``: a constant trip count for a small dense extent;
+- ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
+  iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
+  over a sparse operand's two outer levels); ``depth`` picks the loop and
+  ``strategy`` how a summed loop's writes are combined;
+- ``inner``: a split of the innermost loop (a power of two), and ``vector``
+  to ask for SIMD over its inner part.
+
+The result is schedule text; ucf's own checks decide whether it is legal,
+and an illegal one is a pruned trial.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ucf.errors import UcfError
+from ucf.format.format import parse_format
+from ucf.lang.ast import Access, Binary, accesses
+from ucf.lang.parser import parse_statement
+from ucf.lang.reductions import peel
+
+#: Loop orders offered at most (the default's first); beyond this, permutations are cut.
+MAX_ORDERS = 120
+#: Blocks of 2**2 .. 2**11 iterations or nonzeros per thread's turn.
+CHUNK_LOG2 = (2, 11)
+#: Inner splits of 2**1 .. 2**6 (0: none).
+INNER_LOG2 = 6
+PARALLEL = ("none", "loop", "chunk")
+NNZ = "nnz"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the space is built from: picklable, so worker processes rebuild nothing."""
+
+    variables: tuple[str, ...]
+    outputs: tuple[str, ...]
+    orders: tuple[tuple[str, ...], ...]  # legal loop orders, the default's first
+    base: tuple[tuple[str, ...], tuple[str, ...]]  # unscheduled order: without/with workspace
+    extents: dict[str, int]
+    sparse: dict[str, tuple[tuple[str, ...], tuple[bool, ...]]]  # tensor -> level vars, full
+    precomputes: tuple[str, ...]  # "expr@v" candidates
+    taken: frozenset[str] = field(default_factory=frozenset)  # names a new variable may not use
+
+    @property
+    def parallel(self) -> tuple[str, ...]:
+        return PARALLEL + ((NNZ,) if any(self.fusable(o) for o in self.orders) else ())
+
+    def fusable(self, order: tuple[str, ...]) -> str | None:
+        """A sparse operand whose two levels store the two outer loops of ``order``, the
+        deeper one with positions (so ``fuse`` + ``pos`` walks its nonzeros), or None."""
+        if len(order) < 2:
+            return None
+        for name, (levels, full) in self.sparse.items():
+            for k in range(len(levels) - 1):
+                if levels[k : k + 2] == order[:2] and not full[k + 1]:
+                    return name
+        return None
+
+
+def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
+    """The search space of ``statement`` with tensors stored in ``formats``."""
+    from ucf.cin.concretize import concretize
+
+    stmt = parse_statement(statement)
+    every = [stmt.lhs, *accesses(stmt.rhs)]
+    fmts = {
+        a.tensor: parse_format(
+            formats.get(a.tensor, "dense"), order=len(a.indices), tensor=a.tensor
+        )
+        for a in every
+    }
+    outputs = tuple(i.single_variable for i in stmt.lhs.indices)
+    variables = tuple(
+        dict.fromkeys([*outputs, *(v for a in every for i in a.indices for v in i.variables)])
+    )
+    sparse = {}
+    for a in every:
+        fmt = fmts[a.tensor]
+        if fmt.is_dense or any(i.single_variable is None for i in a.indices):
+            continue
+        levels = tuple(a.indices[m].single_variable for m in fmt.mode_order)
+        sparse[a.tensor] = (levels, tuple(k.full for k in fmt.levels))
+    inputs = {n: f for n, f in fmts.items() if n != stmt.lhs.tensor}
+    base = []
+    for workspace in (False, True):
+        try:
+            cin = concretize(stmt, inputs, fmts[stmt.lhs.tensor], workspace=workspace)
+            base.append(tuple(cin.order))
+        except UcfError:
+            base.append(variables)
+    orders = _orders(variables, [lv for lv, _ in sparse.values()], base[0])
+    return Problem(
+        variables=variables,
+        outputs=outputs,
+        orders=orders,
+        base=(base[0], base[1]),
+        extents=dict(extents),
+        sparse=sparse,
+        precomputes=_precomputes(stmt, outputs),
+        taken=frozenset({*variables, *(a.tensor for a in every)}),
+    )
+
+
+def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
+    """Permutations that visit every chain's variables in the chain's order."""
+
+    def follows(order) -> bool:
+        at = {v: k for k, v in enumerate(order)}
+        return all(
+            at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b
+        )
+
+    found = [default] if follows(default) or not chains else []
+    for order in itertools.permutations(variables):
+        if len(found) >= MAX_ORDERS:
+            break
+        if order != default and follows(order):
+            found.append(order)
+    return tuple(found) or (default,)
+
+
+def _factors(e) -> list[Access] | None:
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Binary) and e.op == "*":
+        left, right = _factors(e.left), _factors(e.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _precomputes(stmt, outputs: tuple[str, ...]) -> tuple[str, ...]:
+    """``expr@v`` for every sub-product that uses output variable ``v``, when the
+    right-hand side is a product with something summed (else there is nothing for a
+    workspace to gather)."""
+    summed, body = peel(stmt.rhs)
+    factors = _factors(body)
+    if not summed or not factors or len(factors) < 2:
+        return ()
+    found = []
+    for v in outputs:
+        for n in range(len(factors), 0, -1):
+            for subset in itertools.combinations(factors, n):
+                if any(v in i.variables for a in subset for i in a.indices):
+                    found.append(f"{'*'.join(map(str, subset))}@{v}")
+    return tuple(found)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def suggest(trial: Any, p: Problem) -> str:
+    """Ask ``trial`` (an optuna trial, or anything with its ``suggest_*`` methods) for
+    one schedule of ``p``; the schedule's text."""
+    order = tuple(trial.suggest_categorical("order", [",".join(o) for o in p.orders]).split(","))
+    pre = trial.suggest_categorical("precompute", [NONE, *p.precomputes]) if p.precomputes else NONE
+    taken = set(p.taken)
+    label = {v: v for v in p.variables}
+    steps = []
+    if order != p.base[pre != NONE]:
+        steps.append(f"reorder({', '.join(order)})")
+    if pre != NONE:
+        expr, v = pre.rsplit("@", 1)
+        steps.append(f"precompute({expr}, {v}, {v}, {_fresh('w', taken)})")
+    for v in p.variables:
+        n = p.extents.get(v)
+        if n is not None and n <= 64 and trial.suggest_categorical(f"bound_{v}", [False, True]):
+            label[v] = _fresh(f"{v}b", taken)
+            steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
+    kind = trial.suggest_categorical("parallel", list(p.parallel))
+    chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
+    split_var = None
+    if kind == NNZ:
+        tensor = p.fusable(order)
+        if tensor is None:
+            raise UcfError(f"no sparse operand stores the outer loops {order[0]}, {order[1]}")
+        f, fpos = _fresh("f", taken), _fresh("fpos", taken)
+        outer, inner = _fresh(f"{fpos}0", taken), _fresh(f"{fpos}1", taken)
+        steps += [
+            f"fuse({label[order[0]]}, {label[order[1]]}, {f})",
+            f"pos({f}, {fpos}, {tensor})",
+            f"split({fpos}, {outer}, {inner}, {chunk})",
+            f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})",
+        ]
+        label[order[0]] = label[order[1]] = None
+    elif kind != NONE:
+        v = order[trial.suggest_int("depth", 0, 1) if len(order) > 1 else 0]
+        target = label[v]
+        if kind == "chunk":
+            outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
+            steps.append(f"split({label[v]}, {outer}, {inner}, {chunk})")
+            target, split_var, label[v] = outer, v, inner
+        steps.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+    last = order[-1]
+    factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2) if label[last] else 1
+    if factor > 1 and split_var != last:
+        outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
+        steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
+        label[last] = inner
+    if label[last] and last in p.outputs and trial.suggest_categorical("vector", [False, True]):
+        steps.append(f"parallelize({label[last]}, CPUVector, NoRaces)")
+    return "; ".join(steps)
+
+
+def _strategy(trial: Any, p: Problem, variables: tuple[str, ...]) -> str:
+    """NoRaces over output variables; a summed loop's writes need combining."""
+    if all(v in p.outputs for v in variables):
+        return "NoRaces"
+    return trial.suggest_categorical("strategy", ["Atomics", "Temporary"])
+
+
+def default_params(p: Problem) -> dict[str, Any]:
+    """The parameters that spell ucf's default schedule (the outermost loop on threads
+    when it is an output variable, else serial), tried first so the tuner starts from
+    the default."""
+    order = p.base[0]
+    params: dict[str, Any] = {"order": ",".join(order), "precompute": NONE, "inner_log2": 0}
+    params.update({f"bound_{v}": False for v in p.variables})
+    params["vector"] = False
+    params["parallel"] = "loop" if order and order[0] in p.outputs else NONE
+    params["depth"] = 0
+    return params
