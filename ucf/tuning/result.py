@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,12 @@ from ucf.errors import boundary
 class Tuned:
     """The best schedule a study found, and how it compares with the default.
 
-    ``schedule`` is schedule text (``""`` is a serial kernel), or None when no
-    trial succeeded and the default is returned; ``reasons`` then says why each
-    distinct schedule failed (it lists the failures of a successful run too).
-    ``time`` and ``default_time`` are seconds per call, medians of a few
-    repeats, so their ratio is the speed-up on this machine.
+    ``schedule`` is schedule text (``""`` is a serial kernel), or None when the
+    default stays: no trial beat it when both were timed again at the end, or
+    every trial failed. ``reasons`` maps each schedule that failed to why (a
+    run with successful trials lists its failures too). ``time`` and
+    ``default_time`` are seconds per call (medians, the two timed in turns), so
+    their ratio is the speed-up on this machine.
     """
 
     schedule: str | None
@@ -69,6 +71,7 @@ class Tuned:
             ax.step(numbers, best, where="post", color="C1", label="best so far")
         ax.axhline(self.default_time * 1e6, color="C2", linestyle="--", label="default")
         ax.set_xlabel("trial")
+        ax.set_yscale("log")
         ax.set_ylabel("time per call (us)")
         ax.set_title("trial history")
         ax.legend()
@@ -78,7 +81,9 @@ class Tuned:
 
         ax.set_title("parameter importance")
         try:
-            scores = optuna.importance.get_param_importances(self.study)
+            with warnings.catch_warnings():  # "few trials in some regime": the plot says so
+                warnings.simplefilter("ignore", UserWarning)
+                scores = optuna.importance.get_param_importances(self.study)
         except (RuntimeError, ValueError) as e:  # too few finished trials to judge
             scores, why = {}, str(e)
         else:
@@ -89,4 +94,4 @@ class Tuned:
             return
         names = list(scores)[::-1]
         ax.barh(names, [scores[n] for n in names])
-        ax.set_xlabel("importance (fANOVA)")
+        ax.set_xlabel("importance (Optuna's default evaluator)")

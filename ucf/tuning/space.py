@@ -5,11 +5,12 @@ says (its index variables, which of them are summed, the factors of a
 product) and what the formats say (which operands are sparse and in which
 order they store their modes). A trial picks, in define-by-run style:
 
-- ``order``: a loop order that walks every sparse operand (and a sparse
-  output) in its storage order, so no operand is converted per call;
-- ``precompute``: a workspace for a sub-product over one output variable
+- ``order``: ucf's own loop order, or one that walks every sparse operand (and
+  a sparse output) in its storage order, so no operand is converted per call;
+- ``precompute[<order>]``: a workspace for a sub-product over one output variable
   (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is summed;
-- ``bound_<v>``: a constant trip count for a small dense extent;
+- ``bound_<v>``: a constant trip count for a dense extent of at most 64 (a shape
+  class keeps such extents exact, so the tuned plan is looked up only for them);
 - ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
   iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
   over a sparse operand's two outer levels); ``depth`` picks the loop and
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ucf.errors import UcfError
+from ucf.exec.tuned import EXACT_EXTENT
 from ucf.format.format import parse_format
 from ucf.lang.ast import Access, Binary, accesses
 from ucf.lang.parser import parse_statement
@@ -39,9 +41,23 @@ MAX_ORDERS = 120
 CHUNK_LOG2 = (2, 11)
 #: Inner splits of 2**1 .. 2**6 (0: none).
 INNER_LOG2 = 6
+#: Changes whenever the parameters below change, so a study of an older space is not
+#: resumed with incompatible choices.
+SPACE_VERSION = 1
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A candidate ``precompute``: the sub-product, its variable, and the variables of
+    the sub-product and of the rest of the statement (which decide where it can go)."""
+
+    expr: str
+    var: str
+    inside: frozenset[str]
+    outside: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -50,27 +66,57 @@ class Problem:
 
     variables: tuple[str, ...]
     outputs: tuple[str, ...]
-    orders: tuple[tuple[str, ...], ...]  # legal loop orders, the default's first
+    reductions: tuple[str, ...]
+    orders: tuple[tuple[str, ...], ...]  # loop orders, the default's first
     base: tuple[tuple[str, ...], tuple[str, ...]]  # unscheduled order: without/with workspace
     extents: dict[str, int]
     sparse: dict[str, tuple[tuple[str, ...], tuple[bool, ...]]]  # tensor -> level vars, full
-    precomputes: tuple[str, ...]  # "expr@v" candidates
+    sparse_output: bool
+    workspaces: tuple[Workspace, ...]
     taken: frozenset[str] = field(default_factory=frozenset)  # names a new variable may not use
 
     @property
     def parallel(self) -> tuple[str, ...]:
         return PARALLEL + ((NNZ,) if any(self.fusable(o) for o in self.orders) else ())
 
+    @property
+    def positional(self) -> set[str]:
+        """Variables some sparse operand stores in a level with positions: their loops
+        walk nonzeros, so they cannot be bounded."""
+        return {
+            v
+            for levels, full in self.sparse.values()
+            for v, f in zip(levels, full, strict=True)
+            if not f
+        }
+
     def fusable(self, order: tuple[str, ...]) -> str | None:
         """A sparse operand whose two levels store the two outer loops of ``order``, the
-        deeper one with positions (so ``fuse`` + ``pos`` walks its nonzeros), or None."""
-        if len(order) < 2:
+        deeper one with positions (so ``fuse`` + ``pos`` walks its nonzeros), or None.
+        A sparse output cannot be appended from such a loop."""
+        if len(order) < 2 or self.sparse_output:
             return None
         for name, (levels, full) in self.sparse.items():
             for k in range(len(levels) - 1):
                 if levels[k : k + 2] == order[:2] and not full[k + 1]:
                     return name
         return None
+
+    def placeable(self, order: tuple[str, ...]) -> list[str]:
+        """The workspaces that have a place in ``order``: a depth below which the
+        sub-product and the rest share no loop but the workspace's (with a sparse
+        output, below which every summed variable is the sub-product's)."""
+        found = []
+        for w in self.workspaces:
+            for d in range(len(order)):
+                below = set(order[d:])
+                if w.var not in below or (w.inside & w.outside & below) - {w.var}:
+                    continue
+                if self.sparse_output and not set(self.reductions) <= below & w.inside:
+                    continue
+                found.append(f"{w.expr}@{w.var}")
+                break
+        return found
 
 
 def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
@@ -79,6 +125,7 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
 
     stmt = parse_statement(statement)
     every = [stmt.lhs, *accesses(stmt.rhs)]
+    out = stmt.lhs.tensor
     fmts = {
         a.tensor: parse_format(
             formats.get(a.tensor, "dense"), order=len(a.indices), tensor=a.tensor
@@ -96,11 +143,11 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
             continue
         levels = tuple(a.indices[m].single_variable for m in fmt.mode_order)
         sparse[a.tensor] = (levels, tuple(k.full for k in fmt.levels))
-    inputs = {n: f for n, f in fmts.items() if n != stmt.lhs.tensor}
+    inputs = {n: f for n, f in fmts.items() if n != out}
     base = []
     for workspace in (False, True):
         try:
-            cin = concretize(stmt, inputs, fmts[stmt.lhs.tensor], workspace=workspace)
+            cin = concretize(stmt, inputs, fmts[out], workspace=workspace)
             base.append(tuple(cin.order))
         except UcfError:
             base.append(variables)
@@ -108,17 +155,20 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
     return Problem(
         variables=variables,
         outputs=outputs,
+        reductions=tuple(v for v in variables if v not in outputs),
         orders=orders,
         base=(base[0], base[1]),
         extents=dict(extents),
         sparse=sparse,
-        precomputes=_precomputes(stmt, outputs),
+        sparse_output=not fmts[out].is_dense,
+        workspaces=_workspaces(stmt, outputs),
         taken=frozenset({*variables, *(a.tensor for a in every)}),
     )
 
 
 def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
-    """Permutations that visit every chain's variables in the chain's order."""
+    """The default order, then permutations that visit every chain's variables in the
+    chain's order."""
 
     def follows(order) -> bool:
         at = {v: k for k, v in enumerate(order)}
@@ -126,13 +176,13 @@ def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
             at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b
         )
 
-    found = [default] if follows(default) or not chains else []
+    found = [default]  # legal even when it converts an operand: ucf chose it
     for order in itertools.permutations(variables):
         if len(found) >= MAX_ORDERS:
             break
         if order != default and follows(order):
             found.append(order)
-    return tuple(found) or (default,)
+    return tuple(found)
 
 
 def _factors(e) -> list[Access] | None:
@@ -144,10 +194,13 @@ def _factors(e) -> list[Access] | None:
     return None
 
 
-def _precomputes(stmt, outputs: tuple[str, ...]) -> tuple[str, ...]:
-    """``expr@v`` for every sub-product that uses output variable ``v``, when the
-    right-hand side is a product with something summed (else there is nothing for a
-    workspace to gather)."""
+def _variables(factors) -> frozenset[str]:
+    return frozenset(v for a in factors for i in a.indices for v in i.variables)
+
+
+def _workspaces(stmt, outputs: tuple[str, ...]) -> tuple[Workspace, ...]:
+    """Every sub-product that uses an output variable, when the right-hand side is a
+    product with something summed (else there is nothing for a workspace to gather)."""
     summed, body = peel(stmt.rhs)
     factors = _factors(body)
     if not summed or not factors or len(factors) < 2:
@@ -156,8 +209,11 @@ def _precomputes(stmt, outputs: tuple[str, ...]) -> tuple[str, ...]:
     for v in outputs:
         for n in range(len(factors), 0, -1):
             for subset in itertools.combinations(factors, n):
-                if any(v in i.variables for a in subset for i in a.indices):
-                    found.append(f"{'*'.join(map(str, subset))}@{v}")
+                inside = _variables(subset)
+                if v in inside:
+                    rest = [f for f in factors if f not in subset]
+                    outside = _variables(rest) | set(outputs)
+                    found.append(Workspace("*".join(map(str, subset)), v, inside, outside))
     return tuple(found)
 
 
@@ -170,25 +226,31 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 def suggest(trial: Any, p: Problem) -> str:
     """Ask ``trial`` (an optuna trial, or anything with its ``suggest_*`` methods) for
-    one schedule of ``p``; the schedule's text."""
-    order = tuple(trial.suggest_categorical("order", [",".join(o) for o in p.orders]).split(","))
-    pre = trial.suggest_categorical("precompute", [NONE, *p.precomputes]) if p.precomputes else NONE
+    one schedule of ``p``; the schedule's text. Loop transformations come first and
+    ``parallelize`` last, since it names loops of the final nest."""
+    spelled = trial.suggest_categorical("order", [",".join(o) for o in p.orders])
+    order = tuple(spelled.split(","))
+    places = p.placeable(order)
+    pre = trial.suggest_categorical(f"precompute[{spelled}]", [NONE, *places]) if places else NONE
+    workspace = pre.rsplit("@", 1)[1] if pre != NONE else None
     taken = set(p.taken)
-    label = {v: v for v in p.variables}
-    steps = []
+    label: dict[str, str | None] = {v: v for v in p.variables}
+    steps, parallel = [], []
     if order != p.base[pre != NONE]:
         steps.append(f"reorder({', '.join(order)})")
     if pre != NONE:
-        expr, v = pre.rsplit("@", 1)
-        steps.append(f"precompute({expr}, {v}, {v}, {_fresh('w', taken)})")
+        expr, ws = pre.rsplit("@", 1)[0], _fresh("w", taken)
+        steps.append(f"precompute({expr}, {workspace}, {workspace}, {ws})")
+    positional = p.positional
     for v in p.variables:
         n = p.extents.get(v)
-        if n is not None and n <= 64 and trial.suggest_categorical(f"bound_{v}", [False, True]):
+        if n is None or n > EXACT_EXTENT or v in positional or v == workspace:
+            continue
+        if trial.suggest_categorical(f"bound_{v}", [False, True]):
             label[v] = _fresh(f"{v}b", taken)
             steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
     kind = trial.suggest_categorical("parallel", list(p.parallel))
     chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
-    split_var = None
     if kind == NNZ:
         tensor = p.fusable(order)
         if tensor is None:
@@ -199,26 +261,30 @@ def suggest(trial: Any, p: Problem) -> str:
             f"fuse({label[order[0]]}, {label[order[1]]}, {f})",
             f"pos({f}, {fpos}, {tensor})",
             f"split({fpos}, {outer}, {inner}, {chunk})",
-            f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})",
         ]
+        parallel.append(f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})")
         label[order[0]] = label[order[1]] = None
     elif kind != NONE:
         v = order[trial.suggest_int("depth", 0, 1) if len(order) > 1 else 0]
         target = label[v]
+        if target is None or v == workspace and kind == "chunk":
+            raise UcfError(f"the loop over {v} cannot be split into chunks here")
         if kind == "chunk":
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
-            steps.append(f"split({label[v]}, {outer}, {inner}, {chunk})")
-            target, split_var, label[v] = outer, v, inner
-        steps.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+            steps.append(f"split({target}, {outer}, {inner}, {chunk})")
+            target = outer
+        parallel.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+        label[v] = None  # named by the parallelize, so no later split may rename it
     last = order[-1]
-    factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2) if label[last] else 1
-    if factor > 1 and split_var != last:
-        outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
-        steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
-        label[last] = inner
+    if label[last] is not None and last != workspace:
+        factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2)
+        if factor > 1:
+            outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
+            steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
+            label[last] = inner
     if label[last] and last in p.outputs and trial.suggest_categorical("vector", [False, True]):
-        steps.append(f"parallelize({label[last]}, CPUVector, NoRaces)")
-    return "; ".join(steps)
+        parallel.append(f"parallelize({label[last]}, CPUVector, NoRaces)")
+    return "; ".join(steps + parallel)
 
 
 def _strategy(trial: Any, p: Problem, variables: tuple[str, ...]) -> str:
@@ -233,7 +299,8 @@ def default_params(p: Problem) -> dict[str, Any]:
     when it is an output variable, else serial), tried first so the tuner starts from
     the default."""
     order = p.base[0]
-    params: dict[str, Any] = {"order": ",".join(order), "precompute": NONE, "inner_log2": 0}
+    spelled = ",".join(order)
+    params: dict[str, Any] = {"order": spelled, f"precompute[{spelled}]": NONE, "inner_log2": 0}
     params.update({f"bound_{v}": False for v in p.variables})
     params["vector"] = False
     params["parallel"] = "loop" if order and order[0] in p.outputs else NONE

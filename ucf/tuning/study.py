@@ -13,15 +13,17 @@ default by more than the timing noise. The best schedule is recorded in
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ucf.errors import ConversionWarning, OperandError, UcfError, boundary
+from ucf.errors import ConversionWarning, OperandError, UcfError, UnsupportedError, boundary
 from ucf.exec import cache, tuned
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
@@ -36,6 +38,8 @@ from ucf.tuning.result import Tuned
 DATABASE = "tune.db"
 #: Seconds a process waits for another's write to the SQLite file.
 SQLITE_TIMEOUT = 60
+#: Turns in which the best schedule and the default are timed again at the end.
+CONFIRM_ROUNDS = 3
 
 
 @boundary
@@ -66,6 +70,8 @@ def tune(
     ``progress`` shows a progress bar (default: when stderr is a terminal).
     """
     optuna = need("optuna")
+    if target == "cuda":
+        raise UnsupportedError("tune searches CPU schedules; target 'cuda' is not tuned yet")
     if trials < 1 or n_jobs < 1:
         raise UcfError(f"tune needs trials >= 1 and n_jobs >= 1, got {trials} and {n_jobs}")
     fmts, tensors, dtype, index_dtype = _operands(expr, formats, operands, dtype, index_dtype)
@@ -73,8 +79,6 @@ def tune(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
         objective = _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes)
-        default = objective.kernel(None)
-        default_time = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
         key = tuned.make_key(
             expr,
             fmts,
@@ -91,7 +95,7 @@ def tune(
             )
         finally:
             optuna.logging.set_verbosity(verbosity)
-        result = _result(study, objective, default, default_time)
+        result = _result(study, objective)
     if result.schedule is not None:
         tuned.record(key, result.schedule, result.time)
     return result
@@ -183,7 +187,7 @@ def _sampler(optuna, seed: int | None, trials: int) -> Any:
 
 def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
     url = default_storage() if storage is None else storage
-    name = json.dumps(key, sort_keys=True)
+    name = json.dumps({**key, "space": space.SPACE_VERSION}, sort_keys=True)
     study = optuna.create_study(
         storage=_storage(optuna, url),
         study_name=name,
@@ -214,12 +218,28 @@ def _shares(trials: int, workers: int) -> list[int]:
     return [n for r in range(workers) if (n := trials // workers + (r < trials % workers))]
 
 
+@dataclass(frozen=True)
+class _OnDask:
+    """The Dask storage ``name``, opened where a task runs (building it there keeps its
+    'experimental' warning out of every worker's log)."""
+
+    name: str
+
+    def open(self) -> Any:
+        from optuna_integration.dask import DaskStorage
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", need("optuna").exceptions.ExperimentalWarning)
+            return DaskStorage(name=self.name, register=False)
+
+
 def optimize(storage: Any, name: str, objective: Objective, trials: int, seed, timeout) -> None:
     """Run ``trials`` trials of the study ``name`` in this (worker) process."""
     optuna = need("optuna")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage.open() if isinstance(storage, _OnDask) else _storage(optuna, storage)
     study = optuna.load_study(
-        study_name=name, storage=_storage(optuna, storage), sampler=_sampler(optuna, seed, trials)
+        study_name=name, storage=storage, sampler=_sampler(optuna, seed, trials)
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
@@ -254,10 +274,11 @@ def _on_dask(optuna, study, url, name, objective, trials, client, seed, timeout,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         shared = DaskStorage(storage=url, client=client)
+    workers = len(client.scheduler_info()["workers"]) or 1
     futures = [
         client.submit(
             optimize,
-            shared,
+            _OnDask(shared.name),
             name,
             objective,
             n,
@@ -265,7 +286,7 @@ def _on_dask(optuna, study, url, name, objective, trials, client, seed, timeout,
             timeout,
             pure=False,
         )
-        for r, n in enumerate(_shares(trials, len(client.scheduler_info()["workers"]) or 1))
+        for r, n in enumerate(_shares(trials, workers))
     ]
     bar.follow(study, futures)
 
@@ -310,7 +331,9 @@ class _Progress:
             self._bar.close()
 
 
-def _result(study: Any, objective: Objective, default: Any, default_time: float) -> Tuned:
+def _result(study: Any, objective: Objective) -> Tuned:
+    """The study's best schedule, timed again in turns with the default (the machine's
+    load may have changed since either was first timed); the default when it is as fast."""
     trials = study.get_trials(deepcopy=False)
     reasons = {
         t.user_attrs.get("schedule", ""): t.user_attrs["failure"]
@@ -318,8 +341,18 @@ def _result(study: Any, objective: Objective, default: Any, default_time: float)
         if "failure" in t.user_attrs
     }
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
+    default = objective.kernel(None)
+    ops, shapes = objective.operands, objective.shapes
     if not done:
+        default_time = median_time(lambda: default(shapes=shapes, **ops), objective.repeats)
         return Tuned(None, default_time, default_time, study, default, reasons)
-    best = min(done, key=lambda t: t.value)
-    schedule = best.user_attrs["schedule"]
-    return Tuned(schedule, best.value, default_time, study, objective.kernel(schedule), reasons)
+    schedule = min(done, key=lambda t: t.value).user_attrs["schedule"]
+    best = objective.kernel(schedule)
+    rounds: tuple[list[float], list[float]] = ([], [])
+    for _ in range(CONFIRM_ROUNDS):
+        for k, times in zip((default, best), rounds, strict=True):
+            times.append(median_time(lambda k=k: k(shapes=shapes, **ops), objective.repeats))
+    default_time, seconds = (statistics.median(times) for times in rounds)
+    if seconds >= default_time:
+        return Tuned(None, default_time, default_time, study, default, reasons)
+    return Tuned(schedule, seconds, default_time, study, best, reasons)
