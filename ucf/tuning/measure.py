@@ -4,11 +4,14 @@ A schedule that ucf refuses, a kernel that raises or a result that differs
 from the default's is a *pruned* trial with its reason kept on the trial
 (``user_attrs["failure"]``), never an error of the tuning run. Times are the
 median of a few samples after a warm-up, each sample long enough (about
-2 ms of calls) that the clock's resolution does not matter.
+2 ms of calls) that the clock's resolution does not matter; a schedule whose
+first call is ten times slower than the default's is timed by that call alone
+(a quadratic plan must not cost the study minutes).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -23,13 +26,18 @@ from ucf.tuning import space
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
 SAMPLE_SECONDS = 2e-3
+#: A trial whose first call is this many times slower than the default is timed once.
+HOPELESS = 10
 
 
-def median_time(call: Callable[[], Any], repeats: int = REPEATS) -> float:
-    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up."""
+def median_time(call: Callable[[], Any], repeats: int = REPEATS, enough: float = math.inf) -> float:
+    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up.
+    A call slower than ``enough`` seconds is not repeated: it has lost already."""
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-9)
+    if once > enough:
+        return once
     number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
     samples = []
     for _ in range(repeats):
@@ -72,6 +80,7 @@ class Objective:
     operands: dict[str, Tensor]
     shapes: dict[str, Any] | None
     reference: Any
+    baseline: float  # seconds per call of the default schedule
     repeats: int = REPEATS
     _seen: dict[str, tuple[float | None, str]] = field(default_factory=dict, repr=False)
 
@@ -96,24 +105,19 @@ class Objective:
         result = k(shapes=self.shapes, **self.operands)
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
-        return median_time(lambda: k(shapes=self.shapes, **self.operands), self.repeats)
+        call = lambda: k(shapes=self.shapes, **self.operands)  # noqa: E731
+        return median_time(call, self.repeats, HOPELESS * self.baseline)
 
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        from ucf.errors import UcfError
-
-        try:
-            text = space.suggest(trial, self.problem)
-        except UcfError as e:  # a choice that does not apply to the chosen loop order
-            text, (seconds, reason) = "", (None, str(e))
-        else:
-            if text not in self._seen:
-                try:
-                    self._seen[text] = (self.measure(text), "")
-                except Exception as e:
-                    self._seen[text] = (None, _reason(e))
-            seconds, reason = self._seen[text]
+        text = space.suggest(trial, self.problem)
+        if text not in self._seen:
+            try:
+                self._seen[text] = (self.measure(text), "")
+            except Exception as e:
+                self._seen[text] = (None, _reason(e))
+        seconds, reason = self._seen[text]
         trial.set_user_attr("schedule", text)
         if seconds is None:
             trial.set_user_attr("failure", reason)

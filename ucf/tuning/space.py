@@ -13,7 +13,8 @@ order they store their modes). A trial picks, in define-by-run style:
   class keeps such extents exact, so the tuned plan is looked up only for them);
 - ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
   iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
-  over a sparse operand's two outer levels); ``depth`` picks the loop and
+  over a sparse operand's two outer levels, else of the outer loop's
+  iterations); ``depth`` picks the loop and
   ``strategy`` how a summed loop's writes are combined;
 - ``inner``: a split of the innermost loop (a power of two), and ``vector``
   to ask for SIMD over its inner part.
@@ -251,10 +252,8 @@ def suggest(trial: Any, p: Problem) -> str:
             steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
     kind = trial.suggest_categorical("parallel", list(p.parallel))
     chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
-    if kind == NNZ:
-        tensor = p.fusable(order)
-        if tensor is None:
-            raise UcfError(f"no sparse operand stores the outer loops {order[0]}, {order[1]}")
+    tensor = p.fusable(order) if kind == NNZ else None
+    if tensor is not None:
         f, fpos = _fresh("f", taken), _fresh("fpos", taken)
         outer, inner = _fresh(f"{fpos}0", taken), _fresh(f"{fpos}1", taken)
         steps += [
@@ -265,11 +264,12 @@ def suggest(trial: Any, p: Problem) -> str:
         parallel.append(f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})")
         label[order[0]] = label[order[1]] = None
     elif kind != NONE:
-        v = order[trial.suggest_int("depth", 0, 1) if len(order) > 1 else 0]
+        # Blocks of nonzeros where no operand stores the two outer loops: blocks of the
+        # outer loop's iterations instead (the same choice, never a wasted trial).
+        depth = 0 if kind == NNZ or len(order) < 2 else trial.suggest_int("depth", 0, 1)
+        v = order[depth]
         target = label[v]
-        if target is None or v == workspace and kind == "chunk":
-            raise UcfError(f"the loop over {v} cannot be split into chunks here")
-        if kind == "chunk":
+        if kind != "loop":
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
             steps.append(f"split({target}, {outer}, {inner}, {chunk})")
             target = outer

@@ -150,6 +150,7 @@ def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int
 
 
 def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objective:
+    """The trial function, with the default kernel's result and time to compare with."""
     extents, _ = _sizes(expr, tensors, shapes)
     objective = Objective(
         statement=expr,
@@ -161,8 +162,11 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objec
         operands=tensors,
         shapes=shapes,
         reference=None,
+        baseline=0.0,
     )
-    objective.reference = comparable(objective.kernel(None)(shapes=shapes, **tensors))
+    default = objective.kernel(None)
+    objective.reference = comparable(default(shapes=shapes, **tensors))
+    objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
     return objective
 
 
@@ -344,8 +348,8 @@ def _result(study: Any, objective: Objective) -> Tuned:
     default = objective.kernel(None)
     ops, shapes = objective.operands, objective.shapes
     if not done:
-        default_time = median_time(lambda: default(shapes=shapes, **ops), objective.repeats)
-        return Tuned(None, default_time, default_time, study, default, reasons)
+        baseline = objective.baseline
+        return Tuned(None, baseline, baseline, study, default, reasons)
     schedule = min(done, key=lambda t: t.value).user_attrs["schedule"]
     best = objective.kernel(schedule)
     rounds: tuple[list[float], list[float]] = ([], [])
