@@ -76,6 +76,12 @@ def test_a_workspace_is_found_for_a_sparse_output(cache):
     """SpGEMM into CSR without a schedule converts B and co-iterates every (i, k);
     the space holds Gustavson's workspace, which a short seeded search finds."""
     fmts = {"A": "csr", "B": "csr", "C": "csr"}
+    A = sp.random(100, 100, density=0.05, format="csr", random_state=1)
+    B = sp.random(100, 100, density=0.05, format="csr", random_state=2)
+    result = ucf.tune(SPGEMM, formats=fmts, trials=6, seed=0, progress=False, A=A, B=B)
+    assert "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
+    assert result.time < result.default_time / 2
+    np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), (A @ B).toarray())
     p = space.problem(SPGEMM, fmts, {"i": 60, "j": 50, "k": 40})
     assert p.base[0] == ("i", "k", "j") and ("i", "j", "k") in p.orders
     assert "A(i, j)*B(j, k)@k" in p.placeable(("i", "j", "k"))

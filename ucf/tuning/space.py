@@ -252,7 +252,7 @@ def suggest(trial: Any, p: Problem) -> str:
             steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
     kind = trial.suggest_categorical("parallel", list(p.parallel))
     chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
-    tensor = p.fusable(order) if kind == NNZ else None
+    tensor = p.fusable(order) if kind == NNZ and workspace is None else None
     if tensor is not None:
         f, fpos = _fresh("f", taken), _fresh("fpos", taken)
         outer, inner = _fresh(f"{fpos}0", taken), _fresh(f"{fpos}1", taken)
@@ -264,12 +264,13 @@ def suggest(trial: Any, p: Problem) -> str:
         parallel.append(f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})")
         label[order[0]] = label[order[1]] = None
     elif kind != NONE:
-        # Blocks of nonzeros where no operand stores the two outer loops: blocks of the
-        # outer loop's iterations instead (the same choice, never a wasted trial).
+        # Where no operand's nonzeros can be walked (or a workspace is in the way),
+        # blocks of the outer loop's iterations instead; a workspace's own loop is not
+        # split, but may run on threads whole. Either way no trial is wasted.
         depth = 0 if kind == NNZ or len(order) < 2 else trial.suggest_int("depth", 0, 1)
         v = order[depth]
         target = label[v]
-        if kind != "loop":
+        if kind != "loop" and v != workspace:
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
             steps.append(f"split({target}, {outer}, {inner}, {chunk})")
             target = outer
