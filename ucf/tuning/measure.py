@@ -76,7 +76,7 @@ class Objective:
     target: str
     dtype: str
     index_dtype: str
-    problem: space.Problem
+    problem: space.Problem | None  # set once the default kernel has checked the operands
     operands: dict[str, Tensor]
     shapes: dict[str, Any] | None
     reference: Any

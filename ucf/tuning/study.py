@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import ConversionWarning, OperandError, UcfError, UnsupportedError, boundary
+from ucf.errors import ConversionWarning, UcfError, UnsupportedError, boundary
 from ucf.exec import cache, tuned
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
@@ -104,16 +104,6 @@ def tune(
 def _operands(expr, formats, operands, dtype, index_dtype):
     """Formats (given, else the operands' own), the operands stored in them with one
     value and index dtype (so no trial times a conversion), and those dtypes."""
-    stmt = parse_statement(expr)
-    reads = {a.tensor for a in accesses(stmt.rhs)}
-    unknown = sorted(set(operands) - reads)
-    if unknown:
-        raise OperandError(
-            f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(reads))}"
-        )
-    missing = sorted(reads - set(operands))
-    if missing:
-        raise OperandError(f"missing operand {missing[0]} for {stmt}")
     fmts = {k: str(v) for k, v in (formats or {}).items()}
     given = {n: as_tensor(v, format=fmts.get(n), name=n) for n, v in operands.items()}
     for n, t in given.items():
@@ -150,15 +140,15 @@ def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int
 
 
 def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objective:
-    """The trial function, with the default kernel's result and time to compare with."""
-    extents, _ = _sizes(expr, tensors, shapes)
+    """The trial function, with the default kernel's result and time to compare with.
+    Calling the default kernel first lets it report missing or unknown operands."""
     objective = Objective(
         statement=expr,
         formats=fmts,
         target=target,
         dtype=dtype,
         index_dtype=index_dtype,
-        problem=space.problem(expr, fmts, extents),
+        problem=None,
         operands=tensors,
         shapes=shapes,
         reference=None,
@@ -167,6 +157,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objec
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
     objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
+    objective.problem = space.problem(expr, fmts, _sizes(expr, tensors, shapes)[0])
     return objective
 
 
