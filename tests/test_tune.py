@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import ucf
 from ucf.exec import tuned
 from ucf.tuning import space
+from ucf.tuning.study import default_storage
 
 optuna = pytest.importorskip("optuna")
 
@@ -184,7 +185,9 @@ def test_on_a_dask_cluster(cache):
         result = ucf.tune(
             SPMV, formats={"A": "csr"}, trials=4, client=client, seed=0, progress=False, A=A, x=x
         )
-    assert len(result.study.trials) == 4
+    # the trials run on the cluster come back into the study in the cache directory
+    stored = optuna.load_study(study_name=result.study.study_name, storage=default_storage())
+    assert len(result.study.trials) == len(stored.trials) == 4
     assert completed(result)
     np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
 
@@ -252,3 +255,14 @@ def test_the_command_line(cache, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("default: ") and "trials in the study" in out
     assert (tmp_path / "p.png").exists()
+
+
+def test_study_names_fit_the_database():
+    from ucf.tuning.study import MAX_NAME, study_name
+
+    key = tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", "i=8;A~8")
+    assert len(study_name(key)) < MAX_NAME and key["statement"] in study_name(key)
+    long = dict(key, shape_class=";".join(f"v{n}=1024" for n in range(100)))
+    other = dict(long, shape_class=long["shape_class"] + ",w=2")
+    assert len(study_name(long)) <= MAX_NAME
+    assert study_name(long) != study_name(other)

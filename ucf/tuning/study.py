@@ -12,6 +12,7 @@ default by more than the timing noise. The best schedule is recorded in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import sys
@@ -38,6 +39,8 @@ from ucf.tuning.result import Tuned
 DATABASE = "tune.db"
 #: Seconds a process waits for another's write to the SQLite file.
 SQLITE_TIMEOUT = 60
+#: The longest study name Optuna's database takes.
+MAX_NAME = 512
 #: Turns in which the best schedule and the default are timed again at the end.
 CONFIRM_ROUNDS = 3
 
@@ -180,9 +183,18 @@ def _sampler(optuna, seed: int | None, trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
 
 
+def study_name(key: dict[str, Any]) -> str:
+    """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
+    storage's 512 characters (a digest keeps cut names apart)."""
+    name = json.dumps({**key, "space": space.SPACE_VERSION}, sort_keys=True)
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - 20]} #{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
 def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
     url = default_storage() if storage is None else storage
-    name = json.dumps({**key, "space": space.SPACE_VERSION}, sort_keys=True)
+    name = study_name(key)
     study = optuna.create_study(
         storage=_storage(optuna, url),
         study_name=name,
@@ -190,16 +202,19 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
         load_if_exists=True,
         sampler=_sampler(optuna, seed, trials),
     )
+    study.set_user_attr("key", key)
     before = len(study.trials)
-    if not before:
-        study.enqueue_trial(space.default_params(objective.problem))
+    first = None if before else space.default_params(objective.problem)
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
     try:
         if client is not None:
-            _on_dask(optuna, study, url, name, objective, trials, client, seed, timeout, bar)
-        elif n_jobs > 1:
+            _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
+            return study
+        if first is not None:
+            study.enqueue_trial(first)
+        if n_jobs > 1:
             _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
         else:
             study.sampler = _sampler(optuna, seed, trials)
@@ -259,22 +274,28 @@ def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, tim
         bar.follow(study, futures)
 
 
-def _on_dask(optuna, study, url, name, objective, trials, client, seed, timeout, bar):
-    """Tasks on the cluster share the study through Optuna's Dask storage, which keeps
-    it on the scheduler (backed by ``url``); each worker compiles through the kernel
-    cache of its own machine."""
+def _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar):
+    """Tasks on the cluster share a copy of the study held on the scheduler by Optuna's
+    Dask storage, and the new trials are copied back into ``study`` afterwards: the
+    study's own storage (a file on this machine, say) need not be reachable from the
+    cluster. Each worker compiles through the kernel cache of its own machine."""
     need("optuna_integration", "tune on Dask")
     from optuna_integration.dask import DaskStorage
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        shared = DaskStorage(storage=url, client=client)
+        shared = DaskStorage(client=client)
+    remote = optuna.create_study(storage=shared, study_name=study.study_name, direction="minimize")
+    done = [t for t in study.get_trials() if t.state.is_finished()]
+    remote.add_trials(done)
+    if first is not None:
+        remote.enqueue_trial(first)
     workers = len(client.scheduler_info()["workers"]) or 1
     futures = [
         client.submit(
             optimize,
             _OnDask(shared.name),
-            name,
+            study.study_name,
             objective,
             n,
             None if seed is None else seed + r,
@@ -283,7 +304,11 @@ def _on_dask(optuna, study, url, name, objective, trials, client, seed, timeout,
         )
         for r, n in enumerate(_shares(trials, workers))
     ]
-    bar.follow(study, futures)
+    try:
+        bar.follow(remote, futures)
+    finally:
+        new = remote.get_trials()[len(done) :]
+        study.add_trials([t for t in new if t.state.is_finished()])
 
 
 class _Progress:
