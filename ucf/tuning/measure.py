@@ -68,57 +68,101 @@ def agrees(result: Any, reference: Any, dtype: np.dtype) -> bool:
 
 
 @dataclass
+class Variant:
+    """The operands stored in one choice of input formats, and that choice's space."""
+
+    formats: dict[str, str]
+    problem: space.Problem
+    operands: dict[str, Tensor]
+    conversion: float  # seconds to convert the given operands into these formats
+
+
+@dataclass
 class Objective:
-    """The function a study minimizes: picklable, so process and Dask workers run it."""
+    """The function a study minimizes: picklable, so process and Dask workers run it.
+
+    ``choices`` maps the input operands whose format is searched to their candidate
+    formats (empty: the formats stay as given)."""
 
     statement: str
     formats: dict[str, str]
     target: str
     dtype: str
     index_dtype: str
-    problem: space.Problem | None  # set once the default kernel has checked the operands
     operands: dict[str, Tensor]
     shapes: dict[str, Any] | None
-    reference: Any
-    baseline: float  # seconds per call of the default schedule
+    extents: dict[str, int]
+    choices: dict[str, tuple[str, ...]]
+    reference: Any = None
+    baseline: float = 0.0  # seconds per call of the default schedule
     repeats: int = REPEATS
-    _seen: dict[str, tuple[float | None, str]] = field(default_factory=dict, repr=False)
+    _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
+    _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
 
-    def kernel(self, schedule: str | None) -> Any:
+    def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
         import ucf  # through the package, so a test can replace ucf.compile
 
         return ucf.compile(
             self.statement,
-            formats=self.formats,
+            formats=self.formats if formats is None else formats,
             schedule=schedule,
             target=self.target,
             dtype=self.dtype,
             index_dtype=self.index_dtype,
         )
 
-    def measure(self, schedule: str | None) -> float:
-        """Seconds per call of ``schedule``'s kernel; a UcfError (or anything the kernel
-        raises) if it cannot be built or computes something else than the default."""
+    def scope(self, formats: dict[str, str]) -> str:
+        """What the names of a format choice's parameters end in ("" without a search):
+        each choice has a space of its own."""
+        if not self.choices:
+            return ""
+        return "[" + ",".join(f"{t}={formats[t]}" for t in sorted(self.choices)) + "]"
+
+    def variant(self, formats: dict[str, str]) -> Variant:
+        """The operands in ``formats`` (converted once, and the conversion timed)."""
+        scope = self.scope(formats)
+        if scope not in self._variants:
+            changed = [n for n in self.operands if formats[n] != self.formats[n]]
+            operands = dict(self.operands)
+
+            def convert() -> None:
+                operands.update({n: self.operands[n].convert(formats[n]) for n in changed})
+
+            seconds = median_time(convert, 3) if changed else 0.0
+            problem = space.problem(self.statement, formats, self.extents)
+            self._variants[scope] = Variant(dict(formats), problem, operands, seconds)
+        return self._variants[scope]
+
+    def measure(self, schedule: str | None, v: Variant, enough: float = math.inf) -> float:
+        """Seconds per call of ``schedule``'s kernel on ``v``; a UcfError (or anything the
+        kernel raises) if it cannot be built or computes something else than the default."""
         from ucf.errors import UcfError
 
-        k = self.kernel(schedule)
-        result = k(shapes=self.shapes, **self.operands)
+        k = self.kernel(schedule, v.formats)
+        result = k(shapes=self.shapes, **v.operands)
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
-        call = lambda: k(shapes=self.shapes, **self.operands)  # noqa: E731
-        return median_time(call, self.repeats, HOPELESS * self.baseline)
+        return median_time(lambda: k(shapes=self.shapes, **v.operands), self.repeats, enough)
 
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        text = space.suggest(trial, self.problem)
-        if text not in self._seen:
+        formats = dict(self.formats)
+        for name, options in self.choices.items():
+            formats[name] = trial.suggest_categorical(f"format_{name}", list(options))
+        v = self.variant(formats)
+        text = space.suggest(trial, v.problem, self.scope(formats))
+        seen = (self.scope(formats), text)
+        if seen not in self._seen:
             try:
-                self._seen[text] = (self.measure(text), "")
+                self._seen[seen] = (self.measure(text, v, HOPELESS * self.baseline), "")
             except Exception as e:
-                self._seen[text] = (None, _reason(e))
-        seconds, reason = self._seen[text]
+                self._seen[seen] = (None, _reason(e))
+        seconds, reason = self._seen[seen]
         trial.set_user_attr("schedule", text)
+        if self.choices:
+            trial.set_user_attr("formats", v.formats)
+            trial.set_user_attr("conversion", v.conversion)
         if seconds is None:
             trial.set_user_attr("failure", reason)
             raise optuna.TrialPruned(reason)

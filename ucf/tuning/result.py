@@ -19,7 +19,9 @@ class Tuned:
     every trial failed. ``reasons`` maps each schedule that failed to why (a
     run with successful trials lists its failures too). ``time`` and
     ``default_time`` are seconds per call (medians, the two timed in turns), so
-    their ratio is the speed-up on this machine.
+    their ratio is the speed-up on this machine. ``formats`` are the input
+    formats the schedule is for: the given ones unless ``tune(search_formats=True)``
+    chose others, whose conversion (seconds, once) is ``conversion_time``.
     """
 
     schedule: str | None
@@ -28,6 +30,8 @@ class Tuned:
     study: Any  # optuna.Study
     kernel: Any  # ucf.Kernel compiled with ``schedule``
     reasons: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)  # the inputs' formats it is for
+    conversion_time: float = 0.0  # seconds to convert the given inputs into ``formats``
 
     @property
     def speedup(self) -> float:

@@ -16,8 +16,9 @@ order they store their modes). A trial picks, in define-by-run style:
   over a sparse operand's two outer levels, else of the outer loop's
   iterations); ``depth`` picks the loop and
   ``strategy`` how a summed loop's writes are combined;
-- ``inner``: a split of the innermost loop (a power of two), and ``vector``
-  to ask for SIMD over its inner part.
+- ``inner_log2``: a split of the innermost loop (a power of two), which LLVM
+  vectorizes by itself where it can (a ``CPUVector`` request that it cannot
+  honour only prints a warning).
 
 The result is schedule text; ucf's own checks decide whether it is legal,
 and an illegal one is a pruned trial.
@@ -44,7 +45,7 @@ CHUNK_LOG2 = (2, 11)
 INNER_LOG2 = 6
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 1
+SPACE_VERSION = 2
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -73,7 +74,9 @@ class Problem:
     extents: dict[str, int]
     sparse: dict[str, tuple[tuple[str, ...], tuple[bool, ...]]]  # tensor -> level vars, full
     sparse_output: bool
+    appended: frozenset[str]  # output variables a sparse output appends (never parallel)
     workspaces: tuple[Workspace, ...]
+    converts: bool  # the default order converts an operand (it walks one against its storage)
     taken: frozenset[str] = field(default_factory=frozenset)  # names a new variable may not use
 
     @property
@@ -107,7 +110,9 @@ class Problem:
         """The workspaces that have a place in ``order``: a depth below which the
         sub-product and the rest share no loop but the workspace's (with a sparse
         output, below which every summed variable is the sub-product's)."""
-        found = []
+        found: list[str] = []
+        if self.converts and order == self.orders[0]:
+            return found  # with a workspace, ucf chooses an order that converts nothing
         for w in self.workspaces:
             for d in range(len(order)):
                 below = set(order[d:])
@@ -152,7 +157,8 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
             base.append(tuple(cin.order))
         except UcfError:
             base.append(variables)
-    orders = _orders(variables, [lv for lv, _ in sparse.values()], base[0])
+    chains = [lv for lv, _ in sparse.values()]
+    orders = _orders(variables, chains, base[0])
     return Problem(
         variables=variables,
         outputs=outputs,
@@ -162,26 +168,28 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
         extents=dict(extents),
         sparse=sparse,
         sparse_output=not fmts[out].is_dense,
+        appended=frozenset(v for v, f in zip(*sparse.get(out, ((), ())), strict=True) if not f),
         workspaces=_workspaces(stmt, outputs),
+        converts=not _follows(base[0], chains),
         taken=frozenset({*variables, *(a.tensor for a in every)}),
     )
+
+
+def _follows(order, chains) -> bool:
+    """Whether ``order`` visits every chain's variables in the chain's order."""
+    at = {v: k for k, v in enumerate(order)}
+    return all(at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b)
 
 
 def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
     """The default order, then permutations that visit every chain's variables in the
     chain's order."""
 
-    def follows(order) -> bool:
-        at = {v: k for k, v in enumerate(order)}
-        return all(
-            at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b
-        )
-
     found = [default]  # legal even when it converts an operand: ucf chose it
     for order in itertools.permutations(variables):
         if len(found) >= MAX_ORDERS:
             break
-        if order != default and follows(order):
+        if order != default and _follows(order, chains):
             found.append(order)
     return tuple(found)
 
@@ -225,14 +233,34 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def suggest(trial: Any, p: Problem) -> str:
+@dataclass(frozen=True)
+class _Scoped:
+    """A trial whose parameter names end in ``scope``: each choice of input formats
+    has a space of its own (its loop orders and workspaces differ)."""
+
+    trial: Any
+    scope: str
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        return self.trial.suggest_categorical(name + self.scope, choices)
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return self.trial.suggest_int(name + self.scope, low, high)
+
+
+def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     """Ask ``trial`` (an optuna trial, or anything with its ``suggest_*`` methods) for
-    one schedule of ``p``; the schedule's text. Loop transformations come first and
-    ``parallelize`` last, since it names loops of the final nest."""
+    one schedule of ``p``, with parameter names ending in ``scope``; the schedule's
+    text. Loop transformations come first and ``parallelize`` last, since it names
+    loops of the final nest."""
+    if scope:
+        trial = _Scoped(trial, scope)
     spelled = trial.suggest_categorical("order", [",".join(o) for o in p.orders])
     order = tuple(spelled.split(","))
     places = p.placeable(order)
-    pre = trial.suggest_categorical(f"precompute[{spelled}]", [NONE, *places]) if places else NONE
+    if places and not _appends_inside_sum(p, order):
+        places = [NONE, *places]
+    pre = trial.suggest_categorical(f"precompute[{spelled}]", places) if places else NONE
     workspace = pre.rsplit("@", 1)[1] if pre != NONE else None
     taken = set(p.taken)
     label: dict[str, str | None] = {v: v for v in p.variables}
@@ -270,12 +298,15 @@ def suggest(trial: Any, p: Problem) -> str:
         depth = 0 if kind == NNZ or len(order) < 2 else trial.suggest_int("depth", 0, 1)
         v = order[depth]
         target = label[v]
-        if kind != "loop" and v != workspace:
+        if p.sparse_output and (v in p.appended or v in p.reductions):
+            kind = NONE  # a sparse output is built in parallel only over its dense levels
+        elif kind != "loop" and v != workspace:
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
             steps.append(f"split({target}, {outer}, {inner}, {chunk})")
             target = outer
-        parallel.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
-        label[v] = None  # named by the parallelize, so no later split may rename it
+        if kind != NONE:
+            parallel.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+            label[v] = None  # named by the parallelize, so no later split may rename it
     last = order[-1]
     if label[last] is not None and last != workspace:
         factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2)
@@ -283,9 +314,16 @@ def suggest(trial: Any, p: Problem) -> str:
             outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
             steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
             label[last] = inner
-    if label[last] and last in p.outputs and trial.suggest_categorical("vector", [False, True]):
-        parallel.append(f"parallelize({label[last]}, CPUVector, NoRaces)")
     return "; ".join(steps + parallel)
+
+
+def _appends_inside_sum(p: Problem, order: tuple[str, ...]) -> bool:
+    """Whether ``order`` puts a summed loop outside an output variable of a sparse
+    output: legal only with a workspace, so one must be chosen."""
+    if not p.sparse_output:
+        return False
+    first_sum = min((order.index(v) for v in p.reductions), default=len(order))
+    return any(order.index(v) > first_sum for v in p.outputs)
 
 
 def _strategy(trial: Any, p: Problem, variables: tuple[str, ...]) -> str:
@@ -295,7 +333,7 @@ def _strategy(trial: Any, p: Problem, variables: tuple[str, ...]) -> str:
     return trial.suggest_categorical("strategy", ["Atomics", "Temporary"])
 
 
-def default_params(p: Problem) -> dict[str, Any]:
+def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
     """The parameters that spell ucf's default schedule (the outermost loop on threads
     when it is an output variable, else serial), tried first so the tuner starts from
     the default."""
@@ -303,7 +341,31 @@ def default_params(p: Problem) -> dict[str, Any]:
     spelled = ",".join(order)
     params: dict[str, Any] = {"order": spelled, f"precompute[{spelled}]": NONE, "inner_log2": 0}
     params.update({f"bound_{v}": False for v in p.variables})
-    params["vector"] = False
     params["parallel"] = "loop" if order and order[0] in p.outputs else NONE
     params["depth"] = 0
-    return params
+    return {name + scope: value for name, value in params.items()}
+
+
+def format_choices(statement: str, formats: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """Formats to try for each sparse input, the given one first: its level kinds, all
+    dense-then-compressed and all compressed, in every mode order (up to order 3). Blocked
+    formats and inputs indexed by affine expressions keep their format."""
+    stmt = parse_statement(statement)
+    found = {}
+    for a in accesses(stmt.rhs):
+        n = len(a.indices)
+        given = parse_format(formats.get(a.tensor, "dense"), order=n, tensor=a.tensor)
+        if given.is_dense or n > 3 or any(i.single_variable is None for i in a.indices):
+            continue
+        letters = str(given).split(":")[0]
+        if len(letters) != n:  # a blocked format
+            continue
+        options = [str(given)]
+        for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
+            for perm in itertools.permutations(range(n)):
+                order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
+                spelled = str(parse_format(kinds + order, order=n, tensor=a.tensor))
+                if spelled not in options:
+                    options.append(spelled)
+        found[a.tensor] = tuple(options)
+    return found

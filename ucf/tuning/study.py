@@ -60,6 +60,7 @@ def tune(
     index_dtype: Any = None,
     shapes: Mapping[str, Any] | None = None,
     progress: bool | None = None,
+    search_formats: bool = False,
     **operands: Any,
 ) -> Tuned:
     """Search schedules of ``expr`` for the given operands and return the fastest.
@@ -71,6 +72,8 @@ def tune(
     the cache directory. ``dtype`` and ``index_dtype`` default to the operands'
     (as in ``ucf.einsum``); ``shapes`` gives extents the operands do not fix.
     ``progress`` shows a progress bar (default: when stderr is a terminal).
+    ``search_formats`` also tries other formats for the sparse inputs (the time of
+    converting them is reported apart, as ``Tuned.conversion_time``).
     """
     optuna = need("optuna")
     if target == "cuda":
@@ -81,15 +84,11 @@ def tune(
     shapes = dict(shapes) if shapes else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
-        objective = _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes)
-        key = tuned.make_key(
-            expr,
-            fmts,
-            dtype,
-            index_dtype,
-            target,
-            tuned.shape_class(*_sizes(expr, tensors, shapes)),
+        objective = _objective(
+            expr, fmts, target, dtype, index_dtype, tensors, shapes, search_formats
         )
+        shape = tuned.shape_class(*_sizes(expr, tensors, shapes))
+        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, shape)
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
@@ -99,8 +98,9 @@ def tune(
         finally:
             optuna.logging.set_verbosity(verbosity)
         result = _result(study, objective)
-    if result.schedule is not None:
-        tuned.record(key, result.schedule, result.time)
+    if result.schedule is not None:  # recorded for the formats it was found for
+        best = tuned.make_key(expr, result.formats, dtype, index_dtype, target, shape)
+        tuned.record(best, result.schedule, result.time)
     return result
 
 
@@ -109,8 +109,7 @@ def _operands(expr, formats, operands, dtype, index_dtype):
     value and index dtype (so no trial times a conversion), and those dtypes."""
     fmts = {k: str(v) for k, v in (formats or {}).items()}
     given = {n: as_tensor(v, format=fmts.get(n), name=n) for n, v in operands.items()}
-    for n, t in given.items():
-        fmts.setdefault(n, str(t.format))
+    fmts.update({n: str(t.format) for n, t in given.items()})  # canonical: 'csr' is 'UC'
     if dtype is None:
         dtype = np.result_type(*(t.dtype for t in given.values()))
     if index_dtype is None:
@@ -142,7 +141,7 @@ def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int
     return extents, nnz
 
 
-def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objective:
+def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) -> Objective:
     """The trial function, with the default kernel's result and time to compare with.
     Calling the default kernel first lets it report missing or unknown operands."""
     objective = Objective(
@@ -151,17 +150,24 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes) -> Objec
         target=target,
         dtype=dtype,
         index_dtype=index_dtype,
-        problem=None,
         operands=tensors,
         shapes=shapes,
-        reference=None,
-        baseline=0.0,
+        extents={},
+        choices=space.format_choices(expr, fmts) if search else {},
     )
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
     objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
-    objective.problem = space.problem(expr, fmts, _sizes(expr, tensors, shapes)[0])
+    objective.extents = _sizes(expr, tensors, shapes)[0]
     return objective
+
+
+def _first(objective: Objective) -> dict[str, Any]:
+    """The parameters of the default schedule on the given formats."""
+    v = objective.variant(objective.formats)
+    params = space.default_params(v.problem, objective.scope(v.formats))
+    params.update({f"format_{n}": v.formats[n] for n in objective.choices})
+    return params
 
 
 # ------------------------------------------------------------------ studies
@@ -183,10 +189,14 @@ def _sampler(optuna, seed: int | None, trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
 
 
-def study_name(key: dict[str, Any]) -> str:
+def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
     """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
-    storage's 512 characters (a digest keeps cut names apart)."""
-    name = json.dumps({**key, "space": space.SPACE_VERSION}, sort_keys=True)
+    storage's 512 characters (a digest keeps cut names apart). A search over formats
+    has parameters of its own, so it is a study of its own."""
+    fields = {**key, "space": space.SPACE_VERSION}
+    if formats_searched:
+        fields["formats_searched"] = True
+    name = json.dumps(fields, sort_keys=True)
     if len(name) <= MAX_NAME:
         return name
     return f"{name[: MAX_NAME - 20]} #{hashlib.sha256(name.encode()).hexdigest()[:16]}"
@@ -194,7 +204,7 @@ def study_name(key: dict[str, Any]) -> str:
 
 def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
     url = default_storage() if storage is None else storage
-    name = study_name(key)
+    name = study_name(key, bool(objective.choices))
     study = optuna.create_study(
         storage=_storage(optuna, url),
         study_name=name,
@@ -204,7 +214,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = None if before else space.default_params(objective.problem)
+    first = None if before else _first(objective)
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
@@ -361,18 +371,24 @@ def _result(study: Any, objective: Objective) -> Tuned:
         if "failure" in t.user_attrs
     }
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
-    default = objective.kernel(None)
-    ops, shapes = objective.operands, objective.shapes
+    default, given = objective.kernel(None), objective.variant(objective.formats)
     if not done:
         baseline = objective.baseline
-        return Tuned(None, baseline, baseline, study, default, reasons)
-    schedule = min(done, key=lambda t: t.value).user_attrs["schedule"]
-    best = objective.kernel(schedule)
+        return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
+    top = min(done, key=lambda t: t.value)
+    schedule, v = (
+        top.user_attrs["schedule"],
+        objective.variant(top.user_attrs.get("formats", objective.formats)),
+    )
+    best = objective.kernel(schedule, v.formats)
     rounds: tuple[list[float], list[float]] = ([], [])
     for _ in range(CONFIRM_ROUNDS):
-        for k, times in zip((default, best), rounds, strict=True):
-            times.append(median_time(lambda k=k: k(shapes=shapes, **ops), objective.repeats))
+        for k, ops, times in zip(
+            (default, best), (given.operands, v.operands), rounds, strict=True
+        ):
+            call = lambda k=k, ops=ops: k(shapes=objective.shapes, **ops)  # noqa: E731
+            times.append(median_time(call, objective.repeats))
     default_time, seconds = (statistics.median(times) for times in rounds)
     if seconds >= default_time:
-        return Tuned(None, default_time, default_time, study, default, reasons)
-    return Tuned(schedule, seconds, default_time, study, best, reasons)
+        return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
+    return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
