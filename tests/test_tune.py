@@ -97,17 +97,20 @@ def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
     assert "A(i, j)*B(j, k)@i" not in p.placeable(("i", "j", "k"))
 
 
-def test_resuming_a_study_adds_trials(cache, tmp_path):
+def test_resuming_a_study_adds_trials(cache, tmp_path, capsys):
     A, x = spmv_operands(80)
     storage = f"sqlite:///{tmp_path / 'own.db'}"
     first = ucf.tune(
         SPMV, formats={"A": "csr"}, trials=3, seed=1, storage=storage, progress=False, A=A, x=x
     )
+    assert capsys.readouterr().err == ""
     again = ucf.tune(
-        SPMV, formats={"A": "csr"}, trials=2, seed=1, storage=storage, progress=False, A=A, x=x
+        SPMV, formats={"A": "csr"}, trials=2, seed=1, storage=storage, progress=True, A=A, x=x
     )
     assert first.study.study_name == again.study.study_name
     assert len(again.study.trials) == 5
+    bar = capsys.readouterr().err  # the resumed bar counts the new trials, with the best
+    assert "2/2" in bar and "best" in bar and "us" in bar
     assert not (cache / "tune.db").exists()  # storage= replaced the cache's database
 
 

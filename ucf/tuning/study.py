@@ -5,9 +5,9 @@ A study lives in one SQLite file in the kernel cache directory, named after
 what the schedule is tuned for (statement, formats, dtypes, target and the
 inputs' shape class), so calling ``tune`` again resumes it: earlier trials
 inform the sampler and the new ones are added. The first trial of a new
-study is ucf's default schedule, so the best found is never worse than the
-default by more than the timing noise. The best schedule is recorded in
-``ucf.exec.tuned`` for ``schedule="tuned"``.
+study is ucf's default schedule, and the best found is timed again beside
+the default before it is returned, so it is never slower. The best schedule
+is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
 """
 
 from __future__ import annotations
