@@ -7,18 +7,25 @@ order they store their modes). A trial picks, in define-by-run style:
 
 - ``order``: ucf's own loop order, or one that walks every sparse operand (and
   a sparse output) in its storage order, so no operand is converted per call;
-- ``precompute[<order>]``: a workspace for a sub-product over one output variable
-  (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is summed;
-- ``bound_<v>``: a constant trip count for a dense extent of at most 64 (a shape
-  class keeps such extents exact, so the tuned plan is looked up only for them);
+- ``precompute[<order>]``: a workspace for a sub-product over one output
+  variable (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is
+  summed and the order has a place for it (required where a sparse output
+  would otherwise be appended inside a sum);
+- ``bound_<v>``: a constant trip count for a dense extent of at most 64 (a
+  shape class keeps such extents exact, so the tuned plan is looked up only
+  for them);
 - ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
   iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
   over a sparse operand's two outer levels, else of the outer loop's
-  iterations); ``depth`` picks the loop and
-  ``strategy`` how a summed loop's writes are combined;
+  iterations); ``depth`` picks the loop and ``strategy`` how a summed loop's
+  writes are combined. A sparse output is built in parallel only over its
+  dense levels, so other loops stay serial;
 - ``inner_log2``: a split of the innermost loop (a power of two), which LLVM
   vectorizes by itself where it can (a ``CPUVector`` request that it cannot
-  honour only prints a warning).
+  honour only prints a warning);
+- ``format_<T>`` (``format_choices``, when formats are searched too): each
+  sparse input's format; every choice of formats then has parameters of its
+  own, named with a ``[T=...]`` suffix.
 
 The result is schedule text; ucf's own checks decide whether it is legal,
 and an illegal one is a pruned trial.
