@@ -307,7 +307,7 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
         target = label[v]
         if p.sparse_output and (v in p.appended or v in p.reductions):
             kind = NONE  # a sparse output is built in parallel only over its dense levels
-        elif kind != "loop" and v != workspace:
+        elif kind != "loop" and v != workspace and chunk < p.extents.get(v, chunk + 1):
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
             steps.append(f"split({target}, {outer}, {inner}, {chunk})")
             target = outer
@@ -317,7 +317,7 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     last = order[-1]
     if label[last] is not None and last != workspace:
         factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2)
-        if factor > 1:
+        if 1 < factor < p.extents.get(last, factor + 1):  # a split of one block is none
             outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
             steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
             label[last] = inner
