@@ -88,6 +88,10 @@ def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
     assert "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
     assert result.time < result.default_time / 2
     np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), (A @ B).toarray())
+    # the plan schedule="tuned" finds: keyed by the formats as given and the shape class
+    shape = tuned.shape_class({"i": 100, "j": 100, "k": 100}, {"A": A.nnz, "B": B.nnz})
+    key = tuned.make_key(SPGEMM, fmts, "float64", "int32", "llvm", shape)
+    assert tuned.lookup(key) == result.schedule
     path = result.plot(tmp_path / "tune.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     p = space.problem(SPGEMM, fmts, {"i": 60, "j": 50, "k": 40})
