@@ -308,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Optuna storage URL of the study (default: tune.db in the cache directory)",
     )
     pt.add_argument("--plot", metavar="PNG", help="write the trial history and importances here")
+    pt.add_argument(
+        "--search-formats",
+        action="store_true",
+        help="also try other formats for the sparse inputs (their conversion is timed apart)",
+    )
     pt.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     pd = sub.add_parser(
@@ -481,6 +486,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         index_dtype=args.index_dtype,
         shapes=_to_dict(args.extents, "extent") or None,
         progress=False if args.no_progress else None,
+        search_formats=args.search_formats,
         **operands,
     )
     print(f"default:  {result.default_time * 1e6:.1f} us per call")
@@ -498,6 +504,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             f"{trials} trials in the study)"
         )
         print(f"schedule: {result.schedule or '(serial, no commands)'}")
+        if result.conversion_time:
+            shown = " ".join(f"{n}:{f}" for n, f in result.formats.items())
+            took = result.conversion_time * 1e6
+            print(f"formats:  {shown} (converting to them takes {took:.1f} us)")
         print('recorded for schedule="tuned"')
     if args.plot:
         print(f"wrote {result.plot(args.plot)}")
