@@ -16,6 +16,7 @@ the shape class. :func:`make_key` builds it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -55,24 +56,34 @@ def make_key(
     shape: str,
 ) -> dict[str, Any]:
     """The record key of a kernel for inputs of shape class ``shape``."""
-    from ucf.format.format import parse_format
-    from ucf.lang.ast import accesses
-    from ucf.lang.parser import parse_statement
-
-    stmt = parse_statement(statement)
-    orders = {a.tensor: len(a.indices) for a in [stmt.lhs, *accesses(stmt.rhs)]}
-    canonical = {
-        name: str(parse_format(formats.get(name, "dense"), order=order, tensor=name))
-        for name, order in orders.items()
-    }
+    spelled = tuple(sorted((k, str(v)) for k, v in formats.items()))
     return {
         "statement": "".join(statement.split()),
-        "formats": sorted(canonical.items()),
+        "formats": list(_canonical(statement, spelled)),
         "dtype": str(np.dtype(dtype)),
         "index_dtype": str(np.dtype(index_dtype)),
         "target": target,
         "shape_class": shape,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical(statement: str, formats: tuple[tuple[str, str], ...]) -> tuple:
+    """Every tensor's format in canonical form, sorted by name; remembered, since a
+    kernel compiled with ``schedule="tuned"`` asks on every call."""
+    from ucf.format.format import parse_format
+    from ucf.lang.ast import accesses
+    from ucf.lang.parser import parse_statement
+
+    given = dict(formats)
+    stmt = parse_statement(statement)
+    orders = {a.tensor: len(a.indices) for a in [stmt.lhs, *accesses(stmt.rhs)]}
+    return tuple(
+        sorted(
+            (name, str(parse_format(given.get(name, "dense"), order=order, tensor=name)))
+            for name, order in orders.items()
+        )
+    )
 
 
 def _name(key: Mapping[str, Any]) -> str:
@@ -89,12 +100,22 @@ def _name(key: Mapping[str, Any]) -> str:
     return json.dumps(canonical, sort_keys=True)
 
 
+#: The store as last read, with the file's (path, mtime, size) it was read at.
+_READ: dict[str, Any] = {}
+
+
 def _load() -> dict[str, dict[str, Any]]:
+    """The store's records; read again only when the file changed."""
+    path = cache.cache_dir() / FILE
     try:
-        data = json.loads((cache.cache_dir() / FILE).read_text())
+        st = path.stat()
+        stamp = (str(path), st.st_mtime_ns, st.st_size)
+        if _READ.get("stamp") != stamp:
+            data = json.loads(path.read_text())
+            _READ.update(stamp=stamp, data=data if isinstance(data, dict) else {})
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return dict(_READ["data"])
 
 
 def record(key: Mapping[str, Any], schedule: str, seconds: float) -> None:
