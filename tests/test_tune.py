@@ -231,6 +231,8 @@ def test_bad_requests_are_ucf_errors():
         ucf.tune(SPMV, A=A)
     with pytest.raises(ucf.UcfError, match="trials >= 1"):
         ucf.tune(SPMV, trials=0, A=A, x=x)
+    with pytest.raises(ucf.UcfError, match="storage URL"):
+        ucf.tune(SPMV, n_jobs=2, storage=optuna.storages.InMemoryStorage(), A=A, x=x)
     with pytest.raises(ucf.UnsupportedError, match="cuda"):
         ucf.tune(SPMV, target="cuda", A=A, x=x)
 

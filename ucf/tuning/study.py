@@ -80,6 +80,8 @@ def tune(
         raise UnsupportedError("tune searches CPU schedules; target 'cuda' is not tuned yet")
     if trials < 1 or n_jobs < 1:
         raise UcfError(f"tune needs trials >= 1 and n_jobs >= 1, got {trials} and {n_jobs}")
+    if n_jobs > 1 and client is None and not isinstance(storage, (str, type(None))):
+        raise UcfError("tune with n_jobs > 1 needs a storage URL that worker processes can open")
     fmts, tensors, dtype, index_dtype = _operands(expr, formats, operands, dtype, index_dtype)
     shapes = dict(shapes) if shapes else None
     with warnings.catch_warnings():
@@ -272,8 +274,6 @@ def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, tim
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    if not isinstance(url, str):
-        raise UcfError("tune with n_jobs > 1 needs a storage URL that worker processes can open")
     with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [
             pool.submit(
