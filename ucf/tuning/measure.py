@@ -3,10 +3,11 @@
 A schedule that ucf refuses, a kernel that raises or a result that differs
 from the default's is a *pruned* trial with its reason kept on the trial
 (``user_attrs["failure"]``), never an error of the tuning run. Times are the
-median of a few samples after a warm-up, each sample long enough (about
-2 ms of calls) that the clock's resolution does not matter; a schedule whose
-first call is ten times slower than the default's is timed by that call alone
-(a quadratic plan must not cost the study minutes).
+median of a few samples after a warm-up (the checked call), each sample long
+enough (about 2 ms of calls) that the clock's resolution does not matter, and
+three samples where one call takes over 20 ms; a schedule whose first call is
+three times slower than the default's is timed by that call alone (a
+quadratic plan must not cost the study minutes).
 """
 
 from __future__ import annotations
@@ -26,21 +27,28 @@ from ucf.tuning import space
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
 SAMPLE_SECONDS = 2e-3
+#: Calls slower than SLOW seconds get FEW samples.
+SLOW, FEW = 0.02, 3
 #: A trial whose first call is this many times slower than the default is timed once.
-HOPELESS = 10
+HOPELESS = 3
 
 
-def median_time(call: Callable[[], Any], repeats: int = REPEATS, enough: float = math.inf) -> float:
-    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up.
-    A call slower than ``enough`` seconds is not repeated: it has lost already."""
-    start = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - start, 1e-9)
+def median_time(
+    call: Callable[[], Any], repeats: int = REPEATS, enough: float = math.inf, once: float = 0.0
+) -> float:
+    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up
+    call (``once``: the seconds of a call just made, which was the warm-up). A call
+    slower than ``enough`` seconds is not repeated: it has lost already. Slow calls
+    (over ``SLOW`` seconds each) get ``FEW`` samples, so a big input's trial stays short."""
+    if not once:
+        start = time.perf_counter()
+        call()
+        once = max(time.perf_counter() - start, 1e-9)
     if once > enough:
         return once
     number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
     samples = []
-    for _ in range(repeats):
+    for _ in range(min(repeats, FEW) if once > SLOW else repeats):
         start = time.perf_counter()
         for _ in range(number):
             call()
@@ -139,10 +147,13 @@ class Objective:
         from ucf.errors import UcfError
 
         k = self.kernel(schedule, v.formats)
+        start = time.perf_counter()
         result = k(shapes=self.shapes, **v.operands)
+        once = time.perf_counter() - start
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
-        return median_time(lambda: k(shapes=self.shapes, **v.operands), self.repeats, enough)
+        call = lambda: k(shapes=self.shapes, **v.operands)  # noqa: E731
+        return median_time(call, self.repeats, enough, once)
 
     def __call__(self, trial: Any) -> float:
         import optuna
