@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
     from ucf.schedule import Schedule
+    from ucf.tuning import Tuned, tune
 
 # Public names and the module each lives in.  They are imported on first use (PEP 562):
 # the compiler behind them pulls in sympy, lark and llvmlite, which cost most of a second,
@@ -52,6 +53,8 @@ _LAZY = {
     "from_numpy": "ucf.format.tensor",
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
+    "tune": "ucf.tuning",
+    "Tuned": "ucf.tuning",
 }
 
 __all__ = [
@@ -83,6 +86,8 @@ __all__ = [
     "parse_format",
     "set_num_threads",
     "read",
+    "tune",
+    "Tuned",
     "write",
 ]
 

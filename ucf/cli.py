@@ -1,4 +1,4 @@
-"""The ``ucf`` command: compile a statement, run it on files, or run the demo.
+"""The ``ucf`` command: compile a statement, run or tune it on files, or run the demo.
 
 Every user mistake the library can diagnose arrives as a :class:`ucf.UcfError`;
 the command turns it into one ``ucf: error:`` message and exit status 1, so
@@ -117,6 +117,18 @@ shape is inferred from the inputs; use --extent VAR=N for index variables
 that appear only on the left-hand side.
 """
 
+_TUNE_EPILOG = """\
+examples:
+  ucf tune "y(i) = A(i,j) * x(j)" -i A:matrix.mtx -i x:x.npy --trials 50
+  ucf tune "C(i,k) = A(i,j) * B(j,k)" -f C:csr -i A:a.mtx -i B:b.mtx --n-jobs 2 --plot tune.png
+
+Each trial compiles one schedule, checks its result against the default
+schedule's and times it.  The study is kept in the cache directory, so running
+the command again adds trials to it.  The best schedule is recorded for these
+formats, dtypes and input sizes, where ucf.compile(..., schedule="tuned")
+finds it (docs/tuning.md).  Inputs are read as for "ucf run".
+"""
+
 _DEMO_EPILOG = """\
 example:
   ucf demo --size 5000
@@ -126,7 +138,7 @@ checks each result against numpy/scipy and prints timings.
 """
 
 
-def _add_kernel_options(p: argparse.ArgumentParser) -> None:
+def _add_kernel_options(p: argparse.ArgumentParser, schedule: bool = True) -> None:
     p.add_argument("expr", metavar="EXPR", help='the statement, e.g. "y(i) = A(i,j) * x(j)"')
     p.add_argument(
         "-f",
@@ -138,16 +150,8 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
         help="storage format of tensor T, e.g. A:csr, A:UC:1,0, B:csf "
         "(repeatable; tensors without one are dense)",
     )
-    p.add_argument(
-        "-s",
-        "--schedule",
-        dest="schedule",
-        action="append",
-        metavar="SCHED",
-        help='scheduling command(s), e.g. "split(i, i0, i1, 32); parallelize(i0, CPUThread, '
-        "NoRaces)\" (repeatable; joined with ';'; see docs/scheduling.md). Without -s the "
-        "outermost loop runs in parallel when that is legal",
-    )
+    if schedule:
+        _add_schedule_option(p)
     p.add_argument(
         "--target",
         choices=TARGETS,
@@ -160,6 +164,40 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
         choices=INDEX_DTYPES,
         default="int32",
         help="type of pos/crd arrays (int32)",
+    )
+
+
+def _add_schedule_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s",
+        "--schedule",
+        dest="schedule",
+        action="append",
+        metavar="SCHED",
+        help='scheduling command(s), e.g. "split(i, i0, i1, 32); parallelize(i0, CPUThread, '
+        "NoRaces)\" (repeatable; joined with ';'; see docs/scheduling.md). Without -s the "
+        "outermost loop runs in parallel when that is legal",
+    )
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-i",
+        "--input",
+        dest="inputs",
+        action="append",
+        type=_pair("FILE"),
+        required=True,
+        metavar="T:FILE",
+        help="read operand T from FILE (repeatable)",
+    )
+    p.add_argument(
+        "--extent",
+        dest="extents",
+        action="append",
+        type=_extent,
+        metavar="VAR=N",
+        help="extent of an index variable the inputs do not determine (repeatable)",
     )
 
 
@@ -228,16 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     _add_kernel_options(pr)
-    pr.add_argument(
-        "-i",
-        "--input",
-        dest="inputs",
-        action="append",
-        type=_pair("FILE"),
-        required=True,
-        metavar="T:FILE",
-        help="read operand T from FILE (repeatable)",
-    )
+    _add_input_options(pr)
     pr.add_argument(
         "-o",
         "--output",
@@ -245,14 +274,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_pair("FILE"),
         metavar="T:FILE",
         help="write the result (T is the output tensor) to FILE; otherwise print a summary",
-    )
-    pr.add_argument(
-        "--extent",
-        dest="extents",
-        action="append",
-        type=_extent,
-        metavar="VAR=N",
-        help="extent of an index variable the inputs do not determine (repeatable)",
     )
     pr.add_argument(
         "--time",
@@ -264,6 +285,35 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--emulate", action="store_true", help="with --target cuda, run the CUDA source on the CPU"
     )
+
+    pt = sub.add_parser(
+        "tune",
+        help="search for a faster schedule on tensors read from files",
+        description="Search schedules of a statement for the inputs read from files "
+        '(Optuna, TPE), and record the fastest for schedule="tuned".',
+        epilog=_TUNE_EPILOG,
+        formatter_class=fmt,
+    )
+    _add_kernel_options(pt, schedule=False)
+    _add_input_options(pt)
+    pt.add_argument("--trials", type=_positive, default=50, metavar="N", help="trials to add (50)")
+    pt.add_argument("--n-jobs", type=_positive, default=1, metavar="N", help="worker processes (1)")
+    pt.add_argument("--seed", type=int, metavar="N", help="seed of the sampler")
+    pt.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="stop adding trials after this long"
+    )
+    pt.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage URL of the study (default: tune.db in the cache directory)",
+    )
+    pt.add_argument("--plot", metavar="PNG", help="write the trial history and importances here")
+    pt.add_argument(
+        "--search-formats",
+        action="store_true",
+        help="also try other formats for the sparse inputs (their conversion is timed apart)",
+    )
+    pt.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     pd = sub.add_parser(
         "demo",
@@ -339,12 +389,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str, Any]:
+    """The operands named by -i, read and given the value and index dtypes asked for.
+    Inputs without -f keep the format they were read in (added to ``formats``) rather
+    than being densified, which is what the kernel would assume."""
     import ucf
     from ucf.lang.ast import accesses
     from ucf.lang.parser import parse_statement
 
-    formats = _to_dict(args.formats, "format")
     paths = _to_dict(args.inputs, "input file")
     stmt = parse_statement(args.expr)
     outname = stmt.lhs.tensor
@@ -359,15 +411,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for name in reads:
         if name not in paths:
             raise _UserError(f"no input for {name}; pass -i {name}:FILE")
-    if args.output is not None and args.output[0] != outname:
-        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
     operands = {}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
         operands[name] = t.convert(index_dtype=args.index_dtype, dtype=args.dtype)
-        # Inputs without -f keep the format they were read in rather than
-        # being densified, which is what the kernel would assume.
         formats.setdefault(name, str(t.format))
+    return operands
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import ucf
+    from ucf.lang.parser import parse_statement
+
+    formats = _to_dict(args.formats, "format")
+    outname = parse_statement(args.expr).lhs.tensor
+    if args.output is not None and args.output[0] != outname:
+        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
+    operands = _read_inputs(args, formats)
     k = _compile(args, formats)
     shapes = _to_dict(args.extents, "extent")
     try:
@@ -408,6 +468,52 @@ def _summarize(name: str, t: Any) -> None:
         print(f"  {name}({', '.join(map(str, c))}) = {v!r}")
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import ucf
+
+    formats = _to_dict(args.formats, "format")
+    operands = _read_inputs(args, formats)
+    result = ucf.tune(
+        args.expr,
+        formats=formats,
+        trials=args.trials,
+        n_jobs=args.n_jobs,
+        storage=args.storage,
+        seed=args.seed,
+        timeout=args.timeout,
+        target=args.target,
+        dtype=args.dtype,
+        index_dtype=args.index_dtype,
+        shapes=_to_dict(args.extents, "extent") or None,
+        progress=False if args.no_progress else None,
+        search_formats=args.search_formats,
+        **operands,
+    )
+    print(f"default:  {result.default_time * 1e6:.1f} us per call")
+    trials = len(result.study.trials)
+    if result.schedule is None:
+        if any(t.value is not None for t in result.study.trials):
+            print(f"tuned:    no trial beat the default ({trials} trials in the study)")
+        else:
+            print(f"tuned:    every trial failed ({trials} trials in the study), for example:")
+            for schedule, why in list(result.reasons.items())[:3]:
+                print(f"  {schedule or '(no commands)'}: {why}")
+    else:
+        print(
+            f"tuned:    {result.time * 1e6:.1f} us per call ({result.speedup:.2f}x; "
+            f"{trials} trials in the study)"
+        )
+        print(f"schedule: {result.schedule or '(serial, no commands)'}")
+        if result.conversion_time:
+            shown = " ".join(f"{n}:{f}" for n, f in result.formats.items())
+            took = result.conversion_time * 1e6
+            print(f"formats:  {shown} (converting to them takes {took:.1f} us)")
+        print('recorded for schedule="tuned"')
+    if args.plot:
+        print(f"wrote {result.plot(args.plot)}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ucf.demo import run_demo
 
@@ -427,7 +533,13 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"compile": _cmd_compile, "run": _cmd_run, "demo": _cmd_demo, "cache": _cmd_cache}
+_COMMANDS = {
+    "compile": _cmd_compile,
+    "run": _cmd_run,
+    "tune": _cmd_tune,
+    "demo": _cmd_demo,
+    "cache": _cmd_cache,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,292 @@
+"""ucf.tune: the search space, trials that fail, resuming, the stored plans, Dask, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from ucf.exec import tuned
+from ucf.tuning import space
+from ucf.tuning.study import default_storage
+
+optuna = pytest.importorskip("optuna")
+
+SPMV = "y(i) = A(i,j) * x(j)"
+SPGEMM = "C(i,k) = A(i,j) * B(j,k)"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Trials on one thread: on a loaded machine, parallel kernels of these tiny inputs
+    spend their time waiting for threads, which makes a test slow, not a tuner wrong."""
+    ucf.set_num_threads(1)
+    yield
+    ucf.set_num_threads(2)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A cache directory of the test's own: its study database and tuned plans."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def spmv_operands(n=200, seed=0):
+    A = sp.random(n, n, density=0.03, format="csr", random_state=seed)
+    x = np.random.default_rng(seed).random(n)
+    return A, x
+
+
+def completed(result):
+    return [t for t in result.study.trials if t.value is not None]
+
+
+def test_tune_is_at_least_as_fast_as_the_default(cache):
+    A, x = spmv_operands()
+    result = ucf.tune(SPMV, formats={"A": "csr"}, trials=5, seed=0, progress=False, A=A, x=x)
+    first = result.study.trials[0]
+    problem = space.problem(SPMV, {"A": "csr"}, {"i": 200, "j": 200})
+    assert first.params == {
+        k: v for k, v in space.default_params(problem).items() if k in first.params
+    }
+    assert len(result.study.trials) == 5
+    # the default is in the space and the best is timed again beside it: never slower
+    assert result.time <= result.default_time * 1.1
+    np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+    # the best is recorded for schedule="tuned" (nothing when the default stays)
+    assert tuned.lookup(_key(A, x)) == result.schedule
+    if result.schedule is not None:
+        k = ucf.compile(SPMV, formats={"A": "csr"}, schedule=tuned.lookup(_key(A, x)))
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+
+
+def test_every_trial_computes_what_scipy_does(cache):
+    A = sp.random(60, 50, density=0.08, format="csr", random_state=1)
+    B = sp.random(50, 40, density=0.08, format="csr", random_state=2)
+    fmts = {"A": "csr", "B": "csr", "C": "csr"}
+    result = ucf.tune(SPGEMM, formats=fmts, trials=6, seed=3, progress=False, A=A, B=B)
+    done = completed(result)
+    assert len(done) >= 2
+    expected = (A @ B).toarray()
+    for t in done:
+        k = ucf.compile(SPGEMM, formats=fmts, schedule=t.user_attrs["schedule"])
+        np.testing.assert_allclose(k(A=A, B=B).to_numpy(), expected, rtol=1e-12)
+
+
+def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
+    """SpGEMM into CSR without a schedule converts B and co-iterates every (i, k);
+    the space holds Gustavson's workspace, which a short seeded search finds."""
+    fmts = {"A": "csr", "B": "csr", "C": "csr"}
+    A = sp.random(100, 100, density=0.05, format="csr", random_state=1)
+    B = sp.random(100, 100, density=0.05, format="csr", random_state=2)
+    result = ucf.tune(SPGEMM, formats=fmts, trials=6, seed=1, progress=False, A=A, B=B)
+    assert "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
+    assert result.time < result.default_time / 2
+    np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), (A @ B).toarray())
+    # the plan schedule="tuned" finds: keyed by the formats as given and the shape class
+    shape = tuned.shape_class({"i": 100, "j": 100, "k": 100}, {"A": A.nnz, "B": B.nnz})
+    key = tuned.make_key(SPGEMM, fmts, "float64", "int32", "llvm", shape)
+    assert tuned.lookup(key) == result.schedule
+    path = result.plot(tmp_path / "tune.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = space.problem(SPGEMM, fmts, {"i": 60, "j": 50, "k": 40})
+    assert p.base[0] == ("i", "k", "j") and ("i", "j", "k") in p.orders
+    assert "A(i, j)*B(j, k)@k" in p.placeable(("i", "j", "k"))
+    # over i, the workspace would share k with the rest of the statement
+    assert "A(i, j)*B(j, k)@i" not in p.placeable(("i", "j", "k"))
+
+
+def test_resuming_a_study_adds_trials(cache, tmp_path, capsys):
+    A, x = spmv_operands(80)
+    storage = f"sqlite:///{tmp_path / 'own.db'}"
+    first = ucf.tune(
+        SPMV, formats={"A": "csr"}, trials=3, seed=1, storage=storage, progress=False, A=A, x=x
+    )
+    assert capsys.readouterr().err == ""
+    again = ucf.tune(
+        SPMV, formats={"A": "csr"}, trials=2, seed=1, storage=storage, progress=True, A=A, x=x
+    )
+    assert first.study.study_name == again.study.study_name
+    assert len(again.study.trials) == 5
+    bar = capsys.readouterr().err  # the resumed bar counts the new trials, with the best
+    assert "2/2" in bar and "best" in bar and "us" in bar
+    assert not (cache / "tune.db").exists()  # storage= replaced the cache's database
+
+
+def test_a_trial_that_raises_is_pruned(cache, monkeypatch):
+    A, x = spmv_operands(50)
+    real = ucf.compile
+
+    def failing(expr, schedule=None, **kw):
+        if schedule is not None:
+            raise RuntimeError("the backend fell over")
+        return real(expr, schedule=schedule, **kw)
+
+    monkeypatch.setattr(ucf, "compile", failing)
+    result = ucf.tune(SPMV, formats={"A": "csr"}, trials=4, seed=0, progress=False, A=A, x=x)
+    states = {t.state for t in result.study.trials}
+    assert states == {optuna.trial.TrialState.PRUNED}
+    assert result.schedule is None and result.time == result.default_time
+    assert all("the backend fell over" in why for why in result.reasons.values())
+    assert tuned.lookup(_key(A, x)) is None  # nothing better was found, nothing recorded
+    np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+
+
+def test_a_wrong_result_is_pruned(cache, monkeypatch):
+    """A kernel that computes something else never wins, however fast it is."""
+    A, x = spmv_operands(50)
+    real = ucf.compile
+
+    class Doubled:
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, **kw):
+            return ucf.from_numpy(2 * self.k(**kw).to_numpy())
+
+    def wrong(expr, schedule=None, **kw):
+        k = real(expr, schedule=schedule, **kw)
+        return k if schedule is None else Doubled(k)
+
+    monkeypatch.setattr(ucf, "compile", wrong)
+    result = ucf.tune(SPMV, formats={"A": "csr"}, trials=3, seed=0, progress=False, A=A, x=x)
+    assert result.schedule is None and not completed(result)
+    assert "differs from the default" in result.reasons["parallelize(i, CPUThread, NoRaces)"]
+
+
+def _key(A, x):
+    shape = tuned.shape_class({"i": A.shape[0], "j": A.shape[1]}, {"A": A.nnz})
+    return tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", shape)
+
+
+def test_tuned_store_round_trip_and_key_canonical(cache):
+    shape = tuned.shape_class({"i": 1000, "j": 7}, {"A": 2500})
+    assert shape == "i=1024,j=7;A~2048"
+    key = tuned.make_key(SPMV, {"A": "csr"}, np.float64, "int32", "llvm", shape)
+    assert tuned.lookup(key) is None
+    tuned.record(key, "split(i, i0, i1, 16)", 1e-4)
+    assert tuned.lookup(key) == "split(i, i0, i1, 16)"
+    # the same kernel spelled otherwise: 'UC', a dense x given, extra whitespace
+    same = dict(key, statement="y(i)=A(i,j)*x(j)", formats={"A": "UC", "x": "dense"})
+    assert tuned.lookup(same) == "split(i, i0, i1, 16)"
+    assert tuned.lookup(dict(key, shape_class=tuned.shape_class({"i": 8, "j": 7}, {}))) is None
+    (cache / tuned.FILE).write_text("{ not json")
+    assert tuned.lookup(key) is None  # a damaged store is empty, never an error
+
+
+def test_on_a_dask_cluster(cache):
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("optuna_integration")
+    A, x = spmv_operands(80)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        result = ucf.tune(
+            SPMV, formats={"A": "csr"}, trials=4, client=client, seed=0, progress=False, A=A, x=x
+        )
+    # the trials run on the cluster come back into the study in the cache directory
+    stored = optuna.load_study(study_name=result.study.study_name, storage=default_storage())
+    assert len(result.study.trials) == len(stored.trials) == 4
+    assert completed(result)
+    np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_in_worker_processes(cache):
+    A, x = spmv_operands(80)
+    result = ucf.tune(
+        SPMV, formats={"A": "csr"}, trials=4, n_jobs=2, seed=0, progress=False, A=A, x=x
+    )
+    assert len(result.study.trials) == 4 and completed(result)
+
+
+def test_without_optuna_the_error_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    A, x = spmv_operands(10)
+    with pytest.raises(
+        ucf.MissingDependencyError,
+        match=r"pip install optuna \(or pip install "
+        r"'\.\[tune\]' in a ucf checkout\)",
+    ):
+        ucf.tune(SPMV, formats={"A": "csr"}, trials=1, A=A, x=x)
+
+
+def test_importing_ucf_leaves_optuna_alone():
+    code = "import sys, ucf; ucf.Tuned; print('optuna' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_bad_requests_are_ucf_errors():
+    A, x = spmv_operands(10)
+    with pytest.raises(ucf.OperandError, match="missing operand x"):
+        ucf.tune(SPMV, A=A)
+    with pytest.raises(ucf.UcfError, match="trials >= 1"):
+        ucf.tune(SPMV, trials=0, A=A, x=x)
+    with pytest.raises(ucf.UcfError, match="storage URL"):
+        ucf.tune(SPMV, n_jobs=2, storage=optuna.storages.InMemoryStorage(), A=A, x=x)
+    with pytest.raises(ucf.UnsupportedError, match="cuda"):
+        ucf.tune(SPMV, target="cuda", A=A, x=x)
+
+
+def test_the_command_line(cache, tmp_path, capsys):
+    import scipy.io
+
+    from ucf.cli import main
+
+    A, x = spmv_operands(60)
+    scipy.io.mmwrite(tmp_path / "a.mtx", A)
+    np.save(tmp_path / "x.npy", x)
+    argv = ["tune", SPMV, "-i", f"A:{tmp_path / 'a.mtx'}", "-i", f"x:{tmp_path / 'x.npy'}"]
+    assert (
+        main(
+            [
+                *argv,
+                "--trials",
+                "2",
+                "--seed",
+                "0",
+                "--no-progress",
+                "--plot",
+                str(tmp_path / "p.png"),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("default: ") and "trials in the study" in out
+    assert (tmp_path / "p.png").exists()
+
+
+def test_study_names_fit_the_database():
+    from ucf.tuning.study import MAX_NAME, study_name
+
+    key = tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", "i=8;A~8")
+    assert len(study_name(key)) < MAX_NAME and key["statement"] in study_name(key)
+    long = dict(key, shape_class=";".join(f"v{n}=1024" for n in range(100)))
+    other = dict(long, shape_class=long["shape_class"] + ",w=2")
+    assert len(study_name(long)) <= MAX_NAME
+    assert study_name(long) != study_name(other)
+
+
+def test_formats_are_searched_and_every_trial_checked(cache):
+    A, x = spmv_operands(80, seed=5)
+    result = ucf.tune(
+        SPMV, formats={"A": "csr"}, trials=4, seed=1, search_formats=True, progress=False, A=A, x=x
+    )
+    done = completed(result)
+    assert done and {t.user_attrs["formats"]["A"] for t in result.study.trials} > {"UC"}
+    for t in done:
+        fmts = t.user_attrs["formats"]
+        k = ucf.compile(SPMV, formats=fmts, schedule=t.user_attrs["schedule"])
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+        assert (t.user_attrs["conversion"] > 0) == (fmts["A"] != "UC")
+    assert result.formats["A"] in space.format_choices(SPMV, {"A": "csr"})["A"]

@@ -1,0 +1,186 @@
+"""One trial: compile a schedule, check its result against the default kernel's, time it.
+
+A schedule that ucf refuses, a kernel that raises or a result that differs
+from the default's is a *pruned* trial with its reason kept on the trial
+(``user_attrs["failure"]``), never an error of the tuning run. Times are the
+median of a few samples after a warm-up (the checked call), each sample long
+enough (about 2 ms of calls) that the clock's resolution does not matter, and
+three samples where one call takes over 20 ms; a schedule whose first call is
+three times slower than the default's is timed by that call alone (a
+quadratic plan must not cost the study minutes).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ucf.format.tensor import Tensor
+from ucf.tuning import space
+
+#: Samples per timing, and the least time one sample spends calling the kernel.
+REPEATS = 5
+SAMPLE_SECONDS = 2e-3
+#: Calls slower than SLOW seconds get FEW samples.
+SLOW, FEW = 0.02, 3
+#: A trial whose first call is this many times slower than the default is timed once.
+HOPELESS = 3
+
+
+def median_time(
+    call: Callable[[], Any], repeats: int = REPEATS, enough: float = math.inf, once: float = 0.0
+) -> float:
+    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up
+    call (``once``: the seconds of a call just made, which was the warm-up). A call
+    slower than ``enough`` seconds is not repeated: it has lost already. Slow calls
+    (over ``SLOW`` seconds each) get ``FEW`` samples, so a big input's trial stays short."""
+    if not once:
+        start = time.perf_counter()
+        call()
+        once = max(time.perf_counter() - start, 1e-9)
+    if once > enough:
+        return once
+    number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
+    samples = []
+    for _ in range(min(repeats, FEW) if once > SLOW else repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
+
+
+def comparable(t: Tensor) -> Any:
+    """A result in a form ``agrees`` compares: scipy for sparse matrices, else numpy."""
+    if t.order == 2 and not t.format.is_dense:
+        return t.to_scipy().tocsr()
+    return t.to_numpy()
+
+
+def agrees(result: Any, reference: Any, dtype: np.dtype) -> bool:
+    """Whether two ``comparable`` results hold the same values (up to summation order)."""
+    rtol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-7
+    if hasattr(reference, "tocsr"):
+        if result.shape != reference.shape:
+            return False
+        diff = abs(result - reference)
+        scale = abs(reference).max() if reference.nnz else 0.0
+        return diff.nnz == 0 or diff.max() <= rtol * scale + 1e-12
+    return result.shape == reference.shape and np.allclose(result, reference, rtol=rtol)
+
+
+@dataclass
+class Variant:
+    """The operands stored in one choice of input formats, and that choice's space."""
+
+    formats: dict[str, str]
+    problem: space.Problem
+    operands: dict[str, Tensor]
+    conversion: float  # seconds to convert the given operands into these formats
+
+
+@dataclass
+class Objective:
+    """The function a study minimizes: picklable, so process and Dask workers run it.
+
+    ``choices`` maps the input operands whose format is searched to their candidate
+    formats (empty: the formats stay as given)."""
+
+    statement: str
+    formats: dict[str, str]
+    target: str
+    dtype: str
+    index_dtype: str
+    operands: dict[str, Tensor]
+    shapes: dict[str, Any] | None
+    extents: dict[str, int]
+    choices: dict[str, tuple[str, ...]]
+    reference: Any = None
+    baseline: float = 0.0  # seconds per call of the default schedule
+    repeats: int = REPEATS
+    _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
+    _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
+
+    def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
+        import ucf  # through the package, so a test can replace ucf.compile
+
+        return ucf.compile(
+            self.statement,
+            formats=self.formats if formats is None else formats,
+            schedule=schedule,
+            target=self.target,
+            dtype=self.dtype,
+            index_dtype=self.index_dtype,
+        )
+
+    def scope(self, formats: dict[str, str]) -> str:
+        """What the names of a format choice's parameters end in ("" without a search):
+        each choice has a space of its own."""
+        if not self.choices:
+            return ""
+        return "[" + ",".join(f"{t}={formats[t]}" for t in sorted(self.choices)) + "]"
+
+    def variant(self, formats: dict[str, str]) -> Variant:
+        """The operands in ``formats`` (converted once, and the conversion timed)."""
+        scope = self.scope(formats)
+        if scope not in self._variants:
+            changed = [n for n in self.operands if formats[n] != self.formats[n]]
+            operands = dict(self.operands)
+
+            def convert() -> None:
+                operands.update({n: self.operands[n].convert(formats[n]) for n in changed})
+
+            seconds = median_time(convert, 3) if changed else 0.0
+            problem = space.problem(self.statement, formats, self.extents)
+            self._variants[scope] = Variant(dict(formats), problem, operands, seconds)
+        return self._variants[scope]
+
+    def measure(self, schedule: str | None, v: Variant, enough: float = math.inf) -> float:
+        """Seconds per call of ``schedule``'s kernel on ``v``; a UcfError (or anything the
+        kernel raises) if it cannot be built or computes something else than the default."""
+        from ucf.errors import UcfError
+
+        k = self.kernel(schedule, v.formats)
+        start = time.perf_counter()
+        result = k(shapes=self.shapes, **v.operands)
+        once = time.perf_counter() - start
+        if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
+            raise UcfError("its result differs from the default schedule's")
+        call = lambda: k(shapes=self.shapes, **v.operands)  # noqa: E731
+        return median_time(call, self.repeats, enough, once)
+
+    def __call__(self, trial: Any) -> float:
+        import optuna
+
+        formats = dict(self.formats)
+        for name, options in self.choices.items():
+            formats[name] = trial.suggest_categorical(f"format_{name}", list(options))
+        v = self.variant(formats)
+        text = space.suggest(trial, v.problem, self.scope(formats))
+        seen = (self.scope(formats), text)
+        if seen not in self._seen:
+            try:
+                self._seen[seen] = (self.measure(text, v, HOPELESS * self.baseline), "")
+            except Exception as e:
+                self._seen[seen] = (None, _reason(e))
+        seconds, reason = self._seen[seen]
+        trial.set_user_attr("schedule", text)
+        if self.choices:
+            trial.set_user_attr("formats", v.formats)
+            trial.set_user_attr("conversion", v.conversion)
+        if seconds is None:
+            trial.set_user_attr("failure", reason)
+            raise optuna.TrialPruned(reason)
+        return seconds
+
+
+def _reason(e: Exception) -> str:
+    from ucf.errors import UcfError
+
+    return str(e) if isinstance(e, UcfError) else f"{type(e).__name__}: {e}"

@@ -1,0 +1,101 @@
+"""What a tuning run returns, and its picture."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ucf.errors import boundary
+
+
+@dataclass
+class Tuned:
+    """The best schedule a study found, and how it compares with the default.
+
+    ``schedule`` is schedule text (``""`` is a serial kernel), or None when the
+    default stays: no trial beat it when both were timed again at the end, or
+    every trial failed. ``reasons`` maps each schedule that failed to why (a
+    run with successful trials lists its failures too). ``time`` and
+    ``default_time`` are seconds per call (medians, the two timed in turns), so
+    their ratio is the speed-up on this machine. ``formats`` are the input
+    formats the schedule is for: the given ones unless ``tune(search_formats=True)``
+    chose others, whose conversion (seconds, once) is ``conversion_time``.
+    """
+
+    schedule: str | None
+    time: float
+    default_time: float
+    study: Any  # optuna.Study
+    kernel: Any  # ucf.Kernel compiled with ``schedule``
+    reasons: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)  # the inputs' formats it is for
+    conversion_time: float = 0.0  # seconds to convert the given inputs into ``formats``
+
+    @property
+    def speedup(self) -> float:
+        return self.default_time / self.time if self.time > 0 else 1.0
+
+    def __repr__(self) -> str:
+        shown = "default" if self.schedule is None else repr(self.schedule)
+        return (
+            f"Tuned({shown}, {self.time * 1e6:.1f} us vs default {self.default_time * 1e6:.1f} us"
+            f", {len(self.study.trials)} trials)"
+        )
+
+    @boundary
+    def plot(self, path: str | Path) -> Path:
+        """Write a PNG of the trial history (each trial's time, the best so far and
+        the default's) and of the parameters' importance; the path written."""
+        from ucf.tuning.deps import need
+
+        need("matplotlib", "Tuned.plot")
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(10, 4), layout="constrained")
+        FigureCanvasAgg(fig)
+        history, importance = fig.subplots(1, 2)
+        self._history(history)
+        self._importance(importance)
+        path = Path(path)
+        fig.savefig(path, format="png")
+        return path
+
+    def _history(self, ax: Any) -> None:
+        done = [(t.number, t.value) for t in self.study.trials if t.value is not None]
+        if done:
+            numbers, values = zip(*done, strict=True)
+            best, low = [], float("inf")
+            for v in values:
+                low = min(low, v)
+                best.append(low * 1e6)
+            ax.scatter(numbers, [v * 1e6 for v in values], s=12, label="trial")
+            ax.step(numbers, best, where="post", color="C1", label="best so far")
+        ax.axhline(self.default_time * 1e6, color="C2", linestyle="--", label="default")
+        ax.set_xlabel("trial")
+        ax.set_yscale("log")
+        ax.set_ylabel("time per call (us)")
+        ax.set_title("trial history")
+        ax.legend()
+
+    def _importance(self, ax: Any) -> None:
+        import optuna
+
+        ax.set_title("parameter importance")
+        try:
+            with warnings.catch_warnings():  # "few trials in some regime": the plot says so
+                warnings.simplefilter("ignore", UserWarning)
+                scores = optuna.importance.get_param_importances(self.study)
+        except (RuntimeError, ValueError) as e:  # too few finished trials to judge
+            scores, why = {}, str(e)
+        else:
+            why = "every finished trial chose the same"
+        if not scores:
+            ax.text(0.5, 0.5, f"no importance: {why}", ha="center", va="center", wrap=True)
+            ax.set_axis_off()
+            return
+        names = list(scores)[::-1]
+        ax.barh(names, [scores[n] for n in names])
+        ax.set_xlabel("importance (Optuna's default evaluator)")

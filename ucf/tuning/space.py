@@ -1,0 +1,378 @@
+"""The schedules a tuner may try, derived from the statement and the formats.
+
+Nothing here is written per kernel: the choices come from what the statement
+says (its index variables, which of them are summed, the factors of a
+product) and what the formats say (which operands are sparse and in which
+order they store their modes). A trial picks, in define-by-run style:
+
+- ``order``: ucf's own loop order, or one that walks every sparse operand (and
+  a sparse output) in its storage order, so no operand is converted per call;
+- ``precompute[<order>]``: a workspace for a sub-product over one output
+  variable (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is
+  summed and the order has a place for it (required where a sparse output
+  would otherwise be appended inside a sum);
+- ``bound_<v>``: a constant trip count for a dense extent of at most 64 (a
+  shape class keeps such extents exact, so the tuned plan is looked up only
+  for them);
+- ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
+  iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
+  over a sparse operand's two outer levels, else of the outer loop's
+  iterations); ``depth`` picks the loop and ``strategy`` how a summed loop's
+  writes are combined. A sparse output is built in parallel only over its
+  dense levels, so other loops stay serial;
+- ``inner_log2``: a split of the innermost loop (a power of two), which LLVM
+  vectorizes by itself where it can (a ``CPUVector`` request that it cannot
+  honour only prints a warning);
+- ``format_<T>`` (``format_choices``, when formats are searched too): each
+  sparse input's format; every choice of formats then has parameters of its
+  own, named with a ``[T=...]`` suffix.
+
+The result is schedule text; ucf's own checks decide whether it is legal,
+and an illegal one is a pruned trial.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ucf.errors import UcfError
+from ucf.exec.tuned import EXACT_EXTENT
+from ucf.format.format import parse_format
+from ucf.lang.ast import Access, Binary, accesses
+from ucf.lang.parser import parse_statement
+from ucf.lang.reductions import peel
+
+#: Loop orders offered at most (the default's first); beyond this, permutations are cut.
+MAX_ORDERS = 120
+#: Blocks of 2**2 .. 2**11 iterations or nonzeros per thread's turn.
+CHUNK_LOG2 = (2, 11)
+#: Inner splits of 2**1 .. 2**6 (0: none).
+INNER_LOG2 = 6
+#: Changes whenever the parameters below change, so a study of an older space is not
+#: resumed with incompatible choices.
+SPACE_VERSION = 2
+PARALLEL = ("none", "loop", "chunk")
+NNZ = "nnz"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A candidate ``precompute``: the sub-product, its variable, and the variables of
+    the sub-product and of the rest of the statement (which decide where it can go)."""
+
+    expr: str
+    var: str
+    inside: frozenset[str]
+    outside: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the space is built from: picklable, so worker processes rebuild nothing."""
+
+    variables: tuple[str, ...]
+    outputs: tuple[str, ...]
+    reductions: tuple[str, ...]
+    orders: tuple[tuple[str, ...], ...]  # loop orders, the default's first
+    base: tuple[tuple[str, ...], tuple[str, ...]]  # unscheduled order: without/with workspace
+    extents: dict[str, int]
+    sparse: dict[str, tuple[tuple[str, ...], tuple[bool, ...]]]  # tensor -> level vars, full
+    sparse_output: bool
+    appended: frozenset[str]  # output variables a sparse output appends (never parallel)
+    workspaces: tuple[Workspace, ...]
+    converts: bool  # the default order converts an operand (it walks one against its storage)
+    taken: frozenset[str] = field(default_factory=frozenset)  # names a new variable may not use
+
+    @property
+    def parallel(self) -> tuple[str, ...]:
+        return PARALLEL + ((NNZ,) if any(self.fusable(o) for o in self.orders) else ())
+
+    @property
+    def positional(self) -> set[str]:
+        """Variables some sparse operand stores in a level with positions: their loops
+        walk nonzeros, so they cannot be bounded."""
+        return {
+            v
+            for levels, full in self.sparse.values()
+            for v, f in zip(levels, full, strict=True)
+            if not f
+        }
+
+    def fusable(self, order: tuple[str, ...]) -> str | None:
+        """A sparse operand whose two levels store the two outer loops of ``order``, the
+        deeper one with positions (so ``fuse`` + ``pos`` walks its nonzeros), or None.
+        A sparse output cannot be appended from such a loop."""
+        if len(order) < 2 or self.sparse_output:
+            return None
+        for name, (levels, full) in self.sparse.items():
+            for k in range(len(levels) - 1):
+                if levels[k : k + 2] == order[:2] and not full[k + 1]:
+                    return name
+        return None
+
+    def placeable(self, order: tuple[str, ...]) -> list[str]:
+        """The workspaces that have a place in ``order``: a depth below which the
+        sub-product and the rest share no loop but the workspace's (with a sparse
+        output, below which every summed variable is the sub-product's)."""
+        found: list[str] = []
+        if self.converts and order == self.orders[0]:
+            return found  # with a workspace, ucf chooses an order that converts nothing
+        for w in self.workspaces:
+            for d in range(len(order)):
+                below = set(order[d:])
+                if w.var not in below or (w.inside & w.outside & below) - {w.var}:
+                    continue
+                if self.sparse_output and not set(self.reductions) <= below & w.inside:
+                    continue
+                found.append(f"{w.expr}@{w.var}")
+                break
+        return found
+
+
+def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
+    """The search space of ``statement`` with tensors stored in ``formats``."""
+    from ucf.cin.concretize import concretize
+
+    stmt = parse_statement(statement)
+    every = [stmt.lhs, *accesses(stmt.rhs)]
+    out = stmt.lhs.tensor
+    fmts = {
+        a.tensor: parse_format(
+            formats.get(a.tensor, "dense"), order=len(a.indices), tensor=a.tensor
+        )
+        for a in every
+    }
+    outputs = tuple(i.single_variable for i in stmt.lhs.indices)
+    variables = tuple(
+        dict.fromkeys([*outputs, *(v for a in every for i in a.indices for v in i.variables)])
+    )
+    sparse = {}
+    for a in every:
+        fmt = fmts[a.tensor]
+        if fmt.is_dense or any(i.single_variable is None for i in a.indices):
+            continue
+        levels = tuple(a.indices[m].single_variable for m in fmt.mode_order)
+        sparse[a.tensor] = (levels, tuple(k.full for k in fmt.levels))
+    inputs = {n: f for n, f in fmts.items() if n != out}
+    base = []
+    for workspace in (False, True):
+        try:
+            cin = concretize(stmt, inputs, fmts[out], workspace=workspace)
+            base.append(tuple(cin.order))
+        except UcfError:
+            base.append(variables)
+    chains = [lv for lv, _ in sparse.values()]
+    orders = _orders(variables, chains, base[0])
+    return Problem(
+        variables=variables,
+        outputs=outputs,
+        reductions=tuple(v for v in variables if v not in outputs),
+        orders=orders,
+        base=(base[0], base[1]),
+        extents=dict(extents),
+        sparse=sparse,
+        sparse_output=not fmts[out].is_dense,
+        appended=frozenset(v for v, f in zip(*sparse.get(out, ((), ())), strict=True) if not f),
+        workspaces=_workspaces(stmt, outputs),
+        converts=not _follows(base[0], chains),
+        taken=frozenset({*variables, *(a.tensor for a in every)}),
+    )
+
+
+def _follows(order, chains) -> bool:
+    """Whether ``order`` visits every chain's variables in the chain's order."""
+    at = {v: k for k, v in enumerate(order)}
+    return all(at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b)
+
+
+def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
+    """The default order, then permutations that visit every chain's variables in the
+    chain's order."""
+
+    found = [default]  # legal even when it converts an operand: ucf chose it
+    for order in itertools.permutations(variables):
+        if len(found) >= MAX_ORDERS:
+            break
+        if order != default and _follows(order, chains):
+            found.append(order)
+    return tuple(found)
+
+
+def _factors(e) -> list[Access] | None:
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Binary) and e.op == "*":
+        left, right = _factors(e.left), _factors(e.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _variables(factors) -> frozenset[str]:
+    return frozenset(v for a in factors for i in a.indices for v in i.variables)
+
+
+def _workspaces(stmt, outputs: tuple[str, ...]) -> tuple[Workspace, ...]:
+    """Every sub-product that uses an output variable, when the right-hand side is a
+    product with something summed (else there is nothing for a workspace to gather)."""
+    summed, body = peel(stmt.rhs)
+    factors = _factors(body)
+    if not summed or not factors or len(factors) < 2:
+        return ()
+    found = []
+    for v in outputs:
+        for n in range(len(factors), 0, -1):
+            for subset in itertools.combinations(factors, n):
+                inside = _variables(subset)
+                if v in inside:
+                    rest = [f for f in factors if f not in subset]
+                    outside = _variables(rest) | set(outputs)
+                    found.append(Workspace("*".join(map(str, subset)), v, inside, outside))
+    return tuple(found)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+@dataclass(frozen=True)
+class _Scoped:
+    """A trial whose parameter names end in ``scope``: each choice of input formats
+    has a space of its own (its loop orders and workspaces differ)."""
+
+    trial: Any
+    scope: str
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        return self.trial.suggest_categorical(name + self.scope, choices)
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return self.trial.suggest_int(name + self.scope, low, high)
+
+
+def suggest(trial: Any, p: Problem, scope: str = "") -> str:
+    """Ask ``trial`` (an optuna trial, or anything with its ``suggest_*`` methods) for
+    one schedule of ``p``, with parameter names ending in ``scope``; the schedule's
+    text. Loop transformations come first and ``parallelize`` last, since it names
+    loops of the final nest."""
+    if scope:
+        trial = _Scoped(trial, scope)
+    spelled = trial.suggest_categorical("order", [",".join(o) for o in p.orders])
+    order = tuple(spelled.split(","))
+    places = p.placeable(order)
+    if places and not _appends_inside_sum(p, order):
+        places = [NONE, *places]
+    pre = trial.suggest_categorical(f"precompute[{spelled}]", places) if places else NONE
+    workspace = pre.rsplit("@", 1)[1] if pre != NONE else None
+    taken = set(p.taken)
+    label: dict[str, str | None] = {v: v for v in p.variables}
+    steps, parallel = [], []
+    if order != p.base[pre != NONE]:
+        steps.append(f"reorder({', '.join(order)})")
+    if pre != NONE:
+        expr, ws = pre.rsplit("@", 1)[0], _fresh("w", taken)
+        steps.append(f"precompute({expr}, {workspace}, {workspace}, {ws})")
+    positional = p.positional
+    for v in p.variables:
+        n = p.extents.get(v)
+        if n is None or n > EXACT_EXTENT or v in positional or v == workspace:
+            continue
+        if trial.suggest_categorical(f"bound_{v}", [False, True]):
+            label[v] = _fresh(f"{v}b", taken)
+            steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
+    kind = trial.suggest_categorical("parallel", list(p.parallel))
+    chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
+    tensor = p.fusable(order) if kind == NNZ and workspace is None else None
+    if tensor is not None:
+        f, fpos = _fresh("f", taken), _fresh("fpos", taken)
+        outer, inner = _fresh(f"{fpos}0", taken), _fresh(f"{fpos}1", taken)
+        steps += [
+            f"fuse({label[order[0]]}, {label[order[1]]}, {f})",
+            f"pos({f}, {fpos}, {tensor})",
+            f"split({fpos}, {outer}, {inner}, {chunk})",
+        ]
+        parallel.append(f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})")
+        label[order[0]] = label[order[1]] = None
+    elif kind != NONE:
+        # Where no operand's nonzeros can be walked (or a workspace is in the way),
+        # blocks of the outer loop's iterations instead; a workspace's own loop is not
+        # split, but may run on threads whole. Either way no trial is wasted.
+        depth = 0 if kind == NNZ or len(order) < 2 else trial.suggest_int("depth", 0, 1)
+        v = order[depth]
+        target = label[v]
+        if p.sparse_output and (v in p.appended or v in p.reductions):
+            kind = NONE  # a sparse output is built in parallel only over its dense levels
+        elif kind != "loop" and v != workspace and chunk < p.extents.get(v, chunk + 1):
+            outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
+            steps.append(f"split({target}, {outer}, {inner}, {chunk})")
+            target = outer
+        if kind != NONE:
+            parallel.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+            label[v] = None  # named by the parallelize, so no later split may rename it
+    last = order[-1]
+    if label[last] is not None and last != workspace:
+        factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2)
+        if 1 < factor < p.extents.get(last, factor + 1):  # a split of one block is none
+            outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
+            steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
+            label[last] = inner
+    return "; ".join(steps + parallel)
+
+
+def _appends_inside_sum(p: Problem, order: tuple[str, ...]) -> bool:
+    """Whether ``order`` puts a summed loop outside an output variable of a sparse
+    output: legal only with a workspace, so one must be chosen."""
+    if not p.sparse_output:
+        return False
+    first_sum = min((order.index(v) for v in p.reductions), default=len(order))
+    return any(order.index(v) > first_sum for v in p.outputs)
+
+
+def _strategy(trial: Any, p: Problem, variables: tuple[str, ...]) -> str:
+    """NoRaces over output variables; a summed loop's writes need combining."""
+    if all(v in p.outputs for v in variables):
+        return "NoRaces"
+    return trial.suggest_categorical("strategy", ["Atomics", "Temporary"])
+
+
+def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
+    """The parameters that spell ucf's default schedule (the outermost loop on threads
+    when it is an output variable, else serial), tried first so the tuner starts from
+    the default."""
+    order = p.base[0]
+    spelled = ",".join(order)
+    params: dict[str, Any] = {"order": spelled, f"precompute[{spelled}]": NONE, "inner_log2": 0}
+    params.update({f"bound_{v}": False for v in p.variables})
+    params["parallel"] = "loop" if order and order[0] in p.outputs else NONE
+    params["depth"] = 0
+    return {name + scope: value for name, value in params.items()}
+
+
+def format_choices(statement: str, formats: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """Formats to try for each sparse input, the given one first: its level kinds, all
+    dense-then-compressed and all compressed, in every mode order (up to order 3). Blocked
+    formats and inputs indexed by affine expressions keep their format."""
+    stmt = parse_statement(statement)
+    found = {}
+    for a in accesses(stmt.rhs):
+        n = len(a.indices)
+        given = parse_format(formats.get(a.tensor, "dense"), order=n, tensor=a.tensor)
+        if given.is_dense or n > 3 or any(i.single_variable is None for i in a.indices):
+            continue
+        letters = str(given).split(":")[0]
+        if len(letters) != n:  # a blocked format
+            continue
+        options = [str(given)]
+        for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
+            for perm in itertools.permutations(range(n)):
+                order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
+                spelled = str(parse_format(kinds + order, order=n, tensor=a.tensor))
+                if spelled not in options:
+                    options.append(spelled)
+        found[a.tensor] = tuple(options)
+    return found

@@ -1,0 +1,394 @@
+"""``ucf.tune``: search a statement's schedules with Optuna, in this process, in worker
+processes, or on a Dask cluster.
+
+A study lives in one SQLite file in the kernel cache directory, named after
+what the schedule is tuned for (statement, formats, dtypes, target and the
+inputs' shape class), so calling ``tune`` again resumes it: earlier trials
+inform the sampler and the new ones are added. The first trial of a new
+study is ucf's default schedule, and the best found is timed again beside
+the default before it is returned, so it is never slower. The best schedule
+is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ucf.errors import ConversionWarning, UcfError, UnsupportedError, boundary
+from ucf.exec import cache, tuned
+from ucf.format.interop import as_tensor
+from ucf.format.tensor import Tensor
+from ucf.lang.ast import accesses
+from ucf.lang.parser import parse_statement
+from ucf.tuning import space
+from ucf.tuning.deps import need
+from ucf.tuning.measure import Objective, comparable, median_time
+from ucf.tuning.result import Tuned
+
+#: The study database in the cache directory.
+DATABASE = "tune.db"
+#: Seconds a process waits for another's write to the SQLite file.
+SQLITE_TIMEOUT = 60
+#: The longest study name Optuna's database takes.
+MAX_NAME = 512
+#: Turns in which the best schedule and the default are timed again at the end.
+CONFIRM_ROUNDS = 3
+
+
+@boundary
+def tune(
+    expr: str,
+    formats: dict[str, Any] | None = None,
+    trials: int = 50,
+    n_jobs: int = 1,
+    client: Any = None,
+    storage: Any = None,
+    seed: int | None = None,
+    timeout: float | None = None,
+    target: str = "llvm",
+    dtype: Any = None,
+    index_dtype: Any = None,
+    shapes: Mapping[str, Any] | None = None,
+    progress: bool | None = None,
+    search_formats: bool = False,
+    **operands: Any,
+) -> Tuned:
+    """Search schedules of ``expr`` for the given operands and return the fastest.
+
+    ``trials`` more trials are added to the study (a TPE sampler, seeded with
+    ``seed``), in this process, in ``n_jobs`` worker processes, or as tasks on
+    the Dask ``client``'s cluster; ``timeout`` (seconds) stops each worker
+    early. ``storage`` is an Optuna storage or URL replacing the SQLite file in
+    the cache directory. ``dtype`` and ``index_dtype`` default to the operands'
+    (as in ``ucf.einsum``); ``shapes`` gives extents the operands do not fix.
+    ``progress`` shows a progress bar (default: when stderr is a terminal).
+    ``search_formats`` also tries other formats for the sparse inputs (the time of
+    converting them is reported apart, as ``Tuned.conversion_time``).
+    """
+    optuna = need("optuna")
+    if target == "cuda":
+        raise UnsupportedError("tune searches CPU schedules; target 'cuda' is not tuned yet")
+    if trials < 1 or n_jobs < 1:
+        raise UcfError(f"tune needs trials >= 1 and n_jobs >= 1, got {trials} and {n_jobs}")
+    if n_jobs > 1 and client is None and not isinstance(storage, (str, type(None))):
+        raise UcfError("tune with n_jobs > 1 needs a storage URL that worker processes can open")
+    fmts, tensors, dtype, index_dtype = _operands(expr, formats, operands, dtype, index_dtype)
+    shapes = dict(shapes) if shapes else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConversionWarning)
+        objective = _objective(
+            expr, fmts, target, dtype, index_dtype, tensors, shapes, search_formats
+        )
+        shape = tuned.shape_class(*_sizes(expr, tensors, shapes))
+        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, shape)
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            study = _run(
+                optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress
+            )
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        result = _result(study, objective)
+    if result.schedule is not None:  # recorded for the formats it was found for
+        best = tuned.make_key(expr, result.formats, dtype, index_dtype, target, shape)
+        tuned.record(best, result.schedule, result.time)
+    return result
+
+
+def _operands(expr, formats, operands, dtype, index_dtype):
+    """Formats (given, else the operands' own), the operands stored in them with one
+    value and index dtype (so no trial times a conversion), and those dtypes."""
+    fmts = {k: str(v) for k, v in (formats or {}).items()}
+    given = {n: as_tensor(v, format=fmts.get(n), name=n) for n, v in operands.items()}
+    fmts.update({n: str(t.format) for n, t in given.items()})  # canonical: 'csr' is 'UC'
+    if dtype is None:
+        dtype = np.result_type(*(t.dtype for t in given.values()))
+    if index_dtype is None:
+        wide = any(t.index_dtype == np.int64 for t in given.values())
+        index_dtype = np.int64 if wide else np.int32
+    dtype, index_dtype = str(np.dtype(dtype)), str(np.dtype(index_dtype))
+    tensors = {n: t.convert(index_dtype=index_dtype, dtype=dtype) for n, t in given.items()}
+    return fmts, tensors, dtype, index_dtype
+
+
+def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int], dict[str, int]]:
+    """The extents of the index variables and the sparse operands' nonzero counts."""
+    from ucf.cin.extents import infer
+
+    stmt = parse_statement(expr)
+    known = {k: int(v) for k, v in (shapes or {}).items() if not isinstance(v, (tuple, list))}
+    sizes = {
+        (a.tensor, m): tensors[a.tensor].shape[m]
+        for a in accesses(stmt.rhs)
+        for m in range(len(a.indices))
+    }
+    for a in accesses(stmt.rhs):
+        for m, idx in enumerate(a.indices):
+            if idx.single_variable is not None:
+                known.setdefault(idx.single_variable, tensors[a.tensor].shape[m])
+    extents = dict(known)
+    extents.update({v: n for v, (n, _) in infer(stmt, known, sizes).items() if isinstance(n, int)})
+    nnz = {n: t.nnz for n, t in tensors.items() if not t.format.is_dense}
+    return extents, nnz
+
+
+def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) -> Objective:
+    """The trial function, with the default kernel's result and time to compare with.
+    Calling the default kernel first lets it report missing or unknown operands."""
+    objective = Objective(
+        statement=expr,
+        formats=fmts,
+        target=target,
+        dtype=dtype,
+        index_dtype=index_dtype,
+        operands=tensors,
+        shapes=shapes,
+        extents={},
+        choices=space.format_choices(expr, fmts) if search else {},
+    )
+    default = objective.kernel(None)
+    objective.reference = comparable(default(shapes=shapes, **tensors))
+    objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
+    objective.extents = _sizes(expr, tensors, shapes)[0]
+    return objective
+
+
+def _first(objective: Objective) -> dict[str, Any]:
+    """The parameters of the default schedule on the given formats."""
+    v = objective.variant(objective.formats)
+    params = space.default_params(v.problem, objective.scope(v.formats))
+    params.update({f"format_{n}": v.formats[n] for n in objective.choices})
+    return params
+
+
+# ------------------------------------------------------------------ studies
+def default_storage() -> str:
+    """The URL of the study database in the kernel cache directory."""
+    return f"sqlite:///{cache.cache_dir() / DATABASE}"
+
+
+def _storage(optuna, storage: Any) -> Any:
+    if isinstance(storage, str) and storage.startswith("sqlite"):
+        return optuna.storages.RDBStorage(
+            storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}}
+        )
+    return storage
+
+
+def _sampler(optuna, seed: int | None, trials: int) -> Any:
+    startup = max(3, min(10, trials // 3))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+
+
+def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
+    """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
+    storage's 512 characters (a digest keeps cut names apart). A search over formats
+    has parameters of its own, so it is a study of its own."""
+    fields = {**key, "space": space.SPACE_VERSION}
+    if formats_searched:
+        fields["formats_searched"] = True
+    name = json.dumps(fields, sort_keys=True)
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - 20]} #{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
+def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
+    url = default_storage() if storage is None else storage
+    name = study_name(key, bool(objective.choices))
+    study = optuna.create_study(
+        storage=_storage(optuna, url),
+        study_name=name,
+        direction="minimize",
+        load_if_exists=True,
+        sampler=_sampler(optuna, seed, trials),
+    )
+    study.set_user_attr("key", key)
+    before = len(study.trials)
+    first = None if before else _first(objective)
+    if seed is not None:  # a resumed study draws new points, not the first run's again
+        seed += before
+    bar = _Progress(trials, progress, study)
+    try:
+        if client is not None:
+            _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
+            return study
+        if first is not None:
+            study.enqueue_trial(first)
+        if n_jobs > 1:
+            _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
+        else:
+            study.sampler = _sampler(optuna, seed, trials)
+            study.optimize(objective, n_trials=trials, timeout=timeout, callbacks=[bar.trial])
+    finally:
+        bar.close()
+    return study
+
+
+def _shares(trials: int, workers: int) -> list[int]:
+    return [n for r in range(workers) if (n := trials // workers + (r < trials % workers))]
+
+
+@dataclass(frozen=True)
+class _OnDask:
+    """The Dask storage ``name``, opened where a task runs (building it there keeps its
+    'experimental' warning out of every worker's log)."""
+
+    name: str
+
+    def open(self) -> Any:
+        from optuna_integration.dask import DaskStorage
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", need("optuna").exceptions.ExperimentalWarning)
+            return DaskStorage(name=self.name, register=False)
+
+
+def optimize(storage: Any, name: str, objective: Objective, trials: int, seed, timeout) -> None:
+    """Run ``trials`` trials of the study ``name`` in this (worker) process."""
+    optuna = need("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage.open() if isinstance(storage, _OnDask) else _storage(optuna, storage)
+    study = optuna.load_study(
+        study_name=name, storage=storage, sampler=_sampler(optuna, seed, trials)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConversionWarning)
+        study.optimize(objective, n_trials=trials, timeout=timeout)
+
+
+def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar):
+    """Worker processes share the study through its storage. They are spawned, not
+    forked: a forked child of a process that has run OpenMP threads can hang."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [
+            pool.submit(
+                optimize, url, name, objective, n, None if seed is None else seed + r, timeout
+            )
+            for r, n in enumerate(_shares(trials, n_jobs))
+        ]
+        bar.follow(study, futures)
+
+
+def _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar):
+    """Tasks on the cluster share a copy of the study held on the scheduler by Optuna's
+    Dask storage, and the new trials are copied back into ``study`` afterwards: the
+    study's own storage (a file on this machine, say) need not be reachable from the
+    cluster. Each worker compiles through the kernel cache of its own machine."""
+    need("optuna_integration", "tune on Dask")
+    from optuna_integration.dask import DaskStorage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        shared = DaskStorage(client=client)
+    remote = optuna.create_study(storage=shared, study_name=study.study_name, direction="minimize")
+    done = [t for t in study.get_trials() if t.state.is_finished()]
+    remote.add_trials(done)
+    if first is not None:
+        remote.enqueue_trial(first)
+    workers = len(client.scheduler_info()["workers"]) or 1
+    futures = [
+        client.submit(
+            optimize,
+            _OnDask(shared.name),
+            study.study_name,
+            objective,
+            n,
+            None if seed is None else seed + r,
+            timeout,
+            pure=False,
+        )
+        for r, n in enumerate(_shares(trials, workers))
+    ]
+    try:
+        bar.follow(remote, futures)
+    finally:
+        new = remote.get_trials()[len(done) :]
+        study.add_trials([t for t in new if t.state.is_finished()])
+
+
+class _Progress:
+    """A tqdm bar of finished trials and the best time so far (none without a terminal)."""
+
+    def __init__(self, total: int, show: bool | None, study: Any):
+        if show is None:
+            show = sys.stderr.isatty()
+        self._bar = None
+        if show:
+            tqdm = need("tqdm", "the tuning progress bar")
+            self._bar = tqdm.tqdm(total=total, desc="ucf.tune", unit="trial")
+        self._done = self._finished(study)
+
+    @staticmethod
+    def _finished(study: Any) -> int:
+        return sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+
+    def trial(self, study: Any, _trial: Any = None) -> None:
+        if self._bar is None:
+            return
+        finished = self._finished(study)
+        self._bar.update(max(0, min(finished - self._done, self._bar.total - self._bar.n)))
+        self._done = finished
+        best = [t.value for t in study.get_trials(deepcopy=False) if t.value is not None]
+        if best:
+            self._bar.set_postfix_str(f"best {min(best) * 1e6:.1f} us")
+
+    def follow(self, study: Any, futures: list) -> None:
+        """Update while ``futures`` run, then raise what a worker raised."""
+        while not all(f.done() for f in futures):
+            time.sleep(0.5)
+            self.trial(study)
+        for f in futures:
+            f.result()
+        self.trial(study)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _result(study: Any, objective: Objective) -> Tuned:
+    """The study's best schedule, timed again in turns with the default (the machine's
+    load may have changed since either was first timed); the default when it is as fast."""
+    trials = study.get_trials(deepcopy=False)
+    reasons = {
+        t.user_attrs.get("schedule", ""): t.user_attrs["failure"]
+        for t in trials
+        if "failure" in t.user_attrs
+    }
+    done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
+    default, given = objective.kernel(None), objective.variant(objective.formats)
+    if not done:
+        baseline = objective.baseline
+        return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
+    top = min(done, key=lambda t: t.value)
+    schedule, v = (
+        top.user_attrs["schedule"],
+        objective.variant(top.user_attrs.get("formats", objective.formats)),
+    )
+    best = objective.kernel(schedule, v.formats)
+    rounds: tuple[list[float], list[float]] = ([], [])
+    for _ in range(CONFIRM_ROUNDS):
+        for k, ops, times in zip(
+            (default, best), (given.operands, v.operands), rounds, strict=True
+        ):
+            call = lambda k=k, ops=ops: k(shapes=objective.shapes, **ops)  # noqa: E731
+            times.append(median_time(call, objective.repeats))
+    default_time, seconds = (statistics.median(times) for times in rounds)
+    if seconds >= default_time:
+        return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
+    return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
