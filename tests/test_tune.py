@@ -79,14 +79,15 @@ def test_every_trial_computes_what_scipy_does(cache):
 
 
 def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
-    """SpGEMM into CSR without a schedule converts B and co-iterates every (i, k);
-    the space holds Gustavson's workspace, which a short seeded search finds."""
+    """SpGEMM into CSR: co-iterating every (i, k) converts B and is quadratic; the space
+    holds Gustavson's workspace (the default model's choice too), and whatever the short
+    seeded search keeps is no slower than the default."""
     fmts = {"A": "csr", "B": "csr", "C": "csr"}
     A = sp.random(100, 100, density=0.05, format="csr", random_state=1)
     B = sp.random(100, 100, density=0.05, format="csr", random_state=2)
     result = ucf.tune(SPGEMM, formats=fmts, trials=6, seed=1, progress=False, A=A, B=B)
-    assert "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
-    assert result.time < result.default_time / 2
+    assert result.schedule is None or "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
+    assert result.time <= result.default_time
     np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), (A @ B).toarray())
     # the plan schedule="tuned" finds: keyed by the formats as given and the shape class
     shape = tuned.shape_class({"i": 100, "j": 100, "k": 100}, {"A": A.nnz, "B": B.nnz})
@@ -290,3 +291,20 @@ def test_formats_are_searched_and_every_trial_checked(cache):
         np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
         assert (t.user_attrs["conversion"] > 0) == (fmts["A"] != "UC")
     assert result.formats["A"] in space.format_choices(SPMV, {"A": "csr"})["A"]
+
+
+def test_schedule_tuned_loads_the_stored_plan(cache):
+    """compile(schedule="tuned") looks up, per call, what tuning stored for the operands'
+    shape class; a shape class with nothing stored gets the default model's kernel."""
+    A, x = spmv_operands(90)
+    stored = "split(i, i0, i1, 16); parallelize(i0, CPUThread, NoRaces)"
+    shape = tuned.shape_class({"i": 90, "j": 90}, {"A": A.nnz})
+    tuned.record(
+        tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", shape), stored, 1e-6
+    )
+    k = ucf.compile(SPMV, formats={"A": "csr"}, schedule="tuned")
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+    assert "tuned: the schedule ucf.tune stored" in k.cin and "split(i, 16)" in k.cin, k.cin
+    B, y = spmv_operands(40)
+    np.testing.assert_allclose(k(A=B, x=y).to_numpy(), B @ y)
+    assert "tuned:" not in k.cin and "# default:" in k.cin, k.cin
