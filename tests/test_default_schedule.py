@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from conftest import rand_dense
 
 import ucf
+from ucf.schedule import model
 from ucf.schedule.model import Stats
 
 SPMV = "y(i) = A(i,j) * x(j)"
@@ -18,9 +19,11 @@ SPMM = "C(i,k) = A(i,j) * B(j,k)"
 
 
 @pytest.fixture(autouse=True)
-def _two_threads():
-    """The model plans for the threads a call gets; make that 2 whatever the machine."""
+def _two_threads(monkeypatch):
+    """The model plans for the threads a call gets; make that 2 whatever the machine, and
+    let the small inputs here have plans of their own."""
     ucf.set_num_threads(2)
+    monkeypatch.setattr(model, "REPLAN_WORK", 0)
     yield
 
 
@@ -186,3 +189,14 @@ def test_statistics_key_buckets_nnz_but_not_extents():
     assert a.key(2) == Stats({"i": 100, "j": 100}, {"A": 1010}).key(2)
     assert a.key(2) != Stats({"i": 101, "j": 100}, {"A": 1000}).key(2)
     assert a.key(2) != a.key(1)
+
+
+def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
+    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
+    rng = np.random.default_rng(13)
+    k = ucf.compile(SPMM, formats={"A": "csr"})
+    before = k.source
+    for rows, n in ((30, 4), (50, 7)):
+        A, B = rand_csr(rng, rows, 20, 3), rng.random((20, n))
+        assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+        assert k.source == before and "too small for a plan of its own" in k.cin, k.cin

@@ -453,6 +453,7 @@ def test_fuzz_default_model_parallel_choices(case):
         mp.setattr(model, "CHUNK_WORK", 2)
         mp.setattr(model, "CHUNKS_PER_THREAD", 1)
         mp.setattr(model, "SKEWED", 0.0)
+        mp.setattr(model, "REPLAN_WORK", 0)
         check(case, "llvm")
 
 

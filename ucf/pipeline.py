@@ -210,7 +210,8 @@ def proposals(
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
     first, each checked against the statement as a user's schedule would be: the
-    ones the checker refuses are left out. The last one is always the plain nest."""
+    ones the checker refuses are left out. The last one is always the plain nest.
+    None when the call is too small for a plan of its own (``REPLAN_WORK``)."""
     front = _Front(expr, formats)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
@@ -219,7 +220,10 @@ def proposals(
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
     if stats is not None and front.blocking is not None:
         stats = Stats(front.blocking.split_extents(stats.extents), stats.nnz, stats.spread)
-    *candidates, last = propose(base, storage, stats, threads)
+    proposed = propose(base, storage, stats, threads)
+    if not proposed:
+        return []
+    *candidates, last = proposed
     kept = []
     for choice in candidates:
         commands = parse_schedule(choice.text)

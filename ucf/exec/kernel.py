@@ -48,6 +48,10 @@ _LOADED: dict[tuple[str, str], _Compiled] = {}
 
 
 _LOAD_LOCK = threading.Lock()
+SMALL = (
+    "default: the plan compiled before any call, since this call's work is too small for a "
+    "plan of its own to pay for its compile (ucf.schedule.model.REPLAN_WORK)"
+)
 #: ``schedule=TUNED`` takes the schedule ``ucf.tune`` stored for the operands' shape class.
 TUNED = "tuned"
 
@@ -214,7 +218,10 @@ class Kernel:
             return None
 
     def _default_kernel(self, st: stats.Stats, threads: int) -> _Built:
-        for choice in pipeline.proposals(self._expr, self.formats, st, threads):
+        choices = pipeline.proposals(self._expr, self.formats, st, threads)
+        if not choices:
+            return _Built(self._static.compiled, (SMALL,))
+        for choice in choices:
             try:
                 return self._compile(choice.text, default=True, why=tuple(choice.why))
             except (ScheduleError, UnsupportedError):

@@ -27,6 +27,9 @@ from ucf.lang.reductions import peel
 CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
+#: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
+#: its own would cost a compile (a tenth of a second) to save microseconds.
+REPLAN_WORK = 1 << 20
 #: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
 #: ... and then in at least this many chunks per thread.
@@ -75,11 +78,14 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     """Schedules to try for ``cin`` (the concretized statement, unscheduled), best
     first. ``storage_order`` is the loop order that follows every operand's storage
     when the output may use a workspace. The last proposal is always the plain
-    loop nest, which every statement has."""
+    loop nest, which every statement has. None at all when the call's work is below
+    ``REPLAN_WORK``: the plan for unknown statistics serves."""
     ws_why: list[str] = []
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
     work = _work(cin, stats)
+    if work is not None and work < REPLAN_WORK:
+        return []
     serial = _serial_reason(threads)
     choices = []
     if serial is None:
@@ -257,7 +263,9 @@ def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None
         return []
     v = order[-1]
     n = stats.extents.get(v, 0)
-    if v == parallel or v in cin.nested_vars or not 1 < n <= MAX_BOUND:
+    # A block's places have a constant extent already, clipped at a partial block; a
+    # bound would run them over the padding.
+    if v == parallel or v in cin.nested_vars or v in cin.blocks or not 1 < n <= MAX_BOUND:
         return []
     for k, a in enumerate(accesses(cin.statement.rhs)):
         fmt = cin.slots[k].format
