@@ -40,7 +40,7 @@ from ucf.format.tensor import Tensor, check_lossless, trusted, value_dtype
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
-from ucf.schedule import Schedule
+from ucf.schedule import Schedule, model
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -218,9 +218,13 @@ class Kernel:
             return None
 
     def _default_kernel(self, st: stats.Stats, threads: int) -> _Built:
-        choices = pipeline.proposals(self._expr, self.formats, st, threads)
-        if not choices:
+        static = self._static.compiled.plan
+        split = st
+        if static.blocking is not None:
+            split = stats.Stats(static.blocking.split_extents(st.extents), st.nnz, st.spread)
+        if not model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
+        choices = pipeline.proposals(self._expr, self.formats, st, threads)
         for choice in choices:
             try:
                 return self._compile(choice.text, default=True, why=tuple(choice.why))

@@ -84,7 +84,7 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
     work = _work(cin, stats)
-    if work is not None and work < REPLAN_WORK:
+    if not pays(cin, stats):
         return []
     serial = _serial_reason(threads)
     choices = []
@@ -109,6 +109,13 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     if workspace:
         choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
     return choices
+
+
+def pays(cin: CIN, stats: Stats | None) -> bool:
+    """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
+    so a kernel asks before anything is concretized."""
+    work = _work(cin, stats)
+    return work is None or work >= REPLAN_WORK
 
 
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
