@@ -211,25 +211,21 @@ def proposals(
     """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
-    None when the call is too small for a plan of its own (``REPLAN_WORK``)."""
+    ``stats`` are over the statement the kernel runs (a blocked variable's block and
+    place loops, see ``Blocking.split_extents``)."""
     front = _Front(expr, formats)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.
     spared = front.concretized(workspace=True)
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
-    if stats is not None and front.blocking is not None:
-        stats = Stats(front.blocking.split_extents(stats.extents), stats.nnz, stats.spread)
-    proposed = propose(base, storage, stats, threads)
-    if not proposed:
-        return []
-    *candidates, last = proposed
+    *candidates, last = propose(base, storage, stats, threads)
     kept = []
     for choice in candidates:
         commands = parse_schedule(choice.text)
-        workspace = any(c.name == "precompute" for c in commands)
+        nest = spared if any(c.name == "precompute" for c in commands) else base
         try:
-            _scheduled(front.concretized(workspace), commands, front.fmts, front.computed)
+            _scheduled(nest, commands, front.fmts, front.computed)
         except (ScheduleError, UnsupportedError):
             continue
         kept.append(choice)

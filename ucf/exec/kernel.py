@@ -224,8 +224,7 @@ class Kernel:
             split = stats.Stats(static.blocking.split_extents(st.extents), st.nnz, st.spread)
         if not model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
-        choices = pipeline.proposals(self._expr, self.formats, st, threads)
-        for choice in choices:
+        for choice in pipeline.proposals(self._expr, self.formats, split, threads):
             try:
                 return self._compile(choice.text, default=True, why=tuple(choice.why))
             except (ScheduleError, UnsupportedError):

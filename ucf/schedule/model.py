@@ -78,14 +78,12 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     """Schedules to try for ``cin`` (the concretized statement, unscheduled), best
     first. ``storage_order`` is the loop order that follows every operand's storage
     when the output may use a workspace. The last proposal is always the plain
-    loop nest, which every statement has. None at all when the call's work is below
-    ``REPLAN_WORK``: the plan for unknown statistics serves."""
+    loop nest, which every statement has. (A call whose work is below
+    ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
     ws_why: list[str] = []
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
     work = _work(cin, stats)
-    if not pays(cin, stats):
-        return []
     serial = _serial_reason(threads)
     choices = []
     if serial is None:
@@ -209,7 +207,7 @@ def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: in
     enough = [v for v in loops if ext.get(v, 0) >= 4 * threads]
     if enough:
         v = enough[0]
-        skipped = [w for w in loops[: loops.index(v)]]
+        skipped = loops[: loops.index(v)]
         note = f" ({', '.join(f'{w} has {ext[w]}' for w in skipped)})" if skipped else ""
         yield (
             v,
