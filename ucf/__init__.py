@@ -122,11 +122,14 @@ def compile(
     formats: dict[str, Any] | None = None,
     schedule: str | None = None,
     target: str = "llvm",
-    dtype: Any = "float64",
+    dtype: Any = None,
     index_dtype: Any = "int32",
     emulate: bool = False,
 ) -> Kernel:
-    """Compile a statement once for operands arriving in ``formats`` (others dense)."""
+    """Compile a statement once for operands arriving in ``formats`` (others dense).
+
+    ``dtype`` is the type the kernel computes and writes its output in; without it,
+    the values the output's format states (``"dense@float32"``), else float64."""
     from ucf.exec.kernel import Kernel
 
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
@@ -157,6 +160,7 @@ def einsum(
     import numpy as np
 
     from ucf.exec.kernel import Kernel
+    from ucf.format.format import parse_format
     from ucf.format.interop import as_tensor
     from ucf.lang import subscripts
     from ucf.lang.ast import accesses
@@ -195,6 +199,8 @@ def einsum(
         fmts.setdefault(name, str(t.format))
     dtypes = [t.dtype for t in tensors.values()]
     dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+    if stmt.lhs.tensor in fmts and parse_format(fmts[stmt.lhs.tensor]).values:
+        dtype = None  # the output's format says what the kernel computes in
     idx = np.int64 if any(t.index_dtype == np.int64 for t in tensors.values()) else np.int32
     kernel = Kernel(expr, fmts, schedule, target, dtype, idx)
     operands.update(tensors)

@@ -147,8 +147,8 @@ def _add_kernel_options(p: argparse.ArgumentParser, schedule: bool = True) -> No
         action="append",
         type=_pair("FMT"),
         metavar="T:FMT",
-        help="storage format of tensor T, e.g. A:csr, A:UC:1,0, B:csf "
-        "(repeatable; tensors without one are dense)",
+        help="storage format of tensor T, e.g. A:csr, A:UC:1,0, B:csf, A:csr@float32 "
+        "(values held as float32; repeatable; tensors without one are dense)",
     )
     if schedule:
         _add_schedule_option(p)
@@ -158,7 +158,13 @@ def _add_kernel_options(p: argparse.ArgumentParser, schedule: bool = True) -> No
         default="llvm",
         help="code generator: llvm (JIT, the default, no C compiler needed), c (needs cc) or cuda",
     )
-    p.add_argument("--dtype", choices=DTYPES, default="float64", help="value type (float64)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="the type the kernel computes and writes in (default: the values the output's "
+        "format states, else float64)",
+    )
     p.add_argument(
         "--index-dtype",
         choices=INDEX_DTYPES,
@@ -175,8 +181,8 @@ def _add_schedule_option(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="SCHED",
         help='scheduling command(s), e.g. "split(i, i0, i1, 32); parallelize(i0, CPUThread, '
-        "NoRaces)\" (repeatable; joined with ';'; see docs/scheduling.md). Without -s the "
-        "outermost loop runs in parallel when that is legal",
+        "NoRaces)\" (repeatable; joined with ';'; see docs/scheduling.md). Without -s a "
+        "cost model chooses per call (docs/scheduling.md, 'The default schedule')",
     )
 
 
@@ -411,10 +417,14 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
     for name in reads:
         if name not in paths:
             raise _UserError(f"no input for {name}; pass -i {name}:FILE")
+    from ucf.pipeline import compute_dtype
+
+    computed = compute_dtype(args.expr, formats, args.dtype)
     operands = {}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
-        operands[name] = t.convert(index_dtype=args.index_dtype, dtype=args.dtype)
+        held = None if t.format.values else computed  # stated values stay as they are
+        operands[name] = t.convert(index_dtype=args.index_dtype, dtype=held)
         formats.setdefault(name, str(t.format))
     return operands
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
@@ -21,6 +23,7 @@ from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
 from ucf.errors import FormatError, OperandError, ScheduleError, ShapeError, UnsupportedError
 from ucf.format.format import Format, parse_format
+from ucf.format.tensor import value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
@@ -190,7 +193,7 @@ class _Front:
             levels = tuple(k.as_output() for k in self.requested.levels)
         except FormatError as e:
             raise FormatError(f"output {out} ('{self.requested}'): {e}") from None
-        self.computed = Format(levels, self.requested.mode_order)
+        self.computed = self.requested.with_structure(levels, self.requested.mode_order)
         self.fmts = fmts
 
     def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
@@ -203,6 +206,34 @@ class _Front:
                 for outer, inner in [b.names[v]]
             }
         return cin
+
+
+def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.dtype:
+    """The type a kernel for ``expr`` computes and writes its output in: ``dtype`` when
+    given, else the values the output's format states (``dense@float32``), else float64.
+
+    Operands whose formats state their values are read in place and widened; one
+    whose values would change on the way (a float into an integer kernel, int64 into
+    int32) is refused here, before anything is compiled."""
+    front = _Front(expr, formats)
+    out, stated = front.stmt.lhs.tensor, front.requested.values
+    if dtype is None:
+        dt = stated.dtype if stated else np.dtype(np.float64)
+    else:
+        dt = value_dtype(dtype)
+        if stated and stated.dtype != dt:
+            raise FormatError(
+                f"output {out} is stored as '{front.requested}' but the kernel's dtype is "
+                f"{dt}; drop one of them (the output holds what the kernel computes)"
+            )
+    for name, fmt in front.fmts.items():
+        if fmt.values and not fmt.values.readable_as(dt):
+            raise FormatError(
+                f"operand {name} is stored as '{fmt}', whose {fmt.values} values a kernel "
+                f"computing in {dt} cannot read without changing them; compute in a wider "
+                "type (dtype=...) or store the operand so"
+            )
+    return dt
 
 
 def proposals(

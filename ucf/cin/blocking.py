@@ -197,4 +197,4 @@ def _split_format(fmt: Format, blocks: tuple[int, ...]) -> Format:
         else:
             kinds.append(kind)
             maps.append(LevelMap(base))
-    return Format(tuple(kinds), tuple(maps))
+    return fmt.with_structure(tuple(kinds), tuple(maps))

@@ -73,7 +73,9 @@ class TacoExport:
                     "dense (U) and compressed (C) levels only"
                 )
         compute = next(f for f in fns if not f.name.endswith("_assemble"))
-        self.vt = IR_TO_C[next(p.type for p in compute.params if p.role[0] == "vals")]
+        # Each tensor's value type: an operand's format may hold narrower values.
+        self.types = {p.role[1]: IR_TO_C[p.type] for p in compute.params if p.role[0] == "vals"}
+        self.vt = self.types[self.out]
         if any(
             p.is_array and p.role[0] in ("pos", "crd") and p.type != "i32"
             for f in fns
@@ -174,7 +176,7 @@ class TacoExport:
                 f"    static const int32_t ucf_order[] = {{{order}}};",
                 f"    static const int ucf_kinds[] = {{{kinds}}};",
                 f"    if (!ucf_taco_matches({c_name(t)}, {fmt.order}, ucf_order, ucf_kinds, "
-                f"(int32_t)sizeof({self.vt}))) return UCF_ERR_ARG;",
+                f"(int32_t)sizeof({self.types[t]}))) return UCF_ERR_ARG;",
                 "  }",
             ]
         for v, expr in self.extents.items():
@@ -195,7 +197,7 @@ class TacoExport:
             elif role[0] == "dim":
                 args.append(f"(int64_t){c_name(role[1])}->dimensions[{role[2]}]")
             elif role[0] == "vals":
-                args.append(f"(const {self.vt}*){c_name(role[1])}->vals")
+                args.append(f"(const {self.types[role[1]]}*){c_name(role[1])}->vals")
             else:
                 slot = 0 if role[0] == "pos" else 1
                 args.append(f"(const int32_t*){c_name(role[1])}->indices[{role[2]}][{slot}]")

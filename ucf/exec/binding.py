@@ -33,9 +33,10 @@ class Binding:
     closed: bool  # the plain indices fix every variable: no extent needs inferring
     lhs: tuple[str, ...]  # the output's index variables
     out_vars: tuple[str, ...]  # the computed output's, in the kernel's (maybe blocked) statement
-    # Each slot once: (slot, its format (the canonical object if dense), dense, whether the
-    # slot is the operand itself rather than a copy in a second format).
-    slots: tuple[tuple[Slot, Format, bool, bool], ...]
+    # Each slot once: (slot, its format's structure (the canonical object if dense), dense,
+    # whether the slot is the operand itself rather than a copy in a second format, and
+    # the dtype its values are held in when its format states one, else None).
+    slots: tuple[tuple[Slot, Format, bool, bool, np.dtype | None], ...]
     dense_output: bool  # the kernel writes a dense output
     params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
 
@@ -62,12 +63,14 @@ def _derive(plan: Plan) -> Binding:
     )
     closed = set(plan.variables) <= {v for v, _, _ in plain}
     lhs = tuple(idx.single_variable for idx in stmt.lhs.indices)
-    slots: dict[str, tuple[Slot, Format, bool, bool]] = {}
+    slots: dict[str, tuple[Slot, Format, bool, bool, np.dtype | None]] = {}
     for slot in plan.cin.slots.values():
         if slot.name not in slots:
-            fmt, own = slot.format, slot.name == slot.tensor
+            fmt, own = slot.format.structure, slot.name == slot.tensor
+            held = slot.format.values.dtype if slot.format.values else None
             dense = dense_format(fmt.order)
-            slots[slot.name] = (slot, dense, True, own) if fmt == dense else (slot, fmt, False, own)
+            fmt, is_dense = (dense, True) if fmt == dense else (fmt, False)
+            slots[slot.name] = (slot, fmt, is_dense, own, held)
     functions = [f for f in (plan.assemble, plan.compute) if f is not None]
     params = {f.name: tuple(_spec(p.role) for p in f.params) for f in functions}
     return Binding(

@@ -36,7 +36,7 @@ from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, check_lossless, trusted, value_dtype
+from ucf.format.tensor import Tensor, check_lossless, trusted
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
@@ -92,7 +92,7 @@ class Kernel:
         formats: dict[str, Any] | None = None,
         schedule: str | Schedule | None = None,
         target: str = "llvm",
-        dtype: Any = "float64",
+        dtype: Any = None,
         index_dtype: Any = "int32",
         emulate: bool = False,
     ):
@@ -102,7 +102,8 @@ class Kernel:
             raise UcfError("emulate=True runs CUDA source on the CPU and needs target='cuda'")
         self.target = target
         self.emulate = emulate
-        self.dtype = value_dtype(dtype)
+        formats = {k: str(v) for k, v in (formats or {}).items()}
+        self.dtype = pipeline.compute_dtype(expr, formats, dtype)
         try:
             idt = np.dtype(index_dtype)
         except TypeError:
@@ -112,7 +113,6 @@ class Kernel:
         self.index_dtype = idt
         vt = ir.NUMPY_TO_IR[str(self.dtype)]
         it = ir.NUMPY_TO_IR[str(idt)]
-        formats = {k: str(v) for k, v in (formats or {}).items()}
         if isinstance(schedule, Schedule):
             schedule = str(schedule)
         self.formats, self.schedule = formats, schedule
@@ -378,21 +378,20 @@ class Kernel:
             bound.check(extents)
         slots: dict[str, Tensor] = {}
         b = binding(plan)
-        for slot, fmt, dense, own in b.slots:
+        for slot, fmt, dense, own, held in b.slots:
             t = given[slot.tensor]
+            held = held or self.dtype
             if (
                 own
-                and t.vals.dtype == self.dtype
-                and same_format(t.format, fmt)
+                and t.vals.dtype == held
+                and same_format(t.format.structure, fmt)
                 and (dense or t.index_dtype == self.index_dtype)
             ):
                 slots[slot.name] = t  # already the kernel's format and dtypes
                 continue
-            check_lossless(t.vals, self.dtype, slot.tensor)
-            self._warn_conversion(slot, t)
-            slots[slot.name] = t.convert(
-                slot.format, index_dtype=self.index_dtype, dtype=self.dtype
-            )
+            check_lossless(t.vals, held, slot.tensor)
+            self._warn_conversion(slot, t, held)
+            slots[slot.name] = t.convert(slot.format, index_dtype=self.index_dtype, dtype=held)
         out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
         if b.dense_output:
@@ -421,7 +420,7 @@ class Kernel:
             result = result.convert(plan.output_format)
         return result
 
-    def _warn_conversion(self, slot: Any, t: Tensor) -> None:
+    def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:
         """Say once per kernel that an operand is converted on every call (no loop
         order follows its format, or its format or index dtype differs from the
         kernel's), or rounded (a narrower value dtype)."""
@@ -429,12 +428,12 @@ class Kernel:
         reasons = []
         if slot.name != slot.tensor:
             reasons.append(f"is read as '{fmt}', since no loop order follows its format")
-        elif t.format != fmt:
+        elif t.format.structure != fmt.structure:
             reasons.append(f"is stored as '{t.format}' but the kernel reads '{fmt}'")
         elif not fmt.is_dense and t.index_dtype != self.index_dtype:
             reasons.append(f"has {t.index_dtype} indices but the kernel reads {self.index_dtype}")
-        if not np.can_cast(t.dtype, self.dtype, "safe"):
-            reasons.append(f"has {t.dtype} values, rounded to the kernel's {self.dtype}")
+        if not np.can_cast(t.dtype, held, "safe"):
+            reasons.append(f"has {t.dtype} values, rounded to the {held} the kernel reads")
         key = (name, *reasons)
         if reasons and key not in self._warned:
             self._warned.add(key)
@@ -564,14 +563,14 @@ class Kernel:
             if (
                 arr.dtype != self.dtype
                 or not arr.flags.c_contiguous
-                or not same_format(fmt, dense_format(arr.ndim))
+                or not same_format(fmt.structure, dense_format(arr.ndim))
             ):
                 raise OperandError(
                     f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
                     f"format '{fmt}'), got {arr.dtype}"
                 )
             t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
-        if not same_format(t.format, fmt) or t.dtype != self.dtype:
+        if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
             raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
         if self._plan.statement.op == "=":
             t.vals[:] = 0

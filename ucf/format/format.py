@@ -10,13 +10,14 @@ permuted format; blocked maps give BCSR as plain levels with no special case
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
 
 import numpy as np
 
 from ucf.errors import FormatError
 from ucf.format.levels import KINDS, LevelKind
+from ucf.format.values import Values, parse_values
 
 ALIASES = {
     "dense": None,  # expands to one U per mode
@@ -72,13 +73,15 @@ class LevelMap:
 
 @dataclass(frozen=True)
 class Format:
-    """An immutable storage format: level kinds outer to inner and what each stores.
+    """An immutable storage format: level kinds outer to inner, what each stores, and
+    how the values are held (``None``: in the type the kernel computes in).
 
     ``maps`` may be given as mode numbers (a mode ordering) or as ``LevelMap``s.
     """
 
     levels: tuple[LevelKind, ...]
     maps: tuple[LevelMap, ...]
+    values: Values | None = None
 
     def __post_init__(self) -> None:
         maps = tuple(m if isinstance(m, LevelMap) else LevelMap(int(m)) for m in self.maps)
@@ -120,6 +123,16 @@ class Format:
             coords[:, m.mode] += col * m.div if m.div != 1 else col
         return coords
 
+    @cached_property
+    def structure(self) -> Format:
+        """The levels and maps alone: two tensors whose formats have one structure share
+        their index arrays whatever their values are."""
+        return replace(self, values=None) if self.values else self
+
+    def with_structure(self, levels: tuple[LevelKind, ...], maps: tuple) -> Format:
+        """Other levels and maps holding the same values (a converted or split format)."""
+        return Format(levels, maps, self.values)
+
     @property
     def letters(self) -> str:
         return "".join(k.letter for k in self.levels)
@@ -144,9 +157,10 @@ class Format:
         return self.mode_order.index(mode)
 
     def __str__(self) -> str:
-        if self.maps == tuple(LevelMap(m) for m in range(len(self.levels))):
-            return self.letters
-        return self.letters + ":" + ",".join(map(str, self.maps))
+        text = self.letters
+        if self.maps != tuple(LevelMap(m) for m in range(len(self.levels))):
+            text += ":" + ",".join(map(str, self.maps))
+        return text + (f"@{self.values}" if self.values else "")
 
     def __repr__(self) -> str:
         return f"Format('{self}')"
@@ -159,11 +173,16 @@ def dense_format(order: int) -> Format:
 
 
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:
-    """Parse ``UC``, ``UC:1,0`` or an alias; ``order`` checks (and sizes aliases)."""
+    """Parse ``UC``, ``UC:1,0`` or an alias, each optionally followed by ``@`` and a
+    value description (``csr@float32``); ``order`` checks (and sizes aliases)."""
     if isinstance(text, Format):
         fmt = text
     else:
-        fmt = _parse(str(text), order, tensor)
+        levels, at, values = str(text).partition("@")
+        fmt = _parse(levels, order, tensor)
+        if at:
+            who = f" for tensor {tensor}" if tensor else ""
+            fmt = replace(fmt, values=parse_values(values, str(text), who))
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
         shown = str(text).strip()

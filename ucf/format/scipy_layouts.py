@@ -17,8 +17,7 @@ from ucf.format.tensor import (
     foreign_type,
     index_dtype_of,
     pack,
-    reject_nonnumeric,
-    value_dtype,
+    stored_dtype,
 )
 
 
@@ -27,7 +26,7 @@ def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
     if len(fmt.maps) != 4 or not (fmt.maps[2].mod and fmt.maps[3].mod):
         return None
     block = (fmt.maps[2].mod, fmt.maps[3].mod)
-    return block if fmt == parse_format("bcsr({}, {})".format(*block)) else None
+    return block if fmt.structure == parse_format("bcsr({}, {})".format(*block)) else None
 
 
 def _scipy_index_dtype(*arrays: np.ndarray) -> np.dtype:
@@ -52,18 +51,14 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     if not sp.issparse(m):
         raise OperandError(f"expected a scipy.sparse matrix or array, got {foreign_type(m)}")
     shape = as_shape(m.shape)
-    if dtype is None:
-        dt = value_dtype(m.dtype)
-    else:
-        reject_nonnumeric(m.dtype)
-        dt = value_dtype(dtype)
     if format is None and m.format == "bsr":
         format = "bcsr({}, {})".format(*m.blocksize)
     if format is None:
         format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
     fmt = parse_format(format, order=len(shape))
+    dt = stored_dtype(fmt, dtype, m.dtype)
     kind = m.format
-    if kind == "bsr" and fmt == parse_format("bcsr({}, {})".format(*m.blocksize)):
+    if kind == "bsr" and fmt.structure == parse_format("bcsr({}, {})".format(*m.blocksize)):
         shared = _shared_bsr(m, fmt, dt, index_dtype)
         if shared is not None:
             return shared
@@ -139,7 +134,7 @@ def from_compressed(
         where, indptr, indices, data, major, minor, index_dtype, "index"
     )
     nnz = len(indices)
-    if canonical and fmt == (CSR if kind == "csr" else CSC):
+    if canonical and fmt.structure == (CSR if kind == "csr" else CSC):
         if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
             raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
         levels = [
@@ -197,7 +192,7 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
         raise FormatError(
             f"only order-2 tensors convert to scipy.sparse; this tensor has order {t.order}"
         )
-    fmt = t.format
+    fmt = t.format.structure
     csr = sp.csr_matrix if matrix else sp.csr_array
     csc = sp.csc_matrix if matrix else sp.csc_array
     if fmt in (CSR, CSC):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,9 @@ from ucf.errors import (
 )
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import Checking, Packing, checks
+from ucf.format.values import VALUES
 
-VALUE_DTYPES: tuple[np.dtype, ...] = tuple(
-    np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32)
-)
+VALUE_DTYPES: tuple[np.dtype, ...] = tuple(v.dtype for v in VALUES.values())
 INDEX_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), np.dtype(np.int64))
 
 FormatLike = str | Format
@@ -70,6 +70,23 @@ def value_dtype(dtype: Any, name: str = "") -> np.dtype:
     return dt
 
 
+def stored_dtype(fmt: Format, dtype: Any, found: Any) -> np.dtype:
+    """The dtype a tensor in ``fmt`` holds when built from values of dtype ``found``
+    with ``dtype`` asked for: the values ``fmt`` states, else ``dtype``, else ``found``.
+    A cast (to a stated or an asked dtype) refuses inputs that are not numbers."""
+    if dtype is None and fmt.values is None:
+        return value_dtype(found)
+    reject_nonnumeric(np.dtype(found))
+    if fmt.values is None:
+        return value_dtype(dtype)
+    if dtype is not None and value_dtype(dtype) != fmt.values.dtype:
+        raise FormatError(
+            f"format '{fmt}' holds {fmt.values} values but dtype={value_dtype(dtype)} was "
+            "asked for; give one of them"
+        )
+    return fmt.values.dtype
+
+
 def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:
     """Refuse to cast operand ``name``'s values to ``dtype`` when that would change
     one: a float with a fraction (or inf, nan) into integers, or an integer out of
@@ -85,8 +102,8 @@ def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:
     if bad.any():
         value = vals[np.flatnonzero(bad)[0]].item()
         raise OperandError(
-            f"operand {name}: value {value!r} ({vals.dtype}) does not fit the kernel's "
-            f"dtype {dtype} without changing it; cast it yourself (astype) or compile "
+            f"operand {name}: value {value!r} ({vals.dtype}) does not fit the {dtype} the "
+            f"kernel reads without changing it; cast it yourself (astype) or compile "
             f"the kernel with dtype='{vals.dtype}'"
         )
 
@@ -279,6 +296,8 @@ class Tensor:
             raise FormatError(f"vals must be 1-D, got shape {vals.shape}")
         if not vals.flags.c_contiguous:
             raise FormatError("vals is not C-contiguous")
+        if fmt.values is not None and vals.dtype != fmt.values.dtype:
+            raise FormatError(f"format '{fmt}' holds {fmt.values} values but vals is {vals.dtype}")
         if len(vals) != count:
             raise FormatError(
                 f"vals has length {len(vals)}, expected one per position of the last level "
@@ -315,7 +334,7 @@ class Tensor:
 
     @classmethod
     def zeros(
-        cls, shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
+        cls, shape: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
     ) -> Tensor:
         return zeros(shape, format, dtype, index_dtype)
 
@@ -428,9 +447,8 @@ class Tensor:
         if dt == self.dtype:
             return self
         levels = [dict(lv) for lv in self.levels]
-        return Tensor(
-            self.shape, self.format, levels, self.vals.astype(dt), self.index_dtype, check=False
-        )
+        fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
+        return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
 
     def convert(self, format: Any = None, index_dtype: Any = None, dtype: Any = None) -> Tensor:
         """Repack in another format, index dtype or value dtype; ``self`` if nothing changes.
@@ -440,11 +458,13 @@ class Tensor:
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
-        dt = self.dtype if dtype is None else value_dtype(dtype)
-        if fmt == self.format:
+        dt = stored_dtype(fmt, dtype, self.dtype)
+        if fmt.structure == self.format.structure:
             out = self.astype(dt)
             if idt == self.index_dtype:
-                return out
+                if out.format == fmt:
+                    return out
+                return Tensor(self.shape, fmt, out.levels, out.vals, idt, check=False)
             levels = []
             dims = fmt.level_dims(self.shape)
             for lvl, lv in enumerate(out.levels):
@@ -460,7 +480,7 @@ class Tensor:
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
         if self.format.is_dense:
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        if self.format in (CSR, CSC) and fmt in (CSR, CSC):
+        if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
             from ucf.format.scipy_layouts import from_scipy
 
@@ -606,11 +626,8 @@ def from_coo(
                 f"{v.shape}"
             )
         v = v.reshape(0)
-    if dtype is None:
-        dt = value_dtype(np.float64 if v.size == 0 and v.dtype == object else v.dtype)
-    else:
-        reject_nonnumeric(v.dtype)
-        dt = value_dtype(dtype)
+    fmt = parse_format("dense" if format is None else format, order=len(shape))
+    dt = stored_dtype(fmt, dtype, np.float64 if v.size == 0 and v.dtype == object else v.dtype)
     # A copy, because packing may hand this buffer to the tensor as its vals.
     v = v.astype(dt, copy=True)
     for m, d in enumerate(shape):
@@ -622,7 +639,6 @@ def from_coo(
                 f"coordinate {int(col[k])} of mode {m} (entry {k}) is out of range for "
                 f"dimension {d}"
             )
-    fmt = parse_format("dense" if format is None else format, order=len(shape))
     idt = index_dtype_of(index_dtype)
     return pack(shape, fmt, fmt.level_coords(c), v, idt)
 
@@ -636,12 +652,8 @@ def from_numpy(
     A dense result may share memory with ``arr`` (like ``np.asarray``).
     """
     a = np.asarray(arr)
-    if dtype is None:
-        dt = value_dtype(a.dtype)
-    else:
-        reject_nonnumeric(a.dtype)
-        dt = value_dtype(dtype)
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
+    dt = stored_dtype(fmt, dtype, a.dtype)
     idt = index_dtype_of(index_dtype)
     if fmt.blocked:
         nz = np.nonzero(a)
@@ -673,14 +685,14 @@ def from_dlpack(obj: Any, format: Any = None, dtype: Any = None, index_dtype: An
 
 
 @boundary
-def zeros(
-    shape: Any, format: Any = None, dtype: Any = np.float64, index_dtype: Any = np.int32
-) -> Tensor:
-    """An all-zero tensor: zero-filled for dense levels, no entries for sparse ones."""
+def zeros(shape: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32) -> Tensor:
+    """An all-zero tensor: zero-filled for dense levels, no entries for sparse ones. The
+    values are float64 unless ``dtype`` or the format's values say otherwise."""
     shape = as_shape(shape)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     lc = np.zeros((0, len(shape)), dtype=np.int64)
-    return pack(shape, fmt, lc, np.zeros(0, dtype=value_dtype(dtype)), index_dtype_of(index_dtype))
+    dt = stored_dtype(fmt, dtype, np.float64)
+    return pack(shape, fmt, lc, np.zeros(0, dtype=dt), index_dtype_of(index_dtype))
 
 
 # --------------------------------------------------------------------------- scipy

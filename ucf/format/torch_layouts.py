@@ -28,11 +28,13 @@ from ucf.format.tensor import (
     from_coo,
     from_numpy,
     index_dtype_of,
+    stored_dtype,
     value_dtype,
 )
+from ucf.format.values import VALUES
 
 #: torch's value dtypes that ucf kernels read, by name (torch.float64 -> "float64").
-VALUE_NAMES = ("float64", "float32", "int64", "int32")
+VALUE_NAMES = tuple(VALUES)
 
 
 def need_torch(feature: str = "this") -> Any:
@@ -61,8 +63,11 @@ def _describe(t: Any) -> str:
     return f"torch.Tensor ({layout}, shape {tuple(t.shape)}, {t.dtype})"
 
 
-def _values(torch: Any, v: Any, dtype: Any, where: str) -> np.ndarray:
-    """A numpy view of torch values (a cast copy when ``dtype`` asks for another)."""
+def _values(torch: Any, v: Any, dtype: Any, where: str, fmt: Format | None) -> np.ndarray:
+    """A numpy view of torch values (a cast copy when ``dtype``, or the values ``fmt``
+    states, ask for another)."""
+    if fmt is not None and fmt.values is not None:
+        dtype = stored_dtype(fmt, dtype, np.float64)
     if dtype is not None:
         dt = value_dtype(dtype)
         if v.is_complex():
@@ -105,7 +110,8 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     t = t.detach().resolve_conj().resolve_neg()
     layout = t.layout
     if layout == torch.strided:
-        a = _values(torch, t, dtype, where)
+        fmt = None if format is None else parse_format(format, order=t.dim())
+        a = _values(torch, t, dtype, where, fmt)
         return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
     if layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr):
         if t.dim() != 2 or t.values().dim() != (3 if layout == torch.sparse_bsr else 1):
@@ -115,12 +121,12 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
             )
     if layout == torch.sparse_csr:
         fmt = parse_format("csr" if format is None else format, order=2)
-        vals = _values(torch, t.values(), dtype, where)
+        vals = _values(torch, t.values(), dtype, where, fmt)
         crow, col = t.crow_indices().numpy(), t.col_indices().numpy()
         return from_compressed(where, "csr", t.shape, crow, col, vals, fmt, vals.dtype, index_dtype)
     if layout == torch.sparse_csc:
         fmt = parse_format("csc" if format is None else format, order=2)
-        vals = _values(torch, t.values(), dtype, where)
+        vals = _values(torch, t.values(), dtype, where, fmt)
         ccol, row = t.ccol_indices().numpy(), t.row_indices().numpy()
         return from_compressed(where, "csc", t.shape, ccol, row, vals, fmt, vals.dtype, index_dtype)
     if layout == torch.sparse_bsr:
@@ -142,10 +148,15 @@ def _from_coo(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
         )
     order = t.dim()
     fmt = parse_format("coo" if format is None else format, order=order)
-    vals = _values(torch, t._values(), dtype, where)
+    vals = _values(torch, t._values(), dtype, where, fmt)
     idx = t._indices().numpy()
     idt = np.dtype(np.int64) if index_dtype is None else index_dtype_of(index_dtype)
-    if t.is_coalesced() and order and fmt == parse_format("coo", order=order) and idt == idx.dtype:
+    if (
+        t.is_coalesced()
+        and order
+        and fmt.structure == parse_format("coo", order=order)
+        and idt == idx.dtype
+    ):
         levels = [{"pos": np.array([0, len(vals)], dtype=idt), "crd": idx[0]}]
         levels += [{"crd": idx[m]} for m in range(1, order)]
         return Tensor(tuple(t.shape), fmt, levels, vals, idt)
@@ -159,7 +170,7 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     rows, cols = int(blocks.shape[1]), int(blocks.shape[2])
     own = _bsr_format(rows, cols)
     fmt = own if format is None else parse_format(format, order=2)
-    vals = _values(torch, blocks, dtype, where)
+    vals = _values(torch, blocks, dtype, where, fmt)
     crow, col = t.crow_indices().numpy(), t.col_indices().numpy()
     grid = (t.shape[0] // rows, t.shape[1] // cols)
     nnzb = checks.positions(f"{where} (crow_indices)", crow, grid[0])
@@ -171,7 +182,7 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
         )
     idt = crow.dtype if index_dtype is None else index_dtype_of(index_dtype)
     sorted_rows = not np.any(checks.same_segment(crow, nnzb) & (col[1:] <= col[:-1]))
-    if sorted_rows and fmt == own and idt == crow.dtype == col.dtype:
+    if sorted_rows and fmt.structure == own and idt == crow.dtype == col.dtype:
         levels = [{}, {"pos": crow, "crd": col}, {}, {}]
         return Tensor(tuple(t.shape), fmt, levels, vals.reshape(-1), idt, check=False)
     block_rows = np.repeat(np.arange(grid[0], dtype=np.int64), np.diff(crow))
@@ -180,7 +191,7 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     r, c = np.broadcast_arrays(r, c)
     coords = np.stack([r.reshape(-1), c.reshape(-1)], axis=1)
     flat = vals.reshape(-1)
-    if fmt != own:  # the zeros that pad blocks are not entries of another format
+    if fmt.structure != own:  # the zeros that pad blocks are not entries of another format
         keep = flat != 0
         coords, flat = coords[keep], flat[keep]
     return from_coo(coords, flat, tuple(t.shape), fmt, None, idt)
@@ -193,7 +204,7 @@ def _bsr_blocks(tensor: Tensor) -> tuple[int, int] | None:
     if len(fmt.maps) != 4 or tensor.order != 2:
         return None
     rows, cols = fmt.maps[2].mod, fmt.maps[3].mod
-    if not (rows and cols) or fmt != _bsr_format(rows, cols):
+    if not (rows and cols) or fmt.structure != _bsr_format(rows, cols):
         return None
     if tensor.shape[0] % rows or tensor.shape[1] % cols:
         return None
@@ -221,6 +232,7 @@ def to_torch(tensor: Tensor) -> Any:
         dense = share(tensor.vals).reshape(fmt.level_dims(tensor.shape))
         return dense.permute(*np.argsort(fmt.mode_order).tolist()) if fmt.order else dense
     size = tensor.shape
+    fmt = fmt.structure
     if fmt in (CSR, CSC):
         lv = tensor.levels[1]
         build = torch.sparse_csr_tensor if fmt == CSR else torch.sparse_csc_tensor

@@ -23,7 +23,8 @@ class ParamsMixin:
         levels = []
         for lvl, kind in enumerate(fmt.levels):
             levels.append({a: Array(f"{name}{lvl}_{a}", self.it, output) for a in kind.arrays})
-        return SlotParams(dims, levels, Array(f"{name}_vals", self.vt, output))
+        held = fmt.values.ir if fmt.values else self.vt  # read in place, widened on load
+        return SlotParams(dims, levels, Array(f"{name}_vals", held, output))
 
     def _params(self, assemble: bool) -> list[Param]:
         params = [

@@ -362,8 +362,9 @@ class Lowerer(
                 return ir.Load(ws.vals, ws.index)
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
-                return ir.Load(op.params.vals, self._dense_index(op.params, op.fmt, coords))
-            value = ir.Load(op.params.vals, st.pos[t.n])
+                index = self._dense_index(op.params, op.fmt, coords)
+                return ir.cast(ir.Load(op.params.vals, index), self.vt)
+            value = ir.cast(ir.Load(op.params.vals, st.pos[t.n]), self.vt)
             alive = st.alive.get(t.n)
             return value if alive is None else ir.Select(alive, value, Const(0, self.vt))
         if isinstance(t, Lit):
