@@ -24,7 +24,8 @@ import numpy as np
 from ucf.errors import OperandError, ShapeError, UcfError, UnsupportedError, boundary
 from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, from_coo, value_dtype
+from ucf.format.tensor import Tensor, from_coo
+from ucf.format.values import value_dtype
 from ucf.lang.ast import Sum, accesses
 from ucf.lang.parser import parse_statement
 

@@ -23,7 +23,7 @@ from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
 from ucf.errors import FormatError, OperandError, ScheduleError, ShapeError, UnsupportedError
 from ucf.format.format import Format, parse_format
-from ucf.format.tensor import value_dtype
+from ucf.format.values import value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses

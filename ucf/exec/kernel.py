@@ -36,7 +36,8 @@ from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, check_lossless, trusted
+from ucf.format.tensor import Tensor, trusted
+from ucf.format.values import check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan

@@ -11,7 +11,8 @@ import numpy as np
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format import torch_layouts
 from ucf.format.scipy_layouts import from_scipy, is_scipy
-from ucf.format.tensor import Tensor, foreign_type, from_dlpack, from_numpy, index_dtype_of
+from ucf.format.tensor import Tensor, foreign_type, from_dlpack, from_numpy
+from ucf.format.values import index_dtype_of
 
 
 @boundary

@@ -10,15 +10,8 @@ import numpy as np
 from ucf.errors import FormatError, OperandError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.tensor import (
-    INDEX_DTYPES,
-    Tensor,
-    as_shape,
-    foreign_type,
-    index_dtype_of,
-    pack,
-    stored_dtype,
-)
+from ucf.format.tensor import Tensor, as_shape, foreign_type, pack
+from ucf.format.values import INDEX_DTYPES, index_dtype_of, stored_dtype
 
 
 def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:

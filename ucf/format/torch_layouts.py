@@ -22,16 +22,8 @@ from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, b
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import from_compressed
-from ucf.format.tensor import (
-    Tensor,
-    foreign_type,
-    from_coo,
-    from_numpy,
-    index_dtype_of,
-    stored_dtype,
-    value_dtype,
-)
-from ucf.format.values import VALUES
+from ucf.format.tensor import Tensor, foreign_type, from_coo, from_numpy
+from ucf.format.values import VALUES, index_dtype_of, stored_dtype, value_dtype
 
 #: torch's value dtypes that ucf kernels read, by name (torch.float64 -> "float64").
 VALUE_NAMES = tuple(VALUES)

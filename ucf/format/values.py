@@ -15,11 +15,15 @@ than a dtype to say how a stored value becomes a number.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ucf.errors import FormatError
+from ucf.errors import FormatError, OperandError
 from ucf.ir.nodes import NUMPY_TO_IR
+
+if TYPE_CHECKING:
+    from ucf.format.format import Format
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,90 @@ def parse_values(text: str, source: str, who: str) -> Values:
             f"{', '.join(VALUES)}"
         )
     return VALUES[name]
+
+
+VALUE_DTYPES: tuple[np.dtype, ...] = tuple(v.dtype for v in VALUES.values())
+INDEX_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def value_dtype(dtype: Any, name: str = "") -> np.dtype:
+    """Normalize a value dtype, rejecting the ones kernels are not generated for.
+
+    Byte-swapped variants are accepted and mapped to native order because
+    files and foreign buffers often carry them while kernels only read native
+    values.
+    """
+    who = f"operand {name}: " if name else ""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise OperandError(f"{who}{dtype!r} is not a numpy dtype") from None
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
+    if dt not in VALUE_DTYPES:
+        raise OperandError(
+            f"{who}value dtype {dt} is not supported; use one of {', '.join(VALUES)}"
+        )
+    return dt
+
+
+def stored_dtype(fmt: Format, dtype: Any, found: Any) -> np.dtype:
+    """The dtype a tensor in ``fmt`` holds when built from values of dtype ``found``
+    with ``dtype`` asked for: the values ``fmt`` states, else ``dtype``, else ``found``.
+    A cast (to a stated or an asked dtype) refuses inputs that are not numbers."""
+    if dtype is None and fmt.values is None:
+        return value_dtype(found)
+    reject_nonnumeric(np.dtype(found))
+    if fmt.values is None:
+        return value_dtype(dtype)
+    if dtype is not None and value_dtype(dtype) != fmt.values.dtype:
+        raise FormatError(
+            f"format '{fmt}' holds {fmt.values} values but dtype={value_dtype(dtype)} was "
+            "asked for; give one of them"
+        )
+    return fmt.values.dtype
+
+
+def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:
+    """Refuse to cast operand ``name``'s values to ``dtype`` when that would change
+    one: a float with a fraction (or inf, nan) into integers, or an integer out of
+    range of a narrower one. Float to float rounds, as numpy's ``same_kind`` allows."""
+    if dtype.kind != "i" or vals.dtype == dtype or vals.size == 0:
+        return
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    if vals.dtype.kind == "f":  # 2.0**63 rounds onto int64's max: compare with max + 1
+        bad = ~np.isfinite(vals) | (vals != np.trunc(vals))
+        bad |= (vals < float(lo)) | (vals >= float(hi) + 1)
+    else:
+        bad = (vals < lo) | (vals > hi)
+    if bad.any():
+        value = vals[np.flatnonzero(bad)[0]].item()
+        raise OperandError(
+            f"operand {name}: value {value!r} ({vals.dtype}) does not fit the {dtype} the "
+            f"kernel reads without changing it; cast it yourself (astype) or compile "
+            f"the kernel with dtype='{vals.dtype}'"
+        )
+
+
+def index_dtype_of(dtype: Any) -> np.dtype:
+    """Normalize an index dtype; ``None`` means int32, which halves index traffic."""
+    if dtype is None:
+        return INDEX_DTYPES[0]
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise FormatError(f"{dtype!r} is not a numpy dtype") from None
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
+    if dt not in INDEX_DTYPES:
+        raise FormatError(f"index dtype {dt} is not supported; use int32 or int64")
+    return dt
+
+
+def reject_nonnumeric(dt: np.dtype, name: str = "") -> None:
+    """Refuse casts that would silently lose information (complex, strings, objects)."""
+    if dt.kind not in "biuf":
+        who = f"operand {name}: " if name else ""
+        raise OperandError(
+            f"{who}value dtype {dt} is not supported; use one of {', '.join(VALUES)}"
+        )
