@@ -17,9 +17,12 @@
 
 #ifdef UCF_CUDA_EMULATION
 #include "ucf_cuda_emu.h"
+typedef _Float16 ucf_half; /* half-precision stored values (csr@float16) */
 #else
 #include <cooperative_groups.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+typedef __half ucf_half;
 #endif
 
 #include <cmath>

@@ -652,6 +652,9 @@ def test_generated_kernels_compile_with_nvcc(sgap_kernels, taco_kernels, arch):
             sources.append(k.source)
     for expr, formats, schedule, _ in DIFFERENTIAL:
         sources.append(ucf.compile(expr, formats=formats, schedule=schedule, target="cuda").source)
+    for held in ("float16", "int8", "uint8"):  # values widened on load (__half on a GPU)
+        fmts = {"A": f"csr@{held}", "B": f"dense@{held}"}
+        sources.append(ucf.compile(SPMM, formats=fmts, target="cuda", dtype="float32").source)
     nvcc_check(_batch(sources), arch)
 
 

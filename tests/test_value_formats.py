@@ -261,3 +261,73 @@ def test_dense_operands_in_float32(target):
     a, b = sparse(rng, (6, 5)), rand_dense(rng, (5, 4)).astype(np.float32)
     k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", {"A": "csr", "B": "dense@float32"})
     np.testing.assert_allclose(k(A=sp.csr_array(a), B=b).to_numpy(), a @ b.astype(np.float64))
+
+
+# ------------------------------------------------------------------ held-only values
+
+
+@pytest.mark.parametrize(
+    ("target", "fmt"),
+    [("llvm", "csr"), ("llvm", "bcsr(8,8)"), pytest.param("c", "csr", marks=needs_cc)]
+    + [pytest.param("c", "bcsr(8,8)", marks=needs_cc), ("cuda", "csr")],
+)
+def test_half_values_sum_in_float32(target, fmt):
+    """The issue's `bcsr(8,8)@float16`: half-precision storage, float32 arithmetic,
+    within float32 rounding of numpy's sum over the same half values."""
+    rng = np.random.default_rng(9)
+    a, b = sparse(rng, (19, 24)), rng.standard_normal((24, 6)).astype(np.float32)
+    held = f"{fmt}@float16"
+    A = ucf.from_numpy(a, format=held)
+    assert A.vals.dtype == np.float16
+    k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", {"A": held}, dtype="float32")
+    got = k(A=A, B=b).to_numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(
+        got, a.astype(np.float16).astype(np.float32) @ b, rtol=2e-6, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("target", [*TARGETS, "cuda"])
+def test_int8_times_uint8_is_exact_in_int32(target):
+    rng = np.random.default_rng(10)
+    w = (rng.integers(-128, 128, size=(16, 40)) * (rng.random((16, 40)) < 0.4)).astype(np.int8)
+    x = rng.integers(0, 256, size=(40, 5)).astype(np.uint8)
+    fmts = {"W": "csr@int8", "X": "dense@uint8"}
+    k = compile_for(target, "Y(i,j) = W(i,k)*X(k,j)", fmts, dtype="int32")
+    got = k(W=ucf.from_numpy(w, format="csr@int8"), X=x).to_numpy()
+    np.testing.assert_array_equal(got, w.astype(np.int32) @ x.astype(np.int32))
+
+
+def test_held_only_values_are_refused_as_a_kernels_type():
+    with pytest.raises(ucf.OperandError, match=r"float16 is a storage type.*csr@float16"):
+        ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr"}, dtype="float16")
+    with pytest.raises(FormatError, match=r"output y .*hold int8 values in operands only"):
+        ucf.compile("y(i) = A(i,j)*x(j)", {"y": "dense@int8"})
+
+
+def test_values_that_do_not_fit_the_held_type_are_refused_per_call():
+    k = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@uint8"}, dtype="int32")
+    with pytest.raises(ucf.OperandError, match=r"operand A: value -3\.0 .*uint8"):
+        k(A=np.array([[1.0, -3.0], [0.0, 2.0]]), x=np.ones(2, dtype=np.int32))
+
+
+def test_einsum_sums_narrow_operands_in_their_compute_type():
+    rng = np.random.default_rng(11)
+    a = rng.integers(-100, 100, size=(5, 7)).astype(np.int8)
+    x = rng.integers(0, 255, size=7).astype(np.uint8)
+    y = ucf.einsum("y(i) = A(i,j)*x(j)", A=sp.csr_array(a), x=x)
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y.to_numpy(), a.astype(np.int32) @ x)
+    h = ucf.einsum("ij,j->i", a.astype(np.float16), np.ones(7, dtype=np.float16))
+    assert h.dtype == np.float32
+    np.testing.assert_allclose(h.to_numpy(), a.astype(np.float32).sum(axis=1))
+
+
+def test_torch_half_tensors_are_held_as_half():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([[0.5, 0.0], [0.0, 1.25]], dtype=torch.float16).to_sparse_csr()
+    A = ucf.from_torch(t)
+    assert A.dtype == np.float16
+    k = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@float16"}, dtype="float32")
+    y = k(A=A, x=np.array([2.0, 4.0], dtype=np.float32)).to_numpy()
+    np.testing.assert_array_equal(y, [1.0, 5.0])

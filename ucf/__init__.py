@@ -162,6 +162,7 @@ def einsum(
     from ucf.exec.kernel import Kernel
     from ucf.format.format import parse_format
     from ucf.format.interop import as_tensor
+    from ucf.format.values import VALUES
     from ucf.lang import subscripts
     from ucf.lang.ast import accesses
     from ucf.lang.parser import parse_statement
@@ -197,10 +198,15 @@ def einsum(
             t = as_tensor(t, format=fmts[name], name=name)
         tensors[name] = t
         fmts.setdefault(name, str(t.format))
-    dtypes = [t.dtype for t in tensors.values()]
+    # Half and 8-bit operands sum in float32 and int32 (VALUES[...].compute), and every
+    # operand whose values differ from the kernel's is read in place, stating them.
+    dtypes = [VALUES[t.dtype.name].compute for t in tensors.values()]
     dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
     if stmt.lhs.tensor in fmts and parse_format(fmts[stmt.lhs.tensor]).values:
         dtype = None  # the output's format says what the kernel computes in
+    for name, t in tensors.items():
+        if t.dtype != dtype and not t.format.values:
+            fmts[name] = f"{t.format}@{t.dtype}"
     idx = np.int64 if any(t.index_dtype == np.int64 for t in tensors.values()) else np.int32
     kernel = Kernel(expr, fmts, schedule, target, dtype, idx)
     operands.update(tensors)

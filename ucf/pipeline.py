@@ -23,7 +23,7 @@ from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
 from ucf.errors import FormatError, OperandError, ScheduleError, ShapeError, UnsupportedError
 from ucf.format.format import Format, parse_format
-from ucf.format.values import value_dtype
+from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
@@ -217,10 +217,21 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
     int32) is refused here, before anything is compiled."""
     front = _Front(expr, formats)
     out, stated = front.stmt.lhs.tensor, front.requested.values
+    if stated and not stated.computes:
+        raise FormatError(
+            f"output {out} is stored as '{front.requested}': kernels hold {stated} values "
+            f"in operands only and write {stated.compute} or wider (state that instead)"
+        )
     if dtype is None:
         dt = stated.dtype if stated else np.dtype(np.float64)
     else:
         dt = value_dtype(dtype)
+        if not VALUES[dt.name].computes:
+            raise OperandError(
+                f"dtype {dt} is a storage type: kernels compute in "
+                f"{', '.join(v.name for v in VALUES.values() if v.computes)}; hold {dt} "
+                f"values in an operand's format instead (e.g. 'csr@{dt}')"
+            )
         if stated and stated.dtype != dt:
             raise FormatError(
                 f"output {out} is stored as '{front.requested}' but the kernel's dtype is "

@@ -27,6 +27,10 @@ from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import IR_TO_C
 from ucf.ir.walk import substitute, with_blocks
 
+#: C types in CUDA: nvcc has no _Float16 in device code, so half values are
+#: ucf_half (ucf_cuda.cuh: __half on a GPU, _Float16 under the emulator).
+CUDA_TYPES = {**IR_TO_C, "f16": "ucf_half"}
+
 #: Names C++ or CUDA reserve beyond C's (the C printer already avoids C's).
 _CXX_RESERVED = {
     "alignas",
@@ -125,7 +129,7 @@ def header(module: Module, guard: str, title: str) -> str:
     ]
     for p in host.params:
         kind = ("out " if p.output else "in  ") + ("device " if p.is_array else "")
-        kind += f"{IR_TO_C[p.type]}[]" if p.is_array else IR_TO_C[p.type]
+        kind += f"{CUDA_TYPES[p.type]}[]" if p.is_array else CUDA_TYPES[p.type]
         lines.append(f" *   {cgen.c_name(p.name):<24} {kind:<22} {p.doc}")
     lines += [
         " */",
@@ -140,7 +144,7 @@ def header(module: Module, guard: str, title: str) -> str:
 
 
 def _param(p: ir.Param, restrict: bool = False) -> str:
-    ctype = IR_TO_C[p.type]
+    ctype = CUDA_TYPES[p.type]
     if not p.is_array:
         return f"{ctype} {cgen.c_name(p.name)}"
     const = "" if p.output else "const "
@@ -230,7 +234,7 @@ class _Device(cgen._Emitter):
             return [f"{pad}ucf_atomic_add({target}, {self.expr(s.value)});"]
         if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
             array, index, value, size = s.args
-            t = IR_TO_C[array.elem]
+            t = CUDA_TYPES[array.elem]
             args = f"{cgen.c_name(array.name)}, {self.expr(index)}, {self.expr(value)}"
             return [f"{pad}{s.name}<{t}, {size.value}>({args});"]
         if isinstance(s, Scope):

@@ -22,14 +22,18 @@ _TYPES = {
     "i64": ll.IntType(64),
     "f32": ll.FloatType(),
     "f64": ll.DoubleType(),
+    "f16": ll.HalfType(),
+    "i8": ll.IntType(8),
+    "u8": ll.IntType(8),  # LLVM's integers have no sign; casts from it zero-extend
 }
+_FLOAT_WIDTH = {"f16": 16, "f32": 32, "f64": 64}
 
 
 def _is_float(ty: str) -> bool:
-    return ty in ir.FLOAT_TYPES
+    return ty in _FLOAT_WIDTH
 
 
-_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
+_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "i8": 1, "u8": 1}
 _I8P = ll.PointerType(ll.IntType(8))
 _I32 = ll.IntType(32)
 
@@ -456,13 +460,15 @@ class _FunctionBuilder:
         if src == dst:
             return x
         t = _TYPES[dst]
+        unsigned = src in ("i1", "u8")
         if _is_float(src) and _is_float(dst):
-            return b.fpext(x, t) if dst == "f64" else b.fptrunc(x, t)
+            widen = _FLOAT_WIDTH[dst] > _FLOAT_WIDTH[src]
+            return b.fpext(x, t) if widen else b.fptrunc(x, t)
         if _is_float(src):
             return b.fptosi(x, t)
         if _is_float(dst):
-            return b.uitofp(x, t) if src == "i1" else b.sitofp(x, t)
-        if src == "i1":
+            return b.uitofp(x, t) if unsigned else b.sitofp(x, t)
+        if unsigned:
             return b.zext(x, t)
         if t.width > _TYPES[src].width:
             return b.sext(x, t)

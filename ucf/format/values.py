@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError
-from ucf.ir.nodes import NUMPY_TO_IR
+from ucf.ir.nodes import NUMPY_TO_IR, STORAGE_TYPES
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -41,6 +41,20 @@ class Values:
     def ir(self) -> str:
         """The LLIR scalar type of one stored value."""
         return NUMPY_TO_IR[self.name]
+
+    @property
+    def computes(self) -> bool:
+        """Whether kernels compute in this type; half and 8-bit values are only held
+        (no CPU does arithmetic in them faster than in the wider type they widen to)."""
+        return self.ir not in STORAGE_TYPES
+
+    @property
+    def compute(self) -> np.dtype:
+        """The narrowest type kernels compute in that holds every value: float16 sums
+        in float32, int8 and uint8 in int32."""
+        if self.computes:
+            return self.dtype
+        return np.dtype(np.float32 if self.dtype.kind == "f" else np.int32)
 
     def readable_as(self, compute: np.dtype) -> bool:
         """Whether a kernel computing in ``compute`` reads these values without changing
@@ -113,7 +127,7 @@ def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:
     """Refuse to cast operand ``name``'s values to ``dtype`` when that would change
     one: a float with a fraction (or inf, nan) into integers, or an integer out of
     range of a narrower one. Float to float rounds, as numpy's ``same_kind`` allows."""
-    if dtype.kind != "i" or vals.dtype == dtype or vals.size == 0:
+    if dtype.kind not in "iu" or vals.dtype == dtype or vals.size == 0:
         return
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     if vals.dtype.kind == "f":  # 2.0**63 rounds onto int64's max: compare with max + 1

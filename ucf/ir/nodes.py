@@ -15,13 +15,27 @@ INT_TYPES = ("i32", "i64")
 I64 = "i64"
 FLOAT_TYPES = ("f32", "f64")
 
-NUMPY_TO_IR = {"float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32"}
+#: Types only arrays hold (a tensor's stored values): a load of one is cast to a
+#: compute type at once, so no arithmetic, constant or variable has them.
+STORAGE_TYPES = ("f16", "i8", "u8")
+NUMPY_TO_IR = {
+    "float64": "f64",
+    "float32": "f32",
+    "int64": "i64",
+    "int32": "i32",
+    "float16": "f16",
+    "int8": "i8",
+    "uint8": "u8",
+}
 IR_TO_C = {
     "i1": "bool",
     "i32": "int32_t",
     "i64": "int64_t",
     "f32": "float",
     "f64": "double",
+    "f16": "_Float16",
+    "i8": "int8_t",
+    "u8": "uint8_t",
 }
 
 
