@@ -38,6 +38,7 @@ class Binding:
     # the dtype its values are held in when its format states one, else None).
     slots: tuple[tuple[Slot, Format, bool, bool, np.dtype | None], ...]
     dense_output: bool  # the kernel writes a dense output
+    out_vals_at: int  # the output's values among the compute function's arguments
     params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
 
 
@@ -80,6 +81,9 @@ def _derive(plan: Plan) -> Binding:
         out_vars=tuple(plan.cin.output_vars),
         slots=tuple(slots.values()),
         dense_output=plan.computed_format.is_dense,
+        out_vals_at=next(
+            k for k, p in enumerate(plan.compute.params) if p.role == ("vals", stmt.lhs.tensor)
+        ),
         params=params,
     )
 

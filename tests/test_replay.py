@@ -1,0 +1,144 @@
+"""A call whose operands are the very objects of the thread's last call replays its
+argument list (ucf.exec.replay): every way an operand can change between calls must
+either be read (in-place updates of the same buffer) or stop the replay."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from ucf.exec import jit
+from ucf.exec import replay as replay_module
+
+STMT = "y(i) = A(i,j) * x(j) + z(i)"
+
+
+@pytest.fixture
+def case():
+    rng = np.random.default_rng(0)
+    m = sp.random(30, 20, density=0.3, format="csr", random_state=1)
+    A = ucf.from_scipy(m)
+    x, z = rng.standard_normal(20), rng.standard_normal(30)
+    k = ucf.compile(STMT, {"A": "csr"})
+    return k, m, A, x, z
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """How many calls were replayed."""
+    count = []
+    run = replay_module.Replay.run
+
+    def counting(self, out):
+        count.append(1)
+        return run(self, out)
+
+    monkeypatch.setattr(replay_module.Replay, "run", counting)
+    return count
+
+
+def test_in_place_updates_are_read_and_outputs_are_fresh(case, replays):
+    k, m, A, x, z = case
+    m0 = m.copy()  # A shares m's arrays
+    first = k(A=A, x=x, z=z).to_numpy()
+    x *= 2.0
+    A.vals[:] += 1.0  # the same buffers, new values
+    second = k(A=A, x=x, z=z).to_numpy()
+    assert len(replays) == 1
+    m2 = m0.copy()
+    m2.data = m2.data + 1.0
+    np.testing.assert_allclose(second, m2 @ x + z)
+    np.testing.assert_allclose(first, m0 @ (x / 2.0) + z)  # not overwritten by the replay
+    assert not np.shares_memory(first, second)
+
+
+def test_other_objects_shapes_or_arrays_are_bound_again(case, replays):
+    k, m, A, x, z = case
+    k(A=A, x=x, z=z)
+    x2 = x.copy() + 1.0
+    np.testing.assert_allclose(k(A=A, x=x2, z=z).to_numpy(), m @ x2 + z)
+    assert replays == []
+    # a tensor holding other arrays (same shape and format)
+    m3 = sp.random(30, 20, density=0.3, format="csr", random_state=2)
+    A3 = ucf.from_scipy(m3)
+    A.levels[1] = A3.levels[1]
+    A.vals = A3.vals
+    np.testing.assert_allclose(k(A=A, x=x2, z=z).to_numpy(), m3 @ x2 + z)
+    assert replays == []
+    # an operand reshaped in place: refused by shape, as a fresh call would be
+    z.shape = (5, 6)
+    with pytest.raises(ucf.ShapeError):
+        k(A=A, x=x2, z=z)
+
+
+def test_a_dead_operands_id_reused_is_not_replayed(case, replays):
+    k, m, A, x, z = case
+    k(A=A, x=x.copy(), z=z)  # the copy dies after the call
+    for _ in range(5):  # new arrays may take the dead one's id
+        x2 = np.full(20, 3.0)
+        np.testing.assert_allclose(k(A=A, x=x2, z=z).to_numpy(), m @ x2 + z)
+    assert replays == []
+
+
+def test_given_output_is_zeroed_or_accumulated(case, replays):
+    k, m, A, x, z = case
+    y = np.full(30, 7.0)
+    k(A=A, x=x, z=z, out=y)
+    k(A=A, x=x, z=z, out=y)
+    assert len(replays) == 1
+    np.testing.assert_allclose(y, m @ x + z)
+    acc = ucf.compile("y(i) += A(i,j) * x(j)", {"A": "csr"})
+    y = np.ones(30)
+    for _ in range(3):
+        acc(A=A, x=x, out=y)
+    np.testing.assert_allclose(y, 1.0 + 3 * (m @ x))
+    assert len(replays) == 3
+
+
+def test_thread_count_change_chooses_again(case, replays):
+    k, m, A, x, z = case
+    old = jit._threads.get("requested")
+    try:
+        ucf.set_num_threads(1)
+        k(A=A, x=x, z=z)
+        ucf.set_num_threads(2)
+        np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+        assert replays == []
+    finally:
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+
+
+def test_threads_replay_their_own_calls(case):
+    k, m, A, x, z = case
+    xs = [np.full(20, float(t + 1)) for t in range(4)]
+    results: dict[int, list] = {}
+
+    def work(t):
+        results[t] = [k(A=A, x=xs[t], z=z).to_numpy() for _ in range(50)]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t in range(4):
+        for y in results[t]:
+            np.testing.assert_allclose(y, m @ xs[t] + z)
+
+
+def test_sparse_outputs_and_converted_operands_are_not_replayed(replays):
+    m = sp.random(10, 10, density=0.3, format="csr", random_state=3)
+    add = ucf.compile("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"})
+    for _ in range(2):
+        np.testing.assert_allclose(add(A=m, B=m).to_numpy(), (m + m).toarray())
+    spmv = ucf.compile("y(i) = A(i,j) * x(j)", {"A": "csr"})
+    x = np.ones(10, dtype=np.float32)  # converted to float64 every call
+    for _ in range(2):
+        np.testing.assert_allclose(spmv(A=m, x=x).to_numpy(), m @ x)
+    assert replays == []

@@ -1,0 +1,146 @@
+"""Replaying a kernel call whose operands are the very objects of the last one.
+
+Iterative code calls a kernel in a loop with the same arrays, updated in place
+(a solver's vectors, a layer's weights): checking names and orders, finding
+extents, measuring statistics, choosing a plan and building the argument
+list then repeat work whose answer cannot have changed, and cost tens of
+microseconds against a kernel of a few. A call that bound every operand as it
+is (no conversion) and writes a dense output is remembered per thread; the
+next call replays its argument list when each operand is the same object with
+the same shape, strides and dtype (a numpy array), or holds the same arrays in
+the same format (a ``ucf.Tensor``), and the thread count is unchanged.
+
+Addresses stay valid because the remembered arrays are held by weak reference
+and checked for identity: numpy refuses ``resize`` on an array with a weak
+reference, and a changed shape or stride is seen by the check.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ucf.format.tensor import Tensor, trusted
+
+
+def _arrays(t: Tensor) -> list[np.ndarray]:
+    return [t.vals, *(a for level in t.levels for a in level.values())]
+
+
+class _Probe:
+    """What identifies one operand (or the given output) for a replay."""
+
+    __slots__ = ("name", "ref", "shape", "strides", "dtype", "refs", "format")
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.shape = value.shape
+        if isinstance(value, np.ndarray):
+            self.ref, self.strides, self.dtype = weakref.ref(value), value.strides, value.dtype
+            self.refs, self.format = (), None
+        else:
+            self.ref, self.strides, self.dtype = None, None, value.index_dtype
+            self.refs = tuple(weakref.ref(a) for a in _arrays(value))
+            self.format = value.format
+
+    def same(self, value: Any) -> bool:
+        if self.ref is not None:
+            return (
+                self.ref() is value
+                and value.shape == self.shape
+                and value.strides == self.strides
+                and (value.dtype is self.dtype or value.dtype == self.dtype)
+            )
+        if not isinstance(value, Tensor) or value.shape != self.shape:
+            return False
+        arrays = _arrays(value)
+        return (
+            value.format is self.format
+            and value.index_dtype == self.dtype
+            and len(arrays) == len(self.refs)
+            and all(r() is a for r, a in zip(self.refs, arrays, strict=True))
+        )
+
+
+class Replay:
+    """A dense-output call's argument list, with the output's address left open."""
+
+    __slots__ = (
+        "probes",
+        "out_probe",
+        "args",
+        "out_at",
+        "fn",
+        "threads",
+        "built",
+        "zero",
+        "shape",
+        "format",
+        "size",
+        "dtype",
+    )
+
+    def __init__(
+        self,
+        operands: dict[str, Any],
+        out: np.ndarray | None,
+        call: tuple[Any, list[Any], int],
+        threads: int,
+        built: Any,
+        result: Tensor,
+        zero: bool,
+    ) -> None:
+        """``call`` is the compiled function, its arguments and the output's index in
+        them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay)."""
+        self.probes = tuple(_Probe(n, v) for n, v in operands.items())
+        self.out_probe = None if out is None else _Probe("out", out)
+        self.fn, self.args, self.out_at = call
+        self.threads, self.built, self.zero = threads, built, zero
+        self.shape, self.format = result.shape, result.format
+        self.size, self.dtype = result.vals.size, result.vals.dtype
+
+    def matches(self, operands: dict[str, Any], out: Any, threads: int) -> bool:
+        """Whether a call with these operands and output, at ``threads``, binds exactly
+        as the remembered one did."""
+        if threads != self.threads or len(operands) != len(self.probes):
+            return False
+        if out is None:
+            if self.out_probe is not None:
+                return False
+        elif self.out_probe is None or not self.out_probe.same(out):
+            return False
+        for p in self.probes:
+            value = operands.get(p.name)
+            if value is None or not p.same(value):
+                return False
+        return True
+
+    def run(self, out: np.ndarray | None) -> Tensor:
+        """Call the function again, into ``out`` or into a new zeroed output."""
+        if out is None:
+            vals = np.zeros(self.size, dtype=self.dtype)
+        else:
+            vals = out.reshape(-1)
+            if self.zero:
+                vals.fill(0)
+        args = self.args
+        args[self.out_at] = vals.ctypes.data
+        self.fn(*args)
+        return trusted(self.shape, self.format, [{} for _ in self.shape], vals)
+
+
+def replayable(operands: dict[str, Any], given: dict[str, Tensor], slots: dict[str, Any]) -> bool:
+    """Whether every operand reached the kernel as it is: a numpy array wrapped without
+    a copy, or a Tensor bound without conversion."""
+    for name, value in operands.items():
+        t = given[name]
+        if slots.get(name) is not t:
+            return False
+        if isinstance(value, np.ndarray):
+            if value.ndim == 0 or not (t.vals is value or t.vals.base is value):
+                return False
+        elif value is not t:
+            return False
+    return True
