@@ -23,6 +23,7 @@ below it (``Format.unique``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,6 +57,8 @@ class Packing:
 
     ``parent[e]`` is the position of entry ``e`` at the level above and ``first``
     the entries that start a position there (for branchless levels below).
+    ``where(l)`` names level ``l`` in messages and ``owner(l, e)`` the parent of entry
+    ``e`` at level ``l`` (``row 3, group 2 (columns 8..11)``).
     """
 
     lc: np.ndarray
@@ -64,6 +67,8 @@ class Packing:
     parent: np.ndarray
     count: int = 1
     first: np.ndarray | None = None
+    where: Callable[[int], str] = lambda lvl: f"level {lvl}"
+    owner: Callable[[int, int], str] = lambda lvl, e: f"the parent of entry {e}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,19 @@ class LevelKind:
     ordered: bool = True
     branchless: bool = False
     compact: bool = True
+
+    #: What a number after the kind's letter in format strings sets (``F4``: the
+    #: width), or None for a kind that takes none.
+    parameter: ClassVar[str | None] = None
+
+    def with_parameter(self, value: int) -> LevelKind:
+        """This kind with its parameter set to ``value`` (``F4``: width 4)."""
+        raise FormatError(f"a {self.name} level ({self.letter}) takes no number after its letter")
+
+    @property
+    def spelling(self) -> str:
+        """How format strings write this level: its letter, then any parameter."""
+        return self.letter
 
     # ----------------------------------------------------------- iteration (LLIR)
     def bounds(
