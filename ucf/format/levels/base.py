@@ -183,6 +183,12 @@ class LevelKind:
         then the place in it (``unique``: whether this level is)."""
         return self, self
 
+    def reordered(self) -> LevelKind:
+        """The kind this level has once its tensor is converted to another mode order
+        (a kernel whose loops cannot follow the stored one): the same, unless what the
+        kind promises holds for the stored order only."""
+        return self
+
     def as_output(self) -> LevelKind:
         """The kind that computes this level of an output."""
         if self.output is None:

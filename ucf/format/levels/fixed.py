@@ -55,6 +55,12 @@ class FixedWidth(LevelKind):
 
         return (COMPRESSED, COMPRESSED) if unique else (COMPRESSED, SINGLETON)
 
+    def reordered(self):
+        """In another mode order, a segment holds any number of coordinates."""
+        from ucf.format.levels.compressed import COMPRESSED
+
+        return COMPRESSED
+
     def as_output(self):
         raise FormatError(
             f"a {self.name} level cannot be an output level (which {self.width} coordinates "
