@@ -5,12 +5,13 @@ emulated cuda targets, checked against numpy."""
 
 from __future__ import annotations
 
+import ctypes
 import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TARGETS, rand_dense, stored_coords
+from conftest import TARGETS, needs_cc, rand_dense, stored_coords
 
 import ucf
 from ucf.errors import ConversionWarning
@@ -309,3 +310,26 @@ def test_emulated_cuda_every_case(fmt, shape, fill):
     test_spmv_spmm_and_the_transpose("cuda", fmt, shape, fill)
     if fill == "random":  # cuda computes dense outputs only
         test_sddmm("cuda", fmt, shape, fill, "dense")
+
+
+@needs_cc
+def test_the_exported_check_walks_fixed_width_segments(tmp_path):
+    """``NAME_check`` of a saved ELL kernel: good arrays pass, a coordinate out of range
+    and a segment out of order are refused with ucf.h's codes."""
+    k = ucf.compile("y(i) = A(i,j)*x(j)", formats={"A": "ell(2)"}, target="c")
+    (lib,) = [p for p in k.save(tmp_path / "ell", lib="shared") if p.suffix == ".so"]
+    check = ctypes.CDLL(str(lib)).ell_check
+    check.restype = ctypes.c_int
+    x, vals = np.zeros(5), np.zeros(6)
+    msg = ctypes.create_string_buffer(200)
+
+    def run(crd):
+        crd = np.asarray(crd, dtype=np.int32)
+        ptr = ctypes.c_void_p
+        args = [3, 5, 3, 5, crd.ctypes.data, vals.ctypes.data, 5, x.ctypes.data]
+        types = [ctypes.c_int64] * 4 + [ptr, ptr, ctypes.c_int64, ptr]
+        return check(*[t(a) for t, a in zip(types, args, strict=True)], msg, len(msg))
+
+    assert run([0, 2, 1, 3, 0, 4]) == 0
+    assert run([0, 2, 1, 5, 0, 4]) != 0 and b"outside [0, 5)" in msg.value
+    assert run([0, 2, 3, 1, 0, 4]) != 0 and b"segment of parent 1" in msg.value

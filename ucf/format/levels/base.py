@@ -93,6 +93,12 @@ class LevelKind:
         raise FormatError(f"a {self.name} level ({self.letter}) takes no number after its letter")
 
     @property
+    def segment_width(self) -> int | None:
+        """How many positions every parent position owns, when the format fixes it
+        (a fixed-width level's width): a checker then walks segments without ``pos``."""
+        return None
+
+    @property
     def spelling(self) -> str:
         """How format strings write this level: its letter, then any parameter."""
         return self.letter

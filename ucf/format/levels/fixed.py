@@ -43,6 +43,10 @@ class FixedWidth(LevelKind):
         return replace(self, width=value, name=f"fixed-width {value}")
 
     @property
+    def segment_width(self) -> int:
+        return self.width
+
+    @property
     def spelling(self) -> str:
         return f"{self.letter}{self.width}"
 
