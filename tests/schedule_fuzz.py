@@ -121,6 +121,8 @@ EXTENTS = (3, 1, 2, 4, 5, 6, 7, 9, 17)
 #: Now and then a case is large enough that parallel loops really overlap.
 LARGE_EXTENTS = (24, 40, 64)
 DENSITIES = (0.3, 0.0, 0.6, 1.0)
+#: How often an operand's last level is fixed-width (ELL-like, ``F<w>``).
+FIXED_WIDTH = 0.15
 FACTORS = (2, 3, 4, 1, 7, 8, 16)
 STRATEGIES = ("NoRaces", "Atomics", "Temporary", "ParallelReduction", "IgnoreRaces")
 #: Vector lanes cannot add atomically, a refusal tests/test_scheduling.py covers.
@@ -228,29 +230,51 @@ def draw_case(d: Draw, targets: Sequence[str], kernels: Sequence[str] = tuple(KE
     densities: dict[str, float] = {}
     for op, idx in kernel.operands.items():
         if op in kernel.sparse or d.boolean(0.2):
-            formats[op] = draw_format(d, len(idx))
+            formats[op] = draw_format(d, len(idx), operand=True)
             densities[op] = d.choice(DENSITIES)
     out, out_idx = kernel.output
     if kernel.sparse_output and d.boolean(kernel.sparse_output):
         formats[out] = draw_format(d, len(out_idx))
     sizes = LARGE_EXTENTS if d.boolean(0.1) else EXTENTS
     extents = {v: d.choice(sizes) for v in kernel.variables}
+    for op, text in formats.items():
+        letters, _, modes = text.partition(":")
+        if letters.endswith("F"):  # a width up to the extent of the mode it stores
+            last = kernel.operands[op][int(modes.split(",")[-1])]
+            formats[op] = f"{letters}{d.integer(1, extents[last])}:{modes}"
     target = d.choice(targets)
     seed = d.integer(0, 2**16)
     schedule, races = draw_schedule(d, kernel, formats, extents)
     return Case(name, formats, schedule, target, extents, densities, seed, races)
 
 
-def draw_format(d: Draw, order: int) -> str:
-    """An alias, or level letters (U, C, and S below C or S) with a mode ordering."""
+def draw_format(d: Draw, order: int, operand: bool = False) -> str:
+    """An alias, or level letters (U, C, and S below C or S) with a mode ordering; an
+    operand's last level may be fixed-width (``F``, its width drawn with the extents)."""
     if ALIASES[order] and d.boolean(0.4):
         return d.choice(ALIASES[order])
     letters = ""
     for lvl in range(order):
         kinds = "CUS" if lvl and letters[-1] in "CS" else "CU"
         letters += d.choice(kinds)
+    if operand and d.boolean(FIXED_WIDTH):
+        letters = letters[:-1] + "F"
     modes = permutation(d, list(range(order)))
     return f"{letters}:{','.join(map(str, modes))}"
+
+
+def fit_width(a: np.ndarray, text: str) -> np.ndarray:
+    """``a`` with each segment of a last, fixed-width level cut to its first w nonzeros."""
+    import ucf
+
+    fmt = ucf.parse_format(text, order=a.ndim)
+    width = getattr(fmt.levels[-1], "width", 0) if fmt.levels else 0
+    if not width:
+        return a
+    t = np.transpose(a, fmt.mode_order).copy()
+    rows = t.reshape(-1, t.shape[-1])
+    rows[np.cumsum(rows != 0, axis=1) > width] = 0
+    return np.ascontiguousarray(np.transpose(t, np.argsort(fmt.mode_order)))
 
 
 def permutation(d: Draw, items: list) -> list:
@@ -487,7 +511,8 @@ def case_arrays(case: Case) -> dict[str, np.ndarray]:
     for op, idx in KERNELS[case.kernel].operands.items():
         shape = tuple(case.extents[v] for v in idx)
         if op in case.densities:
-            arrays[op] = rand_sparse(rng, shape, case.densities[op], empty_rows=0)
+            a = rand_sparse(rng, shape, case.densities[op], empty_rows=0)
+            arrays[op] = fit_width(a, case.formats[op])
         else:
             arrays[op] = rand_dense(rng, shape)
     return arrays

@@ -121,7 +121,7 @@ def test_block_aliases_name_the_level_maps():
     assert parse_format(" BCSR( 2 , 3 ) ") == parse_format("bcsr(2,3)")
     assert str(parse_format("bcsc(2,3)")) == "UCUU:1/3,0/2,0%2,1%3"
     assert str(parse_format("bdcsr(4,4)")) == "CCUU:0/4,1/4,0%4,1%4"
-    with pytest.raises(ucf.FormatError, match="unknown blocked format 'bsr'"):
+    with pytest.raises(ucf.FormatError, match="unknown format .bsr."):
         parse_format("bsr(2,2)")
     with pytest.raises(ucf.FormatError, match="must be positive"):
         parse_format("bcsr(0,2)")

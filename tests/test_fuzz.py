@@ -155,9 +155,11 @@ def add_sum(draw, tree, accesses, out_vars):
     return rebuild(tree)
 
 
-def random_format(draw, order: int, blocks: tuple[int, ...] = ()) -> str:
+def random_format(draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = False) -> str:
     """U/C levels in a random mode order; a mode with a block size in ``blocks`` may be
-    stored in blocks (its block among the outer levels, its place among the inner)."""
+    stored in blocks (its block among the outer levels, its place among the inner).
+    ``fixed``: the last level may be fixed-width, written ``F`` until the data gives
+    its width (:func:`fixed_width`)."""
     if order == 0:
         return ""
     perm = draw(st.permutations(range(order)))
@@ -165,7 +167,20 @@ def random_format(draw, order: int, blocks: tuple[int, ...] = ()) -> str:
     maps = [f"{m}/{blocks[m]}" if m in blocked else str(m) for m in perm]
     maps += [f"{m}%{blocks[m]}" for m in blocked]
     letters = "".join(draw(st.sampled_from("UC")) for _ in maps)
+    if fixed and draw(st.integers(0, 4)) == 0:
+        letters = letters[:-1] + "F"
     return f"{letters}:{','.join(maps)}"
+
+
+def fixed_width(fmt: str, array: np.ndarray) -> str:
+    """``fmt`` with the width of its last, fixed-width level (``F``) set to the most
+    entries any of its segments holds in ``array`` (so the others are padded)."""
+    letters, _, maps = fmt.partition(":")
+    if not letters.endswith("F"):
+        return fmt
+    counted = ucf.from_numpy(array, format=f"{letters[:-1]}C:{maps}").levels[-1]["pos"]
+    width = max(1, int(np.diff(counted).max(initial=0)))
+    return f"{letters[:-1]}F{width}:{maps}"
 
 
 @st.composite
@@ -191,7 +206,7 @@ def cases(draw, sparse_output=True, functions=True):
     # Block sizes per variable (tensors that store a variable in blocks agree on it).
     block = {v: draw(st.sampled_from([0, 0, 1, 2, 3])) for v in used}
     formats = {
-        n: random_format(draw, len(accesses[n]), tuple(block[v] for v in accesses[n]))
+        n: random_format(draw, len(accesses[n]), tuple(block[v] for v in accesses[n]), True)
         for n in names
     }
     seed = draw(st.integers(0, 2**32 - 1))
@@ -201,6 +216,7 @@ def cases(draw, sparse_output=True, functions=True):
         n: rand_sparse(rng, tuple(extents[v] for v in accesses[n]), density, empty_rows=0, high=4)
         for n in names
     }
+    formats = {n: fixed_width(f, arrays[n]) for n, f in formats.items()}
     out_format = None
     if sparse_output and out_vars and draw(st.booleans()):
         out_format = random_format(draw, len(out_vars), tuple(block[v] for v in out_vars))

@@ -181,6 +181,11 @@ class _Front:
             n: parse_format(formats.get(n, "dense"), order=k, tensor=n)
             for n, k in self.orders.items()
         }
+        for lvl, kind in enumerate(fmts[out].levels):
+            try:
+                kind.as_output()
+            except FormatError as e:
+                raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
@@ -189,10 +194,7 @@ class _Front:
         self.requested = fmts.pop(out)
         # Levels that cannot be written as outputs (singleton) are computed in the kind they
         # name (compressed), and the result is converted after.
-        try:
-            levels = tuple(k.as_output() for k in self.requested.levels)
-        except FormatError as e:
-            raise FormatError(f"output {out} ('{self.requested}'): {e}") from None
+        levels = tuple(k.as_output() for k in self.requested.levels)
         self.computed = self.requested.with_structure(levels, self.requested.mode_order)
         self.fmts = fmts
 

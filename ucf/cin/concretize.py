@@ -178,7 +178,7 @@ def concretize(
         fmt = formats[a.tensor]
         if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
             modes = sorted(range(len(a.indices)), key=lambda m: pos[a.indices[m].base(pos)])
-            new = fmt.with_structure(fmt.levels, tuple(modes))
+            new = fmt.with_structure(tuple(k.reordered() for k in fmt.levels), tuple(modes))
             if _violations(_level_sets(a, new), pos, strict=True):
                 raise UnsupportedError(
                     f"access {a}: two levels of sparse operand {a.tensor} would be resolved at "

@@ -123,6 +123,10 @@ def _levels(slot: str, tensor: str, fmt: Format, by_role: dict) -> list[str]:
                 run, run_pos, run_parents = [(lvl, crd)], pos, f"{slot}_p{lvl}"
                 lines.append(f"    const int64_t {run_parents} = parents;")
             lines.append(f"    parents = (int64_t){pos}[parents];")
+        elif kind.arrays == ("crd",) and kind.segment_width:
+            w = kind.segment_width
+            lines += _fixed(where, by_role[("crd", slot, lvl)], dim, w, kind.ordered)
+            lines.append(f"    parents *= {w};")
         elif kind.branchless and kind.arrays == ("crd",):
             crd = by_role[("crd", slot, lvl)]
             lines += [
@@ -176,6 +180,22 @@ def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique:
             depth=4,
         )
     return [*lines, "      }", "    }"]
+
+
+def _fixed(where: str, crd: str, dim: str, w: int, ordered: bool) -> list[str]:
+    """Each parent's ``w`` coordinates: in range, and increasing when the level is ordered
+    (a fixed-width level is unique)."""
+    lines = [f"    for (int64_t q = 0; q < parents * {w}; q++) {{", *_in_range(where, crd, dim, 3)]
+    if ordered:
+        lines += _fail_if(
+            f"q % {w} != 0 && {crd}[q] <= {crd}[q - 1]",
+            "UCF_ERR_CRD_ORDER",
+            f"{where}: crd not increasing in the segment of parent %lld: %lld after %lld at "
+            "position %lld",
+            [f"q / {w}", f"{crd}[q]", f"{crd}[q - 1]", "q"],
+            depth=3,
+        )
+    return [*lines, "    }"]
 
 
 def _in_range(where: str, crd: str, dim: str, depth: int) -> list[str]:

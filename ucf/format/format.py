@@ -36,7 +36,17 @@ BLOCK_ALIASES = {
     "bcsc": "UCUU:1/{w},0/{h},0%{h},1%{w}",
     "bdcsr": "CCUU:0/{h},1/{w},0%{h},1%{w}",
 }
-_BLOCK_ALIAS = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*")
+#: Fixed-width formats by name (see ``ucf.format.levels.fixed``), each its parameter
+#: names and its levels: every mode dense but the last. ``ell(w)`` keeps w coordinates
+#: of the last mode per row (ELL); ``nm(n, m)`` cuts the last mode into groups of m and
+#: keeps n places of each (N:M sparsity, 2:4 is ``nm(2,4)``). ``{u}`` stands for the
+#: dense levels, ``{modes}`` for their maps and ``{last}`` for the last mode.
+WIDTH_ALIASES = {
+    "ell": (("w",), "{u}F{w}"),
+    "nm": (("n", "m"), "{u}UF{n}:{modes}{last}/{m},{last}%{m}"),
+}
+_NAMED = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)\s*")
+_LEVEL = re.compile(r"(.)(\d*)")
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ class Format:
 
     @property
     def letters(self) -> str:
-        return "".join(k.letter for k in self.levels)
+        return "".join(k.spelling for k in self.levels)
 
     @property
     def is_dense(self) -> bool:
@@ -198,17 +208,9 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
 def _parse(text: str, order: int | None, tensor: str) -> Format:
     who = f" for tensor {tensor}" if tensor else ""
     src = text.strip()
-    block = _BLOCK_ALIAS.fullmatch(src)
-    if block is not None:
-        name, h, w = block.group(1).lower(), int(block.group(2)), int(block.group(3))
-        if name not in BLOCK_ALIASES:
-            raise FormatError(
-                f"bad format '{text}'{who}: unknown blocked format '{name}' (one of "
-                f"{', '.join(f'{n}(bh, bw)' for n in BLOCK_ALIASES)})"
-            )
-        if h < 1 or w < 1:
-            raise FormatError(f"bad format '{text}'{who}: block sizes must be positive")
-        src = BLOCK_ALIASES[name].format(h=h, w=w)
+    named = _NAMED.fullmatch(src)
+    if named is not None:
+        src = _named(named.group(1).lower(), named.group(2), order, text, who)
     alias = src.lower()
     if alias in ALIASES and not _letters_fit_better(alias, src, order):
         if ALIASES[alias] is not None:
@@ -223,23 +225,78 @@ def _parse(text: str, order: int | None, tensor: str) -> Format:
     letters = letters.strip().upper()
     if not letters and order == 0 and not modes:
         return Format((), ())
-    bad = [c for c in letters if c not in KINDS]
-    if not letters or bad:
-        shown = bad[0] if bad else "(empty)"
-        raise FormatError(
-            f"bad format '{text}'{who}: level kind {shown!r} is not one of "
-            f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
-        )
+    kinds = _kinds(letters, text, who)
     if modes.strip():
         maps = tuple(_level_map(item, text, who) for item in modes.split(","))
     else:
-        maps = tuple(LevelMap(m) for m in range(len(letters)))
-    if len(maps) != len(letters):
+        maps = tuple(LevelMap(m) for m in range(len(kinds)))
+    if len(maps) != len(kinds):
         raise FormatError(
-            f"bad format '{text}'{who}: {len(letters)} levels but {len(maps)} entries after ':'"
+            f"bad format '{text}'{who}: {len(kinds)} levels but {len(maps)} entries after ':'"
         )
     _check_maps(maps, text, who)
-    return Format(tuple(KINDS[c] for c in letters), maps)
+    return Format(kinds, maps)
+
+
+def _named(name: str, args: str, order: int | None, text: str, who: str) -> str:
+    """The levels behind ``bcsr(2,3)``, ``ell(4)`` or ``nm(2,4)`` (for a tensor of ``order``)."""
+    values = [int(a) for a in args.split(",")]
+    if name in BLOCK_ALIASES and len(values) == 2:
+        if min(values) < 1:
+            raise FormatError(f"bad format '{text}'{who}: block sizes must be positive")
+        return BLOCK_ALIASES[name].format(h=values[0], w=values[1])
+    params, levels = WIDTH_ALIASES.get(name, ((), ""))
+    if not params or len(values) != len(params):
+        known = [f"{n}(bh, bw)" for n in BLOCK_ALIASES]
+        known += [f"{n}({', '.join(p)})" for n, (p, _) in WIDTH_ALIASES.items()]
+        raise FormatError(
+            f"bad format '{text}'{who}: unknown format '{name}' with {len(values)} "
+            f"parameter(s) (one of {', '.join(known)})"
+        )
+    given = dict(zip(params, values, strict=True))
+    if min(values) < 1:
+        raise FormatError(f"bad format '{text}'{who}: {', '.join(params)} must be positive")
+    if given.get("n", 0) > given.get("m", 1):
+        raise FormatError(
+            f"bad format '{text}'{who}: n = {given['n']} nonzeros cannot exceed the group "
+            f"size m = {given['m']}"
+        )
+    n = 2 if order is None else order
+    if n < 1:
+        raise FormatError(f"bad format '{text}'{who}: '{name}' needs a tensor of order 1 or more")
+    modes = "".join(f"{m}," for m in range(n - 1))
+    return levels.format(u="U" * (n - 1), modes=modes, last=n - 1, **given)
+
+
+def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
+    """The level kinds ``letters`` spells, each a letter with any number it takes (``UF4``)."""
+    kinds = []
+    for token in _LEVEL.finditer(letters):
+        letter, number = token.groups()
+        if letter not in KINDS:
+            raise FormatError(
+                f"bad format '{text}'{who}: level kind {letter!r} is not one of "
+                f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)}, or "
+                f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
+            )
+        kind = KINDS[letter]
+        if number:
+            try:
+                kind = kind.with_parameter(int(number))
+            except FormatError as e:
+                raise FormatError(f"bad format '{text}'{who}: {e}") from None
+        elif kind.parameter is not None:
+            raise FormatError(
+                f"bad format '{text}'{who}: level kind {letter!r} ({kind.name}) takes its "
+                f"{kind.parameter} after the letter, e.g. '{letter}4'"
+            )
+        kinds.append(kind)
+    if not kinds:
+        raise FormatError(
+            f"bad format '{text}'{who}: level kind '(empty)' is not one of "
+            f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
+        )
+    return tuple(kinds)
 
 
 _MAP = re.compile(r"\s*(\d+)\s*(?:/\s*(\d+))?\s*(?:%\s*(\d+))?\s*")

@@ -79,6 +79,25 @@ def _where(fmt: Format, level: int) -> str:
     return f"level {level} ({fmt.levels[level].name}, {what})"
 
 
+def _owner(fmt: Format, above: np.ndarray) -> str:
+    """The coordinates ``above`` of the levels over one level, in the user's terms: ``row
+    3``, or ``row 3, group 2 (columns 8..11)`` under a block of a matrix's columns."""
+    matrix = fmt.order == 2
+    parts = []
+    for m, c in zip(fmt.maps, above.tolist(), strict=False):
+        noun = ("row", "column")[m.mode] if matrix else f"mode {m.mode}"
+        if m.plain:
+            parts.append(f"{noun} {c}" if matrix else f"index {c} of {noun}")
+        elif not m.mod:
+            span = f"{c * m.div}..{c * m.div + m.div - 1}"
+            parts.append(
+                f"group {c} ({noun}s {span})" if matrix else f"group {c} ({span}) of {noun}"
+            )
+        else:
+            parts.append(f"place {c} in a block of {noun}")
+    return ", ".join(parts) or "the tensor"
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -485,7 +504,14 @@ def pack(
     for lvl in range(len(fmt.levels)):
         if fmt.levels[lvl].arrays:
             checks.fits(_where(fmt, lvl), "dimension", dims[lvl] - 1, idt)
-    state = Packing(lc, dims, idt, np.zeros(nnz, dtype=np.int64))
+    state = Packing(
+        lc,
+        dims,
+        idt,
+        np.zeros(nnz, dtype=np.int64),
+        where=lambda lvl: _where(fmt, lvl),
+        owner=lambda lvl, e: _owner(fmt, lc[e, :lvl]),
+    )
     levels: list[dict[str, np.ndarray]] = []
     for lvl, kind in enumerate(fmt.levels):
         levels.append(kind.pack(lvl, fmt.run_end(lvl), state))

@@ -23,6 +23,7 @@ below it (``Format.unique``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,6 +57,8 @@ class Packing:
 
     ``parent[e]`` is the position of entry ``e`` at the level above and ``first``
     the entries that start a position there (for branchless levels below).
+    ``where(l)`` names level ``l`` in messages and ``owner(l, e)`` the parent of entry
+    ``e`` at level ``l`` (``row 3, group 2 (columns 8..11)``).
     """
 
     lc: np.ndarray
@@ -64,6 +67,8 @@ class Packing:
     parent: np.ndarray
     count: int = 1
     first: np.ndarray | None = None
+    where: Callable[[int], str] = lambda lvl: f"level {lvl}"
+    owner: Callable[[int, int], str] = lambda lvl, e: f"the parent of entry {e}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,25 @@ class LevelKind:
     ordered: bool = True
     branchless: bool = False
     compact: bool = True
+
+    #: What a number after the kind's letter in format strings sets (``F4``: the
+    #: width), or None for a kind that takes none.
+    parameter: ClassVar[str | None] = None
+
+    def with_parameter(self, value: int) -> LevelKind:
+        """This kind with its parameter set to ``value`` (``F4``: width 4)."""
+        raise FormatError(f"a {self.name} level ({self.letter}) takes no number after its letter")
+
+    @property
+    def segment_width(self) -> int | None:
+        """How many positions every parent position owns, when the format fixes it
+        (a fixed-width level's width): a checker then walks segments without ``pos``."""
+        return None
+
+    @property
+    def spelling(self) -> str:
+        """How format strings write this level: its letter, then any parameter."""
+        return self.letter
 
     # ----------------------------------------------------------- iteration (LLIR)
     def bounds(
@@ -164,6 +188,12 @@ class LevelKind:
         """The two levels that store this level's coordinate cut into blocks: the block,
         then the place in it (``unique``: whether this level is)."""
         return self, self
+
+    def reordered(self) -> LevelKind:
+        """The kind this level has once its tensor is converted to another mode order
+        (a kernel whose loops cannot follow the stored one): the same, unless what the
+        kind promises holds for the stored order only."""
+        return self
 
     def as_output(self) -> LevelKind:
         """The kind that computes this level of an output."""
