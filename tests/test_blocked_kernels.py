@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TARGETS, rand_dense, stored_coords
+from conftest import TARGETS, needs_cc, rand_dense, stored_coords
 
 import ucf
 from ucf.errors import ConversionWarning, ScheduleError, UnsupportedError
@@ -281,3 +281,43 @@ def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
     padded = _split(b, "x", odd)
     assert padded.shape == (4, 3) and not np.shares_memory(padded.vals, odd.vals)
     np.testing.assert_array_equal(padded.to_numpy().ravel(), [*range(11), 0])
+
+
+@needs_cc
+@pytest.mark.parametrize("fmt", ["bcsr(2,2)", "nm(2,4)"])
+def test_the_exported_check_accepts_the_split_operands(tmp_path, fmt):
+    """``NAME_check`` of a saved blocked kernel compares each operand with the split
+    statement's extents (it compared block counts with the unsplit extents, and
+    refused good arrays)."""
+    import ctypes
+
+    from ucf.codegen.c_check import check_params
+
+    rng = np.random.default_rng(12)
+    a = blocky(rng, (6, 8), (2, 2), density=0.6)
+    if fmt.startswith("nm"):
+        a[:, 2::4] = a[:, 3::4] = 0  # at most 2 of every 4
+    k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": fmt}, target="c")
+    (lib,) = [p for p in k.save(tmp_path / "blk", lib="shared") if p.suffix == ".so"]
+    check = ctypes.CDLL(str(lib)).blk_check
+    check.restype = ctypes.c_int
+    plan = k._plan
+    A, x = ucf.from_numpy(a, format=fmt), np.ones(8)
+    extents = plan.blocking.split_extents({"i": 6, "k": 8})
+    shapes = {
+        "A": plan.blocking.split_shape("A", A.shape),
+        "x": plan.blocking.split_shape("x", (8,)),
+    }
+    args = []
+    for p in check_params(plan.compute, "y"):
+        role = p.role
+        if role[0] == "extent":
+            args.append(ctypes.c_int64(extents[role[1]]))
+        elif role[0] == "dim":
+            args.append(ctypes.c_int64(shapes[role[1]][role[2]]))
+        elif role[0] == "vals":
+            args.append(ctypes.c_void_p((A.vals if role[1] == "A" else x).ctypes.data))
+        else:
+            args.append(ctypes.c_void_p(A.levels[role[2]][role[0]].ctypes.data))
+    msg = ctypes.create_string_buffer(200)
+    assert check(*args, msg, len(msg)) == 0, msg.value

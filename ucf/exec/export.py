@@ -66,7 +66,7 @@ def save_c(plan: Plan, prefix: Path, name: str, abi: str, lib: str | None) -> tu
         csrc.write_text(export.source(h.name, plan.helpers))
     else:
         params = c_check.check_params(fns[-1], plan.statement.lhs.tensor)
-        check = c_check.definition(name, params, plan.statement, slots)
+        check = c_check.definition(name, params, plan.cin.statement, slots)
         h.write_text(cgen.header(fns, guard, title, c_check.declaration(name, params)))
         csrc.write_text(f'#include "{h.name}"\n' + cgen.source([*plan.helpers, *fns]) + check)
     copy_runtime(prefix.parent)
