@@ -331,3 +331,27 @@ def test_torch_half_tensors_are_held_as_half():
     k = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@float16"}, dtype="float32")
     y = k(A=A, x=np.array([2.0, 4.0], dtype=np.float32)).to_numpy()
     np.testing.assert_array_equal(y, [1.0, 5.0])
+
+
+def test_asm_shows_the_host_code_of_both_cpu_targets():
+    k = ucf.compile("y(i) = W(i,k)*x(k)", {"W": "dense@float32"}, dtype="float32", schedule="")
+    asm = k.asm
+    assert "kernel" in asm and ("ymm" in asm or "xmm" in asm)  # the k loop vectorized
+    with pytest.raises(ucf.UcfError, match="no host assembly"):
+        _ = ucf.compile("y(i) = W(i,k)*x(k)", target="cuda").asm
+
+
+@needs_cc
+def test_int8_dot_products_become_vnni_for_a_vnni_cpu(monkeypatch):
+    """This machine (znver3) has no AVX-512 VNNI, so the C kernel is compiled to
+    assembly for one (icelake-server) and must use vpdpbusd for int8 x uint8 sums;
+    the JIT's LLVM (22) does not form it from the same loop, which the check records."""
+    monkeypatch.setenv(
+        "UCF_CFLAGS", "-O3 -march=icelake-server -ffp-contract=off -fopenmp -fPIC -shared"
+    )
+    for w, x in [("int8", "uint8"), ("uint8", "int8")]:
+        fmts = {"W": f"dense@{w}", "x": f"dense@{x}"}
+        k = ucf.compile("y(i) = W(i,k)*x(k)", fmts, target="c", dtype="int32", schedule="")
+        assert "vpdpbusd" in k.asm
+    jit_asm = ucf.compile("y(i) = W(i,k)*x(k)", fmts, dtype="int32", schedule="").asm
+    assert "vpdpbusd" not in jit_asm  # the host has no VNNI: the JIT must not use it

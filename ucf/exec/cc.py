@@ -67,6 +67,19 @@ def build_shared(source: str, include_dir: Path | None = None) -> bytes:
         return so.read_bytes()
 
 
+def assembly(source: str) -> str:
+    """The assembly the C compiler emits for ``source`` with the kernel's flags."""
+    flags = [f for f in cflags() if f not in ("-shared", "-fPIC")]
+    with tempfile.TemporaryDirectory(prefix="ucf-asm-") as tmp:
+        src, asm = Path(tmp) / "kernel.c", Path(tmp) / "kernel.s"
+        src.write_text(source)
+        cmd = [*compiler(), *flags, "-S", "-o", str(asm), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        return asm.read_text()
+
+
 def build_library(source: Path, stem: Path, kind: str) -> Path:
     """Compile an exported kernel into ``libSTEM.a`` (``kind`` "static") or
     ``libSTEM.so`` ("shared") beside it, with ``UCF_CC`` and ``UCF_CFLAGS`` minus

@@ -129,22 +129,27 @@ def _empty_engine() -> llvm.ExecutionEngine:
     return llvm.create_mcjit_compiler(mod, _new_target_machine())
 
 
+def _optimized(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """The module at O3 with vectorization for the host CPU: what runs, and what
+    ``optimized_ir`` and ``assembly`` show (call with ``_lock`` held)."""
+    mod = llvm.parse_assembly(ir_text)
+    mod.triple = llvm.get_process_triple()
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
 def compile_ir(ir_text: str) -> JitLibrary:
-    """Optimize at O3 with vectorization for the host CPU, then JIT."""
+    """Optimize (``_optimized``), then JIT."""
     with _lock:
         tm = _target_machine()
-        mod = llvm.parse_assembly(ir_text)
-        mod.triple = llvm.get_process_triple()
-        mod.data_layout = str(tm.target_data)
-        mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        obj = tm.emit_object(mod)
-        return load_object(obj)
+        return load_object(tm.emit_object(_optimized(ir_text, tm)))
 
 
 def load_object(obj: bytes) -> JitLibrary:
@@ -158,11 +163,13 @@ def load_object(obj: bytes) -> JitLibrary:
 
 
 def optimized_ir(ir_text: str) -> str:
-    """The IR after the O3 pipeline, for people who want to read it."""
+    """The IR after the pipeline the JIT runs, for people who want to read it."""
+    with _lock:
+        return str(_optimized(ir_text, _target_machine()))
+
+
+def assembly(ir_text: str) -> str:
+    """The host machine code the JIT runs, as assembly text."""
     with _lock:
         tm = _target_machine()
-        mod = llvm.parse_assembly(ir_text)
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return str(mod)
+        return tm.emit_assembly(_optimized(ir_text, tm))

@@ -302,6 +302,21 @@ class Kernel:
         return self._plan.c_source
 
     @property
+    def asm(self) -> str:
+        """The host machine code of the kernel, as assembly: what the JIT runs (llvm),
+        or what the C compiler emits with the kernel's flags (c). Reading it shows
+        whether a loop vectorized, or used an instruction such as AVX-512 VNNI's."""
+        if self.target == "llvm":
+            from ucf.exec import jit
+
+            return jit.assembly(self._plan.llvm_ir)
+        if self.target == "c":
+            from ucf.exec import cc
+
+            return cc.assembly(self._plan.c_source)
+        raise UcfError("target cuda has no host assembly; read k.source (nvcc compiles it)")
+
+    @property
     def llir(self) -> list[ir.Function]:
         return [f for f in (self._plan.assemble, self._plan.compute) if f is not None]
 
