@@ -1,0 +1,254 @@
+"""Attribute propagation to a fixpoint (SparTA's Algorithm 1) with exact or scrambled rules.
+
+Every tensor's widths only ever decrease: forward, an output keeps at most what
+its inputs can reach; backward, an input keeps at most what some consumer still
+needs (a program output needs all of itself). Each rule is monotone, so any
+order of the worklist reaches the same greatest fixpoint below the initial
+attributes, and propagating that again changes nothing.
+
+The rules run as ucf kernels: the exact ones are the mask statements of
+``ucf.tesa.rules`` in int32; the scrambled ones (SparTA's Tensor Scrambling)
+run the statement, and its adjoints, on random values over the kept elements,
+one batch of samples per kernel call, and keep what was ever non-zero.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ucf.errors import ConversionWarning
+from ucf.lang.affine import Affine
+from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Sum, text
+from ucf.lang.reductions import free_variables
+from ucf.tesa import rules
+from ucf.tesa.attribute import BITS_DTYPE, TeSA
+from ucf.tesa.rules import Const, MaskExpr
+
+if TYPE_CHECKING:
+    from ucf.exec.kernel import Kernel
+    from ucf.tesa.program import Node, Program
+
+#: A width no rule lowers: what a demand or bound says where it does not prune.
+_ANY = np.iinfo(BITS_DTYPE).max
+#: Elements per batch of scrambling samples, so large tensors do not exhaust memory.
+_BATCH_ELEMENTS = 1 << 22
+_kernels: dict[tuple[str, str], Kernel] = {}
+
+
+def propagate(
+    program: Program, method: str, samples: int, seed: int, shuffle: int | None
+) -> dict[str, TeSA]:
+    state = _State(program, method, samples, seed)
+    consumers: dict[str, list[int]] = {}
+    adjacent: dict[str, list[int]] = {}
+    for k, node in enumerate(program.nodes):
+        adjacent.setdefault(node.output, []).append(k)
+        for t in node.inputs:
+            consumers.setdefault(t, []).append(k)
+            adjacent.setdefault(t, []).append(k)
+    order = random.Random(shuffle) if shuffle is not None else None
+    work = list(range(len(program.nodes)))
+    if order:
+        order.shuffle(work)
+    queue, waiting = deque(work), set(work)
+    demands: dict[tuple[int, str], np.ndarray] = {}
+    while queue:
+        if order:
+            queue.rotate(-order.randrange(len(queue)))
+        k = queue.popleft()
+        waiting.discard(k)
+        changed = _visit(k, program, state, consumers, demands)
+        for t in changed:
+            for j in adjacent[t]:
+                if j != k and j not in waiting:
+                    queue.append(j)
+                    waiting.add(j)
+    return {
+        name: TeSA(state.bits[name], block=program.attrs[name].block) for name in program.shapes
+    }
+
+
+def _visit(
+    k: int,
+    program: Program,
+    state: _State,
+    consumers: dict[str, list[int]],
+    demands: dict[tuple[int, str], np.ndarray],
+) -> list[str]:
+    """Apply statement ``k``'s rules: forward to its output, then backward to each
+    input (bounded by every consumer's demand). Returns the tensors that changed."""
+    node = program.nodes[k]
+    through = rules.passthrough(node.statement.rhs, node.out_vars)
+    changed = []
+    if through:
+        bound = np.transpose(state.bits[through[0]], through[1])
+    else:
+        bound = np.where(state.forward(node), _ANY, 0).astype(BITS_DTYPE)
+    if state.lower(node.output, bound):
+        changed.append(node.output)
+    for x in node.inputs:
+        if through:
+            demands[(k, x)] = np.transpose(state.bits[node.output], np.argsort(through[1]))
+        else:
+            demands[(k, x)] = np.where(state.demand(node, x), _ANY, 0).astype(BITS_DTYPE)
+        if x in program.outputs or any((j, x) not in demands for j in consumers[x]):
+            continue  # an output needs all of itself; an unvisited consumer may need all
+        need = np.maximum.reduce([demands[(j, x)] for j in consumers[x]])
+        if state.lower(x, need):
+            changed.append(x)
+    return changed
+
+
+class _State:
+    """The widths of every tensor as propagation lowers them, and the rules' evaluation."""
+
+    def __init__(self, program: Program, method: str, samples: int, seed: int):
+        self.bits = {name: np.array(a.bits) for name, a in program.attrs.items()}
+        self.version = dict.fromkeys(self.bits, 0)
+        self.scramble = method == "scramble"
+        self.samples = samples
+        self.rng = np.random.default_rng(seed)
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    def lower(self, name: str, bound: np.ndarray) -> bool:
+        """Lower ``name``'s widths to at most ``bound``; True if any changed."""
+        new = np.minimum(self.bits[name], bound)
+        if np.array_equal(new, self.bits[name]):
+            return False
+        self.bits[name] = new
+        self.version[name] += 1
+        return True
+
+    def _key(self, *names: str) -> tuple:
+        return tuple((n, self.version[n]) for n in names)
+
+    def forward(self, node: Node) -> np.ndarray:
+        """Where the output may be non-zero given the kept inputs."""
+        key = ("forward", node.output, self._key(*node.inputs))
+        if key not in self._memo:
+            if self.scramble:
+                self._memo[key] = self._scrambled(node.out_vars, node.statement.rhs, node)
+            else:
+                rhs = rules.mask_expr(node.statement.rhs, self._known)
+                self._memo[key] = self._exact(node.out_vars, rhs, node)
+        return self._memo[key]
+
+    def demand(self, node: Node, tensor: str) -> np.ndarray:
+        """Where some kept element of the output depends on ``tensor``."""
+        key = ("demand", node.output, tensor, self._key(node.output, *node.inputs))
+        if key in self._memo:
+            return self._memo[key]
+        out = Access(node.output, tuple(Affine.var(v) for v in node.out_vars))
+        need = np.zeros(self.bits[tensor].shape, dtype=bool)
+        for access, factors in rules.occurrences(node.statement.rhs, tensor):
+            if self.scramble:
+                rhs = rules.adjoint(out, access, list(factors))
+            else:
+                masks = [rules.mask_expr(f, self._known) for f in factors]
+                rhs = rules.adjoint(rules.mask_expr(out, self._known), access, masks)
+            if rhs is None:  # an affine or diagonal access: nothing is pruned through it
+                need[...] = True
+                break
+            lhs = tuple(i.single_variable for i in access.indices)
+            run = self._scrambled if self.scramble else self._exact
+            need |= run(lhs, rhs, node)
+        self._memo[key] = need
+        return need
+
+    def _known(self, access: Access) -> Const | None:
+        bits = self.bits[access.tensor]
+        if not bits.any():
+            return Const.ZERO
+        if rules.plain(access) and bits.all():
+            return Const.FULL
+        return None
+
+    def _exact(self, lhs: tuple[str, ...], rhs: MaskExpr, node: Node) -> np.ndarray:
+        shape = tuple(node.extents[v] for v in lhs)
+        if isinstance(rhs, Const):
+            return np.full(shape, rhs is Const.FULL)
+        used = tuple(v for v in lhs if v in free_variables(rhs))
+        masks = {a.tensor: (self.bits[a.tensor] > 0).astype(np.int32) for a in rhs._accesses}
+        result = _call(used, rhs, masks, node.extents, "int32") > 0
+        return _broadcast(result, used, lhs, shape)
+
+    def _scrambled(self, lhs: tuple[str, ...], rhs: Expr, node: Node) -> np.ndarray:
+        """Where ``rhs`` was non-zero in any of ``samples`` runs on random kept values."""
+        shape = tuple(node.extents[v] for v in lhs)
+        names = {a.tensor for a in rhs._accesses}
+        sample = _fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
+        largest = max([int(np.prod(shape))] + [self.bits[n].size for n in names])
+        batch = max(1, min(self.samples, _BATCH_ELEMENTS // max(largest, 1)))
+        seen = np.zeros(shape, dtype=bool)
+        done = 0
+        while done < self.samples:
+            n = min(batch, self.samples - done)
+            values = {
+                t: self.rng.standard_normal((n, *self.bits[t].shape)) * (self.bits[t] > 0)
+                for t in names
+            }
+            sizes = {**node.extents, sample: n}
+            result = _call((sample, *lhs), _batched(rhs, sample), values, sizes, "float64")
+            seen |= (result != 0).any(axis=0)
+            done += n
+        return seen
+
+
+def _call(
+    lhs: tuple[str, ...],
+    rhs: Expr,
+    operands: dict[str, np.ndarray],
+    sizes: dict[str, int],
+    dtype: str,
+) -> np.ndarray:
+    """Run ``out(lhs) = rhs`` as a ucf kernel (``sizes`` gives the extents of ``lhs``)
+    and return the output as an array."""
+    import ucf
+
+    variables = {v for a in rhs._accesses for i in a.indices for v in i.variables}
+    name = _fresh("out", set(operands) | variables)
+    statement = f"{name}({', '.join(lhs)}) = {text(rhs)}" if lhs else f"{name} = {text(rhs)}"
+    key = (statement, dtype)
+    if key not in _kernels:
+        _kernels[key] = ucf.compile(statement, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConversionWarning)
+        out = _kernels[key](shapes={name: tuple(sizes[v] for v in lhs)}, **operands)
+    return out.to_numpy()
+
+
+def _broadcast(
+    result: np.ndarray, used: tuple[str, ...], lhs: tuple[str, ...], shape: tuple[int, ...]
+) -> np.ndarray:
+    """``result`` over the variables ``used`` as an array over all of ``lhs``."""
+    expanded = result.reshape([shape[k] if v in used else 1 for k, v in enumerate(lhs)])
+    return np.broadcast_to(expanded, shape)
+
+
+def _fresh(stem: str, taken: set[str]) -> str:
+    name, k = stem, 0
+    while name in taken:
+        k += 1
+        name = f"{stem}{k}"
+    return name
+
+
+def _batched(e: Expr, var: str) -> Expr:
+    """``e`` with every access given a leading index ``var``: one sample per value of it."""
+    if isinstance(e, Access):
+        return Access(e.tensor, (Affine.var(var), *e.indices))
+    if isinstance(e, Neg):
+        return Neg(_batched(e.operand, var))
+    if isinstance(e, Binary):
+        return Binary(e.op, _batched(e.left, var), _batched(e.right, var))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(_batched(a, var) for a in e.args))
+    if isinstance(e, Sum):
+        return Sum(e.vars, _batched(e.body, var))
+    assert isinstance(e, Literal)
+    return e
