@@ -133,7 +133,7 @@ def _nodes(statements: list[Statement], shapes: dict[str, tuple[int, ...]]) -> l
 
     ``shapes`` is filled in with each output's shape as its statement is read."""
     defined: dict[str, int] = {}
-    read: dict[str, int] = {}
+    outputs = {s.lhs.tensor: k for k, s in reversed(list(enumerate(statements, 1)))}
     nodes = []
     for k, stmt in enumerate(statements, 1):
         out = stmt.lhs.tensor
@@ -147,10 +147,6 @@ def _nodes(statements: list[Statement], shapes: dict[str, tuple[int, ...]]) -> l
                 f"tensor {out} is defined twice (statements {defined[out]} and {k}); "
                 "a program defines each tensor once: give the new value another name"
             )
-        if out in read:
-            raise ProgramError(
-                f"tensor {out} is read by statement {read[out]} before statement {k} defines it"
-            )
         out_vars = tuple(i.single_variable for i in stmt.lhs.indices)
         if None in out_vars or len(set(out_vars)) != len(out_vars):
             raise UnsupportedError(
@@ -159,6 +155,11 @@ def _nodes(statements: list[Statement], shapes: dict[str, tuple[int, ...]]) -> l
             )
         extents: dict[str, tuple[int, str]] = {}
         for a in accesses(stmt.rhs):
+            if a.tensor in outputs and a.tensor not in defined:
+                raise ProgramError(
+                    f"tensor {a.tensor} is read by statement {k} before statement "
+                    f"{outputs[a.tensor]} defines it"
+                )
             if a.tensor not in shapes:
                 raise ShapeError(
                     f"tensor {a.tensor} (statement {k}) has no shape: it is an input of the "
@@ -180,7 +181,6 @@ def _nodes(statements: list[Statement], shapes: dict[str, tuple[int, ...]]) -> l
                         f"{extents[v][0]} from {extents[v][1]} but {n} from {a.tensor}"
                     )
                 extents.setdefault(v, (n, a.tensor))
-            read.setdefault(a.tensor, k)
         sizes = {v: n for v, (n, _) in extents.items()}
         given = shapes.get(out)
         if given is not None and len(given) != len(out_vars):
