@@ -298,13 +298,15 @@ EXTENT = {"i": 2, "j": 3, "k": 2}
 @st.composite
 def einsums(draw):
     """A random statement of two or three operands (a product, or a sum of a product and
-    a third operand) with random masks."""
+    a third operand), the last maybe under a function, with random masks."""
     names = ["A", "B", "C"][: draw(st.integers(2, 3))]
     indices = {
         n: draw(st.lists(st.sampled_from(VARS), min_size=1, max_size=2, unique=True)) for n in names
     }
     out = draw(st.lists(st.sampled_from(VARS), max_size=2, unique=True))
     terms = [f"{n}({','.join(indices[n])})" for n in names]
+    fn = draw(st.sampled_from(["", "relu", "abs", "tanh", "exp"]))
+    terms[-1] = f"{fn}({terms[-1]})" if fn else terms[-1]
     rhs = (
         " * ".join(terms)
         if draw(st.booleans())

@@ -132,7 +132,7 @@ class _State:
         key = ("forward", node.output, self._key(*node.inputs))
         if key not in self._memo:
             if self.scramble:
-                self._memo[key] = self._scrambled(node.out_vars, node.statement.rhs, node)
+                self._memo[key] = self._scrambled(node)
             else:
                 rhs = rules.mask_expr(node.statement.rhs, self._known)
                 self._memo[key] = self._exact(node.out_vars, rhs, node)
@@ -141,23 +141,22 @@ class _State:
     def demand(self, node: Node, tensor: str) -> np.ndarray:
         """Where some kept element of the output depends on ``tensor``."""
         key = ("demand", node.output, tensor, self._key(node.output, *node.inputs))
-        if key in self._memo:
-            return self._memo[key]
+        if key not in self._memo:
+            if self.scramble:
+                self._memo[key] = self._perturbed(node, tensor)
+            else:
+                self._memo[key] = self._adjoint(node, tensor)
+        return self._memo[key]
+
+    def _adjoint(self, node: Node, tensor: str) -> np.ndarray:
         out = Access(node.output, tuple(Affine.var(v) for v in node.out_vars))
         need = np.zeros(self.bits[tensor].shape, dtype=bool)
         for access, factors in rules.occurrences(node.statement.rhs, tensor):
-            if self.scramble:
-                rhs = rules.adjoint(out, access, list(factors))
-            else:
-                masks = [rules.mask_expr(f, self._known) for f in factors]
-                rhs = rules.adjoint(rules.mask_expr(out, self._known), access, masks)
+            masks = [rules.mask_expr(f, self._known) for f in factors]
+            rhs = rules.adjoint(rules.mask_expr(out, self._known), access, masks)
             if rhs is None:  # an affine or diagonal access: nothing is pruned through it
-                need[...] = True
-                break
-            lhs = tuple(i.single_variable for i in access.indices)
-            run = self._scrambled if self.scramble else self._exact
-            need |= run(lhs, rhs, node)
-        self._memo[key] = need
+                return np.ones_like(need)
+            need |= self._exact(tuple(i.single_variable for i in access.indices), rhs, node)
         return need
 
     def _known(self, access: Access) -> Const | None:
@@ -177,26 +176,49 @@ class _State:
         result = _call(used, rhs, masks, node.extents, "int32") > 0
         return _broadcast(result, used, lhs, shape)
 
-    def _scrambled(self, lhs: tuple[str, ...], rhs: Expr, node: Node) -> np.ndarray:
-        """Where ``rhs`` was non-zero in any of ``samples`` runs on random kept values."""
-        shape = tuple(node.extents[v] for v in lhs)
-        names = {a.tensor for a in rhs._accesses}
-        sample = _fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
-        largest = max([int(np.prod(shape))] + [self.bits[n].size for n in names])
-        batch = max(1, min(self.samples, _BATCH_ELEMENTS // max(largest, 1)))
-        seen = np.zeros(shape, dtype=bool)
-        done = 0
-        while done < self.samples:
-            n = min(batch, self.samples - done)
-            values = {
-                t: self.rng.standard_normal((n, *self.bits[t].shape)) * (self.bits[t] > 0)
-                for t in names
-            }
-            sizes = {**node.extents, sample: n}
-            result = _call((sample, *lhs), _batched(rhs, sample), values, sizes, "float64")
-            seen |= (result != 0).any(axis=0)
-            done += n
+    def _scrambled(self, node: Node) -> np.ndarray:
+        """Where the statement was non-zero in any of ``samples`` runs on random kept
+        values (SparTA's Tensor Scrambling)."""
+        seen = np.zeros(self.bits[node.output].shape, dtype=bool)
+        for n in self._batches(node, 1):
+            seen |= (self._run(node, self._random(node, n)) != 0).any(axis=0)
         return seen
+
+    def _perturbed(self, node: Node, tensor: str) -> np.ndarray:
+        """Where changing one element of ``tensor`` changed a kept output element, in any
+        of ``samples`` random points: each point is run once as drawn and once per
+        element of ``tensor`` with that element moved (one batch entry each)."""
+        size = self.bits[tensor].size
+        kept = (self.bits[node.output] > 0).reshape(-1)
+        need = np.zeros(size, dtype=bool)
+        for n in self._batches(node, size + 1):
+            values = {t: np.repeat(v, size + 1, axis=0) for t, v in self._random(node, n).items()}
+            moved = values[tensor].reshape(n, size + 1, size)
+            moved[:, np.arange(1, size + 1), np.arange(size)] += self.rng.standard_normal((n, size))
+            out = self._run(node, values).reshape(n, size + 1, -1)
+            need |= ((out[:, 1:] != out[:, :1]) & kept).any(axis=(0, 2))
+        return need.reshape(self.bits[tensor].shape)
+
+    def _batches(self, node: Node, copies: int) -> list[int]:
+        """The samples split into batches that keep each kernel call's arrays bounded."""
+        largest = max(self.bits[t].size for t in (node.output, *node.inputs)) * copies
+        batch = max(1, min(self.samples, _BATCH_ELEMENTS // max(largest, 1)))
+        return [min(batch, self.samples - done) for done in range(0, self.samples, batch)]
+
+    def _random(self, node: Node, n: int) -> dict[str, np.ndarray]:
+        """``n`` draws of every input: standard normal where kept, zero where pruned."""
+        return {
+            t: self.rng.standard_normal((n, *self.bits[t].shape)) * (self.bits[t] > 0)
+            for t in node.inputs
+        }
+
+    def _run(self, node: Node, values: dict[str, np.ndarray]) -> np.ndarray:
+        """The statement on a batch of values (leading axis): one kernel call."""
+        rhs = node.statement.rhs
+        sample = _fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
+        sizes = {**node.extents, sample: len(next(iter(values.values())))}
+        lhs = (sample, *node.out_vars)
+        return _call(lhs, _batched(rhs, sample), values, sizes, "float64")
 
 
 def _call(
