@@ -78,26 +78,23 @@ def mask_expr(e: Expr, known: Callable[[Access], Const | None]) -> MaskExpr:
 
 
 def _union(parts: list[MaskExpr]) -> MaskExpr:
-    if Const.FULL in parts:
-        return Const.FULL
-    rest = [p for p in parts if p is not Const.ZERO]
-    if not rest:
-        return Const.ZERO
-    out = rest[0]
-    for p in rest[1:]:
-        out = Binary("+", out, p)
-    return out
+    return _fold("+", parts, absorbing=Const.FULL, identity=Const.ZERO)
 
 
 def _product(parts: list[MaskExpr]) -> MaskExpr:
-    if Const.ZERO in parts:
-        return Const.ZERO
-    rest = [p for p in parts if p is not Const.FULL]
+    return _fold("*", parts, absorbing=Const.ZERO, identity=Const.FULL)
+
+
+def _fold(op: str, parts: list[MaskExpr], absorbing: Const, identity: Const) -> MaskExpr:
+    """``parts`` joined by ``op``, with the constant masks folded away."""
+    if absorbing in parts:
+        return absorbing
+    rest = [p for p in parts if p is not identity]
     if not rest:
-        return Const.FULL
+        return identity
     out = rest[0]
     for p in rest[1:]:
-        out = Binary("*", out, p)
+        out = Binary(op, out, p)
     return out
 
 
