@@ -7,9 +7,11 @@ order of the worklist reaches the same greatest fixpoint below the initial
 attributes, and propagating that again changes nothing.
 
 The rules run as ucf kernels: the exact ones are the mask statements of
-``ucf.tesa.rules`` in int32; the scrambled ones (SparTA's Tensor Scrambling)
-run the statement, and its adjoints, on random values over the kept elements,
-one batch of samples per kernel call, and keep what was ever non-zero.
+``ucf.tesa.rules`` in int32 (int64 where the counts could overflow it); the
+scrambled ones (SparTA's Tensor Scrambling) run the statement itself on random
+values over the kept elements, one batch of samples per kernel call: forward,
+the output elements ever non-zero are kept; backward, the input elements whose
+change ever changed a kept output element.
 """
 
 from __future__ import annotations
@@ -85,17 +87,16 @@ def _visit(
     node = program.nodes[k]
     through = rules.passthrough(node.statement.rhs, node.out_vars)
     changed = []
+    bound = np.where(state.forward(node), _ANY, 0).astype(BITS_DTYPE)
     if through:
-        bound = np.transpose(state.bits[through[0]], through[1])
-    else:
-        bound = np.where(state.forward(node), _ANY, 0).astype(BITS_DTYPE)
+        bound = np.minimum(bound, np.transpose(state.bits[through[0]], through[1]))
     if state.lower(node.output, bound):
         changed.append(node.output)
     for x in node.inputs:
+        demands[(k, x)] = np.where(state.demand(node, x), _ANY, 0).astype(BITS_DTYPE)
         if through:
-            demands[(k, x)] = np.transpose(state.bits[node.output], np.argsort(through[1]))
-        else:
-            demands[(k, x)] = np.where(state.demand(node, x), _ANY, 0).astype(BITS_DTYPE)
+            widths = np.transpose(state.bits[node.output], np.argsort(through[1]))
+            demands[(k, x)] = np.minimum(demands[(k, x)], widths)
         if x in program.outputs or any((j, x) not in demands for j in consumers[x]):
             continue  # an output needs all of itself; an unvisited consumer may need all
         need = np.maximum.reduce([demands[(j, x)] for j in consumers[x]])
@@ -172,8 +173,9 @@ class _State:
         if isinstance(rhs, Const):
             return np.full(shape, rhs is Const.FULL)
         used = tuple(v for v in lhs if v in free_variables(rhs))
-        masks = {a.tensor: (self.bits[a.tensor] > 0).astype(np.int32) for a in rhs._accesses}
-        result = _call(used, rhs, masks, node.extents, "int32") > 0
+        dtype = np.int32 if _most_paths(rhs, used, node) <= np.iinfo(np.int32).max else np.int64
+        masks = {a.tensor: (self.bits[a.tensor] > 0).astype(dtype) for a in rhs._accesses}
+        result = _call(used, rhs, masks, node.extents, np.dtype(dtype).name) > 0
         return _broadcast(result, used, lhs, shape)
 
     def _scrambled(self, node: Node) -> np.ndarray:
@@ -181,7 +183,7 @@ class _State:
         values (SparTA's Tensor Scrambling)."""
         seen = np.zeros(self.bits[node.output].shape, dtype=bool)
         for n in self._batches(node, 1):
-            seen |= (self._run(node, self._random(node, n)) != 0).any(axis=0)
+            seen |= (self._run(node, self._random(node, n), n) != 0).any(axis=0)
         return seen
 
     def _perturbed(self, node: Node, tensor: str) -> np.ndarray:
@@ -195,7 +197,7 @@ class _State:
             values = {t: np.repeat(v, size + 1, axis=0) for t, v in self._random(node, n).items()}
             moved = values[tensor].reshape(n, size + 1, size)
             moved[:, np.arange(1, size + 1), np.arange(size)] += self.rng.standard_normal((n, size))
-            out = self._run(node, values).reshape(n, size + 1, -1)
+            out = self._run(node, values, n * (size + 1)).reshape(n, size + 1, -1)
             need |= ((out[:, 1:] != out[:, :1]) & kept).any(axis=(0, 2))
         return need.reshape(self.bits[tensor].shape)
 
@@ -212,11 +214,11 @@ class _State:
             for t in node.inputs
         }
 
-    def _run(self, node: Node, values: dict[str, np.ndarray]) -> np.ndarray:
-        """The statement on a batch of values (leading axis): one kernel call."""
+    def _run(self, node: Node, values: dict[str, np.ndarray], n: int) -> np.ndarray:
+        """The statement on a batch of ``n`` values (leading axis): one kernel call."""
         rhs = node.statement.rhs
         sample = _fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
-        sizes = {**node.extents, sample: len(next(iter(values.values())))}
+        sizes = {**node.extents, sample: n}
         lhs = (sample, *node.out_vars)
         return _call(lhs, _batched(rhs, sample), values, sizes, "float64")
 
@@ -242,6 +244,17 @@ def _call(
         warnings.simplefilter("ignore", ConversionWarning)
         out = _kernels[key](shapes={name: tuple(sizes[v] for v in lhs)}, **operands)
     return out.to_numpy()
+
+
+def _most_paths(rhs: Expr, lhs: tuple[str, ...], node: Node) -> int:
+    """A bound on the count a mask statement can reach: the number of terms of its
+    unions times the points of its sums (a variable only affine indices reach is
+    bounded by the largest extent of the statement)."""
+    largest = max(node.extents.values(), default=1)
+    points = 1
+    for v in {v for a in rhs._accesses for i in a.indices for v in i.variables} - set(lhs):
+        points *= node.extents.get(v, largest)
+    return points * max(len(rhs._accesses), 1)
 
 
 def _broadcast(
