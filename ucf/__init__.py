@@ -101,11 +101,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names of ``_LAZY``, and the submodule ``ucf.torch``, on first use."""
+    """The public names of ``_LAZY``, and the submodules ``ucf.torch`` and ``ucf.tesa``,
+    on first use."""
     import importlib
 
-    if name == "torch":
-        return importlib.import_module("ucf.torch")
+    if name in ("torch", "tesa"):
+        return importlib.import_module(f"ucf.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
