@@ -61,7 +61,7 @@ def test_tesa_refuses_bad_widths(make):
     [
         ("T(i) = a(i); T(i) = b(i)", {"shapes": {"a": (2,), "b": (2,)}}, ucf.ProgramError, "T"),
         ("U(i) = T(i); T(i) = a(i)", {"shapes": {"a": (2,)}}, ucf.ProgramError, "T"),
-        ("T(i) = a(i) * b(i)", {"shapes": {"a": (2,)}}, ucf.ShapeError, "b"),
+        ("T(i) = a(i) * b(i)", {"shapes": {"a": (2,)}}, ucf.ProgramError, "b"),
         ("T(i) = a(i) * b(i)", {"shapes": {"a": (2,), "b": (3,)}}, ucf.ShapeError, "b"),
         ("T(i) = a(i)", {"shapes": {"a": (2,)}, "outputs": ["Z"]}, ucf.ProgramError, "Z"),
         ("T(i) = a(i)", {"shapes": {"a": (2,), "T": (3,)}}, ucf.ShapeError, "T"),

@@ -161,9 +161,10 @@ def _nodes(statements: list[Statement], shapes: dict[str, tuple[int, ...]]) -> l
                     f"{outputs[a.tensor]} defines it"
                 )
             if a.tensor not in shapes:
-                raise ShapeError(
-                    f"tensor {a.tensor} (statement {k}) has no shape: it is an input of the "
-                    f"program, so give it in shapes={{'{a.tensor}': ...}} or attrs"
+                raise ProgramError(
+                    f"tensor {a.tensor} (statement {k}) is not defined: no statement defines "
+                    f"it and, as an input, it has neither a shape nor an attribute (give "
+                    f"shapes={{'{a.tensor}': ...}} or attrs)"
                 )
             shape = shapes[a.tensor]
             if len(shape) != len(a.indices):
