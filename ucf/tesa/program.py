@@ -124,7 +124,8 @@ def program(
             raise ProgramError(
                 f"unknown output {name}: the program's tensors are {', '.join(sorted(tensors))}"
             )
-    full = {name: attrs.get(name) or TeSA.dense(known[name]) for name in sorted(tensors)}
+    full = {name: attrs[name] if name in attrs else TeSA.dense(known[name]) for name in tensors}
+    full = dict(sorted(full.items()))
     return Program(nodes, {t: known[t] for t in sorted(tensors)}, full, tuple(outputs))
 
 
