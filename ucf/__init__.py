@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.torch_layouts import from_torch
     from ucf.schedule import Schedule
     from ucf.tesa.attribute import TeSA
+    from ucf.tesa.plan import Policy
     from ucf.tesa.program import program
     from ucf.tuning import Tuned, tune
 
@@ -57,6 +58,7 @@ _LAZY = {
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
     "TeSA": "ucf.tesa.attribute",
+    "Policy": "ucf.tesa.plan",
     "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
@@ -75,6 +77,7 @@ __all__ = [
     "Kernel",
     "OperandError",
     "ParseError",
+    "Policy",
     "ProgramError",
     "Schedule",
     "ScheduleError",

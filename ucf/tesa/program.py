@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ucf.errors import OperandError, ProgramError, ShapeError, UnsupportedError, boundary
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.tesa.attribute import TeSA
+
+if TYPE_CHECKING:
+    from ucf.tesa.plan import Plan, Policy
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,14 @@ class Program:
             raise OperandError(f"propagate: samples must be positive, got {samples}")
         self.attrs = propagate(self, method, samples, seed, shuffle)
         return dict(self.attrs)
+
+    @boundary
+    def transform(self, policy: Policy) -> Plan:
+        """An execution plan: each sparse input split into parts of one width and one
+        block shape (see ``ucf.tesa.plan``), with the statements over the parts."""
+        from ucf.tesa.plan import transform
+
+        return transform(self, policy)
 
 
 @boundary

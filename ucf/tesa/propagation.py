@@ -25,7 +25,7 @@ import numpy as np
 
 from ucf.errors import ConversionWarning
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Sum, text
+from ucf.lang.ast import Access, Expr, text
 from ucf.lang.reductions import free_variables
 from ucf.tesa import rules
 from ucf.tesa.attribute import BITS_DTYPE, TeSA
@@ -217,10 +217,18 @@ class _State:
     def _run(self, node: Node, values: dict[str, np.ndarray], n: int) -> np.ndarray:
         """The statement on a batch of ``n`` values (leading axis): one kernel call."""
         rhs = node.statement.rhs
-        sample = _fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
+        sample = rules.fresh(
+            "s", {v for a in rhs._accesses for i in a.indices for v in i.variables}
+        )
         sizes = {**node.extents, sample: n}
         lhs = (sample, *node.out_vars)
-        return _call(lhs, _batched(rhs, sample), values, sizes, "float64")
+        return _call(
+            lhs,
+            rules.map_accesses(rhs, lambda a: Access(a.tensor, (Affine.var(sample), *a.indices))),
+            values,
+            sizes,
+            "float64",
+        )
 
 
 def _call(
@@ -235,7 +243,7 @@ def _call(
     import ucf
 
     variables = {v for a in rhs._accesses for i in a.indices for v in i.variables}
-    name = _fresh("out", set(operands) | variables)
+    name = rules.fresh("out", set(operands) | variables)
     statement = f"{name}({', '.join(lhs)}) = {text(rhs)}" if lhs else f"{name} = {text(rhs)}"
     key = (statement, dtype)
     if key not in _kernels:
@@ -263,27 +271,3 @@ def _broadcast(
     """``result`` over the variables ``used`` as an array over all of ``lhs``."""
     expanded = result.reshape([shape[k] if v in used else 1 for k, v in enumerate(lhs)])
     return np.broadcast_to(expanded, shape)
-
-
-def _fresh(stem: str, taken: set[str]) -> str:
-    name, k = stem, 0
-    while name in taken:
-        k += 1
-        name = f"{stem}{k}"
-    return name
-
-
-def _batched(e: Expr, var: str) -> Expr:
-    """``e`` with every access given a leading index ``var``: one sample per value of it."""
-    if isinstance(e, Access):
-        return Access(e.tensor, (Affine.var(var), *e.indices))
-    if isinstance(e, Neg):
-        return Neg(_batched(e.operand, var))
-    if isinstance(e, Binary):
-        return Binary(e.op, _batched(e.left, var), _batched(e.right, var))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_batched(a, var) for a in e.args))
-    if isinstance(e, Sum):
-        return Sum(e.vars, _batched(e.body, var))
-    assert isinstance(e, Literal)
-    return e

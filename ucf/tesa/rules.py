@@ -157,3 +157,27 @@ def passthrough(rhs: Expr, out_vars: tuple[str, ...]) -> tuple[str, tuple[int, .
     if sorted(vs) != sorted(out_vars):
         return None
     return e.tensor, tuple(vs.index(v) for v in out_vars)
+
+
+def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
+    """``e`` with every access ``a`` replaced by ``fn(a)``."""
+    if isinstance(e, Access):
+        return fn(e)
+    if isinstance(e, Neg):
+        return Neg(map_accesses(e.operand, fn))
+    if isinstance(e, Binary):
+        return Binary(e.op, map_accesses(e.left, fn), map_accesses(e.right, fn))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(map_accesses(a, fn) for a in e.args))
+    if isinstance(e, Sum):
+        return Sum(e.vars, map_accesses(e.body, fn))
+    return e
+
+
+def fresh(stem: str, taken: set[str]) -> str:
+    """``stem``, or ``stem`` with the first number that makes it a name not in ``taken``."""
+    name, k = stem, 0
+    while name in taken:
+        k += 1
+        name = f"{stem}{k}"
+    return name
