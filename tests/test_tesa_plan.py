@@ -59,6 +59,11 @@ def test_plan_matches_numpy(target):
     w2 = np.where(p.attrs["W2"].mask, values["W2"], 0)
     expected = np.maximum(values["X"] @ w1, 0) @ w2 + values["B"]
     np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
+    weights = {"W1": values.pop("W1"), "W2": values.pop("W2")}
+    run = plan.compile(target=target, dtype="float64", static=weights)
+    np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ucf.OperandError, match="missing operand X"):
+        run(B=values["B"])
 
 
 def test_an_operand_under_a_function_reads_the_sum_of_its_parts():

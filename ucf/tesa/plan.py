@@ -85,9 +85,16 @@ class Plan:
         return "\n".join(self.steps + legend)
 
     @boundary
-    def compile(self, target: str = "llvm", dtype: Any = "float32") -> Callable[..., dict]:
-        """Compile every step; the callable takes the program's inputs by name and
-        returns its outputs as a dict of numpy arrays."""
+    def compile(
+        self,
+        target: str = "llvm",
+        dtype: Any = "float32",
+        static: Mapping[str, Any] | None = None,
+    ) -> Callable[..., dict[str, np.ndarray]]:
+        """Compile every step. The callable takes the program's inputs by name and
+        returns its outputs as a dict of numpy arrays. Inputs given in ``static`` (the
+        weights, say) are split into their parts once, here, and the callable takes
+        only the others."""
         import ucf
 
         formats = {p.name: p.format for p in self.parts}
@@ -95,22 +102,15 @@ class Plan:
         for step in self.steps:
             stmt = parse_statement(step)
             names = {a.tensor for a in stmt.rhs._accesses}
-            kernel = ucf.compile(
-                step,
-                formats={n: f for n, f in formats.items() if n in names},
-                target=target,
-                dtype=dtype,
-            )
+            used = {n: f for n, f in formats.items() if n in names}
+            kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
             kernels.append((stmt.lhs.tensor, names, kernel))
-        parts = self.parts
+        fixed = self._split({n: np.asarray(v, dtype=dtype) for n, v in (static or {}).items()})
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
             values = {n: np.asarray(v, dtype=dtype) for n, v in operands.items()}
-            for p in parts:
-                if p.tensor not in values:
-                    raise OperandError(f"missing operand {p.tensor}")
-                split = np.where(p.mask, values[p.tensor], 0)
-                values[p.name] = ucf.from_numpy(split, format=p.format)
+            values.update(self._split(values))
+            values.update(fixed)
             for out, names, kernel in kernels:
                 missing = sorted(names - set(values))
                 if missing:
@@ -119,6 +119,16 @@ class Plan:
             return {n: values[n] for n in self.outputs}
 
         return run
+
+    def _split(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The parts of the operands in ``values``, each in its part's format."""
+        from ucf.format.tensor import from_numpy
+
+        return {
+            p.name: from_numpy(np.where(p.mask, values[p.tensor], 0), format=p.format)
+            for p in self.parts
+            if p.tensor in values
+        }
 
 
 def transform(program: Program, policy: Policy) -> Plan:
