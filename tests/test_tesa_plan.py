@@ -82,3 +82,16 @@ def test_policy_refuses_what_it_cannot_do():
         ucf.Policy(blocks="measure")
     with pytest.raises(ucf.OperandError):
         ucf.Policy(bits=[])
+
+
+def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zeroed():
+    rng = np.random.default_rng(5)
+    x_mask = rng.random(8) < 0.8
+    attrs = {"W": mixed(rng, 8, 8), "x": ucf.TeSA.from_mask(x_mask)}
+    p = ucf.program("y(i) = W(i,j) * x(j)", attrs=attrs)
+    plan = p.transform(POLICY)
+    assert {q.tensor for q in plan.parts} == {"W"}
+    w, x = rng.standard_normal((8, 8)), rng.standard_normal(8)
+    got = plan.compile(dtype="float64")(W=w, x=x)["y"]
+    expected = np.where(attrs["W"].mask, w, 0) @ np.where(x_mask, x, 0)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

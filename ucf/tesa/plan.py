@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 class Policy:
     """What the hardware offers: the widths it computes in and the cost of a block of
-    each shape (a dict from block shape to cost per block)."""
+    each shape (a dict from block shape to cost per block). Inputs at least
+    ``min_sparsity`` sparse are split; the others are read dense."""
 
-    def __init__(self, bits: Iterable[int] = (32,), blocks: Any = None):
+    def __init__(self, bits: Iterable[int] = (32,), blocks: Any = None, min_sparsity: float = 0.5):
         self.bits = frozenset(int(b) for b in bits)
+        self.min_sparsity = float(min_sparsity)
         if not self.bits or min(self.bits) < 1:
             raise OperandError(f"Policy: bits must be positive widths, got {sorted(self.bits)}")
         if isinstance(blocks, str):
@@ -49,7 +51,10 @@ class Policy:
             raise OperandError("Policy: blocks must give at least one block shape")
 
     def __repr__(self) -> str:
-        return f"Policy(bits={sorted(self.bits)}, blocks={self.blocks})"
+        return (
+            f"Policy(bits={sorted(self.bits)}, blocks={self.blocks}, "
+            f"min_sparsity={self.min_sparsity})"
+        )
 
 
 @dataclass(frozen=True)
@@ -69,12 +74,21 @@ class Part:
 
 class Plan:
     """The program as statements over parts; ``compile`` returns a callable that takes
-    the original operands, splits them and returns the outputs."""
+    the original operands, splits them and returns the outputs. ``masks`` holds the
+    attributes of the inputs read whole and of the outputs, where they prune: those
+    elements are zeroed, as in the parts, so every tensor honours its attribute."""
 
-    def __init__(self, steps: list[str], parts: list[Part], outputs: tuple[str, ...]):
+    def __init__(
+        self,
+        steps: list[str],
+        parts: list[Part],
+        outputs: tuple[str, ...],
+        masks: dict[str, np.ndarray],
+    ):
         self.steps = steps
         self.parts = parts
         self.outputs = outputs
+        self.masks = masks
 
     def __str__(self) -> str:
         legend = [
@@ -108,7 +122,7 @@ class Plan:
         fixed = self._split({n: np.asarray(v, dtype=dtype) for n, v in (static or {}).items()})
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
-            values = {n: np.asarray(v, dtype=dtype) for n, v in operands.items()}
+            values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
             values.update(self._split(values))
             values.update(fixed)
             for out, names, kernel in kernels:
@@ -116,9 +130,12 @@ class Plan:
                 if missing:
                     raise OperandError(f"missing operand {missing[0]}")
                 values[out] = kernel(**{n: values[n] for n in names}).to_numpy()
-            return {n: values[n] for n in self.outputs}
+            return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
 
         return run
+
+    def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
+        return np.where(self.masks[name], value, 0) if name in self.masks else value
 
     def _split(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """The parts of the operands in ``values``, each in its part's format."""
@@ -136,7 +153,7 @@ def transform(program: Program, policy: Policy) -> Plan:
     splits: dict[str, list[Part]] = {}
     for name in program.inputs:
         attr = program.attrs[name]
-        if attr.sparsity == 0 or len(attr.shape) != 2:
+        if attr.sparsity < max(policy.min_sparsity, 1e-12) or len(attr.shape) != 2:
             continue
         rounded = bit_rounding(attr, policy.bits)[0]
         costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
@@ -156,7 +173,12 @@ def transform(program: Program, policy: Policy) -> Plan:
 
         rhs = _distribute(node.statement.rhs, node.out_vars, splits, piece)
         steps.append(f"{node.statement.lhs} = {text(rhs)}")
-    return Plan(steps, [p for ps in splits.values() for p in ps], program.outputs)
+    masks = {
+        name: program.attrs[name].mask
+        for name in (*program.inputs, *program.outputs)
+        if name not in splits and program.attrs[name].sparsity > 0
+    }
+    return Plan(steps, [p for ps in splits.values() for p in ps], program.outputs, masks)
 
 
 def _distribute(
