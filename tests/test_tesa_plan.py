@@ -77,11 +77,20 @@ def test_an_operand_under_a_function_reads_the_sum_of_its_parts():
     np.testing.assert_allclose(got, np.maximum(kept, 0) @ x + kept @ x, rtol=1e-12)
 
 
-def test_policy_refuses_what_it_cannot_do():
-    with pytest.raises(ucf.UnsupportedError, match="measure"):
-        ucf.Policy(blocks="measure")
+def test_policy_refuses_bad_arguments():
+    with pytest.raises(ucf.OperandError, match="measure"):
+        ucf.Policy(blocks="guess")
     with pytest.raises(ucf.OperandError):
         ucf.Policy(bits=[])
+
+
+def test_measured_costs_are_measured_once():
+    """Which shape is cheaper per element is the machine's business; a block of 1024
+    elements costs more than one element, and the second policy reads the cache."""
+    first = ucf.Policy(blocks="measure").blocks
+    assert set(first) == {(1, 1), (8, 8), (32, 32)}
+    assert 0 < first[(1, 1)] < first[(32, 32)]
+    assert ucf.Policy(blocks="measure").blocks == first  # read back, not measured again
 
 
 def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zeroed():

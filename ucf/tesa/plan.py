@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ucf.errors import OperandError, UnsupportedError, boundary
+from ucf.errors import OperandError, boundary
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Expr, Neg, Sum, text
 from ucf.lang.parser import parse_statement
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 class Policy:
     """What the hardware offers: the widths it computes in and the cost of a block of
-    each shape (a dict from block shape to cost per block). Inputs at least
+    each shape (a dict from block shape to cost per block, or ``"measure"`` for the
+    costs of ucf's blocked kernels on this machine). Inputs at least
     ``min_sparsity`` sparse are split; the others are read dense."""
 
     def __init__(self, bits: Iterable[int] = (32,), blocks: Any = None, min_sparsity: float = 0.5):
@@ -42,11 +43,17 @@ class Policy:
         if not self.bits or min(self.bits) < 1:
             raise OperandError(f"Policy: bits must be positive widths, got {sorted(self.bits)}")
         if isinstance(blocks, str):
-            raise UnsupportedError(
-                f"Policy(blocks={blocks!r}): measured block costs are not built yet; give a "
-                "dict from block shape to cost per block"
-            )
-        self.blocks = dict(blocks or {(1, 1): 1.0})
+            if blocks != "measure":
+                raise OperandError(
+                    f"Policy: blocks is a dict from block shape to cost per block, or "
+                    f"'measure', not {blocks!r}"
+                )
+            from ucf.tesa.costs import measured_costs
+
+            blocks = measured_costs()
+        self.blocks = {
+            tuple(int(b) for b in s): float(c) for s, c in (blocks or {(1, 1): 1}).items()
+        }
         if not self.blocks:
             raise OperandError("Policy: blocks must give at least one block shape")
 
