@@ -104,3 +104,5 @@ def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zero
     got = plan.compile(dtype="float64")(W=w, x=x)["y"]
     expected = np.where(attrs["W"].mask, w, 0) @ np.where(x_mask, x, 0)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+    got = plan.compile(dtype="float64", static={"x": x})(W=w)["y"]  # static, not split
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

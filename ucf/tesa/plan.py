@@ -126,7 +126,8 @@ class Plan:
             used = {n: f for n, f in formats.items() if n in names}
             kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
             kernels.append((stmt.lhs.tensor, names, kernel))
-        fixed = self._split({n: np.asarray(v, dtype=dtype) for n, v in (static or {}).items()})
+        fixed = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in (static or {}).items()}
+        fixed.update(self._split(fixed))
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
             values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
@@ -160,7 +161,7 @@ def transform(program: Program, policy: Policy) -> Plan:
     splits: dict[str, list[Part]] = {}
     for name in program.inputs:
         attr = program.attrs[name]
-        if attr.sparsity < max(policy.min_sparsity, 1e-12) or len(attr.shape) != 2:
+        if attr.sparsity == 0 or attr.sparsity < policy.min_sparsity or len(attr.shape) != 2:
             continue
         rounded = bit_rounding(attr, policy.bits)[0]
         costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
