@@ -82,6 +82,8 @@ def test_policy_refuses_bad_arguments():
         ucf.Policy(blocks="guess")
     with pytest.raises(ucf.OperandError):
         ucf.Policy(bits=[])
+    with pytest.raises(ucf.OperandError, match="tensor W1 has 32-bit"):
+        mlp(0).transform(ucf.Policy(bits={8}))
 
 
 def test_measured_costs_are_measured_once():

@@ -163,6 +163,11 @@ def transform(program: Program, policy: Policy) -> Plan:
         attr = program.attrs[name]
         if attr.sparsity == 0 or attr.sparsity < policy.min_sparsity or len(attr.shape) != 2:
             continue
+        if attr.bits.max() > max(policy.bits):
+            raise OperandError(
+                f"tensor {name} has {attr.bits.max()}-bit elements, wider than any width of "
+                f"the policy ({sorted(policy.bits)})"
+            )
         rounded = bit_rounding(attr, policy.bits)[0]
         costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
         if not costs:
