@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ucf.errors import ConversionWarning
+from ucf.errors import ConversionWarning, UnsupportedError
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Expr, text
 from ucf.lang.reductions import free_variables
@@ -191,6 +191,12 @@ class _State:
         of ``samples`` random points: each point is run once as drawn and once per
         element of ``tensor`` with that element moved (one batch entry each)."""
         size = self.bits[tensor].size
+        largest = max(self.bits[t].size for t in (node.output, *node.inputs))
+        if (size + 1) * largest > _BATCH_ELEMENTS * 16:
+            raise UnsupportedError(
+                f"scrambling moves one element of {tensor} at a time, and its {size} elements "
+                f"are too many for that; propagate with method='exact'"
+            )
         kept = (self.bits[node.output] > 0).reshape(-1)
         need = np.zeros(size, dtype=bool)
         for n in self._batches(node, size + 1):
