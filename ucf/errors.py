@@ -67,8 +67,8 @@ class DLPackError(FormatError, BufferError):
 
 class ProgramError(UcfError):
     """A program of statements that is not a data-flow graph in SSA form: a tensor
-    defined twice, read before its definition, or named as an output or given an
-    attribute without being part of the program."""
+    defined twice, read before its definition, read without a definition or a shape,
+    or named as an output or given an attribute without being part of the program."""
 
 
 class CompileError(UcfError):
