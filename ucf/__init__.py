@@ -18,6 +18,7 @@ from ucf.errors import (
     MissingDependencyError,
     OperandError,
     ParseError,
+    ProgramError,
     ScheduleError,
     ShapeError,
     UcfError,
@@ -34,6 +35,9 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
     from ucf.schedule import Schedule
+    from ucf.tesa.attribute import TeSA
+    from ucf.tesa.plan import Policy
+    from ucf.tesa.program import program
     from ucf.tuning import Tuned, tune
 
 # Public names and the module each lives in.  They are imported on first use (PEP 562):
@@ -53,6 +57,9 @@ _LAZY = {
     "from_numpy": "ucf.format.tensor",
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
+    "TeSA": "ucf.tesa.attribute",
+    "Policy": "ucf.tesa.plan",
+    "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
 }
@@ -70,10 +77,13 @@ __all__ = [
     "Kernel",
     "OperandError",
     "ParseError",
+    "Policy",
+    "ProgramError",
     "Schedule",
     "ScheduleError",
     "ShapeError",
     "Tensor",
+    "TeSA",
     "UcfError",
     "UnsupportedError",
     "compile",
@@ -84,6 +94,7 @@ __all__ = [
     "from_scipy",
     "from_torch",
     "parse_format",
+    "program",
     "set_num_threads",
     "read",
     "tune",
@@ -93,11 +104,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names of ``_LAZY``, and the submodule ``ucf.torch``, on first use."""
+    """The public names of ``_LAZY``, and the submodules ``ucf.torch`` and ``ucf.tesa``,
+    on first use."""
     import importlib
 
-    if name == "torch":
-        return importlib.import_module("ucf.torch")
+    if name in ("torch", "tesa"):
+        return importlib.import_module(f"ucf.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

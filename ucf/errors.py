@@ -65,6 +65,12 @@ class DLPackError(FormatError, BufferError):
     ``BufferError``, which is what the DLPack protocol says exporters raise."""
 
 
+class ProgramError(UcfError):
+    """A program of statements that is not a data-flow graph in SSA form: a tensor
+    defined twice, read before its definition, read without a definition or a shape,
+    or named as an output or given an attribute without being part of the program."""
+
+
 class CompileError(UcfError):
     """The backend compiler (cc, llvm, nvcc) rejected generated code."""
 

@@ -1,0 +1,110 @@
+"""Execution plans of TeSA programs: split operands, sub-statements, compiled against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucf
+from ucf.lang.parser import parse_statement
+
+MLP = "T(t,h) = X(t,d) * W1(d,h)\nU(t,h) = relu(T(t,h))\nY(t,e) = U(t,h) * W2(h,e) + B(e)"
+
+
+def mixed(rng, rows: int, cols: int, block: int = 4) -> ucf.TeSA:
+    """Blocks at 8 or 32 bits plus a few fine-grained 32-bit elements."""
+    grid = (rows // block, cols // block)
+    ones = np.ones((block, block), dtype=bool)
+    kept = np.kron(rng.random(grid) < 0.3, ones) | (rng.random((rows, cols)) < 0.03)
+    bits = np.where(np.kron(rng.random(grid) < 0.5, ones), 8, 32)
+    return ucf.TeSA(np.where(kept, bits, 0))
+
+
+def mlp(seed: int) -> ucf.tesa.program.Program:
+    rng = np.random.default_rng(seed)
+    attrs = {"W1": mixed(rng, 16, 24), "W2": mixed(rng, 24, 12)}
+    return ucf.program(MLP, shapes={"X": (8, 16), "B": (12,)}, attrs=attrs)
+
+
+POLICY = ucf.Policy(bits={8, 32}, blocks={(1, 1): 1.0, (4, 4): 6.0})
+
+
+def test_parts_split_each_operand_exactly():
+    p = mlp(0)
+    p.propagate()
+    plan = p.transform(POLICY)
+    for name in ("W1", "W2"):
+        parts = [q for q in plan.parts if q.tensor == name]
+        total = np.zeros(p.shapes[name], dtype=int)
+        for q in parts:
+            total += q.mask
+            assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
+            assert q.format == ("csr" if q.block == (1, 1) else "bcsr(4,4)")
+        assert (total == p.attrs[name].mask).all()  # disjoint, and all of the kept elements
+    for step in str(plan).splitlines():
+        if not step.startswith("#"):
+            parse_statement(step)  # the plan prints as ucf statements
+
+
+def test_plan_matches_numpy(target):
+    p = mlp(1)
+    p.propagate()
+    plan = p.transform(POLICY)
+    assert sum(s.startswith("Y_") for s in plan.steps) >= 2  # Y split into sub-statements
+    run = plan.compile(target=target, dtype="float64")
+    rng = np.random.default_rng(7)
+    values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
+    values = {name: values[name] for name in p.inputs}
+    w1 = np.where(p.attrs["W1"].mask, values["W1"], 0)
+    w2 = np.where(p.attrs["W2"].mask, values["W2"], 0)
+    expected = np.maximum(values["X"] @ w1, 0) @ w2 + values["B"]
+    np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
+    weights = {"W1": values.pop("W1"), "W2": values.pop("W2")}
+    run = plan.compile(target=target, dtype="float64", static=weights)
+    np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ucf.OperandError, match="missing operand X"):
+        run(B=values["B"])
+
+
+def test_an_operand_under_a_function_reads_the_sum_of_its_parts():
+    rng = np.random.default_rng(3)
+    attrs = {"W": mixed(rng, 8, 8)}
+    p = ucf.program("y(i) = relu(W(i,j)) * x(j) + W(i,j) * x(j)", shapes={"x": (8,)}, attrs=attrs)
+    plan = p.transform(POLICY)
+    w, x = rng.standard_normal((8, 8)), rng.standard_normal(8)
+    got = plan.compile(dtype="float64")(W=w, x=x)["y"]
+    kept = np.where(attrs["W"].mask, w, 0)
+    np.testing.assert_allclose(got, np.maximum(kept, 0) @ x + kept @ x, rtol=1e-12)
+
+
+def test_policy_refuses_bad_arguments():
+    with pytest.raises(ucf.OperandError, match="measure"):
+        ucf.Policy(blocks="guess")
+    with pytest.raises(ucf.OperandError):
+        ucf.Policy(bits=[])
+    with pytest.raises(ucf.OperandError, match="tensor W1 has 32-bit"):
+        mlp(0).transform(ucf.Policy(bits={8}))
+
+
+def test_measured_costs_are_measured_once():
+    """Which shape is cheaper per element is the machine's business; a block of 1024
+    elements costs more than one element, and the second policy reads the cache."""
+    first = ucf.Policy(blocks="measure").blocks
+    assert set(first) == {(1, 1), (8, 8), (32, 32)}
+    assert 0 < first[(1, 1)] < first[(32, 32)]
+    assert ucf.Policy(blocks="measure").blocks == first  # read back, not measured again
+
+
+def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zeroed():
+    rng = np.random.default_rng(5)
+    x_mask = rng.random(8) < 0.8
+    attrs = {"W": mixed(rng, 8, 8), "x": ucf.TeSA.from_mask(x_mask)}
+    p = ucf.program("y(i) = W(i,j) * x(j)", attrs=attrs)
+    plan = p.transform(POLICY)
+    assert {q.tensor for q in plan.parts} == {"W"}
+    w, x = rng.standard_normal((8, 8)), rng.standard_normal(8)
+    got = plan.compile(dtype="float64")(W=w, x=x)["y"]
+    expected = np.where(attrs["W"].mask, w, 0) @ np.where(x_mask, x, 0)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    got = plan.compile(dtype="float64", static={"x": x})(W=w)["y"]  # static, not split
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

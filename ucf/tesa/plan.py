@@ -1,0 +1,291 @@
+"""Execution plans (SparTA §3.3, Algorithm 3): a program rewritten over split operands.
+
+Each sparse input of a statement is split into parts that one simple kernel
+computes well: its widths rounded to the hardware's (``bit_rounding``), then per
+width a weighted block cover (``block_cover``) whose blocks of one shape form
+one part, stored in the format of that shape (CSR for single elements, BCSR for
+blocks). A statement linear in a split operand becomes one sub-statement per
+part (for several split operands, per combination of parts), added up; any
+other statement reads the sum of the parts in place of the operand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ucf.errors import OperandError, boundary
+from ucf.lang.affine import Affine
+from ucf.lang.ast import Access, Binary, Expr, Neg, Sum, text
+from ucf.lang.parser import parse_statement
+from ucf.lang.reductions import free_variables
+from ucf.tesa.cover import block_cover
+from ucf.tesa.rounding import bit_rounding
+from ucf.tesa.rules import fresh, map_accesses
+
+if TYPE_CHECKING:
+    from ucf.tesa.program import Program
+
+
+class Policy:
+    """What the hardware offers: the widths it computes in and the cost of a block of
+    each shape (a dict from block shape to cost per block, or ``"measure"`` for the
+    costs of ucf's blocked kernels on this machine). Inputs at least
+    ``min_sparsity`` sparse are split; the others are read dense."""
+
+    def __init__(self, bits: Iterable[int] = (32,), blocks: Any = None, min_sparsity: float = 0.5):
+        self.bits = frozenset(int(b) for b in bits)
+        self.min_sparsity = float(min_sparsity)
+        if not self.bits or min(self.bits) < 1:
+            raise OperandError(f"Policy: bits must be positive widths, got {sorted(self.bits)}")
+        if isinstance(blocks, str):
+            if blocks != "measure":
+                raise OperandError(
+                    f"Policy: blocks is a dict from block shape to cost per block, or "
+                    f"'measure', not {blocks!r}"
+                )
+            from ucf.tesa.costs import measured_costs
+
+            blocks = measured_costs()
+        self.blocks = {
+            tuple(int(b) for b in s): float(c) for s, c in (blocks or {(1, 1): 1}).items()
+        }
+        if not self.blocks:
+            raise OperandError("Policy: blocks must give at least one block shape")
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy(bits={sorted(self.bits)}, blocks={self.blocks}, "
+            f"min_sparsity={self.min_sparsity})"
+        )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a split operand: its elements of one width in blocks of one shape."""
+
+    name: str
+    tensor: str
+    bits: int
+    block: tuple[int, ...]
+    mask: np.ndarray
+
+    @property
+    def format(self) -> str:
+        return "csr" if self.block == (1, 1) else f"bcsr({self.block[0]},{self.block[1]})"
+
+
+class Plan:
+    """The program as statements over parts; ``compile`` returns a callable that takes
+    the original operands, splits them and returns the outputs. ``masks`` holds the
+    attributes of the inputs read whole and of the outputs, where they prune: those
+    elements are zeroed, as in the parts, so every tensor honours its attribute."""
+
+    def __init__(
+        self,
+        steps: list[str],
+        parts: list[Part],
+        outputs: tuple[str, ...],
+        masks: dict[str, np.ndarray],
+    ):
+        self.steps = steps
+        self.parts = parts
+        self.outputs = outputs
+        self.masks = masks
+
+    def __str__(self) -> str:
+        legend = [
+            f"# {p.name}: {p.tensor}'s {p.bits}-bit elements in {p.block[0]}x{p.block[1]} "
+            f"blocks, {int(p.mask.sum())} elements, {p.format}"
+            for p in self.parts
+        ]
+        return "\n".join(self.steps + legend)
+
+    @boundary
+    def compile(
+        self,
+        target: str = "llvm",
+        dtype: Any = "float32",
+        static: Mapping[str, Any] | None = None,
+    ) -> Callable[..., dict[str, np.ndarray]]:
+        """Compile every step. The callable takes the program's inputs by name and
+        returns its outputs as a dict of numpy arrays. Inputs given in ``static`` (the
+        weights, say) are split into their parts once, here, and the callable takes
+        only the others."""
+        import ucf
+
+        formats = {p.name: p.format for p in self.parts}
+        kernels = []
+        for step in self.steps:
+            stmt = parse_statement(step)
+            names = {a.tensor for a in stmt.rhs._accesses}
+            used = {n: f for n, f in formats.items() if n in names}
+            kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
+            kernels.append((stmt.lhs.tensor, names, kernel))
+        fixed = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in (static or {}).items()}
+        fixed.update(self._split(fixed))
+
+        def run(**operands: Any) -> dict[str, np.ndarray]:
+            values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
+            values.update(self._split(values))
+            values.update(fixed)
+            for out, names, kernel in kernels:
+                missing = sorted(names - set(values))
+                if missing:
+                    raise OperandError(f"missing operand {missing[0]}")
+                values[out] = kernel(**{n: values[n] for n in names}).to_numpy()
+            return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
+
+        return run
+
+    def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
+        return np.where(self.masks[name], value, 0) if name in self.masks else value
+
+    def _split(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The parts of the operands in ``values``, each in its part's format."""
+        from ucf.format.tensor import from_numpy
+
+        return {
+            p.name: from_numpy(np.where(p.mask, values[p.tensor], 0), format=p.format)
+            for p in self.parts
+            if p.tensor in values
+        }
+
+
+def transform(program: Program, policy: Policy) -> Plan:
+    taken = set(program.shapes)
+    splits: dict[str, list[Part]] = {}
+    for name in program.inputs:
+        attr = program.attrs[name]
+        if attr.sparsity == 0 or attr.sparsity < policy.min_sparsity or len(attr.shape) != 2:
+            continue
+        if attr.bits.max() > max(policy.bits):
+            raise OperandError(
+                f"tensor {name} has {attr.bits.max()}-bit elements, wider than any width of "
+                f"the policy ({sorted(policy.bits)})"
+            )
+        rounded = bit_rounding(attr, policy.bits)[0]
+        costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
+        if not costs:
+            continue
+        splits[name] = _parts(name, rounded.bits, costs, taken)
+    steps: list[str] = []
+    for node in program.nodes:
+        made: list[str] = []
+
+        def piece(indices: tuple[str, ...], term: Expr, node=node, made=made) -> Access:
+            name = _fresh(f"{node.output}_{len(made)}", taken)
+            made.append(name)
+            lhs = f"{name}({', '.join(indices)})" if indices else name
+            steps.append(f"{lhs} = {text(term)}")
+            return Access(name, tuple(Affine.var(v) for v in indices))
+
+        rhs = _distribute(node.statement.rhs, node.out_vars, splits, piece)
+        steps.append(f"{node.statement.lhs} = {text(rhs)}")
+    masks = {
+        name: program.attrs[name].mask
+        for name in (*program.inputs, *program.outputs)
+        if name not in splits and program.attrs[name].sparsity > 0
+    }
+    return Plan(steps, [p for ps in splits.values() for p in ps], program.outputs, masks)
+
+
+def _distribute(
+    e: Expr,
+    out_vars: tuple[str, ...],
+    splits: dict[str, list[Part]],
+    piece: Callable[[tuple[str, ...], Expr], Access],
+) -> Expr:
+    """``e`` over the parts of its split operands. Each top-level additive term that is
+    linear in a split operand becomes one sub-statement per part (``piece`` emits it
+    and returns its access), per combination of parts for several operands; other
+    reads of a split operand read the sum of its parts."""
+    if isinstance(e, Binary) and e.op in "+-":
+        return Binary(
+            e.op,
+            _distribute(e.left, out_vars, splits, piece),
+            _distribute(e.right, out_vars, splits, piece),
+        )
+    names = [n for n in dict.fromkeys(a.tensor for a in e._accesses) if n in splits]
+    free = free_variables(e)
+    linear = [n for n in names if _linear(e, n)] if free <= set(out_vars) else []
+    for n in names:
+        if n not in linear:
+            e = _replace(e, n, tuple(p.name for p in splits[n]))
+    terms = [e]
+    for n in linear:
+        terms = [_replace(t, n, (p.name,)) for t, p in product(terms, splits[n])]
+    if len(terms) == 1:
+        return terms[0]
+    indices = tuple(v for v in out_vars if v in free)
+    out: Expr = piece(indices, terms[0])
+    for t in terms[1:]:
+        out = Binary("+", out, piece(indices, t))
+    return out
+
+
+def _parts(
+    name: str, bits: np.ndarray, costs: Mapping[tuple[int, ...], float], taken: set[str]
+) -> list[Part]:
+    """The parts of one operand: per width, the blocks of each shape its cover chose.
+    An element that blocks of two shapes cover goes to the block chosen first."""
+    parts = []
+    for width in np.unique(bits[bits > 0]):
+        left = bits == width
+        blocks, _ = block_cover(left, costs)
+        masks: dict[tuple[int, ...], np.ndarray] = {}
+        for shape, origin in blocks:
+            window = tuple(slice(o, o + b) for o, b in zip(origin, shape, strict=True))
+            mask = masks.setdefault(shape, np.zeros_like(left))
+            mask[window] |= left[window]
+            left[window] = False
+        for shape, mask in masks.items():
+            part = _fresh(f"{name}_{width}b_{shape[0]}x{shape[1]}", taken)
+            parts.append(Part(part, name, int(width), shape, mask))
+    return parts
+
+
+def _linear(rhs: Expr, name: str) -> bool:
+    """``rhs`` is linear in ``name``: one access, reached through sums, products,
+    negations and numerators only, so that it distributes over a split of it."""
+    found = [a for a in rhs._accesses if a.tensor == name]
+    if len(found) != 1:
+        return False
+
+    def reaches(e: Expr) -> bool:
+        if isinstance(e, Access):
+            return e.tensor == name
+        if isinstance(e, Sum | Neg):
+            return reaches(e.body if isinstance(e, Sum) else e.operand)
+        if isinstance(e, Binary) and e.op == "*":
+            return reaches(e.left) or reaches(e.right)
+        if isinstance(e, Binary) and e.op == "/":
+            return reaches(e.left) and not any(a.tensor == name for a in e.right._accesses)
+        return False
+
+    return reaches(rhs)
+
+
+def _replace(e: Expr, name: str, parts: tuple[str, ...]) -> Expr:
+    """``e`` with every access of ``name`` read as the sum of ``parts``."""
+
+    def read(a: Access) -> Expr:
+        if a.tensor != name:
+            return a
+        out: Expr = Access(parts[0], a.indices)
+        for p in parts[1:]:
+            out = Binary("+", out, Access(p, a.indices))
+        return out
+
+    return map_accesses(e, read)
+
+
+def _fresh(stem: str, taken: set[str]) -> str:
+    """A new name, kept in ``taken`` so that the next one differs."""
+    name = fresh(stem, taken)
+    taken.add(name)
+    return name

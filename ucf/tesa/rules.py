@@ -1,0 +1,183 @@
+"""A statement's propagation rules, as statements over masks.
+
+Forward, an output element is kept where some product of kept inputs reaches
+it: the statement itself read in the boolean semiring (SparTA's Table 2), where
+``*`` and ``/`` keep the intersection, ``+``, ``-``, ``max`` and ``min`` the
+union, a function that maps 0 to 0 its operand's mask, and any other function
+(``exp``: 1 at 0) or a non-zero literal everything. Evaluated over 0/1 masks
+in integers, a positive count is a kept element.
+
+Backward, an element of an input is needed where some kept output element
+depends on it. For one access of the input that is the adjoint statement: the
+output's mask times the other factor of every product on the path from the
+root to the access (for ``Y = A X`` the demand on ``A`` is ``Y Xᵀ``). Sums,
+``+``, ``-``, negation and functions pass the demand through unchanged (a
+function's output depends on its argument; a product does not depend on one
+factor where the other is zero).
+
+Where a mask is known to be all kept or all pruned, its access becomes a
+constant and the statement simplifies: ``Q = X Wq`` with ``X`` fully kept
+needs only the column sums of ``Wq``, computed over ``Wq`` alone and
+broadcast, instead of a product over every row of ``X``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Sum, children
+from ucf.lang.functions import FUNCTIONS, Function
+from ucf.lang.reductions import free_variables
+
+
+class Const(enum.Enum):
+    """A mask known without evaluating it: every element kept, or none."""
+
+    FULL = "full"
+    ZERO = "zero"
+
+
+MaskExpr = Expr | Const
+
+
+def plain(a: Access) -> bool:
+    """Every index is a variable of its own (no affine form, no repeated variable):
+    then the access covers the tensor exactly, and the tensor's constant masks
+    carry over to the access (an affine window reads zero padding besides)."""
+    vs = [i.single_variable for i in a.indices]
+    return None not in vs and len(set(vs)) == len(vs)
+
+
+def mask_expr(e: Expr, known: Callable[[Access], Const | None]) -> MaskExpr:
+    """``e`` in the boolean semiring: an integer expression over the tensors' 0/1 masks
+    that is positive exactly where ``e`` may be non-zero, or a constant mask.
+
+    ``known(access)`` tells which accesses read a constant mask."""
+    if isinstance(e, Access):
+        return known(e) or e
+    if isinstance(e, Literal):
+        return Const.FULL if e.value else Const.ZERO
+    if isinstance(e, Neg):
+        return mask_expr(e.operand, known)
+    if isinstance(e, Call):
+        fn = FUNCTIONS[e.fn]
+        if not fn.zero_preserving:
+            return Const.FULL
+        args = [mask_expr(a, known) for a in e.args]
+        return _union(args)
+    if isinstance(e, Binary):
+        left, right = mask_expr(e.left, known), mask_expr(e.right, known)
+        return _product([left, right]) if e.op in "*/" else _union([left, right])
+    assert isinstance(e, Sum)
+    body = mask_expr(e.body, known)
+    if isinstance(body, Const):
+        return body  # extents are positive: a sum of kept terms is kept
+    used = tuple(v for v in e.vars if v in _variables(body))
+    return Sum(used, body) if used else body
+
+
+def _union(parts: list[MaskExpr]) -> MaskExpr:
+    return _fold("+", parts, absorbing=Const.FULL, identity=Const.ZERO)
+
+
+def _product(parts: list[MaskExpr]) -> MaskExpr:
+    return _fold("*", parts, absorbing=Const.ZERO, identity=Const.FULL)
+
+
+def _fold(op: str, parts: list[MaskExpr], absorbing: Const, identity: Const) -> MaskExpr:
+    """``parts`` joined by ``op``, with the constant masks folded away."""
+    if absorbing in parts:
+        return absorbing
+    rest = [p for p in parts if p is not identity]
+    if not rest:
+        return identity
+    out = rest[0]
+    for p in rest[1:]:
+        out = Binary(op, out, p)
+    return out
+
+
+def _variables(e: Expr) -> set[str]:
+    return {v for a in e._accesses for i in a.indices for v in i.variables}
+
+
+def occurrences(rhs: Expr, tensor: str) -> list[tuple[Access, list[Expr]]]:
+    """Each access of ``tensor`` in ``rhs`` with the cofactors on its path: the other
+    operand of every ``*`` and ``/`` between the root and the access."""
+    found = []
+
+    def walk(e: Expr, factors: list[Expr]) -> None:
+        if isinstance(e, Access):
+            if e.tensor == tensor:
+                found.append((e, factors))
+            return
+        if isinstance(e, Binary) and e.op in "*/":
+            walk(e.left, [*factors, e.right])
+            walk(e.right, [*factors, e.left])
+            return
+        for c in children(e):
+            walk(c, factors)
+
+    walk(rhs, [])
+    return found
+
+
+def adjoint(output: Access, access: Access, factors: list[MaskExpr]) -> MaskExpr | None:
+    """The demand statement's right-hand side for ``access``: the output's mask times
+    the cofactors, summed over every variable the access does not index. None when
+    the access is not plain (its demand is not a tensor indexed by variables)."""
+    if not plain(access):
+        return None
+    rhs = _product([output, *factors])
+    if isinstance(rhs, Const):
+        return rhs
+    lhs = {i.single_variable for i in access.indices}
+    summed = tuple(sorted(free_variables(rhs) - lhs))
+    return Sum(summed, rhs) if summed else rhs
+
+
+def _keeps_width(fn: Function) -> bool:
+    return fn.arity == 1 and fn.zero_preserving and not fn.needs_float
+
+
+def passthrough(rhs: Expr, out_vars: tuple[str, ...]) -> tuple[str, tuple[int, ...]] | None:
+    """``(X, perm)`` when the statement is ``Y = f(X)`` element by element with ``f``
+    a chain of negations and zero-preserving unary functions, and ``perm`` the axes of
+    ``X`` in ``Y``'s order (a transpose). Such a statement carries bit widths through
+    unchanged, both ways: ``relu`` of an 8-bit value needs 8 bits (SparGen's ReLU rule).
+    Functions that need floating point (``sqrt``, ``tanh``) do not: their values are
+    not the integers a width counts."""
+    e = rhs
+    while isinstance(e, Neg) or (isinstance(e, Call) and _keeps_width(FUNCTIONS[e.fn])):
+        e = children(e)[0]
+    if not isinstance(e, Access) or not plain(e):
+        return None
+    vs = [i.single_variable for i in e.indices]
+    if sorted(vs) != sorted(out_vars):
+        return None
+    return e.tensor, tuple(vs.index(v) for v in out_vars)
+
+
+def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
+    """``e`` with every access ``a`` replaced by ``fn(a)``."""
+    if isinstance(e, Access):
+        return fn(e)
+    if isinstance(e, Neg):
+        return Neg(map_accesses(e.operand, fn))
+    if isinstance(e, Binary):
+        return Binary(e.op, map_accesses(e.left, fn), map_accesses(e.right, fn))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(map_accesses(a, fn) for a in e.args))
+    if isinstance(e, Sum):
+        return Sum(e.vars, map_accesses(e.body, fn))
+    return e
+
+
+def fresh(stem: str, taken: set[str]) -> str:
+    """``stem``, or ``stem`` with the first number that makes it a name not in ``taken``."""
+    name, k = stem, 0
+    while name in taken:
+        k += 1
+        name = f"{stem}{k}"
+    return name
