@@ -10,10 +10,10 @@ Gustavson SpGEMM spends beyond scipy's (unsorted) product, so it picks by length
   or block matrix's rows often do), which ends the work;
 - up to 32 keys, each key goes to the rank the count of smaller keys gives (no
   branch to mispredict; the counting loop vectorizes);
-- longer lists go into 2n to 4n buckets by their top bits within the range, so
+- up to 512 keys, into 2n to 4n buckets by their top bits within the range, so
   an insertion sort afterwards meets only the few pairs that share a bucket;
-- when the buckets are uneven (clustered keys), an LSD radix sort on the range:
-  a few counting passes over digits sized to the list.
+- longer lists, or keys too bunched for the buckets, get an LSD radix sort on
+  the range: a few counting passes over digits sized to the list.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _INSERT = 16  # lists up to this long get the insertion sort
 _SMALL = 32  # ... and up to this long the ranks
 #: The bucketed insertion sort runs while the pairs of keys that share a bucket number at
 #: most this many per key; beyond, the radix sort's few passes cost less.
-INSERTION_PAIRS = 2
+INSERTION_PAIRS = 8
 
 
 def _c(v: int) -> Const:
@@ -153,11 +153,13 @@ def _insertion(dst: Array, src: Array, n: ir.Expr, tag: str) -> list[ir.Stmt]:
     ]
 
 
-def _bucketed(a: Array, tmp: Array, cnt: Array, n: Var, lo: Var, span: Var) -> list[ir.Stmt]:
-    """One counting pass on the keys' top bits over their range [lo, lo + span], into about
-    one bucket per key; then an insertion sort has only the pairs within a bucket out of
-    order. When the buckets are uneven enough that those pairs outnumber
-    ``INSERTION_PAIRS`` per key, the radix sort runs instead."""
+def _bucketed(
+    a: Array, tmp: Array, cnt: Array, n: Var, lo: Var, span: Var, done: Var
+) -> list[ir.Stmt]:
+    """One counting pass on the keys' top bits over their range [lo, lo + span], into 2n
+    to 4n buckets; then an insertion sort meets only the pairs within a bucket out of
+    order, and sets ``done``. When the buckets are so uneven that those pairs could
+    outnumber ``INSERTION_PAIRS`` per key, it leaves the keys to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
     b, e, q, r, x, run, c, pairs = (
         Var(f"{v}b", _I64) for v in ("b", "e", "q", "r", "x", "run", "c", "pairs")
@@ -202,8 +204,8 @@ def _bucketed(a: Array, tmp: Array, cnt: Array, n: Var, lo: Var, span: Var) -> l
                     ],
                 ),
                 *_insertion(a, tmp, n, "b"),
+                ir.Assign(done, _c(1)),
             ],
-            _radix(a, tmp, cnt, n, lo, span),
         ),
     ]
 
@@ -236,7 +238,7 @@ def sort_function() -> ir.Function:
     cnt = Array("cnt", _I64, True)
     n = Var("n", _I64)
     k, x, lo, hi, desc = (Var(v, _I64) for v in ("k", "x", "lo", "hi", "desc"))
-    span = Var("span", _I64)
+    span, done = Var("span", _I64), Var("done", _I64)
     before = ir.Select(ir.Cmp(">", ir.Load(a, ir.sub(k, _c(1))), x), _c(1), _c(0))
     # One look at the keys: their range, and whether they arrived in order already (a
     # banded or block matrix's rows often do), which needs nothing more.
@@ -262,7 +264,14 @@ def sort_function() -> ir.Function:
                 ir.If(
                     ir.Cmp("<=", n, _c(_SMALL)),
                     _ranked(a, tmp, n),
-                    _bucketed(a, tmp, cnt, n, lo, span),
+                    [
+                        ir.Decl(done, _c(0)),
+                        ir.If(
+                            ir.Cmp("<=", n, _c(BUCKETS // 2)),
+                            _bucketed(a, tmp, cnt, n, lo, span, done),
+                        ),
+                        ir.If(ir.Cmp("==", done, _c(0)), _radix(a, tmp, cnt, n, lo, span)),
+                    ],
                 )
             ],
         ),
