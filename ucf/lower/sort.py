@@ -18,8 +18,13 @@ Gustavson SpGEMM spends beyond scipy's (unsorted) product, so it picks by length
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Array, Const, Var
+
+#: A key's digit (or bucket), as an expression of the key.
+Digit = Callable[[ir.Expr], ir.Expr]
 
 NAME = "ucf_sort_i64"
 _BUCKET_BITS = 10
@@ -47,6 +52,40 @@ def _log2_floor(x: ir.Expr, out: Var) -> list[ir.Stmt]:
     ]
 
 
+def _counts(
+    src: Array, cnt: Array, n: Var, nb: Var, digit: Digit, tag: str, pairs: Var | None = None
+) -> list[ir.Stmt]:
+    """cnt[d] = where the keys of src[0:n) with digit d start, once sorted on the digit
+    (``nb`` values); ``pairs`` (if given) adds up c * (c - 1) over the digits' counts c."""
+    b, e, q, run, c = (Var(f"{v}{tag}", _I64) for v in ("b", "e", "q", "run", "c"))
+    prefix = [ir.Decl(c, ir.Load(cnt, e)), ir.Store(cnt, e, run), ir.Assign(run, ir.add(run, c))]
+    if pairs is not None:
+        prefix.append(ir.Assign(pairs, ir.add(pairs, ir.Bin("*", c, ir.sub(c, _c(1))))))
+    return [
+        ir.For(b, _c(0), nb, [ir.Store(cnt, b, _c(0))]),
+        ir.For(q, _c(0), n, [ir.Store(cnt, digit(ir.Load(src, q)), _c(1), accumulate=True)]),
+        ir.Decl(run, _c(0)),
+        ir.For(e, _c(0), nb, prefix),
+    ]
+
+
+def _scatter(src: Array, dst: Array, cnt: Array, n: Var, digit: Digit, tag: str) -> list[ir.Stmt]:
+    """Each key of src[0:n) to dst where ``_counts`` says its digit goes: a stable pass."""
+    r, x = Var(f"r{tag}", _I64), Var(f"x{tag}", _I64)
+    return [
+        ir.For(
+            r,
+            _c(0),
+            n,
+            [
+                ir.Decl(x, ir.Load(src, r)),
+                ir.Store(dst, ir.Load(cnt, digit(x)), x),
+                ir.Store(cnt, digit(x), _c(1), accumulate=True),
+            ],
+        )
+    ]
+
+
 def _radix_pass(
     src: Array,
     dst: Array,
@@ -60,36 +99,11 @@ def _radix_pass(
 ) -> list[ir.Stmt]:
     """One stable counting pass from src to dst on the digit ``((x - lo) >> shift) & mask``,
     which takes ``nb`` values."""
-    b, e, q, r, x, run, c = (Var(f"{v}{tag}", _I64) for v in ("b", "e", "q", "r", "x", "run", "c"))
 
     def digit(v: ir.Expr) -> ir.Expr:
         return ir.Bin("&", ir.Bin(">>", ir.sub(v, lo), shift), mask)
 
-    return [
-        ir.For(b, _c(0), nb, [ir.Store(cnt, b, _c(0))]),
-        ir.For(q, _c(0), n, [ir.Store(cnt, digit(ir.Load(src, q)), _c(1), accumulate=True)]),
-        ir.Decl(run, _c(0)),
-        ir.For(
-            e,
-            _c(0),
-            nb,
-            [
-                ir.Decl(c, ir.Load(cnt, e)),
-                ir.Store(cnt, e, run),
-                ir.Assign(run, ir.add(run, c)),
-            ],
-        ),
-        ir.For(
-            r,
-            _c(0),
-            n,
-            [
-                ir.Decl(x, ir.Load(src, r)),
-                ir.Store(dst, ir.Load(cnt, digit(x)), x),
-                ir.Store(cnt, digit(x), _c(1), accumulate=True),
-            ],
-        ),
-    ]
+    return [*_counts(src, cnt, n, nb, digit, tag), *_scatter(src, dst, cnt, n, digit, tag)]
 
 
 def _radix(a: Array, tmp: Array, cnt: Array, n: Var, lo: Var, span: Var) -> list[ir.Stmt]:
@@ -161,9 +175,7 @@ def _bucketed(
     order, and sets ``done``. When the buckets are so uneven that those pairs could
     outnumber ``INSERTION_PAIRS`` per key, it leaves the keys to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
-    b, e, q, r, x, run, c, pairs = (
-        Var(f"{v}b", _I64) for v in ("b", "e", "q", "r", "x", "run", "c", "pairs")
-    )
+    pairs = Var("pairs", _I64)
 
     def bucket(v: ir.Expr) -> ir.Expr:
         return ir.Bin(">>", ir.sub(v, lo), shift)
@@ -175,35 +187,13 @@ def _bucketed(
         ir.While(
             ir.Cmp(">=", ir.Bin(">>", span, shift), nb), [ir.Assign(shift, ir.add(shift, _c(1)))]
         ),
-        ir.For(b, _c(0), nb, [ir.Store(cnt, b, _c(0))]),
-        ir.For(q, _c(0), n, [ir.Store(cnt, bucket(ir.Load(a, q)), _c(1), accumulate=True)]),
-        ir.Decl(run, _c(0)),
         ir.Decl(pairs, _c(0)),
-        ir.For(
-            e,
-            _c(0),
-            nb,
-            [
-                ir.Decl(c, ir.Load(cnt, e)),
-                ir.Store(cnt, e, run),
-                ir.Assign(run, ir.add(run, c)),
-                ir.Assign(pairs, ir.add(pairs, ir.Bin("*", c, ir.sub(c, _c(1))))),
-            ],
-        ),
+        *_counts(a, cnt, n, nb, bucket, "b", pairs),
         ir.If(
             ir.Cmp("<=", pairs, ir.mul(n, _c(2 * INSERTION_PAIRS))),
             [
-                ir.For(
-                    r,
-                    _c(0),
-                    n,
-                    [
-                        ir.Decl(x, ir.Load(a, r)),
-                        ir.Store(tmp, ir.Load(cnt, bucket(x)), x),
-                        ir.Store(cnt, bucket(x), _c(1), accumulate=True),
-                    ],
-                ),
-                *_insertion(a, tmp, n, "b"),
+                *_scatter(a, tmp, cnt, n, bucket, "b"),
+                *_insertion(a, tmp, n, "s"),
                 ir.Assign(done, _c(1)),
             ],
         ),
