@@ -105,3 +105,35 @@ def uc_combos(order: int) -> list[str]:
     for _ in range(order):
         out = [s + c for s in out for c in "UC"]
     return out
+
+
+def arrival_operands(rng, cols: int) -> tuple:
+    """CSR A and B whose product C = A @ B has rows that reach a Gustavson workspace in
+    chosen orders, one row per way its sort goes: short lists, sorted and reversed ones,
+    ranked, bucketed and radix-sorted ones (keys bunched in a few buckets of a wide
+    range), a narrow range, and the full row. Row r of A picks, in order, rows of B that
+    hold one entry each, at the coordinates of list r."""
+    import scipy.sparse as sp
+
+    assert cols >= 5000
+    few = rng.choice(np.arange(80, 2000), 20, replace=False)
+    bunched = 3000 + np.concatenate([rng.permutation(80), few])
+    lists = [
+        rng.permutation(cols)[:2],
+        rng.permutation(cols)[:16],
+        np.sort(rng.permutation(cols)[:200]),
+        np.sort(rng.permutation(cols)[:200])[::-1],
+        *(rng.permutation(cols)[:n] for n in (17, 32, 33, 100, 1000)),
+        rng.permutation(bunched),
+        1000 + rng.permutation(300),
+        rng.permutation(cols),
+    ]
+    starts = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
+    picks = np.arange(starts[-1])
+    a = sp.csr_matrix((rng.integers(1, 5, picks.size) * 1.0, picks, starts))
+    keys = np.concatenate(lists)
+    b = sp.csr_matrix(
+        (rng.integers(1, 5, keys.size) * 1.0, keys, np.arange(keys.size + 1)),
+        shape=(keys.size, cols),
+    )
+    return a, b

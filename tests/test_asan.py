@@ -15,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import rand_sparse
+from conftest import arrival_operands, rand_sparse
 
 import ucf
 from ucf.exec.kernel import _trimmed
@@ -413,8 +413,8 @@ def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedu
 
 @pytest.mark.parametrize("cols", [40, 300])
 def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
-    """Rows of C longer than 32 entries (up to every column) take the radix sort, whose
-    scratch and counters must hold them."""
+    """Rows of C longer than 32 entries (up to every column) take the bucketed or the
+    radix sort, whose scratch and counters must hold them."""
     rng = np.random.default_rng(cols)
     B = np.zeros((4, cols))
     for r, n in enumerate([cols, 33, 0, cols // 2]):
@@ -430,6 +430,25 @@ def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
     out = run_under_asan(asan_cc, tmp_path, k, "csr", (4, cols), {"i": 4, "j": 4, "k": cols}, ops)
     out.validate()
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
+
+
+def test_gustavson_sort_paths_stay_in_bounds(asan_cc, tmp_path):
+    """Rows that take each path of the workspace's sort (ranks, buckets, the radix sort,
+    the full row) stay inside its scratch and counters."""
+    A, B = arrival_operands(np.random.default_rng(3), 5000)
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule=GUSTAVSON,
+        target="c",
+    )
+    ops = {
+        n: ucf.from_scipy(m, format="csr", index_dtype=np.int32) for n, m in [("A", A), ("B", B)]
+    }
+    (n, m), cols = A.shape, B.shape[1]
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (n, cols), {"i": n, "j": m, "k": cols}, ops)
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), (A @ B).toarray())
 
 
 @pytest.mark.parametrize("rows", [37, 64, 65])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ from ucf.ir import nodes as ir
 from ucf.lower.parallel import WORK_THRESHOLD, work_estimate
 
 PAR = "parallelize(i,CPUThread,NoRaces)"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -92,18 +97,111 @@ def _walk(stmts):
         ),
         # a dense matrix: rows times columns
         ("y(i) = A(i,j) * x(j)", "dense", PAR, "(n_i * n_j)"),
-        # a split: blocks times the block size
+        # a split: the rows and their entries, as for the loop it was split from
         (
             "y(i) = A(i,j) * x(j)",
             "csr",
             "split(i,i0,i1,64); parallelize(i0,CPUThread,NoRaces)",
-            "((((i_hi - i_lo) + INT64_C(63)) / INT64_C(64)) * INT64_C(64))",
+            "((i_hi - i_lo) + (((i_hi - i_lo) > INT64_C(0)) ? (((int64_t)A1_pos[i_hi]) - "
+            "((int64_t)A1_pos[i_lo])) : INT64_C(0)))",
+        ),
+        # a split of a dense loop: rows times columns
+        (
+            "y(i) = A(i,j) * x(j)",
+            "dense",
+            "divide(i,i0,i1,8); parallelize(i0,CPUThread,NoRaces)",
+            "((i_hi - i_lo) * n_j)",
+        ),
+        # a fused loop split over positions: blocks times the block size
+        (
+            "y(i) = A(i,j) * x(j)",
+            "csr",
+            "fuse(i,j,f); pos(f,fp,A); split(fp,f0,f1,64); parallelize(f0,CPUThread,Atomics)",
+            "((((fp_hi - fp_lo) + INT64_C(63)) / INT64_C(64)) * INT64_C(64))",
         ),
     ],
 )
 def test_work_estimate(stmt, fmt, schedule, expected):
     k = ucf.compile(stmt, formats={"A": fmt}, schedule=schedule, target="c")
     assert _Emitter().expr(work_estimate(_parallel_loop(k))) == expected
+
+
+SPLIT_PAR = "split(i,i0,i1,64); parallelize(i0,CPUThread,NoRaces)"
+SPLIT_KERNELS = {
+    # name: (statement, dense operand's shape beyond A's columns, rows of the mid-size case)
+    "spmv": ("y(i) = A(i,j) * x(j)", (), 120_000),
+    "spmm": ("C(i,k) = A(i,j) * B(j,k)", (32,), 20_000),
+}
+
+
+def _value(e: ir.Expr, env: dict):
+    """An LLIR expression's value, the kernel's scalars and arrays taken from ``env``."""
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    if isinstance(e, ir.Cast):
+        return int(_value(e.operand, env))
+    if isinstance(e, ir.Load):
+        return env[e.array.name][_value(e.index, env)]
+    if isinstance(e, ir.Select):
+        return _value(e.if_true if _value(e.cond, env) else e.if_false, env)
+    ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__}
+    ops.update({">": int.__gt__, ">=": int.__ge__, "min": min})
+    return ops[e.op](int(_value(e.left, env)), int(_value(e.right, env)))
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_KERNELS))
+def test_a_split_loop_counts_the_work_of_its_rows(name):
+    """A split's outer loop (blocks of 64 rows) weighs what its rows hold: the rows,
+    plus their entries times the dense columns."""
+    stmt, dense, _ = SPLIT_KERNELS[name]
+    a = _csr(3000, 300, 12, seed=3)
+    k = ucf.compile(stmt, formats={"A": "csr"}, schedule=SPLIT_PAR, target="c")
+    env = {"i_lo": 0, "i_hi": a.shape[0], "n_i": a.shape[0], "n_j": 300, "A1_pos": a.indptr}
+    env["n_k"] = dense[0] if dense else 1
+    assert _value(work_estimate(_parallel_loop(k)), env) == a.shape[0] + a.nnz * env["n_k"]
+
+
+THREADS_SEEN = """
+import os, sys
+import numpy as np, scipy.sparse as sp
+import ucf
+stmt, rows, target, cols = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+ucf.set_num_threads(2)
+k = ucf.compile(stmt, formats={"A": "csr"}, schedule=sys.argv[5], target=target)
+rng = np.random.default_rng(0)
+dense = {"x": rng.random(300)} if cols == 0 else {"B": rng.random((300, cols))}
+for n in (7, rows):
+    a = sp.random(n, 300, density=10 / 300, format="csr", random_state=rng)
+    before = len(os.listdir("/proc/self/task"))
+    got = k(A=ucf.from_scipy(a, format="csr"), **dense).to_numpy()
+    np.testing.assert_allclose(got, a @ next(iter(dense.values())), rtol=1e-12)
+    print(n, len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize("name", sorted(SPLIT_KERNELS))
+def test_a_split_loop_starts_threads_when_its_rows_hold_enough_work(name, target):
+    """Under the shipped threshold, a split and parallelized SpMV or SpMM of 7 rows runs
+    on the calling thread, and one whose rows hold a few times the threshold's work
+    (while its blocks number far fewer) starts the team. A fresh process, so the
+    OpenMP team starts there, which its thread count shows."""
+    stmt, dense, rows = SPLIT_KERNELS[name]
+    assert rows // 64 * 64 < WORK_THRESHOLD < rows * 10 * (dense or (1,))[0]
+    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
+    args = [stmt, str(rows), target, str(dense[0] if dense else 0), SPLIT_PAR]
+    run = subprocess.run(
+        [sys.executable, "-c", THREADS_SEEN, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    started = dict(line.split() for line in run.stdout.split("\n") if line)
+    assert started == {"7": "0", str(rows): "1"}
 
 
 def test_llvm_parallel_body_takes_arrays_as_noalias_arguments():

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import nonzero_coords, rand_dense, rand_sparse, stored_coords
+from conftest import arrival_operands, nonzero_coords, rand_dense, rand_sparse, stored_coords
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -269,6 +269,18 @@ def test_gustavson_long_rows_are_sorted(cols, target):
         S = k(A=A, B=B).to_scipy()
         assert_sorted_csr(S)
         assert np.array_equal(S.toarray(), (A @ B).toarray())
+
+
+def test_gustavson_sorts_rows_whatever_order_they_arrive_in(target):
+    """Each row of C reaches the workspace in an order that takes one path of the sort
+    (``conftest.arrival_operands``); it comes out sorted."""
+    A, B = arrival_operands(np.random.default_rng(11), 5000)
+    k = ucf.compile(
+        SPMM, formats={"A": "csr", "B": "csr", "C": "csr"}, schedule=GUSTAVSON, target=target
+    )
+    S = k(A=A, B=B).to_scipy()
+    assert_sorted_csr(S)
+    assert np.array_equal(S.toarray(), (A @ B).toarray())
 
 
 def test_listed_workspace_survives_the_epoch_wrap(monkeypatch, tmp_path):

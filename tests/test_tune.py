@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import scipy.sparse as sp
 import ucf
 from ucf.exec import tuned
 from ucf.tuning import space
+from ucf.tuning.measure import Objective, median_time
 from ucf.tuning.study import default_storage
 
 optuna = pytest.importorskip("optuna")
@@ -117,6 +120,31 @@ def test_resuming_a_study_adds_trials(cache, tmp_path, capsys):
     bar = capsys.readouterr().err  # the resumed bar counts the new trials, with the best
     assert "2/2" in bar and "best" in bar and "us" in bar
     assert not (cache / "tune.db").exists()  # storage= replaced the cache's database
+    # Optuna commits many times a trial: the file logs ahead and syncs at checkpoints only.
+    with sqlite3.connect(tmp_path / "own.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_sampling_stops_at_the_first_losing_sample():
+    """A call that turns slow after its warm-up gets one sample past ``enough``, not five."""
+    waits = iter([0.005, 0.03, 0.03, 0.03, 0.03, 0.03])
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(next(waits))
+
+    seconds = median_time(call, repeats=5, enough=0.01)
+    assert len(calls) == 2 and seconds >= 0.03
+
+
+def test_a_trial_twice_as_slow_as_the_best_has_lost():
+    objective = Objective(SPMV, {"A": "csr"}, "llvm", "float64", "int32", {}, None, {}, {})
+    objective.baseline = 1.0
+    assert objective.hopeless() == 3.0  # HOPELESS times the default
+    objective._seen[("", "a")] = (0.2, "")
+    objective._seen[("", "b")] = (None, "refused")
+    assert objective.hopeless() == 0.4  # LOSING times the best so far
 
 
 def test_a_trial_that_raises_is_pruned(cache, monkeypatch):

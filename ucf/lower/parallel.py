@@ -254,8 +254,14 @@ def work_estimate(loop: ir.For) -> ir.Expr:
     loop's whole range, ``pos[end] - pos[start]``: rows of very different lengths then
     weigh what they hold. Reading ``pos`` at the ends of the range is safe because the
     loop reads the same entries itself; an empty range counts nothing.
+
+    A split's outer loop (blocks of rows, as the default schedule shares out skewed
+    rows) counts as the loop it was split from: the blocks' trip count alone would miss
+    the rows' entries and keep a large loop serial.
     """
     local = declared(loop.body) | {loop.var.name}
+    loop = _unsplit(loop) or loop
+    local |= {loop.var.name}
     trips = _span(loop.start, loop.end)
     work: ir.Expr = _times(trips, _weight(loop.body, local))
     inner = _compressed_child(loop)
@@ -265,6 +271,41 @@ def work_estimate(loop: ir.For) -> ir.Expr:
         entries = ir.Select(ir.Cmp(">", trips, Const(0, I64)), count, Const(0, I64))
         work = ir.Bin("+", trips, _times(entries, _weight(child.body, local)))
     return work
+
+
+def _unsplit(outer: ir.For) -> ir.For | None:
+    """The loop that ``strip_mine`` split into ``outer`` and the block loop in it, over
+    the whole range again; None unless ``outer`` has that shape (its body declares
+    ``base = lo + outer * chunk``, then only values, then runs ``inner`` over
+    ``min(chunk, hi - base)``, whose body first declares ``x = base + inner``)."""
+    body = outer.body
+    if len(body) < 2 or not isinstance(body[0], ir.Decl) or not isinstance(body[-1], ir.For):
+        return None
+    if not all(isinstance(s, ir.Decl) for s in body[1:-1]):
+        return None
+    base, inner = body[0], body[-1]
+    start = base.init
+    if not (isinstance(start, ir.Bin) and start.op == "+" and _steps(start.right, outer.var)):
+        return None
+    end = inner.end
+    if not (
+        isinstance(end, ir.Bin)
+        and end.op == "min"
+        and isinstance(end.right, ir.Bin)
+        and end.right.op == "-"
+        and end.right.right == base.var
+        and inner.start == Const(0, I64)
+        and inner.body
+        and isinstance(inner.body[0], ir.Decl)
+        and inner.body[0].init == ir.Bin("+", base.var, inner.var)
+    ):
+        return None
+    return ir.For(inner.body[0].var, start.left, end.right.left, inner.body[1:])
+
+
+def _steps(e: ir.Expr, var: Var) -> bool:
+    """Whether ``e`` is ``var`` or ``var`` times something: a block's offset."""
+    return e == var or (isinstance(e, ir.Bin) and e.op == "*" and e.left == var)
 
 
 def _weight(stmts: list[ir.Stmt], local: set[str]) -> ir.Expr | None:

@@ -258,7 +258,7 @@ class WorkspacesMixin:
             start += self._ws_epoch(ws)
         produce = self._at_depth(wh.prod_term, prod)
         if ws.list is not None and not self.assembling:
-            sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets, ws.size]
+            sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets]
             produce.append(ir.Call(sort.NAME, sort_args))
         consume = self._at_depth(wh.cons_term, cons)
         if wh.split is None:
