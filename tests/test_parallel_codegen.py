@@ -112,6 +112,9 @@ def _walk(stmts):
             "divide(i,i0,i1,8); parallelize(i0,CPUThread,NoRaces)",
             "((i_hi - i_lo) * n_j)",
         ),
+        # fixed-width rows: rows times the width (the segment p*w .. p*w + w)
+        ("y(i) = A(i,j) * x(j)", "ell(3)", PAR, "(n_i * INT64_C(3))"),
+        ("C(i,j) = A(i,k) * B(k,j)", "nm(2,4)", PAR, "(n_i * (n_k_blk * (INT64_C(2) * n_j)))"),
         # a fused loop split over positions: blocks times the block size
         (
             "y(i) = A(i,j) * x(j)",

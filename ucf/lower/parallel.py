@@ -333,7 +333,11 @@ def _known_trips(loop: ir.For, local: set[str]) -> ir.Expr | None:
 
 
 def _span(start: ir.Expr, end: ir.Expr) -> ir.Expr:
-    return end if start == Const(0, I64) else ir.Bin("-", end, start)
+    if start == Const(0, I64):
+        return end
+    if isinstance(end, ir.Bin) and end.op == "+" and end.left == start:
+        return end.right  # a fixed-width segment: start .. start + w
+    return ir.Bin("-", end, start)
 
 
 def _times(a: ir.Expr, b: ir.Expr | None) -> ir.Expr:
