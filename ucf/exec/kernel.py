@@ -617,9 +617,17 @@ class Kernel:
         fmt = self._plan.computed_format
         levels = []
         parent = 1
+        top = np.iinfo(self.index_dtype).max
         for lvl, kind in enumerate(fmt.levels):
             dim = shape[fmt.mode_order[lvl]]
-            arrays, parent = kind.allocate(parent, int(counts[lvl]), dim, self.index_dtype)
+            count = int(counts[lvl])
+            if not 0 <= count <= top:  # the assemble pass counted past its index type
+                raise OperandError(
+                    f"output {self._plan.statement.lhs.tensor} has more entries at level "
+                    f"{lvl} than {self.index_dtype} positions hold (at least {top}); compile "
+                    "with index_dtype='int64'"
+                )
+            arrays, parent = kind.allocate(parent, count, dim, self.index_dtype)
             levels.append(arrays)
         return Tensor(
             shape,
