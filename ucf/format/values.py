@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ucf.errors import FormatError, OperandError
+from ucf.errors import FormatError, OperandError, UcfError
 from ucf.ir.nodes import NUMPY_TO_IR, STORAGE_TYPES
 
 if TYPE_CHECKING:
@@ -85,20 +85,21 @@ VALUE_DTYPES: tuple[np.dtype, ...] = tuple(v.dtype for v in VALUES.values())
 INDEX_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def value_dtype(dtype: Any, name: str = "") -> np.dtype:
-    """Normalize a value dtype, rejecting the ones kernels are not generated for.
-
-    Byte-swapped variants are accepted and mapped to native order because
-    files and foreign buffers often carry them while kernels only read native
-    values.
-    """
-    who = f"operand {name}: " if name else ""
+def _native(dtype: Any, error: type[UcfError], who: str = "") -> np.dtype:
+    """``dtype`` as a numpy dtype in native byte order: byte-swapped variants are
+    accepted because files and foreign buffers often carry them, while kernels only
+    read native values."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise OperandError(f"{who}{dtype!r} is not a numpy dtype") from None
-    if dt.byteorder not in ("=", "|"):
-        dt = dt.newbyteorder("=")
+        raise error(f"{who}{dtype!r} is not a numpy dtype") from None
+    return dt if dt.byteorder in ("=", "|") else dt.newbyteorder("=")
+
+
+def value_dtype(dtype: Any, name: str = "") -> np.dtype:
+    """Normalize a value dtype, rejecting the ones no tensor or kernel holds."""
+    who = f"operand {name}: " if name else ""
+    dt = _native(dtype, OperandError, who)
     if dt not in VALUE_DTYPES:
         raise OperandError(
             f"{who}value dtype {dt} is not supported; use one of {', '.join(VALUES)}"
@@ -148,12 +149,7 @@ def index_dtype_of(dtype: Any) -> np.dtype:
     """Normalize an index dtype; ``None`` means int32, which halves index traffic."""
     if dtype is None:
         return INDEX_DTYPES[0]
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise FormatError(f"{dtype!r} is not a numpy dtype") from None
-    if dt.byteorder not in ("=", "|"):
-        dt = dt.newbyteorder("=")
+    dt = _native(dtype, FormatError)
     if dt not in INDEX_DTYPES:
         raise FormatError(f"index dtype {dt} is not supported; use int32 or int64")
     return dt
