@@ -213,3 +213,22 @@ def test_cli_cache_info_and_clear(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 1 entries" in capsys.readouterr().out
     assert not list(tmp_path.glob("*.plan"))
+
+
+def test_the_emulators_precompiled_header_is_used_and_a_damaged_one_replaced():
+    """Emulated CUDA builds read ucf_cuda.cuh precompiled (half their compile time);
+    a damaged .gch makes the build fall back to the text and is built anew."""
+    import ucf
+    from ucf.exec import cuda_build
+
+    pch = cuda_build._precompiled()
+    assert pch is not None and (pch / "ucf_cuda.cuh.gch").stat().st_size > 1_000_000
+    gch = pch / "ucf_cuda.cuh.gch"
+    gch.write_bytes(gch.read_bytes()[:100_000])  # a truncated file g++ cannot read
+    k = ucf.compile("y(i) = A(i,j) * x(j) * 3", {"A": "csr"}, target="cuda", emulate=True)
+    a = sp.random(9, 7, density=0.4, format="csr", random_state=4)
+    x = np.arange(7.0)
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), 3 * (a @ x))
+    assert not gch.exists() or gch.stat().st_size > 1_000_000  # removed, or built anew
+    again = cuda_build._precompiled()
+    assert again == pch and gch.stat().st_size > 1_000_000

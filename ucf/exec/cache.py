@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -253,6 +254,8 @@ def evict(max_bytes: int) -> list[Path]:
 def clear() -> int:
     """Remove every entry and lock file; the number of entries removed."""
     removed = len(evict(0))
+    for p in cache_dir().glob("pch-*"):  # the emulator's precompiled headers
+        shutil.rmtree(p, ignore_errors=True)
     for p in cache_dir().glob("*.lock"):
         try:
             p.unlink()

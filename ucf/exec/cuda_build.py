@@ -96,7 +96,46 @@ def build_emulated(source: str) -> bytes:
     difference at run time.
     """
     cmd = [*emulation_compiler(), *EMULATION_FLAGS, "-x", "c++"]
-    return _compile(source, cmd, "kernel.so")
+    pch = _precompiled()
+    if pch is None:
+        return _compile(source, cmd, "kernel.so")
+    try:  # found before runtime_dir(), so its .gch is used
+        return _compile(source, [*cmd, f"-I{pch}"], "kernel.so")
+    except CompileError:
+        built = _compile(source, cmd, "kernel.so")  # the source's own error raises here
+        shutil.rmtree(pch, ignore_errors=True)  # a damaged precompiled header: built anew
+        return built
+
+
+def _precompiled() -> Path | None:
+    """A directory with the runtime headers and ``ucf_cuda.cuh`` precompiled for the
+    emulator's compiler and flags, built once per cache: parsing the emulation header
+    is half of every emulated kernel's compile. None when it cannot be built; the
+    compiler also ignores a precompiled header that does not fit and reads the text,
+    so this only ever saves time."""
+    headers = sorted([*runtime_dir().glob("*.h"), *runtime_dir().glob("*.cuh")])
+    ident = {
+        **emulation_identity(),
+        "headers": {h.name: h.read_text() for h in headers},
+    }
+    name = f"pch-{cache.key(ident)}"
+    where = cache.cache_dir() / name
+    gch = where / "ucf_cuda.cuh.gch"
+    if gch.exists():
+        return where
+    with cache.lock(name):
+        if gch.exists():
+            return where
+        where.mkdir(exist_ok=True)
+        for h in headers:
+            shutil.copyfile(h, where / h.name)
+        flags = [f for f in EMULATION_FLAGS if f != "-shared"]
+        tmp = where / "ucf_cuda.cuh.gch.tmp"
+        cmd = [*emulation_compiler(), *flags, "-x", "c++-header", "ucf_cuda.cuh", "-o", tmp.name]
+        if subprocess.run(cmd, capture_output=True, cwd=where).returncode != 0:
+            return None
+        tmp.replace(gch)
+    return where
 
 
 def nvcc_check(source: str, arch: str = "sm_80") -> None:
