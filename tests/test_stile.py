@@ -193,6 +193,13 @@ def test_stile_index_takes_any_numeric_mask():
     for mask in (a, a.astype(np.float64), (a != 0).astype(np.int8), a != 0):
         assert _listed(ucf.stile_index(mask, (8, 2))) == _tiles(a != 0, 8, 2)
     assert _listed(ucf.stile_index(np.asfortranarray(a), (4, 4))) == _tiles(a != 0, 4, 4)
+    for target in TARGETS:
+        t = ucf.stile_index(a.astype(np.float16), (3, 7), target=target, index_dtype="int64")
+        assert t.index_dtype == np.int64 and _listed(t) == _tiles(a != 0, 3, 7)
+    for shape in ((0, 5), (5, 0), (0, 0)):
+        t = ucf.stile_index(np.ones(shape, bool), (8, 8))
+        assert t.to_numpy().size == 0 or not t.to_numpy().any()
+    assert ucf.stile_index(np.ones((3, 4)), (8, 8)).to_numpy().tolist() == [[1.0]]
     with pytest.raises(ucf.OperandError, match="granularity"):
         ucf.stile_index(a, (0, 1))
     with pytest.raises(ucf.OperandError, match="2-D"):

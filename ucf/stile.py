@@ -186,7 +186,7 @@ def stile_index(
     be partial); entry (I, J) is stored, with value 1, when tile (I, J) of the mask
     holds a nonzero. Within a row of tiles the columns come in whatever order the
     kernel wrote them (the level is unordered: ``Q``). ``target`` is ``"llvm"`` or
-    ``"c"``.
+    ``"c"``. A mask that is not C-contiguous is copied into one first.
     """
     if target not in TARGETS:
         raise UnsupportedError(f"stile_index runs on {' or '.join(TARGETS)}, not {target!r}")
