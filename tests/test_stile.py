@@ -62,6 +62,8 @@ def test_condense_command_checks_then_refuses_as_not_built():
         ucf.compile(MATMUL, schedule="condense(k, Z, 8)")
     with pytest.raises(ucf.UnsupportedError, match="k can be condensed, but .* not built yet"):
         ucf.compile(MATMUL, {"A": "csr"}, schedule="condense(k, A, 64)")
+    with pytest.raises(ucf.ScheduleError, match="depth must be a positive integer"):
+        ucf.compile(MATMUL, schedule=ucf.Schedule().condense("k", "A", 0))
 
 
 def test_cin_shows_the_classification():
