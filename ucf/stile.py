@@ -31,14 +31,17 @@ from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
+from ucf.lower import parallel
 
 TARGETS = ("llvm", "c")
 
 
-def _function(mask_type: str, idx: str, bh: int, bw: int) -> ir.Function:
+def _function(mask_type: str, idx: str, bh: int, bw: int, threshold: int = 0) -> ir.Function:
     """``stile_index(mask, M, K, flags, pos, crd)``: ``flags`` (zeroed, one per tile)
     marks live tiles, ``pos`` (zeroed, one more than the rows of tiles) gets the
-    segment bounds and ``crd`` (at least one slot per live tile) the tile columns."""
+    segment bounds and ``crd`` (at least one slot per live tile) the tile columns.
+    Threads start only for masks of at least ``threshold`` elements (waking them
+    costs more than a small mask's scan)."""
     i64 = ir.I64
     mask = ir.Array("mask", mask_type)
     flags = ir.Array("flags", "i32", output=True)
@@ -114,7 +117,15 @@ def _function(mask_type: str, idx: str, bh: int, bw: int) -> ir.Function:
     ]
 
     def per_row(body: list[ir.Stmt]) -> ir.For:
-        return ir.For(rows, ir.Const(0, i64), mb, body, parallel="CPUThread", strategy="NoRaces")
+        return ir.For(
+            rows,
+            ir.Const(0, i64),
+            mb,
+            body,
+            parallel="CPUThread",
+            strategy="NoRaces",
+            parallel_if=ir.Cmp(">=", ir.mul(m, k), ir.Const(threshold, i64)),
+        )
 
     params = [
         ir.Param("mask", mask_type, True, doc="the mask, row-major M x K"),
@@ -145,9 +156,9 @@ def _zero(mask_type: str) -> ir.Const:
 
 
 @cache
-def _compiled(target: str, mask_type: str, idx: str, bh: int, bw: int) -> Any:
+def _compiled(target: str, mask_type: str, idx: str, bh: int, bw: int, threshold: int) -> Any:
     """The index kernel as a ctypes function, built once per process and shape of tile."""
-    fn = _function(mask_type, idx, bh, bw)
+    fn = _function(mask_type, idx, bh, bw, threshold)
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     if target == "llvm":
         from ucf.codegen import llvm as llvmgen
@@ -210,7 +221,8 @@ def stile_index(
     mb, kb = -(-m // bh), -(-k // bw)
     if mb * kb > np.iinfo(idt).max:
         raise OperandError(f"stile_index: {mb * kb} tiles do not fit index dtype {idt}")
-    call, _ = _compiled(target, ir.NUMPY_TO_IR[a.dtype.name], ir.NUMPY_TO_IR[idt.name], bh, bw)
+    types = ir.NUMPY_TO_IR[a.dtype.name], ir.NUMPY_TO_IR[idt.name]
+    call, _ = _compiled(target, *types, bh, bw, parallel.threshold())
     flags = np.zeros(mb * kb, dtype=np.int32)
     pos = np.zeros(mb + 1, dtype=idt)
     crd = np.empty(max(mb * kb, 1), dtype=idt)
