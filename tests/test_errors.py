@@ -153,7 +153,7 @@ def test_format_arity_mismatch():
         ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "UCC"})
 
 
-@pytest.mark.parametrize("fmt", ["XY", "UQ", "UC:0,0", "UC:0,2", "UC:1", "csrr", ""])
+@pytest.mark.parametrize("fmt", ["XY", "UZ", "UC:0,0", "UC:0,2", "UC:1", "csrr", ""])
 def test_bad_format_string(fmt):
     with pytest.raises(ucf.FormatError) as ei:
         ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt})

@@ -106,17 +106,17 @@ def test_layers_only_import_upward():
 
 # --------------------------------------------------- a kind plugged in from outside
 UNORDERED = Compressed(
-    "Q", "unordered compressed", ("pos", "crd"), full=False, can_locate=False, ordered=False
+    "V", "unordered compressed", ("pos", "crd"), full=False, can_locate=False, ordered=False
 )
 
 
 @pytest.fixture
 def unordered(monkeypatch, tmp_path):
-    """The kind plugged in for one test, with kernels cached apart: a cached "UQ"
+    """The kind plugged in for one test, with kernels cached apart: a cached "UV"
     kernel must not outlive the kind that made the format valid."""
     from ucf.exec.kernel import forget_loaded
 
-    monkeypatch.setitem(KINDS, "Q", UNORDERED)
+    monkeypatch.setitem(KINDS, "V", UNORDERED)
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     forget_loaded()
     yield
@@ -137,22 +137,22 @@ def _shuffled_csr(seed):
 
 def test_an_unordered_level_drives_a_loop_alone(unordered, target):
     m, pos, crd, vals = _shuffled_csr(1)
-    A = ucf.Tensor(m.shape, "UQ", [{}, {"pos": pos, "crd": crd}], vals)
+    A = ucf.Tensor(m.shape, "UV", [{}, {"pos": pos, "crd": crd}], vals)
     x = np.arange(1.0, 21.0)
-    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "UQ"}, target=target)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "UV"}, target=target)
     np.testing.assert_allclose(k(A=A, x=x).to_numpy(), m @ x, rtol=1e-14)
 
 
 def test_an_unordered_level_refuses_co_iteration(unordered):
     with pytest.raises(ucf.UnsupportedError, match=r"tensor A, level 1 \(unordered compressed\)"):
-        ucf.compile("S(i,j) = A(i,j) + B(i,j)", formats={"A": "UQ", "B": "UC"})
+        ucf.compile("S(i,j) = A(i,j) + B(i,j)", formats={"A": "UV", "B": "UC"})
     with pytest.raises(ucf.UnsupportedError, match="tensor A, level 1"):
-        ucf.compile("y(i) = A(i,j) * z(j)", formats={"A": "UQ", "z": "C"})
+        ucf.compile("y(i) = A(i,j) * z(j)", formats={"A": "UV", "z": "C"})
 
 
 def test_an_ordered_level_checks_its_order_and_an_unordered_one_does_not(unordered):
     m, pos, crd, vals = _shuffled_csr(2)
-    ucf.Tensor(m.shape, "UQ", [{}, {"pos": pos, "crd": crd}], vals)
+    ucf.Tensor(m.shape, "UV", [{}, {"pos": pos, "crd": crd}], vals)
     with pytest.raises(ucf.FormatError, match="crd not strictly sorted"):
         ucf.Tensor(m.shape, "UC", [{}, {"pos": pos, "crd": crd}], vals)
 

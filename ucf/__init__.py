@@ -27,6 +27,7 @@ from ucf.errors import (
 )
 
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
+    from ucf.cin.invariance import condensable, invariance
     from ucf.exec.cache import CacheWarning
     from ucf.exec.kernel import Kernel
     from ucf.format.format import Format, parse_format
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
     from ucf.schedule import Schedule
+    from ucf.stile import stile_index
     from ucf.tesa.attribute import TeSA
     from ucf.tesa.plan import Policy
     from ucf.tesa.program import program
@@ -57,6 +59,9 @@ _LAZY = {
     "from_numpy": "ucf.format.tensor",
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
+    "invariance": "ucf.cin.invariance",
+    "stile_index": "ucf.stile",
+    "condensable": "ucf.cin.invariance",
     "TeSA": "ucf.tesa.attribute",
     "Policy": "ucf.tesa.plan",
     "program": "ucf.tesa.program",
@@ -87,15 +92,18 @@ __all__ = [
     "UcfError",
     "UnsupportedError",
     "compile",
+    "condensable",
     "einsum",
     "from_coo",
     "from_dlpack",
     "from_numpy",
     "from_scipy",
     "from_torch",
+    "invariance",
     "parse_format",
     "program",
     "set_num_threads",
+    "stile_index",
     "read",
     "tune",
     "Tuned",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ucf.cin import invariance
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
@@ -99,6 +100,7 @@ def plan(
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = parse_schedule(schedule) if schedule else []
+    invariance.check_schedule(front.user_stmt, commands)
     if blocking is not None:
         blocking.check_schedule(commands)
     base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
@@ -111,7 +113,7 @@ def plan(
         )
         _check_units(applied, target)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
-    cin.notes += describe_extents(stmt)
+    cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
     if blocking is not None:
         cin.notes += [
             f"{v} runs over blocks of {b}: {outer} is the block and {inner} the place in it"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
-from ucf.errors import ScheduleError, UcfError
+from ucf.errors import ScheduleError, UcfError, UnsupportedError
 from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Bound, Parallel, Precompute, Split
@@ -343,6 +343,23 @@ class AssembleCommand(Command):
         pass
 
 
+class Condense(Command):
+    """``condense(k, A, depth)``: gather A's live micro-tiles along k into dense compute
+    tiles ``depth`` deep. Whether k may be condensed is checked on the statement
+    (``ucf.cin.invariance.check_schedule``); the gathering kernels are not built yet."""
+
+    arity = (3,)
+    forms = "(k, A, depth)"
+
+    def apply(self, nest: NestState) -> None:
+        self.known(self.args[0], nest.loops)
+        self.positive(self.args[2], "the compute-tile depth")
+        raise UnsupportedError(
+            f"{self}: {self.args[0]} can be condensed, but kernels that gather condensed "
+            "tiles are not built yet"
+        )
+
+
 def _workspace_name(taken: set[str]) -> str:
     """TACO's three-argument precompute names its workspace: ``w``, else ``w1``, ..."""
     return next(n for n in ("w", *(f"w{k}" for k in range(1, len(taken) + 2))) if n not in taken)
@@ -360,6 +377,7 @@ COMMANDS: dict[str, type[Command]] = {
     "precompute": PrecomputeCommand,
     "parallelize": Parallelize,
     "assemble": AssembleCommand,
+    "condense": Condense,
 }
 
 

@@ -48,6 +48,9 @@ class Schedule:
     def assemble(self, tensor: str, strategy: str, separately: bool = False) -> Schedule:
         return self._add("assemble", tensor, strategy, "true" if separately else "false")
 
+    def condense(self, i: str, tensor: str, depth: int) -> Schedule:
+        return self._add("condense", i, tensor, depth)
+
     def __str__(self) -> str:
         return "; ".join(map(str, self.commands))
 

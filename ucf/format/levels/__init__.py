@@ -10,7 +10,10 @@ from ucf.format.levels.compressed import COMPRESSED
 from ucf.format.levels.dense import DENSE
 from ucf.format.levels.fixed import FIXED_WIDTH
 from ucf.format.levels.singleton import SINGLETON
+from ucf.format.levels.unordered import UNORDERED
 
-KINDS: dict[str, LevelKind] = {k.letter: k for k in (DENSE, COMPRESSED, SINGLETON, FIXED_WIDTH)}
+KINDS: dict[str, LevelKind] = {
+    k.letter: k for k in (DENSE, COMPRESSED, SINGLETON, FIXED_WIDTH, UNORDERED)
+}
 
 __all__ = ["KINDS", "Checking", "LevelKind", "Packing"]

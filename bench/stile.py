@@ -1,0 +1,124 @@
+"""STile (issue 16, Performance): building the index of a mask's nonzero micro-tiles.
+
+Run from the repository root:
+
+    python bench/stile.py              # 4096 x 4096 mask, 2 threads
+    python bench/stile.py --quick      # 512 x 512: seconds
+
+Every call gets a fresh random mask (made before the clock starts), as dynamic
+sparsity does. ``ucf.stile_index(mask, (32, 1))`` on the llvm and c targets is
+timed against ``scipy.sparse.csr_array(mask)`` (the CSR a static format would
+build every call), best of ``--repeat`` runs; the target is a ratio of at least
+5. The index is checked against numpy's tile reduction first.  Then index build +
+compute: a ucf SpMM over the tiles against torch's dense matmul and ucf CSR SpMM
+with the CSR built each call (best of 3). The MoE row has no example yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import ucf  # noqa: E402
+
+
+def best(fn, masks) -> float:
+    times = []
+    for m in masks:
+        t0 = time.perf_counter()
+        fn(m)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def check(mask: np.ndarray, tile: tuple[int, int], target: str) -> None:
+    bh, bw = tile
+    m, k = mask.shape
+    t = ucf.stile_index(mask, tile, target=target)
+    want = mask.reshape(m // bh, bh, k // bw, bw).any(axis=(1, 3))
+    if not np.array_equal(t.to_numpy() != 0, want):
+        raise SystemExit(f"stile_index on {target} lists the wrong tiles")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a 512 x 512 mask")
+    ap.add_argument("--repeat", type=int, default=7, help="timed calls per case (best kept)")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ.setdefault("UCF_CACHE_DIR", tempfile.mkdtemp(prefix="ucf-bench-stile-"))
+    ucf.set_num_threads(args.threads)
+    n = 512 if args.quick else 4096
+    tile = (32, 1)
+    rng = np.random.default_rng(0)
+    print(f"index build, {n}x{n} mask, {tile[0]}x{tile[1]} tiles, {args.threads} threads")
+    print(f"{'density':>8} {'scipy ms':>9} {'llvm ms':>8} {'c ms':>8} {'llvm x':>7} {'c x':>7}")
+    for density in (0.1, 0.5):
+        masks = [rng.random((n, n)) < density for _ in range(args.repeat)]
+        for target in ("llvm", "c"):
+            check(masks[0], tile, target)
+        scipy_t = best(sp.csr_array, masks)
+        ours = {
+            t: best(lambda m, t=t: ucf.stile_index(m, tile, target=t), masks) for t in ("llvm", "c")
+        }
+        verdict = "PASS" if min(ours.values()) * 5 <= scipy_t else "FAIL"
+        print(
+            f"{density:>8.0%} {scipy_t * 1e3:>9.2f} {ours['llvm'] * 1e3:>8.2f} "
+            f"{ours['c'] * 1e3:>8.2f} {scipy_t / ours['llvm']:>7.1f} {scipy_t / ours['c']:>7.1f}"
+            f"  target >= 5x: {verdict}"
+        )
+    compute(n, 1024 if not args.quick else 128, tile, min(args.repeat, 3), args.threads, rng)
+    print("MoE, 8 experts, top-2 routing: not measured (no example yet)")
+
+
+def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None:
+    """Index build + ucf SpMM over the tiles (the dense data located in place, default
+    schedule; no gather into dense compute tiles yet) against torch's dense matmul and
+    ucf CSR SpMM with the CSR built each call. The masks are 32x1-structured: every
+    tile is all live or all zero."""
+    bh, bw = tile
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, cols), dtype=np.float32)
+    tiles = ucf.compile("C(i,a,n) = T(i,k) * A(i,a,k,b) * B(k,b,n)", {"T": "UQ"})
+    csr = ucf.compile("C(i,n) = A(i,k) * B(k,n)", {"A": "csr"})
+    b4 = b.reshape(n // bw, bw, cols)
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    print(f"index build + compute, {n}x{n} times {n}x{cols} float32")
+    print(f"{'sparsity':>8} {'ucf tiles ms':>13} {'torch dense ms':>15} {'ucf csr ms':>11}")
+    for density in (0.1, 0.5):
+        mask = np.repeat(rng.random((n // bh, n // bw)) < density, bh, axis=0)
+        am = a * mask
+        a4 = am.reshape(n // bh, bh, n // bw, bw)
+
+        def stile(m=mask, a4=a4):
+            return tiles(T=ucf.stile_index(m, tile), A=a4, B=b4)
+
+        got = np.asarray(stile()).reshape(n, cols)
+        if not np.allclose(got, am @ b, rtol=1e-3, atol=1e-2):
+            raise SystemExit("the tile SpMM is wrong")
+        ours = best(lambda _: stile(), range(repeat))
+        built = best(lambda _, am=am: csr(A=ucf.from_numpy(am, "csr"), B=b), range(repeat))
+        dense = "n/a"
+        if torch is not None:
+            ta, tb = torch.from_numpy(am), torch.from_numpy(b)
+            dense = f"{best(lambda _, ta=ta, tb=tb: ta @ tb, range(repeat)) * 1e3:.1f}"
+        print(f"{1 - density:>8.0%} {ours * 1e3:>13.1f} {dense:>15} {built * 1e3:>11.1f}")
+
+
+if __name__ == "__main__":
+    main()

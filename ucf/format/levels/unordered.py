@@ -1,0 +1,61 @@
+"""Unordered compressed (Q) levels: compressed segments whose coordinates come in any order.
+
+The arrays are a compressed level's (``pos`` and ``crd``), and every coordinate
+appears at most once in its segment, but nothing orders them.  That is what an
+index built out of order leaves: threads that claim slots with an atomic counter
+(SparDA's online index of nonzero micro-tiles, :func:`ucf.stile_index`) write each
+segment in whatever order they finish, and sorting it afterwards would cost more
+than the kernel that reads it.
+
+Without order there is no merge and no binary search: the lowerer refuses to
+co-iterate the level with another operand or to search it (an intersection with
+a CSR operand, an add of two such operands), and lets it drive its loop only when
+every other access of the variable can be located (dense).  Which is all a
+gather needs: over a permutation-invariant variable (``ucf.invariance``) the
+order of the terms does not change the result.
+
+It is never an output level: an output is computed compressed (sorted, which is
+one of the orders this level allows) and stored as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ucf.errors import FormatError
+from ucf.format.levels import checks
+from ucf.format.levels.compressed import COMPRESSED, Compressed
+
+
+class Unordered(Compressed):
+    output = None
+    segment_array = None
+
+    def as_output(self):
+        return COMPRESSED
+
+    def check(self, where, arrays, dim, unique, state):
+        """A compressed level's checks but sortedness: a unique level's segments still
+        may not repeat a coordinate."""
+        super().check(where, arrays, dim, unique, state)
+        if not unique:
+            return
+        pos, crd = arrays["pos"], arrays["crd"]
+        n = len(crd)
+        if n < 2:
+            return
+        parent = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
+        key = parent * dim + crd.astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        q = checks.first_true(key[order[1:]] == key[order[:-1]])
+        if q is not None:
+            at = int(order[q + 1])
+            raise FormatError(
+                f"{where}: coordinate {int(crd[at])} repeats in the segment of parent position "
+                f"{int(parent[at])} (positions {int(order[q])} and {at})"
+            )
+
+
+UNORDERED = Unordered(
+    "Q", "unordered compressed", ("pos", "crd"), full=False, can_locate=False, ordered=False
+)
