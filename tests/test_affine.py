@@ -525,16 +525,27 @@ def check_random_case(case) -> None:
     assert_exact(k(shapes=shapes, **ops), expected)
 
 
-@pytest.mark.parametrize("dims", [1, 2])
-@pytest.mark.parametrize("scheduled", [False, True], ids=["default", "reorder"])
-@settings(
-    max_examples=50,
+RANDOM_CASES = dict(
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("scheduled", [False, True], ids=["default", "reorder"])
+@settings(max_examples=20, **RANDOM_CASES)
 @given(data=st.data())
 def test_random_affine_accesses(dims, scheduled, data):
+    check_random_case(data.draw(affine_cases(dims, scheduled)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("scheduled", [False, True], ids=["default", "reorder"])
+@settings(max_examples=200, **RANDOM_CASES)
+@given(data=st.data())
+def test_many_random_affine_accesses(dims, scheduled, data):
     check_random_case(data.draw(affine_cases(dims, scheduled)))
 
 

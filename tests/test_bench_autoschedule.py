@@ -35,6 +35,7 @@ def bench(tmp_path_factory):
             sys.modules.pop(name, None)
 
 
+@pytest.mark.slow
 def test_smoke_run_checks_and_writes_json(tmp_path):
     out = tmp_path / "auto.json"
     cmd = [

@@ -104,6 +104,7 @@ def _cmake(example: str, build: Path, *defines: str) -> Path:
 
 
 @needs_cmake
+@pytest.mark.slow  # the make build of the same examples runs in the quick suite
 @pytest.mark.parametrize("example", ["embed_c", "embed_cpp"])
 def test_example_builds_with_cmake_and_matches_scipy(example, kernels, tmp_path):
     if not (kernels / "spmm.c").exists():

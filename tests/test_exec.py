@@ -29,7 +29,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=pytest.mark.slow)])
 def test_concurrent_compiles_share_one_cache(tmp_path, target):
     """Several processes compiling one kernel at once all succeed and agree."""
     if target == "c" and not _has_cc():

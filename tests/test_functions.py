@@ -167,7 +167,7 @@ def test_functions_run_under_the_cuda_emulator():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
 def test_function_kernels_compile_with_nvcc(dtype):
     k = ucf.compile(
         "y(i) = sigmoid(sum(j, A(i,j) * x(j))) + tanh(b(i)) * sqrt(abs(b(i))) "
