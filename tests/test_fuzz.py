@@ -459,7 +459,7 @@ def test_fuzz_llvm_long(case):
     check(case, "llvm")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_fuzz_default_model_parallel_choices(case):
     """The default model's parallel choices (hoisted loops, chunks, ``bound``) on the
