@@ -266,3 +266,29 @@ int main(void) {{
     assert run.returncode == 0, run.stderr
     full = f"{mb * kb} {mb * sum(range(kb))}"
     assert run.stdout.split("\n")[:2] == ["0 0", full]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_the_exported_check_refuses_repeated_coordinates_in_an_unordered_level(tmp_path):
+    """``NAME_check`` of a saved kernel over ``UQ``: coordinates in any order pass, a
+    coordinate repeated within a segment is UCF_ERR_CRD_DUPLICATE (it was accepted)."""
+    import ctypes
+
+    k = ucf.compile("y(i) = A(i,j)*x(j)", formats={"A": "UQ"}, target="c")
+    (lib,) = [p for p in k.save(tmp_path / "uq", lib="shared") if p.suffix == ".so"]
+    check = ctypes.CDLL(str(lib)).uq_check
+    check.restype = ctypes.c_int
+    pos = np.array([0, 3, 5], dtype=np.int32)
+    vals, x = np.ones(5), np.ones(6)
+    msg = ctypes.create_string_buffer(200)
+
+    def run(crd):
+        crd = np.asarray(crd, dtype=np.int32)
+        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+        args = [i64(2), i64(6), i64(2), i64(6), ptr(pos.ctypes.data), ptr(crd.ctypes.data)]
+        args += [ptr(vals.ctypes.data), i64(6), ptr(x.ctypes.data)]
+        return check(*args, msg, len(msg))
+
+    assert run([4, 0, 2, 5, 1]) == 0, msg.value
+    assert run([4, 0, 4, 5, 1]) != 0 and b"coordinate 4 repeats" in msg.value
+    assert run([4, 0, 2, 5, 5]) != 0 and b"segment of parent 1" in msg.value

@@ -179,6 +179,19 @@ def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique:
             ["p", f"{crd}[q]", f"{crd}[q - 1]", "q"],
             depth=4,
         )
+    elif unique:  # no order to compare neighbours by: each entry against the earlier ones,
+        # quadratic in a segment's length but needing no scratch memory in the check
+        lines += [
+            f"        for (int64_t r = {pos}[p]; r < q; r++) {{",
+            *_fail_if(
+                f"{crd}[r] == {crd}[q]",
+                "UCF_ERR_CRD_DUPLICATE",
+                f"{where}: coordinate %lld repeats at position %lld in the segment of parent %lld",
+                [f"{crd}[q]", "q", "p"],
+                depth=5,
+            ),
+            "        }",
+        ]
     return [*lines, "      }", "    }"]
 
 
