@@ -1,5 +1,5 @@
-"""A call whose operands are the very objects of the thread's last call replays its
-argument list (ucf.exec.replay): every way an operand can change between calls must
+"""A call whose operands are the very objects of one of the thread's last calls replays
+its argument list (ucf.exec.replay): every way an operand can change between calls must
 either be read (in-place updates of the same buffer) or stop the replay."""
 
 from __future__ import annotations
@@ -142,3 +142,19 @@ def test_sparse_outputs_and_converted_operands_are_not_replayed(replays):
     for _ in range(2):
         np.testing.assert_allclose(spmv(A=m, x=x).to_numpy(), m @ x)
     assert replays == []
+
+
+def test_alternating_buffers_replay_and_the_oldest_call_is_forgotten(case, replays):
+    k, m, A, x, z = case
+    rng = np.random.default_rng(5)
+    pair = [rng.standard_normal(20) for _ in range(2)]
+    for step in range(6):  # ping-pong: two remembered calls, both replayed
+        xs = pair[step % 2]
+        np.testing.assert_allclose(k(A=A, x=xs, z=z).to_numpy(), m @ xs + z)
+    assert len(replays) == 4
+    ring = [rng.standard_normal(20) for _ in range(replay_module.REMEMBERED + 1)]
+    before = len(replays)
+    for step in range(2 * len(ring)):  # one more than remembered: never replayed
+        xs = ring[step % len(ring)]
+        np.testing.assert_allclose(k(A=A, x=xs, z=z).to_numpy(), m @ xs + z)
+    assert len(replays) == before

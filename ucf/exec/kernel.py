@@ -34,7 +34,7 @@ from ucf.exec import blocked, cache, stats
 from ucf.exec.binding import arguments, binding, same_format
 from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
-from ucf.exec.replay import Replay, replayable
+from ucf.exec.replay import REMEMBERED, Replay, replayable
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor, trusted
@@ -361,11 +361,13 @@ class Kernel:
         self, out: Any = None, shapes: Mapping[str, Any] | None = None, **operands: Any
     ) -> Tensor:
         local = self._local
-        replay = local.replay
-        if replay is not None and shapes is None and replay.matches(operands, out, num_threads()):
-            local.built = replay.built
-            apply_num_threads()
-            return replay.run(out)
+        if local.replays and shapes is None:
+            threads = num_threads()
+            for replay in local.replays:
+                if replay.matches(operands, out, threads):
+                    local.built = replay.built
+                    apply_num_threads()
+                    return replay.run(out)
         plan = self._plan
         stmt = plan.statement
         names = {a.tensor for a in accesses(stmt.rhs)}
@@ -399,9 +401,9 @@ class Kernel:
             and (out is None or isinstance(out, np.ndarray))
             and replayable(operands, given, call[3])
         ):
-            local.replay = Replay(
-                operands, out, call[:3], num_threads(), local.built, result, stmt.op == "="
-            )
+            zero = stmt.op == "="
+            new = Replay(operands, out, call[:3], num_threads(), local.built, result, zero)
+            local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
@@ -661,11 +663,11 @@ class Kernel:
 
 
 class _PerThread(threading.local):
-    """A kernel's state per calling thread: the plan its last call ran, and what a
-    call with the same operands replays (``ucf.exec.replay``)."""
+    """A kernel's state per calling thread: the plan its last call ran, and what calls
+    with the operands of one of the last few replay (``ucf.exec.replay``), newest first."""
 
     built: _Built | None = None
-    replay: Replay | None = None
+    replays: tuple[Replay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
 
 

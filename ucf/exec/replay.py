@@ -5,10 +5,11 @@ Iterative code calls a kernel in a loop with the same arrays, updated in place
 extents, measuring statistics, choosing a plan and building the argument
 list then repeat work whose answer cannot have changed, and cost tens of
 microseconds against a kernel of a few. A call that bound every operand as it
-is (no conversion) and writes a dense output is remembered per thread; the
-next call replays its argument list when each operand is the same object with
-the same shape, strides and dtype (a numpy array), or holds the same arrays in
-the same format (a ``ucf.Tensor``), and the thread count is unchanged.
+is (no conversion) and writes a dense output is remembered per thread, the last
+``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
+argument list when each operand is the same object with the same shape, strides
+and dtype (a numpy array), or holds the same arrays in the same format (a
+``ucf.Tensor``), and the thread count is unchanged.
 
 Addresses stay valid because the remembered arrays are held by weak reference
 and checked for identity: numpy refuses ``resize`` on an array with a weak
@@ -60,6 +61,11 @@ def _zeros(arenas: dict, n: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
         return got
     vals = np.zeros(n, dtype=dtype)
     return vals, vals.ctypes.data
+
+
+#: Calls remembered per kernel and thread: enough for alternating buffers and an
+#: ``out=`` next to a fresh output, few enough that a miss costs little to find.
+REMEMBERED = 4
 
 
 def _arrays(t: Tensor) -> list[np.ndarray]:
