@@ -77,12 +77,14 @@ class _Probe:
 
     __slots__ = ("name", "ref", "shape", "strides", "dtype", "refs", "format", "address")
 
-    def __init__(self, name: str, value: Any) -> None:
+    def __init__(self, name: str, value: Any, address: bool = False) -> None:
+        """``address``: keep the array's address too (a given output's, written each call)."""
         self.name = name
         self.shape = value.shape
         if isinstance(value, np.ndarray):
             self.ref, self.strides, self.dtype = weakref.ref(value), value.strides, value.dtype
-            self.refs, self.format, self.address = (), None, value.ctypes.data
+            self.refs, self.format = (), None
+            self.address = value.ctypes.data if address else None
         else:
             self.ref, self.strides, self.dtype = None, None, value.index_dtype
             self.refs = tuple(weakref.ref(a) for a in _arrays(value))
@@ -137,8 +139,10 @@ class Replay:
     ) -> None:
         """``call`` is the compiled function, its arguments and the output's index in
         them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay)."""
-        self.probes = tuple(_Probe(n, v) for n, v in operands.items())
-        self.out_probe = None if out is None else _Probe("out", out)
+        # numpy operands first: the likeliest to differ, and the cheapest to compare
+        probes = [_Probe(n, v) for n, v in operands.items()]
+        self.probes = tuple(sorted(probes, key=lambda p: p.ref is None))
+        self.out_probe = None if out is None else _Probe("out", out, address=True)
         self.fn, self.args, self.out_at = call
         self.threads, self.built, self.zero = threads, built, zero
         self.shape, self.format = result.shape, result.format
