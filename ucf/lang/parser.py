@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import lark
 from lark import Lark, Transformer, v_args
@@ -162,11 +162,14 @@ def _affine_product(a: Affine, b: Affine, meta) -> Affine:
     )
 
 
+@lru_cache(maxsize=512)
 def parse_statement(text: str) -> Statement:
     """Parse one statement such as ``y(i) = A(i,j) * x(j)``.
 
     The right-hand side comes back in reduction notation: every variable it
-    sums over is bound by a ``Sum`` node (see ``ucf.lang.reductions``).
+    sums over is bound by a ``Sum`` node (see ``ucf.lang.reductions``). The AST
+    is immutable, so a text is parsed once: ``ucf.einsum`` in a loop, the dtype
+    check and the planner each ask for the same statement.
     """
     try:
         tree = _parser("einsum.lark").parse(text)
