@@ -392,9 +392,8 @@ class Kernel:
             plan = self._plan
         if plan.blocking is not None:
             return blocked.run(self._run, plan, given, extents, out, self.dtype)
-        local.call = None
         result = self._run(given, extents, out)
-        call = local.call
+        call, local.call = local.call, None  # held no longer than this call
         if (
             call is not None
             and shapes is None
@@ -434,7 +433,7 @@ class Kernel:
         if b.dense_output:
             result = self._dense_output(out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
-            if self.target != "cuda":  # a CPU call with a dense output can be replayed
+            if self.target != "cuda" and plan.blocking is None:  # replayable: see __call__
                 self._local.call = (fn, args, b.out_vals_at, slots)
             return result
         if out is not None or stmt.op == "+=":

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ucf.exec import binding
 from ucf.format.tensor import Tensor, trusted
 
 
@@ -84,7 +85,7 @@ class _Probe:
         if isinstance(value, np.ndarray):
             self.ref, self.strides, self.dtype = weakref.ref(value), value.strides, value.dtype
             self.refs, self.format = (), None
-            self.address = value.ctypes.data if address else None
+            self.address = binding.address(value) if address else None
         else:
             self.ref, self.strides, self.dtype = None, None, value.index_dtype
             self.refs = tuple(weakref.ref(a) for a in _arrays(value))
