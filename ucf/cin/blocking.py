@@ -164,13 +164,7 @@ def _rename(e: ast.Expr, names: dict[str, tuple[str, str]]) -> ast.Expr:
     if isinstance(e, ast.Sum):
         vs = tuple(w for v in e.vars for w in (names.get(v) or (v,)))
         return ast.Sum(vs, _rename(e.body, names))
-    if isinstance(e, ast.Neg):
-        return ast.Neg(_rename(e.operand, names))
-    if isinstance(e, ast.Binary):
-        return ast.Binary(e.op, _rename(e.left, names), _rename(e.right, names))
-    if isinstance(e, ast.Call):
-        return ast.Call(e.fn, tuple(_rename(x, names) for x in e.args))
-    return e
+    return ast.with_children(e, [_rename(c, names) for c in ast.children(e)])
 
 
 def _split_format(fmt: Format, blocks: tuple[int, ...]) -> Format:

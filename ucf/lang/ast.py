@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -119,6 +119,20 @@ def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Sum):
         return (e.body,)
     return ()
+
+
+def with_children(e: Expr, kids: Sequence[Expr]) -> Expr:
+    """``e`` with its sub-expressions (as ``children`` lists them) replaced by ``kids``:
+    the one place that knows how each node is rebuilt, for every rewrite of a tree."""
+    if isinstance(e, Neg):
+        return Neg(kids[0])
+    if isinstance(e, Binary):
+        return Binary(e.op, kids[0], kids[1])
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(kids))
+    if isinstance(e, Sum):
+        return Sum(e.vars, kids[0])
+    return e
 
 
 def accesses(e: Expr) -> list[Access]:

@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Statement, Sum, children
+from ucf.lang.ast import (
+    Access,
+    Binary,
+    Expr,
+    Literal,
+    Statement,
+    Sum,
+    children,
+    index_variables,
+    with_children,
+)
 
 Path = tuple[int, ...]
 
@@ -78,14 +88,7 @@ def _common_prefix(paths: list[Path]) -> Path:
 
 
 def _insert(e: Expr, path: Path, at: dict[Path, list[str]]) -> Expr:
-    if isinstance(e, Neg):
-        e = Neg(_insert(e.operand, (*path, 0), at))
-    elif isinstance(e, Binary):
-        e = Binary(e.op, _insert(e.left, (*path, 0), at), _insert(e.right, (*path, 1), at))
-    elif isinstance(e, Call):
-        e = Call(e.fn, tuple(_insert(a, (*path, k), at) for k, a in enumerate(e.args)))
-    elif isinstance(e, Sum):
-        e = Sum(e.vars, _insert(e.body, (*path, 0), at))
+    e = with_children(e, [_insert(c, (*path, k), at) for k, c in enumerate(children(e))])
     if path in at:
         return Sum(tuple(at[path]), e)
     return e
@@ -98,7 +101,7 @@ def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
     for path, node in _walk(rhs):
         if not isinstance(node, Sum):
             continue
-        inside = _variables(node.body)
+        inside = set(index_variables(node.body))
         for v in node.vars:
             if v in out:
                 raise error(
@@ -113,7 +116,7 @@ def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
                 )
             if v not in inside:
                 raise error(f"sum({v}, ...): the expression it sums does not use {v}", where(node))
-            outside = _variables(_without(rhs, path))
+            outside = set(index_variables(_without(rhs, path)))
             if v in outside:
                 raise error(
                     f"sum({v}, ...): {v} is also used outside the sum; rename one of them",
@@ -123,29 +126,13 @@ def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
     return bound
 
 
-def _variables(e: Expr) -> set[str]:
-    return {
-        v for _, a in _walk(e) if isinstance(a, Access) for idx in a.indices for v in idx.variables
-    }
-
-
 def _without(rhs: Expr, path: Path) -> Expr:
     """The expression with the node at ``path`` replaced by a literal."""
     if not path:
         return Literal(0)
     k, rest = path[0], path[1:]
-    if isinstance(rhs, Neg):
-        return Neg(_without(rhs.operand, rest))
-    if isinstance(rhs, Binary):
-        left = _without(rhs.left, rest) if k == 0 else rhs.left
-        right = _without(rhs.right, rest) if k == 1 else rhs.right
-        return Binary(rhs.op, left, right)
-    if isinstance(rhs, Call):
-        return Call(
-            rhs.fn, tuple(_without(a, rest) if m == k else a for m, a in enumerate(rhs.args))
-        )
-    assert isinstance(rhs, Sum)
-    return Sum(rhs.vars, _without(rhs.body, rest))
+    kids = children(rhs)
+    return with_children(rhs, [_without(c, rest) if m == k else c for m, c in enumerate(kids)])
 
 
 def peel(rhs: Expr) -> tuple[tuple[str, ...], Expr]:
@@ -169,7 +156,7 @@ def sums(e: Expr) -> list[Sum]:
 def free_variables(e: Expr) -> set[str]:
     """The index variables ``e`` reads that no sum inside ``e`` binds: for a sum, the
     variables that must be fixed before its value can be computed."""
-    return _variables(e) - {v for s in sums(e) for v in s.vars}
+    return set(index_variables(e)) - {v for s in sums(e) for v in s.vars}
 
 
 def temporary(variables: tuple[str, ...]) -> str:

@@ -26,7 +26,18 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Sum, children
+from ucf.lang.ast import (
+    Access,
+    Binary,
+    Call,
+    Expr,
+    Literal,
+    Neg,
+    Sum,
+    children,
+    index_variables,
+    with_children,
+)
 from ucf.lang.functions import FUNCTIONS, Function
 from ucf.lang.reductions import free_variables
 
@@ -73,7 +84,7 @@ def mask_expr(e: Expr, known: Callable[[Access], Const | None]) -> MaskExpr:
     body = mask_expr(e.body, known)
     if isinstance(body, Const):
         return body  # extents are positive: a sum of kept terms is kept
-    used = tuple(v for v in e.vars if v in _variables(body))
+    used = tuple(v for v in e.vars if v in index_variables(body))
     return Sum(used, body) if used else body
 
 
@@ -96,10 +107,6 @@ def _fold(op: str, parts: list[MaskExpr], absorbing: Const, identity: Const) -> 
     for p in rest[1:]:
         out = Binary(op, out, p)
     return out
-
-
-def _variables(e: Expr) -> set[str]:
-    return {v for a in e._accesses for i in a.indices for v in i.variables}
 
 
 def occurrences(rhs: Expr, tensor: str) -> list[tuple[Access, list[Expr]]]:
@@ -163,15 +170,7 @@ def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
     """``e`` with every access ``a`` replaced by ``fn(a)``."""
     if isinstance(e, Access):
         return fn(e)
-    if isinstance(e, Neg):
-        return Neg(map_accesses(e.operand, fn))
-    if isinstance(e, Binary):
-        return Binary(e.op, map_accesses(e.left, fn), map_accesses(e.right, fn))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(map_accesses(a, fn) for a in e.args))
-    if isinstance(e, Sum):
-        return Sum(e.vars, map_accesses(e.body, fn))
-    return e
+    return with_children(e, [map_accesses(c, fn) for c in children(e)])
 
 
 def fresh(stem: str, taken: set[str]) -> str:
