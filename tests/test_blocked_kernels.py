@@ -110,6 +110,27 @@ def test_add_with_plain_and_blocked_operands(target, other, out):
         assert stored_coords(got) <= {(i, j) for i in range(9) for j in range(10)}
 
 
+def test_a_blocked_sparse_output_of_many_split_variables_is_appended_in_its_level_order():
+    """Eight split variables are too many to try every loop order: the order that
+    appends the output follows the output's levels (found by the fuzzer)."""
+    rng = np.random.default_rng(5)
+    A, B = rng.integers(-3, 4, (3, 2, 4)) * 1.0, rng.integers(-3, 4, (3, 2)) * 1.0
+    C, D = rng.integers(-3, 4, (3, 2)) * 1.0, rng.integers(-3, 4, 3) * 1.0
+    formats = {"A": "UUF2:0,2,1", "B": "bcsr(1,2)", "C": "UF2:0,1", "D": "dense"}
+    k = ucf.compile(
+        "X(i,l,k,j) = max(2 * A(i,j,l), max(B(i,j), max(C(i,k), D(i))))",
+        formats={**formats, "X": "UUUUUUC:0,1/1,2/1,3/2,1%1,2%1,3%2"},
+    )
+    ops = {
+        n: ucf.from_numpy(a, format=formats[n]) for n, a in zip("ABCD", (A, B, C, D), strict=True)
+    }
+    want = np.maximum(
+        2 * A.transpose(0, 2, 1)[:, :, None, :],
+        np.maximum(B[:, None, None, :], np.maximum(C[:, None, :, None], D[:, None, None, None])),
+    )
+    np.testing.assert_array_equal(k(**ops).to_numpy(), want)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("B_format", ["dense", "csr", "dcsr"])
 def test_spmm_with_a_sparse_right_operand_and_a_sparse_output(target, B_format):

@@ -153,7 +153,7 @@ def concretize(
             for c in [*(c for _, c in hard), *soft, out_chain]
         ]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
-        for perm in _candidates(all_vars, plain, [v for v in out_vars if v in appended]):
+        for perm in _candidates(all_vars, plain, [c[0] for c in out_chain if c[0] in appended]):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
@@ -213,7 +213,7 @@ def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
 def _candidates(variables: list[str], chains: list[list[str]], first: list[str]):
     """All permutations when few variables, else orders from a topological sort:
     one of all the variables, and one that binds ``first`` (a sparse output's
-    appended variables) before the rest."""
+    appended variables, in its level order) before the rest."""
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return
