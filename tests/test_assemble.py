@@ -152,3 +152,29 @@ def test_fluent_schedule():
         ucf.Schedule().assemble("A", "Insert", True).parallelize("qi", "CPUThread", "NoRaces")
     )
     assert text == "assemble(A, Insert, true); parallelize(qi, CPUThread, NoRaces)"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_unordered_output_takes_the_workspace_list_as_it_arrived(target):
+    """A ``UQ`` output of SpGEMM is what scipy's product is (unsorted rows): the
+    workspace's list is appended without the sort a ``csr`` output needs."""
+    B, _ = matrices(7, 100, 80)
+    C = sp.random(80, 110, density=0.08, format="csr", random_state=8)
+    k = ucf.compile("A(i,j) = B(i,k) * C(k,j)", formats={**CSR3, "A": "UQ"}, target=target)
+    got = k(B=B, C=C)
+    got.validate()
+    assert str(got.format) == "UQ"
+    assert "ucf_sort_i64" not in "".join(map(str, k.llir))
+    assert abs(got.to_scipy() - B @ C).max() < 1e-12
+    pos, crd = got.levels[1]["pos"], got.levels[1]["crd"]
+    rows = [crd[a:b] for a, b in zip(pos[:-1], pos[1:], strict=True)]
+    assert any(np.any(np.diff(r) < 0) for r in rows)  # the order is the arrival order
+    sorted_k = ucf.compile("A(i,j) = B(i,k) * C(k,j)", formats=CSR3, target=target)
+    assert "ucf_sort_i64" in "".join(map(str, sorted_k.llir))
+
+
+def test_an_unordered_output_of_a_merge_is_appended():
+    B, C = matrices(9)
+    got = ucf.compile("A(i,j) = B(i,j) + C(i,j)", formats={**CSR3, "A": "UQ"})(B=B, C=C)
+    got.validate()
+    assert abs(got.to_scipy() - (B + C)).max() == 0

@@ -255,7 +255,7 @@ class Lowerer(
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )
-        listed = any(wh.ws.list for wh in self.wheres)
+        listed = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if listed else []
         return Lowered(compute, assemble, helpers, self.local)
 

@@ -93,7 +93,7 @@ class Workspace:
     list: Array | None = None
     count: Var | None = None
     epoch: Var | None = None  # which use of the workspace flags[k] == epoch marks
-    sort_tmp: Array | None = None  # the sort's scratch, as long as the list
+    sort_tmp: Array | None = None  # the sort's scratch, as long as the list (None: no sort)
     sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
 
     def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
@@ -105,6 +105,8 @@ class Workspace:
         listing = [(self.flags, ir.add(self.size, Const(1, I64))), (self.list, self.size)]
         if assembling:
             return listing
+        if self.sort_tmp is None:  # an unordered output level takes the list as it comes
+            return [(self.vals, self.size), *listing]
         scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
         return [(self.vals, self.size), *listing, *scratch]
 

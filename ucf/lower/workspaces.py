@@ -136,8 +136,9 @@ class WorkspacesMixin:
             ws.list = Array(f"{pc.name}_list", I64, True)
             ws.count = Var(f"{pc.name}_count", I64)
             ws.epoch = Var(f"{pc.name}_epoch", "i32")
-            ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
-            ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
+            if self._appends_in_order(i):
+                ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
+                ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
             fmt = Format((WORKSPACE_LIST,), (0,))
             params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
         else:
@@ -208,6 +209,13 @@ class WorkspacesMixin:
         op = self.operands[n]
         return f"{op.name}({', '.join(op.level_vars)})"
 
+    def _appends_in_order(self, var: str) -> bool:
+        """Whether the output level a workspace over ``var`` appends to keeps its
+        coordinates sorted; an unordered one (``Q``) takes them as they arrived, unsorted."""
+        if var not in self.out_level_vars:
+            return True
+        return self.out_fmt.levels[self.out_level_vars.index(var)].ordered
+
     def _operand_vars(self, n: int) -> set[str]:
         return {v for idx in self.operands[n].level_idx for v in idx.variables}
 
@@ -257,7 +265,7 @@ class WorkspacesMixin:
         else:
             start += self._ws_epoch(ws)
         produce = self._at_depth(wh.prod_term, prod)
-        if ws.list is not None and not self.assembling:
+        if ws.sort_tmp is not None and not self.assembling:
             sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets]
             produce.append(ir.Call(sort.NAME, sort_args))
         consume = self._at_depth(wh.cons_term, cons)

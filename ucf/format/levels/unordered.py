@@ -14,8 +14,9 @@ every other access of the variable can be located (dense).  Which is all a
 gather needs: over a permutation-invariant variable (``ucf.invariance``) the
 order of the terms does not change the result.
 
-It is never an output level: an output is computed compressed (sorted, which is
-one of the orders this level allows) and stored as it is.
+As an output it is appended like a compressed level, and a workspace (Gustavson
+SpGEMM) hands its coordinates over in the order they were first touched instead of
+sorting them: what scipy's sparse product returns (``has_sorted_indices`` False).
 """
 
 from __future__ import annotations
@@ -24,16 +25,10 @@ import numpy as np
 
 from ucf.errors import FormatError
 from ucf.format.levels import checks
-from ucf.format.levels.compressed import COMPRESSED, Compressed
+from ucf.format.levels.compressed import Compressed
 
 
 class Unordered(Compressed):
-    output = None
-    segment_array = None
-
-    def as_output(self):
-        return COMPRESSED
-
     def check(self, where, arrays, dim, unique, state):
         """A compressed level's checks but sortedness: a unique level's segments still
         may not repeat a coordinate."""
