@@ -25,7 +25,7 @@ import numpy as np
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.walk import assigned, loops, statements, substitute
+from ucf.ir.walk import assigned, loops, substitute
 from ucf.lang.ast import Statement, accesses
 
 #: The most copies of the dismantled loop's body (live blocks or nonzeros times the
@@ -83,7 +83,7 @@ def specialize(fn: ir.Function, facts: Known, var: str | None, command: str) -> 
     body = s.block(fn.body, env, above=var is not None)
     if var is not None and not s.found:
         raise ScheduleError(f"{command}: the kernel has no loop over {var} to unroll")
-    return replace(fn, body=body)
+    return replace(fn, body=_distinct(body, {}, set()))
 
 
 class _Specializer:
@@ -94,7 +94,6 @@ class _Specializer:
         self.mutable = mutable  # variables assigned after their declaration: never folded
         self.copies = 0
         self.found = False
-        self.serial = 0
 
     def block(self, stmts: list[ir.Stmt], env: dict[str, ir.Expr], above: bool) -> list[ir.Stmt]:
         """``stmts`` specialized; ``above``: still outside the dismantled loop, so loops
@@ -154,20 +153,8 @@ class _Specializer:
                         "larger blocks, or leave it dynamic"
                     )
             body = self.block(s.body, {**env, s.var.name: ir.Const(k, s.var.type)}, inner)
-            out += self._renamed(body)
+            out += body
         return out
-
-    def _renamed(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
-        """A copy's own names for the variables it declares, since the copies share
-        one scope."""
-        self.serial += 1
-        mapping = {
-            s.var.name: ir.Var(f"{s.var.name}_u{self.serial}", s.var.type)
-            for s in statements(body)
-            if isinstance(s, ir.Decl | ir.For)
-        }
-        self.mutable |= {v.name for n, v in mapping.items() if n in self.mutable}
-        return substitute(body, mapping) if mapping else body
 
     def stmt(self, s: ir.Stmt, env: dict[str, ir.Expr]) -> ir.Stmt:
         """Every expression of ``s`` folded, every nested list specialized (no unrolling
@@ -195,6 +182,43 @@ class _Specializer:
         return _fold(e, self.arrays)
 
 
+def _distinct(stmts: list[ir.Stmt], names: dict[str, ir.Expr], seen: set[str]) -> list[ir.Stmt]:
+    """``stmts`` with every variable declared once in the function: the unrolled copies
+    of a body declare the same names side by side. A repeated declaration takes a new
+    name (``t0_1``), read until the next declaration of the old one."""
+    names = dict(names)
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        changes = {
+            f.name: substitute(getattr(s, f.name), names)
+            for f in fields(s)
+            if f.name not in s.BLOCKS and f.name != "var"
+        }
+        inner = names
+        if isinstance(s, ir.Decl | ir.For):
+            var = _fresh(s.var, seen)
+            changes["var"] = var
+            if isinstance(s, ir.Decl):
+                names[s.var.name] = var
+            else:
+                inner = {**names, s.var.name: var}
+        elif isinstance(s, ir.Assign):
+            changes["var"] = substitute(s.var, names)
+        for b in s.BLOCKS:
+            changes[b] = _distinct(getattr(s, b), inner, seen)
+        out.append(replace(s, **changes))
+    return out
+
+
+def _fresh(var: ir.Var, seen: set[str]) -> ir.Var:
+    name, k = var.name, 0
+    while name in seen:
+        k += 1
+        name = f"{var.name}_{k}"
+    seen.add(name)
+    return ir.Var(name, var.type)
+
+
 def _fold(e: ir.Expr, arrays: Mapping[str, np.ndarray]) -> ir.Expr:
     """``e`` as a constant when its operands are (integer arithmetic and comparisons,
     casts, loads from arrays known when compiling); float arithmetic is left to the
@@ -212,6 +236,8 @@ def _fold(e: ir.Expr, arrays: Mapping[str, np.ndarray]) -> ir.Expr:
             value = _integer(e.op, int(a.value), int(b.value))
             if value is not None:
                 return ir.Const(value, e.type)
+        if e.op in "+*" and isinstance(a, ir.Const) and a.value == (e.op == "*"):
+            return b  # 0 + x, 1 * x: the offsets of a constant block
     if isinstance(e, ir.Select) and isinstance(e.cond, ir.Const):
         return e.if_true if e.cond.value else e.if_false
     return e
