@@ -176,3 +176,23 @@ def test_code_size_bound(monkeypatch):
         ucf.compile(SPMV, {"A": "csr"}, "dismantle(j)", static={"A": A})
     k = ucf.compile(SPMV, {"A": "csr"}, "dismantle(i)", static={"A": A})  # 10 rows: fits
     np.testing.assert_allclose(k(A=A, x=np.ones(10)).to_numpy(), A @ np.ones(10))
+
+
+def test_plan_dismantles_its_static_parts(monkeypatch):
+    rng = np.random.default_rng(14)
+    blocks = np.kron(rng.random((3, 4)) < 0.4, np.ones((4, 4), dtype=bool))
+    mask = blocks | (rng.random((12, 16)) < 0.05)
+    p = ucf.program(
+        "y(t,h) = X(t,d) * W(d,h)", shapes={"X": (5, 12)}, attrs={"W": ucf.TeSA.from_mask(mask)}
+    )
+    plan = p.transform(ucf.Policy(blocks={(1, 1): 1.0, (4, 4): 6.0}))
+    w, x = rng.standard_normal((12, 16)), rng.standard_normal((5, 12))
+    expected = x @ np.where(mask, w, 0)
+    monkeypatch.setattr(dismantle, "MAX_UNROLLED", 1)  # too large: compiled as usual
+    run = plan.compile(dtype="float64", static={"W": w}, dismantle=True)
+    assert all("not dismantled" in n and "MAX_UNROLLED" in n for n in run.notes), run.notes
+    np.testing.assert_allclose(run(X=x)["y"], expected, rtol=1e-12)
+    monkeypatch.undo()
+    run = plan.compile(dtype="float64", static={"W": w}, dismantle=True)
+    assert len(run.notes) == 2 and all("dismantled over W_" in n for n in run.notes)
+    np.testing.assert_allclose(run(X=x)["y"], expected, rtol=1e-12)
