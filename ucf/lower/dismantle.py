@@ -224,12 +224,18 @@ def _fold(e: ir.Expr, arrays: Mapping[str, np.ndarray]) -> ir.Expr:
     casts, loads from arrays known when compiling); float arithmetic is left to the
     backend compiler, whose rounding is the kernel's."""
     if isinstance(e, ir.Load):
-        if e.array.name in arrays and isinstance(e.index, ir.Const):
-            value = arrays[e.array.name][int(e.index.value)]
-            return ir.Const(value.item(), e.array.elem)
+        value = _known_load(e, arrays)
+        if value is None or e.array.elem in ir.STORAGE_TYPES:  # folded by its cast
+            return e
+        return ir.Const(value, e.array.elem)
+    if isinstance(e, ir.Cast):
+        operand = e.operand
+        if isinstance(operand, ir.Load):
+            value = _known_load(operand, arrays)
+            operand = operand if value is None else ir.Const(value, operand.array.elem)
+        if isinstance(operand, ir.Const):
+            return ir.Const(_typed(operand.value, e.type), e.type)
         return e
-    if isinstance(e, ir.Cast) and isinstance(e.operand, ir.Const):
-        return ir.Const(_typed(e.operand.value, e.type), e.type)
     if isinstance(e, ir.Bin | ir.Cmp) and e.left.type in ir.INT_TYPES:
         a, b = e.left, e.right
         if isinstance(a, ir.Const) and isinstance(b, ir.Const):
@@ -241,6 +247,17 @@ def _fold(e: ir.Expr, arrays: Mapping[str, np.ndarray]) -> ir.Expr:
     if isinstance(e, ir.Select) and isinstance(e.cond, ir.Const):
         return e.if_true if e.cond.value else e.if_false
     return e
+
+
+def _known_load(e: ir.Load, arrays: Mapping[str, np.ndarray]) -> float | int | None:
+    """The element a load reads from an array known when compiling, if its index is a
+    constant within the array and the element a finite number (C has no literal for
+    NaN or infinity); else None."""
+    array = arrays.get(e.array.name)
+    if array is None or not isinstance(e.index, ir.Const) or not 0 <= e.index.value < len(array):
+        return None
+    value = array[int(e.index.value)].item()
+    return value if np.isfinite(value) else None
 
 
 def _typed(value: float | int | bool, type_: str) -> float | int | bool:
