@@ -31,6 +31,7 @@ from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
+from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.schedule.model import Choice, Stats, propose
 
@@ -196,8 +197,13 @@ def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[st
 
 
 def _dismantled(
-    cin: CIN, applied: Applied | None, lowered, fixed: dict[str, Any], front: _Front, static
-):
+    cin: CIN,
+    applied: Applied | None,
+    lowered: Lowered,
+    fixed: dict[str, Any],
+    front: _Front,
+    static: dict[str, Any],
+) -> Lowered:
     """The lowered functions specialized to the static operands (``dismantle``): the
     extents their shapes fix, in the user's statement and in a blocked one's split."""
     for slot in cin.slots.values():

@@ -35,6 +35,7 @@ from ucf.exec.binding import arguments, binding, same_format
 from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.exec.replay import REMEMBERED, Replay, replayable
+from ucf.exec.static import Static, prepare
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor, trusted
@@ -134,13 +135,9 @@ class Kernel:
             from ucf.exec import jit
 
             fields["llvm"] = jit.identity()
-        self._statics = {}
+        self._statics: dict[str, Static] = {}
         if static:
-            from ucf.exec.static import prepare
-            from ucf.lang.parser import parse_statement
-
-            stmt = parse_statement(expr)
-            self._statics = prepare(static, stmt, formats, schedule, self.dtype, idt)
+            self._statics = prepare(static, expr, formats, schedule, self.dtype, idt)
             fields["static"] = sorted((n, s.digest()) for n, s in self._statics.items())
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
         # With no schedule the default model picks one per call from the operands'

@@ -21,6 +21,7 @@ from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
+from ucf.lang.parser import parse_statement
 from ucf.schedule import parse_schedule
 
 
@@ -74,13 +75,14 @@ class Static:
 
 def prepare(
     static: Mapping[str, Any],
-    stmt: Statement,
+    expr: str,
     formats: Mapping[str, str],
     schedule: str | None,
     dtype: np.dtype,
     index_dtype: np.dtype,
 ) -> dict[str, Static]:
     """The static operands in the kernel's formats, checked against the statement."""
+    stmt = parse_statement(expr)
     names = {a.tensor for a in accesses(stmt.rhs)}
     values = embeds_values(schedule)
     out = {}

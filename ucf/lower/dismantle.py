@@ -55,7 +55,9 @@ def fixed_extents(stmt: Statement, shapes: Mapping[str, tuple[int, ...]]) -> dic
     }
 
 
-def known(params: list[ir.Param], static: Mapping, extents: Mapping[str, int], values: bool):
+def known(
+    params: list[ir.Param], static: Mapping, extents: Mapping[str, int], values: bool
+) -> Known:
     """The parameters of a kernel that ``static`` (operand name -> ``ucf.Tensor`` in the
     kernel's format and shape) fixes, by their ABI roles; ``extents`` are the index
     variables' extents the static operands fix."""
