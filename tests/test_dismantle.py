@@ -196,3 +196,15 @@ def test_plan_dismantles_its_static_parts(monkeypatch):
     run = plan.compile(dtype="float64", static={"W": w}, dismantle=True)
     assert len(run.notes) == 2 and all("dismantled over W_" in n for n in run.notes)
     np.testing.assert_allclose(run(X=x)["y"], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_sparse_output_assembles_over_the_pattern(target):
+    A = sp.random(6, 7, density=0.3, random_state=15, format="csr")
+    B = np.random.default_rng(16).standard_normal((6, 7))
+    fmts = {"A": "csr", "C": "csr"}
+    k = ucf.compile(
+        "C(i,j) = A(i,j) * B(i,j)", fmts, "dismantle(j)", target=target, static={"A": A}
+    )
+    assert not _loads(k) & {"A1_pos", "A1_crd"}  # neither pass reads A's index
+    np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A.toarray() * B)

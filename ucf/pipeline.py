@@ -206,13 +206,14 @@ def _dismantled(
 ) -> Lowered:
     """The lowered functions specialized to the static operands (``dismantle``): the
     extents their shapes fix, in the user's statement and in a blocked one's split."""
-    for slot in cin.slots.values():
-        if slot.tensor in fixed and slot.name != slot.tensor:
-            raise ScheduleError(
-                f"static operand {slot.tensor} is read as '{slot.format}', since no loop "
-                "order follows its format; choose a loop order that walks its levels in order"
-            )
     request = applied.dismantle if applied is not None else None
+    for slot in cin.slots.values():
+        if request and slot.tensor in fixed and slot.name != slot.tensor:
+            raise ScheduleError(
+                f"dismantle({request.var}): static operand {slot.tensor} is read as "
+                f"'{slot.format}', since no loop order follows its format; choose a loop "
+                "order that walks its levels in order"
+            )
     var = request.var if request else None
     command = f"dismantle({var}{', values' if request and request.values else ''})"
     extents = dismantle.fixed_extents(cin.statement, {n: t.shape for n, t in fixed.items()})
