@@ -155,8 +155,7 @@ class _Specializer:
                         "block or nonzero; dismantle an outer loop, store the operand in "
                         "larger blocks, or leave it dynamic"
                     )
-            body = self.block(s.body, {**env, s.var.name: ir.Const(k, s.var.type)}, inner)
-            out += body
+            out += self.block(s.body, {**env, s.var.name: ir.Const(k, s.var.type)}, inner)
         return out
 
     def stmt(self, s: ir.Stmt, env: dict[str, ir.Expr]) -> ir.Stmt:
@@ -167,7 +166,7 @@ class _Specializer:
             value = getattr(s, f.name)
             if f.name in s.BLOCKS:
                 changes[f.name] = self.block(value, env, above=False)
-            elif isinstance(value, ir.Expr) and not (f.name == "var"):
+            elif isinstance(value, ir.Expr) and f.name != "var":
                 changes[f.name] = self.expr(value, env)
         return replace(s, **changes)
 
