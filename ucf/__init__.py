@@ -145,14 +145,18 @@ def compile(
     dtype: Any = None,
     index_dtype: Any = "int32",
     emulate: bool = False,
+    static: dict[str, Any] | None = None,
 ) -> Kernel:
     """Compile a statement once for operands arriving in ``formats`` (others dense).
 
     ``dtype`` is the type the kernel computes and writes its output in; without it,
-    the values the output's format states (``"dense@float32"``), else float64."""
+    the values the output's format states (``"dense@float32"``), else float64.
+    ``static`` maps operands to tensors whose pattern is known now: the kernel is
+    specialized to it (``dismantle`` in the schedule unrolls over it) and refuses
+    operands of another pattern (docs/tesa.md)."""
     from ucf.exec.kernel import Kernel
 
-    return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
+    return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)
 
 
 @boundary

@@ -9,7 +9,7 @@ caches, binds and calls it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,9 @@ from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
+from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
+from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.schedule.model import Choice, Stats, propose
 
@@ -78,8 +80,11 @@ def plan(
     target: str = "llvm",
     openmp: bool = True,
     default: bool = False,
+    static: dict[str, Any] | None = None,
 ) -> Plan:
-    """Everything about a kernel that does not depend on operand values. ``openmp``
+    """Everything about a kernel that does not depend on operand values, except the
+    patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
+    which the kernel is specialized to (``ucf.lower.dismantle``). ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -91,11 +96,13 @@ def plan(
         for choice in tried:
             try:
                 return _with_reasons(
-                    plan(expr, formats, choice.text, vt, it, target, openmp, True), choice.why
+                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static),
+                    choice.why,
                 )
             except (ScheduleError, UnsupportedError):
                 continue
-        return _with_reasons(plan(expr, formats, last.text, vt, it, target, openmp, True), last.why)
+        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static)
+        return _with_reasons(last_plan, last.why)
     front = _Front(expr, formats)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
@@ -105,14 +112,19 @@ def plan(
         blocking.check_schedule(commands)
     base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
     module = None
+    fixed = _static_views(front, static or {}, target)
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
     else:
         cin, applied = (
-            _scheduled(base, commands, fmts, computed, default) if commands else (base, None)
+            _scheduled(base, commands, fmts, computed, default, frozenset(fixed))
+            if commands
+            else (base, None)
         )
         _check_units(applied, target)
         lowered = Lowerer(cin, vt, it, applied=applied).lower()
+        if fixed:
+            lowered = _dismantled(cin, applied, lowered, fixed, front, static or {})
     cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
     if blocking is not None:
         cin.notes += [
@@ -159,6 +171,62 @@ def plan(
         blocking=blocking,
         variables=variables,
     )
+
+
+def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[str, Any]:
+    """The static operands as the kernel's statement reads them: a blocked one in the
+    split shape (its arrays are already the split tensor's, see ``ucf.cin.blocking``)."""
+    from ucf.format.tensor import Tensor
+
+    if static and target == "cuda":
+        raise UnsupportedError("target 'cuda' does not take static operands yet")
+    b = front.blocking
+    views = {}
+    for name, t in static.items():
+        if b is None or not any(b.modes[name]):
+            views[name] = t
+            continue
+        if not b.user_formats[name].blocked:
+            raise UnsupportedError(
+                f"static operand {name} ('{b.user_formats[name]}') is re-packed into blocks "
+                "on every call, since another operand is blocked; store it blocked too"
+            )
+        shape = b.split_shape(name, t.shape)
+        views[name] = Tensor(shape, b.formats[name], t.levels, t.vals, check=False)
+    return views
+
+
+def _dismantled(
+    cin: CIN,
+    applied: Applied | None,
+    lowered: Lowered,
+    fixed: dict[str, Any],
+    front: _Front,
+    static: dict[str, Any],
+) -> Lowered:
+    """The lowered functions specialized to the static operands (``dismantle``): the
+    extents their shapes fix, in the user's statement and in a blocked one's split."""
+    request = applied.dismantle if applied is not None else None
+    for slot in cin.slots.values():
+        if request and slot.tensor in fixed and slot.name != slot.tensor:
+            raise ScheduleError(
+                f"dismantle({request.var}): static operand {slot.tensor} is read as "
+                f"'{slot.format}', since no loop order follows its format; choose a loop "
+                "order that walks its levels in order"
+            )
+    var = request.var if request else None
+    command = f"dismantle({var}{', values' if request and request.values else ''})"
+    extents = dismantle.fixed_extents(cin.statement, {n: t.shape for n, t in fixed.items()})
+    extents.update(
+        dismantle.fixed_extents(front.user_stmt, {n: t.shape for n, t in static.items()})
+    )
+
+    def special(fn: ir.Function) -> ir.Function:
+        facts = dismantle.known(fn.params, fixed, extents, bool(request and request.values))
+        return dismantle.specialize(fn, facts, var, command)
+
+    assemble = special(lowered.assemble) if lowered.assemble else None
+    return replace(lowered, compute=special(lowered.compute), assemble=assemble)
 
 
 class _Front:
@@ -360,6 +428,7 @@ def _scheduled(
     fmts: dict[str, Format],
     computed: Format,
     default: bool = False,
+    static: frozenset[str] = frozenset(),
 ) -> tuple[CIN, Applied]:
     """Re-concretize with the loop order the schedule asks for, after checking it."""
     stmt = cin.statement
@@ -377,7 +446,7 @@ def _scheduled(
             stmt.lhs, computed, cin.order
         )
     output = (stmt.lhs.tensor, not computed.is_dense)
-    applied = apply_schedule(commands, cin.order, chains, tensors, output)
+    applied = apply_schedule(commands, cin.order, chains, tensors, output, static)
     order = applied.order
     if not computed.is_dense and not applied.precompute:
         out = appended_vars(stmt.lhs, computed)
@@ -415,6 +484,13 @@ def _scheduled(
     if applied.query is not None:
         for v, par in applied.query[1].items():
             new.notes.append(f"query loop q{v} runs in parallel ({par})")
+    if applied.dismantle is not None:
+        d = applied.dismantle
+        how = "their values embedded" if d.values else "their values read at call time"
+        new.notes.append(
+            f"dismantle: {d.var} and the loops around it are unrolled over the patterns of "
+            f"{', '.join(sorted(static))}, {how}"
+        )
     return new, applied
 
 

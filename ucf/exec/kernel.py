@@ -35,6 +35,7 @@ from ucf.exec.binding import arguments, binding, same_format
 from ucf.exec.export import beside, save_c
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.exec.replay import REMEMBERED, Replay, replayable
+from ucf.exec.static import Static, prepare
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor, trusted
@@ -97,6 +98,7 @@ class Kernel:
         dtype: Any = None,
         index_dtype: Any = "int32",
         emulate: bool = False,
+        static: Mapping[str, Any] | None = None,
     ):
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
@@ -133,6 +135,10 @@ class Kernel:
             from ucf.exec import jit
 
             fields["llvm"] = jit.identity()
+        self._statics: dict[str, Static] = {}
+        if static:
+            self._statics = prepare(static, expr, formats, schedule, self.dtype, idt)
+            fields["static"] = sorted((n, s.digest()) for n, s in self._statics.items())
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
         # With no schedule the default model picks one per call from the operands'
         # statistics (ucf.schedule.model), and "tuned" takes what ucf.tune stored for
@@ -166,8 +172,17 @@ class Kernel:
 
     def _build(self, schedule: str | None, default: bool) -> Plan:
         openmp = self.target != "llvm" or openmp_runtime() is not None
+        static = {n: s.tensor for n, s in self._statics.items()}
         return pipeline.plan(
-            self._expr, self.formats, schedule, self._vt, self._it, self.target, openmp, default
+            self._expr,
+            self.formats,
+            schedule,
+            self._vt,
+            self._it,
+            self.target,
+            openmp,
+            default,
+            static,
         )
 
     def _loaded(self) -> _Compiled:
@@ -386,6 +401,8 @@ class Kernel:
                     f"operand {n} has order {t.order} (shape {t.shape}) but is accessed "
                     f"with {plan.orders[n]} indices"
                 )
+        for n, st in self._statics.items():
+            st.check(operands[n], given[n], self.index_dtype)
         extents = self._extents(given, out, shapes)
         if self._adaptive:
             self._choose(given, extents)

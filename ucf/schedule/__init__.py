@@ -23,7 +23,7 @@ from ucf.schedule.commands import (
 )
 from ucf.schedule.fluent import Schedule
 from ucf.schedule.provenance import Provenance, Relation
-from ucf.schedule.records import Assemble, Bound, Parallel, Precompute, Split
+from ucf.schedule.records import Assemble, Bound, Dismantle, Parallel, Precompute, Split
 from ucf.schedule.text import parse_schedule
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Assemble",
     "Bound",
     "Command",
+    "Dismantle",
     "NestState",
     "Parallel",
     "Precompute",

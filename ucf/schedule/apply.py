@@ -15,7 +15,7 @@ from ucf.schedule.commands import (
     command,
 )
 from ucf.schedule.provenance import Provenance, Relation
-from ucf.schedule.records import Assemble, Bound, Parallel, Precompute
+from ucf.schedule.records import Assemble, Bound, Dismantle, Parallel, Precompute
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -46,6 +46,7 @@ class Applied:
     assemble: Assemble | None = None
     # With assemble(T, ..., true): the query pass's own steps and parallel loops.
     query: tuple[list[Command], dict[str, Parallel]] | None = None
+    dismantle: Dismantle | None = None
 
 
 def apply_schedule(
@@ -54,6 +55,7 @@ def apply_schedule(
     chains: dict[str, list[str]],
     tensors: dict[str, tuple[list[str], Format]],
     output: tuple[str, bool] = ("", False),
+    static: frozenset[str] = frozenset(),
 ) -> Applied:
     """Check every command against the loop nest as it stands and record it.
 
@@ -61,7 +63,8 @@ def apply_schedule(
     variables in level order, so a loop order that walks one out of order is
     refused.  ``tensors`` maps each operand name to its variables in level
     order and its format, for ``pos``.  ``output`` is the output's name
-    and whether it is sparse, for ``assemble``.
+    and whether it is sparse, for ``assemble``; ``static`` names the operands whose
+    pattern is known when compiling, for ``dismantle``.
     """
     assemble: Assemble | None = None
     query: _Query | None = None
@@ -70,10 +73,10 @@ def apply_schedule(
         if cmd.name == "assemble":
             assemble = _assemble(cmd, output, assemble)
             if assemble.separately:
-                at = _apply(commands[:k], order, {}, tensors, output[0]).loops
+                at = _apply(commands[:k], order, {}, tensors, output[0], static).loops
                 query = _Query(commands[k + 1 :], at)
                 rest = [*commands[:k], *query.compute]
-    applied = _apply(rest, order, chains, tensors, output[0])
+    applied = _apply(rest, order, chains, tensors, output[0], static)
     applied.assemble = assemble
     if query is not None:
         applied.query = query.apply(applied)
@@ -86,7 +89,22 @@ def apply_schedule(
                     f"Append) appends {assemble.tensor}'s entries in loop order, so the loop "
                     f"over {appended[0]} cannot run in parallel; use Insert"
                 )
+    if applied.dismantle is not None:
+        _check_dismantle(applied)
     return applied
+
+
+def _check_dismantle(applied: Applied) -> None:
+    """The loops dismantle unrolls are straight-line code, so none of them runs in
+    parallel."""
+    v = applied.dismantle.var
+    for loop in applied.loops[: applied.loops.index(v) + 1]:
+        if loop in applied.parallel:
+            raise ScheduleError(
+                f"parallelize({loop}, {applied.parallel[loop]}): dismantle({v}) unrolls "
+                f"{loop} into straight-line code, which has no loop to run in parallel; "
+                "parallelize a loop inside it"
+            )
 
 
 def _apply(
@@ -95,8 +113,9 @@ def _apply(
     chains: dict[str, list[str]],
     tensors: dict[str, tuple[list[str], Format]],
     output: str,
+    static: frozenset[str] = frozenset(),
 ) -> Applied:
-    nest = NestState(list(order), tensors, output)
+    nest = NestState(list(order), tensors, output, static=static)
     for cmd in commands:
         cmd.apply(nest)
     nest.steps.append(command("arrange", tuple(nest.loops)))
@@ -112,6 +131,7 @@ def _apply(
         nest.fused,
         nest.precompute,
         nest.bounds,
+        dismantle=nest.dismantle,
     )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ucf.errors import ScheduleError, UcfError, UnsupportedError
 from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Provenance, Relation
-from ucf.schedule.records import Bound, Parallel, Precompute, Split
+from ucf.schedule.records import Bound, Dismantle, Parallel, Precompute, Split
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -48,6 +48,8 @@ class NestState:
     fused: list[tuple[tuple[str, ...], str, str]] = field(default_factory=list)
     precompute: list[Precompute] = field(default_factory=list)
     bounds: dict[str, Bound] = field(default_factory=dict)
+    static: frozenset[str] = frozenset()  # operands whose pattern is known when compiling
+    dismantle: Dismantle | None = None
 
     def __post_init__(self) -> None:
         self.loops = list(self.order)
@@ -360,6 +362,49 @@ class Condense(Command):
         )
 
 
+class DismantleCommand(Command):
+    """``dismantle(v)`` or ``dismantle(v, values)``: unroll ``v`` and the loops around it
+    over the patterns of the operands given in ``static=`` (see ``ucf.lower.dismantle``).
+    Every one of those loops must walk a level of a static operand, whose pattern then
+    fixes its trip count."""
+
+    arity = (1, 2)
+    forms = "(v) or (v, values)"
+
+    @cached_property
+    def request(self) -> Dismantle:
+        if len(self.args) == 2 and self.args[1] != "values":
+            raise ScheduleError(
+                f"{self}: the second argument is 'values' (embed the static values as "
+                f"constants), got '{self.args[1]}'"
+            )
+        return Dismantle(self.args[0], len(self.args) == 2)
+
+    def apply(self, nest: NestState) -> None:
+        v = self.request.var
+        self.known(v, nest.loops)
+        if nest.dismantle is not None:
+            raise ScheduleError(f"{self}: the schedule already dismantles {nest.dismantle.var}")
+        if not nest.static:
+            raise ScheduleError(
+                f"{self}: no operand is static; dismantle unrolls over a pattern known when "
+                "compiling, given as ucf.compile(..., static={'A': tensor})"
+            )
+        walked = {o for t in nest.static for o in nest.tensors[t][0]}
+        names = ", ".join(f"{t}({', '.join(nest.tensors[t][0])})" for t in sorted(nest.static))
+        for loop in nest.loops[: nest.loops.index(v) + 1]:
+            outside = [o for o in nest.prov.origins(loop) if o not in walked]
+            if outside:
+                where = "" if loop == v else f"loop {loop} encloses {v} and "
+                raise ScheduleError(
+                    f"{self}: {where}{loop} iterates {outside[0]}, which no static operand "
+                    f"is indexed by ({names}), so its trip count is unknown when compiling "
+                    f"and it cannot be unrolled; dismantle a variable of a static operand "
+                    "with only such loops around it"
+                )
+        nest.dismantle = self.request
+
+
 def _workspace_name(taken: set[str]) -> str:
     """TACO's three-argument precompute names its workspace: ``w``, else ``w1``, ..."""
     return next(n for n in ("w", *(f"w{k}" for k in range(1, len(taken) + 2))) if n not in taken)
@@ -378,6 +423,7 @@ COMMANDS: dict[str, type[Command]] = {
     "parallelize": Parallelize,
     "assemble": AssembleCommand,
     "condense": Condense,
+    "dismantle": DismantleCommand,
 }
 
 

@@ -51,6 +51,11 @@ class Schedule:
     def condense(self, i: str, tensor: str, depth: int) -> Schedule:
         return self._add("condense", i, tensor, depth)
 
+    def dismantle(self, i: str, values: bool = False) -> Schedule:
+        """Unroll ``i`` and the loops around it over the static operands' patterns;
+        ``values`` embeds their values as constants too."""
+        return self._add("dismantle", i, *(["values"] if values else []))
+
     def __str__(self) -> str:
         return "; ".join(map(str, self.commands))
 

@@ -93,3 +93,13 @@ class Bound:
             f"runs ceil({self.origin} / {self.divisor}) times, which is {trips} for this "
             f"call's extent {extents[self.origin]} of {self.origin}"
         )
+
+
+@dataclass(frozen=True)
+class Dismantle:
+    """``dismantle(v[, values])``: loop ``v`` and every loop around it are unrolled over
+    the static operands' patterns (SparTA's primitive), so only live blocks or nonzeros
+    are computed; ``values`` also embeds the static operands' values as constants."""
+
+    var: str
+    values: bool

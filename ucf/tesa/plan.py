@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ucf.errors import OperandError, boundary
+from ucf.cin.blocking import unblock
+from ucf.errors import OperandError, ScheduleError, UnsupportedError, boundary
+from ucf.format.format import parse_format
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Expr, Neg, Sum, text
+from ucf.lang.ast import Access, Binary, Expr, Neg, Statement, Sum, index_variables, text
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import free_variables
 from ucf.tesa.cover import block_cover
@@ -111,23 +113,32 @@ class Plan:
         target: str = "llvm",
         dtype: Any = "float32",
         static: Mapping[str, Any] | None = None,
+        dismantle: bool = False,
     ) -> Callable[..., dict[str, np.ndarray]]:
         """Compile every step. The callable takes the program's inputs by name and
         returns its outputs as a dict of numpy arrays. Inputs given in ``static`` (the
         weights, say) are split into their parts once, here, and the callable takes
-        only the others."""
+        only the others. With ``dismantle``, a step over one part of a static input is
+        specialized to the part's pattern (``dismantle`` over its blocks, see
+        docs/tesa.md); a step that cannot be (too many live blocks, say) is compiled
+        as usual, and the callable's ``notes`` say why."""
         import ucf
 
         formats = {p.name: p.format for p in self.parts}
+        fixed = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in (static or {}).items()}
+        fixed.update(self._split(fixed))
         kernels = []
+        notes: list[str] = []
         for step in self.steps:
             stmt = parse_statement(step)
             names = {a.tensor for a in stmt.rhs._accesses}
             used = {n: f for n, f in formats.items() if n in names}
-            kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
+            kernel = None
+            if dismantle:
+                kernel = self._dismantled(step, used, fixed, target, dtype, notes)
+            if kernel is None:
+                kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
             kernels.append((stmt.lhs.tensor, names, kernel))
-        fixed = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in (static or {}).items()}
-        fixed.update(self._split(fixed))
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
             values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
@@ -140,7 +151,45 @@ class Plan:
                 values[out] = kernel(**{n: values[n] for n in names}).to_numpy()
             return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
 
+        run.notes = notes
         return run
+
+    def _dismantled(
+        self,
+        step: str,
+        formats: dict[str, str],
+        fixed: Mapping[str, Any],
+        target: str,
+        dtype: Any,
+        notes: list[str],
+    ) -> Any:
+        """The step's kernel dismantled over its one static part, or None (with a
+        note saying why) when the step reads no single static part or the kernel
+        cannot be dismantled."""
+        import ucf
+
+        stmt = parse_statement(step)
+        static = [n for n in formats if n in fixed]
+        if len(static) != 1:
+            return None
+        schedule = _dismantle_schedule(stmt, formats, static[0])
+        if schedule is None:
+            notes.append(f"{stmt.lhs.tensor}: not dismantled ({static[0]} has an affine index)")
+            return None
+        try:
+            kernel = ucf.compile(
+                step,
+                formats=formats,
+                schedule=schedule,
+                target=target,
+                dtype=dtype,
+                static={static[0]: fixed[static[0]]},
+            )
+        except (ScheduleError, UnsupportedError) as e:
+            notes.append(f"{stmt.lhs.tensor}: not dismantled ({e})")
+            return None
+        notes.append(f"{stmt.lhs.tensor}: dismantled over {static[0]} ({schedule})")
+        return kernel
 
     def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
         return np.where(self.masks[name], value, 0) if name in self.masks else value
@@ -282,6 +331,30 @@ def _replace(e: Expr, name: str, parts: tuple[str, ...]) -> Expr:
         return out
 
     return map_accesses(e, read)
+
+
+def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
+    """``reorder`` putting the part's levels outermost (block loops, then the places in
+    a block), and ``dismantle`` of its last block (or column) loop; None where the
+    part is read through an affine index."""
+    access = next(a for a in stmt.rhs._accesses if a.tensor == part)
+    rows, cols = (i.single_variable for i in access.indices)
+    if rows is None or cols is None or rows == cols:
+        return None
+    fmts = {
+        a.tensor: parse_format(formats.get(a.tensor, "dense"), order=len(a.indices))
+        for a in (stmt.lhs, *stmt.rhs._accesses)
+    }
+    blocking = unblock(stmt, fmts)
+    if blocking is None:
+        first = [rows, cols]
+        loops = index_variables(stmt.rhs)
+    else:
+        (row_blk, row_in), (col_blk, col_in) = blocking.names[rows], blocking.names[cols]
+        first = [row_blk, col_blk, row_in, col_in]
+        loops = index_variables(blocking.statement.rhs)
+    order = first + [v for v in loops if v not in first]
+    return f"reorder({', '.join(order)}); dismantle({first[1]})"
 
 
 def _fresh(stem: str, taken: set[str]) -> str:

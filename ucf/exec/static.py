@@ -1,0 +1,110 @@
+"""Operands whose pattern is known when compiling (``ucf.compile(..., static=...)``).
+
+A kernel specialized to a pattern (``ucf.lower.dismantle``) is right only for tensors
+of that pattern, so the pattern (shape and index arrays; the values too when the
+kernel embeds them) is part of the kernel's cache key, and each call compares its
+operand with it: the very object given at compile time passes at once, any other is
+compared array by array in the kernel's format, and one of another pattern is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ucf.errors import OperandError
+from ucf.format.format import parse_format
+from ucf.format.interop import as_tensor
+from ucf.format.tensor import Tensor
+from ucf.lang.ast import Statement, accesses
+from ucf.lang.parser import parse_statement
+from ucf.schedule import parse_schedule
+
+
+@dataclass(frozen=True)
+class Static:
+    """One static operand: the object given, and it in the kernel's format and dtypes."""
+
+    name: str
+    given: Any
+    tensor: Tensor
+    values: bool  # the kernel embeds its values
+
+    def digest(self) -> str:
+        """A hash of the pattern (and of the values, when embedded)."""
+        h = hashlib.sha256(repr((str(self.tensor.format), self.tensor.shape)).encode())
+        for level in self.tensor.levels:
+            for key in sorted(level):
+                h.update(key.encode())
+                h.update(np.ascontiguousarray(level[key]).tobytes())
+        if self.values:
+            h.update(str(self.tensor.vals.dtype).encode())
+            h.update(np.ascontiguousarray(self.tensor.vals).tobytes())
+        return h.hexdigest()[:32]
+
+    def check(self, value: Any, operand: Tensor, index_dtype: np.dtype) -> None:
+        """Refuse an operand of another pattern (or other values, when embedded)."""
+        if value is self.given or operand is self.tensor:
+            return
+        ref = self.tensor
+        t = operand.convert(ref.format, index_dtype=index_dtype, dtype=ref.dtype)
+        why = None
+        if t.shape != ref.shape:
+            why = f"its shape is {t.shape}, the static one's {ref.shape}"
+        else:
+            for lvl, (mine, theirs) in enumerate(zip(t.levels, ref.levels, strict=True)):
+                for key in sorted(theirs):
+                    if not np.array_equal(mine[key], theirs[key]):
+                        why = f"its level {lvl} {key} array differs"
+                        break
+                if why:
+                    break
+        if why is None and self.values and not np.array_equal(t.vals, ref.vals):
+            why = "its values differ from the ones the kernel embeds (dismantle(..., values))"
+        if why is not None:
+            raise OperandError(
+                f"operand {self.name} has another pattern than the static {self.name} the "
+                f"kernel was compiled for: {why}; compile a kernel with static={{'{self.name}'"
+                ": ...} for it, or leave it dynamic"
+            )
+
+
+def prepare(
+    static: Mapping[str, Any],
+    expr: str,
+    formats: Mapping[str, str],
+    schedule: str | None,
+    dtype: np.dtype,
+    index_dtype: np.dtype,
+) -> dict[str, Static]:
+    """The static operands in the kernel's formats, checked against the statement."""
+    stmt = parse_statement(expr)
+    names = {a.tensor for a in accesses(stmt.rhs)}
+    values = embeds_values(schedule)
+    out = {}
+    for name, given in static.items():
+        if name not in names:
+            raise OperandError(
+                f"static= names {name}, which is not an operand of {stmt} (operands: "
+                f"{', '.join(sorted(names))})"
+            )
+        fmt = parse_format(formats.get(name, "dense"), order=len(_access(stmt, name).indices))
+        held = fmt.values.dtype if fmt.values else dtype
+        t = as_tensor(given, format=fmt, name=name, dtype=held, index_dtype=index_dtype)
+        out[name] = Static(name, given, t, values)
+    return out
+
+
+def embeds_values(schedule: str | None) -> bool:
+    """Whether ``schedule`` embeds the static values (``dismantle(v, values)``)."""
+    if not schedule or "dismantle" not in schedule:
+        return False
+    return any(c.name == "dismantle" and len(c.args) == 2 for c in parse_schedule(schedule))
+
+
+def _access(stmt: Statement, name: str):
+    return next(a for a in accesses(stmt.rhs) if a.tensor == name)
