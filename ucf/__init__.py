@@ -145,13 +145,21 @@ def compile(
     dtype: Any = None,
     index_dtype: Any = "int32",
     emulate: bool = False,
+    *,
+    dynamic: dict[str, Any] | None = None,
 ) -> Kernel:
     """Compile a statement once for operands arriving in ``formats`` (others dense).
 
     ``dtype`` is the type the kernel computes and writes its output in; without it,
-    the values the output's format states (``"dense@float32"``), else float64."""
+    the values the output's format states (``"dense@float32"``), else float64.
+    ``dynamic`` maps an operand passed dense at call time to its micro-tile shape:
+    each call computes over its live tiles only (``docs/stile.md``)."""
     from ucf.exec.kernel import Kernel
 
+    if dynamic:
+        from ucf.exec.dynamic import DynamicKernel
+
+        return DynamicKernel(expr, formats, schedule, target, dtype, index_dtype, dynamic)
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate)
 
 

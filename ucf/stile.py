@@ -229,12 +229,12 @@ def stile_index(
     unordered: ``Q``). ``target`` is ``"llvm"`` or ``"c"``. A mask that is not
     C-contiguous is copied into one first.
     """
-    a = _mask_array(mask, "stile_index: the mask")
+    a = mask_array(mask, "stile_index: the mask")
     g = check_granularity(granularity, a.ndim, "stile_index")
     return build(a, g, target, dtype, index_dtype)
 
 
-def _mask_array(mask: Any, what: str) -> np.ndarray:
+def mask_array(mask: Any, what: str) -> np.ndarray:
     """``mask`` as a C-contiguous array the kernel reads (booleans as bytes)."""
     a = np.asarray(mask)
     if a.ndim == 0:
