@@ -37,8 +37,8 @@ import numpy as np
 from ucf import stile
 from ucf.cin.blocking import Blocking, unblock
 from ucf.cin.extents import infer as infer_extents
-from ucf.cin.invariance import check_condense
-from ucf.errors import OperandError, ShapeError, UnsupportedError, boundary
+from ucf.cin.invariance import check_condense, classify
+from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
 from ucf.exec import blocked
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
@@ -105,7 +105,12 @@ class DynamicKernel:
         )
         # The live tiles are listed in any order along A's last mode, and each row of
         # tiles on its own: legal unless a variable of A is compound.
-        check_condense(stmt, ast.index_variables(access))
+        kinds = classify(stmt)  # output variables first: a convolution's x before its r
+        own = set(ast.index_variables(access))
+        try:
+            check_condense(stmt, [v for v in kinds if v in own])
+        except ScheduleError as e:
+            raise ScheduleError(f"dynamic operand {name}: {e}") from None
         self.name, self.target, self.statement = name, target, stmt
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         self._index = _fresh("T", taken)
@@ -171,7 +176,16 @@ class DynamicKernel:
         if masked:
             inner_formats[self._mask] = str(split_fmts[self._mask])
         inner_formats[self._index] = "U" * (order - 1) + "Q"
-        kernel = Kernel(str(inner), inner_formats, schedule, target, dtype, index_dtype)
+        args = (str(inner), inner_formats)
+        if schedule is None:
+            try:
+                kernel = Kernel(
+                    *args, _tiles_first(inner, tiles, split_access), target, dtype, index_dtype
+                )
+            except (ScheduleError, UnsupportedError):
+                kernel = Kernel(*args, None, target, dtype, index_dtype)
+        else:
+            kernel = Kernel(*args, schedule, target, dtype, index_dtype)
         return _Variant(stmt, b, kernel)
 
     @property
@@ -258,6 +272,25 @@ class _Shim:
 
     blocking: Blocking
     statement: ast.Statement
+
+
+def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> str:
+    """The default schedule: the loops over tiles outermost (so a row of tiles reads
+    its index once, and a live tile's row of B serves every row in the tile), then
+    the places in the tiles (``places`` is the split access of A), then the other
+    variables as they first appear; the outermost loop parallel when it is an output
+    variable's."""
+    seen = (
+        [str(t) for t in tiles]
+        + ast.index_variables(places)
+        + ast.index_variables(stmt.lhs)
+        + ast.index_variables(stmt.rhs)
+    )
+    order = list(dict.fromkeys(seen))
+    text = f"reorder({', '.join(order)})"
+    if order[0] in ast.index_variables(stmt.lhs):
+        text += f"; parallelize({order[0]}, CPUThread, NoRaces)"
+    return text
 
 
 def _fresh(base: str, taken: set[str]) -> str:

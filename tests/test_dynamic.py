@@ -1,0 +1,165 @@
+"""Dynamic operands (``ucf.compile(..., dynamic=...)``): dense data with a mask known at
+call time, computed over its live micro-tiles only, checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_asan import asan_cc, run_under_asan  # noqa: F401  (asan_cc is a fixture)
+
+import ucf
+from ucf import stile
+from ucf.format.tensor import Tensor
+
+MATMUL = "C(i,n) = A(i,k) * B(k,n)"
+GRANULARITIES = [(1, 1), (1, 8), (32, 1), (1, 64), (32, 64)]
+SPARSITIES = [0.0, 0.5, 0.9, 0.99, 1.0]
+
+
+def _tile_mask(rng, shape, tile, sparsity):
+    """A mask whose live elements come in whole ``tile``s (cut at the edges), each tile
+    dead with probability ``sparsity``, and inside a live tile each element live with
+    probability 0.7 (so tiles are not all full)."""
+    grid = [-(-n // t) for n, t in zip(shape, tile, strict=True)]
+    live = rng.random(grid) >= sparsity
+    for axis, t in enumerate(tile):
+        live = np.repeat(live, t, axis=axis)
+    live = live[tuple(slice(0, n) for n in shape)]
+    return live & (rng.random(shape) < 0.7)
+
+
+@pytest.fixture(scope="module")
+def matmuls():
+    """One compiled matmul per granularity (compiled once, called with many masks)."""
+    return {g: ucf.compile(MATMUL, dynamic={"A": g}, dtype=np.float32) for g in GRANULARITIES}
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("shape", [(96, 128, 16), (70, 100, 13)])
+def test_matmul_against_numpy(matmuls, granularity, shape):
+    """Every sparsity, with the mask given and derived from A's zeros; (70, 100) leaves
+    partial tiles at both edges for every granularity but 1x1."""
+    rng = np.random.default_rng(1)
+    m, k, n = shape
+    kern = matmuls[granularity]
+    for sparsity in SPARSITIES:
+        mask = _tile_mask(rng, (m, k), granularity, sparsity)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        expect = (a * mask) @ b
+        got = kern(A=a, B=b, masks={"A": mask})
+        assert np.allclose(np.asarray(got), expect, atol=1e-4), sparsity
+        derived = kern(A=a * mask, B=b)
+        assert np.allclose(np.asarray(derived), expect, atol=1e-4), sparsity
+
+
+@pytest.mark.parametrize("granularity", [(1, 8), (32, 1), (32, 64)])
+def test_matmul_on_the_c_target(granularity):
+    rng = np.random.default_rng(2)
+    kern = ucf.compile(MATMUL, dynamic={"A": granularity}, dtype=np.float32, target="c")
+    for sparsity in (0.0, 0.9, 1.0):
+        mask = _tile_mask(rng, (70, 100), granularity, sparsity)
+        a = rng.standard_normal((70, 100)).astype(np.float32)
+        b = rng.standard_normal((100, 9)).astype(np.float32)
+        got = kern(A=a, B=b, masks={"A": mask})
+        assert np.allclose(np.asarray(got), (a * mask) @ b, atol=1e-4)
+
+
+def test_the_mask_wins_over_nonzeros_outside_it():
+    """A is fully dense; only the masked entries count, even inside a live tile."""
+    rng = np.random.default_rng(3)
+    kern = ucf.compile(MATMUL, dynamic={"A": (4, 4)}, dtype=np.float64)
+    a, b = rng.random((12, 16)) + 1, rng.random((16, 5))
+    mask = np.zeros((12, 16), bool)
+    mask[1, 2] = mask[5, 9] = True  # one element in each of two tiles
+    got = np.asarray(kern(A=a, B=b, masks={"A": mask}))
+    assert np.allclose(got, (a * mask) @ b)
+    for m in (mask.astype(np.float32) * 3, mask.astype(np.int8)):  # any nonzero is live
+        assert np.allclose(np.asarray(kern(A=a, B=b, masks={"A": m})), (a * mask) @ b)
+
+
+def test_masks_change_between_calls_of_one_kernel():
+    rng = np.random.default_rng(4)
+    kern = ucf.compile(MATMUL, dynamic={"A": (32, 1)}, dtype=np.float32)
+    a = rng.standard_normal((64, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 8)).astype(np.float32)
+    for sparsity in (0.9, 0.0, 1.0, 0.5, 0.99, 0.9):
+        mask = _tile_mask(rng, a.shape, (32, 1), sparsity)
+        assert np.allclose(np.asarray(kern(A=a, B=b, masks={"A": mask})), (a * mask) @ b, atol=1e-4)
+        assert np.allclose(np.asarray(kern(A=a * mask, B=b)), (a * mask) @ b, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_batch_matmul_with_a_mask_per_b(target):
+    """A(b,i,k) with 1 x 32 x 1 tiles: every b has its own mask (b is prevalent)."""
+    rng = np.random.default_rng(5)
+    kern = ucf.compile(
+        "C(b,i,n) = A(b,i,k) * B(b,k,n)", dynamic={"A": (1, 32, 1)}, dtype=np.float32, target=target
+    )
+    a = rng.standard_normal((3, 70, 24)).astype(np.float32)
+    b = rng.standard_normal((3, 24, 6)).astype(np.float32)
+    mask = _tile_mask(rng, a.shape, (1, 32, 1), 0.6)
+    mask[1] = False  # one batch entirely empty
+    expect = np.einsum("bik,bkn->bin", a * mask, b)
+    assert np.allclose(np.asarray(kern(A=a, B=b, masks={"A": mask})), expect, atol=1e-4)
+    assert np.allclose(np.asarray(kern(A=a * mask, B=b)), expect, atol=1e-4)
+
+
+def test_dynamic_operand_on_the_right_and_a_vector():
+    """The dynamic operand need not come first, nor be a matrix (SpMV over 1 x 8 tiles of
+    x; y(i) = A(i,k) x(k) with x dynamic, tiles of 8)."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((9, 50))
+    x = rng.standard_normal(50) * (rng.random(50) < 0.3)
+    kern = ucf.compile("y(i) = A(i,k) * x(k)", dynamic={"x": (8,)})
+    assert np.allclose(np.asarray(kern(A=a, x=x)), a @ x)
+    kern = ucf.compile(MATMUL, dynamic={"B": (1, 4)})
+    bm = rng.standard_normal((50, 10)) * (rng.random((50, 10)) < 0.3)
+    assert np.allclose(np.asarray(kern(A=a, B=bm)), a @ bm)
+
+
+def test_refusals_name_the_tensor_or_variable():
+    conv = "O(n,m,x,y) = I(n,c,x+r,y+s) * W(m,c,r,s)"
+    with pytest.raises(ucf.ScheduleError, match="x is a compound variable"):
+        ucf.compile(conv, dynamic={"I": (1, 1, 4, 4)})
+    with pytest.raises(ucf.OperandError, match="dynamic= names Z"):
+        ucf.compile(MATMUL, dynamic={"Z": (1, 1)})
+    with pytest.raises(ucf.OperandError, match="dynamic operand A: the granularity"):
+        ucf.compile(MATMUL, dynamic={"A": (32,)})
+    with pytest.raises(ucf.OperandError, match="dynamic operand A is passed dense"):
+        ucf.compile(MATMUL, {"A": "csr"}, dynamic={"A": (1, 1)})
+    with pytest.raises(ucf.UnsupportedError, match="llvm or c"):
+        ucf.compile(MATMUL, dynamic={"A": (1, 1)}, target="cuda")
+    kern = ucf.compile(MATMUL, dynamic={"A": (2, 2)})
+    a, b = np.ones((4, 6)), np.ones((6, 3))
+    with pytest.raises(ucf.OperandError, match=r"mask of A has shape \(4, 5\)"):
+        kern(A=a, B=b, masks={"A": np.ones((4, 5), bool)})
+    with pytest.raises(ucf.OperandError, match="mask of A has dtype complex128"):
+        kern(A=a, B=b, masks={"A": np.ones((4, 6), complex)})
+    with pytest.raises(ucf.OperandError, match="mask for B, which is not a dynamic operand"):
+        kern(A=a, B=b, masks={"B": np.ones((6, 3), bool)})
+    with pytest.raises(ucf.OperandError, match="dynamic operand A is passed dense"):
+        kern(A=ucf.from_numpy(a, "csr"), B=b)
+    with pytest.raises(ucf.ShapeError, match="index variable k"):
+        kern(A=a, B=np.ones((5, 3)))
+    plain = ucf.compile(MATMUL)
+    with pytest.raises(ucf.OperandError, match="mask for A, which is not a dynamic operand"):
+        plain(A=a, B=b, masks={"A": np.ones((4, 6), bool)})
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path, full):  # noqa: F811
+    """The split kernel, saved as C, reads the index and A in exactly sized buffers."""
+    m, k, n, g = 64, 24, 5, (32, 4)
+    rng = np.random.default_rng(7)
+    kern = ucf.compile(MATMUL, dynamic={"A": g}, dtype=np.float64, target="c")
+    a, b = rng.random((m, k)), rng.random((k, n))
+    mask = np.full((m, k), full)
+    index = stile.build(stile.mask_array(mask, "mask"), g, "c", np.float64, np.int32)
+    split_a = Tensor.from_numpy(a.reshape(m // 32, 32, k // 4, 4))
+    split_b = Tensor.from_numpy(b.reshape(k // 4, 4, n))
+    inner = kern.kernel
+    extents = {"i_blk": m // 32, "i_in": 32, "k_blk": k // 4, "k_in": 4, "n": n, "i": m, "k": k}
+    operands = {"T": index, "A": split_a, "B": split_b}
+    got = run_under_asan(asan_cc, tmp_path, inner, "UUU", (m // 32, 32, n), extents, operands)
+    assert np.allclose(got.to_numpy().reshape(m, n), (a * mask) @ b)
