@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_asan
 from test_asan import asan_cc, run_under_asan  # noqa: F401  (asan_cc is a fixture)
 
 import ucf
@@ -148,8 +149,11 @@ def test_refusals_name_the_tensor_or_variable():
 
 
 @pytest.mark.parametrize("full", [False, True])
-def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path, full):  # noqa: F811
-    """The split kernel, saved as C, reads the index and A in exactly sized buffers."""
+def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path, full, monkeypatch):  # noqa: F811
+    """The split kernel, saved as C, reads the index, the mask and A in exactly sized
+    buffers."""
+    monkeypatch.setitem(test_asan.CTYPE, "u8", "uint8_t")
+    monkeypatch.setitem(test_asan.NPTYPE, "u8", np.uint8)
     m, k, n, g = 64, 24, 5, (32, 4)
     rng = np.random.default_rng(7)
     kern = ucf.compile(MATMUL, dynamic={"A": g}, dtype=np.float64, target="c")
@@ -160,6 +164,7 @@ def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path,
     split_b = Tensor.from_numpy(b.reshape(k // 4, 4, n))
     inner = kern.kernel
     extents = {"i_blk": m // 32, "i_in": 32, "k_blk": k // 4, "k_in": 4, "n": n, "i": m, "k": k}
-    operands = {"T": index, "A": split_a, "B": split_b}
+    split_k = Tensor.from_numpy(mask.view(np.uint8).reshape(m // 32, 32, k // 4, 4))
+    operands = {"T": index, "K": split_k, "A": split_a, "B": split_b}
     got = run_under_asan(asan_cc, tmp_path, inner, "UUU", (m // 32, 32, n), extents, operands)
     assert np.allclose(got.to_numpy().reshape(m, n), (a * mask) @ b)

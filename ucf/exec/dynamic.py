@@ -48,16 +48,6 @@ from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
 
 
-@dataclass(frozen=True)
-class _Variant:
-    """One compiled rewrite: the blocking that splits the user's operands (None when
-    no tile extent exceeds 1) and the kernel over the split statement."""
-
-    statement: ast.Statement  # the user's statement, the mask factor included
-    blocking: Blocking | None
-    kernel: Kernel
-
-
 class DynamicKernel:
     """A kernel with one dynamic operand; call it like a Kernel, with ``masks=``."""
 
@@ -115,91 +105,71 @@ class DynamicKernel:
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         self._index = _fresh("T", taken)
         self._mask = _fresh("K", taken)
-        args = (formats, schedule, target, dtype, index_dtype)
-        self._plain = self._variant(stmt, access, False, *args)
-        self._masked = self._variant(stmt, access, True, *args)
-        self.dtype = self._plain.kernel.dtype
-        self.index_dtype = self._plain.kernel.index_dtype
+        self.kernel, self.blocking = self._rewrite(
+            stmt, access, formats, schedule, target, dtype, index_dtype
+        )
+        self.dtype, self.index_dtype = self.kernel.dtype, self.kernel.index_dtype
 
-    def _variant(
+    def _rewrite(
         self,
         stmt: ast.Statement,
         access: ast.Access,
-        masked: bool,
         formats: dict[str, Any],
         schedule: str | None,
         target: str,
         dtype: Any,
         index_dtype: Any,
-    ) -> _Variant:
-        """The kernel for ``stmt`` with A's access replaced by ``T(tiles) [* K(...)] * A(...)``,
-        split for the tiles."""
+    ) -> tuple[Kernel, Blocking | None]:
+        """The kernel for ``stmt`` with A's access replaced by ``T(tiles) * K(...) * A(...)``,
+        split for the tiles, and the blocking that splits the user's operands (None when
+        no tile extent exceeds 1)."""
         name, g = self.name, self.granularity
         order = len(access.indices)
         maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
-        levels = "U" * sum(2 if b > 1 else 1 for b in g)
-        tiled = f"{levels}:{maps}"
-        mask_access = ast.Access(self._mask, access.indices)
-        if masked:
-            stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(mask_access, access)))
+        tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
+        mask = ast.Access(self._mask, access.indices)
+        stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(mask, access)))
+        self.masked = stmt
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         fmts = {
             n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
         }
-        user = dict(fmts)
+        user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
         fmts[name] = parse_format(tiled, order=order, tensor=name)
-        user[name] = dense_format(order)
-        if masked:
-            fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
-            user[self._mask] = dense_format(order)
+        fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
         b = unblock(stmt, fmts)
-        if b is None:
-            split_stmt, split_fmts = stmt, fmts
-        else:
+        split_stmt, split_fmts = stmt, fmts
+        if b is not None:
             b = replace(b, user_formats=user)
             split_stmt, split_fmts = b.statement, dict(b.formats)
-        split_access = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == name)
         tiles = tuple(
             Affine.var(b.names[v][0] if b is not None and v in b.sizes else v)
             for v in (idx.single_variable for idx in access.indices)
         )
-        index = ast.Access(self._index, tiles)
-        rhs = split_stmt.rhs
-        if masked:
-            split_mask = next(a for a in ast.accesses(rhs) if a.tensor == self._mask)
-            rhs = _replace(rhs, split_mask, _product(index, split_mask))
-        else:
-            rhs = _replace(rhs, split_access, _product(index, split_access))
+        split_mask = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == self._mask)
+        split_access = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == name)
+        rhs = _replace(
+            split_stmt.rhs, split_mask, _product(ast.Access(self._index, tiles), split_mask)
+        )
         inner = replace(split_stmt, rhs=rhs)
-        inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name or b is not None}
-        inner_formats.pop(name, None)
-        if masked:
-            inner_formats[self._mask] = str(split_fmts[self._mask])
+        inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
         inner_formats[self._index] = "U" * (order - 1) + "Q"
         args = (str(inner), inner_formats)
         if schedule is None:
+            default = _tiles_first(inner, tiles, split_access)
             try:
-                kernel = Kernel(
-                    *args, _tiles_first(inner, tiles, split_access), target, dtype, index_dtype
-                )
+                return Kernel(*args, default, target, dtype, index_dtype), b
             except (ScheduleError, UnsupportedError):
-                kernel = Kernel(*args, None, target, dtype, index_dtype)
-        else:
-            kernel = Kernel(*args, schedule, target, dtype, index_dtype)
-        return _Variant(stmt, b, kernel)
-
-    @property
-    def kernel(self) -> Kernel:
-        """The kernel over the split statement that a call without masks runs."""
-        return self._plain.kernel
+                schedule = None
+        return Kernel(*args, schedule, target, dtype, index_dtype), b
 
     @property
     def cin(self) -> str:
-        return self._plain.kernel.cin
+        return self.kernel.cin
 
     @property
     def source(self) -> str:
-        return self._plain.kernel.source
+        return self.kernel.source
 
     @boundary
     def __call__(
@@ -218,52 +188,44 @@ class DynamicKernel:
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {self.statement}")
         dense = _dense(operands[self.name], self.name)
-        mask = self._mask_of(masks, dense.shape)
-        variant = self._plain if mask is None else self._masked
-        given = dict(operands)
-        given[self.name] = dense
-        if mask is not None:
-            given[self._mask] = mask
-        index = stile.build(
-            stile.mask_array(dense, self.name) if mask is None else mask,
-            self.granularity,
-            self.target,
-            self.dtype,
-            self.index_dtype,
-        )
-        if variant.blocking is None:
-            return variant.kernel(out=out, **given, **{self._index: index})
+        mask = self._mask_of(masks, dense)
+        given = {**operands, self.name: dense, self._mask: mask}
+        index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
+        if self.blocking is None:
+            return self.kernel(out=out, **given, **{self._index: index})
         tensors = {n: _tensor(v, n) for n, v in given.items()}
-        extents = _extents(variant.statement, tensors)
+        extents = _extents(self.masked, tensors)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
-            return variant.kernel(out=out, **split, **{self._index: index})
+            return self.kernel(out=out, **split, **{self._index: index})
 
-        plan = _Shim(variant.blocking, variant.statement)
+        plan = _Shim(self.blocking, self.masked)
         return blocked.run(run, plan, tensors, extents, out, self.dtype)
 
-    def _mask_of(self, masks: Mapping[str, Any] | None, shape: tuple[int, ...]) -> Any:
-        """The call's mask of the dynamic operand as bytes 0/1, or None (A's nonzeros)."""
-        if masks is None:
-            return None
-        if not isinstance(masks, Mapping):
+    def _mask_of(self, masks: Mapping[str, Any] | None, dense: np.ndarray) -> np.ndarray:
+        """The call's mask of the dynamic operand as bytes 0/1: the one given, else the
+        operand's nonzeros."""
+        if masks is not None and not isinstance(masks, Mapping):
             raise OperandError(f"masks= maps a dynamic operand to its mask, got {masks!r}")
-        for n in masks:
+        for n in masks or {}:
             if n != self.name:
                 raise OperandError(
                     f"masks= gives a mask for {n}, which is not a dynamic operand of this "
                     f"kernel (dynamic: {self.name})"
                 )
-        if self.name not in masks:
-            return None
-        m = stile.mask_array(masks[self.name], f"the mask of {self.name}")
-        if m.shape != shape:
+        given = (masks or {}).get(self.name)
+        m = stile.mask_array(
+            dense if given is None else given,
+            f"dynamic operand {self.name}" if given is None else f"the mask of {self.name}",
+        )
+        if m.shape != dense.shape:
             raise OperandError(
-                f"the mask of {self.name} has shape {m.shape} but {self.name} has shape {shape}"
+                f"the mask of {self.name} has shape {m.shape} but {self.name} has shape "
+                f"{dense.shape}"
             )
-        if m.dtype != np.uint8 or np.asarray(masks[self.name]).dtype != np.bool_:
-            m = (m != 0).view(np.uint8)
-        return m
+        if given is not None and np.asarray(given).dtype == np.bool_:
+            return m  # the booleans' bytes, in place
+        return (m != 0).view(np.uint8)
 
 
 @dataclass(frozen=True)
