@@ -239,15 +239,12 @@ class _Shim:
 def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> str:
     """The default schedule: the loops over tiles outermost (so a row of tiles reads
     its index once, and a live tile's row of B serves every row in the tile), then
-    the places in the tiles (``places`` is the split access of A), then the other
-    variables as they first appear; the outermost loop parallel when it is an output
-    variable's."""
-    seen = (
-        [str(t) for t in tiles]
-        + ast.index_variables(places)
-        + ast.index_variables(stmt.lhs)
-        + ast.index_variables(stmt.rhs)
-    )
+    the places in the tiles (``places`` is the split access of A), then the summed
+    variables, then the output's innermost (rows of the output written in order);
+    the outermost loop parallel when it is an output variable's."""
+    out = ast.index_variables(stmt.lhs)
+    summed = [v for v in ast.index_variables(stmt.rhs) if v not in out]
+    seen = [str(t) for t in tiles] + ast.index_variables(places) + summed + out
     order = list(dict.fromkeys(seen))
     text = f"reorder({', '.join(order)})"
     if order[0] in ast.index_variables(stmt.lhs):
