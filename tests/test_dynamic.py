@@ -168,3 +168,57 @@ def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path,
     operands = {"T": index, "K": split_k, "A": split_a, "B": split_b}
     got = run_under_asan(asan_cc, tmp_path, inner, "UUU", (m // 32, 32, n), extents, operands)
     assert np.allclose(got.to_numpy().reshape(m, n), (a * mask) @ b)
+
+
+MOE = "C(e,t,n) = R(e,t) * X(t,d) * W(e,d,n)"
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_moe_with_empty_experts_and_all_tokens_on_one(target):
+    """Routing changes every call: random top-2, some experts empty, every token on one
+    expert, nothing routed at all."""
+    rng = np.random.default_rng(8)
+    experts, tokens, d, n = 6, 40, 12, 7
+    kern = ucf.compile(MOE, dynamic={"R": (1, 1)}, dtype=np.float32, target=target)
+    x = rng.standard_normal((tokens, d)).astype(np.float32)
+    w = rng.standard_normal((experts, d, n)).astype(np.float32)
+    top2 = np.zeros((experts, tokens), np.float32)
+    for t in range(tokens):
+        top2[rng.choice(experts, 2, replace=False), t] = rng.random(2) + 0.1
+    empty = top2.copy()
+    empty[[1, 3, 4]] = 0
+    one = np.zeros((experts, tokens), np.float32)
+    one[2] = rng.random(tokens) + 0.1
+    for r in (top2, empty, one, np.zeros_like(one), top2):
+        expect = np.einsum("et,td,edn->etn", r, x, w)
+        assert np.allclose(np.asarray(kern(R=r, X=x, W=w)), expect, atol=1e-4)
+
+
+# SparDA Table 2: a mask of i.i.d. (g, 1) blocks at sparsity s, covered by (t, 1) data
+# tiles, is left with sparsity s ** (t / g); the table lists it for a 4096^3 matmul.
+TABLE2 = [
+    ((2, 1), 0.95, (16, 1), 0.6639),
+    ((2, 1), 0.99, (8, 1), 0.9606),
+    ((4, 1), 0.95, (16, 1), 0.8145),
+    ((4, 1), 0.99, (16, 1), 0.9605),
+    ((8, 1), 0.95, (8, 1), 0.95),
+    ((8, 1), 0.99, (32, 1), 0.9602),
+    ((32, 1), 0.95, (32, 1), 0.95),
+    ((32, 1), 0.99, (32, 1), 0.99),
+]
+
+
+@pytest.mark.parametrize("granularity, sparsity, tile, after", TABLE2)
+def test_cover_leaves_the_sparsity_of_sparda_table_2(granularity, sparsity, tile, after):
+    """The index's count of live tiles gives the sparsity after cover, on an i.i.d.
+    mask of 4096 x 512 (a few thousand tiles per row of the table: the table's value
+    within 0.015)."""
+    rng = np.random.default_rng(9)
+    m, k = 4096, 512
+    blocks = rng.random((m // granularity[0], k)) >= sparsity
+    mask = np.repeat(blocks, granularity[0], axis=0)
+    index = ucf.stile_index(mask, tile)
+    tiles = index.shape[0] * index.shape[1]
+    left = 1 - index.nnz / tiles
+    assert abs(left - after) < 0.015, (left, after)
+    assert abs(left - sparsity ** (tile[0] / granularity[0])) < 0.015
