@@ -4,6 +4,7 @@ Run from the repository root:
 
     python bench/stile.py              # 4096 x 4096 mask, 2 threads
     python bench/stile.py --quick      # 512 x 512: seconds
+    python bench/stile.py --section compute   # one section (index, compute, moe)
 
 Every call gets a fresh random mask (made before the clock starts), as dynamic
 sparsity does. ``ucf.stile_index(mask, (32, 1))`` on the llvm and c targets is
@@ -13,13 +14,15 @@ build every call), best of ``--repeat`` runs; the target is a ratio of at least
 compute: a kernel with a dynamic operand (``dynamic={"A": (32, 1)}``, the mask
 passed each call) against torch's dense matmul of the masked A and ucf CSR SpMM
 with the CSR built each call (best of 3; torch's and the CSR's times include
-masking A, which ucf does inside the kernel). The MoE row has no example yet.
+masking A, which ucf does inside the kernel). The MoE row runs examples/moe.py's
+kernel against its per-expert torch loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,21 +55,47 @@ def check(mask: np.ndarray, tile: tuple[int, int], target: str) -> None:
         raise SystemExit(f"stile_index on {target} lists the wrong tiles")
 
 
+SECTIONS = ("index", "compute", "moe")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a 512 x 512 mask")
     ap.add_argument("--repeat", type=int, default=7, help="timed calls per case (best kept)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--section", choices=SECTIONS, help="run one section (default: each in turn)")
     args = ap.parse_args()
+    if args.section is None:
+        # Each section in a process of its own, OpenMP threads sleeping when idle: torch
+        # brings its own libgomp beside the system's that ucf loads, and two runtimes
+        # spinning on 2 shared cores slow whichever runs next by 10-100x.
+        env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+        for section in SECTIONS:
+            subprocess.run(
+                [sys.executable, __file__, *sys.argv[1:], "--section", section],
+                check=True,
+                env=env,
+            )
+        return
     os.environ.setdefault("UCF_CACHE_DIR", tempfile.mkdtemp(prefix="ucf-bench-stile-"))
     ucf.set_num_threads(args.threads)
     n = 512 if args.quick else 4096
     tile = (32, 1)
     rng = np.random.default_rng(0)
-    print(f"index build, {n}x{n} mask, {tile[0]}x{tile[1]} tiles, {args.threads} threads")
+    if args.section == "compute":
+        compute(n, 1024 if not args.quick else 128, tile, min(args.repeat, 3), args.threads, rng)
+    elif args.section == "moe":
+        moe(args.threads, min(args.repeat, 3), args.quick, rng)
+    else:
+        index(n, tile, args.repeat, args.threads, rng)
+
+
+def index(n: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None:
+    """The index build on both targets against scipy's CSR of the mask."""
+    print(f"index build, {n}x{n} mask, {tile[0]}x{tile[1]} tiles, {threads} threads")
     print(f"{'density':>8} {'scipy ms':>9} {'llvm ms':>8} {'c ms':>8} {'llvm x':>7} {'c x':>7}")
     for density in (0.1, 0.5):
-        masks = [rng.random((n, n)) < density for _ in range(args.repeat)]
+        masks = [rng.random((n, n)) < density for _ in range(repeat)]
         for target in ("llvm", "c"):
             check(masks[0], tile, target)
         scipy_t = best(sp.csr_array, masks)
@@ -79,8 +108,6 @@ def main() -> None:
             f"{ours['c'] * 1e3:>8.2f} {scipy_t / ours['llvm']:>7.1f} {scipy_t / ours['c']:>7.1f}"
             f"  target >= 5x: {verdict}"
         )
-    compute(n, 1024 if not args.quick else 128, tile, min(args.repeat, 3), args.threads, rng)
-    print("MoE, 8 experts, top-2 routing: not measured (no example yet)")
 
 
 def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None:
@@ -128,6 +155,31 @@ def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int,
         line += f" {built / ours:>6.1f}x"
         goal = "torch >= 4x, csr >= 3x" if density == 0.1 else "torch >= 1x"
         print(f"{line}  targets: {goal}")
+
+
+def moe(threads: int, repeat: int, quick: bool, rng) -> None:
+    """examples/moe.py's kernel (R dynamic, a new top-2 routing each call) against its
+    per-expert torch loop, 8 experts."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import moe as example
+
+    found = example.baselines(threads)
+    tokens, d, n = (256, 64, 64) if quick else (2048, 512, 512)
+    x = rng.standard_normal((tokens, d)).astype(np.float32)
+    w = rng.standard_normal((8, d, n)).astype(np.float32)
+    kernel = example.compile_moe()
+    routes = [example.routing(rng, 8, tokens, 2) for _ in range(repeat)]
+    got = np.asarray(kernel(R=routes[0], X=x, W=w))
+    if not np.allclose(got, example.reference(routes[0], x, w), rtol=1e-3, atol=1e-3):
+        raise SystemExit("the MoE kernel is wrong")
+    ours = best(lambda r: kernel(R=r, X=x, W=w), routes)
+    line = f"MoE, 8 experts, top-2, {tokens} tokens, d={d}, n={n}: ucf {ours * 1e3:.1f} ms"
+    if found is not None:
+        serial = best(lambda r: found[0](r, x, w), routes)
+        line += f", torch per-expert loop {serial * 1e3:.1f} ms ({serial / ours:.2f}x)"
+        verdict = "PASS" if serial >= 2 * ours else "FAIL"
+        line += f"  target >= 2x: {verdict}"
+    print(line)
 
 
 if __name__ == "__main__":
