@@ -90,6 +90,19 @@ def test_masks_change_between_calls_of_one_kernel():
         assert np.allclose(np.asarray(kern(A=a * mask, B=b)), (a * mask) @ b, atol=1e-4)
 
 
+def test_output_into_out_and_accumulating():
+    """``out=`` is written in place; ``+=`` adds to it (tiles dividing and not)."""
+    rng = np.random.default_rng(10)
+    for m in (64, 70):
+        kern = ucf.compile("C(i,n) += A(i,k) * B(k,n)", dynamic={"A": (32, 1)})
+        a, b = rng.random((m, 20)), rng.random((20, 4))
+        mask = rng.random((m, 20)) < 0.3
+        out = rng.random((m, 4))
+        expect = out + (a * mask) @ b
+        kern(A=a, B=b, masks={"A": mask}, out=out)
+        assert np.allclose(out, expect)
+
+
 @pytest.mark.parametrize("target", ["llvm", "c"])
 def test_batch_matmul_with_a_mask_per_b(target):
     """A(b,i,k) with 1 x 32 x 1 tiles: every b has its own mask (b is prevalent)."""
@@ -143,6 +156,10 @@ def test_refusals_name_the_tensor_or_variable():
         kern(A=ucf.from_numpy(a, "csr"), B=b)
     with pytest.raises(ucf.ShapeError, match="index variable k"):
         kern(A=a, B=np.ones((5, 3)))
+    with pytest.raises(ucf.OperandError, match="passes A, B, T"):
+        kern(A=a, B=b, T=a)
+    with pytest.raises(ucf.OperandError, match="passes A$"):
+        kern(A=a)
     plain = ucf.compile(MATMUL)
     with pytest.raises(ucf.OperandError, match="mask for A, which is not a dynamic operand"):
         plain(A=a, B=b, masks={"A": np.ones((4, 6), bool)})

@@ -67,7 +67,9 @@ class DynamicKernel:
             raise UnsupportedError(
                 f"dynamic operands run on {' or '.join(stile.TARGETS)}, not {target!r}"
             )
-        if not isinstance(dynamic, Mapping) or len(dynamic) != 1:
+        if not isinstance(dynamic, Mapping):
+            raise OperandError(f"dynamic= maps an operand to its micro-tile shape, got {dynamic!r}")
+        if len(dynamic) != 1:
             raise UnsupportedError(
                 f"dynamic= maps one operand to its micro-tile shape (one dynamic operand per "
                 f"kernel), got {dynamic!r}"
@@ -179,14 +181,11 @@ class DynamicKernel:
         **operands: Any,
     ) -> Tensor:
         names = {a.tensor for a in ast.accesses(self.statement.rhs)}
-        unknown = sorted(set(operands) - names)
-        if unknown:
+        if set(operands) != names:
             raise OperandError(
-                f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(names))}"
+                f"{self.statement} reads the operands {', '.join(sorted(names))}; this call "
+                f"passes {', '.join(sorted(operands)) or 'none'}"
             )
-        missing = sorted(names - set(operands))
-        if missing:
-            raise OperandError(f"missing operand {missing[0]} for {self.statement}")
         dense = _dense(operands[self.name], self.name)
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
