@@ -239,3 +239,25 @@ def test_cover_leaves_the_sparsity_of_sparda_table_2(granularity, sparsity, tile
     left = 1 - index.nnz / tiles
     assert abs(left - after) < 0.015, (left, after)
     assert abs(left - sparsity ** (tile[0] / granularity[0])) < 0.015
+
+
+def test_choose_stile_prefers_the_tile_that_covers_least_work():
+    """SparDA's Algorithm 2 over measured tile costs: on i.i.d. 1% masks a 32 x 64 tile
+    is almost always live (it computes the dense product), a 1 x 1 tile covers only
+    the nonzeros; the live counts are numpy's tile reductions."""
+    rng = np.random.default_rng(11)
+    samples = [rng.random((256, 256)) < 0.01 for _ in range(2)]
+    b = rng.random((256, 64), dtype=np.float32)
+    choice = ucf.choose_stile(samples, [(32, 64), (1, 1)], operands={"B": b})
+    for g in ((32, 64), (1, 1)):
+        expect = [
+            int(m.reshape(256 // g[0], g[0], 256 // g[1], g[1]).any(axis=(1, 3)).sum())
+            for m in samples
+        ]
+        assert choice.live[g] == expect
+        assert choice.costs[g] > 0
+    assert choice.granularity == (1, 1), choice.costs
+    with pytest.raises(ucf.OperandError, match="sample 1 has shape"):
+        ucf.choose_stile([samples[0], samples[0][:8]], [(1, 1)], operands={"B": b})
+    with pytest.raises(ucf.OperandError, match="at least one candidate"):
+        ucf.choose_stile(samples, [], operands={"B": b})

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.cache import CacheWarning
     from ucf.exec.kernel import Kernel
+    from ucf.exec.tile_choice import choose_stile
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
     from ucf.format.scipy_layouts import from_scipy
@@ -61,6 +62,7 @@ _LAZY = {
     "Schedule": "ucf.schedule",
     "invariance": "ucf.cin.invariance",
     "stile_index": "ucf.stile",
+    "choose_stile": "ucf.exec.tile_choice",
     "condensable": "ucf.cin.invariance",
     "TeSA": "ucf.tesa.attribute",
     "Policy": "ucf.tesa.plan",
@@ -91,6 +93,7 @@ __all__ = [
     "TeSA",
     "UcfError",
     "UnsupportedError",
+    "choose_stile",
     "compile",
     "condensable",
     "einsum",
