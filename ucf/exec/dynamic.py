@@ -85,6 +85,8 @@ class DynamicKernel:
         if len(held) > 1:
             raise UnsupportedError(f"dynamic operand {name} is read more than once in {stmt}")
         access = held[0]
+        if not access.indices:
+            raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
         formats = dict(formats or {})
         if name in formats and not parse_format(formats[name], order=len(access.indices)).is_dense:
             raise OperandError(
@@ -131,7 +133,7 @@ class DynamicKernel:
         tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
         mask = ast.Access(self._mask, access.indices)
         stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(mask, access)))
-        self.masked = stmt
+        self._with_mask = stmt  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         fmts = {
             n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
@@ -193,12 +195,12 @@ class DynamicKernel:
         if self.blocking is None:
             return self.kernel(out=out, **given, **{self._index: index})
         tensors = {n: _tensor(v, n) for n, v in given.items()}
-        extents = _extents(self.masked, tensors)
+        extents = _extents(self._with_mask, tensors)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
             return self.kernel(out=out, **split, **{self._index: index})
 
-        plan = _Shim(self.blocking, self.masked)
+        plan = _Shim(self.blocking, self._with_mask)
         return blocked.run(run, plan, tensors, extents, out, self.dtype)
 
     def _mask_of(self, masks: Mapping[str, Any] | None, dense: np.ndarray) -> np.ndarray:
@@ -285,6 +287,7 @@ def _dense(value: Any, name: str) -> np.ndarray:
 
 
 def _tensor(value: Any, name: str) -> Tensor:
+    """An operand as a Tensor, a C-contiguous array wrapped without a copy."""
     from ucf.format.interop import as_tensor
 
     if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ndim:
