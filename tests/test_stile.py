@@ -254,27 +254,31 @@ def test_spmm_over_the_tiles_reads_the_dense_data_in_place(target):
         np.testing.assert_allclose(np.asarray(c).reshape(m, n), a @ b, rtol=1e-5, atol=1e-6)
 
 
-def test_index_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
+@pytest.mark.parametrize(
+    "shape, granularity", [((70, 45), (32, 8)), ((3, 37, 20), (2, 8, 3)), ((45,), (8,))]
+)
+def test_index_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, shape, granularity):
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("needs a C compiler")
-    m, k, bh, bw = 70, 45, 32, 8
-    mb, kb = -(-m // bh), -(-k // bw)
-    fn = _function("u8", "i32", (bh, bw))
+    grid = [-(-n // g) for n, g in zip(shape, granularity, strict=True)]
+    size, rows, kb = int(np.prod(shape)), int(np.prod(grid[:-1])), grid[-1]
+    fn = _function("u8", "i32", granularity)
+    dims = ", ".join(map(str, shape))
     driver = f"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 int main(void) {{
   for (int full = 0; full < 2; full++) {{
-    uint8_t *mask = malloc({m * k});
-    memset(mask, full, {m * k});
-    int32_t *flags = calloc({mb * kb}, 4), *pos = calloc({mb + 1}, 4);
-    int32_t *crd = malloc({mb * kb} * 4);
-    {fn.name}(mask, {m}, {k}, flags, pos, crd);
+    uint8_t *mask = malloc({size});
+    memset(mask, full, {size});
+    int32_t *flags = calloc({rows * kb}, 4), *pos = calloc({rows + 1}, 4);
+    int32_t *crd = malloc({rows * kb} * 4);
+    {fn.name}(mask, {dims}, flags, pos, crd);
     long sum = 0;
-    for (int q = 0; q < pos[{mb}]; q++) sum += crd[q];
-    printf("%d %ld\\n", pos[{mb}], sum);
+    for (int q = 0; q < pos[{rows}]; q++) sum += crd[q];
+    printf("%d %ld\\n", pos[{rows}], sum);
     free(mask); free(flags); free(pos); free(crd);
   }}
   return 0;
@@ -292,7 +296,7 @@ int main(void) {{
         pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    full = f"{mb * kb} {mb * sum(range(kb))}"
+    full = f"{rows * kb} {rows * sum(range(kb))}"
     assert run.stdout.split("\n")[:2] == ["0 0", full]
 
 
