@@ -204,10 +204,38 @@ def test_stile_index_takes_any_numeric_mask():
     assert ucf.stile_index(np.ones((3, 4)), (8, 8)).to_numpy().tolist() == [[1.0]]
     with pytest.raises(ucf.OperandError, match="granularity"):
         ucf.stile_index(a, (0, 1))
-    with pytest.raises(ucf.OperandError, match="2-D"):
+    with pytest.raises(ucf.OperandError, match="one tile extent per mode"):
         ucf.stile_index(rng.random(5), (1, 1))
+    with pytest.raises(ucf.OperandError, match="at least one mode"):
+        ucf.stile_index(np.float32(1), ())
     with pytest.raises(ucf.UnsupportedError, match="llvm or c"):
         ucf.stile_index(a, (1, 1), target="cuda")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "shape, granularity",
+    [((3, 37, 20), (1, 8, 3)), ((5, 9, 4, 7), (2, 4, 1, 2)), ((41,), (4,)), ((2, 3, 0), (1, 1, 2))],
+)
+def test_stile_index_of_more_modes_matches_numpy(target, shape, granularity):
+    """Each leading tile is a dense level, the last one unordered; the live tiles are
+    those numpy finds by padding the mask and reducing every tile."""
+    rng = np.random.default_rng(15)
+    for density in (0.0, 0.02, 0.3, 1.0):
+        mask = rng.random(shape) < density
+        t = ucf.stile_index(mask, granularity, target=target)
+        grid = tuple(-(-n // g) for n, g in zip(shape, granularity, strict=True))
+        assert str(t.format) == "U" * (len(shape) - 1) + "Q" and t.shape == grid
+        padded = np.zeros([n * g for n, g in zip(grid, granularity, strict=True)], bool)
+        padded[tuple(slice(0, n) for n in shape)] = mask
+        split = [x for n, g in zip(grid, granularity, strict=True) for x in (n, g)]
+        live = padded.reshape(split).any(axis=tuple(range(1, 2 * len(shape), 2)))
+        pos, crd = t.levels[-1]["pos"], t.levels[-1]["crd"]
+        for row in range(len(pos) - 1):
+            seg = crd[pos[row] : pos[row + 1]].tolist()
+            assert len(seg) == len(set(seg))
+            expect = np.flatnonzero(live.reshape(len(pos) - 1, grid[-1])[row]).tolist()
+            assert sorted(seg) == expect, (density, row)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -226,27 +254,31 @@ def test_spmm_over_the_tiles_reads_the_dense_data_in_place(target):
         np.testing.assert_allclose(np.asarray(c).reshape(m, n), a @ b, rtol=1e-5, atol=1e-6)
 
 
-def test_index_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
+@pytest.mark.parametrize(
+    "shape, granularity", [((70, 45), (32, 8)), ((3, 37, 20), (2, 8, 3)), ((45,), (8,))]
+)
+def test_index_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, shape, granularity):
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("needs a C compiler")
-    m, k, bh, bw = 70, 45, 32, 8
-    mb, kb = -(-m // bh), -(-k // bw)
-    fn = _function("u8", "i32", bh, bw)
+    grid = [-(-n // g) for n, g in zip(shape, granularity, strict=True)]
+    size, rows, kb = int(np.prod(shape)), int(np.prod(grid[:-1])), grid[-1]
+    fn = _function("u8", "i32", granularity)
+    dims = ", ".join(map(str, shape))
     driver = f"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 int main(void) {{
   for (int full = 0; full < 2; full++) {{
-    uint8_t *mask = malloc({m * k});
-    memset(mask, full, {m * k});
-    int32_t *flags = calloc({mb * kb}, 4), *pos = calloc({mb + 1}, 4);
-    int32_t *crd = malloc({mb * kb} * 4);
-    {fn.name}(mask, {m}, {k}, flags, pos, crd);
+    uint8_t *mask = malloc({size});
+    memset(mask, full, {size});
+    int32_t *flags = calloc({rows * kb}, 4), *pos = calloc({rows + 1}, 4);
+    int32_t *crd = malloc({rows * kb} * 4);
+    {fn.name}(mask, {dims}, flags, pos, crd);
     long sum = 0;
-    for (int q = 0; q < pos[{mb}]; q++) sum += crd[q];
-    printf("%d %ld\\n", pos[{mb}], sum);
+    for (int q = 0; q < pos[{rows}]; q++) sum += crd[q];
+    printf("%d %ld\\n", pos[{rows}], sum);
     free(mask); free(flags); free(pos); free(crd);
   }}
   return 0;
@@ -264,7 +296,7 @@ int main(void) {{
         pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    full = f"{mb * kb} {mb * sum(range(kb))}"
+    full = f"{rows * kb} {rows * sum(range(kb))}"
     assert run.stdout.split("\n")[:2] == ["0 0", full]
 
 

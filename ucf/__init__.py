@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.cache import CacheWarning
     from ucf.exec.kernel import Kernel
+    from ucf.exec.tile_choice import choose_stile
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
     from ucf.format.scipy_layouts import from_scipy
@@ -61,6 +62,7 @@ _LAZY = {
     "Schedule": "ucf.schedule",
     "invariance": "ucf.cin.invariance",
     "stile_index": "ucf.stile",
+    "choose_stile": "ucf.exec.tile_choice",
     "condensable": "ucf.cin.invariance",
     "TeSA": "ucf.tesa.attribute",
     "Policy": "ucf.tesa.plan",
@@ -91,6 +93,7 @@ __all__ = [
     "TeSA",
     "UcfError",
     "UnsupportedError",
+    "choose_stile",
     "compile",
     "condensable",
     "einsum",
@@ -145,7 +148,9 @@ def compile(
     dtype: Any = None,
     index_dtype: Any = "int32",
     emulate: bool = False,
+    *,
     static: dict[str, Any] | None = None,
+    dynamic: dict[str, Any] | None = None,
 ) -> Kernel:
     """Compile a statement once for operands arriving in ``formats`` (others dense).
 
@@ -153,9 +158,20 @@ def compile(
     the values the output's format states (``"dense@float32"``), else float64.
     ``static`` maps operands to tensors whose pattern is known now: the kernel is
     specialized to it (``dismantle`` in the schedule unrolls over it) and refuses
-    operands of another pattern (docs/tesa.md)."""
+    operands of another pattern (docs/tesa.md). ``dynamic`` maps an operand passed
+    dense at call time to its micro-tile shape: each call computes over its live
+    tiles only (docs/stile.md)."""
     from ucf.exec.kernel import Kernel
 
+    if dynamic:
+        if static:
+            raise UnsupportedError(
+                "a kernel takes static= or dynamic= operands, not both "
+                f"(static {', '.join(static)}; dynamic {', '.join(dynamic)})"
+            )
+        from ucf.exec.dynamic import DynamicKernel
+
+        return DynamicKernel(expr, formats, schedule, target, dtype, index_dtype, dynamic)
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)
 
 

@@ -36,65 +36,81 @@ from ucf.lower import parallel
 TARGETS = ("llvm", "c")
 
 
-def _function(mask_type: str, idx: str, bh: int, bw: int, threshold: int = 0) -> ir.Function:
-    """``stile_index(mask, M, K, flags, pos, crd)``: ``flags`` (zeroed, one per tile)
-    marks live tiles, ``pos`` (zeroed, one more than the rows of tiles) gets the
-    segment bounds and ``crd`` (at least one slot per live tile) the tile columns.
-    Threads start only for masks of at least ``threshold`` elements (waking them
-    costs more than a small mask's scan)."""
+def _function(
+    mask_type: str, idx: str, granularity: tuple[int, ...], threshold: int = 0
+) -> ir.Function:
+    """``stile_index(mask, D0, ..., flags, pos, crd)`` over a row-major mask of extents
+    ``D0 x D1 x ...`` cut into ``granularity`` tiles: ``flags`` (zeroed, one per tile)
+    marks live tiles, ``pos`` (zeroed, one more than the rows of tiles: the tiles of
+    every mode but the last) gets the segment bounds and ``crd`` (at least one slot
+    per live tile) the tile columns. Threads start only for masks of at least
+    ``threshold`` elements (waking them costs more than a small mask's scan)."""
     i64 = ir.I64
+    r = len(granularity)
+    *lead, bw = granularity
     mask = ir.Array("mask", mask_type)
     flags = ir.Array("flags", "i32", output=True)
     pos = ir.Array("pos", idx, output=True)
     crd = ir.Array("crd", idx, output=True)
-    m, k = ir.Var("M", i64), ir.Var("K", i64)
+    dims = [ir.Var(f"D{m}", i64) for m in range(r)]
+    grid = [ir.Var(f"G{m}", i64) for m in range(r - 1)]
     rows, cols = ir.Var("I", i64), ir.Var("J", i64)
-    r, c, q, n = (ir.Var(x, i64) for x in ("r", "c", "q", "n"))
-    one = ir.Const(1, i64)
+    c, q, n, rest = (ir.Var(x, i64) for x in ("c", "q", "n", "rest"))
+    zero, one = ir.Const(0, i64), ir.Const(1, i64)
 
     def ceil_div(a: ir.Expr, b: int) -> ir.Expr:
         return ir.Bin("/", ir.add(a, ir.Const(b - 1, i64)), ir.Const(b, i64))
 
-    mb, kb = ceil_div(m, bh), ceil_div(k, bw)
-    kbv = ir.Var("Kb", i64)
-    row = ir.Var("row", i64)
+    kbv, nrows, row = ir.Var("Kb", i64), ir.Var("R", i64), ir.Var("row", i64)
     base = ir.mul(rows, kbv)
     flag_at = ir.add(base, ir.Bin("/", c, ir.Const(bw, i64)))
     live = ir.Cmp(
         "!=", ir.cast(ir.Load(mask, ir.add(row, c)), _compute(mask_type)), _zero(mask_type)
     )
-    mark = ir.For(
-        r,
-        ir.mul(rows, ir.Const(bh, i64)),
-        ir.minimum(ir.mul(ir.add(rows, one), ir.Const(bh, i64)), m),
-        [
-            ir.Decl(row, ir.mul(r, k)),
+    scan: list[ir.Stmt] = [
+        ir.Decl(row, ir.mul(ir.Var(f"L{r - 2}", i64), dims[-1]) if r > 1 else zero),
+        ir.For(
+            c,
+            zero,
+            dims[-1],
+            [
+                ir.Store(
+                    flags, flag_at, ir.Bin("max", ir.Load(flags, flag_at), ir.Cast(live, "i32"))
+                )
+            ],
+        ),
+    ]
+    # The elements of a row of tiles: one loop per leading mode over the tile's extent
+    # in it (cut at the mask's edge), the linear row index built as the loops nest.
+    tile: list[ir.Stmt] = [ir.Decl(rest, rows)]
+    for m in reversed(range(r - 1)):
+        t = ir.Var(f"T{m}", i64)
+        tile += [
+            ir.Decl(t, ir.Bin("%", rest, grid[m])),
+            ir.Assign(rest, ir.Bin("/", rest, grid[m])),
+        ]
+    for m in reversed(range(r - 1)):
+        e, t, g = ir.Var(f"E{m}", i64), ir.Var(f"T{m}", i64), ir.Const(lead[m], i64)
+        lin = ir.Var(f"L{m}", i64)
+        outer = ir.add(ir.mul(ir.Var(f"L{m - 1}", i64), dims[m]), e) if m else e
+        scan = [
             ir.For(
-                c,
-                ir.Const(0, i64),
-                k,
-                [
-                    ir.Store(
-                        flags,
-                        flag_at,
-                        ir.Bin("max", ir.Load(flags, flag_at), ir.Cast(live, "i32")),
-                    )
-                ],
-            ),
-        ],
-    )
+                e,
+                ir.mul(t, g),
+                ir.minimum(ir.mul(ir.add(t, one), g), dims[m]),
+                [ir.Decl(lin, outer), *scan],
+            )
+        ]
     at = ir.add(base, cols)
     count = [
-        ir.Decl(n, ir.Const(0, i64)),
-        ir.For(
-            cols, ir.Const(0, i64), kbv, [ir.Assign(n, ir.add(n, ir.cast(ir.Load(flags, at), i64)))]
-        ),
+        ir.Decl(n, zero),
+        ir.For(cols, zero, kbv, [ir.Assign(n, ir.add(n, ir.cast(ir.Load(flags, at), i64)))]),
         ir.Store(pos, ir.add(rows, one), ir.cast(n, idx)),
     ]
     prefix = ir.For(
         rows,
-        ir.Const(0, i64),
-        mb,
+        zero,
+        nrows,
         [
             ir.Store(
                 pos, ir.add(rows, one), ir.add(ir.Load(pos, ir.add(rows, one)), ir.Load(pos, rows))
@@ -105,7 +121,7 @@ def _function(mask_type: str, idx: str, bh: int, bw: int, threshold: int = 0) ->
         ir.Decl(q, ir.cast(ir.Load(pos, rows), i64)),
         ir.For(
             cols,
-            ir.Const(0, i64),
+            zero,
             kbv,
             [
                 ir.If(
@@ -115,34 +131,44 @@ def _function(mask_type: str, idx: str, bh: int, bw: int, threshold: int = 0) ->
             ],
         ),
     ]
+    size: ir.Expr = dims[-1]
+    for d in dims[:-1]:
+        size = ir.mul(size, d)
 
     def per_row(body: list[ir.Stmt]) -> ir.For:
         return ir.For(
             rows,
-            ir.Const(0, i64),
-            mb,
+            zero,
+            nrows,
             body,
             parallel="CPUThread",
             strategy="NoRaces",
-            parallel_if=ir.Cmp(">=", ir.mul(m, k), ir.Const(threshold, i64)),
+            parallel_if=ir.Cmp(">=", size, ir.Const(threshold, i64)),
         )
 
     params = [
-        ir.Param("mask", mask_type, True, doc="the mask, row-major M x K"),
-        ir.Param("M", i64, False),
-        ir.Param("K", i64, False),
+        ir.Param("mask", mask_type, True, doc="the mask, row-major"),
+        *(ir.Param(d.name, i64, False) for d in dims),
         ir.Param("flags", "i32", True, output=True, doc="zeroed, one per tile"),
         ir.Param("pos", idx, True, output=True, doc="zeroed, rows of tiles + 1"),
         ir.Param("crd", idx, True, output=True, doc="one slot per tile at least"),
     ]
+    count_rows: ir.Expr = one
+    decls: list[ir.Stmt] = []
+    for m in range(r - 1):
+        decls.append(ir.Decl(grid[m], ceil_div(dims[m], lead[m])))
+        count_rows = ir.mul(count_rows, grid[m])
     body = [
-        ir.Decl(kbv, kb),
-        per_row([mark, *count]),
+        *decls,
+        ir.Decl(nrows, count_rows),
+        ir.Decl(kbv, ceil_div(dims[-1], bw)),
+        per_row([*tile, *scan, *count]),
         prefix,
         per_row(fill),
     ]
-    doc = f"the index of the nonzero {bh}x{bw} tiles of a mask"
-    return ir.Function(f"ucf_stile_index_{bh}x{bw}", params, body, doc=doc)
+    shape = "x".join(map(str, granularity))
+    doc = f"the index of the nonzero {shape} tiles of a mask"
+    return ir.Function(f"ucf_stile_index_{shape}", params, body, doc=doc)
 
 
 def _compute(mask_type: str) -> str:
@@ -156,9 +182,11 @@ def _zero(mask_type: str) -> ir.Const:
 
 
 @cache
-def _compiled(target: str, mask_type: str, idx: str, bh: int, bw: int, threshold: int) -> Any:
+def _compiled(
+    target: str, mask_type: str, idx: str, granularity: tuple[int, ...], threshold: int
+) -> Any:
     """The index kernel as a ctypes function, built once per process and shape of tile."""
-    fn = _function(mask_type, idx, bh, bw, threshold)
+    fn = _function(mask_type, idx, granularity, threshold)
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     if target == "llvm":
         from ucf.codegen import llvm as llvmgen
@@ -186,48 +214,75 @@ def _compiled(target: str, mask_type: str, idx: str, bh: int, bw: int, threshold
 @boundary
 def stile_index(
     mask: Any,
-    granularity: tuple[int, int],
+    granularity: tuple[int, ...],
     target: str = "llvm",
     dtype: Any = np.float32,
     index_dtype: Any = "int32",
 ) -> Tensor:
-    """The nonzero ``granularity`` micro-tiles of a 2-D ``mask`` as a ``UQ`` Tensor.
+    """The nonzero ``granularity`` micro-tiles of ``mask`` as a ``U...UQ`` Tensor.
 
-    The tensor's shape is the grid of tiles (the last row and column of tiles may
-    be partial); entry (I, J) is stored, with value 1, when tile (I, J) of the mask
-    holds a nonzero. Within a row of tiles the columns come in whatever order the
-    kernel wrote them (the level is unordered: ``Q``). ``target`` is ``"llvm"`` or
-    ``"c"``. A mask that is not C-contiguous is copied into one first.
+    ``granularity`` has one tile extent per mode of the mask. The tensor's shape is
+    the grid of tiles (the last tile of a mode may be partial); entry (I, ..., J) is
+    stored, with value 1, when that tile of the mask holds a nonzero. The tiles of
+    every mode but the last are dense levels; within one of their rows the tile
+    columns come in whatever order the kernel wrote them (the last level is
+    unordered: ``Q``). ``target`` is ``"llvm"`` or ``"c"``. A mask that is not
+    C-contiguous is copied into one first.
     """
-    if target not in TARGETS:
-        raise UnsupportedError(f"stile_index runs on {' or '.join(TARGETS)}, not {target!r}")
+    a = mask_array(mask, "stile_index: the mask")
+    g = check_granularity(granularity, a.ndim, "stile_index")
+    return build(a, g, target, dtype, index_dtype)
+
+
+def mask_array(mask: Any, what: str) -> np.ndarray:
+    """``mask`` as a C-contiguous array the kernel reads (booleans as bytes)."""
     a = np.asarray(mask)
-    if a.ndim != 2:
-        raise OperandError(f"stile_index: the mask must be 2-D, got shape {a.shape}")
+    if a.ndim == 0:
+        raise OperandError(f"{what} must have at least one mode, got a scalar")
     if a.dtype == np.bool_:
         a = a.view(np.uint8)
     if a.dtype.name not in ir.NUMPY_TO_IR:
-        raise OperandError(f"stile_index: a mask of dtype {a.dtype} is not supported")
+        raise OperandError(f"{what} has dtype {a.dtype}, which a mask cannot have")
+    return np.ascontiguousarray(a)
+
+
+def check_granularity(granularity: Any, order: int, who: str) -> tuple[int, ...]:
+    """``granularity`` as a tuple of ``order`` positive ints, else an OperandError."""
     g = tuple(granularity) if isinstance(granularity, tuple | list) else ()
-    if len(g) != 2 or not all(isinstance(x, int | np.integer) and x >= 1 for x in g):
+    if len(g) != order or not all(
+        isinstance(x, int | np.integer) and not isinstance(x, bool) and x >= 1 for x in g
+    ):
         raise OperandError(
-            f"stile_index: the granularity must be two positive integers (rows, columns) "
-            f"of a tile, got {granularity!r}"
+            f"{who}: the granularity must be {order} positive integers (one tile extent "
+            f"per mode), got {granularity!r}"
         )
-    bh, bw = int(g[0]), int(g[1])
-    a = np.ascontiguousarray(a)
+    return tuple(int(x) for x in g)
+
+
+def build(
+    mask: np.ndarray,
+    granularity: tuple[int, ...],
+    target: str = "llvm",
+    dtype: Any = np.float32,
+    index_dtype: Any = "int32",
+) -> Tensor:
+    """The index of a checked C-contiguous ``mask`` (see ``stile_index``): what dynamic
+    kernels call on every call."""
+    if target not in TARGETS:
+        raise UnsupportedError(f"stile_index runs on {' or '.join(TARGETS)}, not {target!r}")
     idt = index_dtype_of(index_dtype)
-    m, k = a.shape
-    mb, kb = -(-m // bh), -(-k // bw)
-    if mb * kb > np.iinfo(idt).max:
-        raise OperandError(f"stile_index: {mb * kb} tiles do not fit index dtype {idt}")
-    types = ir.NUMPY_TO_IR[a.dtype.name], ir.NUMPY_TO_IR[idt.name]
-    call, _ = _compiled(target, *types, bh, bw, parallel.threshold())
-    flags = np.zeros(mb * kb, dtype=np.int32)
-    pos = np.zeros(mb + 1, dtype=idt)
-    crd = np.empty(max(mb * kb, 1), dtype=idt)
-    call(a.ctypes.data, m, k, flags.ctypes.data, pos.ctypes.data, crd.ctypes.data)
+    grid = tuple(-(-n // b) for n, b in zip(mask.shape, granularity, strict=True))
+    rows, kb = int(np.prod(grid[:-1], dtype=np.int64)), grid[-1]
+    if rows * kb > np.iinfo(idt).max:
+        raise OperandError(f"stile_index: {rows * kb} tiles do not fit index dtype {idt}")
+    types = ir.NUMPY_TO_IR[mask.dtype.name], ir.NUMPY_TO_IR[idt.name]
+    call, _ = _compiled(target, *types, granularity, parallel.threshold())
+    flags = np.zeros(rows * kb, dtype=np.int32)
+    pos = np.zeros(rows + 1, dtype=idt)
+    crd = np.empty(max(rows * kb, 1), dtype=idt)
+    call(mask.ctypes.data, *mask.shape, flags.ctypes.data, pos.ctypes.data, crd.ctypes.data)
     n = int(pos[-1])
-    levels = [{}, {"pos": pos, "crd": crd[:n]}]
+    levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]
     vals = np.ones(n, dtype=dtype)
-    return Tensor((mb, kb), "UQ", levels, vals, index_dtype=idt, check=False)
+    fmt = "U" * (len(grid) - 1) + "Q"
+    return Tensor(grid, fmt, levels, vals, index_dtype=idt, check=False)

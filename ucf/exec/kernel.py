@@ -373,8 +373,17 @@ class Kernel:
     # --------------------------------------------------------------- calling
     @boundary
     def __call__(
-        self, out: Any = None, shapes: Mapping[str, Any] | None = None, **operands: Any
+        self,
+        out: Any = None,
+        shapes: Mapping[str, Any] | None = None,
+        masks: Mapping[str, Any] | None = None,
+        **operands: Any,
     ) -> Tensor:
+        if masks:  # only a kernel compiled with dynamic= takes masks (ucf.exec.dynamic)
+            raise OperandError(
+                f"masks= gives a mask for {next(iter(masks))}, which is not a dynamic operand "
+                "of this kernel; compile with dynamic={name: micro-tile shape}"
+            )
         local = self._local
         if local.replays and shapes is None:
             threads = num_threads()

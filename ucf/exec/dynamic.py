@@ -1,0 +1,331 @@
+"""Kernels over dynamic operands: dense data whose sparsity is known only at call time.
+
+``ucf.compile(stmt, dynamic={"A": (32, 1)})`` compiles once for an operand A that
+comes dense on every call, with a mask (``masks={"A": m}``) or without one (its
+nonzeros are the mask).  Every call builds the index of A's live micro-tiles with
+a generated kernel (``ucf.stile``: no sort, no atomics), and the compute runs over
+those tiles only, reading A's dense array in place.
+
+The statement is rewritten so that an ordinary ucf kernel does this.  Each of A's
+variables whose tile extent exceeds 1 is split into the tile and the place in it,
+as for a blocked format (``ucf.cin.blocking``), and the tile index T joins A's
+access: ``C(i,n) = A(i,k) * B(k,n)`` with tiles of 32 x 1 becomes
+``C(i_blk,i_in,n) = T(i_blk,k) * A(i_blk,i_in,k) * B(k,n)``.  T is stored
+``U...UQ``: one dense level per leading mode of tiles and an unordered compressed
+last level, so it drives the loop over live tile columns while A (row-major, seen
+as ``(M/32, 32, K)``: a reshape, no copy) and B are located densely.  Iterating
+the live tiles in whatever order the index lists them is legal because the
+condensed variable is permutation invariant, which the compile checks
+(``ucf.cin.invariance.check_condense``: a compound variable, the ``x`` of a
+convolution, is refused).  Extents that the tiles do not divide are padded with
+zeros, as blocked formats are: the operands sharing a split variable are copied
+then.
+
+With a mask, the mask wins: A is multiplied by the mask (read in place as bytes
+when it is boolean), so a nonzero of A outside the mask counts as zero even in a
+live tile.  That variant is a second kernel, compiled with the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ucf import stile
+from ucf.cin.blocking import Blocking, unblock
+from ucf.cin.extents import infer as infer_extents
+from ucf.cin.invariance import check_condense, classify
+from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
+from ucf.exec import blocked
+from ucf.exec.kernel import Kernel
+from ucf.format.format import dense_format, parse_format
+from ucf.format.tensor import Tensor
+from ucf.lang import ast
+from ucf.lang.affine import Affine
+from ucf.lang.parser import parse_statement
+
+
+class DynamicKernel:
+    """A kernel with one dynamic operand; call it like a Kernel, with ``masks=``."""
+
+    @boundary
+    def __init__(
+        self,
+        expr: str,
+        formats: dict[str, Any] | None,
+        schedule: str | None,
+        target: str,
+        dtype: Any,
+        index_dtype: Any,
+        dynamic: Mapping[str, Any],
+    ):
+        stmt = parse_statement(expr)
+        if target not in stile.TARGETS:
+            raise UnsupportedError(
+                f"dynamic operands run on {' or '.join(stile.TARGETS)}, not {target!r}"
+            )
+        if not isinstance(dynamic, Mapping):
+            raise OperandError(f"dynamic= maps an operand to its micro-tile shape, got {dynamic!r}")
+        if len(dynamic) != 1:
+            raise UnsupportedError(
+                f"dynamic= maps one operand to its micro-tile shape (one dynamic operand per "
+                f"kernel), got {dynamic!r}"
+            )
+        ((name, granularity),) = dynamic.items()
+        held = [a for a in ast.accesses(stmt.rhs) if a.tensor == name]
+        if not held:
+            names = sorted({a.tensor for a in ast.accesses(stmt.rhs)})
+            raise OperandError(
+                f"dynamic= names {name}, which is not an operand of {stmt} "
+                f"(operands: {', '.join(names)})"
+            )
+        if len(held) > 1:
+            raise UnsupportedError(f"dynamic operand {name} is read more than once in {stmt}")
+        access = held[0]
+        if not access.indices:
+            raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
+        formats = dict(formats or {})
+        if name in formats and not parse_format(formats[name], order=len(access.indices)).is_dense:
+            raise OperandError(
+                f"dynamic operand {name} is passed dense, with a mask; its format may not be "
+                f"'{formats[name]}'"
+            )
+        formats.pop(name, None)
+        self.granularity = stile.check_granularity(
+            granularity, len(access.indices), f"dynamic operand {name}"
+        )
+        # The live tiles are listed in any order along A's last mode, and each row of
+        # tiles on its own: legal unless a variable of A is compound.
+        kinds = classify(stmt)  # output variables first: a convolution's x before its r
+        own = set(ast.index_variables(access))
+        try:
+            check_condense(stmt, [v for v in kinds if v in own])
+        except ScheduleError as e:
+            raise ScheduleError(f"dynamic operand {name}: {e}") from None
+        self.name, self.target, self.statement = name, target, stmt
+        taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
+        self._index = _fresh("T", taken)
+        self._mask = _fresh("K", taken)
+        self.kernel, self.blocking = self._rewrite(
+            stmt, access, formats, schedule, target, dtype, index_dtype
+        )
+        self.dtype, self.index_dtype = self.kernel.dtype, self.kernel.index_dtype
+
+    def _rewrite(
+        self,
+        stmt: ast.Statement,
+        access: ast.Access,
+        formats: dict[str, Any],
+        schedule: str | None,
+        target: str,
+        dtype: Any,
+        index_dtype: Any,
+    ) -> tuple[Kernel, Blocking | None]:
+        """The kernel for ``stmt`` with A's access replaced by ``T(tiles) * K(...) * A(...)``,
+        split for the tiles, and the blocking that splits the user's operands (None when
+        no tile extent exceeds 1)."""
+        name, g = self.name, self.granularity
+        order = len(access.indices)
+        maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
+        tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
+        mask = ast.Access(self._mask, access.indices)
+        stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(mask, access)))
+        self._with_mask = stmt  # the user's statement, the mask factor included
+        names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
+        fmts = {
+            n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
+        }
+        user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
+        fmts[name] = parse_format(tiled, order=order, tensor=name)
+        fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
+        b = unblock(stmt, fmts)
+        split_stmt, split_fmts = stmt, fmts
+        if b is not None:
+            b = replace(b, user_formats=user)
+            split_stmt, split_fmts = b.statement, dict(b.formats)
+        tiles = tuple(
+            Affine.var(b.names[v][0] if b is not None and v in b.sizes else v)
+            for v in (idx.single_variable for idx in access.indices)
+        )
+        split_mask = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == self._mask)
+        split_access = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == name)
+        rhs = _replace(
+            split_stmt.rhs, split_mask, _product(ast.Access(self._index, tiles), split_mask)
+        )
+        inner = replace(split_stmt, rhs=rhs)
+        inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
+        inner_formats[self._index] = "U" * (order - 1) + "Q"
+        args = (str(inner), inner_formats)
+        if schedule is None:
+            default = _tiles_first(inner, tiles, split_access)
+            try:
+                return Kernel(*args, default, target, dtype, index_dtype), b
+            except (ScheduleError, UnsupportedError):
+                schedule = None
+        return Kernel(*args, schedule, target, dtype, index_dtype), b
+
+    @property
+    def cin(self) -> str:
+        return self.kernel.cin
+
+    @property
+    def source(self) -> str:
+        return self.kernel.source
+
+    @boundary
+    def __call__(
+        self,
+        out: Any = None,
+        masks: Mapping[str, Any] | None = None,
+        **operands: Any,
+    ) -> Tensor:
+        names = {a.tensor for a in ast.accesses(self.statement.rhs)}
+        if set(operands) != names:
+            raise OperandError(
+                f"{self.statement} reads the operands {', '.join(sorted(names))}; this call "
+                f"passes {', '.join(sorted(operands)) or 'none'}"
+            )
+        dense = _dense(operands[self.name], self.name)
+        mask = self._mask_of(masks, dense)
+        given = {**operands, self.name: dense, self._mask: mask}
+        index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
+        if self.blocking is None:
+            return self.kernel(out=out, **given, **{self._index: index})
+        tensors = {n: _tensor(v, n) for n, v in given.items()}
+        extents = _extents(self._with_mask, tensors)
+
+        def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
+            return self.kernel(out=out, **split, **{self._index: index})
+
+        plan = _Shim(self.blocking, self._with_mask)
+        return blocked.run(run, plan, tensors, extents, out, self.dtype)
+
+    def _mask_of(self, masks: Mapping[str, Any] | None, dense: np.ndarray) -> np.ndarray:
+        """The call's mask of the dynamic operand as bytes 0/1: the one given, else the
+        operand's nonzeros."""
+        if masks is not None and not isinstance(masks, Mapping):
+            raise OperandError(f"masks= maps a dynamic operand to its mask, got {masks!r}")
+        for n in masks or {}:
+            if n != self.name:
+                raise OperandError(
+                    f"masks= gives a mask for {n}, which is not a dynamic operand of this "
+                    f"kernel (dynamic: {self.name})"
+                )
+        given = (masks or {}).get(self.name)
+        m = stile.mask_array(
+            dense if given is None else given,
+            f"dynamic operand {self.name}" if given is None else f"the mask of {self.name}",
+        )
+        if m.shape != dense.shape:
+            raise OperandError(
+                f"the mask of {self.name} has shape {m.shape} but {self.name} has shape "
+                f"{dense.shape}"
+            )
+        if given is not None and np.asarray(given).dtype == np.bool_:
+            return m  # the booleans' bytes, in place
+        return (m != 0).view(np.uint8)
+
+
+@dataclass(frozen=True)
+class _Shim:
+    """What ``ucf.exec.blocked.run`` reads of a plan."""
+
+    blocking: Blocking
+    statement: ast.Statement
+
+
+def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> str:
+    """The default schedule: the loops over tiles outermost (so a row of tiles reads
+    its index once, and a live tile's row of B serves every row in the tile), then
+    the places in the tiles (``places`` is the split access of A), then the summed
+    variables, then the output's innermost (rows of the output written in order);
+    the outermost loop parallel when it is an output variable's."""
+    out = ast.index_variables(stmt.lhs)
+    summed = [v for v in ast.index_variables(stmt.rhs) if v not in out]
+    seen = [str(t) for t in tiles] + ast.index_variables(places) + summed + out
+    order = list(dict.fromkeys(seen))
+    text = f"reorder({', '.join(order)})"
+    if order[0] in ast.index_variables(stmt.lhs):
+        text += f"; parallelize({order[0]}, CPUThread, NoRaces)"
+    return text
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
+def _product(left: ast.Expr, right: ast.Expr) -> ast.Expr:
+    return ast.Binary("*", left, right)
+
+
+def _replace(e: ast.Expr, old: ast.Access, new: ast.Expr) -> ast.Expr:
+    """``e`` with the access ``old`` replaced by ``new``."""
+    if e == old:
+        return new
+    return ast.with_children(e, [_replace(c, old, new) for c in ast.children(e)])
+
+
+def _dense(value: Any, name: str) -> np.ndarray:
+    """A dynamic operand's dense array (a view where it can be)."""
+    if isinstance(value, Tensor):
+        if not value.format.is_dense or value.format.blocked:
+            raise OperandError(
+                f"dynamic operand {name} is passed dense (a numpy array or a dense "
+                f"ucf.Tensor), not as '{value.format}'"
+            )
+        return np.asarray(value)
+    try:
+        return np.ascontiguousarray(value)
+    except (TypeError, ValueError) as e:
+        raise OperandError(f"dynamic operand {name} is not an array: {e}") from None
+
+
+def _tensor(value: Any, name: str) -> Tensor:
+    """An operand as a Tensor, a C-contiguous array wrapped without a copy."""
+    from ucf.format.interop import as_tensor
+
+    if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ndim:
+        return Tensor.from_numpy(value)
+    return as_tensor(value, name=name)
+
+
+def _extents(stmt: ast.Statement, given: dict[str, Tensor]) -> dict[str, int]:
+    """Every extent of ``stmt``, fixed by plain indices and inferred through affine ones;
+    a ShapeError names the two places that disagree, or the variable left unknown."""
+    bound: dict[str, tuple[int, str]] = {}
+    for a in ast.accesses(stmt.rhs):
+        t = given[a.tensor]
+        if t.order != len(a.indices):
+            raise ShapeError(
+                f"operand {a.tensor} has order {t.order} (shape {t.shape}) but is accessed "
+                f"with {len(a.indices)} indices"
+            )
+        for m, idx in enumerate(a.indices):
+            v = idx.single_variable
+            if v is None:
+                continue
+            where = f"{a.tensor} (mode {m})"
+            if v in bound and bound[v][0] != t.shape[m]:
+                raise ShapeError(
+                    f"index variable {v} has extent {bound[v][0]} in {bound[v][1]} "
+                    f"but {t.shape[m]} in {where}"
+                )
+            bound.setdefault(v, (t.shape[m], where))
+    sizes = {
+        (a.tensor, m): given[a.tensor].shape[m]
+        for a in ast.accesses(stmt.rhs)
+        for m in range(len(a.indices))
+    }
+    found = {v: n for v, (n, _) in bound.items()}
+    for v, (n, _) in infer_extents(stmt, found, sizes).items():
+        found[v] = n
+    for v in ast.index_variables(stmt.lhs):
+        if v not in found:
+            raise ShapeError(f"the extent of index variable {v} is unknown")
+    return found
