@@ -10,6 +10,7 @@ from test_asan import asan_cc, run_under_asan  # noqa: F401  (asan_cc is a fixtu
 
 import ucf
 from ucf import stile
+from ucf.exec.jit import num_threads
 from ucf.format.tensor import Tensor
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
@@ -248,7 +249,14 @@ def test_choose_stile_prefers_the_tile_that_covers_least_work():
     rng = np.random.default_rng(11)
     samples = [rng.random((256, 256)) < 0.01 for _ in range(2)]
     b = rng.random((256, 64), dtype=np.float32)
-    choice = ucf.choose_stile(samples, [(32, 64), (1, 1)], operands={"B": b})
+    # One thread: the suite forces even tiny loops parallel, and threads waiting on a
+    # busy machine would swamp a millisecond's work and so the measured costs.
+    threads = num_threads()
+    ucf.set_num_threads(1)
+    try:
+        choice = ucf.choose_stile(samples, [(32, 64), (1, 1)], operands={"B": b})
+    finally:
+        ucf.set_num_threads(threads)
     for g in ((32, 64), (1, 1)):
         expect = [
             int(m.reshape(256 // g[0], g[0], 256 // g[1], g[1]).any(axis=(1, 3)).sum())
