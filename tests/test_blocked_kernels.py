@@ -304,6 +304,20 @@ def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
     np.testing.assert_array_equal(padded.to_numpy().ravel(), [*range(11), 0])
 
 
+def test_a_dense_output_is_the_kernels_buffer_when_the_blocks_divide_it():
+    """A blocked kernel's dense output is returned without a copy (was copied on every
+    call); cutting the padding off the last block is a view of a prefix here."""
+    from ucf.exec.blocked import _join
+
+    k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,3)"})
+    b = k._plan.blocking
+    split = ucf.from_numpy(np.arange(12.0).reshape(6, 2))
+    assert np.shares_memory(_join(b, "y", split, (12,)).vals, split.vals)
+    cut = _join(b, "y", split, (11,))
+    assert cut.vals.flags.c_contiguous
+    np.testing.assert_array_equal(cut.to_numpy(), np.arange(11.0))
+
+
 @needs_cc
 @pytest.mark.parametrize("fmt", ["bcsr(2,2)", "nm(2,4)"])
 def test_the_exported_check_accepts_the_split_operands(tmp_path, fmt):

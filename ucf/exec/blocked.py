@@ -122,8 +122,10 @@ def _join(b: Blocking, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
         return Tensor(shape, fmt, t.levels, t.vals, index_dtype=t.index_dtype, check=False)
     if fmt.is_dense and not fmt.blocked:
         whole = [-(-n // blk) * blk if blk else n for n, blk in zip(shape, blocks, strict=True)]
-        arr = t.to_numpy().reshape(whole)[tuple(slice(0, n) for n in shape)]
-        return Tensor.from_numpy(np.array(arr, order="C"), format=dense_format(len(shape)))
+        arr = np.asarray(t).reshape(whole)[tuple(slice(0, n) for n in shape)]
+        # Blocks that divide the extents leave nothing to cut: the kernel's buffer is the
+        # result, with no copy.
+        return Tensor.from_numpy(np.ascontiguousarray(arr), format=dense_format(len(shape)))
     coords, vals = t.to_coo()
     joined = np.zeros((len(coords), len(shape)), dtype=np.int64)
     col = 0
