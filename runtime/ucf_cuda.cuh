@@ -106,15 +106,17 @@ extern "C" __attribute__((used, visibility("default"))) inline const char* ucf_c
 }
 #endif
 
-/* atomicAdd for every value type ucf computes in. CUDA has no signed 64-bit
- * atomicAdd (int64_t is long on LP64); two's-complement addition is the same
- * bit operation as unsigned addition, so that overload serves. */
+/* atomicAdd for every value type ucf computes in; like atomicAdd it returns the
+ * old value (a claimed slot). CUDA has no signed 64-bit atomicAdd (int64_t is
+ * long on LP64); two's-complement addition is the same bit operation as
+ * unsigned addition, so that overload serves. */
 template <typename T>
-__device__ __forceinline__ void ucf_atomic_add(T* p, T v) {
+__device__ __forceinline__ T ucf_atomic_add(T* p, T v) {
   if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+    return static_cast<T>(
+        atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
   } else {
-    atomicAdd(p, v);
+    return atomicAdd(p, v);
   }
 }
 

@@ -31,9 +31,10 @@ from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
+from ucf.ir.gpu import Launch, Module, Special
 from ucf.lower import parallel
 
-TARGETS = ("llvm", "c")
+TARGETS = ("llvm", "c", "cuda")
 
 
 def _function(
@@ -211,6 +212,194 @@ def _compiled(
     return call, library
 
 
+#: Threads per block of the CUDA builder's kernels.
+CUDA_THREADS = 256
+
+
+def _cuda_module(mask_type: str, idx: str, order: int) -> Module:
+    """The CUDA index builder: SparDA's online index, with ``atomicAdd`` slot claims.
+
+    The launcher ``ucf_stile_index_<order>d_launch(mask, D0, ..., B0, ..., flags, pos,
+    next, crd)`` takes the arguments of ``_function``, the tile extents ``B0, ...`` (at
+    run time, unlike the CPU builder's: one nvcc build serves every tile shape) and
+    ``next`` (one per row of tiles), and runs three kernels:
+
+    1. ``mark``, a thread per mask element: a nonzero whose tile's flag still reads 0
+       adds 1 to the flag; the one thread that saw the old value 0 counts the tile
+       into ``pos[row + 1]`` (an atomic add);
+    2. ``scan``, one thread: the prefix sum of the counts, leaving each row's start in
+       ``pos[row]`` and ``next[row]``;
+    3. ``fill``, a thread per tile: a live tile claims the next slot of its row with
+       ``atomicAdd(&next[row], 1)`` and writes its column there, so the columns of a
+       row land in whatever order the threads ran: what a ``Q`` level allows.
+    """
+    i64, i32 = ir.I64, "i32"
+    r = order
+    mask = ir.Array("mask", mask_type)
+    flags = ir.Array("flags", i32, output=True)
+    pos = ir.Array("pos", idx, output=True)
+    nxt = ir.Array("next", idx, output=True)
+    crd = ir.Array("crd", idx, output=True)
+    dims = [ir.Var(f"D{m}", i64) for m in range(r)]
+    *lead, bw = tiles = [ir.Var(f"B{m}", i64) for m in range(r)]
+    params = [
+        ir.Param("mask", mask_type, True, doc="the mask, row-major"),
+        *(ir.Param(d.name, i64, False) for d in dims),
+        *(ir.Param(b.name, i64, False, doc="a tile's extent") for b in tiles),
+        ir.Param("flags", i32, True, output=True, doc="zeroed, one per tile"),
+        ir.Param("pos", idx, True, output=True, doc="zeroed, rows of tiles + 1"),
+        ir.Param("next", idx, True, output=True, doc="one per row of tiles"),
+        ir.Param("crd", idx, True, output=True, doc="one slot per tile at least"),
+    ]
+    args = [mask, *dims, *tiles, flags, pos, nxt, crd]
+    one = ir.Const(1, i64)
+
+    def ceil_div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+        return ir.Bin("/", ir.sub(ir.add(a, b), one), b)
+
+    grid = [ir.Var(f"G{m}", i64) for m in range(r - 1)]
+    size, rows, kbv = ir.Var("size", i64), ir.Var("R", i64), ir.Var("Kb", i64)
+    total: ir.Expr = dims[-1]
+    for d in dims[:-1]:
+        total = ir.mul(total, d)
+    count: ir.Expr = one
+    for g in grid:
+        count = ir.mul(count, g)
+    extents = [
+        *(ir.Decl(g, ceil_div(d, b)) for g, d, b in zip(grid, dims, lead, strict=False)),
+        ir.Decl(size, total),
+        ir.Decl(rows, count),
+        ir.Decl(kbv, ceil_div(dims[-1], bw)),
+    ]
+    gid = ir.Var("gid", i64)
+    thread = ir.Decl(
+        gid,
+        ir.add(ir.mul(Special("blockIdx.x"), ir.Const(CUDA_THREADS, i64)), Special("threadIdx.x")),
+    )
+
+    # mark: the element's coordinates, its tile's row and column, then the flag.
+    coords: list[ir.Stmt] = []
+    rest: ir.Expr = gid
+    for m in reversed(range(r)):
+        c = ir.Var(f"c{m}", i64)
+        coords.append(ir.Decl(c, ir.Bin("%", rest, dims[m]) if m else rest))
+        if m:
+            coords.append(ir.Decl(ir.Var(f"x{m}", i64), ir.Bin("/", rest, dims[m])))
+            rest = ir.Var(f"x{m}", i64)
+    row: ir.Expr = ir.Const(0, i64)
+    for m in range(r - 1):
+        tile_m = ir.Bin("/", ir.Var(f"c{m}", i64), lead[m])
+        row = ir.add(ir.mul(row, grid[m]), tile_m)
+    rv, tv, old = ir.Var("row", i64), ir.Var("tile", i64), ir.Var("old", i32)
+    col = ir.Bin("/", ir.Var(f"c{r - 1}", i64), bw)
+    live = ir.Cmp("!=", ir.cast(ir.Load(mask, gid), _compute(mask_type)), _zero(mask_type))
+    claim = ir.If(
+        ir.Cmp("==", ir.Load(flags, tv), ir.Const(0, i32)),
+        [
+            ir.FetchAdd(old, flags, tv, ir.Const(1, i32)),
+            ir.If(
+                ir.Cmp("==", old, ir.Const(0, i32)),
+                [ir.Store(pos, ir.add(rv, one), ir.Const(1, idx), True, atomic=True)],
+            ),
+        ],
+    )
+    mark = [
+        thread,
+        ir.If(
+            ir.land(ir.Cmp("<", gid, size), live),
+            [
+                *coords,
+                ir.Decl(rv, row),
+                ir.Decl(tv, ir.add(ir.mul(rv, kbv), col)),
+                claim,
+            ],
+        ),
+    ]
+    k = ir.Var("k", i64)
+    scan = [
+        ir.For(
+            k,
+            ir.Const(0, i64),
+            rows,
+            [
+                ir.Store(nxt, k, ir.Load(pos, k)),
+                ir.Store(pos, ir.add(k, one), ir.Load(pos, k), True),
+            ],
+        ),
+    ]
+    slot = ir.Var("slot", idx)
+    fill = [
+        thread,
+        ir.If(
+            ir.land(
+                ir.Cmp("<", gid, ir.mul(rows, kbv)),
+                ir.Cmp("!=", ir.Load(flags, gid), ir.Const(0, i32)),
+            ),
+            [
+                ir.FetchAdd(slot, nxt, ir.Bin("/", gid, kbv), ir.Const(1, idx)),
+                ir.Store(crd, ir.cast(slot, i64), ir.cast(ir.Bin("%", gid, kbv), idx)),
+            ],
+        ),
+    ]
+    name = f"ucf_stile_index_{r}d"
+    parts = (
+        ("mark", mark, size, "flag and count the live tiles, a thread per mask element"),
+        ("scan", scan, None, "the rows' segments from their counts, one thread"),
+        ("fill", fill, ir.mul(rows, kbv), "each live tile claims a slot of its row"),
+    )
+    kernels, launches = [], []
+    for part, body, threads, what in parts:
+        body = [*_used(extents, body), *body]
+        kernels.append(ir.Function(f"{name}_{part}", params, body, doc=f"{part}: {what}."))
+        grid = ceil_div(threads, ir.Const(CUDA_THREADS, i64)) if threads is not None else one
+        width = CUDA_THREADS if threads is not None else 1
+        launches.append(Launch(f"{name}_{part}", [grid], width, args))
+    doc = f"The index of the nonzero tiles of a {r}-mode mask, with atomic slot claims."
+    host = ir.Function(f"{name}_launch", params, [*extents, *launches], doc=doc)
+    return Module(kernels, host)
+
+
+def _used(decls: list[ir.Decl], body: list[ir.Stmt]) -> list[ir.Decl]:
+    """The declarations ``body`` reads, directly or through a later one of them."""
+    from ucf.ir.walk import names
+
+    wanted = names(body)
+    kept = []
+    for d in reversed(decls):
+        if d.var.name in wanted:
+            kept.append(d)
+            wanted |= names(d.init)
+    return kept[::-1]
+
+
+def cuda_source(mask_type: str, idx: str, order: int) -> str:
+    """The ``.cu`` text of the CUDA index builder for masks of ``order`` modes of IR
+    type ``mask_type`` and an index of IR type ``idx``."""
+    from ucf.codegen import cuda
+
+    title = f"stile_index of a {mask_type} mask of {order} modes, {idx} index"
+    return cuda.source(_cuda_module(mask_type, idx, order), title)
+
+
+@cache
+def _compiled_cuda(mask_type: str, idx: str, order: int, emulate: bool) -> Any:
+    """The CUDA builder's launcher: on the CPU emulator, or on the GPU through pycuda
+    (built at its first call, which says what is missing on a machine without one)."""
+    from ucf.exec import cache as kcache
+    from ucf.exec import cuda_build
+
+    source = cuda_source(mask_type, idx, order)
+    host = _cuda_module(mask_type, idx, order).host
+    fields = {"stile_index_cuda": source}
+    if not emulate:
+        return cuda_build.Device(source, fields, host.name, host.params)
+    lib = kcache.library(
+        {**fields, **cuda_build.emulation_identity()},
+        lambda: cuda_build.build_emulated(source),
+    )
+    return cuda_build.Emulated(lib, host.name, host.params)
+
+
 @boundary
 def stile_index(
     mask: Any,
@@ -218,6 +407,7 @@ def stile_index(
     target: str = "llvm",
     dtype: Any = np.float32,
     index_dtype: Any = "int32",
+    emulate: bool = False,
 ) -> Tensor:
     """The nonzero ``granularity`` micro-tiles of ``mask`` as a ``U...UQ`` Tensor.
 
@@ -226,12 +416,13 @@ def stile_index(
     stored, with value 1, when that tile of the mask holds a nonzero. The tiles of
     every mode but the last are dense levels; within one of their rows the tile
     columns come in whatever order the kernel wrote them (the last level is
-    unordered: ``Q``). ``target`` is ``"llvm"`` or ``"c"``. A mask that is not
-    C-contiguous is copied into one first.
+    unordered: ``Q``). ``target`` is ``"llvm"``, ``"c"`` or ``"cuda"`` (a GPU through
+    pycuda, or with ``emulate=True`` the CPU emulator of generated CUDA). A mask that
+    is not C-contiguous is copied into one first.
     """
     a = mask_array(mask, "stile_index: the mask")
     g = check_granularity(granularity, a.ndim, "stile_index")
-    return build(a, g, target, dtype, index_dtype)
+    return build(a, g, target, dtype, index_dtype, emulate)
 
 
 def mask_array(mask: Any, what: str) -> np.ndarray:
@@ -265,22 +456,31 @@ def build(
     target: str = "llvm",
     dtype: Any = np.float32,
     index_dtype: Any = "int32",
+    emulate: bool = False,
 ) -> Tensor:
     """The index of a checked C-contiguous ``mask`` (see ``stile_index``): what dynamic
     kernels call on every call."""
     if target not in TARGETS:
-        raise UnsupportedError(f"stile_index runs on {' or '.join(TARGETS)}, not {target!r}")
+        raise UnsupportedError(f"stile_index runs on {', '.join(TARGETS)}, not {target!r}")
+    if emulate and target != "cuda":
+        raise UnsupportedError(
+            "stile_index: emulate=True runs generated CUDA and needs target='cuda'"
+        )
     idt = index_dtype_of(index_dtype)
     grid = tuple(-(-n // b) for n, b in zip(mask.shape, granularity, strict=True))
     rows, kb = int(np.prod(grid[:-1], dtype=np.int64)), grid[-1]
     if rows * kb > np.iinfo(idt).max:
         raise OperandError(f"stile_index: {rows * kb} tiles do not fit index dtype {idt}")
     types = ir.NUMPY_TO_IR[mask.dtype.name], ir.NUMPY_TO_IR[idt.name]
-    call, _ = _compiled(target, *types, granularity, parallel.threshold())
     flags = np.zeros(rows * kb, dtype=np.int32)
     pos = np.zeros(rows + 1, dtype=idt)
     crd = np.empty(max(rows * kb, 1), dtype=idt)
-    call(mask.ctypes.data, *mask.shape, flags.ctypes.data, pos.ctypes.data, crd.ctypes.data)
+    if target == "cuda":
+        run = _compiled_cuda(*types, mask.ndim, emulate)
+        run(mask, *mask.shape, *granularity, flags, pos, np.empty(max(rows, 1), dtype=idt), crd)
+    else:
+        call, _ = _compiled(target, *types, granularity, parallel.threshold())
+        call(mask.ctypes.data, *mask.shape, flags.ctypes.data, pos.ctypes.data, crd.ctypes.data)
     n = int(pos[-1])
     levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]
     vals = np.ones(n, dtype=dtype)

@@ -4,7 +4,8 @@ Statements and expressions print as in the C printer (``ucf/codegen/c.py``),
 whose emitter this subclasses; only what CUDA spells differently is
 overridden:
 
-- device code: atomic stores are ``ucf_atomic_add``, the group collectives are
+- device code: atomic stores and fetch-adds (``FetchAdd``, which keeps the old
+  value) are ``ucf_atomic_add``, the group collectives are
   ``atomicAddGroup<T, G>`` / ``segReduceGroup<T, G>`` from
   ``runtime/ucf_cuda.cuh``, built-in indices are ``threadIdx.x`` and
   ``blockIdx.x/y/z``, and ``unroll`` is ``#pragma unroll``;
@@ -232,6 +233,11 @@ class _Device(cgen._Emitter):
         if isinstance(s, ir.Store) and s.atomic:
             target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
             return [f"{pad}ucf_atomic_add({target}, {self.expr(s.value)});"]
+        if isinstance(s, ir.FetchAdd):
+            t = CUDA_TYPES[s.array.elem]
+            target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
+            add = f"ucf_atomic_add({target}, ({t}){self.expr(s.value)})"
+            return [f"{pad}{CUDA_TYPES[s.var.type]} {cgen.c_name(s.var.name)} = {add};"]
         if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
             array, index, value, size = s.args
             t = CUDA_TYPES[array.elem]

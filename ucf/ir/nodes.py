@@ -173,6 +173,18 @@ class Store(Stmt):
 
 
 @dataclass
+class FetchAdd(Stmt):
+    """Declares ``var`` holding ``array[index]`` and adds ``value`` there, as one atomic
+    step: the old value tells concurrent threads apart, so each may claim a slot of
+    its own (CUDA's ``atomicAdd``; only the CUDA printer has it)."""
+
+    var: Var
+    array: Array
+    index: Expr
+    value: Expr
+
+
+@dataclass
 class For(Stmt):
     BLOCKS: ClassVar[tuple[str, ...]] = ("prologue", "body", "epilogue")
     var: Var
