@@ -34,7 +34,10 @@ from ucf.ir import nodes as ir
 from ucf.ir.gpu import Launch, Module, Special
 from ucf.lower import parallel
 
-TARGETS = ("llvm", "c", "cuda")
+#: Where the index builds from LLIR on the CPU, and where dynamic kernels run.
+TARGETS = ("llvm", "c")
+#: Where ``stile_index`` runs: the CPU targets, and CUDA (a GPU, or its emulator).
+INDEX_TARGETS = (*TARGETS, "cuda")
 
 
 def _function(
@@ -460,8 +463,8 @@ def build(
 ) -> Tensor:
     """The index of a checked C-contiguous ``mask`` (see ``stile_index``): what dynamic
     kernels call on every call."""
-    if target not in TARGETS:
-        raise UnsupportedError(f"stile_index runs on {', '.join(TARGETS)}, not {target!r}")
+    if target not in INDEX_TARGETS:
+        raise UnsupportedError(f"stile_index runs on {', '.join(INDEX_TARGETS)}, not {target!r}")
     if emulate and target != "cuda":
         raise UnsupportedError(
             "stile_index: emulate=True runs generated CUDA and needs target='cuda'"
