@@ -230,8 +230,8 @@ def _cuda_module(mask_type: str, idx: str, order: int) -> Module:
     1. ``mark``, a thread per mask element: a nonzero whose tile's flag still reads 0
        adds 1 to the flag; the one thread that saw the old value 0 counts the tile
        into ``pos[row + 1]`` (an atomic add);
-    2. ``scan``, one thread: the prefix sum of the counts, leaving each row's start in
-       ``pos[row]`` and ``next[row]``;
+    2. ``scan``, one block: the prefix sum of the counts, leaving each row's start in
+       ``pos[row]`` and ``next[row]`` (``_block_scan``);
     3. ``fill``, a thread per tile: a live tile claims the next slot of its row with
        ``atomicAdd(&next[row], 1)`` and writes its column there, so the columns of a
        row land in whatever order the threads ran: what a ``Q`` level allows.
@@ -318,18 +318,7 @@ def _cuda_module(mask_type: str, idx: str, order: int) -> Module:
             ],
         ),
     ]
-    k = ir.Var("k", i64)
-    scan = [
-        ir.For(
-            k,
-            ir.Const(0, i64),
-            rows,
-            [
-                ir.Store(nxt, k, ir.Load(pos, k)),
-                ir.Store(pos, ir.add(k, one), ir.Load(pos, k), True),
-            ],
-        ),
-    ]
+    scan = _block_scan(pos, nxt, rows, idx)
     slot = ir.Var("slot", idx)
     fill = [
         thread,
@@ -347,7 +336,7 @@ def _cuda_module(mask_type: str, idx: str, order: int) -> Module:
     name = f"ucf_stile_index_{r}d"
     parts = (
         ("mark", mark, size, "flag and count the live tiles, a thread per mask element"),
-        ("scan", scan, None, "the rows' segments from their counts, one thread"),
+        ("scan", scan, None, "the rows' segments from their counts, one block"),
         ("fill", fill, ir.mul(rows, kbv), "each live tile claims a slot of its row"),
     )
     kernels, launches = [], []
@@ -355,11 +344,59 @@ def _cuda_module(mask_type: str, idx: str, order: int) -> Module:
         body = [*_used(extents, body), *body]
         kernels.append(ir.Function(f"{name}_{part}", params, body, doc=f"{part}: {what}."))
         grid = ceil_div(threads, ir.Const(CUDA_THREADS, i64)) if threads is not None else one
-        width = CUDA_THREADS if threads is not None else 1
-        launches.append(Launch(f"{name}_{part}", [grid], width, args))
+        launches.append(Launch(f"{name}_{part}", [grid], CUDA_THREADS, args))
     doc = f"The index of the nonzero tiles of a {r}-mode mask, with atomic slot claims."
     host = ir.Function(f"{name}_launch", params, [*extents, *launches], doc=doc)
     return Module(kernels, host)
+
+
+def _block_scan(pos: ir.Array, nxt: ir.Array, rows: ir.Var, idx: str) -> list[ir.Stmt]:
+    """One block's prefix sum of the ``rows`` counts in ``pos[1:]``, in place, with each
+    row's start also in ``next``: each thread sums a chunk of consecutive rows, the
+    chunk totals (parked in ``next``, which has a slot per chunk since a chunk holds a
+    row at least) give each thread its offset, and it adds that to its chunk. The rows
+    of tiles are few (4096 at most for a 4096-row mask), so one block serves."""
+    i64 = ir.I64
+    tid, k, j = Special("threadIdx.x"), ir.Var("k", i64), ir.Var("j", i64)
+    chunk, lo, hi = ir.Var("chunk", i64), ir.Var("lo", i64), ir.Var("hi", i64)
+    acc, off = ir.Var("acc", idx), ir.Var("off", idx)
+    one, width = ir.Const(1, i64), ir.Const(CUDA_THREADS, i64)
+    sync = ir.Call("__syncthreads", [])
+    nchunks = ir.Bin("/", ir.sub(ir.add(rows, chunk), one), chunk)
+    return [
+        ir.Decl(chunk, ir.Bin("max", ir.Bin("/", ir.sub(ir.add(rows, width), one), width), one)),
+        ir.Decl(lo, ir.minimum(ir.mul(tid, chunk), rows)),
+        ir.Decl(hi, ir.minimum(ir.add(lo, chunk), rows)),
+        ir.Decl(acc, ir.Const(0, idx)),
+        ir.For(
+            k,
+            lo,
+            hi,
+            [
+                ir.Assign(acc, ir.add(acc, ir.Load(pos, ir.add(k, one)))),
+                ir.Store(pos, ir.add(k, one), acc),
+            ],
+        ),
+        ir.If(ir.Cmp("<", lo, hi), [ir.Store(nxt, tid, acc)]),
+        sync,
+        ir.Decl(off, ir.Const(0, idx)),
+        ir.For(
+            j,
+            ir.Const(0, i64),
+            ir.minimum(tid, nchunks),
+            [ir.Assign(off, ir.add(off, ir.Load(nxt, j)))],
+        ),
+        sync,
+        ir.For(
+            k,
+            lo,
+            hi,
+            [
+                ir.Store(nxt, k, ir.Select(ir.Cmp("==", k, lo), off, ir.Load(pos, k))),
+                ir.Store(pos, ir.add(k, one), ir.add(ir.Load(pos, ir.add(k, one)), off)),
+            ],
+        ),
+    ]
 
 
 def _used(decls: list[ir.Decl], body: list[ir.Stmt]) -> list[ir.Decl]:
