@@ -99,10 +99,14 @@ def test_emulated_cuda_index_takes_half_masks_and_an_int64_index():
     assert np.array_equal(t.to_numpy(), ucf.stile_index(a, (3, 7)).to_numpy())
 
 
-def test_the_cuda_index_drives_an_spmm_against_numpy():
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_the_cuda_index_drives_an_spmm_against_numpy(target):
+    """A ucf kernel (on the CPU, or generated CUDA on the emulator) loops over the
+    listed tiles in their order and reads the dense data in place."""
     rng = np.random.default_rng(24)
     m, k, n, bh, bw = 64, 48, 8, 32, 1
-    spmm = ucf.compile("C(i,a,n) = T(i,k) * A(i,a,k,b) * B(k,b,n)", {"T": "UQ"})
+    stmt = "C(i,a,n) = T(i,k) * A(i,a,k,b) * B(k,b,n)"
+    spmm = ucf.compile(stmt, {"T": "UQ"}, target=target, emulate=target == "cuda")
     for density in (0.5, 0.05, 0.0):
         mask = rng.random((m, k)) < density
         a = (rng.random((m, k)) * mask).astype(np.float32)
