@@ -6,13 +6,17 @@ float16 mask with an int64 index."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import ucf
 from ucf import stile
-from ucf.exec.cuda_build import nvcc_check, nvcc_path
+from ucf.exec.cuda_build import EMULATION_FLAGS, nvcc_check, nvcc_path
+from ucf.resources import runtime_dir
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 SHAPES = [(1, 1), (1, 8), (32, 1), (1, 64), (32, 64)]
@@ -160,3 +164,62 @@ def test_without_a_gpu_the_cuda_target_says_what_is_missing():
         pytest.skip("a CUDA device is present")
     with pytest.raises(ucf.UcfError, match="emulate=True"):
         ucf.stile_index(np.ones((8, 8), bool), (4, 4), target="cuda")
+
+
+@pytest.mark.slow
+def test_the_emulated_cuda_index_is_asan_clean_on_empty_and_full_masks(tmp_path):
+    """The launchers of one, two and three modes, built with AddressSanitizer against
+    the emulator, over arrays of exactly the sizes ``build`` allocates."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("needs g++")
+    cases = [((70, 45), (32, 8)), ((3, 37, 20), (2, 8, 3)), ((45,), (8,)), ((0, 5), (4, 4))]
+    calls, expect = [], []
+    for shape, granularity in cases:
+        grid = [-(-n // g) for n, g in zip(shape, granularity, strict=True)]
+        size, rows, kb = int(np.prod(shape)), int(np.prod(grid[:-1])), grid[-1]
+        args = ", ".join(map(str, (*shape, *granularity)))
+        calls.append(
+            f"run({size}, {rows}, {kb}, [](auto m, auto f, auto p, auto n, auto c) {{ return "
+            f"ucf_stile_index_{len(shape)}d_launch(m, {args}, f, p, n, c); }});"
+        )
+        expect += ["0 0 0", f"0 {rows * kb} {rows * sum(range(kb))}"]
+    driver = (
+        """
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+template <typename F>
+void run(int64_t size, int64_t rows, int64_t kb, F launch) {
+  for (int full = 0; full < 2; full++) {
+    uint8_t* mask = (uint8_t*)malloc(size ? size : 1);
+    memset(mask, full, size);
+    int32_t* flags = (int32_t*)calloc(rows * kb ? rows * kb : 1, 4);
+    int32_t* pos = (int32_t*)calloc(rows + 1, 4);
+    int32_t* next = (int32_t*)malloc((rows ? rows : 1) * 4);
+    int32_t* crd = (int32_t*)malloc((rows * kb ? rows * kb : 1) * 4);
+    const int status = launch(mask, flags, pos, next, crd);
+    long sum = 0;
+    for (int q = 0; q < pos[rows]; q++) sum += crd[q];
+    printf("%d %d %ld\\n", status, pos[rows], sum);
+    free(mask); free(flags); free(pos); free(next); free(crd);
+  }
+}
+int main() {
+"""
+        + "\n".join(calls)
+        + "\n}\n"
+    )
+    src = tmp_path / "stile.cu"
+    src.write_text("\n".join(stile.cuda_source("u8", "i32", r) for r in (1, 2, 3)) + driver)
+    exe = tmp_path / "stile"
+    flags = [f for f in EMULATION_FLAGS if f not in ("-shared", "-fPIC", "-O2")]
+    cmd = [cxx, *flags, "-g", "-O1", "-fsanitize=address", f"-I{runtime_dir()}"]
+    build = subprocess.run(
+        [*cmd, "-x", "c++", str(src), "-o", str(exe)], capture_output=True, text=True
+    )
+    if build.returncode != 0:
+        pytest.skip(f"g++ lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:-1] == expect
