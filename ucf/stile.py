@@ -16,7 +16,9 @@ the loop over tiles while the dense data is located in place (no copy), as in::
     k = ucf.compile("C(i,a,n) = T(i,k) * A(i,a,k,b) * B(k,b,n)", {"T": "UQ"})
 
 The kernel is generated as LLIR (``ucf.ir``) and compiled like any ucf kernel,
-by the LLVM JIT (``llvm``) or the C compiler (``c``).
+by the LLVM JIT (``llvm``) or the C compiler (``c``). On CUDA the index is SparDA's
+online one: threads that find a live tile claim the next slot of its row with
+``atomicAdd`` (``_cuda_module``), run on a GPU or on the CPU emulator of generated CUDA.
 """
 
 from __future__ import annotations
@@ -354,8 +356,9 @@ def _block_scan(pos: ir.Array, nxt: ir.Array, rows: ir.Var, idx: str) -> list[ir
     """One block's prefix sum of the ``rows`` counts in ``pos[1:]``, in place, with each
     row's start also in ``next``: each thread sums a chunk of consecutive rows, the
     chunk totals (parked in ``next``, which has a slot per chunk since a chunk holds a
-    row at least) give each thread its offset, and it adds that to its chunk. The rows
-    of tiles are few (4096 at most for a 4096-row mask), so one block serves."""
+    row at least) give each thread its offset, and it adds that to its chunk. One block
+    serves: the rows of tiles are far fewer than the elements the other kernels spread
+    over the grid (a 4096 x 4096 mask has 4096 rows of tiles at most)."""
     i64 = ir.I64
     tid, k, j = Special("threadIdx.x"), ir.Var("k", i64), ir.Var("j", i64)
     chunk, lo, hi = ir.Var("chunk", i64), ir.Var("lo", i64), ir.Var("hi", i64)
