@@ -448,7 +448,7 @@ def kernel_specs(max_flops: float) -> dict[str, Spec]:
             "spgemm",
             par.SPMM,
             {"A": "csr", "B": "csr", "C": "csr"},
-            dict(par.SPGEMM_SCHEDULES.values()),
+            {label: sched for label, sched, c in par.SPGEMM_SCHEDULES.values() if c == "csr"},
             lambda m, g, mkl: build_spgemm(m, g, mkl, max_flops),
             sparse_out=True,
         ),

@@ -72,12 +72,15 @@ def spmm_schedules(n: int) -> dict[str, str | None]:
     return out
 
 
+# (label, schedule, C's format): "UQ" leaves each row in workspace order, as scipy does.
 SPGEMM_SCHEDULES = {
     "parallel": (
         "precompute, par i",
         "precompute(A(i,j)*B(j,k), k, k, w); parallelize(i, CPUThread, NoRaces)",
+        "csr",
     ),
-    "serial": ("precompute", "precompute(A(i,j)*B(j,k), k, k, w)"),
+    "serial": ("precompute", "precompute(A(i,j)*B(j,k), k, k, w)", "csr"),
+    "serial, C UQ": ("precompute, C UQ", "precompute(A(i,j)*B(j,k), k, k, w)", "UQ"),
 }
 # How a dense result is obtained: a fresh array per call, or written into a reused one.
 NEW, OUT = "new", "out="
@@ -432,12 +435,13 @@ def bench_spgemm(
     exceeds ``budget`` seconds for the row, the full size is skipped and the
     pilot's numbers are reported instead.
 
-    scipy leaves each output row in workspace order while ucf's rows are
+    scipy leaves each output row in workspace order while ucf's csr rows are
     sorted, so scipy followed by ``sort_indices`` is timed too, for a
-    like-for-like figure; the target is against plain ``A @ A``.
+    like-for-like figure; the target is against plain ``A @ A``. A ``UQ`` C
+    leaves ucf's rows unsorted too.
     """
-    label, schedule = SPGEMM_SCHEDULES[which]
-    k = compile_or_raise(SPMM, {"A": "csr", "B": "csr", "C": "csr"}, schedule, str(m.dtype))
+    label, schedule, c_format = SPGEMM_SCHEDULES[which]
+    k = compile_or_raise(SPMM, {"A": "csr", "B": "csr", "C": c_format}, schedule, str(m.dtype))
     ap = ucf.from_scipy(pilot, format="csr")
     t0 = time.perf_counter()
     k(A=ap, B=ap)

@@ -173,11 +173,16 @@ def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor |
 # --------------------------------------------------------------------------- as_tensor
 
 
+_UNSORTED_CSR = parse_format("UQ")
+
+
 def to_scipy(t: Tensor, matrix: bool = False) -> Any:
     """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows.
 
-    CSR and CSC tensors map onto scipy's own layout directly, ``bcsr`` onto BSR when
-    its blocks divide the shape; scipy may still copy int64 indices it narrows.
+    CSR and CSC tensors map onto scipy's own layout directly, and so does ``UQ``
+    (a CSR whose rows are unsorted, as scipy's own products leave them); ``bcsr``
+    maps onto BSR when its blocks divide the shape; scipy may still copy int64
+    indices it narrows.
     """
     import scipy.sparse as sp
 
@@ -188,10 +193,13 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
     fmt = t.format.structure
     csr = sp.csr_matrix if matrix else sp.csr_array
     csc = sp.csc_matrix if matrix else sp.csc_array
-    if fmt in (CSR, CSC):
-        build = csr if fmt == CSR else csc
+    if fmt in (CSR, CSC, _UNSORTED_CSR):
+        build = csc if fmt == CSC else csr
         lv = t.levels[1]
-        return build((t.vals, lv["crd"], lv["pos"]), shape=t.shape, copy=False)
+        out = build((t.vals, lv["crd"], lv["pos"]), shape=t.shape, copy=False)
+        if fmt == _UNSORTED_CSR:
+            out.has_sorted_indices = False  # scipy would otherwise assume what it checked
+        return out
     block = _bcsr_blocks(fmt)
     if block is not None and all(n % b == 0 for n, b in zip(t.shape, block, strict=True)):
         bsr = sp.bsr_matrix if matrix else sp.bsr_array
