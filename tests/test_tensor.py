@@ -318,6 +318,23 @@ def test_from_scipy_zero_copy(idt, kind, container):
         assert np.shares_memory(back.indices, m.indices)
 
 
+def test_scipy_csr_with_unsorted_rows_is_uq_in_place():
+    """scipy's own product leaves rows unsorted: as ``UQ`` it is read and given back on
+    the same arrays; repeated indices (valid scipy, summed) are repacked."""
+    a = sp.random(40, 40, density=0.1, format="csr", random_state=3)
+    m = a @ a
+    assert not m.has_sorted_indices
+    t = from_scipy(m, "UQ")
+    assert np.shares_memory(t.levels[1]["crd"], m.indices) and np.shares_memory(t.vals, m.data)
+    np.testing.assert_array_equal(t.to_numpy(), m.toarray())
+    back = t.to_scipy()
+    assert np.shares_memory(back.indices, m.indices) and not back.has_sorted_indices
+    twice = sp.csr_array((np.ones(3), np.array([2, 2, 0]), np.array([0, 3])), shape=(1, 3))
+    t = from_scipy(twice, "UQ")
+    assert not np.shares_memory(t.levels[1]["crd"], twice.indices)
+    np.testing.assert_array_equal(t.to_numpy(), [[1.0, 0.0, 2.0]])
+
+
 def test_from_scipy_copies_on_dtype_change():
     m = sp.csr_array(random_array((4, 4), seed=7))
     t = from_scipy(m, index_dtype=np.int64)

@@ -13,6 +13,9 @@ from ucf.format.levels import checks
 from ucf.format.tensor import Tensor, as_shape, foreign_type, pack
 from ucf.format.values import INDEX_DTYPES, index_dtype_of, stored_dtype
 
+#: A CSR whose rows may be unsorted: scipy's own products leave them so.
+_UNSORTED_CSR = parse_format("UQ")
+
 
 def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
     """The block shape of a ``bcsr(bh, bw)`` format, which scipy's BSR stores alike."""
@@ -116,9 +119,11 @@ def from_compressed(
     """Pack a matrix given as ``kind`` ('csr' or 'csc') arrays, as scipy and torch hold it.
 
     Canonical input (indices sorted and unique within each row or column) packed in
-    its own format with matching dtypes keeps the three arrays as the tensor's;
-    anything else is repacked from coordinates on fresh arrays. The index dtype
-    defaults to that of the input. ``where`` names the input in errors.
+    its own format with matching dtypes keeps the three arrays as the tensor's, and
+    so does CSR input packed as ``UQ`` whatever the order in its rows (their
+    uniqueness is checked); anything else is repacked from coordinates on fresh
+    arrays. The index dtype defaults to that of the input. ``where`` names the
+    input in errors.
     """
     major, minor = (shape[0], shape[1]) if kind == "csr" else (shape[1], shape[0])
     if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
@@ -127,7 +132,10 @@ def from_compressed(
         where, indptr, indices, data, major, minor, index_dtype, "index"
     )
     nnz = len(indices)
-    if canonical and fmt.structure == (CSR if kind == "csr" else CSC):
+    unsorted = kind == "csr" and fmt.structure == _UNSORTED_CSR
+    if unsorted and not canonical and _repeats(indptr, indices, minor):
+        unsorted = False  # repacked, which sums the repeats as scipy does
+    if unsorted or (canonical and fmt.structure == (CSR if kind == "csr" else CSC)):
         if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
             raise FormatError(f"{where}: does not fit index dtype {idt}; use np.int64")
         levels = [
@@ -137,11 +145,19 @@ def from_compressed(
                 "crd": np.ascontiguousarray(indices, dtype=idt),
             },
         ]
-        return Tensor(shape, fmt, levels, np.ascontiguousarray(data, dtype=dt), idt, check=False)
+        vals = np.ascontiguousarray(data, dtype=dt)
+        return Tensor(shape, fmt, levels, vals, idt, check=False)
     majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
     mins = indices.astype(np.int64)
     coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
     return pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
+
+
+def _repeats(indptr: np.ndarray, indices: np.ndarray, minor: int) -> bool:
+    """Whether some row of compressed arrays holds an index twice."""
+    rows = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    keys = np.sort(rows * minor + indices.astype(np.int64))
+    return bool(np.any(keys[1:] == keys[:-1]))
 
 
 def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:
@@ -171,9 +187,6 @@ def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor |
 
 
 # --------------------------------------------------------------------------- as_tensor
-
-
-_UNSORTED_CSR = parse_format("UQ")
 
 
 def to_scipy(t: Tensor, matrix: bool = False) -> Any:
