@@ -119,6 +119,26 @@ def test_embedded_values(target):
         k(A=changed, x=x)
 
 
+def test_the_static_object_changed_in_place_is_refused():
+    """The kernel keeps a copy of what it was specialized to: the very object given at
+    compile time, changed in place since, is compared like any other (and never replayed)."""
+    A = sp.random(7, 6, density=0.4, random_state=12, format="csr")
+    x = np.ones(6)
+    k = ucf.compile(SPMV, {"A": "csr"}, "dismantle(j, values)", static={"A": A})
+    for _ in range(3):  # calls that could be replayed
+        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+    A.data[0] += 1.0
+    with pytest.raises(ucf.OperandError, match="operand A .*values differ"):
+        k(A=A, x=x)
+    p = ucf.compile(SPMV, {"A": "csr"}, "dismantle(j)", static={"A": A})
+    np.testing.assert_allclose(p(A=A, x=x).to_numpy(), A @ x)
+    A.data[-1] += 2.0  # new values under the same pattern are read
+    np.testing.assert_allclose(p(A=A, x=x).to_numpy(), A @ x)
+    A.indices[A.indptr[1] - 1], A.indices[A.indptr[1] - 2] = 5, 4  # a row's last two moved
+    with pytest.raises(ucf.OperandError, match="operand A has another pattern"):
+        p(A=A, x=x)
+
+
 def test_same_pattern_new_values_reuse_the_kernel():
     A = sp.random(7, 6, density=0.4, random_state=7, format="csr")
     other = A.copy()

@@ -3,8 +3,11 @@
 A kernel specialized to a pattern (``ucf.lower.dismantle``) is right only for tensors
 of that pattern, so the pattern (shape and index arrays; the values too when the
 kernel embeds them) is part of the kernel's cache key, and each call compares its
-operand with it: the very object given at compile time passes at once, any other is
-compared array by array in the kernel's format, and one of another pattern is refused.
+operand, in the kernel's format, array by array with a copy taken when compiling:
+one of another pattern is refused. The copy is what makes the check sound: the
+object given at compile time may have been changed in place since (its values
+rewritten, say, under a kernel that embeds them), and it would pass a comparison
+with itself.
 """
 
 from __future__ import annotations
@@ -27,10 +30,9 @@ from ucf.schedule import parse_schedule
 
 @dataclass(frozen=True)
 class Static:
-    """One static operand: the object given, and it in the kernel's format and dtypes."""
+    """One static operand: a copy of it in the kernel's format and dtypes, as compiled."""
 
     name: str
-    given: Any
     tensor: Tensor
     values: bool  # the kernel embeds its values
 
@@ -46,10 +48,8 @@ class Static:
             h.update(np.ascontiguousarray(self.tensor.vals).tobytes())
         return h.hexdigest()[:32]
 
-    def check(self, value: Any, operand: Tensor, index_dtype: np.dtype) -> None:
+    def check(self, operand: Tensor, index_dtype: np.dtype) -> None:
         """Refuse an operand of another pattern (or other values, when embedded)."""
-        if value is self.given or operand is self.tensor:
-            return
         ref = self.tensor
         t = operand.convert(ref.format, index_dtype=index_dtype, dtype=ref.dtype)
         why = None
@@ -95,7 +95,7 @@ def prepare(
         fmt = parse_format(formats.get(name, "dense"), order=len(_access(stmt, name).indices))
         held = fmt.values.dtype if fmt.values else dtype
         t = as_tensor(given, format=fmt, name=name, dtype=held, index_dtype=index_dtype)
-        out[name] = Static(name, given, t, values)
+        out[name] = Static(name, t.copy(), values)
     return out
 
 
