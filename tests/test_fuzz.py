@@ -155,11 +155,14 @@ def add_sum(draw, tree, accesses, out_vars):
     return rebuild(tree)
 
 
-def random_format(draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = False) -> str:
+def random_format(
+    draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = False, unordered: bool = False
+) -> str:
     """U/C levels in a random mode order; a mode with a block size in ``blocks`` may be
     stored in blocks (its block among the outer levels, its place among the inner).
     ``fixed``: the last level may be fixed-width, written ``F`` until the data gives
-    its width (:func:`fixed_width`)."""
+    its width (:func:`fixed_width`). ``unordered``: it may be unordered (``Q``, an
+    output's: appended in whatever order the kernel produces)."""
     if order == 0:
         return ""
     perm = draw(st.permutations(range(order)))
@@ -169,6 +172,8 @@ def random_format(draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = 
     letters = "".join(draw(st.sampled_from("UC")) for _ in maps)
     if fixed and draw(st.integers(0, 4)) == 0:
         letters = letters[:-1] + "F"
+    elif unordered and draw(st.integers(0, 4)) == 0:
+        letters = letters[:-1] + "Q"
     return f"{letters}:{','.join(maps)}"
 
 
@@ -219,7 +224,8 @@ def cases(draw, sparse_output=True, functions=True):
     formats = {n: fixed_width(f, arrays[n]) for n, f in formats.items()}
     out_format = None
     if sparse_output and out_vars and draw(st.booleans()):
-        out_format = random_format(draw, len(out_vars), tuple(block[v] for v in out_vars))
+        blocks = tuple(block[v] for v in out_vars)
+        out_format = random_format(draw, len(out_vars), blocks, unordered=True)
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"
     expr = f"{lhs} = {render(tree, accesses)}"
     return Case(expr, tree, accesses, out_vars, extents, formats, arrays, out_format)
