@@ -55,6 +55,7 @@ class Plan:
     helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
     blocking: Blocking | None = None  # how blocked formats split the kernel's statement
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
+    integer_sums: list = field(default_factory=list)  # ucf.lower.held: checked per call
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -143,6 +144,7 @@ def plan(
             module,
             blocking=blocking,
             variables=variables,
+            integer_sums=lowered.integer_sums,
         )
     return Plan(
         front.user_stmt,
@@ -158,6 +160,7 @@ def plan(
         helpers=list(lowered.helpers),
         blocking=blocking,
         variables=variables,
+        integer_sums=lowered.integer_sums,
     )
 
 

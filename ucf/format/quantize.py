@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError, boundary
-from ucf.format.format import parse_format
+from ucf.format.format import Format, parse_format
 from ucf.format.tensor import Tensor, from_numpy, index_dtype_of
 from ucf.format.values import Values
 
@@ -282,3 +282,67 @@ def plain_copy(t: Tensor) -> Tensor:
 
 def _scipy(x: Any) -> bool:
     return type(x).__module__.startswith("scipy.sparse")
+
+
+# ------------------------------------------------------------------ kernel calls
+
+
+def held_operand(t: Tensor, fmt: Format, index_dtype: np.dtype, name: str) -> Tensor:
+    """Operand ``name`` as a kernel reading ``fmt`` (whose values are not plain) takes
+    it: ``t`` itself when it holds them so, else converted (quantized with its own
+    symmetric scales when it is not quantized the same way)."""
+    same = t.format == fmt and (fmt.is_dense or t.index_dtype == index_dtype)
+    if same:
+        return t
+    try:
+        return t.convert(fmt, index_dtype=index_dtype)
+    except FormatError as e:
+        raise FormatError(f"operand {name}: {e}") from None
+
+
+#: The largest int32 a sum of integer products may reach.
+INT32_MAX = 2**31 - 1
+
+
+def check_sums(sums: list, extents: dict[str, int], slots: dict[str, Tensor]) -> None:
+    """Refuse a call where a kernel's int32 sum of quantized products could overflow:
+    a sum adds at most the product of its loops' extents terms, each at most the
+    product over its factors of max |q - zero_point| (128 * 128 for symmetric qint8,
+    so 131071 terms; 255 * 255 for quint8 with zero point 0 or 255, so 33025)."""
+    for factors, loops in sums:
+        terms = 1
+        for e in loops:
+            terms *= e if isinstance(e, int) else extents[e]
+        largest = 1
+        for slot in factors:
+            t = slots[slot]
+            kind, zp = t.format.values.kind, t.scales.zero_point
+            reach = max(kind.hi - int(zp.min()), int(zp.max()) - kind.lo) if len(zp) else 0
+            largest *= reach
+        if largest and terms > INT32_MAX // largest:
+            names = ", ".join(factors)
+            raise FormatError(
+                f"the int32 sum of quantized products of {names} adds up to {terms} terms "
+                f"of magnitude up to {largest}, which can overflow int32: at most "
+                f"{INT32_MAX // largest} terms fit (2^31 - 1 / {largest}); split the "
+                "reduction into smaller scale groups (a scale per block) or compute in float "
+                "from unquantized operands"
+            )
+
+
+def split_held(t: Tensor, fmt: Format, split: Tensor, name: str) -> Tensor:
+    """``split`` (the numbers of ``t`` over a blocked kernel's split modes) held in
+    ``fmt``'s values again, quantized with ``t``'s own scales: a per-tensor scale
+    applies unchanged, a scale per position of a level that the split cuts in two
+    has no counterpart (refused)."""
+    values = fmt.values
+    if not values.quantized:
+        return encode(split.convert(fmt.structure), values)
+    if values.level is not None:
+        raise FormatError(
+            f"operand {name} ('{t.format}') has a scale per position of level "
+            f"{values.level} but is indexed by a variable another tensor stores in blocks; "
+            "store it in the same blocks, or quantize it per tensor"
+        )
+    s = t.scales
+    return encode(split.convert(fmt.structure), values, s.scale, s.zero_point, name)
