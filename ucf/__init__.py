@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.exec.kernel import Kernel
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
+    from ucf.format.quantize import quantize
     from ucf.format.scipy_layouts import from_scipy
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
@@ -52,6 +53,7 @@ _LAZY = {
     "parse_format": "ucf.format.format",
     "read": "ucf.format.io",
     "write": "ucf.format.io",
+    "quantize": "ucf.format.quantize",
     "from_scipy": "ucf.format.scipy_layouts",
     "Tensor": "ucf.format.tensor",
     "from_coo": "ucf.format.tensor",
@@ -102,6 +104,7 @@ __all__ = [
     "invariance",
     "parse_format",
     "program",
+    "quantize",
     "set_num_threads",
     "stile_index",
     "read",

@@ -93,7 +93,7 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
         _split_coords(coords, blocks),
         vals,
         shape=shape,
-        format=b.formats[name],
+        format=b.formats[name].structure,  # the values: as t holds them (see split_held)
         dtype=t.dtype,
         index_dtype=t.index_dtype,
     )

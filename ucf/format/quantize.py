@@ -174,6 +174,7 @@ def _scales(
     if zp is not None:
         if (zp != np.trunc(zp)).any():
             raise FormatError(f"{who}zero_point must be integers")
+        zp = zp.astype(np.int64)
         _in_range(zp, kind.lo, kind.hi, f"{who}zero_point", values.name)
     if scale is not None:
         s = _group_array(scale, n, "scale", per, who)

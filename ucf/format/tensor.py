@@ -409,14 +409,14 @@ class Tensor:
         :func:`ucf.format.torch_layouts.to_torch`."""
         from ucf.format.torch_layouts import to_torch
 
-        return to_torch(self)
+        return to_torch(self if self.plain else self.astype(self.dtype))
 
     def to_scipy(self, matrix: bool = False) -> Any:
         """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows;
         see :func:`ucf.format.scipy_layouts.to_scipy`."""
         from ucf.format.scipy_layouts import to_scipy
 
-        return to_scipy(self, matrix)
+        return to_scipy(self if self.plain else self.astype(self.dtype), matrix)
 
     # ------------------------------------------------------------ conversion
 
@@ -433,7 +433,9 @@ class Tensor:
         levels = [dict(lv) for lv in self.levels]
         if not self.plain:  # the numbers, held plainly
             fmt = self.format.structure
-            return Tensor(self.shape, fmt, levels, self.numbers().astype(dt), self.index_dtype, False)
+            return Tensor(
+                self.shape, fmt, levels, self.numbers().astype(dt), self.index_dtype, False
+            )
         fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
         return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
 
@@ -482,7 +484,6 @@ class Tensor:
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
         return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
-
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
         """``convert`` where either side holds values numpy has no type for: through
@@ -720,7 +721,9 @@ def _plain(fmt: Format, dtype: Any) -> bool:
     if fmt.values is None or fmt.values.plain:
         return True
     if dtype is not None:
-        raise FormatError(f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given")
+        raise FormatError(
+            f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"
+        )
     return False
 
 

@@ -154,8 +154,7 @@ def parse_values(text: str, source: str, who: str, levels: int | None = None) ->
     name = match.group(1) if match else ""
     if name not in KINDS:
         raise FormatError(
-            f"bad format '{source}'{who}: values '{text.strip()}' are not one of "
-            f"{', '.join(KINDS)}"
+            f"bad format '{source}'{who}: values '{text.strip()}' are not one of {', '.join(KINDS)}"
         )
     level = match.group(2)
     if level is None:
