@@ -37,8 +37,8 @@ from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.exec.replay import REMEMBERED, Replay, replayable
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, trusted
 from ucf.format.quantize import check_sums, held_operand
+from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
