@@ -84,15 +84,7 @@ def groups(t: Tensor, level: int | None) -> np.ndarray:
     count = t.level_sizes()[-1] if t.format.levels else 1
     if level is None:
         return np.zeros(count, dtype=np.int64)
-    fmt = t.format
-    dims = fmt.level_dims(t.shape)
-    cols: list[np.ndarray] = []
-    n = 1
-    for lvl, kind in enumerate(fmt.levels):
-        cols, n = kind.unpack(t.levels[lvl], dims[lvl], cols, n)
-        if lvl == level:
-            cols.append(np.arange(n, dtype=np.int64))  # carried down by the levels below
-    return cols[level + 1] if level + 1 < len(fmt.levels) else cols[-1]
+    return t.columns(level)[0][level + 1]
 
 
 def group_count(t: Tensor, level: int | None) -> int:

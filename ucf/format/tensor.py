@@ -326,21 +326,30 @@ class Tensor:
     def to_coo(self) -> tuple[np.ndarray, np.ndarray]:
         """Coordinates (nnz, order) in original mode numbering and values of every stored position.
 
-        The values array is the tensor's own ``vals`` (not a copy): callers
-        converting between formats should not pay for a copy they discard.
+        The values array is the tensor's own ``vals`` (not a copy) when they are plain:
+        callers converting between formats should not pay for a copy they discard.
         """
         fmt = self.format
-        dims = fmt.level_dims(self.shape)
-        cols: list[np.ndarray] = []
-        count = 1
-        for lvl, kind in enumerate(fmt.levels):
-            cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
+        cols, count = self.columns()
         coords = fmt.mode_coords(cols, count)
         if fmt.blocked:  # the padding of partial blocks lies outside the shape
             inside = np.all(coords < np.asarray(self.shape, dtype=np.int64), axis=1)
             if not inside.all():
                 return coords[inside], self.numbers()[inside]
         return coords, self.numbers()
+
+    def columns(self, mark: int | None = None) -> tuple[list[np.ndarray], int]:
+        """Every stored position's level coordinates (one column per level) and their
+        count; with ``mark``, one more column after level ``mark``'s: each position's
+        ancestor there."""
+        dims = self.format.level_dims(self.shape)
+        cols: list[np.ndarray] = []
+        count = 1
+        for lvl, kind in enumerate(self.format.levels):
+            cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
+            if lvl == mark:
+                cols.append(np.arange(count, dtype=np.int64))  # carried down by the levels below
+        return cols, count
 
     def _dense_view(self) -> np.ndarray | None:
         """The vals buffer viewed as the dense array, when the layout allows it."""
