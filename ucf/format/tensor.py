@@ -651,8 +651,8 @@ def from_coo(
             )
         v = v.reshape(0)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
-    if not _plain(fmt, dtype):
-        return _held(from_coo(c, v, shape, fmt.structure, None, index_dtype), fmt)
+    if not plain_values(fmt, dtype):
+        return held(from_coo(c, v, shape, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, np.float64 if v.size == 0 and v.dtype == object else v.dtype)
     # A copy, because packing may hand this buffer to the tensor as its vals.
     v = v.astype(dt, copy=True)
@@ -679,8 +679,8 @@ def from_numpy(
     """
     a = np.asarray(arr)
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
-    if not _plain(fmt, dtype):
-        return _held(from_numpy(a, fmt.structure, None, index_dtype), fmt)
+    if not plain_values(fmt, dtype):
+        return held(from_numpy(a, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, a.dtype)
     idt = index_dtype_of(index_dtype)
     if fmt.blocked:
@@ -719,13 +719,13 @@ def zeros(shape: Any, format: Any = None, dtype: Any = None, index_dtype: Any = 
     shape = as_shape(shape)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     lc = np.zeros((0, len(shape)), dtype=np.int64)
-    if not _plain(fmt, dtype):
-        return _held(zeros(shape, fmt.structure, None, index_dtype), fmt)
+    if not plain_values(fmt, dtype):
+        return held(zeros(shape, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, np.float64)
     return pack(shape, fmt, lc, np.zeros(0, dtype=dt), index_dtype_of(index_dtype))
 
 
-def _plain(fmt: Format, dtype: Any) -> bool:
+def plain_values(fmt: Format, dtype: Any) -> bool:
     """Whether ``fmt`` holds plain values; a dtype beside other ones is refused."""
     if fmt.values is None or fmt.values.plain:
         return True
@@ -736,7 +736,7 @@ def _plain(fmt: Format, dtype: Any) -> bool:
     return False
 
 
-def _held(plain: Tensor, fmt: Format) -> Tensor:
+def held(plain: Tensor, fmt: Format) -> Tensor:
     """``plain`` (holding numbers) in ``fmt``'s values: bfloat16 rounded, int4 packed
     (integers in -8..7 only), quantized values with symmetric scales (see
     ``ucf.quantize`` to give them)."""

@@ -204,6 +204,11 @@ def stored_dtype(fmt: Format, dtype: Any, found: Any) -> np.dtype:
     A cast (to a stated or an asked dtype) refuses inputs that are not numbers."""
     if dtype is None and fmt.values is None:
         return value_dtype(found)
+    if fmt.values is not None and not fmt.values.plain:
+        raise FormatError(
+            f"format '{fmt}' holds {fmt.values} values, which this constructor cannot build; "
+            "use ucf.from_numpy, from_scipy, from_coo or ucf.quantize"
+        )
     reject_nonnumeric(np.dtype(found))
     if fmt.values is None:
         return value_dtype(dtype)
