@@ -158,6 +158,23 @@ def test_quint8_without_a_scale_covers_the_range_with_zero_exact():
     np.testing.assert_allclose(t.to_numpy(), a, atol=s / 2 * 1.0001)
 
 
+def test_converting_keeps_the_scales_where_the_groups_stay():
+    rng = np.random.default_rng(11)
+    a = sparse(rng, (9, 12))
+    t = ucf.quantize(a, format="csr@qint8:0")
+    wide = t.convert(index_dtype=np.int64)
+    assert wide.levels[1]["crd"].dtype == np.int64
+    np.testing.assert_array_equal(wide.vals, t.vals)
+    np.testing.assert_array_equal(wide.scales.scale, t.scales.scale)
+    per_tensor = ucf.quantize(a, format="csr@qint8", scale=0.01)
+    blocked = per_tensor.convert("bcsr(4,4)@qint8")
+    assert blocked.scales.scale[0] == np.float32(0.01)
+    np.testing.assert_array_equal(blocked.to_numpy(), per_tensor.to_numpy())
+    np.testing.assert_array_equal(t.convert("csr").to_numpy(), t.to_numpy())
+    s = ucf.from_scipy(sp.csr_array(a), format="csr@qint8:0")
+    np.testing.assert_array_equal(s.vals, t.vals)
+
+
 def test_all_zero_tensors_quantize_to_zero():
     z = np.zeros((5, 6))
     for fmt in ["dense@qint8:0", "csr@qint4", "bcsr(4,4)@qint8:1", "csr@quint8"]:
@@ -239,11 +256,13 @@ def test_plain_operands_are_held_as_the_kernel_states():
     rng = np.random.default_rng(7)
     a, x = sparse(rng, (6, 5)), rng.standard_normal(5)
     k = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@bfloat16"})
-    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), bf16(a).astype(np.float64) @ x)
+    with pytest.warns(ucf.ConversionWarning, match=r"operand A is stored as 'UU'.*every call"):
+        np.testing.assert_allclose(k(A=a, x=x).to_numpy(), bf16(a).astype(np.float64) @ x)
     q = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@qint8:0"})
     d, s = _stored(ucf.quantize(a, format="csr@qint8:0"))
     want = (d * s) @ x
-    np.testing.assert_allclose(q(A=sp.csr_array(a), x=x).to_numpy(), want, rtol=1e-12)
+    with pytest.warns(ucf.ConversionWarning):
+        np.testing.assert_allclose(q(A=sp.csr_array(a), x=x).to_numpy(), want, rtol=1e-12)
 
 
 # ------------------------------------------------------------------ integer sums

@@ -418,7 +418,9 @@ class Kernel:
         for slot, fmt, dense, own, held in b.slots:
             t = given[slot.tensor]
             if slot.format.values is not None and not slot.format.values.plain:
-                slots[slot.name] = held_operand(t, slot.format, self.index_dtype, slot.tensor)
+                slots[slot.name] = held_operand(
+                    t, slot.format, self.index_dtype, slot.tensor, self._warned
+                )
                 continue
             held = held or self.dtype
             if (

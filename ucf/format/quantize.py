@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, boundary
+from ucf.errors import ConversionWarning, FormatError, boundary, warn_user
 from ucf.format.format import Format, parse_format
 from ucf.format.tensor import Tensor, from_numpy, index_dtype_of
 from ucf.format.values import Values
@@ -280,13 +280,23 @@ def _scipy(x: Any) -> bool:
 # ------------------------------------------------------------------ kernel calls
 
 
-def held_operand(t: Tensor, fmt: Format, index_dtype: np.dtype, name: str) -> Tensor:
+def held_operand(t: Tensor, fmt: Format, index_dtype: np.dtype, name: str, warned: set) -> Tensor:
     """Operand ``name`` as a kernel reading ``fmt`` (whose values are not plain) takes
-    it: ``t`` itself when it holds them so, else converted (quantized with its own
-    symmetric scales when it is not quantized the same way)."""
+    it: ``t`` itself when it holds them so, else converted (quantized with fresh
+    scales when it is not quantized the same way), which is said once per kernel
+    (``warned`` holds what was said)."""
     same = t.format == fmt and (fmt.is_dense or t.index_dtype == index_dtype)
     if same:
         return t
+    key = (name, str(t.format), str(fmt))
+    if key not in warned:
+        warned.add(key)
+        warn_user(
+            f"ucf: operand {name} is stored as '{t.format}' but the kernel reads '{fmt}'; "
+            "it is converted on every call (hold it so beforehand, e.g. with "
+            "ucf.quantize(..., format=...) or ucf.from_numpy(..., format=...))",
+            ConversionWarning,
+        )
     try:
         return t.convert(fmt, index_dtype=index_dtype)
     except FormatError as e:

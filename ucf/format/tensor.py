@@ -496,8 +496,9 @@ class Tensor:
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
         """``convert`` where either side holds values numpy has no type for: through
-        the numbers, encoded again (quantized ones with fresh scales) unless the
-        format and index dtype stay."""
+        the numbers, encoded again. Quantized values keep their scales where the
+        groups stay (the same values over the same levels, or one scale per tensor),
+        else get fresh ones."""
         if fmt == self.format and idt == self.index_dtype and dtype is None:
             return self
         plain = self.astype(self.dtype) if not self.plain else self
@@ -509,7 +510,10 @@ class Tensor:
             )
         from ucf.format.quantize import encode
 
-        return encode(plain.convert(fmt.structure, idt), fmt.values)
+        kept = fmt.values == self.format.values and self.scales is not None
+        kept = kept and (fmt.values.level is None or fmt.structure == self.format.structure)
+        scales = (self.scales.scale, self.scales.zero_point) if kept else ()
+        return encode(plain.convert(fmt.structure, idt), fmt.values, *scales)
 
 
 # --------------------------------------------------------------------------- packing
