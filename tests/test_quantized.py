@@ -301,16 +301,16 @@ def test_quantized_spmv_sums_integers_exactly(target, fmt):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_block_scaled_spmm_sums_each_block_in_int32(target):
-    """C(i,j) = sum_kb s(ib,kb) * s_B * sum_kk q_A * q_B, with the block's places summed
-    innermost; numpy computes each block's int64 sum and the same rescale."""
+    """C(i,j) = sum_kb s(ib,kb) * s_B * sum_kk q_A * q_B: the block's places summed in
+    int32 by default; numpy computes each block's int64 sum and the same rescale."""
     rng = np.random.default_rng(9)
     a, b = sparse(rng, (10, 11), 0.5), rng.standard_normal((11, 3))
     A = ucf.quantize(a, format="bcsr(4,4)@qint8:1")
     B = ucf.quantize(b, format="dense@qint8")
-    order = "reorder(i_blk,k_blk,i_in,j,k_in)"
     fmts = {"A": "bcsr(4,4)@qint8:1", "B": "dense@qint8"}
-    k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", fmts, schedule=order)
+    k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", fmts)
     assert k._plan.integer_sums == [(("A", "B"), (4,))]
+    assert k._plan.cin.order == ["i_blk", "k_blk", "i_in", "j", "k_in"]
     bsr = sp.bsr_array(np.pad(a, ((0, 2), (0, 1))), blocksize=(4, 4))  # the same blocks
     bsr.sort_indices()
     qb = np.pad(B.vals.reshape(11, 3).astype(np.int64), ((0, 1), (0, 0)))

@@ -19,6 +19,7 @@ from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
+from ucf.cin.scale_groups import group_sums
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
@@ -195,7 +196,7 @@ class _Front:
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
-        self.stmt = stmt
+        self.stmt = group_sums(stmt, fmts)
         self.requested = fmts.pop(out)
         # Levels that cannot be written as outputs (singleton) are computed in the kind they
         # name (compressed), and the result is converted after.

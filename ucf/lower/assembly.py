@@ -55,11 +55,7 @@ class AssemblyMixin:
         inner.acc = acc
         result: ir.Expr = acc
         if factors is not None:
-            inner.integer = True
-            result = self._rescaled(acc, factors, st)
-            if not self.assembling:
-                slots = tuple(self.cin.slots[op.n].name for op in factors)
-                self.integer_sums.append((slots, self._summed_variables(st)))
+            result = self._integer_sum(acc, factors, inner, st)
         if st.pending is None:
             return [
                 ir.Decl(acc, Const(0, acc.type)),

@@ -7,13 +7,13 @@ shifts and sign-extended in int32, and a quantized ``q`` becomes
 ``scale[g] * (q - zero[g])`` for its scale group ``g``: the operand's position at the
 format's scale level (``State.at``), or 0 for one scale per tensor.
 
-When every factor of the product a reduction sums is quantized and each factor's
-scale group is fixed where the sum starts (per tensor; per row once the row is
-bound; per block once the block is), the sum is of ``(q - zero)`` products in int32
-and is multiplied by the scales once, where it is stored: ``C(i,j) = sum_kb s(kb) *
-sum_kk q * q`` for a scale per block when the loop over the places of a block is
-the one summed. The number of terms such a sum adds is checked per call
-(``Lowered.integer_sums``, ``ucf.format.quantize.check_sums``).
+When every factor of the product a sum adds is quantized and each factor's scale
+group is fixed where the sum starts (per tensor; per row once the row is bound; per
+block once the block is), the sum is of ``(q - zero)`` products in int32 and is
+multiplied by the scales once, where it is stored or read: the accumulator of an
+output entry, or a nested sum's temporary (``ucf.cin.scale_groups`` splits a sum
+over blocks into ``sum_kb s(kb) * sum_kk q * q``). The number of terms such a sum
+adds is checked per call (``Lowered.integer_sums``, ``ucf.format.quantize.check_sums``).
 """
 
 from __future__ import annotations
@@ -87,20 +87,22 @@ class HeldMixin:
             return all(set(ix.variables) <= bound for ix in op.level_idx[: level + 1])
         return (op.n, level) in st.at
 
-    def _rescaled(self, acc: ir.Var, factors: list[Operand], st: State) -> ir.Expr:
-        """An integer sum ``acc`` times the scales of its factors' groups."""
+    def _integer_sum(self, acc: ir.Var, factors: list[Operand], inner: State, st: State) -> ir.Expr:
+        """Make ``inner`` (the walk below ``st`` that sums into ``acc``) add int32
+        products; record the sum for the per-call overflow check, and return its value:
+        ``acc`` times the scales of its factors' groups."""
+        inner.integer = True
+        if not self.assembling:
+            slots = tuple(self.cin.slots[op.n].name for op in factors)
+            loops = tuple(
+                self.extents[v].value if isinstance(self.extents[v], Const) else v
+                for v in inner.order[st.depth :]
+            )
+            self.integer_sums.append((slots, loops))
         value = ir.cast(acc, self.vt)
         for op in factors:
             value = ir.mul(value, ir.cast(ir.Load(op.params.scale, self._group(op, st)), self.vt))
         return value
-
-    def _summed_variables(self, st: State) -> tuple:
-        """The loops a sum started here runs over, each an extent: a variable's name, or
-        its size when fixed (a block's places)."""
-        return tuple(
-            self.extents[v].value if isinstance(self.extents[v], Const) else v
-            for v in st.order[st.depth :]
-        )
 
 
 def _nibble(vals: ir.Array, index: ir.Expr) -> ir.Expr:

@@ -175,6 +175,7 @@ class Lowerer(
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
         # The sums of integer products: each one's factors and the extents it runs over.
         self.integer_sums: list[tuple[tuple[str, ...], tuple]] = []
+        self.rescaled: dict[int, ir.Expr] = {}  # a nested int32 sum's value, rescaled
 
     def _padding_vanishes(self, v: str) -> bool:
         """Whether the statement is zero wherever ``v`` is in a block's padding: it is a
@@ -376,7 +377,7 @@ class Lowerer(
         if isinstance(t, Negate):
             return ir.Neg(self._value(t.operand, st))
         if isinstance(t, Temp):
-            return self.temps[t.id]
+            return self.rescaled.get(t.id) or self.temps[t.id]
         if isinstance(t, Func):
             return functions.apply(t.fn, [self._value(a, st) for a in t.args])
         assert isinstance(t, Op), f"{t} reached a leaf uncomputed"
