@@ -27,6 +27,7 @@ typedef __half ucf_half;
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #ifdef UCF_CUDA_EMULATION
@@ -75,14 +76,10 @@ UCF_MINMAX(double, f64)
 
 /* A bfloat16 (its bits, held in uint16_t) as the float32 it is, as in ucf_runtime.h. */
 __host__ __device__ __forceinline__ float ucf_bf16_f32(uint16_t b) {
-#ifdef UCF_CUDA_EMULATION
   uint32_t bits = (uint32_t)b << 16;
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
-#else
-  return __uint_as_float((unsigned)b << 16);
-#endif
 }
 
 /* The launcher's own reads and writes of device arrays: a few scalars that

@@ -12,6 +12,7 @@ from conftest import TARGETS, needs_cc
 
 import ucf
 from ucf.errors import FormatError
+from ucf.exec.cuda_build import nvcc_check, nvcc_path
 from ucf.format.format import parse_format
 
 ALL = [*TARGETS, "cuda"]
@@ -173,6 +174,9 @@ def test_converting_keeps_the_scales_where_the_groups_stay():
     np.testing.assert_array_equal(t.convert("csr").to_numpy(), t.to_numpy())
     s = ucf.from_scipy(sp.csr_array(a), format="csr@qint8:0")
     np.testing.assert_array_equal(s.vals, t.vals)
+    c = t.copy()
+    assert not np.shares_memory(c.scales.scale, t.scales.scale)
+    np.testing.assert_array_equal(c.to_numpy(), t.to_numpy())
 
 
 def test_all_zero_tensors_quantize_to_zero():
@@ -263,6 +267,17 @@ def test_plain_operands_are_held_as_the_kernel_states():
     want = (d * s) @ x
     with pytest.warns(ucf.ConversionWarning):
         np.testing.assert_allclose(q(A=sp.csr_array(a), x=x).to_numpy(), want, rtol=1e-12)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
+def test_held_loads_compile_with_nvcc():
+    """The emulator accepts C++ nvcc may reject: the loads of every kind, and a nested
+    int32 sum, compile for a GPU too."""
+    fmts = {"A": "csr@qint8:0", "H": "csr@bfloat16", "D": "dense@int4", "x": "dense@qint4"}
+    k = ucf.compile(
+        "y(i) = A(i,k)*x(k) + H(i,k)*x(k) + D(i,k)*x(k)", fmts, target="cuda", dtype="float32"
+    )
+    nvcc_check(k.source)
 
 
 # ------------------------------------------------------------------ integer sums

@@ -22,7 +22,8 @@ import numpy as np
 
 from ucf.errors import ConversionWarning, FormatError, boundary, warn_user
 from ucf.format.format import Format, parse_format
-from ucf.format.tensor import Tensor, from_numpy, index_dtype_of
+from ucf.format.interop import as_tensor
+from ucf.format.tensor import Tensor, index_dtype_of
 from ucf.format.values import Values
 
 
@@ -248,33 +249,15 @@ def quantize(
     per-tensor format, else one per group) are used as they are; values beyond the
     integer range are clipped. ``to_numpy()`` gives back ``scale * (q - zero_point)``.
     """
-    order = x.order if isinstance(x, Tensor) else len(np.shape(x)) if not _scipy(x) else 2
-    fmt = parse_format("dense@qint8" if format is None else format, order=order)
+    t = as_tensor(x, index_dtype=index_dtype_of(index_dtype))
+    fmt = parse_format("dense@qint8" if format is None else format, order=t.order)
     if fmt.values is None or not fmt.values.quantized:
         raise FormatError(
             f"quantize: format '{fmt}' holds no quantized values; end it in @qint8, "
             "@quint8 or @qint4 (':L' for a scale per position of level L)"
         )
-    idt = index_dtype_of(index_dtype)
-    if isinstance(x, Tensor):
-        plain = x if x.format.values is None or x.format.values.plain else plain_copy(x)
-        plain = plain.convert(fmt.structure, index_dtype=idt)
-    elif _scipy(x):
-        from ucf.format.scipy_layouts import from_scipy
-
-        plain = from_scipy(x, index_dtype=idt).convert(fmt.structure)
-    else:
-        plain = from_numpy(np.asarray(x), fmt.structure, None, idt)
-    return encode(plain, fmt.values, scale, zero_point)
-
-
-def plain_copy(t: Tensor) -> Tensor:
-    """``t`` with its numbers held plainly (float32 or int8), in its structure."""
-    return Tensor(t.shape, t.format.structure, t.levels, numbers(t), t.index_dtype, check=False)
-
-
-def _scipy(x: Any) -> bool:
-    return type(x).__module__.startswith("scipy.sparse")
+    plain = t if t.plain else t.astype(t.dtype)
+    return encode(plain.convert(fmt.structure), fmt.values, scale, zero_point)
 
 
 # ------------------------------------------------------------------ kernel calls

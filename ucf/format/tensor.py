@@ -431,8 +431,10 @@ class Tensor:
 
     def copy(self) -> Tensor:
         levels = [{k: v.copy() for k, v in lv.items()} for lv in self.levels]
-        vals = self.vals.copy()
-        return Tensor(self.shape, self.format, levels, vals, self.index_dtype, False, self.scales)
+        vals, scales = self.vals.copy(), self.scales
+        if scales is not None:
+            scales = replace(scales, scale=scales.scale.copy(), zero_point=scales.zero_point.copy())
+        return Tensor(self.shape, self.format, levels, vals, self.index_dtype, False, scales)
 
     def astype(self, dtype: Any) -> Tensor:
         """Cast values only; index arrays are shared since they do not change."""

@@ -124,11 +124,6 @@ class Values:
             return np.dtype(np.float32)
         return np.dtype(np.int8) if self.packed else self.dtype
 
-    @property
-    def integer(self) -> bool:
-        """Whether the stored numbers are integers (quantized or not)."""
-        return self.kind.lo != self.kind.hi
-
     def readable_as(self, compute: np.dtype) -> bool:
         """Whether a kernel computing in ``compute`` reads these values without changing
         one: any value into a float kernel, integers only into a wide enough integer

@@ -377,7 +377,7 @@ class Lowerer(
         if isinstance(t, Negate):
             return ir.Neg(self._value(t.operand, st))
         if isinstance(t, Temp):
-            return self.rescaled.get(t.id) or self.temps[t.id]
+            return self.rescaled.get(t.id, self.temps[t.id])
         if isinstance(t, Func):
             return functions.apply(t.fn, [self._value(a, st) for a in t.args])
         assert isinstance(t, Op), f"{t} reached a leaf uncomputed"
