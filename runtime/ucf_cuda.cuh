@@ -27,6 +27,7 @@ typedef __half ucf_half;
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #ifdef UCF_CUDA_EMULATION
@@ -72,6 +73,14 @@ UCF_MINMAX(int32_t, i32)
 UCF_MINMAX(int64_t, i64)
 UCF_MINMAX(float, f32)
 UCF_MINMAX(double, f64)
+
+/* A bfloat16 (its bits, held in uint16_t) as the float32 it is, as in ucf_runtime.h. */
+__host__ __device__ __forceinline__ float ucf_bf16_f32(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 /* The launcher's own reads and writes of device arrays: a few scalars that
  * size a grid, such as the number of nonzeros A1_pos[n]. With CUDA they copy

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* OpenMP directives vanish when the file is compiled without OpenMP. */
 #ifdef _OPENMP
@@ -26,5 +27,14 @@ UCF_MINMAX(int32_t, i32)
 UCF_MINMAX(int64_t, i64)
 UCF_MINMAX(float, f32)
 UCF_MINMAX(double, f64)
+
+/* A bfloat16 (its bits, held in uint16_t) as the float32 it is: the same bits in
+ * the top half of a float's. */
+static inline float ucf_bf16_f32(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 #endif /* UCF_RUNTIME_H */

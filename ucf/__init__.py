@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.exec.tile_choice import choose_stile
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
+    from ucf.format.quantize import quantize
     from ucf.format.scipy_layouts import from_scipy
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
@@ -53,6 +54,7 @@ _LAZY = {
     "parse_format": "ucf.format.format",
     "read": "ucf.format.io",
     "write": "ucf.format.io",
+    "quantize": "ucf.format.quantize",
     "from_scipy": "ucf.format.scipy_layouts",
     "Tensor": "ucf.format.tensor",
     "from_coo": "ucf.format.tensor",
@@ -105,6 +107,7 @@ __all__ = [
     "invariance",
     "parse_format",
     "program",
+    "quantize",
     "set_num_threads",
     "stile_index",
     "read",

@@ -19,6 +19,7 @@ from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
+from ucf.cin.scale_groups import group_sums
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
@@ -57,6 +58,7 @@ class Plan:
     helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
     blocking: Blocking | None = None  # how blocked formats split the kernel's statement
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
+    integer_sums: list = field(default_factory=list)  # ucf.lower.held: checked per call
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -155,6 +157,7 @@ def plan(
             module,
             blocking=blocking,
             variables=variables,
+            integer_sums=lowered.integer_sums,
         )
     return Plan(
         front.user_stmt,
@@ -170,6 +173,7 @@ def plan(
         helpers=list(lowered.helpers),
         blocking=blocking,
         variables=variables,
+        integer_sums=lowered.integer_sums,
     )
 
 
@@ -260,7 +264,7 @@ class _Front:
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
-        self.stmt = stmt
+        self.stmt = group_sums(stmt, fmts)
         self.requested = fmts.pop(out)
         # Levels that cannot be written as outputs (singleton) are computed in the kind they
         # name (compressed), and the result is converted after.

@@ -273,6 +273,8 @@ class _Emitter:
             op = "&&" if e.op == "and" else "||"
             return f"({self.expr(e.left)} {op} {self.expr(e.right)})"
         if isinstance(e, ir.Cast):
+            if e.operand.type == "bf16":  # the bits widened to a float (ucf_runtime.h)
+                return f"(({IR_TO_C[e.type]})ucf_bf16_f32({self.expr(e.operand)}))"
             return f"(({IR_TO_C[e.type]}){self.expr(e.operand)})"
         if isinstance(e, ir.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"

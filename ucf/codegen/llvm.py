@@ -23,6 +23,7 @@ _TYPES = {
     "f32": ll.FloatType(),
     "f64": ll.DoubleType(),
     "f16": ll.HalfType(),
+    "bf16": ll.IntType(16),  # the top half of a float's bits: cast() shifts them back
     "i8": ll.IntType(8),
     "u8": ll.IntType(8),  # LLVM's integers have no sign; casts from it zero-extend
 }
@@ -33,7 +34,7 @@ def _is_float(ty: str) -> bool:
     return ty in _FLOAT_WIDTH
 
 
-_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "i8": 1, "u8": 1}
+_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
 _I8P = ll.PointerType(ll.IntType(8))
 _I32 = ll.IntType(32)
 
@@ -460,6 +461,9 @@ class _FunctionBuilder:
         if src == dst:
             return x
         t = _TYPES[dst]
+        if src == "bf16":  # exact: bfloat16 is a float32 with its low 16 bits zero
+            bits = b.shl(b.zext(x, _I32), ll.Constant(_I32, 16))
+            return self.cast(b.bitcast(bits, _TYPES["f32"]), "f32", dst)
         unsigned = src in ("i1", "u8")
         if _is_float(src) and _is_float(dst):
             widen = _FLOAT_WIDTH[dst] > _FLOAT_WIDTH[src]

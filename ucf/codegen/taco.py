@@ -72,6 +72,11 @@ class TacoExport:
                     f"--abi taco: {tensor} has format '{fmt}'; TACO's taco_tensor_t holds "
                     "dense (U) and compressed (C) levels only"
                 )
+            if fmt.values is not None and not fmt.values.plain:
+                raise UcfError(
+                    f"--abi taco: {tensor} holds {fmt.values} values; TACO's taco_tensor_t "
+                    "has no place for packed bits or scales (use the default abi)"
+                )
         compute = next(f for f in fns if not f.name.endswith("_assemble"))
         # Each tensor's value type: an operand's format may hold narrower values.
         self.types = {p.role[1]: IR_TO_C[p.type] for p in compute.params if p.role[0] == "vals"}

@@ -22,7 +22,7 @@ from ucf.lang.ast import accesses
 from ucf.pipeline import Plan
 
 # Where a parameter's value comes from (the first field of an argument spec).
-EXTENT, COUNTS, DIM, VALS, LEVEL = range(5)
+EXTENT, COUNTS, DIM, VALS, LEVEL, SCALES = range(6)
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ def _spec(role: tuple) -> tuple[int, Any, Any]:
         return (DIM, role[1], role[2])
     if role[0] == "vals":
         return (VALS, role[1], None)
+    if role[0] in ("scale", "zero"):  # a quantized operand's (Tensor.scales)
+        return (SCALES, role[1], "scale" if role[0] == "scale" else "zero_point")
     return (LEVEL, role[1], (role[2], role[0]))
 
 
@@ -122,6 +124,8 @@ def arguments(
             arr = counts
         elif kind == VALS:
             arr = tensors[name].vals
+        elif kind == SCALES:
+            arr = getattr(tensors[name].scales, where)
         else:
             arr = tensors[name].levels[where[0]][where[1]]
         args.append(address(arr) if addresses else arr)

@@ -17,6 +17,7 @@ import numpy as np
 from ucf.cin.blocking import Blocking
 from ucf.errors import ConversionWarning, OperandError, warn_user
 from ucf.format.format import Format, dense_format
+from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo
 
 
@@ -71,8 +72,10 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
             t = t.convert(fmt)
         levels = [dict(level) for level in t.levels]
         return Tensor(
-            shape, b.formats[name], levels, t.vals, index_dtype=t.index_dtype, check=False
+            shape, b.formats[name], levels, t.vals, t.index_dtype, check=False, scales=t.scales
         )
+    if not t.plain:  # its numbers split, held again as they were
+        return split_held(t, b.formats[name], _split(b, name, t.astype(t.dtype)), name)
     if t.format.is_dense:
         pad = [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)]
         dense = np.asarray(t)  # a view of a row-major tensor's values, else a copy
@@ -90,7 +93,7 @@ def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
         _split_coords(coords, blocks),
         vals,
         shape=shape,
-        format=b.formats[name],
+        format=b.formats[name].structure,  # the values: as t holds them (see split_held)
         dtype=t.dtype,
         index_dtype=t.index_dtype,
     )

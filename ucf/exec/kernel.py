@@ -38,6 +38,7 @@ from ucf.exec.replay import REMEMBERED, Replay, replayable
 from ucf.exec.static import Static, prepare
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
+from ucf.format.quantize import check_sums, held_operand
 from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import check_lossless
 from ucf.ir import nodes as ir
@@ -443,6 +444,11 @@ class Kernel:
         b = binding(plan)
         for slot, fmt, dense, own, held in b.slots:
             t = given[slot.tensor]
+            if slot.format.values is not None and not slot.format.values.plain:
+                slots[slot.name] = held_operand(
+                    t, slot.format, self.index_dtype, slot.tensor, self._warned
+                )
+                continue
             held = held or self.dtype
             if (
                 own
@@ -455,6 +461,7 @@ class Kernel:
             check_lossless(t.vals, held, slot.tensor)
             self._warn_conversion(slot, t, held)
             slots[slot.name] = t.convert(slot.format, index_dtype=self.index_dtype, dtype=held)
+        check_sums(plan.integer_sums, extents, slots)
         out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
         if b.dense_output:

@@ -70,7 +70,8 @@ REMEMBERED = 4
 
 
 def _arrays(t: Tensor) -> list[np.ndarray]:
-    return [t.vals, *(a for level in t.levels for a in level.values())]
+    scales = (t.scales.scale, t.scales.zero_point) if t.scales is not None else ()
+    return [t.vals, *(a for level in t.levels for a in level.values()), *scales]
 
 
 class _Probe:

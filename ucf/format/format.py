@@ -192,7 +192,7 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
         fmt = _parse(levels, order, tensor)
         if at:
             who = f" for tensor {tensor}" if tensor else ""
-            fmt = replace(fmt, values=parse_values(values, str(text), who))
+            fmt = replace(fmt, values=parse_values(values, str(text), who, len(fmt.levels)))
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
         shown = str(text).strip()

@@ -10,7 +10,7 @@ import numpy as np
 from ucf.errors import FormatError, OperandError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.tensor import Tensor, as_shape, foreign_type, pack
+from ucf.format.tensor import Tensor, as_shape, foreign_type, held, pack, plain_values
 from ucf.format.values import INDEX_DTYPES, index_dtype_of, stored_dtype
 
 #: A CSR whose rows may be unsorted: scipy's own products leave them so.
@@ -52,6 +52,8 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     if format is None:
         format = ("csc" if m.format == "csc" else "csr") if len(shape) == 2 else "coo"
     fmt = parse_format(format, order=len(shape))
+    if not plain_values(fmt, dtype):  # bfloat16, int4, quantized: from the numbers
+        return held(from_scipy(m, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, m.dtype)
     kind = m.format
     if kind == "bsr" and fmt.structure == parse_format("bcsr({}, {})".format(*m.blocksize)):

@@ -112,13 +112,15 @@ class Tensor:
     buffers the user passed in.
     """
 
-    __slots__ = ("shape", "format", "levels", "vals", "index_dtype")
+    __slots__ = ("shape", "format", "levels", "vals", "index_dtype", "scales")
 
     shape: tuple[int, ...]
     format: Format
     levels: list[dict[str, np.ndarray]]
     vals: np.ndarray
     index_dtype: np.dtype
+    #: A quantized tensor's scales and zero points (``ucf.format.quantize.Scales``).
+    scales: Any
 
     def __init__(
         self,
@@ -128,8 +130,10 @@ class Tensor:
         vals: Any,
         index_dtype: Any = None,
         check: bool = True,
+        scales: Any = None,
     ) -> None:
         self.shape = as_shape(shape)
+        self.scales = scales
         self.format = parse_format(format, order=len(self.shape))
         self.levels = [dict(lv) if isinstance(lv, dict) else lv for lv in levels]
         self.vals = vals if isinstance(vals, np.ndarray) else np.asarray(vals)
@@ -150,7 +154,24 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.vals.dtype
+        """The dtype of the numbers held: ``vals.dtype``, except for the values numpy
+        has no type for and quantized ones (``Values.numbers``: what to_numpy gives)."""
+        values = self.format.values
+        return self.vals.dtype if values is None or values.plain else values.numbers
+
+    @property
+    def plain(self) -> bool:
+        """Whether ``vals`` holds the numbers themselves, one per position."""
+        return self.format.values is None or self.format.values.plain
+
+    def numbers(self) -> np.ndarray:
+        """The number at every stored position: ``vals`` itself when plain, else decoded
+        (bfloat16 widened, int4 unpacked, quantized values dequantized)."""
+        if self.plain:
+            return self.vals
+        from ucf.format.quantize import numbers
+
+        return numbers(self)
 
     @property
     def order(self) -> int:
@@ -164,7 +185,9 @@ class Tensor:
     @property
     def nnz(self) -> int:
         """Stored entries (explicit zeros and U-level fill included)."""
-        return int(len(self.vals))
+        if self.plain or not self.format.levels:
+            return int(len(self.vals))
+        return self.level_sizes()[-1]
 
     def level_sizes(self) -> list[int]:
         """Number of positions at each level, outermost first."""
@@ -226,6 +249,9 @@ class Tensor:
         vals = self.vals
         if not isinstance(vals, np.ndarray):
             raise FormatError(f"vals must be a numpy array, got {type(vals).__name__}")
+        if not self.plain:
+            self._validate_held(count)
+            return
         value_dtype(vals.dtype)
         if vals.dtype not in VALUE_DTYPES:
             raise FormatError(f"vals has non-native byte order {vals.dtype.str}")
@@ -240,6 +266,26 @@ class Tensor:
                 f"vals has length {len(vals)}, expected one per position of the last level "
                 f"= {count}"
             )
+
+    def _validate_held(self, count: int) -> None:
+        """The vals array (and scales) of values numpy has no type for."""
+        from ucf.format.quantize import check_scales, held_length
+
+        fmt, vals = self.format, self.vals
+        want = held_length(fmt.values, count)
+        if vals.dtype != fmt.values.dtype or vals.ndim != 1 or not vals.flags.c_contiguous:
+            raise FormatError(
+                f"format '{fmt}' holds its values in a contiguous 1-D {fmt.values.dtype} "
+                f"array, got {vals.dtype} of shape {vals.shape}"
+            )
+        if len(vals) != want:
+            per = "two positions per byte" if fmt.values.packed else "one per position"
+            raise FormatError(
+                f"vals has length {len(vals)}, expected {want} ({per} of the last level, "
+                f"{count} positions)"
+            )
+        if fmt.values.quantized:
+            check_scales(self)
 
     # ------------------------------------------------------------ constructors
 
@@ -280,26 +326,35 @@ class Tensor:
     def to_coo(self) -> tuple[np.ndarray, np.ndarray]:
         """Coordinates (nnz, order) in original mode numbering and values of every stored position.
 
-        The values array is the tensor's own ``vals`` (not a copy): callers
-        converting between formats should not pay for a copy they discard.
+        The values array is the tensor's own ``vals`` (not a copy) when they are plain:
+        callers converting between formats should not pay for a copy they discard.
         """
         fmt = self.format
-        dims = fmt.level_dims(self.shape)
-        cols: list[np.ndarray] = []
-        count = 1
-        for lvl, kind in enumerate(fmt.levels):
-            cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
+        cols, count = self.columns()
         coords = fmt.mode_coords(cols, count)
         if fmt.blocked:  # the padding of partial blocks lies outside the shape
             inside = np.all(coords < np.asarray(self.shape, dtype=np.int64), axis=1)
             if not inside.all():
-                return coords[inside], self.vals[inside]
-        return coords, self.vals
+                return coords[inside], self.numbers()[inside]
+        return coords, self.numbers()
+
+    def columns(self, mark: int | None = None) -> tuple[list[np.ndarray], int]:
+        """Every stored position's level coordinates (one column per level) and their
+        count; with ``mark``, one more column after level ``mark``'s: each position's
+        ancestor there."""
+        dims = self.format.level_dims(self.shape)
+        cols: list[np.ndarray] = []
+        count = 1
+        for lvl, kind in enumerate(self.format.levels):
+            cols, count = kind.unpack(self.levels[lvl], dims[lvl], cols, count)
+            if lvl == mark:
+                cols.append(np.arange(count, dtype=np.int64))  # carried down by the levels below
+        return cols, count
 
     def _dense_view(self) -> np.ndarray | None:
         """The vals buffer viewed as the dense array, when the layout allows it."""
         fmt = self.format
-        if fmt.is_dense and fmt.mode_order == tuple(range(len(fmt.levels))):
+        if fmt.is_dense and fmt.mode_order == tuple(range(len(fmt.levels))) and self.plain:
             return self.vals.reshape(self.shape)
         return None
 
@@ -308,7 +363,7 @@ class Tensor:
         fmt = self.format
         if fmt.is_dense and not fmt.blocked:
             perm_shape = tuple(fmt.level_dims(self.shape))
-            a = self.vals.reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
+            a = self.numbers().reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
             return np.array(a, order="C", copy=True)
         out = np.zeros(self.shape, dtype=self.dtype)
         coords, vals = self.to_coo()
@@ -363,27 +418,35 @@ class Tensor:
         :func:`ucf.format.torch_layouts.to_torch`."""
         from ucf.format.torch_layouts import to_torch
 
-        return to_torch(self)
+        return to_torch(self if self.plain else self.astype(self.dtype))
 
     def to_scipy(self, matrix: bool = False) -> Any:
         """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows;
         see :func:`ucf.format.scipy_layouts.to_scipy`."""
         from ucf.format.scipy_layouts import to_scipy
 
-        return to_scipy(self, matrix)
+        return to_scipy(self if self.plain else self.astype(self.dtype), matrix)
 
     # ------------------------------------------------------------ conversion
 
     def copy(self) -> Tensor:
         levels = [{k: v.copy() for k, v in lv.items()} for lv in self.levels]
-        return Tensor(self.shape, self.format, levels, self.vals.copy(), self.index_dtype, False)
+        vals, scales = self.vals.copy(), self.scales
+        if scales is not None:
+            scales = replace(scales, scale=scales.scale.copy(), zero_point=scales.zero_point.copy())
+        return Tensor(self.shape, self.format, levels, vals, self.index_dtype, False, scales)
 
     def astype(self, dtype: Any) -> Tensor:
         """Cast values only; index arrays are shared since they do not change."""
         dt = value_dtype(dtype)
-        if dt == self.dtype:
+        if dt == self.dtype and self.plain:
             return self
         levels = [dict(lv) for lv in self.levels]
+        if not self.plain:  # the numbers, held plainly
+            fmt = self.format.structure
+            return Tensor(
+                self.shape, fmt, levels, self.numbers().astype(dt), self.index_dtype, False
+            )
         fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
         return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
 
@@ -395,6 +458,8 @@ class Tensor:
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
+        if not (self.plain and (fmt.values is None or fmt.values.plain)):
+            return self._convert_held(fmt, idt, dtype)
         dt = stored_dtype(fmt, dtype, self.dtype)
         if fmt.structure == self.format.structure:
             out = self.astype(dt)
@@ -430,6 +495,27 @@ class Tensor:
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
         return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
+
+    def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
+        """``convert`` where either side holds values numpy has no type for: through
+        the numbers, encoded again. Quantized values keep their scales where the
+        groups stay (the same values over the same levels, or one scale per tensor),
+        else get fresh ones."""
+        if fmt == self.format and idt == self.index_dtype and dtype is None:
+            return self
+        plain = self.astype(self.dtype) if not self.plain else self
+        if fmt.values is None or fmt.values.plain:
+            return plain.convert(fmt, idt, dtype)
+        if dtype is not None:
+            raise FormatError(
+                f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"
+            )
+        from ucf.format.quantize import encode
+
+        kept = fmt.values == self.format.values and self.scales is not None
+        kept = kept and (fmt.values.level is None or fmt.structure == self.format.structure)
+        scales = (self.scales.scale, self.scales.zero_point) if kept else ()
+        return encode(plain.convert(fmt.structure, idt), fmt.values, *scales)
 
 
 # --------------------------------------------------------------------------- packing
@@ -571,6 +657,8 @@ def from_coo(
             )
         v = v.reshape(0)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
+    if not plain_values(fmt, dtype):
+        return held(from_coo(c, v, shape, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, np.float64 if v.size == 0 and v.dtype == object else v.dtype)
     # A copy, because packing may hand this buffer to the tensor as its vals.
     v = v.astype(dt, copy=True)
@@ -597,6 +685,8 @@ def from_numpy(
     """
     a = np.asarray(arr)
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
+    if not plain_values(fmt, dtype):
+        return held(from_numpy(a, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, a.dtype)
     idt = index_dtype_of(index_dtype)
     if fmt.blocked:
@@ -635,8 +725,30 @@ def zeros(shape: Any, format: Any = None, dtype: Any = None, index_dtype: Any = 
     shape = as_shape(shape)
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     lc = np.zeros((0, len(shape)), dtype=np.int64)
+    if not plain_values(fmt, dtype):
+        return held(zeros(shape, fmt.structure, None, index_dtype), fmt)
     dt = stored_dtype(fmt, dtype, np.float64)
     return pack(shape, fmt, lc, np.zeros(0, dtype=dt), index_dtype_of(index_dtype))
+
+
+def plain_values(fmt: Format, dtype: Any) -> bool:
+    """Whether ``fmt`` holds plain values; a dtype beside other ones is refused."""
+    if fmt.values is None or fmt.values.plain:
+        return True
+    if dtype is not None:
+        raise FormatError(
+            f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"
+        )
+    return False
+
+
+def held(plain: Tensor, fmt: Format) -> Tensor:
+    """``plain`` (holding numbers) in ``fmt``'s values: bfloat16 rounded, int4 packed
+    (integers in -8..7 only), quantized values with symmetric scales (see
+    ``ucf.quantize`` to give them)."""
+    from ucf.format.quantize import encode
+
+    return encode(plain, fmt.values)
 
 
 # --------------------------------------------------------------------------- scipy
@@ -655,4 +767,5 @@ def trusted(
     operand and its output this way, where normalizing cost more than the kernel."""
     t = Tensor.__new__(Tensor)
     t.shape, t.format, t.levels, t.vals, t.index_dtype = shape, fmt, levels, vals, index_dtype
+    t.scales = None
     return t

@@ -17,7 +17,7 @@ FLOAT_TYPES = ("f32", "f64")
 
 #: Types only arrays hold (a tensor's stored values): a load of one is cast to a
 #: compute type at once, so no arithmetic, constant or variable has them.
-STORAGE_TYPES = ("f16", "i8", "u8")
+STORAGE_TYPES = ("f16", "bf16", "i8", "u8")
 NUMPY_TO_IR = {
     "float64": "f64",
     "float32": "f32",
@@ -34,6 +34,7 @@ IR_TO_C = {
     "f32": "float",
     "f64": "double",
     "f16": "_Float16",
+    "bf16": "uint16_t",  # the bits: a cast to a float is ucf_bf16_f32 (ucf_runtime.h)
     "i8": "int8_t",
     "u8": "uint8_t",
 }

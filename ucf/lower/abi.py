@@ -24,7 +24,11 @@ class ParamsMixin:
         for lvl, kind in enumerate(fmt.levels):
             levels.append({a: Array(f"{name}{lvl}_{a}", self.it, output) for a in kind.arrays})
         held = fmt.values.ir if fmt.values else self.vt  # read in place, widened on load
-        return SlotParams(dims, levels, Array(f"{name}_vals", held, output))
+        vals = Array(f"{name}_vals", held, output)
+        if not (fmt.values and fmt.values.quantized):
+            return SlotParams(dims, levels, vals)
+        scale, zero = Array(f"{name}_scale", "f32"), Array(f"{name}_zero", "i32")
+        return SlotParams(dims, levels, vals, scale, zero)
 
     def _params(self, assemble: bool) -> list[Param]:
         params = [
@@ -106,6 +110,10 @@ class ParamsMixin:
                 doc=f"{who} {slot}: values",
             )
         )
+        for key, arr, what in (("scale", sp.scale, "scales"), ("zero", sp.zero, "zero points")):
+            if arr is not None:
+                doc = f"{who} {slot}: {what}, one per scale group"
+                params.append(Param(arr.name, arr.elem, True, False, role=(key, slot), doc=doc))
         return params
 
     def _counts_array(self) -> Array:

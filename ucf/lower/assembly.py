@@ -49,14 +49,18 @@ class AssemblyMixin:
         bound; for an append deferred past a reduction (``st.pending``), the entry is
         appended only if some term of the reduction was present, so the output's
         pattern is exactly the implied one."""
-        acc = Var(f"t{next(self._fresh)}", self.vt)
+        factors = self._integer_factors(term, st)
+        acc = Var(f"t{next(self._fresh)}", self.vt if factors is None else "i32")
         inner = st.copy()
         inner.acc = acc
+        result: ir.Expr = acc
+        if factors is not None:
+            result = self._integer_sum(acc, factors, inner, st)
         if st.pending is None:
             return [
-                ir.Decl(acc, Const(0, self.vt)),
+                ir.Decl(acc, Const(0, acc.type)),
                 *self._nest(term, inner),
-                self._store_output(st, acc),
+                self._store_output(st, result),
             ]
         hit = Var(f"{acc.name}_hit", "i1")
         inner.hit = hit
@@ -68,10 +72,10 @@ class AssemblyMixin:
             insert += self.out_fmt.levels[lvl].append(
                 self.out_params.levels[lvl], q, coord, self.it
             )
-            insert.append(ir.Store(self.out_params.vals, q, acc))
+            insert.append(ir.Store(self.out_params.vals, q, result))
         insert.append(ir.Assign(counter, ir.add(counter, Const(1, I64))))
         return [
-            ir.Decl(acc, Const(0, self.vt)),
+            ir.Decl(acc, Const(0, acc.type)),
             ir.Decl(hit, Const(False, "i1")),
             *self._nest(term, inner),
             ir.If(hit, insert),

@@ -230,6 +230,7 @@ class CoiterationMixin:
             if n not in iters:
                 continue  # a guarded operand: located below, or read as dense
             it = iters[n]
+            inner.at[n, inner.levels[n]] = it.pos
             inner.levels[n] += 1
             inner.pos[n] = it.pos
             inner.seg_end[n] = it.seg if not it.unique else None

@@ -116,6 +116,7 @@ class FusedMixin:
         inner = cur
         inner.depth = st.depth + m
         inner.pos[n] = p
+        inner.at.update({(n, lvl): parents[lvl] for lvl in range(a, b + 1)})
         inner.seg_end[n] = None
         body += self._at_depth(term, inner)
         loop = ir.For(p, ranges[b][0], ranges[b][1], body, label=label)

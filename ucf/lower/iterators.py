@@ -109,6 +109,7 @@ class IteratorsMixin:
         decl = ir.Decl(p, op.fmt.levels[lvl].locate(st.pos[n], coord, op.dim(lvl)))
         inner.levels[n] = lvl + 1
         inner.pos[n] = p
+        inner.at[n, lvl] = p
         inner.seg_end[n] = None
         return decl
 

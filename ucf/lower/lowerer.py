@@ -22,7 +22,8 @@ The recursion is split by what each step handles, one mixin per module:
 - ``assembly``: the output, dense or appended;
 - ``temporaries``: nested sums computed where their variables are fixed;
 - ``workspaces``: ``precompute``;
-- ``fused``: ``pos`` over fused levels.
+- ``fused``: ``pos`` over fused levels;
+- ``held``: stored values widened to numbers, and sums of quantized products.
 
 They share the state set up in :meth:`Lowerer.__init__` (``cin``, ``operands``,
 ``extents``, the output's parameters, the schedule) and the per-walk
@@ -46,6 +47,7 @@ from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.blocks import BlocksMixin
 from ucf.lower.coiterate import CoiterationMixin
 from ucf.lower.fused import FusedMixin
+from ucf.lower.held import HeldMixin
 from ucf.lower.iterators import IteratorsMixin
 from ucf.lower.lattice import (
     Func,
@@ -81,6 +83,7 @@ class Lowerer(
     TemporariesMixin,
     WorkspacesMixin,
     FusedMixin,
+    HeldMixin,
 ):
     """Lowers one CIN; ``lower()`` returns the kernel functions."""
 
@@ -170,6 +173,9 @@ class Lowerer(
         self.local = self._local_level()
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
+        # The sums of integer products: each one's factors and the extents it runs over.
+        self.integer_sums: list[tuple[tuple[str, ...], tuple]] = []
+        self.rescaled: dict[int, ir.Expr] = {}  # a nested int32 sum's value, rescaled
 
     def _padding_vanishes(self, v: str) -> bool:
         """Whether the statement is zero wherever ``v`` is in a block's padding: it is a
@@ -257,7 +263,7 @@ class Lowerer(
         )
         listed = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if listed else []
-        return Lowered(compute, assemble, helpers, self.local)
+        return Lowered(compute, assemble, helpers, self.local, self.integer_sums)
 
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""
@@ -362,17 +368,16 @@ class Lowerer(
                 return ir.Load(ws.vals, ws.index)
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
-                index = self._dense_index(op.params, op.fmt, coords)
-                return ir.cast(ir.Load(op.params.vals, index), self.vt)
-            value = ir.cast(ir.Load(op.params.vals, st.pos[t.n]), self.vt)
+                return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
+            value = self._held(op, st.pos[t.n], st)
             alive = st.alive.get(t.n)
-            return value if alive is None else ir.Select(alive, value, Const(0, self.vt))
+            return value if alive is None else ir.Select(alive, value, Const(0, value.type))
         if isinstance(t, Lit):
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
         if isinstance(t, Negate):
             return ir.Neg(self._value(t.operand, st))
         if isinstance(t, Temp):
-            return self.temps[t.id]
+            return self.rescaled.get(t.id, self.temps[t.id])
         if isinstance(t, Func):
             return functions.apply(t.fn, [self._value(a, st) for a in t.args])
         assert isinstance(t, Op), f"{t} reached a leaf uncomputed"

@@ -21,6 +21,8 @@ class SlotParams:
     dims: list[Var]
     levels: list[dict[str, Array]]
     vals: Array
+    scale: Array | None = None  # quantized values: one scale per group (float32)
+    zero: Array | None = None  # and one zero point (int32)
 
 
 @dataclass
@@ -67,12 +69,17 @@ class State:
     temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
     # operand -> flag: whether it matched at every flat co-iteration above (absent reads 0)
     alive: dict = field(default_factory=dict)
+    at: dict = field(default_factory=dict)  # (operand, level) -> position there
+    # Set in a sum of integer products (``acc`` an int32): the leaf adds q - zero_point
+    # products, and the scales are applied once, where ``acc`` is stored.
+    integer: bool = False
 
     def copy(self) -> State:
         return replace(
             self,
             levels=dict(self.levels),
             pos=dict(self.pos),
+            at=dict(self.at),
             seg_end=dict(self.seg_end),
             cursors=dict(self.cursors),
             alive=dict(self.alive),
@@ -119,6 +126,9 @@ class Lowered:
     assemble: ir.Function | None  # set for sparse outputs: counts entries per level
     helpers: list[ir.Function]  # internal functions the kernels call
     local_level: int | None  # compressed output level whose pos the assemble pass fills
+    # Sums of quantized products in int32 (``ucf.lower.held``): for each, the slots of
+    # its factors and the extents (names, or fixed sizes) of the loops it runs over.
+    integer_sums: list = field(default_factory=list)
 
 
 @dataclass

@@ -49,8 +49,12 @@ class TemporariesMixin:
             sub = st.copy()
             own = tuple(v for v in self.cin.order if v in r.vars)
             sub.order = st.order[: st.depth] + own
+            factors = self._integer_factors(r.body, st)
+            if factors is not None:  # an int32 sum, read rescaled (``ucf.lower.held``)
+                t = Var(f"{t.name}_q", "i32")
+                self.rescaled[r.id] = self._integer_sum(t, factors, sub, st)
             sub.acc, sub.hit, sub.pending, sub.temp = t, hit, None, True
-            stmts.append(ir.Decl(t, Const(0, self.vt)))
+            stmts.append(ir.Decl(t, Const(0, t.type)))
             if hit is not None:
                 stmts.append(ir.Decl(hit, Const(False, "i1")))
             stmts += self._nest(r.body, sub)
