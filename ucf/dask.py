@@ -135,6 +135,16 @@ def einsum(
     _kernel(plan, np.dtype(np.int32).str)  # errors in the statement, formats or schedule now
     meta = _meta(plan, len(lhs_vars))
     args = [x for name, arr in arrays.items() for x in (arr, reads[name])]
+    # Dask hands a task the blocks along a variable missing from the output joined into
+    # one (concatenate=True), which copies even a lone block: a whole dense B per task.
+    # When every such variable has one block, the tasks take the blocks as they are.
+    joined = set(lhs_vars) | set(split)
+    whole = all(
+        arr.numblocks[m] == 1
+        for name, arr in arrays.items()
+        for m, v in enumerate(reads[name])
+        if v not in joined
+    )
     blocks = da.blockwise(
         functools.partial(_block, plan),
         (*lhs_vars, *split),
@@ -144,7 +154,7 @@ def einsum(
         # Partial sums are Tensors for a sparse output, whose order has no room for the
         # contracted block axes; nothing reads their meta, which only has to exist.
         meta=meta if not split else np.empty((0,) * (len(lhs_vars) + len(split)), dtype),
-        concatenate=True,
+        concatenate=not whole,
     )
     if not split:
         return blocks
@@ -366,7 +376,7 @@ def _block(plan: _Plan, *blocks: Any) -> Any:
     """One block product: the chunks as ucf operands, the kernel, the result."""
     formats = dict(plan.formats)
     given = {
-        name: _operand(b, formats.get(name), name)
+        name: _operand(_lone(b), formats.get(name), name)
         for name, b in zip(plan.names, blocks, strict=True)
     }
     wide = any(isinstance(t, Tensor) and t.index_dtype == np.int64 for t in given.values())
@@ -375,6 +385,13 @@ def _block(plan: _Plan, *blocks: Any) -> Any:
     if plan.output_format is None:
         return np.asarray(result)
     return result if plan.partial else _final(plan, result)
+
+
+def _lone(block: Any) -> Any:
+    """The one block Dask passes in a (nested) list along variables it did not join."""
+    while isinstance(block, list):
+        (block,) = block
+    return block
 
 
 def _operand(block: Any, fmt: str | None, name: str) -> Any:
