@@ -139,6 +139,24 @@ def test_the_static_object_changed_in_place_is_refused():
         p(A=A, x=x)
 
 
+@pytest.mark.parametrize("held", ["csr@qint8:0", "csr@bfloat16"])
+def test_a_static_operand_may_hold_quantized_or_narrow_values(held):
+    rng = np.random.default_rng(16)
+    A = rng.random((6, 5)) * (rng.random((6, 5)) < 0.5)
+    x = rng.random(5).astype(np.float32)
+    W = ucf.quantize(A, format=held) if "q" in held else ucf.from_numpy(A, format=held)
+    k = ucf.compile(SPMV, {"A": held}, "dismantle(j)", dtype="float32", static={"A": W})
+    np.testing.assert_allclose(k(A=W, x=x).to_numpy(), W.to_numpy() @ x, rtol=1e-5)
+
+
+def test_embedded_nan_values_match_themselves():
+    A = sp.random(6, 5, density=0.5, random_state=17, format="csr")
+    A.data[0] = np.nan
+    x = np.ones(5)
+    k = ucf.compile(SPMV, {"A": "csr"}, "dismantle(j, values)", static={"A": A})
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)  # NaN where A @ x has it
+
+
 def test_same_pattern_new_values_reuse_the_kernel():
     A = sp.random(7, 6, density=0.4, random_state=7, format="csr")
     other = A.copy()

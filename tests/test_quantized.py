@@ -381,6 +381,13 @@ def test_bad_scales_and_zero_points_are_refused(kw, match):
         ucf.quantize(np.eye(3), format="csr@qint8:0", **kw)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_refused(bad):
+    """A NaN quantized to 0 and an inf to the top of the range, silently (found in review)."""
+    with pytest.raises(FormatError, match="cannot be quantized: quantized values are finite"):
+        ucf.quantize(np.array([1.0, bad]), format="dense@qint8")
+
+
 def test_tensors_with_wrong_scales_are_refused():
     t = ucf.quantize(np.eye(3), format="csr@qint8:0")
     with pytest.raises(FormatError, match=r"quantized but the tensor has no scales"):

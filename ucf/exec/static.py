@@ -51,7 +51,8 @@ class Static:
     def check(self, operand: Tensor, index_dtype: np.dtype) -> None:
         """Refuse an operand of another pattern (or other values, when embedded)."""
         ref = self.tensor
-        t = operand.convert(ref.format, index_dtype=index_dtype, dtype=ref.dtype)
+        held = None if ref.format.values else ref.dtype
+        t = operand.convert(ref.format, index_dtype=index_dtype, dtype=held)
         why = None
         if t.shape != ref.shape:
             why = f"its shape is {t.shape}, the static one's {ref.shape}"
@@ -63,7 +64,8 @@ class Static:
                         break
                 if why:
                     break
-        if why is None and self.values and not np.array_equal(t.vals, ref.vals):
+        nan = ref.vals.dtype.kind in "fc"  # an embedded NaN equals itself
+        if why is None and self.values and not np.array_equal(t.vals, ref.vals, equal_nan=nan):
             why = "its values differ from the ones the kernel embeds (dismantle(..., values))"
         if why is not None:
             raise OperandError(
@@ -93,7 +95,9 @@ def prepare(
                 f"{', '.join(sorted(names))})"
             )
         fmt = parse_format(formats.get(name, "dense"), order=len(_access(stmt, name).indices))
-        held = fmt.values.dtype if fmt.values else dtype
+        # A format stating its values says how the operand holds them (a quantized
+        # one's stored integers are not a dtype to convert to).
+        held = None if fmt.values else dtype
         t = as_tensor(given, format=fmt, name=name, dtype=held, index_dtype=index_dtype)
         out[name] = Static(name, t.copy(), values)
     return out

@@ -128,6 +128,9 @@ def encode(
             raise FormatError(f"{who}int4 values must be integers; got {x.dtype} with fractions")
         _in_range(q, kind.lo, kind.hi, f"{who}value", "int4")
         return Tensor(plain.shape, fmt, plain.levels, pack_int4(q), plain.index_dtype, False)
+    if x.dtype.kind in "fc" and not np.isfinite(x).all():
+        v = x[np.flatnonzero(~np.isfinite(x))[0]]
+        raise FormatError(f"{who}{v} cannot be quantized: quantized values are finite")
     g = groups(plain, values.level)
     n = group_count(plain, values.level)
     scales = _scales(x.astype(np.float64), g, n, values, scale, zero_point, who)
