@@ -118,6 +118,16 @@ def test_a_lone_block_reaches_its_task_without_a_copy(monkeypatch):
     close(split.compute(scheduler="synchronous"), m @ dense(50, 15))
 
 
+def test_an_unordered_output_needs_one_block_along_a_summed_axis():
+    m = sparse(30, 20, 0.2, 16)
+    n = sparse(20, 10, 0.2, 17)
+    stmt, fmts = "C(i,n) = A(i,k) * B(k,n)", {"A": "csr", "B": "csr", "C": "UQ"}
+    with pytest.raises(ucf.UnsupportedError, match="output C in 'UQ'.*level 1 is unordered"):
+        ud.einsum(stmt, fmts, A=chunked(m, (10, 7)), B=chunked(n, (7, 5)))
+    got = ud.einsum(stmt, fmts, A=chunked(m, (10, 20)), B=chunked(n, (20, 5))).compute()
+    close(to_dense(got), (m @ n).toarray())
+
+
 def test_misaligned_chunks_are_rechunked():
     m = sparse(100, 120, 0.05, 3)
     x = dense(120, 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import test_asan
 from test_asan import asan_cc, run_under_asan  # noqa: F401  (asan_cc is a fixture)
 
@@ -155,8 +156,14 @@ def test_refusals_name_the_tensor_or_variable():
         kern(A=a, B=b, masks={"B": np.ones((6, 3), bool)})
     with pytest.raises(ucf.OperandError, match="dynamic operand A is passed dense"):
         kern(A=ucf.from_numpy(a, "csr"), B=b)
-    with pytest.raises(ucf.ShapeError, match="index variable k"):
+    with pytest.raises(ucf.ShapeError, match=r"index variable k has extent 6 in A \(mode 1\)"):
         kern(A=a, B=np.ones((5, 3)))
+    with pytest.raises(ucf.ShapeError, match=r"out= has shape \(5, 3\) but C\(i, n\)"):
+        kern(A=a, B=b, out=np.zeros((5, 3)))
+    with pytest.raises(ucf.ShapeError, match="operand A has order 3"):
+        kern(A=a[None], B=b)
+    with pytest.raises(ucf.OperandError, match="not as a scipy sparse csr matrix"):
+        kern(A=sp.csr_array(a), B=b)
     with pytest.raises(ucf.OperandError, match="passes A, B, T"):
         kern(A=a, B=b, T=a)
     with pytest.raises(ucf.OperandError, match="passes A$"):

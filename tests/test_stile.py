@@ -198,6 +198,8 @@ def test_stile_index_takes_any_numeric_mask():
     for target in TARGETS:
         t = ucf.stile_index(a.astype(np.float16), (3, 7), target=target, index_dtype="int64")
         assert t.index_dtype == np.int64 and _listed(t) == _tiles(a != 0, 3, 7)
+        nan = np.array([[np.nan, 0.0], [0.0, -0.0]])  # NaN != 0, as numpy and C say
+        assert ucf.stile_index(nan, (1, 1), target=target).to_numpy().tolist() == [[1, 0], [0, 0]]
     for shape in ((0, 5), (5, 0), (0, 0)):
         t = ucf.stile_index(np.ones(shape, bool), (8, 8))
         assert t.to_numpy().size == 0 or not t.to_numpy().any()

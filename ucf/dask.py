@@ -120,6 +120,16 @@ def einsum(
     if output_format is not None and parse_format(output_format, len(lhs_vars)).is_dense:
         output_format = None
     split = _split_variables(parsed.rhs, arrays, reads)
+    if split and output_format is not None:
+        unordered = [
+            k for k, lvl in enumerate(parse_format(output_format).levels) if not lvl.ordered
+        ]
+        if unordered:
+            raise UnsupportedError(
+                f"output {out_name} in '{output_format}': partial results over the blocks of "
+                f"{', '.join(split)} are added, and level {unordered[0]} is unordered, which "
+                f"cannot be merged; give {', '.join(split)} one block, or an ordered format"
+            )
     plan = _Plan(
         statement=stmt,
         formats=tuple(sorted(fmts.items())),

@@ -373,6 +373,10 @@ class _FunctionBuilder:
         if isinstance(e, ir.Cmp):
             left, right = self.expr(e.left), self.expr(e.right)
             if _is_float(e.left.type):
+                # C's != is true when either side is NaN (unordered); its other
+                # comparisons are false then (ordered): the C target's answers.
+                if e.op == "!=":
+                    return b.fcmp_unordered(e.op, left, right)
                 return b.fcmp_ordered(e.op, left, right)
             return b.icmp_signed(e.op, left, right)
         if isinstance(e, ir.Logic):

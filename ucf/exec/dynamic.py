@@ -21,9 +21,10 @@ convolution, is refused).  Extents that the tiles do not divide are padded with
 zeros, as blocked formats are: the operands sharing a split variable are copied
 then.
 
-With a mask, the mask wins: A is multiplied by the mask (read in place as bytes
-when it is boolean), so a nonzero of A outside the mask counts as zero even in a
-live tile.  That variant is a second kernel, compiled with the first.
+The mask wins: A is multiplied by the mask (read in place as bytes when it is
+boolean; A's own nonzeros when no mask is given), so a finite nonzero of A
+outside the mask counts as zero even in a live tile. A NaN or infinity there
+still reaches the result when its tile is live, as NaN * 0 is NaN.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError
 from ucf.exec import blocked
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
+from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
 from ucf.lang import ast
 from ucf.lang.affine import Affine
@@ -132,7 +134,7 @@ class DynamicKernel:
         maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
         tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
         mask = ast.Access(self._mask, access.indices)
-        stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(mask, access)))
+        stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(access, mask)))
         self._with_mask = stmt  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         fmts = {
@@ -189,6 +191,11 @@ class DynamicKernel:
                 f"passes {', '.join(sorted(operands)) or 'none'}"
             )
         dense = _dense(operands[self.name], self.name)
+        if dense.ndim != len(self.granularity):
+            raise ShapeError(
+                f"operand {self.name} has order {dense.ndim} (shape {dense.shape}) but is "
+                f"accessed with {len(self.granularity)} indices"
+            )
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
         index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
@@ -196,6 +203,11 @@ class DynamicKernel:
             return self.kernel(out=out, **given, **{self._index: index})
         tensors = {n: _tensor(v, n) for n, v in given.items()}
         extents = _extents(self._with_mask, tensors)
+        shape = tuple(extents[v] for v in ast.index_variables(self.statement.lhs))
+        if out is not None and tuple(np.shape(out)) != shape:
+            raise ShapeError(
+                f"out= has shape {tuple(np.shape(out))} but {self.statement.lhs} has shape {shape}"
+            )
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
             return self.kernel(out=out, **split, **{self._index: index})
@@ -273,6 +285,11 @@ def _replace(e: ast.Expr, old: ast.Access, new: ast.Expr) -> ast.Expr:
 
 def _dense(value: Any, name: str) -> np.ndarray:
     """A dynamic operand's dense array (a view where it can be)."""
+    if is_scipy(value):
+        raise OperandError(
+            f"dynamic operand {name} is passed dense (a numpy array or a dense ucf.Tensor) "
+            f"with masks= for its sparsity, not as a scipy sparse {value.format} matrix"
+        )
     if isinstance(value, Tensor):
         if not value.format.is_dense or value.format.blocked:
             raise OperandError(
