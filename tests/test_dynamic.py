@@ -164,6 +164,10 @@ def test_refusals_name_the_tensor_or_variable():
         kern(A=a[None], B=b)
     with pytest.raises(ucf.OperandError, match="not as a scipy sparse csr matrix"):
         kern(A=sp.csr_array(a), B=b)
+    with pytest.raises(ucf.ShapeError, match=r"extent 6 in A \(mode 1\) but 5 in B"):
+        ucf.compile(MATMUL, dynamic={"A": (1, 1)})(A=a, B=np.ones((5, 3)))  # no split
+    with pytest.raises(ucf.OperandError, match="its format may not be 'dense@qint8'"):
+        ucf.compile(MATMUL, {"A": "dense@qint8"}, dynamic={"A": (2, 2)})
     with pytest.raises(ucf.OperandError, match="passes A, B, T"):
         kern(A=a, B=b, T=a)
     with pytest.raises(ucf.OperandError, match="passes A$"):

@@ -90,10 +90,11 @@ class DynamicKernel:
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
         formats = dict(formats or {})
-        if name in formats and not parse_format(formats[name], order=len(access.indices)).is_dense:
+        stated = parse_format(formats.get(name, "dense"), order=len(access.indices))
+        if not stated.is_dense or stated.values:
             raise OperandError(
-                f"dynamic operand {name} is passed dense, with a mask; its format may not be "
-                f"'{formats[name]}'"
+                f"dynamic operand {name} is passed dense, with a mask, and read in the "
+                f"kernel's dtype; its format may not be '{formats[name]}'"
             )
         formats.pop(name, None)
         self.granularity = stile.check_granularity(
@@ -198,11 +199,11 @@ class DynamicKernel:
             )
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
+        tensors = {n: _tensor(v, n) for n, v in given.items()}
+        extents = _extents(self._with_mask, tensors)  # errors name the user's operands
         index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
         if self.blocking is None:
             return self.kernel(out=out, **given, **{self._index: index})
-        tensors = {n: _tensor(v, n) for n, v in given.items()}
-        extents = _extents(self._with_mask, tensors)
         shape = tuple(extents[v] for v in ast.index_variables(self.statement.lhs))
         if out is not None and tuple(np.shape(out)) != shape:
             raise ShapeError(
