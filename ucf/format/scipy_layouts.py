@@ -135,7 +135,7 @@ def from_compressed(
     )
     nnz = len(indices)
     unsorted = kind == "csr" and fmt.structure == _UNSORTED_CSR
-    if unsorted and not canonical and _repeats(indptr, indices, minor):
+    if unsorted and not canonical and checks.repeat(indptr, indices, minor) is not None:
         unsorted = False  # repacked, which sums the repeats as scipy does
     if unsorted or (canonical and fmt.structure == (CSR if kind == "csr" else CSC)):
         if nnz > np.iinfo(idt).max or minor - 1 > np.iinfo(idt).max:
@@ -153,13 +153,6 @@ def from_compressed(
     mins = indices.astype(np.int64)
     coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
     return pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
-
-
-def _repeats(indptr: np.ndarray, indices: np.ndarray, minor: int) -> bool:
-    """Whether some row of compressed arrays holds an index twice."""
-    rows = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-    keys = np.sort(rows * minor + indices.astype(np.int64))
-    return bool(np.any(keys[1:] == keys[:-1]))
 
 
 def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:

@@ -78,6 +78,19 @@ def same_segment(pos: np.ndarray, n: int) -> np.ndarray:
     return ~start[1:]
 
 
+def repeat(pos: np.ndarray, crd: np.ndarray, dim: int) -> tuple[int, int] | None:
+    """The positions of the first coordinate found twice in one segment of a compressed
+    level in any order (``pos`` bounds, ``crd`` below ``dim``), or None."""
+    n = int(pos[-1]) if len(pos) else 0
+    if n < 2:
+        return None
+    parent = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
+    key = parent * dim + crd[:n].astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    q = first_true(key[order[1:]] == key[order[:-1]])
+    return None if q is None else (int(order[q]), int(order[q + 1]))
+
+
 def parent_of(pos: np.ndarray, q: int) -> int:
     return int(np.searchsorted(pos, q, side="right")) - 1
 

@@ -21,8 +21,6 @@ sorting them: what scipy's sparse product returns (``has_sorted_indices`` False)
 
 from __future__ import annotations
 
-import numpy as np
-
 from ucf.errors import FormatError
 from ucf.format.levels import checks
 from ucf.format.levels.compressed import Compressed
@@ -36,18 +34,12 @@ class Unordered(Compressed):
         if not unique:
             return
         pos, crd = arrays["pos"], arrays["crd"]
-        n = len(crd)
-        if n < 2:
-            return
-        parent = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
-        key = parent * dim + crd.astype(np.int64)
-        order = np.argsort(key, kind="stable")
-        q = checks.first_true(key[order[1:]] == key[order[:-1]])
-        if q is not None:
-            at = int(order[q + 1])
+        found = checks.repeat(pos, crd, dim)
+        if found is not None:
+            first, at = found
             raise FormatError(
                 f"{where}: coordinate {int(crd[at])} repeats in the segment of parent position "
-                f"{int(parent[at])} (positions {int(order[q])} and {at})"
+                f"{checks.parent_of(pos, at)} (positions {first} and {at})"
             )
 
 
