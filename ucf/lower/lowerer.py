@@ -261,8 +261,8 @@ class Lowerer(
         compute = ir.Function(
             self.name, self._params(False), body, doc=f"Compute {self.cin.statement}."
         )
-        listed = any(wh.ws.sort_tmp for wh in self.wheres)
-        helpers = [sort.sort_function()] if listed else []
+        sorts = any(wh.ws.sort_tmp for wh in self.wheres)
+        helpers = [sort.sort_function()] if sorts else []
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums)
 
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
