@@ -246,12 +246,40 @@ def test_balanced_rows_even_out_nonzeros():
         ends = np.cumsum(chunks)
         return [m[e - c : e].nnz for e, c in zip(ends, chunks, strict=True)]
 
-    chunks = ud.balanced_rows(m, 4)
+    chunks = ud.balanced_rows(m, 4, row_weight=0)
     assert sum(chunks) == 2000 and len(chunks) == 4
     assert max(block_nnz(chunks)) < 1.1 * min(block_nnz(chunks))
     assert max(block_nnz((500,) * 4)) > 2 * min(block_nnz((500,) * 4))  # what it avoids
     x = dense(300, 27)
     close(ud.einsum(SPMV, A=chunked(m, (chunks, -1)), x=x).compute(), m @ x)
+
+
+def test_balanced_rows_count_each_row_as_work():
+    """A few long rows then many one-nonzero rows: equal nonzeros would give the last
+    block most of the rows; by default a row weighs as much as a nonzero."""
+    heavy, light = 100, 20_000
+    per_row = np.concatenate((np.full(heavy, 200), np.ones(light, int)))
+    rows = np.repeat(np.arange(heavy + light), per_row)
+    cols = np.random.default_rng(27).integers(0, 500, len(rows))
+    m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(heavy + light, 500))
+
+    def block_work(chunks, row_weight):
+        ends = np.cumsum(chunks)
+        return [m[e - c : e].nnz + row_weight * c for e, c in zip(ends, chunks, strict=True)]
+
+    by_work = ud.balanced_rows(m, 4)
+    assert sum(by_work) == heavy + light
+    assert max(block_work(by_work, 1)) < 1.05 * min(block_work(by_work, 1))
+    by_nnz = ud.balanced_rows(m, 4, row_weight=0)
+    assert max(block_work(by_nnz, 1)) > 1.5 * min(block_work(by_nnz, 1))  # what it avoids
+    heavier = ud.balanced_rows(m, 4, row_weight=3.0)
+    assert max(block_work(heavier, 3)) < 1.05 * min(block_work(heavier, 3))
+
+
+@pytest.mark.parametrize("weight", [-1, float("nan"), float("inf"), True, "1"])
+def test_balanced_rows_refuse_a_bad_row_weight(weight):
+    with pytest.raises(ucf.OperandError, match="row_weight"):
+        ud.balanced_rows(sp.csr_matrix((4, 4)), 2, row_weight=weight)
 
 
 # --------------------------------------------------------------------------- errors

@@ -181,12 +181,16 @@ def einsum(
 
 
 @boundary
-def balanced_rows(matrix: Any, blocks: int) -> tuple[int, ...]:
+def balanced_rows(matrix: Any, blocks: int, row_weight: float = 1.0) -> tuple[int, ...]:
     """Row chunk sizes that cut a sparse matrix into ``blocks`` pieces of about equal
-    nonzeros, for ``dask.array.from_array(m, chunks=(balanced_rows(m, p), -1))``.
+    work, for ``dask.array.from_array(m, chunks=(balanced_rows(m, p), -1))``.
 
     Rows of equal count hold very unequal work in skewed (power-law) matrices, and the
-    slowest block sets the pace of a Dask step."""
+    slowest block sets the pace of a Dask step. Equal nonzeros are not equal work
+    either: a block of many short rows writes many more output rows. So a block's work
+    is counted as its nonzeros plus ``row_weight`` per row; the default of 1 is what an
+    SpMM with a dense output measures (a row costs about as much as one nonzero), and
+    ``row_weight=0`` balances nonzeros alone."""
     import scipy.sparse as sp
 
     if not sp.issparse(matrix) or len(matrix.shape) != 2:
@@ -195,9 +199,18 @@ def balanced_rows(matrix: Any, blocks: int) -> tuple[int, ...]:
         )
     if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
         raise OperandError(f"balanced_rows needs a positive number of blocks, got {blocks!r}")
+    if isinstance(row_weight, bool) or not (
+        isinstance(row_weight, (int, float, np.integer, np.floating))
+        and np.isfinite(row_weight)
+        and row_weight >= 0
+    ):
+        raise OperandError(
+            f"balanced_rows needs a finite row_weight of at least 0, got {row_weight!r}"
+        )
     indptr = matrix.tocsr().indptr
-    targets = np.linspace(0, indptr[-1], int(blocks) + 1)[1:-1]
-    cuts = np.searchsorted(indptr, targets, side="left")
+    work = indptr + float(row_weight) * np.arange(len(indptr))
+    targets = np.linspace(0, work[-1], int(blocks) + 1)[1:-1]
+    cuts = np.searchsorted(work, targets, side="left")
     edges = np.concatenate(([0], cuts, [matrix.shape[0]]))
     return tuple(int(n) for n in np.diff(edges))
 
