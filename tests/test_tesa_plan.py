@@ -29,6 +29,28 @@ def mlp(seed: int) -> ucf.tesa.program.Program:
 POLICY = ucf.Policy(bits={8, 32}, blocks={(1, 1): 1.0, (4, 4): 6.0})
 
 
+def stored(plan, name: str, value: np.ndarray) -> np.ndarray:
+    """``value`` as the plan stores ``name``'s parts, by the documented rule and
+    independently of ucf: 8- and 4-bit parts symmetric integers with a float32 scale
+    of max|x|/127 (or /7) per block (BCSR) or per part (CSR), 16-bit parts float16,
+    32-bit parts as they are."""
+    out = np.zeros_like(value)
+    for part in (q for q in plan.parts if q.tensor == name):
+        kept = np.where(part.mask, value, 0)
+        if part.bits >= 16:
+            out += kept.astype(np.float16) if part.bits == 16 else kept
+            continue
+        limit = {4: 7, 8: 127}[part.bits]
+        bh, bw = part.block
+        groups = kept.reshape(kept.shape[0] // bh, bh, kept.shape[1] // bw, bw)
+        axes = (1, 3) if part.block != (1, 1) else (0, 1, 2, 3)
+        top = np.abs(groups).max(axis=axes, keepdims=True)
+        scale = np.where(top > 0, top / limit, 1).astype(np.float32).astype(value.dtype)
+        q = np.clip(np.rint(groups / scale), -limit, limit)
+        out += (q * scale).reshape(kept.shape)
+    return out
+
+
 def test_parts_split_each_operand_exactly():
     p = mlp(0)
     p.propagate()
@@ -39,7 +61,10 @@ def test_parts_split_each_operand_exactly():
         for q in parts:
             total += q.mask
             assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
-            assert q.format == ("csr" if q.block == (1, 1) else "bcsr(4,4)")
+            base = "csr" if q.block == (1, 1) else "bcsr(4,4)"
+            assert (
+                q.format == base + {8: "@qint8" + (":1" if base != "csr" else ""), 32: ""}[q.bits]
+            )
         assert (total == p.attrs[name].mask).all()  # disjoint, and all of the kept elements
     for step in str(plan).splitlines():
         if not step.startswith("#"):
@@ -55,15 +80,43 @@ def test_plan_matches_numpy(target):
     rng = np.random.default_rng(7)
     values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
     values = {name: values[name] for name in p.inputs}
-    w1 = np.where(p.attrs["W1"].mask, values["W1"], 0)
-    w2 = np.where(p.attrs["W2"].mask, values["W2"], 0)
+    assert {q.bits for q in plan.parts} == {8, 32}
+    w1, w2 = stored(plan, "W1", values["W1"]), stored(plan, "W2", values["W2"])
     expected = np.maximum(values["X"] @ w1, 0) @ w2 + values["B"]
     np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
+    exact = {n: np.where(p.attrs[n].mask, values[n], 0) for n in ("W1", "W2")}
+    unquantized = np.maximum(values["X"] @ exact["W1"], 0) @ exact["W2"] + values["B"]
+    assert not np.allclose(expected, unquantized, rtol=1e-6)  # the 8-bit parts are int8
     weights = {"W1": values.pop("W1"), "W2": values.pop("W2")}
     run = plan.compile(target=target, dtype="float64", static=weights)
     np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ucf.OperandError, match="missing operand X"):
         run(B=values["B"])
+
+
+def test_each_width_is_stored_in_its_values():
+    """Blocks of 4, 8, 16 and 32 bits: the parts are qint4, qint8, float16 and plain,
+    and the plan computes with the values so stored."""
+    rng = np.random.default_rng(11)
+    kept = np.kron(rng.random((4, 5)) < 0.4, np.ones((4, 4), dtype=bool))
+    kept |= rng.random((16, 20)) < 0.05
+    widths = np.kron(rng.choice([4, 8, 16, 32], size=(4, 5)), np.ones((4, 4), dtype=int))
+    attrs = {"W": ucf.TeSA(np.where(kept, widths, 0))}
+    p = ucf.program("y(i) = W(i,j) * x(j)", shapes={"x": (20,)}, attrs=attrs)
+    plan = p.transform(ucf.Policy(bits={4, 8, 16, 32}, blocks={(1, 1): 1.0, (4, 4): 6.0}))
+    values = {q.bits: q.format.partition("@")[2] for q in plan.parts if q.block == (4, 4)}
+    assert values == {4: "qint4:1", 8: "qint8:1", 16: "float16", 32: ""}
+    w, x = rng.standard_normal((16, 20)), rng.standard_normal(20)
+    got = plan.compile(dtype="float64")(W=w, x=x)["y"]
+    np.testing.assert_allclose(got, stored(plan, "W", w) @ x, rtol=1e-10, atol=1e-10)
+    as_stored = plan.stored("W", w, dtype="float64")  # what users check a plan against
+    np.testing.assert_allclose(as_stored, stored(plan, "W", w), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(plan.stored("x", x), x.astype(np.float32))  # not split
+
+
+def test_a_width_ucf_cannot_store_is_refused():
+    with pytest.raises(ucf.OperandError, match="no storage for 2-bit values"):
+        ucf.Policy(bits={2, 32})
 
 
 def test_an_operand_under_a_function_reads_the_sum_of_its_parts():
@@ -73,7 +126,7 @@ def test_an_operand_under_a_function_reads_the_sum_of_its_parts():
     plan = p.transform(POLICY)
     w, x = rng.standard_normal((8, 8)), rng.standard_normal(8)
     got = plan.compile(dtype="float64")(W=w, x=x)["y"]
-    kept = np.where(attrs["W"].mask, w, 0)
+    kept = stored(plan, "W", w)
     np.testing.assert_allclose(got, np.maximum(kept, 0) @ x + kept @ x, rtol=1e-12)
 
 
@@ -104,7 +157,7 @@ def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zero
     assert {q.tensor for q in plan.parts} == {"W"}
     w, x = rng.standard_normal((8, 8)), rng.standard_normal(8)
     got = plan.compile(dtype="float64")(W=w, x=x)["y"]
-    expected = np.where(attrs["W"].mask, w, 0) @ np.where(x_mask, x, 0)
+    expected = stored(plan, "W", w) @ np.where(x_mask, x, 0)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     got = plan.compile(dtype="float64", static={"x": x})(W=w)["y"]  # static, not split
     np.testing.assert_allclose(got, expected, rtol=1e-12)

@@ -4,7 +4,8 @@ Each sparse input of a statement is split into parts that one simple kernel
 computes well: its widths rounded to the hardware's (``bit_rounding``), then per
 width a weighted block cover (``block_cover``) whose blocks of one shape form
 one part, stored in the format of that shape (CSR for single elements, BCSR for
-blocks). A statement linear in a split operand becomes one sub-statement per
+blocks) with values of that width (``VALUES``: 8 and 4 bits quantized, 16 bits
+half precision). A statement linear in a split operand becomes one sub-statement per
 part (for several split operands, per combination of parts), added up; any
 other statement reads the sum of the parts in place of the operand.
 """
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
     from ucf.tesa.program import Program
 
 
+# The value suffix a part of each width is stored with; 32 and 64 bits are the plan's
+# dtype. A blocked part has a scale per block; a CSR part one per tensor, so that a
+# statement reading the sum of an operand's parts never has a per-row scale beside
+# blocks over the same rows (which a blocked kernel refuses, docs/formats.md).
+VALUES = {4: "@qint4", 8: "@qint8", 16: "@float16", 32: "", 64: ""}
+
+
 class Policy:
     """What the hardware offers: the widths it computes in and the cost of a block of
     each shape (a dict from block shape to cost per block, or ``"measure"`` for the
@@ -44,6 +52,12 @@ class Policy:
         self.min_sparsity = float(min_sparsity)
         if not self.bits or min(self.bits) < 1:
             raise OperandError(f"Policy: bits must be positive widths, got {sorted(self.bits)}")
+        unstored = sorted(self.bits - VALUES.keys())
+        if unstored:
+            raise OperandError(
+                f"Policy: ucf has no storage for {unstored[0]}-bit values; the widths it "
+                f"stores are {sorted(VALUES)} (4 and 8 quantized, 16 half precision)"
+            )
         if isinstance(blocks, str):
             if blocks != "measure":
                 raise OperandError(
@@ -78,7 +92,12 @@ class Part:
 
     @property
     def format(self) -> str:
-        return "csr" if self.block == (1, 1) else f"bcsr({self.block[0]},{self.block[1]})"
+        """The part's storage: its block shape's format, with values of its width."""
+        values = VALUES[self.bits]
+        if self.block == (1, 1):
+            return f"csr{values}"
+        per_block = ":1" if values.startswith("@q") else ""
+        return f"bcsr({self.block[0]},{self.block[1]}){values}{per_block}"
 
 
 class Plan:
@@ -190,6 +209,18 @@ class Plan:
             return None
         notes.append(f"{stmt.lhs.tensor}: dismantled over {static[0]} ({schedule})")
         return kernel
+
+    @boundary
+    def stored(self, name: str, value: Any, dtype: Any = "float32") -> np.ndarray:
+        """``value`` of input ``name`` as the plan computes with it: its kept elements,
+        with each part's values as stored (8- and 4-bit parts quantized, 16-bit ones
+        in half precision), for checking a plan's result against a dense reference."""
+        value = np.asarray(value, dtype=dtype)
+        parts = [p for p in self.parts if p.tensor == name]
+        if not parts:
+            return self._masked(name, value)
+        split = self._split({name: value})
+        return sum(split[p.name].to_numpy().astype(dtype) for p in parts)
 
     def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
         return np.where(self.masks[name], value, 0) if name in self.masks else value
