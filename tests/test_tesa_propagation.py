@@ -336,3 +336,54 @@ def test_scrambling_agrees_with_the_exact_rules(case):
     exact = ucf.program(text, attrs=attrs).propagate()
     scrambled = ucf.program(text, attrs=attrs).propagate(method="scramble", samples=64)
     assert masks(scrambled) == masks(exact), text
+
+
+# --- backward through affine indices ------------------------------------------------------
+
+
+def test_backward_through_a_strided_convolution_against_loops():
+    """An input pixel is needed exactly where some kept output pixel reads it with a kept
+    filter tap: checked against a loop over every (output, tap) pair."""
+    rng = np.random.default_rng(41)
+    n, c, m, h, w, r, s = 1, 2, 3, 9, 7, 3, 2
+    p, q = (h - r) // 2 + 1, (w - s) // 2 + 1
+    out = rng.random((n, m, p, q)) < 0.3
+    filt = rng.random((m, c, r, s)) < 0.4
+    prog = ucf.program(
+        "O(n,m,p,q) = I(n,c,2*p+r,2*q+s) * F(m,c,r,s)",
+        shapes={"I": (n, c, h, w)},
+        attrs={"O": M(out), "F": M(filt)},
+    )
+    need = np.zeros((n, c, h, w), dtype=bool)
+    for b, k, y, x, ch, dy, dx in np.ndindex(n, m, p, q, c, r, s):
+        if out[b, k, y, x] and filt[k, ch, dy, dx]:
+            need[b, ch, 2 * y + dy, 2 * x + dx] = True
+    got = prog.propagate()["I"].mask
+    assert need.any() and not need.all()
+    np.testing.assert_array_equal(got, need)
+
+
+@pytest.mark.parametrize(
+    "text, shapes",
+    [
+        ("O(p) = I(p+r) * F(r)", {"I": (8,), "F": (3,), "O": (6,)}),
+        ("O(p) = I(2*p+r+1) * F(r)", {"I": (9,), "F": (2,), "O": (4,)}),
+        ("O(p,q) = relu(I(p+r,q) * F(r)) + B(p,q)", {"I": (6, 3), "F": (2,), "B": (5, 3)}),
+        ("O(i) = I(i+j) * F(j) * G(i)", {"I": (7,), "F": (3,), "G": (5,)}),
+        ("O(i,j) = I(i,i+j) * F(j)", {"I": (4, 6), "F": (3,), "O": (4, 3)}),
+    ],
+)
+def test_affine_backward_agrees_with_scrambling(text, shapes):
+    rng = np.random.default_rng(len(text))
+    attrs = {k: M(rng.random(v) < 0.4) for k, v in shapes.items() if k != "I"}
+    exact = ucf.program(text, shapes=shapes, attrs=attrs).propagate()
+    scrambled = ucf.program(text, shapes=shapes, attrs=attrs).propagate(method="scramble")
+    assert not exact["I"].mask.all()  # something was pruned through the affine index
+    assert masks(scrambled) == masks(exact), text
+
+
+@pytest.mark.parametrize("text", ["O(i) = I(i,i) * F(i)", "O(i) = I(i+j,i+j) * F(j)"])
+def test_an_index_without_a_pivot_prunes_nothing_backward(text):
+    attrs = {"F": M(np.array([True, False, True])), "O": M(np.array([True, True, False]))}
+    got = ucf.program(text, shapes={"I": (3, 3)}, attrs=attrs).propagate()
+    assert got["I"].mask.all()

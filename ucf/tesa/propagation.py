@@ -152,12 +152,16 @@ class _State:
     def _adjoint(self, node: Node, tensor: str) -> np.ndarray:
         out = Access(node.output, tuple(Affine.var(v) for v in node.out_vars))
         need = np.zeros(self.bits[tensor].shape, dtype=bool)
+        taken = set(self.bits)
         for access, factors in rules.occurrences(node.statement.rhs, tensor):
             masks = [rules.mask_expr(f, self._known) for f in factors]
-            rhs = rules.adjoint(rules.mask_expr(out, self._known), access, masks)
-            if rhs is None:  # an affine or diagonal access: nothing is pruned through it
+            output = rules.mask_expr(out, self._known)
+            found = rules.adjoint(output, access, masks, node.extents, taken)
+            if found is None:  # a constant or repeated index: nothing is pruned through it
                 return np.ones_like(need)
-            need |= self._exact(tuple(i.single_variable for i in access.indices), rhs, node)
+            lhs, rhs, ranges = found
+            extents = {**node.extents, **dict(zip(lhs, need.shape, strict=True))}
+            need |= self._exact(lhs, rhs, node, extents, ranges)
         return need
 
     def _known(self, access: Access) -> Const | None:
@@ -168,14 +172,29 @@ class _State:
             return Const.FULL
         return None
 
-    def _exact(self, lhs: tuple[str, ...], rhs: MaskExpr, node: Node) -> np.ndarray:
-        shape = tuple(node.extents[v] for v in lhs)
+    def _exact(
+        self,
+        lhs: tuple[str, ...],
+        rhs: MaskExpr,
+        node: Node,
+        extents: dict[str, int] | None = None,
+        ranges: dict[str, int] | None = None,
+    ) -> np.ndarray:
+        """``lhs = rhs`` over the masks as a boolean array; ``extents`` (the node's by
+        default) sizes ``lhs``, and ``ranges`` names vectors of ones ``rhs`` reads."""
+        extents = extents or node.extents
+        shape = tuple(extents[v] for v in lhs)
         if isinstance(rhs, Const):
             return np.full(shape, rhs is Const.FULL)
         used = tuple(v for v in lhs if v in free_variables(rhs))
-        dtype = np.int32 if _most_paths(rhs, used, node) <= np.iinfo(np.int32).max else np.int64
-        masks = {a.tensor: (self.bits[a.tensor] > 0).astype(dtype) for a in rhs._accesses}
-        result = _call(used, rhs, masks, node.extents, np.dtype(dtype).name) > 0
+        dtype = np.int32 if _most_paths(rhs, used, extents) <= np.iinfo(np.int32).max else np.int64
+        masks = {
+            a.tensor: np.ones(ranges[a.tensor], dtype=dtype)
+            if a.tensor in (ranges or {})
+            else (self.bits[a.tensor] > 0).astype(dtype)
+            for a in rhs._accesses
+        }
+        result = _call(used, rhs, masks, extents, np.dtype(dtype).name) > 0
         return _broadcast(result, used, lhs, shape)
 
     def _scrambled(self, node: Node) -> np.ndarray:
@@ -260,14 +279,14 @@ def _call(
     return out.to_numpy()
 
 
-def _most_paths(rhs: Expr, lhs: tuple[str, ...], node: Node) -> int:
+def _most_paths(rhs: Expr, lhs: tuple[str, ...], extents: dict[str, int]) -> int:
     """A bound on the count a mask statement can reach: the number of terms of its
     unions times the points of its sums (a variable only affine indices reach is
     bounded by the largest extent of the statement)."""
-    largest = max(node.extents.values(), default=1)
+    largest = max(extents.values(), default=1)
     points = 1
     for v in {v for a in rhs._accesses for i in a.indices for v in i.variables} - set(lhs):
-        points *= node.extents.get(v, largest)
+        points *= extents.get(v, largest)
     return points * max(len(rhs._accesses), 1)
 
 

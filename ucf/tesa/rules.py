@@ -24,8 +24,9 @@ broadcast, instead of a product over every row of ``X``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from ucf.lang.affine import Affine
 from ucf.lang.ast import (
     Access,
     Binary,
@@ -130,18 +131,85 @@ def occurrences(rhs: Expr, tensor: str) -> list[tuple[Access, list[Expr]]]:
     return found
 
 
-def adjoint(output: Access, access: Access, factors: list[MaskExpr]) -> MaskExpr | None:
-    """The demand statement's right-hand side for ``access``: the output's mask times
-    the cofactors, summed over every variable the access does not index. None when
-    the access is not plain (its demand is not a tensor indexed by variables)."""
-    if not plain(access):
-        return None
+def adjoint(
+    output: MaskExpr,
+    access: Access,
+    factors: list[MaskExpr],
+    extents: Mapping[str, int],
+    taken: set[str],
+) -> tuple[tuple[str, ...], MaskExpr, dict[str, int]] | None:
+    """The demand statement for ``access``: ``(lhs, rhs, ranges)``, the demand indexed
+    by ``lhs`` (one variable per index of the access) being the output's mask times the
+    cofactors, summed over every other variable; ``ranges`` names the vectors of ones
+    (and their lengths) that ``rhs`` reads besides the tensors' masks.
+
+    A plain access's variables index the demand. An affine access ``I(p+r, 2*q+s)``
+    gets a fresh variable ``x_k`` per index ``e_k``, and a pivot of each index (a
+    variable of coefficient ±1 that no other index has, ``r`` say) is solved for:
+    ``r = x_k - p`` replaces it everywhere, and a ones vector of ``r``'s extent read at
+    ``x_k - p`` keeps it in its range (an affine read outside a tensor is zero). The
+    indices are solved in turn, each after the earlier solutions are substituted
+    into it (``T(i, i+j)``: ``i = x_0``, then ``j = x_1 - x_0``). Every other summed
+    variable reads a ones vector too, which gives it its extent. None when some
+    index has no pivot left (a repeated index, ``T(i,i)``) or a cofactor holds a sum
+    of its own: then nothing is pruned through the access."""
     rhs = _product([output, *factors])
-    if isinstance(rhs, Const):
-        return rhs
-    lhs = {i.single_variable for i in access.indices}
-    summed = tuple(sorted(free_variables(rhs) - lhs))
-    return Sum(summed, rhs) if summed else rhs
+    if plain(access):
+        if isinstance(rhs, Const):
+            return tuple(i.single_variable for i in access.indices), rhs, {}
+        lhs = tuple(i.single_variable for i in access.indices)
+        summed = tuple(sorted(free_variables(rhs) - set(lhs)))
+        return lhs, (Sum(summed, rhs) if summed else rhs), {}
+    if any(_has_sum(f) for f in factors if not isinstance(f, Const)):
+        return None
+    used = set(taken) | set(extents)
+    lhs: list[str] = []
+    solved: dict[str, Affine] = {}
+    for k, index in enumerate(access.indices):
+        x = fresh(f"x{k}", used)
+        used.add(x)
+        lhs.append(x)
+        e = _substitute(index, solved)
+        pivot = next((v for v, c in e.terms if abs(c) == 1 and v in extents), None)
+        if pivot is None:
+            return None
+        value = (Affine.var(x) - e.without(pivot)).scale(e.coefficient(pivot))
+        solved = {v: _substitute(f, {pivot: value}) for v, f in solved.items()}
+        solved[pivot] = value
+    ranges: dict[str, int] = {}
+
+    def ones(v: str, index: Affine) -> Access:
+        name = fresh(f"range_{v}", used)
+        used.add(name)
+        ranges[name] = extents[v]
+        return Access(name, (index,))
+
+    body = rhs if isinstance(rhs, Const) else map_accesses(rhs, lambda a: _solve(a, solved))
+    bounds = [ones(v, index) for v, index in solved.items()]
+    rest = set() if isinstance(body, Const) else free_variables(body)
+    rest |= {v for b in bounds for v in b.indices[0].variables}
+    rest -= set(lhs)
+    bounds += [ones(v, Affine.var(v)) for v in sorted(rest)]
+    product = _product([body, *bounds])
+    if isinstance(product, Const):
+        return tuple(lhs), product, ranges
+    return tuple(lhs), (Sum(tuple(sorted(rest)), product) if rest else product), ranges
+
+
+def _solve(a: Access, solved: Mapping[str, Affine]) -> Access:
+    """``a`` with each solved variable replaced by what it was solved for."""
+    return Access(a.tensor, tuple(_substitute(e, solved) for e in a.indices))
+
+
+def _substitute(e: Affine, solved: Mapping[str, Affine]) -> Affine:
+    for v, value in solved.items():
+        if v in e.variables:
+            e = e.without(v) + value.scale(e.coefficient(v))
+    return e
+
+
+def _has_sum(e: Expr) -> bool:
+    return isinstance(e, Sum) or any(_has_sum(c) for c in children(e))
 
 
 def _keeps_width(fn: Function) -> bool:
