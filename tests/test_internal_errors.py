@@ -142,3 +142,30 @@ def test_the_random_schedules_reach_the_compiler():
     if not COMPILED:
         pytest.skip("the fuzz test did not run in this session")
     assert len(COMPILED) >= 10, COMPILED
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: ucf.compile("y(i) = A(i,j) * x(j)", shapez={"y": (3,)}),
+            r"ucf.compile: .*'shapez'",
+        ),
+        (lambda: ucf.from_numpy(), r"ucf.from_numpy: missing"),
+        (lambda: ucf.einsum(), r"ucf.einsum: missing"),
+    ],
+)
+def test_a_call_its_signature_does_not_take_is_an_argument_error(call, match):
+    """Not an InternalError (no bug in ucf): a UcfError that is also Python's TypeError."""
+    with pytest.raises(ucf.ArgumentError, match=match) as e:
+        call()
+    assert isinstance(e.value, TypeError)
+
+
+def test_a_type_error_from_inside_ucf_is_still_internal(monkeypatch):
+    def wrong(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(pipeline, "plan", wrong)
+    with pytest.raises(ucf.InternalError, match="TypeError: a bug"):
+        ucf.compile("y(i) = A(i,j) * x(j) * 3", formats={"A": "csr"})

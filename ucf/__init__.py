@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ucf._version import __version__
 from ucf.errors import (
+    ArgumentError,
     CompileError,
     ConversionWarning,
     DLPackError,
@@ -75,6 +76,7 @@ _LAZY = {
 
 __all__ = [
     "__version__",
+    "ArgumentError",
     "CacheWarning",
     "CompileError",
     "ConversionWarning",

@@ -75,6 +75,11 @@ class CompileError(UcfError):
     """The backend compiler (cc, llvm, nvcc) rejected generated code."""
 
 
+class ArgumentError(UcfError, TypeError):
+    """A public function called with arguments its signature does not take (an unknown
+    keyword, a missing or extra argument). Also a ``TypeError``, as Python raises."""
+
+
 class InternalError(UcfError):
     """A bug in ucf: something other than a ``UcfError`` escaped from the public API.
 
@@ -102,10 +107,22 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except _PASSED:
             raise
+        except TypeError as e:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                raise ArgumentError(f"{_public_name(fn)}: {wrong}") from None
+            raise InternalError(_report(fn, signature, args, kwargs, e)) from e
         except Exception as e:
             raise InternalError(_report(fn, signature, args, kwargs, e)) from e
 
     return wrapper
+
+
+def _public_name(fn: Callable) -> str:
+    """``ucf.compile``, ``Kernel.__call__``: the name a user called."""
+    qualname = fn.__qualname__
+    return qualname if "." in qualname else f"ucf.{qualname}"
 
 
 def _report(fn, signature, args, kwargs, error: Exception) -> str:
