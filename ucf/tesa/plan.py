@@ -167,7 +167,8 @@ class Plan:
                 missing = sorted(names - set(values))
                 if missing:
                     raise OperandError(f"missing operand {missing[0]}")
-                values[out] = kernel(**{n: values[n] for n in names}).to_numpy()
+                # The kernel's fresh dense output, viewed, not copied.
+                values[out] = np.asarray(kernel(**{n: values[n] for n in names}))
             return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
 
         run.notes = notes
