@@ -356,3 +356,29 @@ def test_the_exported_check_accepts_the_split_operands(tmp_path, fmt):
             args.append(ctypes.c_void_p(A.levels[role[2]][role[0]].ctypes.data))
     msg = ctypes.create_string_buffer(200)
     assert check(*args, msg, len(msg)) == 0, msg.value
+
+
+GPU_TILE_CASES = [
+    ("bcsr(32,32)", (70, 96), 40),
+    pytest.param("bcsr(4,8)", (13, 30), 5, marks=pytest.mark.slow),
+    pytest.param("bcsr(64,16)", (64, 48), 33, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("fmt", "shape", "n"), GPU_TILE_CASES)
+def test_cuda_default_puts_blocks_over_gpu_blocks_and_places_over_threads(fmt, shape, n):
+    """With no schedule, a blocked operand's block rows go to GPU blocks and the places
+    in a block (and, for SpMM, a tile of B's columns) to threads; partial blocks and a
+    column count the tile does not divide are right (emulated CUDA against numpy; the
+    sources compile with nvcc in test_cuda.py)."""
+    rng = np.random.default_rng(14)
+    A = blocky(rng, shape, block_of(fmt))
+    At = ucf.from_numpy(A, format=fmt)
+    x, B = rand_dense(rng, shape[1]), rand_dense(rng, (shape[1], n))
+    spmv = compile_for("cuda", "y(i) = A(i,k)*x(k)", {"A": fmt})
+    assert "i_blk over GPU blocks and i_in over their threads" in spmv.cin
+    np.testing.assert_allclose(spmv(A=At, x=x).to_numpy(), A @ x)
+    spmm = compile_for("cuda", "C(i,j) = A(i,k)*B(k,j)", {"A": fmt})
+    lanes = min(32, 1024 // block_of(fmt)[0])
+    assert f"i_blk and j_blk over GPU blocks, i_in and j_thr ({lanes} of j)" in spmm.cin
+    np.testing.assert_allclose(spmm(A=At, B=B).to_numpy(), A @ B)

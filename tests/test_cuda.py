@@ -658,6 +658,8 @@ def test_generated_kernels_compile_with_nvcc(sgap_kernels, taco_kernels, arch):
     for held in ("float16", "int8", "uint8"):  # values widened on load (__half on a GPU)
         fmts = {"A": f"csr@{held}", "B": f"dense@{held}"}
         sources.append(ucf.compile(SPMM, formats=fmts, target="cuda", dtype="float32").source)
+    for expr in ("y(i) = A(i,k) * x(k)", SPMM):  # the default over blocks and thread tiles
+        sources.append(ucf.compile(expr, formats={"A": "bcsr(32,32)"}, target="cuda").source)
     nvcc_check(_batch(sources), arch)
 
 

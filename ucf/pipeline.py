@@ -385,21 +385,25 @@ def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: s
     computed = base.output_format
     if schedule is None and base.order:
         v = base.order[0]
-        text = (
+        rows = (
             f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
             f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
         )
-        try:
-            cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
-            lowered, module = _lower_cuda(cin, applied, vt, it)
-        except ScheduleError as e:
-            reason = str(e).split(": ", 1)[-1]
-            base.notes.append(
-                f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
-                f"split over blocks and threads ({reason})"
-            )
-        else:
+        reason = ""
+        for text, why in [*_gpu_block_tiles(base), (rows, "")]:
+            try:
+                cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
+                lowered, module = _lower_cuda(cin, applied, vt, it)
+            except ScheduleError as e:
+                reason = str(e).split(": ", 1)[-1]
+                continue
+            if why:
+                cin.notes.append(why)
             return cin, lowered, module
+        base.notes.append(
+            f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
+            f"split over blocks and threads ({reason})"
+        )
     applied = None
     if commands:
         base, applied = _scheduled(base, commands, fmts, computed)
@@ -410,6 +414,46 @@ def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: s
 
 #: Threads per block of the default GPU schedule.
 DEFAULT_GPU_THREADS = 128
+#: Most threads of a GPU block (CUDA's limit).
+MAX_GPU_THREADS = 1024
+
+
+def _gpu_block_tiles(cin: CIN) -> list[tuple[str, str]]:
+    """The default GPU mappings of a kernel whose outermost loop runs over the blocks
+    of a blocked output mode (a ``bcsr`` operand's block rows), best first, each with
+    the note that explains it: a GPU block per block of the output, a thread per
+    place in it, and the output's last dense variable split over more threads, a
+    grid axis of its own, so that neighbouring threads load and store neighbouring
+    elements along it (a thread tile per output block). Then the same without that
+    split. Empty when the outermost loop is not over blocks."""
+    v = cin.order[0]
+    out = [i.single_variable for i in cin.statement.lhs.indices]
+    places = [inner for inner, (_, outer, _) in cin.blocks.items() if outer == v]
+    if not places or places[0] not in out or places[0] not in cin.order:
+        return []
+    place, size = places[0], cin.blocks[places[0]][2]
+    if size > MAX_GPU_THREADS:
+        return []
+    blocks = f"parallelize({v}, GPUBlock, NoRaces); parallelize({place}, GPUThread, NoRaces)"
+    plain = (blocks, f"default: {v} over GPU blocks and {place} over their threads")
+    lanes = min(32, MAX_GPU_THREADS // size)
+    split = set(cin.blocks) | {outer for _, outer, _ in cin.blocks.values()}
+    dense = [x for x in out if x not in split]
+    if not dense or lanes < 2:
+        return [plain]
+    j = dense[-1]
+    rest = [x for x in cin.order[1:] if x != j]
+    order = [v, f"{j}_blk", *rest]
+    order.insert(order.index(place) + 1, f"{j}_thr")
+    tiled = (
+        f"split({j}, {j}_blk, {j}_thr, {lanes}); reorder({', '.join(order)}); {blocks}; "
+        f"parallelize({j}_blk, GPUBlock, NoRaces); parallelize({j}_thr, GPUThread, NoRaces)"
+    )
+    why = (
+        f"default: {v} and {j}_blk over GPU blocks, {place} and {j}_thr ({lanes} of {j}) "
+        f"over their threads: a thread per element of a tile of the output"
+    )
+    return [(tiled, why), plain]
 
 
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
