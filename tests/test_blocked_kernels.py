@@ -292,14 +292,14 @@ def test_what_blocks_cannot_express_is_named(expr, formats, message):
 
 
 def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
-    from ucf.exec.blocked import _split
+    from ucf.cin.block_operands import split_operand
 
     x = ucf.from_numpy(np.arange(12.0))
     k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,3)"})
     b = k._plan.blocking
-    assert np.shares_memory(_split(b, "x", x).vals, x.vals)
+    assert np.shares_memory(split_operand(b, "x", x).vals, x.vals)
     odd = ucf.from_numpy(np.arange(11.0))
-    padded = _split(b, "x", odd)
+    padded = split_operand(b, "x", odd)
     assert padded.shape == (4, 3) and not np.shares_memory(padded.vals, odd.vals)
     np.testing.assert_array_equal(padded.to_numpy().ravel(), [*range(11), 0])
 

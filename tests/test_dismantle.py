@@ -246,3 +246,26 @@ def test_sparse_output_assembles_over_the_pattern(target):
     )
     assert not _loads(k) & {"A1_pos", "A1_crd"}  # neither pass reads A's index
     np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A.toarray() * B)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_plain_static_operand_beside_a_blocked_one_is_repacked_when_compiling(target):
+    """W (csr) is indexed by k, which T's blocks split: it is re-packed into those blocks
+    when compiling, as every call re-packs it, and the kernel is dismantled over that
+    split pattern (W's index arrays, split, fold into constants)."""
+    rng = np.random.default_rng(4)
+    T = np.kron(rng.random((3, 2)) < 0.6, np.ones((2, 3))) * rng.random((6, 6))
+    W = sp.random(6, 5, density=0.4, format="csr", random_state=5)
+    fmts = {"T": "bcsr(2,3)", "W": "csr"}
+    Tt = ucf.from_numpy(T, format="bcsr(2,3)")
+    plain = ucf.compile(FIG7, fmts, target=target, static={"W": W})
+    with pytest.warns(ucf.ConversionWarning, match="re-packed"):
+        np.testing.assert_allclose(plain(T=Tt, W=W).to_numpy(), T @ W.toarray())
+    both = {"T": Tt, "W": W}  # T's loops around k_blk unroll too
+    k = ucf.compile(FIG7, fmts, "dismantle(n)", target=target, static=both)
+    assert not {"W2_pos", "W2_crd", "T1_pos", "T1_crd"} & _loads(k)  # the index arrays fold
+    with pytest.warns(ucf.ConversionWarning, match="re-packed"):
+        np.testing.assert_allclose(k(T=Tt, W=W).to_numpy(), T @ W.toarray())
+    other = sp.random(6, 5, density=0.4, format="csr", random_state=6)
+    with pytest.raises(ucf.OperandError, match="W"):
+        k(T=Tt, W=other)

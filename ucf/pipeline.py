@@ -9,12 +9,14 @@ caches, binds and calls it.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ucf.cin import invariance
+from ucf.cin.block_operands import split_operand
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars
 from ucf.cin.extents import describe as describe_extents
@@ -23,7 +25,14 @@ from ucf.cin.scale_groups import group_sums
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
-from ucf.errors import FormatError, OperandError, ScheduleError, ShapeError, UnsupportedError
+from ucf.errors import (
+    ConversionWarning,
+    FormatError,
+    OperandError,
+    ScheduleError,
+    ShapeError,
+    UnsupportedError,
+)
 from ucf.format.format import Format, parse_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
@@ -178,26 +187,17 @@ def plan(
 
 
 def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[str, Any]:
-    """The static operands as the kernel's statement reads them: a blocked one in the
-    split shape (its arrays are already the split tensor's, see ``ucf.cin.blocking``)."""
-    from ucf.format.tensor import Tensor
-
+    """The static operands as the kernel's statement reads them: in a blocked kernel,
+    in the split shape, as a call passes them (``ucf.cin.block_operands``: a blocked
+    one on its own arrays, a plain one over a blocked variable re-packed)."""
     if static and target == "cuda":
         raise UnsupportedError("target 'cuda' does not take static operands yet")
     b = front.blocking
-    views = {}
-    for name, t in static.items():
-        if b is None or not any(b.modes[name]):
-            views[name] = t
-            continue
-        if not b.user_formats[name].blocked:
-            raise UnsupportedError(
-                f"static operand {name} ('{b.user_formats[name]}') is re-packed into blocks "
-                "on every call, since another operand is blocked; store it blocked too"
-            )
-        shape = b.split_shape(name, t.shape)
-        views[name] = Tensor(shape, b.formats[name], t.levels, t.vals, check=False)
-    return views
+    if b is None:
+        return dict(static)
+    with warnings.catch_warnings():  # a re-packed operand warns on every call instead
+        warnings.simplefilter("ignore", ConversionWarning)
+        return {name: split_operand(b, name, t) for name, t in static.items()}
 
 
 def _dismantled(

@@ -1,10 +1,8 @@
 """Calling a kernel over blocked formats: the user's tensors seen in the split shapes
 of the kernel's statement (see ``ucf.cin.blocking``), and the output seen back.
 
-A blocked tensor's arrays are already those of the split tensor, so it is passed
-as it is. A dense tensor is reshaped, without a copy when the block sizes divide
-its extents and padded with zeros when they do not. A plain sparse tensor over a
-blocked variable is re-packed from its coordinates.
+The operands are split by ``ucf.cin.block_operands``; the output is joined back
+here, in the user's shape and format.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ucf.cin.block_operands import same_levels, split_operand
 from ucf.cin.blocking import Blocking
-from ucf.errors import ConversionWarning, OperandError, warn_user
+from ucf.errors import OperandError
 from ucf.format.format import Format, dense_format
-from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo
 
 
@@ -31,7 +29,7 @@ def run(
 ) -> Tensor:
     """``call`` (the kernel's own run) on the split operands, output joined back."""
     b: Blocking = plan.blocking
-    split = {n: _split(b, n, t) for n, t in given.items()}
+    split = {n: split_operand(b, n, t) for n, t in given.items()}
     name = plan.statement.lhs.tensor
     shape = tuple(extents[idx.single_variable] for idx in plan.statement.lhs.indices)
     target = None
@@ -43,7 +41,7 @@ def run(
                 f"{plan.statement}"
             )
         dense = target.to_numpy() if isinstance(target, Tensor) else target
-        out = _split(b, name, Tensor.from_numpy(np.ascontiguousarray(dense))).to_numpy()
+        out = split_operand(b, name, Tensor.from_numpy(np.ascontiguousarray(dense))).to_numpy()
     result = call(split, b.split_extents(extents), out)
     joined = _join(b, name, result, shape)
     if target is None:
@@ -53,64 +51,6 @@ def run(
         return target
     target[...] = joined.to_numpy()
     return joined
-
-
-def _split(b: Blocking, name: str, t: Tensor) -> Tensor:
-    blocks = b.modes[name]
-    if not any(blocks):
-        return t
-    fmt = b.user_formats[name]
-    shape = b.split_shape(name, t.shape)
-    if fmt.blocked and same_levels(b, name):
-        if t.format != fmt:
-            warn_user(
-                f"ucf: operand {name} is stored as '{t.format}' but the kernel reads the "
-                f"blocked format '{fmt}'; it is converted on every call (convert it once "
-                "beforehand, e.g. with ucf.from_numpy(..., format=...) or .convert(...))",
-                ConversionWarning,
-            )
-            t = t.convert(fmt)
-        levels = [dict(level) for level in t.levels]
-        return Tensor(
-            shape, b.formats[name], levels, t.vals, t.index_dtype, check=False, scales=t.scales
-        )
-    if not t.plain:  # its numbers split, held again as they were
-        return split_held(t, b.formats[name], _split(b, name, t.astype(t.dtype)), name)
-    if t.format.is_dense:
-        pad = [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)]
-        dense = np.asarray(t)  # a view of a row-major tensor's values, else a copy
-        if any(after for _, after in pad):
-            dense = np.pad(dense, pad)
-        return Tensor.from_numpy(dense.reshape(shape), dtype=t.dtype)
-    warn_user(
-        f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
-        "in blocks, so it is re-packed into those blocks on every call (store it in the "
-        "same blocks to avoid the cost)",
-        ConversionWarning,
-    )
-    coords, vals = t.to_coo()
-    return from_coo(
-        _split_coords(coords, blocks),
-        vals,
-        shape=shape,
-        format=b.formats[name].structure,  # the values: as t holds them (see split_held)
-        dtype=t.dtype,
-        index_dtype=t.index_dtype,
-    )
-
-
-def same_levels(b: Blocking, name: str) -> bool:
-    """Whether ``name``'s arrays serve the split statement as they are: its blocked
-    format has no plain level over a variable that another tensor stores in blocks."""
-    return len(b.formats[name].levels) == len(b.user_formats[name].levels)
-
-
-def _split_coords(coords: np.ndarray, blocks: tuple[int, ...]) -> np.ndarray:
-    cols = []
-    for m, blk in enumerate(blocks):
-        c = coords[:, m]
-        cols += [c // blk, c % blk] if blk else [c]
-    return np.stack(cols, axis=1) if cols else coords
 
 
 def _join(b: Blocking, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
