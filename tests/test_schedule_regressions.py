@@ -248,3 +248,37 @@ def test_reorder_of_a_split_running_sum_still_works(target):
 def test_refusal_gives_the_true_reason(expr, formats, schedule, reason):
     with pytest.raises(ucf.ScheduleError, match=reason):
         ucf.compile(expr, formats=formats, schedule=schedule)
+
+
+# ------------------------------------------------------------------ wrong reasons (issues 14, 15)
+
+SPGEMM = "C(i,j) = A(i,k)*B(k,j)"
+CSR3 = {"A": "csr", "B": "csr", "C": "csr"}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("reorder(i,k,j)", "reduction variable k would enclose output variable j, which a sparse"),
+        ("reorder(k,i,j)", r"operand A \('csr'\) stores i above k"),
+        ("reorder(j,k,i)", r"operand A \('csr'\) stores i above k"),
+        ("reorder(j,i,k)", r"output C \('UC'\) stores i above j"),
+    ],
+)
+def test_spgemm_reorders_are_refused_naming_the_formats_as_written(schedule, message):
+    """The default all-CSR SpGEMM without a workspace reads B converted to 'UC:1,0' (its
+    order is i, j, k); the checker named that copy as if B were stored so, and refused
+    i, k, j, which B's own storage follows, for B instead of for the output."""
+    with pytest.raises(ucf.ScheduleError, match=message) as e:
+        ucf.compile(SPGEMM, CSR3, schedule)
+    assert "UC:1,0" not in str(e.value)
+
+
+def test_spgemm_in_the_converted_order_still_matches_scipy(target):
+    rng = np.random.default_rng(41)
+    A = sp.random(9, 7, density=0.3, random_state=rng, format="csr")
+    B = sp.random(7, 8, density=0.3, random_state=rng, format="csr")
+    k = ucf.compile(SPGEMM, CSR3, "reorder(i,j,k)", target=target)
+    with pytest.warns(ucf.ConversionWarning):
+        got = k(A=A, B=B).to_scipy()
+    np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-13)

@@ -116,10 +116,12 @@ def plan(
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
-        cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
+        cin, lowered, module = _cuda_schedule(
+            base, commands, schedule, requested, fmts, vt, it, front.shown
+        )
     else:
         cin, applied = (
-            _scheduled(base, commands, fmts, computed, default, frozenset(fixed))
+            _scheduled(base, commands, fmts, computed, default, frozenset(fixed), front.shown)
             if commands
             else (base, None)
         )
@@ -261,6 +263,8 @@ class _Front:
             except FormatError as e:
                 raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
+        # each operand's format as the user spelled it, for messages
+        self.shown = {n: str(formats.get(n, f)) for n, f in fmts.items()}
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
@@ -343,7 +347,7 @@ def proposals(
         commands = parse_schedule(choice.text)
         nest = spared if any(c.name == "precompute" for c in commands) else base
         try:
-            _scheduled(nest, commands, front.fmts, front.computed)
+            _scheduled(nest, commands, front.fmts, front.computed, shown=front.shown)
         except (ScheduleError, UnsupportedError):
             continue
         kept.append(choice)
@@ -373,7 +377,9 @@ def _check_units(applied: Applied | None, target: str) -> None:
             )
 
 
-def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str):
+def _cuda_schedule(
+    base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str, shown: dict
+):
     """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
     if not requested.is_dense:
         raise UnsupportedError(
@@ -390,7 +396,9 @@ def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: s
             f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
         )
         try:
-            cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
+            cin, applied = _scheduled(
+                base, parse_schedule(text), fmts, computed, default=True, shown=shown
+            )
             lowered, module = _lower_cuda(cin, applied, vt, it)
         except ScheduleError as e:
             reason = str(e).split(": ", 1)[-1]
@@ -402,7 +410,7 @@ def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: s
             return cin, lowered, module
     applied = None
     if commands:
-        base, applied = _scheduled(base, commands, fmts, computed)
+        base, applied = _scheduled(base, commands, fmts, computed, shown=shown)
         _check_units(applied, "cuda")
     lowered, module = _lower_cuda(base, applied, vt, it)
     return base, lowered, module
@@ -433,8 +441,15 @@ def _scheduled(
     computed: Format,
     default: bool = False,
     static: frozenset[str] = frozenset(),
+    shown: dict[str, str] | None = None,
 ) -> tuple[CIN, Applied]:
-    """Re-concretize with the loop order the schedule asks for, after checking it."""
+    """Re-concretize with the loop order the schedule asks for, after checking it.
+
+    The order must walk every sparse operand read as stored in the order of its
+    levels. An operand ``cin`` reads converted (no order it could take follows its
+    storage) binds no order: the new order picks its storage anew, as stored when
+    the order follows that. Errors name an operand's format as ``shown`` (the user's
+    spelling, by tensor) gives it."""
     stmt = cin.statement
     chains = {}
     tensors: dict[str, tuple[list[str], Format]] = {}
@@ -443,8 +458,10 @@ def _scheduled(
         lv = level_vars(a, slot.format, cin.order)
         tensors.setdefault(a.tensor, (lv, slot.format))
         # An affine level's base moves with the order; concretize checks those.
-        if not slot.format.is_dense and all(i.single_variable for i in a.indices):
-            chains[f"operand {a.tensor} ('{slot.format}')"] = lv
+        as_stored = slot.name == slot.tensor
+        if as_stored and not slot.format.is_dense and all(i.single_variable for i in a.indices):
+            spelled = (shown or {}).get(a.tensor, str(slot.format))
+            chains[f"operand {a.tensor} ('{spelled}')"] = lv
     if not computed.is_dense:
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
             stmt.lhs, computed, cin.order
