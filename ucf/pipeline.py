@@ -16,7 +16,7 @@ import numpy as np
 
 from ucf.cin import invariance
 from ucf.cin.blocking import Blocking, unblock, user_variables
-from ucf.cin.concretize import appended_vars, concretize, level_vars
+from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
@@ -213,12 +213,14 @@ def _dismantled(
     """The lowered functions specialized to the static operands (``dismantle``): the
     extents their shapes fix, in the user's statement and in a blocked one's split."""
     request = applied.dismantle if applied is not None else None
-    for slot in cin.slots.values():
+    for n, slot in cin.slots.items():
         if request and slot.tensor in fixed and slot.name != slot.tensor:
+            access = accesses(cin.statement.rhs)[n]
+            why = nesting_conflict(cin.statement, access, front.fmts[slot.tensor])
             raise ScheduleError(
                 f"dismantle({request.var}): static operand {slot.tensor} is read as "
-                f"'{slot.format}', since no loop order follows its format; choose a loop "
-                "order that walks its levels in order"
+                f"'{slot.format}', since no loop order follows its format; "
+                + (why or "choose a loop order that walks its levels in order")
             )
     var = request.var if request else None
     command = f"dismantle({var}{', values' if request and request.values else ''})"
