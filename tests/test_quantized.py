@@ -317,7 +317,7 @@ def test_quantized_spmv_sums_integers_exactly(target, fmt):
 @pytest.mark.parametrize(
     ("target", "fmt"),
     [("llvm", "csr@qint8"), ("llvm", "csr@qint8:0"), ("llvm", "dcsr@qint4:0")]
-    + [pytest.param("c", "csr@quint8:0", marks=needs_cc)],
+    + [pytest.param("c", "csr@quint8:0", marks=needs_cc), ("cuda", "csr@qint8:0")],
 )
 def test_quantized_spmm_sums_integers_exactly_by_default(target, fmt, monkeypatch):
     """CSR SpMM's storage order (i, k, j) accumulates each output entry across k, which

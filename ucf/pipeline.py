@@ -34,7 +34,7 @@ from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
-from ucf.schedule.model import Choice, Stats, propose
+from ucf.schedule.model import Choice, Stats, integer_order, propose
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -392,24 +392,37 @@ def _cuda_schedule(
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
     if schedule is None and base.order:
-        v = base.order[0]
-        text = (
-            f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
-            f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
+        # the reduction of quantized products inside the output's loops first, as on the
+        # CPU (ucf.schedule.model), then the plain order
+        order, exact, why = integer_order(base, list(base.order))
+        tries = [(exact, order[0], why)] if exact else []
+        for prefix, v, reasons in [*tries, ([], base.order[0], [])]:
+            text = "; ".join(
+                [
+                    *prefix,
+                    f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS})",
+                    f"parallelize({v}_blk, GPUBlock, NoRaces)",
+                    f"parallelize({v}_thr, GPUThread, NoRaces)",
+                ]
+            )
+            try:
+                cin, applied = _scheduled(
+                    base, parse_schedule(text), fmts, computed, default=True, shown=shown
+                )
+                lowered, module = _lower_cuda(cin, applied, vt, it)
+            except ScheduleError as e:
+                failed = (v, str(e).split(": ", 1)[-1])
+            except UnsupportedError:
+                if not prefix:
+                    raise
+            else:
+                cin.notes += reasons
+                return cin, lowered, module
+        v, reason = failed
+        base.notes.append(
+            f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
+            f"split over blocks and threads ({reason})"
         )
-        try:
-            cin, applied = _scheduled(
-                base, parse_schedule(text), fmts, computed, default=True, shown=shown
-            )
-            lowered, module = _lower_cuda(cin, applied, vt, it)
-        except ScheduleError as e:
-            reason = str(e).split(": ", 1)[-1]
-            base.notes.append(
-                f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
-                f"split over blocks and threads ({reason})"
-            )
-        else:
-            return cin, lowered, module
     applied = None
     if commands:
         base, applied = _scheduled(base, commands, fmts, computed, shown=shown)

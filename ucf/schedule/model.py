@@ -86,7 +86,7 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     order = storage_order if workspace else list(cin.order)
     exact, exact_why = [], []
     if not workspace:
-        order, exact, exact_why = _integer_sums(cin, order)
+        order, exact, exact_why = integer_order(cin, order)
     work = _work(cin, stats)
     serial = _serial_reason(threads)
     choices = []
@@ -167,7 +167,7 @@ def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
     return [f"precompute({text(body)}, {v}, {v})"]
 
 
-def _integer_sums(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
     """The loop order, commands and reasons that move the outer reduction inside the
     output's loops when it sums products of quantized operands whose scale groups it
     does not change: the sum of one output entry then adds int32 products and is
