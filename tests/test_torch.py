@@ -254,6 +254,11 @@ def test_held_formats_from_torch_refuse_what_they_cannot_build():
         ucf.from_torch(torch.eye(3), format="csr@qint8", dtype="float32")
     with pytest.raises(ucf.FormatError, match=r"int4 values must be integers"):
         ucf.from_torch(torch.eye(3) / 2, format="csr@int4")
+    batched = torch.eye(4).reshape(2, 2, 4).to_sparse_csr()
+    with pytest.raises(ucf.UnsupportedError, match="batched or hybrid"):  # not a format's order
+        ucf.from_torch(batched, format="csr@qint8")
+    with pytest.raises(ucf.UnsupportedError, match="hybrid COO"):
+        ucf.from_torch(torch.eye(4).to_sparse(sparse_dim=1), format="coo@bfloat16")
     q = torch.quantize_per_tensor(torch.eye(3), 0.1, 0, torch.qint8)
     with pytest.raises(ucf.UnsupportedError, match=r"torch.qint8\): torch's quantized tensors"):
         ucf.from_torch(q, format="dense@qint8")

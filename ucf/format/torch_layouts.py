@@ -112,20 +112,24 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
             "t.dequantize().numpy(), format=..., scale=..., zero_point=...) to keep its scales"
         )
     t = t.detach().resolve_conj().resolve_neg()
-    fmt = None if format is None else parse_format(format, order=t.dim())
-    if fmt is not None and not plain_values(fmt, dtype):  # bfloat16, int4, quantized
-        numbers = np.float32 if t.dtype == torch.bfloat16 else None  # widened exactly
-        return held(from_torch(t, fmt.structure, numbers, index_dtype), fmt)
     layout = t.layout
-    if layout == torch.strided:
-        a = _values(torch, t, dtype, where, fmt)
-        return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
     if layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr):
         if t.dim() != 2 or t.values().dim() != (3 if layout == torch.sparse_bsr else 1):
             raise UnsupportedError(
                 f"{where}: batched or hybrid compressed tensors are not supported; "
                 "ucf reads matrices with scalar (or block) values"
             )
+    if layout == torch.sparse_coo and t.dense_dim():
+        raise UnsupportedError(
+            f"{where}: hybrid COO tensors (dense_dim {t.dense_dim()}) are not supported"
+        )
+    fmt = None if format is None else parse_format(format, order=t.dim())
+    if fmt is not None and not plain_values(fmt, dtype):  # bfloat16, int4, quantized
+        numbers = np.float32 if t.dtype == torch.bfloat16 else None  # widened exactly
+        return held(from_torch(t, fmt.structure, numbers, index_dtype), fmt)
+    if layout == torch.strided:
+        a = _values(torch, t, dtype, where, fmt)
+        return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
     if layout == torch.sparse_csr:
         fmt = parse_format("csr" if format is None else format, order=2)
         vals = _values(torch, t.values(), dtype, where, fmt)
@@ -149,10 +153,6 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 def _from_coo(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, where: str) -> Tensor:
     """COO: a coalesced tensor is already sorted and unique, so its index rows are the
     levels' ``crd`` arrays as they stand."""
-    if t.dense_dim():
-        raise UnsupportedError(
-            f"{where}: hybrid COO tensors (dense_dim {t.dense_dim()}) are not supported"
-        )
     order = t.dim()
     fmt = parse_format("coo" if format is None else format, order=order)
     vals = _values(torch, t._values(), dtype, where, fmt)
