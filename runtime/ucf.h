@@ -16,7 +16,7 @@
  * different arguments or mean something else by them; the minor number when
  * something is added (a function, an error code) that old callers can ignore. */
 #define UCF_ABI_VERSION_MAJOR 2
-#define UCF_ABI_VERSION_MINOR 1
+#define UCF_ABI_VERSION_MINOR 2
 #define UCF_ABI_VERSION (UCF_ABI_VERSION_MAJOR * 100 + UCF_ABI_VERSION_MINOR)
 
 /* Error codes: 0 is success, every failure is positive. */
@@ -28,6 +28,7 @@
 #define UCF_ERR_CRD_DUPLICATE 5 /* a coordinate repeats within a segment */
 #define UCF_ERR_ALLOC 6         /* malloc failed (the TACO-convention assemble) */
 #define UCF_ERR_ARG 7           /* a tensor's order, mode types or csize do not match */
+#define UCF_ERR_SCALE 8         /* a quantized operand's scale count, a scale or a zero point */
 
 /* restrict in C, __restrict in C++. */
 #ifndef UCF_RESTRICT

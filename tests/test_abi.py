@@ -204,6 +204,91 @@ def test_check_rejects_bad_arrays_with_the_right_code(checker, case):
     assert len(out) == 2  # the kernel did not run
 
 
+# ------------------------------------------------------------------ quantized operands' scales
+def _quantized_check(tmp_path, fmt):
+    """``NAME_check`` of an exported SpMV over a quantized ``A`` and ``x``, called through
+    ctypes with the operands' own arrays: ``call(A_groups, x_groups)`` returns the code
+    and message."""
+    import ctypes
+
+    from ucf.codegen.c_check import check_params, group_counts
+
+    rng = np.random.default_rng(30)
+    a = rng.standard_normal((9, 12)) * (rng.random((9, 12)) < 0.3)
+    a[4] = 0  # an empty row: a stored row for dcsr is a scale group, an empty one is not
+    fmts = {"A": fmt, "x": "dense@qint8"}
+    k = ucf.compile("y(i) = A(i,k)*x(k)", formats=fmts, target="c")
+    (lib,) = [p for p in k.save(tmp_path / "qspmv", lib="shared") if p.suffix == ".so"]
+    check = ctypes.CDLL(str(lib)).qspmv_check
+    check.restype = ctypes.c_int
+    plan = k._plan
+    ops = {
+        "A": ucf.quantize(a, format=fmt),
+        "x": ucf.quantize(rng.standard_normal(12), format=fmts["x"]),
+    }
+    tensor = {s.name: s.tensor for s in plan.cin.slots.values()}
+    b = plan.blocking
+    extents = {"i": 9, "k": 12} if b is None else b.split_extents({"i": 9, "k": 12})
+    args = []
+    params = check_params(plan.compute, "y")
+    for p in params:
+        kind, t = p.role[0], ops[tensor[p.role[1]]] if p.role[0] != "extent" else None
+        if kind == "extent":
+            args.append(ctypes.c_int64(extents[p.role[1]]))
+        elif kind == "dim":
+            shape = t.shape if b is None else b.split_shape(tensor[p.role[1]], t.shape)
+            args.append(ctypes.c_int64(shape[p.role[2]]))
+        elif kind in ("vals", "scale", "zero"):
+            what = {"vals": t.vals, "scale": t.scales.scale, "zero": t.scales.zero_point}
+            args.append(ctypes.c_void_p(what[kind].ctypes.data))
+        else:
+            args.append(ctypes.c_void_p(t.levels[p.role[2]][kind].ctypes.data))
+    assert list(group_counts(params)) == ["A", "x"]
+
+    def call(a_groups, x_groups):
+        msg = ctypes.create_string_buffer(300)
+        counts = [ctypes.c_int64(a_groups), ctypes.c_int64(x_groups)]
+        return check(*args, *counts, msg, len(msg)), msg.value.decode()
+
+    return call, ops
+
+
+def _blocks(a, size):
+    padded = np.pad(a, [(0, -d % size) for d in a.shape])
+    tiles = padded.reshape(padded.shape[0] // size, size, padded.shape[1] // size, size)
+    return int(tiles.any(axis=(1, 3)).sum())
+
+
+@pytest.mark.parametrize(
+    ("fmt", "groups"),
+    [
+        ("csr@qint8:0", lambda a: a.shape[0]),  # a scale per row, empty or not
+        ("dcsr@quint8:0", lambda a: int(a.any(axis=1).sum())),  # per stored row
+        ("csr@qint4", lambda a: 1),  # per tensor
+        ("bcsr(4,4)@qint8:1", lambda a: _blocks(a, 4)),  # per stored block
+    ],
+)
+def test_check_reports_a_scale_array_of_the_wrong_length(tmp_path, fmt, groups):
+    """The scale and zero point arrays' length is one more argument of NAME_check per
+    quantized operand, compared with the operand's scale groups (counted by numpy); a
+    bad scale or zero point is reported too."""
+    call, ops = _quantized_check(tmp_path, fmt)
+    n = groups(ops["A"].to_numpy())
+    assert call(n, 1) == (CODES["UCF_OK"], "")
+    code, msg = call(n - 1, 1)
+    assert code == CODES["UCF_ERR_SCALE"]
+    assert msg.startswith("operand A: ") and f"A_groups is {n - 1}, but the format has {n}" in msg
+    code, msg = call(n, 2)
+    assert code == CODES["UCF_ERR_SCALE"] and "operand x: x_groups is 2" in msg
+    ops["x"].scales.scale[0] = 0.0
+    code, msg = call(n, 1)
+    assert code == CODES["UCF_ERR_SCALE"] and "scale 0 is 0, not positive and finite" in msg
+    ops["x"].scales.scale[0] = 1.0
+    ops["x"].scales.zero_point[0] = 200
+    code, msg = call(n, 1)
+    assert code == CODES["UCF_ERR_SCALE"] and "zero point 0 is 200, outside the qint8" in msg
+
+
 # ------------------------------------------------------------------ --abi taco
 TACO_SPMV = r"""
 #include <stdio.h>

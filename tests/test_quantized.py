@@ -314,6 +314,32 @@ def test_quantized_spmv_sums_integers_exactly(target, fmt):
     np.testing.assert_allclose(k(A=A, x=x).to_numpy(), want, rtol=1e-15)
 
 
+@pytest.mark.parametrize(
+    ("target", "fmt"),
+    [("llvm", "csr@qint8"), ("llvm", "csr@qint8:0"), ("llvm", "dcsr@qint4:0")]
+    + [pytest.param("c", "csr@quint8:0", marks=needs_cc), ("cuda", "csr@qint8:0")],
+)
+def test_quantized_spmm_sums_integers_exactly_by_default(target, fmt, monkeypatch):
+    """CSR SpMM's storage order (i, k, j) accumulates each output entry across k, which
+    rescaled every product; the default schedule runs k inside j instead, so each entry
+    is one int32 sum rescaled once: exactly numpy's int64 product times the scales. Both
+    the plan compiled before a call and the one a call's statistics choose."""
+    rng = np.random.default_rng(12)
+    A = ucf.quantize(sparse(rng, (9, 40), 0.5), format=fmt)
+    B = ucf.quantize(rng.standard_normal((40, 6)), format="dense@qint8")
+    da, sa = _stored(A)
+    db, sb = _stored(B)
+    want = (da @ db).astype(np.float64) * sa.max(axis=1)[:, None] * sb[0, 0]
+    k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", {"A": fmt, "B": "dense@qint8"})
+    assert k._plan.integer_sums == [(("A", "B"), ("k",))]
+    np.testing.assert_array_equal(k(A=A, B=B).to_numpy(), want)
+    from ucf.schedule import model
+
+    monkeypatch.setattr(model, "REPLAN_WORK", 0)  # this call plans for its statistics
+    np.testing.assert_array_equal(k(A=A, B=B).to_numpy(), want)
+    assert "sums its quantized products in int32" in k.cin
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_block_scaled_spmm_sums_each_block_in_int32(target):
     """C(i,j) = sum_kb s(ib,kb) * s_B * sum_kk q_A * q_B: the block's places summed in

@@ -248,3 +248,76 @@ def test_reorder_of_a_split_running_sum_still_works(target):
 def test_refusal_gives_the_true_reason(expr, formats, schedule, reason):
     with pytest.raises(ucf.ScheduleError, match=reason):
         ucf.compile(expr, formats=formats, schedule=schedule)
+
+
+# ------------------------------------------------------------------ wrong reasons (issues 14, 15)
+
+BIAS = "y(i,j) = A(i,k)*B(k,j) + b(i,j)"
+
+
+@pytest.mark.parametrize("fmt", ["bcsr(2,2)", "bcsc(2,2)"])
+@pytest.mark.parametrize(
+    "schedule", ["reorder(i_blk, k_blk, i_in, k_in, j)", "reorder(i_blk, k_blk, i_in, j, k_in)"]
+)
+def test_a_blocked_product_with_a_bias_names_the_nested_sum(fmt, schedule):
+    """Adding b makes the product's sum a nested one, computed whole for each output
+    entry, so its loops run inside i_in and j. The message blamed A, saying the
+    converted copy the default order reads ('UCUU') stores i_in above k_blk; A stores
+    k_blk above i_in."""
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile(BIAS, {"A": fmt}, schedule)
+    msg = str(e.value)
+    assert "k_blk is summed in sum(k_blk, k_in, A(" in msg, msg
+    assert "a part of the right-hand side whose value is needed for each j" in msg, msg
+    assert "'+='" in msg and "stores" not in msg, msg
+
+
+def test_the_bias_workaround_the_message_gives_matches_numpy(target):
+    rng = np.random.default_rng(40)
+    a = rng.standard_normal((7, 5)) * (rng.random((7, 5)) < 0.5)
+    B, b = rng.standard_normal((5, 4)), rng.standard_normal((7, 4))
+    schedule = "reorder(i_blk, k_blk, i_in, k_in, j)"  # A's own storage order
+    k = ucf.compile("y(i,j) += A(i,k)*B(k,j)", {"A": "bcsr(2,2)"}, schedule, target=target)
+    assert "converted" not in k.cin
+    y = k(A=ucf.from_numpy(a, format="bcsr(2,2)"), B=B, out=ucf.from_numpy(b.copy()))
+    np.testing.assert_allclose(y.to_numpy(), a @ B + b, rtol=1e-13)
+
+
+def test_a_bias_says_why_a_blocked_operand_is_converted_and_dismantle_cannot_follow_it():
+    A = ucf.from_numpy(np.kron(np.eye(3), np.ones((2, 2))), format="bcsr(2,2)")
+    k = ucf.compile(BIAS, {"A": "bcsr(2,2)"})
+    assert "no loop order follows it (A stores k_blk above i_in, but k_blk is summed" in k.cin
+    with pytest.raises(ucf.ScheduleError, match=r"dismantle\(i_blk\): .*A stores k_blk above i_in"):
+        ucf.compile(BIAS, {"A": "bcsr(2,2)"}, "dismantle(i_blk)", static={"A": A})
+
+
+SPGEMM = "C(i,j) = A(i,k)*B(k,j)"
+CSR3 = {"A": "csr", "B": "csr", "C": "csr"}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("reorder(i,k,j)", "reduction variable k would enclose output variable j, which a sparse"),
+        ("reorder(k,i,j)", r"operand A \('csr'\) stores i above k"),
+        ("reorder(j,k,i)", r"operand A \('csr'\) stores i above k"),
+        ("reorder(j,i,k)", r"output C \('UC'\) stores i above j"),
+    ],
+)
+def test_spgemm_reorders_are_refused_naming_the_formats_as_written(schedule, message):
+    """The default all-CSR SpGEMM without a workspace reads B converted to 'UC:1,0' (its
+    order is i, j, k); the checker named that copy as if B were stored so, and refused
+    i, k, j, which B's own storage follows, for B instead of for the output."""
+    with pytest.raises(ucf.ScheduleError, match=message) as e:
+        ucf.compile(SPGEMM, CSR3, schedule)
+    assert "UC:1,0" not in str(e.value)
+
+
+def test_spgemm_in_the_converted_order_still_matches_scipy(target):
+    rng = np.random.default_rng(41)
+    A = sp.random(9, 7, density=0.3, random_state=rng, format="csr")
+    B = sp.random(7, 8, density=0.3, random_state=rng, format="csr")
+    k = ucf.compile(SPGEMM, CSR3, "reorder(i,j,k)", target=target)
+    with pytest.warns(ucf.ConversionWarning):
+        got = k(A=A, B=B).to_scipy()
+    np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-13)

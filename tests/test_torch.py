@@ -196,6 +196,74 @@ def test_any_layout_into_any_format(layout, fmt):
         assert u.nnz == int((dense != 0).sum())
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("fmt", ["csr@qint8:0", "dense@qint8:0", "dcsr@qint8"])
+def test_any_layout_into_quantized_formats_as_torch_quantizes(layout, fmt):
+    """Quantized values from a torch tensor: the symmetric scale per group numpy computes,
+    and the numbers torch's own quantization with those scales gives."""
+    dense = torch.randn((8, 9), generator=torch.Generator().manual_seed(21), dtype=torch.float64)
+    dense = dense * (random_dense((8, 9), seed=22) != 0)
+    u = ucf.from_torch(LAYOUTS[layout](dense), format=fmt)
+    assert u.format == ucf.parse_format(fmt, order=2)
+    a = dense.numpy()
+    per_row = fmt.endswith(":0")
+    s = np.abs(a).max(axis=1) / 127 if per_row else np.array([np.abs(a).max() / 127])
+    np.testing.assert_allclose(u.scales.scale, s.astype(np.float32), rtol=1e-7)
+    scales = torch.tensor(np.repeat(u.scales.scale, 8 if not per_row else 1), dtype=torch.float64)
+    q = torch.quantize_per_channel(
+        dense.float(), scales, torch.zeros(8, dtype=torch.int64), 0, torch.qint8
+    )
+    np.testing.assert_array_equal(u.to_numpy(), q.dequantize().numpy())
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_any_layout_into_bfloat16_and_int4(layout):
+    dense = torch.randn((8, 9), generator=torch.Generator().manual_seed(23), dtype=torch.float32)
+    dense = dense * (random_dense((8, 9), seed=24) != 0)
+    bf16 = dense.to(torch.bfloat16)
+    for t in (dense, bf16):  # torch rounds the first, the second is held exactly
+        u = ucf.from_torch(LAYOUTS[layout](t), format="csr@bfloat16")
+        assert u.vals.dtype == np.uint16
+        np.testing.assert_array_equal(u.to_numpy(), bf16.float().numpy())
+    small = torch.randint(-8, 8, (8, 9), generator=torch.Generator().manual_seed(25))
+    small = small * (random_dense((8, 9), seed=26) != 0)
+    u = ucf.from_torch(LAYOUTS[layout](small), format="bcsr(2,3)@int4")
+    np.testing.assert_array_equal(u.to_numpy(), small.numpy())
+
+
+def test_held_formats_from_torch_are_read_by_kernels(target):
+    A = torch.randn((10, 7), generator=torch.Generator().manual_seed(27), dtype=torch.float64)
+    A = A * (random_dense((10, 7), seed=28) != 0)
+    x = torch.randn(7, generator=torch.Generator().manual_seed(29), dtype=torch.float64)
+    fmts = {"A": "csr@qint8:0", "x": "dense@qint8"}
+    k = ucf.compile("y(i) = A(i,j) * x(j)", fmts, target=target, index_dtype="int64")
+    Aq, xq = ucf.from_torch(A.to_sparse_csr(), format=fmts["A"]), ucf.from_torch(x, fmts["x"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ucf.ConversionWarning)  # read as they are
+        got = k(A=Aq, x=xq).to_numpy()
+    sa = torch.from_numpy(Aq.scales.scale).double()
+    qa = torch.quantize_per_channel(A.float(), sa, torch.zeros(10).long(), 0, torch.qint8)
+    sx = float(xq.scales.scale[0])
+    qx = torch.quantize_per_tensor(x.float(), sx, 0, torch.qint8)
+    ref = (qa.int_repr().double() @ qx.int_repr().double()) * sa * sx  # one int sum a row
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-14)
+
+
+def test_held_formats_from_torch_refuse_what_they_cannot_build():
+    with pytest.raises(ucf.FormatError, match=r"holds qint8 values; dtype="):
+        ucf.from_torch(torch.eye(3), format="csr@qint8", dtype="float32")
+    with pytest.raises(ucf.FormatError, match=r"int4 values must be integers"):
+        ucf.from_torch(torch.eye(3) / 2, format="csr@int4")
+    batched = torch.eye(4).reshape(2, 2, 4).to_sparse_csr()
+    with pytest.raises(ucf.UnsupportedError, match="batched or hybrid"):  # not a format's order
+        ucf.from_torch(batched, format="csr@qint8")
+    with pytest.raises(ucf.UnsupportedError, match="hybrid COO"):
+        ucf.from_torch(torch.eye(4).to_sparse(sparse_dim=1), format="coo@bfloat16")
+    q = torch.quantize_per_tensor(torch.eye(3), 0.1, 0, torch.qint8)
+    with pytest.raises(ucf.UnsupportedError, match=r"torch.qint8\): torch's quantized tensors"):
+        ucf.from_torch(q, format="dense@qint8")
+
+
 @pytest.mark.parametrize(
     "fmt, layout",
     [

@@ -18,7 +18,7 @@ import numpy as np
 from ucf.cin import invariance
 from ucf.cin.block_operands import split_operand
 from ucf.cin.blocking import Blocking, unblock, user_variables
-from ucf.cin.concretize import appended_vars, concretize, level_vars
+from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
@@ -43,7 +43,7 @@ from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
-from ucf.schedule.model import Choice, Stats, propose
+from ucf.schedule.model import Choice, Stats, integer_order, propose
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -125,10 +125,12 @@ def plan(
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
-        cin, lowered, module = _cuda_schedule(base, commands, schedule, requested, fmts, vt, it)
+        cin, lowered, module = _cuda_schedule(
+            base, commands, schedule, requested, fmts, vt, it, front.shown
+        )
     else:
         cin, applied = (
-            _scheduled(base, commands, fmts, computed, default, frozenset(fixed))
+            _scheduled(base, commands, fmts, computed, default, frozenset(fixed), front.shown)
             if commands
             else (base, None)
         )
@@ -211,12 +213,14 @@ def _dismantled(
     """The lowered functions specialized to the static operands (``dismantle``): the
     extents their shapes fix, in the user's statement and in a blocked one's split."""
     request = applied.dismantle if applied is not None else None
-    for slot in cin.slots.values():
+    for n, slot in cin.slots.items():
         if request and slot.tensor in fixed and slot.name != slot.tensor:
+            access = accesses(cin.statement.rhs)[n]
+            why = nesting_conflict(cin.statement, access, front.fmts[slot.tensor])
             raise ScheduleError(
                 f"dismantle({request.var}): static operand {slot.tensor} is read as "
-                f"'{slot.format}', since no loop order follows its format; choose a loop "
-                "order that walks its levels in order"
+                f"'{slot.format}', since no loop order follows its format; "
+                + (why or "choose a loop order that walks its levels in order")
             )
     var = request.var if request else None
     command = f"dismantle({var}{', values' if request and request.values else ''})"
@@ -261,6 +265,8 @@ class _Front:
             except FormatError as e:
                 raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
+        # each operand's format as the user spelled it, for messages
+        self.shown = {n: str(formats.get(n, f)) for n, f in fmts.items()}
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
@@ -343,7 +349,7 @@ def proposals(
         commands = parse_schedule(choice.text)
         nest = spared if any(c.name == "precompute" for c in commands) else base
         try:
-            _scheduled(nest, commands, front.fmts, front.computed)
+            _scheduled(nest, commands, front.fmts, front.computed, shown=front.shown)
         except (ScheduleError, UnsupportedError):
             continue
         kept.append(choice)
@@ -373,7 +379,9 @@ def _check_units(applied: Applied | None, target: str) -> None:
             )
 
 
-def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str):
+def _cuda_schedule(
+    base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str, shown: dict
+):
     """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
     if not requested.is_dense:
         raise UnsupportedError(
@@ -384,29 +392,46 @@ def _cuda_schedule(base: CIN, commands, schedule, requested: Format, fmts, vt: s
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
     if schedule is None and base.order:
-        v = base.order[0]
-        rows = (
-            f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
-            f"parallelize({v}_blk, GPUBlock, NoRaces); parallelize({v}_thr, GPUThread, NoRaces)"
-        )
-        reason = ""
-        for text, why in [*_gpu_block_tiles(base), (rows, "")]:
+        # the reduction of quantized products inside the output's loops first, as on the
+        # CPU (ucf.schedule.model), then a blocked operand's blocks over the grid, then
+        # rows over threads in the plain order; only the last may not fail otherwise
+
+        def rows(prefix: list[str], v: str) -> str:
+            return "; ".join(
+                [
+                    *prefix,
+                    f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS})",
+                    f"parallelize({v}_blk, GPUBlock, NoRaces)",
+                    f"parallelize({v}_thr, GPUThread, NoRaces)",
+                ]
+            )
+
+        order, exact, why = integer_order(base, list(base.order))
+        tries = [(rows(exact, order[0]), why, True)] if exact else []
+        tries += [(text, [note], True) for text, note in _gpu_block_tiles(base)]
+        tries.append((rows([], base.order[0]), [], False))
+        v, reason = base.order[0], ""
+        for text, reasons, optional in tries:
             try:
-                cin, applied = _scheduled(base, parse_schedule(text), fmts, computed, default=True)
+                cin, applied = _scheduled(
+                    base, parse_schedule(text), fmts, computed, default=True, shown=shown
+                )
                 lowered, module = _lower_cuda(cin, applied, vt, it)
             except ScheduleError as e:
                 reason = str(e).split(": ", 1)[-1]
-                continue
-            if why:
-                cin.notes.append(why)
-            return cin, lowered, module
+            except UnsupportedError:
+                if not optional:
+                    raise
+            else:
+                cin.notes += reasons
+                return cin, lowered, module
         base.notes.append(
             f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
             f"split over blocks and threads ({reason})"
         )
     applied = None
     if commands:
-        base, applied = _scheduled(base, commands, fmts, computed)
+        base, applied = _scheduled(base, commands, fmts, computed, shown=shown)
         _check_units(applied, "cuda")
     lowered, module = _lower_cuda(base, applied, vt, it)
     return base, lowered, module
@@ -477,8 +502,15 @@ def _scheduled(
     computed: Format,
     default: bool = False,
     static: frozenset[str] = frozenset(),
+    shown: dict[str, str] | None = None,
 ) -> tuple[CIN, Applied]:
-    """Re-concretize with the loop order the schedule asks for, after checking it."""
+    """Re-concretize with the loop order the schedule asks for, after checking it.
+
+    The order must walk every sparse operand read as stored in the order of its
+    levels. An operand ``cin`` reads converted (no order it could take follows its
+    storage) binds no order: the new order picks its storage anew, as stored when
+    the order follows that. Errors name an operand's format as ``shown`` (the user's
+    spelling, by tensor) gives it."""
     stmt = cin.statement
     chains = {}
     tensors: dict[str, tuple[list[str], Format]] = {}
@@ -487,8 +519,10 @@ def _scheduled(
         lv = level_vars(a, slot.format, cin.order)
         tensors.setdefault(a.tensor, (lv, slot.format))
         # An affine level's base moves with the order; concretize checks those.
-        if not slot.format.is_dense and all(i.single_variable for i in a.indices):
-            chains[f"operand {a.tensor} ('{slot.format}')"] = lv
+        as_stored = slot.name == slot.tensor
+        if as_stored and not slot.format.is_dense and all(i.single_variable for i in a.indices):
+            spelled = (shown or {}).get(a.tensor, str(slot.format))
+            chains[f"operand {a.tensor} ('{spelled}')"] = lv
     if not computed.is_dense:
         chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
             stmt.lhs, computed, cin.order

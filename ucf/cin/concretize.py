@@ -57,18 +57,44 @@ def nesting(stmt: Statement) -> list[tuple[str, set[str], tuple[str, ...]]]:
     return [(str(s), free_variables(s), s.vars) for s in sums(body)]
 
 
+#: How to run a nested sum's loops in another order, said where its nesting forbids one.
+UNNEST = (
+    "to order its loops freely, compute the sum alone and add the other terms with '+=' or "
+    "a second statement"
+)
+
+
 def check_nesting(stmt: Statement, order: list[str]) -> None:
     """Refuse a loop order that runs a nested sum's loops outside a variable it needs."""
     pos = {v: k for k, v in enumerate(order)}
     for text, free, own in nesting(stmt):
         for v in own:
-            late = [f for f in free if pos[f] > pos[v]]
+            late = sorted((f for f in free if pos[f] > pos[v]), key=pos.__getitem__)
             if late:
+                w = late[-1]
                 raise ScheduleError(
-                    f"reorder: {v} is summed in {text}, whose value is needed for each "
-                    f"{late[0]}; the loop over {v} must be inside the loop over {late[0]} "
-                    f"(loop order {', '.join(order)})"
+                    f"reorder: {v} is summed in {text}, a part of the right-hand side whose "
+                    f"value is needed for each {w}, so the loop over {v} must be inside the "
+                    f"loop over {w} (loop order {', '.join(order)}); {UNNEST}"
                 )
+
+
+def nesting_conflict(stmt: Statement, access: Access, fmt: Format) -> str | None:
+    """Why no loop order can walk ``access``'s levels in ``fmt`` in order, when a nested
+    sum is the reason: a level over a variable it sums stored above a level over a
+    variable its value depends on."""
+    chain = _level_sets(access, fmt)
+    for text, free, own in nesting(stmt):
+        for k, upper in enumerate(chain):
+            summed = [v for v in upper if v in own]
+            needed = [v for lower in chain[k + 1 :] for v in lower if v in free]
+            if summed and needed:
+                return (
+                    f"{access.tensor} stores {summed[0]} above {needed[0]}, but {summed[0]} is "
+                    f"summed in {text}, a part of the right-hand side whose value is needed "
+                    f"for each {needed[0]}, so its loop runs inside {needed[0]}'s; {UNNEST}"
+                )
+    return None
 
 
 def _nesting_ok(nested: list, pos: dict[str, int]) -> bool:
@@ -186,9 +212,10 @@ def concretize(
                 )
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
             slots[n] = Slot(name, a.tensor, new)
+            why = nesting_conflict(stmt, a, fmt)
             msg = (
-                f"operand {a.tensor} is stored as '{fmt}' but no loop order follows it; "
-                f"it is converted to '{new}' before each call"
+                f"operand {a.tensor} is stored as '{fmt}' but no loop order follows it"
+                f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
             )
             notes.append(msg)
         else:

@@ -26,23 +26,32 @@ def group_sums(stmt: Statement, fmts: dict[str, Format]) -> Statement:
     rhs = stmt.rhs
     if not isinstance(rhs, Sum):
         return stmt
-    factors = _factors(rhs.body)
-    if factors is None:
+    grouped = grouped_variables(rhs.body, fmts)
+    if grouped is None:
         return stmt
-    grouped: set[str] = set()
-    for a in factors:
-        values = fmts[a.tensor].values if a.tensor in fmts else None
-        if values is None or not values.quantized:
-            return stmt
-        if values.level is not None:
-            modes = fmts[a.tensor].mode_order[: values.level + 1]
-            grouped |= {v for m in modes for v in a.indices[m].variables}
     outer = tuple(v for v in rhs.vars if v in grouped)
     inner = tuple(v for v in rhs.vars if v not in grouped)
     if not outer or not inner:
         return stmt
     split = Sum(outer, Binary("*", Literal(1), Sum(inner, rhs.body)))
     return Statement(stmt.lhs, stmt.op, split, stmt.text)
+
+
+def grouped_variables(body: Expr, fmts: dict[str, Format]) -> set[str] | None:
+    """The variables the scale groups of ``body``'s factors depend on, when ``body`` is a
+    product of quantized operands (whose sum can add int32 products), else None."""
+    factors = _factors(body)
+    if factors is None:
+        return None
+    grouped: set[str] = set()
+    for a in factors:
+        values = fmts[a.tensor].values if a.tensor in fmts else None
+        if values is None or not values.quantized:
+            return None
+        if values.level is not None:
+            modes = fmts[a.tensor].mode_order[: values.level + 1]
+            grouped |= {v for m in modes for v in a.indices[m].variables}
+    return grouped
 
 
 def _factors(e: Expr) -> list[Access] | None:

@@ -30,6 +30,13 @@ def check_params(fn: ir.Function, output: str) -> list[ir.Param]:
     ]
 
 
+def group_counts(params: list[ir.Param]) -> dict[str, str]:
+    """The arguments the check takes after the kernel's: for each quantized operand
+    storage (a parameter prefix), the number of entries of its scale and zero point
+    arrays, which C cannot tell from the pointers."""
+    return {p.role[1]: c_name(f"{p.role[1]}_groups") for p in params if p.role[0] == "scale"}
+
+
 def prototype(name: str, params: list[ir.Param]) -> str:
     args = []
     for p in params:
@@ -37,6 +44,7 @@ def prototype(name: str, params: list[ir.Param]) -> str:
         args.append(
             f"const {ctype}* {c_name(p.name)}" if p.is_array else f"{ctype} {c_name(p.name)}"
         )
+    args += [f"int64_t {count}" for count in group_counts(params).values()]
     return f"int {name}_check({', '.join([*args, 'char* msg', 'size_t msg_size'])})"
 
 
@@ -46,9 +54,12 @@ def declaration(name: str, params: list[ir.Param]) -> str:
             f"/* Optional: validates the arguments {name} would get, up to the output: each",
             " * operand's sizes against the extents, and its index arrays against its format",
             " * (pos from 0 and non-decreasing; crd in range, sorted and unique within each",
-            " * segment of a compressed level). Returns UCF_OK (0) or a UCF_ERR_* code of",
-            " * ucf.h, and writes a message into msg (msg_size bytes, NUL-terminated) when",
-            " * msg is not NULL. Reads pos[0..parents] and crd[0..pos[parents]-1] only. */",
+            " * segment of a compressed level). After them, <T>_groups gives the number of",
+            " * entries of each quantized operand's <T>_scale and <T>_zero: it must equal the",
+            " * operand's scale groups, each scale positive and finite, each zero point in",
+            " * range. Returns UCF_OK (0) or a UCF_ERR_* code of ucf.h, and writes a message",
+            " * into msg (msg_size bytes, NUL-terminated) when msg is not NULL. Reads",
+            " * pos[0..parents], crd[0..pos[parents]-1] and <T>_groups scales only. */",
             prototype(name, params) + ";",
             "",
         ]
@@ -61,7 +72,9 @@ def definition(
     """The function's C text; ``formats`` maps each operand storage (a parameter prefix)
     to its tensor and format."""
     by_role = {p.role: c_name(p.name) for p in params}
+    counts = group_counts(params)
     lines = [
+        "#include <math.h>",
         "#include <stdio.h>",
         prototype(name, params) + " {",
         *[f"  (void){c_name(p.name)};" for p in params if p.role[0] == "vals"],
@@ -93,15 +106,19 @@ def definition(
                     [dim, ext],
                     depth=1,
                 )
-        if not fmt.is_dense:  # dense storage has no arrays to check
-            lines += _levels(slot, tensor, fmt, by_role)
+        if not fmt.is_dense or slot in counts:  # dense storage has no arrays to check
+            lines += _levels(slot, tensor, fmt, by_role, counts.get(slot))
     lines += ["  return UCF_OK;", "}", ""]
     return "\n".join(lines)
 
 
-def _levels(slot: str, tensor: str, fmt: Format, by_role: dict) -> list[str]:
-    """Walk the levels outer to inner, with ``parents`` the positions of the level above."""
+def _levels(slot: str, tensor: str, fmt: Format, by_role: dict, groups: str | None) -> list[str]:
+    """Walk the levels outer to inner, with ``parents`` the positions of the level above;
+    check the scales of a quantized operand (``groups`` entries) at its scale level."""
     lines = ["  {", "    int64_t parents = 1;"]
+    scale_level = fmt.values.level if groups is not None else None
+    if groups is not None and scale_level is None:
+        lines += _scales(slot, tensor, fmt, by_role, groups)
     run: list[tuple[int, str]] = []  # (level, crd) of a non-unique level and its singletons
     run_pos, run_parents = "", ""
     for lvl, (kind, m) in enumerate(zip(fmt.levels, fmt.maps, strict=True)):
@@ -142,7 +159,47 @@ def _levels(slot: str, tensor: str, fmt: Format, by_role: dict) -> list[str]:
                 f"operand {tensor}: a {kind.name} level has no C check yet; export without "
                 "it is not possible"
             )
+        if lvl == scale_level:
+            lines += _scales(slot, tensor, fmt, by_role, groups)
     return [*lines, "    (void)parents;", "  }"]
+
+
+def _scales(slot: str, tensor: str, fmt: Format, by_role: dict, groups: str) -> list[str]:
+    """A quantized operand's scale arrays: as many entries as scale groups (``parents``,
+    the positions of the scale level, or one per tensor), each scale positive and
+    finite, each zero point in the range of its kind."""
+    values = fmt.values
+    per = "the tensor" if values.level is None else f"each position of level {values.level}"
+    expected = "1" if values.level is None else "parents"
+    scale, zero = by_role[("scale", slot)], by_role[("zero", slot)]
+    where = f"operand {tensor}"
+    lines = _fail_if(
+        f"{groups} != {expected}",
+        "UCF_ERR_SCALE",
+        f"{where}: {groups} is %lld, but the format has %lld scale group(s), one for {per}",
+        [groups, expected],
+    )
+    lines += [
+        f"    for (int64_t g = 0; g < {groups}; g++) {{",
+        *_fail_if(
+            f"!({scale}[g] > 0.0f) || !isfinite({scale}[g])",
+            "UCF_ERR_SCALE",
+            f"{where}: scale %lld is %g, not positive and finite",
+            ["g"],
+            depth=3,
+            doubles=(f"{scale}[g]",),
+        ),
+        *_fail_if(
+            f"{zero}[g] < {values.kind.lo} || {zero}[g] > {values.kind.hi}",
+            "UCF_ERR_SCALE",
+            f"{where}: zero point %lld is %lld, outside the {values.name} range "
+            f"{values.kind.lo}..{values.kind.hi}",
+            ["g", f"{zero}[g]"],
+            depth=3,
+        ),
+        "    }",
+    ]
+    return lines
 
 
 def _compressed(where: str, pos: str, crd: str, dim: str, ordered: bool, unique: bool):
@@ -254,9 +311,19 @@ def _run(tensor: str, run: list[tuple[int, str]], pos: str, parents: str, unique
     return [*lines, "      }", "    }"]
 
 
-def _fail_if(cond: str, code: str, text: str, values: list[str], depth: int = 2) -> list[str]:
+def _fail_if(
+    cond: str,
+    code: str,
+    text: str,
+    values: list[str],
+    depth: int = 2,
+    doubles: tuple[str, ...] = (),
+) -> list[str]:
+    """Return ``code`` with the message ``text`` (``%lld`` for ``values``, then ``%g`` for
+    ``doubles``) when ``cond`` holds."""
     pad = "  " * depth
     args = "".join(f", (long long)({v})" for v in values)
+    args += "".join(f", (double)({v})" for v in doubles)
     return [
         f"{pad}if ({cond}) {{",
         f'{pad}  if (msg != NULL && msg_size > 0) snprintf(msg, msg_size, "{text}"{args});',

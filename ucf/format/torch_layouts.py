@@ -22,7 +22,7 @@ from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, b
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import from_compressed
-from ucf.format.tensor import Tensor, foreign_type, from_coo, from_numpy
+from ucf.format.tensor import Tensor, foreign_type, from_coo, from_numpy, held, plain_values
 from ucf.format.values import VALUES, index_dtype_of, stored_dtype, value_dtype
 
 #: torch's value dtypes that ucf kernels read, by name (torch.float64 -> "float64").
@@ -68,7 +68,8 @@ def _values(torch: Any, v: Any, dtype: Any, where: str, fmt: Format | None) -> n
     if str(v.dtype).removeprefix("torch.") not in VALUE_NAMES:
         raise OperandError(
             f"{where}: value dtype {v.dtype} is not supported; use one of "
-            f"{', '.join(VALUE_NAMES)}, or pass dtype= to cast"
+            f"{', '.join(VALUE_NAMES)}, pass dtype= to cast, or give a format holding "
+            "bfloat16 values (format='csr@bfloat16')"
         )
     return v.numpy()
 
@@ -92,6 +93,11 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     else copies: another format, dtype or index dtype, a non-contiguous strided
     tensor, unsorted indices, an uncoalesced COO tensor (duplicates are summed, as
     torch's ``coalesce`` does). Autograd history is dropped (``detach``).
+
+    A format holding bfloat16, int4 or quantized values (``'csr@qint8:0'``) converts
+    the numbers as :func:`ucf.from_numpy` does (a bfloat16 tensor is widened to
+    float32 first, exactly). torch's own quantized tensors are refused: dequantize
+    them, or give their scales to :func:`ucf.quantize`.
     """
     torch = need_torch("ucf.from_torch")
     if not isinstance(t, torch.Tensor):
@@ -99,18 +105,31 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     where = _describe(t)
     if t.device.type != "cpu":
         raise OperandError(f"{where} is on device {t.device}; ucf reads CPU memory: pass t.cpu()")
+    if t.is_quantized:
+        raise UnsupportedError(
+            f"{where}: torch's quantized tensors are not read as they are; pass "
+            "t.dequantize() with a quantized format (format='dense@qint8'), or ucf.quantize("
+            "t.dequantize().numpy(), format=..., scale=..., zero_point=...) to keep its scales"
+        )
     t = t.detach().resolve_conj().resolve_neg()
     layout = t.layout
-    if layout == torch.strided:
-        fmt = None if format is None else parse_format(format, order=t.dim())
-        a = _values(torch, t, dtype, where, fmt)
-        return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
     if layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr):
         if t.dim() != 2 or t.values().dim() != (3 if layout == torch.sparse_bsr else 1):
             raise UnsupportedError(
                 f"{where}: batched or hybrid compressed tensors are not supported; "
                 "ucf reads matrices with scalar (or block) values"
             )
+    if layout == torch.sparse_coo and t.dense_dim():
+        raise UnsupportedError(
+            f"{where}: hybrid COO tensors (dense_dim {t.dense_dim()}) are not supported"
+        )
+    fmt = None if format is None else parse_format(format, order=t.dim())
+    if fmt is not None and not plain_values(fmt, dtype):  # bfloat16, int4, quantized
+        numbers = np.float32 if t.dtype == torch.bfloat16 else None  # widened exactly
+        return held(from_torch(t, fmt.structure, numbers, index_dtype), fmt)
+    if layout == torch.strided:
+        a = _values(torch, t, dtype, where, fmt)
+        return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
     if layout == torch.sparse_csr:
         fmt = parse_format("csr" if format is None else format, order=2)
         vals = _values(torch, t.values(), dtype, where, fmt)
@@ -134,10 +153,6 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 def _from_coo(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, where: str) -> Tensor:
     """COO: a coalesced tensor is already sorted and unique, so its index rows are the
     levels' ``crd`` arrays as they stand."""
-    if t.dense_dim():
-        raise UnsupportedError(
-            f"{where}: hybrid COO tensors (dense_dim {t.dense_dim()}) are not supported"
-        )
     order = t.dim()
     fmt = parse_format("coo" if format is None else format, order=order)
     vals = _values(torch, t._values(), dtype, where, fmt)

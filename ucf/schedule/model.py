@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ucf.cin.concretize import appended_vars
 from ucf.cin.notation import CIN
+from ucf.cin.scale_groups import grouped_variables
 from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.reductions import peel
 
@@ -83,6 +84,9 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     ws_why: list[str] = []
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
+    exact, exact_why = [], []
+    if not workspace:
+        order, exact, exact_why = integer_order(cin, order)
     work = _work(cin, stats)
     serial = _serial_reason(threads)
     choices = []
@@ -91,8 +95,8 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
             par, how = _parallel(cin, v, stats, threads, work)
             bound = _bound(cin, order, stats, v)
             for hoist in _placements(order, v, stats):
-                cmds = [*workspace, *hoist, *[c for c, _ in bound], *par]
-                lines = [*ws_why, reason, how, *[w for _, w in bound]]
+                cmds = [*workspace, *exact, *hoist, *[c for c, _ in bound], *par]
+                lines = [*ws_why, *exact_why, reason, how, *[w for _, w in bound]]
                 if hoist:
                     lines.append(f"default: {v} moves outermost, so one parallel region runs")
                 choices.append(Choice(cmds, lines))
@@ -101,8 +105,10 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     )
     bound = _bound(cin, order, stats, None)
     if bound:
-        cmds = [*workspace, *[c for c, _ in bound]]
-        choices.append(Choice(cmds, [*ws_why, serial, *[w for _, w in bound]]))
+        cmds = [*workspace, *exact, *[c for c, _ in bound]]
+        choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound]]))
+    if exact:
+        choices.append(Choice(exact, [*exact_why, serial]))
     choices.append(Choice(workspace, [*ws_why, serial]))
     if workspace:
         choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
@@ -159,6 +165,26 @@ def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
         "the order its operands are stored"
     )
     return [f"precompute({text(body)}, {v}, {v})"]
+
+
+def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The loop order, commands and reasons that move the outer reduction inside the
+    output's loops when it sums products of quantized operands whose scale groups it
+    does not change: the sum of one output entry then adds int32 products and is
+    rescaled once (``ucf.lower.held``). With an output variable inside the reduction
+    (CSR SpMM's ``i, k, j``) the output accumulates across the reduction's iterations,
+    so every product would be rescaled instead."""
+    summed, body = peel(cin.statement.rhs)
+    grouped = grouped_variables(body, {s.tensor: s.format for s in cin.slots.values()})
+    inner = [v for v in order if v in summed]
+    if grouped is None or grouped & set(summed) or order[len(order) - len(inner) :] == inner:
+        return order, [], []
+    new = [v for v in order if v not in summed] + inner
+    why = (
+        f"default: reduction {', '.join(inner)} runs inside the output's loops, so each output "
+        "entry sums its quantized products in int32 and is rescaled once"
+    )
+    return new, [f"reorder({', '.join(new)})"], [why]
 
 
 def _product(e) -> bool:
