@@ -202,7 +202,7 @@ class DynamicKernel:
         tensors = {n: _tensor(v, n) for n, v in given.items()}
         # Checked on the user's statement, so errors name the user's operands.
         stmt = self._with_mask
-        check_orders(stmt, tensors)
+        check_orders({a.tensor: len(a.indices) for a in ast.accesses(stmt.rhs)}, tensors)
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
         index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)

@@ -21,14 +21,14 @@ from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
 
 
-def check_orders(stmt: Statement, given: Mapping[str, Tensor]) -> None:
-    """Refuse an operand whose order is not the number of indices ``stmt`` reads it with."""
-    for a in accesses(stmt.rhs):
-        t = given[a.tensor]
-        if t.order != len(a.indices):
+def check_orders(orders: Mapping[str, int], given: Mapping[str, Tensor]) -> None:
+    """Refuse an operand whose order is not the number of indices it is read with
+    (``orders``: the statement's, by tensor)."""
+    for n, t in given.items():
+        if t.order != orders[n]:
             raise ShapeError(
-                f"operand {a.tensor} has order {t.order} (shape {t.shape}) but is accessed "
-                f"with {len(a.indices)} indices"
+                f"operand {n} has order {t.order} (shape {t.shape}) but is accessed "
+                f"with {orders[n]} indices"
             )
 
 

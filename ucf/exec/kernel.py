@@ -404,7 +404,7 @@ class Kernel:
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given = {n: self._as_operand(operands[n], n) for n in names}
-        check_orders(stmt, given)
+        check_orders(plan.orders, given)
         for n, st in self._statics.items():
             st.check(given[n], self.index_dtype)
         extents = self._extents(given, out, shapes)
