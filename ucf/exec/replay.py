@@ -82,12 +82,14 @@ REMEMBERED = 4
 #: trampoline's one-time compile pays for itself.
 PACK_AFTER = 16
 
+#: The given output's name among the arrays compared: no keyword argument's.
+_OUT = object()
 #: What a changed operand can raise while it is compared (a level dropped, an array
 #: swapped for something else): it is then not the remembered one.
 _CHANGED = (LookupError, AttributeError, TypeError)
 
 
-def _array_probe(name: str, value: np.ndarray, died: Callable) -> tuple:
+def _array_probe(name: Any, value: np.ndarray, died: Callable) -> tuple:
     return (name, weakref.ref(value, died), value.shape, value.strides, value.dtype)
 
 
@@ -114,7 +116,6 @@ class Replay:
         "arrays",
         "tensors",
         "count",
-        "out_probe",
         "out_address",
         "out_flat",
         "args",
@@ -148,11 +149,10 @@ class Replay:
         self.dead: list = []
         died = self.dead.append
         # numpy operands first: the likeliest to differ, and the cheapest to compare
-        items = operands.items()
+        items = [*operands.items(), *([] if out is None else [(_OUT, out)])]
         self.arrays = tuple(_array_probe(n, v, died) for n, v in items if isinstance(v, np.ndarray))
         self.tensors = tuple(_tensor_probe(n, v, died) for n, v in items if isinstance(v, Tensor))
         self.count = len(operands)
-        self.out_probe = None if out is None else _array_probe("out", out, died)
         self.out_address = None if out is None else binding.address(out)
         self.out_flat = out is not None and out.ndim == 1
         self.fn, self.args, self.out_at = call
@@ -168,23 +168,11 @@ class Replay:
         holding the same arrays under the same levels and keys."""
         if self.dead or threads != self.threads or len(operands) != self.count:
             return False
+        if (out is None) is not (self.out_address is None):
+            return False
         try:
-            if out is None:
-                if self.out_probe is not None:
-                    return False
-            else:
-                if self.out_probe is None:
-                    return False
-                _, ref, shape, strides, dtype = self.out_probe
-                if (
-                    ref() is not out
-                    or out.shape != shape
-                    or out.strides != strides
-                    or (out.dtype is not dtype and out.dtype != dtype)
-                ):
-                    return False
             for name, ref, shape, strides, dtype in self.arrays:
-                v = operands[name]
+                v = out if name is _OUT else operands[name]
                 if (
                     ref() is not v
                     or v.shape != shape
