@@ -134,6 +134,30 @@ def test_dynamic_operand_on_the_right_and_a_vector():
     assert np.allclose(np.asarray(kern(A=a, B=bm)), a @ bm)
 
 
+def test_an_untiled_kernel_converts_a_scipy_operand_once(monkeypatch):
+    """1 x 1 tiles need no split: the operands checked for their extents go on to the
+    kernel as they are, so a scipy B becomes a Tensor once per call."""
+    from ucf.exec import kernel as kernel_module
+    from ucf.format import interop
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((7, 9)) * (rng.random((7, 9)) < 0.5)
+    b = sp.random(9, 4, density=0.4, format="csr", random_state=3)
+    kern = ucf.compile(MATMUL, {"B": "csr"}, dynamic={"A": (1, 1)})
+    assert kern.blocking is None
+    converted = []
+    as_tensor = interop.as_tensor
+
+    def counting(value, *args, **kwargs):
+        converted.append(value is b)
+        return as_tensor(value, *args, **kwargs)
+
+    monkeypatch.setattr(interop, "as_tensor", counting)
+    monkeypatch.setattr(kernel_module, "as_tensor", counting)
+    np.testing.assert_allclose(np.asarray(kern(A=a, B=b)), a @ b.toarray())
+    assert converted.count(True) == 1
+
+
 def test_refusals_name_the_tensor_or_variable():
     conv = "O(n,m,x,y) = I(n,c,x+r,y+s) * W(m,c,r,s)"
     with pytest.raises(ucf.ScheduleError, match="x is a compound variable"):

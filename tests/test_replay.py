@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import TARGETS
 
 import ucf
 from ucf.exec import jit
@@ -158,3 +159,97 @@ def test_alternating_buffers_replay_and_the_oldest_call_is_forgotten(case, repla
         xs = ring[step % len(ring)]
         np.testing.assert_allclose(k(A=A, x=xs, z=z).to_numpy(), m @ xs + z)
     assert len(replays) == before
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_packed_replays_read_updates_and_stop_at_any_change(target, replays):
+    """After PACK_AFTER replays the arguments go through a trampoline; in-place updates
+    are still read, and every change of an operand binds the call again."""
+    rng = np.random.default_rng(7)
+    m = sp.random(30, 20, density=0.3, format="csr", random_state=4)
+    A = ucf.from_scipy(m)
+    x, z, y = rng.standard_normal(20), rng.standard_normal(30), np.zeros(30)
+    k = ucf.compile(STMT, {"A": "csr"}, target=target)
+    for _ in range(replay_module.PACK_AFTER + 3):
+        k(A=A, x=x, z=z)
+        k(A=A, x=x, z=z, out=y)
+    assert all(r.packed is not None for r in k._local.replays[:2])
+    x *= 3.0
+    A.vals[:] = rng.standard_normal(A.vals.size)
+    m = sp.csr_array((A.vals.copy(), m.indices.copy(), m.indptr.copy()), shape=m.shape)
+    count = len(replays)
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    np.testing.assert_allclose(k(A=A, x=x, z=z, out=y).to_numpy(), m @ x + z)
+    np.testing.assert_allclose(y, m @ x + z)
+    assert len(replays) == count + 2
+    # the column indices swapped for others (same length, so only identity tells)
+    old = A.levels[1]["crd"]  # kept alive: only the identity check can tell
+    crd = rng.integers(0, 20, size=old.size).astype(A.index_dtype)
+    A.levels[1]["crd"] = crd
+    m = sp.csr_array((A.vals.copy(), crd.copy(), m.indptr.copy()), shape=m.shape)
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    np.testing.assert_allclose(k(A=A, x=x, z=z, out=y).to_numpy(), m @ x + z)
+    assert len(replays) == count + 2
+    del old
+    # another output array: written, the old one left alone
+    y2, before = np.zeros(30), y.copy()
+    k(A=A, x=x, z=z, out=y2)
+    np.testing.assert_allclose(y2, m @ x + z)
+    np.testing.assert_array_equal(y, before)
+    assert len(replays) == count + 2
+
+
+def test_a_numpy_operand_retyped_in_place_is_converted_again(case, replays):
+    """``x.dtype = ...`` keeps the object and its buffer; the replay must see the new type
+    (read as float64 the int64 bits below are denormals, nowhere near the answer)."""
+    k, m, A, x, z = case
+    x = np.arange(20, dtype=np.int64).view(np.float64)
+    for _ in range(replay_module.PACK_AFTER + 2):
+        k(A=A, x=x, z=z)
+    x.dtype = np.int64
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ np.arange(20.0) + z)
+
+
+def test_a_tensor_reshaped_in_place_is_checked_again(case, replays):
+    k, m, A, x, z = case
+    for _ in range(3):
+        k(A=A, x=x, z=z)
+    A.shape = (30, 21)  # x has 20 entries: refused, as a fresh call would be
+    with pytest.raises(ucf.ShapeError, match="index variable j"):
+        k(A=A, x=x, z=z)
+    A.shape = (30, 20)
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    count = len(replays)
+    A.levels[1] = {"pos": A.levels[1]["pos"], "crd": A.levels[1]["crd"]}  # equal, rebuilt
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    assert len(replays) == count + 1  # the same arrays under the same keys replay
+
+
+def test_zero_points_changed_in_place_are_checked_again(replays):
+    """The int32 sums of quantized products are bounded by the zero points' values, which
+    no identity shows: such kernels are never replayed."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((12, 300)) * (rng.random((12, 300)) < 0.6)
+    A = ucf.quantize(a, format="csr@qint8")
+    x = ucf.quantize(rng.standard_normal(300), format="dense@qint8")
+    k = ucf.compile("y(i) = A(i,k)*x(k)", {"A": "csr@qint8", "x": "dense@qint8"})
+    assert k._plan.integer_sums
+    for _ in range(3):
+        k(A=A, x=x)
+    A.scales.zero_point[:] = 1_000_000
+    with pytest.raises(ucf.FormatError, match="can overflow int32"):
+        k(A=A, x=x)
+    assert replays == []
+
+
+def test_an_array_gone_from_a_tensor_is_never_replayed(case, replays):
+    """A remembered array that dies ends its replay, even when what took its place
+    compares like a dead reference (None)."""
+    k, m, A, x, z = case
+    for _ in range(3):
+        k(A=A, x=x, z=z)
+    count = len(replays)
+    A.vals = None  # the old values die here
+    with pytest.raises(ucf.UcfError):
+        k(A=A, x=x, z=z)
+    assert len(replays) == count

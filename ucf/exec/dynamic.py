@@ -37,10 +37,10 @@ import numpy as np
 
 from ucf import stile
 from ucf.cin.blocking import Blocking, unblock
-from ucf.cin.extents import infer as infer_extents
 from ucf.cin.invariance import check_condense, classify
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
 from ucf.exec import blocked
+from ucf.exec.extents import bound_extents, check_orders
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
@@ -200,10 +200,14 @@ class DynamicKernel:
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
         tensors = {n: _tensor(v, n) for n, v in given.items()}
-        extents = _extents(self._with_mask, tensors)  # errors name the user's operands
+        # Checked on the user's statement, so errors name the user's operands.
+        stmt = self._with_mask
+        check_orders({a.tensor: len(a.indices) for a in ast.accesses(stmt.rhs)}, tensors)
+        lhs = ast.index_variables(stmt.lhs)
+        extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
         index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
         if self.blocking is None:
-            return self.kernel(out=out, **given, **{self._index: index})
+            return self.kernel(out=out, **tensors, **{self._index: index})
         shape = tuple(extents[v] for v in ast.index_variables(self.statement.lhs))
         if out is not None and tuple(np.shape(out)) != shape:
             raise ShapeError(
@@ -311,39 +315,3 @@ def _tensor(value: Any, name: str) -> Tensor:
     if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ndim:
         return Tensor.from_numpy(value)
     return as_tensor(value, name=name)
-
-
-def _extents(stmt: ast.Statement, given: dict[str, Tensor]) -> dict[str, int]:
-    """Every extent of ``stmt``, fixed by plain indices and inferred through affine ones;
-    a ShapeError names the two places that disagree, or the variable left unknown."""
-    bound: dict[str, tuple[int, str]] = {}
-    for a in ast.accesses(stmt.rhs):
-        t = given[a.tensor]
-        if t.order != len(a.indices):
-            raise ShapeError(
-                f"operand {a.tensor} has order {t.order} (shape {t.shape}) but is accessed "
-                f"with {len(a.indices)} indices"
-            )
-        for m, idx in enumerate(a.indices):
-            v = idx.single_variable
-            if v is None:
-                continue
-            where = f"{a.tensor} (mode {m})"
-            if v in bound and bound[v][0] != t.shape[m]:
-                raise ShapeError(
-                    f"index variable {v} has extent {bound[v][0]} in {bound[v][1]} "
-                    f"but {t.shape[m]} in {where}"
-                )
-            bound.setdefault(v, (t.shape[m], where))
-    sizes = {
-        (a.tensor, m): given[a.tensor].shape[m]
-        for a in ast.accesses(stmt.rhs)
-        for m in range(len(a.indices))
-    }
-    found = {v: n for v, (n, _) in bound.items()}
-    for v, (n, _) in infer_extents(stmt, found, sizes).items():
-        found[v] = n
-    for v in ast.index_variables(stmt.lhs):
-        if v not in found:
-            raise ShapeError(f"the extent of index variable {v} is unknown")
-    return found

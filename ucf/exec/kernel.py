@@ -19,12 +19,10 @@ import numpy as np
 
 from ucf import pipeline
 from ucf._version import __version__
-from ucf.cin.extents import infer as infer_extents
 from ucf.errors import (
     ConversionWarning,
     OperandError,
     ScheduleError,
-    ShapeError,
     UcfError,
     UnsupportedError,
     boundary,
@@ -33,6 +31,7 @@ from ucf.errors import (
 from ucf.exec import blocked, cache, stats
 from ucf.exec.binding import arguments, binding, same_format
 from ucf.exec.export import beside, save_c
+from ucf.exec.extents import bound_extents, check_orders, plain_extents
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.exec.replay import REMEMBERED, Replay, replayable
 from ucf.exec.static import Static, prepare
@@ -405,12 +404,7 @@ class Kernel:
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given = {n: self._as_operand(operands[n], n) for n in names}
-        for n, t in given.items():
-            if t.order != plan.orders[n]:
-                raise ShapeError(
-                    f"operand {n} has order {t.order} (shape {t.shape}) but is accessed "
-                    f"with {plan.orders[n]} indices"
-                )
+        check_orders(plan.orders, given)
         for n, st in self._statics.items():
             st.check(given[n], self.index_dtype)
         extents = self._extents(given, out, shapes)
@@ -425,6 +419,7 @@ class Kernel:
             call is not None
             and shapes is None
             and not self._statics  # each call compares a static operand with the compiled one
+            and not plan.integer_sums  # each call bounds the sums by the zero points' values
             and (out is None or isinstance(out, np.ndarray))
             and replayable(operands, given, call[3])
         ):
@@ -533,90 +528,12 @@ class Kernel:
         return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):
+        plan = self._plan
         if shapes is None:
-            found = _plain_extents(binding(self._plan), given, out)
+            found = plain_extents(binding(plan), given, out)
             if found is not None:
                 return found
-        return self._bound_extents(given, out, shapes)
-
-    def _bound_extents(
-        self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None
-    ) -> dict[str, int]:
-        """Every extent with where it came from, inferred where no plain index fixes it;
-        a ShapeError names the two places that disagree."""
-        stmt = self._plan.statement
-        bound: dict[str, tuple[int, str]] = {}
-
-        def bind(v: str, size: int, who: str) -> None:
-            if v in bound and bound[v][0] != size:
-                raise ShapeError(
-                    f"index variable {v} has extent {bound[v][0]} in {bound[v][1]} "
-                    f"but {size} in {who}"
-                )
-            bound.setdefault(v, (size, who))
-
-        for a in accesses(stmt.rhs):
-            for m, idx in enumerate(a.indices):
-                if idx.single_variable is not None:
-                    bind(idx.single_variable, given[a.tensor].shape[m], f"{a.tensor} (mode {m})")
-        if out is not None:
-            shape = np.shape(out) if not isinstance(out, Tensor) else out.shape
-            if len(shape) != len(stmt.lhs.indices):
-                raise ShapeError(
-                    f"out has shape {tuple(shape)} but {stmt.lhs} has "
-                    f"{len(stmt.lhs.indices)} indices"
-                )
-            for m, idx in enumerate(stmt.lhs.indices):
-                bind(idx.single_variable, int(shape[m]), f"out (mode {m})")
-        for key, size in (shapes or {}).items():
-            if isinstance(size, (tuple, list)):
-                self._bind_tensor_shape(key, size, given, bind)
-                continue
-            if key not in self._plan.variables:
-                raise ShapeError(
-                    f"shapes= names '{key}', which is not an index variable of {stmt} (its "
-                    f"variables: {', '.join(self._plan.variables)}); map a tensor name to "
-                    "a tuple, as in shapes={'" + stmt.lhs.tensor + "': (n, ...)}"
-                )
-            bind(key, _extent(size, f"shapes= gives index variable {key}"), "shapes=")
-        sizes = {
-            (a.tensor, m): given[a.tensor].shape[m]
-            for a in accesses(stmt.rhs)
-            for m in range(len(a.indices))
-        }
-        known = {v: n for v, (n, _) in bound.items()}
-        for v, (n, who) in infer_extents(stmt, known, sizes).items():
-            bound[v] = (n, who)
-        for v in self._plan.variables:
-            if v not in bound:
-                raise ShapeError(
-                    f"the extent of index variable {v} is unknown; pass shapes={{'{v}': n}}"
-                )
-        return {v: s for v, (s, _) in bound.items()}
-
-    def _bind_tensor_shape(self, name: str, shape: Any, given: dict[str, Tensor], bind) -> None:
-        """``shapes={name: (n, ...)}``: the extents of ``name``'s plain indices, and for an
-        operand, a check that the operand has that shape."""
-        stmt = self._plan.statement
-        access = next((a for a in (stmt.lhs, *accesses(stmt.rhs)) if a.tensor == name), None)
-        if access is None:
-            raise ShapeError(
-                f"shapes= gives tensor '{name}' a shape, but {stmt} has no tensor {name}"
-            )
-        if len(shape) != len(access.indices):
-            raise ShapeError(
-                f"shapes= gives {name} the shape {tuple(shape)}, but {access} has "
-                f"{len(access.indices)} indices"
-            )
-        for m, (idx, size) in enumerate(zip(access.indices, shape, strict=True)):
-            size = _extent(size, f"shapes= gives mode {m} of {name}")
-            if name in given and given[name].shape[m] != size:
-                raise ShapeError(
-                    f"operand {name} has size {given[name].shape[m]} in mode {m} but "
-                    f"shapes= gives {size}"
-                )
-            if idx.single_variable is not None:
-                bind(idx.single_variable, size, f"shapes= ({name}, mode {m})")
+        return bound_extents(plan.statement, plan.variables, given, out, shapes)
 
     def _dense_output(self, out: Any, shape: tuple[int, ...]) -> Tensor:
         fmt = self._plan.computed_format
@@ -720,35 +637,8 @@ def _trimmed(t: Tensor) -> Tensor:
     return Tensor(t.shape, t.format, levels, t.vals[:count], index_dtype=t.index_dtype, check=False)
 
 
-def _extent(size: Any, what: str) -> int:
-    """A user-given extent as an int, or a ShapeError saying ``what`` was wrong."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-        raise ShapeError(f"{what} the extent {size!r}; an extent is a non-negative integer")
-    return int(size)
-
-
 def export_name(text: str) -> str:
     """``text`` as a C identifier for exported functions: other characters become
     ``_``, and a leading digit gets a ``k`` in front."""
     ident = re.sub(r"\W", "_", text, flags=re.ASCII) or "kernel"
     return "k" + ident if ident[0].isdigit() else ident
-
-
-def _plain_extents(b: Any, given: dict[str, Tensor], out: Any) -> dict[str, int] | None:
-    """The extents when the operands' plain indices fix them all and agree with each
-    other and with ``out``; None otherwise (the full binding then says what is wrong)."""
-    if not b.closed:
-        return None
-    found: dict[str, int] = {}
-    for v, tensor, mode in b.plain:
-        size = given[tensor].shape[mode]
-        if found.setdefault(v, size) != size:
-            return None
-    if out is not None:
-        shape = out.shape if isinstance(out, (Tensor, np.ndarray)) else np.shape(out)
-        if len(shape) != len(b.lhs):
-            return None
-        for v, size in zip(b.lhs, shape, strict=True):
-            if found.setdefault(v, size) != size:
-                return None
-    return found

@@ -9,22 +9,32 @@ is (no conversion) and writes a dense output is remembered per thread, the last
 ``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
 argument list when each operand is the same object with the same shape, strides
 and dtype (a numpy array), or holds the same arrays in the same format (a
-``ucf.Tensor``), and the thread count is unchanged.
+``ucf.Tensor``), and the thread count is unchanged. Kernels whose checks read
+operand values (a static operand's, quantized zero points bounding an int32
+sum) are not remembered.
 
 Addresses stay valid because the remembered arrays are held by weak reference
 and checked for identity: numpy refuses ``resize`` on an array with a weak
-reference, and a changed shape or stride is seen by the check.
+reference, a changed shape, stride or dtype is seen by the check, and a
+remembered array that dies ends its replay. The comparison is by identity and
+a few attributes, never by value, so it costs a fraction of a microsecond per
+operand; a call replayed ``PACK_AFTER`` times goes through a trampoline with
+its arguments packed (``ucf.exec.packed``), which saves ctypes converting them
+one by one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ucf.exec import binding
+from ucf.exec.packed import Packed
 from ucf.format.tensor import Tensor, trusted
 
 
@@ -67,59 +77,52 @@ def _zeros(arenas: dict, n: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
 #: Calls remembered per kernel and thread: enough for alternating buffers and an
 #: ``out=`` next to a fresh output, few enough that a miss costs little to find.
 REMEMBERED = 4
+#: Replays of one call after which its arguments are packed for a trampoline
+#: (``ucf.exec.packed``): a call repeated this often is in a loop, where the
+#: trampoline's one-time compile pays for itself.
+PACK_AFTER = 16
+
+#: The given output's name among the arrays compared: no keyword argument's.
+_OUT = object()
+#: What a changed operand can raise while it is compared (a level dropped, an array
+#: swapped for something else): it is then not the remembered one.
+_CHANGED = (LookupError, AttributeError, TypeError)
 
 
-def _arrays(t: Tensor) -> list[np.ndarray]:
-    scales = (t.scales.scale, t.scales.zero_point) if t.scales is not None else ()
-    return [t.vals, *(a for level in t.levels for a in level.values()), *scales]
+def _array_probe(name: Any, value: np.ndarray, died: Callable) -> tuple:
+    return (name, weakref.ref(value, died), value.shape, value.strides, value.dtype)
 
 
-class _Probe:
-    """What identifies one operand (or the given output) for a replay."""
-
-    __slots__ = ("name", "ref", "shape", "strides", "dtype", "refs", "format", "address")
-
-    def __init__(self, name: str, value: Any, address: bool = False) -> None:
-        """``address``: keep the array's address too (a given output's, written each call)."""
-        self.name = name
-        self.shape = value.shape
-        if isinstance(value, np.ndarray):
-            self.ref, self.strides, self.dtype = weakref.ref(value), value.strides, value.dtype
-            self.refs, self.format = (), None
-            self.address = binding.address(value) if address else None
-        else:
-            self.ref, self.strides, self.dtype = None, None, value.index_dtype
-            self.refs = tuple(weakref.ref(a) for a in _arrays(value))
-            self.format, self.address = value.format, None
-
-    def same(self, value: Any) -> bool:
-        if self.ref is not None:
-            return (
-                self.ref() is value
-                and value.shape == self.shape
-                and value.strides == self.strides
-                and (value.dtype is self.dtype or value.dtype == self.dtype)
-            )
-        if not isinstance(value, Tensor) or value.shape != self.shape:
-            return False
-        arrays = _arrays(value)
-        return (
-            value.format is self.format
-            and value.index_dtype == self.dtype
-            and len(arrays) == len(self.refs)
-            and all(r() is a for r, a in zip(self.refs, arrays, strict=True))
-        )
+def _tensor_probe(name: str, t: Tensor, died: Callable) -> tuple:
+    """Every array ``t`` holds, by level and key, and what decides how it binds."""
+    arrays = tuple(
+        (lvl, key, weakref.ref(a, died))
+        for lvl, level in enumerate(t.levels)
+        for key, a in level.items()
+    )
+    sizes = tuple(len(level) for level in t.levels)
+    scales = None
+    if t.scales is not None:
+        scales = (weakref.ref(t.scales.scale, died), weakref.ref(t.scales.zero_point, died))
+    vals = weakref.ref(t.vals, died)
+    return (name, t.shape, t.format, t.index_dtype, vals, sizes, arrays, scales)
 
 
 class Replay:
     """A dense-output call's argument list, with the output's address left open."""
 
     __slots__ = (
-        "probes",
-        "out_probe",
+        "dead",
+        "arrays",
+        "tensors",
+        "count",
+        "out_address",
+        "out_flat",
         "args",
         "out_at",
         "fn",
+        "packed",
+        "runs",
         "threads",
         "built",
         "zero",
@@ -141,29 +144,67 @@ class Replay:
     ) -> None:
         """``call`` is the compiled function, its arguments and the output's index in
         them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay)."""
+        # A remembered object that dies ends the replay: nothing else can be it, and
+        # comparing with a dead reference's None must not let a None through.
+        self.dead: list = []
+        died = self.dead.append
         # numpy operands first: the likeliest to differ, and the cheapest to compare
-        probes = [_Probe(n, v) for n, v in operands.items()]
-        self.probes = tuple(sorted(probes, key=lambda p: p.ref is None))
-        self.out_probe = None if out is None else _Probe("out", out, address=True)
+        items = [*operands.items(), *([] if out is None else [(_OUT, out)])]
+        self.arrays = tuple(_array_probe(n, v, died) for n, v in items if isinstance(v, np.ndarray))
+        self.tensors = tuple(_tensor_probe(n, v, died) for n, v in items if isinstance(v, Tensor))
+        self.count = len(operands)
+        self.out_address = None if out is None else binding.address(out)
+        self.out_flat = out is not None and out.ndim == 1
         self.fn, self.args, self.out_at = call
+        self.packed, self.runs = None, 0
         self.threads, self.built, self.zero = threads, built, zero
         self.shape, self.format = result.shape, result.format
         self.size, self.dtype = result.vals.size, result.vals.dtype
 
     def matches(self, operands: dict[str, Any], out: Any, threads: int) -> bool:
         """Whether a call with these operands and output, at ``threads``, binds exactly
-        as the remembered one did."""
-        if threads != self.threads or len(operands) != len(self.probes):
+        as the remembered one did: the same objects, and for a numpy array the same
+        shape, strides and dtype; for a Tensor the same shape, format and index dtype,
+        holding the same arrays under the same levels and keys."""
+        if self.dead or threads != self.threads or len(operands) != self.count:
             return False
-        if out is None:
-            if self.out_probe is not None:
-                return False
-        elif self.out_probe is None or not self.out_probe.same(out):
+        if (out is None) is not (self.out_address is None):
             return False
-        for p in self.probes:
-            value = operands.get(p.name)
-            if value is None or not p.same(value):
-                return False
+        try:
+            for name, ref, shape, strides, dtype in self.arrays:
+                v = out if name is _OUT else operands[name]
+                if (
+                    ref() is not v
+                    or v.shape != shape
+                    or v.strides != strides
+                    or (v.dtype is not dtype and v.dtype != dtype)
+                ):
+                    return False
+            for name, shape, fmt, index_dtype, vals, sizes, arrays, scales in self.tensors:
+                v = operands[name]
+                if (
+                    v.vals is not vals()
+                    or not isinstance(v, Tensor)
+                    or v.shape != shape
+                    or v.format is not fmt
+                    or (v.index_dtype is not index_dtype and v.index_dtype != index_dtype)
+                ):
+                    return False
+                levels = v.levels
+                if len(levels) != len(sizes):
+                    return False
+                for lvl, key, ref in arrays:
+                    if levels[lvl][key] is not ref():
+                        return False
+                if tuple(map(len, levels)) != sizes:
+                    return False
+                if scales is None:
+                    if v.scales is not None:
+                        return False
+                elif v.scales.scale is not scales[0]() or v.scales.zero_point is not scales[1]():
+                    return False
+        except _CHANGED:
+            return False
         return True
 
     def run(self, out: np.ndarray | None) -> Tensor:
@@ -171,13 +212,22 @@ class Replay:
         if out is None:
             vals, address = _zeros(_ARENAS.__dict__, self.size, self.dtype)
         else:
-            vals = out.reshape(-1)
+            vals = out if self.out_flat else out.reshape(-1)
             if self.zero:
                 vals.fill(0)
-            address = self.out_probe.address
-        args = self.args
-        args[self.out_at] = address
-        self.fn(*args)
+            address = self.out_address
+        packed = self.packed
+        if packed is not None:
+            packed.args[self.out_at] = address
+            packed.call(packed.address, packed.args_at)
+        else:
+            args = self.args
+            args[self.out_at] = address
+            self.fn(*args)
+            self.runs += 1
+            if self.runs == PACK_AFTER:
+                signature = [t is ctypes.c_void_p for t in self.fn.argtypes]
+                self.packed = Packed(self.fn, signature, args)
         return trusted(self.shape, self.format, [{} for _ in self.shape], vals)
 
 
