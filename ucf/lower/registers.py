@@ -35,6 +35,12 @@ ROWS = 4
 #: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
 #: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64.
 VECTORS = {1: 4, 2: 3, ROWS: 2}
+#: The longest reduction loop a tile runs over: the loop must have a constant trip count
+#: (a block's dense places), so the rows of the factor that varies with ``j`` it walks
+#: stay in the L1 cache for the tiles that follow. Over a sparse or long reduction
+#: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
+#: row it names, and the original loop, streaming whole rows, is faster.
+MAX_REDUCTION = 64
 #: Output types the tiles accumulate in.
 TILES_OUTSIDE = False
 ACCUMULATE = ("f32", "f64", "i32", "i64")
@@ -200,7 +206,8 @@ def _match(s: ir.For) -> _Nest | None:
 
 def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
     """``s`` as a reduction loop around an accumulating ``j`` loop."""
-    if not _plain(s):
+    trip = _trip(s)
+    if not _plain(s) or trip is None or trip > MAX_REDUCTION:
         return None
     opened = _opens(s)
     if opened is None:
