@@ -206,7 +206,7 @@ def _match(s: ir.For) -> _Nest | None:
 
 def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
     """``s`` as a reduction loop around an accumulating ``j`` loop."""
-    trip = _trip(s)
+    trip = _most(s)
     if not _plain(s) or trip is None or trip > MAX_REDUCTION:
         return None
     opened = _opens(s)
@@ -265,6 +265,15 @@ def _trip(s: ir.For) -> int | None:
     if isinstance(s.start, Const) and isinstance(s.end, Const):
         return int(s.end.value) - int(s.start.value)
     return None
+
+
+def _most(s: ir.For) -> int | None:
+    """A constant bound on the trip count of ``s``: its trip count, or the constant its
+    end is clipped to (a block's places, clipped at a partial block)."""
+    end = s.end
+    if isinstance(end, ir.Bin) and end.op == "min" and isinstance(end.left, Const):
+        end = end.left
+    return _trip(replace(s, end=end))
 
 
 def _rows(s: ir.For) -> int:
