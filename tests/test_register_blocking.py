@@ -58,6 +58,7 @@ def test_spmm_against_numpy(target, fmt, shape, n, dtype, tiled):
     lanes = registers.VECTOR_BYTES // np.dtype(dtype).itemsize
     want = {f"{ir.NUMPY_TO_IR[np.dtype(dtype).name]}x{lanes}"} if tiled else set()
     assert vectors(k) == want
+    assert ("registers: C is accumulated" in k.cin) == tiled
 
 
 @needs_cc

@@ -140,7 +140,8 @@ def plan(
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
     if module is None:
-        compute = register_block(compute)
+        compute, tiles = register_block(compute)
+        cin.notes += tiles
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
     fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
     if module is not None:

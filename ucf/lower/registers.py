@@ -7,12 +7,12 @@ in memory, and the kernel runs at the speed of C's loads and stores, not of the
 arithmetic.
 
 This pass finds such nests, a loop ``j`` whose single statement accumulates into a
-row of the output at unit stride, inside a reduction loop that leaves that row in
-place (and optionally inside a loop of constant trip count over rows, such as a
-block's ``i_in``), and rewrites them as a micro-kernel: a tile of ``ROWS`` rows by
-a few vectors of ``j`` is loaded into registers, the whole reduction loop adds into
-it (each factor that does not vary with ``j`` loaded once and broadcast), and the
-tile is stored once.  The ``j`` that do not fill a tile run in the original nest.
+row of the output at unit stride, inside a short reduction loop of constant trip
+count that leaves that row in place (a block's ``k_in``), optionally inside a loop
+of constant trip count over rows (a block's ``i_in``), and rewrites them as a
+micro-kernel: a tile of ``ROWS`` rows by a few vectors of ``j`` is loaded into
+registers, the whole reduction loop adds into it (each factor that does not vary
+with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that do not fill a tile run in the original nest.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
@@ -42,15 +42,16 @@ VECTORS = {1: 4, 2: 3, ROWS: 2}
 #: row it names, and the original loop, streaming whole rows, is faster.
 MAX_REDUCTION = 64
 #: Output types the tiles accumulate in.
-TILES_OUTSIDE = False
 ACCUMULATE = ("f32", "f64", "i32", "i64")
 _SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
 
 
-def register_block(fn: ir.Function) -> ir.Function:
-    """``fn`` with every nest of the shape above turned into a register-blocked one."""
+def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+    """``fn`` with every nest of the shape above turned into a register-blocked one,
+    and a line per nest saying so (for ``k.cin``)."""
     taken = declared(fn.body) | {p.name for p in fn.params}
-    return replace(fn, body=_Rewriter(taken).block(fn.body))
+    rewriter = _Rewriter(taken)
+    return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
 
 
 @dataclass
@@ -71,6 +72,7 @@ class _Nest:
 class _Rewriter:
     def __init__(self, taken: set[str]):
         self.taken = taken
+        self.notes: list[str] = []
 
     def fresh(self, name: str) -> str:
         k = 0
@@ -96,6 +98,14 @@ class _Rewriter:
         lanes = VECTOR_BYTES // _SIZES[elem]
         rows = 1 if nest.rows is None else _rows(nest.rows)
         width = VECTORS[rows] * lanes
+        over = (
+            "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
+        )
+        self.notes.append(
+            f"registers: {nest.store.array.name.removesuffix('_vals')} is accumulated over "
+            f"{nest.red.label or nest.red.var.name} in tiles of {over}{width} "
+            f"{j.label or j.var.name} held in registers"
+        )
         span = ir.sub(j.end, j.start)
         end = Var(self.fresh("j_tiles_end"), I64)
         tile = Var(self.fresh("j_tile"), I64)
@@ -111,12 +121,12 @@ class _Rewriter:
             renames, decls = self.row_copies(nest, first, rows)
             groups = Const(_trip(nest.rows) // rows, I64)
             micro = self.micro(nest, renames, jv, lanes)
-            if TILES_OUTSIDE:
-                inner = ir.For(group, Const(0, I64), groups, [*decls, *micro])
-                tiles = ir.For(tile, Const(0, I64), count, [at, inner])
-            else:
-                inner = ir.For(tile, Const(0, I64), count, [at, *micro])
-                tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
+            # Tiles inside the rows: one group sweeps its rows of the output along j,
+            # and the rows of the other factor in step, page by page (measured faster
+            # than each tile of j serving every group, whose rows of that factor,
+            # 4 KB apart in a 1024-wide matrix, fall into one L1 set).
+            inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+            tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
