@@ -135,3 +135,18 @@ def test_a_strided_factor_is_left_alone(target):
     got = k(A=ucf.from_numpy(a, format="bcsr(4,4)"), B=b).to_numpy()
     np.testing.assert_array_equal(got, a @ b.T)
     assert not vectors(k)
+
+
+def test_the_environment_turns_it_off(monkeypatch):
+    """UCF_REGISTER_BLOCKING=0 plans the plain nest (cached apart: the kernel cache
+    keys on it); the answer is the same; a value other than 0 or 1 is refused."""
+    rng = np.random.default_rng(9)
+    a, b = blocked(rng, (8, 8), (4, 4)), rand_dense(rng, (8, 40))
+    t = ucf.from_numpy(a, format="bcsr(4,4)")
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    k = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})
+    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), a @ b)
+    assert not vectors(k)
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "yes")
+    with pytest.raises(ucf.UcfError, match="UCF_REGISTER_BLOCKING"):
+        ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})(A=t, B=b)

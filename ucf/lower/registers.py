@@ -12,7 +12,8 @@ count that leaves that row in place (a block's ``k_in``), optionally inside a lo
 of constant trip count over rows (a block's ``i_in``), and rewrites them as a
 micro-kernel: a tile of ``ROWS`` rows by a few vectors of ``j`` is loaded into
 registers, the whole reduction loop adds into it (each factor that does not vary
-with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that do not fill a tile run in the original nest.
+with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
+do not fill a tile run in the original nest.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
@@ -21,8 +22,10 @@ code generators print as LLVM vectors and GCC vector extensions.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
+from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
@@ -46,9 +49,20 @@ ACCUMULATE = ("f32", "f64", "i32", "i64")
 _SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
 
 
+def enabled() -> bool:
+    """Whether the pass runs: ``UCF_REGISTER_BLOCKING=0`` turns it off, to measure what
+    it gains (bench/tesa_formats.py --unblocked). The kernel cache keys on it."""
+    text = os.environ.get("UCF_REGISTER_BLOCKING", "1").strip()
+    if text not in ("0", "1"):
+        raise UcfError(f"UCF_REGISTER_BLOCKING={text!r}: register blocking is 1 (on) or 0 (off)")
+    return text == "1"
+
+
 def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     """``fn`` with every nest of the shape above turned into a register-blocked one,
-    and a line per nest saying so (for ``k.cin``)."""
+    and a line per nest saying so (for ``k.cin``); ``fn`` as it is if not ``enabled``."""
+    if not enabled():
+        return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
     rewriter = _Rewriter(taken)
     return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
