@@ -13,14 +13,18 @@ SpMV on a matrix whose rows all hold w nonzeros (``--ell-rows`` rows, since one
 1024-row SpMV takes microseconds). The int8 row: the same 90 % block pattern
 with int8 weights in ``bcsr(32,32)@int8`` times uint8 activations into an int32
 C (exact, checked against numpy's integer product), against ucf's float32
-``bcsr(32,32)``.
+``bcsr(32,32)``. ``--unblocked`` adds the float32 ``bcsr(32,32)`` kernel without
+register blocking (``UCF_REGISTER_BLOCKING=0``) to the main table, timed in the
+same interleaved runs: what the micro-kernel gains, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +116,17 @@ def peers(a: np.ndarray, b: np.ndarray, threads: int) -> dict[str, Callable[[], 
     return runs
 
 
+@contextlib.contextmanager
+def unblocked() -> Iterator[None]:
+    """Kernels planned inside run without register blocking (a kernel plans at its
+    first call on operands of new statistics, and keeps that plan)."""
+    os.environ["UCF_REGISTER_BLOCKING"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["UCF_REGISTER_BLOCKING"]
+
+
 def int8_row(rng, args) -> tuple[float, float]:
     """Seconds of ``bcsr(32,32)@int8`` times uint8 into int32, and of the float32
     ``bcsr(32,32)`` kernel, on the same 90 % block pattern (best of ``--repeat``)."""
@@ -140,6 +155,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads for every peer (default 2)")
     ap.add_argument("--ell-rows", type=int, default=65536, help="ELL SpMV rows (default 65536)")
     ap.add_argument("--ell-width", type=int, default=16, help="nonzeros per ELL row (default 16)")
+    ap.add_argument(
+        "--unblocked",
+        action="store_true",
+        help="also time the bcsr kernel without register blocking, side by side",
+    )
     args = ap.parse_args()
     ucf.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
@@ -159,6 +179,12 @@ def main() -> None:
             "ucf csr": lambda ac=ac: csr_kernel(A=ac, B=b),
             **peers(a, b, args.threads),
         }
+        if args.unblocked:
+            with unblocked():
+                plain = ucf.compile(SPMM, formats={"A": blocked}, dtype="float32")
+                got = plain(A=ab, B=b).to_numpy()
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-2)
+            runs["unblocked bcsr"] = lambda ab=ab, plain=plain: plain(A=ab, B=b)
         times = best_of(runs, args.repeat)
         rows.append((zero, times))
     fixed_width = fixed_width_rows(rng, b, args)

@@ -41,6 +41,7 @@ from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
+from ucf.lower.registers import register_block
 from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.schedule.model import Choice, Stats, integer_order, propose
@@ -149,6 +150,9 @@ def plan(
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
+    if module is None:
+        compute, tiles = register_block(compute)
+        cin.notes += tiles
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
     fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
     if module is not None:

@@ -136,7 +136,7 @@ def source(fns: list[ir.Function]) -> str:
     """A self-contained C translation unit: runtime/ucf_runtime.h is carried inline."""
     from ucf.resources import runtime_dir
 
-    out = [(runtime_dir() / "ucf_runtime.h").read_text()]
+    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns)]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
@@ -144,6 +144,27 @@ def source(fns: list[ir.Function]) -> str:
         out.append("}")
         out.append("")
     return "\n".join(out)
+
+
+def c_type(ty: str) -> str:
+    """The C type of an LLIR scalar or vector type (``vector_typedefs`` names the latter)."""
+    return IR_TO_C[ty] if ir.lanes(ty) == 1 else f"ucf_{ty}"
+
+
+def vector_typedefs(fns: list[ir.Function]) -> list[str]:
+    """GCC vector types (also clang's) for the vector types the functions use: ``ucf_f32x8``
+    in registers, and ``ucf_f32x8_u``, aligned as one element, to load and store at any
+    element of an array."""
+    from ucf.ir.walk import nodes
+
+    used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.Expr) and ir.lanes(n.type) > 1})
+    lines = []
+    for ty in used:
+        elem = IR_TO_C[ir.element(ty)]
+        size = f"vector_size({ir.lanes(ty)} * sizeof({elem}))"
+        lines.append(f"typedef {elem} ucf_{ty} __attribute__(({size}));")
+        lines.append(f"typedef {elem} ucf_{ty}_u __attribute__(({size}, aligned(sizeof({elem}))));")
+    return lines
 
 
 class _Emitter:
@@ -181,13 +202,13 @@ class _Emitter:
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = "  " * depth
         if isinstance(s, ir.Decl):
-            return [f"{pad}{IR_TO_C[s.var.type]} {c_name(s.var.name)} = {self.expr(s.init)};"]
+            return [f"{pad}{c_type(s.var.type)} {c_name(s.var.name)} = {self.expr(s.init)};"]
         if isinstance(s, ir.Assign):
             return [f"{pad}{c_name(s.var.name)} = {self.expr(s.value)};"]
         if isinstance(s, ir.Store):
             op = "+=" if s.accumulate else "="
             atomic = [f'{pad}UCF_OMP("omp atomic")'] if s.atomic else []
-            store = f"{pad}{c_name(s.array.name)}[{self.expr(s.index)}] {op} {self.expr(s.value)};"
+            store = f"{pad}{self.place(s.array, s.index, s.value.type)} {op} {self.expr(s.value)};"
             return [*atomic, store]
         if isinstance(s, ir.For):
             return self.for_loop(s, depth)
@@ -261,6 +282,11 @@ class _Emitter:
             return _const(e)
         if isinstance(e, ir.Load):
             return f"{c_name(e.array.name)}[{self.expr(e.index)}]"
+        if isinstance(e, ir.VLoad):
+            return self.place(e.array, e.index, e.type, "const ")
+        if isinstance(e, ir.Splat):
+            lanes = ", ".join([self.expr(e.operand)] * e.lanes)
+            return f"(({c_type(e.type)}){{{lanes}}})"
         if isinstance(e, ir.Bin):
             if e.op in ("min", "max"):
                 return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
@@ -275,6 +301,8 @@ class _Emitter:
         if isinstance(e, ir.Cast):
             if e.operand.type == "bf16":  # the bits widened to a float (ucf_runtime.h)
                 return f"(({IR_TO_C[e.type]})ucf_bf16_f32({self.expr(e.operand)}))"
+            if ir.lanes(e.type) > 1:
+                return f"__builtin_convertvector({self.expr(e.operand)}, {c_type(e.type)})"
             return f"(({IR_TO_C[e.type]}){self.expr(e.operand)})"
         if isinstance(e, ir.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
@@ -282,6 +310,11 @@ class _Emitter:
             suffix = "f" if e.type == "f32" else ""
             return f"{e.fn}{suffix}({self.expr(e.operand)})"
         raise TypeError(f"no C for {type(e).__name__}")
+
+    def place(self, array: ir.Array, index: ir.Expr, ty: str, qual: str = "") -> str:
+        """``array[index]``, or the vector of type ``ty`` that starts there."""
+        at = f"{c_name(array.name)}[{self.expr(index)}]"
+        return at if ir.lanes(ty) == 1 else f"(*({qual}{c_type(ty)}_u*)&{at})"
 
 
 def _const(e: ir.Const) -> str:

@@ -30,8 +30,14 @@ _TYPES = {
 _FLOAT_WIDTH = {"f16": 16, "f32": 32, "f64": 64}
 
 
+def _type(ty: str) -> ll.Type:
+    """The LLVM type of an LLIR scalar or vector type."""
+    n = ir.lanes(ty)
+    return _TYPES[ty] if n == 1 else ll.VectorType(_TYPES[ir.element(ty)], n)
+
+
 def _is_float(ty: str) -> bool:
-    return ty in _FLOAT_WIDTH
+    return ir.element(ty) in _FLOAT_WIDTH
 
 
 _SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
@@ -234,7 +240,7 @@ class _FunctionBuilder:
 
     def slot(self, var: ir.Var) -> ll.AllocaInstr:
         if var.name not in self.slots:
-            self.slots[var.name] = self.alloca_builder.alloca(_TYPES[var.type], name=var.name)
+            self.slots[var.name] = self.alloca_builder.alloca(_type(var.type), name=var.name)
         return self.slots[var.name]
 
     # statements
@@ -249,16 +255,17 @@ class _FunctionBuilder:
         elif isinstance(s, ir.Assign):
             b.store(self.expr(s.value), self.slot(s.var))
         elif isinstance(s, ir.Store):
-            ptr = b.gep(self.args[s.array.name], [self.expr(s.index)], inbounds=True)
+            ptr = self.element_ptr(s.array, s.index, ir.lanes(s.value.type))
             value = self.expr(s.value)
+            align = _SIZES[s.array.elem]
             if s.atomic:
                 op = "fadd" if _is_float(s.array.elem) else "add"
                 b.atomic_rmw(op, ptr, value, "monotonic")
                 return
             if s.accumulate:
-                old = b.load(ptr)
+                old = b.load(ptr, align=align)
                 value = b.fadd(old, value) if _is_float(s.array.elem) else b.add(old, value)
-            b.store(value, ptr)
+            b.store(value, ptr, align=align)
         elif isinstance(s, ir.For):
             if s.parallel == "CPUThread" and self.openmp:
                 self.parallel_for(s)
@@ -365,6 +372,16 @@ class _FunctionBuilder:
         if isinstance(e, ir.Load):
             ptr = b.gep(self.args[e.array.name], [self.expr(e.index)], inbounds=True)
             return b.load(ptr)
+        if isinstance(e, ir.VLoad):
+            return b.load(self.element_ptr(e.array, e.index, e.lanes), align=_SIZES[e.array.elem])
+        if isinstance(e, ir.Splat):
+            t = _type(e.type)
+            one = b.insert_element(ll.Constant(t, ll.Undefined), self.expr(e.operand), _I32(0))
+            return b.shuffle_vector(
+                one,
+                ll.Constant(t, ll.Undefined),
+                ll.Constant(ll.VectorType(_I32, e.lanes), [0] * e.lanes),
+            )
         if isinstance(e, ir.Bin):
             return self.binary(e)
         if isinstance(e, ir.Neg):
@@ -390,6 +407,13 @@ class _FunctionBuilder:
         if isinstance(e, ir.Math):
             return self.math(e)
         raise TypeError(f"no LLVM for {type(e).__name__}")
+
+    def element_ptr(self, array: ir.Array, index: ir.Expr, lanes: int) -> ll.Value:
+        """The address of ``array[index]``, typed for ``lanes`` elements from there on."""
+        ptr = self.b.gep(self.args[array.name], [self.expr(index)], inbounds=True)
+        if lanes == 1:
+            return ptr
+        return self.b.bitcast(ptr, ll.PointerType(_type(ir.vector(array.elem, lanes))))
 
     def math(self, e: ir.Math) -> ll.Value:
         """LLVM's intrinsic where it has one (it can vectorize or fold it); else libm's
@@ -464,7 +488,8 @@ class _FunctionBuilder:
         b = self.b
         if src == dst:
             return x
-        t = _TYPES[dst]
+        t = _type(dst)
+        src, dst = ir.element(src), ir.element(dst)
         if src == "bf16":  # exact: bfloat16 is a float32 with its low 16 bits zero
             bits = b.shl(b.zext(x, _I32), ll.Constant(_I32, 16))
             return self.cast(b.bitcast(bits, _TYPES["f32"]), "f32", dst)
@@ -478,7 +503,7 @@ class _FunctionBuilder:
             return b.uitofp(x, t) if unsigned else b.sitofp(x, t)
         if unsigned:
             return b.zext(x, t)
-        if t.width > _TYPES[src].width:
+        if _TYPES[dst].width > _TYPES[src].width:
             return b.sext(x, t)
         return b.trunc(x, t)
 

@@ -76,8 +76,9 @@ def key(fields: dict[str, Any]) -> str:
 
 def _canonical(fields: dict[str, Any]) -> bytes:
     from ucf.lower.parallel import threshold
+    from ucf.lower.registers import enabled
 
-    settings = {"code": code_version(), "work_threshold": threshold()}
+    settings = {"code": code_version(), "work_threshold": threshold(), "registers": enabled()}
     return json.dumps({**settings, **fields}, sort_keys=True).encode()
 
 

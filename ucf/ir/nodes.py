@@ -40,6 +40,26 @@ IR_TO_C = {
 }
 
 
+#: Vector types are an element type and a lane count, ``f32x8``: only the register
+#: blocking of ``ucf.lower.registers`` makes them, for the CPU targets.
+VECTOR_ELEMENTS = ("f32", "f64", "i32", "i64", "i8", "u8")
+
+
+def vector(ty: str, lanes: int) -> str:
+    """The type of ``lanes`` values of scalar type ``ty``."""
+    return f"{ty}x{lanes}"
+
+
+def element(ty: str) -> str:
+    """The scalar type of a vector type's lanes (a scalar type is its own)."""
+    return ty.split("x")[0]
+
+
+def lanes(ty: str) -> int:
+    """How many values a type holds: 1 for a scalar."""
+    return int(ty.split("x")[1]) if "x" in ty else 1
+
+
 class Expr:
     type: str
 
@@ -74,6 +94,32 @@ class Load(Expr):
     @property
     def type(self) -> str:
         return self.array.elem
+
+
+@dataclass(frozen=True)
+class VLoad(Expr):
+    """``lanes`` consecutive elements from ``array[index]`` on, as one vector (no
+    alignment assumed)."""
+
+    array: Array
+    index: Expr
+    lanes: int
+
+    @property
+    def type(self) -> str:
+        return vector(self.array.elem, self.lanes)
+
+
+@dataclass(frozen=True)
+class Splat(Expr):
+    """A scalar copied into every lane of a vector."""
+
+    operand: Expr
+    lanes: int
+
+    @property
+    def type(self) -> str:
+        return vector(self.operand.type, self.lanes)
 
 
 @dataclass(frozen=True)
@@ -166,6 +212,9 @@ class Assign(Stmt):
 
 @dataclass
 class Store(Stmt):
+    """``array[index] = value`` (``+=`` if accumulating); a vector value stores its lanes
+    at ``index`` on."""
+
     array: Array
     index: Expr
     value: Expr

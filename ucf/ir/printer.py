@@ -94,6 +94,10 @@ def expr(e: ir.Expr) -> str:
         return f"{e.value}:{e.type}"
     if isinstance(e, ir.Load):
         return f"{e.array.name}[{expr(e.index)}]"
+    if isinstance(e, ir.VLoad):
+        return f"{e.array.name}[{expr(e.index)} : +{e.lanes}]"
+    if isinstance(e, ir.Splat):
+        return f"splat{e.lanes}({expr(e.operand)})"
     if isinstance(e, ir.Bin):
         if e.op in ("min", "max"):
             return f"{e.op}({expr(e.left)}, {expr(e.right)})"

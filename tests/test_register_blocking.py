@@ -1,0 +1,152 @@
+"""Register-blocked micro-kernels (``ucf.lower.registers``) against numpy, on the llvm
+and c targets: tiles of several rows (a block's places) and of one row (CSR, dense),
+extents of ``j`` that leave a remainder or fill no tile at all, partial blocks, int8
+values into int32, factors that are broadcast, and nests the pass must leave alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import TARGETS, needs_cc, rand_dense
+
+import ucf
+from ucf.ir import nodes as ir
+from ucf.ir.walk import nodes
+from ucf.lower import registers
+
+SPMM = "C(i,j) = A(i,k) * B(k,j)"
+
+
+def blocked(rng, shape, block, dtype=np.float64):
+    """Integer-valued (exact) entries in about half of the blocks of ``block``."""
+    rows, cols = -(-shape[0] // block[0]), -(-shape[1] // block[1])
+    keep = np.kron(rng.random((rows, cols)) < 0.5, np.ones(block))[: shape[0], : shape[1]]
+    return (keep * rand_dense(rng, shape)).astype(dtype)
+
+
+def vectors(k) -> set[str]:
+    """The vector types of the kernel's loads (empty: the pass left it alone)."""
+    return {n.type for n in nodes(k.llir) if isinstance(n, ir.VLoad)}
+
+
+# (format of A, shape of A, columns of B and C, dtype, blocked): tiles of 4 rows x 2
+# vectors with a remainder and partial blocks; of 2 rows x 3 vectors (f64: 4 lanes);
+# a block of 3 rows (no row tiles: one row per tile, over k_in); fewer columns than
+# one tile; CSR and dense A, whose reduction loops are not a block's and stay as they
+# were.
+CASES = [
+    ("bcsr(4,4)", (13, 11), 53, np.float32, True),
+    ("bcsr(2,3)", (9, 10), 29, np.float64, True),
+    ("bcsr(3,2)", (7, 6), 37, np.float32, True),
+    ("bcsr(4,4)", (8, 8), 7, np.float32, True),
+    ("csr", (9, 14), 70, np.float32, False),
+    ("dense", (5, 7), 40, np.float64, False),
+]
+IDS = [f"{f}-{s[0]}x{s[1]}x{n}-{np.dtype(d).name}" for f, s, n, d, _ in CASES]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt, shape, n, dtype, tiled", CASES, ids=IDS)
+def test_spmm_against_numpy(target, fmt, shape, n, dtype, tiled):
+    rng = np.random.default_rng(14)
+    block = (4, 4) if fmt.startswith("bcsr") else (1, 1)
+    a = blocked(rng, shape, block, dtype)
+    b = rand_dense(rng, (shape[1], n)).astype(dtype)
+    k = ucf.compile(SPMM, formats={"A": fmt}, dtype=np.dtype(dtype).name, target=target)
+    got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
+    np.testing.assert_array_equal(got, a @ b)  # small integers: exact in every order
+    lanes = registers.VECTOR_BYTES // np.dtype(dtype).itemsize
+    want = {f"{ir.NUMPY_TO_IR[np.dtype(dtype).name]}x{lanes}"} if tiled else set()
+    assert vectors(k) == want
+    assert ("registers: C is accumulated" in k.cin) == tiled
+
+
+@needs_cc
+def test_both_targets_round_alike():
+    """Each output element sums its terms in the loop nest's order on both targets, so
+    random floats (which round) agree bit for bit."""
+    rng = np.random.default_rng(3)
+    a = blocked(rng, (32, 32), (8, 8), np.float32) * rng.random((32, 32), dtype=np.float32)
+    b = rng.random((32, 45), dtype=np.float32)
+    got = [
+        ucf.compile(SPMM, formats={"A": "bcsr(8,8)"}, dtype="float32", target=t)(
+            A=ucf.from_numpy(a, format="bcsr(8,8)"), B=b
+        ).to_numpy()
+        for t in ("llvm", "c")
+    ]
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_allclose(got[0], a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_int8_weights_times_uint8_into_int32(target):
+    rng = np.random.default_rng(8)
+    pattern = blocked(rng, (12, 16), (4, 4)) != 0
+    a = np.where(pattern, rng.integers(-127, 128, pattern.shape), 0).astype(np.int8)
+    b = rng.integers(0, 256, (16, 35)).astype(np.uint8)
+    fmt = "bcsr(4,4)@int8"
+    k = ucf.compile(SPMM, formats={"A": fmt, "B": "dense@uint8"}, dtype="int32", target=target)
+    got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    assert vectors(k) == {"u8x8", "i32x8"}
+
+
+# Statements whose j-varying factors are loads at unit stride (two of them, a
+# difference, a negation) and whose other factors are broadcast (d(i)).
+STATEMENTS = [
+    ("C(i,j) = A(i,k) * (B(k,j) - D(k,j))", lambda a, b, d, v: a @ (b - d)),
+    ("C(i,j) = -(A(i,k) * B(k,j)) * v(i)", lambda a, b, d, v: -(a @ b) * v[:, None]),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("expr, reference", STATEMENTS, ids=["difference", "broadcast"])
+def test_factors_of_other_shapes(target, expr, reference):
+    rng = np.random.default_rng(5)
+    a = blocked(rng, (10, 12), (2, 2))
+    b, d = rand_dense(rng, (12, 19)), rand_dense(rng, (12, 19))
+    v = rand_dense(rng, (10,))
+    k = ucf.compile(expr, formats={"A": "bcsr(2,2)"}, target=target)
+    ops = {"A": ucf.from_numpy(a, format="bcsr(2,2)"), "B": b, "D": d, "v": v}
+    got = k(**{n: t for n, t in ops.items() if n in expr}).to_numpy()
+    np.testing.assert_array_equal(got, reference(a, b, d, v))
+    assert vectors(k)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_row_summed_over_is_one_tile(target):
+    """y(j) sums over the block's rows too: they share one tile of y, so the rows are
+    not blocked (their tiles would be the same registers), only the k_in loop."""
+    rng = np.random.default_rng(6)
+    a = blocked(rng, (8, 8), (4, 4))
+    b = rand_dense(rng, (8, 40))
+    k = ucf.compile("y(j) = A(i,k) * B(k,j)", formats={"A": "bcsr(4,4)"}, target=target)
+    got = k(A=ucf.from_numpy(a, format="bcsr(4,4)"), B=b).to_numpy()
+    np.testing.assert_array_equal(got, a.sum(axis=0) @ b)
+    assert vectors(k) == {"f64x4"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_strided_factor_is_left_alone(target):
+    """B(j,k) in row-major storage varies with j at the stride of a row: no vectors."""
+    rng = np.random.default_rng(7)
+    a, b = blocked(rng, (8, 8), (4, 4)), rand_dense(rng, (40, 8))
+    k = ucf.compile("C(i,j) = A(i,k) * B(j,k)", formats={"A": "bcsr(4,4)"}, target=target)
+    got = k(A=ucf.from_numpy(a, format="bcsr(4,4)"), B=b).to_numpy()
+    np.testing.assert_array_equal(got, a @ b.T)
+    assert not vectors(k)
+
+
+def test_the_environment_turns_it_off(monkeypatch):
+    """UCF_REGISTER_BLOCKING=0 plans the plain nest (cached apart: the kernel cache
+    keys on it); the answer is the same; a value other than 0 or 1 is refused."""
+    rng = np.random.default_rng(9)
+    a, b = blocked(rng, (8, 8), (4, 4)), rand_dense(rng, (8, 40))
+    t = ucf.from_numpy(a, format="bcsr(4,4)")
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    k = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})
+    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), a @ b)
+    assert not vectors(k)
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "yes")
+    with pytest.raises(ucf.UcfError, match="UCF_REGISTER_BLOCKING"):
+        ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})(A=t, B=b)

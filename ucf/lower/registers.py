@@ -1,0 +1,400 @@
+"""Register blocking of accumulation loop nests, for the CPU targets.
+
+The lowerer's innermost loops follow the storage: for SpMM over ``bcsr`` they are
+``i_in, k_in, j`` with ``C[i, j] += A[i, k] * B[k, j]`` innermost, so every
+multiply-add loads and stores C.  A compiler vectorizes the ``j`` loop but keeps C
+in memory, and the kernel runs at the speed of C's loads and stores, not of the
+arithmetic.
+
+This pass finds such nests, a loop ``j`` whose single statement accumulates into a
+row of the output at unit stride, inside a short reduction loop of constant trip
+count that leaves that row in place (a block's ``k_in``), optionally inside a loop
+of constant trip count over rows (a block's ``i_in``), and rewrites them as a
+micro-kernel: a tile of ``ROWS`` rows by a few vectors of ``j`` is loaded into
+registers, the whole reduction loop adds into it (each factor that does not vary
+with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
+do not fill a tile run in the original nest.
+
+Every output element still sums its terms in the same order, so the result is bit
+for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
+code generators print as LLVM vectors and GCC vector extensions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from ucf.errors import UcfError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+
+#: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
+#: runs two of them per register, a narrower one splits them).
+VECTOR_BYTES = 32
+#: Rows of a tile when a loop of constant trip count runs over the output's rows.
+ROWS = 4
+#: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
+#: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64.
+VECTORS = {1: 4, 2: 3, ROWS: 2}
+#: The longest reduction loop a tile runs over: the loop must have a constant trip count
+#: (a block's dense places), so the rows of the factor that varies with ``j`` it walks
+#: stay in the L1 cache for the tiles that follow. Over a sparse or long reduction
+#: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
+#: row it names, and the original loop, streaming whole rows, is faster.
+MAX_REDUCTION = 64
+#: Output types the tiles accumulate in.
+ACCUMULATE = ("f32", "f64", "i32", "i64")
+_SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
+
+
+def enabled() -> bool:
+    """Whether the pass runs: ``UCF_REGISTER_BLOCKING=0`` turns it off, to measure what
+    it gains (bench/tesa_formats.py --unblocked). The kernel cache keys on it."""
+    text = os.environ.get("UCF_REGISTER_BLOCKING", "1").strip()
+    if text not in ("0", "1"):
+        raise UcfError(f"UCF_REGISTER_BLOCKING={text!r}: register blocking is 1 (on) or 0 (off)")
+    return text == "1"
+
+
+def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+    """``fn`` with every nest of the shape above turned into a register-blocked one,
+    and a line per nest saying so (for ``k.cin``); ``fn`` as it is if not ``enabled``."""
+    if not enabled():
+        return fn, []
+    taken = declared(fn.body) | {p.name for p in fn.params}
+    rewriter = _Rewriter(taken)
+    return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
+
+
+@dataclass
+class _Nest:
+    """A matched nest: the optional loop over rows, the reduction loop, the loop over
+    ``j``, the declarations that open each, and the accumulating store (with the ``j``
+    loop's own declarations substituted), whose index is ``base + j``."""
+
+    rows: ir.For | None
+    row_decls: list[ir.Decl]
+    red: ir.For
+    red_decls: list[ir.Decl]
+    inner: ir.For
+    store: ir.Store
+    base: ir.Expr
+
+
+class _Rewriter:
+    def __init__(self, taken: set[str]):
+        self.taken = taken
+        self.notes: list[str] = []
+
+    def fresh(self, name: str) -> str:
+        k = 0
+        while f"{name}{k}" in self.taken:
+            k += 1
+        self.taken.add(f"{name}{k}")
+        return f"{name}{k}"
+
+    def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            nest = _match(s) if isinstance(s, ir.For) else None
+            if nest is None:
+                out.append(with_blocks(s, self.block))
+            else:
+                out += self.tiled(nest, s)
+        return out
+
+    def tiled(self, nest: _Nest, original: ir.For) -> list[ir.Stmt]:
+        """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
+        j = nest.inner
+        elem = nest.store.array.elem
+        lanes = VECTOR_BYTES // _SIZES[elem]
+        rows = 1 if nest.rows is None else _rows(nest.rows)
+        width = VECTORS[rows] * lanes
+        over = (
+            "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
+        )
+        self.notes.append(
+            f"registers: {nest.store.array.name.removesuffix('_vals')} is accumulated over "
+            f"{nest.red.label or nest.red.var.name} in tiles of {over}{width} "
+            f"{j.label or j.var.name} held in registers"
+        )
+        span = ir.sub(j.end, j.start)
+        end = Var(self.fresh("j_tiles_end"), I64)
+        tile = Var(self.fresh("j_tile"), I64)
+        jv = Var(self.fresh("j_vec"), I64)
+        w = Const(width, I64)
+        at = ir.Decl(jv, ir.add(j.start, ir.mul(tile, w)))
+        count = ir.Bin("/", span, w)
+        if nest.rows is None:
+            tiles = ir.For(tile, Const(0, I64), count, [at, *self.micro(nest, [{}], jv, lanes)])
+        else:
+            group = Var(self.fresh(f"{nest.rows.var.name}_group"), I64)
+            first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
+            renames, decls = self.row_copies(nest, first, rows)
+            groups = Const(_trip(nest.rows) // rows, I64)
+            micro = self.micro(nest, renames, jv, lanes)
+            # Tiles inside the rows: one group sweeps its rows of the output along j,
+            # and the rows of the other factor in step. The other order (each tile of
+            # j serving every group, to reuse the other factor's tile from L1) measured
+            # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
+            # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
+            inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+            tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
+        rest = _with_start(original, j, end)
+        out: list[ir.Stmt] = [
+            ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
+            tiles,
+            ir.If(ir.Cmp("<", end, j.end), [rest]),
+        ]
+        if nest.rows is None:
+            return out
+        # Rows must be distinct places for their tiles to be distinct registers.
+        stride = _coefficient(_row_base(nest), nest.rows.var.name)
+        return [ir.If(ir.Cmp(">=", stride, span), out, [original])]
+
+    def row_copies(self, nest: _Nest, first: ir.Expr, rows: int):
+        """Per row of a tile: the renaming of the row loop's variable and declarations,
+        and the declarations that define the copies."""
+        renames, decls = [], []
+        for r in range(rows):
+            var = Var(self.fresh(f"{nest.rows.var.name}_r"), I64)
+            mapping: dict[str, ir.Expr] = {nest.rows.var.name: var}
+            decls.append(ir.Decl(var, ir.add(first, Const(r, I64))))
+            for d in nest.row_decls:
+                copy = Var(self.fresh(d.var.name), d.var.type)
+                decls.append(ir.Decl(copy, substitute(d.init, mapping)))
+                mapping[d.var.name] = copy
+            renames.append(mapping)
+        return renames, decls
+
+    def micro(self, nest: _Nest, renames: list[dict], jv: Var, lanes: int) -> list[ir.Stmt]:
+        """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
+        into it, store it."""
+        store, j = nest.store, nest.inner.var.name
+        vectors = VECTORS[len(renames)]
+        acc: dict[tuple[int, int], Var] = {}
+        head: list[ir.Stmt] = []
+        tail: list[ir.Stmt] = []
+        for r, mapping in enumerate(renames):
+            base = substitute(nest.base, mapping)
+            for v in range(vectors):
+                a = Var(self.fresh("acc"), ir.vector(store.array.elem, lanes))
+                at = ir.add(ir.add(base, jv), Const(v * lanes, I64))
+                acc[r, v] = a
+                head.append(ir.Decl(a, ir.VLoad(store.array, at, lanes)))
+                tail.append(ir.Store(store.array, at, a))
+        decls: list[ir.Stmt] = []
+        leaves: dict[ir.Expr, Var] = {}
+
+        def leaf(e: ir.Expr, name: str = "") -> Var:
+            """``e`` declared once in the reduction loop (rows that need the same value
+            share it)."""
+            if e not in leaves:
+                leaves[e] = Var(self.fresh(name or ("s" if ir.lanes(e.type) == 1 else "v")), e.type)
+                decls.append(ir.Decl(leaves[e], e))
+            return leaves[e]
+
+        updates: list[ir.Stmt] = []
+        for r, mapping in enumerate(renames):
+            local = dict(mapping)
+            for d in nest.red_decls:
+                local[d.var.name] = leaf(substitute(d.init, local), d.var.name)
+            value = substitute(store.value, local)
+            for v in range(vectors):
+                at = ir.add(jv, Const(v * lanes, I64))
+                term = _vector(value, j, at, lanes, leaf)
+                updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
+        red = replace(nest.red, body=[*decls, *updates])
+        return [*head, red, *tail]
+
+
+def _match(s: ir.For) -> _Nest | None:
+    """``s`` as a nest this pass blocks: a loop over rows around a reduction loop, or
+    a reduction loop alone."""
+    if not _plain(s):
+        return None
+    opened = _opens(s)
+    if opened is None:
+        return None
+    decls, loop = opened
+    nest = _match_reduction(loop, decls) if _rows(s) else None
+    if nest is not None:
+        nest = replace(nest, rows=s, row_decls=decls)
+        row = {s.var.name} | {d.var.name for d in decls}
+        bounds = names([nest.red.start, nest.red.end, nest.inner.start, nest.inner.end])
+        if not bounds & row and _coefficient(_row_base(nest), s.var.name) is not None:
+            return nest
+    return _match_reduction(s, [])
+
+
+def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
+    """``s`` as a reduction loop around an accumulating ``j`` loop."""
+    trip = _most(s)
+    if not _plain(s) or trip is None or trip > MAX_REDUCTION:
+        return None
+    opened = _opens(s)
+    if opened is None:
+        return None
+    decls, inner = opened
+    if not _plain(inner) or not inner.body:
+        return None
+    mapping: dict[str, ir.Expr] = {}
+    for d in inner.body[:-1]:
+        if not isinstance(d, ir.Decl):
+            return None
+        mapping[d.var.name] = substitute(d.init, mapping)
+    store = inner.body[-1]
+    if not isinstance(store, ir.Store) or not store.accumulate or store.atomic:
+        return None
+    store = replace(
+        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
+    )
+    j = inner.var.name
+    elem = store.array.elem
+    base = _offset(store.index, j)
+    if base is None or elem not in ACCUMULATE or store.value.type != elem:
+        return None
+    local = {s.var.name} | {d.var.name for d in decls}
+    if names([base, inner.start, inner.end]) & local:
+        return None
+    if not _vectorizable(store.value, j, store.array.name):
+        return None
+    if any(_loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
+        return None
+    return _Nest(None, [], s, decls, inner, store, base)
+
+
+def _plain(s: ir.Stmt) -> bool:
+    """A serial loop with nothing but its body."""
+    return (
+        isinstance(s, ir.For)
+        and s.parallel is None
+        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
+        and s.parallel_if is None
+    )
+
+
+def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
+    """The body of ``s`` as declarations followed by one loop."""
+    body = [x for x in s.body if not isinstance(x, ir.Comment)]
+    if not body or not isinstance(body[-1], ir.For):
+        return None
+    if not all(isinstance(x, ir.Decl) for x in body[:-1]):
+        return None
+    return body[:-1], body[-1]
+
+
+def _trip(s: ir.For) -> int | None:
+    if isinstance(s.start, Const) and isinstance(s.end, Const):
+        return int(s.end.value) - int(s.start.value)
+    return None
+
+
+def _most(s: ir.For) -> int | None:
+    """A constant bound on the trip count of ``s``: its trip count, or the constant its
+    end is clipped to (a block's places, clipped at a partial block)."""
+    end = s.end
+    if isinstance(end, ir.Bin) and end.op == "min" and isinstance(end.left, Const):
+        end = end.left
+    return _trip(replace(s, end=end))
+
+
+def _rows(s: ir.For) -> int:
+    """Rows per tile of a loop over rows: ``ROWS``, or 2, dividing its constant trip
+    count; 0 if none does."""
+    trip = _trip(s)
+    for rows in (ROWS, 2):
+        if trip is not None and trip >= rows and trip % rows == 0:
+            return rows
+    return 0
+
+
+def _row_base(nest: _Nest) -> ir.Expr:
+    """The store's base with the row loop's declarations substituted."""
+    mapping: dict[str, ir.Expr] = {}
+    for d in nest.row_decls:
+        mapping[d.var.name] = substitute(d.init, mapping)
+    return substitute(nest.base, mapping)
+
+
+def _with_start(s: ir.For, inner: ir.For, start: ir.Expr) -> ir.For:
+    """``s`` with its loop ``inner`` starting at ``start``."""
+    if s is inner:
+        return replace(s, start=start)
+    return replace(
+        s, body=[_with_start(x, inner, start) if isinstance(x, ir.For) else x for x in s.body]
+    )
+
+
+def _offset(e: ir.Expr, v: str) -> ir.Expr | None:
+    """``base`` such that ``e == base + v`` with ``v`` not in ``base``, or None."""
+    if isinstance(e, Var) and e.name == v:
+        return Const(0, I64)
+    if isinstance(e, ir.Bin) and e.op in "+-":
+        left, right = v in names(e.left), v in names(e.right)
+        if left and not right:
+            base = _offset(e.left, v)
+            if base is not None:
+                return ir.add(base, e.right) if e.op == "+" else ir.sub(base, e.right)
+        if right and not left and e.op == "+":
+            base = _offset(e.right, v)
+            if base is not None:
+                return ir.add(e.left, base)
+    return None
+
+
+def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
+    """``c`` such that ``e`` is ``c * v`` plus terms without ``v``, or None."""
+    if v not in names(e):
+        return None
+    if isinstance(e, Var):
+        return Const(1, I64)
+    if isinstance(e, ir.Bin) and e.op in "+-*":
+        left, right = v in names(e.left), v in names(e.right)
+        if left and right:
+            return None
+        if e.op == "*":
+            c = _coefficient(e.left if left else e.right, v)
+            return None if c is None else ir.mul(c, e.right if left else e.left)
+        if left:
+            return _coefficient(e.left, v)
+        return _coefficient(e.right, v) if e.op == "+" else None
+    return None
+
+
+def _loads_from(e: ir.Expr, array: str) -> bool:
+    return any(isinstance(n, ir.Load) and n.array.name == array for n in nodes(e))
+
+
+def _vectorizable(e: ir.Expr, j: str, out: str) -> bool:
+    """Whether ``e`` computes lane by lane over ``j``: loads at unit stride in ``j`` and
+    arithmetic on them; whatever does not vary with ``j`` is a broadcast scalar."""
+    if _loads_from(e, out):
+        return False
+    if j not in names(e):
+        return True
+    if isinstance(e, ir.Load):
+        return e.array.elem in ir.VECTOR_ELEMENTS and _offset(e.index, j) is not None
+    if isinstance(e, ir.Cast):
+        return ir.element(e.type) in ir.VECTOR_ELEMENTS and _vectorizable(e.operand, j, out)
+    if isinstance(e, ir.Bin) and e.op in ("+", "-", "*"):
+        return _vectorizable(e.left, j, out) and _vectorizable(e.right, j, out)
+    if isinstance(e, ir.Neg):
+        return _vectorizable(e.operand, j, out)
+    return False
+
+
+def _vector(e: ir.Expr, j: str, at: ir.Expr, lanes: int, leaf) -> ir.Expr:
+    """``e`` over the ``lanes`` values of ``j`` from ``at`` on (``_vectorizable``);
+    ``leaf`` declares a loaded vector or a scalar once and names it."""
+    if j not in names(e):
+        return ir.Splat(leaf(e), lanes)
+    if isinstance(e, ir.Load):
+        return leaf(ir.VLoad(e.array, ir.add(_offset(e.index, j), at), lanes))
+    if isinstance(e, ir.Cast):
+        return ir.Cast(_vector(e.operand, j, at, lanes, leaf), ir.vector(e.type, lanes))
+    if isinstance(e, ir.Bin):
+        return ir.Bin(e.op, *(_vector(x, j, at, lanes, leaf) for x in (e.left, e.right)))
+    return ir.Neg(_vector(e.operand, j, at, lanes, leaf))
