@@ -5,6 +5,7 @@ either be read (in-place updates of the same buffer) or stop the replay."""
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -253,3 +254,17 @@ def test_an_array_gone_from_a_tensor_is_never_replayed(case, replays):
     with pytest.raises(ucf.UcfError):
         k(A=A, x=x, z=z)
     assert len(replays) == count
+
+
+def test_a_tensor_read_twice_in_two_orders_is_not_replayed():
+    """A(j,i) beside A(i,j) binds a converted copy of A; a replay would neither check it
+    nor keep it alive, so it would read the first call's (freed) copy."""
+    A = ucf.from_scipy(sp.random(6, 6, density=0.5, format="csr", random_state=0))
+    x = np.random.default_rng(0).random(6)
+    k = ucf.compile("y(i) = A(i,j) * A(j,i) * x(j)", formats={"A": "csr"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        for scale in (1, 1, 2, 3):
+            A.vals[:] *= scale  # in place: the same arrays, as a replay would see them
+            dense = A.to_numpy()
+            np.testing.assert_allclose(k(A=A, x=x).to_numpy(), (dense * dense.T) @ x)

@@ -237,7 +237,11 @@ _ARENAS = threading.local()
 
 def replayable(operands: dict[str, Any], given: dict[str, Tensor], slots: dict[str, Any]) -> bool:
     """Whether every operand reached the kernel as it is: a numpy array wrapped without
-    a copy, or a Tensor bound without conversion."""
+    a copy, or a Tensor bound without conversion, and no slot holds a converted copy
+    (a second read of a tensor in another order, ``A(j,i)``, binds one that a replay
+    would neither check nor keep alive)."""
+    if set(slots) - set(operands):
+        return False
     for name, value in operands.items():
         t = given[name]
         if slots.get(name) is not t:
