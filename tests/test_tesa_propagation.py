@@ -387,3 +387,11 @@ def test_an_index_without_a_pivot_prunes_nothing_backward(text):
     attrs = {"F": M(np.array([True, False, True])), "O": M(np.array([True, True, False]))}
     got = ucf.program(text, shapes={"I": (3, 3)}, attrs=attrs).propagate()
     assert got["I"].mask.all()
+
+
+def test_a_summed_variable_only_affine_indices_reach_prunes_nothing_backward():
+    """r's extent is not a tensor's mode in O(p) = I(p+r) * F(r+1): no demand statement
+    can range over it, so I keeps everything (it raised a KeyError)."""
+    attrs = {"O": M(np.array([True, False]))}
+    p = ucf.program("O(p) = I(p+r) * F(r+1)", shapes={"I": (4,), "O": (2,), "F": (3,)}, attrs=attrs)
+    assert p.propagate()["I"].mask.all()

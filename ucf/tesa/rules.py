@@ -151,8 +151,9 @@ def adjoint(
     indices are solved in turn, each after the earlier solutions are substituted
     into it (``T(i, i+j)``: ``i = x_0``, then ``j = x_1 - x_0``). Every other summed
     variable reads a ones vector too, which gives it its extent. None when some
-    index has no pivot left (a repeated index, ``T(i,i)``) or a cofactor holds a sum
-    of its own: then nothing is pruned through the access."""
+    index has no pivot left (a repeated index, ``T(i,i)``), a cofactor holds a sum of
+    its own, or a summed variable's extent is not known (only affine indices reach
+    it): then nothing is pruned through the access."""
     rhs = _product([output, *factors])
     if plain(access):
         if isinstance(rhs, Const):
@@ -189,6 +190,8 @@ def adjoint(
     rest = set() if isinstance(body, Const) else free_variables(body)
     rest |= {v for b in bounds for v in b.indices[0].variables}
     rest -= set(lhs)
+    if not rest <= set(extents):
+        return None  # a summed variable whose extent only affine indices bound
     bounds += [ones(v, Affine.var(v)) for v in sorted(rest)]
     product = _product([body, *bounds])
     if isinstance(product, Const):
