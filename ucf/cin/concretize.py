@@ -11,6 +11,7 @@ ordering, and say so in the CIN.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from ucf.cin.notation import CIN, Slot
 from ucf.errors import ScheduleError, UnsupportedError
@@ -183,8 +184,10 @@ def concretize(
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
+            violated = [n for n, c in hard if _violations(c, pos, strict=True)]
             key = (
-                sum(1 for _, c in hard if _violations(c, pos, strict=True)),
+                sum(1 for n in violated if _requantizes(rhs[n], formats[rhs[n].tensor], pos)),
+                len(violated),
                 sum(_violations(c, pos) for c in soft) + _violations(out_chain, pos),
                 [preference[v] for v in perm],
             )
@@ -203,8 +206,7 @@ def concretize(
     for n, a in enumerate(rhs):
         fmt = formats[a.tensor]
         if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
-            modes = sorted(range(len(a.indices)), key=lambda m: pos[a.indices[m].base(pos)])
-            new = fmt.with_structure(tuple(k.reordered() for k in fmt.levels), tuple(modes))
+            new = _regrouped(a, fmt, _reordered(a, fmt, pos))
             if _violations(_level_sets(a, new), pos, strict=True):
                 raise UnsupportedError(
                     f"access {a}: two levels of sparse operand {a.tensor} would be resolved at "
@@ -225,6 +227,42 @@ def concretize(
 
 
 Chain = list[tuple[str, ...]]  # the variables of each level's index, outer to inner
+
+
+def _reordered(a: Access, fmt: Format, pos: dict[str, int]) -> Format:
+    """``fmt`` with its levels in the loop order ``pos`` (the format a converted copy of
+    the operand is read in)."""
+    modes = sorted(range(len(a.indices)), key=lambda m: pos[a.indices[m].base(pos)])
+    return fmt.with_structure(tuple(k.reordered() for k in fmt.levels), tuple(modes))
+
+
+def _requantizes(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
+    """Whether reading ``a`` in the loop order ``pos`` would regroup its scales."""
+    try:
+        _regrouped(a, fmt, _reordered(a, fmt, pos))
+    except UnsupportedError:
+        return True
+    return False
+
+
+def _regrouped(a: Access, fmt: Format, new: Format) -> Format:
+    """``new`` (``fmt``'s levels in another order) with the same scale groups: a scale per
+    position of level L is one per combination of the modes of levels 0..L, so it
+    moves to the level of ``new`` below which the same modes are stored. Refused when
+    no level is: reading the operand in that order would requantize it."""
+    values = fmt.values
+    if values is None or values.level is None:
+        return new
+    group = set(fmt.maps[: values.level + 1])
+    for level in range(len(new.maps)):
+        if set(new.maps[: level + 1]) == group:
+            return Format(new.levels, new.maps, replace(values, level=level))
+    raise UnsupportedError(
+        f"access {a}: {a.tensor} ('{fmt}') has a scale per position of its level "
+        f"{values.level}, and the loop order reads it as '{new}', where no level groups "
+        f"the same elements; choose a loop order that follows {a.tensor}'s storage, or "
+        "quantize it per tensor"
+    )
 
 
 def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
