@@ -130,6 +130,77 @@ def test_even_rows_are_shared_statically_and_skewed_rows_in_chunks(target):
         assert parallel_loop(k) == ("i_c" if chunks else "i"), k.cin
 
 
+def rows_sorted_by_length(rng, rows: int, cols: int, longest: int) -> sp.csr_array:
+    """Row r holds about r * longest / rows entries (a triangular factor's profile): no
+    row is long next to the mean, but the last half of the rows holds most entries."""
+    lengths = (np.arange(rows) * longest) // rows
+    r = np.repeat(np.arange(rows, dtype=np.int32), lengths)
+    c = rng.integers(0, cols, r.size, dtype=np.int32)
+    m = sp.csr_array((rng.integers(1, 9, r.size).astype(float), (r, c)), shape=(rows, cols))
+    m.sum_duplicates()
+    return m
+
+
+def static_shares(m: sp.csr_array, threads: int) -> float:
+    """The largest share of entries OpenMP's static schedule (ceil(rows / threads) rows
+    per thread) gives one thread, over the mean share, counted row by row."""
+    lengths = np.diff(m.indptr)
+    step = -(-m.shape[0] // threads)
+    per = [lengths[t * step : (t + 1) * step].sum() for t in range(threads)]
+    return max(per) * threads / lengths.sum()
+
+
+def test_imbalance_is_the_static_split_of_the_rows():
+    from ucf.exec.stats import segments
+
+    rng = np.random.default_rng(14)
+    for m in (rows_sorted_by_length(rng, 1001, 50, 30), rand_csr(rng, 777, 90, 5)):
+        spread, shares = segments(ucf.from_scipy(m, format="csr"))
+        lengths = np.diff(m.indptr)
+        assert spread == pytest.approx(lengths.max() / lengths.mean())
+        assert len(shares) == model.MAX_SHARES - 1
+        for threads in (2, 3, 7, 64):
+            assert shares[threads - 2] == pytest.approx(static_shares(m, threads))
+
+
+def test_rows_sorted_by_length_go_in_chunks(target):
+    """No row is 4x the mean, so the spread alone would split rows statically, but one of
+    two threads would get 1.5x its share: the rows go in dynamically scheduled chunks."""
+    rng = np.random.default_rng(15)
+    A, x = rows_sorted_by_length(rng, 20000, 3000, 8), rng.random(3000)
+    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < model.SKEWED
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    share = f"gives one of 2 threads {static_shares(A, 2):.2f}x its share"
+    assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
+
+
+def test_an_uneven_call_below_the_replan_work_gets_its_own_plan(monkeypatch):
+    """The plan compiled before any call splits rows statically; a call that would leave a
+    thread idle for long enough gets a plan of its own even below REPLAN_WORK, an even
+    call of as many entries does not."""
+    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
+    rng = np.random.default_rng(16)
+    uneven = rows_sorted_by_length(rng, 25000, 25000, 40)
+    even = rand_csr(rng, 25000, 25000, uneven.nnz / 25000)
+    x = rng.random(25000)
+    for A, own in ((uneven, True), (even, False)):
+        assert A.nnz < model.REPLAN_WORK
+        k = ucf.compile(SPMV, formats={"A": "csr"})
+        assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+        assert ("too small for a plan of its own" not in k.cin) == own, k.cin
+        assert (parallel_loop(k) == "i_c") == own, k.cin
+
+
+def test_pays_weighs_the_idle_share(monkeypatch):
+    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
+    ext = {"i": 100_000, "j": 100_000}
+    cin = ucf.compile(SPMV, formats={"A": "csr"})._static.compiled.plan.cin
+    for nnz, share, pays in ((500_000, 1.5, True), (500_000, 1.05, False), (200_000, 1.5, False)):
+        st = Stats(ext, {"A": nnz}, {"A": 1.0}, {"A": (share,) * (model.MAX_SHARES - 1)})
+        assert model.pays(cin, st) == pays
+
+
 def test_reduction_outer_loop_stays_serial():
     """CSC SpMV: the outer loop is the reduction and i cannot move outside it, so a
     parallel region per column would be the only option; the default stays serial."""
@@ -189,6 +260,9 @@ def test_statistics_key_buckets_nnz_but_not_extents():
     assert a.key(2) == Stats({"i": 100, "j": 100}, {"A": 1010}).key(2)
     assert a.key(2) != Stats({"i": 101, "j": 100}, {"A": 1000}).key(2)
     assert a.key(2) != a.key(1)
+    uneven = Stats({"i": 100, "j": 100}, {"A": 1000}, {}, {"A": (1.05, 1.3)})
+    assert uneven.key(2) == Stats(uneven.extents, uneven.nnz).key(2)
+    assert uneven.key(3) != Stats(uneven.extents, uneven.nnz).key(3)
 
 
 def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):

@@ -1,8 +1,8 @@
 """The operand statistics the default schedule reads at a call (``ucf.schedule.model``).
 
 They must cost next to nothing: extents and stored-entry counts are already at
-hand, and the one statistic that reads an array, how unevenly rows are filled,
-is kept per ``pos`` array, so calling a kernel again on the same operand does
+hand, and the statistics that read an array, how unevenly rows are filled, are
+kept per ``pos`` array, so calling a kernel again on the same operand does
 not read it again.
 """
 
@@ -13,35 +13,61 @@ import weakref
 import numpy as np
 
 from ucf.format.tensor import Tensor
-from ucf.schedule.model import Stats
+from ucf.schedule.model import MAX_SHARES, Stats
 
-# id(pos) -> (a weak reference to pos, its spread); the reference tells a reused id apart.
-_SPREADS: dict[int, tuple[weakref.ref, float]] = {}
+# id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
+# reused id apart.
+_SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
 
 
 def measure(given: dict[str, Tensor], extents: dict[str, int]) -> Stats:
-    """Extents per variable, and per sparse operand its stored entries and spread."""
+    """Extents per variable, and per sparse operand its stored entries, spread and
+    imbalance."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
+    filled = {n: segments(t) for n, t in sparse.items()}
     return Stats(
         dict(extents),
         {n: int(t.vals.size) for n, t in sparse.items()},
-        {n: spread(t) for n, t in sparse.items()},
+        {n: spread for n, (spread, _) in filled.items()},
+        {n: shares for n, (_, shares) in filled.items() if shares},
     )
 
 
-def spread(t: Tensor) -> float:
-    """The longest segment of ``t``'s first segmented level below the top, over the
-    mean segment (its rows, for CSR): 1.0 for even rows or no such level."""
+def segments(t: Tensor) -> tuple[float, tuple[float, ...]]:
+    """How unevenly ``t``'s first segmented level below the top (its rows, for CSR) is
+    filled, as (spread, imbalance), kept per ``pos`` array.
+
+    The spread is the longest segment over the mean one: 1.0 for even rows or no such
+    level. The imbalance is, for 2, 3, ... ``MAX_SHARES`` threads, the largest share of
+    the entries a static split (equal runs of rows, as OpenMP's static schedule deals
+    them out) gives one thread, over the mean share; empty without such a level. Rows
+    sorted by length (a triangular factor) or heavy rows bunched at one end (R-MAT)
+    leave threads idle even where no row is long, which the spread does not see.
+    The spread passes over every row once; the imbalance reads ``pos`` at a few
+    thousand places."""
     pos = next((lv["pos"] for lv in t.levels[1:] if "pos" in lv), None)
     if pos is None or pos.size < 2:
-        return 1.0
+        return 1.0, ()
     hit = _SPREADS.get(id(pos))
     if hit is not None and hit[0]() is pos:
         return hit[1]
     lengths = np.diff(pos)
     mean = float(lengths.mean())
-    value = float(lengths.max()) / mean if mean > 0 else 1.0
+    value = (float(lengths.max()) / mean if mean > 0 else 1.0), _shares(pos)
     if len(_SPREADS) > 256:
         _SPREADS.clear()
     _SPREADS[id(pos)] = (weakref.ref(pos), value)
     return value
+
+
+def _shares(pos: np.ndarray) -> tuple[float, ...]:
+    rows, total = pos.size - 1, int(pos[-1] - pos[0])
+    if total <= 0:
+        return ()
+    out = []
+    for threads in range(2, MAX_SHARES + 1):
+        # OpenMP's static schedule: ceil(rows / threads) rows each, the last thread the rest.
+        step = -(-rows // threads)
+        cuts = pos[np.minimum(np.arange(0, threads + 1) * step, rows)].astype(np.int64)
+        out.append(float(np.diff(cuts).max()) * threads / total)
+    return tuple(out)

@@ -28,10 +28,16 @@ CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
-#: its own would cost a compile (a tenth of a second) to save microseconds.
+#: its own would cost a compile (a tenth of a second) to save microseconds. The plan
+#: compiled before any call splits rows statically, though, so a call whose static split
+#: leaves threads idle for an eighth of this gets its own plan anyway.
 REPLAN_WORK = 1 << 20
-#: Rows are shared out in chunks only when some row is this many times the mean...
+#: Rows are shared out in chunks only when some row is this many times the mean, or when
+#: a static split would give some thread this many times the mean share of entries...
 SKEWED = 4.0
+BALANCED = 1.1
+#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
+MAX_SHARES = 64
 #: ... and then in at least this many chunks per thread.
 CHUNKS_PER_THREAD = 32
 #: A parallel loop stays inside other loops only if they start at most this many regions.
@@ -45,11 +51,21 @@ MAX_BOUND = 256
 class Stats:
     """What a call knows about its operands before running: extents per index
     variable, stored entries per operand, and per sparse operand the longest
-    row over the mean row (1.0 for even rows)."""
+    row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
+    threads, the largest share of its entries a static split of its rows gives
+    one thread over the mean share (``ucf.exec.stats.segments``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
+    imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def share(self, tensor: str, threads: int) -> float:
+        """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
+        shares = self.imbalance.get(tensor, ())
+        if threads < 2 or not shares:
+            return 1.0
+        return shares[min(threads, MAX_SHARES) - 2]
 
     def key(self, threads: int) -> tuple:
         """The statistics as far as the model looks at them: calls with the same key
@@ -59,6 +75,7 @@ class Stats:
             tuple(sorted(self.extents.items())),
             tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
             tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
+            tuple(sorted(t for t in self.imbalance if self.share(t, threads) > BALANCED)),
         )
 
 
@@ -111,9 +128,14 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
 
 def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
-    so a kernel asks before anything is concretized."""
+    so a kernel asks before anything is concretized. An uneven operand counts as split
+    over two threads, the fewest that leave one idle: on one thread its own plan is the
+    serial one, no slower than the plan compiled before any call."""
     work = _work(cin, stats)
-    return work is None or work >= REPLAN_WORK
+    if work is None or work >= REPLAN_WORK:
+        return True
+    uneven = max((stats.share(t, 2) for t in stats.imbalance), default=1.0)
+    return uneven > BALANCED and work * (1 - 1 / uneven) >= REPLAN_WORK / 8
 
 
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
@@ -226,18 +248,21 @@ def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: in
 
 def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
     """The commands that run ``v`` in parallel. Rows of even length are shared out
-    statically; when some row is much longer than the mean they go in dynamically
-    scheduled chunks sized so each holds enough work and the long rows still balance."""
+    statically; when some row is much longer than the mean, or a static split would
+    give some thread much more than its share, they go in dynamically scheduled chunks
+    sized so each holds enough work and the long rows still balance."""
     plain = [f"parallelize({v}, CPUThread, NoRaces)"]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
     rows = max(stats.extents.get(v, 1), 1)
-    skew = max((s for t, s in stats.spread.items() if _rows_of(cin, t) == v), default=1.0)
+    mine = [t for t in {*stats.spread, *stats.imbalance} if _rows_of(cin, t) == v]
+    skew = max((stats.spread.get(t, 1.0) for t in mine), default=1.0)
+    share = max((stats.share(t, threads) for t in mine), default=1.0)
     static = (
         f"default: {v} is shared out statically ({rows} iterations; threads start only "
         "if the work reaches the threshold)"
     )
-    if skew <= SKEWED:
+    if skew <= SKEWED and share <= BALANCED:
         return plain, static
     per_row = max(work / rows, 1.0)
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
@@ -248,7 +273,8 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     return (
         [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
         f"default: {v} in dynamically scheduled chunks of {chunk} (rows are up to "
-        f"{skew:.0f}x the mean length; about {per_row:.0f} multiply-adds per iteration)",
+        f"{skew:.0f}x the mean length, and a static split gives one of {threads} threads "
+        f"{share:.2f}x its share; about {per_row:.0f} multiply-adds per iteration)",
     )
 
 
