@@ -196,7 +196,7 @@ def test_pays_weighs_the_idle_share(monkeypatch):
     monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
     ext = {"i": 100_000, "j": 100_000}
     cin = ucf.compile(SPMV, formats={"A": "csr"})._static.compiled.plan.cin
-    for nnz, share, pays in ((500_000, 1.5, True), (500_000, 1.05, False), (200_000, 1.5, False)):
+    for nnz, share, pays in ((500_000, 1.5, True), (500_000, 1.05, False), (150_000, 1.5, False)):
         st = Stats(ext, {"A": nnz}, {"A": 1.0}, {"A": (share,) * (model.MAX_SHARES - 1)})
         assert model.pays(cin, st) == pays
 

@@ -30,7 +30,7 @@ MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
 #: its own would cost a compile (a tenth of a second) to save microseconds. The plan
 #: compiled before any call splits rows statically, though, so a call whose static split
-#: leaves threads idle for an eighth of this gets its own plan anyway.
+#: leaves threads idle for a sixteenth of this gets its own plan anyway.
 REPLAN_WORK = 1 << 20
 #: Rows are shared out in chunks only when some row is this many times the mean, or when
 #: a static split would give some thread this many times the mean share of entries...
@@ -135,7 +135,7 @@ def pays(cin: CIN, stats: Stats | None) -> bool:
     if work is None or work >= REPLAN_WORK:
         return True
     uneven = max((stats.share(t, 2) for t in stats.imbalance), default=1.0)
-    return uneven > BALANCED and work * (1 - 1 / uneven) >= REPLAN_WORK / 8
+    return uneven > BALANCED and work * (1 - 1 / uneven) >= REPLAN_WORK / 16
 
 
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
