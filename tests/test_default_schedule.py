@@ -175,6 +175,33 @@ def test_rows_sorted_by_length_go_in_chunks(target):
     assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
 
 
+def test_slices_are_weighed_by_their_entries_not_their_fibers(target):
+    """A 3-tensor whose slices all hold 40 fibers, the first half's 10x longer: split
+    by fibers it looks even, by entries one of two threads gets 1.8x its share, and TTV's
+    slices go in chunks (the spread, of fibers per slice, is 1)."""
+    from ucf.exec.stats import segments
+
+    rng = np.random.default_rng(17)
+    n = 200
+    coords = []
+    for i in range(n):
+        for j in rng.choice(n, 40, replace=False):
+            ks = rng.choice(n, 20 if i < n // 2 else 2, replace=False)
+            coords += [(i, j, k) for k in ks]
+    coords = np.array(sorted(coords))
+    vals = rng.integers(1, 9, len(coords)).astype(float)
+    B = ucf.from_coo(coords, vals, (n, n, n), format="csf")
+    per = np.bincount(coords[:, 0] // (n // 2), minlength=2)
+    assert segments(B)[1][0] == pytest.approx(per.max() * 2 / per.sum())
+    c = rng.random(n)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"}, target=target)
+    want = np.zeros((n, n))
+    np.add.at(want, (coords[:, 0], coords[:, 1]), vals * c[coords[:, 2]])
+    assert np.allclose(k(B=B, c=c).to_numpy(), want)
+    share = f"gives one of 2 threads {per.max() * 2 / per.sum():.2f}x its share"
+    assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
+
+
 def test_an_uneven_call_below_the_replan_work_gets_its_own_plan(monkeypatch):
     """The plan compiled before any call splits rows statically; a call that would leave a
     thread idle for long enough gets a plan of its own even below REPLAN_WORK, an even

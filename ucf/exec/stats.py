@@ -39,35 +39,43 @@ def segments(t: Tensor) -> tuple[float, tuple[float, ...]]:
 
     The spread is the longest segment over the mean one: 1.0 for even rows or no such
     level. The imbalance is, for 2, 3, ... ``MAX_SHARES`` threads, the largest share of
-    the entries a static split (equal runs of rows, as OpenMP's static schedule deals
-    them out) gives one thread, over the mean share; empty without such a level. Rows
-    sorted by length (a triangular factor) or heavy rows bunched at one end (R-MAT)
-    leave threads idle even where no row is long, which the spread does not see.
-    The spread passes over every row once; the imbalance reads ``pos`` at a few
-    thousand places."""
-    pos = next((lv["pos"] for lv in t.levels[1:] if "pos" in lv), None)
-    if pos is None or pos.size < 2:
+    the stored entries (followed down every segmented level below, so a 3-tensor's
+    slices weigh their entries, not their fibers) that a static split (equal runs of
+    rows, as OpenMP's static schedule deals them out) gives one thread, over the mean
+    share; empty without such a level. Rows sorted by length (a triangular factor) or
+    heavy rows bunched at one end (R-MAT) leave threads idle even where no row is
+    long, which the spread does not see. The spread passes over every row once; the
+    imbalance reads ``pos`` at a few thousand places per level."""
+    segmented = [lv["pos"] for lv in t.levels[1:] if "pos" in lv]
+    if not segmented or segmented[0].size < 2:
         return 1.0, ()
+    pos = segmented[0]
     hit = _SPREADS.get(id(pos))
     if hit is not None and hit[0]() is pos:
         return hit[1]
     lengths = np.diff(pos)
     mean = float(lengths.mean())
-    value = (float(lengths.max()) / mean if mean > 0 else 1.0), _shares(pos)
+    value = (float(lengths.max()) / mean if mean > 0 else 1.0), _shares(segmented)
     if len(_SPREADS) > 256:
         _SPREADS.clear()
     _SPREADS[id(pos)] = (weakref.ref(pos), value)
     return value
 
 
-def _shares(pos: np.ndarray) -> tuple[float, ...]:
-    rows, total = pos.size - 1, int(pos[-1] - pos[0])
-    if total <= 0:
-        return ()
+def _shares(segmented: list[np.ndarray]) -> tuple[float, ...]:
+    """The imbalance of ``segments``: ``segmented`` are the ``pos`` arrays from the
+    rows' level down. A dense or singleton level between them scales or keeps positions,
+    which leaves the shares as they are."""
+    rows = segmented[0].size - 1
     out = []
     for threads in range(2, MAX_SHARES + 1):
         # OpenMP's static schedule: ceil(rows / threads) rows each, the last thread the rest.
         step = -(-rows // threads)
-        cuts = pos[np.minimum(np.arange(0, threads + 1) * step, rows)].astype(np.int64)
+        cuts = np.minimum(np.arange(0, threads + 1) * step, rows)
+        for pos in segmented:
+            cuts = pos[cuts].astype(np.int64)
+        total = int(cuts[-1] - cuts[0])
+        if total <= 0:
+            return ()
         out.append(float(np.diff(cuts).max()) * threads / total)
     return tuple(out)
