@@ -154,7 +154,8 @@ def test_imbalance_is_the_static_split_of_the_rows():
     from ucf.exec.stats import segments
 
     rng = np.random.default_rng(14)
-    for m in (rows_sorted_by_length(rng, 1001, 50, 30), rand_csr(rng, 777, 90, 5)):
+    cases = [rows_sorted_by_length(rng, 1001, 50, 30), rand_csr(rng, 777, 90, 5)]
+    for m in (*cases, rand_csr(rng, 3, 10, 3)):
         spread, shares = segments(ucf.from_scipy(m, format="csr"))
         lengths = np.diff(m.indptr)
         assert spread == pytest.approx(lengths.max() / lengths.mean())

@@ -65,17 +65,26 @@ def segments(t: Tensor) -> tuple[float, tuple[float, ...]]:
 def _shares(segmented: list[np.ndarray]) -> tuple[float, ...]:
     """The imbalance of ``segments``: ``segmented`` are the ``pos`` arrays from the
     rows' level down. A dense or singleton level between them scales or keeps positions,
-    which leaves the shares as they are."""
+    which leaves the shares as they are. Every thread count's cuts are read in one
+    gather per level."""
     rows = segmented[0].size - 1
-    out = []
-    for threads in range(2, MAX_SHARES + 1):
-        # OpenMP's static schedule: ceil(rows / threads) rows each, the last thread the rest.
-        step = -(-rows // threads)
-        cuts = np.minimum(np.arange(0, threads + 1) * step, rows)
-        for pos in segmented:
-            cuts = pos[cuts].astype(np.int64)
-        total = int(cuts[-1] - cuts[0])
-        if total <= 0:
-            return ()
-        out.append(float(np.diff(cuts).max()) * threads / total)
-    return tuple(out)
+    cuts = np.minimum(_CUTS * -(-rows // _THREADS_OF_CUT), rows)
+    for pos in segmented:
+        cuts = pos[cuts].astype(np.int64)
+    total = int(cuts[-1] - cuts[0])
+    if total <= 0:
+        return ()
+    # The largest share of each thread count: its cuts' differences, within its group.
+    largest = np.maximum.reduceat(np.diff(cuts), _GROUPS)[::2]
+    return tuple((largest * _SHARE_THREADS / total).tolist())
+
+
+# The cuts of a static split over 2, 3, ... MAX_SHARES threads, side by side: thread count
+# T contributes the multiples 0..T of its step ceil(rows / T).
+_SHARE_THREADS = np.arange(2, MAX_SHARES + 1)
+_CUTS = np.concatenate([np.arange(t + 1) for t in _SHARE_THREADS])
+_THREADS_OF_CUT = np.repeat(_SHARE_THREADS, _SHARE_THREADS + 1)
+# Where each thread count's differences start in np.diff(cuts), and where the one
+# difference between two groups (across their boundary) starts, to be skipped.
+_STARTS = np.concatenate(([0], np.cumsum(_SHARE_THREADS + 1)[:-1]))
+_GROUPS = np.ravel(np.column_stack((_STARTS, _STARTS + _SHARE_THREADS)))[:-1]
