@@ -203,32 +203,6 @@ def test_slices_are_weighed_by_their_entries_not_their_fibers(target):
     assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
 
 
-def test_an_uneven_call_below_the_replan_work_gets_its_own_plan(monkeypatch):
-    """The plan compiled before any call splits rows statically; a call that would leave a
-    thread idle for long enough gets a plan of its own even below REPLAN_WORK, an even
-    call of as many entries does not."""
-    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
-    rng = np.random.default_rng(16)
-    uneven = rows_sorted_by_length(rng, 25000, 25000, 40)
-    even = rand_csr(rng, 25000, 25000, uneven.nnz / 25000)
-    x = rng.random(25000)
-    for A, own in ((uneven, True), (even, False)):
-        assert A.nnz < model.REPLAN_WORK
-        k = ucf.compile(SPMV, formats={"A": "csr"})
-        assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
-        assert ("too small for a plan of its own" not in k.cin) == own, k.cin
-        assert (parallel_loop(k) == "i_c") == own, k.cin
-
-
-def test_pays_weighs_the_idle_share(monkeypatch):
-    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
-    ext = {"i": 100_000, "j": 100_000}
-    cin = ucf.compile(SPMV, formats={"A": "csr"})._static.compiled.plan.cin
-    for nnz, share, pays in ((500_000, 1.5, True), (500_000, 1.05, False), (150_000, 1.5, False)):
-        st = Stats(ext, {"A": nnz}, {"A": 1.0}, {"A": (share,) * (model.MAX_SHARES - 1)})
-        assert model.pays(cin, st) == pays
-
-
 def test_reduction_outer_loop_stays_serial():
     """CSC SpMV: the outer loop is the reduction and i cannot move outside it, so a
     parallel region per column would be the only option; the default stays serial."""

@@ -28,9 +28,7 @@ CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
-#: its own would cost a compile (a tenth of a second) to save microseconds. The plan
-#: compiled before any call splits rows statically, though, so a call whose static split
-#: leaves threads idle for a sixteenth of this gets its own plan anyway.
+#: its own would cost a compile (a tenth of a second) to save microseconds.
 REPLAN_WORK = 1 << 20
 #: Rows are shared out in chunks only when some row is this many times the mean, or when
 #: a static split would give some thread this many times the mean share of entries...
@@ -128,14 +126,12 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
 
 def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
-    so a kernel asks before anything is concretized. An uneven operand counts as split
-    over two threads, the fewest that leave one idle: on one thread its own plan is the
-    serial one, no slower than the plan compiled before any call."""
+    so a kernel asks before anything is concretized. Not even for uneven rows: below it
+    the kernels are SpMV-like and memory-bound, and two threads splitting R-MAT or
+    arrowhead rows statically measured as fast as in chunks (the thread with less to do
+    leaves the other the memory bandwidth)."""
     work = _work(cin, stats)
-    if work is None or work >= REPLAN_WORK:
-        return True
-    uneven = max((stats.share(t, 2) for t in stats.imbalance), default=1.0)
-    return uneven > BALANCED and work * (1 - 1 / uneven) >= REPLAN_WORK / 16
+    return work is None or work >= REPLAN_WORK
 
 
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
