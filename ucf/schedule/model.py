@@ -30,14 +30,14 @@ MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
 #: its own would cost a compile (a tenth of a second) to save microseconds.
 REPLAN_WORK = 1 << 20
-#: Rows are shared out in chunks only when some row is this many times the mean, or when
-#: a static split would give some thread this many times the mean share of entries...
+#: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
+#: ... or a static split would give some thread this many times its share of entries...
 BALANCED = 1.1
-#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
-MAX_SHARES = 64
 #: ... and then in at least this many chunks per thread.
 CHUNKS_PER_THREAD = 32
+#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
+MAX_SHARES = 64
 #: A parallel loop stays inside other loops only if they start at most this many regions.
 MAX_REGIONS = 8
 #: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
@@ -126,10 +126,11 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
 
 def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
-    so a kernel asks before anything is concretized. Not even for uneven rows: below it
-    the kernels are SpMV-like and memory-bound, and two threads splitting R-MAT or
-    arrowhead rows statically measured as fast as in chunks (the thread with less to do
-    leaves the other the memory bandwidth)."""
+    so a kernel asks before anything is concretized. Uneven rows do not change this: a
+    call below it moves about as many bytes as it does multiply-adds, as SpMV does, and
+    two threads splitting R-MAT, arrowhead or triangular SpMV rows statically measured
+    as fast as in chunks (the thread with less to do leaves the other the memory
+    bandwidth)."""
     work = _work(cin, stats)
     return work is None or work >= REPLAN_WORK
 
