@@ -109,10 +109,12 @@ class RowError(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def median_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+def median_of(
+    fns: dict[str, Callable[[], Any]], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
     """All samples of each callable, for the caller to take medians rather than minima:
     with every core busy a lucky run says little about what a user gets."""
-    return base.timings(fns, repeat)
+    return base.timings(fns, repeat, clock)
 
 
 def _tuned_row(m, best: str, schedules: dict, kernels: dict, refused, tuning, s) -> dict:
@@ -137,9 +139,11 @@ def med(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def fastest(fns: dict[str, Callable[[], Any]], repeat: int) -> tuple[str, dict[str, float]]:
+def fastest(
+    fns: dict[str, Callable[[], Any]], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> tuple[str, dict[str, float]]:
     """Tune before the head-to-head, so each contender is timed in its best variant only."""
-    meds = {k: med(v) for k, v in median_of(fns, repeat).items()}
+    meds = {k: med(v) for k, v in median_of(fns, repeat, clock).items()}
     return min(meds, key=meds.__getitem__), meds
 
 

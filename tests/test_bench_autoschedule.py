@@ -71,7 +71,9 @@ def test_a_wrong_result_is_reported_as_wrong(bench):
     spec = bench.kernel_specs(1e9)["spmv"]
     case = spec.build(m, rng, None)
     case.expect = case.expect * 1.001  # the reference no ucf kernel can match
-    args = type("Args", (), {"repeat": 1, "pilot": 1, "budget": 10.0, "trials": 0})()
+    args = type(
+        "Args", (), {"repeat": 1, "pilot": 1, "budget": 10.0, "trials": 0, "clock": "cpu"}
+    )()
     cell = bench.measure(spec, case, 1, bench.Tools(), args)
     assert cell["default"]["status"] == "wrong"
     assert cell["hand"]["status"] == "wrong"

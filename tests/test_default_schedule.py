@@ -130,6 +130,79 @@ def test_even_rows_are_shared_statically_and_skewed_rows_in_chunks(target):
         assert parallel_loop(k) == ("i_c" if chunks else "i"), k.cin
 
 
+def rows_sorted_by_length(rng, rows: int, cols: int, longest: int) -> sp.csr_array:
+    """Row r holds about r * longest / rows entries (a triangular factor's profile): no
+    row is long next to the mean, but the last half of the rows holds most entries."""
+    lengths = (np.arange(rows) * longest) // rows
+    r = np.repeat(np.arange(rows, dtype=np.int32), lengths)
+    c = rng.integers(0, cols, r.size, dtype=np.int32)
+    m = sp.csr_array((rng.integers(1, 9, r.size).astype(float), (r, c)), shape=(rows, cols))
+    m.sum_duplicates()
+    return m
+
+
+def static_shares(m: sp.csr_array, threads: int) -> float:
+    """The largest share of entries OpenMP's static schedule (ceil(rows / threads) rows
+    per thread) gives one thread, over the mean share, counted row by row."""
+    lengths = np.diff(m.indptr)
+    step = -(-m.shape[0] // threads)
+    per = [lengths[t * step : (t + 1) * step].sum() for t in range(threads)]
+    return max(per) * threads / lengths.sum()
+
+
+def test_imbalance_is_the_static_split_of_the_rows():
+    from ucf.exec.stats import segments
+
+    rng = np.random.default_rng(14)
+    cases = [rows_sorted_by_length(rng, 1001, 50, 30), rand_csr(rng, 777, 90, 5)]
+    for m in (*cases, rand_csr(rng, 3, 10, 3)):
+        spread, shares = segments(ucf.from_scipy(m, format="csr"))
+        lengths = np.diff(m.indptr)
+        assert spread == pytest.approx(lengths.max() / lengths.mean())
+        assert len(shares) == model.MAX_SHARES - 1
+        for threads in (2, 3, 7, 64):
+            assert shares[threads - 2] == pytest.approx(static_shares(m, threads))
+
+
+def test_rows_sorted_by_length_go_in_chunks(target):
+    """No row is 4x the mean, so the spread alone would split rows statically, but one of
+    two threads would get 1.5x its share: the rows go in dynamically scheduled chunks."""
+    rng = np.random.default_rng(15)
+    A, x = rows_sorted_by_length(rng, 20000, 3000, 8), rng.random(3000)
+    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < model.SKEWED
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+    share = f"gives one of 2 threads {static_shares(A, 2):.2f}x its share"
+    assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
+
+
+def test_slices_are_weighed_by_their_entries_not_their_fibers(target):
+    """A 3-tensor whose slices all hold 40 fibers, the first half's 10x longer: split
+    by fibers it looks even, by entries one of two threads gets 1.8x its share, and TTV's
+    slices go in chunks (the spread, of fibers per slice, is 1)."""
+    from ucf.exec.stats import segments
+
+    rng = np.random.default_rng(17)
+    n = 200
+    coords = []
+    for i in range(n):
+        for j in rng.choice(n, 40, replace=False):
+            ks = rng.choice(n, 20 if i < n // 2 else 2, replace=False)
+            coords += [(i, j, k) for k in ks]
+    coords = np.array(sorted(coords))
+    vals = rng.integers(1, 9, len(coords)).astype(float)
+    B = ucf.from_coo(coords, vals, (n, n, n), format="csf")
+    per = np.bincount(coords[:, 0] // (n // 2), minlength=2)
+    assert segments(B)[1][0] == pytest.approx(per.max() * 2 / per.sum())
+    c = rng.random(n)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"}, target=target)
+    want = np.zeros((n, n))
+    np.add.at(want, (coords[:, 0], coords[:, 1]), vals * c[coords[:, 2]])
+    assert np.allclose(k(B=B, c=c).to_numpy(), want)
+    share = f"gives one of 2 threads {per.max() * 2 / per.sum():.2f}x its share"
+    assert parallel_loop(k) == "i_c" and any(share in w for w in chosen(k)), k.cin
+
+
 def test_reduction_outer_loop_stays_serial():
     """CSC SpMV: the outer loop is the reduction and i cannot move outside it, so a
     parallel region per column would be the only option; the default stays serial."""
@@ -189,6 +262,9 @@ def test_statistics_key_buckets_nnz_but_not_extents():
     assert a.key(2) == Stats({"i": 100, "j": 100}, {"A": 1010}).key(2)
     assert a.key(2) != Stats({"i": 101, "j": 100}, {"A": 1000}).key(2)
     assert a.key(2) != a.key(1)
+    uneven = Stats({"i": 100, "j": 100}, {"A": 1000}, {}, {"A": (1.05, 1.3)})
+    assert uneven.key(2) == Stats(uneven.extents, uneven.nnz).key(2)
+    assert uneven.key(3) != Stats(uneven.extents, uneven.nnz).key(3)
 
 
 def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):

@@ -33,8 +33,12 @@ MAX_CHUNK = 4096
 REPLAN_WORK = 1 << 20
 #: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
+#: ... or a static split would give some thread this many times its share of entries...
+BALANCED = 1.1
 #: ... and then in at least this many chunks per thread.
 CHUNKS_PER_THREAD = 32
+#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
+MAX_SHARES = 64
 #: A parallel loop stays inside other loops only if they start at most this many regions.
 MAX_REGIONS = 8
 #: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
@@ -46,11 +50,21 @@ MAX_BOUND = 256
 class Stats:
     """What a call knows about its operands before running: extents per index
     variable, stored entries per operand, and per sparse operand the longest
-    row over the mean row (1.0 for even rows)."""
+    row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
+    threads, the largest share of its entries a static split of its rows gives
+    one thread over the mean share (``ucf.exec.stats.segments``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
+    imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def share(self, tensor: str, threads: int) -> float:
+        """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
+        shares = self.imbalance.get(tensor, ())
+        if threads < 2 or not shares:
+            return 1.0
+        return shares[min(threads, MAX_SHARES) - 2]
 
     def key(self, threads: int) -> tuple:
         """The statistics as far as the model looks at them: calls with the same key
@@ -60,6 +74,7 @@ class Stats:
             tuple(sorted(self.extents.items())),
             tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
             tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
+            tuple(sorted(t for t in self.imbalance if self.share(t, threads) > BALANCED)),
         )
 
 
@@ -117,7 +132,11 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
 
 def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
-    so a kernel asks before anything is concretized."""
+    so a kernel asks before anything is concretized. Uneven rows do not change this: a
+    call below it moves about as many bytes as it does multiply-adds, as SpMV does, and
+    two threads splitting R-MAT, arrowhead or triangular SpMV rows statically measured
+    as fast as in chunks (the thread with less to do leaves the other the memory
+    bandwidth)."""
     work = _work(cin, stats)
     return work is None or work >= REPLAN_WORK
 
@@ -252,18 +271,21 @@ def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: in
 
 def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
     """The commands that run ``v`` in parallel. Rows of even length are shared out
-    statically; when some row is much longer than the mean they go in dynamically
-    scheduled chunks sized so each holds enough work and the long rows still balance."""
+    statically; when some row is much longer than the mean, or a static split would
+    give some thread much more than its share, they go in dynamically scheduled chunks
+    sized so each holds enough work and the long rows still balance."""
     plain = [f"parallelize({v}, CPUThread, NoRaces)"]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
     rows = max(stats.extents.get(v, 1), 1)
-    skew = max((s for t, s in stats.spread.items() if _rows_of(cin, t) == v), default=1.0)
+    mine = [t for t in {*stats.spread, *stats.imbalance} if _rows_of(cin, t) == v]
+    skew = max((stats.spread.get(t, 1.0) for t in mine), default=1.0)
+    share = max((stats.share(t, threads) for t in mine), default=1.0)
     static = (
         f"default: {v} is shared out statically ({rows} iterations; threads start only "
         "if the work reaches the threshold)"
     )
-    if skew <= SKEWED:
+    if skew <= SKEWED and share <= BALANCED:
         return plain, static
     per_row = max(work / rows, 1.0)
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
@@ -274,7 +296,8 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     return (
         [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
         f"default: {v} in dynamically scheduled chunks of {chunk} (rows are up to "
-        f"{skew:.0f}x the mean length; about {per_row:.0f} multiply-adds per iteration)",
+        f"{skew:.0f}x the mean length, and a static split gives one of {threads} threads "
+        f"{share:.2f}x its share; about {per_row:.0f} multiply-adds per iteration)",
     )
 
 
