@@ -11,7 +11,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -238,7 +238,7 @@ class Kernel:
         static = self._static.compiled.plan
         split = st
         if static.blocking is not None:
-            split = stats.Stats(static.blocking.split_extents(st.extents), st.nnz, st.spread)
+            split = replace(st, extents=static.blocking.split_extents(st.extents))
         if not model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
         for choice in pipeline.proposals(self._expr, self.formats, split, threads):
