@@ -61,7 +61,7 @@ def test_parts_split_each_operand_exactly():
         for q in parts:
             total += q.mask
             assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
-            base = "csr" if q.block == (1, 1) else "bcsr(4,4)"
+            base = "csr" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
             assert (
                 q.format == base + {8: "@qint8" + (":1" if base != "csr" else ""), 32: ""}[q.bits]
             )

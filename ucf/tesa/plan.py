@@ -13,7 +13,7 @@ other statement reads the sum of the parts in place of the operand.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
@@ -89,15 +89,20 @@ class Part:
     bits: int
     block: tuple[int, ...]
     mask: np.ndarray
+    columns: bool = False  # blocks stored by column: every read sums the rows away
 
     @property
     def format(self) -> str:
-        """The part's storage: its block shape's format, with values of its width."""
+        """The part's storage: its block shape's format, with values of its width. Blocks
+        of an operand whose rows every statement sums away (``W`` of ``X·W``) are stored
+        by column, so a kernel can walk each column of blocks in a thread of its own and
+        apply each block to every row of the other factor while it is in cache."""
         values = VALUES[self.bits]
         if self.block == (1, 1):
             return f"csr{values}"
         per_block = ":1" if values.startswith("@q") else ""
-        return f"bcsr({self.block[0]},{self.block[1]}){values}{per_block}"
+        name = "bcsc" if self.columns else "bcsr"
+        return f"{name}({self.block[0]},{self.block[1]}){values}{per_block}"
 
 
 class Plan:
@@ -155,6 +160,13 @@ class Plan:
             kernel = None
             if dismantle:
                 kernel = self._dismantled(step, used, fixed, target, dtype, notes)
+            parts = [n for n in used if n in formats]
+            outside = _blocks_outside(stmt, used, parts[0]) if len(parts) == 1 else None
+            if kernel is None and outside is not None and target != "cuda":
+                try:
+                    kernel = ucf.compile(step, used, outside, target=target, dtype=dtype)
+                except (ScheduleError, UnsupportedError):
+                    kernel = None
             if kernel is None:
                 kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
             kernels.append((stmt.lhs.tensor, names, kernel))
@@ -253,7 +265,9 @@ def transform(program: Program, policy: Policy) -> Plan:
         costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
         if not costs:
             continue
-        splits[name] = _parts(name, rounded.bits, costs, taken)
+        parts = _parts(name, rounded.bits, costs, taken)
+        columns = _rows_summed(program, name)
+        splits[name] = [replace(p, columns=columns) for p in parts]
     steps: list[str] = []
     for node in program.nodes:
         made: list[str] = []
@@ -307,6 +321,21 @@ def _distribute(
     for t in terms[1:]:
         out = Binary("+", out, piece(indices, t))
     return out
+
+
+def _rows_summed(program: Program, name: str) -> bool:
+    """Whether every read of ``name`` sums its first index away and keeps its second
+    (``W(d,h)`` in ``T(t,h) = X(t,d) * W(d,h)``)."""
+    reads = [
+        (a, node.out_vars)
+        for node in program.nodes
+        for a in node.statement.rhs._accesses
+        if a.tensor == name
+    ]
+    return bool(reads) and all(
+        a.indices[0].single_variable not in out and a.indices[1].single_variable in out
+        for a, out in reads
+    )
 
 
 def _parts(
@@ -365,10 +394,12 @@ def _replace(e: Expr, name: str, parts: tuple[str, ...]) -> Expr:
     return map_accesses(e, read)
 
 
-def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
-    """``reorder`` putting the part's levels outermost (block loops, then the places in
-    a block), and ``dismantle`` of its last block (or column) loop; None where the
-    part is read through an affine index."""
+def _part_loops(
+    stmt: Statement, formats: Mapping[str, str], part: str
+) -> tuple[list[str], list[str]] | None:
+    """The loop variables of ``part``'s levels in storage order (the split ones for a
+    blocked part: blocks, then places) and every loop variable of the statement; None
+    where the part is read through an affine or repeated index."""
     access = next(a for a in stmt.rhs._accesses if a.tensor == part)
     rows, cols = (i.single_variable for i in access.indices)
     if rows is None or cols is None or rows == cols:
@@ -379,14 +410,38 @@ def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) 
     }
     blocking = unblock(stmt, fmts)
     if blocking is None:
-        first = [rows, cols]
-        loops = index_variables(stmt.rhs)
-    else:
-        (row_blk, row_in), (col_blk, col_in) = blocking.names[rows], blocking.names[cols]
-        first = [row_blk, col_blk, row_in, col_in]
-        loops = index_variables(blocking.statement.rhs)
-    order = first + [v for v in loops if v not in first]
-    return f"reorder({', '.join(order)}); dismantle({first[1]})"
+        own = [access.indices[m].single_variable for m in fmts[part].mode_order]
+        return own, index_variables(stmt.rhs)
+    split = next(a for a in blocking.statement.rhs._accesses if a.tensor == part)
+    own = [split.indices[m].single_variable for m in blocking.formats[part].mode_order]
+    return own, index_variables(blocking.statement.rhs)
+
+
+def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
+    """``reorder`` putting the part's levels outermost (block loops, then the places in
+    a block), and ``dismantle`` of its second level's loop (the last block loop, or the
+    columns); None where the part is read through an affine index."""
+    found = _part_loops(stmt, formats, part)
+    if found is None:
+        return None
+    own, loops = found
+    order = own + [v for v in loops if v not in own]
+    return f"reorder({', '.join(order)}); dismantle({own[1]})"
+
+
+def _blocks_outside(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
+    """For a part stored in column blocks: its block loops outermost, the first in
+    parallel, then the other factor's loops, then the places in a block, so each block
+    is read once and applied to every row of the other factor (register tiles over the
+    places); None for any other part."""
+    if not formats[part].startswith("bcsc"):
+        return None
+    found = _part_loops(stmt, formats, part)
+    if found is None:
+        return None
+    own, loops = found
+    order = own[:2] + [v for v in loops if v not in own] + own[2:]
+    return f"reorder({', '.join(order)}); parallelize({own[0]}, CPUThread, NoRaces)"
 
 
 def _fresh(stem: str, taken: set[str]) -> str:
