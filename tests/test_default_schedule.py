@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import rand_dense
+from conftest import TARGETS, rand_dense
 
 import ucf
 from ucf.schedule import model
@@ -276,3 +276,33 @@ def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
         A, B = rand_csr(rng, rows, 20, 3), rng.random((20, n))
         assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
         assert k.source == before and "too small for a plan of its own" in k.cin, k.cin
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_filter_sparse_convolution_runs_its_pixels_innermost(target):
+    """p, q index no sparse operand: they move inside F's loops (m, c, r, s), so the inner
+    loops are dense; with n = 1 the parallel loop is m. Checked against a numpy
+    convolution of sliding windows."""
+    rng = np.random.default_rng(31)
+    image = rng.random((1, 6, 10, 9))
+    filters = rng.random((16, 6, 3, 3)) * (rng.random((16, 6, 3, 3)) < 0.2)
+    k = ucf.compile("O(n,m,p,q) = I(n,c,p+r-1,q+s-1) * F(m,c,r,s)", {"F": "UCCC"}, target=target)
+    got = k(I=image, F=ucf.from_numpy(filters, "UCCC"), shapes={"O": (1, 16, 10, 9)})
+    padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    np.testing.assert_allclose(got.to_numpy(), np.einsum("ncpqrs,mcrs->nmpq", windows, filters))
+    assert "p, q inside the loops over sparse levels (m, c, r, s)" in k.cin
+    assert "loop order m, n, c, r, s, p, q" in k.cin and "parallel loop m" in k.cin
+
+
+@pytest.mark.parametrize(
+    "stmt, formats",
+    [
+        ("C(i,j) = A(i,k) * B(k,j)", {"A": "csr"}),  # j is innermost already
+        ("T(t,h) = X(t,d) * W(d,h)", {"W": "csr"}),  # h indexes W: t is not moved inside
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}),
+    ],
+)
+def test_loops_over_a_sparse_operand_keep_their_order(stmt, formats):
+    k = ucf.compile(stmt, formats)
+    assert "inside the loops over sparse levels" not in k.cin

@@ -102,6 +102,8 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     exact, exact_why = [], []
     if not workspace:
         order, exact, exact_why = integer_order(cin, order)
+    if not workspace and not exact:
+        order, exact, exact_why = dense_inside(cin, order)
     work = _work(cin, stats)
     serial = _serial_reason(threads)
     choices = []
@@ -204,6 +206,45 @@ def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], lis
         "entry sums its quantized products in int32 and is rescaled once"
     )
     return new, [f"reorder({', '.join(new)})"], [why]
+
+
+def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The output's last modes moved inside the loops over sparse levels when no sparse
+    operand is indexed by them (the pixels ``p, q`` of a filter-sparse convolution
+    ``O(n,m,p,q) = I(n,c,p+r,q+s) * F(m,c,r,s)``): then the innermost loops run over
+    contiguous output and dense input, vectorized, and each stored element of the
+    sparse operand is loaded once for a whole row of them rather than once per
+    output element. ``(order, commands, reasons)``; no command when nothing moves."""
+    if not cin.output_format.is_dense:
+        return order, [], []
+    sparse = {
+        v
+        for n, a in enumerate(accesses(cin.statement.rhs))
+        if not cin.slots[n].format.is_dense
+        for i in a.indices
+        for v in i.variables
+    }
+    if not sparse & set(order):
+        return order, [], []
+    last = max(order.index(v) for v in sparse if v in order)
+    suffix: list[str] = []
+    for v in reversed(cin.output_vars):
+        if v in sparse or v in cin.nested_vars:
+            break
+        suffix.insert(0, v)
+    moved = [v for v in suffix if order.index(v) < last]
+    if not moved:
+        return order, [], []
+    new = [v for v in order if v not in moved] + [v for v in order if v in moved]
+    loops = ", ".join(v for v in order[: last + 1] if v in sparse)
+    return (
+        new,
+        [f"reorder({', '.join(new)})"],
+        [
+            f"default: {', '.join(moved)} inside the loops over sparse levels ({loops}), "
+            "so the innermost loops are dense and each stored element serves a row of them"
+        ],
+    )
 
 
 def _product(e) -> bool:
