@@ -238,6 +238,8 @@ def _reordered(a: Access, fmt: Format, pos: dict[str, int]) -> Format:
 
 def _requantizes(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
     """Whether reading ``a`` in the loop order ``pos`` would regroup its scales."""
+    if fmt.values is None or fmt.values.level is None:
+        return False
     try:
         _regrouped(a, fmt, _reordered(a, fmt, pos))
     except UnsupportedError:
