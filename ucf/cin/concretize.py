@@ -240,31 +240,34 @@ def _requantizes(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
     """Whether reading ``a`` in the loop order ``pos`` would regroup its scales."""
     if fmt.values is None or fmt.values.level is None:
         return False
-    try:
-        _regrouped(a, fmt, _reordered(a, fmt, pos))
-    except UnsupportedError:
-        return True
-    return False
+    return _group_level(fmt, _reordered(a, fmt, pos)) is None
+
+
+def _group_level(fmt: Format, new: Format) -> int | None:
+    """The level of ``new`` (``fmt``'s levels in another order) whose positions group
+    the elements ``fmt``'s scale level does: a scale per position of level L is one
+    per combination of the modes of levels 0..L. None when no level does."""
+    group = set(fmt.maps[: fmt.values.level + 1])
+    return next(
+        (level for level in range(len(new.maps)) if set(new.maps[: level + 1]) == group), None
+    )
 
 
 def _regrouped(a: Access, fmt: Format, new: Format) -> Format:
-    """``new`` (``fmt``'s levels in another order) with the same scale groups: a scale per
-    position of level L is one per combination of the modes of levels 0..L, so it
-    moves to the level of ``new`` below which the same modes are stored. Refused when
-    no level is: reading the operand in that order would requantize it."""
+    """``new`` with ``fmt``'s scale groups (see ``_group_level``); refused when no level
+    keeps them, since reading the operand in that order would requantize it."""
     values = fmt.values
     if values is None or values.level is None:
         return new
-    group = set(fmt.maps[: values.level + 1])
-    for level in range(len(new.maps)):
-        if set(new.maps[: level + 1]) == group:
-            return Format(new.levels, new.maps, replace(values, level=level))
-    raise UnsupportedError(
-        f"access {a}: {a.tensor} ('{fmt}') has a scale per position of its level "
-        f"{values.level}, and the loop order reads it as '{new}', where no level groups "
-        f"the same elements; choose a loop order that follows {a.tensor}'s storage, or "
-        "quantize it per tensor"
-    )
+    level = _group_level(fmt, new)
+    if level is None:
+        raise UnsupportedError(
+            f"access {a}: {a.tensor} ('{fmt}') has a scale per position of its level "
+            f"{values.level}, and the loop order reads it as '{new}', where no level groups "
+            f"the same elements; choose a loop order that follows {a.tensor}'s storage, or "
+            "quantize it per tensor"
+        )
+    return Format(new.levels, new.maps, replace(values, level=level))
 
 
 def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:

@@ -160,11 +160,11 @@ class Plan:
             kernel = None
             if dismantle:
                 kernel = self._dismantled(step, used, fixed, target, dtype, notes)
-            parts = [n for n in used if n in formats]
-            outside = _blocks_outside(stmt, used, parts[0]) if len(parts) == 1 else None
-            if kernel is None and outside is not None and target != "cuda":
+            if kernel is None and len(used) == 1 and target != "cuda":
+                outside = _blocks_outside(stmt, used, next(iter(used)))
                 try:
-                    kernel = ucf.compile(step, used, outside, target=target, dtype=dtype)
+                    if outside is not None:
+                        kernel = ucf.compile(step, used, outside, target=target, dtype=dtype)
                 except (ScheduleError, UnsupportedError):
                     kernel = None
             if kernel is None:

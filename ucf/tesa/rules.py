@@ -40,7 +40,7 @@ from ucf.lang.ast import (
     with_children,
 )
 from ucf.lang.functions import FUNCTIONS, Function
-from ucf.lang.reductions import free_variables
+from ucf.lang.reductions import free_variables, sums
 
 
 class Const(enum.Enum):
@@ -156,12 +156,12 @@ def adjoint(
     it): then nothing is pruned through the access."""
     rhs = _product([output, *factors])
     if plain(access):
-        if isinstance(rhs, Const):
-            return tuple(i.single_variable for i in access.indices), rhs, {}
         lhs = tuple(i.single_variable for i in access.indices)
+        if isinstance(rhs, Const):
+            return lhs, rhs, {}
         summed = tuple(sorted(free_variables(rhs) - set(lhs)))
         return lhs, (Sum(summed, rhs) if summed else rhs), {}
-    if any(_has_sum(f) for f in factors if not isinstance(f, Const)):
+    if any(sums(f) for f in factors if not isinstance(f, Const)):
         return None
     used = set(taken) | set(extents)
     lhs: list[str] = []
@@ -209,10 +209,6 @@ def _substitute(e: Affine, solved: Mapping[str, Affine]) -> Affine:
         if v in e.variables:
             e = e.without(v) + value.scale(e.coefficient(v))
     return e
-
-
-def _has_sum(e: Expr) -> bool:
-    return isinstance(e, Sum) or any(_has_sum(c) for c in children(e))
 
 
 def _keeps_width(fn: Function) -> bool:
