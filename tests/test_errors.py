@@ -280,3 +280,54 @@ def test_letters_that_spell_an_alias_win_where_the_alias_cannot_fit():
 def test_a_misfit_alias_says_how_it_was_read():
     with pytest.raises(ucf.FormatError, match=r"format 'csc' \(read as 'UC:1,0'\) has 2 levels"):
         ucf.parse_format("csc", order=4)
+
+
+@pytest.mark.parametrize(
+    "expr, formats",
+    [
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}),
+        ("y(i) += A(i,j) * x(j)", {"A": "csr"}),
+    ],
+)
+def test_an_output_that_overlaps_an_operand_is_refused(expr, formats):
+    """The kernel zeroes and writes out= while it reads x: an aliased x gives a wrong
+    answer, so it is refused; a separate array gives numpy's result."""
+    k = ucf.compile(expr, formats=formats)
+    a = sp.random(12, 12, density=0.3, format="csr", random_state=1).toarray()
+    rows = np.random.default_rng(2).standard_normal((2, 12))
+    with pytest.raises(ucf.OperandError, match="out= shares memory with operand x"):
+        k(A=a, x=rows[0], out=rows[0])
+    y = rows[1].copy()
+    expected = a @ rows[0] + (rows[1] if "+=" in expr else 0)
+    np.testing.assert_allclose(k(A=a, x=rows[0], out=y).to_numpy(), expected)
+
+
+def test_a_blocked_kernel_writes_an_overlapping_output_correctly():
+    """A blocked kernel computes into its own split buffer and copies back at the end, so
+    out= may be an operand."""
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "bcsr(4,4)"})
+    a = ucf.from_numpy(sp.random(10, 10, density=0.3, random_state=3).toarray(), "bcsr(4,4)")
+    x = np.random.default_rng(4).standard_normal(10)
+    expected = a.to_numpy() @ x
+    np.testing.assert_allclose(k(A=a, x=x, out=x).to_numpy(), expected)
+    np.testing.assert_allclose(x, expected)
+
+
+def test_an_output_overlapping_a_dense_matrix_operand_is_refused():
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr"})
+    b = np.ones((6, 6))
+    with pytest.raises(ucf.OperandError, match="operand B"):
+        k(A=np.eye(6), B=b, out=b)
+
+
+def test_positional_operands_are_refused_with_the_names_to_use():
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    with pytest.raises(ucf.ArgumentError, match=r"by name, as in k\(A=\.\.\., x=\.\.\.\)"):
+        k(np.eye(3), np.ones(3))
+
+
+@pytest.mark.parametrize("keyword", ["shapes", "masks"])
+def test_shapes_and_masks_that_are_not_dicts_are_argument_errors(keyword):
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    with pytest.raises(ucf.ArgumentError, match=f"{keyword}= takes a dict"):
+        k(A=np.eye(3), x=np.ones(3), **{keyword: 5})

@@ -139,6 +139,35 @@ def test_policy_refuses_bad_arguments():
         mlp(0).transform(ucf.Policy(bits={8}))
 
 
+@pytest.mark.parametrize(
+    "kwargs, shown",
+    [
+        ({"bits": {8.5}}, "bits must be integers, got 8.5"),
+        ({"bits": "8"}, "bits must be a collection"),
+        ({"bits": {float("nan")}}, "bits must be integers"),
+        ({"min_sparsity": "x"}, "min_sparsity must be a number"),
+        ({"min_sparsity": 1.5}, r"min_sparsity must be in \[0, 1\]"),
+        ({"blocks": {(4, 4.5): 1.0}}, "a block shape must be integers"),
+        ({"blocks": {(4, 0): 1.0}}, "two positive sizes"),
+        ({"blocks": {(4, 4): -1.0}}, "positive and finite"),
+        ({"blocks": [(4, 4)]}, "dict from block shape"),
+    ],
+)
+def test_policy_names_the_bad_argument(kwargs, shown):
+    """Not truncated (8.5 bits is not 8) and not a raw ValueError."""
+    with pytest.raises(ucf.OperandError, match=shown):
+        ucf.Policy(**kwargs)
+
+
+def test_a_plan_refuses_names_that_are_not_its_inputs():
+    plan = mlp(0).transform(POLICY)
+    assert plan.inputs == {"X", "W1", "W2", "B"}
+    with pytest.raises(ucf.OperandError, match="Q is not an input of the plan"):
+        plan.stored("Q", np.ones(3))
+    with pytest.raises(ucf.OperandError, match="Q is not an input"):
+        plan.compile(static={"Q": np.ones(3)})
+
+
 def test_measured_costs_are_measured_once():
     """Which shape is cheaper per element is the machine's business; a block of 1024
     elements costs more than one element, and the second policy reads the cache."""

@@ -20,6 +20,7 @@ import numpy as np
 from ucf import pipeline
 from ucf._version import __version__
 from ucf.errors import (
+    ArgumentError,
     ConversionWarning,
     OperandError,
     ScheduleError,
@@ -374,11 +375,17 @@ class Kernel:
     @boundary
     def __call__(
         self,
+        *positional: Any,
         out: Any = None,
         shapes: Mapping[str, Any] | None = None,
         masks: Mapping[str, Any] | None = None,
         **operands: Any,
     ) -> Tensor:
+        if positional:
+            raise ArgumentError(self._by_name(len(positional)))
+        for what, value in (("shapes", shapes), ("masks", masks)):
+            if value is not None and not isinstance(value, Mapping):
+                raise ArgumentError(f"{what}= takes a dict by name, got {type(value).__name__}")
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.exec.dynamic)
             raise OperandError(
                 f"masks= gives a mask for {next(iter(masks))}, which is not a dynamic operand "
@@ -428,6 +435,13 @@ class Kernel:
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
+    def _by_name(self, count: int) -> str:
+        """Why positional operands are refused: which operand is which would depend on the
+        order tensors appear in the statement, which a reader of the call cannot see."""
+        names = sorted({a.tensor for a in accesses(self._plan.statement.rhs)})
+        call = ", ".join(f"{n}=..." for n in names)
+        return f"operands are passed by name, as in k({call}); this call passes {count} by position"
+
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
         (in the split shapes of a blocked statement: see ``ucf.exec.blocked``)."""
@@ -460,6 +474,9 @@ class Kernel:
         out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
         if b.dense_output:
+            if out is not None:
+                reads = [(slot.tensor, slots[slot.name]) for slot, *_ in b.slots]
+                _check_not_aliased(out, reads, outname)
             result = self._dense_output(out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
             if self.target != "cuda" and plan.blocking is None:  # replayable: see __call__
@@ -624,6 +641,21 @@ class _PerThread(threading.local):
 def _cfunc(fn: ir.Function, address: int):
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     return ctypes.CFUNCTYPE(None, *types)(address)
+
+
+def _check_not_aliased(out: Any, reads: list[tuple[str, Tensor]], outname: str) -> None:
+    """Refuse an output that overlaps an operand the kernel reads: the kernel zeroes (for
+    ``=``) and writes the output while it still reads that operand, so the result would be
+    wrong. The slots are the arrays the kernel reads, after any conversion (a converted
+    copy does not alias)."""
+    arr = out.vals if isinstance(out, Tensor) else out
+    for name, t in reads:
+        arrays = [t.vals, *(a for lvl in t.levels for a in lvl.values())]
+        if any(isinstance(a, np.ndarray) and np.may_share_memory(arr, a) for a in arrays):
+            raise OperandError(
+                f"out= shares memory with operand {name}, which the kernel reads while it "
+                f"writes {outname}: pass a separate output array"
+            )
 
 
 def _trimmed(t: Tensor) -> Tensor:

@@ -47,9 +47,10 @@ class Policy:
     costs of ucf's blocked kernels on this machine). Inputs at least
     ``min_sparsity`` sparse are split; the others are read dense."""
 
+    @boundary
     def __init__(self, bits: Iterable[int] = (32,), blocks: Any = None, min_sparsity: float = 0.5):
-        self.bits = frozenset(int(b) for b in bits)
-        self.min_sparsity = float(min_sparsity)
+        self.bits = frozenset(_whole(b, "bits") for b in _items(bits, "bits"))
+        self.min_sparsity = _fraction(min_sparsity)
         if not self.bits or min(self.bits) < 1:
             raise OperandError(f"Policy: bits must be positive widths, got {sorted(self.bits)}")
         unstored = sorted(self.bits - VALUES.keys())
@@ -67,17 +68,57 @@ class Policy:
             from ucf.tesa.costs import measured_costs
 
             blocks = measured_costs()
+        if not isinstance(blocks, Mapping | None):
+            raise OperandError(
+                f"Policy: blocks is a dict from block shape to cost per block, "
+                f"not {type(blocks).__name__}"
+            )
         self.blocks = {
-            tuple(int(b) for b in s): float(c) for s, c in (blocks or {(1, 1): 1}).items()
+            tuple(_whole(b, "a block shape") for b in _items(s, "a block shape")): _cost(c)
+            for s, c in (blocks or {(1, 1): 1}).items()
         }
         if not self.blocks:
             raise OperandError("Policy: blocks must give at least one block shape")
+        bad = [s for s in self.blocks if len(s) != 2 or min(s) < 1]
+        if bad:
+            raise OperandError(f"Policy: a block shape is two positive sizes, got {bad[0]}")
 
     def __repr__(self) -> str:
         return (
             f"Policy(bits={sorted(self.bits)}, blocks={self.blocks}, "
             f"min_sparsity={self.min_sparsity})"
         )
+
+
+def _items(value: Any, what: str) -> list[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise OperandError(f"Policy: {what} must be a collection of integers, got {value!r}")
+    return list(value)
+
+
+def _whole(value: Any, what: str) -> int:
+    """An integer given as any number with no fraction: 8 or 8.0, not 8.5 or "8"."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise OperandError(f"Policy: {what} must be integers, got {value!r}")
+    if not np.isfinite(value) or value != int(value):
+        raise OperandError(f"Policy: {what} must be integers, got {value!r}")
+    return int(value)
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise OperandError(f"Policy: min_sparsity must be a number in [0, 1], got {value!r}")
+    if not 0 <= value <= 1:
+        raise OperandError(f"Policy: min_sparsity must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _cost(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise OperandError(f"Policy: a block's cost must be a number, got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise OperandError(f"Policy: a block's cost must be positive and finite, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -123,6 +164,26 @@ class Plan:
         self.outputs = outputs
         self.masks = masks
 
+    @property
+    def inputs(self) -> frozenset[str]:
+        """The program's inputs the plan reads: the operands the steps read that no step
+        writes, with each split operand in place of its parts."""
+        parts = {p.name: p.tensor for p in self.parts}
+        read, written = set(), set()
+        for step in self.steps:
+            stmt = parse_statement(step)
+            read |= {parts.get(a.tensor, a.tensor) for a in stmt.rhs._accesses}
+            written.add(stmt.lhs.tensor)
+        return frozenset(read - written)
+
+    def _check_inputs(self, names: Iterable[str]) -> None:
+        unknown = sorted(set(names) - self.inputs)
+        if unknown:
+            raise OperandError(
+                f"{unknown[0]} is not an input of the plan; its inputs are "
+                f"{', '.join(sorted(self.inputs))}"
+            )
+
     def __str__(self) -> str:
         legend = [
             f"# {p.name}: {p.tensor}'s {p.bits}-bit elements in {p.block[0]}x{p.block[1]} "
@@ -148,6 +209,7 @@ class Plan:
         as usual, and the callable's ``notes`` say why."""
         import ucf
 
+        self._check_inputs(static or {})
         formats = {p.name: p.format for p in self.parts}
         fixed = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in (static or {}).items()}
         fixed.update(self._split(fixed))
@@ -172,6 +234,7 @@ class Plan:
             kernels.append((stmt.lhs.tensor, names, kernel))
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
+            self._check_inputs(operands)
             values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
             values.update(self._split(values))
             values.update(fixed)
@@ -228,6 +291,7 @@ class Plan:
         """``value`` of input ``name`` as the plan computes with it: its kept elements,
         with each part's values as stored (8- and 4-bit parts quantized, 16-bit ones
         in half precision), for checking a plan's result against a dense reference."""
+        self._check_inputs([name])
         value = np.asarray(value, dtype=dtype)
         parts = [p for p in self.parts if p.tensor == name]
         if not parts:
