@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -58,8 +59,6 @@ class Plan:
     orders: dict[str, int]
     compute: ir.Function
     assemble: ir.Function | None
-    c_source: str
-    llvm_ir: str
     computed_format: Format  # output format the kernel writes
     output_format: Format  # format the user asked for
     local_level: int | None  # output level whose pos the assemble pass fills per segment
@@ -69,6 +68,25 @@ class Plan:
     blocking: Blocking | None = None  # how blocked formats split the kernel's statement
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
     integer_sums: list = field(default_factory=list)  # ucf.lower.held: checked per call
+    openmp: bool = True  # the llvm target's parallel loops call libgomp
+
+    @property
+    def _functions(self) -> list[ir.Function]:
+        return [*self.helpers, *(f for f in (self.assemble, self.compute) if f is not None)]
+
+    @cached_property
+    def c_source(self) -> str:
+        """The C text of the kernel's functions. Printed when first read (by the c target,
+        or ``k.c_source``), not for every plan: a kernel runs on one target."""
+        return "" if self.cuda_module is not None else cgen.source(self._functions)
+
+    @cached_property
+    def llvm_ir(self) -> str:
+        """The LLVM IR text of the kernel's functions, printed when first read (by the llvm
+        target, unless the disk cache already holds its object code)."""
+        if self.cuda_module is not None:
+            return ""
+        return lcg.module(self._functions, openmp=self.openmp)
 
 
 def _statement_orders(stmt: Statement) -> dict[str, int]:
@@ -154,7 +172,6 @@ def plan(
         compute, tiles = register_block(compute)
         cin.notes += tiles
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
-    fns = [*lowered.helpers, *(f for f in (assemble, compute) if f is not None)]
     if module is not None:
         cuda = cudagen.source(module, str(stmt))
         return Plan(
@@ -163,8 +180,6 @@ def plan(
             front.orders,
             compute,
             None,
-            "",
-            "",
             computed,
             requested,
             None,
@@ -180,8 +195,6 @@ def plan(
         front.orders,
         compute,
         assemble,
-        cgen.source(fns),
-        lcg.module(fns, openmp=_openmp_for(cin, openmp)),
         computed,
         requested,
         lowered.local_level,
@@ -189,6 +202,7 @@ def plan(
         blocking=blocking,
         variables=variables,
         integer_sums=lowered.integer_sums,
+        openmp=_openmp_for(cin, openmp),
     )
 
 
