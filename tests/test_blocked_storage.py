@@ -135,3 +135,26 @@ def test_a_blocked_operand_is_converted_to_the_kernels_format():
     np.testing.assert_allclose(
         ucf.einsum("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, A=A, x=x).to_numpy(), a @ x
     )
+
+
+@pytest.mark.parametrize(
+    "written, order, shown",
+    [
+        ("bcsr(4,4)", 2, "bcsr(4,4)"),
+        ("UCUU:0/2,1/8,0%2,1%8", 2, "bcsr(2,8)"),
+        ("bcsc(2,8)", 2, "bcsc(2,8)"),
+        ("bdcsr(3,5)@qint8:1", 2, "bdcsr(3,5)@qint8:1"),
+        ("UC", 2, "csr"),
+        ("UC:1,0", 2, "csc"),
+        ("ell(4)", 3, "ell(4)"),
+        ("nm(2,4)", 2, "nm(2,4)"),
+        ("UCUU:0/4,1/4,1%4,0%4", 2, "UCUU:0/4,1/4,1%4,0%4"),  # blocks stored column-major
+        ("CU", 2, "CU"),
+    ],
+)
+def test_a_format_is_named_as_users_spell_it(written, order, shown):
+    """Messages name formats as users write them; a name is only used when it parses back
+    to the same levels, maps and values."""
+    fmt = parse_format(written, order=order)
+    assert fmt.name == shown
+    assert parse_format(fmt.name, order=order) == fmt

@@ -28,8 +28,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
     if fmt.blocked and same_levels(b, name):
         if t.format != fmt:
             warn_user(
-                f"ucf: operand {name} is stored as '{t.format}' but the kernel reads the "
-                f"blocked format '{fmt}'; it is converted on every call (convert it once "
+                f"ucf: operand {name} is stored as '{t.format.name}' but the kernel reads "
+                f"'{fmt.name}'; it is converted on every call (convert it once "
                 "beforehand, e.g. with ucf.from_numpy(..., format=...) or .convert(...))",
                 ConversionWarning,
             )

@@ -216,7 +216,7 @@ def concretize(
             slots[n] = Slot(name, a.tensor, new)
             why = nesting_conflict(stmt, a, fmt)
             msg = (
-                f"operand {a.tensor} is stored as '{fmt}' but no loop order follows it"
+                f"operand {a.tensor} is stored as '{fmt.name}' but no loop order follows it"
                 f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
             )
             notes.append(msg)

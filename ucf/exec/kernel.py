@@ -511,9 +511,9 @@ class Kernel:
         name, fmt = slot.tensor, slot.format
         reasons = []
         if slot.name != slot.tensor:
-            reasons.append(f"is read as '{fmt}', since no loop order follows its format")
+            reasons.append(f"is read as '{fmt.name}', since no loop order follows its format")
         elif t.format.structure != fmt.structure:
-            reasons.append(f"is stored as '{t.format}' but the kernel reads '{fmt}'")
+            reasons.append(f"is stored as '{t.format.name}' but the kernel reads '{fmt.name}'")
         elif not fmt.is_dense and t.index_dtype != self.index_dtype:
             reasons.append(f"has {t.index_dtype} indices but the kernel reads {self.index_dtype}")
         if not np.can_cast(t.dtype, held, "safe"):

@@ -166,6 +166,33 @@ class Format:
     def level_of_mode(self, mode: int) -> int:
         return self.mode_order.index(mode)
 
+    @property
+    def name(self) -> str:
+        """The format as users spell it: a name that parses to exactly this format
+        (``bcsr(4,4)``, ``csr``, ``nm(2,4)``) where one does, else its levels (``UCUU:...``).
+        Messages use it, so they show what the user wrote, not the levels behind it."""
+        values = f"@{self.values}" if self.values else ""
+        for candidate in self._names():
+            try:
+                if parse_format(candidate, order=self.order) == replace(self, values=None):
+                    return candidate + values
+            except FormatError:
+                continue
+        return str(self)
+
+    def _names(self) -> list[str]:
+        """Names that might spell this format: the plain aliases, and the blocked and
+        fixed-width ones with the sizes its maps and levels hold."""
+        names = [a for a, levels in ALIASES.items() if levels is not None]
+        mods = [m.mod for m in self.maps if m.mod]
+        if len(mods) == 2:
+            names += [f"{n}({mods[0]},{mods[1]})" for n in BLOCK_ALIASES]
+        widths = [k.segment_width for k in self.levels if k.segment_width]
+        if len(widths) == 1:
+            names.append(f"ell({widths[0]})")
+            names += [f"nm({widths[0]},{m})" for m in mods[:1]]
+        return names
+
     def __str__(self) -> str:
         text = self.letters
         if self.maps != tuple(LevelMap(m) for m in range(len(self.levels))):

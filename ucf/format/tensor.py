@@ -201,7 +201,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         return (
-            f"Tensor(shape={self.shape}, format='{self.format}', dtype={self.dtype}, "
+            f"Tensor(shape={self.shape}, format='{self.format.name}', dtype={self.dtype}, "
             f"nnz={self.nnz})"
         )
 
