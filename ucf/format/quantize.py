@@ -278,8 +278,8 @@ def held_operand(t: Tensor, fmt: Format, index_dtype: np.dtype, name: str, warne
     if key not in warned:
         warned.add(key)
         warn_user(
-            f"ucf: operand {name} is stored as '{t.format.name}' but the kernel reads '{fmt.name}'; "
-            "it is converted on every call (hold it so beforehand, e.g. with "
+            f"ucf: operand {name} is stored as '{t.format.name}' but the kernel reads "
+            f"'{fmt.name}'; it is converted on every call (hold it so beforehand, e.g. with "
             "ucf.quantize(..., format=...) or ucf.from_numpy(..., format=...))",
             ConversionWarning,
         )
