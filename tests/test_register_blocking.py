@@ -216,3 +216,18 @@ def test_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setenv("UCF_REGISTER_BLOCKING", "yes")
     with pytest.raises(ucf.UcfError, match="UCF_REGISTER_BLOCKING"):
         ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})(A=t, B=b)
+
+
+@pytest.mark.parametrize("fmt, times", [("bcsr(32,32)", registers.TILE_WORK), ("csr", 1)])
+def test_tiles_raise_the_parallel_work_threshold(monkeypatch, fmt, times):
+    """A parallel loop around tiles starts its threads at TILE_WORK times the threshold's
+    work (a tile's multiply-adds are that much cheaper); other loops at the threshold."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "1000")
+    rng = np.random.default_rng(2)
+    a, b = blocked(rng, (256, 64), (32, 32), np.float32), rand_dense(rng, (64, 48))
+    k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
+    got = k(A=ucf.from_numpy(a, format=fmt), B=b.astype(np.float32)).to_numpy()
+    np.testing.assert_array_equal(got, a @ b.astype(np.float32))
+    loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
+    assert loop.parallel == "CPUThread"
+    assert loop.parallel_if.right == ir.Const(1000 * times, ir.I64)

@@ -56,6 +56,13 @@ MAX_REDUCTION = 64
 #: 1024 (8 groups of 4 rows) packing measured 1.3x (50% of blocks zero) to 2x (90%)
 #: faster on one thread.
 PACK_GROUPS = 4
+#: How many times cheaper a multiply-add in a tile is than one of the loops the work
+#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``:
+#: 1e6, a few ms of serial SpMV): a parallel loop around tiles starts its threads only
+#: at this many times the threshold. bcsr(32,32) SpMM at 1024 with 16 blocks (16e6
+#: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core
+#: machine; 2 threads won from about 64 blocks (bench: tesa_formats' 90 % case has 91).
+TILE_WORK = 16
 #: Output types the tiles accumulate in.
 ACCUMULATE = ("f32", "f64", "i32", "i64")
 _SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
@@ -105,6 +112,7 @@ class _Rewriter:
         # or, inside a parallel loop, in its per-thread setup.
         self.panels: list[ir.Array] = []
         self.sizes: list[ir.Expr] = []
+        self.tiles = 0  # nests rewritten so far
 
     def fresh(self, name: str) -> str:
         k = 0
@@ -120,7 +128,7 @@ class _Rewriter:
             if nest is not None:
                 out += self.tiled(nest, s)
             elif isinstance(s, ir.For) and s.parallel == "CPUThread":
-                outer = self.panels, self.sizes
+                outer, tiled = (self.panels, self.sizes), self.tiles
                 self.panels, self.sizes = [], []
                 loop = with_blocks(s, self.block)
                 out.append(
@@ -128,6 +136,9 @@ class _Rewriter:
                         loop,
                         prologue=[*loop.prologue, *self.allocs()],
                         epilogue=[*loop.epilogue, *self.frees()],
+                        parallel_if=(
+                            _cheaper(loop.parallel_if) if self.tiles > tiled else loop.parallel_if
+                        ),
                     )
                 )
                 self.panels, self.sizes = outer
@@ -147,6 +158,7 @@ class _Rewriter:
 
     def tiled(self, nest: _Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
+        self.tiles += 1
         j = nest.inner
         elem = nest.store.array.elem
         lanes = VECTOR_BYTES // _SIZES[elem]
@@ -312,6 +324,14 @@ class _Rewriter:
                 updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
+
+
+def _cheaper(cond: ir.Expr | None) -> ir.Expr | None:
+    """A parallel loop's condition to start threads, ``work >= threshold``, with the
+    threshold ``TILE_WORK`` times higher."""
+    if isinstance(cond, ir.Cmp) and isinstance(cond.right, Const):
+        return replace(cond, right=Const(cond.right.value * TILE_WORK, cond.right.type))
+    return cond
 
 
 def _match(s: ir.For) -> _Nest | None:
