@@ -52,9 +52,12 @@ VECTORS = {1: 4, 2: 3, ROWS: 2}
 #: row it names, and the original loop, streaming whole rows, is faster.
 MAX_REDUCTION = 64
 #: Groups of rows that must share the other factor's rows before they are packed into a
-#: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM at
-#: 1024 (8 groups of 4 rows) packing measured 1.3x (50% of blocks zero) to 2x (90%)
-#: faster on one thread.
+#: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM with
+#: a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero) to
+#: 1.4x (50%) faster on one thread, on bcsr(16,16) (4 groups) 1.4x; with B of 384 to
+#: 2048 columns 1.1x to 2.3x. B rows of 1 KB or less (256 float32 columns) stay in L1
+#: without it, and there packing measured 4 to 11% slower; choosing at run time would
+#: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
 PACK_GROUPS = 4
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
 #: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``:
