@@ -59,6 +59,11 @@ MAX_REDUCTION = 64
 #: without it, and there packing measured 4 to 11% slower; choosing at run time would
 #: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
 PACK_GROUPS = 4
+#: The smallest element packed: at the same number of columns, rows of bytes are a
+#: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
+#: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
+#: columns packing gained 1.06x to 1.22x, which this leaves aside.
+PACK_ELEMENT = 4
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
 #: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``:
 #: 1e6, a few ms of serial SpMV): a parallel loop around tiles starts its threads only
@@ -216,9 +221,10 @@ class _Rewriter:
     def packed(
         self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int
     ) -> tuple[dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
-        """The panels of the nest's loads that every group of rows shares, if there are
-        ``PACK_GROUPS`` groups: per load, its panel and the place in it of the tile's row
-        at the reduction loop's step; and the loop nest that fills them.
+        """The panels of the nest's loads (of ``PACK_ELEMENT`` bytes or more) that every
+        group of rows shares, if there are ``PACK_GROUPS`` groups: per load, its panel
+        and the place in it of the tile's row at the reduction loop's step; and the loop
+        nest that fills them.
 
         A panel holds, tile after tile, the tile's ``width`` values of each step of the
         reduction loop; it is as long as the ``j`` range, so its length must be known
@@ -230,7 +236,9 @@ class _Rewriter:
         local = {nest.rows.var.name} | {d.var.name for d in [*nest.row_decls, *nest.red_decls]}
         loads: list[ir.Load] = []
         for n in nodes(nest.store.value):
-            used = names(n.index) if isinstance(n, ir.Load) else set()
+            if not isinstance(n, ir.Load) or _SIZES.get(n.array.elem, 1) < PACK_ELEMENT:
+                continue
+            used = names(n.index)
             if j in used and red.var.name in used and not used & local and n not in loads:
                 loads.append(n)
         depth = _most(red)
