@@ -262,9 +262,12 @@ def test_statistics_key_buckets_nnz_but_not_extents():
     assert a.key(2) == Stats({"i": 100, "j": 100}, {"A": 1010}).key(2)
     assert a.key(2) != Stats({"i": 101, "j": 100}, {"A": 1000}).key(2)
     assert a.key(2) != a.key(1)
-    uneven = Stats({"i": 100, "j": 100}, {"A": 1000}, {}, {"A": (1.05, 1.3)})
-    assert uneven.key(2) == Stats(uneven.extents, uneven.nnz).key(2)
-    assert uneven.key(3) != Stats(uneven.extents, uneven.nnz).key(3)
+    uneven = Stats({"i": 100, "j": 100}, {"A": 1000}, {}, {"A": (1.01, 1.05, 1.3)})
+    even = Stats(uneven.extents, uneven.nnz)
+    assert uneven.key(2) == even.key(2)
+    # 1.05 shares out rows that each hold a chunk's work dynamically; 1.3 any rows.
+    assert uneven.key(3) != even.key(3)
+    assert uneven.key(3)[1:] != uneven.key(4)[1:]
 
 
 def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
@@ -306,3 +309,23 @@ def test_a_filter_sparse_convolution_runs_its_pixels_innermost(target):
 def test_loops_over_a_sparse_operand_keep_their_order(stmt, formats):
     k = ucf.compile(stmt, formats)
     assert "inside the loops over sparse levels" not in k.cin
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_heavy_rows_are_shared_one_at_a_time_at_a_small_imbalance(target):
+    """Block rows of bcsr SpMM each hold a chunk's work: a static split giving one of 2
+    threads 1.05x its share already hands them out dynamically, one at a time (evenly
+    filled block rows stay static)."""
+    rng = np.random.default_rng(11)
+    blocks = np.zeros((16, 4), bool)
+    blocks[:, 0] = True
+    blocks[15, 1] = True  # 17 blocks: 8 and 9 in the two halves of the block rows
+    b = rand_dense(rng, (128, 64)).astype(np.float32)
+    for pattern, chunks in ((blocks, True), (blocks[:, :1], False)):
+        cols = 32 * pattern.shape[1]
+        a = np.kron(pattern, np.ones((32, 32))) * rand_dense(rng, (512, cols))
+        a = a.astype(np.float32)
+        k = ucf.compile(SPMM, formats={"A": "bcsr(32,32)"}, dtype="float32", target=target)
+        got = k(A=ucf.from_numpy(a, format="bcsr(32,32)"), B=b[:cols]).to_numpy()
+        np.testing.assert_array_equal(got, a @ b[:cols])
+        assert any("chunks of 1 " in w for w in chosen(k)) == chunks, k.cin

@@ -1,7 +1,8 @@
 """Register-blocked micro-kernels (``ucf.lower.registers``) against numpy, on the llvm
 and c targets: tiles of several rows (a block's places) and of one row (CSR, dense),
 extents of ``j`` that leave a remainder or fill no tile at all, partial blocks, int8
-values into int32, factors that are broadcast, and nests the pass must leave alone."""
+values into int32, factors that are broadcast, the other factor's rows packed into a
+panel when enough groups of rows share them, and nests the pass must leave alone."""
 
 from __future__ import annotations
 
@@ -78,6 +79,75 @@ def test_both_targets_round_alike():
     np.testing.assert_allclose(got[0], a @ b, rtol=1e-5, atol=1e-4)
 
 
+def panels(k) -> set[str]:
+    """The names of the kernel's packed panels."""
+    return {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Alloc)} & {
+        n.array.name for n in nodes(k.llir) if isinstance(n, ir.Store)
+    }
+
+
+# Blocks of 16 rows hold 4 groups of tiles that share B's rows: B is packed per block.
+# (format of A, shape of A, columns of B and C, dtype of the values, of B, of C, whether
+# a schedule keeps the loops serial): partial blocks in both modes with a remainder of
+# j, in a parallel loop (the panel is each thread's) and in a serial one (the
+# function's); f64 (4 lanes); int8 times uint8 (bytes are not packed); B rows of 4 KB
+# and more (as in the benchmark) and short ones; fewer columns than a tile.
+PACKED = [
+    ("bcsr(16,16)", (45, 37), 389, "float32", "float32", "float32", False),
+    ("bcsr(16,8)", (45, 37), 389, "float32", "float32", "float32", True),
+    ("bcsr(16,8)", (40, 19), 197, "float64", "float64", "float64", False),
+    ("bcsr(16,16)@int8", (130, 32), 1541, "int8", "uint8", "int32", False),
+    ("bcsr(16,16)", (45, 37), 53, "float32", "float32", "float32", False),
+    ("bcsr(16,16)", (32, 32), 9, "float32", "float32", "float32", False),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt, shape, n, a_type, b_type, c_type, serial", PACKED)
+def test_packed_panels_against_numpy(target, fmt, shape, n, a_type, b_type, c_type, serial):
+    rng = np.random.default_rng(15)
+    pattern = blocked(rng, shape, (16, 16)) != 0
+    a = np.where(pattern, rng.integers(-100, 100, shape), 0).astype(a_type)
+    b = rng.integers(0, 200, (shape[1], n)).astype(b_type)
+    formats = {"A": fmt, "B": f"dense@{b_type}"} if b_type == "uint8" else {"A": fmt}
+    schedule = "reorder(i_blk,k_blk,i_in,k_in,j)" if serial else None
+    k = ucf.compile(SPMM, formats=formats, schedule=schedule, dtype=c_type, target=target)
+    got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
+    assert (loop.parallel is None) == serial
+    packed = b_type != "uint8"
+    assert panels(k) == ({"B_panel0"} if packed else set())
+    note = "B_vals into B_panel0 packed before each i_in loop, for its 4 groups"
+    assert (note in k.cin) == packed
+    held = [s.array.name for s in [*k.llir[-1].body, *loop.prologue] if isinstance(s, ir.Alloc)]
+    assert held == (["B_panel0"] if packed else [])
+
+
+@needs_cc
+def test_packed_panels_round_alike_on_both_targets():
+    """Random floats through a packed panel: llvm and c agree bit for bit, and with the
+    plain nest without register blocking (each element sums in the same order)."""
+    rng = np.random.default_rng(4)
+    a = blocked(rng, (64, 48), (16, 16), np.float32) * rng.random((64, 48), dtype=np.float32)
+    b = rng.random((48, 390), dtype=np.float32)
+    t = ucf.from_numpy(a, format="bcsr(16,16)")
+
+    def run(target: str):
+        k = ucf.compile(SPMM, formats={"A": "bcsr(16,16)"}, dtype="float32", target=target)
+        return k(A=t, B=b).to_numpy(), k
+
+    (llvm, k), (c, _) = run("llvm"), run("c")
+    assert panels(k)
+    np.testing.assert_array_equal(llvm, c)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("UCF_REGISTER_BLOCKING", "0")
+        plain, k = run("llvm")
+    assert not panels(k)
+    np.testing.assert_array_equal(llvm, plain)
+    np.testing.assert_allclose(llvm, a @ b, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_int8_weights_times_uint8_into_int32(target):
     rng = np.random.default_rng(8)
@@ -150,3 +220,18 @@ def test_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setenv("UCF_REGISTER_BLOCKING", "yes")
     with pytest.raises(ucf.UcfError, match="UCF_REGISTER_BLOCKING"):
         ucf.compile(SPMM, formats={"A": "bcsr(4,4)"})(A=t, B=b)
+
+
+@pytest.mark.parametrize("fmt, times", [("bcsr(32,32)", registers.TILE_WORK), ("csr", 1)])
+def test_tiles_raise_the_parallel_work_threshold(monkeypatch, fmt, times):
+    """A parallel loop around tiles starts its threads at TILE_WORK times the threshold's
+    work (a tile's multiply-adds are that much cheaper); other loops at the threshold."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "1000")
+    rng = np.random.default_rng(2)
+    a, b = blocked(rng, (256, 64), (32, 32), np.float32), rand_dense(rng, (64, 48))
+    k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
+    got = k(A=ucf.from_numpy(a, format=fmt), B=b.astype(np.float32)).to_numpy()
+    np.testing.assert_array_equal(got, a @ b.astype(np.float32))
+    loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
+    assert loop.parallel == "CPUThread"
+    assert loop.parallel_if.right == ir.Const(1000 * times, ir.I64)

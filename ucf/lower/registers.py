@@ -15,6 +15,13 @@ registers, the whole reduction loop adds into it (each factor that does not vary
 with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
 do not fill a tile run in the original nest.
 
+When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``
+is the same for every group of the block's rows), those rows are first copied into a
+panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
+rows from consecutive addresses instead of rows one row stride apart (4 KB for a
+1024-column B, all in one L1 set), and the copy reads each row once, start to end.
+The panel is a workspace of each thread.
+
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
 code generators print as LLVM vectors and GCC vector extensions.
@@ -44,6 +51,26 @@ VECTORS = {1: 4, 2: 3, ROWS: 2}
 #: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
 #: row it names, and the original loop, streaming whole rows, is faster.
 MAX_REDUCTION = 64
+#: Groups of rows that must share the other factor's rows before they are packed into a
+#: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM with
+#: a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero) to
+#: 1.4x (50%) faster on one thread, on bcsr(16,16) (4 groups) 1.4x; with B of 384 to
+#: 2048 columns 1.1x to 2.3x. B rows of 1 KB or less (256 float32 columns) stay in L1
+#: without it, and there packing measured 4 to 11% slower; choosing at run time would
+#: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
+PACK_GROUPS = 4
+#: The smallest element packed: at the same number of columns, rows of bytes are a
+#: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
+#: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
+#: columns packing gained 1.06x to 1.22x, which this leaves aside.
+PACK_ELEMENT = 4
+#: How many times cheaper a multiply-add in a tile is than one of the loops the work
+#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``:
+#: 1e6, a few ms of serial SpMV): a parallel loop around tiles starts its threads only
+#: at this many times the threshold. bcsr(32,32) SpMM at 1024 with 16 blocks (16e6
+#: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core
+#: machine; 2 threads won from about 64 blocks (bench: tesa_formats' 90 % case has 91).
+TILE_WORK = 16
 #: Output types the tiles accumulate in.
 ACCUMULATE = ("f32", "f64", "i32", "i64")
 _SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
@@ -64,8 +91,9 @@ def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     if not enabled():
         return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
-    rewriter = _Rewriter(taken)
-    return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
+    rewriter = _Rewriter(taken, {p.name for p in fn.params})
+    body = rewriter.block(fn.body)
+    return replace(fn, body=rewriter.allocated(body)), rewriter.notes
 
 
 @dataclass
@@ -84,9 +112,15 @@ class _Nest:
 
 
 class _Rewriter:
-    def __init__(self, taken: set[str]):
+    def __init__(self, taken: set[str], params: set[str]):
         self.taken = taken
+        self.params = params
         self.notes: list[str] = []
+        # The panels of the nests rewritten so far, allocated at the top of the function
+        # or, inside a parallel loop, in its per-thread setup.
+        self.panels: list[ir.Array] = []
+        self.sizes: list[ir.Expr] = []
+        self.tiles = 0  # nests rewritten so far
 
     def fresh(self, name: str) -> str:
         k = 0
@@ -99,14 +133,40 @@ class _Rewriter:
         out: list[ir.Stmt] = []
         for s in stmts:
             nest = _match(s) if isinstance(s, ir.For) else None
-            if nest is None:
-                out.append(with_blocks(s, self.block))
-            else:
+            if nest is not None:
                 out += self.tiled(nest, s)
+            elif isinstance(s, ir.For) and s.parallel == "CPUThread":
+                outer, tiled = (self.panels, self.sizes), self.tiles
+                self.panels, self.sizes = [], []
+                loop = with_blocks(s, self.block)
+                out.append(
+                    replace(
+                        loop,
+                        prologue=[*loop.prologue, *self.allocs()],
+                        epilogue=[*loop.epilogue, *self.frees()],
+                        parallel_if=(
+                            _cheaper(loop.parallel_if) if self.tiles > tiled else loop.parallel_if
+                        ),
+                    )
+                )
+                self.panels, self.sizes = outer
+            else:
+                out.append(with_blocks(s, self.block))
         return out
+
+    def allocs(self) -> list[ir.Stmt]:
+        return [ir.Alloc(p, n) for p, n in zip(self.panels, self.sizes, strict=True)]
+
+    def frees(self) -> list[ir.Stmt]:
+        return [ir.Free(p) for p in self.panels]
+
+    def allocated(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """``body`` with the panels of nests outside parallel loops allocated around it."""
+        return [*self.allocs(), *body, *self.frees()]
 
     def tiled(self, nest: _Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
+        self.tiles += 1
         j = nest.inner
         elem = nest.store.array.elem
         lanes = VECTOR_BYTES // _SIZES[elem]
@@ -127,24 +187,28 @@ class _Rewriter:
         w = Const(width, I64)
         at = ir.Decl(jv, ir.add(j.start, ir.mul(tile, w)))
         count = ir.Bin("/", span, w)
+        pack: list[ir.Stmt] = []
         if nest.rows is None:
-            tiles = ir.For(tile, Const(0, I64), count, [at, *self.micro(nest, [{}], jv, lanes)])
+            micro = self.micro(nest, [{}], jv, lanes, {})
+            tiles = ir.For(tile, Const(0, I64), count, [at, *micro])
         else:
             group = Var(self.fresh(f"{nest.rows.var.name}_group"), I64)
             first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
             renames, decls = self.row_copies(nest, first, rows)
-            groups = Const(_trip(nest.rows) // rows, I64)
-            micro = self.micro(nest, renames, jv, lanes)
+            groups = _trip(nest.rows) // rows
+            packed, pack = self.packed(nest, tile, count, width, lanes, groups)
+            micro = self.micro(nest, renames, jv, lanes, packed)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured
             # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
             # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
             inner = ir.For(tile, Const(0, I64), count, [at, *micro])
-            tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
+            tiles = ir.For(group, Const(0, I64), Const(groups, I64), [*decls, inner])
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
+            *pack,
             tiles,
             ir.If(ir.Cmp("<", end, j.end), [rest]),
         ]
@@ -153,6 +217,63 @@ class _Rewriter:
         # Rows must be distinct places for their tiles to be distinct registers.
         stride = _coefficient(_row_base(nest), nest.rows.var.name)
         return [ir.If(ir.Cmp(">=", stride, span), out, [original])]
+
+    def packed(
+        self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int
+    ) -> tuple[dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
+        """The panels of the nest's loads (of ``PACK_ELEMENT`` bytes or more) that every
+        group of rows shares, if there are ``PACK_GROUPS`` groups: per load, its panel
+        and the place in it of the tile's row at the reduction loop's step; and the loop
+        nest that fills them.
+
+        A panel holds, tile after tile, the tile's ``width`` values of each step of the
+        reduction loop; it is as long as the ``j`` range, so its length must be known
+        where it is allocated (from the function's parameters)."""
+        j, red = nest.inner.var.name, nest.red
+        span = ir.sub(nest.inner.end, nest.inner.start)
+        if groups < PACK_GROUPS or not names(span) <= self.params:
+            return {}, []
+        local = {nest.rows.var.name} | {d.var.name for d in [*nest.row_decls, *nest.red_decls]}
+        loads: list[ir.Load] = []
+        for n in nodes(nest.store.value):
+            if not isinstance(n, ir.Load) or _SIZES.get(n.array.elem, 1) < PACK_ELEMENT:
+                continue
+            used = names(n.index)
+            if j in used and red.var.name in used and not used & local and n not in loads:
+                loads.append(n)
+        depth = _most(red)
+        step, at = Var(self.fresh(red.var.name), I64), Var(self.fresh("j_tile"), I64)
+
+        def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
+            return ir.mul(
+                ir.add(ir.mul(t, Const(depth, I64)), ir.sub(k, red.start)), Const(width, I64)
+            )
+
+        packed: dict[ir.Load, tuple[ir.Array, ir.Expr]] = {}
+        copies: list[ir.Stmt] = []
+        first = ir.add(nest.inner.start, ir.mul(at, Const(width, I64)))
+        for load in loads:
+            panel = ir.Array(
+                self.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), load.type
+            )
+            self.panels.append(panel)
+            self.sizes.append(
+                ir.mul(Const(depth * width, I64), ir.Bin("/", span, Const(width, I64)))
+            )
+            packed[load] = (panel, row(tile, red.var))
+            source = substitute(_offset(load.index, j), {red.var.name: step})
+            for v in range(0, width, lanes):
+                value = ir.VLoad(load.array, ir.add(ir.add(source, first), Const(v, I64)), lanes)
+                copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
+        if not loads:
+            return {}, []
+        copied = ", ".join(f"{x.array.name} into {p.name}" for x, (p, _) in packed.items())
+        self.notes.append(
+            f"registers: {copied} packed before each {nest.rows.label or nest.rows.var.name} "
+            f"loop, for its {groups} groups of rows"
+        )
+        tiles = ir.For(at, Const(0, I64), count, copies)
+        return packed, [ir.For(step, red.start, red.end, [tiles])]
 
     def row_copies(self, nest: _Nest, first: ir.Expr, rows: int):
         """Per row of a tile: the renaming of the row loop's variable and declarations,
@@ -169,9 +290,16 @@ class _Rewriter:
             renames.append(mapping)
         return renames, decls
 
-    def micro(self, nest: _Nest, renames: list[dict], jv: Var, lanes: int) -> list[ir.Stmt]:
+    def micro(
+        self,
+        nest: _Nest,
+        renames: list[dict],
+        jv: Var,
+        lanes: int,
+        packed: dict[ir.Load, tuple[ir.Array, ir.Expr]],
+    ) -> list[ir.Stmt]:
         """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
-        into it, store it."""
+        into it (the loads in ``packed`` from their panels), store it."""
         store, j = nest.store, nest.inner.var.name
         vectors = VECTORS[len(renames)]
         acc: dict[tuple[int, int], Var] = {}
@@ -203,11 +331,18 @@ class _Rewriter:
                 local[d.var.name] = leaf(substitute(d.init, local), d.var.name)
             value = substitute(store.value, local)
             for v in range(vectors):
-                at = ir.add(jv, Const(v * lanes, I64))
-                term = _vector(value, j, at, lanes, leaf)
+                term = _vector(value, j, jv, v * lanes, lanes, leaf, packed)
                 updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
+
+
+def _cheaper(cond: ir.Expr | None) -> ir.Expr | None:
+    """A parallel loop's condition to start threads, ``work >= threshold``, with the
+    threshold ``TILE_WORK`` times higher."""
+    if isinstance(cond, ir.Cmp) and isinstance(cond.right, Const):
+        return replace(cond, right=Const(cond.right.value * TILE_WORK, cond.right.type))
+    return cond
 
 
 def _match(s: ir.For) -> _Nest | None:
@@ -386,15 +521,21 @@ def _vectorizable(e: ir.Expr, j: str, out: str) -> bool:
     return False
 
 
-def _vector(e: ir.Expr, j: str, at: ir.Expr, lanes: int, leaf) -> ir.Expr:
-    """``e`` over the ``lanes`` values of ``j`` from ``at`` on (``_vectorizable``);
-    ``leaf`` declares a loaded vector or a scalar once and names it."""
+def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dict) -> ir.Expr:
+    """``e`` over the ``lanes`` values of ``j`` from ``jv + off`` on (``_vectorizable``);
+    ``leaf`` declares a loaded vector or a scalar once and names it; a load in ``packed``
+    reads its panel, whose row for the tile at ``jv`` starts at the place given."""
     if j not in names(e):
         return ir.Splat(leaf(e), lanes)
+    if isinstance(e, ir.Load) and e in packed:
+        panel, row = packed[e]
+        return leaf(ir.VLoad(panel, ir.add(row, Const(off, I64)), lanes))
     if isinstance(e, ir.Load):
+        at = ir.add(jv, Const(off, I64))
         return leaf(ir.VLoad(e.array, ir.add(_offset(e.index, j), at), lanes))
+    args = (j, jv, off, lanes, leaf, packed)
     if isinstance(e, ir.Cast):
-        return ir.Cast(_vector(e.operand, j, at, lanes, leaf), ir.vector(e.type, lanes))
+        return ir.Cast(_vector(e.operand, *args), ir.vector(e.type, lanes))
     if isinstance(e, ir.Bin):
-        return ir.Bin(e.op, *(_vector(x, j, at, lanes, leaf) for x in (e.left, e.right)))
-    return ir.Neg(_vector(e.operand, j, at, lanes, leaf))
+        return ir.Bin(e.op, _vector(e.left, *args), _vector(e.right, *args))
+    return ir.Neg(_vector(e.operand, *args))

@@ -35,6 +35,9 @@ REPLAN_WORK = 1 << 20
 SKEWED = 4.0
 #: ... or a static split would give some thread this many times its share of entries...
 BALANCED = 1.1
+#: ... or this many times, when every row holds CHUNK_WORK (a block row of bcsr SpMM):
+#: handing out rows one at a time then costs nothing next to running them.
+HEAVY_BALANCED = 1.02
 #: ... and then in at least this many chunks per thread.
 CHUNKS_PER_THREAD = 32
 #: The thread counts the imbalance is measured for (2 to this); more threads read this one.
@@ -74,7 +77,13 @@ class Stats:
             tuple(sorted(self.extents.items())),
             tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
             tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
-            tuple(sorted(t for t in self.imbalance if self.share(t, threads) > BALANCED)),
+            tuple(
+                sorted(
+                    (t, self.share(t, threads) > BALANCED)
+                    for t in self.imbalance
+                    if self.share(t, threads) > HEAVY_BALANCED
+                )
+            ),
         )
 
 
@@ -314,7 +323,8 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     """The commands that run ``v`` in parallel. Rows of even length are shared out
     statically; when some row is much longer than the mean, or a static split would
     give some thread much more than its share, they go in dynamically scheduled chunks
-    sized so each holds enough work and the long rows still balance."""
+    sized so each holds enough work and the long rows still balance. Rows that each hold
+    a chunk's work go one at a time at a smaller imbalance already."""
     plain = [f"parallelize({v}, CPUThread, NoRaces)"]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
@@ -326,12 +336,13 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
         f"default: {v} is shared out statically ({rows} iterations; threads start only "
         "if the work reaches the threshold)"
     )
-    if skew <= SKEWED and share <= BALANCED:
-        return plain, static
     per_row = max(work / rows, 1.0)
+    heavy = per_row >= CHUNK_WORK
+    if skew <= SKEWED and share <= (HEAVY_BALANCED if heavy else BALANCED):
+        return plain, static
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
-    if chunk <= 1 and rows <= 64 * threads:
+    if chunk <= 1 and rows <= 64 * threads and not heavy:
         return plain, static
     outer, inner = f"{v}_c", f"{v}_r"
     return (
