@@ -54,6 +54,9 @@ TILE_VECTORS = 4
 MAX_UNROLL = 4
 #: Groups of rows per chunk a thread takes with one tile of columns.
 CHUNK = 16
+#: Iterations of a shared outer reduction loop per block (N:M groups: 32 groups of 4
+#: rows of a 32-float panel are 16 KB, in the L1 cache).
+KBLOCK = 32
 
 
 @dataclass
@@ -439,18 +442,38 @@ class _Rewriter:
                     adds.append(ir.Assign(acc[k, v], ir.Bin("+", acc[k, v], term)))
             return [*stmts, *adds]
 
-        out += self.jam(replace(nest, prefix=[]), [dict(m) for m in maps], updates, tile.level)
+        # A shared outer reduction loop (N:M's groups) runs in blocks of KBLOCK, so the
+        # panel rows one block reads stay in the L1 cache for every group of rows.
+        reduction, blocks = replace(nest, prefix=[]), None
+        if nest.loop is not None and nest.shared and nest.loop is not tile.inner:
+            red = nest.loop
+            blocks = self.fresh("k_block")
+            lo = ir.add(red.start, ir.mul(blocks, Const(KBLOCK, I64)))
+            hi = ir.Bin("min", ir.add(lo, Const(KBLOCK, I64)), red.end)
+            reduction = replace(reduction, loop=replace(red, start=lo, end=hi))
+        out += self.jam(reduction, [dict(m) for m in maps], updates, tile.level)
         out += tail
-        rest: list[ir.Stmt] = []
         left = _retarget(loop.body, j, ir.add(j.start, ir.mul(whole, width)))
-        for m in maps:
+        rest_group = self.fresh("group")
+        rest_decls, rest_maps = self.rows(loop, rest_group, TILE_ROWS)
+        rest: list[ir.Stmt] = list(rest_decls)
+        for m in rest_maps:
             rest += self.copy(left, {loop.var.name: m[loop.var.name]})
         first = ir.mul(chunk, Const(CHUNK, I64))
         last = ir.Bin("min", ir.add(first, Const(CHUNK, I64)), groups)
+        tiled: ir.Stmt = ir.For(group, first, last, [*decls, *out])
+        if blocks is not None:
+            span_k = ir.sub(nest.loop.end, nest.loop.start)
+            count = ir.Bin("/", ir.add(span_k, Const(KBLOCK - 1, I64)), Const(KBLOCK, I64))
+            tiled = ir.For(blocks, Const(0, I64), count, [tiled])
         body = [
             ir.Decl(at_tile, ir.Bin("/", pair, chunks)),
             ir.Decl(chunk, ir.Bin("%", pair, chunks)),
-            ir.For(group, first, last, [*decls, ir.If(ir.Cmp("<", at_tile, whole), out, rest)]),
+            ir.If(
+                ir.Cmp("<", at_tile, whole),
+                [tiled],
+                [ir.For(rest_group, first, last, rest)],
+            ),
         ]
         kind, size = loop.schedule
         par = replace(loop, var=pair, start=Const(0, I64), end=ir.mul(tiles, chunks), body=body)
