@@ -54,9 +54,6 @@ TILE_VECTORS = 4
 MAX_UNROLL = 4
 #: Groups of rows per chunk a thread takes with one tile of columns.
 CHUNK = 16
-#: Iterations of a shared outer reduction loop per block (N:M groups: 32 groups of 4
-#: rows of a 32-float panel are 16 KB, in the L1 cache).
-KBLOCK = 32
 
 
 @dataclass
@@ -371,18 +368,17 @@ class _Rewriter:
 
     def tiled(self, loop: ir.For, nest: _Level, tile: _Tile, packed: _Packed) -> list[ir.Stmt]:
         """The row loop as: the other factor copied into panels of whole tiles of ``j``
-        (panel ``t`` holds every row's columns of tile ``t``, contiguous), then a
-        parallel loop over (tile, chunk of ``CHUNK`` groups of rows) pairs, tile by
-        tile, so a thread reuses one panel from its L2 cache for many rows; each group
-        accumulates a tile in registers over every entry of its rows, and the columns
-        left over run in each row's original nest. Rows that fill no group follow."""
+        (panel ``t`` holds every row's columns of tile ``t``, contiguous); a parallel
+        loop over (tile, chunk of ``CHUNK`` groups of rows) pairs, tile by tile, so a
+        thread reuses one panel from its L2 cache for many rows, each group
+        accumulating a tile in registers over every entry of its rows; then the
+        original loop over what no tile covers."""
         store, j = tile.store, tile.inner
         lanes = VECTOR_BYTES // _SIZES[store.array.elem]
         w = TILE_VECTORS * lanes
         width = Const(w, I64)
         span = ir.sub(j.end, j.start)
         whole = ir.Bin("/", span, width)
-        tiles = ir.Bin("/", ir.add(span, Const(w - 1, I64)), width)
         groups = ir.Bin("/", ir.sub(loop.end, loop.start), Const(TILE_ROWS, I64))
         chunks = ir.Bin("/", ir.add(groups, Const(CHUNK - 1, I64)), Const(CHUNK, I64))
         pair, at_tile = self.fresh(f"{loop.var.name}_tile"), self.fresh("j_tile")
@@ -442,43 +438,23 @@ class _Rewriter:
                     adds.append(ir.Assign(acc[k, v], ir.Bin("+", acc[k, v], term)))
             return [*stmts, *adds]
 
-        # A shared outer reduction loop (N:M's groups) runs in blocks of KBLOCK, so the
-        # panel rows one block reads stay in the L1 cache for every group of rows.
-        reduction, blocks = replace(nest, prefix=[]), None
-        if nest.loop is not None and nest.shared and nest.loop is not tile.inner:
-            red = nest.loop
-            blocks = self.fresh("k_block")
-            lo = ir.add(red.start, ir.mul(blocks, Const(KBLOCK, I64)))
-            hi = ir.Bin("min", ir.add(lo, Const(KBLOCK, I64)), red.end)
-            reduction = replace(reduction, loop=replace(red, start=lo, end=hi))
-        out += self.jam(reduction, [dict(m) for m in maps], updates, tile.level)
+        out += self.jam(replace(nest, prefix=[]), [dict(m) for m in maps], updates, tile.level)
         out += tail
-        left = _retarget(loop.body, j, ir.add(j.start, ir.mul(whole, width)))
-        rest_group = self.fresh("group")
-        rest_decls, rest_maps = self.rows(loop, rest_group, TILE_ROWS)
-        rest: list[ir.Stmt] = list(rest_decls)
-        for m in rest_maps:
-            rest += self.copy(left, {loop.var.name: m[loop.var.name]})
         first = ir.mul(chunk, Const(CHUNK, I64))
         last = ir.Bin("min", ir.add(first, Const(CHUNK, I64)), groups)
-        tiled: ir.Stmt = ir.For(group, first, last, [*decls, *out])
-        if blocks is not None:
-            span_k = ir.sub(nest.loop.end, nest.loop.start)
-            count = ir.Bin("/", ir.add(span_k, Const(KBLOCK - 1, I64)), Const(KBLOCK, I64))
-            tiled = ir.For(blocks, Const(0, I64), count, [tiled])
         body = [
             ir.Decl(at_tile, ir.Bin("/", pair, chunks)),
             ir.Decl(chunk, ir.Bin("%", pair, chunks)),
-            ir.If(
-                ir.Cmp("<", at_tile, whole),
-                [tiled],
-                [ir.For(rest_group, first, last, rest)],
-            ),
+            ir.For(group, first, last, [*decls, *out]),
         ]
         kind, size = loop.schedule
-        par = replace(loop, var=pair, start=Const(0, I64), end=ir.mul(tiles, chunks), body=body)
+        par = replace(loop, var=pair, start=Const(0, I64), end=ir.mul(whole, chunks), body=body)
         par.schedule = (kind, 1 if size else 0)
         size = ir.mul(ir.mul(whole, packed.rows), width)
-        start = ir.add(loop.start, ir.mul(groups, Const(TILE_ROWS, I64)))
-        rest_rows = replace(loop, start=start, parallel=None, strategy="", parallel_if=None)
-        return [ir.Alloc(packed.panel, size), pack, par, ir.Free(packed.panel), rest_rows]
+        # What no tile covers, in one copy of the original loop: the columns after the
+        # last whole tile in the grouped rows, every column in the rows left over.
+        grouped = ir.add(loop.start, ir.mul(groups, Const(TILE_ROWS, I64)))
+        after = ir.add(j.start, ir.mul(whole, width))
+        here = ir.Cmp("<", Var(loop.var.name, I64), grouped)
+        rest = replace(loop, body=_retarget(loop.body, j, ir.Select(here, after, j.start)))
+        return [ir.Alloc(packed.panel, size), pack, par, ir.Free(packed.panel), rest]
