@@ -124,3 +124,17 @@ def test_sddmm(fmt):
         got[target] = k(A=ucf.from_numpy(a, format=fmt), B=b, D=d).to_numpy()
     np.testing.assert_allclose(got["llvm"], a * (b @ d), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(got["llvm"], got["c"])
+
+
+@pytest.mark.parametrize("stmt", [SPMM, SPMV])
+def test_threads(stmt, monkeypatch):
+    """Every parallel loop starts its threads (``UCF_WORK_THRESHOLD=0``): B's panels
+    are filled and the tiles run on two threads at once."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
+    rng = np.random.default_rng(7)
+    a = _n_of_m(rng, 50, 24, 2, 4, "float32")
+    other = rng.standard_normal((24, 70) if stmt == SPMM else 24).astype(np.float32)
+    got, notes = _run(stmt, "nm(2,4)", "float32", a, other)
+    assert "row groups" in notes
+    np.testing.assert_allclose(got["llvm"], a @ other, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got["llvm"], got["c"])
