@@ -385,18 +385,24 @@ class _Rewriter:
         chunk, group, jv = self.fresh("chunk"), self.fresh("group"), self.fresh("j_vec")
         decls, maps = self.rows(loop, group, TILE_ROWS)
         # The panels: panel t, row r, place c holds the factor at row r, column
-        # j.start + t * w + c.
-        t, r, c = self.fresh("panel"), self.fresh("panel_row"), self.fresh("panel_col")
-        src = ir.add(ir.mul(r, packed.stride), ir.add(j.start, ir.add(ir.mul(t, width), c)))
-        dst = ir.add(ir.mul(ir.add(ir.mul(t, packed.rows), r), width), c)
-        copy = ir.Store(packed.panel, dst, ir.Load(packed.load.array, src))
-        fill = ir.For(c, Const(0, I64), width, [copy])
+        # j.start + t * w + c, copied a vector at a time.
+        t, r = self.fresh("panel"), self.fresh("panel_row")
+        src = ir.add(ir.mul(r, packed.stride), ir.add(j.start, ir.mul(t, width)))
+        dst = ir.mul(ir.add(ir.mul(t, packed.rows), r), width)
+        fill = [
+            ir.Store(
+                packed.panel,
+                ir.add(dst, Const(v * lanes, I64)),
+                ir.VLoad(packed.load.array, ir.add(src, Const(v * lanes, I64)), lanes),
+            )
+            for v in range(TILE_VECTORS)
+        ]
         pack = replace(
             loop,
             var=t,
             start=Const(0, I64),
             end=whole,
-            body=[ir.For(r, Const(0, I64), packed.rows, [fill])],
+            body=[ir.For(r, Const(0, I64), packed.rows, fill)],
             label="",
         )
         # In a tile, the factor's load reads the panel: row ``row`` at column ``j``.
