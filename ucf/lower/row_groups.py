@@ -267,7 +267,7 @@ class _Rewriter:
                 f"row groups: {tile.store.array.name.removesuffix('_vals')} is accumulated in "
                 f"tiles of {TILE_ROWS} rows ({name}) x {TILE_VECTORS} vectors of {j}, held in "
                 f"registers over the rows' entries; {packed.load.array.name} is copied tile by "
-                "tile of {j} into contiguous panels first"
+                f"tile of {j} into contiguous panels first"
             )
             return self.tiled(loop, nest, tile, packed)
         if not _chains(nest, row):
@@ -462,5 +462,7 @@ class _Rewriter:
         grouped = ir.add(loop.start, ir.mul(groups, Const(TILE_ROWS, I64)))
         after = ir.add(j.start, ir.mul(whole, width))
         here = ir.Cmp("<", Var(loop.var.name, I64), grouped)
-        rest = replace(loop, body=_retarget(loop.body, j, ir.Select(here, after, j.start)))
+        first_row = ir.Select(ir.Cmp("<", after, j.end), loop.start, grouped)
+        body = _retarget(loop.body, j, ir.Select(here, after, j.start))
+        rest = replace(loop, start=first_row, body=body)
         return [ir.Alloc(packed.panel, size), pack, par, ir.Free(packed.panel), rest]
