@@ -35,6 +35,7 @@ from ucf.errors import (
     UnsupportedError,
 )
 from ucf.format.format import Format, parse_format
+from ucf.format.levels.fixed import FixedWidth
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -43,6 +44,7 @@ from ucf.lang.parser import parse_statement
 from ucf.lower import dismantle
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.registers import register_block
+from ucf.lower.row_groups import group_rows
 from ucf.lower.state import Lowered
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.schedule.model import Choice, Stats, integer_order, propose
@@ -171,6 +173,9 @@ def plan(
     if module is None:
         compute, tiles = register_block(compute)
         cin.notes += tiles
+        if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
+            compute, groups = group_rows(compute)
+            cin.notes += groups
     assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
     if module is not None:
         cuda = cudagen.source(module, str(stmt))
