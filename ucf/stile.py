@@ -192,7 +192,12 @@ def _compiled(
     target: str, mask_type: str, idx: str, granularity: tuple[int, ...], threshold: int
 ) -> Any:
     """The index kernel as a ctypes function, built once per process and shape of tile."""
-    fn = _function(mask_type, idx, granularity, threshold)
+    return compiled_function(target, _function(mask_type, idx, granularity, threshold))
+
+
+def compiled_function(target: str, fn: ir.Function) -> tuple[Any, Any]:
+    """``fn`` compiled for ``target`` (llvm or c) as a ctypes function taking pointers
+    and int64s, and the library that holds it (keep it alive while calling)."""
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     if target == "llvm":
         from ucf.codegen import llvm as llvmgen
@@ -209,9 +214,7 @@ def _compiled(
 
     source = cgen.source([fn])
     openmp_runtime()
-    library = kcache.library(
-        {"stile_index": source, **cc.identity()}, lambda: cc.build_shared(source)
-    )
+    library = kcache.library({fn.name: source, **cc.identity()}, lambda: cc.build_shared(source))
     call = getattr(library, fn.name)
     call.argtypes, call.restype = types, None
     return call, library
