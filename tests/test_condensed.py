@@ -121,9 +121,7 @@ def test_condense_requests_that_cannot_be_honoured_are_refused():
     with pytest.raises(ucf.ScheduleError, match="depth must be a positive integer"):
         ucf.compile(MATMUL, dynamic={"A": (32, 1)}, schedule="condense(k, A, 0)")
     with pytest.raises(ucf.UnsupportedError, match="condense.* is the whole schedule"):
-        ucf.compile(
-            MATMUL, dynamic={"A": (32, 1)}, schedule="condense(k, A, 8); reorder(i_blk, k)"
-        )
+        ucf.compile(MATMUL, dynamic={"A": (32, 1)}, schedule="condense(k, A, 8); reorder(i_blk, k)")
     with pytest.raises(ucf.UnsupportedError, match="gathered compute tiles are built for"):
         ucf.compile(
             "C(e,t,n) = R(e,t) * X(t,d) * W(e,d,n)",
