@@ -1,19 +1,25 @@
-"""Dynamic matmuls run as gathered dense compute tiles (``ucf.lower.condensed``).
+"""Dynamic kernels run as gathered dense compute tiles (``ucf.lower.condensed``).
 
-A dynamic kernel whose statement is a matmul over the dynamic operand's last
-variable, ``C(b..,i,n) = A(b..,i,k) * B(b..,k,n)`` (B's batch variables all of A's
-or none, every operand dense, a float dtype) with micro-tiles that are 1 along the
-batch variables, runs here instead of through the generic rewrite
-(``ucf.exec.dynamic``): each block of rows gathers its live k's, ``depth`` at a time
-(``condense(k, A, depth)``, or ``ucf.lower.condensed.DEPTH``), into dense tiles for
-a register-blocked micro-kernel. Any other statement, or a schedule with other
-commands, keeps the generic kernel.
+Two shapes of statement run here instead of through the generic rewrite
+(``ucf.exec.dynamic``), with every operand dense, a float dtype and micro-tiles of
+1 along the batch variables b:
+
+- a matmul over the dynamic operand's last variable, ``C(b..,i,n) = A(b..,i,k) *
+  B(b..,k,n)`` (B with all of A's batch variables or none): each block of rows
+  gathers its live k's, ``depth`` at a time;
+- MoE's product, ``C(b..,t,n) = R(b..,t) * X(t,d) * W(b..,d,n)`` with R dynamic:
+  the live t's of each b are gathered, ``depth`` at a time, as rows of X scaled by
+  R, and multiplied by W.
+
+``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
+schedule sets the depth, else ``ucf.lower.condensed.DEPTH``. Any other statement,
+or a schedule with other commands, keeps the generic kernel.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,10 +40,12 @@ DTYPES = ("float32", "float64")
 
 @dataclass(frozen=True)
 class Shape:
-    """A statement the condensed kernel computes: the dense operand B, whether it has
-    the batch variables, and the depth of a compute tile."""
+    """A statement a condensed kernel computes: its kind (``matmul`` or ``rows``), the
+    dense operands in the kernel's order, whether the last has the batch variables
+    (a matmul's B may not), and the depth of a compute tile."""
 
-    dense: str
+    kind: str
+    dense: tuple[str, ...]
     batched: bool
     depth: int
 
@@ -58,7 +66,9 @@ def match(
     asked = [c for c in commands if c.name == "condense"]
     if commands and not asked:
         return None
-    shape = _shape(stmt, name, granularity, formats, dtype)
+    shape = None
+    if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
+        shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
     if not asked:
         return shape
     if len(commands) > 1:
@@ -78,10 +88,10 @@ def match(
     if shape is None:
         raise UnsupportedError(
             f"{cmd}: gathered compute tiles are built for C(b.., i, n) = {name}(b.., i, k) * "
-            f"B(b.., k, n) with dense operands, tiles of 1 along b and a float dtype, "
-            f"not {stmt} in {dtype}"
+            f"B(b.., k, n) and C(b.., t, n) = {name}(b.., t) * X(t, d) * W(b.., d, n), with "
+            f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
         )
-    return Shape(shape.dense, shape.batched, depth)
+    return replace(shape, depth=depth)
 
 
 def _commands(schedule: Any) -> list:
@@ -92,47 +102,88 @@ def _commands(schedule: Any) -> list:
     return parse_schedule(str(schedule))
 
 
-def _shape(
-    stmt: ast.Statement,
-    name: str,
-    granularity: tuple[int, ...],
-    formats: dict[str, Any],
-    dtype: np.dtype,
-) -> Shape | None:
-    rhs = stmt.rhs
-    if isinstance(rhs, ast.Sum):  # the sum over k, and only k, made explicit
-        if len(rhs.vars) != 1:
+def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | None:
+    """The accesses multiplied on the right (each tensor once, each index a variable,
+    none repeated in an access) and the variables summed, or None."""
+    rhs, summed = stmt.rhs, ()
+    if isinstance(rhs, ast.Sum):
+        rhs, summed = rhs.body, rhs.vars
+    factors, todo = [], [rhs]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ast.Binary) and e.op == "*":
+            todo += [e.right, e.left]
+        elif isinstance(e, ast.Access):
+            factors.append(e)
+        else:
             return None
-        rhs = rhs.body
-    if dtype.name not in DTYPES or not isinstance(rhs, ast.Binary) or rhs.op != "*":
-        return None
-    pair = (rhs.left, rhs.right)
-    if not all(isinstance(x, ast.Access) for x in pair):
-        return None
-    a, b = pair if pair[0].tensor == name else pair[::-1]
-    if a.tensor == b.tensor or len(a.indices) < 2 or len(b.indices) < 2:
-        return None
-    variables = [ast.index_variables(x) for x in (stmt.lhs, a, b)]
-    for v, x in zip(variables, (stmt.lhs, a, b), strict=True):
+    for x in (stmt.lhs, *factors):
+        v = ast.index_variables(x)
         if len(v) != len(x.indices) or len(set(v)) != len(v):
             return None  # an affine index or a repeated variable
-    out, av, bv = variables
+    if len({x.tensor for x in factors}) != len(factors):
+        return None
+    return factors, summed
+
+
+def _dense(formats: dict[str, Any], *accesses: ast.Access) -> bool:
+    return all(
+        a.tensor not in formats
+        or parse_format(formats[a.tensor], order=len(a.indices), tensor=a.tensor)
+        == dense_format(len(a.indices))
+        for a in accesses
+    )
+
+
+def _matmul(stmt: ast.Statement, name: str, formats: dict[str, Any]) -> Shape | None:
+    """``C(b..,i,n) = A(b..,i,k) * B(b..,k,n)``, A dynamic."""
+    found = _factors(stmt)
+    if found is None or len(found[0]) != 2:
+        return None
+    (a, b), summed = found
+    a, b = (a, b) if a.tensor == name else (b, a)
+    av, bv, out = (ast.index_variables(x) for x in (a, b, stmt.lhs))
+    if len(av) < 2 or len(bv) < 2:
+        return None
     *lead, i, k = av
     n = bv[-1]
-    if isinstance(stmt.rhs, ast.Sum) and stmt.rhs.vars != (k,):
+    if summed != (k,) or bv[:-1] not in ([k], [*lead, k]) or n in av or out != [*lead, i, n]:
         return None
-    if bv[:-1] not in ([k], [*lead, k]) or n in av or out != [*lead, i, n]:
+    if not _dense(formats, stmt.lhs, b):
         return None
-    if any(g != 1 for g in granularity[:-2]):
+    return Shape("matmul", (b.tensor,), len(bv) > 2, condensed.DEPTH)
+
+
+def _rows(
+    stmt: ast.Statement, name: str, granularity: tuple[int, ...], formats: dict[str, Any]
+) -> Shape | None:
+    """``C(b..,t,n) = R(b..,t) * X(t,d) * W(b..,d,n)``, R dynamic."""
+    found = _factors(stmt)
+    if found is None or len(found[0]) != 3 or name not in {f.tensor for f in found[0]}:
         return None
-    for t, order in ((stmt.lhs.tensor, len(out)), (b.tensor, len(bv))):
-        if t in formats and parse_format(formats[t], order=order, tensor=t) != dense_format(order):
-            return None
-    return Shape(b.tensor, len(bv) > 2, condensed.DEPTH)
+    factors, summed = found
+    r = next(f for f in factors if f.tensor == name)
+    rv, out = ast.index_variables(r), ast.index_variables(stmt.lhs)
+    *lead, t = rv
+    rest = [f for f in factors if f is not r]
+    x = next((f for f in rest if ast.index_variables(f)[:1] == [t]), None)
+    if x is None or len(x.indices) != 2:
+        return None
+    w = next(f for f in rest if f is not x)
+    d = ast.index_variables(x)[1]
+    wv = ast.index_variables(w)
+    if any(g != 1 for g in granularity[:-1]) or len(wv) != len(lead) + 2:
+        return None
+    n = wv[-1]
+    if summed != (d,) or wv[:-1] != [*lead, d] or out != [*lead, t, n] or n in (d, t):
+        return None
+    if not _dense(formats, stmt.lhs, x, w):
+        return None
+    return Shape("rows", (x.tensor, w.tensor), True, condensed.DEPTH)
 
 
 class Condensed:
-    """The compiled condensed kernel of one dynamic matmul."""
+    """The compiled condensed kernel of one dynamic statement."""
 
     def __init__(
         self,
@@ -145,30 +196,47 @@ class Condensed:
         index_dtype: np.dtype,
     ):
         self.statement, self.name, self.shape = stmt, name, shape
-        self.dtype = dtype
-        bh, bw = granularity[-2:]
+        self.dtype, self.target, self.granularity = dtype, target, granularity
         elem, idx = ir.NUMPY_TO_IR[dtype.name], ir.NUMPY_TO_IR[index_dtype.name]
-        self.function = condensed.function(elem, idx, bh, bw, shape.depth, parallel.threshold())
+        threshold = parallel.threshold()
+        if shape.kind == "matmul":
+            bh, bw = granularity[-2:]
+            self.function = condensed.function(elem, idx, bh, bw, shape.depth, threshold)
+        else:
+            self.function = condensed.rows_function(
+                elem, idx, granularity[-1], shape.depth, threshold
+            )
         self._call, self._library = stile.compiled_function(target, self.function)
-        self.target = target
-        self.granularity = granularity
 
     @property
     def source(self) -> str:
-        from ucf.codegen import c as cgen
-
         if self.target == "c":
+            from ucf.codegen import c as cgen
+
             return cgen.source([self.function])
         from ucf.codegen import llvm as llvmgen
 
         return str(llvmgen.module([self.function]))
 
     def notes(self) -> list[str]:
-        bh, bw = self.granularity[-2:]
+        """What ``k.cin`` says of the kernel."""
         lanes = condensed.VECTOR_BYTES // np.dtype(self.dtype).itemsize
+        c = self.statement.lhs.tensor
+        if self.shape.kind == "rows":
+            (x, w), bt = self.shape.dense, self.granularity[-1]
+            rows = condensed.depth_tiles(self.shape.depth, bt) * bt
+            return [
+                f"condensed: each step gathers up to {rows} live t's of {self.name} "
+                f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
+                f"{self.name}, {condensed.DEPTH} of d at a time, with {w}'s rows at them "
+                "packed by panels",
+                f"registers: tiles of {condensed.ROWS} rows x {condensed.VECTORS * lanes} "
+                f"columns of {c} held across the gathered d's",
+            ]
+        bh, bw = self.granularity[-2:]
         if bh >= condensed.ROWS:
             tile = f"{condensed.ROWS} rows x {condensed.VECTORS * lanes}"
-            packed = f", and the rows of {self.shape.dense} at them packed by panels"
+            packed = f", and the rows of {self.shape.dense[0]} at them packed by panels"
         else:
             tile, packed = f"1 row x {condensed.SINGLE * lanes}", ""
         depth = condensed.depth_tiles(self.shape.depth, bw) * bw
@@ -176,53 +244,52 @@ class Condensed:
             f"condensed: each block of {bh} rows of {self.name} gathers up to {depth} of its "
             f"live k's ({self.shape.depth} asked; whole {bh}x{bw} tiles) into a dense tile, "
             f"masked{packed}",
-            f"registers: tiles of {tile} columns of {self.statement.lhs.tensor} held across "
-            "the gathered k's",
+            f"registers: tiles of {tile} columns of {c} held across the gathered k's",
         ]
 
     def __call__(
-        self, a: np.ndarray, mask: np.ndarray, index: Tensor, dense: Tensor, out: Any
+        self, a: np.ndarray, mask: np.ndarray, index: Tensor, tensors: dict[str, Tensor], out: Any
     ) -> Tensor:
         a = np.ascontiguousarray(a, dtype=self.dtype)
-        b = np.ascontiguousarray(np.asarray(dense), dtype=self.dtype)
-        *lead, m, kd = a.shape
-        n = b.shape[-1]
-        c = self._output(out, (*lead, m, n))
+        dense = [
+            np.ascontiguousarray(np.asarray(tensors[n]), dtype=self.dtype) for n in self.shape.dense
+        ]
         pos, crd = index.levels[-1]["pos"], index.levels[-1]["crd"]
-        self._call(
-            a.ctypes.data,
-            mask.ctypes.data,
-            pos.ctypes.data,
-            crd.ctypes.data,
-            b.ctypes.data,
-            c.ctypes.data,
-            math.prod(lead),
-            m,
-            kd,
-            n,
-            kd * n if self.shape.batched else 0,
-        )
+        if self.shape.kind == "matmul":
+            (b,) = dense
+            *lead, m, kd = a.shape
+            n = b.shape[-1]
+            sizes = (math.prod(lead), m, kd, n, kd * n if self.shape.batched else 0)
+            shape = (*lead, m, n)
+        else:
+            x, w = dense
+            *lead, t = a.shape
+            d, n = w.shape[-2:]
+            sizes = (math.prod(lead), t, d, n)
+            shape = (*lead, t, n)
+        c = self._output(out, shape)
+        arrays = (a, mask, pos, crd, *dense, c)
+        self._call(*(x.ctypes.data for x in arrays), *sizes)
         return out if isinstance(out, Tensor) else Tensor.from_numpy(c)
 
     def _output(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
         """The array the kernel adds into: zeros, or ``out`` (zeroed for ``=``)."""
         lhs = self.statement.lhs
+        fmt = dense_format(len(shape))
         if out is None:
             if self.statement.op == "+=":
                 raise OperandError(f"'+=' needs the output: pass out= for {lhs}")
             return np.zeros(shape, dtype=self.dtype)
         if isinstance(out, Tensor):
-            if out.format != dense_format(len(shape)) or out.dtype != self.dtype:
-                raise OperandError(
-                    f"out must have format '{dense_format(len(shape))}' and dtype {self.dtype}"
-                )
+            if out.format != fmt or out.dtype != self.dtype:
+                raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
             c = out.vals.reshape(shape)
         else:
             c = np.asarray(out)
             if c.dtype != self.dtype or not c.flags.c_contiguous or not c.flags.writeable:
                 raise OperandError(
                     f"out must be a writable C-contiguous {self.dtype} numpy array (or a "
-                    f"ucf.Tensor in format '{dense_format(len(shape))}'), got {c.dtype}"
+                    f"ucf.Tensor in format '{fmt}'), got {c.dtype}"
                 )
         if self.statement.op == "=":
             c[...] = 0

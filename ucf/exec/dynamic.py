@@ -255,8 +255,7 @@ class DynamicKernel:
                 f"out= has shape {tuple(np.shape(out))} but {self.statement.lhs} has shape {shape}"
             )
         if self._condensed is not None:
-            dense_b = tensors[self._condensed.shape.dense]
-            return self._condensed(dense, mask, index, dense_b, out)
+            return self._condensed(dense, mask, index, tensors, out)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
             return self.kernel(out=out, **split, **{self._index: index})
