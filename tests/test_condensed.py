@@ -221,7 +221,8 @@ def test_moe_gathers_each_experts_tokens_and_matches_numpy_and_the_generic_kerne
 ):
     """Rows of X at an expert's live tokens, scaled by their gates, times the expert's W:
     against numpy, and bit for bit against the rewrite (which sums over d in the same
-    order). 300 columns of W are two slabs and a tail; 70 tokens leave a partial tile."""
+    order). 600 d's are two steps, 300 columns of W slabs and a tail; 70 tokens leave a
+    partial tile."""
     rng = np.random.default_rng(8)
     schedule = None if depth is None else f"condense(t, R, {depth})"
     kern = ucf.compile(MOE, dynamic={"R": tile}, schedule=schedule, target=target)
@@ -229,7 +230,7 @@ def test_moe_gathers_each_experts_tokens_and_matches_numpy_and_the_generic_kerne
     generic = ucf.compile(
         MOE, dynamic={"R": tile}, schedule="reorder(e, t, d, n)" if tile == (1, 1) else None
     )
-    e, t, d, n = 4, 70, 140, 300
+    e, t, d, n = 4, 70, 600, 300
     x, w = rng.standard_normal((t, d)), rng.standard_normal((e, d, n))
     for r in (_routing(rng, e, t), np.zeros((e, t)), np.ones((e, t))):
         got = np.asarray(kern(R=r, X=x, W=w))

@@ -228,7 +228,7 @@ class Condensed:
             return [
                 f"condensed: each step gathers up to {rows} live t's of {self.name} "
                 f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
-                f"{self.name}, {condensed.DEPTH} of d at a time, with {w}'s rows at them "
+                f"{self.name}, {condensed.ROWS_D} of d at a time, with {w}'s rows at them "
                 "packed by panels",
                 f"registers: tiles of {condensed.ROWS} rows x {condensed.VECTORS * lanes} "
                 f"columns of {c} held across the gathered d's",
