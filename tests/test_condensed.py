@@ -147,13 +147,29 @@ def test_out_and_accumulating_into_it():
     assert np.allclose(out.to_numpy(), (a * mask) @ b)
 
 
+def _under_asan(tmp_path, functions, driver: str) -> list[str]:
+    """The first two lines the C ``driver`` prints, run with ``functions`` under ASan."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    src, exe = tmp_path / "kernel.c", tmp_path / "kernel"
+    src.write_text(cgen.source(functions) + driver)
+    build = subprocess.run(
+        [cc, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode != 0:
+        pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split("\n")[:2]
+
+
 @pytest.mark.parametrize("granularity", [(32, 8), (1, 8)])
 def test_condensed_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, granularity):
     """The index built in C, copied into exactly sized buffers; A, the mask, B and C
     exactly sized too, with partial tiles along both modes and a tail of columns."""
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler")
     bh, bw = granularity
     nb, m, k, n = 2, 70, 45, 37
     rows, kb = nb * -(-m // bh), -(-k // bw)
@@ -185,19 +201,7 @@ int main(void) {{
   return 0;
 }}
 """
-    src = tmp_path / "condensed.c"
-    src.write_text(cgen.source([index, fn]) + driver)
-    exe = tmp_path / "condensed"
-    build = subprocess.run(
-        [cc, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
-        capture_output=True,
-        text=True,
-    )
-    if build.returncode != 0:
-        pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n")[:2] == ["0", str(nb * m * n * k)]
+    assert _under_asan(tmp_path, [index, fn], driver) == ["0", str(nb * m * n * k)]
 
 
 MOE = "C(e,t,n) = R(e,t) * X(t,d) * W(e,d,n)"
@@ -248,3 +252,40 @@ def test_gathered_rows_without_a_batch_variable_and_with_a_mask():
     mask = rng.random(50) < 0.3
     got = np.asarray(kern(R=r, X=x, W=w, masks={"R": mask}))
     assert np.allclose(got, (r * mask)[:, None] * (x @ w))
+
+
+def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
+    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail)."""
+    e, t, d, n, bt = 3, 70, 600, 37, 4
+    kb = -(-t // bt)
+    index = index_function("u8", "i32", (1, bt))
+    fn = condensed.rows_function("f64", "i32", bt, 6, 0)
+    driver = f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {{
+  for (int full = 0; full < 2; full++) {{
+    uint8_t *mask = malloc({e * t});
+    memset(mask, full, {e * t});
+    int32_t *flags = calloc({e * kb}, 4), *pos = calloc({e + 1}, 4);
+    int32_t *slots = malloc({e * kb} * 4);
+    {index.name}(mask, {e}, {t}, flags, pos, slots);
+    int32_t *crd = malloc(pos[{e}] * 4 + 1);
+    memcpy(crd, slots, pos[{e}] * 4);
+    double *r = malloc({e * t} * 8), *x = malloc({t * d} * 8), *w = malloc({e * d * n} * 8);
+    double *c = calloc({e * t * n}, 8);
+    for (int q = 0; q < {e * t}; q++) r[q] = 1.0;
+    for (int q = 0; q < {t * d}; q++) x[q] = 1.0;
+    for (int q = 0; q < {e * d * n}; q++) w[q] = 1.0;
+    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n});
+    double sum = 0;
+    for (int q = 0; q < {e * t * n}; q++) sum += c[q];
+    printf("%.0f\\n", sum);
+    free(mask); free(flags); free(pos); free(slots); free(crd);
+    free(r); free(x); free(w); free(c);
+  }}
+  return 0;
+}}
+"""
+    assert _under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
