@@ -6,7 +6,9 @@ nonzeros are the mask).  Every call builds the index of A's live micro-tiles wit
 a generated kernel (``ucf.stile``: no sort, no atomics), and the compute runs over
 those tiles only, reading A's dense array in place.
 
-The statement is rewritten so that an ordinary ucf kernel does this.  Each of A's
+A matmul over A's last variable, and MoE's product with A as the routing, run as
+gathered dense compute tiles instead (``ucf.exec.condensed``). Any other statement
+is rewritten so that an ordinary ucf kernel does this.  Each of A's
 variables whose tile extent exceeds 1 is split into the tile and the place in it,
 as for a blocked format (``ucf.cin.blocking``), and the tile index T joins A's
 access: ``C(i,n) = A(i,k) * B(k,n)`` with tiles of 32 x 1 becomes
