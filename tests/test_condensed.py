@@ -4,15 +4,12 @@ the edges of tiles, panels and slabs."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
+from test_asan import driver_under_asan
 from test_dynamic import _tile_mask
 
 import ucf
-from ucf.codegen import c as cgen
 from ucf.lower import condensed
 from ucf.stile import _function as index_function
 
@@ -148,25 +145,6 @@ def test_out_and_accumulating_into_it():
     assert np.allclose(out.to_numpy(), (a * mask) @ b)
 
 
-def _under_asan(tmp_path, functions, driver: str) -> list[str]:
-    """The first two lines the C ``driver`` prints, run with ``functions`` under ASan."""
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler")
-    src, exe = tmp_path / "kernel.c", tmp_path / "kernel"
-    src.write_text(cgen.source(functions) + driver)
-    build = subprocess.run(
-        [cc, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
-        capture_output=True,
-        text=True,
-    )
-    if build.returncode != 0:
-        pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    return run.stdout.split("\n")[:2]
-
-
 @pytest.mark.parametrize("granularity", [(32, 8), (1, 8)])
 def test_condensed_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, granularity):
     """The index built in C, copied into exactly sized buffers; A, the mask, B and C
@@ -202,7 +180,7 @@ int main(void) {{
   return 0;
 }}
 """
-    assert _under_asan(tmp_path, [index, fn], driver) == ["0", str(nb * m * n * k)]
+    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(nb * m * n * k)]
 
 
 MOE = "C(e,t,n) = R(e,t) * X(t,d) * W(e,d,n)"
@@ -288,4 +266,4 @@ int main(void) {{
   return 0;
 }}
 """
-    assert _under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
+    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
