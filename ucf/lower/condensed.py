@@ -40,8 +40,11 @@ VECTORS = 2
 #: Vectors of a one-row tile (blocks of a single row, or the rows a block has beyond
 #: its last whole group of ROWS when B is not packed).
 SINGLE = 4
-#: The compute tile's depth when the schedule does not set one: live k's gathered per
-#: step. Measured on bench/stile.py (4096^2 A, 32x1 tiles, 1024 columns of B).
+#: The compute tile's depth when the schedule does not set one: live k's (or live rows,
+#: for ``rows_function``) gathered per step. On bench/stile.py (4096^2 A, 32x1 tiles,
+#: 1024 columns of B) 32 took ~1.3x as long, 64 to 256 were within the noise of a
+#: shared machine; at 128 a packed slab (128 KB of float32) and a 32-row block of C
+#: (128 KB) share a 512 KB L2 cache.
 DEPTH = 128
 #: Panels of B packed together: a step reads SLAB x VECTORS vectors of each of its rows
 #: of B in order (1 KB of float32), which the hardware prefetchers follow. Packing one
