@@ -112,10 +112,10 @@ def index(n: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None
 
 def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None:
     """Index build + compute with a dynamic operand (``ucf.compile(..., dynamic=...)``,
-    A dense with a fresh mask each call, default schedule; the live tiles are read in
-    place, not gathered into dense compute tiles) against torch's dense matmul of the
-    masked A and ucf CSR SpMM with the CSR built each call. The masks are
-    32x1-structured: every tile is all live or all zero."""
+    A dense with a fresh mask each call, default schedule: the live k's of each block
+    of rows gathered into dense compute tiles, ``ucf.lower.condensed``) against torch's
+    dense matmul of the masked A and ucf CSR SpMM with the CSR built each call. The
+    masks are 32x1-structured: every tile is all live or all zero."""
     bh, bw = tile
     a = rng.random((n, n), dtype=np.float32)
     b = rng.random((n, cols), dtype=np.float32)

@@ -6,7 +6,9 @@ R holds each token's gate weight for the experts it is routed to (top-k of a
 random softmax) and zeros elsewhere: its sparsity is known only when the call
 comes. R is a dynamic operand with 1 x 1 micro-tiles (``dynamic={"R": (1, 1)}``),
 so every call builds the index of the live (expert, token) pairs and computes
-only those rows of C, reading R, X and W in place. The result is checked
+only those rows of C: each expert's live tokens are gathered as rows of X scaled
+by their gates into a dense tile, multiplied by the expert's W with a
+register-blocked micro-kernel, and written to their rows of C. The result is checked
 against numpy, and timed against the two baselines SparDA names: a loop of
 torch matmuls over the experts (each on its gathered tokens, "serial") and one
 batched matmul over the experts with every expert's tokens padded to the

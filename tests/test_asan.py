@@ -18,11 +18,30 @@ import scipy.sparse as sp
 from conftest import arrival_operands, rand_sparse
 
 import ucf
+from ucf.codegen import c as cgen
 from ucf.exec.kernel import _trimmed
 
 CC = shutil.which("cc")
 CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
 NPTYPE = {"i32": np.int32, "i64": np.int64, "f64": np.float64, "f32": np.float32}
+
+
+def driver_under_asan(tmp_path, functions, driver: str) -> list[str]:
+    """The first two lines the C ``driver`` prints, run with ``functions`` under ASan."""
+    if CC is None:
+        pytest.skip("needs a C compiler")
+    src, exe = tmp_path / "kernel.c", tmp_path / "kernel"
+    src.write_text(cgen.source(functions) + driver)
+    build = subprocess.run(
+        [CC, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode != 0:
+        pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split("\n")[:2]
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,13 @@ online index of nonzero micro-tiles, against numpy and scipy."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_asan import driver_under_asan
 
 import ucf
-from ucf.codegen import c as cgen
 from ucf.stile import _function
 
 MATMUL = "C(m,n) = A(m,k)*B(k,n)"
@@ -260,9 +259,6 @@ def test_spmm_over_the_tiles_reads_the_dense_data_in_place(target):
     "shape, granularity", [((70, 45), (32, 8)), ((3, 37, 20), (2, 8, 3)), ((45,), (8,))]
 )
 def test_index_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, shape, granularity):
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("needs a C compiler")
     grid = [-(-n // g) for n, g in zip(shape, granularity, strict=True)]
     size, rows, kb = int(np.prod(shape)), int(np.prod(grid[:-1])), grid[-1]
     fn = _function("u8", "i32", granularity)
@@ -286,20 +282,9 @@ int main(void) {{
   return 0;
 }}
 """
-    src = tmp_path / "stile.c"
-    src.write_text(cgen.source([fn]) + driver)
-    exe = tmp_path / "stile"
-    build = subprocess.run(
-        [cc, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
-        capture_output=True,
-        text=True,
-    )
-    if build.returncode != 0:
-        pytest.skip(f"cc lacks AddressSanitizer support: {build.stderr.strip()[:200]}")
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
+    lines = driver_under_asan(tmp_path, [fn], driver)
     full = f"{rows * kb} {rows * sum(range(kb))}"
-    assert run.stdout.split("\n")[:2] == ["0 0", full]
+    assert lines == ["0 0", full]
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

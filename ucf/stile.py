@@ -192,26 +192,54 @@ def _compiled(
     target: str, mask_type: str, idx: str, granularity: tuple[int, ...], threshold: int
 ) -> Any:
     """The index kernel as a ctypes function, built once per process and shape of tile."""
-    fn = _function(mask_type, idx, granularity, threshold)
-    types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
+    return compiled_function(target, _function(mask_type, idx, granularity, threshold))
+
+
+def compiled_function(target: str, fn: ir.Function) -> tuple[Any, Any]:
+    """``fn`` compiled for ``target`` (llvm or c) as a ctypes function taking pointers
+    and int64s, and the library that holds it (keep it alive while calling): built once
+    per process, and kept in ucf's disk cache (object code or shared library)."""
+    from ucf.exec import cache as kcache
+
     if target == "llvm":
         from ucf.codegen import llvm as llvmgen
         from ucf.exec import jit
 
         jit.openmp_runtime()
-        library = jit.compile_ir(llvmgen.module([fn]))
+        text = llvmgen.module([fn])
+    else:
+        from ucf.codegen import c as cgen
+        from ucf.exec.jit import openmp_runtime
+
+        openmp_runtime()
+        text = cgen.source([fn])
+    if (target, text) not in _COMPILED:
+        _COMPILED[target, text] = _build(target, fn, text, kcache)
+    return _COMPILED[target, text]
+
+
+#: Compiled functions of this process by target and source text.
+_COMPILED: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _build(target: str, fn: ir.Function, text: str, kcache: Any) -> tuple[Any, Any]:
+    types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
+    if target == "llvm":
+        from ucf.exec import jit
+
+        fields = {fn.name: text, **jit.identity()}
+        name = f"{kcache.key(fields)}.o"
+        obj = kcache.load(name, fields)
+        if obj is None:
+            library = jit.compile_ir(text)
+            kcache.store(name, fields, library.object_code)
+        else:
+            library = jit.load_object(obj)
         call = ctypes.CFUNCTYPE(None, *types)(library.address(fn.name))
         return call, library
-    from ucf.codegen import c as cgen
-    from ucf.exec import cache as kcache
     from ucf.exec import cc
-    from ucf.exec.jit import openmp_runtime
 
-    source = cgen.source([fn])
-    openmp_runtime()
-    library = kcache.library(
-        {"stile_index": source, **cc.identity()}, lambda: cc.build_shared(source)
-    )
+    library = kcache.library({fn.name: text, **cc.identity()}, lambda: cc.build_shared(text))
     call = getattr(library, fn.name)
     call.argtypes, call.restype = types, None
     return call, library

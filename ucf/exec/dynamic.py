@@ -6,7 +6,9 @@ nonzeros are the mask).  Every call builds the index of A's live micro-tiles wit
 a generated kernel (``ucf.stile``: no sort, no atomics), and the compute runs over
 those tiles only, reading A's dense array in place.
 
-The statement is rewritten so that an ordinary ucf kernel does this.  Each of A's
+A matmul over A's last variable, and MoE's product with A as the routing, run as
+gathered dense compute tiles instead (``ucf.exec.condensed``). Any other statement
+is rewritten so that an ordinary ucf kernel does this.  Each of A's
 variables whose tile extent exceeds 1 is split into the tile and the place in it,
 as for a blocked format (``ucf.cin.blocking``), and the tile index T joins A's
 access: ``C(i,n) = A(i,k) * B(k,n)`` with tiles of 32 x 1 becomes
@@ -35,16 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from ucf import stile
+from ucf import pipeline, stile
 from ucf.cin.blocking import Blocking, unblock
-from ucf.cin.invariance import check_condense, classify
+from ucf.cin.invariance import check_condense, classify, describe
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
-from ucf.exec import blocked
+from ucf.exec import blocked, condensed
 from ucf.exec.extents import bound_extents, check_orders
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
+from ucf.format.values import index_dtype_of
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
@@ -112,10 +115,47 @@ class DynamicKernel:
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         self._index = _fresh("T", taken)
         self._mask = _fresh("K", taken)
-        self.kernel, self.blocking = self._rewrite(
-            stmt, access, formats, schedule, target, dtype, index_dtype
+        self._with_mask = replace(
+            stmt,
+            rhs=_replace(
+                stmt.rhs, access, _product(access, ast.Access(self._mask, access.indices))
+            ),
         )
-        self.dtype, self.index_dtype = self.kernel.dtype, self.kernel.index_dtype
+        self._generic = (access, formats, schedule, dtype, index_dtype)
+        self._kernel: Kernel | None = None
+        self._blocking: Blocking | None = None
+        self.dtype = pipeline.compute_dtype(expr, formats, dtype)
+        self.index_dtype = index_dtype_of(index_dtype)
+        shape = condensed.match(stmt, name, self.granularity, formats, self.dtype, schedule)
+        self._condensed = None
+        if shape is None:
+            self._build_generic()
+        else:
+            self._condensed = condensed.Condensed(
+                stmt, name, shape, self.granularity, target, self.dtype, self.index_dtype
+            )
+
+    def _build_generic(self) -> None:
+        """The generic kernel (a rewrite of the statement), built on first need when the
+        condensed one runs the calls."""
+        access, formats, schedule, dtype, index_dtype = self._generic
+        self._kernel, self._blocking = self._rewrite(
+            self.statement, access, formats, schedule, self.target, dtype, index_dtype
+        )
+        self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
+
+    @property
+    def kernel(self) -> Kernel:
+        """The generic kernel of the rewritten statement (built now if the condensed
+        kernel runs the calls)."""
+        if self._kernel is None:
+            self._build_generic()
+        return self._kernel
+
+    @property
+    def blocking(self) -> Blocking | None:
+        self.kernel  # noqa: B018  (built on first need)
+        return self._blocking
 
     def _rewrite(
         self,
@@ -134,9 +174,7 @@ class DynamicKernel:
         order = len(access.indices)
         maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
         tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
-        mask = ast.Access(self._mask, access.indices)
-        stmt = replace(stmt, rhs=_replace(stmt.rhs, access, _product(access, mask)))
-        self._with_mask = stmt  # the user's statement, the mask factor included
+        stmt = self._with_mask  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         fmts = {
             n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
@@ -172,11 +210,16 @@ class DynamicKernel:
 
     @property
     def cin(self) -> str:
-        return self.kernel.cin
+        if self._condensed is None:
+            return self.kernel.cin
+        notes = [*self._condensed.notes(), describe(self.statement)]
+        return "\n".join([str(self.statement), *(f"  # {n}" for n in notes)])
 
     @property
     def source(self) -> str:
-        return self.kernel.source
+        if self._condensed is None:
+            return self.kernel.source
+        return self._condensed.source
 
     @boundary
     def __call__(
@@ -206,13 +249,15 @@ class DynamicKernel:
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
         index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
-        if self.blocking is None:
+        if self._condensed is None and self.blocking is None:
             return self.kernel(out=out, **tensors, **{self._index: index})
         shape = tuple(extents[v] for v in ast.index_variables(self.statement.lhs))
         if out is not None and tuple(np.shape(out)) != shape:
             raise ShapeError(
                 f"out= has shape {tuple(np.shape(out))} but {self.statement.lhs} has shape {shape}"
             )
+        if self._condensed is not None:
+            return self._condensed(dense, mask, index, tensors, out)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
             return self.kernel(out=out, **split, **{self._index: index})

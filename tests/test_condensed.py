@@ -1,0 +1,269 @@
+"""Dynamic matmuls as gathered dense compute tiles (``ucf.lower.condensed``): checked
+against numpy, against the generic rewrite bit for bit, across targets, depths and
+the edges of tiles, panels and slabs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_asan import driver_under_asan
+from test_dynamic import _tile_mask
+
+import ucf
+from ucf.lower import condensed
+from ucf.stile import _function as index_function
+
+MATMUL = "C(i,n) = A(i,k) * B(k,n)"
+#: test_dynamic checks 1x64 and 32x64 against numpy (the condensed kernels run there).
+GRANULARITIES = [(1, 1), (1, 8), (32, 1), (8, 3)]
+#: The generic rewrite's default schedule for tiles split along i only, along k only,
+#: along both, and for untiled operands.
+GENERIC = {
+    (True, False): "reorder(i_blk, k, i_in, n); parallelize(i_blk, CPUThread, NoRaces)",
+    (False, True): "reorder(i, k_blk, k_in, n); parallelize(i, CPUThread, NoRaces)",
+    (True, True): "reorder(i_blk, k_blk, i_in, k_in, n); parallelize(i_blk, CPUThread, NoRaces)",
+    (False, False): "reorder(i, k, n); parallelize(i, CPUThread, NoRaces)",
+}
+
+
+def _generic(granularity, target, dtype):
+    bh, bw = granularity
+    schedule = GENERIC[bh > 1, bw > 1]
+    return ucf.compile(
+        MATMUL, dynamic={"A": granularity}, schedule=schedule, target=target, dtype=dtype
+    )
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_condensed_matmul_matches_numpy_and_the_generic_kernel_bit_for_bit(granularity):
+    """Both targets, masks empty to full; 300 columns of B are two slabs of panels and a
+    tail, 70 x 100 leaves partial tiles. Every element sums its terms in the index's
+    order in all three kernels, so they agree exactly."""
+    rng = np.random.default_rng(3)
+    m, k, n = 70, 100, 300
+    kernels = {
+        t: ucf.compile(MATMUL, dynamic={"A": granularity}, target=t, dtype=np.float32)
+        for t in ("llvm", "c")
+    }
+    assert all("condensed:" in kern.cin for kern in kernels.values())
+    generic = _generic(granularity, "llvm", np.float32)
+    assert "condensed:" not in generic.cin
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    for sparsity in (0.0, 0.5, 0.9, 1.0):
+        mask = _tile_mask(rng, (m, k), granularity, sparsity)
+        expect = (a * mask) @ b
+        got = {t: np.asarray(kern(A=a, B=b, masks={"A": mask})) for t, kern in kernels.items()}
+        assert np.allclose(got["llvm"], expect, atol=1e-4), sparsity
+        assert np.array_equal(got["llvm"], got["c"]), sparsity
+        assert np.array_equal(got["llvm"], np.asarray(generic(A=a, B=b, masks={"A": mask})))
+
+
+@pytest.mark.parametrize("depth", [1, 5, 64, 1000])
+def test_the_condense_depth_sets_the_compute_tile_and_keeps_the_result(depth):
+    """``condense(k, A, depth)``: any depth (one tile, not a multiple of the tile, more
+    than the live k's) gives the same sums; the notes say how deep a step is."""
+    rng = np.random.default_rng(4)
+    g = (32, 4)
+    kern = ucf.compile(MATMUL, dynamic={"A": g}, schedule=f"condense(k, A, {depth})")
+    default = ucf.compile(MATMUL, dynamic={"A": g})
+    gathered = condensed.depth_tiles(depth, 4) * 4
+    assert f"gathers up to {gathered} of its live k's ({depth} asked" in kern.cin
+    a, b = rng.standard_normal((96, 90)), rng.standard_normal((90, 21))
+    mask = _tile_mask(rng, a.shape, g, 0.4)
+    got = np.asarray(kern(A=a, B=b, masks={"A": mask}))
+    assert np.allclose(got, (a * mask) @ b)
+    assert np.array_equal(got, np.asarray(default(A=a, B=b, masks={"A": mask})))
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_batched_condensed_matmuls_with_a_b_per_batch_and_a_shared_b(target):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 70, 24))
+    mask = _tile_mask(rng, a.shape, (1, 32, 1), 0.6)
+    mask[1] = False  # one batch entirely empty
+    for stmt, b, expect in (
+        ("C(b,i,n) = A(b,i,k) * B(b,k,n)", rng.standard_normal((3, 24, 20)), "bik,bkn->bin"),
+        ("C(b,i,n) = A(b,i,k) * B(k,n)", rng.standard_normal((24, 20)), "bik,kn->bin"),
+    ):
+        kern = ucf.compile(stmt, dynamic={"A": (1, 32, 1)}, target=target)
+        assert "condensed:" in kern.cin
+        got = np.asarray(kern(A=a, B=b, masks={"A": mask}))
+        assert np.allclose(got, np.einsum(expect, a * mask, b))
+
+
+def test_statements_the_condensed_kernel_does_not_cover_keep_the_generic_one():
+    """Per-batch tiles over b > 1, a B without A's batch variables in order, integers,
+    a sparse B, an extra factor: all run the generic rewrite, and still right."""
+    rng = np.random.default_rng(6)
+    cases = [
+        ("C(b,i,n) = A(b,i,k) * B(b,k,n)", {"A": (2, 8, 1)}, {}, np.float64),
+        (MATMUL, {"A": (32, 1)}, {}, np.int64),
+        (MATMUL, {"A": (32, 1)}, {"B": "csr"}, np.float64),
+        ("C(i,n) = A(i,k) * B(k,n) * d(n)", {"A": (8, 1)}, {}, np.float64),
+        ("C(n,i) = A(i,k) * B(k,n)", {"A": (8, 1)}, {}, np.float64),
+    ]
+    for stmt, dynamic, formats, dtype in cases:
+        kern = ucf.compile(stmt, formats, dynamic=dynamic, dtype=dtype)
+        assert "condensed:" not in kern.cin, stmt
+    kern = ucf.compile(MATMUL, dynamic={"A": (32, 1)}, dtype=np.int64)
+    a = rng.integers(-5, 5, (40, 30))
+    b = rng.integers(-5, 5, (30, 7))
+    mask = rng.random(a.shape) < 0.5
+    assert np.array_equal(np.asarray(kern(A=a, B=b, masks={"A": mask})), (a * mask) @ b)
+
+
+def test_condense_requests_that_cannot_be_honoured_are_refused():
+    with pytest.raises(ucf.ScheduleError, match=r"write condense\(k, A, depth\)"):
+        ucf.compile(MATMUL, dynamic={"A": (32, 1)}, schedule="condense(i, A, 8)")
+    with pytest.raises(ucf.ScheduleError, match="depth must be a positive integer"):
+        ucf.compile(MATMUL, dynamic={"A": (32, 1)}, schedule="condense(k, A, 0)")
+    with pytest.raises(ucf.UnsupportedError, match="condense.* is the whole schedule"):
+        ucf.compile(MATMUL, dynamic={"A": (32, 1)}, schedule="condense(k, A, 8); reorder(i_blk, k)")
+    with pytest.raises(ucf.UnsupportedError, match="gathered compute tiles are built for"):
+        ucf.compile(
+            "C(i,n) = A(i,k) * B(k,n) * d(n)", dynamic={"A": (8, 1)}, schedule="condense(k, A, 8)"
+        )
+
+
+def test_out_and_accumulating_into_it():
+    rng = np.random.default_rng(7)
+    kern = ucf.compile("C(i,n) += A(i,k) * B(k,n)", dynamic={"A": (32, 1)})
+    a, b = rng.random((70, 20)), rng.random((20, 40))
+    mask = rng.random(a.shape) < 0.3
+    out = rng.random((70, 40))
+    expect = out + (a * mask) @ b
+    result = kern(A=a, B=b, masks={"A": mask}, out=out)
+    assert np.allclose(out, expect) and np.shares_memory(np.asarray(result), out)
+    with pytest.raises(ucf.OperandError, match=r"'\+=' needs the output"):
+        kern(A=a, B=b, masks={"A": mask})
+    with pytest.raises(ucf.OperandError, match="writable C-contiguous float64"):
+        kern(A=a, B=b, masks={"A": mask}, out=np.zeros((40, 70)).T)
+    assigned = ucf.compile(MATMUL, dynamic={"A": (32, 1)})
+    out = ucf.from_numpy(rng.random((70, 40)))
+    assert assigned(A=a, B=b, masks={"A": mask}, out=out) is out
+    assert np.allclose(out.to_numpy(), (a * mask) @ b)
+
+
+@pytest.mark.parametrize("granularity", [(32, 8), (1, 8)])
+def test_condensed_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, granularity):
+    """The index built in C, copied into exactly sized buffers; A, the mask, B and C
+    exactly sized too, with partial tiles along both modes and a tail of columns."""
+    bh, bw = granularity
+    nb, m, k, n = 2, 70, 45, 37
+    rows, kb = nb * -(-m // bh), -(-k // bw)
+    index = index_function("u8", "i32", (1, bh, bw))
+    fn = condensed.function("f64", "i32", bh, bw, 8, 0)
+    driver = f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {{
+  for (int full = 0; full < 2; full++) {{
+    uint8_t *mask = malloc({nb * m * k});
+    memset(mask, full, {nb * m * k});
+    int32_t *flags = calloc({rows * kb}, 4), *pos = calloc({rows + 1}, 4);
+    int32_t *slots = malloc({rows * kb} * 4);
+    {index.name}(mask, {nb}, {m}, {k}, flags, pos, slots);
+    int32_t *crd = malloc(pos[{rows}] * 4 + 1);
+    memcpy(crd, slots, pos[{rows}] * 4);
+    double *a = malloc({nb * m * k} * 8), *b = malloc({nb * k * n} * 8);
+    double *c = calloc({nb * m * n}, 8);
+    for (int q = 0; q < {nb * m * k}; q++) a[q] = 1.0;
+    for (int q = 0; q < {nb * k * n}; q++) b[q] = 1.0;
+    {fn.name}(a, mask, pos, crd, b, c, {nb}, {m}, {k}, {n}, {k * n});
+    double sum = 0;
+    for (int q = 0; q < {nb * m * n}; q++) sum += c[q];
+    printf("%.0f\\n", sum);
+    free(mask); free(flags); free(pos); free(slots); free(crd); free(a); free(b); free(c);
+  }}
+  return 0;
+}}
+"""
+    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(nb * m * n * k)]
+
+
+MOE = "C(e,t,n) = R(e,t) * X(t,d) * W(e,d,n)"
+
+
+def _routing(rng, experts, tokens):
+    """Top-2 gates, expert 1 left empty, and the last token on expert 0 alone."""
+    r = np.zeros((experts, tokens))
+    for t in range(tokens):
+        chosen = rng.choice([e for e in range(experts) if e != 1], 2, replace=False)
+        r[chosen, t] = rng.random(2)
+    r[:, -1] = 0
+    r[0, -1] = 0.5
+    return r
+
+
+@pytest.mark.parametrize("target, tile, depth", [("llvm", (1, 1), None), ("c", (1, 4), 5)])
+def test_moe_gathers_each_experts_tokens_and_matches_numpy_and_the_generic_kernel(
+    target, tile, depth
+):
+    """Rows of X at an expert's live tokens, scaled by their gates, times the expert's W:
+    against numpy, and bit for bit against the rewrite (which sums over d in the same
+    order). 600 d's are two steps, 300 columns of W slabs and a tail; 70 tokens leave a
+    partial tile."""
+    rng = np.random.default_rng(8)
+    schedule = None if depth is None else f"condense(t, R, {depth})"
+    kern = ucf.compile(MOE, dynamic={"R": tile}, schedule=schedule, target=target)
+    assert "condensed: each step gathers up to" in kern.cin
+    generic = ucf.compile(
+        MOE, dynamic={"R": tile}, schedule="reorder(e, t, d, n)" if tile == (1, 1) else None
+    )
+    e, t, d, n = 4, 70, 600, 300
+    x, w = rng.standard_normal((t, d)), rng.standard_normal((e, d, n))
+    for r in (_routing(rng, e, t), np.zeros((e, t)), np.ones((e, t))):
+        got = np.asarray(kern(R=r, X=x, W=w))
+        assert np.allclose(got, np.einsum("et,td,edn->etn", r, x, w))
+        if tile == (1, 1):
+            assert np.array_equal(got, np.asarray(generic(R=r, X=x, W=w)))
+
+
+def test_gathered_rows_without_a_batch_variable_and_with_a_mask():
+    """``C(t,n) = R(t) * X(t,d) * W(d,n)``: one row of tiles; the mask wins over R."""
+    rng = np.random.default_rng(9)
+    kern = ucf.compile("C(t,n) = R(t) * X(t,d) * W(d,n)", dynamic={"R": (8,)})
+    assert "condensed:" in kern.cin
+    r, x, w = rng.random(50), rng.standard_normal((50, 30)), rng.standard_normal((30, 20))
+    mask = rng.random(50) < 0.3
+    got = np.asarray(kern(R=r, X=x, W=w, masks={"R": mask}))
+    assert np.allclose(got, (r * mask)[:, None] * (x @ w))
+
+
+def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
+    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail)."""
+    e, t, d, n, bt = 3, 70, 600, 37, 4
+    kb = -(-t // bt)
+    index = index_function("u8", "i32", (1, bt))
+    fn = condensed.rows_function("f64", "i32", bt, 6, 0)
+    driver = f"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {{
+  for (int full = 0; full < 2; full++) {{
+    uint8_t *mask = malloc({e * t});
+    memset(mask, full, {e * t});
+    int32_t *flags = calloc({e * kb}, 4), *pos = calloc({e + 1}, 4);
+    int32_t *slots = malloc({e * kb} * 4);
+    {index.name}(mask, {e}, {t}, flags, pos, slots);
+    int32_t *crd = malloc(pos[{e}] * 4 + 1);
+    memcpy(crd, slots, pos[{e}] * 4);
+    double *r = malloc({e * t} * 8), *x = malloc({t * d} * 8), *w = malloc({e * d * n} * 8);
+    double *c = calloc({e * t * n}, 8);
+    for (int q = 0; q < {e * t}; q++) r[q] = 1.0;
+    for (int q = 0; q < {t * d}; q++) x[q] = 1.0;
+    for (int q = 0; q < {e * d * n}; q++) w[q] = 1.0;
+    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n});
+    double sum = 0;
+    for (int q = 0; q < {e * t * n}; q++) sum += c[q];
+    printf("%.0f\\n", sum);
+    free(mask); free(flags); free(pos); free(slots); free(crd);
+    free(r); free(x); free(w); free(c);
+  }}
+  return 0;
+}}
+"""
+    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]

@@ -1,0 +1,296 @@
+"""Dynamic kernels run as gathered dense compute tiles (``ucf.lower.condensed``).
+
+Two shapes of statement run here instead of through the generic rewrite
+(``ucf.exec.dynamic``), with every operand dense, a float dtype and micro-tiles of
+1 along the batch variables b:
+
+- a matmul over the dynamic operand's last variable, ``C(b..,i,n) = A(b..,i,k) *
+  B(b..,k,n)`` (B with all of A's batch variables or none): each block of rows
+  gathers its live k's, ``depth`` at a time;
+- MoE's product, ``C(b..,t,n) = R(b..,t) * X(t,d) * W(b..,d,n)`` with R dynamic:
+  the live t's of each b are gathered, ``depth`` at a time, as rows of X scaled by
+  R, and multiplied by W.
+
+``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
+schedule sets the depth, else ``ucf.lower.condensed.DEPTH``. Any other statement,
+or a schedule with other commands, keeps the generic kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ucf import stile
+from ucf.errors import OperandError, ScheduleError, UnsupportedError
+from ucf.format.format import dense_format, parse_format
+from ucf.format.tensor import Tensor
+from ucf.ir import nodes as ir
+from ucf.lang import ast
+from ucf.lower import condensed, parallel
+from ucf.schedule.fluent import Schedule
+from ucf.schedule.text import parse_schedule
+
+#: The compute types the micro-kernel has.
+DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A statement a condensed kernel computes: its kind (``matmul`` or ``rows``), the
+    dense operands in the kernel's order, whether the last has the batch variables
+    (a matmul's B may not), and the depth of a compute tile."""
+
+    kind: str
+    dense: tuple[str, ...]
+    batched: bool
+    depth: int
+
+
+def match(
+    stmt: ast.Statement,
+    name: str,
+    granularity: tuple[int, ...],
+    formats: dict[str, Any],
+    dtype: np.dtype,
+    schedule: Any,
+) -> Shape | None:
+    """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
+    generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
+    depth; one that cannot be honoured is refused, any other schedule is the generic
+    kernel's."""
+    commands = _commands(schedule)
+    asked = [c for c in commands if c.name == "condense"]
+    if commands and not asked:
+        return None
+    shape = None
+    if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
+        shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
+    if not asked:
+        return shape
+    if len(commands) > 1:
+        raise UnsupportedError(
+            f"schedule {'; '.join(map(str, commands))}: condense(...) is the whole schedule "
+            "of a kernel that gathers compute tiles"
+        )
+    (cmd,) = asked
+    access = next(a for a in ast.accesses(stmt.rhs) if a.tensor == name)
+    k = access.indices[-1].single_variable
+    if cmd.args[1] != name or cmd.args[0] != k:
+        raise ScheduleError(
+            f"{cmd}: the compute tiles gather the dynamic operand {name} along its last "
+            f"variable; write condense({k}, {name}, depth)"
+        )
+    depth = cmd.positive(cmd.args[2], "the compute-tile depth")
+    if shape is None:
+        raise UnsupportedError(
+            f"{cmd}: gathered compute tiles are built for C(b.., i, n) = {name}(b.., i, k) * "
+            f"B(b.., k, n) and C(b.., t, n) = {name}(b.., t) * X(t, d) * W(b.., d, n), with "
+            f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
+        )
+    return replace(shape, depth=depth)
+
+
+def _commands(schedule: Any) -> list:
+    if schedule is None:
+        return []
+    if isinstance(schedule, Schedule):
+        return list(schedule.commands)
+    return parse_schedule(str(schedule))
+
+
+def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | None:
+    """The accesses multiplied on the right (each tensor once, each index a variable,
+    none repeated in an access) and the variables summed, or None."""
+    rhs, summed = stmt.rhs, ()
+    if isinstance(rhs, ast.Sum):
+        rhs, summed = rhs.body, rhs.vars
+    factors, todo = [], [rhs]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ast.Binary) and e.op == "*":
+            todo += [e.right, e.left]
+        elif isinstance(e, ast.Access):
+            factors.append(e)
+        else:
+            return None
+    for x in (stmt.lhs, *factors):
+        v = ast.index_variables(x)
+        if len(v) != len(x.indices) or len(set(v)) != len(v):
+            return None  # an affine index or a repeated variable
+    if len({x.tensor for x in factors}) != len(factors):
+        return None
+    return factors, summed
+
+
+def _dense(formats: dict[str, Any], *accesses: ast.Access) -> bool:
+    return all(
+        a.tensor not in formats
+        or parse_format(formats[a.tensor], order=len(a.indices), tensor=a.tensor)
+        == dense_format(len(a.indices))
+        for a in accesses
+    )
+
+
+def _matmul(stmt: ast.Statement, name: str, formats: dict[str, Any]) -> Shape | None:
+    """``C(b..,i,n) = A(b..,i,k) * B(b..,k,n)``, A dynamic."""
+    found = _factors(stmt)
+    if found is None or len(found[0]) != 2:
+        return None
+    (a, b), summed = found
+    a, b = (a, b) if a.tensor == name else (b, a)
+    av, bv, out = (ast.index_variables(x) for x in (a, b, stmt.lhs))
+    if len(av) < 2 or len(bv) < 2:
+        return None
+    *lead, i, k = av
+    n = bv[-1]
+    if summed != (k,) or bv[:-1] not in ([k], [*lead, k]) or n in av or out != [*lead, i, n]:
+        return None
+    if not _dense(formats, stmt.lhs, b):
+        return None
+    return Shape("matmul", (b.tensor,), len(bv) > 2, condensed.DEPTH)
+
+
+def _rows(
+    stmt: ast.Statement, name: str, granularity: tuple[int, ...], formats: dict[str, Any]
+) -> Shape | None:
+    """``C(b..,t,n) = R(b..,t) * X(t,d) * W(b..,d,n)``, R dynamic."""
+    found = _factors(stmt)
+    if found is None or len(found[0]) != 3 or name not in {f.tensor for f in found[0]}:
+        return None
+    factors, summed = found
+    r = next(f for f in factors if f.tensor == name)
+    rv, out = ast.index_variables(r), ast.index_variables(stmt.lhs)
+    *lead, t = rv
+    rest = [f for f in factors if f is not r]
+    x = next((f for f in rest if ast.index_variables(f)[:1] == [t]), None)
+    if x is None or len(x.indices) != 2:
+        return None
+    w = next(f for f in rest if f is not x)
+    d = ast.index_variables(x)[1]
+    wv = ast.index_variables(w)
+    if any(g != 1 for g in granularity[:-1]) or len(wv) != len(lead) + 2:
+        return None
+    n = wv[-1]
+    if summed != (d,) or wv[:-1] != [*lead, d] or out != [*lead, t, n] or n in (d, t):
+        return None
+    if not _dense(formats, stmt.lhs, x, w):
+        return None
+    return Shape("rows", (x.tensor, w.tensor), True, condensed.DEPTH)
+
+
+class Condensed:
+    """The compiled condensed kernel of one dynamic statement."""
+
+    def __init__(
+        self,
+        stmt: ast.Statement,
+        name: str,
+        shape: Shape,
+        granularity: tuple[int, ...],
+        target: str,
+        dtype: np.dtype,
+        index_dtype: np.dtype,
+    ):
+        self.statement, self.name, self.shape = stmt, name, shape
+        self.dtype, self.target, self.granularity = dtype, target, granularity
+        elem, idx = ir.NUMPY_TO_IR[dtype.name], ir.NUMPY_TO_IR[index_dtype.name]
+        threshold = parallel.threshold()
+        if shape.kind == "matmul":
+            bh, bw = granularity[-2:]
+            self.function = condensed.function(elem, idx, bh, bw, shape.depth, threshold)
+        else:
+            self.function = condensed.rows_function(
+                elem, idx, granularity[-1], shape.depth, threshold
+            )
+        self._call, self._library = stile.compiled_function(target, self.function)
+
+    @property
+    def source(self) -> str:
+        if self.target == "c":
+            from ucf.codegen import c as cgen
+
+            return cgen.source([self.function])
+        from ucf.codegen import llvm as llvmgen
+
+        return str(llvmgen.module([self.function]))
+
+    def notes(self) -> list[str]:
+        """What ``k.cin`` says of the kernel."""
+        lanes = condensed.VECTOR_BYTES // np.dtype(self.dtype).itemsize
+        c = self.statement.lhs.tensor
+        if self.shape.kind == "rows":
+            (x, w), bt = self.shape.dense, self.granularity[-1]
+            rows = condensed.depth_tiles(self.shape.depth, bt) * bt
+            return [
+                f"condensed: each step gathers up to {rows} live t's of {self.name} "
+                f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
+                f"{self.name}, {condensed.ROWS_D} of d at a time, with {w}'s rows at them "
+                "packed by panels",
+                f"registers: tiles of {condensed.ROWS} rows x {condensed.VECTORS * lanes} "
+                f"columns of {c} held across the gathered d's",
+            ]
+        bh, bw = self.granularity[-2:]
+        if bh >= condensed.ROWS:
+            tile = f"{condensed.ROWS} rows x {condensed.VECTORS * lanes}"
+            packed = f", and the rows of {self.shape.dense[0]} at them packed by panels"
+        else:
+            tile, packed = f"1 row x {condensed.SINGLE * lanes}", ""
+        depth = condensed.depth_tiles(self.shape.depth, bw) * bw
+        return [
+            f"condensed: each block of {bh} rows of {self.name} gathers up to {depth} of its "
+            f"live k's ({self.shape.depth} asked; whole {bh}x{bw} tiles) into a dense tile, "
+            f"masked{packed}",
+            f"registers: tiles of {tile} columns of {c} held across the gathered k's",
+        ]
+
+    def __call__(
+        self, a: np.ndarray, mask: np.ndarray, index: Tensor, tensors: dict[str, Tensor], out: Any
+    ) -> Tensor:
+        a = np.ascontiguousarray(a, dtype=self.dtype)
+        dense = [
+            np.ascontiguousarray(np.asarray(tensors[n]), dtype=self.dtype) for n in self.shape.dense
+        ]
+        pos, crd = index.levels[-1]["pos"], index.levels[-1]["crd"]
+        if self.shape.kind == "matmul":
+            (b,) = dense
+            *lead, m, kd = a.shape
+            n = b.shape[-1]
+            sizes = (math.prod(lead), m, kd, n, kd * n if self.shape.batched else 0)
+            shape = (*lead, m, n)
+        else:
+            x, w = dense
+            *lead, t = a.shape
+            d, n = w.shape[-2:]
+            sizes = (math.prod(lead), t, d, n)
+            shape = (*lead, t, n)
+        c = self._output(out, shape)
+        arrays = (a, mask, pos, crd, *dense, c)
+        self._call(*(x.ctypes.data for x in arrays), *sizes)
+        return out if isinstance(out, Tensor) else Tensor.from_numpy(c)
+
+    def _output(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """The array the kernel adds into: zeros, or ``out`` (zeroed for ``=``)."""
+        lhs = self.statement.lhs
+        fmt = dense_format(len(shape))
+        if out is None:
+            if self.statement.op == "+=":
+                raise OperandError(f"'+=' needs the output: pass out= for {lhs}")
+            return np.zeros(shape, dtype=self.dtype)
+        if isinstance(out, Tensor):
+            if out.format != fmt or out.dtype != self.dtype:
+                raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
+            c = out.vals.reshape(shape)
+        else:
+            c = np.asarray(out)
+            if c.dtype != self.dtype or not c.flags.c_contiguous or not c.flags.writeable:
+                raise OperandError(
+                    f"out must be a writable C-contiguous {self.dtype} numpy array (or a "
+                    f"ucf.Tensor in format '{fmt}'), got {c.dtype}"
+                )
+        if self.statement.op == "=":
+            c[...] = 0
+        return c
