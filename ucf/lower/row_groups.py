@@ -440,7 +440,7 @@ class _Rewriter:
                 here = substitute(value, m)
                 for v in range(TILE_VECTORS):
                     # j counts from the tile's first column in the panel.
-                    term = _vector(here, j.var.name, Const(v * lanes, I64), lanes, leaf)
+                    term = _vector(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
                     adds.append(ir.Assign(acc[k, v], ir.Bin("+", acc[k, v], term)))
             return [*stmts, *adds]
 
