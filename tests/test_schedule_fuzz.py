@@ -51,14 +51,16 @@ def check(pool: WorkerPool, case: Case) -> None:
     assert not outcome.failed, f"{outcome.status}; repro:\n{repro(case, outcome)}"
 
 
-@fuzz_settings(1000)
+# The default suite's share of the fuzzing (derandomized: the same cases every run); the
+# slow test below and bench/fuzz.py run many more.
+@fuzz_settings(600)
 @given(case=cases(("llvm",)))
 def test_random_schedules_llvm(pool, case):
     check(pool, case)
 
 
 @needs_cc
-@fuzz_settings(500)
+@fuzz_settings(300)
 @given(case=cases(("c",)))
 def test_random_schedules_c(pool, case):
     check(pool, case)
