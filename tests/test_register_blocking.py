@@ -235,3 +235,45 @@ def test_tiles_raise_the_parallel_work_threshold(monkeypatch, fmt, times):
     loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
     assert loop.parallel == "CPUThread"
     assert loop.parallel_if.right == ir.Const(1000 * times, ir.I64)
+
+
+# X(t,d) * W(d,h) with W blocked and the blocks outside the rows of X: the loop over t,
+# whose trip count comes with the call, is cut into tiles of 4 rows and its last rows run
+# untiled (t = 1, 3, 6, 13: no whole tile, a remainder of 3, 2 and 1).
+ROW_TILES = [
+    ("bcsr(4,4)", "reorder(d_blk,h_blk,t,d_in,h_in)"),
+    ("bcsc(4,4)", "reorder(h_blk,d_blk,t,d_in,h_in)"),
+    ("bcsc(4,8)", "reorder(h_blk,d_blk,t,d_in,h_in); parallelize(h_blk,CPUThread,NoRaces)"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt, schedule", ROW_TILES, ids=[f for f, _ in ROW_TILES])
+def test_rows_known_at_the_call_are_tiled(target, fmt, schedule, monkeypatch):
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel case starts its threads
+    rng = np.random.default_rng(9)
+    block = tuple(int(x) for x in fmt[5:-1].split(","))
+    w = blocked(rng, (10, 37), block, np.float32)
+    stored = ucf.from_numpy(w, format=fmt)
+    k = ucf.compile(
+        "T(t,h) = X(t,d) * W(d,h)",
+        formats={"W": fmt},
+        schedule=schedule,
+        target=target,
+        dtype="float32",
+    )
+    assert "tiles of 4 rows (t)" in k.cin
+    for rows in (1, 3, 6, 13):
+        x = rand_dense(rng, (rows, 10)).astype(np.float32)
+        np.testing.assert_array_equal(k(X=x, W=stored).to_numpy(), x @ w)
+    plus = ucf.compile(
+        "T(t,h) += X(t,d) * W(d,h)",
+        formats={"W": fmt},
+        schedule=schedule,
+        target=target,
+        dtype="float32",
+    )
+    x, t0 = rand_dense(rng, (7, 10)).astype(np.float32), rand_dense(rng, (7, 37))
+    out = t0.astype(np.float32)
+    plus(X=x, W=stored, out=out)
+    np.testing.assert_array_equal(out, t0.astype(np.float32) + x @ w)

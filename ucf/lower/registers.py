@@ -188,6 +188,7 @@ class _Rewriter:
         at = ir.Decl(jv, ir.add(j.start, ir.mul(tile, w)))
         count = ir.Bin("/", span, w)
         pack: list[ir.Stmt] = []
+        head: list[ir.Stmt] = []
         if nest.rows is None:
             micro = self.micro(nest, [{}], jv, lanes, {})
             tiles = ir.For(tile, Const(0, I64), count, [at, *micro])
@@ -195,8 +196,18 @@ class _Rewriter:
             group = Var(self.fresh(f"{nest.rows.var.name}_group"), I64)
             first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
             renames, decls = self.row_copies(nest, first, rows)
-            groups = _trip(nest.rows) // rows
-            packed, pack = self.packed(nest, tile, count, width, lanes, groups)
+            trip = _trip(nest.rows)
+            groups = Const(trip // rows, I64) if trip is not None else None
+            if groups is None:  # rows not known until the call: whole groups, then the rest
+                groups = Var(self.fresh(f"{nest.rows.var.name}_groups"), I64)
+                done = Var(self.fresh(f"{nest.rows.var.name}_grouped"), I64)
+                span_rows = ir.sub(nest.rows.end, nest.rows.start)
+                head = [
+                    ir.Decl(groups, ir.Bin("/", span_rows, Const(rows, I64))),
+                    ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
+                ]
+                original, left = replace(original, end=done), replace(original, start=done)
+            packed, pack = self.packed(nest, tile, count, width, lanes, (trip or 0) // rows)
             micro = self.micro(nest, renames, jv, lanes, packed)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
@@ -204,7 +215,7 @@ class _Rewriter:
             # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
             # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
             inner = ir.For(tile, Const(0, I64), count, [at, *micro])
-            tiles = ir.For(group, Const(0, I64), Const(groups, I64), [*decls, inner])
+            tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
@@ -214,9 +225,11 @@ class _Rewriter:
         ]
         if nest.rows is None:
             return out
+        if head:
+            out = [*head, *out, left]
         # Rows must be distinct places for their tiles to be distinct registers.
         stride = _coefficient(_row_base(nest), nest.rows.var.name)
-        return [ir.If(ir.Cmp(">=", stride, span), out, [original])]
+        return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
 
     def packed(
         self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int
@@ -438,8 +451,11 @@ def _most(s: ir.For) -> int | None:
 
 def _rows(s: ir.For) -> int:
     """Rows per tile of a loop over rows: ``ROWS``, or 2, dividing its constant trip
-    count; 0 if none does."""
+    count; 0 if none does. A trip count known only at the call (the rows of a dense
+    factor, ``t`` of ``X(t,d) * W(d,h)``) takes ``ROWS``, and its last rows run untiled."""
     trip = _trip(s)
+    if trip is None:
+        return ROWS
     for rows in (ROWS, 2):
         if trip is not None and trip >= rows and trip % rows == 0:
             return rows
