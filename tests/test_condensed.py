@@ -267,3 +267,17 @@ int main(void) {{
 }}
 """
     assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
+
+
+def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kernel():
+    """A depth sizes per-thread workspaces when the kernel starts: past MAX_DEPTH it is
+    refused (it segfaulted at 2**32 and wrapped around past int64); micro-tiles whose
+    gathered tile would be huge run the generic kernel, which checks its memory."""
+    with pytest.raises(ucf.ScheduleError, match="at most"):
+        ucf.compile(
+            "C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (3, 2)}, schedule="condense(k, A, 4294967296)"
+        )
+    k = ucf.compile("C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (1, 3000)})
+    assert k._condensed is None
+    a, b = np.eye(5), np.arange(20.0).reshape(5, 4)
+    np.testing.assert_array_equal(k(A=a, B=b).to_numpy(), b)

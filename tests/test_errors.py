@@ -302,15 +302,34 @@ def test_an_output_that_overlaps_an_operand_is_refused(expr, formats):
     np.testing.assert_allclose(k(A=a, x=rows[0], out=y).to_numpy(), expected)
 
 
-def test_a_blocked_kernel_writes_an_overlapping_output_correctly():
-    """A blocked kernel computes into its own split buffer and copies back at the end, so
-    out= may be an operand."""
-    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "bcsr(4,4)"})
-    a = ucf.from_numpy(sp.random(10, 10, density=0.3, random_state=3).toarray(), "bcsr(4,4)")
-    x = np.random.default_rng(4).standard_normal(10)
-    expected = a.to_numpy() @ x
-    np.testing.assert_allclose(k(A=a, x=x, out=x).to_numpy(), expected)
-    np.testing.assert_allclose(x, expected)
+@pytest.mark.parametrize(
+    "expr, formats, dynamic",
+    [
+        ("y(i) = A(i,j) * x(j)", {"A": "bcsr(4,4)"}, None),
+        ("C(i,n) = A(i,k) * B(k,n)", None, {"A": (4, 1)}),  # gathered compute tiles
+        ("C(i,n) = A(i,k) * B(k,n)", None, {"A": (3, 2)}),
+    ],
+)
+def test_blocked_and_dynamic_kernels_refuse_an_overlapping_output(expr, formats, dynamic):
+    """One rule for every kind of kernel (a blocked one would compute right, a dynamic one
+    wrong); a separate output gives numpy's result."""
+    k = ucf.compile(expr, formats=formats, dynamic=dynamic)
+    rng = np.random.default_rng(4)
+    if dynamic is None:
+        a = ucf.from_numpy(sp.random(10, 10, density=0.3, random_state=3).toarray(), "bcsr(4,4)")
+        ops, read = {"A": a, "x": rng.standard_normal(10)}, "x"
+        expected = a.to_numpy() @ ops["x"]
+    else:
+        ops = {"A": rng.standard_normal((10, 10)), "B": rng.standard_normal((10, 10))}
+        ops["A"][rng.random((10, 10)) < 0.5] = 0
+        read, expected = "B", ops["A"] @ ops["B"]
+    for name in ops if dynamic else [read]:
+        with pytest.raises(ucf.OperandError, match=f"shares memory with operand {name}"):
+            k(**ops, out=ops[name])
+    out = np.zeros_like(expected)
+    np.testing.assert_allclose(k(**ops, out=out).to_numpy(), expected, atol=1e-12)
+    with pytest.raises(ucf.ArgumentError, match="passed by name"):
+        k(*ops.values())
 
 
 def test_an_output_overlapping_a_dense_matrix_operand_is_refused():

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ucf.cin.notation import Slot
+from ucf.errors import ArgumentError, OperandError
 from ucf.format.format import Format, dense_format
 from ucf.lang.ast import accesses
 from ucf.pipeline import Plan
@@ -168,3 +169,32 @@ def same_format(a: Format, b: Format) -> bool:
         _EQUAL.clear()
     _EQUAL[id(a), id(b)] = (a, b)  # held, so the ids stay theirs
     return True
+
+
+def check_not_aliased(out: Any, reads: dict[str, Any], outname: str) -> None:
+    """Refuse an output that overlaps an operand of the call: a kernel zeroes (for ``=``)
+    and writes the output while it still reads the operands, so the result would be
+    wrong. ``reads`` maps each operand's name to its Tensor or array."""
+    target = out.vals if hasattr(out, "vals") else out
+    for name, t in reads.items():
+        arrays = (
+            [t.vals, *(a for lvl in t.levels for a in lvl.values())]
+            if hasattr(t, "levels")
+            else [t]
+        )
+        if any(isinstance(a, np.ndarray) and np.may_share_memory(target, a) for a in arrays):
+            raise OperandError(
+                f"out= shares memory with operand {name}, which the kernel reads while it "
+                f"writes {outname}: pass a separate output array"
+            )
+
+
+def refuse_positional(stmt: Any, positional: tuple) -> None:
+    """Operands are passed by name: which is which by position would depend on the order
+    tensors appear in the statement, which a reader of the call cannot see."""
+    if positional:
+        names = sorted({a.tensor for a in accesses(stmt.rhs)})
+        raise ArgumentError(
+            f"operands are passed by name, as in k({', '.join(f'{n}=...' for n in names)}); "
+            f"this call passes {len(positional)} by position"
+        )

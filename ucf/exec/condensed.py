@@ -36,6 +36,11 @@ from ucf.schedule.text import parse_schedule
 
 #: The compute types the micro-kernel has.
 DTYPES = ("float32", "float64")
+#: The most k's a compute tile gathers: deeper tiles leave L2 long before this.
+MAX_DEPTH = 1 << 14
+#: The most elements a gathered tile (micro-tile rows x depth) may hold; the kernel
+#: allocates it per thread when it starts, so a larger one runs the generic kernel.
+MAX_TILE = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ def match(
     shape = None
     if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
         shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
+    if shape is not None and _tile(shape.depth, granularity) > MAX_TILE:
+        shape = None  # micro-tiles too large to gather: the generic kernel runs them
     if not asked:
         return shape
     if len(commands) > 1:
@@ -85,6 +92,13 @@ def match(
             f"variable; write condense({k}, {name}, depth)"
         )
     depth = cmd.positive(cmd.args[2], "the compute-tile depth")
+    if depth > MAX_DEPTH:
+        raise ScheduleError(f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s")
+    if shape is not None and _tile(depth, granularity) > MAX_TILE:
+        raise UnsupportedError(
+            f"{cmd}: micro-tiles {granularity} gathered {depth} deep hold more than "
+            f"{MAX_TILE} elements; use a smaller depth or micro-tile"
+        )
     if shape is None:
         raise UnsupportedError(
             f"{cmd}: gathered compute tiles are built for C(b.., i, n) = {name}(b.., i, k) * "
@@ -92,6 +106,13 @@ def match(
             f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
         )
     return replace(shape, depth=depth)
+
+
+def _tile(depth: int, granularity: tuple[int, ...]) -> int:
+    """A bound on the elements of a gathered compute tile: the micro-tile's longest side
+    by the depth in whole micro-tiles."""
+    last = granularity[-1]
+    return max(granularity) * condensed.depth_tiles(depth, last) * last
 
 
 def _commands(schedule: Any) -> list:

@@ -42,6 +42,7 @@ from ucf.cin.blocking import Blocking, unblock
 from ucf.cin.invariance import check_condense, classify, describe
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
 from ucf.exec import blocked, condensed
+from ucf.exec.binding import check_not_aliased, refuse_positional
 from ucf.exec.extents import bound_extents, check_orders
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
@@ -224,10 +225,12 @@ class DynamicKernel:
     @boundary
     def __call__(
         self,
+        *positional: Any,
         out: Any = None,
         masks: Mapping[str, Any] | None = None,
         **operands: Any,
     ) -> Tensor:
+        refuse_positional(self.statement, positional)
         names = {a.tensor for a in ast.accesses(self.statement.rhs)}
         if set(operands) != names:
             raise OperandError(
@@ -242,6 +245,8 @@ class DynamicKernel:
             )
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
+        if out is not None:
+            check_not_aliased(out, given, self.statement.lhs.tensor)
         tensors = {n: _tensor(v, n) for n, v in given.items()}
         # Checked on the user's statement, so errors name the user's operands.
         stmt = self._with_mask

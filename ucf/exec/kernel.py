@@ -30,7 +30,13 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import blocked, cache, stats
-from ucf.exec.binding import arguments, binding, same_format
+from ucf.exec.binding import (
+    arguments,
+    binding,
+    check_not_aliased,
+    refuse_positional,
+    same_format,
+)
 from ucf.exec.export import beside, save_c
 from ucf.exec.extents import bound_extents, check_orders, plain_extents
 from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
@@ -381,8 +387,7 @@ class Kernel:
         masks: Mapping[str, Any] | None = None,
         **operands: Any,
     ) -> Tensor:
-        if positional:
-            raise ArgumentError(self._by_name(len(positional)))
+        refuse_positional(self._plan.statement, positional)
         for what, value in (("shapes", shapes), ("masks", masks)):
             if value is not None and not isinstance(value, Mapping):
                 raise ArgumentError(f"{what}= takes a dict by name, got {type(value).__name__}")
@@ -411,6 +416,8 @@ class Kernel:
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given = {n: self._as_operand(operands[n], n) for n in names}
+        if out is not None:
+            check_not_aliased(out, given, stmt.lhs.tensor)
         check_orders(plan.orders, given)
         for n, st in self._statics.items():
             st.check(given[n], self.index_dtype)
@@ -434,13 +441,6 @@ class Kernel:
             new = Replay(operands, out, call[:3], num_threads(), local.built, result, zero)
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
-
-    def _by_name(self, count: int) -> str:
-        """Why positional operands are refused: which operand is which would depend on the
-        order tensors appear in the statement, which a reader of the call cannot see."""
-        names = sorted({a.tensor for a in accesses(self._plan.statement.rhs)})
-        call = ", ".join(f"{n}=..." for n in names)
-        return f"operands are passed by name, as in k({call}); this call passes {count} by position"
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
@@ -474,9 +474,6 @@ class Kernel:
         out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
         if b.dense_output:
-            if out is not None:
-                reads = [(slot.tensor, slots[slot.name]) for slot, *_ in b.slots]
-                _check_not_aliased(out, reads, outname)
             result = self._dense_output(out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
             if self.target != "cuda" and plan.blocking is None:  # replayable: see __call__
@@ -641,21 +638,6 @@ class _PerThread(threading.local):
 def _cfunc(fn: ir.Function, address: int):
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     return ctypes.CFUNCTYPE(None, *types)(address)
-
-
-def _check_not_aliased(out: Any, reads: list[tuple[str, Tensor]], outname: str) -> None:
-    """Refuse an output that overlaps an operand the kernel reads: the kernel zeroes (for
-    ``=``) and writes the output while it still reads that operand, so the result would be
-    wrong. The slots are the arrays the kernel reads, after any conversion (a converted
-    copy does not alias)."""
-    arr = out.vals if isinstance(out, Tensor) else out
-    for name, t in reads:
-        arrays = [t.vals, *(a for lvl in t.levels for a in lvl.values())]
-        if any(isinstance(a, np.ndarray) and np.may_share_memory(arr, a) for a in arrays):
-            raise OperandError(
-                f"out= shares memory with operand {name}, which the kernel reads while it "
-                f"writes {outname}: pass a separate output array"
-            )
 
 
 def _trimmed(t: Tensor) -> Tensor:
