@@ -281,3 +281,11 @@ def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kern
     assert k._condensed is None
     a, b = np.eye(5), np.arange(20.0).reshape(5, 4)
     np.testing.assert_array_equal(k(A=a, B=b).to_numpy(), b)
+
+
+def test_values_rounded_to_the_kernels_dtype_are_warned_about():
+    k = ucf.compile("C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (4, 1)}, dtype="float32")
+    a, b = np.eye(8, dtype=np.float32), np.full((8, 3), 2**40 + 1, dtype=np.int64)
+    with pytest.warns(ucf.ConversionWarning, match="operand B has int64 values, rounded"):
+        got = k(A=a, B=b).to_numpy()
+    np.testing.assert_array_equal(got, b.astype(np.float32))

@@ -95,6 +95,10 @@ def check(target: str, case) -> None:
     operands = {
         k: rng.integers(-5, 6, size=shape).astype(dtype) for k, shape in others(m, n, p).items()
     }
+    if fmt.startswith("ell(") and int(fmt[4:-1]) > n:  # w distinct columns of n
+        with pytest.raises(ucf.FormatError, match="exceeds the level's dimension"):
+            ucf.from_numpy(a, format=fmt)
+        return
     k = ucf.compile(expr, formats={"A": fmt}, target=target, dtype=dtype)
     got = k(A=ucf.from_numpy(a, format=fmt), **operands).to_numpy()
     expected = reference(a, operands)

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from ucf import stile
-from ucf.errors import OperandError, ScheduleError, UnsupportedError
+from ucf.errors import (
+    ConversionWarning,
+    OperandError,
+    ScheduleError,
+    UnsupportedError,
+    warn_user,
+)
 from ucf.format.format import dense_format, parse_format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
@@ -228,6 +234,7 @@ class Condensed:
                 elem, idx, granularity[-1], shape.depth, threshold
             )
         self._call, self._library = stile.compiled_function(target, self.function)
+        self._warned: set[str] = set()
 
     @property
     def source(self) -> str:
@@ -268,13 +275,23 @@ class Condensed:
             f"registers: tiles of {tile} columns of {c} held across the gathered k's",
         ]
 
+    def _held(self, name: str, value: np.ndarray) -> np.ndarray:
+        """``value`` in the kernel's dtype, saying once if that rounds it, as the other
+        kernels do."""
+        if not np.can_cast(value.dtype, self.dtype, "safe") and name not in self._warned:
+            self._warned.add(name)
+            warn_user(
+                f"ucf: operand {name} has {value.dtype} values, rounded to the {self.dtype} "
+                "the kernel reads",
+                ConversionWarning,
+            )
+        return np.ascontiguousarray(value, dtype=self.dtype)
+
     def __call__(
         self, a: np.ndarray, mask: np.ndarray, index: Tensor, tensors: dict[str, Tensor], out: Any
     ) -> Tensor:
-        a = np.ascontiguousarray(a, dtype=self.dtype)
-        dense = [
-            np.ascontiguousarray(np.asarray(tensors[n]), dtype=self.dtype) for n in self.shape.dense
-        ]
+        a = self._held(self.name, a)
+        dense = [self._held(n, np.asarray(tensors[n])) for n in self.shape.dense]
         pos, crd = index.levels[-1]["pos"], index.levels[-1]["crd"]
         if self.shape.kind == "matmul":
             (b,) = dense
