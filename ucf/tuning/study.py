@@ -89,8 +89,7 @@ def tune(
         objective = _objective(
             expr, fmts, target, dtype, index_dtype, tensors, shapes, search_formats
         )
-        shape = tuned.shape_class(*_sizes(expr, tensors, shapes))
-        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, shape)
+        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, _shape(expr, tensors, shapes))
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
@@ -100,7 +99,10 @@ def tune(
         finally:
             optuna.logging.set_verbosity(verbosity)
         result = _result(study, objective)
-    if result.schedule is not None:  # recorded for the formats it was found for
+    if result.schedule is not None:  # recorded for the formats it was found for, and
+        # the shape class of the operands in them (a blocked format stores more entries)
+        stored = objective.variant(result.formats).operands
+        shape = _shape(expr, stored, shapes)
         best = tuned.make_key(expr, result.formats, dtype, index_dtype, target, shape)
         tuned.record(best, result.schedule, result.time)
     return result
@@ -143,6 +145,11 @@ def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int
     return extents, nnz
 
 
+def _shape(expr: str, tensors: dict[str, Tensor], shapes) -> str:
+    """The shape class of ``tensors`` (what ``schedule="tuned"`` looks a plan up by)."""
+    return tuned.shape_class(*_sizes(expr, tensors, shapes))
+
+
 def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) -> Objective:
     """The trial function, with the default kernel's result and time to compare with.
     Calling the default kernel first lets it report missing or unknown operands."""
@@ -155,7 +162,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
         operands=tensors,
         shapes=shapes,
         extents={},
-        choices=space.format_choices(expr, fmts) if search else {},
+        choices=space.format_choices(expr, fmts, tensors) if search else {},
     )
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
@@ -207,13 +214,15 @@ def _sampler(optuna, seed: int | None, trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
 
 
-def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
+def study_name(key: dict[str, Any], choices: Mapping[str, Any] | None = None) -> str:
     """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
     storage's 512 characters (a digest keeps cut names apart). A search over formats
-    has parameters of its own, so it is a study of its own."""
+    has parameters of its own, so it is a study of its own, and so is each set of
+    format ``choices`` (they depend on the operands' structure, not only on the key,
+    and Optuna refuses a parameter whose choices change within a study)."""
     fields = {**key, "space": space.SPACE_VERSION}
-    if formats_searched:
-        fields["formats_searched"] = True
+    if choices:
+        fields["formats_searched"] = {n: list(c) for n, c in sorted(choices.items())}
     name = json.dumps(fields, sort_keys=True)
     if len(name) <= MAX_NAME:
         return name
@@ -222,7 +231,7 @@ def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
 
 def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
     url = default_storage() if storage is None else storage
-    name = study_name(key, bool(objective.choices))
+    name = study_name(key, objective.choices)
     study = optuna.create_study(
         storage=_storage(optuna, url),
         study_name=name,
@@ -381,11 +390,7 @@ def _result(study: Any, objective: Objective) -> Tuned:
     """The study's best schedule, timed again in turns with the default (the machine's
     load may have changed since either was first timed); the default when it is as fast."""
     trials = study.get_trials(deepcopy=False)
-    reasons = {
-        t.user_attrs.get("schedule", ""): t.user_attrs["failure"]
-        for t in trials
-        if "failure" in t.user_attrs
-    }
+    reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
     default, given = objective.kernel(None), objective.variant(objective.formats)
     if not done:
@@ -413,3 +418,12 @@ def _result(study: Any, objective: Objective) -> Tuned:
     if seconds >= default_time:
         return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
     return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
+
+
+def _tried(trial: Any) -> str:
+    """What a failed trial tried: its schedule, else (its formats did not fit the
+    operands) its formats."""
+    if "schedule" in trial.user_attrs:
+        return trial.user_attrs["schedule"]
+    formats = trial.user_attrs.get("formats", {})
+    return "formats " + ", ".join(f"{n}={f}" for n, f in sorted(formats.items()))
