@@ -7,6 +7,7 @@ Run from the repository root:
     python bench/autoschedule.py --rows 200000 --threads 2 --json /tmp/a.json --plot /tmp/a.png
     python bench/autoschedule.py --mtx web-Google.mtx --kernels spmv,spmm32 --trials 20
     python bench/autoschedule.py --rows 2000 --quick # smoke test: seconds
+    python bench/autoschedule.py --search-formats --threads 1 --clock cpu --kernels spmv,spmm32
 
 Users write a statement and formats, not the schedules of ``parallel.py``,
 so what they get is ucf's default.  Every kernel here is therefore timed in
@@ -23,6 +24,13 @@ seed=0, storage=..., **operands) -> Tuned`` with ``.schedule``, ``.time``,
 ``.default_time`` and ``.kernel`` (the compiled best); each study gets a
 fresh in-memory Optuna storage so no study resumes another matrix's.
 Without ``ucf.tune`` the tuned column reads "not available".
+
+``--search-formats`` adds a sixth column, tuned over the sparse inputs' formats as
+well as the schedule (``search_formats=True``: ``bcsr`` block shapes and ``ell``
+where the matrix fills them).  Its kernel is timed on operands converted once
+beforehand, so ``t_default/t_tuned+formats`` compares kernel times; the
+conversion (timed with ``--clock``) and the number of calls it takes to pay for
+itself are reported beside it, and the grades get a row for its geomean.
 """
 
 from __future__ import annotations

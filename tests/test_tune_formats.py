@@ -76,6 +76,9 @@ def test_tuning_a_block_diagonal_matrix_over_formats_matches_scipy():
     assert any(f.startswith("UCUU") for f in choices) and result.formats["A"] in choices
     np.testing.assert_allclose(result.kernel(**result.operands(A=A, B=B)).to_numpy(), A @ B)
     assert result.conversion_time == 0 or result.formats["A"] != "UC"
+    # after the default, the default schedule in each blocked or ELL format offered
+    tried = [t.user_attrs["formats"]["A"] for t in result.study.trials[1:]]
+    assert tried and all(space.structured(f) for f in tried)
     for t in result.study.trials:
         if t.value is not None:
             fmts = t.user_attrs["formats"]

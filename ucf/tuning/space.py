@@ -371,6 +371,13 @@ def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
     return {name + scope: value for name, value in params.items()}
 
 
+def structured(spelled: str) -> bool:
+    """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
+    that ``format_choices`` offers only where the operand's structure fills it."""
+    fmt = parse_format(spelled)
+    return fmt.blocked or "F" in str(fmt).split(":")[0]
+
+
 def format_choices(
     statement: str, formats: dict[str, str], operands: Mapping[str, Tensor] | None = None
 ) -> dict[str, tuple[str, ...]]:

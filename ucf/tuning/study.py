@@ -5,7 +5,8 @@ A study lives in one SQLite file in the kernel cache directory, named after
 what the schedule is tuned for (statement, formats, dtypes, target and the
 inputs' shape class), so calling ``tune`` again resumes it: earlier trials
 inform the sampler and the new ones are added. The first trial of a new
-study is ucf's default schedule, and the best found is timed again beside
+study is ucf's default schedule (and, formats searched, the next ones are its
+default in each blocked or fixed-width format offered), and the best found is timed again beside
 the default before it is returned, so it is never slower. The best schedule
 is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
 """
@@ -171,11 +172,29 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
     return objective
 
 
-def _first(objective: Objective) -> dict[str, Any]:
-    """The parameters of the default schedule on the given formats."""
+def _first(objective: Objective) -> list[dict[str, Any]]:
+    """The parameters of the default schedule on the given formats, then (formats searched)
+    on each blocked or fixed-width format offered for an input: a search of a few dozen
+    trials over many formats, each with a space of its own, would otherwise try the
+    formats that the operands' structure singled out only by chance."""
     v = objective.variant(objective.formats)
-    params = space.default_params(v.problem, objective.scope(v.formats))
-    params.update({f"format_{n}": v.formats[n] for n in objective.choices})
+    found = [{**_defaults(objective, v.formats, v.problem)}]
+    for name, options in objective.choices.items():
+        for option in options:
+            if not space.structured(option):
+                continue
+            formats = {**objective.formats, name: option}
+            try:
+                p = space.problem(objective.statement, formats, objective.extents)
+            except UcfError:
+                continue  # its trial would fail the same way, pruned
+            found.append(_defaults(objective, formats, p))
+    return found
+
+
+def _defaults(objective: Objective, formats: dict[str, str], p: space.Problem) -> dict[str, Any]:
+    params = space.default_params(p, objective.scope(formats))
+    params.update({f"format_{n}": formats[n] for n in objective.choices})
     return params
 
 
@@ -241,7 +260,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = None if before else _first(objective)
+    first = [] if before else _first(objective)
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
@@ -249,8 +268,8 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
         if client is not None:
             _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
             return study
-        if first is not None:
-            study.enqueue_trial(first)
+        for params in first:
+            study.enqueue_trial(params)
         if n_jobs > 1:
             _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
         else:
@@ -323,8 +342,8 @@ def _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar
     remote = optuna.create_study(storage=shared, study_name=study.study_name, direction="minimize")
     done = [t for t in study.get_trials() if t.state.is_finished()]
     remote.add_trials(done)
-    if first is not None:
-        remote.enqueue_trial(first)
+    for params in first:
+        remote.enqueue_trial(params)
     workers = len(client.scheduler_info()["workers"]) or 1
     futures = [
         client.submit(
