@@ -830,33 +830,15 @@ def grades(rows: list[dict], args) -> list[dict]:
             "met": bool(measured) and len(within) == len(measured) and not failed_default,
         }
     )
-    sp_tuned = [r["ratios"]["t_default/t_tuned"] for r in cells]
-    sp_tuned = [x for x in sp_tuned if x is not None]
-    g = geomean(sp_tuned)
-    out.append(
-        {
-            "measure": "tuned vs default",
-            "target": f"geomean t_default/t_tuned >= {TUNED_VS_DEFAULT_MIN}",
-            "value": "tuned not measured"
-            if g is None
-            else f"{g:.2f}x over {len(sp_tuned)} rows ({args.trials} trials)",
-            "met": None if g is None else g >= TUNED_VS_DEFAULT_MIN,
-        }
-    )
+    out.append(_tuned_grade(cells, "tuned", "tuned vs default", f"{args.trials} trials"))
     if args.search_formats:
-        key = f"t_default/t_{TUNED_FORMATS}"
-        with_formats = [r["ratios"][key] for r in cells if r["ratios"].get(key) is not None]
-        g = geomean(with_formats)
         out.append(
-            {
-                "measure": "tuned over formats and schedules vs default (kernel time)",
-                "target": f"geomean t_default/t_{TUNED_FORMATS} >= {TUNED_VS_DEFAULT_MIN}",
-                "value": "not measured"
-                if g is None
-                else f"{g:.2f}x over {len(with_formats)} rows ({args.trials} trials; "
-                "conversion apart, see break-even)",
-                "met": None if g is None else g >= TUNED_VS_DEFAULT_MIN,
-            }
+            _tuned_grade(
+                cells,
+                TUNED_FORMATS,
+                "tuned over formats and schedules vs default (kernel time)",
+                f"{args.trials} trials; conversion apart, see break-even",
+            )
         )
     mkl_rows = [
         r for r in cells if r["kernel"] in MKL_TARGET_KERNELS and r["threads"] == MKL_TARGET_THREADS
@@ -925,6 +907,21 @@ def grades(rows: list[dict], args) -> list[dict]:
         }
     )
     return out
+
+
+def _tuned_grade(cells: list[dict], column: str, measure: str, how: str) -> dict:
+    """The geomean of t_default over the ``column``'s time, against WACO's bar."""
+    key = f"t_default/t_{column}"
+    found = [r["ratios"][key] for r in cells if r["ratios"].get(key) is not None]
+    g = geomean(found)
+    return {
+        "measure": measure,
+        "target": f"geomean {key} >= {TUNED_VS_DEFAULT_MIN}",
+        "value": f"{column} not measured"
+        if g is None
+        else f"{g:.2f}x over {len(found)} rows ({how})",
+        "met": None if g is None else g >= TUNED_VS_DEFAULT_MIN,
+    }
 
 
 def _cell_name(r: dict) -> str:
