@@ -5,7 +5,7 @@ would spend most of its trials on storage that cannot win: ``bcsr(8,8)`` on a
 matrix with scattered nonzeros stores about 64 values per nonzero, and ``ell(w)``
 on a power-law matrix pads every row to the longest. What decides is how much
 of the stored values would be padding, and that is cheap to count on the
-coordinates (one ``np.unique`` per block shape):
+coordinates (one merge sort per block shape):
 
 - the *block fill* of ``bh x bw`` blocks: nonzeros over the values the live
   blocks store, ``nnz / (live blocks * bh * bw)``;
@@ -76,7 +76,10 @@ def block_fill(rows: np.ndarray, cols: np.ndarray, bh: int, bw: int, n_cols: int
     """Nonzeros over the values the live ``bh x bw`` blocks store (1.0: no padding)."""
     if rows.size == 0:
         return 0.0
-    live = np.unique((rows // bh) * (-(-n_cols // bw)) + cols // bw).size
+    # Each row's keys are sorted already (CSR order), so a merge sort runs through the
+    # block row's few sorted runs: several times faster than np.unique's quicksort.
+    keys = np.sort((rows // bh) * (-(-n_cols // bw)) + cols // bw, kind="stable")
+    live = 1 + int(np.count_nonzero(keys[1:] != keys[:-1]))
     return rows.size / (live * bh * bw)
 
 
