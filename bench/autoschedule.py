@@ -1154,6 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
                     if row["status"] == "ok":
                         row["ratios"] = ratios(row)
                     rows.append(row)
+                    print(table([row]).splitlines()[-1], file=sys.stderr)  # a long run's rows
                 del case
             del x
         res["config"]["openmp_runtimes"] = par.openmp_runtimes()
