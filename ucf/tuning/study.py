@@ -260,7 +260,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = [] if before else _first(objective)
+    first = [] if before else _first(objective)[:trials]  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
