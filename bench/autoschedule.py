@@ -7,6 +7,7 @@ Run from the repository root:
     python bench/autoschedule.py --rows 200000 --threads 2 --json /tmp/a.json --plot /tmp/a.png
     python bench/autoschedule.py --mtx web-Google.mtx --kernels spmv,spmm32 --trials 20
     python bench/autoschedule.py --rows 2000 --quick # smoke test: seconds
+    python bench/autoschedule.py --search-formats --threads 1 --clock cpu --kernels spmv,spmm32
 
 Users write a statement and formats, not the schedules of ``parallel.py``,
 so what they get is ucf's default.  Every kernel here is therefore timed in
@@ -23,6 +24,13 @@ seed=0, storage=..., **operands) -> Tuned`` with ``.schedule``, ``.time``,
 ``.default_time`` and ``.kernel`` (the compiled best); each study gets a
 fresh in-memory Optuna storage so no study resumes another matrix's.
 Without ``ucf.tune`` the tuned column reads "not available".
+
+``--search-formats`` adds a sixth column, tuned over the sparse inputs' formats as
+well as the schedule (``search_formats=True``: ``bcsr`` block shapes and ``ell``
+where the matrix fills them).  Its kernel is timed on operands converted once
+beforehand, so ``t_default/t_tuned+formats`` compares kernel times; the
+conversion (timed with ``--clock``) and the number of calls it takes to pay for
+itself are reported beside it, and the grades get a row for its geomean.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 import warnings
@@ -64,6 +73,18 @@ DTYPE = "float64"
 SDDMM_K = 32  # inner dimension of SDDMM's dense factors
 MTTKRP_R = 32  # rank of MTTKRP's factor matrices
 UCF_COLUMNS = ("default", "tuned", "hand")
+TUNED_FORMATS = "tuned_formats"  # the --search-formats column
+#: Canonical formats by the names a reader knows (``format_name``).
+FORMAT_NAMES = (
+    (r"UCUU:0/(\d+),1/(\d+),0%\d+,1%\d+", "bcsr({},{})"),
+    (r"UCUU:0,1/(\d+),0%1,1%\d+", "bcsr(1,{})"),
+    (r"UCUU:0/(\d+),1,0%\d+,1%1", "bcsr({},1)"),
+    (r"UF(\d+)", "ell({})"),
+    (r"UC", "csr"),
+    (r"UC:1,0", "csc"),
+    (r"CC", "dcsr"),
+    (r"CC:1,0", "dcsc"),
+)
 
 # Targets of issue 17.
 DEFAULT_VS_HAND_MAX = 1.15  # t_default / t_hand on every row
@@ -669,50 +690,84 @@ def measure(spec: Spec, case: Case, threads: int, tools: Tools, args) -> dict:
 
 
 def tuned_column(spec: Spec, case: Case, cell: dict, tools: Tools, args) -> dict:
+    """The tuned column (schedules only) and, with ``--search-formats``, the column tuned
+    over the inputs' formats too, each a callable to time."""
+    columns = ("tuned", TUNED_FORMATS) if args.search_formats else ("tuned",)
+    why = None
     if tools.tune is None:
-        cell["tuned"] = {"status": "not available", "message": "ucf.tune does not exist yet"}
-        return {}
-    if args.trials < 1:
-        cell["tuned"] = {"status": "not run", "message": "--trials 0"}
-        return {}
-    if cell["default"].get("status") == "too slow":
-        cell["tuned"] = {
+        why = {"status": "not available", "message": "ucf.tune does not exist yet"}
+    elif args.trials < 1:
+        why = {"status": "not run", "message": "--trials 0"}
+    elif cell["default"].get("status") == "too slow":
+        why = {
             "status": "skipped",
             "message": "the default is too slow to time, and tune times it as its baseline",
         }
+    if why is not None:
+        cell.update({c: dict(why) for c in columns})
         return {}
+    found = {}
+    for column in columns:
+        f = attempt(cell, column, lambda c=column: tuned_cell(spec, case, cell, tools, args, c))
+        if f is not None:
+            found[column] = f
+    return found
 
-    def tuned() -> Callable:
-        extra = {}
-        if "storage" in inspect.signature(tools.tune).parameters:
-            import optuna  # tune needs it anyway; a fresh study per cell, never resumed
 
-            extra["storage"] = optuna.storages.InMemoryStorage()
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = tools.tune(
-                spec.statement,
-                formats=spec.formats,
-                trials=args.trials,
-                seed=0,
-                **extra,
-                **case.operands,
-            )
-        spent = time.perf_counter() - t0
-        cell["tuned"] = {
-            "status": "ok",
-            "schedule": res.schedule,
-            "tune_s": spent,
-            "trials": args.trials,
-            "tune_time": res.time,
-            "tune_default_time": res.default_time,
-        }
-        checked(call(res.kernel, case), case, spec.sparse_out, True)
-        return call(res.kernel, case)
+def tuned_cell(spec: Spec, case: Case, cell: dict, tools: Tools, args, column: str) -> Callable:
+    """Tune (over formats too for the TUNED_FORMATS column) and check the result. A result
+    in other formats is timed on the operands converted once, beforehand: its time is the
+    kernel's, and the conversion (timed with --clock) is reported beside it."""
+    extra: dict[str, Any] = {}
+    if "storage" in inspect.signature(tools.tune).parameters:
+        import optuna  # tune needs it anyway; a fresh study per cell, never resumed
 
-    f = attempt(cell, "tuned", tuned)
-    return {} if f is None else {"tuned": f}
+        extra["storage"] = optuna.storages.InMemoryStorage()
+    if column == TUNED_FORMATS:
+        extra["search_formats"] = True
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = tools.tune(
+            spec.statement,
+            formats=spec.formats,
+            trials=args.trials,
+            seed=0,
+            **extra,
+            **case.operands,
+        )
+    spent = time.perf_counter() - t0
+    cell[column] = {
+        "status": "ok",
+        "schedule": res.schedule,
+        "tune_s": spent,
+        "trials": args.trials,
+        "tune_time": res.time,
+        "tune_default_time": res.default_time,
+    }
+    operands = case.operands
+    if column == TUNED_FORMATS:
+        clock = CLOCKS[args.clock]
+        c0 = clock()
+        operands = res.operands(**case.operands)
+        given = {n: str(t.format) for n, t in case.operands.items() if isinstance(t, ucf.Tensor)}
+        changed = {n: f for n, f in res.formats.items() if n in given and f != given[n]}
+        cell[column].update(
+            formats={n: format_name(f) for n, f in changed.items()},
+            conversion_s=clock() - c0 if changed else 0.0,
+            tune_conversion_s=res.conversion_time,
+        )
+    checked(lambda: res.kernel(**operands), case, spec.sparse_out, True)
+    return lambda: res.kernel(**operands)
+
+
+def format_name(spelled: str) -> str:
+    """A canonical format by its usual name where it has one (``bcsr(4,4)``, ``ell(8)``)."""
+    for pattern, name in FORMAT_NAMES:
+        m = re.fullmatch(pattern, spelled)
+        if m:
+            return name.format(*m.groups())
+    return spelled
 
 
 # --------------------------------------------------------------------------- report
@@ -732,11 +787,26 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def ratios(row: dict) -> dict[str, float | None]:
-    return {
+    out = {
         "t_default/t_hand": ratio(t_of(row, "default"), t_of(row, "hand")),
         "t_default/t_tuned": ratio(t_of(row, "default"), t_of(row, "tuned")),
         "t_mkl/t_tuned": ratio(t_of(row, "mkl"), t_of(row, "tuned")),
     }
+    if TUNED_FORMATS in row:
+        out[f"t_default/t_{TUNED_FORMATS}"] = ratio(t_of(row, "default"), t_of(row, TUNED_FORMATS))
+    return out
+
+
+def break_even(row: dict) -> float | None:
+    """Calls of the format-tuned kernel after which its conversion has paid for itself:
+    0 without a conversion, inf when it saves nothing per call."""
+    c = row.get(TUNED_FORMATS, {})
+    t_def, t_fmt = t_of(row, "default"), t_of(row, TUNED_FORMATS)
+    if t_def is None or t_fmt is None:
+        return None
+    if not c.get("conversion_s"):
+        return 0.0
+    return math.ceil(c["conversion_s"] / (t_def - t_fmt)) if t_def > t_fmt else math.inf
 
 
 def grades(rows: list[dict], args) -> list[dict]:
@@ -760,19 +830,16 @@ def grades(rows: list[dict], args) -> list[dict]:
             "met": bool(measured) and len(within) == len(measured) and not failed_default,
         }
     )
-    sp_tuned = [r["ratios"]["t_default/t_tuned"] for r in cells]
-    sp_tuned = [x for x in sp_tuned if x is not None]
-    g = geomean(sp_tuned)
-    out.append(
-        {
-            "measure": "tuned vs default",
-            "target": f"geomean t_default/t_tuned >= {TUNED_VS_DEFAULT_MIN}",
-            "value": "tuned not measured"
-            if g is None
-            else f"{g:.2f}x over {len(sp_tuned)} rows ({args.trials} trials)",
-            "met": None if g is None else g >= TUNED_VS_DEFAULT_MIN,
-        }
-    )
+    out.append(_tuned_grade(cells, "tuned", "tuned vs default", f"{args.trials} trials"))
+    if args.search_formats:
+        out.append(
+            _tuned_grade(
+                cells,
+                TUNED_FORMATS,
+                "tuned over formats and schedules vs default (kernel time)",
+                f"{args.trials} trials; conversion apart, see break-even",
+            )
+        )
     mkl_rows = [
         r for r in cells if r["kernel"] in MKL_TARGET_KERNELS and r["threads"] == MKL_TARGET_THREADS
     ]
@@ -842,6 +909,21 @@ def grades(rows: list[dict], args) -> list[dict]:
     return out
 
 
+def _tuned_grade(cells: list[dict], column: str, measure: str, how: str) -> dict:
+    """The geomean of t_default over the ``column``'s time, against WACO's bar."""
+    key = f"t_default/t_{column}"
+    found = [r["ratios"][key] for r in cells if r["ratios"].get(key) is not None]
+    g = geomean(found)
+    return {
+        "measure": measure,
+        "target": f"geomean {key} >= {TUNED_VS_DEFAULT_MIN}",
+        "value": f"{column} not measured"
+        if g is None
+        else f"{g:.2f}x over {len(found)} rows ({how})",
+        "met": None if g is None else g >= TUNED_VS_DEFAULT_MIN,
+    }
+
+
 def _cell_name(r: dict) -> str:
     return f"{r['input']} {r['kernel']} {r['threads']}t"
 
@@ -861,24 +943,42 @@ def table(rows: list[dict]) -> str:
         "| input | kernel | thr | default ms | tuned ms | hand ms (variant) | scipy ms | MKL ms "
         "| t_def/t_hand | t_def/t_tuned | t_mkl/t_tuned |"
     )
+    formats = any(TUNED_FORMATS in r for r in rows)
+    if formats:
+        head += (
+            " tuned+formats ms (formats) | t_def/t_tuned+formats | conversion ms "
+            "| break-even calls |"
+        )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if r.get("status") != "ok":
             lines.append(
                 f"| {r['input']} | {r['kernel']} | {r.get('threads', '-')} | "
-                f"{r.get('status')}: {r.get('message', '')} |" + " |" * 7
+                f"{r.get('status')}: {r.get('message', '')} |" + " |" * (head.count("|") - 5)
             )
             continue
         hand = _fmt_time(r["hand"])
         if r["hand"].get("status") == "ok":
             hand += f" ({r['hand']['variant']})"
         x = r["ratios"]
-        lines.append(
+        line = (
             f"| {r['input']} | {r['kernel']} | {r['threads']} | {_fmt_time(r['default'])} | "
             f"{_fmt_time(r['tuned'])} | {hand} | {_fmt_time(r['scipy'])} | "
             f"{_fmt_time(r['mkl'])} | {_fmt_ratio(x['t_default/t_hand'])} | "
             f"{_fmt_ratio(x['t_default/t_tuned'])} | {_fmt_ratio(x['t_mkl/t_tuned'])} |"
         )
+        if formats:
+            c = r.get(TUNED_FORMATS, {})
+            chosen = ", ".join(f"{n}={f}" for n, f in c.get("formats", {}).items()) or "as given"
+            conv = c.get("conversion_s")
+            even = break_even(r)
+            line += (
+                f" {_fmt_time(c)} ({chosen}) | "
+                f"{_fmt_ratio(x.get(f't_default/t_{TUNED_FORMATS}'))} | "
+                f"{'-' if conv is None else f'{conv * 1e3:.2f}'} | "
+                f"{'-' if even is None else even} |"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -896,7 +996,7 @@ def notes(rows: list[dict]) -> list[str]:
     for r in rows:
         if r.get("status") != "ok":
             continue
-        for col in ("default", "tuned", "hand", "mkl"):
+        for col in ("default", "tuned", TUNED_FORMATS, "hand", "mkl"):
             c = r.get(col, {})
             if c.get("status") not in (None, "ok"):
                 key = f"{col} {c['status']}"
@@ -969,6 +1069,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", help="comma-separated kernels (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer runs and trials")
     p.add_argument(
+        "--search-formats",
+        action="store_true",
+        help="add a column tuned over the sparse inputs' formats too (ucf.tune(..., "
+        "search_formats=True): bcsr and ell where the matrix fills them), timed on operands "
+        "converted beforehand, with the conversion and its break-even calls beside it",
+    )
+    p.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
@@ -999,6 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": args.rows,
             "threads": args.threads,
             "trials": args.trials,
+            "search_formats": args.search_formats,
             "repeat": args.repeat,
             "pilot": args.pilot,
             "budget_s": args.budget,
@@ -1046,6 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
                     if row["status"] == "ok":
                         row["ratios"] = ratios(row)
                     rows.append(row)
+                    print(table([row]).splitlines()[-1], file=sys.stderr)  # a long run's rows
                 del case
             del x
         res["config"]["openmp_runtimes"] = par.openmp_runtimes()

@@ -8,7 +8,8 @@ enough (about 2 ms of calls) that the clock's resolution does not matter, and
 three samples where one call takes over 20 ms. A schedule that has lost
 already is timed no further: one whose first call is three times slower than
 the default's, or twice as slow as the best trial so far, is timed by that
-call alone, and sampling stops at the first sample that slow (a quadratic
+call alone (by a second call where the first lost by less than a first call's
+own cost, ``FIRST_CALL``), and sampling stops at the first sample that slow (a quadratic
 plan must not cost the study minutes, and a big input's losing trials should
 cost one call, not four).
 """
@@ -38,6 +39,9 @@ SLOW, FEW = 0.02, 3
 HOPELESS = 3
 #: ... and so is one this many times slower than the best trial so far.
 LOSING = 2
+#: Seconds a kernel's first call may spend beyond the others (its operands' statistics, the
+#: plan for their size): a first call that has lost by less is not the judge, a second is.
+FIRST_CALL = 5e-3
 
 
 def one_call(call: Callable[[], Any]) -> float:
@@ -127,6 +131,7 @@ class Objective:
     repeats: int = REPEATS
     _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
     _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
+    _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
 
     def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
         import ucf  # through the package, so a test can replace ucf.compile
@@ -148,7 +153,8 @@ class Objective:
         return "[" + ",".join(f"{t}={formats[t]}" for t in sorted(self.choices)) + "]"
 
     def variant(self, formats: dict[str, str]) -> Variant:
-        """The operands in ``formats`` (converted once, and the conversion timed)."""
+        """The operands in ``formats`` (converted once, and the conversion timed); what
+        the conversion raises if they do not fit."""
         scope = self.scope(formats)
         if scope not in self._variants:
             changed = [n for n in self.operands if formats[n] != self.formats[n]]
@@ -174,6 +180,8 @@ class Objective:
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
         call = lambda: k(shapes=self.shapes, **v.operands)  # noqa: E731
+        if enough < once < enough + FIRST_CALL:  # maybe only the first call's own cost
+            once = one_call(call)
         return median_time(call, self.repeats, enough, once)
 
     def hopeless(self) -> float:
@@ -188,9 +196,18 @@ class Objective:
         formats = dict(self.formats)
         for name, options in self.choices.items():
             formats[name] = trial.suggest_categorical(f"format_{name}", list(options))
-        v = self.variant(formats)
-        text = space.suggest(trial, v.problem, self.scope(formats))
-        seen = (self.scope(formats), text)
+        scope = self.scope(formats)
+        if scope not in self._unfit:
+            try:
+                v = self.variant(formats)
+            except Exception as e:  # the operands do not fit the formats (ell too narrow)
+                self._unfit[scope] = f"the operands cannot be stored so: {_reason(e)}"
+        if scope in self._unfit:
+            trial.set_user_attr("formats", formats)
+            trial.set_user_attr("failure", self._unfit[scope])
+            raise optuna.TrialPruned(self._unfit[scope])
+        text = space.suggest(trial, v.problem, scope)
+        seen = (scope, text)
         if seen not in self._seen:
             try:
                 self._seen[seen] = (self.measure(text, v, self.hopeless()), "")

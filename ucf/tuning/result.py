@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,10 @@ class Tuned:
     ``default_time`` are seconds per call (medians, the two timed in turns), so
     their ratio is the speed-up on this machine. ``formats`` are the input
     formats the schedule is for: the given ones unless ``tune(search_formats=True)``
-    chose others, whose conversion (seconds, once) is ``conversion_time``.
+    chose others (a blocked ``bcsr`` or an ``ell``, say), whose conversion
+    (seconds, once) is ``conversion_time``, never part of ``time``. ``operands``
+    stores inputs in ``formats`` once, so that calls of ``kernel`` convert nothing;
+    ``break_even`` is how many calls the conversion takes to pay for itself.
     """
 
     schedule: str | None
@@ -36,6 +40,28 @@ class Tuned:
     @property
     def speedup(self) -> float:
         return self.default_time / self.time if self.time > 0 else 1.0
+
+    @property
+    def break_even(self) -> float:
+        """Calls after which converting into ``formats`` has paid for itself: 0 when
+        nothing is converted, infinite when the tuned kernel saves nothing."""
+        if self.conversion_time <= 0:
+            return 0.0
+        saved = self.default_time - self.time
+        return math.ceil(self.conversion_time / saved) if saved > 0 else math.inf
+
+    @boundary
+    def operands(self, **operands: Any) -> dict[str, Any]:
+        """``operands`` with each input that ``formats`` names stored in its format (and in
+        the kernel's dtypes), the others as given: convert once, then call ``kernel`` on
+        them as often as needed."""
+        from ucf.format.interop import as_tensor
+
+        k = self.kernel
+        return {
+            n: as_tensor(v, self.formats[n], n, k.dtype, k.index_dtype) if n in self.formats else v
+            for n, v in operands.items()
+        }
 
     def __repr__(self) -> str:
         shown = "default" if self.schedule is None else repr(self.schedule)

@@ -24,8 +24,9 @@ order they store their modes). A trial picks, in define-by-run style:
   vectorizes by itself where it can (a ``CPUVector`` request that it cannot
   honour only prints a warning);
 - ``format_<T>`` (``format_choices``, when formats are searched too): each
-  sparse input's format; every choice of formats then has parameters of its
-  own, named with a ``[T=...]`` suffix.
+  sparse input's format, among its level kinds and mode orders and the blocked
+  and fixed-width formats its nonzeros' fill says can pay; every choice of
+  formats then has parameters of its own, named with a ``[T=...]`` suffix.
 
 The result is schedule text; ucf's own checks decide whether it is legal,
 and an illegal one is a pruned trial.
@@ -34,15 +35,19 @@ and an illegal one is a pruned trial.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ucf.cin.blocking import unblock
 from ucf.errors import UcfError
 from ucf.exec.tuned import EXACT_EXTENT
 from ucf.format.format import parse_format
+from ucf.format.tensor import Tensor
 from ucf.lang.ast import Access, Binary, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
+from ucf.tuning.structure import offers
 
 #: Loop orders offered at most (the default's first); beyond this, permutations are cut.
 MAX_ORDERS = 120
@@ -52,7 +57,7 @@ CHUNK_LOG2 = (2, 11)
 INNER_LOG2 = 6
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 2
+SPACE_VERSION = 3
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -85,6 +90,7 @@ class Problem:
     workspaces: tuple[Workspace, ...]
     converts: bool  # the default order converts an operand (it walks one against its storage)
     taken: frozenset[str] = field(default_factory=frozenset)  # names a new variable may not use
+    places: frozenset[str] = field(default_factory=frozenset)  # loops over a block's places
 
     @property
     def parallel(self) -> tuple[str, ...]:
@@ -133,7 +139,10 @@ class Problem:
 
 
 def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
-    """The search space of ``statement`` with tensors stored in ``formats``."""
+    """The search space of ``statement`` with tensors stored in ``formats``. Over a
+    blocked format (``bcsr``) the kernel's loops are those of the split statement
+    (``i_blk``, ``i_in``, ...; ``ucf.cin.blocking``), so the space is built on it; the
+    loops over a block's places already have constant trip counts, so none is bounded."""
     from ucf.cin.concretize import concretize
 
     stmt = parse_statement(statement)
@@ -145,6 +154,14 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
         )
         for a in every
     }
+    places: frozenset[str] = frozenset()
+    blocking = unblock(stmt, fmts)
+    if blocking is not None:  # the kernel's loops are the split statement's: schedule those
+        stmt, fmts = blocking.statement, dict(blocking.formats)
+        every = [stmt.lhs, *accesses(stmt.rhs)]
+        places = frozenset(inner for _, inner in blocking.names.values())
+        if all(v in extents for v in blocking.sizes):
+            extents = blocking.split_extents(dict(extents))
     outputs = tuple(i.single_variable for i in stmt.lhs.indices)
     variables = tuple(
         dict.fromkeys([*outputs, *(v for a in every for i in a.indices for v in i.variables)])
@@ -179,6 +196,7 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
         workspaces=_workspaces(stmt, outputs),
         converts=not _follows(base[0], chains),
         taken=frozenset({*variables, *(a.tensor for a in every)}),
+        places=places,
     )
 
 
@@ -280,7 +298,7 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     positional = p.positional
     for v in p.variables:
         n = p.extents.get(v)
-        if n is None or n > EXACT_EXTENT or v in positional or v == workspace:
+        if n is None or n > EXACT_EXTENT or v in positional or v in p.places or v == workspace:
             continue
         if trial.suggest_categorical(f"bound_{v}", [False, True]):
             label[v] = _fresh(f"{v}b", taken)
@@ -353,10 +371,21 @@ def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
     return {name + scope: value for name, value in params.items()}
 
 
-def format_choices(statement: str, formats: dict[str, str]) -> dict[str, tuple[str, ...]]:
+def structured(spelled: str) -> bool:
+    """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
+    that ``format_choices`` offers only where the operand's structure fills it."""
+    fmt = parse_format(spelled)
+    return fmt.blocked or "F" in str(fmt).split(":")[0]
+
+
+def format_choices(
+    statement: str, formats: dict[str, str], operands: Mapping[str, Tensor] | None = None
+) -> dict[str, tuple[str, ...]]:
     """Formats to try for each sparse input, the given one first: its level kinds, all
-    dense-then-compressed and all compressed, in every mode order (up to order 3). Blocked
-    formats and inputs indexed by affine expressions keep their format."""
+    dense-then-compressed and all compressed, in every mode order (up to order 3); and for
+    a matrix among ``operands``, the blocked (``bcsr``) and fixed-width (``ell``) formats
+    whose fill on it says they can pay (``ucf.tuning.structure``). Inputs given in a
+    blocked format, and inputs indexed by affine expressions, keep their format."""
     stmt = parse_statement(statement)
     found = {}
     for a in accesses(stmt.rhs):
@@ -371,8 +400,9 @@ def format_choices(statement: str, formats: dict[str, str]) -> dict[str, tuple[s
         for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
             for perm in itertools.permutations(range(n)):
                 order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
-                spelled = str(parse_format(kinds + order, order=n, tensor=a.tensor))
-                if spelled not in options:
-                    options.append(spelled)
-        found[a.tensor] = tuple(options)
+                options.append(str(parse_format(kinds + order, order=n, tensor=a.tensor)))
+        if operands is not None and a.tensor in operands:
+            for offer in offers(operands[a.tensor]):
+                options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
+        found[a.tensor] = tuple(dict.fromkeys(options))
     return found

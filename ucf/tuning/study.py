@@ -5,7 +5,8 @@ A study lives in one SQLite file in the kernel cache directory, named after
 what the schedule is tuned for (statement, formats, dtypes, target and the
 inputs' shape class), so calling ``tune`` again resumes it: earlier trials
 inform the sampler and the new ones are added. The first trial of a new
-study is ucf's default schedule, and the best found is timed again beside
+study is ucf's default schedule (and, formats searched, the next ones are its
+default in each blocked or fixed-width format offered), and the best found is timed again beside
 the default before it is returned, so it is never slower. The best schedule
 is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
 """
@@ -89,8 +90,7 @@ def tune(
         objective = _objective(
             expr, fmts, target, dtype, index_dtype, tensors, shapes, search_formats
         )
-        shape = tuned.shape_class(*_sizes(expr, tensors, shapes))
-        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, shape)
+        key = tuned.make_key(expr, fmts, dtype, index_dtype, target, _shape(expr, tensors, shapes))
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
@@ -100,7 +100,10 @@ def tune(
         finally:
             optuna.logging.set_verbosity(verbosity)
         result = _result(study, objective)
-    if result.schedule is not None:  # recorded for the formats it was found for
+    if result.schedule is not None:  # recorded for the formats it was found for, and
+        # the shape class of the operands in them (a blocked format stores more entries)
+        stored = objective.variant(result.formats).operands
+        shape = _shape(expr, stored, shapes)
         best = tuned.make_key(expr, result.formats, dtype, index_dtype, target, shape)
         tuned.record(best, result.schedule, result.time)
     return result
@@ -143,6 +146,11 @@ def _sizes(expr: str, tensors: dict[str, Tensor], shapes) -> tuple[dict[str, int
     return extents, nnz
 
 
+def _shape(expr: str, tensors: dict[str, Tensor], shapes) -> str:
+    """The shape class of ``tensors`` (what ``schedule="tuned"`` looks a plan up by)."""
+    return tuned.shape_class(*_sizes(expr, tensors, shapes))
+
+
 def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) -> Objective:
     """The trial function, with the default kernel's result and time to compare with.
     Calling the default kernel first lets it report missing or unknown operands."""
@@ -155,7 +163,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
         operands=tensors,
         shapes=shapes,
         extents={},
-        choices=space.format_choices(expr, fmts) if search else {},
+        choices=space.format_choices(expr, fmts, tensors) if search else {},
     )
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
@@ -164,11 +172,29 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
     return objective
 
 
-def _first(objective: Objective) -> dict[str, Any]:
-    """The parameters of the default schedule on the given formats."""
+def _first(objective: Objective) -> list[dict[str, Any]]:
+    """The parameters of the default schedule on the given formats, then (formats searched)
+    on each blocked or fixed-width format offered for an input: a search of a few dozen
+    trials over many formats, each with a space of its own, would otherwise try the
+    formats that the operands' structure singled out only by chance."""
     v = objective.variant(objective.formats)
-    params = space.default_params(v.problem, objective.scope(v.formats))
-    params.update({f"format_{n}": v.formats[n] for n in objective.choices})
+    found = [{**_defaults(objective, v.formats, v.problem)}]
+    for name, options in objective.choices.items():
+        for option in options:
+            if not space.structured(option):
+                continue
+            formats = {**objective.formats, name: option}
+            try:
+                p = space.problem(objective.statement, formats, objective.extents)
+            except UcfError:
+                continue  # its trial would fail the same way, pruned
+            found.append(_defaults(objective, formats, p))
+    return found
+
+
+def _defaults(objective: Objective, formats: dict[str, str], p: space.Problem) -> dict[str, Any]:
+    params = space.default_params(p, objective.scope(formats))
+    params.update({f"format_{n}": formats[n] for n in objective.choices})
     return params
 
 
@@ -207,13 +233,15 @@ def _sampler(optuna, seed: int | None, trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
 
 
-def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
+def study_name(key: dict[str, Any], choices: Mapping[str, Any] | None = None) -> str:
     """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
     storage's 512 characters (a digest keeps cut names apart). A search over formats
-    has parameters of its own, so it is a study of its own."""
+    has parameters of its own, so it is a study of its own, and so is each set of
+    format ``choices`` (they depend on the operands' structure, not only on the key,
+    and Optuna refuses a parameter whose choices change within a study)."""
     fields = {**key, "space": space.SPACE_VERSION}
-    if formats_searched:
-        fields["formats_searched"] = True
+    if choices:
+        fields["formats_searched"] = {n: list(c) for n, c in sorted(choices.items())}
     name = json.dumps(fields, sort_keys=True)
     if len(name) <= MAX_NAME:
         return name
@@ -222,7 +250,7 @@ def study_name(key: dict[str, Any], formats_searched: bool = False) -> str:
 
 def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
     url = default_storage() if storage is None else storage
-    name = study_name(key, bool(objective.choices))
+    name = study_name(key, objective.choices)
     study = optuna.create_study(
         storage=_storage(optuna, url),
         study_name=name,
@@ -232,7 +260,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = None if before else _first(objective)
+    first = [] if before else _first(objective)[:trials]  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
@@ -240,8 +268,8 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
         if client is not None:
             _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
             return study
-        if first is not None:
-            study.enqueue_trial(first)
+        for params in first:
+            study.enqueue_trial(params)
         if n_jobs > 1:
             _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
         else:
@@ -314,8 +342,8 @@ def _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar
     remote = optuna.create_study(storage=shared, study_name=study.study_name, direction="minimize")
     done = [t for t in study.get_trials() if t.state.is_finished()]
     remote.add_trials(done)
-    if first is not None:
-        remote.enqueue_trial(first)
+    for params in first:
+        remote.enqueue_trial(params)
     workers = len(client.scheduler_info()["workers"]) or 1
     futures = [
         client.submit(
@@ -381,11 +409,7 @@ def _result(study: Any, objective: Objective) -> Tuned:
     """The study's best schedule, timed again in turns with the default (the machine's
     load may have changed since either was first timed); the default when it is as fast."""
     trials = study.get_trials(deepcopy=False)
-    reasons = {
-        t.user_attrs.get("schedule", ""): t.user_attrs["failure"]
-        for t in trials
-        if "failure" in t.user_attrs
-    }
+    reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
     default, given = objective.kernel(None), objective.variant(objective.formats)
     if not done:
@@ -413,3 +437,12 @@ def _result(study: Any, objective: Objective) -> Tuned:
     if seconds >= default_time:
         return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
     return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
+
+
+def _tried(trial: Any) -> str:
+    """What a failed trial tried: its schedule, else (its formats did not fit the
+    operands) its formats."""
+    if "schedule" in trial.user_attrs:
+        return trial.user_attrs["schedule"]
+    formats = trial.user_attrs.get("formats", {})
+    return "formats " + ", ".join(f"{n}={f}" for n, f in sorted(formats.items()))
