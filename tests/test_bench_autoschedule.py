@@ -72,7 +72,16 @@ def test_a_wrong_result_is_reported_as_wrong(bench):
     case = spec.build(m, rng, None)
     case.expect = case.expect * 1.001  # the reference no ucf kernel can match
     args = type(
-        "Args", (), {"repeat": 1, "pilot": 1, "budget": 10.0, "trials": 0, "clock": "cpu"}
+        "Args",
+        (),
+        {
+            "repeat": 1,
+            "pilot": 1,
+            "budget": 10.0,
+            "trials": 0,
+            "clock": "cpu",
+            "search_formats": False,
+        },
     )()
     cell = bench.measure(spec, case, 1, bench.Tools(), args)
     assert cell["default"]["status"] == "wrong"
