@@ -255,24 +255,20 @@ def test_rows_known_at_the_call_are_tiled(target, fmt, schedule, monkeypatch):
     block = tuple(int(x) for x in fmt[5:-1].split(","))
     w = blocked(rng, (10, 37), block, np.float32)
     stored = ucf.from_numpy(w, format=fmt)
-    k = ucf.compile(
-        "T(t,h) = X(t,d) * W(d,h)",
-        formats={"W": fmt},
-        schedule=schedule,
-        target=target,
-        dtype="float32",
+    k, plus = (
+        ucf.compile(
+            f"T(t,h) {op} X(t,d) * W(d,h)",
+            formats={"W": fmt},
+            schedule=schedule,
+            target=target,
+            dtype="float32",
+        )
+        for op in ("=", "+=")
     )
     assert "tiles of 4 rows (t)" in k.cin
     for rows in (1, 3, 6, 13):
         x = rand_dense(rng, (rows, 10)).astype(np.float32)
         np.testing.assert_array_equal(k(X=x, W=stored).to_numpy(), x @ w)
-    plus = ucf.compile(
-        "T(t,h) += X(t,d) * W(d,h)",
-        formats={"W": fmt},
-        schedule=schedule,
-        target=target,
-        dtype="float32",
-    )
     x, t0 = rand_dense(rng, (7, 10)).astype(np.float32), rand_dense(rng, (7, 37))
     out = t0.astype(np.float32)
     plus(X=x, W=stored, out=out)
