@@ -53,14 +53,14 @@ def check(pool: WorkerPool, case: Case) -> None:
 
 # The default suite's share of the fuzzing (derandomized: the same cases every run); the
 # slow test below and bench/fuzz.py run many more.
-@fuzz_settings(600)
+@fuzz_settings(400)
 @given(case=cases(("llvm",)))
 def test_random_schedules_llvm(pool, case):
     check(pool, case)
 
 
 @needs_cc
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(case=cases(("c",)))
 def test_random_schedules_c(pool, case):
     check(pool, case)

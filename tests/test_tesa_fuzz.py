@@ -116,7 +116,7 @@ def fuzz(examples: int):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@fuzz(20)
+@fuzz(12)
 @given(case=cases())
 def test_tesa_formats_against_numpy(target, case):
     check(target, case)
