@@ -452,7 +452,7 @@ def test_reference_sums_a_product_of_a_sum_as_a_whole():
     np.testing.assert_array_equal(reference(case), B @ x + c * x.sum())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_fuzz_llvm(case):
     check(case, "llvm")

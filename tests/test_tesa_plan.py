@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import needs_cc
 
 import ucf
 from ucf.lang.parser import parse_statement
@@ -71,6 +72,8 @@ def test_parts_split_each_operand_exactly():
             parse_statement(step)  # the plan prints as ucf statements
 
 
+# The c target compiles every step with gcc (24 s): in the slow run.
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=[needs_cc, pytest.mark.slow])])
 def test_plan_matches_numpy(target):
     p = mlp(1)
     p.propagate()
