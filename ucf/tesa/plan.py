@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,17 @@ from ucf.cin.blocking import unblock
 from ucf.errors import OperandError, ScheduleError, UnsupportedError, boundary
 from ucf.format.format import parse_format
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Expr, Neg, Statement, Sum, index_variables, text
+from ucf.lang.ast import (
+    Access,
+    Binary,
+    Expr,
+    Neg,
+    Statement,
+    Sum,
+    accesses,
+    index_variables,
+    text,
+)
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import free_variables
 from ucf.tesa.cover import block_cover
@@ -96,9 +107,14 @@ def _items(value: Any, what: str) -> list[Any]:
     return list(value)
 
 
+def _number(value: Any) -> bool:
+    """A real number given as one (not a bool, not a string)."""
+    return not isinstance(value, bool) and isinstance(value, int | float | np.number)
+
+
 def _whole(value: Any, what: str) -> int:
     """An integer given as any number with no fraction: 8 or 8.0, not 8.5 or "8"."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+    if not _number(value):
         raise OperandError(f"Policy: {what} must be integers, got {value!r}")
     if not np.isfinite(value) or value != int(value):
         raise OperandError(f"Policy: {what} must be integers, got {value!r}")
@@ -106,7 +122,7 @@ def _whole(value: Any, what: str) -> int:
 
 
 def _fraction(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+    if not _number(value):
         raise OperandError(f"Policy: min_sparsity must be a number in [0, 1], got {value!r}")
     if not 0 <= value <= 1:
         raise OperandError(f"Policy: min_sparsity must be in [0, 1], got {value!r}")
@@ -114,7 +130,7 @@ def _fraction(value: Any) -> float:
 
 
 def _cost(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+    if not _number(value):
         raise OperandError(f"Policy: a block's cost must be a number, got {value!r}")
     if not (np.isfinite(value) and value > 0):
         raise OperandError(f"Policy: a block's cost must be positive and finite, got {value!r}")
@@ -164,15 +180,16 @@ class Plan:
         self.outputs = outputs
         self.masks = masks
 
-    @property
+    @cached_property
     def inputs(self) -> frozenset[str]:
         """The program's inputs the plan reads: the operands the steps read that no step
-        writes, with each split operand in place of its parts."""
+        writes, with each split operand in place of its parts. Worked out once: every call
+        of a compiled plan checks its operands against it."""
         parts = {p.name: p.tensor for p in self.parts}
         read, written = set(), set()
         for step in self.steps:
             stmt = parse_statement(step)
-            read |= {parts.get(a.tensor, a.tensor) for a in stmt.rhs._accesses}
+            read |= {parts.get(a.tensor, a.tensor) for a in accesses(stmt.rhs)}
             written.add(stmt.lhs.tensor)
         return frozenset(read - written)
 
