@@ -232,3 +232,22 @@ def test_the_emulators_precompiled_header_is_used_and_a_damaged_one_replaced():
     assert not gch.exists() or gch.stat().st_size > 1_000_000  # removed, or built anew
     again = cuda_build._precompiled()
     assert again == pch and gch.stat().st_size > 1_000_000
+
+
+def test_filling_the_cache_scans_it_once_per_batch_of_writes(tmp_path, monkeypatch):
+    """Every write used to stat every entry (quadratic in the entries); the size limit
+    still holds, checked on a count of the bytes written and a rescan now and then."""
+    from ucf.exec import cache
+
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    scans = []
+    real = cache._scan
+    monkeypatch.setattr(cache, "_scan", lambda: scans.append(1) or real())
+    writes = 3 * cache.RESCAN_WRITES
+    for n in range(writes):
+        cache.store(f"e{n}.plan", {"n": n}, b"x" * 1000)
+    assert 1 <= len(scans) <= writes // cache.RESCAN_WRITES + 1
+    assert len(cache.entries()) == writes
+    monkeypatch.setenv("UCF_CACHE_MAX_MB", str(20_000 / 2**20))
+    cache.store("last.plan", {"n": -1}, b"x" * 1000)
+    assert cache.size() <= 20_000 and cache.entries()[-1].name == "last.plan"

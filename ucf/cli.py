@@ -348,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="show or clear the kernel cache",
         description="The kernel cache keeps compiled kernels on disk (UCF_CACHE_DIR, else "
         "the user cache directory). It holds at most UCF_CACHE_MAX_MB megabytes (1024); "
-        "beyond that the least recently used kernels are removed. Deleting it is always "
+        "beyond that the least recently used kernels are removed (a process checks the "
+        "directory every 64 writes, and when its own writes pass the limit). Deleting it is always "
         "safe: kernels are rebuilt when next needed.",
     )
     pk.add_argument(

@@ -190,11 +190,33 @@ def _discard(path: Path, reason: str) -> None:
 
 
 def _write(name: str, fields: dict[str, Any], payload: bytes) -> None:
+    data = _pack(fields, payload)
     try:
-        atomic_write(cache_dir() / name, _pack(fields, payload))
-        evict(limit())
+        atomic_write(cache_dir() / name, data)
+        _account(len(data))
     except OSError:
         pass  # a read-only or full cache must never break compilation
+
+
+#: Writes between two scans of the cache directory. Scanning stats every entry, so
+#: scanning on every write made filling a cache quadratic: a test run that compiles
+#: 3000 kernels into one directory spent a quarter of its time in ``stat``.
+RESCAN_WRITES = 64
+# Per cache directory: the bytes its entries held at the last scan plus what this process
+# wrote since, and the writes since. Other processes' writes are seen at the next scan.
+_TALLY: dict[Path, list[int]] = {}
+
+
+def _account(written: int) -> None:
+    """Count ``written`` bytes against the size limit; scan and evict when the count
+    passes it, or when enough writes have gone by that other processes' may have."""
+    where, cap = cache_dir(), limit()
+    tally = _TALLY.get(where)
+    if tally is None or tally[0] + written > cap or tally[1] + 1 >= RESCAN_WRITES:
+        evict(cap)
+    else:
+        tally[0] += written
+        tally[1] += 1
 
 
 #: The default size limit of the cache directory, in MB (``UCF_CACHE_MAX_MB``).
@@ -211,44 +233,45 @@ def limit() -> int:
     return int(mb * 2**20)
 
 
-def entries() -> list[Path]:
-    """The cache's entries (plans and libraries), least recently used first."""
+def _scan() -> list[tuple[float, int, Path]]:
+    """Each entry's (last use, bytes, path), least recently used first."""
     found = []
     for p in cache_dir().iterdir():
         if p.suffix in (".plan", ".so") and not p.name.startswith("."):
             try:
-                found.append((p.stat().st_mtime, p))
+                st = p.stat()
             except OSError:
                 continue  # removed by another process meanwhile
-    return [p for _, p in sorted(found)]
+            found.append((st.st_mtime, st.st_size, p))
+    return sorted(found)
+
+
+def entries() -> list[Path]:
+    """The cache's entries (plans and libraries), least recently used first."""
+    return [p for _, _, p in _scan()]
 
 
 def size() -> int:
     """Bytes the cache's entries take."""
-    total = 0
-    for p in entries():
-        try:
-            total += p.stat().st_size
-        except OSError:
-            continue
-    return total
+    return sum(n for _, n, _ in _scan())
 
 
 def evict(max_bytes: int) -> list[Path]:
     """Remove least recently used entries until the cache is within ``max_bytes``;
     the removed paths. An entry in use elsewhere is rebuilt when next needed."""
+    found = _scan()
+    kept = sum(n for _, n, _ in found)
     removed = []
-    over = size() - max_bytes
-    for p in entries():
-        if over <= 0:
+    for _, n, p in found:
+        if kept <= max_bytes:
             break
         try:
-            n = p.stat().st_size
             p.unlink()
         except OSError:
             continue
-        over -= n
+        kept -= n
         removed.append(p)
+    _TALLY[cache_dir()] = [kept, 0]
     return removed
 
 
