@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
+from functools import cache
 
 from ucf.ir import nodes as ir
 
@@ -29,14 +30,18 @@ def reads(node, acc: set[str]) -> None:
         for x in node:
             reads(x, acc)
         return
-    if not is_dataclass(node):
-        return
-    for f in fields(node):
-        if isinstance(node, ir.Decl | ir.Assign) and f.name == "var":
-            continue
-        if isinstance(node, ir.For) and f.name == "var":
-            continue
-        reads(getattr(node, f.name), acc)
+    for name in _read_fields(type(node)):
+        reads(getattr(node, name), acc)
+
+
+@cache
+def _read_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a node type that ``reads`` visits. Passes call it on every node of
+    every kernel, and looking the dataclass fields up per node was most of its time."""
+    if not is_dataclass(cls):
+        return ()
+    bound = "var" if issubclass(cls, ir.Decl | ir.Assign | ir.For) else None
+    return tuple(f.name for f in fields(cls) if f.name != bound)
 
 
 def blocks(s: ir.Stmt) -> list[list[ir.Stmt]]:
@@ -114,6 +119,14 @@ def nodes(node):
             yield from nodes(x)
     elif is_dataclass(node):
         yield node
-        if not isinstance(node, ir.Array | ir.Param):
-            for f in fields(node):
-                yield from nodes(getattr(node, f.name))
+        for name in _node_fields(type(node)):
+            yield from nodes(getattr(node, name))
+
+
+@cache
+def _node_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a node type that ``nodes`` descends into (none of an array's or a
+    parameter's)."""
+    if issubclass(cls, ir.Array | ir.Param):
+        return ()
+    return tuple(f.name for f in fields(cls))
