@@ -20,7 +20,11 @@ is the same for every group of the block's rows), those rows are first copied in
 panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
 rows from consecutive addresses instead of rows one row stride apart (4 KB for a
 1024-column B, all in one L1 set), and the copy reads each row once, start to end.
-The panel is a workspace of each thread.
+The panel is a workspace of each thread. What is packed is the largest part of the
+product that all groups read alike: a load, or a computation on loads, such as a
+quantized block's ``(q - zero) * scale``, which then runs once per block instead of
+once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
+make enough groups.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
