@@ -25,6 +25,12 @@ def blocked(rng, shape, block, dtype=np.float64):
     return (keep * rand_dense(rng, shape)).astype(dtype)
 
 
+def block_shape(fmt: str) -> tuple[int, int]:
+    """The block of a ``bcsr(a,b)`` or ``bcsc(a,b)`` format, values suffix or not."""
+    rows, cols = fmt[5:].split(")")[0].split(",")
+    return int(rows), int(cols)
+
+
 def vectors(k) -> set[str]:
     """The vector types of the kernel's loads (empty: the pass left it alone)."""
     return {n.type for n in nodes(k.llir) if isinstance(n, ir.VLoad)}
@@ -252,8 +258,7 @@ ROW_TILES = [
 def test_rows_known_at_the_call_are_tiled(target, fmt, schedule, monkeypatch):
     monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel case starts its threads
     rng = np.random.default_rng(9)
-    block = tuple(int(x) for x in fmt[5:-1].split(","))
-    w = blocked(rng, (10, 37), block, np.float32)
+    w = blocked(rng, (10, 37), block_shape(fmt), np.float32)
     stored = ucf.from_numpy(w, format=fmt)
     k, plus = (
         ucf.compile(
@@ -308,7 +313,7 @@ QUANTIZED = [
 def test_a_dequantized_block_is_packed_once(target, fmt, schedule, monkeypatch):
     monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel case starts its threads
     rng = np.random.default_rng(12)
-    block = tuple(int(x) for x in fmt[5:].split(")")[0].split(","))
+    block = block_shape(fmt)
     w = eighths_in_blocks(rng, (21, 4 * block[1]), block)
     stored = ucf.quantize(w, format=fmt) if "@" in fmt else ucf.from_numpy(w, format=fmt)
     np.testing.assert_array_equal(stored.to_numpy(), w)
