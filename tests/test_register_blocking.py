@@ -25,6 +25,12 @@ def blocked(rng, shape, block, dtype=np.float64):
     return (keep * rand_dense(rng, shape)).astype(dtype)
 
 
+def block_shape(fmt: str) -> tuple[int, int]:
+    """The block of a ``bcsr(a,b)`` or ``bcsc(a,b)`` format, values suffix or not."""
+    rows, cols = fmt[5:].split(")")[0].split(",")
+    return int(rows), int(cols)
+
+
 def vectors(k) -> set[str]:
     """The vector types of the kernel's loads (empty: the pass left it alone)."""
     return {n.type for n in nodes(k.llir) if isinstance(n, ir.VLoad)}
@@ -252,8 +258,7 @@ ROW_TILES = [
 def test_rows_known_at_the_call_are_tiled(target, fmt, schedule, monkeypatch):
     monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel case starts its threads
     rng = np.random.default_rng(9)
-    block = tuple(int(x) for x in fmt[5:-1].split(","))
-    w = blocked(rng, (10, 37), block, np.float32)
+    w = blocked(rng, (10, 37), block_shape(fmt), np.float32)
     stored = ucf.from_numpy(w, format=fmt)
     k, plus = (
         ucf.compile(
@@ -273,3 +278,80 @@ def test_rows_known_at_the_call_are_tiled(target, fmt, schedule, monkeypatch):
     out = t0.astype(np.float32)
     plus(X=x, W=stored, out=out)
     np.testing.assert_array_equal(out, t0.astype(np.float32) + x @ w)
+
+
+def eighths_in_blocks(rng, shape, block):
+    """Multiples of 1/8 in about half of the blocks, each kept block holding 127/8 (a
+    symmetric qint8 scale of exactly 1/8 per block, so quantizing changes nothing)."""
+    w = blocked(rng, shape, block, np.float32) / 8
+    for r in range(0, shape[0], block[0]):
+        for c in range(0, shape[1], block[1]):
+            if w[r : r + block[0], c : c + block[1]].any():
+                w[r, c] = 127 / 8
+    return w
+
+
+# X(t,d) * W(d,h) with W's blocks quantized, a scale per block: the dequantized block,
+# (q - zero) * scale, is what every group of rows of X reads alike, so it is computed once
+# per block into a panel instead of once per group of 4 rows. The rows come with the call
+# (3: no whole group, so no panel is filled; 13: 3 groups and a remainder; 21), blocks by
+# column and by row, partial blocks of d, a parallel loop (a panel per thread), and
+# float32 blocks (the load itself packed).
+QUANTIZED = [
+    ("bcsc(8,16)@qint8:1", "reorder(h_blk,d_blk,t,d_in,h_in)"),
+    ("bcsr(8,16)@qint8:1", "reorder(d_blk,h_blk,t,d_in,h_in)"),
+    (
+        "bcsc(8,32)@qint8:1",
+        "reorder(h_blk,d_blk,t,d_in,h_in); parallelize(h_blk,CPUThread,NoRaces)",
+    ),
+    ("bcsc(8,16)", "reorder(h_blk,d_blk,t,d_in,h_in)"),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt, schedule", QUANTIZED, ids=[f for f, _ in QUANTIZED])
+def test_a_dequantized_block_is_packed_once(target, fmt, schedule, monkeypatch):
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel case starts its threads
+    rng = np.random.default_rng(12)
+    block = block_shape(fmt)
+    w = eighths_in_blocks(rng, (21, 4 * block[1]), block)
+    stored = ucf.quantize(w, format=fmt) if "@" in fmt else ucf.from_numpy(w, format=fmt)
+    np.testing.assert_array_equal(stored.to_numpy(), w)
+    k = ucf.compile(
+        "T(t,h) = X(t,d) * W(d,h)", {"W": fmt}, schedule, target=target, dtype="float32"
+    )
+    computed = "(W_vals, W_zero, W_scale)" if "@" in fmt else "W_vals"
+    assert f"{computed} into W_panel0 packed before each t loop, for its groups" in k.cin
+    assert panels(k) == {"W_panel0"}
+    for rows in (3, 13, 21):
+        x = rand_dense(rng, (rows, 21)).astype(np.float32)
+        np.testing.assert_array_equal(k(X=x, W=stored).to_numpy(), x @ w)
+
+
+@needs_cc
+def test_a_dequantized_panel_rounds_alike_on_both_targets(monkeypatch):
+    """Random floats times quantized blocks through the panel: llvm, c and the plain nest
+    agree bit for bit (the panel holds what each group computed before)."""
+    rng = np.random.default_rng(13)
+    fmt, block = "bcsc(8,16)@qint8:1", (8, 16)
+    w = blocked(rng, (40, 64), block, np.float32) * rng.random((40, 64), dtype=np.float32)
+    stored = ucf.quantize(w, format=fmt)
+    x = rng.standard_normal((30, 40)).astype(np.float32)
+
+    def run(target: str) -> np.ndarray:
+        k = ucf.compile(
+            "T(t,h) = X(t,d) * W(d,h)",
+            {"W": fmt},
+            "reorder(h_blk,d_blk,t,d_in,h_in)",
+            target=target,
+            dtype="float32",
+        )
+        assert bool(panels(k)) == registers.enabled()
+        return k(X=x, W=stored).to_numpy()
+
+    llvm, c = run("llvm"), run("c")
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    plain = run("llvm")
+    np.testing.assert_array_equal(llvm, c)
+    np.testing.assert_array_equal(llvm, plain)
+    np.testing.assert_allclose(llvm, x @ stored.to_numpy(), rtol=1e-5, atol=1e-4)

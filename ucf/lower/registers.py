@@ -20,7 +20,11 @@ is the same for every group of the block's rows), those rows are first copied in
 panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
 rows from consecutive addresses instead of rows one row stride apart (4 KB for a
 1024-column B, all in one L1 set), and the copy reads each row once, start to end.
-The panel is a workspace of each thread.
+The panel is a workspace of each thread. What is packed is the largest part of the
+product that all groups read alike: a load, or a computation on loads, such as a
+quantized block's ``(q - zero) * scale``, which then runs once per block instead of
+once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
+make enough groups.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
@@ -207,7 +211,10 @@ class _Rewriter:
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            packed, pack = self.packed(nest, tile, count, width, lanes, (trip or 0) // rows)
+            shared = None if trip is None else trip // rows
+            packed, pack = self.packed(nest, tile, count, width, lanes, shared)
+            if pack and trip is None:  # no panel to fill for fewer rows than a tile
+                pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
             micro = self.micro(nest, renames, jv, lanes, packed)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
@@ -232,28 +239,27 @@ class _Rewriter:
         return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
 
     def packed(
-        self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int
-    ) -> tuple[dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
-        """The panels of the nest's loads (of ``PACK_ELEMENT`` bytes or more) that every
-        group of rows shares, if there are ``PACK_GROUPS`` groups: per load, its panel
-        and the place in it of the tile's row at the reduction loop's step; and the loop
-        nest that fills them.
+        self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int | None
+    ) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
+        """The panels of the nest's factors that every group of rows shares, if there are
+        ``PACK_GROUPS`` groups (``groups`` None: counted at the call, taken to be many):
+        per factor (``_shared``), its panel and the place in it of the tile's row at the
+        reduction loop's step; and the loop nest that fills them.
 
         A panel holds, tile after tile, the tile's ``width`` values of each step of the
         reduction loop; it is as long as the ``j`` range, so its length must be known
         where it is allocated (from the function's parameters)."""
         j, red = nest.inner.var.name, nest.red
         span = ir.sub(nest.inner.end, nest.inner.start)
-        if groups < PACK_GROUPS or not names(span) <= self.params:
+        if (groups is not None and groups < PACK_GROUPS) or not names(span) <= self.params:
             return {}, []
-        local = {nest.rows.var.name} | {d.var.name for d in [*nest.row_decls, *nest.red_decls]}
-        loads: list[ir.Load] = []
-        for n in nodes(nest.store.value):
-            if not isinstance(n, ir.Load) or _SIZES.get(n.array.elem, 1) < PACK_ELEMENT:
-                continue
-            used = names(n.index)
-            if j in used and red.var.name in used and not used & local and n not in loads:
-                loads.append(n)
+        steps: dict[str, ir.Expr] = {}
+        for d in nest.red_decls:
+            steps[d.var.name] = substitute(d.init, steps)
+        rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
+        factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
+        if not factors:
+            return {}, []
         depth = _most(red)
         step, at = Var(self.fresh(red.var.name), I64), Var(self.fresh("j_tile"), I64)
 
@@ -262,28 +268,28 @@ class _Rewriter:
                 ir.add(ir.mul(t, Const(depth, I64)), ir.sub(k, red.start)), Const(width, I64)
             )
 
-        packed: dict[ir.Load, tuple[ir.Array, ir.Expr]] = {}
+        packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
         copies: list[ir.Stmt] = []
         first = ir.add(nest.inner.start, ir.mul(at, Const(width, I64)))
-        for load in loads:
+        for factor in factors:
+            load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
             panel = ir.Array(
-                self.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), load.type
+                self.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type
             )
             self.panels.append(panel)
             self.sizes.append(
                 ir.mul(Const(depth * width, I64), ir.Bin("/", span, Const(width, I64)))
             )
-            packed[load] = (panel, row(tile, red.var))
-            source = substitute(_offset(load.index, j), {red.var.name: step})
+            packed[factor] = (panel, row(tile, red.var))
+            source = substitute(substitute(factor, steps), {red.var.name: step})
             for v in range(0, width, lanes):
-                value = ir.VLoad(load.array, ir.add(ir.add(source, first), Const(v, I64)), lanes)
+                value = _vector(source, j, first, v, lanes, lambda e, name="": e, {})
                 copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
-        if not loads:
-            return {}, []
-        copied = ", ".join(f"{x.array.name} into {p.name}" for x, (p, _) in packed.items())
+        copied = ", ".join(f"{_named(x)} into {p.name}" for x, (p, _) in packed.items())
+        counted = "" if groups is None else f"{groups} "
         self.notes.append(
             f"registers: {copied} packed before each {nest.rows.label or nest.rows.var.name} "
-            f"loop, for its {groups} groups of rows"
+            f"loop, for its {counted}groups of rows"
         )
         tiles = ir.For(at, Const(0, I64), count, copies)
         return packed, [ir.For(step, red.start, red.end, [tiles])]
@@ -309,7 +315,7 @@ class _Rewriter:
         renames: list[dict],
         jv: Var,
         lanes: int,
-        packed: dict[ir.Load, tuple[ir.Array, ir.Expr]],
+        packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]],
     ) -> list[ir.Stmt]:
         """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
         into it (the loads in ``packed`` from their panels), store it."""
@@ -343,8 +349,9 @@ class _Rewriter:
             for d in nest.red_decls:
                 local[d.var.name] = leaf(substitute(d.init, local), d.var.name)
             value = substitute(store.value, local)
+            panels = {substitute(e, local): at for e, at in packed.items()}
             for v in range(vectors):
-                term = _vector(value, j, jv, v * lanes, lanes, leaf, packed)
+                term = _vector(value, j, jv, v * lanes, lanes, leaf, panels)
                 updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
@@ -515,6 +522,40 @@ def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
     return None
 
 
+def _shared(
+    e: ir.Expr, j: str, red: str, rowwise: set[str], steps: dict[str, ir.Expr]
+) -> list[ir.Expr]:
+    """The largest parts of ``e`` that vary with ``j`` and the reduction variable ``red``
+    but not with the row (``rowwise``; ``steps`` defines the reduction loop's
+    declarations): what every group of rows reads alike. A part that only loads elements
+    narrower than ``PACK_ELEMENT`` (and widens them) is left out; one that computes
+    more (a dequantization, ``(q - zero) * scale``) is kept, and then runs once per
+    panel instead of once per group."""
+    used = names(substitute(e, steps))
+    if j not in used:
+        return []
+    if red in used and not used & rowwise:
+        inner = e
+        while isinstance(inner, ir.Cast):
+            inner = inner.operand
+        if isinstance(inner, ir.Load) and _SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
+            return []
+        return [e]
+    if isinstance(e, ir.Bin):
+        left = _shared(e.left, j, red, rowwise, steps)
+        return left + [x for x in _shared(e.right, j, red, rowwise, steps) if x not in left]
+    if isinstance(e, ir.Cast | ir.Neg):
+        return _shared(e.operand, j, red, rowwise, steps)
+    return []
+
+
+def _named(e: ir.Expr) -> str:
+    """How the note names a packed factor: the array it loads, or the arrays of a
+    computed one."""
+    arrays = dict.fromkeys(n.array.name for n in nodes(e) if isinstance(n, ir.Load))
+    return " ".join(arrays) if isinstance(e, ir.Load) else f"({', '.join(arrays)})"
+
+
 def _loads_from(e: ir.Expr, array: str) -> bool:
     return any(isinstance(n, ir.Load) and n.array.name == array for n in nodes(e))
 
@@ -543,7 +584,7 @@ def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dic
     reads its panel, whose row for the tile at ``jv`` starts at the place given."""
     if j not in names(e):
         return ir.Splat(leaf(e), lanes)
-    if isinstance(e, ir.Load) and e in packed:
+    if e in packed:
         panel, row = packed[e]
         return leaf(ir.VLoad(panel, ir.add(row, Const(off, I64)), lanes))
     if isinstance(e, ir.Load):
