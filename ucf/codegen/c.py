@@ -136,7 +136,7 @@ def source(fns: list[ir.Function]) -> str:
     """A self-contained C translation unit: runtime/ucf_runtime.h is carried inline."""
     from ucf.resources import runtime_dir
 
-    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns)]
+    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns), *pair_dots(fns)]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
@@ -164,6 +164,40 @@ def vector_typedefs(fns: list[ir.Function]) -> list[str]:
         size = f"vector_size({ir.lanes(ty)} * sizeof({elem}))"
         lines.append(f"typedef {elem} ucf_{ty} __attribute__(({size}));")
         lines.append(f"typedef {elem} ucf_{ty}_u __attribute__(({size}, aligned(sizeof({elem}))));")
+    return lines
+
+
+def pair_dots(fns: list[ir.Function]) -> list[str]:
+    """A function ``ucf_pairdot_<type>`` per type of ``ir.PairDot`` the functions use:
+    AVX2's ``_mm256_madd_epi16`` where the compiler targets it, else the sums of the
+    definition (the same values)."""
+    from ucf.ir.walk import nodes
+
+    used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.PairDot)})
+    if not used:
+        return []
+    lines = ["#if defined(__AVX2__)", "#include <immintrin.h>", "#endif"]
+    halves = "(int32_t)(int16_t){a} * (int16_t){b} + ({a} >> 16) * ({b} >> 16)"
+    for ty in used:
+        n, t = ir.lanes(ty), c_type(ty)
+        lines.append(f"static inline {t} ucf_pairdot_{ty}({t} a, {t} b) {{")
+        if n == 1:
+            lines += [f"  return {halves.format(a='a', b='b')};", "}"]
+            continue
+        if n == 8:
+            lines += [
+                "#if defined(__AVX2__)",
+                f"  return ({t})_mm256_madd_epi16((__m256i)a, (__m256i)b);",
+            ]
+            lines.append("#else")
+        lines += [
+            f"  {t} r;",
+            f"  for (int l = 0; l < {n}; l++) r[l] = {halves.format(a='a[l]', b='b[l]')};",
+            "  return r;",
+        ]
+        if n == 8:
+            lines.append("#endif")
+        lines.append("}")
     return lines
 
 
@@ -287,6 +321,8 @@ class _Emitter:
         if isinstance(e, ir.Splat):
             lanes = ", ".join([self.expr(e.operand)] * e.lanes)
             return f"(({c_type(e.type)}){{{lanes}}})"
+        if isinstance(e, ir.PairDot):
+            return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
         if isinstance(e, ir.Bin):
             if e.op in ("min", "max"):
                 return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"

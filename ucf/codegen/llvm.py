@@ -15,6 +15,7 @@ from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, nodes, reads
+from ucf.lower import pairs
 
 _TYPES = {
     "i1": ll.IntType(1),
@@ -382,6 +383,8 @@ class _FunctionBuilder:
                 ll.Constant(t, ll.Undefined),
                 ll.Constant(ll.VectorType(_I32, e.lanes), [0] * e.lanes),
             )
+        if isinstance(e, ir.PairDot):
+            return self.pair_dot(e)
         if isinstance(e, ir.Bin):
             return self.binary(e)
         if isinstance(e, ir.Neg):
@@ -424,6 +427,29 @@ class _FunctionBuilder:
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
+
+    def pair_dot(self, e: ir.PairDot) -> ll.Value:
+        """AVX2's ``pmaddwd`` intrinsic for 8 lanes on a host that has it (``ucf.lower.pairs``
+        makes the node only there). Otherwise each lane's int16 halves are split into
+        the even and the odd lanes, widened, multiplied and added; LLVM's backend folds
+        that into ``pmaddwd`` on its own, but only as long as the optimizer leaves the
+        pattern whole, and in a tile it does not (it shares the split of a vector that
+        several products read), hence the intrinsic."""
+        b = self.b
+        n = ir.lanes(e.type)
+        halves = ll.VectorType(ll.IntType(16), 2 * n)
+        left, right = b.bitcast(self.expr(e.left), halves), b.bitcast(self.expr(e.right), halves)
+        wide = ll.VectorType(_I32, n)
+        if n == 8 and pairs.available():
+            return b.call(self._extern("llvm.x86.avx2.pmadd.wd", wide, [halves] * 2), [left, right])
+
+        def half(x: ll.Value, first: int) -> ll.Value:
+            lanes = ll.Constant(ll.VectorType(_I32, n), list(range(first, 2 * n, 2)))
+            return b.sext(b.shuffle_vector(x, ll.Constant(halves, ll.Undefined), lanes), wide)
+
+        low, high = (b.mul(half(left, h), half(right, h)) for h in (0, 1))
+        total = b.add(low, high)
+        return total if n > 1 else b.extract_element(total, _I32(0))
 
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b

@@ -20,7 +20,8 @@ is the same for every group of the block's rows), those rows are first copied in
 panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
 rows from consecutive addresses instead of rows one row stride apart (4 KB for a
 1024-column B, all in one L1 set), and the copy reads each row once, start to end.
-The panel is a workspace of each thread.
+The panel is a workspace of each thread. Products of 8-bit integers into int32 take
+the micro-kernel of ``ucf.lower.pairs`` instead, two steps of the reduction per multiply.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
@@ -207,8 +208,13 @@ class _Rewriter:
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            packed, pack = self.packed(nest, tile, count, width, lanes, (trip or 0) // rows)
-            micro = self.micro(nest, renames, jv, lanes, packed)
+            from ucf.lower.pairs import paired  # it builds on this module's helpers
+
+            kernel, packed, pack = paired(self, nest, tile, count, width) or (
+                nest,
+                *self.packed(nest, tile, count, width, lanes, (trip or 0) // rows),
+            )
+            micro = self.micro(kernel, renames, jv, lanes, packed)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured
@@ -552,6 +558,6 @@ def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dic
     args = (j, jv, off, lanes, leaf, packed)
     if isinstance(e, ir.Cast):
         return ir.Cast(_vector(e.operand, *args), ir.vector(e.type, lanes))
-    if isinstance(e, ir.Bin):
-        return ir.Bin(e.op, _vector(e.left, *args), _vector(e.right, *args))
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return replace(e, left=_vector(e.left, *args), right=_vector(e.right, *args))
     return ir.Neg(_vector(e.operand, *args))
