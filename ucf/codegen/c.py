@@ -168,36 +168,29 @@ def vector_typedefs(fns: list[ir.Function]) -> list[str]:
 
 
 def pair_dots(fns: list[ir.Function]) -> list[str]:
-    """A function ``ucf_pairdot_<type>`` per type of ``ir.PairDot`` the functions use:
-    AVX2's ``_mm256_madd_epi16`` where the compiler targets it, else the sums of the
-    definition (the same values)."""
+    """A function ``ucf_pairdot_<type>`` per vector type of ``ir.PairDot`` the functions
+    use: AVX2's ``_mm256_madd_epi16`` where the compiler targets it (the default
+    ``-march=native`` on the hosts that make the node), else the definition's sums, the
+    same values (a kernel saved and built for another CPU)."""
     from ucf.ir.walk import nodes
 
     used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.PairDot)})
     if not used:
         return []
     lines = ["#if defined(__AVX2__)", "#include <immintrin.h>", "#endif"]
-    halves = "(int32_t)(int16_t){a} * (int16_t){b} + ({a} >> 16) * ({b} >> 16)"
     for ty in used:
         n, t = ir.lanes(ty), c_type(ty)
         lines.append(f"static inline {t} ucf_pairdot_{ty}({t} a, {t} b) {{")
-        if n == 1:
-            lines += [f"  return {halves.format(a='a', b='b')};", "}"]
-            continue
         if n == 8:
-            lines += [
-                "#if defined(__AVX2__)",
-                f"  return ({t})_mm256_madd_epi16((__m256i)a, (__m256i)b);",
-            ]
-            lines.append("#else")
+            cast = f"({t})_mm256_madd_epi16((__m256i)a, (__m256i)b)"
+            lines += ["#if defined(__AVX2__)", f"  return {cast};", "#else"]
         lines += [
             f"  {t} r;",
-            f"  for (int l = 0; l < {n}; l++) r[l] = {halves.format(a='a[l]', b='b[l]')};",
+            f"  for (int l = 0; l < {n}; l++)",
+            "    r[l] = (int32_t)(int16_t)a[l] * (int16_t)b[l] + (a[l] >> 16) * (b[l] >> 16);",
             "  return r;",
         ]
-        if n == 8:
-            lines.append("#endif")
-        lines.append("}")
+        lines += ["#endif", "}"] if n == 8 else ["}"]
     return lines
 
 

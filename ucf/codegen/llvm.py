@@ -429,27 +429,19 @@ class _FunctionBuilder:
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
 
     def pair_dot(self, e: ir.PairDot) -> ll.Value:
-        """AVX2's ``pmaddwd`` intrinsic for 8 lanes on a host that has it (``ucf.lower.pairs``
-        makes the node only there). Otherwise each lane's int16 halves are split into
-        the even and the odd lanes, widened, multiplied and added; LLVM's backend folds
-        that into ``pmaddwd`` on its own, but only as long as the optimizer leaves the
-        pattern whole, and in a tile it does not (it shares the split of a vector that
-        several products read), hence the intrinsic."""
-        b = self.b
+        """AVX2's ``pmaddwd`` intrinsic: ``ucf.lower.pairs`` makes the node only on a host
+        that has it, in vectors of 8 lanes. Plain IR (the halves split into even and odd
+        lanes, widened, multiplied and added) is what LLVM's backend folds into
+        ``pmaddwd`` on its own, but the optimizer breaks that pattern up in a tile
+        (it shares the split of a vector that several products read)."""
         n = ir.lanes(e.type)
+        if n != 8 or not pairs.available():
+            raise TypeError(f"no LLVM for PairDot of {e.type} on this host (AVX2, i32x8)")
         halves = ll.VectorType(ll.IntType(16), 2 * n)
-        left, right = b.bitcast(self.expr(e.left), halves), b.bitcast(self.expr(e.right), halves)
-        wide = ll.VectorType(_I32, n)
-        if n == 8 and pairs.available():
-            return b.call(self._extern("llvm.x86.avx2.pmadd.wd", wide, [halves] * 2), [left, right])
-
-        def half(x: ll.Value, first: int) -> ll.Value:
-            lanes = ll.Constant(ll.VectorType(_I32, n), list(range(first, 2 * n, 2)))
-            return b.sext(b.shuffle_vector(x, ll.Constant(halves, ll.Undefined), lanes), wide)
-
-        low, high = (b.mul(half(left, h), half(right, h)) for h in (0, 1))
-        total = b.add(low, high)
-        return total if n > 1 else b.extract_element(total, _I32(0))
+        left = self.b.bitcast(self.expr(e.left), halves)
+        right = self.b.bitcast(self.expr(e.right), halves)
+        pmaddwd = self._extern("llvm.x86.avx2.pmadd.wd", _type(e.type), [halves, halves])
+        return self.b.call(pmaddwd, [left, right])
 
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b
