@@ -2,9 +2,10 @@
 ``ir.PairDot``) against numpy's integer product, exact, on the llvm and c targets:
 partial blocks in both modes, blocks of odd width (the last pair misses its second
 step), columns that leave a remainder, int8 and uint8 on either side (the low half of
-a word is sign- or zero-extended alike), one group of rows and several, serial and in
-threads; the machine code uses pmaddwd; without AVX2 the widening tiles, and a C kernel
-built for a CPU without it, give the same sums."""
+a word is sign- or zero-extended alike), one group of rows and several, blocks stored
+by rows and by columns, serial and in threads; the machine code uses pmaddwd; without
+AVX2 the widening tiles, and a C kernel built for a CPU without it, give the same
+sums."""
 
 from __future__ import annotations
 
@@ -48,23 +49,25 @@ def paired(k) -> bool:
 
 
 SERIAL = "reorder(i_blk,k_blk,i_in,k_in,j)"
-# (format of A, shape of A, columns of B, type of A, of B, schedule): partial blocks in
+# (format of A, shape of A, columns of B, type of A, of B, schedule, whether the outer
+# loop runs in threads): partial blocks in
 # both modes and 45 = 2 tiles of 16 + 13 columns; blocks 3 wide (odd: the last pair is
 # half empty) with partial ones; uint8 times int8 in blocks 5 wide, serial; one group of
-# 4 rows, int8 times int8, fewer columns than a tile.
+# 4 rows, int8 times int8, blocks stored by columns (A's pairs are four places apart;
+# the default loops over blocks of k outside, serially), fewer columns than a tile.
 CASES = [
-    ("bcsr(8,8)", (30, 37), 45, "int8", "uint8", None),
-    ("bcsr(8,3)", (17, 22), 40, "int8", "uint8", None),
-    ("bcsr(16,5)", (40, 12), 100, "uint8", "int8", SERIAL),
-    ("bcsr(4,4)", (13, 11), 9, "int8", "int8", None),
+    ("bcsr(8,8)", (30, 37), 45, "int8", "uint8", None, True),
+    ("bcsr(8,3)", (17, 22), 40, "int8", "uint8", None, True),
+    ("bcsr(16,5)", (40, 12), 100, "uint8", "int8", SERIAL, False),
+    ("bcsc(4,4)", (13, 11), 9, "int8", "int8", None, False),
 ]
-IDS = [f"{f}-{a}x{b}" for f, _, _, a, b, _ in CASES]
+IDS = [f"{f}-{a}x{b}" for f, _, _, a, b, _, _ in CASES]
 
 
 @needs_avx2
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fmt, shape, n, a_type, b_type, schedule", CASES, ids=IDS)
-def test_pairs_against_numpy(target, fmt, shape, n, a_type, b_type, schedule, monkeypatch):
+@pytest.mark.parametrize("fmt, shape, n, a_type, b_type, schedule, threads", CASES, ids=IDS)
+def test_pairs_against_numpy(target, fmt, shape, n, a_type, b_type, schedule, threads, monkeypatch):
     monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel loops start their threads
     block = tuple(int(x) for x in fmt[5:-1].split(","))
     a, b = operands(np.random.default_rng(21), shape, n, block, a_type, b_type)
@@ -72,7 +75,7 @@ def test_pairs_against_numpy(target, fmt, shape, n, a_type, b_type, schedule, mo
     assert paired(k)
     assert "k_in runs in pairs of steps" in k.cin
     loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
-    assert (loop.parallel is None) == (schedule is not None)
+    assert (loop.parallel == "CPUThread") == threads
 
 
 @needs_avx2
