@@ -168,10 +168,12 @@ def vector_typedefs(fns: list[ir.Function]) -> list[str]:
 
 
 def pair_dots(fns: list[ir.Function]) -> list[str]:
-    """A function ``ucf_pairdot_<type>`` per vector type of ``ir.PairDot`` the functions
-    use: AVX2's ``_mm256_madd_epi16`` where the compiler targets it (the default
+    """A macro ``ucf_pairdot_<type>`` per vector type of ``ir.PairDot`` the functions use:
+    AVX2's ``_mm256_madd_epi16`` where the compiler targets it (the default
     ``-march=native`` on the hosts that make the node), else the definition's sums, the
-    same values (a kernel saved and built for another CPU)."""
+    same values (a kernel saved and built for another CPU). Macros, not functions: a
+    function taking 32-byte vectors by value makes GCC warn of an ABI change when
+    the target has no AVX."""
     from ucf.ir.walk import nodes
 
     used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.PairDot)})
@@ -179,18 +181,23 @@ def pair_dots(fns: list[ir.Function]) -> list[str]:
         return []
     lines = ["#if defined(__AVX2__)", "#include <immintrin.h>", "#endif"]
     for ty in used:
-        n, t = ir.lanes(ty), c_type(ty)
-        lines.append(f"static inline {t} ucf_pairdot_{ty}({t} a, {t} b) {{")
+        n, t, name = ir.lanes(ty), c_type(ty), f"ucf_pairdot_{ty}"
         if n == 8:
-            cast = f"({t})_mm256_madd_epi16((__m256i)a, (__m256i)b)"
-            lines += ["#if defined(__AVX2__)", f"  return {cast};", "#else"]
+            lines += [
+                "#if defined(__AVX2__)",
+                f"#define {name}(a, b) (({t})_mm256_madd_epi16((__m256i)(a), (__m256i)(b)))",
+                "#else",
+            ]
         lines += [
-            f"  {t} r;",
-            f"  for (int l = 0; l < {n}; l++)",
-            "    r[l] = (int32_t)(int16_t)a[l] * (int16_t)b[l] + (a[l] >> 16) * (b[l] >> 16);",
-            "  return r;",
+            f"#define {name}(a, b) __extension__({{ \\",
+            f"  {t} ucf_a_ = (a), ucf_b_ = (b), ucf_r_; \\",
+            f"  for (int ucf_l_ = 0; ucf_l_ < {n}; ucf_l_++) \\",
+            "    ucf_r_[ucf_l_] = (int32_t)(int16_t)ucf_a_[ucf_l_] * (int16_t)ucf_b_[ucf_l_] \\",
+            "      + (ucf_a_[ucf_l_] >> 16) * (ucf_b_[ucf_l_] >> 16); \\",
+            "  ucf_r_; })",
         ]
-        lines += ["#endif", "}"] if n == 8 else ["}"]
+        if n == 8:
+            lines.append("#endif")
     return lines
 
 
