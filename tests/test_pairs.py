@@ -100,11 +100,12 @@ def test_without_avx2_the_tiles_widen_each_byte(monkeypatch, target):
 @needs_cc
 def test_a_c_kernel_built_without_avx2_sums_alike(monkeypatch):
     """The C kernel's ``ucf_pairdot_i32x8`` falls back to the definition's sums when the
-    compiler does not target AVX2 (a saved kernel built for another CPU): the values
-    of the JIT's pmaddwd, bit for bit."""
+    compiler does not target AVX2 (a saved kernel built for another CPU), without a
+    warning: the values of the JIT's pmaddwd, bit for bit."""
     a, b = operands(np.random.default_rng(24), (40, 26), 70, (8, 8), "uint8", "int8")
     jit = run("bcsr(8,8)", a, b, "llvm")
-    monkeypatch.setenv("UCF_CFLAGS", "-O3 -march=x86-64 -ffp-contract=off -fopenmp -fPIC -shared")
+    flags = "-O3 -march=x86-64 -Wall -Werror -ffp-contract=off -fopenmp -fPIC -shared"
+    monkeypatch.setenv("UCF_CFLAGS", flags)  # no AVX: not even a warning
     k = run("bcsr(8,8)", a, b, "c")
     assert paired(k) and "_mm256_madd_epi16" in k.source
     assert "vpmaddwd" not in k.asm
