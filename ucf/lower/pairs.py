@@ -35,7 +35,7 @@ import llvmlite.binding as llvm
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, substitute
-from ucf.lower.registers import _SIZES, VECTOR_BYTES, _most, _offset, _trip
+from ucf.lower.registers import _SIZES, VECTOR_BYTES, _most, _Nest, _offset, _Rewriter, _trip
 
 #: Element types whose values fit in an int16 half of a lane.
 NARROW = ("i8", "u8")
@@ -54,7 +54,9 @@ def available() -> bool:
         return False
 
 
-def paired(rewriter, nest, tile: Var, count: ir.Expr, width: int):
+def paired(
+    rewriter: _Rewriter, nest: _Nest, tile: Var, count: ir.Expr, width: int
+) -> tuple[_Nest, dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]] | None:
     """For a nest of ``registers`` over products of 8-bit integers into int32: the nest
     its micro-kernel runs instead (a loop over pairs of steps whose statement adds the
     ``PairDot`` of A's and B's words), the load of that statement which reads the panel
@@ -63,7 +65,7 @@ def paired(rewriter, nest, tile: Var, count: ir.Expr, width: int):
 
     B is packed even for a single group of rows (a block of 4): on bcsr(4,4) and
     bcsr(4,8) SpMM at 512 (50% of blocks zero) that measured 1.3x and 1.5x faster than
-    the widening tile; bcsr(8,8) at 1024 1.6x, bcsr(32,32) 2.0 to 2.2x (one thread)."""
+    the widening tile; bcsr(8,8) at 1024 1.6x, bcsr(32,32) 1.7x to 2.2x (one thread)."""
     factors = _factors(nest)
     span = ir.sub(nest.inner.end, nest.inner.start)
     if factors is None or _trip(nest.rows) is None or not names(span) <= rewriter.params:
@@ -148,7 +150,7 @@ def paired(rewriter, nest, tile: Var, count: ir.Expr, width: int):
     return kernel, {b_word: (b_panel, b_row)}, [fill_a, fill_b]
 
 
-def _factors(nest) -> tuple[ir.Load, ir.Load] | None:
+def _factors(nest: _Nest) -> tuple[ir.Load, ir.Load] | None:
     """The loads of a product of two 8-bit integers widened to int32 that the nest
     accumulates into int32: the one that is the same for every ``j``, and the one that
     varies with ``j`` at unit stride, at the reduction's step and the same for every
@@ -178,7 +180,7 @@ def _factors(nest) -> tuple[ir.Load, ir.Load] | None:
     return fixed, varying
 
 
-def _panel(rewriter, load: ir.Load, size: ir.Expr) -> ir.Array:
+def _panel(rewriter: _Rewriter, load: ir.Load, size: ir.Expr) -> ir.Array:
     """A new panel of int32 words for the pairs of ``load``'s values, each thread's."""
     panel = ir.Array(rewriter.fresh(f"{load.array.name.removesuffix('_vals')}_pairs"), "i32")
     rewriter.panels.append(panel)
