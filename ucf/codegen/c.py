@@ -136,7 +136,7 @@ def source(fns: list[ir.Function]) -> str:
     """A self-contained C translation unit: runtime/ucf_runtime.h is carried inline."""
     from ucf.resources import runtime_dir
 
-    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns)]
+    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns), *pair_dots(fns)]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
@@ -164,6 +164,40 @@ def vector_typedefs(fns: list[ir.Function]) -> list[str]:
         size = f"vector_size({ir.lanes(ty)} * sizeof({elem}))"
         lines.append(f"typedef {elem} ucf_{ty} __attribute__(({size}));")
         lines.append(f"typedef {elem} ucf_{ty}_u __attribute__(({size}, aligned(sizeof({elem}))));")
+    return lines
+
+
+def pair_dots(fns: list[ir.Function]) -> list[str]:
+    """A macro ``ucf_pairdot_<type>`` per vector type of ``ir.PairDot`` the functions use:
+    AVX2's ``_mm256_madd_epi16`` where the compiler targets it (the default
+    ``-march=native`` on the hosts that make the node), else the definition's sums, the
+    same values (a kernel saved and built for another CPU). Macros, not functions: a
+    function taking 32-byte vectors by value makes GCC warn of an ABI change when
+    the target has no AVX."""
+    from ucf.ir.walk import nodes
+
+    used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.PairDot)})
+    if not used:
+        return []
+    lines = ["#if defined(__AVX2__)", "#include <immintrin.h>", "#endif"]
+    for ty in used:
+        n, t, name = ir.lanes(ty), c_type(ty), f"ucf_pairdot_{ty}"
+        if n == 8:
+            lines += [
+                "#if defined(__AVX2__)",
+                f"#define {name}(a, b) (({t})_mm256_madd_epi16((__m256i)(a), (__m256i)(b)))",
+                "#else",
+            ]
+        lines += [
+            f"#define {name}(a, b) __extension__({{ \\",
+            f"  {t} ucf_a_ = (a), ucf_b_ = (b), ucf_r_; \\",
+            f"  for (int ucf_l_ = 0; ucf_l_ < {n}; ucf_l_++) \\",
+            "    ucf_r_[ucf_l_] = (int32_t)(int16_t)ucf_a_[ucf_l_] * (int16_t)ucf_b_[ucf_l_] \\",
+            "      + (ucf_a_[ucf_l_] >> 16) * (ucf_b_[ucf_l_] >> 16); \\",
+            "  ucf_r_; })",
+        ]
+        if n == 8:
+            lines.append("#endif")
     return lines
 
 
@@ -287,6 +321,8 @@ class _Emitter:
         if isinstance(e, ir.Splat):
             lanes = ", ".join([self.expr(e.operand)] * e.lanes)
             return f"(({c_type(e.type)}){{{lanes}}})"
+        if isinstance(e, ir.PairDot):
+            return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
         if isinstance(e, ir.Bin):
             if e.op in ("min", "max"):
                 return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"

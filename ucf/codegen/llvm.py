@@ -15,6 +15,7 @@ from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, nodes, reads
+from ucf.lower import pairs
 
 _TYPES = {
     "i1": ll.IntType(1),
@@ -382,6 +383,8 @@ class _FunctionBuilder:
                 ll.Constant(t, ll.Undefined),
                 ll.Constant(ll.VectorType(_I32, e.lanes), [0] * e.lanes),
             )
+        if isinstance(e, ir.PairDot):
+            return self.pair_dot(e)
         if isinstance(e, ir.Bin):
             return self.binary(e)
         if isinstance(e, ir.Neg):
@@ -424,6 +427,21 @@ class _FunctionBuilder:
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
+
+    def pair_dot(self, e: ir.PairDot) -> ll.Value:
+        """AVX2's ``pmaddwd`` intrinsic: ``ucf.lower.pairs`` makes the node only on a host
+        that has it, in vectors of 8 lanes. Plain IR (the halves split into even and odd
+        lanes, widened, multiplied and added) is what LLVM's backend folds into
+        ``pmaddwd`` on its own, but the optimizer breaks that pattern up in a tile
+        (it shares the split of a vector that several products read)."""
+        n = ir.lanes(e.type)
+        if n != 8 or not pairs.available():
+            raise TypeError(f"no LLVM for PairDot of {e.type} on this host (AVX2, i32x8)")
+        halves = ll.VectorType(ll.IntType(16), 2 * n)
+        left = self.b.bitcast(self.expr(e.left), halves)
+        right = self.b.bitcast(self.expr(e.right), halves)
+        pmaddwd = self._extern("llvm.x86.avx2.pmadd.wd", _type(e.type), [halves, halves])
+        return self.b.call(pmaddwd, [left, right])
 
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b

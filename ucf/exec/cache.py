@@ -75,10 +75,16 @@ def key(fields: dict[str, Any]) -> str:
 
 
 def _canonical(fields: dict[str, Any]) -> bytes:
+    from ucf.lower.pairs import available
     from ucf.lower.parallel import threshold
     from ucf.lower.registers import enabled
 
-    settings = {"code": code_version(), "work_threshold": threshold(), "registers": enabled()}
+    settings = {
+        "code": code_version(),
+        "work_threshold": threshold(),
+        "registers": enabled(),
+        "pairs": available(),
+    }
     return json.dumps({**settings, **fields}, sort_keys=True).encode()
 
 

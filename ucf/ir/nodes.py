@@ -123,6 +123,22 @@ class Splat(Expr):
 
 
 @dataclass(frozen=True)
+class PairDot(Expr):
+    """Two vectors of ``i32`` whose 32-bit lanes each hold two int16, the low half
+    first: per lane ``low(left) * low(right) + high(left) * high(right)``, the products
+    and their sum in int32. It is x86's ``pmaddwd``, 16 products in one AVX2
+    instruction: ``ucf.lower.pairs`` makes it for products of 8-bit integers, two steps
+    of a reduction per lane (exact: no sum of two such products leaves int32)."""
+
+    left: Expr
+    right: Expr
+
+    @property
+    def type(self) -> str:
+        return self.left.type
+
+
+@dataclass(frozen=True)
 class Bin(Expr):
     op: str  # + - * / % min max, and on integers << >> (arithmetic) &
     left: Expr

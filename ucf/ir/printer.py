@@ -98,6 +98,8 @@ def expr(e: ir.Expr) -> str:
         return f"{e.array.name}[{expr(e.index)} : +{e.lanes}]"
     if isinstance(e, ir.Splat):
         return f"splat{e.lanes}({expr(e.operand)})"
+    if isinstance(e, ir.PairDot):
+        return f"pairdot({expr(e.left)}, {expr(e.right)})"
     if isinstance(e, ir.Bin):
         if e.op in ("min", "max"):
             return f"{e.op}({expr(e.left)}, {expr(e.right)})"

@@ -24,7 +24,8 @@ The panel is a workspace of each thread. What is packed is the largest part of t
 product that all groups read alike: a load, or a computation on loads, such as a
 quantized block's ``(q - zero) * scale``, which then runs once per block instead of
 once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
-make enough groups.
+make enough groups. Products of 8-bit integers into int32 take the micro-kernel of
+``ucf.lower.pairs`` instead, two steps of the reduction per multiply.
 
 Every output element still sums its terms in the same order, so the result is bit
 for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
@@ -211,11 +212,16 @@ class _Rewriter:
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
+            from ucf.lower.pairs import paired  # it builds on this module's helpers
+
             shared = None if trip is None else trip // rows
-            packed, pack = self.packed(nest, tile, count, width, lanes, shared)
+            kernel, packed, pack = paired(self, nest, tile, count, width) or (
+                nest,
+                *self.packed(nest, tile, count, width, lanes, shared),
+            )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
                 pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
-            micro = self.micro(nest, renames, jv, lanes, packed)
+            micro = self.micro(kernel, renames, jv, lanes, packed)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured
@@ -593,6 +599,6 @@ def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dic
     args = (j, jv, off, lanes, leaf, packed)
     if isinstance(e, ir.Cast):
         return ir.Cast(_vector(e.operand, *args), ir.vector(e.type, lanes))
-    if isinstance(e, ir.Bin):
-        return ir.Bin(e.op, _vector(e.left, *args), _vector(e.right, *args))
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return replace(e, left=_vector(e.left, *args), right=_vector(e.right, *args))
     return ir.Neg(_vector(e.operand, *args))
