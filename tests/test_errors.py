@@ -310,9 +310,10 @@ def test_an_output_that_overlaps_an_operand_is_refused(expr, formats):
         ("C(i,n) = A(i,k) * B(k,n)", None, {"A": (3, 2)}),
     ],
 )
-def test_blocked_and_dynamic_kernels_refuse_an_overlapping_output(expr, formats, dynamic):
+def test_blocked_and_dynamic_kernels_refuse_an_output_they_cannot_write(expr, formats, dynamic):
     """One rule for every kind of kernel (a blocked one would compute right, a dynamic one
-    wrong); a separate output gives numpy's result."""
+    wrong); a read-only output or a mask that is not a dict is named (numpy's "assignment
+    destination is read-only" was an InternalError); a separate output gives numpy's result."""
     k = ucf.compile(expr, formats=formats, dynamic=dynamic)
     rng = np.random.default_rng(4)
     if dynamic is None:
@@ -326,10 +327,16 @@ def test_blocked_and_dynamic_kernels_refuse_an_overlapping_output(expr, formats,
     for name in ops if dynamic else [read]:
         with pytest.raises(ucf.OperandError, match=f"shares memory with operand {name}"):
             k(**ops, out=ops[name])
+    frozen = np.zeros_like(expected)
+    frozen.flags.writeable = False
+    with pytest.raises(ucf.OperandError, match="out= for (y|C) is read-only"):
+        k(**ops, out=frozen)
     out = np.zeros_like(expected)
     np.testing.assert_allclose(k(**ops, out=out).to_numpy(), expected, atol=1e-12)
     with pytest.raises(ucf.ArgumentError, match="passed by name"):
         k(*ops.values())
+    with pytest.raises(ucf.ArgumentError, match="masks= takes a dict by name, got int"):
+        k(**ops, masks=5)
 
 
 def test_an_output_overlapping_a_dense_matrix_operand_is_refused():

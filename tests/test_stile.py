@@ -52,14 +52,18 @@ def test_permutation_cannot_vary_along_a_summed_variable():
         ucf.condensable(MATMUL, ["z"])
 
 
-def test_condense_command_checks_then_refuses_as_not_built():
+def test_condense_command_checks_then_points_a_static_operand_to_dynamic():
     with pytest.raises(ucf.ScheduleError, match="condense: x is a compound variable"):
         ucf.compile(CONV, schedule="condense(x, I, 8)")
     with pytest.raises(ucf.ScheduleError, match="B has no index variable m"):
         ucf.compile(MATMUL, schedule="condense(m, B, 8)")
     with pytest.raises(ucf.ScheduleError, match="Z is not an operand"):
         ucf.compile(MATMUL, schedule="condense(k, Z, 8)")
-    with pytest.raises(ucf.UnsupportedError, match="k can be condensed, but .* not built yet"):
+    with pytest.raises(
+        ucf.UnsupportedError,
+        match=r"k can be condensed, but only a dynamic operand's tiles are gathered: "
+        r"compile with dynamic=\{'A': <micro-tile shape>\}",
+    ):
         ucf.compile(MATMUL, {"A": "csr"}, schedule="condense(k, A, 64)")
     with pytest.raises(ucf.ScheduleError, match="depth must be a positive integer"):
         ucf.compile(MATMUL, schedule=ucf.Schedule().condense("k", "A", 0))

@@ -11,6 +11,7 @@ that is left is a few dictionary lookups per parameter.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,11 +172,14 @@ def same_format(a: Format, b: Format) -> bool:
     return True
 
 
-def check_not_aliased(out: Any, reads: dict[str, Any], outname: str) -> None:
-    """Refuse an output that overlaps an operand of the call: a kernel zeroes (for ``=``)
-    and writes the output while it still reads the operands, so the result would be
-    wrong. ``reads`` maps each operand's name to its Tensor or array."""
+def check_output(out: Any, reads: dict[str, Any], outname: str) -> None:
+    """Refuse an output the kernel cannot write: a read-only array, or one that overlaps
+    an operand of the call (a kernel zeroes, for ``=``, and writes the output while it
+    still reads the operands, so the result would be wrong). ``reads`` maps each
+    operand's name to its Tensor or array."""
     target = out.vals if hasattr(out, "vals") else out
+    if isinstance(target, np.ndarray) and not target.flags.writeable:
+        raise OperandError(f"out= for {outname} is read-only: pass a writeable array")
     for name, t in reads.items():
         arrays = (
             [t.vals, *(a for lvl in t.levels for a in lvl.values())]
@@ -187,6 +191,14 @@ def check_not_aliased(out: Any, reads: dict[str, Any], outname: str) -> None:
                 f"out= shares memory with operand {name}, which the kernel reads while it "
                 f"writes {outname}: pass a separate output array"
             )
+
+
+def check_mappings(**given: Any) -> None:
+    """Refuse a keyword argument that must map names (``shapes=``, ``masks=``) but is
+    something else, before anything indexes it by name."""
+    for what, value in given.items():
+        if value is not None and not isinstance(value, Mapping):
+            raise ArgumentError(f"{what}= takes a dict by name, got {type(value).__name__}")
 
 
 def refuse_positional(stmt: Any, positional: tuple) -> None:

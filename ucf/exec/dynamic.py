@@ -42,7 +42,7 @@ from ucf.cin.blocking import Blocking, unblock
 from ucf.cin.invariance import check_condense, classify, describe
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
 from ucf.exec import blocked, condensed
-from ucf.exec.binding import check_not_aliased, refuse_positional
+from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.extents import bound_extents, check_orders
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
@@ -246,7 +246,7 @@ class DynamicKernel:
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
         if out is not None:
-            check_not_aliased(out, given, self.statement.lhs.tensor)
+            check_output(out, given, self.statement.lhs.tensor)
         tensors = {n: _tensor(v, n) for n, v in given.items()}
         # Checked on the user's statement, so errors name the user's operands.
         stmt = self._with_mask
@@ -273,8 +273,7 @@ class DynamicKernel:
     def _mask_of(self, masks: Mapping[str, Any] | None, dense: np.ndarray) -> np.ndarray:
         """The call's mask of the dynamic operand as bytes 0/1: the one given, else the
         operand's nonzeros."""
-        if masks is not None and not isinstance(masks, Mapping):
-            raise OperandError(f"masks= maps a dynamic operand to its mask, got {masks!r}")
+        check_mappings(masks=masks)
         for n in masks or {}:
             if n != self.name:
                 raise OperandError(

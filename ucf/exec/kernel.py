@@ -20,7 +20,6 @@ import numpy as np
 from ucf import pipeline
 from ucf._version import __version__
 from ucf.errors import (
-    ArgumentError,
     ConversionWarning,
     OperandError,
     ScheduleError,
@@ -33,7 +32,8 @@ from ucf.exec import blocked, cache, stats
 from ucf.exec.binding import (
     arguments,
     binding,
-    check_not_aliased,
+    check_mappings,
+    check_output,
     refuse_positional,
     same_format,
 )
@@ -388,9 +388,7 @@ class Kernel:
         **operands: Any,
     ) -> Tensor:
         refuse_positional(self._plan.statement, positional)
-        for what, value in (("shapes", shapes), ("masks", masks)):
-            if value is not None and not isinstance(value, Mapping):
-                raise ArgumentError(f"{what}= takes a dict by name, got {type(value).__name__}")
+        check_mappings(shapes=shapes, masks=masks)
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.exec.dynamic)
             raise OperandError(
                 f"masks= gives a mask for {next(iter(masks))}, which is not a dynamic operand "
@@ -417,7 +415,7 @@ class Kernel:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given = {n: self._as_operand(operands[n], n) for n in names}
         if out is not None:
-            check_not_aliased(out, given, stmt.lhs.tensor)
+            check_output(out, given, stmt.lhs.tensor)
         check_orders(plan.orders, given)
         for n, st in self._statics.items():
             st.check(given[n], self.index_dtype)

@@ -348,7 +348,9 @@ class AssembleCommand(Command):
 class Condense(Command):
     """``condense(k, A, depth)``: gather A's live micro-tiles along k into dense compute
     tiles ``depth`` deep. Whether k may be condensed is checked on the statement
-    (``ucf.cin.invariance.check_schedule``); the gathering kernels are not built yet."""
+    (``ucf.cin.invariance.check_schedule``). Kernels that gather exist only for a dynamic
+    operand (``ucf.exec.dynamic``), which handles the command before lowering; reaching
+    it here means A is not dynamic."""
 
     arity = (3,)
     forms = "(k, A, depth)"
@@ -357,8 +359,8 @@ class Condense(Command):
         self.known(self.args[0], nest.loops)
         self.positive(self.args[2], "the compute-tile depth")
         raise UnsupportedError(
-            f"{self}: {self.args[0]} can be condensed, but kernels that gather condensed "
-            "tiles are not built yet"
+            f"{self}: {self.args[0]} can be condensed, but only a dynamic operand's tiles "
+            f"are gathered: compile with dynamic={{'{self.args[1]}': <micro-tile shape>}}"
         )
 
 
