@@ -150,6 +150,11 @@ def test_a_blocked_operand_is_converted_to_the_kernels_format():
         ("nm(2,4)", 2, "nm(2,4)"),
         ("UCUU:0/4,1/4,1%4,0%4", 2, "UCUU:0/4,1/4,1%4,0%4"),  # blocks stored column-major
         ("CU", 2, "CU"),
+        ("UUU", 3, "dense"),
+        ("CSS", 3, "coo"),
+        ("CCC", 3, "csf"),
+        ("CC", 2, "dcsr"),
+        ("dense@float16", 2, "dense@float16"),
     ],
 )
 def test_a_format_is_named_as_users_spell_it(written, order, shown):

@@ -25,7 +25,7 @@ def _calls(k, **ops) -> list[warnings.WarningMessage]:
 @pytest.mark.parametrize(
     "dtype, ops, words",
     [
-        ("float64", {"A": A.toarray(), "x": X}, ["operand A is stored as 'UU'", "reads 'csr'"]),
+        ("float64", {"A": A.toarray(), "x": X}, ["operand A is stored as 'dense'", "reads 'csr'"]),
         ("float32", {"A": A.astype(np.float32), "x": X}, ["operand x has float64 values"]),
         (
             "float64",

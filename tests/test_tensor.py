@@ -431,7 +431,7 @@ def test_valid_constructions_pass():
     pos, rows, cols, vals = coo_parts()
     t = Tensor((3, 4), "coo", [{"pos": pos, "crd": rows}, {"crd": cols}], vals)
     assert t.index_dtype == np.int32
-    assert repr(t) == "Tensor(shape=(3, 4), format='CS', dtype=float64, nnz=4)"
+    assert repr(t) == "Tensor(shape=(3, 4), format='coo', dtype=float64, nnz=4)"
 
 
 def _csr(pos=None, crd=None, vals=None, extra=None):

@@ -183,7 +183,7 @@ class Format:
     def _names(self) -> list[str]:
         """Names that might spell this format: the plain aliases, and the blocked and
         fixed-width ones with the sizes its maps and levels hold."""
-        names = [a for a, levels in ALIASES.items() if levels is not None]
+        names = list(ALIASES)  # parsed at this format's order, so dense and coo fit too
         mods = [m.mod for m in self.maps if m.mod]
         if len(mods) == 2:
             names += [f"{n}({mods[0]},{mods[1]})" for n in BLOCK_ALIASES]
