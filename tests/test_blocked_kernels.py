@@ -215,15 +215,21 @@ def test_non_zero_preserving_functions_leave_no_padding_behind():
     np.testing.assert_allclose(got.to_numpy(), np.exp(A))
 
 
+@pytest.mark.parametrize("op", ["=", "+="])
+@pytest.mark.parametrize("rows", [9, 12])
 @pytest.mark.parametrize("target", TARGETS)
-def test_accumulating_into_a_given_output(target):
+def test_writing_into_a_given_output(target, rows, op):
+    """Into out=, padded (9 rows in blocks of 4) or written in place (12): the result is
+    numpy's either way, and the returned tensor holds it too."""
     rng = np.random.default_rng(11)
-    A = blocky(rng, (9, 6), (4, 3))
-    x, y0 = rand_dense(rng, 6), rand_dense(rng, 9)
-    k = compile_for(target, "y(i) += A(i,k)*x(k)", {"A": "bcsr(4,3)"})
+    A = blocky(rng, (rows, 6), (4, 3))
+    x, y0 = rand_dense(rng, 6), rand_dense(rng, rows)
+    k = compile_for(target, f"y(i) {op} A(i,k)*x(k)", {"A": "bcsr(4,3)"})
     y = y0.copy()
-    k(A=ucf.from_numpy(A, format="bcsr(4,3)"), x=x, out=y)
-    np.testing.assert_allclose(y, y0 + A @ x)
+    got = k(A=ucf.from_numpy(A, format="bcsr(4,3)"), x=x, out=y)
+    expected = (y0 if op == "+=" else 0) + A @ x
+    np.testing.assert_allclose(y, expected)
+    np.testing.assert_allclose(got.to_numpy(), expected)
 
 
 def test_scipy_bsr_is_read_without_a_copy():
