@@ -271,8 +271,8 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
     """``ucf_condensed_spmm(A, K, pos, crd, B, C, NB, M, KD, N, BS)``: ``C += (A * K) @ B``
     over the live tiles of the stile index (``pos``, ``crd``) of the mask ``K`` (bytes),
     for ``NB`` row-major batches of A and K (``M x KD``) and C (``M x N``); B is ``KD x
-    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when A has at
-    least ``threshold`` elements."""
+    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when the live tiles
+    hold at least ``threshold`` multiply-adds."""
     v = _Names(elem)
     groups = bh >= ROWS
     dt = depth_tiles(depth, bw)
@@ -331,7 +331,9 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
         ir.Decl(p1, load_i(pos, ir.add(t, _c(1)))),
         ir.For(chunk, _c(0), ir.Bin("/", ir.add(ir.sub(p1, p0), _c(dt - 1)), _c(dt)), step),
     ]
-    work = ir.mul(ir.mul(nb, m), kd)
+    # Multiply-adds: the live tiles' elements by B's columns (the pos entry past the
+    # last row of tiles counts every live tile).
+    work = ir.mul(ir.mul(load_i(pos, ir.mul(nb, grid)), _c(bh * bw)), n)
     params = [
         ir.Param("A", elem, True, doc="the dynamic operand, row-major"),
         ir.Param("K", "u8", True, doc="its mask, bytes 0/1"),
@@ -356,7 +358,8 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     The condensed variable is the output's t (MoE's tokens of an expert): an item
     gathers up to ``depth`` of an expert's live tokens (whole tiles), each X row scaled
     by its gate, and multiplies them by the expert's B, ``ROWS_D`` of D at a time, into
-    those rows of C. Threads start when R has at least ``threshold`` elements."""
+    those rows of C. Threads start when the live tokens
+    hold at least ``threshold`` multiply-adds."""
     v = _Names(elem)
     groups, dk, slab = True, ROWS_D, ROWS_SLAB
     per = depth_tiles(depth, bt)
@@ -434,6 +437,8 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ir.Param("C", elem, True, output=True, doc="the output, added into"),
         *(ir.Param(y.name, I64, False) for y in (nb, tt, d, n)),
     ]
-    loop = _parallel(v, ir.mul(nb, items_per), body, spaces, groups, ir.mul(nb, tt), threshold)
+    # Multiply-adds: the live tokens (all of pos's tiles, whole) by D x N.
+    work = ir.mul(ir.mul(ir.mul(load_i(pos, nb), _c(bt)), d), n)
+    loop = _parallel(v, ir.mul(nb, items_per), body, spaces, groups, work, threshold)
     doc = f"C[e] += (R * K)[e] X @ B[e] over the live tiles of {bt} tokens, {rows} per item"
     return ir.Function(f"ucf_condensed_rows_{bt}", params, loop, doc=doc)
