@@ -233,7 +233,8 @@ def test_gathered_rows_without_a_batch_variable_and_with_a_mask():
 
 
 def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
-    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail)."""
+    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail); C starts
+    as ones, which SET=0 adds to and SET=1 overwrites at the live rows."""
     e, t, d, n, bt = 3, 70, 600, 37, 4
     kb = -(-t // bt)
     index = index_function("u8", "i32", (1, bt))
@@ -243,7 +244,7 @@ def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
 #include <stdlib.h>
 #include <string.h>
 int main(void) {{
-  for (int full = 0; full < 2; full++) {{
+  for (int full = 0; full < 2; full++) for (int set = 0; set < 2; set++) {{
     uint8_t *mask = malloc({e * t});
     memset(mask, full, {e * t});
     int32_t *flags = calloc({e * kb}, 4), *pos = calloc({e + 1}, 4);
@@ -252,21 +253,45 @@ int main(void) {{
     int32_t *crd = malloc(pos[{e}] * 4 + 1);
     memcpy(crd, slots, pos[{e}] * 4);
     double *r = malloc({e * t} * 8), *x = malloc({t * d} * 8), *w = malloc({e * d * n} * 8);
-    double *c = calloc({e * t * n}, 8);
+    double *c = malloc({e * t * n} * 8);
+    for (int q = 0; q < {e * t * n}; q++) c[q] = 1.0;
     for (int q = 0; q < {e * t}; q++) r[q] = 1.0;
     for (int q = 0; q < {t * d}; q++) x[q] = 1.0;
     for (int q = 0; q < {e * d * n}; q++) w[q] = 1.0;
-    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n});
+    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n}, set);
     double sum = 0;
     for (int q = 0; q < {e * t * n}; q++) sum += c[q];
-    printf("%.0f\\n", sum);
+    printf("%.0f ", sum);
     free(mask); free(flags); free(pos); free(slots); free(crd);
     free(r); free(x); free(w); free(c);
   }}
+  printf("\\n");
   return 0;
 }}
 """
-    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
+    ones, live = e * t * n, e * t * n * d
+    got = driver_under_asan(tmp_path, [index, fn], driver)
+    assert got[0].split() == [str(ones), str(ones), str(ones + live), str(live)]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_gathered_rows_into_out_set_the_live_rows_and_zero_the_others(target):
+    """``=`` into a used out= (the kernel sets the rows it computes, the rest are
+    zeroed), ``+=`` adds to it; tiles of 2 tokens, one partial at the end."""
+    rng = np.random.default_rng(10)
+    e, t, d, n = 3, 41, 20, 24
+    r, x, w = _routing(rng, e, t), rng.standard_normal((t, d)), rng.standard_normal((e, d, n))
+    want = np.einsum("et,td,edn->etn", r, x, w)
+    setting = ucf.compile(MOE, dynamic={"R": (1, 2)}, target=target)
+    adding = ucf.compile(MOE.replace(") =", ") +="), dynamic={"R": (1, 2)}, target=target)
+    assert setting._condensed is not None and adding._condensed is not None
+    out = rng.standard_normal((e, t, n))
+    before = out.copy()
+    assert np.shares_memory(np.asarray(adding(R=r, X=x, W=w, out=out)), out)
+    assert np.allclose(out, before + want)
+    setting(R=r, X=x, W=w, out=out)
+    assert np.allclose(out, want)
+    assert not out[1].any()  # expert 1 has no tokens: its rows were zeroed, not computed
 
 
 def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kernel():
