@@ -10,6 +10,7 @@ from test_asan import driver_under_asan
 from test_dynamic import _tile_mask
 
 import ucf
+from ucf.exec.jit import num_threads
 from ucf.lower import condensed
 from ucf.stile import _function as index_function
 
@@ -314,3 +315,51 @@ def test_values_rounded_to_the_kernels_dtype_are_warned_about():
     with pytest.warns(ucf.ConversionWarning, match="operand B has int64 values, rounded"):
         got = k(A=a, B=b).to_numpy()
     np.testing.assert_array_equal(got, b.astype(np.float32))
+
+
+def test_choose_stile_chooses_the_compute_tile_depth_too(monkeypatch):
+    """Each gathering candidate is measured at each depth asked and the cheapest pair
+    wins (without depths, at the kernels' default); a statement that gathers no compute
+    tiles has no depth to choose."""
+    from ucf.exec import tile_choice
+
+    rng = np.random.default_rng(12)
+    samples = [_tile_mask(rng, (128, 96), (32, 1), 0.5) for _ in range(2)]
+    b = rng.random((96, 16), dtype=np.float32)
+    threads = num_threads()
+    ucf.set_num_threads(1)  # see test_choose_stile_prefers_the_tile_that_covers_least_work
+    try:
+        choice = ucf.choose_stile(samples, [(32, 1), (1, 8)], {"B": b}, depths=[16])
+        spmv = ucf.choose_stile(
+            samples, [(32, 1)], {"x": b[:, 0]}, statement="y(i) = A(i,k) * x(k)", depths=[8]
+        )
+    finally:
+        ucf.set_num_threads(threads)
+    assert choice.depths == {(32, 1): 16, (1, 8): 16}
+    assert choice.depth == choice.depths[choice.granularity]
+    assert spmv.depth is None and spmv.depths == {(32, 1): None}
+    a = rng.random((128, 96), dtype=np.float32)
+    kern = ucf.compile(
+        MATMUL,
+        dynamic={"A": choice.granularity},
+        schedule=f"condense(k, A, {choice.depth})",
+        dtype=np.float32,
+    )
+    assert kern._condensed.shape.depth == choice.depth
+    got = np.asarray(kern(A=a, B=b, masks={"A": samples[0]}))
+    assert np.allclose(got, (a * samples[0]) @ b, rtol=1e-5)
+    # With the measured costs given, the depth of least cost over the samples wins.
+    per_tile = {8: 2.0, 64: 1.0, 256: 3.0}
+    monkeypatch.setattr(
+        tile_choice, "_tile_cost", lambda s, o, g, depth, *rest: (0.5, per_tile[depth])
+    )
+    forced = ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=[8, 64, 256])
+    assert forced.depth == 64
+    assert forced.costs[(32, 1)] == sum(0.5 + n * 1.0 for n in forced.live[(32, 1)])
+    per_tile[condensed.DEPTH] = 9.0
+    assert ucf.choose_stile(samples, [(32, 1)], {"B": b}).depth == condensed.DEPTH
+    for bad, message in (([], "at least one compute-tile depth"), ([0], "positive int")):
+        with pytest.raises(ucf.OperandError, match=message):
+            ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=bad)
+    with pytest.raises(ucf.OperandError, match="at most 16384"):
+        ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=[1 << 15])

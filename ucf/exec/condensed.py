@@ -80,7 +80,7 @@ def match(
     shape = None
     if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
         shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
-    if shape is not None and _tile(shape.depth, granularity) > MAX_TILE:
+    if shape is not None and not fits(shape.depth, granularity):
         shape = None  # micro-tiles too large to gather: the generic kernel runs them
     if not asked:
         return shape
@@ -100,7 +100,7 @@ def match(
     depth = cmd.positive(cmd.args[2], "the compute-tile depth")
     if depth > MAX_DEPTH:
         raise ScheduleError(f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s")
-    if shape is not None and _tile(depth, granularity) > MAX_TILE:
+    if shape is not None and not fits(depth, granularity):
         raise UnsupportedError(
             f"{cmd}: micro-tiles {granularity} gathered {depth} deep hold more than "
             f"{MAX_TILE} elements; use a smaller depth or micro-tile"
@@ -112,6 +112,11 @@ def match(
             f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
         )
     return replace(shape, depth=depth)
+
+
+def fits(depth: int, granularity: tuple[int, ...]) -> bool:
+    """Whether micro-tiles ``granularity`` gathered ``depth`` deep fit a compute tile."""
+    return _tile(depth, granularity) <= MAX_TILE
 
 
 def _tile(depth: int, granularity: tuple[int, ...]) -> int:
