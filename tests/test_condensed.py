@@ -293,6 +293,9 @@ def test_gathered_rows_into_out_set_the_live_rows_and_zero_the_others(target):
     setting(R=r, X=x, W=w, out=out)
     assert np.allclose(out, want)
     assert not out[1].any()  # expert 1 has no tokens: its rows were zeroed, not computed
+    out = rng.standard_normal((e, t, n))  # no d's: every row is an empty sum
+    setting(R=r, X=x[:, :0], W=w[:, :0], out=out)
+    assert not out.any()
 
 
 def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kernel():

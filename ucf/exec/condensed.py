@@ -311,11 +311,13 @@ class Condensed:
             x, w = dense
             *lead, t = a.shape
             d, n = w.shape[-2:]
-            # With =, the kernel sets the live rows, so only the others need zeros: a
-            # new C is zeros already (pages the kernel never touches are never zeroed).
+            # With =, the kernel sets the live rows (when it has d's to sum), so only
+            # the others need zeros: a new C is zeros already.
             sizes = (math.prod(lead), t, d, n, int(setting))
             c = self._output(out, (*lead, t, n))
-            if setting and out is not None:
+            if setting and out is not None and d == 0:
+                c[...] = 0
+            elif setting and out is not None:
                 c.reshape(sizes[0], t, n)[~self._live_rows(pos, crd, sizes[0], t)] = 0
         arrays = (a, mask, pos, crd, *dense, c)
         self._call(*(x.ctypes.data for x in arrays), *sizes)
