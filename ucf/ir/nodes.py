@@ -272,8 +272,8 @@ class If(Stmt):
 
 #: Where a workspace (``Alloc``) starts: a cache line, so that no vector load of the
 #: packed panels micro-kernels stream straddles two lines (calloc aligns to 16 bytes;
-#: a 32-byte load at 16 past a line split every other time, and the condensed MoE
-#: kernel ran 1.2-1.4x as long).
+#: a 32-byte load at 16 past a line split every other time, and the c target's
+#: condensed MoE kernel ran 1.4x as long).
 ALIGN = 64
 
 

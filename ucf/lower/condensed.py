@@ -281,8 +281,8 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
     """``ucf_condensed_spmm(A, K, pos, crd, B, C, NB, M, KD, N, BS)``: ``C += (A * K) @ B``
     over the live tiles of the stile index (``pos``, ``crd``) of the mask ``K`` (bytes),
     for ``NB`` row-major batches of A and K (``M x KD``) and C (``M x N``); B is ``KD x
-    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when the live tiles
-    hold at least ``threshold`` multiply-adds."""
+    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when the live
+    tiles hold at least ``threshold`` multiply-adds."""
     v = _Names(elem)
     groups = bh >= ROWS
     dt = depth_tiles(depth, bw)
@@ -371,8 +371,8 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     The condensed variable is the output's t (MoE's tokens of an expert): an item
     gathers up to ``depth`` of an expert's live tokens (whole tiles), each X row scaled
     by its gate, and multiplies them by the expert's B, ``ROWS_D`` of D at a time, into
-    those rows of C. Threads start when the live tokens
-    hold at least ``threshold`` multiply-adds."""
+    those rows of C. Threads start when the live tokens hold at least ``threshold``
+    multiply-adds."""
     v = _Names(elem)
     groups, dk, slab = True, ROWS_D, ROWS_SLAB
     per = depth_tiles(depth, bt)
@@ -449,7 +449,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ir.Param("crd", idx, True, doc="the stile index: live tiles of tokens"),
         ir.Param("X", elem, True, doc="the rows gathered, row-major"),
         ir.Param("B", elem, True, doc="one dense matrix per batch, row-major"),
-        ir.Param("C", elem, True, output=True, doc="the output, added into"),
+        ir.Param("C", elem, True, output=True, doc="the output, added into or set"),
         *(ir.Param(y.name, I64, False) for y in (nb, tt, d, n, overwrite)),
     ]
     # Multiply-adds: the live tokens (all of pos's tiles, whole) by D x N.
