@@ -10,6 +10,7 @@ from test_asan import driver_under_asan
 from test_dynamic import _tile_mask
 
 import ucf
+from ucf.exec.jit import num_threads
 from ucf.lower import condensed
 from ucf.stile import _function as index_function
 
@@ -233,7 +234,8 @@ def test_gathered_rows_without_a_batch_variable_and_with_a_mask():
 
 
 def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
-    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail)."""
+    """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail); C starts
+    as ones, which SET=0 adds to and SET=1 overwrites at the live rows."""
     e, t, d, n, bt = 3, 70, 600, 37, 4
     kb = -(-t // bt)
     index = index_function("u8", "i32", (1, bt))
@@ -243,7 +245,7 @@ def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
 #include <stdlib.h>
 #include <string.h>
 int main(void) {{
-  for (int full = 0; full < 2; full++) {{
+  for (int full = 0; full < 2; full++) for (int set = 0; set < 2; set++) {{
     uint8_t *mask = malloc({e * t});
     memset(mask, full, {e * t});
     int32_t *flags = calloc({e * kb}, 4), *pos = calloc({e + 1}, 4);
@@ -252,21 +254,48 @@ int main(void) {{
     int32_t *crd = malloc(pos[{e}] * 4 + 1);
     memcpy(crd, slots, pos[{e}] * 4);
     double *r = malloc({e * t} * 8), *x = malloc({t * d} * 8), *w = malloc({e * d * n} * 8);
-    double *c = calloc({e * t * n}, 8);
+    double *c = malloc({e * t * n} * 8);
+    for (int q = 0; q < {e * t * n}; q++) c[q] = 1.0;
     for (int q = 0; q < {e * t}; q++) r[q] = 1.0;
     for (int q = 0; q < {t * d}; q++) x[q] = 1.0;
     for (int q = 0; q < {e * d * n}; q++) w[q] = 1.0;
-    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n});
+    {fn.name}(r, mask, pos, crd, x, w, c, {e}, {t}, {d}, {n}, set);
     double sum = 0;
     for (int q = 0; q < {e * t * n}; q++) sum += c[q];
-    printf("%.0f\\n", sum);
+    printf("%.0f ", sum);
     free(mask); free(flags); free(pos); free(slots); free(crd);
     free(r); free(x); free(w); free(c);
   }}
+  printf("\\n");
   return 0;
 }}
 """
-    assert driver_under_asan(tmp_path, [index, fn], driver) == ["0", str(e * t * n * d)]
+    ones, live = e * t * n, e * t * n * d
+    got = driver_under_asan(tmp_path, [index, fn], driver)
+    assert got[0].split() == [str(ones), str(ones), str(ones + live), str(live)]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_gathered_rows_into_out_set_the_live_rows_and_zero_the_others(target):
+    """``=`` into a used out= (the kernel sets the rows it computes, the rest are
+    zeroed), ``+=`` adds to it; tiles of 2 tokens, one partial at the end."""
+    rng = np.random.default_rng(10)
+    e, t, d, n = 3, 41, 20, 24
+    r, x, w = _routing(rng, e, t), rng.standard_normal((t, d)), rng.standard_normal((e, d, n))
+    want = np.einsum("et,td,edn->etn", r, x, w)
+    setting = ucf.compile(MOE, dynamic={"R": (1, 2)}, target=target)
+    adding = ucf.compile(MOE.replace(") =", ") +="), dynamic={"R": (1, 2)}, target=target)
+    assert setting._condensed is not None and adding._condensed is not None
+    out = rng.standard_normal((e, t, n))
+    before = out.copy()
+    assert np.shares_memory(np.asarray(adding(R=r, X=x, W=w, out=out)), out)
+    assert np.allclose(out, before + want)
+    setting(R=r, X=x, W=w, out=out)
+    assert np.allclose(out, want)
+    assert not out[1].any()  # expert 1 has no tokens: its rows were zeroed, not computed
+    out = rng.standard_normal((e, t, n))  # no d's: every row is an empty sum
+    setting(R=r, X=x[:, :0], W=w[:, :0], out=out)
+    assert not out.any()
 
 
 def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kernel():
@@ -289,3 +318,51 @@ def test_values_rounded_to_the_kernels_dtype_are_warned_about():
     with pytest.warns(ucf.ConversionWarning, match="operand B has int64 values, rounded"):
         got = k(A=a, B=b).to_numpy()
     np.testing.assert_array_equal(got, b.astype(np.float32))
+
+
+def test_choose_stile_chooses_the_compute_tile_depth_too(monkeypatch):
+    """Each gathering candidate is measured at each depth asked and the cheapest pair
+    wins (without depths, at the kernels' default); a statement that gathers no compute
+    tiles has no depth to choose."""
+    from ucf.exec import tile_choice
+
+    rng = np.random.default_rng(12)
+    samples = [_tile_mask(rng, (128, 96), (32, 1), 0.5) for _ in range(2)]
+    b = rng.random((96, 16), dtype=np.float32)
+    threads = num_threads()
+    ucf.set_num_threads(1)  # see test_choose_stile_prefers_the_tile_that_covers_least_work
+    try:
+        choice = ucf.choose_stile(samples, [(32, 1), (1, 8)], {"B": b}, depths=[16])
+        spmv = ucf.choose_stile(
+            samples, [(32, 1)], {"x": b[:, 0]}, statement="y(i) = A(i,k) * x(k)", depths=[8]
+        )
+    finally:
+        ucf.set_num_threads(threads)
+    assert choice.depths == {(32, 1): 16, (1, 8): 16}
+    assert choice.depth == choice.depths[choice.granularity]
+    assert spmv.depth is None and spmv.depths == {(32, 1): None}
+    a = rng.random((128, 96), dtype=np.float32)
+    kern = ucf.compile(
+        MATMUL,
+        dynamic={"A": choice.granularity},
+        schedule=f"condense(k, A, {choice.depth})",
+        dtype=np.float32,
+    )
+    assert kern._condensed.shape.depth == choice.depth
+    got = np.asarray(kern(A=a, B=b, masks={"A": samples[0]}))
+    assert np.allclose(got, (a * samples[0]) @ b, rtol=1e-5)
+    # With the measured costs given, the depth of least cost over the samples wins.
+    per_tile = {8: 2.0, 64: 1.0, 256: 3.0}
+    monkeypatch.setattr(
+        tile_choice, "_tile_cost", lambda s, o, g, depth, *rest: (0.5, per_tile[depth])
+    )
+    forced = ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=[8, 64, 256])
+    assert forced.depth == 64
+    assert forced.costs[(32, 1)] == sum(0.5 + n * 1.0 for n in forced.live[(32, 1)])
+    per_tile[condensed.DEPTH] = 9.0
+    assert ucf.choose_stile(samples, [(32, 1)], {"B": b}).depth == condensed.DEPTH
+    for bad, message in (([], "at least one compute-tile depth"), ([0], "positive int")):
+        with pytest.raises(ucf.OperandError, match=message):
+            ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=bad)
+    with pytest.raises(ucf.OperandError, match="at most 16384"):
+        ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=[1 << 15])

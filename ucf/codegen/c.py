@@ -249,11 +249,16 @@ class _Emitter:
         if isinstance(s, ir.Alloc):
             t, name = IR_TO_C[s.array.elem], c_name(s.array.name)
             size = self.expr(s.size)
+            # ALIGN bytes more than asked (calloc aligns to 16 only), the array from the
+            # first boundary on.
+            raw, align = f"ucf_raw_{name}", ir.ALIGN
             return [
-                f"{pad}{t}* restrict {name} = ({t}*)calloc(ucf_max_i64({size}, 1), sizeof({t}));"
+                f"{pad}char* {raw} = (char*)calloc(ucf_max_i64({size}, 1) + "
+                f"{align} / sizeof({t}), sizeof({t}));",
+                f"{pad}{t}* restrict {name} = ({t}*)({raw} + ((-(uintptr_t){raw}) & {align - 1}));",
             ]
         if isinstance(s, ir.Free):
-            return [f"{pad}free({c_name(s.array.name)});"]
+            return [f"{pad}free(ucf_raw_{c_name(s.array.name)});"]
         if isinstance(s, ir.Call):
             args = [c_name(a.name) if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
             return [f"{pad}{s.name}({', '.join(args)});"]

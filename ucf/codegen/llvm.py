@@ -86,6 +86,7 @@ class _FunctionBuilder:
         self.outlined = 0
         self.slots: dict[str, ll.AllocaInstr] = {}
         self.args: dict[str, ll.Value] = {}
+        self.raw: dict[str, ll.Value] = {}  # what calloc gave each workspace, to free
         self.restrict: set[str] = set()  # array parameters that alias nothing else
         if fn is None:
             return
@@ -282,12 +283,18 @@ class _FunctionBuilder:
                 self.expr(s.size),
                 ll.Constant(_TYPES["i64"], 1),
             )
-            width = ll.Constant(_TYPES["i64"], _SIZES[s.array.elem])
-            raw = b.call(calloc, [size, width])
-            self.args[s.array.name] = b.bitcast(raw, ll.PointerType(t), name=s.array.name)
+            i64, elem = _TYPES["i64"], _SIZES[s.array.elem]
+            # ir.ALIGN bytes more than asked (calloc aligns to 16 only), the array from
+            # the first boundary on (a GEP, so the pointer keeps calloc's provenance).
+            size = b.add(size, ll.Constant(i64, ir.ALIGN // elem))
+            raw = b.call(calloc, [size, ll.Constant(i64, elem)])
+            self.raw[s.array.name] = raw
+            skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
+            start = b.gep(raw, [skip])
+            self.args[s.array.name] = b.bitcast(start, ll.PointerType(t), name=s.array.name)
         elif isinstance(s, ir.Free):
             free = self._extern("free", ll.VoidType(), [_I8P])
-            b.call(free, [b.bitcast(self.args[s.array.name], _I8P)])
+            b.call(free, [self.raw[s.array.name]])
         elif isinstance(s, ir.Call):
             callee = self.mod.globals[s.name]
             args = [self.args[a.name] if isinstance(a, ir.Array) else self.expr(a) for a in s.args]

@@ -80,7 +80,7 @@ def match(
     shape = None
     if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
         shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
-    if shape is not None and _tile(shape.depth, granularity) > MAX_TILE:
+    if shape is not None and not fits(shape.depth, granularity):
         shape = None  # micro-tiles too large to gather: the generic kernel runs them
     if not asked:
         return shape
@@ -100,7 +100,7 @@ def match(
     depth = cmd.positive(cmd.args[2], "the compute-tile depth")
     if depth > MAX_DEPTH:
         raise ScheduleError(f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s")
-    if shape is not None and _tile(depth, granularity) > MAX_TILE:
+    if shape is not None and not fits(depth, granularity):
         raise UnsupportedError(
             f"{cmd}: micro-tiles {granularity} gathered {depth} deep hold more than "
             f"{MAX_TILE} elements; use a smaller depth or micro-tile"
@@ -112,6 +112,11 @@ def match(
             f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
         )
     return replace(shape, depth=depth)
+
+
+def fits(depth: int, granularity: tuple[int, ...]) -> bool:
+    """Whether micro-tiles ``granularity`` gathered ``depth`` deep fit a compute tile."""
+    return _tile(depth, granularity) <= MAX_TILE
 
 
 def _tile(depth: int, granularity: tuple[int, ...]) -> int:
@@ -293,25 +298,40 @@ class Condensed:
         a = self._held(self.name, a)
         dense = [self._held(n, np.asarray(tensors[n])) for n in self.shape.dense]
         pos, crd = index.levels[-1]["pos"], index.levels[-1]["crd"]
+        setting = self.statement.op == "="
         if self.shape.kind == "matmul":
             (b,) = dense
             *lead, m, kd = a.shape
             n = b.shape[-1]
             sizes = (math.prod(lead), m, kd, n, kd * n if self.shape.batched else 0)
-            shape = (*lead, m, n)
+            c = self._output(out, (*lead, m, n))
+            if setting and out is not None:
+                c[...] = 0
         else:
             x, w = dense
             *lead, t = a.shape
             d, n = w.shape[-2:]
-            sizes = (math.prod(lead), t, d, n)
-            shape = (*lead, t, n)
-        c = self._output(out, shape)
+            # With =, the kernel sets the live rows (when it has d's to sum), so only
+            # the others need zeros: a new C is zeros already.
+            sizes = (math.prod(lead), t, d, n, int(setting))
+            c = self._output(out, (*lead, t, n))
+            if setting and out is not None and d == 0:
+                c[...] = 0
+            elif setting and out is not None:
+                c.reshape(sizes[0], t, n)[~self._live_rows(pos, crd, sizes[0], t)] = 0
         arrays = (a, mask, pos, crd, *dense, c)
         self._call(*(x.ctypes.data for x in arrays), *sizes)
         return out if isinstance(out, Tensor) else Tensor.from_numpy(c)
 
+    def _live_rows(self, pos: np.ndarray, crd: np.ndarray, batches: int, t: int) -> np.ndarray:
+        """Which rows (batch, t) of a gathered-rows kernel's C the index lists."""
+        bt = self.granularity[-1]
+        tiles = np.zeros((batches, -(-t // bt)), dtype=bool)
+        tiles[np.repeat(np.arange(batches), np.diff(pos)), crd[: pos[-1]]] = True
+        return np.repeat(tiles, bt, axis=1)[:, :t]
+
     def _output(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
-        """The array the kernel adds into: zeros, or ``out`` (zeroed for ``=``)."""
+        """The array the kernel writes: new zeros, or ``out`` as it is."""
         lhs = self.statement.lhs
         fmt = dense_format(len(shape))
         if out is None:
@@ -329,6 +349,4 @@ class Condensed:
                     f"out must be a writable C-contiguous {self.dtype} numpy array (or a "
                     f"ucf.Tensor in format '{fmt}'), got {c.dtype}"
                 )
-        if self.statement.op == "=":
-            c[...] = 0
         return c

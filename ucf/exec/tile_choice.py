@@ -1,4 +1,5 @@
-"""Choosing a dynamic operand's micro-tile from sample masks (SparDA's Algorithm 2).
+"""Choosing a dynamic operand's micro-tile and compute tile from sample masks (SparDA's
+Algorithm 2).
 
 A fine micro-tile covers a mask's nonzeros tightly but pays per tile; a coarse
 one computes zeros but reads its tiles with fewer, longer loops.  SparDA picks,
@@ -8,37 +9,50 @@ measured cost of a tile.  Here a candidate's cost is measured on the target by
 running its dynamic kernel once over a full mask and once over an empty one
 (the fixed cost of a call, and the cost of a live tile from their difference),
 and kept for the process, so a later choice for the same operator and shapes
-costs only the covers.
+costs only the covers.  Where the statement runs a kernel that gathers compute
+tiles (``ucf.exec.condensed``), each candidate micro-tile is measured at every
+candidate depth of the compute tile (``condense(k, A, depth)``), and the pair that
+costs least wins: the depth trades the packing of the dense operand, repeated once
+per compute tile, against the caches the gathered tiles must fit.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ucf import stile
 from ucf.errors import OperandError, boundary
+from ucf.exec import condensed
 from ucf.exec.jit import num_threads
+from ucf.lang import ast
+from ucf.lang.parser import parse_statement
+from ucf.lower import condensed as lowered
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 
 # A candidate's (fixed seconds per call, seconds per live tile), by operator, shapes,
-# candidate, target and thread count: measured once per process.
+# candidate, depth, target and thread count: measured once per process.
 _MEASURED: dict[tuple, tuple[float, float]] = {}
 
 
 @dataclass(frozen=True)
 class StileChoice:
-    """The chosen micro-tile, and for every candidate its estimated seconds over the
-    samples and its live tiles per sample."""
+    """The chosen micro-tile and compute-tile depth, and for every candidate micro-tile
+    its estimated seconds over the samples (at its best depth), its live tiles per
+    sample and its best depth. A depth is None where the kernel gathers no compute
+    tiles (the statement runs through the generic rewrite), or gathers none of the
+    depths asked (the micro-tiles are too large): it was measured without a schedule."""
 
     granularity: tuple[int, ...]
     costs: dict[tuple[int, ...], float]
     live: dict[tuple[int, ...], list[int]]
+    depth: int | None = None
+    depths: dict[tuple[int, ...], int | None] = field(default_factory=dict)
 
 
 @boundary
@@ -50,13 +64,18 @@ def choose_stile(
     operand: str = "A",
     target: str = "llvm",
     dtype: Any = np.float32,
+    depths: Sequence[int] | None = None,
 ) -> StileChoice:
-    """The candidate micro-tile of ``operand`` whose cover of the sample masks costs
-    least: ``ucf.choose_stile([m1, m2], [(1, 1), (32, 1)], operands={"B": b})``.
+    """The candidate micro-tile of ``operand``, and the compute-tile depth, whose cover
+    of the sample masks costs least:
+    ``ucf.choose_stile([m1, m2], [(1, 1), (32, 1)], operands={"B": b})``.
 
     ``operands`` are the statement's other operands, as a call would pass them (the
     tile costs are measured with them, on ``target``, and remembered for the
-    process). The samples are masks of the dynamic operand's shape.
+    process). The samples are masks of the dynamic operand's shape. ``depths`` are
+    the compute-tile depths tried where the kernel gathers compute tiles (each one a
+    compile and a measurement per candidate; None: the kernels' default depth
+    alone); compile with the choice as ``schedule=f"condense(k, A, {choice.depth})"``.
     """
     if not samples:
         raise OperandError("choose_stile needs at least one sample mask")
@@ -70,25 +89,68 @@ def choose_stile(
     tiles = [stile.check_granularity(g, len(shape), "choose_stile") for g in candidates]
     if not tiles:
         raise OperandError("choose_stile needs at least one candidate micro-tile")
-    costs, live = {}, {}
+    asked = [lowered.DEPTH] if depths is None else _depths(depths)
+    costs, live, best_depth = {}, {}, {}
     for g in tiles:
-        fixed, per_tile = _tile_cost(statement, operand, g, shape, operands or {}, target, dtype)
         live[g] = [stile.build(m, g, target).nnz for m in masks]
-        costs[g] = sum(fixed + n * per_tile for n in live[g])
+        options = {}
+        for depth in _gathering_depths(statement, operand, g, dtype, asked):
+            fixed, per_tile = _tile_cost(
+                statement, operand, g, depth, shape, operands or {}, target, dtype
+            )
+            options[depth] = sum(fixed + n * per_tile for n in live[g])
+        best_depth[g] = min(options, key=lambda d: options[d])
+        costs[g] = options[best_depth[g]]
     best = min(tiles, key=lambda g: costs[g])
-    return StileChoice(best, costs, live)
+    return StileChoice(best, costs, live, best_depth[best], best_depth)
+
+
+def _depths(depths: Sequence[int]) -> list[int]:
+    """The candidate depths, checked: positive integers up to the kernels' largest."""
+    found = list(depths)
+    if not found:
+        raise OperandError("choose_stile needs at least one compute-tile depth")
+    for d in found:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+            raise OperandError(f"choose_stile: a compute-tile depth is a positive int, got {d!r}")
+        if d > condensed.MAX_DEPTH:
+            raise OperandError(
+                f"choose_stile: a compute tile gathers at most {condensed.MAX_DEPTH}, got {d}"
+            )
+    return [int(d) for d in found]
+
+
+def _gathering_depths(
+    statement: str, operand: str, granularity: tuple[int, ...], dtype: Any, depths: list[int]
+) -> list[int | None]:
+    """The depths to measure ``granularity`` at: those whose gathered tiles the kernel
+    can hold, or [None] where it gathers no compute tiles (or none of them fits)."""
+    stmt = parse_statement(statement)
+    if condensed.match(stmt, operand, granularity, {}, np.dtype(dtype), None) is None:
+        return [None]
+    return [d for d in depths if condensed.fits(d, granularity)] or [None]
+
+
+def _schedule(statement: str, operand: str, depth: int | None) -> str | None:
+    """``condense(k, A, depth)`` for the dynamic operand's last variable k."""
+    if depth is None:
+        return None
+    access = next(a for a in ast.accesses(parse_statement(statement).rhs) if a.tensor == operand)
+    return f"condense({access.indices[-1].single_variable}, {operand}, {depth})"
 
 
 def _tile_cost(
     statement: str,
     operand: str,
     granularity: tuple[int, ...],
+    depth: int | None,
     shape: tuple[int, ...],
     operands: Mapping[str, Any],
     target: str,
     dtype: Any,
 ) -> tuple[float, float]:
-    """(seconds per call, seconds per live tile) of the dynamic kernel, measured once."""
+    """(seconds per call, seconds per live tile) of the dynamic kernel gathering ``depth``
+    deep (None: one that gathers no compute tiles), measured once."""
     from ucf.exec.dynamic import DynamicKernel
 
     arrays = {n: np.asarray(v) for n, v in operands.items()}
@@ -96,6 +158,7 @@ def _tile_cost(
         statement,
         operand,
         granularity,
+        depth,
         shape,
         tuple(sorted((n, a.shape, a.dtype.str) for n, a in arrays.items())),
         target,
@@ -104,7 +167,13 @@ def _tile_cost(
     )
     if key not in _MEASURED:
         kernel = DynamicKernel(
-            statement, None, None, target, dtype, "int32", {operand: granularity}
+            statement,
+            None,
+            _schedule(statement, operand, depth),
+            target,
+            dtype,
+            "int32",
+            {operand: granularity},
         )
         data = np.ones(shape, dtype=kernel.dtype)
         full, empty = np.ones(shape, bool), np.zeros(shape, bool)

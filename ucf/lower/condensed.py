@@ -95,18 +95,28 @@ def _step(
     b_row: ir.Expr,
     c_row: Callable[[ir.Expr], ir.Expr],
     slab: int = SLAB,
+    reads_c: ir.Expr | None = None,
 ) -> list[ir.Stmt]:
     """One step over ``v.cnt`` gathered k's (the j-th at ``v.kl[j]`` where the callers
     need it) for ``nr`` rows: A's values gathered (``a_value(row)`` at k j), B's rows
     packed (``b_row``: where the row of k j starts), the register tiles added into the
     rows of C (``c_row(row)``: where row ``row`` starts), then the columns past the last
-    whole panel."""
+    whole panel. Where ``reads_c`` is given and false, the rows of C are written, not
+    added into: the step skips loading them."""
     elem, lanes = v.elem, v.lanes
     ag, bg, b, c = v.ag, v.bg, v.b, v.c
     cnt, full, panels, j, row, g, pn = v.cnt, v.full, v.panels, v.j, v.row, v.g, v.pn
     lo, hi = v.lo, v.hi
     zero = _c(0)
     width = (VECTORS if groups else SINGLE) * lanes
+
+    def old_c(load: ir.Expr) -> ir.Expr:
+        """What a tile of C starts from: ``load``, or zeros where ``reads_c`` is false."""
+        if reads_c is None:
+            return load
+        nothing = ir.Const(0.0, elem)
+        return ir.Select(reads_c, load, ir.Splat(nothing, lanes) if load.type != elem else nothing)
+
     # A's values at the step's k's: a group of ROWS rows stores each k's ROWS values side
     # by side (the micro-kernel broadcasts them in turn); a row past the last group, its own.
     grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), ir.Bin("%", row, _c(ROWS)))
@@ -160,7 +170,7 @@ def _step(
             )
             for r, x in acc
         }
-        head = [ir.Decl(a, ir.VLoad(c, places[key], lanes)) for key, a in acc.items()]
+        head = [ir.Decl(a, old_c(ir.VLoad(c, places[key], lanes))) for key, a in acc.items()]
         tail = [ir.Store(c, places[key], a) for key, a in acc.items()]
         bv = [Var(f"{prefix}b{x}", ir.vector(elem, lanes)) for x in range(vecs)]
         if groups:
@@ -207,7 +217,7 @@ def _step(
                 ir.mul(panels, _c(width)),
                 v.n,
                 [
-                    ir.Decl(total, ir.Load(c, at_c)),
+                    ir.Decl(total, old_c(ir.Load(c, at_c))),
                     ir.For(j, zero, cnt, [ir.Assign(total, ir.Bin("+", total, term))]),
                     ir.Store(c, at_c, total),
                 ],
@@ -271,8 +281,8 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
     """``ucf_condensed_spmm(A, K, pos, crd, B, C, NB, M, KD, N, BS)``: ``C += (A * K) @ B``
     over the live tiles of the stile index (``pos``, ``crd``) of the mask ``K`` (bytes),
     for ``NB`` row-major batches of A and K (``M x KD``) and C (``M x N``); B is ``KD x
-    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when A has at
-    least ``threshold`` elements."""
+    N`` at batch stride ``BS`` (0: one B for every batch). Threads start when the live
+    tiles hold at least ``threshold`` multiply-adds."""
     v = _Names(elem)
     groups = bh >= ROWS
     dt = depth_tiles(depth, bw)
@@ -331,7 +341,9 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
         ir.Decl(p1, load_i(pos, ir.add(t, _c(1)))),
         ir.For(chunk, _c(0), ir.Bin("/", ir.add(ir.sub(p1, p0), _c(dt - 1)), _c(dt)), step),
     ]
-    work = ir.mul(ir.mul(nb, m), kd)
+    # Multiply-adds: the live tiles' elements by B's columns (the pos entry past the
+    # last row of tiles counts every live tile).
+    work = ir.mul(ir.mul(load_i(pos, ir.mul(nb, grid)), _c(bh * bw)), n)
     params = [
         ir.Param("A", elem, True, doc="the dynamic operand, row-major"),
         ir.Param("K", "u8", True, doc="its mask, bytes 0/1"),
@@ -348,15 +360,19 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
 
 
 def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> ir.Function:
-    """``ucf_condensed_rows(R, K, pos, crd, X, B, C, NB, T, D, N)``: for each of ``NB``
-    batches e, ``C[e, t, :] += (R[e, t] * K[e, t]) * X[t, :] @ B[e]`` over the live
-    tokens t of the stile index (``pos``, ``crd``; tiles of ``bt`` tokens) of the mask
-    ``K`` of R (``NB x T``); X is ``T x D``, B ``NB x D x N``, C ``NB x T x N``.
+    """``ucf_condensed_rows(R, K, pos, crd, X, B, C, NB, T, D, N, SET)``: for each of
+    ``NB`` batches e, ``C[e, t, :] += (R[e, t] * K[e, t]) * X[t, :] @ B[e]`` over the
+    live tokens t of the stile index (``pos``, ``crd``; tiles of ``bt`` tokens) of the
+    mask ``K`` of R (``NB x T``); X is ``T x D``, B ``NB x D x N``, C ``NB x T x N``.
+    With ``SET`` nonzero those rows of C are set (``=``), not added into: the kernel
+    never loads them, which on a scattered row is a cache miss per register tile (an
+    ``=`` statement's C is zero, or zeroed, elsewhere).
 
     The condensed variable is the output's t (MoE's tokens of an expert): an item
     gathers up to ``depth`` of an expert's live tokens (whole tiles), each X row scaled
     by its gate, and multiplies them by the expert's B, ``ROWS_D`` of D at a time, into
-    those rows of C. Threads start when R has at least ``threshold`` elements."""
+    those rows of C. Threads start when the live tokens hold at least ``threshold``
+    multiply-adds."""
     v = _Names(elem)
     groups, dk, slab = True, ROWS_D, ROWS_SLAB
     per = depth_tiles(depth, bt)
@@ -364,7 +380,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     r, mask, x = ir.Array("R", elem), ir.Array("K", "u8"), ir.Array("X", elem)
     pos, crd = ir.Array("pos", idx), ir.Array("crd", idx)
     tl, gl = ir.Array("tl", I64), ir.Array("gl", elem)
-    nb, tt, d, n = (Var(y, I64) for y in ("NB", "T", "D", "N"))
+    nb, tt, d, n, overwrite = (Var(y, I64) for y in ("NB", "T", "D", "N", "SET"))
     item, e, q0, q1, nr = (Var(y, I64) for y in ("item", "e", "q0", "q1", "nr"))
     q, t, t0, step, d0 = (Var(y, I64) for y in ("q", "t", "t0", "step", "d0"))
     j, cnt = v.j, v.cnt
@@ -407,6 +423,8 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     )
     b_row = ir.mul(ir.add(ir.mul(e, d), col), n)
     c_row = lambda row: ir.mul(ir.add(ir.mul(e, tt), ir.Load(tl, row)), n)  # noqa: E731
+    # Every step but the first adds into what the first wrote.
+    reads_c = ir.Logic("or", ir.Cmp("==", overwrite, _c(0)), ir.Cmp(">", step, _c(0)))
     steps = ir.For(
         step,
         _c(0),
@@ -414,7 +432,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         [
             ir.Decl(d0, ir.mul(step, _c(dk))),
             ir.Decl(cnt, ir.minimum(_c(dk), ir.sub(d, d0))),
-            *_step(v, groups, nr, scaled, b_row, c_row, slab),
+            *_step(v, groups, nr, scaled, b_row, c_row, slab, reads_c),
         ],
     )
     body = [
@@ -431,9 +449,11 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ir.Param("crd", idx, True, doc="the stile index: live tiles of tokens"),
         ir.Param("X", elem, True, doc="the rows gathered, row-major"),
         ir.Param("B", elem, True, doc="one dense matrix per batch, row-major"),
-        ir.Param("C", elem, True, output=True, doc="the output, added into"),
-        *(ir.Param(y.name, I64, False) for y in (nb, tt, d, n)),
+        ir.Param("C", elem, True, output=True, doc="the output, added into or set"),
+        *(ir.Param(y.name, I64, False) for y in (nb, tt, d, n, overwrite)),
     ]
-    loop = _parallel(v, ir.mul(nb, items_per), body, spaces, groups, ir.mul(nb, tt), threshold)
+    # Multiply-adds: the live tokens (all of pos's tiles, whole) by D x N.
+    work = ir.mul(ir.mul(ir.mul(load_i(pos, nb), _c(bt)), d), n)
+    loop = _parallel(v, ir.mul(nb, items_per), body, spaces, groups, work, threshold)
     doc = f"C[e] += (R * K)[e] X @ B[e] over the live tiles of {bt} tokens, {rows} per item"
     return ir.Function(f"ucf_condensed_rows_{bt}", params, loop, doc=doc)
