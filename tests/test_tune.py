@@ -336,3 +336,36 @@ def test_schedule_tuned_loads_the_stored_plan(cache):
     B, y = spmv_operands(40)
     np.testing.assert_allclose(k(A=B, x=y).to_numpy(), B @ y)
     assert "tuned:" not in k.cin and "# default:" in k.cin, k.cin
+
+
+CSC_SPMM = "C(i,k) = A(i,j) * B(j,k)"
+#: A workspace over all of i, filled and drained under (j, k): J*K*I work where the
+#: statement does nnz*K (over 20 minutes at 50k rows).
+QUADRATIC = "reorder(j, k, i); precompute(A(i, j)*B(j, k), i, i, w)"
+
+
+def test_no_workspace_repeats_under_a_summed_dense_loop():
+    p = space.problem(CSC_SPMM, {"A": "csc"}, {"i": 1000, "j": 1000, "k": 32})
+    assert p.placeable(("j", "k", "i")) == [] and p.placeable(("j", "i", "k")) == []
+    # under k alone (an output variable) the workspace is drained once per column of C
+    assert p.placeable(("k", "j", "i")) == ["A(i, j)*B(j, k)@i"]
+    # MTTKRP: a row of B*D under (i, k), where k walks B's stored fibers, is TACO's
+    mttkrp = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
+    q = space.problem(mttkrp, {"B": "csf"}, {"i": 50, "j": 8, "k": 50, "l": 50})
+    assert "B(i, k, l)*D(l, j)@j" in q.placeable(("i", "k", "l", "j"))
+
+
+def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
+    """The quadratic plan takes about a minute here; its trial is stopped at the limit
+    (20x the default's time + a margin), pruned with the reason, and the study goes on."""
+    n, rng = 20_000, np.random.default_rng(0)
+    rows, cols = rng.integers(0, n, 5 * n), rng.integers(0, n, 5 * n)
+    A = sp.csc_matrix((rng.random(5 * n), (rows, cols)), shape=(n, n))
+    B = rng.random((n, 32))
+    monkeypatch.setattr(space, "suggest", lambda trial, p, scope="": QUADRATIC)
+    start = time.perf_counter()
+    result = ucf.tune(CSC_SPMM, formats={"A": "csc"}, trials=2, seed=0, progress=False, A=A, B=B)
+    assert time.perf_counter() - start < 20
+    assert result.schedule is None and not completed(result)
+    assert "ran longer than" in result.reasons[QUADRATIC]
+    np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ucf.format.tensor import Tensor
-from ucf.tuning import space
+from ucf.tuning import probe, space
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
@@ -132,6 +132,7 @@ class Objective:
     _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
     _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
+    _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
 
     def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
         import ucf  # through the package, so a test can replace ucf.compile
@@ -174,6 +175,22 @@ class Objective:
         from ucf.errors import UcfError
 
         k = self.kernel(schedule, v.formats)
+        seconds = probe.limit(self.baseline)
+        if self.baseline > 0 and probe.needed(self.extents, seconds):  # stoppable, in a child
+            from ucf.exec.jit import num_threads
+
+            request = probe.Call(
+                self.statement,
+                v.formats,
+                schedule,
+                self.target,
+                self.dtype,
+                self.index_dtype,
+                self.shapes,
+                self.scope(v.formats),
+                num_threads(),
+            )
+            self._probe.first_call(request, v.operands, seconds)
         start = time.perf_counter()
         result = k(shapes=self.shapes, **v.operands)
         once = time.perf_counter() - start
@@ -183,6 +200,10 @@ class Objective:
         if enough < once < enough + FIRST_CALL:  # maybe only the first call's own cost
             once = one_call(call)
         return median_time(call, self.repeats, enough, once)
+
+    def close(self) -> None:
+        """Stop the child process that runs first calls (``ucf.tuning.probe``)."""
+        self._probe.close()
 
     def hopeless(self) -> float:
         """Seconds per call past which a trial has lost: ``HOPELESS`` times the default's,
@@ -201,7 +222,7 @@ class Objective:
             try:
                 v = self.variant(formats)
             except Exception as e:  # the operands do not fit the formats (ell too narrow)
-                self._unfit[scope] = f"the operands cannot be stored so: {_reason(e)}"
+                self._unfit[scope] = f"the operands cannot be stored so: {reason(e)}"
         if scope in self._unfit:
             trial.set_user_attr("formats", formats)
             trial.set_user_attr("failure", self._unfit[scope])
@@ -212,19 +233,20 @@ class Objective:
             try:
                 self._seen[seen] = (self.measure(text, v, self.hopeless()), "")
             except Exception as e:
-                self._seen[seen] = (None, _reason(e))
-        seconds, reason = self._seen[seen]
+                self._seen[seen] = (None, reason(e))
+        seconds, why = self._seen[seen]
         trial.set_user_attr("schedule", text)
         if self.choices:
             trial.set_user_attr("formats", v.formats)
             trial.set_user_attr("conversion", v.conversion)
         if seconds is None:
-            trial.set_user_attr("failure", reason)
-            raise optuna.TrialPruned(reason)
+            trial.set_user_attr("failure", why)
+            raise optuna.TrialPruned(why)
         return seconds
 
 
-def _reason(e: Exception) -> str:
+def reason(e: Exception) -> str:
+    """What a failed trial reports: a UcfError's message, else the exception's type too."""
     from ucf.errors import UcfError
 
     return str(e) if isinstance(e, UcfError) else f"{type(e).__name__}: {e}"

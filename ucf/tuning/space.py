@@ -57,7 +57,7 @@ CHUNK_LOG2 = (2, 11)
 INNER_LOG2 = 6
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 3
+SPACE_VERSION = 4
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -122,10 +122,12 @@ class Problem:
     def placeable(self, order: tuple[str, ...]) -> list[str]:
         """The workspaces that have a place in ``order``: a depth below which the
         sub-product and the rest share no loop but the workspace's (with a sparse
-        output, below which every summed variable is the sub-product's)."""
+        output, below which every summed variable is the sub-product's), and above
+        which no loop is ``wasteful``."""
         found: list[str] = []
         if self.converts and order == self.orders[0]:
             return found  # with a workspace, ucf chooses an order that converts nothing
+        positional = self.positional
         for w in self.workspaces:
             for d in range(len(order)):
                 below = set(order[d:])
@@ -133,9 +135,20 @@ class Problem:
                     continue
                 if self.sparse_output and not set(self.reductions) <= below & w.inside:
                     continue
-                found.append(f"{w.expr}@{w.var}")
-                break
+                if not any(self.wasteful(v, positional) for v in order[:d]):
+                    found.append(f"{w.expr}@{w.var}")
+                break  # deeper places have the same loops above them, and more
         return found
+
+    def wasteful(self, v: str, positional: set[str]) -> bool:
+        """Whether a loop over ``v`` around a workspace repeats its fill and drain for
+        nothing: a summed variable (the output does not use it) whose loop runs its
+        whole extent (no sparse operand stores it with positions). The workspace's own
+        loop then repeats over its whole extent once per iteration, quadratic work: a
+        CSC SpMM's ``w(i)`` under ``(j, k)`` is J*K*I where the statement does
+        nnz*K. A summed loop over stored nonzeros (MTTKRP's ``k`` around ``w(j)``)
+        costs what the rest of the statement costs there anyway."""
+        return v in self.reductions and v not in positional
 
 
 def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:

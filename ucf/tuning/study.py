@@ -99,6 +99,7 @@ def tune(
             )
         finally:
             optuna.logging.set_verbosity(verbosity)
+            objective.close()
         result = _result(study, objective)
     if result.schedule is not None:  # recorded for the formats it was found for, and
         # the shape class of the operands in them (a blocked format stores more entries)
@@ -309,7 +310,10 @@ def optimize(storage: Any, name: str, objective: Objective, trials: int, seed, t
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
-        study.optimize(objective, n_trials=trials, timeout=timeout)
+        try:
+            study.optimize(objective, n_trials=trials, timeout=timeout)
+        finally:
+            objective.close()
 
 
 def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar):
