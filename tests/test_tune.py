@@ -369,3 +369,31 @@ def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
     assert result.schedule is None and not completed(result)
     assert "ran longer than" in result.reasons[QUADRATIC]
     np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)
+
+
+def test_seed_schedules_are_the_hand_schedules_that_win():
+    """bench/parallel.py's winners over ucf's default (SpMM: N bound, rows in blocks of
+    16 to 256; SpMV: blocks of up to 8192 rows) are in the seeds, each once."""
+    spmm = space.problem(CSC_SPMM, {"A": "csr"}, {"i": 50_000, "j": 50_000, "k": 32})
+    texts = [space.suggest(space._Fixed(d), spmm) for d in space.seed_params(spmm, 2)]
+    assert len(set(texts)) == len(texts)
+    for rows in (16, 64, 256):
+        hand = f"bound(k, kb, 32, MaxExact); split(i, i0, i1, {rows}); "
+        assert hand + "parallelize(i0, CPUThread, NoRaces)" in texts
+    spmv = space.problem(SPMV, {"A": "csr"}, {"i": 50_000, "j": 50_000})
+    texts = [space.suggest(space._Fixed(d), spmv) for d in space.seed_params(spmv, 2)]
+    assert "split(i, i0, i1, 8192); parallelize(i0, CPUThread, NoRaces)" in texts
+    # one thread: no parallel seed, and the bound one
+    texts = [space.suggest(space._Fixed(d), spmm) for d in space.seed_params(spmm, 1)]
+    assert texts == ["bound(k, kb, 32, MaxExact)"]
+
+
+def test_a_study_tries_the_seeds_after_the_default(cache):
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=4)
+    B = np.random.default_rng(4).random((200, 8))
+    result = ucf.tune(CSC_SPMM, formats={"A": "csr"}, trials=4, seed=0, progress=False, A=A, B=B)
+    schedules = [t.user_attrs["schedule"] for t in result.study.trials]
+    assert schedules[1] == "bound(k, kb, 8, MaxExact)"
+    for text in schedules:
+        k = ucf.compile(CSC_SPMM, formats={"A": "csr"}, schedule=text)
+        np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)

@@ -44,6 +44,8 @@ SQLITE_TIMEOUT = 60
 MAX_NAME = 512
 #: Turns in which the best schedule and the default are timed again at the end.
 CONFIRM_ROUNDS = 3
+#: The share of a new study's trials that may go to seed schedules.
+SEED_SHARE = 0.25
 
 
 @boundary
@@ -173,11 +175,13 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
     return objective
 
 
-def _first(objective: Objective) -> list[dict[str, Any]]:
+def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     """The parameters of the default schedule on the given formats, then (formats searched)
     on each blocked or fixed-width format offered for an input: a search of a few dozen
     trials over many formats, each with a space of its own, would otherwise try the
-    formats that the operands' structure singled out only by chance."""
+    formats that the operands' structure singled out only by chance. Then, up to a
+    ``SEED_SHARE`` of the trials, the seed schedules of the given formats
+    (``space.seed_params``)."""
     v = objective.variant(objective.formats)
     found = [{**_defaults(objective, v.formats, v.problem)}]
     for name, options in objective.choices.items():
@@ -190,7 +194,12 @@ def _first(objective: Objective) -> list[dict[str, Any]]:
             except UcfError:
                 continue  # its trial would fail the same way, pruned
             found.append(_defaults(objective, formats, p))
-    return found
+    scope = objective.scope(v.formats)
+    formats = {f"format_{n}": v.formats[n] for n in objective.choices}
+    from ucf.exec.jit import num_threads
+
+    seeds = space.seed_params(v.problem, num_threads(), scope)[: int(trials * SEED_SHARE)]
+    return (found + [{**s, **formats} for s in seeds])[:trials]
 
 
 def _defaults(objective: Objective, formats: dict[str, str], p: space.Problem) -> dict[str, Any]:
@@ -261,7 +270,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = [] if before else _first(objective)[:trials]  # none left waiting in the study
+    first = [] if before else _first(objective, trials)  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
