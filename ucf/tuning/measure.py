@@ -4,7 +4,8 @@ A schedule that ucf refuses, a kernel that raises or a result that differs
 from the default's is a *pruned* trial with its reason kept on the trial
 (``user_attrs["failure"]``), never an error of the tuning run. Times are the
 median of a few samples after a warm-up (the checked call), each sample long
-enough (about 2 ms of calls) that the clock's resolution does not matter, and
+enough (about 2 ms of calls) that the clock's resolution does not matter (the
+process's CPU time with one thread, else wall time: ``clock``), and
 three samples where one call takes over 20 ms. A schedule that has lost
 already is timed no further: one whose first call is three times slower than
 the default's, or twice as slow as the best trial so far, is timed by that
@@ -44,11 +45,21 @@ LOSING = 2
 FIRST_CALL = 5e-3
 
 
+def clock() -> Callable[[], float]:
+    """What a trial is timed by: with one thread, the process's CPU time, which the time
+    slices other processes take do not inflate (on a shared machine they decided which
+    schedule won); with more, wall time, since CPU time would add the threads up."""
+    from ucf.exec.jit import num_threads
+
+    return time.process_time if num_threads() == 1 else time.perf_counter
+
+
 def one_call(call: Callable[[], Any]) -> float:
     """Seconds one call of ``call`` takes (never 0, so it can divide)."""
-    start = time.perf_counter()
+    now = clock()
+    start = now()
     call()
-    return max(time.perf_counter() - start, 1e-9)
+    return max(now() - start, 1e-9)
 
 
 def median_time(
@@ -63,11 +74,12 @@ def median_time(
         return once
     number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
     samples: list[float] = []
+    now = clock()
     for _ in range(min(repeats, FEW) if once > SLOW else repeats):
-        start = time.perf_counter()
+        start = now()
         for _ in range(number):
             call()
-        samples.append((time.perf_counter() - start) / number)
+        samples.append((now() - start) / number)
         if samples[-1] > enough:
             break
     return statistics.median(samples)
@@ -191,9 +203,10 @@ class Objective:
                 num_threads(),
             )
             self._probe.first_call(request, v.operands, seconds)
-        start = time.perf_counter()
+        now = clock()
+        start = now()
         result = k(shapes=self.shapes, **v.operands)
-        once = time.perf_counter() - start
+        once = now() - start
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
         call = lambda: k(shapes=self.shapes, **v.operands)  # noqa: E731
