@@ -188,7 +188,7 @@ class Objective:
 
         k = self.kernel(schedule, v.formats)
         seconds = probe.limit(self.baseline)
-        if self.baseline > 0 and probe.needed(self.extents, seconds):  # stoppable, in a child
+        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
             from ucf.exec.jit import num_threads
 
             request = probe.Call(

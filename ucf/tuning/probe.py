@@ -9,8 +9,10 @@ kernel's time (``limit``). A child that overruns is killed, the trial is pruned
 with the reason, and the next trial starts a new child. A kernel that crashes
 its process is caught the same way. The child loads the kernel from the disk
 cache, where the tuning process has just compiled it, so a trial's extra cost is
-one call and a load. A problem whose whole dense iteration space is cheaper than
-the limit (``needed``) cannot run long under any schedule, and starts no child.
+one call and a load. Only a schedule that changes the loop order or adds a
+workspace can do asymptotically more than the default, and only on a problem
+whose whole dense iteration space is costlier than the limit (``needed``):
+other trials start no child.
 
 The child is started with ``subprocess`` (not ``multiprocessing``): a Dask
 worker is a daemonic process, which ``multiprocessing`` refuses children, and a
@@ -58,9 +60,20 @@ def limit(default_seconds: float) -> float:
     return LIMIT * default_seconds + MARGIN
 
 
-def needed(extents: dict[str, int], seconds: float) -> bool:
-    """Whether some schedule of a statement over ``extents`` might take longer than
-    ``seconds``, so that its first call must run where it can be stopped."""
+#: The commands that change what a kernel iterates over. The others (``split``,
+#: ``bound``, ``parallelize``, ``fuse`` and ``pos`` of the default's loops) reshape the
+#: default's loops, whose work the default's time has measured.
+RESHAPING = frozenset({"reorder", "precompute"})
+
+
+def needed(schedule: str | None, extents: dict[str, int], seconds: float) -> bool:
+    """Whether ``schedule`` of a statement over ``extents`` might take longer than
+    ``seconds``, so that its first call must run where it can be stopped: it changes
+    the loop order or adds a workspace, and the dense iteration space is that big."""
+    from ucf.schedule.text import parse_schedule
+
+    if not schedule or not RESHAPING & {c.name for c in parse_schedule(schedule)}:
+        return False
     return math.prod(extents.values()) * POINT_SECONDS > seconds
 
 
