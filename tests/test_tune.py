@@ -377,16 +377,16 @@ def test_seed_schedules_are_the_hand_schedules_that_win():
     """bench/parallel.py's winners over ucf's default (SpMM: N bound, rows in blocks of
     16 to 256; SpMV: blocks of up to 8192 rows) are in the seeds, each once."""
     spmm = space.problem(CSC_SPMM, {"A": "csr"}, {"i": 50_000, "j": 50_000, "k": 32})
-    texts = [space.suggest(space._Fixed(d), spmm) for d in space.seed_params(spmm, 2)]
+    texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 2)]
     assert len(set(texts)) == len(texts)
     for rows in (16, 64, 256):
         hand = f"bound(k, kb, 32, MaxExact); split(i, i0, i1, {rows}); "
         assert hand + "parallelize(i0, CPUThread, NoRaces)" in texts
     spmv = space.problem(SPMV, {"A": "csr"}, {"i": 50_000, "j": 50_000})
-    texts = [space.suggest(space._Fixed(d), spmv) for d in space.seed_params(spmv, 2)]
+    texts = [space.spell(spmv, d) for d in space.seed_params(spmv, 2)]
     assert "split(i, i0, i1, 8192); parallelize(i0, CPUThread, NoRaces)" in texts
     # one thread: no parallel seed, and the bound one
-    texts = [space.suggest(space._Fixed(d), spmm) for d in space.seed_params(spmm, 1)]
+    texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 1)]
     assert texts == ["bound(k, kb, 32, MaxExact)"]
 
 

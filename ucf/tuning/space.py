@@ -409,14 +409,19 @@ def seed_params(p: Problem, threads: int, scope: str = "") -> list[dict[str, Any
                 found.append({**common, "parallel": NNZ, "chunk_log2": CHUNK_LOG2[1]})
         if bound:
             found.append({**common, "parallel": NONE})
-    texts = {suggest(_Fixed(base), p)}
+    texts = {spell(p, base)}
     unique = []
     for d in found:
-        text = suggest(_Fixed(d), p)
+        text = spell(p, d)
         if text not in texts:  # parameters that no question asks make no other schedule
             texts.add(text)
             unique.append({name + scope: value for name, value in d.items()})
     return unique
+
+
+def spell(p: Problem, params: dict[str, Any]) -> str:
+    """The schedule text that ``params`` (unscoped) spell in ``p``'s space."""
+    return suggest(_Fixed(params), p)
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,8 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     formats that the operands' structure singled out only by chance. Then, up to a
     ``SEED_SHARE`` of the trials, the seed schedules of the given formats
     (``space.seed_params``)."""
+    from ucf.exec.jit import num_threads
+
     v = objective.variant(objective.formats)
     found = [{**_defaults(objective, v.formats, v.problem)}]
     for name, options in objective.choices.items():
@@ -195,8 +197,6 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
             found.append(_defaults(objective, formats, p))
     scope = objective.scope(v.formats)
     formats = {f"format_{n}": v.formats[n] for n in objective.choices}
-    from ucf.exec.jit import num_threads
-
     seeds = space.seed_params(v.problem, num_threads(), scope)[: int(trials * SEED_SHARE)]
     return (found + [{**s, **formats} for s in seeds])[:trials]
 
