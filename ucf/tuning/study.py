@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import sys
 import time
 import warnings
@@ -419,8 +420,10 @@ class _Progress:
 
 def _result(study: Any, objective: Objective) -> Tuned:
     """The study's best schedule, timed again in turns with the default (the machine's
-    load may have changed since either was first timed), each by the least of its
-    rounds' medians; the default when it is as fast."""
+    load may have changed since either was first timed); the default when it is as fast.
+    Medians, not minima: with more than one thread, the time slices that other
+    processes take from one thread while the others wait for it are what a user of a
+    shared machine gets, and they hit statically shared loops hardest."""
     trials = study.get_trials(deepcopy=False)
     reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
@@ -446,7 +449,7 @@ def _result(study: Any, objective: Objective) -> Tuned:
         for call, once, times in zip(calls, warm, rounds, strict=True):
             repeats = 1 if once > SLOW else objective.repeats
             times.append(median_time(call, repeats, once=once))
-    default_time, seconds = (min(times) for times in rounds)  # others only add time
+    default_time, seconds = (statistics.median(times) for times in rounds)
     if seconds >= default_time:
         return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
     return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
