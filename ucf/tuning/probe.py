@@ -26,6 +26,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -95,12 +96,14 @@ class Call:
 
 class Probe:
     """The child process, started when first needed. Pickled (into a worker process),
-    it starts empty: each process has a child of its own."""
+    it starts empty: each process has a child of its own. Threads that share one (Dask
+    workers in one process) take turns."""
 
     def __init__(self) -> None:
         self._child: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._held: set[str] = set()  # scopes whose operands the child holds
+        self._turn = threading.Lock()
 
     def __getstate__(self) -> dict:
         return {}
@@ -112,6 +115,10 @@ class Probe:
         """Seconds the first call of ``call`` took in the child; TrialTimeout when it ran
         longer than ``seconds`` (the child is killed), a UcfError with the reason when the
         kernel could not be loaded or run there."""
+        with self._turn:
+            return self._first_call(call, operands, seconds)
+
+    def _first_call(self, call: Call, operands: dict[str, Tensor], seconds: float) -> float:
         conn = self._connection()
         try:
             if call.scope not in self._held:
@@ -122,11 +129,11 @@ class Probe:
             if kind == "ready":
                 kind, value = self._receive(seconds, "call")
         except TrialTimeout:
-            self.close()
+            self._stop()
             raise
         except (EOFError, OSError):
             code = self._child.poll() if self._child else None
-            self.close()
+            self._stop()
             raise UcfError(f"the kernel ended the process that ran it (exit code {code})") from None
         if kind == "error":
             raise UcfError(value)
@@ -136,10 +143,11 @@ class Probe:
         assert self._conn is not None
         if not self._conn.poll(seconds):
             raise TrialTimeout(
-                f"its first call did not {what} within {seconds:.3g} s, so it was stopped"
-                if what != "call"
-                else f"its first call ran longer than {seconds:.3g} s ({LIMIT}x the default's "
+                f"its first call ran longer than {seconds:.3g} s ({LIMIT}x the default's "
                 f"time + {MARGIN} s), so it was stopped"
+                if what == "call"
+                else f"the process that makes its first call did not {what} within "
+                f"{seconds:.3g} s, so it was stopped"
             )
         return self._conn.recv()
 
@@ -165,6 +173,10 @@ class Probe:
 
     def close(self) -> None:
         """Stop the child (the next call starts another)."""
+        with self._turn:
+            self._stop()
+
+    def _stop(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
