@@ -23,7 +23,11 @@ timing; a wrong one is reported, never timed.
 seed=0, storage=..., **operands) -> Tuned`` with ``.schedule``, ``.time``,
 ``.default_time`` and ``.kernel`` (the compiled best); each study gets a
 fresh in-memory Optuna storage so no study resumes another matrix's.
-Without ``ucf.tune`` the tuned column reads "not available".
+Without ``ucf.tune`` the tuned column reads "not available".  A study that
+keeps the default (``Tuned.schedule`` None) returns the default kernel, so its
+column shows the default column's samples (``kept_default`` in the JSON): two
+timings of one kernel differ by up to 25 % on a busy machine, and that noise
+would be read as a speed-up or a loss.
 
 ``--search-formats`` adds a sixth column, tuned over the sparse inputs' formats as
 well as the schedule (``search_formats=True``: ``bcsr`` block shapes and ``ell``
@@ -682,8 +686,13 @@ def measure(spec: Spec, case: Case, threads: int, tools: Tools, args) -> dict:
     if f := attempt(cell, "hand", hand):
         contenders["hand"] = f
 
-    contenders.update(tuned_column(spec, case, cell, tools, args))
+    tuned = tuned_column(spec, case, cell, tools, args)
+    # A study that kept the default returns the default kernel: timing it a second time
+    # would only add the machine's noise to the ratio (0.8x to 1.25x on a busy machine).
+    kept = [c for c in tuned if cell[c].get("kept_default") and "default" in contenders]
+    contenders.update({c: f for c, f in tuned.items() if c not in kept})
     samples = par.median_of(contenders, args.repeat, CLOCKS[args.clock])
+    samples.update({c: samples["default"] for c in kept})
     for name, s in samples.items():
         cell[name].update(seconds=med(s), samples=s)
     return cell
@@ -740,6 +749,7 @@ def tuned_cell(spec: Spec, case: Case, cell: dict, tools: Tools, args, column: s
     cell[column] = {
         "status": "ok",
         "schedule": res.schedule,
+        "kept_default": res.schedule is None,
         "tune_s": spent,
         "trials": args.trials,
         "tune_time": res.time,

@@ -130,9 +130,11 @@ def test_sampling_stops_at_the_first_losing_sample():
     waits = iter([0.005, 0.03, 0.03, 0.03, 0.03, 0.03])
     calls = []
 
-    def call():
+    def call():  # busy: with one thread, trials are timed by the process's CPU time
         calls.append(1)
-        time.sleep(next(waits))
+        end = time.process_time() + next(waits)
+        while time.process_time() < end:
+            pass
 
     seconds = median_time(call, repeats=5, enough=0.01)
     assert len(calls) == 2 and seconds >= 0.03
@@ -336,3 +338,64 @@ def test_schedule_tuned_loads_the_stored_plan(cache):
     B, y = spmv_operands(40)
     np.testing.assert_allclose(k(A=B, x=y).to_numpy(), B @ y)
     assert "tuned:" not in k.cin and "# default:" in k.cin, k.cin
+
+
+CSC_SPMM = "C(i,k) = A(i,j) * B(j,k)"
+#: A workspace over all of i, filled and drained under (j, k): J*K*I work where the
+#: statement does nnz*K (over 20 minutes at 50k rows).
+QUADRATIC = "reorder(j, k, i); precompute(A(i, j)*B(j, k), i, i, w)"
+
+
+def test_no_workspace_repeats_under_a_summed_dense_loop():
+    p = space.problem(CSC_SPMM, {"A": "csc"}, {"i": 1000, "j": 1000, "k": 32})
+    assert p.placeable(("j", "k", "i")) == [] and p.placeable(("j", "i", "k")) == []
+    # under k alone (an output variable) the workspace is drained once per column of C
+    assert p.placeable(("k", "j", "i")) == ["A(i, j)*B(j, k)@i"]
+    # MTTKRP: a row of B*D under (i, k), where k walks B's stored fibers, is TACO's
+    mttkrp = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
+    q = space.problem(mttkrp, {"B": "csf"}, {"i": 50, "j": 8, "k": 50, "l": 50})
+    assert "B(i, k, l)*D(l, j)@j" in q.placeable(("i", "k", "l", "j"))
+
+
+def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
+    """The quadratic plan takes about a minute here; its trial is stopped at the limit
+    (20x the default's time + a margin), pruned with the reason, and the study goes on."""
+    n, rng = 20_000, np.random.default_rng(0)
+    rows, cols = rng.integers(0, n, 5 * n), rng.integers(0, n, 5 * n)
+    A = sp.csc_matrix((rng.random(5 * n), (rows, cols)), shape=(n, n))
+    B = rng.random((n, 32))
+    monkeypatch.setattr(space, "suggest", lambda trial, p, scope="": QUADRATIC)
+    start = time.perf_counter()
+    result = ucf.tune(CSC_SPMM, formats={"A": "csc"}, trials=2, seed=0, progress=False, A=A, B=B)
+    assert time.perf_counter() - start < 20
+    assert result.schedule is None and not completed(result)
+    assert "ran longer than" in result.reasons[QUADRATIC]
+    np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)
+
+
+def test_seed_schedules_are_the_hand_schedules_that_win():
+    """bench/parallel.py's winners over ucf's default (SpMM: N bound, rows in blocks of
+    16 to 256; SpMV: blocks of up to 8192 rows) are in the seeds, each once."""
+    spmm = space.problem(CSC_SPMM, {"A": "csr"}, {"i": 50_000, "j": 50_000, "k": 32})
+    texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 2)]
+    assert len(set(texts)) == len(texts)
+    for rows in (16, 64, 256):
+        hand = f"bound(k, kb, 32, MaxExact); split(i, i0, i1, {rows}); "
+        assert hand + "parallelize(i0, CPUThread, NoRaces)" in texts
+    spmv = space.problem(SPMV, {"A": "csr"}, {"i": 50_000, "j": 50_000})
+    texts = [space.spell(spmv, d) for d in space.seed_params(spmv, 2)]
+    assert "split(i, i0, i1, 8192); parallelize(i0, CPUThread, NoRaces)" in texts
+    # one thread: no parallel seed, and the bound one
+    texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 1)]
+    assert texts == ["bound(k, kb, 32, MaxExact)"]
+
+
+def test_a_study_tries_the_seeds_after_the_default(cache):
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=4)
+    B = np.random.default_rng(4).random((200, 8))
+    result = ucf.tune(CSC_SPMM, formats={"A": "csr"}, trials=4, seed=0, progress=False, A=A, B=B)
+    schedules = [t.user_attrs["schedule"] for t in result.study.trials]
+    assert schedules[1] == "bound(k, kb, 8, MaxExact)"
+    for text in schedules:
+        k = ucf.compile(CSC_SPMM, formats={"A": "csr"}, schedule=text)
+        np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)

@@ -4,7 +4,8 @@ A schedule that ucf refuses, a kernel that raises or a result that differs
 from the default's is a *pruned* trial with its reason kept on the trial
 (``user_attrs["failure"]``), never an error of the tuning run. Times are the
 median of a few samples after a warm-up (the checked call), each sample long
-enough (about 2 ms of calls) that the clock's resolution does not matter, and
+enough (about 2 ms of calls) that the clock's resolution does not matter (the
+process's CPU time with one thread, else wall time: ``clock``), and
 three samples where one call takes over 20 ms. A schedule that has lost
 already is timed no further: one whose first call is three times slower than
 the default's, or twice as slow as the best trial so far, is timed by that
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ucf.format.tensor import Tensor
-from ucf.tuning import space
+from ucf.tuning import probe, space
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
@@ -44,11 +45,21 @@ LOSING = 2
 FIRST_CALL = 5e-3
 
 
+def clock() -> Callable[[], float]:
+    """What a trial is timed by: with one thread, the process's CPU time, which the time
+    slices other processes take do not inflate (on a shared machine they decided which
+    schedule won); with more, wall time, since CPU time would add the threads up."""
+    from ucf.exec.jit import num_threads
+
+    return time.process_time if num_threads() == 1 else time.perf_counter
+
+
 def one_call(call: Callable[[], Any]) -> float:
     """Seconds one call of ``call`` takes (never 0, so it can divide)."""
-    start = time.perf_counter()
+    now = clock()
+    start = now()
     call()
-    return max(time.perf_counter() - start, 1e-9)
+    return max(now() - start, 1e-9)
 
 
 def median_time(
@@ -63,11 +74,12 @@ def median_time(
         return once
     number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
     samples: list[float] = []
+    now = clock()
     for _ in range(min(repeats, FEW) if once > SLOW else repeats):
-        start = time.perf_counter()
+        start = now()
         for _ in range(number):
             call()
-        samples.append((time.perf_counter() - start) / number)
+        samples.append((now() - start) / number)
         if samples[-1] > enough:
             break
     return statistics.median(samples)
@@ -132,6 +144,7 @@ class Objective:
     _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
     _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
+    _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
 
     def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
         import ucf  # through the package, so a test can replace ucf.compile
@@ -174,15 +187,36 @@ class Objective:
         from ucf.errors import UcfError
 
         k = self.kernel(schedule, v.formats)
-        start = time.perf_counter()
+        seconds = probe.limit(self.baseline)
+        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
+            from ucf.exec.jit import num_threads
+
+            request = probe.Call(
+                self.statement,
+                v.formats,
+                schedule,
+                self.target,
+                self.dtype,
+                self.index_dtype,
+                self.shapes,
+                self.scope(v.formats),
+                num_threads(),
+            )
+            self._probe.first_call(request, v.operands, seconds)
+        now = clock()
+        start = now()
         result = k(shapes=self.shapes, **v.operands)
-        once = time.perf_counter() - start
+        once = now() - start
         if not agrees(comparable(result), self.reference, np.dtype(self.dtype)):
             raise UcfError("its result differs from the default schedule's")
         call = lambda: k(shapes=self.shapes, **v.operands)  # noqa: E731
         if enough < once < enough + FIRST_CALL:  # maybe only the first call's own cost
             once = one_call(call)
         return median_time(call, self.repeats, enough, once)
+
+    def close(self) -> None:
+        """Stop the child process that runs first calls (``ucf.tuning.probe``)."""
+        self._probe.close()
 
     def hopeless(self) -> float:
         """Seconds per call past which a trial has lost: ``HOPELESS`` times the default's,
@@ -201,7 +235,7 @@ class Objective:
             try:
                 v = self.variant(formats)
             except Exception as e:  # the operands do not fit the formats (ell too narrow)
-                self._unfit[scope] = f"the operands cannot be stored so: {_reason(e)}"
+                self._unfit[scope] = f"the operands cannot be stored so: {reason(e)}"
         if scope in self._unfit:
             trial.set_user_attr("formats", formats)
             trial.set_user_attr("failure", self._unfit[scope])
@@ -212,19 +246,20 @@ class Objective:
             try:
                 self._seen[seen] = (self.measure(text, v, self.hopeless()), "")
             except Exception as e:
-                self._seen[seen] = (None, _reason(e))
-        seconds, reason = self._seen[seen]
+                self._seen[seen] = (None, reason(e))
+        seconds, why = self._seen[seen]
         trial.set_user_attr("schedule", text)
         if self.choices:
             trial.set_user_attr("formats", v.formats)
             trial.set_user_attr("conversion", v.conversion)
         if seconds is None:
-            trial.set_user_attr("failure", reason)
-            raise optuna.TrialPruned(reason)
+            trial.set_user_attr("failure", why)
+            raise optuna.TrialPruned(why)
         return seconds
 
 
-def _reason(e: Exception) -> str:
+def reason(e: Exception) -> str:
+    """What a failed trial reports: a UcfError's message, else the exception's type too."""
     from ucf.errors import UcfError
 
     return str(e) if isinstance(e, UcfError) else f"{type(e).__name__}: {e}"

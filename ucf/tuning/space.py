@@ -51,13 +51,13 @@ from ucf.tuning.structure import offers
 
 #: Loop orders offered at most (the default's first); beyond this, permutations are cut.
 MAX_ORDERS = 120
-#: Blocks of 2**2 .. 2**11 iterations or nonzeros per thread's turn.
-CHUNK_LOG2 = (2, 11)
+#: Blocks of 2**2 .. 2**13 iterations or nonzeros per thread's turn.
+CHUNK_LOG2 = (2, 13)
 #: Inner splits of 2**1 .. 2**6 (0: none).
 INNER_LOG2 = 6
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 3
+SPACE_VERSION = 5
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -122,10 +122,12 @@ class Problem:
     def placeable(self, order: tuple[str, ...]) -> list[str]:
         """The workspaces that have a place in ``order``: a depth below which the
         sub-product and the rest share no loop but the workspace's (with a sparse
-        output, below which every summed variable is the sub-product's)."""
+        output, below which every summed variable is the sub-product's), and above
+        which no loop is ``wasteful``."""
         found: list[str] = []
         if self.converts and order == self.orders[0]:
             return found  # with a workspace, ucf chooses an order that converts nothing
+        positional = self.positional
         for w in self.workspaces:
             for d in range(len(order)):
                 below = set(order[d:])
@@ -133,9 +135,20 @@ class Problem:
                     continue
                 if self.sparse_output and not set(self.reductions) <= below & w.inside:
                     continue
-                found.append(f"{w.expr}@{w.var}")
-                break
+                if not any(self.wasteful(v, positional) for v in order[:d]):
+                    found.append(f"{w.expr}@{w.var}")
+                break  # deeper places have the same loops above them, and more
         return found
+
+    def wasteful(self, v: str, positional: set[str]) -> bool:
+        """Whether a loop over ``v`` around a workspace repeats its fill and drain for
+        nothing: a summed variable (the output does not use it) whose loop runs its
+        whole extent (no sparse operand stores it with positions). The workspace's own
+        loop then repeats over its whole extent once per iteration, quadratic work: a
+        CSC SpMM's ``w(i)`` under ``(j, k)`` is J*K*I where the statement does
+        nnz*K. A summed loop over stored nonzeros (MTTKRP's ``k`` around ``w(j)``)
+        costs what the rest of the statement costs there anyway."""
+        return v in self.reductions and v not in positional
 
 
 def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
@@ -369,6 +382,61 @@ def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
     params["parallel"] = "loop" if order and order[0] in p.outputs else NONE
     params["depth"] = 0
     return {name + scope: value for name, value in params.items()}
+
+
+#: Seed schedules' blocks of rows (log2): the hand schedules of ``bench/parallel.py``
+#: that beat ucf's default (SpMM by 16 to 256 rows with N bound, SpMV by 512 to 8192).
+SEED_CHUNKS = (8, 4, 11, 6, 13)
+
+
+def seed_params(p: Problem, threads: int, scope: str = "") -> list[dict[str, Any]]:
+    """Parameters of schedules known to win somewhere, tried after the default so a short
+    study does not depend on the sampler drawing them: every small dense loop bound (a
+    constant trip count the compiler unrolls and vectorizes), and with ``threads`` > 1
+    the default order's outer loop on threads whole, in blocks of ``SEED_CHUNKS`` rows
+    and in blocks of nonzeros, bound and not. Best-first, so a study cuts the tail."""
+    base = default_params(p)
+    order = p.base[0]
+    found: list[dict[str, Any]] = []
+    for bound in (True, False):
+        common = {**base, **{f"bound_{v}": bound for v in p.variables}, "strategy": "Atomics"}
+        if threads > 1 and order and order[0] in p.outputs:
+            found.append({**common, "parallel": "loop"})
+            for c in SEED_CHUNKS:
+                if CHUNK_LOG2[0] <= c <= CHUNK_LOG2[1] and 2**c < p.extents.get(order[0], 0):
+                    found.append({**common, "parallel": "chunk", "chunk_log2": c})
+            if NNZ in p.parallel and p.fusable(order):
+                found.append({**common, "parallel": NNZ, "chunk_log2": CHUNK_LOG2[1]})
+        if bound:
+            found.append({**common, "parallel": NONE})
+    texts = {spell(p, base)}
+    unique = []
+    for d in found:
+        text = spell(p, d)
+        if text not in texts:  # parameters that no question asks make no other schedule
+            texts.add(text)
+            unique.append({name + scope: value for name, value in d.items()})
+    return unique
+
+
+def spell(p: Problem, params: dict[str, Any]) -> str:
+    """The schedule text that ``params`` (unscoped) spell in ``p``'s space."""
+    return suggest(_Fixed(params), p)
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """A trial that answers from ``params`` (the first choice where they say nothing):
+    the schedule text a set of parameters spells."""
+
+    params: dict[str, Any]
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        value = self.params.get(name, choices[0])
+        return value if value in choices else choices[0]
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return min(max(int(self.params.get(name, low)), low), high)
 
 
 def structured(spelled: str) -> bool:

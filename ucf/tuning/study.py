@@ -44,6 +44,8 @@ SQLITE_TIMEOUT = 60
 MAX_NAME = 512
 #: Turns in which the best schedule and the default are timed again at the end.
 CONFIRM_ROUNDS = 3
+#: The share of a new study's trials that may go to seed schedules.
+SEED_SHARE = 0.25
 
 
 @boundary
@@ -99,6 +101,7 @@ def tune(
             )
         finally:
             optuna.logging.set_verbosity(verbosity)
+            objective.close()
         result = _result(study, objective)
     if result.schedule is not None:  # recorded for the formats it was found for, and
         # the shape class of the operands in them (a blocked format stores more entries)
@@ -172,11 +175,15 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
     return objective
 
 
-def _first(objective: Objective) -> list[dict[str, Any]]:
+def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     """The parameters of the default schedule on the given formats, then (formats searched)
     on each blocked or fixed-width format offered for an input: a search of a few dozen
     trials over many formats, each with a space of its own, would otherwise try the
-    formats that the operands' structure singled out only by chance."""
+    formats that the operands' structure singled out only by chance. Then, up to a
+    ``SEED_SHARE`` of the trials, the seed schedules of the given formats
+    (``space.seed_params``)."""
+    from ucf.exec.jit import num_threads
+
     v = objective.variant(objective.formats)
     found = [{**_defaults(objective, v.formats, v.problem)}]
     for name, options in objective.choices.items():
@@ -189,7 +196,10 @@ def _first(objective: Objective) -> list[dict[str, Any]]:
             except UcfError:
                 continue  # its trial would fail the same way, pruned
             found.append(_defaults(objective, formats, p))
-    return found
+    scope = objective.scope(v.formats)
+    formats = {f"format_{n}": v.formats[n] for n in objective.choices}
+    seeds = space.seed_params(v.problem, num_threads(), scope)[: int(trials * SEED_SHARE)]
+    return (found + [{**s, **formats} for s in seeds])[:trials]
 
 
 def _defaults(objective: Objective, formats: dict[str, str], p: space.Problem) -> dict[str, Any]:
@@ -260,7 +270,7 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = [] if before else _first(objective)[:trials]  # none left waiting in the study
+    first = [] if before else _first(objective, trials)  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
@@ -309,7 +319,10 @@ def optimize(storage: Any, name: str, objective: Objective, trials: int, seed, t
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
-        study.optimize(objective, n_trials=trials, timeout=timeout)
+        try:
+            study.optimize(objective, n_trials=trials, timeout=timeout)
+        finally:
+            objective.close()
 
 
 def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar):
@@ -407,7 +420,10 @@ class _Progress:
 
 def _result(study: Any, objective: Objective) -> Tuned:
     """The study's best schedule, timed again in turns with the default (the machine's
-    load may have changed since either was first timed); the default when it is as fast."""
+    load may have changed since either was first timed); the default when it is as fast.
+    Medians, not minima: with more than one thread, the time slices that other
+    processes take from one thread while the others wait for it are what a user of a
+    shared machine gets, and they hit statically shared loops hardest."""
     trials = study.get_trials(deepcopy=False)
     reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
