@@ -251,3 +251,29 @@ def test_filling_the_cache_scans_it_once_per_batch_of_writes(tmp_path, monkeypat
     monkeypatch.setenv("UCF_CACHE_MAX_MB", str(20_000 / 2**20))
     cache.store("last.plan", {"n": -1}, b"x" * 1000)
     assert cache.size() <= 20_000 and cache.entries()[-1].name == "last.plan"
+
+
+def test_the_parsers_tables_are_cached_and_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
+    """lark keeps the LALR tables in the cache directory (50-100 ms per grammar and
+    process); a damaged file is rebuilt, never an error, and `ucf cache clear` removes it."""
+    from ucf.exec import cache
+    from ucf.lang import parser
+
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    parser._parser.cache_clear()
+    try:
+        parser.parse_statement.cache_clear()  # statements parsed before would not parse
+        first = parser.parse_statement("y(i) = A(i,j) * x(j)")
+        assert str(first) == "y(i) = sum(j, A(i, j) * x(j))"
+        tables = tmp_path / "lark-einsum.lark.tables"
+        assert tables.stat().st_size > 1000
+        tables.write_bytes(b"damaged")
+        parser._parser.cache_clear()
+        parser.parse_statement.cache_clear()
+        again = parser.parse_statement("z(j) = A(i,j) * x(i)")
+        assert str(again) == "z(j) = sum(i, A(i, j) * x(i))"
+        assert tables.stat().st_size > 1000
+        cache.clear()
+        assert not tables.exists()
+    finally:
+        parser._parser.cache_clear()

@@ -359,8 +359,10 @@ def test_choose_stile_chooses_the_compute_tile_depth_too(monkeypatch):
     forced = ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=[8, 64, 256])
     assert forced.depth == 64
     assert forced.costs[(32, 1)] == sum(0.5 + n * 1.0 for n in forced.live[(32, 1)])
-    per_tile[condensed.DEPTH] = 9.0
-    assert ucf.choose_stile(samples, [(32, 1)], {"B": b}).depth == condensed.DEPTH
+    with pytest.raises(ucf.ArgumentError, match="depths= takes a list of depths, got int"):
+        ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=5)
+    with pytest.raises(ucf.ArgumentError, match="operands= takes a dict by name, got list"):
+        ucf.choose_stile(samples, [(32, 1)], [b])
     for bad, message in (([], "at least one compute-tile depth"), ([0], "positive int")):
         with pytest.raises(ucf.OperandError, match=message):
             ucf.choose_stile(samples, [(32, 1)], {"B": b}, depths=bad)

@@ -331,6 +331,11 @@ def test_blocked_and_dynamic_kernels_refuse_an_output_they_cannot_write(expr, fo
     frozen.flags.writeable = False
     with pytest.raises(ucf.OperandError, match="out= for (y|C) is read-only"):
         k(**ops, out=frozen)
+    immutable = memoryview(bytes(expected.nbytes)).cast("d", expected.shape)
+    with pytest.raises(ucf.OperandError, match="out= for (y|C) is read-only"):
+        k(**ops, out=immutable)
+    with pytest.raises(ucf.OperandError, match="a list would be copied and the result lost"):
+        k(**ops, out=expected.tolist())
     out = np.zeros_like(expected)
     np.testing.assert_allclose(k(**ops, out=out).to_numpy(), expected, atol=1e-12)
     with pytest.raises(ucf.ArgumentError, match="passed by name"):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ucf._version import __version__
 from ucf.errors import (
     ArgumentError,
+    CacheWarning,
     CompileError,
     ConversionWarning,
     DLPackError,
@@ -29,7 +30,6 @@ from ucf.errors import (
 
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
-    from ucf.exec.cache import CacheWarning
     from ucf.exec.kernel import Kernel
     from ucf.exec.tile_choice import choose_stile
     from ucf.format.format import Format, parse_format
@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
 # the compiler behind them pulls in sympy, lark and llvmlite, which cost most of a second,
 # and a script that only catches ``ucf.UcfError`` or asks ``ucf.__version__`` needs none.
 _LAZY = {
-    "CacheWarning": "ucf.exec.cache",
     "Kernel": "ucf.exec.kernel",
     "Format": "ucf.format.format",
     "parse_format": "ucf.format.format",

@@ -148,6 +148,11 @@ def _report(fn, signature, args, kwargs, error: Exception) -> str:
     )
 
 
+class CacheWarning(UserWarning):
+    """A cache entry could not be used (damaged, truncated or another kernel's), or the
+    cache directory could not be made; ucf recompiles, or caches elsewhere."""
+
+
 class ConversionWarning(UserWarning):
     """An operand is converted (format, value or index dtype) before a kernel reads it:
     a cost on every call that converting it once, beforehand, avoids."""

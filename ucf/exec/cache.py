@@ -32,41 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import platformdirs
+
+from ucf.errors import CacheWarning
+from ucf.resources import cache_dir
 
 MAGIC = b"ucf kernel cache entry v1\n"
 _MAX_HEADER = 1 << 20
-
-
-class CacheWarning(UserWarning):
-    """A cache entry could not be used (damaged, truncated or another kernel's); ucf
-    recompiles it."""
-
-
-def cache_dir() -> Path:
-    """``UCF_CACHE_DIR``, else the platform's user cache directory (platformdirs).
-
-    A directory that cannot be created (a file in the way, no permission) is
-    warned about once, and this process caches in a private temporary
-    directory instead: compiling must not depend on the cache."""
-    env = os.environ.get("UCF_CACHE_DIR")
-    path = Path(env) if env else Path(platformdirs.user_cache_dir("ucf", appauthor=False))
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        if path not in _FALLBACK:
-            warnings.warn(
-                f"ucf kernel cache: cannot use {path} ({e.strerror}); kernels compiled by "
-                "this process are cached in a temporary directory",
-                CacheWarning,
-                stacklevel=2,
-            )
-            _FALLBACK[path] = Path(tempfile.mkdtemp(prefix="ucf-cache-"))
-        return _FALLBACK[path]
-    return path
-
-
-_FALLBACK: dict[Path, Path] = {}
 
 
 def key(fields: dict[str, Any]) -> str:
@@ -286,6 +257,8 @@ def clear() -> int:
     removed = len(evict(0))
     for p in cache_dir().glob("pch-*"):  # the emulator's precompiled headers
         shutil.rmtree(p, ignore_errors=True)
+    for p in cache_dir().glob("lark-*.tables"):  # the parser's (ucf.lang.parser)
+        p.unlink(missing_ok=True)
     for p in cache_dir().glob("*.lock"):
         try:
             p.unlink()

@@ -19,14 +19,14 @@ per compute tile, against the caches the gathered tiles must fit.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ucf import stile
-from ucf.errors import OperandError, boundary
+from ucf.errors import ArgumentError, OperandError, boundary
 from ucf.exec import condensed
 from ucf.exec.jit import num_threads
 from ucf.lang import ast
@@ -89,6 +89,10 @@ def choose_stile(
     tiles = [stile.check_granularity(g, len(shape), "choose_stile") for g in candidates]
     if not tiles:
         raise OperandError("choose_stile needs at least one candidate micro-tile")
+    if operands is not None and not isinstance(operands, Mapping):
+        raise ArgumentError(
+            f"choose_stile: operands= takes a dict by name, got {type(operands).__name__}"
+        )
     asked = [lowered.DEPTH] if depths is None else _depths(depths)
     costs, live, best_depth = {}, {}, {}
     for g in tiles:
@@ -107,6 +111,10 @@ def choose_stile(
 
 def _depths(depths: Sequence[int]) -> list[int]:
     """The candidate depths, checked: positive integers up to the kernels' largest."""
+    if not isinstance(depths, Iterable) or isinstance(depths, str):
+        raise ArgumentError(
+            f"choose_stile: depths= takes a list of depths, got {type(depths).__name__}"
+        )
     found = list(depths)
     if not found:
         raise OperandError("choose_stile needs at least one compute-tile depth")

@@ -16,9 +16,15 @@ from ucf.lang.reductions import with_reductions
 
 @cache
 def _parser(name: str) -> Lark:
-    from ucf.resources import grammar_file
+    """The LALR parser of a grammar. Building its tables took 50-100 ms per grammar in
+    every process; lark keeps them in the cache directory, under the grammar's digest, and
+    rebuilds them when that file is missing, stale or unreadable."""
+    from ucf.resources import cache_dir, grammar_file
 
-    return Lark(grammar_file(name).read_text(), parser="lalr", propagate_positions=True)
+    tables = cache_dir() / f"lark-{name}.tables"
+    return Lark(
+        grammar_file(name).read_text(), parser="lalr", propagate_positions=True, cache=str(tables)
+    )
 
 
 class _Located(Exception):
