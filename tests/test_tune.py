@@ -130,10 +130,10 @@ def test_sampling_stops_at_the_first_losing_sample():
     waits = iter([0.005, 0.03, 0.03, 0.03, 0.03, 0.03])
     calls = []
 
-    def call():  # busy: with one thread, trials are timed by the process's CPU time
+    def call():  # busy: with one thread, trials are timed by the thread's CPU time
         calls.append(1)
-        end = time.process_time() + next(waits)
-        while time.process_time() < end:
+        end = time.thread_time() + next(waits)
+        while time.thread_time() < end:
             pass
 
     seconds = median_time(call, repeats=5, enough=0.01)

@@ -46,12 +46,14 @@ FIRST_CALL = 5e-3
 
 
 def clock() -> Callable[[], float]:
-    """What a trial is timed by: with one thread, the process's CPU time, which the time
-    slices other processes take do not inflate (on a shared machine they decided which
-    schedule won); with more, wall time, since CPU time would add the threads up."""
+    """What a trial is timed by: with one thread, the calling thread's CPU time, which the
+    time slices other processes take do not inflate (on a shared machine they decided
+    which schedule won), nor trials that other threads of the process run meanwhile (Dask
+    workers in one process); a one-thread kernel runs on the calling thread. With more,
+    wall time, since CPU time would add the threads up."""
     from ucf.exec.jit import num_threads
 
-    return time.process_time if num_threads() == 1 else time.perf_counter
+    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 def one_call(call: Callable[[], Any]) -> float:
