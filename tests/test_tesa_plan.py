@@ -78,7 +78,9 @@ def test_plan_matches_numpy(target):
     p = mlp(1)
     p.propagate()
     plan = p.transform(POLICY)
-    assert sum(s.startswith("Y_") for s in plan.steps) >= 2  # Y split into sub-statements
+    # Y split into sub-statements that add into Y, and B added last
+    assert sum(s.startswith("Y(t, e) +=") for s in plan.steps) >= 2
+    assert plan.steps[-1] == "Y(t, e) += B(e)"
     run = plan.compile(target=target, dtype="float64")
     rng = np.random.default_rng(7)
     values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
@@ -192,4 +194,39 @@ def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zero
     expected = stored(plan, "W", w) @ np.where(x_mask, x, 0)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     got = plan.compile(dtype="float64", static={"x": x})(W=w)["y"]  # static, not split
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "statement, shapes, into",
+    [
+        # the parts' products add into y, then b does
+        ("y(i) = W(i,j) * x(j) + b(i)", {"x": (8,), "b": (8,)}, True),
+        # a difference: the parts' products are sub-statements of their own
+        ("y(i) = W(i,j) * x(j) - b(i)", {"x": (8,), "b": (8,)}, False),
+        # the parts' products cover only i of Y(i,k): the same
+        ("Y(i,k) = W(i,j) * x(j) + B(i,k)", {"x": (8,), "B": (8, 3)}, False),
+        # a scalar output
+        ("s = W(i,j) * A(i,j)", {"A": (8, 8)}, True),
+    ],
+)
+def test_sub_statements_add_into_the_output_where_they_cover_it(statement, shapes, into):
+    """Sub-statements over all of the output's indices accumulate into it in place
+    (``+=``, no output of their own and no pass adding them up); the result is the
+    same as numpy's either way."""
+    rng = np.random.default_rng(9)
+    p = ucf.program(statement, shapes=shapes, attrs={"W": mixed(rng, 8, 8)})
+    plan = p.transform(POLICY)
+    out = parse_statement(statement).lhs.tensor
+    adds = [s for s in plan.steps if parse_statement(s).op == "+="]
+    assert bool(adds) == into
+    assert all(parse_statement(s).lhs.tensor == out for s in adds)
+    values = {n: rng.standard_normal(p.shapes[n]) for n in p.inputs}
+    w = stored(plan, "W", values["W"])
+    expected = {
+        "y": lambda: w @ values["x"] + (1 if "+" in statement else -1) * values["b"],
+        "Y": lambda: (w @ values["x"])[:, None] + values["B"],
+        "s": lambda: (w * values["A"]).sum(),
+    }[out]()
+    got = plan.compile(dtype="float64")(**values)[out]
     np.testing.assert_allclose(got, expected, rtol=1e-12)

@@ -248,19 +248,22 @@ class Plan:
                     kernel = None
             if kernel is None:
                 kernel = ucf.compile(step, formats=used, target=target, dtype=dtype)
-            kernels.append((stmt.lhs.tensor, names, kernel))
+            kernels.append((stmt.lhs.tensor, names, stmt.op == "+=", kernel))
 
         def run(**operands: Any) -> dict[str, np.ndarray]:
             self._check_inputs(operands)
             values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
             values.update(self._split(values))
             values.update(fixed)
-            for out, names, kernel in kernels:
+            for out, names, adds, kernel in kernels:
                 missing = sorted(names - set(values))
                 if missing:
                     raise OperandError(f"missing operand {missing[0]}")
+                given = {n: values[n] for n in names}
+                if adds:  # into the output an earlier step made here, in place
+                    given["out"] = values[out]
                 # The kernel's fresh dense output, viewed, not copied.
-                values[out] = np.asarray(kernel(**{n: values[n] for n in names}))
+                values[out] = np.asarray(kernel(**given))
             return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
 
         run.notes = notes
@@ -351,17 +354,15 @@ def transform(program: Program, policy: Policy) -> Plan:
         splits[name] = [replace(p, columns=columns) for p in parts]
     steps: list[str] = []
     for node in program.nodes:
-        made: list[str] = []
+        made: dict[str, tuple[tuple[str, ...], Expr]] = {}
 
         def piece(indices: tuple[str, ...], term: Expr, node=node, made=made) -> Access:
             name = _fresh(f"{node.output}_{len(made)}", taken)
-            made.append(name)
-            lhs = f"{name}({', '.join(indices)})" if indices else name
-            steps.append(f"{lhs} = {text(term)}")
+            made[name] = (indices, term)
             return Access(name, tuple(Affine.var(v) for v in indices))
 
         rhs = _distribute(node.statement.rhs, node.out_vars, splits, piece)
-        steps.append(f"{node.statement.lhs} = {text(rhs)}")
+        steps.extend(_node_steps(node.statement.lhs, rhs, made))
     masks = {
         name: program.attrs[name].mask
         for name in (*program.inputs, *program.outputs)
@@ -398,10 +399,54 @@ def _distribute(
     if len(terms) == 1:
         return terms[0]
     indices = tuple(v for v in out_vars if v in free)
-    out: Expr = piece(indices, terms[0])
+    return _sum([piece(indices, t) for t in terms])
+
+
+def _node_steps(
+    lhs: Access, rhs: Expr, made: Mapping[str, tuple[tuple[str, ...], Expr]]
+) -> list[str]:
+    """The steps of one statement whose ``rhs`` reads the sub-statements ``made``.
+
+    Sub-statements added up at the top of ``rhs`` over all of ``lhs``'s indices
+    accumulate into the output (``T(t,h) = X·W_0``, then ``T(t,h) += X·W_1``) rather
+    than into outputs of their own that one more pass adds: that pass read and wrote
+    every element of the output again, and each sub-statement's output was zeroed
+    first. The other terms follow in one ``+=`` of their sum."""
+    own = tuple(i.single_variable for i in lhs.indices)
+    terms = _added(rhs)
+    into = [
+        t for t in terms if isinstance(t, Access) and t.tensor in made and made[t.tensor][0] == own
+    ]
+    if None in own or len(set(own)) < len(own):
+        into = []
+    alone = [n for n in made if n not in {t.tensor for t in into}]
+    steps = [f"{_lhs(n, made[n][0])} = {text(made[n][1])}" for n in alone]
+    if not into:
+        return [*steps, f"{lhs} = {text(rhs)}"]
+    for k, t in enumerate(into):
+        steps.append(f"{lhs} {'+=' if k else '='} {text(made[t.tensor][1])}")
+    rest = [t for t in terms if not any(t is u for u in into)]
+    if rest:
+        steps.append(f"{lhs} += {text(_sum(rest))}")
+    return steps
+
+
+def _added(e: Expr) -> list[Expr]:
+    """The terms that ``e`` adds at its top (``a + b + c``: a, b, c)."""
+    if isinstance(e, Binary) and e.op == "+":
+        return [*_added(e.left), *_added(e.right)]
+    return [e]
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    out = terms[0]
     for t in terms[1:]:
-        out = Binary("+", out, piece(indices, t))
+        out = Binary("+", out, t)
     return out
+
+
+def _lhs(name: str, indices: tuple[str, ...]) -> str:
+    return f"{name}({', '.join(indices)})" if indices else name
 
 
 def _rows_summed(program: Program, name: str) -> bool:
@@ -465,12 +510,7 @@ def _replace(e: Expr, name: str, parts: tuple[str, ...]) -> Expr:
     """``e`` with every access of ``name`` read as the sum of ``parts``."""
 
     def read(a: Access) -> Expr:
-        if a.tensor != name:
-            return a
-        out: Expr = Access(parts[0], a.indices)
-        for p in parts[1:]:
-            out = Binary("+", out, Access(p, a.indices))
-        return out
+        return a if a.tensor != name else _sum([Access(p, a.indices) for p in parts])
 
     return map_accesses(e, read)
 
