@@ -62,9 +62,9 @@ def test_parts_split_each_operand_exactly():
         for q in parts:
             total += q.mask
             assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
-            base = "csr" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
+            base = "csc" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
             assert (
-                q.format == base + {8: "@qint8" + (":1" if base != "csr" else ""), 32: ""}[q.bits]
+                q.format == base + {8: "@qint8" + (":1" if base != "csc" else ""), 32: ""}[q.bits]
             )
         assert (total == p.attrs[name].mask).all()  # disjoint, and all of the kept elements
     for step in str(plan).splitlines():
@@ -230,3 +230,31 @@ def test_sub_statements_add_into_the_output_where_they_cover_it(statement, shape
     }[out]()
     got = plan.compile(dtype="float64")(**values)[out]
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+# The c target compiles every step with gcc (28 s): in the slow run.
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=[needs_cc, pytest.mark.slow])])
+def test_single_elements_times_a_dense_matrix_run_transposed(target):
+    """``T(t,h) = X(t,d) * W(d,h)``: each part of single elements of W is stored by
+    column and computed over X transposed (once for both parts), its result added
+    transposed into T in tiles. Extents that are no multiple of the tile, and both
+    threads (the tests start every parallel loop's threads)."""
+    rng = np.random.default_rng(15)
+    p = ucf.program(
+        "T(t,h) = X(t,d) * W(d,h)", shapes={"X": (7, 12)}, attrs={"W": mixed(rng, 12, 20)}
+    )
+    plan = p.transform(POLICY)
+    singles = [q.name for q in plan.parts if q.block == (1, 1)]
+    assert len(singles) == 2
+    assert {q.format for q in plan.parts if q.block == (1, 1)} == {"csc", "csc@qint8"}
+    assert plan.steps.count("X_t(d, t) = X(t, d)") == 1
+    for name in singles:
+        assert any(s.endswith(f"{name}(d, h) * X_t(d, t))") for s in plan.steps)
+    assert sum(s.startswith("T(t, h) += T_t") for s in plan.steps) == 2
+    ucf.set_num_threads(2)
+    x, w = rng.standard_normal((7, 12)), rng.standard_normal((12, 20))
+    for static in (False, True):
+        run = plan.compile(target=target, dtype="float32", static={"W": w} if static else None)
+        got = run(X=x)["T"] if static else run(X=x, W=w)["T"]
+        expected = x @ stored(plan, "W", w)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
