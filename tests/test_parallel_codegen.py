@@ -205,18 +205,23 @@ def test_a_split_loop_starts_threads_when_its_rows_hold_enough_work(name, target
     OpenMP team starts there, which its thread count shows."""
     stmt, dense, rows = SPLIT_KERNELS[name]
     assert rows // 64 * 64 < WORK_THRESHOLD < rows * 10 * (dense or (1,))[0]
-    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
     args = [stmt, str(rows), target, str(dense[0] if dense else 0), SPLIT_PAR]
+    assert _threads_started(THREADS_SEEN, args) == {"7": "0", str(rows): "1"}
+
+
+def _threads_started(script: str, args: list[str]) -> dict[str, str]:
+    """The threads ``script`` saw each call start, under the shipped threshold, by the
+    rows it gave the call."""
+    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
     run = subprocess.run(
-        [sys.executable, "-c", THREADS_SEEN, *args],
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     )
-    started = dict(line.split() for line in run.stdout.split("\n") if line)
-    assert started == {"7": "0", str(rows): "1"}
+    return dict(line.split() for line in run.stdout.split("\n") if line)
 
 
 ENTRIES_SEEN = """
@@ -245,17 +250,7 @@ def test_a_parallel_loop_counts_the_entries_of_a_sparse_operand_below_it(target)
     process, so the OpenMP team starts there, which its thread count shows."""
     nnz = 768 * 3072 // 100
     assert 128 * 768 < WORK_THRESHOLD <= 128 * (768 + nnz) and 7 * (768 + nnz) < WORK_THRESHOLD
-    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
-    run = subprocess.run(
-        [sys.executable, "-c", ENTRIES_SEEN, target],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    started = dict(line.split() for line in run.stdout.split("\n") if line)
-    assert started == {"7": "0", "128": "1"}
+    assert _threads_started(ENTRIES_SEEN, [target]) == {"7": "0", "128": "1"}
 
 
 def test_llvm_parallel_body_takes_arrays_as_noalias_arguments():
