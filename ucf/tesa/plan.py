@@ -356,7 +356,7 @@ def transform(program: Program, policy: Policy) -> Plan:
         columns = _rows_summed(program, name)
         splits[name] = [replace(p, columns=columns) for p in parts]
     steps: list[str] = []
-    rows = _Rows({p.name: p for ps in splits.values() for p in ps}, taken)
+    flips = _Transposed({p.name: p for ps in splits.values() for p in ps}, taken)
     for node in program.nodes:
         made: dict[str, tuple[tuple[str, ...], Expr]] = {}
 
@@ -366,14 +366,14 @@ def transform(program: Program, policy: Policy) -> Plan:
             return Access(name, tuple(Affine.var(v) for v in indices))
 
         rhs = _distribute(node.statement.rhs, node.out_vars, splits, piece)
-        steps.extend(_node_steps(node.statement.lhs, rhs, made, rows))
+        steps.extend(_node_steps(node.statement.lhs, rhs, made, flips))
     masks = {
         name: program.attrs[name].mask
         for name in (*program.inputs, *program.outputs)
         if name not in splits and program.attrs[name].sparsity > 0
     }
     parts = [p for ps in splits.values() for p in ps]
-    return Plan(steps, parts, program.outputs, masks, rows.schedules)
+    return Plan(steps, parts, program.outputs, masks, flips.schedules)
 
 
 def _distribute(
@@ -408,7 +408,7 @@ def _distribute(
 
 
 def _node_steps(
-    lhs: Access, rhs: Expr, made: Mapping[str, tuple[tuple[str, ...], Expr]], rows: _Rows
+    lhs: Access, rhs: Expr, made: Mapping[str, tuple[tuple[str, ...], Expr]], flips: _Transposed
 ) -> list[str]:
     """The steps of one statement whose ``rhs`` reads the sub-statements ``made``.
 
@@ -416,7 +416,7 @@ def _node_steps(
     accumulate into the output (``T(t,h) = X·W_0``, then ``T(t,h) += X·W_1``) rather
     than into outputs of their own that one more pass adds: that pass read and wrote
     every element of the output again, and each sub-statement's output was zeroed
-    first. Those over single elements that ``rows`` computes transposed come last;
+    first. Those over single elements that ``flips`` computes transposed come last;
     the other terms follow in one ``+=`` of their sum."""
     own = tuple(i.single_variable for i in lhs.indices)
     terms = _added(rhs)
@@ -429,21 +429,21 @@ def _node_steps(
     steps = [f"{_lhs(n, made[n][0])} = {text(made[n][1])}" for n in alone]
     if not into:
         return [*steps, f"{lhs} = {text(rhs)}"]
-    flipped = {t.tensor: rows.flipped(lhs, made[t.tensor][1]) for t in into}
+    flipped = {t.tensor: flips.flipped(lhs, made[t.tensor][1]) for t in into}
     into.sort(key=lambda t: flipped[t.tensor] is not None)
     for k, t in enumerate(into):
         op = "+=" if k else "="
         if flipped[t.tensor] is None:
             steps.append(f"{lhs} {op} {text(made[t.tensor][1])}")
         else:
-            steps.extend(rows.steps(lhs, op, *flipped[t.tensor], steps))
+            steps.extend(flips.steps(lhs, op, *flipped[t.tensor]))
     rest = [t for t in terms if not any(t is u for u in into)]
     if rest:
         steps.append(f"{lhs} += {text(_sum(rest))}")
     return steps
 
 
-class _Rows:
+class _Transposed:
     """Products of a dense matrix with a part of single elements, ``T(t,h) +=
     sum(d, X(t,d) * P(d,h))``, computed transposed so that the innermost loop runs
     over the rows ``t`` of ``X`` in vectors: ``Xt(d,t) = X(t,d)``, then ``Tt(h,t) =
@@ -489,7 +489,7 @@ class _Rows:
             return None
         return x, p
 
-    def steps(self, lhs: Access, op: str, x: Access, p: Access, before: list[str]) -> list[str]:
+    def steps(self, lhs: Access, op: str, x: Access, p: Access) -> list[str]:
         """The transposed steps of ``lhs op sum(d, x(t,d) * p(d,h))``."""
         t, h = (i.single_variable for i in lhs.indices)
         d = x.indices[1].single_variable
