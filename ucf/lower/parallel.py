@@ -260,6 +260,10 @@ def work_estimate(loop: ir.For) -> ir.Expr:
     the rows' entries and keep a large loop serial.
     """
     local = declared(loop.body) | {loop.var.name}
+    # Arrays the loop allocates (per-thread workspaces) do not exist before it either.
+    local |= {
+        s.array.name for s in statements([*loop.prologue, *loop.body]) if isinstance(s, ir.Alloc)
+    }
     loop = _unsplit(loop) or loop
     local |= {loop.var.name}
     trips = _span(loop.start, loop.end)
@@ -323,7 +327,7 @@ def _weight(stmts: list[ir.Stmt], local: set[str]) -> ir.Expr | None:
             return None
         inner = _compressed_child(s)
         span = _span(s.start, s.end)
-        if inner is None or has_load(span) or names(span) & local:
+        if inner is None or inner[0].name in local or has_load(span) or names(span) & local:
             return _times(trips, _weight(s.body, local))
         pos, child = inner
         return ir.Bin("+", span, _times(_entries(pos, s.start, s.end), _weight(child.body, local)))
