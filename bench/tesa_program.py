@@ -7,8 +7,8 @@ blocks) plus 1 % fine-grained elements, 2 threads, best of ``--repeat``:
 - torch dense on the pruned weights;
 - ucf with both weights in CSR;
 - ucf with both weights in BCSR(32,32) (the fine-grained elements pad their blocks);
-- the transformed plan (each weight split into a BCSR part and a CSR part by the
-  weighted block cover; weights static, so split once).
+- the transformed plan (each weight split into a BCSR part and a part of single
+  elements, CSC, by the weighted block cover; weights static, so split once).
 
 Every result is checked against numpy. Target: the plan at least 4x faster than
 torch dense and faster than both single-format variants.

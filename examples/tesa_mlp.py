@@ -10,7 +10,7 @@ The script propagates the attributes through the program (a pruned column of
 W1 prunes that column of T and U and the matching row of W2; a pruned row of
 W2 prunes the column of U and W1 that fed it), prints the sparsity before and
 after, transforms the program into a plan (each weight split by width and by
-block cover into a BCSR part and a CSR part), compiles it with the weights
+block cover into a BCSR part and a CSC part), compiles it with the weights
 static, checks it against numpy, and times it against torch dense (numpy when
 torch is not installed).
 

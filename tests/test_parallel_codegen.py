@@ -95,6 +95,15 @@ def _walk(stmts):
             "(n_i + (((n_i > INT64_C(0)) ? (((int64_t)A1_pos[n_i]) - "
             "((int64_t)A1_pos[INT64_C(0)])) : INT64_C(0)) * n_k))",
         ),
+        # A's rows below a dense loop: each row of B walks all of them, so B's rows
+        # times (A's rows plus A's entries)
+        (
+            "C(i,k) = B(i,j) * A(j,k)",
+            "csr",
+            PAR,
+            "(n_i * (n_j + ((n_j > INT64_C(0)) ? (((int64_t)A1_pos[n_j]) - "
+            "((int64_t)A1_pos[INT64_C(0)])) : INT64_C(0))))",
+        ),
         # a dense matrix: rows times columns
         ("y(i) = A(i,j) * x(j)", "dense", PAR, "(n_i * n_j)"),
         # a split: the rows and their entries, as for the loop it was split from
@@ -196,18 +205,52 @@ def test_a_split_loop_starts_threads_when_its_rows_hold_enough_work(name, target
     OpenMP team starts there, which its thread count shows."""
     stmt, dense, rows = SPLIT_KERNELS[name]
     assert rows // 64 * 64 < WORK_THRESHOLD < rows * 10 * (dense or (1,))[0]
-    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
     args = [stmt, str(rows), target, str(dense[0] if dense else 0), SPLIT_PAR]
+    assert _threads_started(THREADS_SEEN, args) == {"7": "0", str(rows): "1"}
+
+
+def _threads_started(script: str, args: list[str]) -> dict[str, str]:
+    """The threads ``script`` saw each call start, under the shipped threshold, by the
+    rows it gave the call."""
+    env = {**os.environ, "UCF_WORK_THRESHOLD": str(WORK_THRESHOLD)}
     run = subprocess.run(
-        [sys.executable, "-c", THREADS_SEEN, *args],
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     )
-    started = dict(line.split() for line in run.stdout.split("\n") if line)
-    assert started == {"7": "0", str(rows): "1"}
+    return dict(line.split() for line in run.stdout.split("\n") if line)
+
+
+ENTRIES_SEEN = """
+import os, sys
+import numpy as np, scipy.sparse as sp
+import ucf
+target = sys.argv[1]
+ucf.set_num_threads(2)
+k = ucf.compile("C(i,k) = B(i,j) * A(j,k)", formats={"A": "csr"}, target=target)
+rng = np.random.default_rng(0)
+a = sp.random(768, 3072, density=0.01, format="csr", random_state=rng)
+for n in (7, 128):
+    b = rng.standard_normal((n, 768))
+    before = len(os.listdir("/proc/self/task"))
+    got = k(B=b, A=ucf.from_scipy(a, format="csr")).to_numpy()
+    np.testing.assert_allclose(got, (a.T @ b.T).T, rtol=1e-12, atol=1e-12)
+    print(n, len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_parallel_loop_counts_the_entries_of_a_sparse_operand_below_it(target):
+    """``C = B · A`` with A in CSR, parallel over B's rows (the default schedule): each
+    row walks every entry of A, so 128 rows of B by 768 of A (98,304, below the
+    threshold) holding 23,600 entries start the team, and 7 rows do not. A fresh
+    process, so the OpenMP team starts there, which its thread count shows."""
+    nnz = 768 * 3072 // 100
+    assert 128 * 768 < WORK_THRESHOLD <= 128 * (768 + nnz) and 7 * (768 + nnz) < WORK_THRESHOLD
+    assert _threads_started(ENTRIES_SEEN, [target]) == {"7": "0", "128": "1"}
 
 
 def test_llvm_parallel_body_takes_arrays_as_noalias_arguments():

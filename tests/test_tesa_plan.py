@@ -62,9 +62,9 @@ def test_parts_split_each_operand_exactly():
         for q in parts:
             total += q.mask
             assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
-            base = "csr" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
+            base = "csc" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
             assert (
-                q.format == base + {8: "@qint8" + (":1" if base != "csr" else ""), 32: ""}[q.bits]
+                q.format == base + {8: "@qint8" + (":1" if base != "csc" else ""), 32: ""}[q.bits]
             )
         assert (total == p.attrs[name].mask).all()  # disjoint, and all of the kept elements
     for step in str(plan).splitlines():
@@ -78,7 +78,9 @@ def test_plan_matches_numpy(target):
     p = mlp(1)
     p.propagate()
     plan = p.transform(POLICY)
-    assert sum(s.startswith("Y_") for s in plan.steps) >= 2  # Y split into sub-statements
+    # Y split into sub-statements that add into Y, and B added last
+    assert sum(s.startswith("Y(t, e) +=") for s in plan.steps) >= 2
+    assert plan.steps[-1] == "Y(t, e) += B(e)"
     run = plan.compile(target=target, dtype="float64")
     rng = np.random.default_rng(7)
     values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
@@ -193,3 +195,66 @@ def test_an_input_below_min_sparsity_is_read_whole_with_its_pruned_elements_zero
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     got = plan.compile(dtype="float64", static={"x": x})(W=w)["y"]  # static, not split
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "statement, shapes, into",
+    [
+        # the parts' products add into y, then b does
+        ("y(i) = W(i,j) * x(j) + b(i)", {"x": (8,), "b": (8,)}, True),
+        # a difference: the parts' products are sub-statements of their own
+        ("y(i) = W(i,j) * x(j) - b(i)", {"x": (8,), "b": (8,)}, False),
+        # the parts' products cover only i of Y(i,k): the same
+        ("Y(i,k) = W(i,j) * x(j) + B(i,k)", {"x": (8,), "B": (8, 3)}, False),
+        # a scalar output
+        ("s = W(i,j) * A(i,j)", {"A": (8, 8)}, True),
+    ],
+)
+def test_sub_statements_add_into_the_output_where_they_cover_it(statement, shapes, into):
+    """Sub-statements over all of the output's indices accumulate into it in place
+    (``+=``, no output of their own and no pass adding them up); the result is the
+    same as numpy's either way."""
+    rng = np.random.default_rng(9)
+    p = ucf.program(statement, shapes=shapes, attrs={"W": mixed(rng, 8, 8)})
+    plan = p.transform(POLICY)
+    out = parse_statement(statement).lhs.tensor
+    adds = [s for s in plan.steps if parse_statement(s).op == "+="]
+    assert bool(adds) == into
+    assert all(parse_statement(s).lhs.tensor == out for s in adds)
+    values = {n: rng.standard_normal(p.shapes[n]) for n in p.inputs}
+    w = stored(plan, "W", values["W"])
+    expected = {
+        "y": lambda: w @ values["x"] + (1 if "+" in statement else -1) * values["b"],
+        "Y": lambda: (w @ values["x"])[:, None] + values["B"],
+        "s": lambda: (w * values["A"]).sum(),
+    }[out]()
+    got = plan.compile(dtype="float64")(**values)[out]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+# The c target compiles every step with gcc (28 s): in the slow run.
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=[needs_cc, pytest.mark.slow])])
+def test_single_elements_times_a_dense_matrix_run_transposed(target):
+    """``T(t,h) = X(t,d) * W(d,h)``: each part of single elements of W is stored by
+    column and computed over X transposed (once for both parts), its result added
+    transposed into T in tiles. Extents that are no multiple of the tile, and both
+    threads (the tests start every parallel loop's threads)."""
+    rng = np.random.default_rng(15)
+    p = ucf.program(
+        "T(t,h) = X(t,d) * W(d,h)", shapes={"X": (7, 12)}, attrs={"W": mixed(rng, 12, 20)}
+    )
+    plan = p.transform(POLICY)
+    singles = [q.name for q in plan.parts if q.block == (1, 1)]
+    assert len(singles) == 2
+    assert {q.format for q in plan.parts if q.block == (1, 1)} == {"csc", "csc@qint8"}
+    assert plan.steps.count("X_t(d, t) = X(t, d)") == 1
+    for name in singles:
+        assert any(s.endswith(f"{name}(d, h) * X_t(d, t))") for s in plan.steps)
+    assert sum(s.startswith("T(t, h) += T_t") for s in plan.steps) == 2
+    ucf.set_num_threads(2)
+    x, w = rng.standard_normal((7, 12)), rng.standard_normal((12, 20))
+    for static in (False, True):
+        run = plan.compile(target=target, dtype="float32", static={"W": w} if static else None)
+        got = run(X=x)["T"] if static else run(X=x, W=w)["T"]
+        expected = x @ stored(plan, "W", w)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

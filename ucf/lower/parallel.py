@@ -260,6 +260,10 @@ def work_estimate(loop: ir.For) -> ir.Expr:
     the rows' entries and keep a large loop serial.
     """
     local = declared(loop.body) | {loop.var.name}
+    # Arrays the loop allocates (per-thread workspaces) do not exist before it either.
+    local |= {
+        s.array.name for s in statements([*loop.prologue, *loop.body]) if isinstance(s, ir.Alloc)
+    }
     loop = _unsplit(loop) or loop
     local |= {loop.var.name}
     trips = _span(loop.start, loop.end)
@@ -267,8 +271,7 @@ def work_estimate(loop: ir.For) -> ir.Expr:
     inner = _compressed_child(loop)
     if inner is not None:
         pos, child = inner
-        count = ir.Bin("-", _as_i64(ir.Load(pos, loop.end)), _as_i64(ir.Load(pos, loop.start)))
-        entries = ir.Select(ir.Cmp(">", trips, Const(0, I64)), count, Const(0, I64))
+        entries = _entries(pos, loop.start, loop.end)
         work = ir.Bin("+", trips, _times(entries, _weight(child.body, local)))
     return work
 
@@ -310,15 +313,33 @@ def _steps(e: ir.Expr, var: Var) -> bool:
 
 def _weight(stmts: list[ir.Stmt], local: set[str]) -> ir.Expr | None:
     """Iterations of the first loop in ``stmts`` and of the first loop in it, and so on,
-    while their trip counts are known before the parallel loop; None for none."""
+    while their trip counts are known before the parallel loop; None for none.
+
+    A loop over a range known up front whose first inner loop runs over a compressed
+    level below it (``X(t,d) * W(d,h)`` with ``W`` in CSR, parallel over ``t``: each
+    ``t`` walks every stored entry of ``W``) counts its own trips plus the entries in
+    its whole range, as the parallel loop itself does with a compressed child."""
     for s in stmts:
         if not isinstance(s, ir.For):
             continue
         trips = _known_trips(s, local)
         if trips is None:
             return None
-        return _times(trips, _weight(s.body, local))
+        inner = _compressed_child(s)
+        span = _span(s.start, s.end)
+        if inner is None or inner[0].name in local or has_load(span) or names(span) & local:
+            return _times(trips, _weight(s.body, local))
+        pos, child = inner
+        return ir.Bin("+", span, _times(_entries(pos, s.start, s.end), _weight(child.body, local)))
     return None
+
+
+def _entries(pos: ir.Array, start: ir.Expr, end: ir.Expr) -> ir.Expr:
+    """The entries a compressed level holds below positions ``start .. end`` of its
+    parent, ``pos[end] - pos[start]``; 0 for an empty range, whose end need not be a
+    valid position."""
+    count = ir.Bin("-", _as_i64(ir.Load(pos, end)), _as_i64(ir.Load(pos, start)))
+    return ir.Select(ir.Cmp(">", _span(start, end), Const(0, I64)), count, Const(0, I64))
 
 
 def _known_trips(loop: ir.For, local: set[str]) -> ir.Expr | None:
