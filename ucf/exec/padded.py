@@ -49,7 +49,7 @@ class Conv:
         p, q, r, s = (extents.get(v, 0) for v in (self.p, self.q, self.r, self.s))
         if min(p, q, r, s) < 1:
             return None
-        return Flat(self, q + s - 1, p + r - 1, s)
+        return Flat(self, q + s - 1, p + r - 1, s - 1)
 
 
 @dataclass(frozen=True)
