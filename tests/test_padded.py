@@ -127,3 +127,16 @@ def test_the_flattened_statement():
     assert flat.expr == "O(n, m, x) = I(n, c, 6*r + s + x) * F(m, c, r, s)"
     assert flat.extents({"n": 1, "m": 2, "c": 3, "p": 7, "q": 5, "r": 3, "s": 2})["x"] == 42
     assert found.at({"p": 0, "q": 5, "r": 3, "s": 2}) is None
+
+
+def test_the_kernel_keeps_the_users_statement(tmp_path):
+    """After a flattened call, ``k.statement`` and ``k.save`` are the user's convolution
+    (the flattened kernel takes other operands), while ``k.cin`` shows what ran."""
+    k = ucf.compile("O(n,m,p,q) = I(n,c,p+r-1,q+s-1) * F(m,c,r,s)", {"F": "UCCC"})
+    rng = np.random.default_rng(9)
+    f = sparse_filter(rng, (3, 2, 3, 3), 0.5)
+    k(I=rng.standard_normal((1, 2, 5, 5)), F=ucf.from_numpy(f, "UCCC"))
+    assert FLAT in k.cin
+    assert str(k.statement.lhs) == "O(n, m, p, q)" and "p + r - 1" in str(k.statement)
+    c_file, _ = k.save(tmp_path / "conv")
+    assert "p + r - 1" in c_file.read_text()

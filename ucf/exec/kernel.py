@@ -363,7 +363,13 @@ class Kernel:
 
     @property
     def statement(self) -> Statement:
-        return self._plan.statement
+        return self._user_plan.statement
+
+    @property
+    def _user_plan(self) -> Plan:
+        """The plan of the user's statement: the last call's, unless that ran a
+        flattened convolution (``ucf.exec.padded``), whose operands differ."""
+        return self._plan if self._built.flat is None else self._static.compiled.plan
 
     @boundary
     def save(
@@ -394,7 +400,7 @@ class Kernel:
             if abi != "ucf" or lib is not None:
                 raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
             return save_cuda(self._plan, prefix, name)
-        return save_c(self._plan, prefix, name, abi, lib)
+        return save_c(self._user_plan, prefix, name, abi, lib)
 
     # --------------------------------------------------------------- calling
     @boundary
