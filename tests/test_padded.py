@@ -127,6 +127,7 @@ def test_the_flattened_statement():
     assert flat.expr == "O(n, m, x) = I(n, c, 6*r + s + x) * F(m, c, r, s)"
     assert flat.extents({"n": 1, "m": 2, "c": 3, "p": 7, "q": 5, "r": 3, "s": 2})["x"] == 42
     assert found.at({"p": 0, "q": 5, "r": 3, "s": 2}) is None
+    assert found.at({"p": 7, "q": padded.MAX_WIDTH, "r": 3, "s": 2}) is None  # wide rows
 
 
 def test_the_kernel_keeps_the_users_statement(tmp_path):
