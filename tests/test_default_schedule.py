@@ -283,9 +283,10 @@ def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_filter_sparse_convolution_runs_its_pixels_innermost(target):
-    """p, q index no sparse operand: they move inside F's loops (m, c, r, s), so the inner
-    loops are dense; with n = 1 the parallel loop is m. Checked against a numpy
-    convolution of sliding windows."""
+    """p, q index no sparse operand: flattened into one pixel variable x over a padded
+    input (``ucf.exec.padded``), it moves inside F's loops (m, c, r, s), so the inner loop
+    is dense; with n = 1 the parallel loop is m. Checked against a numpy convolution of
+    sliding windows."""
     rng = np.random.default_rng(31)
     image = rng.random((1, 6, 10, 9))
     filters = rng.random((16, 6, 3, 3)) * (rng.random((16, 6, 3, 3)) < 0.2)
@@ -294,8 +295,9 @@ def test_a_filter_sparse_convolution_runs_its_pixels_innermost(target):
     padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
     np.testing.assert_allclose(got.to_numpy(), np.einsum("ncpqrs,mcrs->nmpq", windows, filters))
-    assert "p, q inside the loops over sparse levels (m, c, r, s)" in k.cin
-    assert "loop order m, n, c, r, s, p, q" in k.cin and "parallel loop m" in k.cin
+    assert "zero-padded planes of 12 rows of 11 columns" in k.cin
+    assert "x inside the loops over sparse levels (m, c, r, s)" in k.cin
+    assert "loop order n, m, c, r, s, x" in k.cin and "parallel loop m" in k.cin
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked, cache, stats
+from ucf.exec import blocked, cache, padded, stats
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -90,6 +90,7 @@ class _Built(NamedTuple):
 
     compiled: _Compiled
     why: tuple[str, ...]
+    flat: padded.Flat | None = None  # the call runs on a padded, flattened input
 
 
 class Kernel:
@@ -153,15 +154,25 @@ class Kernel:
         self._tuned = schedule == TUNED
         self._static = self._compile(None if self._tuned else schedule, default=False)
         self._adaptive = (schedule is None or self._tuned) and target != "cuda"
+        self._conv = padded.find(expr, formats) if schedule is None and not static else None
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
             self._loaded()
 
-    def _compile(self, schedule: str | None, default: bool, why: tuple[str, ...] = ()) -> _Built:
-        """The plan for ``schedule``: from this process, from the disk cache, or built
-        now (other processes wait for one build)."""
+    def _compile(
+        self,
+        schedule: str | None,
+        default: bool,
+        why: tuple[str, ...] = (),
+        flat: padded.Flat | None = None,
+    ) -> _Built:
+        """The plan for ``schedule`` (of ``flat``'s statement, if given): from this
+        process, from the disk cache, or built now (other processes wait for one build)."""
+        expr = self._expr if flat is None else flat.expr
         fields = {**self._fields, "schedule": schedule}
+        if flat is not None:
+            fields["statement"] = "".join(expr.split())
         if default:
             fields["default"] = True
         ck = cache.key(fields)
@@ -172,16 +183,16 @@ class Kernel:
                 with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
                     entry = cache.load(f"{ck}.plan", fields)
                     if entry is None:
-                        entry = {"plan": self._build(schedule, default)}
+                        entry = {"plan": self._build(schedule, default, expr)}
                         cache.store(f"{ck}.plan", fields, entry)
             _LOADED[memo] = _Compiled(entry["plan"], ck, fields, entry.get("object"))
-        return _Built(_LOADED[memo], why)
+        return _Built(_LOADED[memo], why, flat)
 
-    def _build(self, schedule: str | None, default: bool) -> Plan:
+    def _build(self, schedule: str | None, default: bool, expr: str) -> Plan:
         openmp = self.target != "llvm" or openmp_runtime() is not None
         static = {n: s.tensor for n, s in self._statics.items()}
         return pipeline.plan(
-            self._expr,
+            expr,
             self.formats,
             schedule,
             self._vt,
@@ -248,6 +259,14 @@ class Kernel:
             split = replace(st, extents=static.blocking.split_extents(st.extents))
         if not model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
+        flat = self._conv.at(st.extents) if self._conv and static.blocking is None else None
+        if flat is not None:
+            fst = replace(st, extents=flat.extents(st.extents))
+            for choice in pipeline.proposals(flat.expr, self.formats, fst, threads):
+                try:
+                    return self._compile(choice.text, True, (flat.why, *choice.why), flat)
+                except (ScheduleError, UnsupportedError):
+                    continue
         for choice in pipeline.proposals(self._expr, self.formats, split, threads):
             try:
                 return self._compile(choice.text, default=True, why=tuple(choice.why))
@@ -344,7 +363,13 @@ class Kernel:
 
     @property
     def statement(self) -> Statement:
-        return self._plan.statement
+        return self._user_plan.statement
+
+    @property
+    def _user_plan(self) -> Plan:
+        """The plan of the user's statement: the last call's, unless that ran a
+        flattened convolution (``ucf.exec.padded``), whose operands differ."""
+        return self._plan if self._built.flat is None else self._static.compiled.plan
 
     @boundary
     def save(
@@ -375,7 +400,7 @@ class Kernel:
             if abi != "ucf" or lib is not None:
                 raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
             return save_cuda(self._plan, prefix, name)
-        return save_c(self._plan, prefix, name, abi, lib)
+        return save_c(self._user_plan, prefix, name, abi, lib)
 
     # --------------------------------------------------------------- calling
     @boundary
@@ -387,6 +412,9 @@ class Kernel:
         masks: Mapping[str, Any] | None = None,
         **operands: Any,
     ) -> Tensor:
+        local = self._local
+        if local.built is not None and local.built.flat is not None:
+            local.built = None  # the user's statement binds the operands; _choose comes back
         refuse_positional(self._plan.statement, positional)
         check_mappings(shapes=shapes, masks=masks)
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.exec.dynamic)
@@ -394,7 +422,6 @@ class Kernel:
                 f"masks= gives a mask for {next(iter(masks))}, which is not a dynamic operand "
                 "of this kernel; compile with dynamic={name: micro-tile shape}"
             )
-        local = self._local
         if local.replays and shapes is None:
             threads = num_threads()
             for replay in local.replays:
@@ -425,6 +452,8 @@ class Kernel:
             plan = self._plan
         if plan.blocking is not None:
             return blocked.run(self._run, plan, given, extents, out, self.dtype)
+        if self._built.flat is not None:
+            return self._run_flat(self._built.flat, given, extents, out)
         result = self._run(given, extents, out)
         call, local.call = local.call, None  # held no longer than this call
         if (
@@ -499,6 +528,26 @@ class Kernel:
             result = result.convert(plan.output_format)
         return result
 
+    def _run_flat(
+        self, flat: padded.Flat, given: dict[str, Tensor], extents: dict[str, int], out: Any
+    ) -> Tensor:
+        """The call on the padded, flattened input (``ucf.exec.padded``), cropped into
+        the user's output. Never replayed: the padded copy must be made each call."""
+        name = flat.conv.inp
+        x = given[name]
+        check_lossless(x.vals, self.dtype, name)
+        buf = flat.pad(np.asarray(x), self.dtype)
+        operands = {
+            **given,
+            name: trusted(buf.shape, dense_format(buf.ndim), [{}] * buf.ndim, buf.reshape(-1)),
+        }
+        computed = self._run(operands, flat.extents(extents), None)
+        self._local.call = None
+        shape = tuple(extents[i.single_variable] for i in flat.conv.stmt.lhs.indices)
+        result = self._dense_output(out, shape, self._static.compiled.plan)
+        result.vals.reshape(shape)[...] = flat.crop(computed.vals, computed.shape, extents)
+        return result
+
     def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:
         """Say once per kernel that an operand is converted on every call (no loop
         order follows its format, or its format or index dtype differs from the
@@ -547,14 +596,13 @@ class Kernel:
                 return found
         return bound_extents(plan.statement, plan.variables, given, out, shapes)
 
-    def _dense_output(self, out: Any, shape: tuple[int, ...]) -> Tensor:
-        fmt = self._plan.computed_format
+    def _dense_output(self, out: Any, shape: tuple[int, ...], plan: Plan | None = None) -> Tensor:
+        plan = plan or self._plan
+        fmt = plan.computed_format
         size = math.prod(shape)
         if out is None:
-            if self._plan.statement.op == "+=":
-                raise OperandError(
-                    f"'+=' needs the output: pass out= for {self._plan.statement.lhs}"
-                )
+            if plan.statement.op == "+=":
+                raise OperandError(f"'+=' needs the output: pass out= for {plan.statement.lhs}")
             # a scalar's empty shape has size 1
             return trusted(shape, fmt, [{} for _ in shape], np.zeros(size, dtype=self.dtype))
         if isinstance(out, Tensor):
@@ -573,7 +621,7 @@ class Kernel:
             t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
         if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
             raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
-        if self._plan.statement.op == "=":
+        if plan.statement.op == "=":
             t.vals[:] = 0
         return t
 

@@ -155,11 +155,16 @@ def pays(cin: CIN, stats: Stats | None) -> bool:
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
     """Where the parallel loop ``v`` may run: moved outermost if the checker allows,
     else in place when the loops around it run so few times that starting a parallel
-    region in each costs little."""
+    region in each costs little. In place when they run once (a batch of 1): moving
+    ``v`` out gains nothing, and would put that loop between ``v`` and the compressed
+    level below it, whose entries the runtime work threshold counts
+    (``ucf.lower.parallel.work_estimate``)."""
     if order[0] == v:
         return [[]]
     outside = order[: order.index(v)]
     regions = math.prod(stats.extents.get(w, 1) for w in outside) if stats else None
+    if regions == 1:
+        return [[]]
     hoist = [f"reorder({v}, {order[0]})"]
     return [hoist, []] if regions is not None and regions <= MAX_REGIONS else [hoist]
 
