@@ -260,7 +260,7 @@ def test_plain_operands_are_held_as_the_kernel_states():
     rng = np.random.default_rng(7)
     a, x = sparse(rng, (6, 5)), rng.standard_normal(5)
     k = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@bfloat16"})
-    with pytest.warns(ucf.ConversionWarning, match=r"operand A is stored as 'UU'.*every call"):
+    with pytest.warns(ucf.ConversionWarning, match=r"operand A is stored as 'dense'.*every call"):
         np.testing.assert_allclose(k(A=a, x=x).to_numpy(), bf16(a).astype(np.float64) @ x)
     q = ucf.compile("y(i) = A(i,j)*x(j)", {"A": "csr@qint8:0"})
     d, s = _stored(ucf.quantize(a, format="csr@qint8:0"))
