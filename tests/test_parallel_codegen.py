@@ -178,6 +178,27 @@ def test_a_split_loop_counts_the_work_of_its_rows(name):
     assert _value(work_estimate(_parallel_loop(k)), env) == a.shape[0] + a.nnz * env["n_k"]
 
 
+def test_a_chain_of_compressed_levels_counts_the_work_under_its_last():
+    """A filter-sparse convolution parallel over m (F in UCCC) does its multiply-adds under
+    F's last level, once per pixel: the estimate counts each level's entries and the last
+    one's times the pixel loops (clipped at the image's edges, counted whole). Counting
+    only the first level's kept every such layer on one thread."""
+    k = ucf.compile(
+        "O(n,m,p,q) = I(n,c,p+r,q+s) * F(m,c,r,s)",
+        formats={"F": "UCCC"},
+        schedule="reorder(n,m,c,r,s,p,q); parallelize(m,CPUThread,NoRaces)",
+        target="c",
+    )
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal((8, 6, 3, 3)) * (rng.random((8, 6, 3, 3)) < 0.3)
+    levels = ucf.from_numpy(f, "UCCC").levels
+    env = {f"F{d}_pos": levels[d]["pos"] for d in (1, 2, 3)}
+    env.update(n_m=8, n_p=12, n_q=10)
+    nonzero = np.count_nonzero
+    entries = nonzero(f.any(axis=(2, 3))) + nonzero(f.any(axis=3)) + nonzero(f) * 12 * 10
+    assert _value(work_estimate(_parallel_loop(k)), env) == 8 + entries
+
+
 THREADS_SEEN = """
 import os, sys
 import numpy as np, scipy.sparse as sp
