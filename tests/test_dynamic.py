@@ -282,8 +282,9 @@ def test_choose_stile_prefers_the_tile_that_covers_least_work():
     is almost always live (it computes the dense product), a 1 x 1 tile covers only
     the nonzeros; the live counts are numpy's tile reductions."""
     rng = np.random.default_rng(11)
-    samples = [rng.random((256, 256)) < 0.01 for _ in range(2)]
-    b = rng.random((256, 64), dtype=np.float32)
+    n = 512  # large enough that the dense product, not a call's fixed cost, decides
+    samples = [rng.random((n, n)) < 0.01 for _ in range(2)]
+    b = rng.random((n, 128), dtype=np.float32)
     # One thread: the suite forces even tiny loops parallel, and threads waiting on a
     # busy machine would swamp a millisecond's work and so the measured costs.
     threads = num_threads()
@@ -294,7 +295,7 @@ def test_choose_stile_prefers_the_tile_that_covers_least_work():
         ucf.set_num_threads(threads)
     for g in ((32, 64), (1, 1)):
         expect = [
-            int(m.reshape(256 // g[0], g[0], 256 // g[1], g[1]).any(axis=(1, 3)).sum())
+            int(m.reshape(n // g[0], g[0], n // g[1], g[1]).any(axis=(1, 3)).sum())
             for m in samples
         ]
         assert choice.live[g] == expect
