@@ -177,12 +177,15 @@ def check_output(out: Any, reads: dict[str, Any], outname: str) -> None:
     an operand of the call (a kernel zeroes, for ``=``, and writes the output while it
     still reads the operands, so the result would be wrong). ``reads`` maps each
     operand's name to its Tensor or array."""
-    target = out.vals if hasattr(out, "vals") else np.asarray(out)
-    if target is not out and not hasattr(out, "vals") and target.flags.owndata:
-        raise OperandError(
-            f"out= for {outname} must be an array the kernel can write into (a numpy array "
-            f"or ucf.Tensor); a {type(out).__name__} would be copied and the result lost"
-        )
+    if hasattr(out, "vals"):
+        target = out.vals
+    else:
+        target = np.asarray(out)
+        if target is not out and target.flags.owndata:
+            raise OperandError(
+                f"out= for {outname} must be an array the kernel can write into (a numpy "
+                f"array or ucf.Tensor); a {type(out).__name__} would be copied and the result lost"
+            )
     if not target.flags.writeable:
         raise OperandError(f"out= for {outname} is read-only: pass a writeable array")
     for name, t in reads.items():

@@ -19,6 +19,7 @@ kernel, so each image width compiles its own).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -69,9 +70,10 @@ class Flat:
     hp: int
     slack: int
 
-    @property
+    @cached_property
     def x(self) -> str:
-        """The flattened pixel variable: a name the statement does not use."""
+        """The flattened pixel variable: a name the statement does not use (worked out
+        once: every call's extents name it)."""
         used = {v for a in (self.conv.stmt.lhs, *_factors(self.conv.stmt)) for v in _vars(a)}
         name = "x"
         while name in used:
@@ -82,7 +84,7 @@ class Flat:
     def plane(self) -> int:
         return self.hp * self.wp + self.slack
 
-    @property
+    @cached_property
     def expr(self) -> str:
         c = self.conv
         x = Affine.var(self.x)

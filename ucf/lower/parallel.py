@@ -344,17 +344,17 @@ def _below(pos: ir.Array, child: ir.For, start: ir.Expr, end: ir.Expr, local: se
     if deeper is None:
         return _times(_entries(pos, start, end), _weight(child.body, local))
     grand_pos, grand = deeper
-    first, last = ir.Load(pos, start), ir.Load(pos, end)
-    below = _below(grand_pos, grand, _as_i64(first), _as_i64(last), local)
-    count = ir.Bin("+", ir.Bin("-", _as_i64(last), _as_i64(first)), below)
-    return ir.Select(ir.Cmp(">", _span(start, end), Const(0, I64)), count, Const(0, I64))
+    first, last = (_as_i64(ir.Load(pos, at)) for at in (start, end))
+    return _entries(pos, start, end, _below(grand_pos, grand, first, last, local))
 
 
-def _entries(pos: ir.Array, start: ir.Expr, end: ir.Expr) -> ir.Expr:
+def _entries(pos: ir.Array, start: ir.Expr, end: ir.Expr, under: ir.Expr | None = None) -> ir.Expr:
     """The entries a compressed level holds below positions ``start .. end`` of its
-    parent, ``pos[end] - pos[start]``; 0 for an empty range, whose end need not be a
-    valid position."""
+    parent, ``pos[end] - pos[start]`` (plus ``under``, the work below them); 0 for an
+    empty range, whose end need not be a valid position."""
     count = ir.Bin("-", _as_i64(ir.Load(pos, end)), _as_i64(ir.Load(pos, start)))
+    if under is not None:
+        count = ir.Bin("+", count, under)
     return ir.Select(ir.Cmp(">", _span(start, end), Const(0, I64)), count, Const(0, I64))
 
 

@@ -202,7 +202,8 @@ class _Rewriter:
             first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
             renames, decls = self.row_copies(nest, first, rows)
             trip = _trip(nest.rows)
-            groups = Const(trip // rows, I64) if trip is not None else None
+            shared = None if trip is None else trip // rows
+            groups = None if shared is None else Const(shared, I64)
             if groups is None:  # rows not known until the call: whole groups, then the rest
                 groups = Var(self.fresh(f"{nest.rows.var.name}_groups"), I64)
                 done = Var(self.fresh(f"{nest.rows.var.name}_grouped"), I64)
@@ -214,7 +215,6 @@ class _Rewriter:
                 original, left = replace(original, end=done), replace(original, start=done)
             from ucf.lower.pairs import paired  # it builds on this module's helpers
 
-            shared = None if trip is None else trip // rows
             kernel, packed, pack = paired(self, nest, tile, count, width) or (
                 nest,
                 *self.packed(nest, tile, count, width, lanes, shared),
@@ -470,7 +470,7 @@ def _rows(s: ir.For) -> int:
     if trip is None:
         return ROWS
     for rows in (ROWS, 2):
-        if trip is not None and trip >= rows and trip % rows == 0:
+        if trip >= rows and trip % rows == 0:
             return rows
     return 0
 
