@@ -295,8 +295,7 @@ def test_choose_stile_prefers_the_tile_that_covers_least_work():
         ucf.set_num_threads(threads)
     for g in ((32, 64), (1, 1)):
         expect = [
-            int(m.reshape(n // g[0], g[0], n // g[1], g[1]).any(axis=(1, 3)).sum())
-            for m in samples
+            int(m.reshape(n // g[0], g[0], n // g[1], g[1]).any(axis=(1, 3)).sum()) for m in samples
         ]
         assert choice.live[g] == expect
         assert choice.costs[g] > 0
