@@ -66,6 +66,7 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 import parallel as par  # noqa: E402
+from spmv_spmm import load_mkl  # noqa: E402
 
 import ucf  # noqa: E402
 
@@ -527,25 +528,6 @@ class Tools:
     mkl_note: str = ""
     tune: Callable | None = None
     kernels: dict[tuple, ucf.Kernel] = field(default_factory=dict)
-
-
-def load_mkl() -> tuple[Any, str]:
-    """sparse_dot_mkl on libgomp (MKL_THREADING_LAYER=GNU), the OpenMP runtime ucf loaded:
-    one thread pool for both, where Intel's runtime beside it would spin its own threads
-    on the same cores. The mkl wheel puts libmkl_rt in the environment's lib/, where
-    sparse_dot_mkl does not look, hence MKL_RT."""
-    os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
-    if "MKL_RT" not in os.environ:
-        found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
-        if found:
-            os.environ["MKL_RT"] = str(found[0])
-    try:
-        import sparse_dot_mkl
-    except ImportError as e:
-        return None, (
-            f"MKL columns skipped: sparse_dot_mkl not importable ({e}); pip install -e '.[bench]'"
-        )
-    return sparse_dot_mkl, sparse_dot_mkl.get_version_string()
 
 
 def set_threads(n: int, tools: Tools) -> None:

@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy
@@ -104,6 +105,25 @@ def rmat(scale: int, edge_factor: int, rng, probs=(0.57, 0.19, 0.19, 0.05)) -> s
 
 
 # --------------------------------------------------------------------------- timing
+
+
+def load_mkl() -> tuple[Any, str]:
+    """sparse_dot_mkl on libgomp (MKL_THREADING_LAYER=GNU), the OpenMP runtime ucf loaded:
+    one thread pool for both, where Intel's runtime beside it would spin its own threads
+    on the same cores. The mkl wheel puts libmkl_rt in the environment's lib/, where
+    sparse_dot_mkl does not look, hence MKL_RT."""
+    os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
+    if "MKL_RT" not in os.environ:
+        found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+        if found:
+            os.environ["MKL_RT"] = str(found[0])
+    try:
+        import sparse_dot_mkl
+    except ImportError as e:
+        return None, (
+            f"MKL columns skipped: sparse_dot_mkl not importable ({e}); pip install -e '.[bench]'"
+        )
+    return sparse_dot_mkl, sparse_dot_mkl.get_version_string()
 
 
 def timings(

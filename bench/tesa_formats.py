@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from spmv_spmm import best_of, fresh_kernel_cache  # noqa: E402
+from spmv_spmm import best_of, fresh_kernel_cache, load_mkl  # noqa: E402
 
 import ucf  # noqa: E402
 
@@ -106,13 +106,13 @@ def peers(a: np.ndarray, b: np.ndarray, threads: int) -> dict[str, Callable[[], 
         pass
     bsr = sp.bsr_array(a, blocksize=(BLOCK, BLOCK))
     runs["scipy bsr"] = lambda: bsr @ b
-    try:
-        from sparse_dot_mkl import dot_product_mkl
-
+    mkl, note = load_mkl()
+    if mkl is None:
+        print(note)
+    else:
+        mkl.mkl_set_num_threads(threads)
         mkl_bsr = sp.bsr_matrix(a, blocksize=(BLOCK, BLOCK))
-        runs["mkl bsr"] = lambda: dot_product_mkl(mkl_bsr, b)
-    except ImportError:
-        pass
+        runs["mkl bsr"] = lambda: mkl.dot_product_mkl(mkl_bsr, b)
     return runs
 
 
