@@ -78,8 +78,10 @@ def test_plan_matches_numpy(target):
     p = mlp(1)
     p.propagate()
     plan = p.transform(POLICY)
-    # Y split into sub-statements that add into Y, and B added last
+    # Y split into sub-statements that add into Y (the parts of single elements through
+    # one Y_t, added back once), and B added last
     assert sum(s.startswith("Y(t, e) +=") for s in plan.steps) >= 2
+    assert sum(s.startswith("Y(t, e) += Y_t") for s in plan.steps) == 1
     assert plan.steps[-1] == "Y(t, e) += B(e)"
     run = plan.compile(target=target, dtype="float64")
     rng = np.random.default_rng(7)
@@ -232,29 +234,102 @@ def test_sub_statements_add_into_the_output_where_they_cover_it(statement, shape
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
+# Parts of 32 bits only: no block is quantized, so products may run transposed whole.
+POLICY32 = ucf.Policy(bits={32}, blocks={(1, 1): 1.0, (4, 4): 6.0})
+
+
+def test_an_mlp_of_plain_parts_runs_transposed_between_its_input_and_output():
+    """Both layers run transposed, their parts adding into T_t and Y_t, the relu and B
+    too: the input and the output are the only transposes, and the blocks are stored
+    with each block's places by column for the transposed product."""
+    p = mlp(1)
+    p.propagate()
+    plan = p.transform(POLICY32)
+    assert plan.steps[0] == "X_t(d, t) = X(t, d)"
+    assert sum(s.startswith("Y_t(e, t) +=") for s in plan.steps) >= 2
+    assert plan.steps[-2:] == ["Y_t(e, t) += B(e)", "Y(t, e) = Y_t(e, t)"]
+    assert [s for s in plan.steps if "= relu" in s] == ["U_t(h, t) = relu(T_t(h, t))"]
+    assert not any(s.startswith(("T(", "U(")) for s in plan.steps)
+    blocks = {q.format for q in plan.parts if q.block != (1, 1)}
+    assert blocks == {"UCUU:1/4,0/4,1%4,0%4"}
+    rng = np.random.default_rng(8)
+    values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
+    values = {name: values[name] for name in p.inputs}
+    expected = np.maximum(values["X"] @ (values["W1"] * p.attrs["W1"].mask), 0)
+    expected = expected @ (values["W2"] * p.attrs["W2"].mask) + values["B"]
+    np.testing.assert_allclose(plan.compile(dtype="float64")(**values)["Y"], expected, rtol=1e-10)
+
+
 # The c target compiles every step with gcc (28 s): in the slow run.
 @pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=[needs_cc, pytest.mark.slow])])
-def test_single_elements_times_a_dense_matrix_run_transposed(target):
-    """``T(t,h) = X(t,d) * W(d,h)``: each part of single elements of W is stored by
-    column and computed over X transposed (once for both parts), its result added
-    transposed into T in tiles. Extents that are no multiple of the tile, and both
-    threads (the tests start every parallel loop's threads)."""
+@pytest.mark.parametrize(
+    "policy, extra, whole",
+    [(POLICY32, "", True), (POLICY32, " + C(t,h)", False), (POLICY, "", False)],
+)
+def test_products_with_column_parts_run_transposed(target, policy, extra, whole):
+    """``T(t,h) = X(t,d) * W(d,h)`` with W's parts stored by column: the statement runs
+    transposed whole, each part into ``T_t`` (over X transposed once), and one tiled
+    transpose makes T. With a term that cannot run transposed (``C``, read plain), or a
+    quantized block (which the plain product converts once per block), only the parts
+    of single elements run transposed, into one ``T_t`` added back into T once. Extents
+    that are no multiple of the tile, and both threads (the tests start every parallel
+    loop's threads)."""
     rng = np.random.default_rng(15)
-    p = ucf.program(
-        "T(t,h) = X(t,d) * W(d,h)", shapes={"X": (7, 12)}, attrs={"W": mixed(rng, 12, 20)}
-    )
-    plan = p.transform(POLICY)
+    shapes = {"X": (7, 12), "C": (7, 20)} if extra else {"X": (7, 12)}
+    attrs = {"W": mixed(rng, 12, 20)}
+    p = ucf.program(f"T(t,h) = X(t,d) * W(d,h){extra}", shapes=shapes, attrs=attrs)
+    plan = p.transform(policy)
     singles = [q.name for q in plan.parts if q.block == (1, 1)]
-    assert len(singles) == 2
-    assert {q.format for q in plan.parts if q.block == (1, 1)} == {"csc", "csc@qint8"}
+    blocks = [q.name for q in plan.parts if q.block != (1, 1)]
+    assert singles and blocks
+    assert {q.format for q in plan.parts if q.block == (1, 1)} <= {"csc", "csc@qint8"}
     assert plan.steps.count("X_t(d, t) = X(t, d)") == 1
     for name in singles:
         assert any(s.endswith(f"{name}(d, h) * X_t(d, t))") for s in plan.steps)
-    assert sum(s.startswith("T(t, h) += T_t") for s in plan.steps) == 2
+    added_back = sum(s.startswith("T(t, h) += T_t") for s in plan.steps)
+    if whole:
+        assert added_back == 0 and plan.steps[-1] == "T(t, h) = T_t(h, t)"
+        for name in blocks:
+            assert any(s.endswith(f"{name}(d, h) * X_t(d, t))") for s in plan.steps)
+    else:
+        assert added_back == 1
+        for name in blocks:
+            assert any(s.endswith(f"X(t, d) * {name}(d, h))") for s in plan.steps)
     ucf.set_num_threads(2)
     x, w = rng.standard_normal((7, 12)), rng.standard_normal((12, 20))
+    c = {"C": rng.standard_normal((7, 20))} if extra else {}
     for static in (False, True):
         run = plan.compile(target=target, dtype="float32", static={"W": w} if static else None)
-        got = run(X=x)["T"] if static else run(X=x, W=w)["T"]
-        expected = x @ stored(plan, "W", w)
+        got = run(X=x, **c)["T"] if static else run(X=x, W=w, **c)["T"]
+        expected = x @ stored(plan, "W", w) + c.get("C", 0)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize(
+    "program, outputs, plain",
+    [
+        ("T(t,h) = X(t,d) * W(d,h)\ns(t) = T(t,h)", ["s"], "T"),
+        ("T(t,h) = X(t,d) * W(d,h)\nU(t,h) = T(t,h) * M(t,h)", ["U"], "T"),
+        ("T(t,h) = X(t,d) * W(d,h)\nU(t,h) = relu(T(t,h)) + T(t,h)", ["T", "U"], "T"),
+    ],
+)
+def test_a_tensor_held_transposed_is_transposed_back_where_read_plain(program, outputs, plain):
+    """A statement that cannot run transposed (a sum over the rows of T, a product with
+    a plain M), and the program's outputs, read T transposed back once, after the steps
+    that made it; an element-wise statement over tensors held transposed runs so."""
+    rng = np.random.default_rng(16)
+    shapes = {"X": (9, 12), "M": (9, 20)} if "M" in program else {"X": (9, 12)}
+    p = ucf.program(program, shapes=shapes, attrs={"W": mixed(rng, 12, 20)}, outputs=outputs)
+    plan = p.transform(POLICY32)
+    back = f"{plain}(t, h) = {plain}_t(h, t)"
+    assert plan.steps.count(back) == 1
+    made = max(k for k, s in enumerate(plan.steps) if s.startswith(f"{plain}_t(h, t)"))
+    assert plan.steps.index(back) > made
+    assert ("U_t(h, t) = relu(T_t(h, t)) + T_t(h, t)" in plan.steps) == ("relu" in program)
+    x, w, m = (rng.standard_normal(shape) for shape in ((9, 12), (12, 20), (9, 20)))
+    t = x @ stored(plan, "W", w)
+    expected = {"s": t.sum(axis=1), "T": t}
+    expected["U"] = t * m if "M" in program else np.maximum(t, 0) + t
+    got = plan.compile(dtype="float64")(X=x, W=w, **({"M": m} if "M" in program else {}))
+    for name in outputs:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-10, atol=1e-10)

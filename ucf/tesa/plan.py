@@ -36,7 +36,7 @@ from ucf.lang.ast import (
     text,
 )
 from ucf.lang.parser import parse_statement
-from ucf.lang.reductions import free_variables
+from ucf.lang.reductions import free_variables, sums
 from ucf.tesa.cover import block_cover
 from ucf.tesa.rounding import bit_rounding
 from ucf.tesa.rules import fresh, map_accesses
@@ -147,19 +147,26 @@ class Part:
     block: tuple[int, ...]
     mask: np.ndarray
     columns: bool = False  # blocks stored by column: every read sums the rows away
+    transposed: bool = False  # read only by products computed transposed
 
     @property
     def format(self) -> str:
         """The part's storage: its block shape's format, with values of its width. Blocks
         of an operand whose rows every statement sums away (``W`` of ``X·W``) are stored
         by column, so a kernel can walk each column of blocks in a thread of its own and
-        apply each block to every row of the other factor while it is in cache."""
+        apply each block to every row of the other factor while it is in cache. Blocks
+        read only by products computed transposed (``_Transposed``) also store each
+        block's places column by column (``W``'s transpose in BCSR), so that the
+        register tiles run over a block's columns with its rows summed inside."""
         values = VALUES[self.bits]
         if self.block == (1, 1):
             return f"{'csc' if self.columns else 'csr'}{values}"
         per_block = ":1" if values.startswith("@q") else ""
+        bh, bw = self.block
+        if self.transposed:
+            return f"UCUU:1/{bw},0/{bh},1%{bw},0%{bh}{values}{per_block}"
         name = "bcsc" if self.columns else "bcsr"
-        return f"{name}({self.block[0]},{self.block[1]}){values}{per_block}"
+        return f"{name}({bh},{bw}){values}{per_block}"
 
 
 class Plan:
@@ -372,7 +379,18 @@ def transform(program: Program, policy: Policy) -> Plan:
         for name in (*program.inputs, *program.outputs)
         if name not in splits and program.attrs[name].sparsity > 0
     }
-    parts = [p for ps in splits.values() for p in ps]
+    steps.extend(flips.restore(program.outputs))
+    readers: dict[str, list[str]] = {}
+    for step in steps:
+        for a in accesses(parse_statement(step).rhs):
+            readers.setdefault(a.tensor, []).append(step)
+    parts = [
+        replace(p, transposed=set(readers.get(p.name, ())) <= flips.products)
+        if p.block != (1, 1)
+        else p
+        for ps in splits.values()
+        for p in ps
+    ]
     return Plan(steps, parts, program.outputs, masks, flips.schedules)
 
 
@@ -418,6 +436,11 @@ def _node_steps(
     every element of the output again, and each sub-statement's output was zeroed
     first. Those over single elements that ``flips`` computes transposed come last;
     the other terms follow in one ``+=`` of their sum."""
+    whole = flips.node(lhs, rhs, made)
+    if whole is not None:
+        return whole
+    reads = [a.tensor for e in (rhs, *(term for _, term in made.values())) for a in accesses(e)]
+    steps = flips.restore(reads)
     own = tuple(i.single_variable for i in lhs.indices)
     terms = _added(rhs)
     into = [
@@ -426,17 +449,16 @@ def _node_steps(
     if None in own or len(set(own)) < len(own):
         into = []
     alone = [n for n in made if n not in {t.tensor for t in into}]
-    steps = [f"{_lhs(n, made[n][0])} = {text(made[n][1])}" for n in alone]
+    steps += [f"{_lhs(n, made[n][0])} = {text(made[n][1])}" for n in alone]
     if not into:
         return [*steps, f"{lhs} = {text(rhs)}"]
     flipped = {t.tensor: flips.flipped(lhs, made[t.tensor][1]) for t in into}
-    into.sort(key=lambda t: flipped[t.tensor] is not None)
-    for k, t in enumerate(into):
-        op = "+=" if k else "="
-        if flipped[t.tensor] is None:
-            steps.append(f"{lhs} {op} {text(made[t.tensor][1])}")
-        else:
-            steps.extend(flips.steps(lhs, op, *flipped[t.tensor]))
+    plain = [t for t in into if flipped[t.tensor] is None]
+    for k, t in enumerate(plain):
+        steps.append(f"{lhs} {'+=' if k else '='} {text(made[t.tensor][1])}")
+    products = [flipped[t.tensor] for t in into if flipped[t.tensor] is not None]
+    if products:
+        steps.extend(flips.steps(lhs, "+=" if plain else "=", products))
     rest = [t for t in terms if not any(t is u for u in into)]
     if rest:
         steps.append(f"{lhs} += {text(_sum(rest))}")
@@ -444,29 +466,41 @@ def _node_steps(
 
 
 class _Transposed:
-    """Products of a dense matrix with a part of single elements, ``T(t,h) +=
-    sum(d, X(t,d) * P(d,h))``, computed transposed so that the innermost loop runs
-    over the rows ``t`` of ``X`` in vectors: ``Xt(d,t) = X(t,d)``, then ``Tt(h,t) =
-    sum(d, P(d,h) * Xt(d,t))`` with ``P`` stored by column, then ``T(t,h) +=
-    Tt(h,t)``. Done the plain way, each stored element of ``P`` is a scalar
-    multiply-add per row of ``X`` into a scattered element of ``T`` (about 1 ns);
-    transposed, 8 rows share one. The transposes walk blocks of ``TILE`` columns so
-    that reads and writes both stay in few cache lines (8 measured faster than 4,
-    16 or 32); ``schedules`` holds them by step. A matrix is transposed once for
-    every step that reads it."""
+    """Products of a dense matrix with a part stored by column, ``T(t,h) = sum(d,
+    X(t,d) * P(d,h))``, computed transposed so that the innermost loop runs over the
+    rows ``t`` of ``X`` in vectors: ``X_t(d,t) = X(t,d)``, then ``T_t(h,t) = sum(d,
+    P(d,h) * X_t(d,t))`` over ``P``'s columns (for a blocked part, the register-tiled
+    SpMM of a sparse matrix times a dense one).
+
+    A statement whose every term is such a product, or an element-wise statement
+    over tensors held transposed, is computed transposed whole (``node``), and its
+    output is kept only as ``T_t``: the next layer reads it as it is, and a transpose
+    back, ``T(t,h) = T_t(h,t)``, runs only where a statement computed the plain way or
+    the program's output needs ``T`` (``restore``). An MLP block then transposes its
+    input and its output once. Where a statement mixes such products with other terms,
+    only its products with parts of single elements run transposed (``flipped``,
+    ``steps``), added back by ``T(t,h) += T_t(h,t)``: done the plain way, each stored
+    element of ``P`` is a scalar multiply-add per row of ``X`` into a scattered
+    element of ``T`` (about 1 ns); transposed, 8 rows share one.
+
+    The transposes walk blocks of ``TILE`` columns so that reads and writes both stay
+    in few cache lines (8 measured faster than 4, 16 or 32); ``schedules`` holds them
+    by step. A matrix is transposed once for every step that reads it."""
 
     TILE = 8
 
     def __init__(self, parts: Mapping[str, Part], taken: set[str]):
         self.parts = parts
         self.taken = taken
-        self.transposed: dict[str, str] = {}
+        self.transposed: dict[str, str] = {}  # a tensor -> its transposed copy
+        self.only: dict[str, tuple[str, str]] = {}  # held only transposed -> its indices
+        self.products: set[str] = set()  # the steps of statements computed transposed whole
         self.schedules: dict[str, str] = {}
 
-    def flipped(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
+    def product(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
         """``(X, P)`` of a term ``sum(d, X(t,d) * P(d,h))`` into ``lhs`` ``T(t,h)``,
-        where ``P`` is a part of single elements stored by column and ``X`` a plain
-        matrix; None for any other term."""
+        where ``P`` is a part stored by column and ``X`` a plain matrix; None for any
+        other term."""
         if not (isinstance(term, Sum) and len(term.vars) == 1 and len(lhs.indices) == 2):
             return None
         body = term.body
@@ -480,27 +514,116 @@ class _Transposed:
         x, p = found.get(False), found.get(True)
         if x is None or p is None:
             return None
-        part = self.parts[p.tensor]
         t, h = (i.single_variable for i in lhs.indices)
         d = term.vars[0]
         want = ((t, d), (d, h))
         got = tuple(tuple(i.single_variable for i in a.indices) for a in (x, p))
-        if got != want or part.block != (1, 1) or not part.columns or len({t, d, h}) < 3:
+        if got != want or not self.parts[p.tensor].columns or len({t, d, h}) < 3:
             return None
         return x, p
 
-    def steps(self, lhs: Access, op: str, x: Access, p: Access) -> list[str]:
-        """The transposed steps of ``lhs op sum(d, x(t,d) * p(d,h))``."""
+    def flipped(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
+        """``product`` for a part of single elements, which pays transposed even when
+        the result is added back into ``T``."""
+        found = self.product(lhs, term)
+        return found if found and self.parts[found[1].tensor].block == (1, 1) else None
+
+    def steps(self, lhs: Access, op: str, products: list[tuple[Access, Access]]) -> list[str]:
+        """The transposed steps of ``lhs op`` the sum of ``sum(d, x(t,d) * p(d,h))`` over
+        ``products``: each into one ``T_t``, added back once."""
         t, h = (i.single_variable for i in lhs.indices)
+        out = _fresh(f"{lhs.tensor}_t", self.taken)
+        steps = []
+        for k, (x, p) in enumerate(products):
+            steps.extend(self._product(out, "+=" if k else "=", x, p, t, h))
+        steps.append(self._tiled(f"{lhs.tensor}({t}, {h}) {op} {out}({h}, {t})", h, t))
+        return steps
+
+    def node(
+        self, lhs: Access, rhs: Expr, made: Mapping[str, tuple[tuple[str, ...], Expr]]
+    ) -> list[str] | None:
+        """The steps of a whole statement computed transposed, its output then held
+        only transposed; None where it cannot be (see the class). Its terms are
+        products of column parts (the sub-statements ``made``) and element-wise terms
+        (``_plain``), a bias ``B(h)`` say; with no product, one of the tensors it reads
+        must be held only transposed, else it pays to stay plain."""
+        own = tuple(i.single_variable for i in lhs.indices)
+        if len(own) != 2 or None in own or own[0] == own[1]:
+            return None
+        t, h = own
+        products, rest = [], []
+        for e in _added(rhs):
+            piece = made.get(e.tensor) if isinstance(e, Access) else None
+            found = self.product(lhs, piece[1]) if piece and piece[0] == own else None
+            if found:
+                products.append(found)
+            elif self._plain(e, lhs.indices):
+                rest.append(e)
+            else:
+                return None
+        reads = {a.tensor for e in rest for a in accesses(e)}
+        if len(products) != len(made) or not (products or reads & set(self.only)):
+            return None
+        if any(self._converted(p) for _, p in products):
+            return None
+        out = _fresh(f"{lhs.tensor}_t", self.taken)
+        steps = []
+        for k, (x, p) in enumerate(products):
+            steps.extend(self._product(out, "+=" if k else "=", x, p, t, h))
+            self.products.add(steps[-1])
+        if rest:
+
+            def flip(a: Access) -> Access:
+                if len(a.indices) < 2:
+                    return a
+                return Access(self.transposed[a.tensor], a.indices[::-1])
+
+            op = "+=" if products else "="
+            steps.append(f"{out}({h}, {t}) {op} {text(map_accesses(_sum(rest), flip))}")
+        self.transposed[lhs.tensor] = out
+        self.only[lhs.tensor] = own
+        return steps
+
+    def _converted(self, p: Access) -> bool:
+        """Whether ``p`` is a blocked part whose values are converted as they are read
+        (quantized, or half precision). Its plain product converts each block once,
+        into the packed panel its rows share; transposed, the block is the factor each
+        register tile broadcasts, converted at every use (1.4x slower measured on the
+        BERT MLP's 8-bit blocks), which costs more than the transposes save."""
+        part = self.parts[p.tensor]
+        return part.block != (1, 1) and VALUES[part.bits] != ""
+
+    def _plain(self, e: Expr, indices: tuple[Affine, ...]) -> bool:
+        """Whether ``e`` is element-wise over the output's indices: no sum, and each
+        tensor it reads is held transposed and read at those indices, or reads at most
+        one of them (a bias)."""
+        own = {i.single_variable for i in indices}
+        return not sums(e) and all(
+            (a.indices == indices and a.tensor in self.transposed)
+            or (len(a.indices) < 2 and {i.single_variable for i in a.indices} <= own)
+            for a in accesses(e)
+        )
+
+    def restore(self, names: Iterable[str]) -> list[str]:
+        """The transposes back of those of ``names`` held only transposed."""
+        steps = []
+        for name in dict.fromkeys(names):
+            if name in self.only:
+                t, h = self.only.pop(name)
+                flipped = self.transposed[name]
+                steps.append(self._tiled(f"{name}({t}, {h}) = {flipped}({h}, {t})", h, t))
+        return steps
+
+    def _product(self, out: str, op: str, x: Access, p: Access, t: str, h: str) -> list[str]:
+        """``out(h,t) op sum(d, p(d,h) * x_t(d,t))``, after the transpose of ``x`` if it
+        is not held transposed yet."""
         d = x.indices[1].single_variable
         steps = []
         xt = self.transposed.get(x.tensor)
         if xt is None:
             xt = self.transposed[x.tensor] = _fresh(f"{x.tensor}_t", self.taken)
             steps.append(self._tiled(f"{xt}({d}, {t}) = {x.tensor}({t}, {d})", d, t))
-        out = _fresh(f"{lhs.tensor}_t", self.taken)
-        steps.append(f"{out}({h}, {t}) = sum({d}, {p.tensor}({d}, {h}) * {xt}({d}, {t}))")
-        steps.append(self._tiled(f"{lhs.tensor}({t}, {h}) {op} {out}({h}, {t})", h, t))
+        steps.append(f"{out}({h}, {t}) {op} sum({d}, {p.tensor}({d}, {h}) * {xt}({d}, {t}))")
         return steps
 
     def _tiled(self, step: str, split: str, rows: str) -> str:
@@ -634,11 +757,14 @@ def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) 
 
 
 def _blocks_outside(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
-    """For a part stored in column blocks: its block loops outermost, the first in
-    parallel, then the other factor's loops, then the places in a block, so each block
-    is read once and applied to every row of the other factor (register tiles over the
-    places); None for any other part."""
-    if not formats[part].startswith("bcsc"):
+    """For a part stored in column blocks whose columns run along the output's rows
+    (``T(t,h) = X(t,d) * P(d,h)``): its block loops outermost, the first in parallel,
+    then the other factor's loops, then the places in a block, so each block is read
+    once and applied to every row of the other factor (register tiles over the places);
+    None for any other part, and for the transposed product ``T_t(h,t) = P(d,h) *
+    X_t(d,t)``, a plain blocked SpMM whose default keeps ``t`` innermost in vectors."""
+    access = next(a for a in stmt.rhs._accesses if a.tensor == part)
+    if not formats[part].startswith("bcsc") or access.indices[-1] != stmt.lhs.indices[-1]:
         return None
     found = _part_loops(stmt, formats, part)
     if found is None:
