@@ -450,7 +450,11 @@ def test_taco_spmm_bound_is_checked_and_its_adds_are_atomic(taco_kernels):
 DIFFERENTIAL = [
     # expression, formats, schedule, what k.cin says
     (SPMV, {"A": "csr"}, None, "loop i_blk runs in parallel (GPUBlock, NoRaces)"),
-    (SPMV, {"A": "csc"}, None, "single GPU thread"),  # j first: a reduction, no default
+    # j first, a reduction: no output variable can move outside it, so it adds atomically
+    (SPMV, {"A": "csc"}, None, "loop j_thr runs in parallel (GPUThread, Atomics)"),
+    # the dense k moves outside the summing column blocks: a thread per column of C
+    (SPMM, {"A": "bcsc(4,4)"}, None, "k moved outermost"),
+    (SPMM, {"A": "csc"}, None, "k moved outermost"),
     (SPMM, {"A": "csr"}, eb_seg(8), "loop fl runs in parallel (GPUGroup, 8, Segment)"),
     ("M(i,j) = X(i,j,k) * v(k) + W(i,j)", {"X": "csf"}, None, "single GPU thread"),
     ("y(i) = A(i,j) * x(j) + z(i)", {"A": "csr"}, None, "(default schedule)"),

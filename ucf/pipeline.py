@@ -10,6 +10,7 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -433,6 +434,7 @@ def _cuda_schedule(
         tries = [(rows(exact, order[0]), why, True)] if exact else []
         tries += [(text, [note], True) for text, note in _gpu_block_tiles(base)]
         tries.append((rows([], base.order[0]), [], False))
+        tries += _gpu_output_first(base, rows)
         v, reason = base.order[0], ""
         for text, reasons, optional in tries:
             try:
@@ -441,7 +443,7 @@ def _cuda_schedule(
                 )
                 lowered, module = _lower_cuda(cin, applied, vt, it)
             except ScheduleError as e:
-                reason = str(e).split(": ", 1)[-1]
+                reason = reason or str(e).split(": ", 1)[-1]
             except UnsupportedError:
                 if not optional:
                     raise
@@ -464,6 +466,42 @@ def _cuda_schedule(
 DEFAULT_GPU_THREADS = 128
 #: Most threads of a GPU block (CUDA's limit).
 MAX_GPU_THREADS = 1024
+
+
+def _gpu_output_first(
+    cin: CIN, rows: Callable[[list[str], str], str]
+) -> list[tuple[str, list[str], bool]]:
+    """Where the outermost loop sums (a ``bcsc`` or ``csc`` operand's columns), the
+    output's variables moved outermost, last first (neighbouring threads then touch
+    neighbouring elements of a row-major output), each split over GPU blocks and
+    threads: a thread per slice of the output, walking the whole operand. A storage
+    order that keeps the variable under the sum makes the ``reorder`` fail and the
+    try drop out. Last, the summing loop itself over blocks and threads adding
+    atomically (CSC SpMV): the order of the additions then varies from run to run,
+    which beats one GPU thread. Empty when the outermost loop is the output's."""
+    out = [i.single_variable for i in cin.statement.lhs.indices]
+    if not cin.order or cin.order[0] in out:
+        return []
+    tries = []
+    for x in reversed(out):
+        if x is None or x not in cin.order:
+            continue
+        order = ", ".join([x, *(v for v in cin.order if v != x)])
+        note = (
+            f"default: {x} moved outermost and split over GPU blocks and threads, since the "
+            f"outermost loop {cin.order[0]} sums into the output (a thread per {x})"
+        )
+        tries.append((rows([f"reorder({order})"], x), [note], True))
+    v = cin.order[0]
+    atomic = (
+        f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
+        f"parallelize({v}_blk, GPUBlock, Atomics); parallelize({v}_thr, GPUThread, Atomics)"
+    )
+    note = (
+        f"default: {v} over GPU blocks and threads adding atomically, since it sums into the "
+        "output and no output variable can run outside it"
+    )
+    return [*tries, (atomic, [note], True)]
 
 
 def _gpu_block_tiles(cin: CIN) -> list[tuple[str, str]]:
