@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import needs_cc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ucf
 from ucf.lang.parser import parse_statement
@@ -333,3 +335,94 @@ def test_a_tensor_held_transposed_is_transposed_back_where_read_plain(program, o
     got = plan.compile(dtype="float64")(X=x, W=w, **({"M": m} if "M" in program else {}))
     for name in outputs:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-10, atol=1e-10)
+
+
+@st.composite
+def chains(draw) -> tuple[str, dict, list[str], list]:
+    """A random chain of layers over the rows ``t`` of an input X: products with a
+    pruned weight (and a bias, or a plain input added), relus, residual sums of two
+    earlier tensors of one shape, and maybe a row sum at the end. Returns the program,
+    its shapes, the weights' names and the numpy steps that compute it."""
+    dims = [draw(st.sampled_from([4, 8, 12])) for _ in range(6)]
+    tokens = draw(st.integers(1, 9))
+    shapes = {"X": (tokens, dims[0])}
+    made = [("X", 0)]  # tensors so far and their column dimension
+    lines, weights, steps = [], [], []
+    for k in range(draw(st.integers(1, 4))):
+        name, (prev, dim) = f"Z{k}", made[-1]
+        a = "abcefg"[dim]
+        kind = draw(st.sampled_from(["matmul", "matmul", "relu", "residual"]))
+        same = [m for m in made[:-1] if m[1] == dim]
+        if kind == "residual" and same:
+            other = draw(st.sampled_from(same))[0]
+            lines.append(f"{name}(t,{a}) = {prev}(t,{a}) + {other}(t,{a})")
+            steps.append((name, lambda v, p=prev, o=other: v[p] + v[o]))
+        elif kind == "relu":
+            lines.append(f"{name}(t,{a}) = relu({prev}(t,{a}))")
+            steps.append((name, lambda v, p=prev: np.maximum(v[p], 0)))
+        else:
+            out = dim + 1
+            b, w = "abcefg"[out], f"W{k}"
+            extra = draw(st.sampled_from(["", "bias", "plain"]))
+            text = f"{name}(t,{b}) = {prev}(t,{a}) * {w}({a},{b})"
+            shapes[w] = (dims[dim], dims[out])
+            weights.append(w)
+            if extra == "bias":
+                text += f" + B{k}({b})"
+                shapes[f"B{k}"] = (dims[out],)
+            elif extra == "plain":
+                text += f" + C{k}(t,{b})"
+                shapes[f"C{k}"] = (tokens, dims[out])
+            lines.append(text)
+            steps.append(
+                (
+                    name,
+                    lambda v, p=prev, w=w, k=k: v[p] @ v[w] + v.get(f"B{k}", 0) + v.get(f"C{k}", 0),
+                )
+            )
+            dim = out
+        made.append((name, dim))
+    if draw(st.booleans()):
+        last, dim = made[-1]
+        lines.append(f"s(t) = {last}(t,{'abcefg'[dim]})")
+        steps.append(("s", lambda v, p=last: v[p].sum(axis=1)))
+    return "\n".join(lines), shapes, weights, steps
+
+
+def plan_fuzz(examples: int):
+    return settings(max_examples=examples, derandomize=True, database=None, deadline=None)
+
+
+@plan_fuzz(8)
+@given(chain=chains(), plain=st.booleans())
+def test_random_chains_match_numpy(chain, plain):
+    """Plans of random chains of layers, transposed or not as their parts allow,
+    against numpy on the weights as the plan stores them."""
+    check_chain(chain, plain)
+
+
+@pytest.mark.slow
+@plan_fuzz(150)
+@given(chain=chains(), plain=st.booleans())
+def test_random_chains_match_numpy_long(chain, plain):
+    check_chain(chain, plain)
+
+
+def check_chain(chain, plain: bool) -> None:
+    program, shapes, weights, steps = chain
+    rng = np.random.default_rng(len(program))
+    attrs = {w: mixed(rng, *shapes[w]) for w in weights}
+    inputs = {n: s for n, s in shapes.items() if n not in attrs}
+    p = ucf.program(program, shapes=inputs, attrs=attrs)
+    p.propagate()
+    plan = p.transform(POLICY32 if plain else POLICY)
+    values = {n: rng.standard_normal(s) for n, s in shapes.items()}
+    got = plan.compile(dtype="float64")(**values)
+    v = dict(values)
+    for w in weights:  # a weight the plan does not split is read whole, pruned
+        kept = np.where(p.attrs[w].mask, values[w], 0)
+        v[w] = stored(plan, w, kept) if any(q.tensor == w for q in plan.parts) else kept
+    for name, step in steps:
+        v[name] = step(v)
+    for name in p.outputs:
+        np.testing.assert_allclose(got[name], v[name], rtol=1e-10, atol=1e-10, err_msg=program)

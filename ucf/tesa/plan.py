@@ -5,9 +5,11 @@ computes well: its widths rounded to the hardware's (``bit_rounding``), then per
 width a weighted block cover (``block_cover``) whose blocks of one shape form
 one part, stored in the format of that shape (CSR for single elements, BCSR for
 blocks) with values of that width (``VALUES``: 8 and 4 bits quantized, 16 bits
-half precision). A statement linear in a split operand becomes one sub-statement per
-part (for several split operands, per combination of parts), added up; any
-other statement reads the sum of the parts in place of the operand.
+half precision). Of the operands one statement reads, only the sparsest is split (a
+product of two operands split into blocks of different orders has no loop order that
+follows both); the others are read whole. A statement linear in a split operand
+becomes one sub-statement per part, added up; any other statement reads the sum of
+the parts in place of the operand.
 """
 
 from __future__ import annotations
@@ -346,15 +348,28 @@ class Plan:
 def transform(program: Program, policy: Policy) -> Plan:
     taken = set(program.shapes)
     splits: dict[str, list[Part]] = {}
-    for name in program.inputs:
-        attr = program.attrs[name]
-        if attr.sparsity == 0 or attr.sparsity < policy.min_sparsity or len(attr.shape) != 2:
-            continue
-        if attr.bits.max() > max(policy.bits):
+    # A wholly pruned operand has no part to split into: it is read whole, zeroed.
+    candidates = [
+        name
+        for name in program.inputs
+        if 0 < program.attrs[name].sparsity < 1
+        and program.attrs[name].sparsity >= policy.min_sparsity
+        and len(program.attrs[name].shape) == 2
+    ]
+    for name in candidates:
+        bits = program.attrs[name].bits
+        if bits.max() > max(policy.bits):
             raise OperandError(
-                f"tensor {name} has {attr.bits.max()}-bit elements, wider than any width of "
+                f"tensor {name} has {bits.max()}-bit elements, wider than any width of "
                 f"the policy ({sorted(policy.bits)})"
             )
+    # The sparsest first: an operand read by a statement beside one already split is read
+    # whole (X of X·W when propagation pruned X's columns too), since a product of two
+    # operands split into blocks of different orders has no loop order that follows both.
+    for name in sorted(candidates, key=lambda n: -program.attrs[n].sparsity):
+        if any(name in node.inputs and splits.keys() & set(node.inputs) for node in program.nodes):
+            continue
+        attr = program.attrs[name]
         rounded = bit_rounding(attr, policy.bits)[0]
         costs = {s: c for s, c in policy.blocks.items() if len(s) == 2}
         if not costs:
@@ -402,8 +417,9 @@ def _distribute(
 ) -> Expr:
     """``e`` over the parts of its split operands. Each top-level additive term that is
     linear in a split operand becomes one sub-statement per part (``piece`` emits it
-    and returns its access), per combination of parts for several operands; other
-    reads of a split operand read the sum of its parts."""
+    and returns its access), a single part included: a blocked part's loops can then come first in a step of its own,
+    where beside a bias ``+ B(h)`` its sum would have to run inside each output
+    element. Other reads of a split operand read the sum of its parts."""
     if isinstance(e, Binary) and e.op in "+-":
         return Binary(
             e.op,
@@ -419,8 +435,8 @@ def _distribute(
     terms = [e]
     for n in linear:
         terms = [_replace(t, n, (p.name,)) for t, p in product(terms, splits[n])]
-    if len(terms) == 1:
-        return terms[0]
+    if not linear:
+        return e
     indices = tuple(v for v in out_vars if v in free)
     return _sum([piece(indices, t) for t in terms])
 
