@@ -133,10 +133,11 @@ def _gathering_depths(
 ) -> list[int | None]:
     """The depths to measure ``granularity`` at: those whose gathered tiles the kernel
     can hold, or [None] where it gathers no compute tiles (or none of them fits)."""
-    stmt = parse_statement(statement)
-    if condensed.match(stmt, operand, granularity, {}, np.dtype(dtype), None) is None:
+    stmt, dt = parse_statement(statement), np.dtype(dtype)
+    shape = condensed.match(stmt, operand, granularity, {}, dt, None)
+    if shape is None:
         return [None]
-    return [d for d in depths if condensed.fits(d, granularity)] or [None]
+    return [d for d in depths if condensed.fits(shape.kind, dt, granularity, d)] or [None]
 
 
 def _schedule(statement: str, operand: str, depth: int | None) -> str | None:

@@ -51,7 +51,7 @@ DEPTH = 128
 #: panel at a time (64 bytes of each row) took 1.8x as long on bench/stile.py at 50 %,
 #: 64 panels at a time 1.2x (the packed step then crowds the L2 cache).
 SLAB = 16
-_SIZES = {"f32": 4, "f64": 8}
+_SIZES = {"f32": 4, "f64": 8, I64: 8}
 
 
 #: The d's a step of gathered rows (``rows_function``) multiplies over, and the panels
@@ -76,6 +76,7 @@ class _Names:
         self.elem = elem
         self.lanes = VECTOR_BYTES // _SIZES[elem]
         self.kl, self.ag, self.bg = ir.Array("kl", I64), ir.Array("ag", elem), ir.Array("bg", elem)
+        self.tl, self.gl = ir.Array("tl", I64), ir.Array("gl", elem)
         self.b, self.c = ir.Array("B", elem), ir.Array("C", elem, output=True)
         names = ("cnt", "full", "panels", "j", "row", "g", "pn", "slab", "lo", "hi", "col")
         self.n = Var("N", I64)
@@ -246,7 +247,7 @@ def _parallel(
     v: _Names,
     items: ir.Expr,
     body: list[ir.Stmt],
-    workspaces: list[tuple[ir.Array, ir.Expr]],
+    workspaces: list[tuple[ir.Array, int]],
     groups: bool,
     work: ir.Expr,
     threshold: int,
@@ -262,19 +263,47 @@ def _parallel(
         parallel="CPUThread",
         strategy="NoRaces",
         schedule=("dynamic", 1),
-        prologue=[ir.Alloc(w, size) for w, size in workspaces],
+        prologue=[ir.Alloc(w, _c(size)) for w, size in workspaces],
         epilogue=[ir.Free(w) for w, _ in workspaces],
         parallel_if=ir.Cmp(">=", work, _c(threshold)),
     )
     return [ir.Decl(v.panels, ir.Bin("/", v.n, _c(width))), loop]
 
 
-def _workspaces(
-    v: _Names, groups: bool, rows: int, depth: int, slab: int = SLAB
-) -> list[tuple[ir.Array, ir.Expr]]:
-    width = (VECTORS if groups else SINGLE) * v.lanes
-    spaces = [(v.ag, _c(rows * depth))]
-    return spaces + ([(v.bg, _c(slab * depth * width))] if groups else [])
+def _matmul_spaces(v: _Names, bh: int, bw: int, depth: int) -> list[tuple[ir.Array, int]]:
+    """``function``'s per-thread workspaces and their elements: the step's k's, A's
+    values at them and (for blocks of ``ROWS`` rows or more) a packed slab of B."""
+    dk = depth_tiles(depth, bw) * bw
+    spaces = [(v.kl, dk), (v.ag, bh * dk)]
+    if bh >= ROWS:
+        spaces.append((v.bg, SLAB * dk * VECTORS * v.lanes))
+    return spaces
+
+
+def _rows_spaces(v: _Names, bt: int, depth: int) -> list[tuple[ir.Array, int]]:
+    """``rows_function``'s per-thread workspaces and their elements: the item's tokens
+    and gates, its scaled rows of X (``ROWS_D`` d's each) and a packed slab of B."""
+    rows = depth_tiles(depth, bt) * bt
+    return [
+        (v.tl, rows),
+        (v.gl, rows),
+        (v.ag, rows * ROWS_D),
+        (v.bg, ROWS_SLAB * ROWS_D * VECTORS * v.lanes),
+    ]
+
+
+def _bytes(spaces: list[tuple[ir.Array, int]]) -> int:
+    return sum(n * _SIZES[a.elem] for a, n in spaces)
+
+
+def matmul_bytes(elem: str, bh: int, bw: int, depth: int) -> int:
+    """The bytes of workspace each thread of ``function`` allocates when it starts."""
+    return _bytes(_matmul_spaces(_Names(elem), bh, bw, depth))
+
+
+def rows_bytes(elem: str, bt: int, depth: int) -> int:
+    """The bytes of workspace each thread of ``rows_function`` allocates when it starts."""
+    return _bytes(_rows_spaces(_Names(elem), bt, depth))
 
 
 def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) -> ir.Function:
@@ -353,8 +382,9 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
         ir.Param("C", elem, True, output=True, doc="the output, added into"),
         *(ir.Param(x.name, I64, False) for x in (nb, m, kd, n, bs)),
     ]
-    spaces = [(kl, _c(dk)), *_workspaces(v, groups, bh, dk)]
-    body = _parallel(v, ir.mul(nb, grid), block, spaces, groups, work, threshold)
+    body = _parallel(
+        v, ir.mul(nb, grid), block, _matmul_spaces(v, bh, bw, depth), groups, work, threshold
+    )
     doc = f"C += (A * K) @ B over the live {bh}x{bw} tiles, {dk} k's per step"
     return ir.Function(f"ucf_condensed_spmm_{bh}x{bw}", params, body, doc=doc)
 
@@ -379,7 +409,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     rows = per * bt
     r, mask, x = ir.Array("R", elem), ir.Array("K", "u8"), ir.Array("X", elem)
     pos, crd = ir.Array("pos", idx), ir.Array("crd", idx)
-    tl, gl = ir.Array("tl", I64), ir.Array("gl", elem)
+    tl, gl = v.tl, v.gl
     nb, tt, d, n, overwrite = (Var(y, I64) for y in ("NB", "T", "D", "N", "SET"))
     item, e, q0, q1, nr = (Var(y, I64) for y in ("item", "e", "q0", "q1", "nr"))
     q, t, t0, step, d0 = (Var(y, I64) for y in ("q", "t", "t0", "step", "d0"))
@@ -441,7 +471,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ir.Decl(q1, ir.minimum(ir.add(q0, _c(per)), load_i(pos, ir.add(e, _c(1))))),
         ir.If(ir.Cmp("<", q0, q1), [*tokens, steps]),
     ]
-    spaces = [(tl, _c(rows)), (gl, _c(rows)), *_workspaces(v, groups, rows, dk, slab)]
+    spaces = _rows_spaces(v, bt, depth)
     params = [
         ir.Param("R", elem, True, doc="the dynamic operand (gates), row-major"),
         ir.Param("K", "u8", True, doc="its mask, bytes 0/1"),
