@@ -12,7 +12,8 @@ Two shapes of statement run here instead of through the generic rewrite
   R, and multiplied by W.
 
 ``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
-schedule sets the depth, else ``ucf.lower.condensed.DEPTH``. Any other statement,
+schedule sets the depth, else ``ucf.lower.condensed.DEPTH`` (``ROWS_DEPTH`` for MoE's
+product). Any other statement,
 or a schedule with other commands, keeps the generic kernel.
 """
 
@@ -73,8 +74,9 @@ def match(
     """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
     generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
     depth; one that cannot be honoured is refused, any other schedule is the generic
-    kernel's. Without one the depth is ``ucf.lower.condensed.DEPTH``, or the largest
-    below it whose workspace fits (None when not even one micro-tile per step does)."""
+    kernel's. Without one the depth is the kind's default (``ucf.lower.condensed.DEPTH``
+    or ``ROWS_DEPTH``), or the largest below it whose workspace fits (None when not
+    even one micro-tile per step does)."""
     commands = _commands(schedule)
     asked = [c for c in commands if c.name == "condense"]
     if commands and not asked:
@@ -85,7 +87,7 @@ def match(
     if not asked:
         if shape is None:
             return None
-        depth = largest_depth(shape.kind, dtype, granularity, condensed.DEPTH)
+        depth = largest_depth(shape.kind, dtype, granularity, shape.depth)
         return None if depth is None else replace(shape, depth=depth)
     if len(commands) > 1:
         raise UnsupportedError(
@@ -244,7 +246,7 @@ def _rows(
         return None
     if not _dense(formats, stmt.lhs, x, w):
         return None
-    return Shape("rows", (x.tensor, w.tensor), True, condensed.DEPTH)
+    return Shape("rows", (x.tensor, w.tensor), True, condensed.ROWS_DEPTH)
 
 
 class Condensed:
