@@ -492,16 +492,20 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ],
     )
     body = [
-        ir.Decl(e, ir.Bin("/", item, items_per)),
+        # Items go part-major (every batch's first part, then every second part, ...), so
+        # the last items the threads take are later parts of batches that have several
+        # rather than whole batches: for bench/stile.py's MoE at a depth of 512 a model
+        # of two threads taking items in turn put the makespan 3-4 % nearer the ideal.
+        ir.Decl(e, ir.Bin("%", item, nb)),
         ir.Decl(p0, load_i(pos, e)),
         ir.Decl(p1, load_i(pos, ir.add(e, _c(1)))),
         # The batch's live tiles in equal parts of at most ``per``: no part is a sliver
-        # left over, so the threads' last items are alike.
+        # left over.
         ir.Decl(
             parts, ir.Bin("max", ir.Bin("/", ir.add(ir.sub(p1, p0), _c(per - 1)), _c(per)), _c(1))
         ),
         ir.Decl(size, ir.Bin("/", ir.add(ir.sub(p1, p0), ir.sub(parts, _c(1))), parts)),
-        ir.Decl(q0, ir.add(p0, ir.mul(ir.sub(item, ir.mul(e, items_per)), size))),
+        ir.Decl(q0, ir.add(p0, ir.mul(ir.Bin("/", item, nb), size))),
         ir.Decl(q1, ir.minimum(ir.add(q0, size), p1)),
         ir.If(ir.Cmp("<", q0, q1), [*tokens, steps]),
     ]
