@@ -48,9 +48,9 @@ SINGLE = 4
 DEPTH = 128
 #: The same for ``rows_function``: tokens of one batch an item gathers. Each item packs
 #: its batch's rows of B afresh, so fewer, larger items pack less: on bench/stile.py's
-#: MoE (experts of ~512 tokens, d = n = 512) 512 took 0.86-0.9x the CPU time of 128
-#: and 0.93-0.96x that of 256 (the batch's tokens are cut into equal items, so the
-#: threads' last items stay alike).
+#: MoE (experts of ~512 tokens, d = n = 512; the kernel alone, one thread, a shared
+#: machine) 512 took 0.90-0.98x the CPU time of 128 and 0.93-0.99x that of 256. A
+#: batch's tokens are cut into equal items, so no item is a sliver left over.
 ROWS_DEPTH = 512
 #: Panels of B packed together: a step reads SLAB x VECTORS vectors of each of its rows
 #: of B in order (1 KB of float32), which the hardware prefetchers follow. Packing one
