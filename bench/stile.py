@@ -15,7 +15,8 @@ compute: a kernel with a dynamic operand (``dynamic={"A": (32, 1)}``, the mask
 passed each call) against torch's dense matmul of the masked A and ucf CSR SpMM
 with the CSR built each call (best of 3; torch's and the CSR's times include
 masking A, which ucf does inside the kernel). The MoE row runs examples/moe.py's
-kernel against its per-expert torch loop (best of ``--repeat`` routings each).
+kernel against its per-expert torch loop, taking turns on each of ``--repeat``
+routings (best of each).
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ def best(fn, masks, clock=time.perf_counter) -> float:
         fn(m)
         times.append(clock() - t0)
     return min(times)
+
+
+def interleaved(fns: dict, inputs) -> dict:
+    """The least wall and CPU seconds (``time.process_time``) of each of ``fns`` over
+    ``inputs``, the functions taking turns on each input, so a shared machine's load
+    weighs on all of them alike."""
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    for x in inputs:
+        for k, fn in fns.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn(x)
+            cpu[k].append(time.process_time() - c0)
+            wall[k].append(time.perf_counter() - w0)
+    return {k: (min(wall[k]), min(cpu[k])) for k in fns}
 
 
 def check(mask: np.ndarray, tile: tuple[int, int], target: str) -> None:
@@ -162,7 +178,8 @@ def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int,
 def moe(threads: int, repeat: int, quick: bool, rng) -> None:
     """examples/moe.py's kernel (R dynamic, a new top-2 routing each call) against its
     per-expert torch loop, 8 experts; both write a new dense C (zeros but at the routed
-    tokens' rows). The CPU seconds of each follow (best of as many calls again)."""
+    tokens' rows). The two take turns on each routing (``interleaved``); the least wall
+    time of each is compared, and its least CPU seconds follow."""
     sys.path.insert(0, str(ROOT / "examples"))
     import moe as example
 
@@ -175,12 +192,14 @@ def moe(threads: int, repeat: int, quick: bool, rng) -> None:
     got = np.asarray(kernel(R=routes[0], X=x, W=w))
     if not np.allclose(got, example.reference(routes[0], x, w), rtol=1e-3, atol=1e-3):
         raise SystemExit("the MoE kernel is wrong")
-    run = lambda r: kernel(R=r, X=x, W=w)  # noqa: E731
-    ours, cpu = best(run, routes), best(run, routes, time.process_time)
+    fns = {"ucf": lambda r: kernel(R=r, X=x, W=w)}
+    if found is not None:
+        fns["torch"] = lambda r: found[0](r, x, w)
+    times = interleaved(fns, routes)
+    ours, cpu = times["ucf"]
     line = f"MoE, 8 experts, top-2, {tokens} tokens, d={d}, n={n}: ucf {ours * 1e3:.1f} ms"
     if found is not None:
-        loop = lambda r: found[0](r, x, w)  # noqa: E731
-        serial, serial_cpu = best(loop, routes), best(loop, routes, time.process_time)
+        serial, serial_cpu = times["torch"]
         line += f", torch per-expert loop {serial * 1e3:.1f} ms ({serial / ours:.2f}x)"
         verdict = "PASS" if serial >= 2 * ours else "FAIL"
         line += f"  target >= 2x: {verdict}  (CPU: ucf {cpu * 1e3:.1f} ms, torch "

@@ -4,12 +4,15 @@ the edges of tiles, panels and slabs."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_asan import driver_under_asan
 from test_dynamic import _tile_mask
 
 import ucf
+import ucf.exec.condensed
 from ucf.exec.jit import num_threads
 from ucf.lower import condensed
 from ucf.stile import _function as index_function
@@ -138,8 +141,12 @@ def test_out_and_accumulating_into_it():
     assert np.allclose(out, expect) and np.shares_memory(np.asarray(result), out)
     with pytest.raises(ucf.OperandError, match=r"'\+=' needs the output"):
         kern(A=a, B=b, masks={"A": mask})
-    with pytest.raises(ucf.OperandError, match="writable C-contiguous float64"):
+    with pytest.raises(ucf.OperandError, match="C must be a writable C-contiguous float64.*: it"):
         kern(A=a, B=b, masks={"A": mask}, out=np.zeros((40, 70)).T)
+    with pytest.raises(ucf.OperandError, match="float64 .*: its dtype is float32$"):
+        kern(A=a, B=b, masks={"A": mask}, out=np.zeros((70, 40), np.float32))
+    with pytest.raises(ucf.OperandError, match="must have format 'UU' and dtype float64, got 'UC'"):
+        kern(A=a, B=b, masks={"A": mask}, out=ucf.from_numpy(np.ones((70, 40)), "csr"))
     assigned = ucf.compile(MATMUL, dynamic={"A": (32, 1)})
     out = ucf.from_numpy(rng.random((70, 40)))
     assert assigned(A=a, B=b, masks={"A": mask}, out=out) is out
@@ -198,14 +205,17 @@ def _routing(rng, experts, tokens):
     return r
 
 
-@pytest.mark.parametrize("target, tile, depth", [("llvm", (1, 1), None), ("c", (1, 4), 5)])
+@pytest.mark.parametrize(
+    "target, tile, depth", [("llvm", (1, 1), None), ("c", (1, 4), 5), ("llvm", (1, 1), 24)]
+)
 def test_moe_gathers_each_experts_tokens_and_matches_numpy_and_the_generic_kernel(
     target, tile, depth
 ):
     """Rows of X at an expert's live tokens, scaled by their gates, times the expert's W:
     against numpy, and bit for bit against the rewrite (which sums over d in the same
     order). 600 d's are two steps, 300 columns of W slabs and a tail; 70 tokens leave a
-    partial tile."""
+    partial tile; at a depth of 24 an expert's live tokens are cut into equal items
+    (some 46 of a top-2 routing into 23 and 23, all 70 into 24, 24 and 22)."""
     rng = np.random.default_rng(8)
     schedule = None if depth is None else f"condense(t, R, {depth})"
     kern = ucf.compile(MOE, dynamic={"R": tile}, schedule=schedule, target=target)
@@ -298,18 +308,66 @@ def test_gathered_rows_into_out_set_the_live_rows_and_zero_the_others(target):
     assert not out.any()
 
 
-def test_a_depth_past_the_largest_is_refused_and_huge_tiles_run_the_generic_kernel():
+def test_a_depth_past_the_largest_is_refused_and_long_tiles_still_gather():
     """A depth sizes per-thread workspaces when the kernel starts: past MAX_DEPTH it is
-    refused (it segfaulted at 2**32 and wrapped around past int64); micro-tiles whose
-    gathered tile would be huge run the generic kernel, which checks its memory."""
-    with pytest.raises(ucf.ScheduleError, match="at most"):
-        ucf.compile(
-            "C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (3, 2)}, schedule="condense(k, A, 4294967296)"
+    refused (it segfaulted at 2**32 and wrapped around past int64). Micro-tiles of 1 x
+    3000 gather one whole tile a step (a workspace of 48 KB), checked against numpy."""
+    with pytest.raises(ucf.ScheduleError, match="at most 16384 k's; write a depth from 1"):
+        ucf.compile(MATMUL, dynamic={"A": (3, 2)}, schedule="condense(k, A, 4294967296)")
+    k = ucf.compile(MATMUL, dynamic={"A": (1, 3000)})
+    assert k._condensed.shape.depth == condensed.DEPTH
+    rng = np.random.default_rng(11)
+    a, b = rng.random((5, 3100)), rng.random((3100, 4))
+    mask = rng.random(a.shape) < 0.5
+    np.testing.assert_allclose(k(A=a, B=b, masks={"A": mask}).to_numpy(), (a * mask) @ b)
+
+
+def test_an_explicit_depth_is_honoured_where_the_default_one_would_not_fit():
+    """The reviewer's bug: micro-tiles of 40000 rows gathered 128 deep (the default) did
+    not fit the old bound, and an explicit depth of 64, which does, was refused too.
+    Likewise MoE's tiles of 4096 tokens, one per step. Both run, against numpy."""
+    rng = np.random.default_rng(12)
+    tall = ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule="condense(k, A, 64)")
+    assert tall._condensed.shape.depth == 64
+    a, b = rng.random((40001, 3)), rng.random((3, 2))
+    mask = rng.random(a.shape) < 0.5
+    np.testing.assert_allclose(tall(A=a, B=b, masks={"A": mask}).to_numpy(), (a * mask) @ b)
+    for target in ("llvm", "c"):
+        wide = ucf.compile(
+            MOE, dynamic={"R": (1, 4096)}, schedule="condense(t, R, 1)", target=target
         )
-    k = ucf.compile("C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (1, 3000)})
-    assert k._condensed is None
-    a, b = np.eye(5), np.arange(20.0).reshape(5, 4)
-    np.testing.assert_array_equal(k(A=a, B=b).to_numpy(), b)
+        assert wide._condensed.shape.depth == 1
+        r, x, w = _routing(rng, 3, 37), rng.standard_normal((37, 5)), rng.standard_normal((3, 5, 9))
+        want = np.einsum("et,td,edn->etn", r, x, w)
+        np.testing.assert_allclose(wide(R=r, X=x, W=w).to_numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_depth_whose_workspace_does_not_fit_is_refused_with_the_largest_that_does():
+    """Each thread allocates its gathered tile and packed slab when the kernel starts, up
+    to MAX_WORKSPACE: a deeper request names the operand, its micro-tiles, the variable
+    and the largest depth that fits (which compiles, one more does not); without
+    ``condense`` the default depth is lowered to fit; micro-tiles that fit no depth are
+    refused with that said, and without ``condense`` run the generic kernel."""
+    with pytest.raises(ucf.UnsupportedError, match=r"R's micro-tiles of 1x1 gathered 16384 t's"):
+        ucf.compile(MOE, dynamic={"R": (1, 1)}, schedule="condense(t, R, 16384)")
+    with pytest.raises(ucf.UnsupportedError) as refused:
+        ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule="condense(k, A, 16384)")
+    message = str(refused.value)
+    assert "A's micro-tiles of 40000x1 gathered 16384 k's deep need" in message
+    largest = int(re.search(r"use a depth of at most (\d+)$", message).group(1))
+    deepest = ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule=f"condense(k, A, {largest})")
+    assert deepest._condensed.shape.depth == largest
+    with pytest.raises(ucf.UnsupportedError, match=f"at most {largest}$"):
+        ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule=f"condense(k, A, {largest + 1})")
+    # 70000 rows of float64 by 128 k's need 72 MB: the default lowers its depth.
+    lowered = ucf.compile(MATMUL, dynamic={"A": (70000, 1)})._condensed.shape.depth
+    assert 64 < lowered < condensed.DEPTH
+    fits = ucf.exec.condensed.fits
+    assert fits("matmul", np.dtype("f8"), (70000, 1), lowered)
+    assert not fits("matmul", np.dtype("f8"), (70000, 1), lowered + 1)
+    with pytest.raises(ucf.UnsupportedError, match="no depth fits micro-tiles of 4x1048576"):
+        ucf.compile(MATMUL, dynamic={"A": (4, 1 << 20)}, schedule="condense(k, A, 1)")
+    assert ucf.compile(MATMUL, dynamic={"A": (4, 1 << 20)})._condensed is None
 
 
 def test_values_rounded_to_the_kernels_dtype_are_warned_about():

@@ -92,6 +92,42 @@ def test_masks_change_between_calls_of_one_kernel():
         assert np.allclose(np.asarray(kern(A=a * mask, B=b)), (a * mask) @ b, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_operands_and_masks_in_any_layout_and_dtype(target):
+    """Fortran-order, strided and reversed operands and masks, masks of any number
+    dtype, and operands of another dtype than the kernel's, on a condensed kernel (tiles
+    of 4 x 1), a generic one with padded tiles (3 x 2, scheduled) and MoE's gathered rows: each
+    against numpy."""
+    rng = np.random.default_rng(21)
+    a, b = rng.standard_normal((10, 7)), rng.standard_normal((7, 5))
+    m = rng.random(a.shape) < 0.4
+    r, x, w = rng.random((3, 9)), rng.standard_normal((9, 4)), rng.standard_normal((3, 4, 6))
+    routed = rng.random(r.shape) < 0.5
+    layouts = [
+        np.asfortranarray,
+        lambda v: np.repeat(v, 2, axis=-1)[..., ::2],
+        lambda v: np.flip(np.flip(v, -1).copy(), -1),
+    ]
+    masks = [lambda v: v, lambda v: v.astype(np.float32), lambda v: v.astype(np.int8) * 3]
+    generic = "reorder(i_blk, k_blk, i_in, k_in, n)"
+    for g, schedule in [((4, 1), None), ((3, 2), generic)]:
+        kern = ucf.compile(MATMUL, dynamic={"A": g}, target=target, schedule=schedule)
+        assert (kern._condensed is None) == (schedule == generic)
+        for lay, mk in zip(layouts, masks, strict=True):
+            want = (a * m) @ b
+            np.testing.assert_allclose(
+                kern(A=lay(a), B=b, masks={"A": lay(mk(m))}).to_numpy(), want
+            )
+            np.testing.assert_allclose(kern(A=a, B=lay(b), masks={"A": mk(m)}).to_numpy(), want)
+        got = kern(A=a.astype(np.float32), B=b.astype(np.int32), masks={"A": m}).to_numpy()
+        np.testing.assert_allclose(got, (a.astype(np.float32) * m) @ b.astype(np.int32))
+    moe = ucf.compile(MOE, dynamic={"R": (1, 1)}, target=target)
+    want = np.einsum("et,td,edn->etn", r * routed, x, w)
+    for lay, mk in zip(layouts, masks, strict=True):
+        got = moe(R=lay(r), X=lay(x), W=lay(w), masks={"R": lay(mk(routed))}).to_numpy()
+        np.testing.assert_allclose(got, want)
+
+
 def test_output_into_out_and_accumulating():
     """``out=`` is written in place; ``+=`` adds to it (tiles dividing and not)."""
     rng = np.random.default_rng(10)
@@ -176,6 +212,12 @@ def test_refusals_name_the_tensor_or_variable():
         kern(A=a, B=b, masks={"A": np.ones((4, 5), bool)})
     with pytest.raises(ucf.OperandError, match="mask of A has dtype complex128"):
         kern(A=a, B=b, masks={"A": np.ones((4, 6), complex)})
+    with pytest.raises(ucf.OperandError, match="operand B: value dtype complex128"):
+        kern(A=a, B=b.astype(complex), masks={"A": np.ones((4, 6), bool)})
+    with pytest.raises(ucf.OperandError, match="operand A: value dtype complex128"):
+        kern(A=a.astype(complex), B=b)  # its nonzeros would be the mask: A's dtype is named
+    with pytest.raises(ucf.OperandError, match="operand A: value dtype bool"):
+        kern(A=a > 0, B=b)
     with pytest.raises(ucf.OperandError, match="mask for B, which is not a dynamic operand"):
         kern(A=a, B=b, masks={"B": np.ones((6, 3), bool)})
     with pytest.raises(ucf.OperandError, match="dynamic operand A is passed dense"):

@@ -12,7 +12,8 @@ Two shapes of statement run here instead of through the generic rewrite
   R, and multiplied by W.
 
 ``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
-schedule sets the depth, else ``ucf.lower.condensed.DEPTH``. Any other statement,
+schedule sets the depth, else ``ucf.lower.condensed.DEPTH`` (``ROWS_DEPTH`` for MoE's
+product). Any other statement,
 or a schedule with other commands, keeps the generic kernel.
 """
 
@@ -44,9 +45,10 @@ from ucf.schedule.text import parse_schedule
 DTYPES = ("float32", "float64")
 #: The most k's a compute tile gathers: deeper tiles leave L2 long before this.
 MAX_DEPTH = 1 << 14
-#: The most elements a gathered tile (micro-tile rows x depth) may hold; the kernel
-#: allocates it per thread when it starts, so a larger one runs the generic kernel.
-MAX_TILE = 1 << 22
+#: The most bytes of workspace a condensed kernel's thread may allocate when it starts
+#: (its gathered tile and packed slab); micro-tiles too large for it even one per step
+#: run the generic kernel.
+MAX_WORKSPACE = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ def match(
     """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
     generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
     depth; one that cannot be honoured is refused, any other schedule is the generic
-    kernel's."""
+    kernel's. Without one the depth is the kind's default (``ucf.lower.condensed.DEPTH``
+    or ``ROWS_DEPTH``), or the largest below it whose workspace fits (None when not
+    even one micro-tile per step does)."""
     commands = _commands(schedule)
     asked = [c for c in commands if c.name == "condense"]
     if commands and not asked:
@@ -80,16 +84,23 @@ def match(
     shape = None
     if dtype.name in DTYPES and all(g == 1 for g in granularity[:-2]):
         shape = _matmul(stmt, name, formats) or _rows(stmt, name, granularity, formats)
-    if shape is not None and not fits(shape.depth, granularity):
-        shape = None  # micro-tiles too large to gather: the generic kernel runs them
     if not asked:
-        return shape
+        if shape is None:
+            return None
+        depth = largest_depth(shape.kind, dtype, granularity, shape.depth)
+        return None if depth is None else replace(shape, depth=depth)
     if len(commands) > 1:
         raise UnsupportedError(
             f"schedule {'; '.join(map(str, commands))}: condense(...) is the whole schedule "
             "of a kernel that gathers compute tiles"
         )
     (cmd,) = asked
+    if shape is None:
+        raise UnsupportedError(
+            f"{cmd}: gathered compute tiles are built for C(b.., i, n) = {name}(b.., i, k) * "
+            f"B(b.., k, n) and C(b.., t, n) = {name}(b.., t) * X(t, d) * W(b.., d, n), with "
+            f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
+        )
     access = next(a for a in ast.accesses(stmt.rhs) if a.tensor == name)
     k = access.indices[-1].single_variable
     if cmd.args[1] != name or cmd.args[0] != k:
@@ -99,31 +110,55 @@ def match(
         )
     depth = cmd.positive(cmd.args[2], "the compute-tile depth")
     if depth > MAX_DEPTH:
-        raise ScheduleError(f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s")
-    if shape is not None and not fits(depth, granularity):
-        raise UnsupportedError(
-            f"{cmd}: micro-tiles {granularity} gathered {depth} deep hold more than "
-            f"{MAX_TILE} elements; use a smaller depth or micro-tile"
+        raise ScheduleError(
+            f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s; write a depth from 1 "
+            f"to {MAX_DEPTH}"
         )
-    if shape is None:
+    if not fits(shape.kind, dtype, granularity, depth):
+        need = workspace(shape.kind, dtype, granularity, depth)
+        largest = largest_depth(shape.kind, dtype, granularity, depth)
+        tiles = "x".join(map(str, granularity))
+        what = (
+            f"use a depth of at most {largest}"
+            if largest is not None
+            else f"no depth fits micro-tiles of {tiles}: use smaller ones, or no condense(...) "
+            "(the generic kernel runs them)"
+        )
         raise UnsupportedError(
-            f"{cmd}: gathered compute tiles are built for C(b.., i, n) = {name}(b.., i, k) * "
-            f"B(b.., k, n) and C(b.., t, n) = {name}(b.., t) * X(t, d) * W(b.., d, n), with "
-            f"dense operands, tiles of 1 along b and a float dtype, not {stmt} in {dtype}"
+            f"{cmd}: {name}'s micro-tiles of {tiles} gathered {depth} {k}'s deep need {need} "
+            f"bytes of workspace per thread, more than the {MAX_WORKSPACE} a kernel "
+            f"allocates; {what}"
         )
     return replace(shape, depth=depth)
 
 
-def fits(depth: int, granularity: tuple[int, ...]) -> bool:
-    """Whether micro-tiles ``granularity`` gathered ``depth`` deep fit a compute tile."""
-    return _tile(depth, granularity) <= MAX_TILE
+def workspace(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: int) -> int:
+    """The bytes of workspace each thread of a ``kind`` kernel allocates for micro-tiles
+    ``granularity`` gathered ``depth`` deep."""
+    elem = ir.NUMPY_TO_IR[np.dtype(dtype).name]
+    if kind == "matmul":
+        return condensed.matmul_bytes(elem, *granularity[-2:], depth)
+    return condensed.rows_bytes(elem, granularity[-1], depth)
 
 
-def _tile(depth: int, granularity: tuple[int, ...]) -> int:
-    """A bound on the elements of a gathered compute tile: the micro-tile's longest side
-    by the depth in whole micro-tiles."""
-    last = granularity[-1]
-    return max(granularity) * condensed.depth_tiles(depth, last) * last
+def fits(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: int) -> bool:
+    """Whether micro-tiles ``granularity`` gathered ``depth`` deep fit a kernel's
+    workspace."""
+    return workspace(kind, dtype, granularity, depth) <= MAX_WORKSPACE
+
+
+def largest_depth(
+    kind: str, dtype: np.dtype, granularity: tuple[int, ...], limit: int
+) -> int | None:
+    """The largest depth up to ``limit`` whose workspace fits, or None (the workspace
+    grows with the depth: a bisection)."""
+    if not fits(kind, dtype, granularity, 1):
+        return None
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(kind, dtype, granularity, mid) else (lo, mid - 1)
+    return lo
 
 
 def _commands(schedule: Any) -> list:
@@ -211,7 +246,7 @@ def _rows(
         return None
     if not _dense(formats, stmt.lhs, x, w):
         return None
-    return Shape("rows", (x.tensor, w.tensor), True, condensed.DEPTH)
+    return Shape("rows", (x.tensor, w.tensor), True, condensed.ROWS_DEPTH)
 
 
 class Condensed:
@@ -340,13 +375,25 @@ class Condensed:
             return np.zeros(shape, dtype=self.dtype)
         if isinstance(out, Tensor):
             if out.format != fmt or out.dtype != self.dtype:
-                raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
+                raise OperandError(
+                    f"out= for {lhs.tensor} must have format '{fmt}' and dtype {self.dtype}, "
+                    f"got '{out.format}' and {out.dtype}"
+                )
             c = out.vals.reshape(shape)
         else:
             c = np.asarray(out)
             if c.dtype != self.dtype or not c.flags.c_contiguous or not c.flags.writeable:
+                wrong = [
+                    what
+                    for what, bad in (
+                        (f"its dtype is {c.dtype}", c.dtype != self.dtype),
+                        ("it is not C-contiguous", not c.flags.c_contiguous),
+                        ("it is read-only", not c.flags.writeable),
+                    )
+                    if bad
+                ]
                 raise OperandError(
-                    f"out must be a writable C-contiguous {self.dtype} numpy array (or a "
-                    f"ucf.Tensor in format '{fmt}'), got {c.dtype}"
+                    f"out= for {lhs.tensor} must be a writable C-contiguous {self.dtype} numpy "
+                    f"array (or a ucf.Tensor in format '{fmt}'): {'; '.join(wrong)}"
                 )
         return c

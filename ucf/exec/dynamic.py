@@ -48,7 +48,7 @@ from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
-from ucf.format.values import index_dtype_of
+from ucf.format.values import index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
@@ -352,15 +352,16 @@ def _dense(value: Any, name: str) -> np.ndarray:
             )
         return np.asarray(value)
     try:
-        return np.ascontiguousarray(value)
+        a = np.ascontiguousarray(value)
     except (TypeError, ValueError) as e:
         raise OperandError(f"dynamic operand {name} is not an array: {e}") from None
+    value_dtype(a.dtype, name)  # before its nonzeros are taken for a mask
+    return a
 
 
 def _tensor(value: Any, name: str) -> Tensor:
-    """An operand as a Tensor, a C-contiguous array wrapped without a copy."""
+    """An operand as a Tensor (a C-contiguous array wrapped without a copy); errors
+    name it."""
     from ucf.format.interop import as_tensor
 
-    if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ndim:
-        return Tensor.from_numpy(value)
     return as_tensor(value, name=name)

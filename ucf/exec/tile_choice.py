@@ -31,7 +31,6 @@ from ucf.exec import condensed
 from ucf.exec.jit import num_threads
 from ucf.lang import ast
 from ucf.lang.parser import parse_statement
-from ucf.lower import condensed as lowered
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 
@@ -93,7 +92,7 @@ def choose_stile(
         raise ArgumentError(
             f"choose_stile: operands= takes a dict by name, got {type(operands).__name__}"
         )
-    asked = [lowered.DEPTH] if depths is None else _depths(depths)
+    asked = None if depths is None else _depths(depths)
     costs, live, best_depth = {}, {}, {}
     for g in tiles:
         live[g] = [stile.build(m, g, target).nnz for m in masks]
@@ -129,14 +128,22 @@ def _depths(depths: Sequence[int]) -> list[int]:
 
 
 def _gathering_depths(
-    statement: str, operand: str, granularity: tuple[int, ...], dtype: Any, depths: list[int]
+    statement: str,
+    operand: str,
+    granularity: tuple[int, ...],
+    dtype: Any,
+    depths: list[int] | None,
 ) -> list[int | None]:
     """The depths to measure ``granularity`` at: those whose gathered tiles the kernel
-    can hold, or [None] where it gathers no compute tiles (or none of them fits)."""
-    stmt = parse_statement(statement)
-    if condensed.match(stmt, operand, granularity, {}, np.dtype(dtype), None) is None:
+    can hold (None asked: the kernel's default), or [None] where it gathers no compute
+    tiles (or none of them fits)."""
+    stmt, dt = parse_statement(statement), np.dtype(dtype)
+    shape = condensed.match(stmt, operand, granularity, {}, dt, None)
+    if shape is None:
         return [None]
-    return [d for d in depths if condensed.fits(d, granularity)] or [None]
+    if depths is None:
+        return [shape.depth]
+    return [d for d in depths if condensed.fits(shape.kind, dt, granularity, d)] or [None]
 
 
 def _schedule(statement: str, operand: str, depth: int | None) -> str | None:

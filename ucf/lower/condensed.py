@@ -46,12 +46,18 @@ SINGLE = 4
 #: shared machine; at 128 a packed slab (128 KB of float32) and a 32-row block of C
 #: (128 KB) share a 512 KB L2 cache.
 DEPTH = 128
+#: The same for ``rows_function``: tokens of one batch an item gathers. Each item packs
+#: its batch's rows of B afresh, so fewer, larger items pack less: on bench/stile.py's
+#: MoE (experts of ~512 tokens, d = n = 512; the kernel alone, one thread, a shared
+#: machine) 512 took 0.90-0.98x the CPU time of 128 and 0.93-0.99x that of 256. A
+#: batch's tokens are cut into equal items, so no item is a sliver left over.
+ROWS_DEPTH = 512
 #: Panels of B packed together: a step reads SLAB x VECTORS vectors of each of its rows
 #: of B in order (1 KB of float32), which the hardware prefetchers follow. Packing one
 #: panel at a time (64 bytes of each row) took 1.8x as long on bench/stile.py at 50 %,
 #: 64 panels at a time 1.2x (the packed step then crowds the L2 cache).
 SLAB = 16
-_SIZES = {"f32": 4, "f64": 8}
+_SIZES = {"f32": 4, "f64": 8, I64: 8}
 
 
 #: The d's a step of gathered rows (``rows_function``) multiplies over, and the panels
@@ -76,6 +82,7 @@ class _Names:
         self.elem = elem
         self.lanes = VECTOR_BYTES // _SIZES[elem]
         self.kl, self.ag, self.bg = ir.Array("kl", I64), ir.Array("ag", elem), ir.Array("bg", elem)
+        self.tl, self.gl = ir.Array("tl", I64), ir.Array("gl", elem)
         self.b, self.c = ir.Array("B", elem), ir.Array("C", elem, output=True)
         names = ("cnt", "full", "panels", "j", "row", "g", "pn", "slab", "lo", "hi", "col")
         self.n = Var("N", I64)
@@ -91,14 +98,15 @@ def _step(
     v: _Names,
     groups: bool,
     nr: ir.Expr,
-    a_value: Callable[[ir.Expr], ir.Expr],
+    a_row: Callable[[ir.Expr, str], tuple[list[ir.Stmt], ir.Expr]],
     b_row: ir.Expr,
     c_row: Callable[[ir.Expr], ir.Expr],
     slab: int = SLAB,
     reads_c: ir.Expr | None = None,
 ) -> list[ir.Stmt]:
     """One step over ``v.cnt`` gathered k's (the j-th at ``v.kl[j]`` where the callers
-    need it) for ``nr`` rows: A's values gathered (``a_value(row)`` at k j), B's rows
+    need it) for ``nr`` rows: A's values gathered (``a_row(row, tag)``: declarations of
+    the row's own, their names tagged, and its value at k j), B's rows
     packed (``b_row``: where the row of k j starts), the register tiles added into the
     rows of C (``c_row(row)``: where row ``row`` starts), then the columns past the last
     whole panel. Where ``reads_c`` is given and false, the rows of C are written, not
@@ -118,25 +126,35 @@ def _step(
         return ir.Select(reads_c, load, ir.Splat(nothing, lanes) if load.type != elem else nothing)
 
     # A's values at the step's k's: a group of ROWS rows stores each k's ROWS values side
-    # by side (the micro-kernel broadcasts them in turn); a row past the last group, its own.
+    # by side (the micro-kernel broadcasts them in turn), k after k, so the stores run in
+    # order and each row's own values are worked out once; a row past the last group
+    # stores its own.
     grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), ir.Bin("%", row, _c(ROWS)))
     alone = ir.add(ir.mul(row, cnt), j)
+    rows = [a_row(ir.add(ir.mul(g, _c(ROWS)), _c(r)), f"r{r}") for r in range(ROWS)]
+    group_at = ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS))
+    own, value = a_row(row, "s")
     gather = [
         ir.Decl(full, ir.Bin("/", nr, _c(ROWS)) if groups else zero),
         ir.For(
-            row,
+            g,
             zero,
-            ir.mul(full, _c(ROWS)),
+            full,
             [
-                ir.Decl(g, ir.Bin("/", row, _c(ROWS))),
-                ir.For(j, zero, cnt, [ir.Store(ag, grouped, a_value(row))]),
+                *(d for decls, _ in rows for d in decls),
+                ir.For(
+                    j,
+                    zero,
+                    cnt,
+                    [ir.Store(ag, ir.add(group_at, _c(r)), x) for r, (_, x) in enumerate(rows)],
+                ),
             ],
         ),
         ir.For(
             row,
             ir.mul(full, _c(ROWS)),
             nr,
-            [ir.For(j, zero, cnt, [ir.Store(ag, alone, a_value(row))])],
+            [*own, ir.For(j, zero, cnt, [ir.Store(ag, alone, value)])],
         ),
     ]
     pack: list[ir.Stmt] = []
@@ -246,7 +264,7 @@ def _parallel(
     v: _Names,
     items: ir.Expr,
     body: list[ir.Stmt],
-    workspaces: list[tuple[ir.Array, ir.Expr]],
+    workspaces: list[tuple[ir.Array, int]],
     groups: bool,
     work: ir.Expr,
     threshold: int,
@@ -262,19 +280,47 @@ def _parallel(
         parallel="CPUThread",
         strategy="NoRaces",
         schedule=("dynamic", 1),
-        prologue=[ir.Alloc(w, size) for w, size in workspaces],
+        prologue=[ir.Alloc(w, _c(size)) for w, size in workspaces],
         epilogue=[ir.Free(w) for w, _ in workspaces],
         parallel_if=ir.Cmp(">=", work, _c(threshold)),
     )
     return [ir.Decl(v.panels, ir.Bin("/", v.n, _c(width))), loop]
 
 
-def _workspaces(
-    v: _Names, groups: bool, rows: int, depth: int, slab: int = SLAB
-) -> list[tuple[ir.Array, ir.Expr]]:
-    width = (VECTORS if groups else SINGLE) * v.lanes
-    spaces = [(v.ag, _c(rows * depth))]
-    return spaces + ([(v.bg, _c(slab * depth * width))] if groups else [])
+def _matmul_spaces(v: _Names, bh: int, bw: int, depth: int) -> list[tuple[ir.Array, int]]:
+    """``function``'s per-thread workspaces and their elements: the step's k's, A's
+    values at them and (for blocks of ``ROWS`` rows or more) a packed slab of B."""
+    dk = depth_tiles(depth, bw) * bw
+    spaces = [(v.kl, dk), (v.ag, bh * dk)]
+    if bh >= ROWS:
+        spaces.append((v.bg, SLAB * dk * VECTORS * v.lanes))
+    return spaces
+
+
+def _rows_spaces(v: _Names, bt: int, depth: int) -> list[tuple[ir.Array, int]]:
+    """``rows_function``'s per-thread workspaces and their elements: the item's tokens
+    and gates, its scaled rows of X (``ROWS_D`` d's each) and a packed slab of B."""
+    rows = depth_tiles(depth, bt) * bt
+    return [
+        (v.tl, rows),
+        (v.gl, rows),
+        (v.ag, rows * ROWS_D),
+        (v.bg, ROWS_SLAB * ROWS_D * VECTORS * v.lanes),
+    ]
+
+
+def _bytes(spaces: list[tuple[ir.Array, int]]) -> int:
+    return sum(n * _SIZES[a.elem] for a, n in spaces)
+
+
+def matmul_bytes(elem: str, bh: int, bw: int, depth: int) -> int:
+    """The bytes of workspace each thread of ``function`` allocates when it starts."""
+    return _bytes(_matmul_spaces(_Names(elem), bh, bw, depth))
+
+
+def rows_bytes(elem: str, bt: int, depth: int) -> int:
+    """The bytes of workspace each thread of ``rows_function`` allocates when it starts."""
+    return _bytes(_rows_spaces(_Names(elem), bt, depth))
 
 
 def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) -> ir.Function:
@@ -319,9 +365,11 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
             ir.For(q, q0, q1, [ir.Decl(k0, ir.mul(load_i(crd, q), _c(bw))), inside]),
         ]
 
-    def masked(r: ir.Expr) -> ir.Expr:
-        at = ir.add(ir.add(arow, ir.mul(r, kd)), ir.Load(kl, j))
-        return ir.Bin("*", ir.Load(a, at), ir.Cast(ir.Load(mask, at), elem))
+    def masked(r: ir.Expr, tag: str) -> tuple[list[ir.Stmt], ir.Expr]:
+        start = Var(f"a_{tag}", I64)
+        at = ir.add(start, ir.Load(kl, j))
+        value = ir.Bin("*", ir.Load(a, at), ir.Cast(ir.Load(mask, at), elem))
+        return [ir.Decl(start, ir.add(arow, ir.mul(r, kd)))], value
 
     b_row = ir.add(bbase, ir.mul(ir.Load(kl, j), n))
     step = [
@@ -353,8 +401,9 @@ def function(elem: str, idx: str, bh: int, bw: int, depth: int, threshold: int) 
         ir.Param("C", elem, True, output=True, doc="the output, added into"),
         *(ir.Param(x.name, I64, False) for x in (nb, m, kd, n, bs)),
     ]
-    spaces = [(kl, _c(dk)), *_workspaces(v, groups, bh, dk)]
-    body = _parallel(v, ir.mul(nb, grid), block, spaces, groups, work, threshold)
+    body = _parallel(
+        v, ir.mul(nb, grid), block, _matmul_spaces(v, bh, bw, depth), groups, work, threshold
+    )
     doc = f"C += (A * K) @ B over the live {bh}x{bw} tiles, {dk} k's per step"
     return ir.Function(f"ucf_condensed_spmm_{bh}x{bw}", params, body, doc=doc)
 
@@ -379,9 +428,10 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     rows = per * bt
     r, mask, x = ir.Array("R", elem), ir.Array("K", "u8"), ir.Array("X", elem)
     pos, crd = ir.Array("pos", idx), ir.Array("crd", idx)
-    tl, gl = ir.Array("tl", I64), ir.Array("gl", elem)
+    tl, gl = v.tl, v.gl
     nb, tt, d, n, overwrite = (Var(y, I64) for y in ("NB", "T", "D", "N", "SET"))
     item, e, q0, q1, nr = (Var(y, I64) for y in ("item", "e", "q0", "q1", "nr"))
+    p0, p1, parts, size = (Var(y, I64) for y in ("p0", "p1", "parts", "size"))
     q, t, t0, step, d0 = (Var(y, I64) for y in ("q", "t", "t0", "step", "d0"))
     j, cnt = v.j, v.cnt
     items_per = ir.Bin(
@@ -418,9 +468,15 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ),
     ]
     col = ir.add(d0, j)
-    scaled = lambda row: ir.Bin(  # noqa: E731
-        "*", ir.Load(gl, row), ir.Load(x, ir.add(ir.mul(ir.Load(tl, row), d), col))
-    )
+
+    def scaled(row: ir.Expr, tag: str) -> tuple[list[ir.Stmt], ir.Expr]:
+        start, gate = Var(f"x_{tag}", I64), Var(f"gate_{tag}", elem)
+        decls = [
+            ir.Decl(start, ir.add(ir.mul(ir.Load(tl, row), d), d0)),
+            ir.Decl(gate, ir.Load(gl, row)),
+        ]
+        return decls, ir.Bin("*", gate, ir.Load(x, ir.add(start, j)))
+
     b_row = ir.mul(ir.add(ir.mul(e, d), col), n)
     c_row = lambda row: ir.mul(ir.add(ir.mul(e, tt), ir.Load(tl, row)), n)  # noqa: E731
     # Every step but the first adds into what the first wrote.
@@ -436,12 +492,24 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         ],
     )
     body = [
-        ir.Decl(e, ir.Bin("/", item, items_per)),
-        ir.Decl(q0, ir.add(load_i(pos, e), ir.mul(ir.sub(item, ir.mul(e, items_per)), _c(per)))),
-        ir.Decl(q1, ir.minimum(ir.add(q0, _c(per)), load_i(pos, ir.add(e, _c(1))))),
+        # Items go part-major (every batch's first part, then every second part, ...), so
+        # the last items the threads take are later parts of batches that have several
+        # rather than whole batches: for bench/stile.py's MoE at a depth of 512 a model
+        # of two threads taking items in turn put the makespan 3-4 % nearer the ideal.
+        ir.Decl(e, ir.Bin("%", item, nb)),
+        ir.Decl(p0, load_i(pos, e)),
+        ir.Decl(p1, load_i(pos, ir.add(e, _c(1)))),
+        # The batch's live tiles in equal parts of at most ``per``: no part is a sliver
+        # left over.
+        ir.Decl(
+            parts, ir.Bin("max", ir.Bin("/", ir.add(ir.sub(p1, p0), _c(per - 1)), _c(per)), _c(1))
+        ),
+        ir.Decl(size, ir.Bin("/", ir.add(ir.sub(p1, p0), ir.sub(parts, _c(1))), parts)),
+        ir.Decl(q0, ir.add(p0, ir.mul(ir.Bin("/", item, nb), size))),
+        ir.Decl(q1, ir.minimum(ir.add(q0, size), p1)),
         ir.If(ir.Cmp("<", q0, q1), [*tokens, steps]),
     ]
-    spaces = [(tl, _c(rows)), (gl, _c(rows)), *_workspaces(v, groups, rows, dk, slab)]
+    spaces = _rows_spaces(v, bt, depth)
     params = [
         ir.Param("R", elem, True, doc="the dynamic operand (gates), row-major"),
         ir.Param("K", "u8", True, doc="its mask, bytes 0/1"),
