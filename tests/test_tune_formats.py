@@ -172,7 +172,15 @@ def test_the_tuner_picks_a_blocked_format_where_it_is_faster(monkeypatch):
     A = block_diagonal(16, density=1.0)
     B = np.random.default_rng(3).random((A.shape[1], 8))
     result = ucf.tune(
-        SPMM, formats={"A": "csr"}, trials=7, seed=0, search_formats=True, progress=False, A=A, B=B
+        SPMM,
+        formats={"A": "csr"},
+        trials=7,
+        seed=0,
+        search_formats=True,
+        progress=False,
+        storage=optuna.storages.InMemoryStorage(),  # a study of its own, not resumed
+        A=A,
+        B=B,
     )
     assert parse_format(result.formats["A"]).blocked, result.formats
     assert result.time < result.default_time
