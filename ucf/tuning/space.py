@@ -25,7 +25,8 @@ order they store their modes). A trial picks, in define-by-run style:
   honour only prints a warning);
 - ``format_<T>`` (``format_choices``, when formats are searched too): each
   sparse input's format, among its level kinds and mode orders and the blocked
-  and fixed-width formats its nonzeros' fill says can pay; every choice of
+  and fixed-width formats its nonzeros' fill says can pay, and each dense
+  input's mode order, its own or the one its loops walk; every choice of
   formats then has parameters of its own, named with a ``[T=...]`` suffix.
 
 The result is schedule text; ucf's own checks decide whether it is legal,
