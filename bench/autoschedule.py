@@ -29,9 +29,10 @@ column shows the default column's samples (``kept_default`` in the JSON): two
 timings of one kernel differ by up to 25 % on a busy machine, and that noise
 would be read as a speed-up or a loss.
 
-``--search-formats`` adds a sixth column, tuned over the sparse inputs' formats as
+``--search-formats`` adds a sixth column, tuned over the inputs' formats as
 well as the schedule (``search_formats=True``: ``bcsr`` block shapes and ``ell``
-where the matrix fills them).  Its kernel is timed on operands converted once
+where the matrix fills them, and a dense factor in the mode order the loops walk,
+SDDMM's ``D`` column-major).  Its kernel is timed on operands converted once
 beforehand, so ``t_default/t_tuned+formats`` compares kernel times; the
 conversion (timed with ``--clock``) and the number of calls it takes to pay for
 itself are reported beside it, and the grades get a row for its geomean.
@@ -85,6 +86,7 @@ FORMAT_NAMES = (
     (r"UCUU:0,1/(\d+),0%1,1%\d+", "bcsr(1,{})"),
     (r"UCUU:0/(\d+),1,0%\d+,1%1", "bcsr({},1)"),
     (r"UF(\d+)", "ell({})"),
+    (r"UU:1,0", "column-major"),
     (r"UC", "csr"),
     (r"UC:1,0", "csc"),
     (r"CC", "dcsr"),
@@ -742,7 +744,7 @@ def tuned_cell(spec: Spec, case: Case, cell: dict, tools: Tools, args, column: s
         clock = CLOCKS[args.clock]
         c0 = clock()
         operands = res.operands(**case.operands)
-        given = {n: str(t.format) for n, t in case.operands.items() if isinstance(t, ucf.Tensor)}
+        given = {n: given_format(t) for n, t in case.operands.items()}
         changed = {n: f for n, f in res.formats.items() if n in given and f != given[n]}
         cell[column].update(
             formats={n: format_name(f) for n, f in changed.items()},
@@ -751,6 +753,13 @@ def tuned_cell(spec: Spec, case: Case, cell: dict, tools: Tools, args, column: s
         )
     checked(lambda: res.kernel(**operands), case, spec.sparse_out, True)
     return lambda: res.kernel(**operands)
+
+
+def given_format(operand: Any) -> str:
+    """An operand's canonical format: a ucf Tensor's own, a numpy array's dense one."""
+    if isinstance(operand, ucf.Tensor):
+        return str(operand.format)
+    return "U" * np.ndim(operand)
 
 
 def format_name(spelled: str) -> str:

@@ -25,7 +25,8 @@ order they store their modes). A trial picks, in define-by-run style:
   honour only prints a warning);
 - ``format_<T>`` (``format_choices``, when formats are searched too): each
   sparse input's format, among its level kinds and mode orders and the blocked
-  and fixed-width formats its nonzeros' fill says can pay; every choice of
+  and fixed-width formats its nonzeros' fill says can pay, and each dense
+  input's mode order, its own or the one its loops walk; every choice of
   formats then has parameters of its own, named with a ``[T=...]`` suffix.
 
 The result is schedule text; ucf's own checks decide whether it is legal,
@@ -449,17 +450,31 @@ def structured(spelled: str) -> bool:
 def format_choices(
     statement: str, formats: dict[str, str], operands: Mapping[str, Tensor] | None = None
 ) -> dict[str, tuple[str, ...]]:
-    """Formats to try for each sparse input, the given one first: its level kinds, all
-    dense-then-compressed and all compressed, in every mode order (up to order 3); and for
-    a matrix among ``operands``, the blocked (``bcsr``) and fixed-width (``ell``) formats
-    whose fill on it says they can pay (``ucf.tuning.structure``). Inputs given in a
-    blocked format, and inputs indexed by affine expressions, keep their format."""
+    """Formats to try for each input, the given one first.
+
+    A sparse input gets its level kinds, all dense-then-compressed and all compressed,
+    in every mode order (up to order 3); and for a matrix among ``operands``, the blocked
+    (``bcsr``) and fixed-width (``ell``) formats whose fill on it says they can pay
+    (``ucf.tuning.structure``). Inputs given in a blocked format, and inputs indexed by
+    affine expressions, keep their format. A dense input of order 2 or 3 gets the mode
+    order in which ucf's default loop order walks it (``dense_order``), where that is
+    not the given one. A choice in which no loop order walks every operand in its
+    storage (a ``bcsr`` input beside a ``csr`` output over the same variables) would
+    convert an operand in every call, and is left out."""
     stmt = parse_statement(statement)
     found = {}
+    walked: tuple[str, ...] | None = None
     for a in accesses(stmt.rhs):
         n = len(a.indices)
         given = parse_format(formats.get(a.tensor, "dense"), order=n, tensor=a.tensor)
-        if given.is_dense or n > 3 or any(i.single_variable is None for i in a.indices):
+        if n > 3 or any(i.single_variable is None for i in a.indices):
+            continue
+        if given.is_dense:
+            if walked is None:
+                walked = _default_order(statement, formats)
+            option = dense_order(a, walked)
+            if n > 1 and option is not None and option != str(given):
+                found[a.tensor] = (str(given), option)
             continue
         letters = str(given).split(":")[0]
         if len(letters) != n:  # a blocked format
@@ -472,5 +487,39 @@ def format_choices(
         if operands is not None and a.tensor in operands:
             for offer in offers(operands[a.tensor]):
                 options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
-        found[a.tensor] = tuple(dict.fromkeys(options))
-    return found
+        kept = [
+            o
+            for o in dict.fromkeys(options)
+            if o == str(given) or _walkable(statement, formats, a.tensor, o)
+        ]
+        found[a.tensor] = tuple(kept)
+    return {t: options for t, options in found.items() if len(options) > 1}
+
+
+def _default_order(statement: str, formats: dict[str, str]) -> tuple[str, ...]:
+    """ucf's default loop order for ``formats`` (a blocked format's split variables
+    included)."""
+    return problem(statement, formats, {}).base[0]
+
+
+def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
+    """The dense format that stores ``access``'s modes in the order loop ``order`` visits
+    their variables (``UU:1,0`` for ``D(k,j)`` under loops ``i, j, k``), so the innermost
+    loop walks contiguous memory; None when a variable is not one of the loops."""
+    variables = [i.single_variable for i in access.indices]
+    if any(v not in order for v in variables):
+        return None
+    perm = sorted(range(len(variables)), key=lambda m: order.index(variables[m]))
+    spelled = "U" * len(perm) + ("" if perm == sorted(perm) else ":" + ",".join(map(str, perm)))
+    return str(parse_format(spelled, order=len(perm), tensor=access.tensor))
+
+
+def _walkable(statement: str, formats: dict[str, str], tensor: str, option: str) -> bool:
+    """Whether, with ``tensor`` stored in ``option``, some loop order walks every sparse
+    operand in its storage (else every call would convert one); False where ucf refuses
+    the formats."""
+    try:
+        p = problem(statement, {**formats, tensor: option}, {})
+    except UcfError:
+        return False
+    return not p.converts or len(p.orders) > 1

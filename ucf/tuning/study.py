@@ -27,6 +27,7 @@ import numpy as np
 
 from ucf.errors import ConversionWarning, UcfError, UnsupportedError, boundary
 from ucf.exec import cache, tuned
+from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
@@ -176,26 +177,30 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
 
 
 def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
-    """The parameters of the default schedule on the given formats, then (formats searched)
-    on each blocked or fixed-width format offered for an input: a search of a few dozen
-    trials over many formats, each with a space of its own, would otherwise try the
-    formats that the operands' structure singled out only by chance. Then, up to a
-    ``SEED_SHARE`` of the trials, the seed schedules of the given formats
-    (``space.seed_params``)."""
+    """The parameters of the default schedule on the given formats; then, formats
+    searched, on the given ones with every dense input in the mode order its loops walk
+    (``space.dense_order``), and on those with each blocked or fixed-width format offered
+    for a sparse input: a search of a few dozen trials over many formats, each with a
+    space of its own, would otherwise try the formats that the operands' structure
+    singled out only by chance. Then, up to a ``SEED_SHARE`` of the trials, the seed
+    schedules of the given formats (``space.seed_params``)."""
     from ucf.exec.jit import num_threads
 
     v = objective.variant(objective.formats)
     found = [{**_defaults(objective, v.formats, v.problem)}]
+    walked = dict(objective.formats)
     for name, options in objective.choices.items():
-        for option in options:
-            if not space.structured(option):
-                continue
-            formats = {**objective.formats, name: option}
-            try:
-                p = space.problem(objective.statement, formats, objective.extents)
-            except UcfError:
-                continue  # its trial would fail the same way, pruned
-            found.append(_defaults(objective, formats, p))
+        if parse_format(objective.formats[name]).is_dense:
+            walked[name] = options[1]
+    candidates = [walked] if walked != objective.formats else []
+    for name, options in objective.choices.items():
+        candidates += [{**walked, name: o} for o in options if space.structured(o)]
+    for formats in candidates:
+        try:
+            p = space.problem(objective.statement, formats, objective.extents)
+        except UcfError:
+            continue  # its trial would fail the same way, pruned
+        found.append(_defaults(objective, formats, p))
     scope = objective.scope(v.formats)
     formats = {f"format_{n}": v.formats[n] for n in objective.choices}
     seeds = space.seed_params(v.problem, num_threads(), scope)[: int(trials * SEED_SHARE)]
