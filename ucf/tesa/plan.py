@@ -417,9 +417,9 @@ def _distribute(
 ) -> Expr:
     """``e`` over the parts of its split operands. Each top-level additive term that is
     linear in a split operand becomes one sub-statement per part (``piece`` emits it
-    and returns its access), a single part included: a blocked part's loops can then come first in a step of its own,
-    where beside a bias ``+ B(h)`` its sum would have to run inside each output
-    element. Other reads of a split operand read the sum of its parts."""
+    and returns its access), a single part included: a blocked part's loops can then
+    come first in a step of its own, where beside a bias ``+ B(h)`` its sum would have
+    to run inside each output element. Other reads of a split operand read the sum of its parts."""
     if isinstance(e, Binary) and e.op in "+-":
         return Binary(
             e.op,
