@@ -271,3 +271,17 @@ def test_parallel_coiteration_is_refused():
             formats={"A": "C", "B": "C"},
             schedule="parallelize(i, CPUThread, NoRaces)",
         )
+
+
+@pytest.mark.parametrize("count", ["²", "٣", "-1", "1.5"])
+def test_the_fluent_schedule_refuses_counts_that_are_not_ascii_digits(count):
+    """str.isdigit takes '²' (int() then raised, an InternalError) and other scripts'
+    digits ('٣' was read as 3): a count is ASCII digits only."""
+    with pytest.raises(ucf.ScheduleError, match="positive integer"):
+        ucf.compile(
+            "C(i,n) = A(i,k) * B(k,n)",
+            dynamic={"A": (32, 1)},
+            schedule=ucf.Schedule().condense("k", "A", count),
+        )
+    with pytest.raises((ucf.ScheduleError, ucf.ParseError)):
+        ucf.compile("y(i) = A(i,j) * x(j)", schedule=ucf.Schedule().split("i", "i0", "i1", count))

@@ -93,7 +93,9 @@ class Command:
             raise ScheduleError(f"{self}: '{v}' is not a valid index variable name")
 
     def positive(self, text: str, what: str) -> int:
-        if not text.isdigit() or int(text) < 1:
+        # ASCII digits only: str.isdigit also takes '²' (which int() refuses) and other
+        # scripts' digits, which the fluent Schedule API would let through.
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
             raise ScheduleError(f"{self}: {what} must be a positive integer, got '{text}'")
         return int(text)
 
