@@ -136,7 +136,12 @@ def source(fns: list[ir.Function]) -> str:
     """A self-contained C translation unit: runtime/ucf_runtime.h is carried inline."""
     from ucf.resources import runtime_dir
 
-    out = [(runtime_dir() / "ucf_runtime.h").read_text(), *vector_typedefs(fns), *pair_dots(fns)]
+    out = [
+        (runtime_dir() / "ucf_runtime.h").read_text(),
+        *vector_typedefs(fns),
+        *pair_dots(fns),
+        *vector_fmas(fns),
+    ]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")
@@ -198,6 +203,27 @@ def pair_dots(fns: list[ir.Function]) -> list[str]:
         ]
         if n == 8:
             lines.append("#endif")
+    return lines
+
+
+def vector_fmas(fns: list[ir.Function]) -> list[str]:
+    """A macro ``ucf_fma_<type>`` per vector type of ``ir.FMA`` the functions use: C's
+    ``fma``/``fmaf`` lane by lane, exactly rounded, which GCC at -O3 turns into one
+    ``vfmadd`` of the whole vector where the target has FMA3 (a macro for the reason
+    ``pair_dots`` gives)."""
+    from ucf.ir.walk import nodes
+
+    used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.FMA) and ir.lanes(n.type) > 1})
+    lines = []
+    for ty in used:
+        t, fn = c_type(ty), "fmaf" if ir.element(ty) == "f32" else "fma"
+        lines += [
+            f"#define ucf_fma_{ty}(a, b, c) __extension__({{ \\",
+            f"  {t} ucf_a_ = (a), ucf_b_ = (b), ucf_c_ = (c), ucf_r_; \\",
+            f"  for (int ucf_l_ = 0; ucf_l_ < {ir.lanes(ty)}; ucf_l_++) \\",
+            f"    ucf_r_[ucf_l_] = {fn}(ucf_a_[ucf_l_], ucf_b_[ucf_l_], ucf_c_[ucf_l_]); \\",
+            "  ucf_r_; })",
+        ]
     return lines
 
 
@@ -328,6 +354,11 @@ class _Emitter:
             return f"(({c_type(e.type)}){{{lanes}}})"
         if isinstance(e, ir.PairDot):
             return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
+        if isinstance(e, ir.FMA):
+            args = f"{self.expr(e.left)}, {self.expr(e.right)}, {self.expr(e.addend)}"
+            if ir.lanes(e.type) > 1:
+                return f"ucf_fma_{e.type}({args})"
+            return f"fma{'f' if e.type == 'f32' else ''}({args})"
         if isinstance(e, ir.Bin):
             if e.op in ("min", "max"):
                 return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"

@@ -191,7 +191,7 @@ def _step(
         for r, s in enumerate(splats):
             for x in range(vecs):
                 a = acc[r, x]
-                body.append(ir.Assign(a, ir.Bin("+", a, ir.Bin("*", s, bv[x]))))
+                body.append(ir.Assign(a, ir.add_product(a, ir.Bin("*", s, bv[x]))))
         return [*head, ir.For(j, zero, cnt, body), *tail]
 
     tiles: list[ir.Stmt] = []
@@ -218,7 +218,7 @@ def _step(
                 v.n,
                 [
                     ir.Decl(total, old_c(ir.Load(c, at_c))),
-                    ir.For(j, zero, cnt, [ir.Assign(total, ir.Bin("+", total, term))]),
+                    ir.For(j, zero, cnt, [ir.Assign(total, ir.add_product(total, term))]),
                     ir.Store(c, at_c, total),
                 ],
             ),

@@ -358,7 +358,7 @@ class _Rewriter:
             panels = {substitute(e, local): at for e, at in packed.items()}
             for v in range(vectors):
                 term = _vector(value, j, jv, v * lanes, lanes, leaf, panels)
-                updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
+                updates.append(ir.Assign(acc[r, v], ir.add_product(acc[r, v], term)))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
 

@@ -441,7 +441,7 @@ class _Rewriter:
                 for v in range(TILE_VECTORS):
                     # j counts from the tile's first column in the panel.
                     term = _vector(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
-                    adds.append(ir.Assign(acc[k, v], ir.Bin("+", acc[k, v], term)))
+                    adds.append(ir.Assign(acc[k, v], ir.add_product(acc[k, v], term)))
             return [*stmts, *adds]
 
         out += self.jam(replace(nest, prefix=[]), [dict(m) for m in maps], updates, tile.level)
