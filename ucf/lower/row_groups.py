@@ -20,8 +20,9 @@ Two shapes gain:
   (1024 floats), and a panel cut out of them falls into a few cache sets, so B is
   first copied into contiguous panels, one per tile of columns.
 
-Each output element still sums its terms in the same order, so the result is bit for
-bit the ungrouped kernel's. Rows that do not fill a group, and columns that do not
+Each output element still sums its terms in the same order, each a fused multiply-add
+as in the ungrouped kernel (``ucf.lower.fma``), so the result is bit for bit the
+ungrouped kernel's. Rows that do not fill a group, and columns that do not
 fill a tile, run in the original nest.
 """
 
