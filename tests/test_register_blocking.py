@@ -431,3 +431,22 @@ def test_the_tile_multiplies_and_adds_in_one_instruction(target):
     assert "vmulps" not in k.asm
     if target == "c":
         assert "ucf_fma_f32x8(" in k.c_source
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_c_target_without_fma3_fuses_lane_by_lane(dtype, monkeypatch):
+    """Built for a CPU without FMA3 (a saved kernel's portable build), C's ``fmaf``/
+    ``fma`` lane by lane: the same values as the llvm target's ``vfmadd``."""
+    rng = np.random.default_rng(23)
+    a = (blocked(rng, (16, 12), (4, 4)) * rng.standard_normal((16, 12))).astype(dtype)
+    b = rng.standard_normal((12, 37)).astype(dtype)
+    t = ucf.from_numpy(a, format="bcsr(4,4)")
+    want = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"}, dtype=dtype)(A=t, B=b).to_numpy()
+    flags = "-O3 -march=x86-64 -Wall -Werror -ffp-contract=off -fopenmp -fPIC -shared"
+    monkeypatch.setenv("UCF_CFLAGS", flags)
+    k = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"}, dtype=dtype, target="c")
+    assert "vfmadd" not in k.asm
+    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+    if dtype == "float64":
+        np.testing.assert_array_equal(want, fused_products(a, b))
