@@ -33,7 +33,7 @@ def driver_under_asan(tmp_path, functions, driver: str) -> list[str]:
     src, exe = tmp_path / "kernel.c", tmp_path / "kernel"
     src.write_text(cgen.source(functions) + driver)
     build = subprocess.run(
-        [CC, "-fsanitize=address", "-g", "-O1", str(src), "-o", str(exe)],
+        [CC, "-fsanitize=address", "-g", "-O1", str(src), "-lm", "-o", str(exe)],
         capture_output=True,
         text=True,
     )
@@ -187,6 +187,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
             f"-I{tmp_path}",
             str(driver),
             str(csrc),
+            "-lm",
             "-o",
             str(exe),
         ],

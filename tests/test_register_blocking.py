@@ -2,13 +2,19 @@
 and c targets: tiles of several rows (a block's places) and of one row (CSR, dense),
 extents of ``j`` that leave a remainder or fill no tile at all, partial blocks, int8
 values into int32, factors that are broadcast, the other factor's rows packed into a
-panel when enough groups of rows share them, and nests the pass must leave alone."""
+panel when enough groups of rows share them, and nests the pass must leave alone; and
+the numeric contract (``ucf.lower.fma``): every accumulated product one fused
+multiply-add, bit for bit alike with and without the micro-kernels, on every target."""
 
 from __future__ import annotations
+
+import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from conftest import TARGETS, needs_cc, rand_dense
+from llvmlite import binding as llvm
 
 import ucf
 from ucf.ir import nodes as ir
@@ -357,3 +363,90 @@ def test_a_dequantized_panel_rounds_alike_on_both_targets(monkeypatch):
     np.testing.assert_array_equal(llvm, c)
     np.testing.assert_array_equal(llvm, plain)
     np.testing.assert_allclose(llvm, x @ stored.to_numpy(), rtol=1e-5, atol=1e-4)
+
+
+def fused_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64 as ucf's contract sums it (``ucf.lower.fma``): each element's
+    terms in the order of k, each added unrounded and the sum rounded once (exact
+    rationals, rounded by ``float``, which rounds to nearest)."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i, j in np.ndindex(out.shape):
+        acc = 0.0
+        for k in np.flatnonzero(a[i]):
+            acc = float(Fraction(acc) + Fraction(a[i, k]) * Fraction(b[k, j]))
+        out[i, j] = acc
+    return out
+
+
+# The micro-kernel (bcsr), a packed panel (16 rows: 4 groups), and the generic nests of
+# a scalar accumulator (csr) and of an accumulating store (dense, k outside j).
+FUSED = [("bcsr(4,4)", None), ("bcsr(16,16)", None), ("csr", None), ("dense", "reorder(i,k,j)")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt, schedule", FUSED, ids=[f for f, _ in FUSED])
+def test_every_accumulated_product_is_one_fused_multiply_add(target, fmt, schedule, monkeypatch):
+    """Random floats, whose products round: with and without the micro-kernel, the sums
+    are bit for bit the fused ones (and not the unfused ones, which differ here)."""
+    rng = np.random.default_rng(21)
+    a = blocked(rng, (32, 24), (4, 4)) * rng.standard_normal((32, 24))
+    b = rng.standard_normal((24, 19))
+    want = fused_products(a, b)
+    unfused = np.zeros_like(want)
+    for k in range(a.shape[1]):
+        unfused += a[:, [k]] * b[[k]]
+    assert not np.array_equal(want, unfused)
+    for blocking in ("1", "0"):
+        monkeypatch.setenv("UCF_REGISTER_BLOCKING", blocking)
+        k = ucf.compile(SPMM, formats={"A": fmt}, schedule=schedule, target=target)
+        got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=f"{fmt}, blocking {blocking}")
+        products = [n for n in nodes(k.llir) if isinstance(n, ir.Bin) and n.op == "*"]
+        assert not [n for n in products if ir.element(n.type) in ir.FLOAT_TYPES]
+
+
+@pytest.mark.slow
+def test_cuda_emulation_fuses_alike():
+    """The CUDA printer's ``fma`` (the C printer's), built by the emulator (slow: the
+    emulator's header alone takes about 10 s to build in a fresh cache)."""
+    rng = np.random.default_rng(22)
+    a = blocked(rng, (40, 24), (1, 1)) * rng.standard_normal((40, 24))
+    x = rng.standard_normal((24, 1))
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, target="cuda", emulate=True)
+    assert " = fma(" in k.source
+    got = k(A=ucf.from_numpy(a, format="csr"), x=x[:, 0]).to_numpy()
+    np.testing.assert_array_equal(got, fused_products(a, x)[:, 0])
+
+
+@needs_cc
+@pytest.mark.skipif(not llvm.get_host_cpu_features().get("fma"), reason="host without FMA3")
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_the_tile_multiplies_and_adds_in_one_instruction(target):
+    """On an FMA3 host the micro-kernel's vector multiply-adds are ``vfmadd`` (C: the
+    ``ucf_fma_f32x8`` macro, lane by lane, vectorized by the compiler), with no separate
+    multiply left in the kernel."""
+    k = ucf.compile(SPMM, formats={"A": "bcsr(8,8)"}, dtype="float32", target=target)
+    assert "registers: C is accumulated" in k.cin
+    assert re.search(r"vfmadd\d+ps\s+[^\n]*%ymm", k.asm)
+    assert "vmulps" not in k.asm
+    if target == "c":
+        assert "ucf_fma_f32x8(" in k.c_source
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_c_target_without_fma3_fuses_lane_by_lane(dtype, monkeypatch):
+    """Built for a CPU without FMA3 (a saved kernel's portable build), C's ``fmaf``/
+    ``fma`` lane by lane: the same values as the llvm target's ``vfmadd``."""
+    rng = np.random.default_rng(23)
+    a = (blocked(rng, (16, 12), (4, 4)) * rng.standard_normal((16, 12))).astype(dtype)
+    b = rng.standard_normal((12, 37)).astype(dtype)
+    t = ucf.from_numpy(a, format="bcsr(4,4)")
+    want = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"}, dtype=dtype)(A=t, B=b).to_numpy()
+    flags = "-O3 -march=x86-64 -Wall -Werror -ffp-contract=off -fopenmp -fPIC -shared"
+    monkeypatch.setenv("UCF_CFLAGS", flags)
+    k = ucf.compile(SPMM, formats={"A": "bcsr(4,4)"}, dtype=dtype, target="c")
+    assert "vfmadd" not in k.asm
+    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+    if dtype == "float64":
+        np.testing.assert_array_equal(want, fused_products(a, b))

@@ -43,6 +43,7 @@ from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lower import dismantle
+from ucf.lower.fma import fuse
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.registers import register_block
 from ucf.lower.row_groups import group_rows
@@ -177,8 +178,10 @@ def plan(
         if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
             compute, groups = group_rows(compute)
             cin.notes += groups
-    assemble = remove_dead_variables(lowered.assemble) if lowered.assemble else None
+        compute = fuse(compute)
+    assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:
+        module = replace(module, kernels=[fuse(k) for k in module.kernels])
         cuda = cudagen.source(module, str(stmt))
         return Plan(
             front.user_stmt,

@@ -3,7 +3,8 @@
 Every LLIR variable becomes an entry-block alloca; the O3 pipeline promotes
 them to registers.  Array parameters carry ``noalias``, which is what lets
 LLVM hoist bounds and vectorize the inner loops, like ``restrict`` in the C
-target.  Floating point stays strict, so both
+target.  Floating point stays strict, and a fused
+multiply-add (``ir.FMA``) is the exactly rounded ``llvm.fma`` intrinsic, so both
 targets round identically.
 """
 
@@ -392,6 +393,8 @@ class _FunctionBuilder:
             )
         if isinstance(e, ir.PairDot):
             return self.pair_dot(e)
+        if isinstance(e, ir.FMA):
+            return self.fma(e)
         if isinstance(e, ir.Bin):
             return self.binary(e)
         if isinstance(e, ir.Neg):
@@ -434,6 +437,14 @@ class _FunctionBuilder:
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
+
+    def fma(self, e: ir.FMA) -> ll.Value:
+        """LLVM's ``llvm.fma`` intrinsic, exactly rounded as C's ``fma``: one ``vfmadd``
+        on a host with FMA3, for a scalar or a vector."""
+        n, t = ir.lanes(e.type), _type(e.type)
+        name = f"llvm.fma.{ir.element(e.type) if n == 1 else f'v{n}{ir.element(e.type)}'}"
+        args = [self.expr(e.left), self.expr(e.right), self.expr(e.addend)]
+        return self.b.call(self._extern(name, t, [t, t, t]), args)
 
     def pair_dot(self, e: ir.PairDot) -> ll.Value:
         """AVX2's ``pmaddwd`` intrinsic: ``ucf.lower.pairs`` makes the node only on a host

@@ -139,6 +139,22 @@ class PairDot(Expr):
 
 
 @dataclass(frozen=True)
+class FMA(Expr):
+    """``left * right + addend`` rounded once, as IEEE 754's fusedMultiplyAdd, on floats
+    or vectors of them: one instruction (``vfmadd``) on x86 with FMA3, and the same value
+    on every target, where a multiply and an add would round twice. ``add_product``
+    makes it for every accumulation of a product (``ucf.lower.fma``)."""
+
+    left: Expr
+    right: Expr
+    addend: Expr
+
+    @property
+    def type(self) -> str:
+        return self.addend.type
+
+
+@dataclass(frozen=True)
 class Bin(Expr):
     op: str  # + - * / % min max, and on integers << >> (arithmetic) &
     left: Expr
@@ -375,6 +391,15 @@ def mul(a: Expr, b: Expr) -> Expr:
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value * b.value, a.type)
     return Bin("*", a, b)
+
+
+def add_product(acc: Expr, term: Expr) -> Expr:
+    """``acc + term``, fused into one ``FMA`` when ``term`` is a product of floats: the
+    one rule by which ucf fuses (``ucf.lower.fma``)."""
+    if isinstance(term, Bin) and term.op == "*" and element(term.type) in FLOAT_TYPES:
+        if term.type == acc.type:
+            return FMA(term.left, term.right, acc)
+    return add(acc, term)
 
 
 def minimum(a: Expr, b: Expr) -> Expr:

@@ -18,8 +18,8 @@ vector registers across the whole gathered depth: per k one load of B's panel ro
 one broadcast per row, and multiply-adds; C is loaded and stored once per depth.
 
 Every element of C adds its terms in the order the index lists the live k's, as the
-generic kernel does, so the two agree bit for bit (and llvm and c with them: the C
-target compiles without contraction into fused multiply-adds).  A block of a single
+generic kernel does, each a fused multiply-add as there (``ucf.lower.fma``), so the
+two agree bit for bit (and llvm and c with them).  A block of a single
 row (tiles of ``1 x bw``) skips the packing of B, which would cost as much as the
 product, and reads B's rows in place with a one-row tile of ``SINGLE`` vectors.
 """
@@ -209,7 +209,7 @@ def _step(
         for r, s in enumerate(splats):
             for x in range(vecs):
                 a = acc[r, x]
-                body.append(ir.Assign(a, ir.Bin("+", a, ir.Bin("*", s, bv[x]))))
+                body.append(ir.Assign(a, ir.add_product(a, ir.Bin("*", s, bv[x]))))
         return [*head, ir.For(j, zero, cnt, body), *tail]
 
     tiles: list[ir.Stmt] = []
@@ -236,7 +236,7 @@ def _step(
                 v.n,
                 [
                     ir.Decl(total, old_c(ir.Load(c, at_c))),
-                    ir.For(j, zero, cnt, [ir.Assign(total, ir.Bin("+", total, term))]),
+                    ir.For(j, zero, cnt, [ir.Assign(total, ir.add_product(total, term))]),
                     ir.Store(c, at_c, total),
                 ],
             ),

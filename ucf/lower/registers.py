@@ -27,8 +27,9 @@ once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are take
 make enough groups. Products of 8-bit integers into int32 take the micro-kernel of
 ``ucf.lower.pairs`` instead, two steps of the reduction per multiply.
 
-Every output element still sums its terms in the same order, so the result is bit
-for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
+Every output element still sums its terms in the same order, each a fused multiply-add
+(``ir.add_product``) as the original nest's are after ``ucf.lower.fma``, so the result is
+bit for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
 code generators print as LLVM vectors and GCC vector extensions.
 """
 
@@ -358,7 +359,7 @@ class _Rewriter:
             panels = {substitute(e, local): at for e, at in packed.items()}
             for v in range(vectors):
                 term = _vector(value, j, jv, v * lanes, lanes, leaf, panels)
-                updates.append(ir.Assign(acc[r, v], ir.Bin("+", acc[r, v], term)))
+                updates.append(ir.Assign(acc[r, v], ir.add_product(acc[r, v], term)))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
 

@@ -20,8 +20,9 @@ Two shapes gain:
   (1024 floats), and a panel cut out of them falls into a few cache sets, so B is
   first copied into contiguous panels, one per tile of columns.
 
-Each output element still sums its terms in the same order, so the result is bit for
-bit the ungrouped kernel's. Rows that do not fill a group, and columns that do not
+Each output element still sums its terms in the same order, each a fused multiply-add
+as in the ungrouped kernel (``ucf.lower.fma``), so the result is bit for bit the
+ungrouped kernel's. Rows that do not fill a group, and columns that do not
 fill a tile, run in the original nest.
 """
 
@@ -441,7 +442,7 @@ class _Rewriter:
                 for v in range(TILE_VECTORS):
                     # j counts from the tile's first column in the panel.
                     term = _vector(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
-                    adds.append(ir.Assign(acc[k, v], ir.Bin("+", acc[k, v], term)))
+                    adds.append(ir.Assign(acc[k, v], ir.add_product(acc[k, v], term)))
             return [*stmts, *adds]
 
         out += self.jam(replace(nest, prefix=[]), [dict(m) for m in maps], updates, tile.level)
