@@ -451,10 +451,11 @@ class Kernel:
             self._choose(given, extents)
             plan = self._plan
         if plan.blocking is not None:
-            return blocked.run(self._run, plan, given, extents, out, self.dtype)
-        if self._built.flat is not None:
+            result = blocked.run(self._run, plan, given, extents, out, self.dtype)
+        elif self._built.flat is not None:
             return self._run_flat(self._built.flat, given, extents, out)
-        result = self._run(given, extents, out)
+        else:
+            result = self._run(given, extents, out)
         call, local.call = local.call, None  # held no longer than this call
         if (
             call is not None
@@ -462,7 +463,7 @@ class Kernel:
             and not self._statics  # each call compares a static operand with the compiled one
             and not plan.integer_sums  # each call bounds the sums by the zero points' values
             and (out is None or isinstance(out, np.ndarray))
-            and replayable(operands, given, call[3])
+            and replayable(operands, call[3], out, result, call[1][call[2]])
         ):
             zero = stmt.op == "="
             new = Replay(operands, out, call[:3], num_threads(), local.built, result, zero)
@@ -503,7 +504,7 @@ class Kernel:
         if b.dense_output:
             result = self._dense_output(out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
-            if self.target != "cuda" and plan.blocking is None:  # replayable: see __call__
+            if self.target != "cuda":  # replayable: see __call__
                 self._local.call = (fn, args, b.out_vals_at, slots)
             return result
         if out is not None or stmt.op == "+=":

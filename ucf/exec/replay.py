@@ -128,6 +128,7 @@ class Replay:
         "zero",
         "shape",
         "format",
+        "levels",
         "size",
         "dtype",
     )
@@ -158,7 +159,7 @@ class Replay:
         self.fn, self.args, self.out_at = call
         self.packed, self.runs = None, 0
         self.threads, self.built, self.zero = threads, built, zero
-        self.shape, self.format = result.shape, result.format
+        self.shape, self.format, self.levels = result.shape, result.format, len(result.levels)
         self.size, self.dtype = result.vals.size, result.vals.dtype
 
     def matches(self, operands: dict[str, Any], out: Any, threads: int) -> bool:
@@ -228,27 +229,51 @@ class Replay:
             if self.runs == PACK_AFTER:
                 signature = [t is ctypes.c_void_p for t in self.fn.argtypes]
                 self.packed = Packed(self.fn, signature, args)
-        return trusted(self.shape, self.format, [{} for _ in self.shape], vals)
+        return trusted(self.shape, self.format, [{} for _ in range(self.levels)], vals)
 
 
 #: Each thread's arenas by dtype (threads must not share one: taking is not atomic).
 _ARENAS = threading.local()
 
 
-def replayable(operands: dict[str, Any], given: dict[str, Tensor], slots: dict[str, Any]) -> bool:
-    """Whether every operand reached the kernel as it is: a numpy array wrapped without
-    a copy, or a Tensor bound without conversion, and no slot holds a converted copy
-    (a second read of a tensor in another order, ``A(j,i)``, binds one that a replay
-    would neither check nor keep alive)."""
-    if set(slots) - set(operands):
-        return False
-    for name, value in operands.items():
-        t = given[name]
-        if slots.get(name) is not t:
-            return False
+def replayable(
+    operands: dict[str, Any],
+    slots: dict[str, Tensor],
+    out: np.ndarray | None,
+    result: Tensor,
+    out_address: int,
+) -> bool:
+    """Whether a replay would bind as this call did: every array the kernel read is one
+    an operand holds (the same memory, which the operands' probes vouch for: a converted
+    copy, a padded split or a second read of a tensor in another order, ``A(j,i)``, is
+    memory a replay would neither check nor keep alive), and the kernel wrote the
+    result's own values, and ``out``'s when given (not a buffer copied or cut after).
+    A blocked kernel's split operands are views of the user's arrays when the blocks
+    divide the extents, so those calls replay too."""
+    held = set()
+    for value in operands.values():
         if isinstance(value, np.ndarray):
-            if value.ndim == 0 or not (t.vals is value or t.vals.base is value):
+            if value.ndim == 0:
                 return False
-        elif value is not t:
+            arrays = [value]
+        elif isinstance(value, Tensor):
+            arrays = _arrays(value)
+        else:
             return False
-    return True
+        held.update((binding.address(a), a.nbytes) for a in arrays)
+    for t in slots.values():
+        for a in _arrays(t):
+            if (binding.address(a), a.nbytes) not in held:
+                return False
+    if out is not None and binding.address(out) != out_address:
+        return False
+    return binding.address(result.vals) == out_address
+
+
+def _arrays(t: Tensor) -> list[np.ndarray]:
+    """The arrays ``t`` holds: its levels', its values and its scales."""
+    arrays = [a for level in t.levels for a in level.values()]
+    arrays.append(t.vals)
+    if t.scales is not None:
+        arrays += [t.scales.scale, t.scales.zero_point]
+    return arrays
