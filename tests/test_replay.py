@@ -317,3 +317,21 @@ def test_blocked_kernels_whose_operands_are_padded_are_not_replayed(replays):
             b8[0, 0] = step
             np.testing.assert_array_equal(k8(A=A8, B=b8).to_numpy(), a8 @ b8)
     assert replays == []
+
+
+def test_int8_blocks_times_uint8_activations_replay_exactly(replays):
+    """The TeSA int8 row's kernel: bcsr@int8 weights times uint8 activations into int32.
+    The activations are read where they lie (no copy to the kernel's dtype), so a call
+    with the same arrays replays, and reads activations updated in place."""
+    rng = np.random.default_rng(13)
+    pattern = (rng.random((4, 4)) < 0.5).repeat(8, 0).repeat(8, 1)
+    a = np.where(pattern, rng.integers(-127, 128, pattern.shape), 0).astype(np.int8)
+    b = rng.integers(0, 256, (32, 24)).astype(np.uint8)
+    formats = {"A": "bcsr(8,8)@int8", "B": "dense@uint8"}
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats, dtype="int32")
+    A = ucf.from_numpy(a, format="bcsr(8,8)@int8")
+    for step in range(3):
+        b[step] = 255 - b[step]
+        got = k(A=A, B=b).to_numpy()
+        np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    assert len(replays) == 2

@@ -46,7 +46,7 @@ from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.quantize import check_sums, held_operand
 from ucf.format.tensor import Tensor, trusted
-from ucf.format.values import check_lossless
+from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
@@ -575,12 +575,14 @@ class Kernel:
 
     def _as_operand(self, value: Any, name: str) -> Tensor:
         """Wrap a ready numpy array without validation: dense storage has no invariants.
-        A Tensor is taken as it is (``as_tensor`` would return it unchanged, slower)."""
+        A Tensor is taken as it is (``as_tensor`` would return it unchanged, slower). An
+        array of another value dtype than the kernel's (uint8 activations of an int32
+        kernel) is wrapped so too: ``as_tensor`` would keep its dtype as well."""
         if isinstance(value, Tensor):
             return value
         if (
             isinstance(value, np.ndarray)
-            and value.dtype == self.dtype
+            and (value.dtype == self.dtype or value.dtype in VALUE_DTYPES)
             and value.flags.c_contiguous
             and value.ndim > 0
         ):
