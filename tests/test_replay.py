@@ -335,3 +335,19 @@ def test_int8_blocks_times_uint8_activations_replay_exactly(replays):
         got = k(A=A, B=b).to_numpy()
         np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
     assert len(replays) == 2
+
+
+def test_positional_operands_and_masks_are_refused_after_replays(case, replays):
+    """A replay is looked up before the call's arguments are checked, only for calls
+    whose arguments need no check: positional operands and masks= are still refused."""
+    k, m, A, x, z = case
+    for _ in range(3):
+        k(A=A, x=x, z=z)
+    with pytest.raises(ucf.ArgumentError, match="passed by name"):
+        k(A, x=x, z=z)
+    with pytest.raises(ucf.OperandError, match="masks="):
+        k(A=A, x=x, z=z, masks={"A": np.ones((30, 20))})
+    with pytest.raises(ucf.ArgumentError, match="shapes= takes a dict"):
+        k(A=A, x=x, z=z, shapes=[1])
+    np.testing.assert_allclose(k(A=A, x=x, z=z, shapes={}).to_numpy(), m @ x + z)
+    assert len(replays) == 2

@@ -5,7 +5,8 @@ Iterative code calls a kernel in a loop with the same arrays, updated in place
 extents, measuring statistics, choosing a plan and building the argument
 list then repeat work whose answer cannot have changed, and cost tens of
 microseconds against a kernel of a few. A call that bound every operand as it
-is (no conversion) and writes a dense output is remembered per thread, the last
+is (no conversion: a blocked kernel's split operands are then views of the
+user's arrays) and wrote a dense output in place is remembered per thread, the last
 ``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
 argument list when each operand is the same object with the same shape, strides
 and dtype (a numpy array), or holds the same arrays in the same format (a
