@@ -268,3 +268,86 @@ def test_a_tensor_read_twice_in_two_orders_is_not_replayed():
             A.vals[:] *= scale  # in place: the same arrays, as a replay would see them
             dense = A.to_numpy()
             np.testing.assert_allclose(k(A=A, x=x).to_numpy(), (dense * dense.T) @ x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_blocked_kernels_replay_when_the_blocks_divide_the_extents(target, replays):
+    """A blocked kernel reads a bcsr operand's own arrays and a dense operand through a
+    view (when its block size divides it), and writes the result's own values: its
+    calls replay, reading in-place updates, into fresh outputs or a given one."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(-5, 6, (16, 12)) * (rng.random((4, 3)) < 0.6).repeat(4, 0).repeat(4, 1)
+    b = rng.integers(-5, 6, (12, 10)).astype(np.int32)
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", {"A": "bcsr(4,4)"}, dtype="int32", target=target)
+    A = ucf.from_numpy(a.astype(np.int32), format="bcsr(4,4)")
+    first = k(A=A, B=b).to_numpy()
+    b *= 2  # in place
+    A.vals[:] += 1  # the stored blocks, in place (their explicit zeros too)
+    dense = A.to_numpy()
+    second = k(A=A, B=b).to_numpy()
+    assert len(replays) == 1
+    np.testing.assert_array_equal(second, dense @ b)
+    np.testing.assert_array_equal(first, a @ (b // 2))  # not overwritten by the replay
+    out = np.full((16, 10), 7, dtype=np.int32)
+    for _ in range(3):
+        assert np.shares_memory(k(A=A, B=b, out=out).vals, out)
+    np.testing.assert_array_equal(out, dense @ b)
+    assert len(replays) == 3
+
+
+def test_blocked_kernels_whose_operands_are_padded_are_not_replayed(replays):
+    """Blocks that do not divide a dense operand's extent pad it into a copy each call,
+    which a replay would neither check nor keep alive; an int8 activation widened to
+    the kernel's dtype is a copy too."""
+    rng = np.random.default_rng(12)
+    a = rng.integers(-5, 6, (10, 10)).astype(np.int32)
+    b = rng.integers(-5, 6, (10, 6)).astype(np.int32)
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", {"A": "bcsr(4,4)"}, dtype="int32")
+    A = ucf.from_numpy(a, format="bcsr(4,4)")
+    for step in range(3):
+        b[0, 0] = step
+        np.testing.assert_array_equal(k(A=A, B=b).to_numpy(), a @ b)
+    a8 = rng.integers(-5, 6, (8, 8)).astype(np.int32)
+    k8 = ucf.compile("C(i,j) = A(i,k) * B(k,j)", {"A": "bcsr(4,4)"}, dtype="int32")
+    A8 = ucf.from_numpy(a8, format="bcsr(4,4)")
+    b8 = rng.integers(-5, 6, (8, 3)).astype(np.int8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        for step in range(3):
+            b8[0, 0] = step
+            np.testing.assert_array_equal(k8(A=A8, B=b8).to_numpy(), a8 @ b8)
+    assert replays == []
+
+
+def test_int8_blocks_times_uint8_activations_replay_exactly(replays):
+    """The TeSA int8 row's kernel: bcsr@int8 weights times uint8 activations into int32.
+    The activations are read where they lie (no copy to the kernel's dtype), so a call
+    with the same arrays replays, and reads activations updated in place."""
+    rng = np.random.default_rng(13)
+    pattern = (rng.random((4, 4)) < 0.5).repeat(8, 0).repeat(8, 1)
+    a = np.where(pattern, rng.integers(-127, 128, pattern.shape), 0).astype(np.int8)
+    b = rng.integers(0, 256, (32, 24)).astype(np.uint8)
+    formats = {"A": "bcsr(8,8)@int8", "B": "dense@uint8"}
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats, dtype="int32")
+    A = ucf.from_numpy(a, format="bcsr(8,8)@int8")
+    for step in range(3):
+        b[step] = 255 - b[step]
+        got = k(A=A, B=b).to_numpy()
+        np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    assert len(replays) == 2
+
+
+def test_positional_operands_and_masks_are_refused_after_replays(case, replays):
+    """A replay is looked up before the call's arguments are checked, only for calls
+    whose arguments need no check: positional operands and masks= are still refused."""
+    k, m, A, x, z = case
+    for _ in range(3):
+        k(A=A, x=x, z=z)
+    with pytest.raises(ucf.ArgumentError, match="passed by name"):
+        k(A, x=x, z=z)
+    with pytest.raises(ucf.OperandError, match="masks="):
+        k(A=A, x=x, z=z, masks={"A": np.ones((30, 20))})
+    with pytest.raises(ucf.ArgumentError, match="shapes= takes a dict"):
+        k(A=A, x=x, z=z, shapes=[1])
+    np.testing.assert_allclose(k(A=A, x=x, z=z, shapes={}).to_numpy(), m @ x + z)
+    assert len(replays) == 2

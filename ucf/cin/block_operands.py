@@ -1,6 +1,7 @@
 """The user's tensors in the split shapes of a blocked kernel's statement (see
 ``ucf.cin.blocking``): what a call passes the kernel, and what ``static=`` operands
-are specialized to when compiling.
+are specialized to when compiling. The split tensors are built from parts known
+to be sound (``trusted``): normalizing them again cost more than a small kernel.
 
 A blocked tensor's arrays are already those of the split tensor, so it is passed
 as it is. A dense tensor is reshaped, without a copy when the block sizes divide
@@ -14,8 +15,9 @@ import numpy as np
 
 from ucf.cin.blocking import Blocking
 from ucf.errors import ConversionWarning, warn_user
+from ucf.format.format import dense_format
 from ucf.format.quantize import split_held
-from ucf.format.tensor import Tensor, from_coo
+from ucf.format.tensor import Tensor, from_coo, trusted
 
 
 def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
@@ -34,10 +36,11 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
                 ConversionWarning,
             )
             t = t.convert(fmt)
-        levels = [dict(level) for level in t.levels]
-        return Tensor(
-            shape, b.formats[name], levels, t.vals, t.index_dtype, check=False, scales=t.scales
+        split = trusted(
+            shape, b.formats[name], [dict(lv) for lv in t.levels], t.vals, t.index_dtype
         )
+        split.scales = t.scales
+        return split
     if not t.plain:  # its numbers split, held again as they were
         return split_held(t, b.formats[name], split_operand(b, name, t.astype(t.dtype)), name)
     if t.format.is_dense:
@@ -45,7 +48,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         dense = np.asarray(t)  # a view of a row-major tensor's values, else a copy
         if any(after for _, after in pad):
             dense = np.pad(dense, pad)
-        return Tensor.from_numpy(dense.reshape(shape), dtype=t.dtype)
+        vals = np.ascontiguousarray(dense, dtype=t.dtype).reshape(-1)
+        return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
     warn_user(
         f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
         "in blocks, so it is re-packed into those blocks on every call (store it in the "

@@ -16,7 +16,7 @@ from ucf.cin.block_operands import same_levels, split_operand
 from ucf.cin.blocking import Blocking
 from ucf.errors import OperandError
 from ucf.format.format import Format, dense_format
-from ucf.format.tensor import Tensor, from_coo
+from ucf.format.tensor import Tensor, from_coo, trusted
 
 
 def run(
@@ -70,8 +70,10 @@ def _join(b: Blocking, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
         whole = [-(-n // blk) * blk if blk else n for n, blk in zip(shape, blocks, strict=True)]
         arr = np.asarray(t).reshape(whole)[tuple(slice(0, n) for n in shape)]
         # Blocks that divide the extents leave nothing to cut: the kernel's buffer is the
-        # result, with no copy.
-        return Tensor.from_numpy(np.ascontiguousarray(arr), format=dense_format(len(shape)))
+        # result, with no copy (nor the checks of from_numpy, which cost more than a small
+        # kernel's run).
+        vals = np.ascontiguousarray(arr).reshape(-1)
+        return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
     coords, vals = t.to_coo()
     joined = np.zeros((len(coords), len(shape)), dtype=np.int64)
     col = 0

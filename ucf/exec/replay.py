@@ -5,7 +5,8 @@ Iterative code calls a kernel in a loop with the same arrays, updated in place
 extents, measuring statistics, choosing a plan and building the argument
 list then repeat work whose answer cannot have changed, and cost tens of
 microseconds against a kernel of a few. A call that bound every operand as it
-is (no conversion) and writes a dense output is remembered per thread, the last
+is (no conversion: a blocked kernel's split operands are then views of the
+user's arrays) and wrote a dense output in place is remembered per thread, the last
 ``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
 argument list when each operand is the same object with the same shape, strides
 and dtype (a numpy array), or holds the same arrays in the same format (a
@@ -128,6 +129,7 @@ class Replay:
         "zero",
         "shape",
         "format",
+        "levels",
         "size",
         "dtype",
     )
@@ -158,7 +160,7 @@ class Replay:
         self.fn, self.args, self.out_at = call
         self.packed, self.runs = None, 0
         self.threads, self.built, self.zero = threads, built, zero
-        self.shape, self.format = result.shape, result.format
+        self.shape, self.format, self.levels = result.shape, result.format, len(result.levels)
         self.size, self.dtype = result.vals.size, result.vals.dtype
 
     def matches(self, operands: dict[str, Any], out: Any, threads: int) -> bool:
@@ -228,27 +230,65 @@ class Replay:
             if self.runs == PACK_AFTER:
                 signature = [t is ctypes.c_void_p for t in self.fn.argtypes]
                 self.packed = Packed(self.fn, signature, args)
-        return trusted(self.shape, self.format, [{} for _ in self.shape], vals)
+        return trusted(self.shape, self.format, [{} for _ in range(self.levels)], vals)
 
 
 #: Each thread's arenas by dtype (threads must not share one: taking is not atomic).
 _ARENAS = threading.local()
 
 
-def replayable(operands: dict[str, Any], given: dict[str, Tensor], slots: dict[str, Any]) -> bool:
-    """Whether every operand reached the kernel as it is: a numpy array wrapped without
-    a copy, or a Tensor bound without conversion, and no slot holds a converted copy
-    (a second read of a tensor in another order, ``A(j,i)``, binds one that a replay
-    would neither check nor keep alive)."""
-    if set(slots) - set(operands):
+def replayable(
+    operands: dict[str, Any],
+    slots: dict[str, Tensor],
+    out: np.ndarray | None,
+    result: Tensor,
+    out_address: int,
+) -> bool:
+    """Whether a replay would bind as this call did: every array the kernel read is one
+    an operand holds (the same memory, which the operands' probes vouch for: a converted
+    copy, a padded split or a second read of a tensor in another order, ``A(j,i)``, is
+    memory a replay would neither check nor keep alive), and the kernel wrote the
+    result's own values, and ``out``'s when given (not a buffer copied or cut after).
+    A blocked kernel's split operands are views of the user's arrays when the blocks
+    divide the extents, so those calls replay too."""
+    places = None
+    for name, t in slots.items():
+        value = operands.get(name)
+        if value is t:
+            continue
+        if (
+            isinstance(value, np.ndarray)
+            and value.ndim
+            and (t.vals is value or t.vals.base is value)
+        ):
+            continue  # a wrapped array, or a view of all of it (numpy's base owns the memory)
+        if places is None:  # a view of a view, or another array: compare the memory
+            places = _places(operands)
+        if places is None or any((binding.address(a), a.nbytes) not in places for a in _arrays(t)):
+            return False
+    if out is not None and binding.address(out) != out_address:
         return False
-    for name, value in operands.items():
-        t = given[name]
-        if slots.get(name) is not t:
-            return False
-        if isinstance(value, np.ndarray):
-            if value.ndim == 0 or not (t.vals is value or t.vals.base is value):
-                return False
-        elif value is not t:
-            return False
-    return True
+    return binding.address(result.vals) == out_address
+
+
+def _places(operands: dict[str, Any]) -> set[tuple[int, int]] | None:
+    """The address and size of every array the operands hold; None when an operand is
+    something a replay does not compare (a scipy matrix, a 0-d array)."""
+    places = set()
+    for value in operands.values():
+        if isinstance(value, np.ndarray) and value.ndim:
+            places.add((binding.address(value), value.nbytes))
+        elif isinstance(value, Tensor):
+            places.update((binding.address(a), a.nbytes) for a in _arrays(value))
+        else:
+            return None
+    return places
+
+
+def _arrays(t: Tensor) -> list[np.ndarray]:
+    """The arrays ``t`` holds: its levels', its values and its scales."""
+    arrays = [a for level in t.levels for a in level.values()]
+    arrays.append(t.vals)
+    if t.scales is not None:
+        arrays += [t.scales.scale, t.scales.zero_point]
+    return arrays
