@@ -295,7 +295,7 @@ def test_wide_groups_keep_private_sums(wide_kernels):
     """One reduction per group after the lanes' own loops, none inside them."""
     for g in (8, 32):  # g = r too: the row's nonzeros are a serial loop inside the group
         listing = wide_kernels["spmm_listing5", 8, g].source
-        assert "jpos1_acc1 = (jpos1_acc1 + " in listing
+        assert "jpos1_acc1 = fma(A_vals[jpos], B_vals[" in listing  # a fused private sum
         assert listing.count("atomicAddGroup<double, 8>(") == 1
         assert "atomicAddGroup<double, 8>(C_vals, jpos1_cur1, jpos1_acc1)" in listing
     nnz = wide_kernels["spmm_nnz", 4, 16].source
