@@ -346,3 +346,13 @@ def test_choose_stile_prefers_the_tile_that_covers_least_work():
         ucf.choose_stile([samples[0], samples[0][:8]], [(1, 1)], operands={"B": b})
     with pytest.raises(ucf.OperandError, match="at least one candidate"):
         ucf.choose_stile(samples, [], operands={"B": b})
+
+
+def test_a_mask_of_none_derives_the_mask_from_the_zeros():
+    """``masks={"A": None}`` is no mask given (docs/stile.md): the live micro-tiles are
+    A's nonzeros, as without ``masks=``."""
+    rng = np.random.default_rng(41)
+    a = rng.standard_normal((40, 30)) * (rng.random((40, 30)) < 0.2)
+    b = rng.standard_normal((30, 7))
+    kern = ucf.compile("C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (8, 1)})
+    np.testing.assert_allclose(np.asarray(kern(A=a, B=b, masks={"A": None})), a @ b, atol=1e-12)
