@@ -365,6 +365,32 @@ def test_a_dequantized_panel_rounds_alike_on_both_targets(monkeypatch):
     np.testing.assert_allclose(llvm, x @ stored.to_numpy(), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt", ["bcsr(8,16)@qint8:1", "bcsr(4,4)@qint8:1", "bcsr(8,8)@qint8"])
+def test_a_quantized_broadcast_factor_is_converted_once_per_group(target, fmt, monkeypatch):
+    """A quantized A of ``A(i,k) * B(k,j)`` is the factor each row of a tile broadcasts:
+    it is converted once per group of rows into a buffer, not once per tile of j (three
+    tiles and a rest here), with results exact against numpy (eighths) and bit for bit
+    those of the plain nest on random floats."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
+    rng = np.random.default_rng(14)
+    block = block_shape(fmt)
+    a = eighths_in_blocks(rng, (4 * block[0] + 3, 5 * block[1] + 1), block)
+    stored = ucf.quantize(a, format=fmt)
+    np.testing.assert_array_equal(stored.to_numpy(), a)
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", {"A": fmt}, target=target, dtype="float32")
+    assert "A_scale) converted once per group" in k.cin, k.cin
+    b = rand_dense(rng, (a.shape[1], 53)).astype(np.float32)
+    np.testing.assert_array_equal(k(A=stored, B=b).to_numpy(), a @ b)
+    noisy = ucf.quantize(a * rng.random(a.shape, dtype=np.float32), format=fmt)
+    bf = rng.standard_normal(b.shape).astype(np.float32)
+    tiled = k(A=noisy, B=bf).to_numpy()
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    plain = ucf.compile("C(i,j) = A(i,k) * B(k,j)", {"A": fmt}, target=target, dtype="float32")
+    assert "converted once" not in plain.cin
+    np.testing.assert_array_equal(tiled, plain(A=noisy, B=bf).to_numpy())
+
+
 def fused_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` in float64 as ucf's contract sums it (``ucf.lower.fma``): each element's
     terms in the order of k, each added unrounded and the sum rounded once (exact

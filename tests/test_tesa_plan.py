@@ -64,7 +64,9 @@ def test_parts_split_each_operand_exactly():
         for q in parts:
             total += q.mask
             assert (p.attrs[name].bits[q.mask] == q.bits).all()  # one width per part
-            base = "csc" if q.block == (1, 1) else "bcsc(4,4)"  # W1, W2: rows summed
+            # W1, W2: rows summed, and read only by products run transposed: blocks by
+            # column, each block's places by column too
+            base = "csc" if q.block == (1, 1) else "UCUU:1/4,0/4,1%4,0%4"
             assert (
                 q.format == base + {8: "@qint8" + (":1" if base != "csc" else ""), 32: ""}[q.bits]
             )
@@ -80,11 +82,10 @@ def test_plan_matches_numpy(target):
     p = mlp(1)
     p.propagate()
     plan = p.transform(POLICY)
-    # Y split into sub-statements that add into Y (the parts of single elements through
-    # one Y_t, added back once), and B added last
-    assert sum(s.startswith("Y(t, e) +=") for s in plan.steps) >= 2
-    assert sum(s.startswith("Y(t, e) += Y_t") for s in plan.steps) == 1
-    assert plan.steps[-1] == "Y(t, e) += B(e)"
+    # Both layers transposed whole, their parts (8-bit blocks included) adding into Y_t,
+    # B added last, and Y transposed back once
+    assert sum(s.startswith("Y_t(e, t) +=") for s in plan.steps) >= 2
+    assert plan.steps[-2:] == ["Y_t(e, t) += B(e)", "Y(t, e) = Y_t(e, t)"]
     run = plan.compile(target=target, dtype="float64")
     rng = np.random.default_rng(7)
     values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
@@ -236,7 +237,7 @@ def test_sub_statements_add_into_the_output_where_they_cover_it(statement, shape
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
-# Parts of 32 bits only: no block is quantized, so products may run transposed whole.
+# Parts of 32 bits only (no quantized block).
 POLICY32 = ucf.Policy(bits={32}, blocks={(1, 1): 1.0, (4, 4): 6.0})
 
 
@@ -266,14 +267,14 @@ def test_an_mlp_of_plain_parts_runs_transposed_between_its_input_and_output():
 @pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=[needs_cc, pytest.mark.slow])])
 @pytest.mark.parametrize(
     "policy, extra, whole",
-    [(POLICY32, "", True), (POLICY32, " + C(t,h)", False), (POLICY, "", False)],
+    [(POLICY32, "", True), (POLICY32, " + C(t,h)", False), (POLICY, "", True)],
 )
 def test_products_with_column_parts_run_transposed(target, policy, extra, whole):
     """``T(t,h) = X(t,d) * W(d,h)`` with W's parts stored by column: the statement runs
     transposed whole, each part into ``T_t`` (over X transposed once), and one tiled
-    transpose makes T. With a term that cannot run transposed (``C``, read plain), or a
-    quantized block (which the plain product converts once per block), only the parts
-    of single elements run transposed, into one ``T_t`` added back into T once. Extents
+    transpose makes T, quantized blocks included. With a term that cannot run transposed
+    (``C``, read plain), only the parts of single elements run transposed, into one
+    ``T_t`` added back into T once. Extents
     that are no multiple of the tile, and both threads (the tests start every parallel
     loop's threads)."""
     rng = np.random.default_rng(15)

@@ -24,7 +24,10 @@ The panel is a workspace of each thread. What is packed is the largest part of t
 product that all groups read alike: a load, or a computation on loads, such as a
 quantized block's ``(q - zero) * scale``, which then runs once per block instead of
 once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
-make enough groups. Products of 8-bit integers into int32 take the micro-kernel of
+make enough groups. The factor each row broadcasts, when it too is computed (the
+quantized block ``A`` of ``A(i,k) * B(k,j)``), is converted once per group of rows into a
+buffer of the group's rows by the reduction's steps, not once per tile of ``j``.
+Products of 8-bit integers into int32 take the micro-kernel of
 ``ucf.lower.pairs`` instead, two steps of the reduction per multiply.
 
 Every output element still sums its terms in the same order, each a fused multiply-add
@@ -222,14 +225,15 @@ class _Rewriter:
             )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
                 pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
-            micro = self.micro(kernel, renames, jv, lanes, packed)
+            converted, fill = ({}, []) if kernel is not nest else self.converted(nest, renames)
+            micro = self.micro(kernel, renames, jv, lanes, packed, converted)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured
             # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
             # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
             inner = ir.For(tile, Const(0, I64), count, [at, *micro])
-            tiles = ir.For(group, Const(0, I64), groups, [*decls, inner])
+            tiles = ir.For(group, Const(0, I64), groups, [*decls, *fill, inner])
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
@@ -316,6 +320,50 @@ class _Rewriter:
             renames.append(mapping)
         return renames, decls
 
+    def converted(
+        self, nest: _Nest, renames: list[dict]
+    ) -> tuple[dict[ir.Expr, tuple[ir.Array, int]], list[ir.Stmt]]:
+        """The factors each row's tiles broadcast that cost a computation per use (a
+        quantized block's ``(q - zero) * scale``, read as ``A`` of ``A(i,k) * B(k,j)``),
+        each with a buffer of the group's rows by the reduction's steps, and the loop that
+        fills it once per group of rows: every tile of ``j`` would convert them again
+        (8 times for 128 columns). Empty where the reduction's range depends on the
+        row, or no factor computes more than a load."""
+        red = nest.red
+        rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
+        depth = _most(red)
+        if depth is None or (names(red.start) | names(red.end)) & rowwise:
+            return {}, []
+        steps: dict[str, ir.Expr] = {}
+        for d in nest.red_decls:
+            steps[d.var.name] = substitute(d.init, steps)
+        j = nest.inner.var.name
+        found = [
+            f
+            for f in dict.fromkeys(_broadcast(nest.store.value, j))
+            if red.var.name in names(substitute(f, steps)) and _computes(f)
+        ]
+        if not found:
+            return {}, []
+        rows, step = len(renames), Var(self.fresh(red.var.name), I64)
+        buffers: dict[ir.Expr, tuple[ir.Array, int]] = {}
+        stores: list[ir.Stmt] = []
+        for f in found:
+            buffer = ir.Array(self.fresh("converted"), f.type)
+            self.panels.append(buffer)
+            self.sizes.append(Const(rows * depth, I64))
+            buffers[f] = (buffer, depth)
+            source = substitute(f, steps)
+            for r, mapping in enumerate(renames):
+                value = substitute(source, {**mapping, red.var.name: step})
+                at = ir.add(Const(r * depth, I64), ir.sub(step, red.start))
+                stores.append(ir.Store(buffer, at, value))
+        self.notes.append(
+            f"registers: {', '.join(_named(f) for f in found)} converted once per group of "
+            f"{rows} rows ({nest.rows.label or nest.rows.var.name}), not per tile"
+        )
+        return buffers, [ir.For(step, red.start, red.end, stores)]
+
     def micro(
         self,
         nest: _Nest,
@@ -323,9 +371,11 @@ class _Rewriter:
         jv: Var,
         lanes: int,
         packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]],
+        converted: dict[ir.Expr, tuple[ir.Array, int]] | None = None,
     ) -> list[ir.Stmt]:
         """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
-        into it (the loads in ``packed`` from their panels), store it."""
+        into it (the loads in ``packed`` from their panels, the factors in ``converted``
+        from their row group's buffer), store it."""
         store, j = nest.store, nest.inner.var.name
         vectors = VECTORS[len(renames)]
         acc: dict[tuple[int, int], Var] = {}
@@ -351,11 +401,16 @@ class _Rewriter:
             return leaves[e]
 
         updates: list[ir.Stmt] = []
+        places = {f: Var(self.fresh("converted_at"), f.type) for f in converted or {}}
+        step = ir.sub(nest.red.var, nest.red.start)
         for r, mapping in enumerate(renames):
             local = dict(mapping)
             for d in nest.red_decls:
                 local[d.var.name] = leaf(substitute(d.init, local), d.var.name)
-            value = substitute(store.value, local)
+            for factor, (buffer, depth) in (converted or {}).items():
+                at = ir.add(Const(r * depth, I64), step)
+                local[places[factor].name] = ir.Load(buffer, at)
+            value = substitute(_swapped(store.value, places), local)
             panels = {substitute(e, local): at for e, at in packed.items()}
             for v in range(vectors):
                 term = _vector(value, j, jv, v * lanes, lanes, leaf, panels)
@@ -603,3 +658,34 @@ def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dic
     if isinstance(e, ir.Bin | ir.PairDot):
         return replace(e, left=_vector(e.left, *args), right=_vector(e.right, *args))
     return ir.Neg(_vector(e.operand, *args))
+
+
+def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:
+    """The largest parts of ``e`` that do not vary with ``j``: what ``_vector``
+    broadcasts."""
+    if j not in names(e):
+        return [e]
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return _broadcast(e.left, j) + _broadcast(e.right, j)
+    if isinstance(e, ir.Cast | ir.Neg):
+        return _broadcast(e.operand, j)
+    return []
+
+
+def _computes(e: ir.Expr) -> bool:
+    """Whether ``e`` does more than load (and widen) one value."""
+    while isinstance(e, ir.Cast):
+        e = e.operand
+    return not isinstance(e, ir.Load | Var | Const)
+
+
+def _swapped(e: ir.Expr, table: dict[ir.Expr, ir.Expr]) -> ir.Expr:
+    """``e`` with each of its parts in ``table`` replaced, through the nodes ``_vector``
+    walks."""
+    if e in table:
+        return table[e]
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return replace(e, left=_swapped(e.left, table), right=_swapped(e.right, table))
+    if isinstance(e, ir.Cast | ir.Neg):
+        return replace(e, operand=_swapped(e.operand, table))
+    return e

@@ -580,8 +580,6 @@ class _Transposed:
         reads = {a.tensor for e in rest for a in accesses(e)}
         if len(products) != len(made) or not (products or reads & set(self.only)):
             return None
-        if any(self._converted(p) for _, p in products):
-            return None
         out = _fresh(f"{lhs.tensor}_t", self.taken)
         steps = []
         for k, (x, p) in enumerate(products):
@@ -599,15 +597,6 @@ class _Transposed:
         self.transposed[lhs.tensor] = out
         self.only[lhs.tensor] = own
         return steps
-
-    def _converted(self, p: Access) -> bool:
-        """Whether ``p`` is a blocked part whose values are converted as they are read
-        (quantized, or half precision). Its plain product converts each block once,
-        into the packed panel its rows share; transposed, the block is the factor each
-        register tile broadcasts, converted at every use (1.4x slower measured on the
-        BERT MLP's 8-bit blocks), which costs more than the transposes save."""
-        part = self.parts[p.tensor]
-        return part.block != (1, 1) and VALUES[part.bits] != ""
 
     def _plain(self, e: Expr, indices: tuple[Affine, ...]) -> bool:
         """Whether ``e`` is element-wise over the output's indices: no sum, and each
