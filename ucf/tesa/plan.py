@@ -510,7 +510,7 @@ class _Transposed:
         self.taken = taken
         self.transposed: dict[str, str] = {}  # a tensor -> its transposed copy
         self.only: dict[str, tuple[str, str]] = {}  # held only transposed -> its indices
-        self.products: set[str] = set()  # the steps of statements computed transposed whole
+        self.products: set[str] = set()  # the steps of the products computed transposed
         self.schedules: dict[str, str] = {}
 
     def product(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
@@ -549,9 +549,7 @@ class _Transposed:
         ``products``: each into one ``T_t``, added back once."""
         t, h = (i.single_variable for i in lhs.indices)
         out = _fresh(f"{lhs.tensor}_t", self.taken)
-        steps = []
-        for k, (x, p) in enumerate(products):
-            steps.extend(self._product(out, "+=" if k else "=", x, p, t, h))
+        steps = self._products(out, products, t, h)
         steps.append(self._tiled(f"{lhs.tensor}({t}, {h}) {op} {out}({h}, {t})", h, t))
         return steps
 
@@ -581,10 +579,7 @@ class _Transposed:
         if len(products) != len(made) or not (products or reads & set(self.only)):
             return None
         out = _fresh(f"{lhs.tensor}_t", self.taken)
-        steps = []
-        for k, (x, p) in enumerate(products):
-            steps.extend(self._product(out, "+=" if k else "=", x, p, t, h))
-            self.products.add(steps[-1])
+        steps = self._products(out, products, t, h)
         if rest:
 
             def flip(a: Access) -> Access:
@@ -617,6 +612,18 @@ class _Transposed:
                 t, h = self.only.pop(name)
                 flipped = self.transposed[name]
                 steps.append(self._tiled(f"{name}({t}, {h}) = {flipped}({h}, {t})", h, t))
+        return steps
+
+    def _products(
+        self, out: str, products: list[tuple[Access, Access]], t: str, h: str
+    ) -> list[str]:
+        """``out(h,t)`` as the sum of ``sum(d, p(d,h) * x_t(d,t))`` over ``products``, the
+        first into it and the others added; each product's step is kept in
+        ``self.products``."""
+        steps: list[str] = []
+        for k, (x, p) in enumerate(products):
+            steps.extend(self._product(out, "+=" if k else "=", x, p, t, h))
+            self.products.add(steps[-1])
         return steps
 
     def _product(self, out: str, op: str, x: Access, p: Access, t: str, h: str) -> list[str]:
