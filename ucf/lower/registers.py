@@ -264,9 +264,7 @@ class _Rewriter:
         span = ir.sub(nest.inner.end, nest.inner.start)
         if (groups is not None and groups < PACK_GROUPS) or not names(span) <= self.params:
             return {}, []
-        steps: dict[str, ir.Expr] = {}
-        for d in nest.red_decls:
-            steps[d.var.name] = substitute(d.init, steps)
+        steps = _red_steps(nest)
         rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
         factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
         if not factors:
@@ -334,9 +332,7 @@ class _Rewriter:
         depth = _most(red)
         if depth is None or (names(red.start) | names(red.end)) & rowwise:
             return {}, []
-        steps: dict[str, ir.Expr] = {}
-        for d in nest.red_decls:
-            steps[d.var.name] = substitute(d.init, steps)
+        steps = _red_steps(nest)
         j = nest.inner.var.name
         found = [
             f
@@ -658,6 +654,15 @@ def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dic
     if isinstance(e, ir.Bin | ir.PairDot):
         return replace(e, left=_vector(e.left, *args), right=_vector(e.right, *args))
     return ir.Neg(_vector(e.operand, *args))
+
+
+def _red_steps(nest: _Nest) -> dict[str, ir.Expr]:
+    """The reduction loop's declarations, each as an expression of what is known outside
+    them: what a computation hoisted out of the loop reads in their place."""
+    steps: dict[str, ir.Expr] = {}
+    for d in nest.red_decls:
+        steps[d.var.name] = substitute(d.init, steps)
+    return steps
 
 
 def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:
