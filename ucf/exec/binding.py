@@ -189,11 +189,7 @@ def check_output(out: Any, reads: dict[str, Any], outname: str) -> None:
     if not target.flags.writeable:
         raise OperandError(f"out= for {outname} is read-only: pass a writeable array")
     for name, t in reads.items():
-        arrays = (
-            [t.vals, *(a for lvl in t.levels for a in lvl.values())]
-            if hasattr(t, "levels")
-            else [t]
-        )
+        arrays = t.arrays if hasattr(t, "levels") else [t]
         if any(isinstance(a, np.ndarray) and np.may_share_memory(target, a) for a in arrays):
             raise OperandError(
                 f"out= shares memory with operand {name}, which the kernel reads while it "

@@ -264,7 +264,7 @@ def replayable(
             continue  # a wrapped array, or a view of all of it (numpy's base owns the memory)
         if places is None:  # a view of a view, or another array: compare the memory
             places = _places(operands)
-        if places is None or any((binding.address(a), a.nbytes) not in places for a in _arrays(t)):
+        if places is None or any((binding.address(a), a.nbytes) not in places for a in t.arrays):
             return False
     if out is not None and binding.address(out) != out_address:
         return False
@@ -279,16 +279,7 @@ def _places(operands: dict[str, Any]) -> set[tuple[int, int]] | None:
         if isinstance(value, np.ndarray) and value.ndim:
             places.add((binding.address(value), value.nbytes))
         elif isinstance(value, Tensor):
-            places.update((binding.address(a), a.nbytes) for a in _arrays(value))
+            places.update((binding.address(a), a.nbytes) for a in value.arrays)
         else:
             return None
     return places
-
-
-def _arrays(t: Tensor) -> list[np.ndarray]:
-    """The arrays ``t`` holds: its levels', its values and its scales."""
-    arrays = [a for level in t.levels for a in level.values()]
-    arrays.append(t.vals)
-    if t.scales is not None:
-        arrays += [t.scales.scale, t.scales.zero_point]
-    return arrays

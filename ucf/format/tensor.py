@@ -189,6 +189,16 @@ class Tensor:
             return int(len(self.vals))
         return self.level_sizes()[-1]
 
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        """Every array the tensor holds, the ones a kernel reads: its levels', its values
+        and its scales (what aliasing checks and replays compare)."""
+        arrays = [a for level in self.levels for a in level.values()]
+        arrays.append(self.vals)
+        if self.scales is not None:
+            arrays += [self.scales.scale, self.scales.zero_point]
+        return arrays
+
     def level_sizes(self) -> list[int]:
         """Number of positions at each level, outermost first."""
         sizes = []
