@@ -175,7 +175,7 @@ def compile(
             )
         from ucf.exec.dynamic import DynamicKernel
 
-        return DynamicKernel(expr, formats, schedule, target, dtype, index_dtype, dynamic)
+        return DynamicKernel(expr, formats, schedule, target, dtype, index_dtype, dynamic, emulate)
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)
 
 

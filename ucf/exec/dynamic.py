@@ -3,11 +3,11 @@
 ``ucf.compile(stmt, dynamic={"A": (32, 1)})`` compiles once for an operand A that
 comes dense on every call, with a mask (``masks={"A": m}``) or without one (its
 nonzeros are the mask).  Every call builds the index of A's live micro-tiles with
-a generated kernel (``ucf.stile``: no sort, no atomics), and the compute runs over
-those tiles only, reading A's dense array in place.
+a generated kernel (``ucf.stile``: no sort; on CUDA with atomicAdd slot claims), and
+the compute runs over those tiles only, reading A's dense array in place.
 
-A matmul over A's last variable, and MoE's product with A as the routing, run as
-gathered dense compute tiles instead (``ucf.exec.condensed``). Any other statement
+On llvm and c, a matmul over A's last variable, and MoE's product with A as the
+routing, run as gathered dense compute tiles instead (``ucf.exec.condensed``). Any other statement
 is rewritten so that an ordinary ucf kernel does this.  Each of A's
 variables whose tile extent exceeds 1 is split into the tile and the place in it,
 as for a blocked format (``ucf.cin.blocking``), and the tile index T joins A's
@@ -67,12 +67,15 @@ class DynamicKernel:
         dtype: Any,
         index_dtype: Any,
         dynamic: Mapping[str, Any],
+        emulate: bool = False,
     ):
         stmt = parse_statement(expr)
-        if target not in stile.TARGETS:
+        if target not in stile.INDEX_TARGETS:
             raise UnsupportedError(
-                f"dynamic operands run on {' or '.join(stile.TARGETS)}, not {target!r}"
+                f"dynamic operands run on {', '.join(stile.INDEX_TARGETS)}, not {target!r}"
             )
+        if emulate and target != "cuda":
+            raise UnsupportedError("emulate=True runs generated CUDA and needs target='cuda'")
         if not isinstance(dynamic, Mapping):
             raise OperandError(f"dynamic= maps an operand to its micro-tile shape, got {dynamic!r}")
         if len(dynamic) != 1:
@@ -113,6 +116,7 @@ class DynamicKernel:
         except ScheduleError as e:
             raise ScheduleError(f"dynamic operand {name}: {e}") from None
         self.name, self.target, self.statement = name, target, stmt
+        self.emulate = emulate
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         self._index = _fresh("T", taken)
         self._mask = _fresh("K", taken)
@@ -127,7 +131,9 @@ class DynamicKernel:
         self._blocking: Blocking | None = None
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)
         self.index_dtype = index_dtype_of(index_dtype)
-        shape = condensed.match(stmt, name, self.granularity, formats, self.dtype, schedule)
+        shape = None
+        if target in stile.TARGETS:  # gathered compute tiles are CPU kernels
+            shape = condensed.match(stmt, name, self.granularity, formats, self.dtype, schedule)
         self._condensed = None
         if shape is None:
             self._build_generic()
@@ -201,13 +207,19 @@ class DynamicKernel:
         inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
         inner_formats[self._index] = "U" * (order - 1) + "Q"
         args = (str(inner), inner_formats)
+        emulate = self.emulate
         if schedule is None:
-            default = _tiles_first(inner, tiles, split_access)
+            order = _tiles_first(inner, tiles, split_access)
+            default = (
+                _gpu_schedule(inner, order) if target == "cuda" else _cpu_schedule(inner, order)
+            )
+            if default is None:
+                return Kernel(*args, None, target, dtype, index_dtype, emulate), b
             try:
-                return Kernel(*args, default, target, dtype, index_dtype), b
+                return Kernel(*args, default, target, dtype, index_dtype, emulate), b
             except (ScheduleError, UnsupportedError):
                 schedule = None
-        return Kernel(*args, schedule, target, dtype, index_dtype), b
+        return Kernel(*args, schedule, target, dtype, index_dtype, emulate), b
 
     @property
     def cin(self) -> str:
@@ -253,7 +265,9 @@ class DynamicKernel:
         check_orders({a.tensor: len(a.indices) for a in ast.accesses(stmt.rhs)}, tensors)
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
-        index = stile.build(mask, self.granularity, self.target, self.dtype, self.index_dtype)
+        index = stile.build(
+            mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate
+        )
         if self._condensed is None and self.blocking is None:
             return self.kernel(out=out, **tensors, **{self._index: index})
         shape = tuple(extents[v] for v in ast.index_variables(self.statement.lhs))
@@ -303,20 +317,51 @@ class _Shim:
     statement: ast.Statement
 
 
-def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> str:
-    """The default schedule: the loops over tiles outermost (so a row of tiles reads
+def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> list[str]:
+    """The default loop order: the loops over tiles outermost (so a row of tiles reads
     its index once, and a live tile's row of B serves every row in the tile), then
     the places in the tiles (``places`` is the split access of A), then the summed
-    variables, then the output's innermost (rows of the output written in order);
-    the outermost loop parallel when it is an output variable's."""
+    variables, then the output's innermost (rows of the output written in order)."""
     out = ast.index_variables(stmt.lhs)
     summed = [v for v in ast.index_variables(stmt.rhs) if v not in out]
     seen = [str(t) for t in tiles] + ast.index_variables(places) + summed + out
-    order = list(dict.fromkeys(seen))
+    return list(dict.fromkeys(seen))
+
+
+def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> str:
+    """The tiles-first order, its outermost loop parallel when it is an output
+    variable's."""
     text = f"reorder({', '.join(order)})"
     if order[0] in ast.index_variables(stmt.lhs):
         text += f"; parallelize({order[0]}, CPUThread, NoRaces)"
     return text
+
+
+#: GPU threads per block over the output's columns in a dynamic kernel on CUDA.
+GPU_COLUMNS = 128
+
+
+def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
+    """On CUDA: a GPU block per iteration of the tiles-first order's outermost loop (an
+    output variable's) and per 128 of the output's last variable when A does not hold
+    it (B's columns ``n``), a thread per column. Inside, each thread runs the other
+    output variables, then the summed ones innermost, adding into a running sum: the
+    threads of a block read B's rows at the tile's live k's side by side and share the
+    reads of A, its mask and the index. None (the CUDA default) when the nest has no
+    such pair of loops."""
+    out = ast.index_variables(stmt.lhs)
+    columns = out[-1]
+    if order[0] not in out or columns == order[0]:
+        return None
+    inner = [v for v in order[1:] if v in out and v != columns]
+    inner += [v for v in order[1:] if v not in out]
+    blk, thr = f"{columns}_gblk", f"{columns}_gthr"
+    return (
+        f"reorder({', '.join([order[0], columns, *inner])}); "
+        f"split({columns}, {blk}, {thr}, {GPU_COLUMNS}); "
+        f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
+        f"parallelize({thr}, GPUThread, NoRaces)"
+    )
 
 
 def _fresh(base: str, taken: set[str]) -> str:
