@@ -356,3 +356,27 @@ def test_a_mask_of_none_derives_the_mask_from_the_zeros():
     b = rng.standard_normal((30, 7))
     kern = ucf.compile("C(i,n) = A(i,k) * B(k,n)", dynamic={"A": (8, 1)})
     np.testing.assert_allclose(np.asarray(kern(A=a, B=b, masks={"A": None})), a @ b, atol=1e-12)
+
+
+def test_choose_stile_measures_a_tile_cost_once_and_keeps_it_in_the_cache(monkeypatch):
+    """The second choice over the same candidates reads the kernel cache and builds no
+    dynamic kernel to measure again; a new candidate is measured."""
+    from ucf.exec import dynamic
+
+    rng = np.random.default_rng(13)
+    samples = [rng.random((64, 48)) < 0.1]
+    b = rng.random((48, 8))
+    first = ucf.choose_stile(samples, [(8, 1), (1, 1)], operands={"B": b}, dtype=np.float64)
+    built = []
+    real = dynamic.DynamicKernel
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dynamic, "DynamicKernel", counting)
+    again = ucf.choose_stile(samples, [(8, 1), (1, 1)], operands={"B": b}, dtype=np.float64)
+    assert again.costs == first.costs and again.granularity == first.granularity
+    assert built == []
+    ucf.choose_stile(samples, [(4, 1)], operands={"B": b}, dtype=np.float64)
+    assert len(built) == 1

@@ -27,16 +27,12 @@ import numpy as np
 
 from ucf import stile
 from ucf.errors import ArgumentError, OperandError, boundary
-from ucf.exec import condensed
+from ucf.exec import cache, condensed
 from ucf.exec.jit import num_threads
 from ucf.lang import ast
 from ucf.lang.parser import parse_statement
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
-
-# A candidate's (fixed seconds per call, seconds per live tile), by operator, shapes,
-# candidate, depth, target and thread count: measured once per process.
-_MEASURED: dict[tuple, tuple[float, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -70,8 +66,10 @@ def choose_stile(
     ``ucf.choose_stile([m1, m2], [(1, 1), (32, 1)], operands={"B": b})``.
 
     ``operands`` are the statement's other operands, as a call would pass them (the
-    tile costs are measured with them, on ``target``, and remembered for the
-    process). The samples are masks of the dynamic operand's shape. ``depths`` are
+    tile costs are measured with them, on ``target``, once: kept in the kernel cache
+    under the statement, shapes, candidate, depth, target, thread count and ucf's
+    code version, as ``Policy(blocks="measure")`` keeps its block costs). The samples
+    are masks of the dynamic operand's shape. ``depths`` are
     the compute-tile depths tried where the kernel gathers compute tiles (each one a
     compile and a measurement per candidate; None: the kernels' default depth
     alone); compile with the choice as ``schedule=f"condense(k, A, {choice.depth})"``.
@@ -169,40 +167,45 @@ def _tile_cost(
     from ucf.exec.dynamic import DynamicKernel
 
     arrays = {n: np.asarray(v) for n, v in operands.items()}
-    key = (
+    fields = {
+        "kind": "stile tile cost",
+        "statement": statement,
+        "operand": operand,
+        "granularity": list(granularity),
+        "depth": depth,
+        "shape": list(shape),
+        "operands": sorted([n, list(a.shape), a.dtype.str] for n, a in arrays.items()),
+        "target": target,
+        "dtype": np.dtype(dtype).str,
+        "threads": num_threads(),
+    }
+    name = f"{cache.key(fields)}.cost"
+    cost = cache.load(name, fields)
+    if cost is not None:
+        return cost
+    kernel = DynamicKernel(
         statement,
-        operand,
-        granularity,
-        depth,
-        shape,
-        tuple(sorted((n, a.shape, a.dtype.str) for n, a in arrays.items())),
+        None,
+        _schedule(statement, operand, depth),
         target,
-        np.dtype(dtype).str,
-        num_threads(),
+        dtype,
+        "int32",
+        {operand: granularity},
     )
-    if key not in _MEASURED:
-        kernel = DynamicKernel(
-            statement,
-            None,
-            _schedule(statement, operand, depth),
-            target,
-            dtype,
-            "int32",
-            {operand: granularity},
-        )
-        data = np.ones(shape, dtype=kernel.dtype)
-        full, empty = np.ones(shape, bool), np.zeros(shape, bool)
+    data = np.ones(shape, dtype=kernel.dtype)
+    full, empty = np.ones(shape, bool), np.zeros(shape, bool)
 
-        def seconds(mask: np.ndarray) -> float:
-            kernel(**arrays, **{operand: data}, masks={operand: mask})  # warm
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                kernel(**arrays, **{operand: data}, masks={operand: mask})
-                times.append(time.perf_counter() - t0)
-            return min(times)
+    def seconds(mask: np.ndarray) -> float:
+        kernel(**arrays, **{operand: data}, masks={operand: mask})  # warm
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            kernel(**arrays, **{operand: data}, masks={operand: mask})
+            times.append(time.perf_counter() - t0)
+        return min(times)
 
-        tiles = stile.build(full.view(np.uint8), granularity, target).nnz
-        t_empty = seconds(empty)
-        _MEASURED[key] = (t_empty, max(seconds(full) - t_empty, 0.0) / max(tiles, 1))
-    return _MEASURED[key]
+    tiles = stile.build(full.view(np.uint8), granularity, target).nnz
+    t_empty = seconds(empty)
+    cost = (t_empty, max(seconds(full) - t_empty, 0.0) / max(tiles, 1))
+    cache.store(name, fields, cost)
+    return cost
