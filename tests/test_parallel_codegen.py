@@ -178,6 +178,21 @@ def test_a_split_loop_counts_the_work_of_its_rows(name):
     assert _value(work_estimate(_parallel_loop(k)), env) == a.shape[0] + a.nnz * env["n_k"]
 
 
+@pytest.mark.parametrize("op", ["+", "*"])
+def test_a_merge_counts_the_entries_of_every_level_it_merges(op):
+    """A sparse add (union) or product (intersection) of CSR matrices merges two rows per
+    row in a ``while``: both passes count the rows plus both operands' entries. Counting
+    the rows alone kept a 100k-row add of long rows on one thread."""
+    a, b = _csr(400, 300, 30, seed=7), _csr(400, 300, 5, seed=8)
+    k = ucf.compile(
+        f"S(i,j) = A(i,j) {op} B(i,j)", formats={"A": "csr", "B": "csr", "S": "csr"}, target="c"
+    )
+    env = {"n_i": 400, "A1_pos": a.indptr, "B1_pos": b.indptr}
+    for fn in k.llir:
+        loop = next(s for s in _walk(fn.body) if isinstance(s, ir.For) and s.parallel)
+        assert _value(work_estimate(loop), env) == 400 + a.nnz + b.nnz
+
+
 def test_a_chain_of_compressed_levels_counts_the_work_under_its_last():
     """A filter-sparse convolution parallel over m (F in UCCC) does its multiply-adds under
     F's last level, once per pixel: the estimate counts each level's entries and the last

@@ -272,6 +272,9 @@ def work_estimate(loop: ir.For) -> ir.Expr:
     if inner is not None:
         pos, child = inner
         work = ir.Bin("+", trips, _below(pos, child, loop.start, loop.end, local))
+    else:
+        for pos in _merged_levels(loop):
+            work = ir.Bin("+", work, _entries(pos, loop.start, loop.end))
     return work
 
 
@@ -416,6 +419,36 @@ def _compressed_child(loop: ir.For) -> tuple[ir.Array, ir.For] | None:
             p = alias[p.name]
         return (lo.array, s) if p == loop.var else None
     return None
+
+
+def _merged_levels(loop: ir.For) -> list[ir.Array]:
+    """The ``pos`` arrays of the compressed levels that a co-iteration ``while`` in
+    ``loop``'s body merges below the loop's variable (``pA1 = A1_pos[i]``, ``pA1_end =
+    A1_pos[i + 1]``, and B's likewise, for ``A(i,j) + B(i,j)``): each row's merge steps
+    through the entries of all of them, so a sparse add of long rows is not counted as
+    its rows alone. Empty when the body runs no ``while``."""
+    if not any(isinstance(s, ir.While) for s in loop.body):
+        return []
+    alias: dict[str, ir.Expr] = {}
+    starts: dict[str, ir.Expr] = {}
+    merged: list[ir.Array] = []
+    for s in loop.body:
+        if not isinstance(s, ir.Decl):
+            continue
+        alias[s.var.name] = s.init
+        load = _strip_cast(s.init)
+        if not isinstance(load, ir.Load):
+            continue
+        p = load.index
+        while isinstance(p, Var) and p.name in alias:
+            p = alias[p.name]
+        if p == loop.var:
+            starts[load.array.name] = load.index
+        elif starts.get(load.array.name) is not None and load.index == ir.Bin(
+            "+", starts[load.array.name], Const(1, I64)
+        ):
+            merged.append(load.array)
+    return merged
 
 
 def _strip_cast(e: ir.Expr) -> ir.Expr:
