@@ -23,7 +23,9 @@ from ucf.exec.kernel import _trimmed
 
 CC = shutil.which("cc")
 CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
+CTYPE |= {"i8": "int8_t", "u8": "uint8_t", "f16": "_Float16"}
 NPTYPE = {"i32": np.int32, "i64": np.int64, "f64": np.float64, "f32": np.float32}
+NPTYPE |= {"i8": np.int8, "u8": np.uint8, "f16": np.float16}
 
 
 def driver_under_asan(tmp_path, functions, driver: str) -> list[str]:
@@ -63,6 +65,17 @@ def asan_cc(tmp_path_factory):
     if run.returncode != 0:
         pytest.skip(f"ASan programs do not run here: {run.stderr.strip()[:200]}")
     return CC
+
+
+def _operand_array(t: ucf.Tensor, role: tuple) -> np.ndarray:
+    """The array of operand ``t`` a kernel parameter with ``role`` takes."""
+    if role[0] == "vals":
+        return t.vals
+    if role[0] == "scale":
+        return t.scales.scale
+    if role[0] == "zero":
+        return t.scales.zero_point
+    return t.levels[role[2]][role[0]]
 
 
 def _c_literal(v, ty: str) -> str:
@@ -114,7 +127,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
             else:
                 t = operands[role[1]]
                 if p.name not in declared:
-                    arr = t.vals if role[0] == "vals" else t.levels[role[2]][role[0]]
+                    arr = _operand_array(t, role)
                     assert arr.dtype == NPTYPE[p.type], (p.name, arr.dtype, p.type)
                     _array(p.name, p.type, arr, body)
                     declared.add(p.name)

@@ -204,8 +204,8 @@ def test_refusals_name_the_tensor_or_variable():
         ucf.compile(MATMUL, dynamic={"A": (32,)})
     with pytest.raises(ucf.OperandError, match="dynamic operand A is passed dense"):
         ucf.compile(MATMUL, {"A": "csr"}, dynamic={"A": (1, 1)})
-    with pytest.raises(ucf.UnsupportedError, match="llvm or c"):
-        ucf.compile(MATMUL, dynamic={"A": (1, 1)}, target="cuda")
+    with pytest.raises(ucf.UnsupportedError, match="run on llvm, c, cuda, not 'metal'"):
+        ucf.compile(MATMUL, dynamic={"A": (1, 1)}, target="metal")
     kern = ucf.compile(MATMUL, dynamic={"A": (2, 2)})
     a, b = np.ones((4, 6)), np.ones((6, 3))
     with pytest.raises(ucf.OperandError, match=r"mask of A has shape \(4, 5\)"):

@@ -101,8 +101,6 @@ def test_cin_names_the_gpu_mapping_and_no_condensed_kernel():
 def test_emulate_needs_cuda():
     with pytest.raises(ucf.UnsupportedError, match="emulate=True"):
         ucf.compile(MATMUL, dynamic={"A": (32, 1)}, emulate=True)
-    with pytest.raises(ucf.UcfError, match="dynamic operands run on llvm, c, cuda"):
-        ucf.compile(MATMUL, dynamic={"A": (32, 1)}, target="metal")
 
 
 @needs_nvcc
