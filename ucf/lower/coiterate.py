@@ -182,7 +182,8 @@ class CoiterationMixin:
             m = Var(f"{it.coord.name}_hit", "i1")
             body.append(ir.Decl(m, ir.Cmp("==", it.coord, coord)))
             matches[it.n] = m
-        body += self._cases(term, st, iters, located, coord, live, matches, False, absent)
+        cases = self._cases(term, st, iters, located, coord, live, matches, False, absent)
+        body += _one_case(cases, [matches[it.n] for it in its])
         for it in its:
             step = [ir.Assign(it.pos, self._advance(it)), *it.skip]
             body += step if len(its) == 1 else [ir.If(matches[it.n], step)]
@@ -336,3 +337,25 @@ class CoiterationMixin:
                 ir.For(coord, Const(0, I64), self._loop_end(coord.name), body, label=label),
             ]
         return [*stmts, ir.While(presence(term, live), body, label=label)]
+
+
+def _one_case(cases: list[ir.Stmt], drivers: list[ir.Expr]) -> list[ir.Stmt]:
+    """``cases`` as one unconditional body when every branch does the same thing and
+    some branch always runs: inside a merge of the iterators whose match flags are
+    ``drivers``, one of them always matches (the coordinate is their minimum), so a
+    chain whose single-iterator branches cover them all is exhaustive. A sparse add's
+    query pass counts an entry alike in each branch; without the branches its merge
+    runs without a mispredicted jump per entry."""
+    branches: list[tuple[ir.Expr, list[ir.Stmt]]] = []
+    rest = cases
+    while len(rest) == 1 and isinstance(rest[0], ir.If):
+        branches.append((rest[0].cond, rest[0].then))
+        rest = rest[0].orelse
+    if rest or len(branches) < 2:
+        return cases
+    body = branches[0][1]
+    if any(b != body for _, b in branches[1:]):
+        return cases
+    if not all(any(cond == d for cond, _ in branches) for d in drivers):
+        return cases
+    return body
