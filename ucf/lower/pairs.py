@@ -16,6 +16,14 @@ two halves of a lane:
   panel filled alongside (a tile broadcasts one word per row and pair of steps);
 - the tile then runs over pairs of steps, one ``PairDot`` per vector of the tile.
 
+What this gains is bounded by the adds: AVX2 has no integer multiply-accumulate (VNNI's
+``vpdpwssd`` fuses the two), so every ``pmaddwd`` takes a ``paddd`` into its accumulator,
+and a znver3 core sustains 1.4 to 1.6 such pairs per cycle (22 to 26 multiply-adds,
+against 16 for float32's two ``vfmadd231ps``; measured 2026-11-26 in loops of independent
+pairs). So the pairs tile peaks at 1.4x to 1.6x the float32 tile, not 2x. On bcsr(32,32)
+SpMM at 1024 with 90% of blocks zero (one thread, CPU time) both kernels ran at about
+half of their peaks, and pairing B again for each block took about 15% of the int8 call.
+
 An odd number of steps (a block of odd width, or a partial block whose steps are
 counted at the call) ends with a pair whose second step is missing: its A half is 0 and
 its B half repeats the first step's row, so nothing past the last step is read and the
