@@ -331,3 +331,21 @@ def test_heavy_rows_are_shared_one_at_a_time_at_a_small_imbalance(target):
         got = k(A=ucf.from_numpy(a, format="bcsr(32,32)"), B=b[:cols]).to_numpy()
         np.testing.assert_array_equal(got, a @ b[:cols])
         assert any("chunks of 1 " in w for w in chosen(k)) == chunks, k.cin
+
+
+@pytest.mark.parametrize("fa", ["bcsr(8,8)@qint8:1", "bcsr(8,8)@qint8"])
+def test_quantized_blocks_run_in_parallel_where_the_integer_order_is_refused(fa, target):
+    """Summing every product of quantized operands inside the output's loops would need
+    ``reorder(i_blk, i_in, j, k_blk, k_in)``, which bcsr's storage (k_blk above i_in)
+    refuses: the default still runs i_blk in parallel, in the storage order, and the
+    result matches numpy on the dequantized operands."""
+    rng = np.random.default_rng(9)
+    a = np.kron(rng.random((5, 4)) < 0.5, np.ones((8, 8))) * rng.standard_normal((40, 32))
+    b = rng.standard_normal((32, 24))
+    k = ucf.compile(
+        "C(i,j) = A(i,k) * B(k,j)", {"A": fa, "B": "dense@qint8"}, target=target, dtype="float32"
+    )
+    assert "loop i_blk runs in parallel (CPUThread, NoRaces)" in k.cin
+    ta, tb = ucf.quantize(a, format=fa), ucf.quantize(b, format="dense@qint8")
+    expected = ta.to_numpy().astype(np.float64) @ tb.to_numpy().astype(np.float64)
+    np.testing.assert_allclose(np.asarray(k(A=ta, B=tb)), expected, rtol=1e-5, atol=1e-5)

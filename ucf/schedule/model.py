@@ -108,24 +108,31 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     ws_why: list[str] = []
     workspace = _workspace(cin, storage_order, ws_why)
     order = storage_order if workspace else list(cin.order)
-    exact, exact_why = [], []
+    # Each order the model would like, then the one it has: integer sums inside the
+    # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
+    # above i_in), and the parallel loop must not depend on that.
+    orders = [(order, [], [])]
     if not workspace:
-        order, exact, exact_why = integer_order(cin, order)
-    if not workspace and not exact:
-        order, exact, exact_why = dense_inside(cin, order)
+        wanted = integer_order(cin, order)
+        if not wanted[1]:
+            wanted = dense_inside(cin, order)
+        if wanted[1]:
+            orders.insert(0, wanted)
+    order, exact, exact_why = orders[0]
     work = _work(cin, stats)
     serial = _serial_reason(threads)
     choices = []
     if serial is None:
-        for v, reason in _parallel_loops(cin, order, stats, threads):
-            par, how = _parallel(cin, v, stats, threads, work)
-            bound = _bound(cin, order, stats, v)
-            for hoist in _placements(order, v, stats):
-                cmds = [*workspace, *exact, *hoist, *[c for c, _ in bound], *par]
-                lines = [*ws_why, *exact_why, reason, how, *[w for _, w in bound]]
-                if hoist:
-                    lines.append(f"default: {v} moves outermost, so one parallel region runs")
-                choices.append(Choice(cmds, lines))
+        for way, moves, moved_why in orders:
+            for v, reason in _parallel_loops(cin, way, stats, threads):
+                par, how = _parallel(cin, v, stats, threads, work)
+                bound = _bound(cin, way, stats, v)
+                for hoist in _placements(way, v, stats):
+                    cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
+                    lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound]]
+                    if hoist:
+                        lines.append(f"default: {v} moves outermost, so one parallel region runs")
+                    choices.append(Choice(cmds, lines))
     serial = serial or (
         "default: serial, since no loop over an output variable can run in parallel without races"
     )
