@@ -137,3 +137,18 @@ def arrival_operands(rng, cols: int) -> tuple:
         shape=(keys.size, cols),
     )
     return a, b
+
+
+@pytest.fixture(scope="session")
+def device():
+    """A CUDA device through pycuda, with nvcc to build for it; ``gpu`` tests skip
+    without one."""
+    pytest.importorskip("pycuda")
+    try:
+        import pycuda.autoinit  # noqa: F401
+    except Exception as e:  # no driver or no device
+        pytest.skip(f"no CUDA device: {e}")
+    from ucf.exec.cuda_build import nvcc_path
+
+    if nvcc_path() is None:
+        pytest.skip("needs nvcc")

@@ -672,18 +672,7 @@ def test_wide_group_kernels_compile_with_nvcc(wide_kernels):
     nvcc_check(_batch([wide_kernels[key].source for key in sorted(WIDE_QUICK)]), "sm_80")
 
 
-# ------------------------------------------------------- a real GPU
-@pytest.fixture(scope="module")
-def device():
-    pytest.importorskip("pycuda")
-    try:
-        import pycuda.autoinit  # noqa: F401
-    except Exception as e:  # no driver or no device
-        pytest.skip(f"no CUDA device: {e}")
-    if nvcc_path() is None:
-        pytest.skip("needs nvcc")
-
-
+# ------------------------------------------------------- a real GPU (conftest's device)
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("alg", list(SGAP))

@@ -107,3 +107,16 @@ def test_emulate_needs_cuda():
 def test_the_dynamic_kernel_compiles_with_nvcc():
     k = ucf.compile(MATMUL, dynamic={"A": (32, 1)}, target="cuda", dtype=np.float32)
     nvcc_check(k.source, "sm_80")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_matmul_on_a_gpu(device, granularity):
+    """The same kernel on a GPU: the index built there with atomicAdd slot claims."""
+    rng = np.random.default_rng(sum(granularity))
+    A, B = rng.standard_normal((70, 130)), rng.standard_normal((130, 40))
+    k = ucf.compile(MATMUL, dynamic={"A": granularity}, target="cuda")
+    for density in (0.0, 0.1, 1.0):
+        mask = _tile_mask(rng, A.shape, granularity, density)
+        C = np.asarray(k(A=A, B=B, masks={"A": mask}))
+        np.testing.assert_allclose(C, (A * mask) @ B, rtol=1e-10, atol=1e-10)
