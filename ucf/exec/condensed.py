@@ -298,8 +298,8 @@ class Condensed:
                 f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
                 f"{self.name}, {condensed.ROWS_D} of d at a time, with {w}'s rows at them "
                 "packed by panels",
-                f"registers: tiles of {condensed.ROWS} rows x {condensed.VECTORS * lanes} "
-                f"columns of {c} held across the gathered d's",
+                f"registers: tiles of {condensed.GATHERED_ROWS} rows x "
+                f"{condensed.VECTORS * lanes} columns of {c} held across the gathered d's",
             ]
         bh, bw = self.granularity[-2:]
         if bh >= condensed.ROWS:

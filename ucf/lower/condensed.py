@@ -37,6 +37,12 @@ VECTOR_BYTES = 32
 #: of B's panel and a broadcast fit in x86-64's 16 vector registers.
 ROWS = 4
 VECTORS = 2
+#: Rows of ``rows_function``'s register tile: 12 accumulators, 2 vectors of B and one
+#: broadcast fill the 16 registers, for 12 multiply-adds per 8 loads (a 4-row tile's 8
+#: per 6). On bench/stile.py's MoE (the kernel alone, one thread, in turns in one
+#: process) it took 0.95x the CPU time of 4 rows on llvm and 0.6x on c. The
+#: matmul's blocks of rows (tiles of 32 x 1) keep ``ROWS``, which divides them.
+GATHERED_ROWS = 6
 #: Vectors of a one-row tile (blocks of a single row, or the rows a block has beyond
 #: its last whole group of ROWS when B is not packed).
 SINGLE = 4
@@ -103,14 +109,15 @@ def _step(
     c_row: Callable[[ir.Expr], ir.Expr],
     slab: int = SLAB,
     reads_c: ir.Expr | None = None,
+    tile: int = ROWS,
 ) -> list[ir.Stmt]:
     """One step over ``v.cnt`` gathered k's (the j-th at ``v.kl[j]`` where the callers
-    need it) for ``nr`` rows: A's values gathered (``a_row(row, tag)``: declarations of
-    the row's own, their names tagged, and its value at k j), B's rows
-    packed (``b_row``: where the row of k j starts), the register tiles added into the
-    rows of C (``c_row(row)``: where row ``row`` starts), then the columns past the last
-    whole panel. Where ``reads_c`` is given and false, the rows of C are written, not
-    added into: the step skips loading them."""
+    need it) for ``nr`` rows, in register tiles of ``tile`` rows: A's values gathered
+    (``a_row(row, tag)``: declarations of the row's own, their names tagged, and its
+    value at k j), B's rows packed (``b_row``: where the row of k j starts), the register
+    tiles added into the rows of C (``c_row(row)``: where row ``row`` starts), then the
+    columns past the last whole panel. Where ``reads_c`` is given and false, the rows of
+    C are written, not added into: the step skips loading them."""
     elem, lanes = v.elem, v.lanes
     ag, bg, b, c = v.ag, v.bg, v.b, v.c
     cnt, full, panels, j, row, g, pn = v.cnt, v.full, v.panels, v.j, v.row, v.g, v.pn
@@ -125,17 +132,17 @@ def _step(
         nothing = ir.Const(0.0, elem)
         return ir.Select(reads_c, load, ir.Splat(nothing, lanes) if load.type != elem else nothing)
 
-    # A's values at the step's k's: a group of ROWS rows stores each k's ROWS values side
-    # by side (the micro-kernel broadcasts them in turn), k after k, so the stores run in
+    # A's values at the step's k's: a group of ``tile`` rows stores each k's ``tile`` values
+    # side by side (the micro-kernel broadcasts them in turn), k after k, so the stores run in
     # order and each row's own values are worked out once; a row past the last group
     # stores its own.
-    grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), ir.Bin("%", row, _c(ROWS)))
+    grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile)), ir.Bin("%", row, _c(tile)))
     alone = ir.add(ir.mul(row, cnt), j)
-    rows = [a_row(ir.add(ir.mul(g, _c(ROWS)), _c(r)), f"r{r}") for r in range(ROWS)]
-    group_at = ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS))
+    rows = [a_row(ir.add(ir.mul(g, _c(tile)), _c(r)), f"r{r}") for r in range(tile)]
+    group_at = ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile))
     own, value = a_row(row, "s")
     gather = [
-        ir.Decl(full, ir.Bin("/", nr, _c(ROWS)) if groups else zero),
+        ir.Decl(full, ir.Bin("/", nr, _c(tile)) if groups else zero),
         ir.For(
             g,
             zero,
@@ -152,7 +159,7 @@ def _step(
         ),
         ir.For(
             row,
-            ir.mul(full, _c(ROWS)),
+            ir.mul(full, _c(tile)),
             nr,
             [*own, ir.For(j, zero, cnt, [ir.Store(ag, alone, value)])],
         ),
@@ -199,14 +206,14 @@ def _step(
             loads = [
                 ir.Decl(y, ir.VLoad(b, ir.add(src, _c(x * lanes)), lanes)) for x, y in enumerate(bv)
             ]
-        # Every broadcast before the multiply-adds: interleaved, GCC 12 kept one
-        # accumulator on the stack (a store and a load per k; c ran 1.7x slower).
-        splats = [Var(f"{prefix}a{r}", ir.vector(elem, lanes)) for r in range(rows)]
-        body: list[ir.Stmt] = [
-            *loads,
-            *(ir.Decl(s, ir.Splat(ir.Load(ag, a_at(r)), lanes)) for r, s in enumerate(splats)),
-        ]
-        for r, s in enumerate(splats):
+        # Each row's broadcast just before its multiply-adds: one broadcast live at a
+        # time, so a tile of 6 rows (12 accumulators, 2 vectors of B and the broadcast)
+        # fits x86-64's 16 vector registers; with every broadcast first it needs 20,
+        # and GCC 12 kept accumulators on the stack.
+        body: list[ir.Stmt] = list(loads)
+        for r in range(rows):
+            s = Var(f"{prefix}a{r}", ir.vector(elem, lanes))
+            body.append(ir.Decl(s, ir.Splat(ir.Load(ag, a_at(r)), lanes)))
             for x in range(vecs):
                 a = acc[r, x]
                 body.append(ir.Assign(a, ir.add_product(a, ir.Bin("*", s, bv[x]))))
@@ -214,13 +221,13 @@ def _step(
 
     tiles: list[ir.Stmt] = []
     if groups:
-        at = lambda r: ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), _c(r))  # noqa: E731
-        tiles.append(ir.For(g, zero, full, micro(ROWS, ir.mul(g, _c(ROWS)), at, "g")))
-    tiles.append(ir.For(row, ir.mul(full, _c(ROWS)), nr, micro(1, row, lambda r: alone, "s")))
+        at = lambda r: ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile)), _c(r))  # noqa: E731
+        tiles.append(ir.For(g, zero, full, micro(tile, ir.mul(g, _c(tile)), at, "g")))
+    tiles.append(ir.For(row, ir.mul(full, _c(tile)), nr, micro(1, row, lambda r: alone, "s")))
     # The columns past the last whole panel, one at a time from B in place.
     col, total = v.col, Var("sum", elem)
     a_any = ir.Select(
-        ir.Cmp("<", row, ir.mul(full, _c(ROWS))), ir.Load(ag, grouped), ir.Load(ag, alone)
+        ir.Cmp("<", row, ir.mul(full, _c(tile))), ir.Load(ag, grouped), ir.Load(ag, alone)
     )
     at_c = ir.add(c_row(row), col)
     term = ir.Bin("*", a_any, ir.Load(b, ir.add(b_row, col)))
@@ -229,7 +236,7 @@ def _step(
         zero,
         nr,
         [
-            ir.Decl(g, ir.Bin("/", row, _c(ROWS))),
+            ir.Decl(g, ir.Bin("/", row, _c(tile))),
             ir.For(
                 col,
                 ir.mul(panels, _c(width)),
@@ -488,7 +495,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         [
             ir.Decl(d0, ir.mul(step, _c(dk))),
             ir.Decl(cnt, ir.minimum(_c(dk), ir.sub(d, d0))),
-            *_step(v, groups, nr, scaled, b_row, c_row, slab, reads_c),
+            *_step(v, groups, nr, scaled, b_row, c_row, slab, reads_c, GATHERED_ROWS),
         ],
     )
     body = [
