@@ -135,3 +135,25 @@ int main(void) {{
     sparse = len(range(0, e * t, 11))
     got = driver_under_asan(tmp_path, [index, fn], driver)
     assert got[0].split() == ["0", str(e * t * n * d), str(sparse * n * d)]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_the_assembly_of_the_condensed_kernel(target):
+    """``k.asm`` of a dynamic kernel is its condensed kernel's machine code. Where the
+    host has FMA, a loop body (a block between labels) holds the 6-row tile: 6
+    broadcasts and 12 vector multiply-adds, no accumulator spilled to the stack."""
+    kern = ucf.compile(MOE, dynamic={"R": (1, 1)}, dtype=np.float32, target=target)
+    asm = kern.asm
+    assert "ucf_condensed_rows_1" in asm
+    if "vfmadd231ps\t" not in asm and "vfmadd231ps " not in asm:
+        return
+    blocks, block = [], []
+    for line in asm.splitlines():
+        if line.rstrip().endswith(":"):
+            blocks.append(block)
+            block = []
+        elif line.strip():
+            block.append(line.split()[0] if line.startswith(("\t", " ")) else "")
+    blocks.append(block)
+    tiles = [b for b in blocks if b.count("vfmadd231ps") == 12 and b.count("vbroadcastss") == 6]
+    assert tiles, "no loop body with a 6 x 2 register tile"

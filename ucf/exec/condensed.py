@@ -287,6 +287,18 @@ class Condensed:
 
         return str(llvmgen.module([self.function]))
 
+    @property
+    def asm(self) -> str:
+        """The host assembly of the kernel: what the JIT runs (llvm), or what the C
+        compiler emits with the kernel's flags (c)."""
+        if self.target == "c":
+            from ucf.exec import cc
+
+            return cc.assembly(self.source)
+        from ucf.exec import jit
+
+        return jit.assembly(self.source)
+
     def notes(self) -> list[str]:
         """What ``k.cin`` says of the kernel."""
         lanes = condensed.VECTOR_BYTES // np.dtype(self.dtype).itemsize
