@@ -13,9 +13,10 @@ rows' values side by side), and, a slab of ``SLAB`` panels of ``width`` columns 
 time, the rows of B at those k into a dense packed one (per panel, the k's rows of it
 one after another, so the micro-kernel streams it and a panel stays in the L1 cache
 for every group of rows).
-The micro-kernel then holds a tile of ``ROWS`` rows by ``width`` columns of C in
-vector registers across the whole gathered depth: per k one load of B's panel row,
-one broadcast per row, and multiply-adds; C is loaded and stored once per depth.
+The micro-kernel then holds a tile of ``ROWS`` rows (``GATHERED_ROWS`` for MoE's
+gathered rows) by ``width`` columns of C in vector registers across the whole gathered
+depth: per k one load of B's panel row, one broadcast per row, and multiply-adds; C is
+loaded and stored once per depth.
 
 Every element of C adds its terms in the order the index lists the live k's, as the
 generic kernel does, each a fused multiply-add as there (``ucf.lower.fma``), so the
