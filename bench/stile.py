@@ -179,7 +179,10 @@ def moe(threads: int, repeat: int, quick: bool, rng) -> None:
     """examples/moe.py's kernel (R dynamic, a new top-2 routing each call) against its
     per-expert torch loop, 8 experts; both write a new dense C (zeros but at the routed
     tokens' rows). The two take turns on each routing (``interleaved``); the least wall
-    time of each is compared, and its least CPU seconds follow."""
+    time of each is compared, and its least CPU seconds follow. Each call's C is dropped
+    before the next, so ucf's comes from its pool (``ucf.exec.recycled``: the last C,
+    its other rows zeroed by the kernel) where torch's is new memory; a second line
+    times both writing into one caller's out= (torch zeroing it first)."""
     sys.path.insert(0, str(ROOT / "examples"))
     import moe as example
 
@@ -192,9 +195,14 @@ def moe(threads: int, repeat: int, quick: bool, rng) -> None:
     got = np.asarray(kernel(R=routes[0], X=x, W=w))
     if not np.allclose(got, example.reference(routes[0], x, w), rtol=1e-3, atol=1e-3):
         raise SystemExit("the MoE kernel is wrong")
-    fns = {"ucf": lambda r: kernel(R=r, X=x, W=w)}
+    out = np.ones((8, tokens, n), dtype=np.float32)
+    fns = {
+        "ucf": lambda r: kernel(R=r, X=x, W=w),
+        "ucf out": lambda r: kernel(R=r, X=x, W=w, out=out),
+    }
     if found is not None:
         fns["torch"] = lambda r: found[0](r, x, w)
+        fns["torch out"] = lambda r: found[0](r, x, w, out)
     times = interleaved(fns, routes)
     ours, cpu = times["ucf"]
     line = f"MoE, 8 experts, top-2, {tokens} tokens, d={d}, n={n}: ucf {ours * 1e3:.1f} ms"
@@ -204,6 +212,13 @@ def moe(threads: int, repeat: int, quick: bool, rng) -> None:
         verdict = "PASS" if serial >= 2 * ours else "FAIL"
         line += f"  target >= 2x: {verdict}  (CPU: ucf {cpu * 1e3:.1f} ms, torch "
         line += f"{serial_cpu * 1e3:.1f} ms)"
+    print(line)
+    ours, cpu = times["ucf out"]
+    line = f"  into a caller's out=: ucf {ours * 1e3:.1f} ms"
+    if found is not None:
+        serial, serial_cpu = times["torch out"]
+        line += f", torch per-expert loop {serial * 1e3:.1f} ms ({serial / ours:.2f}x)  (CPU: ucf "
+        line += f"{cpu * 1e3:.1f} ms, torch {serial_cpu * 1e3:.1f} ms)"
     print(line)
 
 

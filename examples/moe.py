@@ -62,9 +62,13 @@ def baselines(threads: int):
         return None
     torch.set_num_threads(threads)
 
-    def serial(r: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def serial(
+        r: np.ndarray, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """A new C, or ``out`` zeroed and written."""
         tr, tx, tw = torch.from_numpy(r), torch.from_numpy(x), torch.from_numpy(w)
-        c = torch.zeros((r.shape[0], r.shape[1], w.shape[2]))
+        shape = (r.shape[0], r.shape[1], w.shape[2])
+        c = torch.zeros(shape) if out is None else torch.from_numpy(out).zero_()
         for e in range(r.shape[0]):
             idx = torch.nonzero(tr[e]).flatten()
             if len(idx):

@@ -245,7 +245,8 @@ def test_gathered_rows_without_a_batch_variable_and_with_a_mask():
 
 def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
     """Tiles of 4 tokens cut at 70, 600 d's (two steps), 37 columns (a tail); C starts
-    as ones, which SET=0 adds to and SET=1 overwrites at the live rows."""
+    as ones, which SET=0 adds to, SET=1 overwrites at the live rows and SET=2 also
+    zeroes elsewhere."""
     e, t, d, n, bt = 3, 70, 600, 37, 4
     kb = -(-t // bt)
     index = index_function("u8", "i32", (1, bt))
@@ -255,7 +256,7 @@ def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
 #include <stdlib.h>
 #include <string.h>
 int main(void) {{
-  for (int full = 0; full < 2; full++) for (int set = 0; set < 2; set++) {{
+  for (int full = 0; full < 2; full++) for (int set = 0; set < 3; set++) {{
     uint8_t *mask = malloc({e * t});
     memset(mask, full, {e * t});
     int32_t *flags = calloc({e * kb}, 4), *pos = calloc({e + 1}, 4);
@@ -282,7 +283,7 @@ int main(void) {{
 """
     ones, live = e * t * n, e * t * n * d
     got = driver_under_asan(tmp_path, [index, fn], driver)
-    assert got[0].split() == [str(ones), str(ones), str(ones + live), str(live)]
+    assert got[0].split() == [str(ones), str(ones), "0", str(ones + live), str(live), str(live)]
 
 
 @pytest.mark.parametrize("target", ["llvm", "c"])

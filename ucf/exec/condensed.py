@@ -33,6 +33,7 @@ from ucf.errors import (
     UnsupportedError,
     warn_user,
 )
+from ucf.exec import recycled
 from ucf.format.format import dense_format, parse_format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
@@ -286,6 +287,18 @@ class Condensed:
 
         return str(llvmgen.module([self.function]))
 
+    @property
+    def asm(self) -> str:
+        """The host assembly of the kernel: what the JIT runs (llvm), or what the C
+        compiler emits with the kernel's flags (c)."""
+        if self.target == "c":
+            from ucf.exec import cc
+
+            return cc.assembly(self.source)
+        from ucf.exec import jit
+
+        return jit.assembly(self.source)
+
     def notes(self) -> list[str]:
         """What ``k.cin`` says of the kernel."""
         lanes = condensed.VECTOR_BYTES // np.dtype(self.dtype).itemsize
@@ -298,8 +311,8 @@ class Condensed:
                 f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
                 f"{self.name}, {condensed.ROWS_D} of d at a time, with {w}'s rows at them "
                 "packed by panels",
-                f"registers: tiles of {condensed.ROWS} rows x {condensed.VECTORS * lanes} "
-                f"columns of {c} held across the gathered d's",
+                f"registers: tiles of {condensed.GATHERED_ROWS} rows x "
+                f"{condensed.VECTORS * lanes} columns of {c} held across the gathered d's",
             ]
         bh, bw = self.granularity[-2:]
         if bh >= condensed.ROWS:
@@ -347,23 +360,18 @@ class Condensed:
             *lead, t = a.shape
             d, n = w.shape[-2:]
             # With =, the kernel sets the live rows (when it has d's to sum), so only
-            # the others need zeros: a new C is zeros already.
-            sizes = (math.prod(lead), t, d, n, int(setting))
-            c = self._output(out, (*lead, t, n))
-            if setting and out is not None and d == 0:
+            # the others need zeros: a new C has them already, a used one (out=, or a
+            # recycled C) has them zeroed by the kernel (SET 2).
+            if setting and out is None:
+                c, fresh = recycled.array((*lead, t, n), self.dtype)
+            else:
+                c, fresh = self._output(out, (*lead, t, n)), False
+            if setting and d == 0:
                 c[...] = 0
-            elif setting and out is not None:
-                c.reshape(sizes[0], t, n)[~self._live_rows(pos, crd, sizes[0], t)] = 0
+            sizes = (math.prod(lead), t, d, n, 0 if not setting else 1 if fresh else 2)
         arrays = (a, mask, pos, crd, *dense, c)
         self._call(*(x.ctypes.data for x in arrays), *sizes)
         return out if isinstance(out, Tensor) else Tensor.from_numpy(c)
-
-    def _live_rows(self, pos: np.ndarray, crd: np.ndarray, batches: int, t: int) -> np.ndarray:
-        """Which rows (batch, t) of a gathered-rows kernel's C the index lists."""
-        bt = self.granularity[-1]
-        tiles = np.zeros((batches, -(-t // bt)), dtype=bool)
-        tiles[np.repeat(np.arange(batches), np.diff(pos)), crd[: pos[-1]]] = True
-        return np.repeat(tiles, bt, axis=1)[:, :t]
 
     def _output(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
         """The array the kernel writes: new zeros, or ``out`` as it is."""

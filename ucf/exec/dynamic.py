@@ -234,6 +234,14 @@ class DynamicKernel:
             return self.kernel.source
         return self._condensed.source
 
+    @property
+    def asm(self) -> str:
+        """The host assembly of the kernel that runs the calls (``Kernel.asm``): the
+        condensed kernel's register tiles can be read there."""
+        if self._condensed is None:
+            return self.kernel.asm
+        return self._condensed.asm
+
     @boundary
     def __call__(
         self,

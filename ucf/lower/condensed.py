@@ -13,9 +13,10 @@ rows' values side by side), and, a slab of ``SLAB`` panels of ``width`` columns 
 time, the rows of B at those k into a dense packed one (per panel, the k's rows of it
 one after another, so the micro-kernel streams it and a panel stays in the L1 cache
 for every group of rows).
-The micro-kernel then holds a tile of ``ROWS`` rows by ``width`` columns of C in
-vector registers across the whole gathered depth: per k one load of B's panel row,
-one broadcast per row, and multiply-adds; C is loaded and stored once per depth.
+The micro-kernel then holds a tile of ``ROWS`` rows (``GATHERED_ROWS`` for MoE's
+gathered rows) by ``width`` columns of C in vector registers across the whole gathered
+depth: per k one load of B's panel row, one broadcast per row, and multiply-adds; C is
+loaded and stored once per depth.
 
 Every element of C adds its terms in the order the index lists the live k's, as the
 generic kernel does, each a fused multiply-add as there (``ucf.lower.fma``), so the
@@ -37,8 +38,13 @@ VECTOR_BYTES = 32
 #: of B's panel and a broadcast fit in x86-64's 16 vector registers.
 ROWS = 4
 VECTORS = 2
-#: Vectors of a one-row tile (blocks of a single row, or the rows a block has beyond
-#: its last whole group of ROWS when B is not packed).
+#: Rows of ``rows_function``'s register tile: 12 accumulators, 2 vectors of B and one
+#: broadcast fill the 16 registers, for 12 multiply-adds per 8 loads (a 4-row tile's 8
+#: per 6). On bench/stile.py's MoE (the kernel alone, one thread, in turns in one
+#: process) it took 0.95x the CPU time of 4 rows on llvm and 0.6x on c. The
+#: matmul's blocks of rows (tiles of 32 x 1) keep ``ROWS``, which divides them.
+GATHERED_ROWS = 6
+#: Vectors of a one-row tile (blocks of fewer than ROWS rows, which read B in place).
 SINGLE = 4
 #: The compute tile's depth when the schedule does not set one: live k's (or live rows,
 #: for ``rows_function``) gathered per step. On bench/stile.py (4096^2 A, 32x1 tiles,
@@ -67,6 +73,11 @@ _SIZES = {"f32": 4, "f64": 8, I64: 8}
 #: bench/stile.py's MoE (d = 512) this took 0.75-0.85x the time of 128 d's by 16 panels.
 ROWS_D = 512
 ROWS_SLAB = 4
+#: Groups of gathered rows taken through a slab's panels together: 4 groups of 6 rows
+#: (48 KB of gathered values) stay in L2 beside the slab (128 KB). On bench/stile.py's
+#: MoE (the kernel alone, one thread, in turns in one process) this and a remainder of
+#: rows in one tile (not row by row) took 0.95x the CPU time of neither, on llvm and c.
+ROWS_BLOCK = 4
 
 
 def depth_tiles(depth: int, bw: int) -> int:
@@ -103,14 +114,17 @@ def _step(
     c_row: Callable[[ir.Expr], ir.Expr],
     slab: int = SLAB,
     reads_c: ir.Expr | None = None,
+    tile: int = ROWS,
+    block: int = 0,
 ) -> list[ir.Stmt]:
     """One step over ``v.cnt`` gathered k's (the j-th at ``v.kl[j]`` where the callers
-    need it) for ``nr`` rows: A's values gathered (``a_row(row, tag)``: declarations of
-    the row's own, their names tagged, and its value at k j), B's rows
-    packed (``b_row``: where the row of k j starts), the register tiles added into the
-    rows of C (``c_row(row)``: where row ``row`` starts), then the columns past the last
-    whole panel. Where ``reads_c`` is given and false, the rows of C are written, not
-    added into: the step skips loading them."""
+    need it) for ``nr`` rows, in register tiles of ``tile`` rows: A's values gathered
+    (``a_row(row, tag)``: declarations of the row's own, their names tagged, and its
+    value at k j), B's rows packed (``b_row``: where the row of k j starts), the register
+    tiles added into the rows of C (``c_row(row)``: where row ``row`` starts; with
+    ``block``, that many groups of rows at a time through each slab), then the columns
+    past the last whole panel. Where ``reads_c`` is given and false, the rows of
+    C are written, not added into: the step skips loading them."""
     elem, lanes = v.elem, v.lanes
     ag, bg, b, c = v.ag, v.bg, v.b, v.c
     cnt, full, panels, j, row, g, pn = v.cnt, v.full, v.panels, v.j, v.row, v.g, v.pn
@@ -125,17 +139,17 @@ def _step(
         nothing = ir.Const(0.0, elem)
         return ir.Select(reads_c, load, ir.Splat(nothing, lanes) if load.type != elem else nothing)
 
-    # A's values at the step's k's: a group of ROWS rows stores each k's ROWS values side
-    # by side (the micro-kernel broadcasts them in turn), k after k, so the stores run in
+    # A's values at the step's k's: a group of ``tile`` rows stores each k's ``tile`` values
+    # side by side (the micro-kernel broadcasts them in turn), k after k, so the stores run in
     # order and each row's own values are worked out once; a row past the last group
     # stores its own.
-    grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), ir.Bin("%", row, _c(ROWS)))
+    grouped = ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile)), ir.Bin("%", row, _c(tile)))
     alone = ir.add(ir.mul(row, cnt), j)
-    rows = [a_row(ir.add(ir.mul(g, _c(ROWS)), _c(r)), f"r{r}") for r in range(ROWS)]
-    group_at = ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS))
+    rows = [a_row(ir.add(ir.mul(g, _c(tile)), _c(r)), f"r{r}") for r in range(tile)]
+    group_at = ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile))
     own, value = a_row(row, "s")
     gather = [
-        ir.Decl(full, ir.Bin("/", nr, _c(ROWS)) if groups else zero),
+        ir.Decl(full, ir.Bin("/", nr, _c(tile)) if groups else zero),
         ir.For(
             g,
             zero,
@@ -152,7 +166,7 @@ def _step(
         ),
         ir.For(
             row,
-            ir.mul(full, _c(ROWS)),
+            ir.mul(full, _c(tile)),
             nr,
             [*own, ir.For(j, zero, cnt, [ir.Store(ag, alone, value)])],
         ),
@@ -199,28 +213,48 @@ def _step(
             loads = [
                 ir.Decl(y, ir.VLoad(b, ir.add(src, _c(x * lanes)), lanes)) for x, y in enumerate(bv)
             ]
-        # Every broadcast before the multiply-adds: interleaved, GCC 12 kept one
-        # accumulator on the stack (a store and a load per k; c ran 1.7x slower).
-        splats = [Var(f"{prefix}a{r}", ir.vector(elem, lanes)) for r in range(rows)]
-        body: list[ir.Stmt] = [
-            *loads,
-            *(ir.Decl(s, ir.Splat(ir.Load(ag, a_at(r)), lanes)) for r, s in enumerate(splats)),
-        ]
-        for r, s in enumerate(splats):
+        # Each row's broadcast just before its multiply-adds: one broadcast live at a
+        # time, so a tile of 6 rows (12 accumulators, 2 vectors of B and the broadcast)
+        # fits x86-64's 16 vector registers; with every broadcast first it needs 20,
+        # and GCC 12 kept accumulators on the stack.
+        body: list[ir.Stmt] = list(loads)
+        for r in range(rows):
+            s = Var(f"{prefix}a{r}", ir.vector(elem, lanes))
+            body.append(ir.Decl(s, ir.Splat(ir.Load(ag, a_at(r)), lanes)))
             for x in range(vecs):
                 a = acc[r, x]
                 body.append(ir.Assign(a, ir.add_product(a, ir.Bin("*", s, bv[x]))))
         return [*head, ir.For(j, zero, cnt, body), *tail]
 
     tiles: list[ir.Stmt] = []
+    blocked: list[ir.Stmt] = []
     if groups:
-        at = lambda r: ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(ROWS)), _c(r))  # noqa: E731
-        tiles.append(ir.For(g, zero, full, micro(ROWS, ir.mul(g, _c(ROWS)), at, "g")))
-    tiles.append(ir.For(row, ir.mul(full, _c(ROWS)), nr, micro(1, row, lambda r: alone, "s")))
+        at = lambda r: ir.add(ir.mul(ir.add(ir.mul(g, cnt), j), _c(tile)), _c(r))  # noqa: E731
+        whole = micro(tile, ir.mul(g, _c(tile)), at, "g")
+        if block:
+            # ``block`` groups at a time go through every panel of the slab, so their
+            # gathered values stay in L2 between panels (all of an item's rows of
+            # MoE, 1 MB, do not).
+            gb = Var("gb", I64)
+            blocks = ir.Bin("/", ir.add(full, _c(block - 1)), _c(block))
+            first_g = ir.mul(gb, _c(block))
+            last_g = ir.minimum(ir.add(first_g, _c(block)), full)
+            panel = ir.For(pn, lo, hi, [ir.For(g, first_g, last_g, whole)])
+            blocked.append(ir.For(gb, zero, blocks, [panel]))
+        else:
+            tiles.append(ir.For(g, zero, full, whole))
+        # The rows past the last whole group: one tile of as many rows.
+        first = ir.mul(full, _c(tile))
+        own_at = lambda r: ir.add(ir.mul(ir.add(first, _c(r)), cnt), j)  # noqa: E731
+        for left in range(1, tile):
+            tail = micro(left, first, own_at, f"t{left}")
+            tiles.append(ir.If(ir.Cmp("==", ir.sub(nr, first), _c(left)), tail))
+    else:
+        tiles.append(ir.For(row, zero, nr, micro(1, row, lambda r: alone, "s")))
     # The columns past the last whole panel, one at a time from B in place.
     col, total = v.col, Var("sum", elem)
     a_any = ir.Select(
-        ir.Cmp("<", row, ir.mul(full, _c(ROWS))), ir.Load(ag, grouped), ir.Load(ag, alone)
+        ir.Cmp("<", row, ir.mul(full, _c(tile))), ir.Load(ag, grouped), ir.Load(ag, alone)
     )
     at_c = ir.add(c_row(row), col)
     term = ir.Bin("*", a_any, ir.Load(b, ir.add(b_row, col)))
@@ -229,7 +263,7 @@ def _step(
         zero,
         nr,
         [
-            ir.Decl(g, ir.Bin("/", row, _c(ROWS))),
+            ir.Decl(g, ir.Bin("/", row, _c(tile))),
             ir.For(
                 col,
                 ir.mul(panels, _c(width)),
@@ -253,6 +287,7 @@ def _step(
                 ir.Decl(lo, ir.mul(v.slab, _c(slab))),
                 ir.Decl(hi, ir.minimum(ir.add(lo, _c(slab)), panels)),
                 *pack,
+                *blocked,
                 ir.For(pn, lo, hi, tiles),
             ],
         ),
@@ -414,8 +449,10 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     live tokens t of the stile index (``pos``, ``crd``; tiles of ``bt`` tokens) of the
     mask ``K`` of R (``NB x T``); X is ``T x D``, B ``NB x D x N``, C ``NB x T x N``.
     With ``SET`` nonzero those rows of C are set (``=``), not added into: the kernel
-    never loads them, which on a scattered row is a cache miss per register tile (an
-    ``=`` statement's C is zero, or zeroed, elsewhere).
+    never loads them, which on a scattered row is a cache miss per register tile. An
+    ``=`` statement's C is zero elsewhere: already (``SET`` 1, a new C), or zeroed by
+    the kernel (``SET`` 2: the rows of tiles the mask has no live token in, in
+    parallel before the product).
 
     The condensed variable is the output's t (MoE's tokens of an expert): an item
     gathers up to ``depth`` of an expert's live tokens (whole tiles), each X row scaled
@@ -488,7 +525,7 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
         [
             ir.Decl(d0, ir.mul(step, _c(dk))),
             ir.Decl(cnt, ir.minimum(_c(dk), ir.sub(d, d0))),
-            *_step(v, groups, nr, scaled, b_row, c_row, slab, reads_c),
+            *_step(v, groups, nr, scaled, b_row, c_row, slab, reads_c, GATHERED_ROWS, ROWS_BLOCK),
         ],
     )
     body = [
@@ -523,5 +560,82 @@ def rows_function(elem: str, idx: str, bt: int, depth: int, threshold: int) -> i
     # Multiply-adds: the live tokens (all of pos's tiles, whole) by D x N.
     work = ir.mul(ir.mul(ir.mul(load_i(pos, nb), _c(bt)), d), n)
     loop = _parallel(v, ir.mul(nb, items_per), body, spaces, groups, work, threshold)
+    zeros = _zero_dead_rows(mask, v.c, bt, nb, tt, n, threshold)
     doc = f"C[e] += (R * K)[e] X @ B[e] over the live tiles of {bt} tokens, {rows} per item"
-    return ir.Function(f"ucf_condensed_rows_{bt}", params, loop, doc=doc)
+    return ir.Function(
+        f"ucf_condensed_rows_{bt}",
+        params,
+        [ir.If(ir.Cmp("==", overwrite, _c(2)), zeros), *loop],
+        doc=doc,
+    )
+
+
+#: Rows of C a thread of ``_zero_dead_rows`` takes at a time (whole tiles).
+ZERO_ROWS = 256
+
+
+def _zero_dead_rows(
+    mask: ir.Array, c: ir.Array, bt: int, nb: Var, tt: Var, n: Var, threshold: int
+) -> list[ir.Stmt]:
+    """Zeros, in parallel, the rows of C (``NB x T x N``) whose tile of ``bt`` rows has
+    no live token in the mask ``K`` (``NB x T``), the rows ``rows_function`` does not
+    set. A run of such rows is one span of C, zeroed by a loop the compilers turn into
+    a ``memset``."""
+    per = max(1, ZERO_ROWS // bt)
+    tiles = Var("ztiles", I64)
+    blocks, zi, e, q, t, live, start, col = (
+        Var(y, I64) for y in ("zblocks", "zi", "ze", "zq", "zt", "zlive", "zstart", "zcol")
+    )
+    first, last, end = (Var(y, I64) for y in ("zfirst", "zlast", "zend"))
+    row = ir.add(ir.mul(e, tt), t)
+    clear = [
+        ir.For(col, ir.mul(start, n), ir.mul(row, n), [ir.Store(c, col, ir.Const(0.0, c.elem))])
+    ]
+    # Walk the block's rows, a tile at a time; ``start`` is where the current run of dead
+    # rows began (-1: none).
+    tile = [
+        ir.Decl(end, ir.minimum(ir.add(t, _c(bt)), tt)),
+        ir.Decl(live, _c(0)),
+        ir.For(
+            q,
+            t,
+            end,
+            [
+                ir.Assign(
+                    live, ir.Bin("max", live, ir.cast(ir.Load(mask, ir.add(ir.mul(e, tt), q)), I64))
+                )
+            ],
+        ),
+        ir.If(
+            ir.Logic("and", ir.Cmp("!=", live, _c(0)), ir.Cmp(">=", start, _c(0))),
+            [*clear, ir.Assign(start, _c(-1))],
+        ),
+        ir.If(
+            ir.Logic("and", ir.Cmp("==", live, _c(0)), ir.Cmp("<", start, _c(0))),
+            [ir.Assign(start, row)],
+        ),
+        ir.Assign(t, end),
+    ]
+    body = [
+        ir.Decl(e, ir.Bin("/", zi, blocks)),
+        ir.Decl(first, ir.mul(ir.sub(zi, ir.mul(e, blocks)), _c(per * bt))),
+        ir.Decl(last, ir.minimum(ir.add(first, _c(per * bt)), tt)),
+        ir.Decl(start, _c(-1)),
+        ir.Decl(t, first),
+        ir.While(ir.Cmp("<", t, last), tile),
+        ir.If(ir.Cmp(">=", start, _c(0)), clear),
+    ]
+    return [
+        ir.Decl(tiles, ir.Bin("/", ir.add(tt, _c(bt - 1)), _c(bt))),
+        ir.Decl(blocks, ir.Bin("/", ir.add(tiles, _c(per - 1)), _c(per))),
+        ir.For(
+            zi,
+            _c(0),
+            ir.mul(nb, blocks),
+            body,
+            parallel="CPUThread",
+            strategy="NoRaces",
+            schedule=("dynamic", 1),
+            parallel_if=ir.Cmp(">=", ir.mul(ir.mul(nb, tt), n), _c(threshold)),
+        ),
+    ]
