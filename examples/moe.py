@@ -19,6 +19,7 @@ largest count ("padded"). Both baselines write the same dense C.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,4 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # ucf and torch share one OpenMP pool; threads spinning between the two libraries'
+    # calls would take the cores of a small machine from whichever runs next.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     sys.exit(main())
