@@ -348,7 +348,15 @@ class Plan:
         return sum(split[p.name].to_numpy().astype(dtype) for p in parts)
 
     def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
-        return np.where(self.masks[name], value, 0) if name in self.masks else value
+        if name not in self.masks:
+            return value
+        mask = self.masks[name]
+        if value.shape != mask.shape:
+            raise OperandError(
+                f"{name} has shape {value.shape}, but its attribute, which prunes some of "
+                f"its elements, is of shape {mask.shape}"
+            )
+        return np.where(mask, value, 0)
 
     def _split(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """The parts of the operands in ``values``, each in its part's format."""
