@@ -135,6 +135,8 @@ def test_a_compiled_plan_writes_its_intermediates_again_but_never_its_outputs():
     for _ in range(3):
         np.testing.assert_allclose(run(X=x, B=b)["Y"], expected(x), rtol=1e-10)
     np.testing.assert_array_equal(first, kept)
+    with pytest.raises(ucf.ArgumentError, match="positional"):
+        run(x, b)  # the operands go by name
     p.propagate()  # prunes columns of X: its shape is the attribute's
     pruned = p.transform(POLICY).compile(dtype="float64", static={"W1": w1, "W2": w2})
     with pytest.raises(ucf.OperandError, match=r"X has shape \(5, 16\).* of shape \(8, 16\)"):

@@ -265,6 +265,7 @@ class Plan:
 
         held = _Held()
 
+        @boundary
         def run(**operands: Any) -> dict[str, np.ndarray]:
             self._check_inputs(operands)
             values = {n: self._masked(n, np.asarray(v, dtype=dtype)) for n, v in operands.items()}
