@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,16 @@ def single_format(fmt: str, w1: np.ndarray, w2: np.ndarray):
     k2 = ucf.compile(LAYER2, formats={"W2": fmt}, dtype="float32")
     s1, s2 = ucf.from_numpy(w1, format=fmt), ucf.from_numpy(w2, format=fmt)
     return lambda x: k2(T=k1(X=x, W1=s1), W2=s2).to_numpy()
+
+
+def threads_at_once(call, repeat: int) -> float:
+    """The process's CPU time over the wall time of ``repeat`` calls: how many of the
+    plan's threads ran at once. On a 2-core machine that others share, the second
+    thread may rarely get a core; the plan's time then is its one-thread time."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(repeat):
+        call()
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
 def main() -> None:
@@ -93,6 +104,7 @@ def main() -> None:
     except ImportError:
         pass
     times = best_of(calls, args.repeat)
+    overlap = threads_at_once(calls["plan"], args.repeat)
     print(
         f"MLP {hidden}->{ffn}->{hidden}, {tokens} tokens, float32, {args.threads} threads, "
         f"best of {args.repeat}; weights {p.attrs['W1'].sparsity:.3f} / "
@@ -100,6 +112,11 @@ def main() -> None:
     )
     for name, t in times.items():
         print(f"  {name:16} {t * 1e3:9.2f} ms")
+    print(
+        f"  the plan's threads ran {overlap:.2f} at a time on average (CPU time over wall "
+        f"time, at most {args.threads}; far below, the threads waited for a core: the "
+        "machine is busy, and the times say little)"
+    )
     plan_time = times["plan"]
     checks = [(peer, 1.0) for peer in ("ucf csr", "ucf bcsr(32,32)")]
     if "torch dense" in times:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from conftest import needs_cc
@@ -102,6 +104,50 @@ def test_plan_matches_numpy(target):
     np.testing.assert_allclose(run(**values)["Y"], expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ucf.OperandError, match="missing operand X"):
         run(B=values["B"])
+
+
+def test_a_compiled_plan_writes_its_intermediates_again_but_never_its_outputs():
+    """The callable keeps each thread's intermediates for the next call with operands of
+    the same shapes: every call is right whether the operands are new arrays, the same
+    array changed in place, or of other shapes, an output returned earlier is never
+    written again, and threads calling one plan at once each get their own answers."""
+    p = mlp(2)  # not propagated: X has no pruned element, so any number of rows
+    plan = p.transform(POLICY)
+    rng = np.random.default_rng(9)
+    w1, w2, b = (
+        rng.standard_normal((16, 24)),
+        rng.standard_normal((24, 12)),
+        rng.standard_normal(12),
+    )
+    run = plan.compile(dtype="float64", static={"W1": w1, "W2": w2})
+    q1, q2 = stored(plan, "W1", w1), stored(plan, "W2", w2)
+
+    def expected(x):
+        return np.maximum(x @ q1, 0) @ q2 + b
+
+    x = rng.standard_normal((8, 16))
+    first = run(X=x, B=b)["Y"]
+    kept = first.copy()
+    for tokens in (8, 8, 5, 8):
+        other = rng.standard_normal((tokens, 16))
+        np.testing.assert_allclose(run(X=other, B=b)["Y"], expected(other), rtol=1e-10)
+    x[...] = rng.standard_normal(x.shape)  # the same array, changed in place
+    for _ in range(3):
+        np.testing.assert_allclose(run(X=x, B=b)["Y"], expected(x), rtol=1e-10)
+    np.testing.assert_array_equal(first, kept)
+    with pytest.raises(ucf.ArgumentError, match="positional"):
+        run(x, b)  # the operands go by name
+    p.propagate()  # prunes columns of X: its shape is the attribute's
+    pruned = p.transform(POLICY).compile(dtype="float64", static={"W1": w1, "W2": w2})
+    with pytest.raises(ucf.OperandError, match=r"X has shape \(5, 16\).* of shape \(8, 16\)"):
+        pruned(X=x[:5], B=b)
+
+    xs = [rng.standard_normal((8, 16)) for _ in range(4)]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda v: [run(X=v, B=b)["Y"] for _ in range(20)], xs))
+    for v, ys in zip(xs, got, strict=True):
+        for y in ys:
+            np.testing.assert_allclose(y, expected(v), rtol=1e-10)
 
 
 def test_each_width_is_stored_in_its_values():
