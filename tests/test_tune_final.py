@@ -94,3 +94,27 @@ def test_finalists_are_distinct_and_include_the_best_of_each_kind():
     names = [t.user_attrs["schedule"] for t in chosen]
     assert names[: final.FINALISTS] == [f"split(j, jo, ji, {2**k})" for k in range(4)]
     assert names[final.FINALISTS :] == [par] and len(set(names)) == len(names)
+
+
+def test_a_win_in_one_busy_race_is_not_enough():
+    """The parallel default loses a time slice in every call of the first race (8 calls:
+    a warm-up and ``ROUNDS`` samples), so a 3 ms serial plan wins it outright; the
+    second race, on a quiet machine, shows the default's 1.7 ms, and the default stays."""
+    m = FakeMachine(seed=4, p=0.0)
+    quiet = m.kernel(0, 1.7e-3)
+    calls = []
+
+    def default():
+        calls.append(1)
+        quiet()
+        if len(calls) <= 1 + final.ROUNDS:
+            m.now += 4e-3
+
+    serial = m.kernel(1, 3.0e-3)
+    assert final.winner(final.race([default, serial], now=m.clock)) == 1
+    calls.clear()
+    outcome = final.confirmed([default, serial], now=m.clock)
+    assert outcome.index == 0 and outcome.time == outcome.default < 1.8e-3
+    m2 = FakeMachine(seed=5, p=0.2)
+    outcome = final.confirmed([m2.kernel(0, 1.7e-3), m2.kernel(1, 1.2e-3)], now=m2.clock)
+    assert outcome.index == 1 and outcome.time < 1.3e-3 < 1.7e-3 < outcome.default

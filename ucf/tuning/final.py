@@ -13,7 +13,10 @@ A schedule replaces the default only if its median sample beats the default's by
 ``MARGIN`` and its fastest sample is not slower than the default's fastest:
 another process's time slices only ever add time, so the fastest sample is
 what noise cannot fake, and a plan that won only while the default was being
-interrupted stays out.
+interrupted stays out. A race lasts a fraction of a second, and the machine can
+be busy for all of it; so the winner then races the default alone once more,
+and replaces it only if it wins that race too: one noisy measurement never
+decides.
 """
 
 from __future__ import annotations
@@ -89,6 +92,31 @@ def race(
                 calls[at]()
             samples[at].append((now() - start) / counts[at])
     return [Timing(statistics.median(s), min(s)) for s in samples]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The kernel that won (0: the default) and the seconds per call of it and of the
+    default, medians of the race that decided."""
+
+    index: int
+    time: float
+    default: float
+
+
+def confirmed(
+    calls: Sequence[Callable[[], Any]], now: Callable[[], float] | None = None
+) -> Outcome:
+    """The ``winner`` of a ``race`` of ``calls`` (the default first), if it also wins a
+    second race against the default alone; else the default."""
+    timings = race(calls, now)
+    best = winner(timings)
+    if best:
+        again = race([calls[0], calls[best]], now)
+        if winner(again):
+            return Outcome(best, again[1].median, again[0].median)
+        timings = again
+    return Outcome(0, timings[0].median, timings[0].median)
 
 
 def winner(timings: Sequence[Timing], margin: float = MARGIN) -> int:

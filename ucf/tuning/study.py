@@ -441,22 +441,11 @@ def _result(study: Any, objective: Objective) -> Tuned:
         v = objective.variant(formats or objective.formats)
         entries.append((schedule, v, objective.kernel(schedule, v.formats)))
     calls = [lambda k=k, ops=v.operands: k(shapes=objective.shapes, **ops) for _, v, k in entries]
-    timings = final.race(calls)
-    best = final.winner(timings)
-    schedule, v, kernel = entries[best]
-    default_time = timings[0].median
-    if best == 0:
-        return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
-    return Tuned(
-        schedule,
-        timings[best].median,
-        default_time,
-        study,
-        kernel,
-        reasons,
-        v.formats,
-        v.conversion,
-    )
+    best = final.confirmed(calls)
+    schedule, v, kernel = entries[best.index]
+    if best.index == 0:
+        return Tuned(None, best.default, best.default, study, default, reasons, given.formats)
+    return Tuned(schedule, best.time, best.default, study, kernel, reasons, v.formats, v.conversion)
 
 
 def _plan(trial: Any) -> tuple[str, str]:
