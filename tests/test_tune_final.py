@@ -118,3 +118,13 @@ def test_a_win_in_one_busy_race_is_not_enough():
     m2 = FakeMachine(seed=5, p=0.2)
     outcome = final.confirmed([m2.kernel(0, 1.7e-3), m2.kernel(1, 1.2e-3)], now=m2.clock)
     assert outcome.index == 1 and outcome.time < 1.3e-3 < 1.7e-3 < outcome.default
+
+
+def test_with_threads_no_serial_plan_is_a_finalist():
+    par = "split(i, i0, i1, 256); parallelize(i0, CPUThread, NoRaces)"
+    trials = [FakeTrial(1.0, "split(j, jo, ji, 16)"), FakeTrial(2.0, par)]
+    key = lambda t: t.user_attrs["schedule"]  # noqa: E731
+    assert [t.schedule for t in final.finalists(trials, key, threads=2)] == [par]
+    assert len(final.finalists(trials, key, threads=1)) == 2
+    serial = trials[:1]  # no parallel schedule ran: the serial one stays
+    assert final.finalists(serial, key, threads=2) == serial

@@ -46,16 +46,26 @@ class Timing:
     fastest: float
 
 
-def finalists(trials: Sequence[Any], key: Callable[[Any], Any]) -> list[Any]:
+def finalists(trials: Sequence[Any], key: Callable[[Any], Any], threads: int = 1) -> list[Any]:
     """The ``FINALISTS`` fastest of ``trials`` (Optuna trials with a value) with distinct
     ``key`` (schedule and formats), then the fastest serial and the fastest parallel one
     where those are not among them: a parallel trial's time can be one call that lost a
-    time slice, so the kind that lost by noise still gets its turn."""
+    time slice, so the kind that lost by noise still gets its turn.
+
+    With more than one ``threads``, serial schedules are left out while any parallel one
+    ran. ucf's parallel loops already run serially below a work threshold, so a serial
+    plan beats them only on inputs big enough to share; it did so in studies on the
+    shared 2-CPU machine while other processes held the second CPU (twice in 21 SpMM
+    studies, winning both races by up to 2x), and then ran slower than the parallel
+    default once that CPU was free. Such a plan is fast for the load of the moment,
+    not for the threads the user asked for."""
     ranked, seen = [], set()
     for t in sorted(trials, key=lambda t: t.value):
         if key(t) not in seen:
             seen.add(key(t))
             ranked.append(t)
+    if threads > 1 and any(_parallel(t) for t in ranked):
+        ranked = [t for t in ranked if _parallel(t)]
     chosen = ranked[:FINALISTS]
     for parallel in (False, True):
         kind = [t for t in ranked if _parallel(t) == parallel]

@@ -436,7 +436,9 @@ def _result(study: Any, objective: Objective) -> Tuned:
         baseline = objective.baseline
         return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
     entries = [(None, given, default)]
-    for t in final.finalists(done, _plan):
+    from ucf.exec.jit import num_threads
+
+    for t in final.finalists(done, _plan, num_threads()):
         schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")
         v = objective.variant(formats or objective.formats)
         entries.append((schedule, v, objective.kernel(schedule, v.formats)))
