@@ -11,9 +11,10 @@ order they store their modes). A trial picks, in define-by-run style:
   variable (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is
   summed and the order has a place for it (required where a sparse output
   would otherwise be appended inside a sum);
-- ``bound_<v>``: a constant trip count for a dense extent of at most 64 (a
-  shape class keeps such extents exact, so the tuned plan is looked up only
-  for them);
+- ``bound_<v>``: a constant trip count for a dense extent of at most 64, or 256
+  for the innermost output loop of ucf's order, the row a register tile runs
+  along (a shape class keeps such extents exact, so the tuned plan is looked up
+  only for them);
 - ``parallel``: no parallel loop, one loop on threads, blocks of ``chunk``
   iterations on threads, or blocks of ``chunk`` nonzeros (``fuse`` + ``pos``
   over a sparse operand's two outer levels, else of the outer loop's
@@ -61,11 +62,14 @@ MAX_ORDERS = 120
 CHUNK_LOG2 = (2, 13)
 #: Inner splits of 2**1 .. 2**6 (0: none).
 INNER_LOG2 = 6
+#: Dense loops of at most this extent may be bound; the innermost output loop of ucf's
+#: own order (SpMM's row of N) up to ``EXACT_EXTENT``, so that it can be register-tiled.
+BOUND_EXTENT = 64
 #: Register tiles of 2**3 .. 2**5 output entries (0: none).
 TILE_LOG2 = (0, 3, 4, 5)
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 6
+SPACE_VERSION = 7
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -103,6 +107,13 @@ class Problem:
     @property
     def parallel(self) -> tuple[str, ...]:
         return PARALLEL + ((NNZ,) if any(self.fusable(o) for o in self.orders) else ())
+
+    @property
+    def row(self) -> str | None:
+        """The innermost loop of ucf's own order when it is an output variable: the row
+        a register tile runs along (SpMM's ``k``)."""
+        order = self.base[0]
+        return order[-1] if order and order[-1] in self.outputs else None
 
     @property
     def positional(self) -> set[str]:
@@ -319,7 +330,8 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     positional = p.positional
     for v in p.variables:
         n = p.extents.get(v)
-        if n is None or n > EXACT_EXTENT or v in positional or v in p.places or v == workspace:
+        limit = EXACT_EXTENT if v == p.row else BOUND_EXTENT
+        if n is None or n > limit or v in positional or v in p.places or v == workspace:
             continue
         if trial.suggest_categorical(f"bound_{v}", [False, True]):
             label[v] = _fresh(f"{v}b", taken)
