@@ -387,7 +387,38 @@ def test_seed_schedules_are_the_hand_schedules_that_win():
     assert "split(i, i0, i1, 8192); parallelize(i0, CPUThread, NoRaces)" in texts
     # one thread: no parallel seed, and the bound one
     texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 1)]
-    assert texts == ["bound(k, kb, 32, MaxExact)"]
+    tiled = "bound(k, kb, 32, MaxExact); split(kb, kt, kr, 16); reorder(i, kt, j, kr)"
+    assert texts == [tiled, "bound(k, kb, 32, MaxExact)"]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_register_tiles_compute_what_numpy_does(target):
+    """Every register tile the space offers (with each way of running on threads) for
+    SpMM with N = 32 and for MTTKRP with R = 32 gives numpy's result."""
+    rng = np.random.default_rng(7)
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=7)
+    B = rng.random((200, 32))
+    spmm = space.problem(CSC_SPMM, {"A": "csr"}, {"i": 300, "j": 200, "k": 32})
+    mttkrp = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
+    T = sp.random(40 * 30, 20, density=0.05, random_state=8).toarray().reshape(40, 30, 20)
+    C, D = rng.random((30, 32)), rng.random((20, 32))
+    m = space.problem(mttkrp, {"B": "csf"}, {"i": 40, "k": 30, "l": 20, "j": 32})
+    texts = set()
+    for parallel in ("none", "chunk", "nnz"):
+        for tile in space.TILE_LOG2[1:]:
+            params = {"bound_k": True, "bound_j": True, "tile_log2": tile, "parallel": parallel}
+            texts.add((CSC_SPMM, space.spell(spmm, {**params, "chunk_log2": 4})))
+            texts.add((mttkrp, space.spell(m, {**params, "chunk_log2": 2})))
+    assert sum("kt, j, kr" in t for _, t in texts) == 2 * 2  # tiles of 8 and 16, not 32
+    for expr, text in sorted(texts):
+        if expr == CSC_SPMM:
+            k = ucf.compile(expr, formats={"A": "csr"}, schedule=text, target=target)
+            np.testing.assert_allclose(k(A=A, B=B).to_numpy(), A @ B, rtol=1e-12, err_msg=text)
+        else:
+            k = ucf.compile(expr, formats={"B": "csf"}, schedule=text, target=target)
+            got = k(B=ucf.from_numpy(T, format="csf"), C=C, D=D).to_numpy()
+            want = np.einsum("ikl,kj,lj->ij", T, C, D)
+            np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=text)
 
 
 def test_a_study_tries_the_seeds_after_the_default(cache):

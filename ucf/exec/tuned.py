@@ -27,8 +27,9 @@ import numpy as np
 from ucf.exec import cache
 
 FILE = "tuned.json"
-#: Extents up to this are kept exact in a shape class (``bound`` may fix them).
-EXACT_EXTENT = 64
+#: Extents up to this are kept exact in a shape class (``bound`` may fix them: up to 64
+#: any dense loop, up to 256 a register-tiled row, ``ucf.tuning.space``).
+EXACT_EXTENT = 256
 
 
 def _bucket(n: int) -> int:
@@ -37,7 +38,7 @@ def _bucket(n: int) -> int:
 
 
 def shape_class(extents: Mapping[str, int], nnz: Mapping[str, int]) -> str:
-    """The input size a tuned schedule is stored for: extents up to 64 exact (a schedule
+    """The input size a tuned schedule is stored for: extents up to 256 exact (a schedule
     may ``bound`` them), larger ones and every operand's nonzero count rounded to the
     nearest power of two, as in ``"i=1024,j=8;A~4096"``."""
     dims = ",".join(

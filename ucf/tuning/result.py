@@ -19,9 +19,9 @@ class Tuned:
     default stays: no trial beat it when both were timed again at the end, or
     every trial failed. ``reasons`` maps each schedule that failed to why (a
     run with successful trials lists its failures too). ``time`` and
-    ``default_time`` are seconds per call (medians of three rounds, the two timed in
-    turns; CPU seconds with one thread), so their ratio is the speed-up
-    on this machine. ``formats`` are the input
+    ``default_time`` are seconds per call (medians of the final rounds, the finalists
+    and the default timed in turns, ``ucf.tuning.final``; CPU seconds with one thread),
+    so their ratio is the speed-up on this machine. ``formats`` are the input
     formats the schedule is for: the given ones unless ``tune(search_formats=True)``
     chose others (a blocked ``bcsr`` or an ``ell``, say), whose conversion
     (seconds, once) is ``conversion_time``, never part of ``time``. ``operands``

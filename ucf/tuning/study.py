@@ -6,8 +6,9 @@ what the schedule is tuned for (statement, formats, dtypes, target and the
 inputs' shape class), so calling ``tune`` again resumes it: earlier trials
 inform the sampler and the new ones are added. The first trial of a new
 study is ucf's default schedule (and, formats searched, the next ones are its
-default in each blocked or fixed-width format offered), and the best found is timed again beside
-the default before it is returned, so it is never slower. The best schedule
+default in each blocked or fixed-width format offered), and the best few found are timed
+again in turns with the default before one is returned (``ucf.tuning.final``), so it is
+never slower. The best schedule
 is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import sys
 import time
 import warnings
@@ -32,9 +32,9 @@ from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
-from ucf.tuning import space
+from ucf.tuning import final, space
 from ucf.tuning.deps import need
-from ucf.tuning.measure import SLOW, Objective, comparable, median_time, one_call
+from ucf.tuning.measure import Objective, comparable, median_time
 from ucf.tuning.result import Tuned
 
 #: The study database in the cache directory.
@@ -43,8 +43,6 @@ DATABASE = "tune.db"
 SQLITE_TIMEOUT = 60
 #: The longest study name Optuna's database takes.
 MAX_NAME = 512
-#: Turns in which the best schedule and the default are timed again at the end.
-CONFIRM_ROUNDS = 3
 #: The share of a new study's trials that may go to seed schedules.
 SEED_SHARE = 0.25
 
@@ -424,11 +422,12 @@ class _Progress:
 
 
 def _result(study: Any, objective: Objective) -> Tuned:
-    """The study's best schedule, timed again in turns with the default (the machine's
-    load may have changed since either was first timed); the default when it is as fast.
-    Medians, not minima: with more than one thread, the time slices that other
-    processes take from one thread while the others wait for it are what a user of a
-    shared machine gets, and they hit statically shared loops hardest."""
+    """The study's best schedules timed again in turns with the default (the machine's
+    load may have changed since each was first timed, ``ucf.tuning.final``); the default
+    when none beats it then. Medians, not minima, rank them: with more than one thread,
+    the time slices that other processes take from one thread while the others wait for
+    it are what a user of a shared machine gets, and they hit statically shared loops
+    hardest."""
     trials = study.get_trials(deepcopy=False)
     reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
@@ -436,28 +435,25 @@ def _result(study: Any, objective: Objective) -> Tuned:
     if not done:
         baseline = objective.baseline
         return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
-    top = min(done, key=lambda t: t.value)
-    schedule, v = (
-        top.user_attrs["schedule"],
-        objective.variant(top.user_attrs.get("formats", objective.formats)),
-    )
-    best = objective.kernel(schedule, v.formats)
-    calls = [
-        lambda k=k, ops=ops: k(shapes=objective.shapes, **ops)
-        for k, ops in ((default, given.operands), (best, v.operands))
-    ]
-    # One warm-up each; a slow kernel then gets one sample a round (three rounds of
-    # warm-up and three samples cost a 200k-row SpMM study 5 s).
-    warm = [one_call(call) for call in calls]
-    rounds: tuple[list[float], list[float]] = ([], [])
-    for _ in range(CONFIRM_ROUNDS):
-        for call, once, times in zip(calls, warm, rounds, strict=True):
-            repeats = 1 if once > SLOW else objective.repeats
-            times.append(median_time(call, repeats, once=once))
-    default_time, seconds = (statistics.median(times) for times in rounds)
-    if seconds >= default_time:
-        return Tuned(None, default_time, default_time, study, default, reasons, given.formats)
-    return Tuned(schedule, seconds, default_time, study, best, reasons, v.formats, v.conversion)
+    entries = [(None, given, default)]
+    from ucf.exec.jit import num_threads
+
+    for t in final.finalists(done, _plan, num_threads()):
+        schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")
+        v = objective.variant(formats or objective.formats)
+        entries.append((schedule, v, objective.kernel(schedule, v.formats)))
+    calls = [lambda k=k, ops=v.operands: k(shapes=objective.shapes, **ops) for _, v, k in entries]
+    best = final.confirmed(calls)
+    schedule, v, kernel = entries[best.index]
+    if best.index == 0:
+        return Tuned(None, best.default, best.default, study, default, reasons, given.formats)
+    return Tuned(schedule, best.time, best.default, study, kernel, reasons, v.formats, v.conversion)
+
+
+def _plan(trial: Any) -> tuple[str, str]:
+    """What a trial ran: its schedule and its formats."""
+    formats = trial.user_attrs.get("formats", {})
+    return trial.user_attrs["schedule"], json.dumps(formats, sort_keys=True)
 
 
 def _tried(trial: Any) -> str:
