@@ -144,9 +144,8 @@ def paired(
         part = substitute(a, {red.var.name: k})
         parts.append(part if real is None else ir.Select(real, part, Const(0, "i32")))
     at = ir.add(ir.mul(ir.sub(row, rows.start), _i64(per_row)), p)
-    fill_a = ir.For(
-        row, rows.start, rows.end, [ir.For(p, _i64(0), groups, [ir.Store(a_panel, at, word(parts))])]
-    )
+    words = [ir.Store(a_panel, at, word(parts))]
+    fill_a = ir.For(row, rows.start, rows.end, [ir.For(p, _i64(0), groups, words)])
 
     # B's words: the lanes of a tile at the group's steps, tile after tile.
     lanes = VECTOR_BYTES // _SIZES["i32"]
@@ -188,8 +187,7 @@ def paired(
     rewriter.notes.append(
         f"registers: {red.label or red.var.name} runs in {kind} of steps: the 8-bit values of "
         f"{fixed.array.name} and {varying.array.name} packed {n} to a word into "
-        f"{a_panel.name} and {b_panel.name} before each {rows.label or rows.var.name} loop, "
-        + how
+        f"{a_panel.name} and {b_panel.name} before each {rows.label or rows.var.name} loop, " + how
     )
     return kernel, {b_word: (b_panel, b_row)}, [fill_a, fill_b]
 
