@@ -103,7 +103,7 @@ def panels(k) -> set[str]:
 # a schedule keeps the loops serial): partial blocks in both modes with a remainder of
 # j, in a parallel loop (the panel is each thread's) and in a serial one (the
 # function's); f64 (4 lanes); int8 times uint8 (bytes are packed in pairs of steps by
-# ucf.lower.pairs, on an AVX2 host, and not as they are); B rows of 4 KB
+# ucf.lower.pairs on an AVX2 host, in quads on a VNNI one, and not as they are); B rows of 4 KB
 # and more (as in the benchmark) and short ones; fewer columns than a tile.
 PACKED = [
     ("bcsr(16,16)", (45, 37), 389, "float32", "float32", "float32", False),
@@ -130,7 +130,8 @@ def test_packed_panels_against_numpy(target, fmt, shape, n, a_type, b_type, c_ty
     loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
     assert (loop.parallel is None) == serial
     packed = b_type != "uint8"
-    want = ["B_panel0"] if packed else ["A_pairs0", "B_pairs0"] if pairs.available() else []
+    kind = "quads" if pairs.VPDPBUSD in pairs.available() else "pairs"
+    want = ["B_panel0"] if packed else [f"A_{kind}0", f"B_{kind}0"] if pairs.available() else []
     assert panels(k) == set(want)
     note = "B_vals into B_panel0 packed before each i_in loop, for its 4 groups"
     assert (note in k.cin) == packed

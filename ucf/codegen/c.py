@@ -140,6 +140,7 @@ def source(fns: list[ir.Function]) -> str:
         (runtime_dir() / "ucf_runtime.h").read_text(),
         *vector_typedefs(fns),
         *pair_dots(fns),
+        *quad_dots(fns),
         *vector_fmas(fns),
     ]
     for fn in fns:
@@ -204,6 +205,48 @@ def pair_dots(fns: list[ir.Function]) -> list[str]:
         if n == 8:
             lines.append("#endif")
     return lines
+
+
+def quad_dots(fns: list[ir.Function]) -> list[str]:
+    """A macro ``ucf_quaddot_<type>(unsigned, signed, addend)`` per vector type of
+    ``ir.QuadDot`` the functions use: VNNI's ``_mm256_dpbusd_epi32`` (AVX-512 VNNI with
+    AVX-512VL) or ``_mm256_dpbusd_avx_epi32`` (AVX-VNNI) where the compiler targets it,
+    else the definition's sums, the same values (a CPU without VNNI, where tests make
+    the node, or a kernel saved and built for another CPU). The sums wrap in uint32 as
+    the instruction's do, where int32 would overflow (undefined in C). Macros for the
+    reason ``pair_dots`` gives."""
+    from ucf.ir.walk import nodes
+
+    used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.QuadDot)})
+    if not used:
+        return []
+    vnni = "defined(__AVX512VNNI__) && defined(__AVX512VL__)"
+    lines = [f"#if {vnni} || defined(__AVXVNNI__)", "#include <immintrin.h>", "#endif"]
+    for ty in used:
+        n, t, name = ir.lanes(ty), c_type(ty), f"ucf_quaddot_{ty}"
+        if n == 8:
+            lines += [f"#if {vnni}", _dpbusd(name, t, "_mm256_dpbusd_epi32")]
+            lines += ["#elif defined(__AVXVNNI__)", _dpbusd(name, t, "_mm256_dpbusd_avx_epi32")]
+            lines.append("#else")
+        lines += [
+            f"#define {name}(u, s, c) __extension__({{ \\",
+            f"  {t} ucf_u_ = (u), ucf_s_ = (s), ucf_r_ = (c); \\",
+            f"  for (int ucf_l_ = 0; ucf_l_ < {n}; ucf_l_++) \\",
+            "    for (int ucf_b_ = 0; ucf_b_ < 32; ucf_b_ += 8) \\",
+            "      ucf_r_[ucf_l_] = (int32_t)((uint32_t)ucf_r_[ucf_l_] \\",
+            "        + (uint32_t)((int32_t)(uint8_t)(ucf_u_[ucf_l_] >> ucf_b_) \\",
+            "                     * (int8_t)(ucf_s_[ucf_l_] >> ucf_b_))); \\",
+            "  ucf_r_; })",
+        ]
+        if n == 8:
+            lines.append("#endif")
+    return lines
+
+
+def _dpbusd(name: str, t: str, intrinsic: str) -> str:
+    """The macro ``name`` as the VNNI ``intrinsic`` on vectors of type ``t``."""
+    args = "(__m256i)(c), (__m256i)(u), (__m256i)(s)"
+    return f"#define {name}(u, s, c) (({t}){intrinsic}({args}))"
 
 
 def vector_fmas(fns: list[ir.Function]) -> list[str]:
@@ -372,6 +415,9 @@ class _Emitter:
             return f"(({c_type(e.type)}){{{lanes}}})"
         if isinstance(e, ir.PairDot):
             return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
+        if isinstance(e, ir.QuadDot):
+            args = f"{self.expr(e.unsigned)}, {self.expr(e.signed)}, {self.expr(e.addend)}"
+            return f"ucf_quaddot_{e.type}({args})"
         if isinstance(e, ir.FMA):
             args = f"{self.expr(e.left)}, {self.expr(e.right)}, {self.expr(e.addend)}"
             if ir.lanes(e.type) > 1:

@@ -47,11 +47,17 @@ _I8P = ll.PointerType(ll.IntType(8))
 _I32 = ll.IntType(32)
 
 
-def module(fns: list[ir.Function], name: str = "ucf", openmp: bool = True) -> str:
-    """LLVM IR text; ``openmp=False`` emits CPUThread loops serially (no libgomp here)."""
+def module(
+    fns: list[ir.Function], name: str = "ucf", openmp: bool = True, features: str | None = None
+) -> str:
+    """LLVM IR text; ``openmp=False`` emits CPUThread loops serially (no libgomp here).
+    ``features`` are those of the CPU the IR is for, as LLVM spells them (the host's by
+    default, which the JIT compiles for): they decide whether ``ir.QuadDot`` is VNNI's
+    instruction or its expansion."""
     mod = ll.Module(name=name)
+    vnni = pairs.vnni(pairs.host_features() if features is None else features)
     for fn in fns:
-        _FunctionBuilder(mod, fn, openmp).build()
+        _FunctionBuilder(mod, fn, openmp, vnni).build()
     return _loop_metadata(str(mod))
 
 
@@ -81,9 +87,12 @@ def _loop_metadata(text: str) -> str:
 
 
 class _FunctionBuilder:
-    def __init__(self, mod: ll.Module, fn: ir.Function | None, openmp: bool = True):
+    def __init__(
+        self, mod: ll.Module, fn: ir.Function | None, openmp: bool = True, vnni: bool = False
+    ):
         self.mod = mod
         self.openmp = openmp
+        self.vnni = vnni  # the CPU runs vpdpbusd (ucf.lower.pairs.vnni)
         self.outlined = 0
         self.slots: dict[str, ll.AllocaInstr] = {}
         self.args: dict[str, ll.Value] = {}
@@ -170,7 +179,7 @@ class _FunctionBuilder:
         ]
         entry.call(body_fn, fields)
         entry.ret_void()
-        inner = _FunctionBuilder(self.mod, None, self.openmp)
+        inner = _FunctionBuilder(self.mod, None, self.openmp, self.vnni)
         inner.func = body_fn
         inner.restrict = self.restrict
         inner._start_blocks()
@@ -393,6 +402,8 @@ class _FunctionBuilder:
             )
         if isinstance(e, ir.PairDot):
             return self.pair_dot(e)
+        if isinstance(e, ir.QuadDot):
+            return self.quad_dot(e)
         if isinstance(e, ir.FMA):
             return self.fma(e)
         if isinstance(e, ir.Bin):
@@ -453,13 +464,36 @@ class _FunctionBuilder:
         ``pmaddwd`` on its own, but the optimizer breaks that pattern up in a tile
         (it shares the split of a vector that several products read)."""
         n = ir.lanes(e.type)
-        if n != 8 or not pairs.available():
+        if n != 8 or pairs.PMADDWD not in pairs.available():
             raise TypeError(f"no LLVM for PairDot of {e.type} on this host (AVX2, i32x8)")
         halves = ll.VectorType(ll.IntType(16), 2 * n)
         left = self.b.bitcast(self.expr(e.left), halves)
         right = self.b.bitcast(self.expr(e.right), halves)
         pmaddwd = self._extern("llvm.x86.avx2.pmadd.wd", _type(e.type), [halves, halves])
         return self.b.call(pmaddwd, [left, right])
+
+    def quad_dot(self, e: ir.QuadDot) -> ll.Value:
+        """VNNI's ``vpdpbusd`` intrinsic on a CPU that has it (``llvm.x86.avx512.vpdpbusd.256``,
+        which LLVM selects as AVX-VNNI's VEX form when the CPU has only that); elsewhere
+        the definition, which LLVM 22 does not fold back into ``vpdpbusd``: the bytes
+        widened (zero- and sign-), multiplied, the products of each lane's four bytes
+        summed and added to the accumulator, the same values in int32."""
+        n = ir.lanes(e.type)
+        acc = self.expr(e.addend)
+        nbytes = ll.VectorType(ll.IntType(8), 4 * n)
+        unsigned = self.b.bitcast(self.expr(e.unsigned), nbytes)
+        signed = self.b.bitcast(self.expr(e.signed), nbytes)
+        if self.vnni and n == 8:
+            vpdpbusd = self._extern(
+                "llvm.x86.avx512.vpdpbusd.256", _type(e.type), [_type(e.type), nbytes, nbytes]
+            )
+            return self.b.call(vpdpbusd, [acc, unsigned, signed])
+        wide = ll.VectorType(_I32, 4 * n)
+        products = self.b.mul(self.b.zext(unsigned, wide), self.b.sext(signed, wide))
+        for part in range(4):
+            lanes = ll.Constant(ll.VectorType(_I32, n), [4 * lane + part for lane in range(n)])
+            acc = self.b.add(acc, self.b.shuffle_vector(products, products, lanes))
+        return acc
 
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b

@@ -139,6 +139,25 @@ class PairDot(Expr):
 
 
 @dataclass(frozen=True)
+class QuadDot(Expr):
+    """Three vectors of ``i32`` whose 32-bit lanes each hold four bytes, the lowest
+    first: per lane ``addend`` plus the sum over the four bytes of the ``unsigned``
+    operand's byte, zero-extended, times the ``signed`` operand's byte, sign-extended,
+    all in int32 (wrapping, never saturating). It is x86's ``vpdpbusd`` (AVX-512 VNNI,
+    or AVX-VNNI's VEX form), 32 products and their sum into the accumulator in one
+    instruction: ``ucf.lower.pairs`` makes it for int8 times uint8, four steps of a
+    reduction per lane."""
+
+    unsigned: Expr
+    signed: Expr
+    addend: Expr
+
+    @property
+    def type(self) -> str:
+        return self.addend.type
+
+
+@dataclass(frozen=True)
 class FMA(Expr):
     """``left * right + addend`` rounded once, as IEEE 754's fusedMultiplyAdd, on floats
     or vectors of them: one instruction (``vfmadd``) on x86 with FMA3, and the same value

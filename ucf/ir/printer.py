@@ -100,6 +100,8 @@ def expr(e: ir.Expr) -> str:
         return f"splat{e.lanes}({expr(e.operand)})"
     if isinstance(e, ir.PairDot):
         return f"pairdot({expr(e.left)}, {expr(e.right)})"
+    if isinstance(e, ir.QuadDot):
+        return f"quaddot({expr(e.unsigned)}, {expr(e.signed)}, {expr(e.addend)})"
     if isinstance(e, ir.FMA):
         return f"fma({expr(e.left)}, {expr(e.right)}, {expr(e.addend)})"
     if isinstance(e, ir.Bin):

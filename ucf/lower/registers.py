@@ -28,7 +28,7 @@ make enough groups. The factor each row broadcasts, when it too is computed (the
 quantized block ``A`` of ``A(i,k) * B(k,j)``), is converted once per group of rows into a
 buffer of the group's rows by the reduction's steps, not once per tile of ``j``.
 Products of 8-bit integers into int32 take the micro-kernel of
-``ucf.lower.pairs`` instead, two steps of the reduction per multiply.
+``ucf.lower.pairs`` instead, two or four steps of the reduction per multiply.
 
 Every output element still sums its terms in the same order, each a fused multiply-add
 (``ir.add_product``) as the original nest's are after ``ucf.lower.fma``, so the result is
@@ -409,8 +409,13 @@ class _Rewriter:
             value = substitute(_swapped(store.value, places), local)
             panels = {substitute(e, local): at for e, at in packed.items()}
             for v in range(vectors):
-                term = _vector(value, j, jv, v * lanes, lanes, leaf, panels)
-                updates.append(ir.Assign(acc[r, v], ir.add_product(acc[r, v], term)))
+                args = (j, jv, v * lanes, lanes, leaf, panels)
+                if isinstance(value, ir.QuadDot):  # it adds into the accumulator itself
+                    u, s = _vector(value.unsigned, *args), _vector(value.signed, *args)
+                    update = ir.QuadDot(u, s, acc[r, v])
+                else:
+                    update = ir.add_product(acc[r, v], _vector(value, *args))
+                updates.append(ir.Assign(acc[r, v], update))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
 
