@@ -213,12 +213,11 @@ class DynamicKernel:
             default = (
                 _gpu_schedule(inner, order) if target == "cuda" else _cpu_schedule(inner, order)
             )
-            if default is None:
-                return Kernel(*args, None, target, dtype, index_dtype, emulate), b
-            try:
-                return Kernel(*args, default, target, dtype, index_dtype, emulate), b
-            except (ScheduleError, UnsupportedError):
-                schedule = None
+            if default is not None:
+                try:
+                    return Kernel(*args, default, target, dtype, index_dtype, emulate), b
+                except (ScheduleError, UnsupportedError):
+                    pass  # the target's own default below
         return Kernel(*args, schedule, target, dtype, index_dtype, emulate), b
 
     @property
@@ -345,14 +344,10 @@ def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> str:
     return text
 
 
-#: GPU threads per block over the output's columns in a dynamic kernel on CUDA.
-GPU_COLUMNS = 128
-
-
 def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
     """On CUDA: a GPU block per iteration of the tiles-first order's outermost loop (an
-    output variable's) and per 128 of the output's last variable when A does not hold
-    it (B's columns ``n``), a thread per column. Inside, each thread runs the other
+    output variable's) and per ``DEFAULT_GPU_THREADS`` of the output's last variable when A
+    does not hold it (B's columns ``n``), a thread per column. Inside, each thread runs the other
     output variables, then the summed ones innermost, adding into a running sum: the
     threads of a block read B's rows at the tile's live k's side by side and share the
     reads of A, its mask and the index. None (the CUDA default) when the nest has no
@@ -366,7 +361,7 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
     blk, thr = f"{columns}_gblk", f"{columns}_gthr"
     return (
         f"reorder({', '.join([order[0], columns, *inner])}); "
-        f"split({columns}, {blk}, {thr}, {GPU_COLUMNS}); "
+        f"split({columns}, {blk}, {thr}, {pipeline.DEFAULT_GPU_THREADS}); "
         f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
         f"parallelize({thr}, GPUThread, NoRaces)"
     )

@@ -414,10 +414,7 @@ def _compressed_child(loop: ir.For) -> tuple[ir.Array, ir.For] | None:
             return None
         if hi.index != ir.Bin("+", lo.index, Const(1, I64)):
             return None
-        p = lo.index
-        while isinstance(p, Var) and p.name in alias:
-            p = alias[p.name]
-        return (lo.array, s) if p == loop.var else None
+        return (lo.array, s) if _resolved(lo.index, alias) == loop.var else None
     return None
 
 
@@ -439,16 +436,20 @@ def _merged_levels(loop: ir.For) -> list[ir.Array]:
         load = _strip_cast(s.init)
         if not isinstance(load, ir.Load):
             continue
-        p = load.index
-        while isinstance(p, Var) and p.name in alias:
-            p = alias[p.name]
-        if p == loop.var:
+        if _resolved(load.index, alias) == loop.var:
             starts[load.array.name] = load.index
         elif starts.get(load.array.name) is not None and load.index == ir.Bin(
             "+", starts[load.array.name], Const(1, I64)
         ):
             merged.append(load.array)
     return merged
+
+
+def _resolved(p: ir.Expr, alias: dict[str, ir.Expr]) -> ir.Expr:
+    """``p`` through the declarations of the loop body before it (``pA0 = i``)."""
+    while isinstance(p, Var) and p.name in alias:
+        p = alias[p.name]
+    return p
 
 
 def _strip_cast(e: ir.Expr) -> ir.Expr:
