@@ -561,6 +561,12 @@ def run_case(case: Case) -> Outcome:
             for n, a in arrays.items()
         }
         got = k(**ops)
+        into = None
+        if isinstance(got, np.ndarray) and got.ndim:
+            # into a given output full of NaN: the kernel, or the call, must clear every
+            # element it does not compute (ucf.lower.zeroing decides which of the two)
+            into = np.full(got.shape, np.nan, got.dtype)
+            k(**ops, out=into)
     except ucf.CompileError as e:
         return Outcome("error", f"CompileError: {e}")
     except ucf.UcfError as e:
@@ -577,9 +583,11 @@ def run_case(case: Case) -> Outcome:
             return Outcome("wrong", f"the output's storage is malformed: {e}")
         got = got.to_numpy()
     got = np.asarray(got)
+    status = "racy" if "CPUVector" in case.races else "wrong"
     if got.shape != want.shape or not np.allclose(got, want):
-        status = "racy" if "CPUVector" in case.races else "wrong"
         return Outcome(status, f"got {got.tolist()}\nwant {want.tolist()}")
+    if into is not None and not np.allclose(into, want):
+        return Outcome(status, f"into out= full of NaN: got {into.tolist()}\nwant {want.tolist()}")
     return Outcome("ok")
 
 

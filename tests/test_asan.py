@@ -171,9 +171,12 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
         vals = by_role[("vals", None)]
         n = int(np.prod(out_shape, dtype=np.int64)) if out_shape else 1
         body.append(f"  int64_t {vals.name}_n = {n};")
-    body.append(
-        f"  {CTYPE[vals.type]} *{vals.name} = calloc({vals.name}_n, sizeof({CTYPE[vals.type]}));"
-    )
+    ct = CTYPE[vals.type]
+    body.append(f"  {ct} *{vals.name} = calloc({vals.name}_n, sizeof({ct}));")
+    if kernel._plan.writes_all:
+        # its comment says it writes every element: as an embedding program may, leave
+        # garbage there (0x7f bytes read as a large float or integer) for it to clear
+        body.append(f"  memset({vals.name}, 0x7f, {vals.name}_n * sizeof({ct}));")
     sizes[vals.name] = f"{vals.name}_n"
     body.append(f"  kernel({', '.join(compute_args)});")
     for p in out_params:
@@ -482,6 +485,29 @@ def test_gustavson_sort_paths_stay_in_bounds(asan_cc, tmp_path):
     out = run_under_asan(asan_cc, tmp_path, k, "csr", (n, cols), {"i": n, "j": m, "k": cols}, ops)
     out.validate()
     np.testing.assert_array_equal(out.to_numpy(), (A @ B).toarray())
+
+
+@pytest.mark.parametrize("rows", [1, 37, 65])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        None,
+        "bound(k, kb, 8, MaxExact); split(kb, kt, kr, 4); reorder(i, kt, j, kr)",
+        "split(i, i0, i1, 16); parallelize(i0, CPUThread, NoRaces)",
+        "divide(i, i0, i1, 3); reorder(i0, i1, j, k)",
+    ],
+)
+def test_kernel_zeroed_output_stays_in_bounds(asan_cc, tmp_path, rows, schedule):
+    """Kernels that zero their output a row at a time (ucf.lower.zeroing) write inside it
+    and clear every element, the driver's output starting as garbage."""
+    rng = np.random.default_rng(rows)
+    A = rand_sparse(rng, (rows, 9), 0.3, empty_rows=min(rows, 2))
+    B = rng.random((9, 8))
+    k = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=schedule, target="c")
+    assert k._plan.writes_all, k.cin
+    ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "UU")}
+    out = run_under_asan(asan_cc, tmp_path, k, "UU", (rows, 8), {"i": rows, "j": 9, "k": 8}, ops)
+    np.testing.assert_allclose(out.to_numpy(), A @ B)
 
 
 @pytest.mark.parametrize("rows", [37, 64, 65])

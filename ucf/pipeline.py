@@ -73,6 +73,9 @@ class Plan:
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
     integer_sums: list = field(default_factory=list)  # ucf.lower.held: checked per call
     openmp: bool = True  # the llvm target's parallel loops call libgomp
+    # The compute function writes every element of its dense output (``ucf.lower.zeroing``),
+    # so the output need not be zeroed before a call.
+    writes_all: bool = False
 
     @property
     def _functions(self) -> list[ir.Function]:
@@ -158,9 +161,16 @@ def plan(
             else (base, None)
         )
         _check_units(applied, target)
-        lowered = Lowerer(cin, vt, it, applied=applied).lower()
+        lowerer = Lowerer(cin, vt, it, applied=applied)
+        lowered = lowerer.lower()
         if fixed:
             lowered = _dismantled(cin, applied, lowered, fixed, front, static or {})
+        lowered = lowerer.zeroed(lowered)
+        if lowered.writes_all:
+            cin.notes.append(
+                f"output {out}: the kernel zeroes each slice ({', '.join(lowered.writes_all)}) "
+                "itself before adding into it, so the caller need not zero it"
+            )
     cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
     if blocking is not None:
         cin.notes += [
@@ -212,6 +222,7 @@ def plan(
         variables=variables,
         integer_sums=lowered.integer_sums,
         openmp=_openmp_for(cin, openmp),
+        writes_all=bool(lowered.writes_all),
     )
 
 

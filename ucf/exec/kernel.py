@@ -465,7 +465,7 @@ class Kernel:
             and (out is None or isinstance(out, np.ndarray))
             and replayable(operands, call[3], out, result, call[1][call[2]])
         ):
-            zero = stmt.op == "="
+            zero = stmt.op == "=" and not plan.writes_all
             new = Replay(operands, out, call[:3], num_threads(), local.built, result, zero)
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
@@ -607,7 +607,8 @@ class Kernel:
             if plan.statement.op == "+=":
                 raise OperandError(f"'+=' needs the output: pass out= for {plan.statement.lhs}")
             # a scalar's empty shape has size 1
-            return trusted(shape, fmt, [{} for _ in shape], np.zeros(size, dtype=self.dtype))
+            alloc = np.empty if plan.writes_all else np.zeros
+            return trusted(shape, fmt, [{} for _ in shape], alloc(size, dtype=self.dtype))
         if isinstance(out, Tensor):
             t = out
         else:
@@ -624,7 +625,7 @@ class Kernel:
             t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
         if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
             raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
-        if plan.statement.op == "=":
+        if plan.statement.op == "=" and not plan.writes_all:
             t.vals[:] = 0
         return t
 

@@ -62,8 +62,8 @@ class _Arena:
         return self.buf[start : start + n], self.addr + start * self.buf.itemsize
 
 
-def _zeros(arenas: dict, n: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """``n`` zeroed values and their address."""
+def _values(arenas: dict, n: int, dtype: np.dtype, zero: bool) -> tuple[np.ndarray, int]:
+    """``n`` values, zeroed if ``zero``, and their address."""
     if n <= _Arena.SIZE // 16:
         arena = arenas.get(dtype)
         got = arena.take(n) if arena is not None else None
@@ -71,7 +71,7 @@ def _zeros(arenas: dict, n: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
             arena = arenas[dtype] = _Arena(dtype)
             got = arena.take(n)
         return got
-    vals = np.zeros(n, dtype=dtype)
+    vals = np.zeros(n, dtype=dtype) if zero else np.empty(n, dtype=dtype)
     return vals, vals.ctypes.data
 
 
@@ -210,9 +210,10 @@ class Replay:
         return True
 
     def run(self, out: np.ndarray | None) -> Tensor:
-        """Call the function again, into ``out`` or into a new zeroed output."""
+        """Call the function again, into ``out`` or into a new output, zeroed first unless
+        the kernel writes every element."""
         if out is None:
-            vals, address = _zeros(_ARENAS.__dict__, self.size, self.dtype)
+            vals, address = _values(_ARENAS.__dict__, self.size, self.dtype, self.zero)
         else:
             vals = out if self.out_flat else out.reshape(-1)
             if self.zero:

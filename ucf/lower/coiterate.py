@@ -66,6 +66,9 @@ class CoiterationMixin:
         if v in self.splits and iters and not (full or drives or st.ws is not None):
             split = self._narrow_to_blocks(v, iters)
             label = split.args[2]
+        if st.ws is None and not self.assembling:
+            whole = full and split is None and self._loop_end(v) is self.extents[v]
+            self.whole_loops[label] = self.whole_loops.get(label, True) and whole
         if self._flat(v, iters, guards, st):
             stmts += self._flat_loop(term, st, iters, located, coord, label, full)
         elif drives:

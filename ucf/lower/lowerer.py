@@ -33,6 +33,7 @@ They share the state set up in :meth:`Lowerer.__init__` (``cin``, ``operands``,
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from ucf.cin.notation import CIN
 from ucf.errors import ScheduleError, UnsupportedError
@@ -70,6 +71,7 @@ from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
+from ucf.lower.zeroing import zero_slices
 from ucf.schedule import Applied
 
 
@@ -265,6 +267,25 @@ class Lowerer(
         helpers = [sort.sort_function()] if sorts else []
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums)
 
+    def zeroed(self, lowered: Lowered) -> Lowered:
+        """``lowered`` with its compute function zeroing its dense output itself, a slice
+        at a time (``ucf.lower.zeroing``), where its loops allow. For the CPU targets,
+        after any ``dismantle``: a loop over an output variable that dismantling unrolled
+        is no longer there to zero in."""
+        if self.sparse_out or self.cin.statement.op != "=" or self.wheres or self.repeats:
+            return lowered
+        full = {v for v, whole in self.whole_loops.items() if whole and v in self.out_vars}
+        dims = [self.out_params.dims[m] for m in self.out_fmt.mode_order]
+        provenance = self.applied.provenance if self.applied else None
+        fn = lowered.compute
+        body, fixed = zero_slices(
+            fn.body, full, provenance, self.out_level_vars, self.out_params.vals, dims
+        )
+        if not fixed:
+            return lowered
+        doc = f"{fn.doc} It writes every element of {self.out_name}, which need not be zeroed."
+        return replace(lowered, compute=replace(fn, body=body, doc=doc), writes_all=fixed)
+
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""
         if self.applied is None:
@@ -300,6 +321,7 @@ class Lowerer(
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
         )
         self.consumed = set()
+        self.whole_loops: dict[str, bool] = {}  # loop label -> visits every coordinate
         state = State(order=self.outer_order)
         for n in self.operands:
             state.levels[n] = 0
