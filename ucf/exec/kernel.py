@@ -28,7 +28,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked, cache, padded, stats
+from ucf.exec import blocked, cache, padded, recycled, stats
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -607,8 +607,11 @@ class Kernel:
             if plan.statement.op == "+=":
                 raise OperandError(f"'+=' needs the output: pass out= for {plan.statement.lhs}")
             # a scalar's empty shape has size 1
-            alloc = np.empty if plan.writes_all else np.zeros
-            return trusted(shape, fmt, [{} for _ in shape], alloc(size, dtype=self.dtype))
+            if plan.writes_all:
+                vals = recycled.uninitialized((size,), self.dtype)
+            else:
+                vals = np.zeros(size, dtype=self.dtype)
+            return trusted(shape, fmt, [{} for _ in shape], vals)
         if isinstance(out, Tensor):
             t = out
         else:

@@ -7,7 +7,8 @@ writes a quarter of its output's rows (MoE with 8 experts, top-2 routing) those 
 cost as much as zeroing the whole array from user space. Here an output whose array
 (and every view of it) is gone goes back to a small pool instead, still mapped, and the
 next call of the same size takes it with the old values in it: the caller zeroes what
-it does not write, which runs at memory speed.
+it does not write, which runs at memory speed. A kernel that writes every element of its
+dense output (``ucf.lower.zeroing``) takes its output from here too, and zeroes nothing.
 """
 
 from __future__ import annotations
@@ -51,14 +52,23 @@ def _give_back(buffer: np.ndarray) -> None:
 def array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, bool]:
     """A C-contiguous array of ``shape`` and ``dtype``, and whether it is zeros (a new
     one) rather than a recycled one holding whatever its last user left in it."""
-    dtype = np.dtype(dtype)
+    return _taken(shape, np.dtype(dtype), np.zeros)
+
+
+def uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous array of ``shape`` and ``dtype`` holding anything, for a kernel
+    that writes every element (``Plan.writes_all``)."""
+    return _taken(shape, np.dtype(dtype), np.empty)[0]
+
+
+def _taken(shape: tuple[int, ...], dtype: np.dtype, new) -> tuple[np.ndarray, bool]:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < MIN_BYTES:
-        return np.zeros(shape, dtype), True
+        return new(shape, dtype), True
     with _lock:
         spare = _idle.get(nbytes)
         buffer = spare.pop() if spare else None
     fresh = buffer is None
     if fresh:
-        buffer = np.zeros(nbytes, np.uint8)
+        buffer = new(nbytes, np.uint8)
     return np.asarray(_Lease(buffer, shape, dtype)), fresh

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.exec import binding
+from ucf.exec import binding, recycled
 from ucf.exec.packed import Packed
 from ucf.format.tensor import Tensor, trusted
 
@@ -71,7 +71,7 @@ def _values(arenas: dict, n: int, dtype: np.dtype, zero: bool) -> tuple[np.ndarr
             arena = arenas[dtype] = _Arena(dtype)
             got = arena.take(n)
         return got
-    vals = np.zeros(n, dtype=dtype) if zero else np.empty(n, dtype=dtype)
+    vals = np.zeros(n, dtype=dtype) if zero else recycled.uninitialized((n,), dtype)
     return vals, vals.ctypes.data
 
 
