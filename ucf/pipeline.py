@@ -165,12 +165,7 @@ def plan(
         lowered = lowerer.lower()
         if fixed:
             lowered = _dismantled(cin, applied, lowered, fixed, front, static or {})
-        lowered = lowerer.zeroed(lowered)
-        if lowered.writes_all:
-            cin.notes.append(
-                f"output {out}: the kernel zeroes each slice ({', '.join(lowered.writes_all)}) "
-                "itself before adding into it, so the caller need not zero it"
-            )
+
     cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
     if blocking is not None:
         cin.notes += [
@@ -188,6 +183,12 @@ def plan(
         if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
             compute, groups = group_rows(compute)
             cin.notes += groups
+        compute, writes_all = lowerer.zeroed(compute)
+        if writes_all:
+            cin.notes.append(
+                f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
+                "itself before computing into it, so the caller need not zero it"
+            )
         compute = fuse(compute)
     assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:
@@ -222,7 +223,7 @@ def plan(
         variables=variables,
         integer_sums=lowered.integer_sums,
         openmp=_openmp_for(cin, openmp),
-        writes_all=bool(lowered.writes_all),
+        writes_all=bool(writes_all),
     )
 
 

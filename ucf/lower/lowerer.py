@@ -267,24 +267,24 @@ class Lowerer(
         helpers = [sort.sort_function()] if sorts else []
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums)
 
-    def zeroed(self, lowered: Lowered) -> Lowered:
-        """``lowered`` with its compute function zeroing its dense output itself, a slice
-        at a time (``ucf.lower.zeroing``), where its loops allow. For the CPU targets,
-        after any ``dismantle``: a loop over an output variable that dismantling unrolled
-        is no longer there to zero in."""
+    def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
+        """The compute function zeroing its dense output itself, a slice at a time
+        (``ucf.lower.zeroing``), where its loops allow, and the variables that fix a
+        slice (``()``: the caller zeroes). For the CPU targets, on the final loops: after
+        ``dismantle``, which may unroll a loop over an output variable, and after the
+        passes that tile the nests, which look for the loops as the lowerer built them."""
         if self.sparse_out or self.cin.statement.op != "=" or self.wheres or self.repeats:
-            return lowered
+            return compute, ()
         full = {v for v, whole in self.whole_loops.items() if whole and v in self.out_vars}
         dims = [self.out_params.dims[m] for m in self.out_fmt.mode_order]
         provenance = self.applied.provenance if self.applied else None
-        fn = lowered.compute
         body, fixed = zero_slices(
-            fn.body, full, provenance, self.out_level_vars, self.out_params.vals, dims
+            compute.body, full, provenance, self.out_level_vars, self.out_params.vals, dims
         )
         if not fixed:
-            return lowered
-        doc = f"{fn.doc} It writes every element of {self.out_name}, which need not be zeroed."
-        return replace(lowered, compute=replace(fn, body=body, doc=doc), writes_all=fixed)
+            return compute, ()
+        doc = f"{compute.doc} It writes every element of {self.out_name}, which need not be zeroed."
+        return replace(compute, body=body, doc=doc), fixed
 
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""

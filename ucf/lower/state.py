@@ -129,9 +129,6 @@ class Lowered:
     # Sums of quantized products in int32 (``ucf.lower.held``): for each, the slots of
     # its factors and the extents (names, or fixed sizes) of the loops it runs over.
     integer_sums: list = field(default_factory=list)
-    # The output variables whose slices the compute function zeroes itself, outermost
-    # first (``ucf.lower.zeroing``): then it writes every element; () when it does not.
-    writes_all: tuple[str, ...] = ()
 
 
 @dataclass

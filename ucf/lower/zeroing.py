@@ -75,9 +75,13 @@ def zero_slices(
     span: ir.Expr = Const(1, I64)
     for d in level_dims[len(fixed) :]:
         span = ir.mul(span, d)
-    q = Var(f"{vals.name}_z", I64)
-    store = ir.Store(vals, ir.add(ir.mul(base, span), q), Const(0, vals.elem))
-    loop.body.insert(at, ir.For(q, Const(0, I64), span, [store]))
+    zero = Const(0, vals.elem)
+    if span == Const(1, I64):  # every output variable fixed: one element
+        loop.body.insert(at, ir.Store(vals, base, zero))
+    else:
+        q = Var(f"{vals.name}_z", I64)
+        store = ir.Store(vals, ir.add(ir.mul(base, span), q), zero)
+        loop.body.insert(at, ir.For(q, Const(0, I64), span, [store]))
     return body, fixed
 
 
