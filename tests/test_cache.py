@@ -147,6 +147,20 @@ def test_compiler_flags_are_part_of_the_key(filled, tmp_path):
     assert len({p.name for p in cache.glob("*.so")} - before) == 3  # one new library each
 
 
+@pytest.mark.skipif(not HAVE_CC, reason="no cc")
+def test_the_host_cpu_is_part_of_the_key_under_march_native(monkeypatch):
+    """-march=native code is for this CPU: a cache directory shared with another CPU must
+    not hand it over. The key holds what the compiler makes of native here."""
+    from ucf.exec import cc
+
+    monkeypatch.delenv("UCF_CFLAGS", raising=False)
+    here = cc.identity()
+    assert any(t.startswith(("-march=", "-mavx", "-msse")) or "+" in t for t in here["native"])
+    assert "-march=native" not in here["native"]
+    monkeypatch.setenv("UCF_CFLAGS", "-O2 -ffp-contract=off -fopenmp -fPIC -shared")
+    assert cc.identity()["native"] == []  # nothing host-specific without a native flag
+
+
 def test_a_cache_directory_that_cannot_be_made_still_compiles(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

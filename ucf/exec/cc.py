@@ -41,14 +41,40 @@ def version(tool: str) -> str:
     return lines[0] if lines else "unknown"
 
 
+@cache
+def native(cc: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, ...]:
+    """What ``-march=native`` (or ``-mcpu``/``-mtune=native``) means on this host, as the
+    compiler expands it: part of a cached library's key, so that a cache directory
+    shared with another CPU (a network home, a cluster's workers) does not hand it code
+    with instructions it lacks. The target options of the compiler proper's command
+    line (``cc -###``): gcc's ``-march=znver1 -mavx2 -mno-avx512f ...``, clang's
+    ``-target-cpu`` and ``-target-feature`` pairs. Empty without a native flag."""
+    if not any(f.endswith("=native") for f in flags):
+        return ()
+    probe = [*cc, *flags, "-###", "-x", "c", "-c", os.devnull, "-o", os.devnull]
+    try:
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ("unknown",)
+    lines = [line for line in proc.stderr.splitlines() if "cc1" in line]
+    tokens = [t.strip('"') for t in shlex.split(lines[0])] if lines else []
+    kept: list[str] = []
+    for prev, t in zip(["", *tokens], tokens, strict=False):
+        if t.startswith("-m") or prev in ("-target-cpu", "-target-feature"):
+            kept.append(t)
+    return tuple(kept) or ("unknown",)
+
+
 def identity() -> dict[str, object]:
     """What decides the bytes ``build_shared`` produces, for the cache key."""
     cc = compiler()
+    flags = cflags()
     return {
         "cc": cc,
         "cc_path": shutil.which(cc[0]),
         "cc_version": version(cc[0]),
-        "cflags": cflags(),
+        "cflags": flags,
+        "native": list(native(tuple(cc), tuple(flags))),
     }
 
 
