@@ -14,6 +14,12 @@ Every result is checked against numpy. Target: the plan at least 4x faster than
 torch dense and faster than both single-format variants.
 
     python bench/tesa_program.py [--repeat 7] [--threads 2]
+    python bench/tesa_program.py --steps [--threads 1] [--repeat 60]
+
+``--steps`` times each step of the plan instead, inside whole calls of it (so each
+finds the caches as the steps before it leave them), with process CPU time at one
+thread and wall time otherwise, best of ``--repeat``; and the time a call spends
+outside its kernels, the Python between them.
 """
 
 from __future__ import annotations
@@ -57,11 +63,61 @@ def threads_at_once(call, repeat: int) -> float:
     return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
+class StepClock:
+    """Wraps each kernel ``ucf.compile`` makes while it is entered with a timer, so
+    that the steps of a compiled plan can be timed where they run."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self.times: dict[str, list[float]] = {}
+
+    def __enter__(self) -> StepClock:
+        self.compile = ucf.compile
+
+        def compile(step, *args, **kwargs):
+            kernel = self.compile(step, *args, **kwargs)
+
+            def timed(**operands):
+                start = self.clock()
+                result = kernel(**operands)
+                self.times.setdefault(step, []).append(self.clock() - start)
+                return result
+
+            return timed
+
+        ucf.compile = compile
+        return self
+
+    def __exit__(self, *exc) -> None:
+        ucf.compile = self.compile
+
+
+def steps(plan, static: dict, x: np.ndarray, want: np.ndarray, threads: int, repeat: int) -> None:
+    """Each step's best time in whole calls of the plan, and the time between them."""
+    clock = time.process_time if threads == 1 else time.perf_counter
+    with StepClock(clock) as timer:
+        run = plan.compile(static=static)
+    np.testing.assert_allclose(run(X=x)["Y"], want, rtol=1e-3, atol=1e-2 * np.abs(want).max())
+    outside = []
+    for _ in range(repeat):
+        timer.times.clear()
+        start = clock()
+        run(X=x)
+        outside.append(clock() - start - sum(t[0] for t in timer.times.values()))
+    kind = "process CPU time" if threads == 1 else "wall time"
+    print(f"the plan's steps, {threads} thread(s), {kind}, best of {repeat}:")
+    for step, t in timer.times.items():
+        print(f"  {min(t) * 1e3:7.3f} ms  {step}")
+    print(f"  {sum(min(t) for t in timer.times.values()) * 1e3:7.3f} ms  all steps")
+    print(f"  {min(outside) * 1e3:7.3f} ms  outside the kernels (best)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sparsity", type=float, default=0.9)
+    ap.add_argument("--steps", action="store_true", help="time each step of the plan")
     args = ap.parse_args()
     ucf.set_num_threads(args.threads)
     tokens, hidden, ffn = 128, 768, 3072
@@ -82,6 +138,9 @@ def main() -> None:
     # weights as it stores them.
     q1, q2 = plan.stored("W1", w1), plan.stored("W2", w2)
     want_plan = np.maximum(x @ q1, 0) @ q2
+    if args.steps:
+        steps(plan, {"W1": w1, "W2": w2}, x, want_plan, args.threads, args.repeat)
+        return
     run = plan.compile(static={"W1": w1, "W2": w2})
     csr = single_format("csr", w1, w2)
     bcsr = single_format(f"bcsr({BLOCK},{BLOCK})", w1, w2)

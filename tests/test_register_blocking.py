@@ -199,6 +199,36 @@ def test_factors_of_other_shapes(target, expr, reference):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fn", ["relu", "max", "min"])
+def test_a_factor_under_max_or_min_is_tiled(target, fn, monkeypatch):
+    """relu(B), max(B, D) and min(B, D) vary with j and are tiled, lane by lane as the
+    plain nest computes them: a NaN lane picks the second operand (relu(NaN) is 0), and
+    the result equals the unblocked kernel's bit for bit."""
+    rng = np.random.default_rng(10)
+    a = rand_dense(rng, (12, 8))  # every block stored: a NaN reaches every row, as in numpy
+    b, d = rand_dense(rng, (8, 43)), rand_dense(rng, (8, 43))
+    b[1, 5] = d[2, 9] = np.nan
+    expr = {"relu": "relu(B(k,j))", "max": "max(B(k,j), D(k,j))", "min": "min(B(k,j), D(k,j))"}
+    stmt = f"C(i,j) = A(i,k) * {expr[fn]}"
+    # a comparison with NaN is false, so np.where picks the second operand there
+    picked = {
+        "relu": np.where(b > 0, b, 0),
+        "max": np.where(b > d, b, d),
+        "min": np.where(b < d, b, d),
+    }
+    ops = {"A": ucf.from_numpy(a, format="bcsr(4,4)"), "B": b, "D": d}
+    ops = {n: t for n, t in ops.items() if f"{n}(" in stmt}
+    k = ucf.compile(stmt, formats={"A": "bcsr(4,4)"}, target=target)
+    got = k(**ops).to_numpy()
+    np.testing.assert_array_equal(got, a @ picked[fn])
+    assert vectors(k) == {"f64x4"}
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    plain = ucf.compile(stmt, formats={"A": "bcsr(4,4)"}, target=target)
+    assert not vectors(plain)
+    np.testing.assert_array_equal(plain(**ops).to_numpy(), got)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_a_row_summed_over_is_one_tile(target):
     """y(j) sums over the block's rows too: they share one tile of y, so the rows are
     not blocked (their tiles would be the same registers), only the k_in loop."""

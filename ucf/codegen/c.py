@@ -143,6 +143,7 @@ def source(fns: list[ir.Function]) -> str:
         *pair_dots(fns),
         *quad_dots(fns),
         *vector_fmas(fns),
+        *vector_minmax(fns),
     ]
     for fn in fns:
         out.append(f"/* {fn.doc} */")
@@ -286,6 +287,35 @@ def vector_fmas(fns: list[ir.Function]) -> list[str]:
         ]
         if wide:
             lines.append("#endif")
+    return lines
+
+
+def vector_minmax(fns: list[ir.Function]) -> list[str]:
+    """A macro ``ucf_min_<type>``/``ucf_max_<type>`` per vector type of a min or max the
+    functions use (relu of a loaded vector in a register tile): lane by lane the
+    scalar's ``a < b ? a : b`` (``ucf_runtime.h``), so a NaN lane picks the second
+    operand as the scalar and the LLVM target's select do. GCC's vector extension has
+    no ``?:`` in C, so the comparison's mask picks the bits. Macros for the reason
+    ``pair_dots`` gives."""
+    from ucf.ir.walk import nodes
+
+    used = sorted(
+        {
+            (n.op, n.type)
+            for n in nodes(fns)
+            if isinstance(n, ir.Bin) and n.op in ("min", "max") and ir.lanes(n.type) > 1
+        }
+    )
+    lines = []
+    for op, ty in used:
+        t, cmp = c_type(ty), "<" if op == "min" else ">"
+        lines += [
+            f"#define ucf_{op}_{ty}(a, b) __extension__({{ \\",
+            f"  {t} ucf_a_ = (a), ucf_b_ = (b); \\",
+            f"  __typeof__(ucf_a_ {cmp} ucf_b_) ucf_m_ = ucf_a_ {cmp} ucf_b_; \\",
+            f"  ({t})(((__typeof__(ucf_m_))ucf_a_ & ucf_m_) | \\",
+            "    ((__typeof__(ucf_m_))ucf_b_ & ~ucf_m_)); })",
+        ]
     return lines
 
 

@@ -634,7 +634,9 @@ def _vectorizable(e: ir.Expr, j: str, out: str) -> bool:
         return e.array.elem in ir.VECTOR_ELEMENTS and _offset(e.index, j) is not None
     if isinstance(e, ir.Cast):
         return ir.element(e.type) in ir.VECTOR_ELEMENTS and _vectorizable(e.operand, j, out)
-    if isinstance(e, ir.Bin) and e.op in ("+", "-", "*"):
+    # max and min too: relu(T) read in a product (``ucf.lower.functions``), which the
+    # code generators lower lane by lane as their scalars, NaN picking the second operand.
+    if isinstance(e, ir.Bin) and e.op in ("+", "-", "*", "max", "min"):
         return _vectorizable(e.left, j, out) and _vectorizable(e.right, j, out)
     if isinstance(e, ir.Neg):
         return _vectorizable(e.operand, j, out)

@@ -30,6 +30,7 @@ from ucf.lang.affine import Affine
 from ucf.lang.ast import (
     Access,
     Binary,
+    Call,
     Expr,
     Neg,
     Statement,
@@ -418,7 +419,10 @@ def transform(program: Program, policy: Policy) -> Plan:
         splits[name] = [replace(p, columns=columns) for p in parts]
     steps: list[str] = []
     flips = _Transposed({p.name: p for ps in splits.values() for p in ps}, taken)
+    fused = _fused(program)
     for node in program.nodes:
+        if node.output in fused:
+            continue
         made: dict[str, tuple[tuple[str, ...], Expr]] = {}
 
         def piece(indices: tuple[str, ...], term: Expr, node=node, made=made) -> Access:
@@ -426,7 +430,7 @@ def transform(program: Program, policy: Policy) -> Plan:
             made[name] = (indices, term)
             return Access(name, tuple(Affine.var(v) for v in indices))
 
-        rhs = _distribute(node.statement.rhs, node.out_vars, splits, piece)
+        rhs = _distribute(_inlined(node.statement.rhs, fused), node.out_vars, splits, piece)
         steps.extend(_node_steps(node.statement.lhs, rhs, made, flips))
     masks = {
         name: program.attrs[name].mask
@@ -552,38 +556,38 @@ class _Transposed:
         self.products: set[str] = set()  # the steps of the products computed transposed
         self.schedules: dict[str, str] = {}
 
-    def product(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
+    def product(self, lhs: Access, term: Expr) -> tuple[Expr, Access] | None:
         """``(X, P)`` of a term ``sum(d, X(t,d) * P(d,h))`` into ``lhs`` ``T(t,h)``,
-        where ``P`` is a part stored by column and ``X`` a plain matrix; None for any
-        other term."""
+        where ``P`` is a part stored by column and ``X`` a plain matrix or a ``FUSED``
+        function of one (``relu(T(t,d))``); None for any other term."""
         if not (isinstance(term, Sum) and len(term.vars) == 1 and len(lhs.indices) == 2):
             return None
         body = term.body
         if not (isinstance(body, Binary) and body.op == "*"):
             return None
         found = {
-            side.tensor in self.parts: side
+            a.tensor in self.parts: side
             for side in (body.left, body.right)
-            if isinstance(side, Access) and len(side.indices) == 2
+            if (a := _operand(side)) is not None and len(a.indices) == 2
         }
         x, p = found.get(False), found.get(True)
-        if x is None or p is None:
+        if x is None or not isinstance(p, Access):
             return None
         t, h = (i.single_variable for i in lhs.indices)
         d = term.vars[0]
         want = ((t, d), (d, h))
-        got = tuple(tuple(i.single_variable for i in a.indices) for a in (x, p))
+        got = tuple(tuple(i.single_variable for i in a.indices) for a in (_operand(x), p))
         if got != want or not self.parts[p.tensor].columns or len({t, d, h}) < 3:
             return None
         return x, p
 
-    def flipped(self, lhs: Access, term: Expr) -> tuple[Access, Access] | None:
+    def flipped(self, lhs: Access, term: Expr) -> tuple[Expr, Access] | None:
         """``product`` for a part of single elements, which pays transposed even when
         the result is added back into ``T``."""
         found = self.product(lhs, term)
         return found if found and self.parts[found[1].tensor].block == (1, 1) else None
 
-    def steps(self, lhs: Access, op: str, products: list[tuple[Access, Access]]) -> list[str]:
+    def steps(self, lhs: Access, op: str, products: list[tuple[Expr, Access]]) -> list[str]:
         """The transposed steps of ``lhs op`` the sum of ``sum(d, x(t,d) * p(d,h))`` over
         ``products``: each into one ``T_t``, added back once."""
         t, h = (i.single_variable for i in lhs.indices)
@@ -653,9 +657,7 @@ class _Transposed:
                 steps.append(self._tiled(f"{name}({t}, {h}) = {flipped}({h}, {t})", h, t))
         return steps
 
-    def _products(
-        self, out: str, products: list[tuple[Access, Access]], t: str, h: str
-    ) -> list[str]:
+    def _products(self, out: str, products: list[tuple[Expr, Access]], t: str, h: str) -> list[str]:
         """``out(h,t)`` as the sum of ``sum(d, p(d,h) * x_t(d,t))`` over ``products``, the
         first into it and the others added; each product's step is kept in
         ``self.products``."""
@@ -665,16 +667,19 @@ class _Transposed:
             self.products.add(steps[-1])
         return steps
 
-    def _product(self, out: str, op: str, x: Access, p: Access, t: str, h: str) -> list[str]:
-        """``out(h,t) op sum(d, p(d,h) * x_t(d,t))``, after the transpose of ``x`` if it
-        is not held transposed yet."""
-        d = x.indices[1].single_variable
+    def _product(self, out: str, op: str, x: Expr, p: Access, t: str, h: str) -> list[str]:
+        """``out(h,t) op sum(d, p(d,h) * x_t(d,t))``, after the transpose of ``x``'s
+        tensor if it is not held transposed yet; a ``FUSED`` function of ``x`` is
+        applied to ``x_t`` as it is read."""
+        a = _operand(x)
+        d = a.indices[1].single_variable
         steps = []
-        xt = self.transposed.get(x.tensor)
+        xt = self.transposed.get(a.tensor)
         if xt is None:
-            xt = self.transposed[x.tensor] = _fresh(f"{x.tensor}_t", self.taken)
-            steps.append(self._tiled(f"{xt}({d}, {t}) = {x.tensor}({t}, {d})", d, t))
-        steps.append(f"{out}({h}, {t}) {op} sum({d}, {p.tensor}({d}, {h}) * {xt}({d}, {t}))")
+            xt = self.transposed[a.tensor] = _fresh(f"{a.tensor}_t", self.taken)
+            steps.append(self._tiled(f"{xt}({d}, {t}) = {a.tensor}({t}, {d})", d, t))
+        read = text(map_accesses(x, lambda _: Access(xt, (a.indices[1], a.indices[0]))))
+        steps.append(f"{out}({h}, {t}) {op} sum({d}, {p.tensor}({d}, {h}) * {read})")
         return steps
 
     def _tiled(self, step: str, split: str, rows: str) -> str:
@@ -688,10 +693,11 @@ class _Transposed:
         return step
 
 
-def _added(e: Expr) -> list[Expr]:
-    """The terms that ``e`` adds at its top (``a + b + c``: a, b, c)."""
-    if isinstance(e, Binary) and e.op == "+":
-        return [*_added(e.left), *_added(e.right)]
+def _added(e: Expr, ops: str = "+") -> list[Expr]:
+    """The terms that ``e`` joins by ``ops`` at its top (``a + b + c``: a, b, c; with
+    ``"+-"``, ``a - b + c`` too)."""
+    if isinstance(e, Binary) and e.op in ops:
+        return [*_added(e.left, ops), *_added(e.right, ops)]
     return [e]
 
 
@@ -700,6 +706,63 @@ def _sum(terms: list[Expr]) -> Expr:
     for t in terms[1:]:
         out = Binary("+", out, t)
     return out
+
+
+#: Element-wise functions a plan computes in the statement that reads their result
+#: (``_fused``): zero-preserving, so ``relu(T)`` is zero wherever ``T`` is, as the
+#: attribute propagation gave ``U = relu(T)``, and lowered to a compare-and-pick
+#: (``ucf.lower.functions``), which the register tiles compute on the vectors they load
+#: (``ucf.lower.registers``): cheaper than writing ``U`` and reading it back, a pass
+#: over it (0.17 of 5.5 ms on one thread in bench/tesa_program.py).
+FUSED = frozenset({"relu"})
+
+
+def _operand(e: Expr) -> Access | None:
+    """The access ``e`` reads: ``e`` itself, or the argument of a ``FUSED`` function
+    of one access; None for anything else."""
+    if isinstance(e, Call) and e.fn in FUSED and len(e.args) == 1:
+        e = e.args[0]
+    return e if isinstance(e, Access) else None
+
+
+def _fused(program: Program) -> dict[str, tuple[Access, Expr]]:
+    """The statements ``U(t,h) = f(T(t,h))`` with ``f`` in ``FUSED`` that the one statement
+    reading ``U`` computes in place of reading it, by ``U``: their left side and ``f(T)``.
+    Only where each term the reader adds up that reads ``U`` is linear in it (``Y = U · W
+    + B``: each element of ``U`` read once per product, as ``U`` itself would be) and
+    ``U`` is not an output."""
+    fused = {}
+    for node in program.nodes:
+        rhs, lhs = node.statement.rhs, node.statement.lhs
+        arg = _operand(rhs)
+        if arg is None or arg is rhs or node.output in program.outputs:
+            continue
+        if any(i.single_variable not in node.out_vars for i in arg.indices):
+            continue
+        readers = [n for n in program.nodes if node.output in n.inputs]
+        if len(readers) == 1 and all(
+            _linear(term, node.output)
+            for term in _added(readers[0].statement.rhs, "+-")
+            if any(a.tensor == node.output for a in accesses(term))
+        ):
+            fused[node.output] = (lhs, rhs)
+    return fused
+
+
+def _inlined(e: Expr, fused: Mapping[str, tuple[Access, Expr]]) -> Expr:
+    """``e`` with each read of a ``fused`` tensor replaced by the function it holds, its
+    indices renamed to the read's."""
+
+    def read(a: Access) -> Expr:
+        if a.tensor not in fused:
+            return a
+        lhs, rhs = fused[a.tensor]
+        at = dict(zip((i.single_variable for i in lhs.indices), a.indices, strict=True))
+        inner = _operand(rhs)
+        moved = Access(inner.tensor, tuple(at[i.single_variable] for i in inner.indices))
+        return replace(rhs, args=(moved,))
+
+    return map_accesses(e, read)
 
 
 def _lhs(name: str, indices: tuple[str, ...]) -> str:
