@@ -178,6 +178,25 @@ def test_a_split_loop_counts_the_work_of_its_rows(name):
     assert _value(_parallel_loop(k).parallel_if.left, env) == a.shape[0] + a.nnz * env["n_k"]
 
 
+@pytest.mark.parametrize("bound", [True, False])
+def test_a_loop_between_the_rows_and_their_entries_multiplies_them(bound):
+    """SpMM's register tile puts the outer loop of a split of C's columns (``kt``) between
+    the parallel rows and A's entries: each of its iterations walks the row again, so
+    the estimate counts the entries once per ``kt`` and each 16 times (``kr``)."""
+    a = _csr(3000, 300, 12, seed=4)
+    columns = (
+        "bound(k, kb, 40, MaxExact); split(kb, kt, kr, 16)" if bound else ("split(k, kt, kr, 16)")
+    )
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr"},
+        schedule=f"{columns}; reorder(i, kt, j, kr); parallelize(i, CPUThread, NoRaces)",
+        target="c",
+    )
+    env = {"n_i": a.shape[0], "n_j": 300, "n_k": 40, "A1_pos": a.indptr}
+    assert _value(_parallel_loop(k).parallel_if.left, env) == a.shape[0] + 3 * a.nnz * 16
+
+
 @pytest.mark.parametrize("op", ["+", "*"])
 def test_a_merge_counts_the_entries_of_every_level_it_merges(op):
     """A sparse add (union) or product (intersection) of CSR matrices merges two rows per
