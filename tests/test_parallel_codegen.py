@@ -144,8 +144,8 @@ def test_work_estimate(stmt, fmt, schedule, expected):
 SPLIT_PAR = "split(i,i0,i1,64); parallelize(i0,CPUThread,NoRaces)"
 SPLIT_KERNELS = {
     # name: (statement, dense operand's shape beyond A's columns, rows of the mid-size case)
-    "spmv": ("y(i) = A(i,j) * x(j)", (), 120_000),
-    "spmm": ("C(i,k) = A(i,j) * B(j,k)", (32,), 20_000),
+    "spmv": ("y(i) = A(i,j) * x(j)", (), 2_000),
+    "spmm": ("C(i,k) = A(i,j) * B(j,k)", (32,), 400),
 }
 
 
@@ -287,9 +287,9 @@ target = sys.argv[1]
 ucf.set_num_threads(2)
 k = ucf.compile("C(i,k) = B(i,j) * A(j,k)", formats={"A": "csr"}, target=target)
 rng = np.random.default_rng(0)
-a = sp.random(768, 3072, density=0.01, format="csr", random_state=rng)
+a = sp.random(96, 384, density=0.01, format="csr", random_state=rng)
 for n in (7, 128):
-    b = rng.standard_normal((n, 768))
+    b = rng.standard_normal((n, 96))
     before = len(os.listdir("/proc/self/task"))
     got = k(B=b, A=ucf.from_scipy(a, format="csr")).to_numpy()
     np.testing.assert_allclose(got, (a.T @ b.T).T, rtol=1e-12, atol=1e-12)
@@ -300,11 +300,11 @@ for n in (7, 128):
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 def test_a_parallel_loop_counts_the_entries_of_a_sparse_operand_below_it(target):
     """``C = B · A`` with A in CSR, parallel over B's rows (the default schedule): each
-    row walks every entry of A, so 128 rows of B by 768 of A (98,304, below the
-    threshold) holding 23,600 entries start the team, and 7 rows do not. A fresh
+    row walks every entry of A, so 128 rows of B by 96 of A (12,288, below the
+    threshold) holding 368 entries start the team, and 7 rows do not. A fresh
     process, so the OpenMP team starts there, which its thread count shows."""
-    nnz = 768 * 3072 // 100
-    assert 128 * 768 < WORK_THRESHOLD <= 128 * (768 + nnz) and 7 * (768 + nnz) < WORK_THRESHOLD
+    nnz = 96 * 384 // 100
+    assert 128 * 96 < WORK_THRESHOLD <= 128 * (96 + nnz) and 7 * (96 + nnz) < WORK_THRESHOLD
     assert _threads_started(ENTRIES_SEEN, [target]) == {"7": "0", "128": "1"}
 
 

@@ -218,10 +218,14 @@ def _data_dependent(stmts: list[ir.Stmt]) -> bool:
 
 #: Estimated work (see ``work_estimate``) below which a parallel loop runs on the calling
 #: thread alone, because starting and joining threads would cost more than they save.
-#: From ``bench/parallel_threshold.py`` on a shared 2-core machine, where waking a second
-#: thread took from 0.1 to 8 ms: about 1e6 units (a few ms of serial SpMV) is where two
-#: threads stopped losing to one. An idle machine would pay off from about 3e4.
-WORK_THRESHOLD = 1 << 20
+#: From ``bench/parallel_threshold.py`` on an idle 2-core machine (2026-11-27): two threads
+#: lost to one by at most 10 % at every size (1.07-1.10 at 70 to 1e3 units, where waking
+#: the second thread costs a few µs) and won from about 1e4 units (0.87 at 11e3, 0.61 at
+#: 1.1e5). On a machine that other processes hold, waking a thread took 0.1 to 8 ms and
+#: two threads lost to one up to 1e6 units (the constant was 1 << 20 then); set
+#: ``UCF_WORK_THRESHOLD`` there. At 1 << 20 SpMV of 500k nonzeros ran on one thread, and
+#: MKL's on two was 1.1-1.8x faster.
+WORK_THRESHOLD = 1 << 14
 
 
 def threshold() -> int:

@@ -74,8 +74,8 @@ PACK_GROUPS = 4
 #: columns packing gained 1.06x to 1.22x, which this leaves aside.
 PACK_ELEMENT = 4
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
-#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``:
-#: 1e6, a few ms of serial SpMV): a parallel loop around tiles starts its threads only
+#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``,
+#: serial SpMV and SpMM): a parallel loop around tiles starts its threads only
 #: at this many times the threshold. bcsr(32,32) SpMM at 1024 with 16 blocks (16e6
 #: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core
 #: machine; 2 threads won from about 64 blocks (bench: tesa_formats' 90 % case has 91).
