@@ -29,8 +29,12 @@ CHUNK_WORK = 1 << 14
 #: The largest chunk: beyond it, rows of uneven length no longer even out.
 MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
-#: its own would cost a compile (a tenth of a second) to save microseconds.
-REPLAN_WORK = 1 << 20
+#: its own would cost a compile (a tenth of a second, once: the disk cache keeps it) to
+#: save microseconds. Since parallel loops start from 1 << 14 units of work
+#: (``ucf.lower.parallel.WORK_THRESHOLD``), calls from here up run on two threads, where
+#: SpMV of 400k-500k nonzeros in uneven rows (R-MAT, arrowhead, a few dense rows) split
+#: statically took 1.27-1.40x the time of chunks of rows (bench/autoschedule.py).
+REPLAN_WORK = 1 << 18
 #: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
 #: ... or a static split would give some thread this many times its share of entries...
@@ -150,11 +154,7 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
 
 def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
-    so a kernel asks before anything is concretized. Uneven rows do not change this: a
-    call below it moves about as many bytes as it does multiply-adds, as SpMV does, and
-    two threads splitting R-MAT, arrowhead or triangular SpMV rows statically measured
-    as fast as in chunks (the thread with less to do leaves the other the memory
-    bandwidth)."""
+    so a kernel asks before anything is concretized."""
     work = _work(cin, stats)
     return work is None or work >= REPLAN_WORK
 
