@@ -78,6 +78,12 @@ class Plan:
     writes_all: bool = False
 
     @property
+    def call_zeroes(self) -> bool:
+        """Whether a call zeroes the dense output before the kernel runs: an ``=``
+        statement whose kernel does not write every element itself."""
+        return self.statement.op == "=" and not self.writes_all
+
+    @property
     def _functions(self) -> list[ir.Function]:
         return [*self.helpers, *(f for f in (self.assemble, self.compute) if f is not None)]
 

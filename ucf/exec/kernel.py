@@ -465,8 +465,8 @@ class Kernel:
             and (out is None or isinstance(out, np.ndarray))
             and replayable(operands, call[3], out, result, call[1][call[2]])
         ):
-            zero = stmt.op == "=" and not plan.writes_all
-            new = Replay(operands, out, call[:3], num_threads(), local.built, result, zero)
+            built = local.built
+            new = Replay(operands, out, call[:3], num_threads(), built, result, plan.call_zeroes)
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
@@ -607,10 +607,10 @@ class Kernel:
             if plan.statement.op == "+=":
                 raise OperandError(f"'+=' needs the output: pass out= for {plan.statement.lhs}")
             # a scalar's empty shape has size 1
-            if plan.writes_all:
-                vals = recycled.uninitialized((size,), self.dtype)
-            else:
+            if plan.call_zeroes:
                 vals = np.zeros(size, dtype=self.dtype)
+            else:
+                vals = recycled.uninitialized((size,), self.dtype)
             return trusted(shape, fmt, [{} for _ in shape], vals)
         if isinstance(out, Tensor):
             t = out
@@ -628,7 +628,7 @@ class Kernel:
             t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
         if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
             raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
-        if plan.statement.op == "=" and not plan.writes_all:
+        if plan.call_zeroes:
             t.vals[:] = 0
         return t
 

@@ -278,13 +278,13 @@ class Lowerer(
         full = {v for v, whole in self.whole_loops.items() if whole and v in self.out_vars}
         dims = [self.out_params.dims[m] for m in self.out_fmt.mode_order]
         provenance = self.applied.provenance if self.applied else None
-        body, fixed = zero_slices(
+        fixed = zero_slices(
             compute.body, full, provenance, self.out_level_vars, self.out_params.vals, dims
         )
         if not fixed:
             return compute, ()
         doc = f"{compute.doc} It writes every element of {self.out_name}, which need not be zeroed."
-        return replace(compute, body=body, doc=doc), fixed
+        return replace(compute, doc=doc), fixed
 
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""

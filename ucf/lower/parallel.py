@@ -432,7 +432,8 @@ def _across_dense(loop: ir.For, local: set[str]) -> tuple[ir.Expr, tuple] | None
         if not isinstance(s, ir.For):
             return None
         known = {k: v for k, v in alias.items() if not has_load(v) and not names(v) & local}
-        trips = _known_trips(substitute(s, known), local)
+        bounds = replace(s, start=substitute(s.start, known), end=substitute(s.end, known))
+        trips = _known_trips(bounds, local)
         found = _compressed_child(s, loop.var, alias)
         return None if trips is None or found is None else (trips, found)
     return None

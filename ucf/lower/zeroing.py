@@ -30,10 +30,11 @@ def zero_slices(
     level_vars: list[str],
     vals: ir.Array,
     level_dims: list[ir.Expr],
-) -> tuple[list[ir.Stmt], tuple[str, ...]]:
-    """``body`` with the output's slices zeroed in place, and the output variables that
-    fix a slice, outermost storage level first; ``()`` (and ``body`` unchanged) when the
-    loops do not cover the output.
+) -> tuple[str, ...]:
+    """Zero the output's slices in ``body``, in place (as the loop transformations
+    rewrite a nest), and return the output variables that fix a slice, outermost
+    storage level first; ``()``, and ``body`` unchanged, when the loops do not cover
+    the output.
 
     ``full`` holds the output variables whose loops the lowerer built over every
     coordinate; ``level_vars`` and ``level_dims`` are the output's variables and
@@ -45,6 +46,7 @@ def zero_slices(
         pieces.setdefault(v or "", set()).add(loop.label)
     found: tuple[ir.For, int, tuple[str, ...]] | None = None
     on_path: set[str] = set()
+    bound: set[str] = set()  # the output variables of the loops on the way down
     visible: set[str] = set()  # loop variables and leading declarations on the way down
     block = body
     while True:
@@ -56,18 +58,18 @@ def zero_slices(
         if v is None or loop.start != Const(0, I64) or not _clipped(loop, provenance):
             break
         on_path.add(loop.label)
+        bound.add(v)
         visible.add(loop.var.name)
         at = 0
         while at < len(loop.body) and isinstance(loop.body[at], ir.Decl):
             visible.add(loop.body[at].var.name)
             at += 1
-        bound = {_whole(label, full, provenance) for label in on_path}
         fixed = tuple(level_vars[: len(bound)])
         if set(fixed) == bound <= visible and all(pieces[u] <= on_path for u in bound):
             found = (loop, at, fixed)
         block = loop.body
     if found is None:
-        return body, ()
+        return ()
     loop, at, fixed = found
     base: ir.Expr = Const(0, I64)
     for lvl, v in enumerate(fixed):
@@ -82,7 +84,7 @@ def zero_slices(
         q = Var(f"{vals.name}_z", I64)
         store = ir.Store(vals, ir.add(ir.mul(base, span), q), zero)
         loop.body.insert(at, ir.For(q, Const(0, I64), span, [store]))
-    return body, fixed
+    return fixed
 
 
 def _is_loop(s: ir.Stmt) -> bool:
