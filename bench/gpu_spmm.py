@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ucf  # noqa: E402
-from ucf.exec import cuda_build  # noqa: E402
+from ucf.toolchain import cuda_build  # noqa: E402
 
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
 SIZES = (4, 8, 16, 32)

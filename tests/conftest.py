@@ -148,7 +148,7 @@ def device():
         import pycuda.autoinit  # noqa: F401
     except Exception as e:  # no driver or no device
         pytest.skip(f"no CUDA device: {e}")
-    from ucf.exec.cuda_build import nvcc_path
+    from ucf.toolchain.cuda_build import nvcc_path
 
     if nvcc_path() is None:
         pytest.skip("needs nvcc")

@@ -15,7 +15,7 @@ from conftest import TARGETS, needs_cc, rand_dense, stored_coords
 import ucf
 from ucf.errors import ConversionWarning, ScheduleError, UnsupportedError
 from ucf.format.format import parse_format
-from ucf.schedule import model
+from ucf.schedule import cpu_model
 
 
 def compile_for(target, expr, formats, **kw):
@@ -194,7 +194,7 @@ def test_sums_never_visit_the_padding(target, monkeypatch):
     """A term that does not vanish on the zero padding of a partial block (a constant, or
     exp(0) = 1) is summed over the true extent only (found by the differential fuzzer),
     also by the kernels the default model picks per call."""
-    monkeypatch.setattr(model, "REPLAN_WORK", 0)
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 0)
     rng = np.random.default_rng(15)
     a = np.where(rng.random(7) < 0.5, rand_dense(rng, 7), 0.0)
     A = blocky(rng, (5, 7), (2, 3))
@@ -298,7 +298,7 @@ def test_what_blocks_cannot_express_is_named(expr, formats, message):
 
 
 def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
-    from ucf.cin.block_operands import split_operand
+    from ucf.cin.split_operands import split_operand
 
     x = ucf.from_numpy(np.arange(12.0))
     k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,3)"})
@@ -313,7 +313,7 @@ def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
 def test_a_dense_output_is_the_kernels_buffer_when_the_blocks_divide_it():
     """A blocked kernel's dense output is returned without a copy (was copied on every
     call); cutting the padding off the last block is a view of a prefix here."""
-    from ucf.exec.blocked import _join
+    from ucf.exec.blocked_call import _join
 
     k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,3)"})
     b = k._plan.blocking

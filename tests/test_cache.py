@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, warnings
 import numpy as np, scipy.sparse as sp, ucf
-from ucf.exec.cache import CacheWarning
+from ucf.toolchain.cache import CacheWarning
 T = {target!r}
 A = sp.random(60, 40, density=0.1, format="csr", random_state=3)
 B = sp.random(60, 40, density=0.1, format="csr", random_state=4)
@@ -151,7 +151,7 @@ def test_compiler_flags_are_part_of_the_key(filled, tmp_path):
 def test_the_host_cpu_is_part_of_the_key_under_march_native(monkeypatch):
     """-march=native code is for this CPU: a cache directory shared with another CPU must
     not hand it over. The key holds what the compiler makes of native here."""
-    from ucf.exec import cc
+    from ucf.toolchain import cc
 
     monkeypatch.delenv("UCF_CFLAGS", raising=False)
     here = cc.identity()
@@ -188,8 +188,8 @@ def test_many_damages(filled, tmp_path, target, seed):
 def test_the_cache_keeps_within_its_size_limit(tmp_path, monkeypatch):
     """Storing an entry evicts least recently used ones beyond UCF_CACHE_MAX_MB, and
     loading an entry counts as using it."""
-    from ucf.exec import cache
     from ucf.exec.kernel import forget_loaded
+    from ucf.toolchain import cache
 
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     import ucf
@@ -233,7 +233,7 @@ def test_the_emulators_precompiled_header_is_used_and_a_damaged_one_replaced():
     """Emulated CUDA builds read ucf_cuda.cuh precompiled (half their compile time);
     a damaged .gch makes the build fall back to the text and is built anew."""
     import ucf
-    from ucf.exec import cuda_build
+    from ucf.toolchain import cuda_build
 
     pch = cuda_build._precompiled()
     assert pch is not None and (pch / "ucf_cuda.cuh.gch").stat().st_size > 1_000_000
@@ -251,7 +251,7 @@ def test_the_emulators_precompiled_header_is_used_and_a_damaged_one_replaced():
 def test_filling_the_cache_scans_it_once_per_batch_of_writes(tmp_path, monkeypatch):
     """Every write used to stat every entry (quadratic in the entries); the size limit
     still holds, checked on a count of the bytes written and a rescan now and then."""
-    from ucf.exec import cache
+    from ucf.toolchain import cache
 
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     scans = []
@@ -270,8 +270,8 @@ def test_filling_the_cache_scans_it_once_per_batch_of_writes(tmp_path, monkeypat
 def test_the_parsers_tables_are_cached_and_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
     """lark keeps the LALR tables in the cache directory (50-100 ms per grammar and
     process); a damaged file is rebuilt, never an error, and `ucf cache clear` removes it."""
-    from ucf.exec import cache
     from ucf.lang import parser
+    from ucf.toolchain import cache
 
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     parser._parser.cache_clear()

@@ -1,4 +1,4 @@
-"""Dynamic matmuls as gathered dense compute tiles (``ucf.lower.condensed``): checked
+"""Dynamic matmuls as gathered dense compute tiles (``ucf.stile.kernels``): checked
 against numpy, against the generic rewrite bit for bit, across targets, depths and
 the edges of tiles, panels and slabs."""
 
@@ -12,10 +12,10 @@ from test_asan import driver_under_asan
 from test_dynamic import _tile_mask
 
 import ucf
-import ucf.exec.condensed
-from ucf.exec.jit import num_threads
-from ucf.lower import condensed
-from ucf.stile import _function as index_function
+import ucf.stile.gathered
+from ucf.stile import kernels
+from ucf.stile.tile_index import _function as index_function
+from ucf.toolchain.jit import num_threads
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 #: test_dynamic checks 1x64 and 32x64 against numpy (the condensed kernels run there).
@@ -71,7 +71,7 @@ def test_the_condense_depth_sets_the_compute_tile_and_keeps_the_result(depth):
     g = (32, 4)
     kern = ucf.compile(MATMUL, dynamic={"A": g}, schedule=f"condense(k, A, {depth})")
     default = ucf.compile(MATMUL, dynamic={"A": g})
-    gathered = condensed.depth_tiles(depth, 4) * 4
+    gathered = kernels.depth_tiles(depth, 4) * 4
     assert f"gathers up to {gathered} of its live k's ({depth} asked" in kern.cin
     a, b = rng.standard_normal((96, 90)), rng.standard_normal((90, 21))
     mask = _tile_mask(rng, a.shape, g, 0.4)
@@ -161,7 +161,7 @@ def test_condensed_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path, granul
     nb, m, k, n = 2, 70, 45, 37
     rows, kb = nb * -(-m // bh), -(-k // bw)
     index = index_function("u8", "i32", (1, bh, bw))
-    fn = condensed.function("f64", "i32", bh, bw, 8, 0)
+    fn = kernels.function("f64", "i32", bh, bw, 8, 0)
     driver = f"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,7 +250,7 @@ def test_gathered_rows_kernel_is_asan_clean_on_empty_and_full_masks(tmp_path):
     e, t, d, n, bt = 3, 70, 600, 37, 4
     kb = -(-t // bt)
     index = index_function("u8", "i32", (1, bt))
-    fn = condensed.rows_function("f64", "i32", bt, 6, 0)
+    fn = kernels.rows_function("f64", "i32", bt, 6, 0)
     driver = f"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,7 +316,7 @@ def test_a_depth_past_the_largest_is_refused_and_long_tiles_still_gather():
     with pytest.raises(ucf.ScheduleError, match="at most 16384 k's; write a depth from 1"):
         ucf.compile(MATMUL, dynamic={"A": (3, 2)}, schedule="condense(k, A, 4294967296)")
     k = ucf.compile(MATMUL, dynamic={"A": (1, 3000)})
-    assert k._condensed.shape.depth == condensed.DEPTH
+    assert k._condensed.shape.depth == kernels.DEPTH
     rng = np.random.default_rng(11)
     a, b = rng.random((5, 3100)), rng.random((3100, 4))
     mask = rng.random(a.shape) < 0.5
@@ -362,8 +362,8 @@ def test_a_depth_whose_workspace_does_not_fit_is_refused_with_the_largest_that_d
         ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule=f"condense(k, A, {largest + 1})")
     # 70000 rows of float64 by 128 k's need 72 MB: the default lowers its depth.
     lowered = ucf.compile(MATMUL, dynamic={"A": (70000, 1)})._condensed.shape.depth
-    assert 64 < lowered < condensed.DEPTH
-    fits = ucf.exec.condensed.fits
+    assert 64 < lowered < kernels.DEPTH
+    fits = ucf.stile.gathered.fits
     assert fits("matmul", np.dtype("f8"), (70000, 1), lowered)
     assert not fits("matmul", np.dtype("f8"), (70000, 1), lowered + 1)
     with pytest.raises(ucf.UnsupportedError, match="no depth fits micro-tiles of 4x1048576"):
@@ -383,7 +383,7 @@ def test_choose_stile_chooses_the_compute_tile_depth_too(monkeypatch):
     """Each gathering candidate is measured at each depth asked and the cheapest pair
     wins (without depths, at the kernels' default); a statement that gathers no compute
     tiles has no depth to choose."""
-    from ucf.exec import tile_choice
+    from ucf.stile import choice as tile_choice
 
     rng = np.random.default_rng(12)
     samples = [_tile_mask(rng, (128, 96), (32, 1), 0.5) for _ in range(2)]

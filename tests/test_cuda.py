@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.cli import main
-from ucf.exec.cuda_build import EMULATION_FLAGS, NVCC_FLAGS, nvcc_check, nvcc_path
+from ucf.toolchain.cuda_build import EMULATION_FLAGS, NVCC_FLAGS, nvcc_check, nvcc_path
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 SPMM = "C(i,k) = A(i,j) * B(j,k)"

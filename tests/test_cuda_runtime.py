@@ -1,5 +1,5 @@
 """The CUDA runtime: device helpers (runtime/ucf_cuda.cuh), the CPU emulator
-(runtime/ucf_cuda_emu.h) and the builders in ucf/exec/cuda_build.py.
+(runtime/ucf_cuda_emu.h) and the builders in ucf/toolchain/cuda_build.py.
 
 The test kernels live in tests/cuda/runtime_kernels.cu. Its launchers take
 pointers and int64 scalars only, so the ``check_*`` functions below run them
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from ucf.errors import CompileError
-from ucf.exec.cuda_build import build_device, build_emulated, nvcc_check, nvcc_path
+from ucf.toolchain.cuda_build import build_device, build_emulated, nvcc_check, nvcc_path
 
 KERNELS = Path(__file__).parent / "cuda" / "runtime_kernels.cu"
 

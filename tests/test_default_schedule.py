@@ -1,4 +1,4 @@
-"""The default schedule's cost model (ucf.schedule.model): what it decides is checked on
+"""The default schedule's cost model (ucf.schedule.cpu_model): what it decides is checked on
 the plan (``k.cin``), and every kernel it picks is checked against numpy/scipy."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from conftest import TARGETS, rand_dense
 
 import ucf
-from ucf.schedule import model
-from ucf.schedule.model import Stats
+from ucf.schedule import cpu_model
+from ucf.schedule.cpu_model import Stats
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
@@ -23,7 +23,7 @@ def _two_threads(monkeypatch):
     """The model plans for the threads a call gets; make that 2 whatever the machine, and
     let the small inputs here have plans of their own."""
     ucf.set_num_threads(2)
-    monkeypatch.setattr(model, "REPLAN_WORK", 0)
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 0)
     yield
 
 
@@ -151,7 +151,7 @@ def static_shares(m: sp.csr_array, threads: int) -> float:
 
 
 def test_imbalance_is_the_static_split_of_the_rows():
-    from ucf.exec.stats import segments
+    from ucf.schedule.stats import segments
 
     rng = np.random.default_rng(14)
     cases = [rows_sorted_by_length(rng, 1001, 50, 30), rand_csr(rng, 777, 90, 5)]
@@ -159,7 +159,7 @@ def test_imbalance_is_the_static_split_of_the_rows():
         spread, shares = segments(ucf.from_scipy(m, format="csr"))
         lengths = np.diff(m.indptr)
         assert spread == pytest.approx(lengths.max() / lengths.mean())
-        assert len(shares) == model.MAX_SHARES - 1
+        assert len(shares) == cpu_model.MAX_SHARES - 1
         for threads in (2, 3, 7, 64):
             assert shares[threads - 2] == pytest.approx(static_shares(m, threads))
 
@@ -169,7 +169,7 @@ def test_rows_sorted_by_length_go_in_chunks(target):
     two threads would get 1.5x its share: the rows go in dynamically scheduled chunks."""
     rng = np.random.default_rng(15)
     A, x = rows_sorted_by_length(rng, 20000, 3000, 8), rng.random(3000)
-    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < model.SKEWED
+    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < cpu_model.SKEWED
     k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
     share = f"gives one of 2 threads {static_shares(A, 2):.2f}x its share"
@@ -180,7 +180,7 @@ def test_slices_are_weighed_by_their_entries_not_their_fibers(target):
     """A 3-tensor whose slices all hold 40 fibers, the first half's 10x longer: split
     by fibers it looks even, by entries one of two threads gets 1.8x its share, and TTV's
     slices go in chunks (the spread, of fibers per slice, is 1)."""
-    from ucf.exec.stats import segments
+    from ucf.schedule.stats import segments
 
     rng = np.random.default_rng(17)
     n = 200
@@ -271,7 +271,7 @@ def test_statistics_key_buckets_nnz_but_not_extents():
 
 
 def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
-    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 20)
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 20)
     rng = np.random.default_rng(13)
     k = ucf.compile(SPMM, formats={"A": "csr"})
     before = k.source
@@ -284,7 +284,7 @@ def test_small_calls_keep_the_plan_compiled_before_any_call(monkeypatch):
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_filter_sparse_convolution_runs_its_pixels_innermost(target):
     """p, q index no sparse operand: flattened into one pixel variable x over a padded
-    input (``ucf.exec.padded``), it moves inside F's loops (m, c, r, s), so the inner loop
+    input (``ucf.exec.padded_conv``), it moves inside F's loops (m, c, r, s), so the inner loop
     is dense; with n = 1 the parallel loop is m. Checked against a numpy convolution of
     sliding windows."""
     rng = np.random.default_rng(31)

@@ -14,7 +14,7 @@ import ucf
 from tests.conftest import TARGETS
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes, statements
-from ucf.lower import dismantle
+from ucf.passes import dismantle
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"

@@ -10,9 +10,9 @@ import test_asan
 from test_asan import asan_cc, run_under_asan  # noqa: F401  (asan_cc is a fixture)
 
 import ucf
-from ucf import stile
-from ucf.exec.jit import num_threads
 from ucf.format.tensor import Tensor
+from ucf.stile import tile_index
+from ucf.toolchain.jit import num_threads
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 GRANULARITIES = [(1, 1), (1, 8), (32, 1), (1, 64), (32, 64)]
@@ -254,7 +254,7 @@ def test_compute_kernel_is_asan_clean_on_empty_and_full_masks(asan_cc, tmp_path,
     kern = ucf.compile(MATMUL, dynamic={"A": g}, dtype=np.float64, target="c")
     a, b = rng.random((m, k)), rng.random((k, n))
     mask = np.full((m, k), full)
-    index = stile.build(stile.mask_array(mask, "mask"), g, "c", np.float64, np.int32)
+    index = tile_index.build(tile_index.mask_array(mask, "mask"), g, "c", np.float64, np.int32)
     split_a = Tensor.from_numpy(a.reshape(m // 32, 32, k // 4, 4))
     split_b = Tensor.from_numpy(b.reshape(k // 4, 4, n))
     inner = kern.kernel
@@ -361,7 +361,7 @@ def test_a_mask_of_none_derives_the_mask_from_the_zeros():
 def test_choose_stile_measures_a_tile_cost_once_and_keeps_it_in_the_cache(monkeypatch):
     """The second choice over the same candidates reads the kernel cache and builds no
     dynamic kernel to measure again; a new candidate is measured."""
-    from ucf.exec import dynamic
+    from ucf.stile import dynamic
 
     rng = np.random.default_rng(13)
     samples = [rng.random((64, 48)) < 0.1]

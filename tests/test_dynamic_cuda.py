@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ucf
-from ucf.exec.cuda_build import nvcc_check, nvcc_path
+from ucf.toolchain.cuda_build import nvcc_check, nvcc_path
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"

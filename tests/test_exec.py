@@ -13,8 +13,8 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
-from ucf.exec.cache import CacheWarning
 from ucf.exec.kernel import forget_loaded
+from ucf.toolchain.cache import CacheWarning
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -123,7 +123,7 @@ def test_the_thread_count_reaches_kernels_called_from_other_threads():
     thread that calls a kernel (a thread pool, Dask's threaded scheduler)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ucf.exec.jit import openmp_runtime
+    from ucf.toolchain.jit import openmp_runtime
 
     lib = openmp_runtime()
     if lib is None:

@@ -15,7 +15,7 @@ import pytest
 from conftest import TARGETS, nonzero_coords, rand_sparse, stored_coords
 
 import ucf
-from ucf.exec.cuda_build import nvcc_check, nvcc_path
+from ucf.toolchain.cuda_build import nvcc_check, nvcc_path
 
 SEED = 7
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")

@@ -161,7 +161,7 @@ def test_one_walker_sees_every_block_gpu_nodes_included():
     """``ucf.ir.walk`` finds statements in every nested list a node declares (loop
     prologues, ``else`` branches, GPU scopes), and ``with_blocks`` rewrites each."""
     from ucf.ir import nodes as ir
-    from ucf.ir.gpu import Scope
+    from ucf.ir.gpu_nodes import Scope
     from ucf.ir.walk import declared, statements, walk, with_blocks
 
     v = {n: ir.Var(n, "i64") for n in "abcdei"}

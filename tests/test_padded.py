@@ -1,4 +1,4 @@
-"""Convolutions with no schedule run on a zero-padded, flattened input (ucf.exec.padded).
+"""Convolutions with no schedule run on a zero-padded, flattened input (ucf.exec.padded_conv).
 
 Every result is compared with the numpy reference of tests/conv_reference.py
 (sliding windows and einsum); which path a kernel took is read from ``k.cin``.
@@ -12,8 +12,8 @@ from conftest import TARGETS
 from conv_reference import conv
 
 import ucf
-from ucf.exec import padded
-from ucf.schedule import model
+from ucf.exec import padded_conv
+from ucf.schedule import cpu_model
 
 FLAT = "zero-padded planes"
 
@@ -22,7 +22,7 @@ FLAT = "zero-padded planes"
 def _planned(monkeypatch):
     """Small inputs get plans of their own, as large ones do (``REPLAN_WORK``)."""
     ucf.set_num_threads(2)
-    monkeypatch.setattr(model, "REPLAN_WORK", 0)
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 0)
 
 
 def sparse_filter(rng, shape, density):
@@ -117,17 +117,17 @@ def test_a_dense_filter_and_a_dense_input_in_float64():
     ],
 )
 def test_what_is_not_flattened(stmt, formats):
-    assert padded.find(stmt, formats) is None
+    assert padded_conv.find(stmt, formats) is None
 
 
 def test_the_flattened_statement():
-    found = padded.find("O(n,m,p,q) = I(n,c,p+r-1,q+s+2) * F(m,c,r,s)", {"F": "UCCC"})
+    found = padded_conv.find("O(n,m,p,q) = I(n,c,p+r-1,q+s+2) * F(m,c,r,s)", {"F": "UCCC"})
     flat = found.at({"p": 7, "q": 5, "r": 3, "s": 2})
     assert (flat.wp, flat.hp, flat.plane) == (6, 9, 9 * 6 + 1)
     assert flat.expr == "O(n, m, x) = I(n, c, 6*r + s + x) * F(m, c, r, s)"
     assert flat.extents({"n": 1, "m": 2, "c": 3, "p": 7, "q": 5, "r": 3, "s": 2})["x"] == 42
     assert found.at({"p": 0, "q": 5, "r": 3, "s": 2}) is None
-    assert found.at({"p": 7, "q": padded.MAX_WIDTH, "r": 3, "s": 2}) is None  # wide rows
+    assert found.at({"p": 7, "q": padded_conv.MAX_WIDTH, "r": 3, "s": 2}) is None  # wide rows
 
 
 def test_the_kernel_keeps_the_users_statement(tmp_path):

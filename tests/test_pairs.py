@@ -1,4 +1,4 @@
-"""Products of 8-bit integers summed two reduction steps per multiply (``ucf.lower.pairs``,
+"""Products of 8-bit integers summed two reduction steps per multiply (``ucf.passes.pairs``,
 ``ir.PairDot``) against numpy's integer product, exact, on the llvm and c targets:
 partial blocks in both modes, blocks of odd width (the last pair misses its second
 step), columns that leave a remainder, int8 and uint8 on either side (the low half of
@@ -23,7 +23,7 @@ import ucf
 from ucf.codegen import llvm as llvm_codegen
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.lower import pairs
+from ucf.passes import pairs
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 needs_avx2 = pytest.mark.skipif(not pairs.available(), reason="pairs are made on AVX2 hosts")

@@ -136,7 +136,7 @@ def _walk(stmts):
 def test_work_estimate(stmt, fmt, schedule, expected):
     k = ucf.compile(stmt, formats={"A": fmt}, schedule=schedule, target="c")
     # The estimate the kernel's threshold holds: taken from the loop as the schedule
-    # shaped it (ucf.lower.row_groups reshapes fixed-width rows' loops afterwards).
+    # shaped it (ucf.passes.row_groups reshapes fixed-width rows' loops afterwards).
     estimate = _parallel_loop(k).parallel_if.left
     assert _Emitter().expr(estimate) == expected
 

@@ -12,8 +12,9 @@ from conftest import TARGETS, needs_cc
 
 import ucf
 from ucf.errors import FormatError
-from ucf.exec.cuda_build import nvcc_check, nvcc_path
 from ucf.format.format import parse_format
+from ucf.schedule import cpu_model
+from ucf.toolchain.cuda_build import nvcc_check, nvcc_path
 
 ALL = [*TARGETS, "cuda"]
 
@@ -333,9 +334,8 @@ def test_quantized_spmm_sums_integers_exactly_by_default(target, fmt, monkeypatc
     k = compile_for(target, "C(i,j) = A(i,k)*B(k,j)", {"A": fmt, "B": "dense@qint8"})
     assert k._plan.integer_sums == [(("A", "B"), ("k",))]
     np.testing.assert_array_equal(k(A=A, B=B).to_numpy(), want)
-    from ucf.schedule import model
 
-    monkeypatch.setattr(model, "REPLAN_WORK", 0)  # this call plans for its statistics
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 0)  # this call plans for its statistics
     np.testing.assert_array_equal(k(A=A, B=B).to_numpy(), want)
     assert "sums its quantized products in int32" in k.cin
 

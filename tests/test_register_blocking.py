@@ -1,9 +1,9 @@
-"""Register-blocked micro-kernels (``ucf.lower.registers``) against numpy, on the llvm
+"""Register-blocked micro-kernels (``ucf.passes.registers``) against numpy, on the llvm
 and c targets: tiles of several rows (a block's places) and of one row (CSR, dense),
 extents of ``j`` that leave a remainder or fill no tile at all, partial blocks, int8
 values into int32, factors that are broadcast, the other factor's rows packed into a
 panel when enough groups of rows share them, and nests the pass must leave alone; and
-the numeric contract (``ucf.lower.fma``): every accumulated product one fused
+the numeric contract (``ucf.passes.fma``): every accumulated product one fused
 multiply-add, bit for bit alike with and without the micro-kernels, on every target."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from llvmlite import binding as llvm
 import ucf
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.lower import pairs, registers
-from ucf.schedule import model
+from ucf.passes import pairs, registers
+from ucf.schedule import cpu_model
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 
@@ -104,7 +104,7 @@ def panels(k) -> set[str]:
 # a schedule keeps the loops serial): partial blocks in both modes with a remainder of
 # j, in a parallel loop (the panel is each thread's) and in a serial one (the
 # function's); f64 (4 lanes); int8 times uint8 (bytes are packed in pairs of steps by
-# ucf.lower.pairs on an AVX2 host, in quads on a VNNI one, and not as they are); B rows of 4 KB
+# ucf.passes.pairs on an AVX2 host, in quads on a VNNI one, and not as they are); B rows of 4 KB
 # and more (as in the benchmark) and short ones; fewer columns than a tile.
 PACKED = [
     ("bcsr(16,16)", (45, 37), 389, "float32", "float32", "float32", False),
@@ -123,7 +123,7 @@ def test_packed_panels_against_numpy(
 ):
     # the default plan compiled before any call (parallel over i_blk), not the model's
     # plan for this call's two or three block rows
-    monkeypatch.setattr(model, "REPLAN_WORK", 1 << 40)
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)
     rng = np.random.default_rng(15)
     pattern = blocked(rng, shape, (16, 16)) != 0
     a = np.where(pattern, rng.integers(-100, 100, shape), 0).astype(a_type)
@@ -429,7 +429,7 @@ def test_a_quantized_broadcast_factor_is_converted_once_per_group(target, fmt, m
 
 
 def fused_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` in float64 as ucf's contract sums it (``ucf.lower.fma``): each element's
+    """``a @ b`` in float64 as ucf's contract sums it (``ucf.passes.fma``): each element's
     terms in the order of k, each added unrounded and the sum rounded once (exact
     rationals, rounded by ``float``, which rounds to nearest)."""
     out = np.zeros((a.shape[0], b.shape[1]))

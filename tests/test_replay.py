@@ -13,8 +13,8 @@ import scipy.sparse as sp
 from conftest import TARGETS
 
 import ucf
-from ucf.exec import jit
 from ucf.exec import replay as replay_module
+from ucf.toolchain import jit
 
 STMT = "y(i) = A(i,j) * x(j) + z(i)"
 

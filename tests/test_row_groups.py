@@ -1,4 +1,4 @@
-"""Row groups (ucf.lower.row_groups): fixed-width operands' kernels run rows in lock
+"""Row groups (ucf.passes.row_groups): fixed-width operands' kernels run rows in lock
 step, against numpy, on shapes that leave partial groups of rows, partial tiles of
 columns and partial N:M groups, with empty rows, in float32 and float64, on both CPU
 targets (which must agree bit for bit: each element sums its terms in one order)."""

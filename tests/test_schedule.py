@@ -150,7 +150,7 @@ def test_parallel_c_source_has_the_pragma():
 def test_parallel_body_keeps_the_arrays_no_alias():
     """The outlined parallel body gets the arrays as noalias arguments, and once inlined
     into the libgomp entry they survive as scoped no-alias metadata on its accesses."""
-    from ucf.exec import jit
+    from ucf.toolchain import jit
 
     k = ucf.compile(
         "C(i,k) = A(i,j) * B(j,k)",

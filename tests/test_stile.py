@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from test_asan import driver_under_asan
 
 import ucf
-from ucf.stile import _function
+from ucf.stile.tile_index import _function
 
 MATMUL = "C(m,n) = A(m,k)*B(k,n)"
 BATCH = "C(b,m,n) = A(b,m,k)*B(b,k,n)"

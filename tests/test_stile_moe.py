@@ -1,4 +1,4 @@
-"""MoE's gathered-rows kernel (``ucf.lower.condensed.rows_function``) where its output
+"""MoE's gathered-rows kernel (``ucf.stile.kernels.rows_function``) where its output
 is a used array: a recycled new C (``ucf.exec.recycled``) or out=, whose rows no token
 is routed to the kernel zeroes itself; and its register tiles of 6 rows with every
 remainder of rows past the last whole group."""

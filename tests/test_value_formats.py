@@ -16,7 +16,7 @@ import ucf
 from ucf.errors import FormatError
 from ucf.format.format import parse_format
 from ucf.format.tensor import Tensor
-from ucf.lower import pairs
+from ucf.passes import pairs
 
 ALL_TARGETS = [*TARGETS, "cuda"]
 

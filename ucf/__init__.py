@@ -31,7 +31,6 @@ from ucf.errors import (
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.kernel import Kernel
-    from ucf.exec.tile_choice import choose_stile
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
     from ucf.format.quantize import quantize
@@ -39,7 +38,8 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
     from ucf.schedule import Schedule
-    from ucf.stile import stile_index
+    from ucf.stile.choice import choose_stile
+    from ucf.stile.tile_index import stile_index
     from ucf.tesa.attribute import TeSA
     from ucf.tesa.plan import Policy
     from ucf.tesa.program import program
@@ -63,8 +63,8 @@ _LAZY = {
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
     "invariance": "ucf.cin.invariance",
-    "stile_index": "ucf.stile",
-    "choose_stile": "ucf.exec.tile_choice",
+    "stile_index": "ucf.stile.tile_index",
+    "choose_stile": "ucf.stile.choice",
     "condensable": "ucf.cin.invariance",
     "TeSA": "ucf.tesa.attribute",
     "Policy": "ucf.tesa.plan",
@@ -138,7 +138,7 @@ def __dir__() -> list[str]:
 
 def set_num_threads(n: int) -> None:
     """Threads for parallel loops (else ``UCF_NUM_THREADS``, else OpenMP's default)."""
-    from ucf.exec.jit import set_num_threads as _set
+    from ucf.toolchain.jit import set_num_threads as _set
 
     _set(n)
 
@@ -173,7 +173,7 @@ def compile(
                 "a kernel takes static= or dynamic= operands, not both "
                 f"(static {', '.join(static)}; dynamic {', '.join(dynamic)})"
             )
-        from ucf.exec.dynamic import DynamicKernel
+        from ucf.stile.dynamic import DynamicKernel
 
         return DynamicKernel(expr, formats, schedule, target, dtype, index_dtype, dynamic, emulate)
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)

@@ -532,7 +532,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from ucf.exec import cache
+    from ucf.toolchain import cache
 
     if args.action == "clear":
         print(f"removed {cache.clear()} entries from {cache.cache_dir()}")

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from ucf.cin import invariance
-from ucf.cin.block_operands import split_operand
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
+from ucf.cin.split_operands import split_operand
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
@@ -42,14 +42,14 @@ from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
-from ucf.lower import dismantle
-from ucf.lower.fma import fuse
 from ucf.lower.lowerer import Lowerer
-from ucf.lower.registers import register_block
-from ucf.lower.row_groups import group_rows
 from ucf.lower.state import Lowered
+from ucf.passes import dismantle
+from ucf.passes.fma import fuse
+from ucf.passes.registers import register_block
+from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
-from ucf.schedule.model import Choice, Stats, integer_order, propose
+from ucf.schedule.cpu_model import Choice, Stats, integer_order, propose
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -67,7 +67,7 @@ class Plan:
     output_format: Format  # format the user asked for
     local_level: int | None  # output level whose pos the assemble pass fills per segment
     cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
-    cuda_module: Any = None  # target cuda: the ucf.ir.gpu.Module it prints
+    cuda_module: Any = None  # target cuda: the ucf.ir.gpu_nodes.Module it prints
     helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
     blocking: Blocking | None = None  # how blocked formats split the kernel's statement
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
@@ -127,7 +127,7 @@ def plan(
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
-    which the kernel is specialized to (``ucf.lower.dismantle``). ``openmp``
+    which the kernel is specialized to (``ucf.passes.dismantle``). ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -235,7 +235,7 @@ def plan(
 
 def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[str, Any]:
     """The static operands as the kernel's statement reads them: in a blocked kernel,
-    in the split shape, as a call passes them (``ucf.cin.block_operands``: a blocked
+    in the split shape, as a call passes them (``ucf.cin.split_operands``: a blocked
     one on its own arrays, a plain one over a blocked variable re-packed)."""
     if static and target == "cuda":
         raise UnsupportedError("target 'cuda' does not take static operands yet")
@@ -377,7 +377,7 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
 def proposals(
     expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
 ) -> list[Choice]:
-    """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
+    """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
@@ -438,7 +438,7 @@ def _cuda_schedule(
     computed = base.output_format
     if schedule is None and base.order:
         # the reduction of quantized products inside the output's loops first, as on the
-        # CPU (ucf.schedule.model), then a blocked operand's blocks over the grid, then
+        # CPU (ucf.schedule.cpu_model), then a blocked operand's blocks over the grid, then
         # rows over threads in the plain order; only the last may not fail otherwise
 
         def rows(prefix: list[str], v: str) -> str:
@@ -564,7 +564,7 @@ def _gpu_block_tiles(cin: CIN) -> list[tuple[str, str]]:
 
 
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
-    from ucf.lower import gpu
+    from ucf.lower import gpu_grid
 
     lowered = Lowerer(cin, vt, it, applied=applied).lower()
     races: dict[str, list[str]] = {}
@@ -572,7 +572,7 @@ def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
         out = set(cin.output_vars)
         prov = applied.provenance
         races = {v: [o for o in prov.origins(v) if o not in out] for v in applied.parallel}
-    module = gpu.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
+    module = gpu_grid.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
     cin.notes += module.notes
     return lowered, module
 

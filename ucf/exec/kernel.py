@@ -28,7 +28,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked, cache, padded, recycled, stats
+from ucf.exec import blocked_call, padded_conv, recycled
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -37,10 +37,8 @@ from ucf.exec.binding import (
     refuse_positional,
     same_format,
 )
-from ucf.exec.export import beside, save_c
-from ucf.exec.extents import bound_extents, check_orders, plain_extents
-from ucf.exec.jit import apply_num_threads, num_threads, openmp_runtime
 from ucf.exec.replay import REMEMBERED, Replay, replayable
+from ucf.exec.shapes import bound_extents, check_orders, plain_extents
 from ucf.exec.static import Static, prepare
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
@@ -50,7 +48,10 @@ from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, accesses
 from ucf.pipeline import TARGETS, Plan
-from ucf.schedule import Schedule, model
+from ucf.schedule import Schedule, cpu_model, stats
+from ucf.toolchain import cache
+from ucf.toolchain.export import beside, save_c
+from ucf.toolchain.jit import apply_num_threads, num_threads, openmp_runtime
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -60,7 +61,7 @@ _LOADED: dict[tuple[str, str], _Compiled] = {}
 _LOAD_LOCK = threading.Lock()
 SMALL = (
     "default: the plan compiled before any call, since this call's work is too small for a "
-    "plan of its own to pay for its compile (ucf.schedule.model.REPLAN_WORK)"
+    "plan of its own to pay for its compile (ucf.schedule.cpu_model.REPLAN_WORK)"
 )
 #: ``schedule=TUNED`` takes the schedule ``ucf.tune`` stored for the operands' shape class.
 TUNED = "tuned"
@@ -90,7 +91,7 @@ class _Built(NamedTuple):
 
     compiled: _Compiled
     why: tuple[str, ...]
-    flat: padded.Flat | None = None  # the call runs on a padded, flattened input
+    flat: padded_conv.Flat | None = None  # the call runs on a padded, flattened input
 
 
 class Kernel:
@@ -140,7 +141,7 @@ class Kernel:
             "version": __version__,
         }
         if target == "llvm":
-            from ucf.exec import jit
+            from ucf.toolchain import jit
 
             fields["llvm"] = jit.identity()
         self._statics: dict[str, Static] = {}
@@ -149,12 +150,12 @@ class Kernel:
             fields["static"] = sorted((n, s.digest()) for n, s in self._statics.items())
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
         # With no schedule the default model picks one per call from the operands'
-        # statistics (ucf.schedule.model), and "tuned" takes what ucf.tune stored for
+        # statistics (ucf.schedule.cpu_model), and "tuned" takes what ucf.tune stored for
         # the operands' shape class; calls with the same statistics reuse the choice.
         self._tuned = schedule == TUNED
         self._static = self._compile(None if self._tuned else schedule, default=False)
         self._adaptive = (schedule is None or self._tuned) and target != "cuda"
-        self._conv = padded.find(expr, formats) if schedule is None and not static else None
+        self._conv = padded_conv.find(expr, formats) if schedule is None and not static else None
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
@@ -165,7 +166,7 @@ class Kernel:
         schedule: str | None,
         default: bool,
         why: tuple[str, ...] = (),
-        flat: padded.Flat | None = None,
+        flat: padded_conv.Flat | None = None,
     ) -> _Built:
         """The plan for ``schedule`` (of ``flat``'s statement, if given): from this
         process, from the disk cache, or built now (other processes wait for one build)."""
@@ -257,7 +258,7 @@ class Kernel:
         split = st
         if static.blocking is not None:
             split = replace(st, extents=static.blocking.split_extents(st.extents))
-        if not model.pays(static.cin, split):
+        if not cpu_model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
         flat = self._conv.at(st.extents) if self._conv and static.blocking is None else None
         if flat is not None:
@@ -291,7 +292,7 @@ class Kernel:
         """The plan's callable functions, and the library that keeps them alive."""
         names = [f for f in (plan.assemble, plan.compute) if f is not None]
         if self.target == "cuda":
-            from ucf.exec import cuda_build
+            from ucf.toolchain import cuda_build
 
             launch = f"{plan.compute.name}_launch"
             if self.emulate:
@@ -304,7 +305,7 @@ class Kernel:
                 run = cuda_build.Device(plan.cuda_source, fields, launch, plan.compute.params)
             return {plan.compute.name: run}, None
         if self.target == "llvm":
-            from ucf.exec import jit
+            from ucf.toolchain import jit
 
             if entry is not None and "object" in entry:
                 library = jit.load_object(entry["object"])
@@ -312,7 +313,7 @@ class Kernel:
                 library = jit.compile_ir(plan.llvm_ir)
             addrs = {f.name: library.address(f.name) for f in names}
             return {f.name: _cfunc(f, addrs[f.name]) for f in names}, library
-        from ucf.exec import cc
+        from ucf.toolchain import cc
 
         if plan.cin.parallel:
             openmp_runtime()  # applies UCF_NUM_THREADS to the libgomp the .so links
@@ -348,11 +349,11 @@ class Kernel:
         or what the C compiler emits with the kernel's flags (c). Reading it shows
         whether a loop vectorized, or used an instruction such as AVX-512 VNNI's."""
         if self.target == "llvm":
-            from ucf.exec import jit
+            from ucf.toolchain import jit
 
             return jit.assembly(self._plan.llvm_ir)
         if self.target == "c":
-            from ucf.exec import cc
+            from ucf.toolchain import cc
 
             return cc.assembly(self._plan.c_source)
         raise UcfError("target cuda has no host assembly; read k.source (nvcc compiles it)")
@@ -368,7 +369,7 @@ class Kernel:
     @property
     def _user_plan(self) -> Plan:
         """The plan of the user's statement: the last call's, unless that ran a
-        flattened convolution (``ucf.exec.padded``), whose operands differ."""
+        flattened convolution (``ucf.exec.padded_conv``), whose operands differ."""
         return self._plan if self._built.flat is None else self._static.compiled.plan
 
     @boundary
@@ -395,7 +396,7 @@ class Kernel:
         prefix.parent.mkdir(parents=True, exist_ok=True)
         name = export_name(name or beside(prefix, "").name)
         if self.target == "cuda":
-            from ucf.exec.cuda_build import save_cuda
+            from ucf.toolchain.cuda_build import save_cuda
 
             if abi != "ucf" or lib is not None:
                 raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
@@ -424,7 +425,7 @@ class Kernel:
                     return replay.run(out)
         refuse_positional(self._plan.statement, positional)
         check_mappings(shapes=shapes, masks=masks)
-        if masks:  # only a kernel compiled with dynamic= takes masks (ucf.exec.dynamic)
+        if masks:  # only a kernel compiled with dynamic= takes masks (ucf.stile.dynamic)
             raise OperandError(
                 f"masks= gives a mask for {next(iter(masks))}, which is not a dynamic operand "
                 "of this kernel; compile with dynamic={name: micro-tile shape}"
@@ -451,7 +452,7 @@ class Kernel:
             self._choose(given, extents)
             plan = self._plan
         if plan.blocking is not None:
-            result = blocked.run(self._run, plan, given, extents, out, self.dtype)
+            result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
             return self._run_flat(self._built.flat, given, extents, out)
         else:
@@ -472,7 +473,7 @@ class Kernel:
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
-        (in the split shapes of a blocked statement: see ``ucf.exec.blocked``)."""
+        (in the split shapes of a blocked statement: see ``ucf.exec.blocked_call``)."""
         plan = self._plan
         stmt = plan.blocking.statement if plan.blocking else plan.statement
         for bound in plan.cin.bounds.values():
@@ -530,9 +531,9 @@ class Kernel:
         return result
 
     def _run_flat(
-        self, flat: padded.Flat, given: dict[str, Tensor], extents: dict[str, int], out: Any
+        self, flat: padded_conv.Flat, given: dict[str, Tensor], extents: dict[str, int], out: Any
     ) -> Tensor:
-        """The call on the padded, flattened input (``ucf.exec.padded``), cropped into
+        """The call on the padded, flattened input (``ucf.exec.padded_conv``), cropped into
         the user's output. Never replayed: the padded copy must be made each call."""
         name = flat.conv.inp
         x = given[name]

@@ -29,8 +29,8 @@ def measured_costs(
 
 def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
     import ucf
-    from ucf.exec import cache
-    from ucf.exec.jit import num_threads
+    from ucf.toolchain import cache
+    from ucf.toolchain.jit import num_threads
 
     fields = {
         "kind": "tesa block cost",

@@ -711,8 +711,8 @@ def _sum(terms: list[Expr]) -> Expr:
 #: Element-wise functions a plan computes in the statement that reads their result
 #: (``_fused``): zero-preserving, so ``relu(T)`` is zero wherever ``T`` is, as the
 #: attribute propagation gave ``U = relu(T)``, and lowered to a compare-and-pick
-#: (``ucf.lower.functions``), which the register tiles compute on the vectors they load
-#: (``ucf.lower.registers``): cheaper than writing ``U`` and reading it back, a pass
+#: (``ucf.lower.elementwise``), which the register tiles compute on the vectors they load
+#: (``ucf.passes.registers``): cheaper than writing ``U`` and reading it back, a pass
 #: over it (0.17 of 5.5 ms on one thread in bench/tesa_program.py).
 FUSED = frozenset({"relu"})
 

@@ -51,7 +51,7 @@ def clock() -> Callable[[], float]:
     which schedule won), nor trials that other threads of the process run meanwhile (Dask
     workers in one process); a one-thread kernel runs on the calling thread. With more,
     wall time, since CPU time would add the threads up."""
-    from ucf.exec.jit import num_threads
+    from ucf.toolchain.jit import num_threads
 
     return time.thread_time if num_threads() == 1 else time.perf_counter
 
@@ -193,7 +193,7 @@ class Objective:
         k = self.kernel(schedule, v.formats)
         seconds = probe.limit(self.baseline)
         if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
-            from ucf.exec.jit import num_threads
+            from ucf.toolchain.jit import num_threads
 
             request = probe.Call(
                 self.statement,

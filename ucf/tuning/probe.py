@@ -155,7 +155,7 @@ class Probe:
         if self._conn is None:
             ours, theirs = socket.socketpair()
             env = dict(os.environ)
-            from ucf.exec import cache
+            from ucf.toolchain import cache
 
             env["UCF_CACHE_DIR"] = str(cache.cache_dir())  # load what this process compiled
             root = str(Path(__file__).resolve().parents[2])  # the ucf this process runs

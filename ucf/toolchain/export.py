@@ -72,6 +72,6 @@ def save_c(plan: Plan, prefix: Path, name: str, abi: str, lib: str | None) -> tu
     copy_runtime(prefix.parent)
     if lib is None:
         return csrc, h
-    from ucf.exec import cc
+    from ucf.toolchain import cc
 
     return csrc, h, cc.build_library(csrc, prefix.parent / name, lib)

@@ -1,4 +1,4 @@
-"""The operand statistics the default schedule reads at a call (``ucf.schedule.model``).
+"""The operand statistics the default schedule reads at a call (``ucf.schedule.cpu_model``).
 
 They must cost next to nothing: extents and stored-entry counts are already at
 hand, and the statistics that read an array, how unevenly rows are filled, are
@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from ucf.format.tensor import Tensor
-from ucf.schedule.model import MAX_SHARES, Stats
+from ucf.schedule.cpu_model import MAX_SHARES, Stats
 
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
 # reused id apart.

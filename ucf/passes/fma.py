@@ -3,7 +3,7 @@
 Every accumulation of a product of floats is one fused multiply-add (``ir.FMA``), the
 product added unrounded and the sum rounded once: ``acc = acc + a * b`` into a scalar
 accumulator, ``x[p] += a * b`` into an output or a workspace, and the vector
-accumulators of the register-blocked micro-kernels (``ucf.lower.registers``,
+accumulators of the register-blocked micro-kernels (``ucf.passes.registers``,
 ``row_groups``, ``condensed``), which build theirs with ``ir.add_product`` too. Nothing
 else fuses: an element-wise ``a * b + c`` rounds twice, as written, and so does an
 atomic add (threads summing into one place: the product is rounded, then added).

@@ -1,4 +1,4 @@
-"""LLIR nodes of the GPU mapping (``ucf.lower.gpu``) that the CUDA printer reads.
+"""LLIR nodes of the GPU mapping (``ucf.lower.gpu_grid``) that the CUDA printer reads.
 
 They live with the other nodes so that ``ucf.codegen`` depends on ``ucf.ir``
 only, never on a lowering pass.

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
+from ucf.ir.gpu_nodes import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import (
     assigned,

@@ -33,7 +33,7 @@ from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
-from ucf.ir.gpu import Launch, Module, Special
+from ucf.ir.gpu_nodes import Launch, Module, Special
 from ucf.lower import parallel
 
 #: Where the index builds from LLIR on the CPU, and where dynamic kernels run.
@@ -199,17 +199,17 @@ def compiled_function(target: str, fn: ir.Function) -> tuple[Any, Any]:
     """``fn`` compiled for ``target`` (llvm or c) as a ctypes function taking pointers
     and int64s, and the library that holds it (keep it alive while calling): built once
     per process, and kept in ucf's disk cache (object code or shared library)."""
-    from ucf.exec import cache as kcache
+    from ucf.toolchain import cache as kcache
 
     if target == "llvm":
         from ucf.codegen import llvm as llvmgen
-        from ucf.exec import jit
+        from ucf.toolchain import jit
 
         jit.openmp_runtime()
         text = llvmgen.module([fn])
     else:
         from ucf.codegen import c as cgen
-        from ucf.exec.jit import openmp_runtime
+        from ucf.toolchain.jit import openmp_runtime
 
         openmp_runtime()
         text = cgen.source([fn])
@@ -225,7 +225,7 @@ _COMPILED: dict[tuple[str, str], tuple[Any, Any]] = {}
 def _build(target: str, fn: ir.Function, text: str, kcache: Any) -> tuple[Any, Any]:
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     if target == "llvm":
-        from ucf.exec import jit
+        from ucf.toolchain import jit
 
         fields = {fn.name: text, **jit.identity()}
         name = f"{kcache.key(fields)}.o"
@@ -237,7 +237,7 @@ def _build(target: str, fn: ir.Function, text: str, kcache: Any) -> tuple[Any, A
             library = jit.load_object(obj)
         call = ctypes.CFUNCTYPE(None, *types)(library.address(fn.name))
         return call, library
-    from ucf.exec import cc
+    from ucf.toolchain import cc
 
     library = kcache.library({fn.name: text, **cc.identity()}, lambda: cc.build_shared(text))
     call = getattr(library, fn.name)
@@ -456,8 +456,8 @@ def cuda_source(mask_type: str, idx: str, order: int) -> str:
 def _compiled_cuda(mask_type: str, idx: str, order: int, emulate: bool) -> Any:
     """The CUDA builder's launcher: on the CPU emulator, or on the GPU through pycuda
     (built at its first call, which says what is missing on a machine without one)."""
-    from ucf.exec import cache as kcache
-    from ucf.exec import cuda_build
+    from ucf.toolchain import cache as kcache
+    from ucf.toolchain import cuda_build
 
     source = cuda_source(mask_type, idx, order)
     host = _cuda_module(mask_type, idx, order).host

@@ -46,9 +46,9 @@ def key(fields: dict[str, Any]) -> str:
 
 
 def _canonical(fields: dict[str, Any]) -> bytes:
-    from ucf.lower.pairs import available
     from ucf.lower.parallel import threshold
-    from ucf.lower.registers import enabled
+    from ucf.passes.pairs import available
+    from ucf.passes.registers import enabled
 
     settings = {
         "code": code_version(),

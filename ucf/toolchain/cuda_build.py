@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from ucf.errors import CompileError, UcfError
-from ucf.exec import cache
-from ucf.exec.cc import version
 from ucf.resources import runtime_dir
+from ucf.toolchain import cache
+from ucf.toolchain.cc import version
 
 #: C++20 for the emulator (std::atomic_ref, std::bit_cast, __VA_OPT__); -x c++
 #: because the source is a .cu file.
@@ -242,7 +242,7 @@ def save_cuda(plan, prefix: Path, name: str) -> tuple[Path, Path]:
     device kernels ``name_k0``, ...), and copy the runtime headers the ``.cu`` needs
     beside them; the paths of the .cu and the .h."""
     from ucf.codegen.cuda import header, named, source
-    from ucf.exec.export import beside, copy_runtime
+    from ucf.toolchain.export import beside, copy_runtime
 
     module = named(plan.cuda_module, name)
     title = str(plan.statement)

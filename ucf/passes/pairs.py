@@ -1,6 +1,6 @@
 """Products of 8-bit integers two or four reduction steps at a time, in register-blocked tiles.
 
-A tile of ``ucf.lower.registers`` over ``C[i, j] += int32(A[i, k]) * int32(B[k, j])``
+A tile of ``ucf.passes.registers`` over ``C[i, j] += int32(A[i, k]) * int32(B[k, j])``
 (int8 weights times uint8 activations into int32) widens each byte of B to int32 and
 multiplies 8 lanes at a time: as many multiplies as a float32 tile, so it is no faster
 (bench/tesa_formats.py measured 0.84x to 1.15x). x86 has multiplies that do more work
@@ -54,7 +54,7 @@ import llvmlite.binding as llvm
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, substitute
-from ucf.lower.registers import _SIZES, VECTOR_BYTES, _most, _Nest, _offset, _Rewriter, _trip
+from ucf.passes.registers import _SIZES, VECTOR_BYTES, _most, _Nest, _offset, _Rewriter, _trip
 
 #: Element types whose values fit in an int16 half of a lane, and in a byte of it.
 NARROW = ("i8", "u8")

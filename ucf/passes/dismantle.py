@@ -151,7 +151,7 @@ class _Specializer:
                 if self.copies > MAX_UNROLLED:
                     raise ScheduleError(
                         f"{self.command}: unrolling makes more than {MAX_UNROLLED} copies of "
-                        f"{what}'s body (ucf.lower.dismantle.MAX_UNROLLED), one per live "
+                        f"{what}'s body (ucf.passes.dismantle.MAX_UNROLLED), one per live "
                         "block or nonzero; dismantle an outer loop, store the operand in "
                         "larger blocks, or leave it dynamic"
                     )

@@ -59,7 +59,7 @@ class Stats:
     variable, stored entries per operand, and per sparse operand the longest
     row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
     threads, the largest share of its entries a static split of its rows gives
-    one thread over the mean share (``ucf.exec.stats.segments``)."""
+    one thread over the mean share (``ucf.schedule.stats.segments``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)

@@ -47,7 +47,7 @@ def trampoline(signature: tuple[bool, ...]) -> Any:
     of the int64 arguments."""
     found = _made.get(signature)
     if found is None:
-        from ucf.exec import jit
+        from ucf.toolchain import jit
 
         with _lock:
             found = _made.get(signature)

@@ -1,7 +1,7 @@
 """Calling a kernel over blocked formats: the user's tensors seen in the split shapes
 of the kernel's statement (see ``ucf.cin.blocking``), and the output seen back.
 
-The operands are split by ``ucf.cin.block_operands``; the output is joined back
+The operands are split by ``ucf.cin.split_operands``; the output is joined back
 here, in the user's shape and format.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ucf.cin.block_operands import same_levels, split_operand
 from ucf.cin.blocking import Blocking
+from ucf.cin.split_operands import same_levels, split_operand
 from ucf.errors import OperandError
 from ucf.format.format import Format, dense_format
 from ucf.format.tensor import Tensor, from_coo, trusted

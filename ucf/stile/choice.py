@@ -10,7 +10,7 @@ running its dynamic kernel once over a full mask and once over an empty one
 (the fixed cost of a call, and the cost of a live tile from their difference),
 and kept for the process, so a later choice for the same operator and shapes
 costs only the covers.  Where the statement runs a kernel that gathers compute
-tiles (``ucf.exec.condensed``), each candidate micro-tile is measured at every
+tiles (``ucf.stile.gathered``), each candidate micro-tile is measured at every
 candidate depth of the compute tile (``condense(k, A, depth)``), and the pair that
 costs least wins: the depth trades the packing of the dense operand, repeated once
 per compute tile, against the caches the gathered tiles must fit.
@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from ucf import stile
 from ucf.errors import ArgumentError, OperandError, boundary
-from ucf.exec import cache, condensed
-from ucf.exec.jit import num_threads
 from ucf.lang import ast
 from ucf.lang.parser import parse_statement
+from ucf.stile import gathered, tile_index
+from ucf.toolchain import cache
+from ucf.toolchain.jit import num_threads
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 
@@ -76,14 +76,14 @@ def choose_stile(
     """
     if not samples:
         raise OperandError("choose_stile needs at least one sample mask")
-    masks = [stile.mask_array(m, f"sample {k}") for k, m in enumerate(samples)]
+    masks = [tile_index.mask_array(m, f"sample {k}") for k, m in enumerate(samples)]
     shape = masks[0].shape
     for k, m in enumerate(masks):
         if m.shape != shape:
             raise OperandError(
                 f"choose_stile: sample {k} has shape {m.shape} but sample 0 has {shape}"
             )
-    tiles = [stile.check_granularity(g, len(shape), "choose_stile") for g in candidates]
+    tiles = [tile_index.check_granularity(g, len(shape), "choose_stile") for g in candidates]
     if not tiles:
         raise OperandError("choose_stile needs at least one candidate micro-tile")
     if operands is not None and not isinstance(operands, Mapping):
@@ -93,7 +93,7 @@ def choose_stile(
     asked = None if depths is None else _depths(depths)
     costs, live, best_depth = {}, {}, {}
     for g in tiles:
-        live[g] = [stile.build(m, g, target).nnz for m in masks]
+        live[g] = [tile_index.build(m, g, target).nnz for m in masks]
         options = {}
         for depth in _gathering_depths(statement, operand, g, dtype, asked):
             fixed, per_tile = _tile_cost(
@@ -118,9 +118,9 @@ def _depths(depths: Sequence[int]) -> list[int]:
     for d in found:
         if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
             raise OperandError(f"choose_stile: a compute-tile depth is a positive int, got {d!r}")
-        if d > condensed.MAX_DEPTH:
+        if d > gathered.MAX_DEPTH:
             raise OperandError(
-                f"choose_stile: a compute tile gathers at most {condensed.MAX_DEPTH}, got {d}"
+                f"choose_stile: a compute tile gathers at most {gathered.MAX_DEPTH}, got {d}"
             )
     return [int(d) for d in found]
 
@@ -136,12 +136,12 @@ def _gathering_depths(
     can hold (None asked: the kernel's default), or [None] where it gathers no compute
     tiles (or none of them fits)."""
     stmt, dt = parse_statement(statement), np.dtype(dtype)
-    shape = condensed.match(stmt, operand, granularity, {}, dt, None)
+    shape = gathered.match(stmt, operand, granularity, {}, dt, None)
     if shape is None:
         return [None]
     if depths is None:
         return [shape.depth]
-    return [d for d in depths if condensed.fits(shape.kind, dt, granularity, d)] or [None]
+    return [d for d in depths if gathered.fits(shape.kind, dt, granularity, d)] or [None]
 
 
 def _schedule(statement: str, operand: str, depth: int | None) -> str | None:
@@ -164,7 +164,7 @@ def _tile_cost(
 ) -> tuple[float, float]:
     """(seconds per call, seconds per live tile) of the dynamic kernel gathering ``depth``
     deep (None: one that gathers no compute tiles), measured once."""
-    from ucf.exec.dynamic import DynamicKernel
+    from ucf.stile.dynamic import DynamicKernel
 
     arrays = {n: np.asarray(v) for n, v in operands.items()}
     fields = {
@@ -204,7 +204,7 @@ def _tile_cost(
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    tiles = stile.build(full.view(np.uint8), granularity, target).nnz
+    tiles = tile_index.build(full.view(np.uint8), granularity, target).nnz
     t_empty = seconds(empty)
     cost = (t_empty, max(seconds(full) - t_empty, 0.0) / max(tiles, 1))
     cache.store(name, fields, cost)

@@ -28,10 +28,10 @@ make enough groups. The factor each row broadcasts, when it too is computed (the
 quantized block ``A`` of ``A(i,k) * B(k,j)``), is converted once per group of rows into a
 buffer of the group's rows by the reduction's steps, not once per tile of ``j``.
 Products of 8-bit integers into int32 take the micro-kernel of
-``ucf.lower.pairs`` instead, two or four steps of the reduction per multiply.
+``ucf.passes.pairs`` instead, two or four steps of the reduction per multiply.
 
 Every output element still sums its terms in the same order, each a fused multiply-add
-(``ir.add_product``) as the original nest's are after ``ucf.lower.fma``, so the result is
+(``ir.add_product``) as the original nest's are after ``ucf.passes.fma``, so the result is
 bit for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
 code generators print as LLVM vectors and GCC vector extensions.
 """
@@ -217,7 +217,7 @@ class _Rewriter:
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            from ucf.lower.pairs import paired  # it builds on this module's helpers
+            from ucf.passes.pairs import paired  # it builds on this module's helpers
 
             kernel, packed, pack = paired(self, nest, tile, count, width) or (
                 nest,
@@ -634,7 +634,7 @@ def _vectorizable(e: ir.Expr, j: str, out: str) -> bool:
         return e.array.elem in ir.VECTOR_ELEMENTS and _offset(e.index, j) is not None
     if isinstance(e, ir.Cast):
         return ir.element(e.type) in ir.VECTOR_ELEMENTS and _vectorizable(e.operand, j, out)
-    # max and min too: relu(T) read in a product (``ucf.lower.functions``), which the
+    # max and min too: relu(T) read in a product (``ucf.lower.elementwise``), which the
     # code generators lower lane by lane as their scalars, NaN picking the second operand.
     if isinstance(e, ir.Bin) and e.op in ("+", "-", "*", "max", "min"):
         return _vectorizable(e.left, j, out) and _vectorizable(e.right, j, out)

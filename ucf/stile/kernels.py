@@ -3,7 +3,7 @@ condensing), with a register-blocked micro-kernel, for the CPU targets.
 
 A matmul ``C(b,i,n) = A(b,i,k) * B(b,k,n)`` whose A comes dense with a mask cut into
 ``bh x bw`` micro-tiles is, for each block of ``bh`` rows, a product over the block's
-live columns k only (``ucf.stile`` lists them, in any order: k is permutation
+live columns k only (``ucf.stile.tile_index`` lists them, in any order: k is permutation
 invariant).  Reading A and B in place along that list, as the generic lowering does,
 sweeps the block's rows of C once per live k and runs at the speed of C's loads and
 stores.  Here each block instead gathers up to ``depth`` live k's at a time (the
@@ -19,7 +19,7 @@ depth: per k one load of B's panel row, one broadcast per row, and multiply-adds
 loaded and stored once per depth.
 
 Every element of C adds its terms in the order the index lists the live k's, as the
-generic kernel does, each a fused multiply-add as there (``ucf.lower.fma``), so the
+generic kernel does, each a fused multiply-add as there (``ucf.passes.fma``), so the
 two agree bit for bit (and llvm and c with them).  A block of a single
 row (tiles of ``1 x bw``) skips the packing of B, which would cost as much as the
 product, and reads B's rows in place with a one-row tile of ``SINGLE`` vectors.

@@ -1,7 +1,7 @@
-"""Dynamic kernels run as gathered dense compute tiles (``ucf.lower.condensed``).
+"""Dynamic kernels run as gathered dense compute tiles (``ucf.stile.kernels``).
 
 Two shapes of statement run here instead of through the generic rewrite
-(``ucf.exec.dynamic``), with every operand dense, a float dtype and micro-tiles of
+(``ucf.stile.dynamic``), with every operand dense, a float dtype and micro-tiles of
 1 along the batch variables b:
 
 - a matmul over the dynamic operand's last variable, ``C(b..,i,n) = A(b..,i,k) *
@@ -12,7 +12,7 @@ Two shapes of statement run here instead of through the generic rewrite
   R, and multiplied by W.
 
 ``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
-schedule sets the depth, else ``ucf.lower.condensed.DEPTH`` (``ROWS_DEPTH`` for MoE's
+schedule sets the depth, else ``ucf.stile.kernels.DEPTH`` (``ROWS_DEPTH`` for MoE's
 product). Any other statement,
 or a schedule with other commands, keeps the generic kernel.
 """
@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ucf import stile
 from ucf.errors import (
     ConversionWarning,
     OperandError,
@@ -38,9 +37,10 @@ from ucf.format.format import dense_format, parse_format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang import ast
-from ucf.lower import condensed, parallel
+from ucf.lower import parallel
 from ucf.schedule.fluent import Schedule
 from ucf.schedule.text import parse_schedule
+from ucf.stile import kernels, tile_index
 
 #: The compute types the micro-kernel has.
 DTYPES = ("float32", "float64")
@@ -75,7 +75,7 @@ def match(
     """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
     generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
     depth; one that cannot be honoured is refused, any other schedule is the generic
-    kernel's. Without one the depth is the kind's default (``ucf.lower.condensed.DEPTH``
+    kernel's. Without one the depth is the kind's default (``ucf.stile.kernels.DEPTH``
     or ``ROWS_DEPTH``), or the largest below it whose workspace fits (None when not
     even one micro-tile per step does)."""
     commands = _commands(schedule)
@@ -138,8 +138,8 @@ def workspace(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: i
     ``granularity`` gathered ``depth`` deep."""
     elem = ir.NUMPY_TO_IR[np.dtype(dtype).name]
     if kind == "matmul":
-        return condensed.matmul_bytes(elem, *granularity[-2:], depth)
-    return condensed.rows_bytes(elem, granularity[-1], depth)
+        return kernels.matmul_bytes(elem, *granularity[-2:], depth)
+    return kernels.rows_bytes(elem, granularity[-1], depth)
 
 
 def fits(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: int) -> bool:
@@ -219,7 +219,7 @@ def _matmul(stmt: ast.Statement, name: str, formats: dict[str, Any]) -> Shape | 
         return None
     if not _dense(formats, stmt.lhs, b):
         return None
-    return Shape("matmul", (b.tensor,), len(bv) > 2, condensed.DEPTH)
+    return Shape("matmul", (b.tensor,), len(bv) > 2, kernels.DEPTH)
 
 
 def _rows(
@@ -247,7 +247,7 @@ def _rows(
         return None
     if not _dense(formats, stmt.lhs, x, w):
         return None
-    return Shape("rows", (x.tensor, w.tensor), True, condensed.ROWS_DEPTH)
+    return Shape("rows", (x.tensor, w.tensor), True, kernels.ROWS_DEPTH)
 
 
 class Condensed:
@@ -269,12 +269,12 @@ class Condensed:
         threshold = parallel.threshold()
         if shape.kind == "matmul":
             bh, bw = granularity[-2:]
-            self.function = condensed.function(elem, idx, bh, bw, shape.depth, threshold)
+            self.function = kernels.function(elem, idx, bh, bw, shape.depth, threshold)
         else:
-            self.function = condensed.rows_function(
+            self.function = kernels.rows_function(
                 elem, idx, granularity[-1], shape.depth, threshold
             )
-        self._call, self._library = stile.compiled_function(target, self.function)
+        self._call, self._library = tile_index.compiled_function(target, self.function)
         self._warned: set[str] = set()
 
     @property
@@ -292,35 +292,35 @@ class Condensed:
         """The host assembly of the kernel: what the JIT runs (llvm), or what the C
         compiler emits with the kernel's flags (c)."""
         if self.target == "c":
-            from ucf.exec import cc
+            from ucf.toolchain import cc
 
             return cc.assembly(self.source)
-        from ucf.exec import jit
+        from ucf.toolchain import jit
 
         return jit.assembly(self.source)
 
     def notes(self) -> list[str]:
         """What ``k.cin`` says of the kernel."""
-        lanes = condensed.VECTOR_BYTES // np.dtype(self.dtype).itemsize
+        lanes = kernels.VECTOR_BYTES // np.dtype(self.dtype).itemsize
         c = self.statement.lhs.tensor
         if self.shape.kind == "rows":
             (x, w), bt = self.shape.dense, self.granularity[-1]
-            rows = condensed.depth_tiles(self.shape.depth, bt) * bt
+            rows = kernels.depth_tiles(self.shape.depth, bt) * bt
             return [
                 f"condensed: each step gathers up to {rows} live t's of {self.name} "
                 f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
-                f"{self.name}, {condensed.ROWS_D} of d at a time, with {w}'s rows at them "
+                f"{self.name}, {kernels.ROWS_D} of d at a time, with {w}'s rows at them "
                 "packed by panels",
-                f"registers: tiles of {condensed.GATHERED_ROWS} rows x "
-                f"{condensed.VECTORS * lanes} columns of {c} held across the gathered d's",
+                f"registers: tiles of {kernels.GATHERED_ROWS} rows x "
+                f"{kernels.VECTORS * lanes} columns of {c} held across the gathered d's",
             ]
         bh, bw = self.granularity[-2:]
-        if bh >= condensed.ROWS:
-            tile = f"{condensed.ROWS} rows x {condensed.VECTORS * lanes}"
+        if bh >= kernels.ROWS:
+            tile = f"{kernels.ROWS} rows x {kernels.VECTORS * lanes}"
             packed = f", and the rows of {self.shape.dense[0]} at them packed by panels"
         else:
-            tile, packed = f"1 row x {condensed.SINGLE * lanes}", ""
-        depth = condensed.depth_tiles(self.shape.depth, bw) * bw
+            tile, packed = f"1 row x {kernels.SINGLE * lanes}", ""
+        depth = kernels.depth_tiles(self.shape.depth, bw) * bw
         return [
             f"condensed: each block of {bh} rows of {self.name} gathers up to {depth} of its "
             f"live k's ({self.shape.depth} asked; whole {bh}x{bw} tiles) into a dense tile, "

@@ -103,7 +103,7 @@ class Flat:
             f"default: {c.inp} is copied into zero-padded planes of {self.hp} rows of "
             f"{self.wp} columns and {c.p}, {c.q} flattened into {self.x} = {c.p}*{self.wp} + "
             f"{c.q}, so each weight runs one loop over a whole output plane with no border "
-            "tests (ucf.exec.padded); the extra columns are computed and dropped"
+            "tests (ucf.exec.padded_conv); the extra columns are computed and dropped"
         )
 
     def extents(self, extents: dict[str, int]) -> dict[str, int]:

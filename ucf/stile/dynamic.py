@@ -3,11 +3,11 @@
 ``ucf.compile(stmt, dynamic={"A": (32, 1)})`` compiles once for an operand A that
 comes dense on every call, with a mask (``masks={"A": m}``) or without one (its
 nonzeros are the mask).  Every call builds the index of A's live micro-tiles with
-a generated kernel (``ucf.stile``: no sort; on CUDA with atomicAdd slot claims), and
+a generated kernel (``ucf.stile.tile_index``: no sort; on CUDA with atomicAdd slot claims), and
 the compute runs over those tiles only, reading A's dense array in place.
 
 On llvm and c, a matmul over A's last variable, and MoE's product with A as the
-routing, run as gathered dense compute tiles instead (``ucf.exec.condensed``). Any other statement
+routing, run as gathered dense compute tiles instead (``ucf.stile.gathered``). Any other statement
 is rewritten so that an ordinary ucf kernel does this.  Each of A's
 variables whose tile extent exceeds 1 is split into the tile and the place in it,
 as for a blocked format (``ucf.cin.blocking``), and the tile index T joins A's
@@ -37,14 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from ucf import pipeline, stile
+from ucf import pipeline
 from ucf.cin.blocking import Blocking, unblock
 from ucf.cin.invariance import check_condense, classify, describe
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
-from ucf.exec import blocked, condensed
+from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
-from ucf.exec.extents import bound_extents, check_orders
 from ucf.exec.kernel import Kernel
+from ucf.exec.shapes import bound_extents, check_orders
 from ucf.format.format import dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
@@ -52,6 +52,7 @@ from ucf.format.values import index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
+from ucf.stile import gathered, tile_index
 
 
 class DynamicKernel:
@@ -70,9 +71,9 @@ class DynamicKernel:
         emulate: bool = False,
     ):
         stmt = parse_statement(expr)
-        if target not in stile.INDEX_TARGETS:
+        if target not in tile_index.INDEX_TARGETS:
             raise UnsupportedError(
-                f"dynamic operands run on {', '.join(stile.INDEX_TARGETS)}, not {target!r}"
+                f"dynamic operands run on {', '.join(tile_index.INDEX_TARGETS)}, not {target!r}"
             )
         if emulate and target != "cuda":
             raise UnsupportedError("emulate=True runs generated CUDA and needs target='cuda'")
@@ -104,7 +105,7 @@ class DynamicKernel:
                 f"kernel's dtype; its format may not be '{formats[name]}'"
             )
         formats.pop(name, None)
-        self.granularity = stile.check_granularity(
+        self.granularity = tile_index.check_granularity(
             granularity, len(access.indices), f"dynamic operand {name}"
         )
         # The live tiles are listed in any order along A's last mode, and each row of
@@ -132,13 +133,13 @@ class DynamicKernel:
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)
         self.index_dtype = index_dtype_of(index_dtype)
         shape = None
-        if target in stile.TARGETS:  # gathered compute tiles are CPU kernels
-            shape = condensed.match(stmt, name, self.granularity, formats, self.dtype, schedule)
+        if target in tile_index.TARGETS:  # gathered compute tiles are CPU kernels
+            shape = gathered.match(stmt, name, self.granularity, formats, self.dtype, schedule)
         self._condensed = None
         if shape is None:
             self._build_generic()
         else:
-            self._condensed = condensed.Condensed(
+            self._condensed = gathered.Condensed(
                 stmt, name, shape, self.granularity, target, self.dtype, self.index_dtype
             )
 
@@ -272,7 +273,7 @@ class DynamicKernel:
         check_orders({a.tensor: len(a.indices) for a in ast.accesses(stmt.rhs)}, tensors)
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
-        index = stile.build(
+        index = tile_index.build(
             mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate
         )
         if self._condensed is None and self.blocking is None:
@@ -289,7 +290,7 @@ class DynamicKernel:
             return self.kernel(out=out, **split, **{self._index: index})
 
         plan = _Shim(self.blocking, self._with_mask)
-        return blocked.run(run, plan, tensors, extents, out, self.dtype)
+        return blocked_call.run(run, plan, tensors, extents, out, self.dtype)
 
     def _mask_of(self, masks: Mapping[str, Any] | None, dense: np.ndarray) -> np.ndarray:
         """The call's mask of the dynamic operand as bytes 0/1: the one given, else the
@@ -302,7 +303,7 @@ class DynamicKernel:
                     f"kernel (dynamic: {self.name})"
                 )
         given = (masks or {}).get(self.name)
-        m = stile.mask_array(
+        m = tile_index.mask_array(
             dense if given is None else given,
             f"dynamic operand {self.name}" if given is None else f"the mask of {self.name}",
         )
@@ -318,7 +319,7 @@ class DynamicKernel:
 
 @dataclass(frozen=True)
 class _Shim:
-    """What ``ucf.exec.blocked.run`` reads of a plan."""
+    """What ``ucf.exec.blocked_call.run`` reads of a plan."""
 
     blocking: Blocking
     statement: ast.Statement

@@ -21,7 +21,7 @@ Two shapes gain:
   first copied into contiguous panels, one per tile of columns.
 
 Each output element still sums its terms in the same order, each a fused multiply-add
-as in the ungrouped kernel (``ucf.lower.fma``), so the result is bit for bit the
+as in the ungrouped kernel (``ucf.passes.fma``), so the result is bit for bit the
 ungrouped kernel's. Rows that do not fill a group, and columns that do not
 fill a tile, run in the original nest.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, replace
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
-from ucf.lower.registers import (
+from ucf.passes.registers import (
     _SIZES,
     ACCUMULATE,
     VECTOR_BYTES,

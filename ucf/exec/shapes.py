@@ -4,7 +4,7 @@ A call's extents come from the plain indices of its operands (``A(i,j)`` fixes
 ``i`` and ``j``), from ``out=`` and ``shapes=``, and, for a variable only read
 through affine indices (``I(x+r)``), from what those constrain
 (``ucf.cin.extents.infer``). Plain kernels and kernels over dynamic operands
-(``ucf.exec.dynamic``) both check their operands here, so a mismatch is
+(``ucf.stile.dynamic``) both check their operands here, so a mismatch is
 reported the same way, naming the two places that disagree.
 """
 
