@@ -51,7 +51,7 @@ SIZES = (4, 8, 16, 32)
 
 
 # --------------------------------------------------------------------- schedules
-# The same algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes across
+# The same algorithms as tests/codegen/test_cuda.py, with GPU-sized tiles: 32 lanes across
 # the columns of B (coalesced), about 256 threads per block.
 def eb_sr(g: int) -> str:
     """{<g nnz, c col>, 1}: g nonzeros and N/32 columns per thread, atomic adds."""

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import needs_cc, rand_sparse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.helpers import needs_cc, rand_sparse
 from ucf.schedule import cpu_model
 
 VARS = ["i", "j", "k", "l"]
