@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.stile.choice import choose_stile
     from ucf.stile.tile_index import stile_index
     from ucf.tesa.attribute import TeSA
-    from ucf.tesa.plan import Policy
+    from ucf.tesa.policy import Policy
     from ucf.tesa.program import program
     from ucf.tuning import Tuned, tune
 
@@ -67,7 +67,7 @@ _LAZY = {
     "choose_stile": "ucf.stile.choice",
     "condensable": "ucf.cin.invariance",
     "TeSA": "ucf.tesa.attribute",
-    "Policy": "ucf.tesa.plan",
+    "Policy": "ucf.tesa.policy",
     "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
