@@ -42,8 +42,8 @@ LAYERS = [
     "api",
     "dask",
     "torch",
-    "cli",
     "demo",
+    "cli",
     "__main__",
 ]
 #: Modules of the API boundary, which may import ``ucf`` itself.
@@ -98,7 +98,7 @@ def test_no_import_cycles_lazy_imports_included():
             return
         stack.append(m)
         for n in sorted(graph[m]):
-            if m.count(".") == 1 and n.startswith(m + "."):
+            if MODULES[m].name == "__init__.py" and n.startswith(m + "."):
                 continue  # a package's __init__ importing its own modules
             visit(n)
         stack.pop()
@@ -170,12 +170,23 @@ KNOWN = {
 }
 
 
+def _code(path: Path) -> str:
+    """A module's code without its docstrings and comments, which may name anything."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def _asking() -> set[tuple[str, str]]:
     found = set()
     for m, path in MODULES.items():
         if _layer(m) == "format":
             continue
-        text = path.read_text()
+        text = _code(path)
         found |= {(m, name) for name, pattern in PATTERNS.items() if pattern.search(text)}
     return found
 

@@ -287,7 +287,7 @@ def test_held_loads_compile_with_nvcc():
 def _stored(t):
     """Dense arrays of a quantized tensor's stored integers minus their zero points (0
     where nothing is stored) and of each element's scale: the data the kernel reads."""
-    from ucf.format.held import unpack_int4
+    from ucf.format.encoding import unpack_int4
 
     values = t.format.values
     q = unpack_int4(t.vals, t.nnz) if values.packed else t.vals
@@ -418,7 +418,7 @@ def test_tensors_with_wrong_scales_are_refused():
     t = ucf.quantize(np.eye(3), format="csr@qint8:0")
     with pytest.raises(FormatError, match=r"quantized but the tensor has no scales"):
         ucf.Tensor(t.shape, t.format, t.levels, t.vals)
-    from ucf.format.held import Scales
+    from ucf.format.encoding import Scales
 
     bad = Scales(t.scales.scale[:2], t.scales.zero_point[:2])
     with pytest.raises(FormatError, match=r"scale has shape \(2,\), but the format has 3"):

@@ -160,14 +160,14 @@ def test_the_tuner_picks_a_blocked_format_where_it_is_faster(monkeypatch):
     margin is too), a seeded study picks a blocked format, reports its conversion apart,
     and its kernel computes scipy's product."""
     ticks = [0.0]
-    compile_ = ucf.compile
+    compile_ = measure.Kernel
 
     def compile_slowing_unblocked(statement, formats=None, **kwargs):
         k = compile_(statement, formats=formats, **kwargs)
         blocked = parse_format(formats["A"], order=2).blocked
         return _Slowed(k, 0.0 if blocked else 5e-3, ticks)
 
-    monkeypatch.setattr(ucf, "compile", compile_slowing_unblocked)
+    monkeypatch.setattr(measure, "Kernel", compile_slowing_unblocked)
     monkeypatch.setattr(measure, "clock", lambda: lambda: time.perf_counter() + ticks[0])
     A = block_diagonal(16, density=1.0)
     B = np.random.default_rng(3).random((A.shape[1], 8))

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.exec import tuned
-from ucf.tuning import space
+from ucf.tuning import measure, space
 from ucf.tuning.measure import Objective, median_time
 from ucf.tuning.study import default_storage
 
@@ -151,14 +151,14 @@ def test_a_trial_twice_as_slow_as_the_best_has_lost():
 
 def test_a_trial_that_raises_is_pruned(cache, monkeypatch):
     A, x = spmv_operands(50)
-    real = ucf.compile
+    real = measure.Kernel
 
     def failing(expr, schedule=None, **kw):
         if schedule is not None:
             raise RuntimeError("the backend fell over")
         return real(expr, schedule=schedule, **kw)
 
-    monkeypatch.setattr(ucf, "compile", failing)
+    monkeypatch.setattr(measure, "Kernel", failing)
     result = ucf.tune(SPMV, formats={"A": "csr"}, trials=4, seed=0, progress=False, A=A, x=x)
     states = {t.state for t in result.study.trials}
     assert states == {optuna.trial.TrialState.PRUNED}
@@ -171,7 +171,7 @@ def test_a_trial_that_raises_is_pruned(cache, monkeypatch):
 def test_a_wrong_result_is_pruned(cache, monkeypatch):
     """A kernel that computes something else never wins, however fast it is."""
     A, x = spmv_operands(50)
-    real = ucf.compile
+    real = measure.Kernel
 
     class Doubled:
         def __init__(self, k):
@@ -184,7 +184,7 @@ def test_a_wrong_result_is_pruned(cache, monkeypatch):
         k = real(expr, schedule=schedule, **kw)
         return k if schedule is None else Doubled(k)
 
-    monkeypatch.setattr(ucf, "compile", wrong)
+    monkeypatch.setattr(measure, "Kernel", wrong)
     result = ucf.tune(SPMV, formats={"A": "csr"}, trials=3, seed=0, progress=False, A=A, x=x)
     assert result.schedule is None and not completed(result)
     assert "differs from the default" in result.reasons["parallelize(i, CPUThread, NoRaces)"]

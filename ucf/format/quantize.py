@@ -1,6 +1,6 @@
 """Quantized tensors for the user (``ucf.quantize``) and for kernel calls: operands
 converted to the values a kernel reads, and int32 sums checked against overflow. How
-numbers are held array by array is ``ucf.format.held``."""
+numbers are held array by array is ``ucf.format.encoding``."""
 
 from __future__ import annotations
 

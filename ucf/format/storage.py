@@ -18,7 +18,7 @@ import numpy as np
 
 from ucf.errors import FormatError, ShapeError
 from ucf.format.format import Format
-from ucf.format.held import held_length
+from ucf.format.encoding import held_length
 from ucf.format.levels import Checking, Packing, checks
 from ucf.format.values import VALUE_DTYPES, value_dtype
 

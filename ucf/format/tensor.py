@@ -33,7 +33,7 @@ from ucf.errors import (
     boundary,
 )
 from ucf.format.format import CSC, CSR, Format, parse_format
-from ucf.format.held import check_scales, decode, encode
+from ucf.format.encoding import check_scales, decode, encode
 from ucf.format.levels import checks
 from ucf.format.storage import (
     as_shape,
@@ -79,7 +79,7 @@ class Tensor:
     levels: list[dict[str, np.ndarray]]
     vals: np.ndarray
     index_dtype: np.dtype
-    #: A quantized tensor's scales and zero points (``ucf.format.held.Scales``).
+    #: A quantized tensor's scales and zero points (``ucf.format.encoding.Scales``).
     scales: Any
 
     def __init__(
