@@ -19,7 +19,7 @@ import ucf
 from tests.helpers import TARGETS, needs_cc, rand_dense
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.passes import pairs, registers
+from ucf.passes import pairs, registers, tiling
 from ucf.schedule import cpu_model
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
@@ -69,7 +69,7 @@ def test_spmm_against_numpy(target, fmt, shape, n, dtype, tiled):
     k = ucf.compile(SPMM, formats={"A": fmt}, dtype=np.dtype(dtype).name, target=target)
     got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
     np.testing.assert_array_equal(got, a @ b)  # small integers: exact in every order
-    lanes = registers.VECTOR_BYTES // np.dtype(dtype).itemsize
+    lanes = tiling.VECTOR_BYTES // np.dtype(dtype).itemsize
     want = {f"{ir.NUMPY_TO_IR[np.dtype(dtype).name]}x{lanes}"} if tiled else set()
     assert vectors(k) == want
     assert ("registers: C is accumulated" in k.cin) == tiled
@@ -391,7 +391,7 @@ def test_a_dequantized_panel_rounds_alike_on_both_targets(monkeypatch):
             target=target,
             dtype="float32",
         )
-        assert bool(panels(k)) == registers.enabled()
+        assert bool(panels(k)) == tiling.enabled()
         return k(X=x, W=stored).to_numpy()
 
     llvm, c = run("llvm"), run("c")

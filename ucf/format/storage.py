@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError, ShapeError
-from ucf.format.format import Format
 from ucf.format.encoding import held_length
+from ucf.format.format import Format
 from ucf.format.levels import Checking, Packing, checks
 from ucf.format.values import VALUE_DTYPES, value_dtype
 

@@ -32,8 +32,8 @@ from ucf.errors import (
     ShapeError,
     boundary,
 )
-from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.encoding import check_scales, decode, encode
+from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.storage import (
     as_shape,

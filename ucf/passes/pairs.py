@@ -54,7 +54,15 @@ import llvmlite.binding as llvm
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, substitute
-from ucf.passes.registers import _SIZES, VECTOR_BYTES, _most, _Nest, _offset, _Rewriter, _trip
+from ucf.passes.tiling import (
+    SIZES,
+    VECTOR_BYTES,
+    Nest,
+    TileState,
+    trip_bound,
+    trip_count,
+    unit_offset,
+)
 
 #: Element types whose values fit in an int16 half of a lane, and in a byte of it.
 NARROW = ("i8", "u8")
@@ -93,8 +101,8 @@ def vnni(features: str) -> bool:
 
 
 def paired(
-    rewriter: _Rewriter, nest: _Nest, tile: Var, count: ir.Expr, width: int
-) -> tuple[_Nest, dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]] | None:
+    rewriter: TileState, nest: Nest, tile: Var, count: ir.Expr, width: int
+) -> tuple[Nest, dict[ir.Load, tuple[ir.Array, ir.Expr]], list[ir.Stmt]] | None:
     """For a nest of ``registers`` over products of 8-bit integers into int32: the nest
     its micro-kernel runs instead (a loop over groups of steps whose statement adds the
     ``PairDot`` or ``QuadDot`` of A's and B's words), the load of that statement which
@@ -106,7 +114,7 @@ def paired(
     the widening tile; bcsr(8,8) at 1024 1.6x, bcsr(32,32) 1.7x to 2.2x (one thread)."""
     factors = _factors(nest)
     span = ir.sub(nest.inner.end, nest.inner.start)
-    if factors is None or _trip(nest.rows) is None or not names(span) <= rewriter.params:
+    if factors is None or trip_count(nest.rows) is None or not names(span) <= rewriter.params:
         return None
     if not available():
         return None
@@ -115,7 +123,7 @@ def paired(
     n = 4 if VPDPBUSD in available() and signs == {"i8", "u8"} else 2
     word = _word if n == 2 else _bytes
     j, red, rows = nest.inner.var.name, nest.red, nest.rows
-    per_row = (_most(red) + n - 1) // n
+    per_row = (trip_bound(red) + n - 1) // n
     steps = ir.sub(red.end, red.start)
     whole = isinstance(steps, Const) and steps.value % n == 0
     if isinstance(steps, Const):
@@ -123,7 +131,7 @@ def paired(
     else:
         groups = ir.Bin("/", ir.add(steps, _i64(n - 1)), _i64(n))
     kind = "pairs" if n == 2 else "quads"
-    a_panel = _panel(rewriter, fixed, kind, _i64(_trip(rows) * per_row))
+    a_panel = _panel(rewriter, fixed, kind, _i64(trip_count(rows) * per_row))
     b_panel = _panel(
         rewriter, varying, kind, ir.mul(_i64(per_row * width), ir.Bin("/", span, _i64(width)))
     )
@@ -156,9 +164,9 @@ def paired(
     fill_a = ir.For(row, rows.start, rows.end, [ir.For(p, _i64(0), groups, words)])
 
     # B's words: the lanes of a tile at the group's steps, tile after tile.
-    lanes = VECTOR_BYTES // _SIZES["i32"]
+    lanes = VECTOR_BYTES // SIZES["i32"]
     q, t = Var(rewriter.fresh(red.var.name), I64), Var(rewriter.fresh("j_tile"), I64)
-    source = _offset(varying.index, j)
+    source = unit_offset(varying.index, j)
     first = ir.add(nest.inner.start, ir.mul(t, _i64(width)))
     copies = []
     for v in range(0, width, lanes):
@@ -200,7 +208,7 @@ def paired(
     return kernel, {b_word: (b_panel, b_row)}, [fill_a, fill_b]
 
 
-def _factors(nest: _Nest) -> tuple[ir.Load, ir.Load] | None:
+def _factors(nest: Nest) -> tuple[ir.Load, ir.Load] | None:
     """The loads of a product of two 8-bit integers widened to int32 that the nest
     accumulates into int32: the one that is the same for every ``j``, and the one that
     varies with ``j`` at unit stride, at the reduction's step and the same for every
@@ -225,12 +233,12 @@ def _factors(nest: _Nest) -> tuple[ir.Load, ir.Load] | None:
     used = names(varying.index)
     if j in names(fixed.index) or j not in used or nest.red.var.name not in used:
         return None
-    if used & local or _offset(varying.index, j) is None:
+    if used & local or unit_offset(varying.index, j) is None:
         return None
     return fixed, varying
 
 
-def _panel(rewriter: _Rewriter, load: ir.Load, kind: str, size: ir.Expr) -> ir.Array:
+def _panel(rewriter: TileState, load: ir.Load, kind: str, size: ir.Expr) -> ir.Array:
     """A new panel of int32 words for the pairs or quads of ``load``'s values, each
     thread's."""
     panel = ir.Array(rewriter.fresh(f"{load.array.name.removesuffix('_vals')}_{kind}"), "i32")

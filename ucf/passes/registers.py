@@ -38,28 +38,45 @@ code generators print as LLVM vectors and GCC vector extensions.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.passes.pairs import paired
+from ucf.passes.tiling import (
+    ACCUMULATE,
+    SIZES,
+    VECTOR_BYTES,
+    Nest,
+    TileState,
+    enabled,
+    lanewise,
+    loads_from,
+    serial_loop,
+    trip_bound,
+    trip_count,
+    unit_offset,
+    vector_of,
+)
 
-#: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
-#: runs two of them per register, a narrower one splits them).
-VECTOR_BYTES = 32
 #: Rows of a tile when a loop of constant trip count runs over the output's rows.
 ROWS = 4
+
+
 #: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
 #: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64.
 VECTORS = {1: 4, 2: 3, ROWS: 2}
+
+
 #: The longest reduction loop a tile runs over: the loop must have a constant trip count
 #: (a block's dense places), so the rows of the factor that varies with ``j`` it walks
 #: stay in the L1 cache for the tiles that follow. Over a sparse or long reduction
 #: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
 #: row it names, and the original loop, streaming whole rows, is faster.
 MAX_REDUCTION = 64
+
+
 #: Groups of rows that must share the other factor's rows before they are packed into a
 #: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM with
 #: a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero) to
@@ -68,11 +85,15 @@ MAX_REDUCTION = 64
 #: without it, and there packing measured 4 to 11% slower; choosing at run time would
 #: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
 PACK_GROUPS = 4
+
+
 #: The smallest element packed: at the same number of columns, rows of bytes are a
 #: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
 #: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
 #: columns packing gained 1.06x to 1.22x, which this leaves aside.
 PACK_ELEMENT = 4
+
+
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
 #: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``,
 #: serial SpMV and SpMM): a parallel loop around tiles starts its threads only
@@ -80,18 +101,6 @@ PACK_ELEMENT = 4
 #: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core
 #: machine; 2 threads won from about 64 blocks (bench: tesa_formats' 90 % case has 91).
 TILE_WORK = 16
-#: Output types the tiles accumulate in.
-ACCUMULATE = ("f32", "f64", "i32", "i64")
-_SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
-
-
-def enabled() -> bool:
-    """Whether the pass runs: ``UCF_REGISTER_BLOCKING=0`` turns it off, to measure what
-    it gains (bench/tesa_formats.py --unblocked). The kernel cache keys on it."""
-    text = os.environ.get("UCF_REGISTER_BLOCKING", "1").strip()
-    if text not in ("0", "1"):
-        raise UcfError(f"UCF_REGISTER_BLOCKING={text!r}: register blocking is 1 (on) or 0 (off)")
-    return text == "1"
 
 
 def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
@@ -105,38 +114,8 @@ def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     return replace(fn, body=rewriter.allocated(body)), rewriter.notes
 
 
-@dataclass
-class _Nest:
-    """A matched nest: the optional loop over rows, the reduction loop, the loop over
-    ``j``, the declarations that open each, and the accumulating store (with the ``j``
-    loop's own declarations substituted), whose index is ``base + j``."""
-
-    rows: ir.For | None
-    row_decls: list[ir.Decl]
-    red: ir.For
-    red_decls: list[ir.Decl]
-    inner: ir.For
-    store: ir.Store
-    base: ir.Expr
-
-
-class _Rewriter:
-    def __init__(self, taken: set[str], params: set[str]):
-        self.taken = taken
-        self.params = params
-        self.notes: list[str] = []
-        # The panels of the nests rewritten so far, allocated at the top of the function
-        # or, inside a parallel loop, in its per-thread setup.
-        self.panels: list[ir.Array] = []
-        self.sizes: list[ir.Expr] = []
-        self.tiles = 0  # nests rewritten so far
-
-    def fresh(self, name: str) -> str:
-        k = 0
-        while f"{name}{k}" in self.taken:
-            k += 1
-        self.taken.add(f"{name}{k}")
-        return f"{name}{k}"
+class _Rewriter(TileState):
+    """The pass over one function: each matched nest becomes a micro-kernel."""
 
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -163,22 +142,12 @@ class _Rewriter:
                 out.append(with_blocks(s, self.block))
         return out
 
-    def allocs(self) -> list[ir.Stmt]:
-        return [ir.Alloc(p, n) for p, n in zip(self.panels, self.sizes, strict=True)]
-
-    def frees(self) -> list[ir.Stmt]:
-        return [ir.Free(p) for p in self.panels]
-
-    def allocated(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
-        """``body`` with the panels of nests outside parallel loops allocated around it."""
-        return [*self.allocs(), *body, *self.frees()]
-
-    def tiled(self, nest: _Nest, original: ir.For) -> list[ir.Stmt]:
+    def tiled(self, nest: Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
         self.tiles += 1
         j = nest.inner
         elem = nest.store.array.elem
-        lanes = VECTOR_BYTES // _SIZES[elem]
+        lanes = VECTOR_BYTES // SIZES[elem]
         rows = 1 if nest.rows is None else _rows(nest.rows)
         width = VECTORS[rows] * lanes
         over = (
@@ -205,7 +174,7 @@ class _Rewriter:
             group = Var(self.fresh(f"{nest.rows.var.name}_group"), I64)
             first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
             renames, decls = self.row_copies(nest, first, rows)
-            trip = _trip(nest.rows)
+            trip = trip_count(nest.rows)
             shared = None if trip is None else trip // rows
             groups = None if shared is None else Const(shared, I64)
             if groups is None:  # rows not known until the call: whole groups, then the rest
@@ -217,8 +186,6 @@ class _Rewriter:
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            from ucf.passes.pairs import paired  # it builds on this module's helpers
-
             kernel, packed, pack = paired(self, nest, tile, count, width) or (
                 nest,
                 *self.packed(nest, tile, count, width, lanes, shared),
@@ -250,7 +217,7 @@ class _Rewriter:
         return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
 
     def packed(
-        self, nest: _Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int | None
+        self, nest: Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int | None
     ) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
         """The panels of the nest's factors that every group of rows shares, if there are
         ``PACK_GROUPS`` groups (``groups`` None: counted at the call, taken to be many):
@@ -269,7 +236,7 @@ class _Rewriter:
         factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
         if not factors:
             return {}, []
-        depth = _most(red)
+        depth = trip_bound(red)
         step, at = Var(self.fresh(red.var.name), I64), Var(self.fresh("j_tile"), I64)
 
         def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
@@ -292,7 +259,7 @@ class _Rewriter:
             packed[factor] = (panel, row(tile, red.var))
             source = substitute(substitute(factor, steps), {red.var.name: step})
             for v in range(0, width, lanes):
-                value = _vector(source, j, first, v, lanes, lambda e, name="": e, {})
+                value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
                 copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
         copied = ", ".join(f"{_named(x)} into {p.name}" for x, (p, _) in packed.items())
         counted = "" if groups is None else f"{groups} "
@@ -303,7 +270,7 @@ class _Rewriter:
         tiles = ir.For(at, Const(0, I64), count, copies)
         return packed, [ir.For(step, red.start, red.end, [tiles])]
 
-    def row_copies(self, nest: _Nest, first: ir.Expr, rows: int):
+    def row_copies(self, nest: Nest, first: ir.Expr, rows: int):
         """Per row of a tile: the renaming of the row loop's variable and declarations,
         and the declarations that define the copies."""
         renames, decls = [], []
@@ -319,7 +286,7 @@ class _Rewriter:
         return renames, decls
 
     def converted(
-        self, nest: _Nest, renames: list[dict]
+        self, nest: Nest, renames: list[dict]
     ) -> tuple[dict[ir.Expr, tuple[ir.Array, int]], list[ir.Stmt]]:
         """The factors each row's tiles broadcast that cost a computation per use (a
         quantized block's ``(q - zero) * scale``, read as ``A`` of ``A(i,k) * B(k,j)``),
@@ -329,7 +296,7 @@ class _Rewriter:
         row, or no factor computes more than a load."""
         red = nest.red
         rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
-        depth = _most(red)
+        depth = trip_bound(red)
         if depth is None or (names(red.start) | names(red.end)) & rowwise:
             return {}, []
         steps = _red_steps(nest)
@@ -362,7 +329,7 @@ class _Rewriter:
 
     def micro(
         self,
-        nest: _Nest,
+        nest: Nest,
         renames: list[dict],
         jv: Var,
         lanes: int,
@@ -411,10 +378,10 @@ class _Rewriter:
             for v in range(vectors):
                 args = (j, jv, v * lanes, lanes, leaf, panels)
                 if isinstance(value, ir.QuadDot):  # it adds into the accumulator itself
-                    u, s = _vector(value.unsigned, *args), _vector(value.signed, *args)
+                    u, s = vector_of(value.unsigned, *args), vector_of(value.signed, *args)
                     update = ir.QuadDot(u, s, acc[r, v])
                 else:
-                    update = ir.add_product(acc[r, v], _vector(value, *args))
+                    update = ir.add_product(acc[r, v], vector_of(value, *args))
                 updates.append(ir.Assign(acc[r, v], update))
         red = replace(nest.red, body=[*decls, *updates])
         return [*head, red, *tail]
@@ -428,10 +395,10 @@ def _cheaper(cond: ir.Expr | None) -> ir.Expr | None:
     return cond
 
 
-def _match(s: ir.For) -> _Nest | None:
+def _match(s: ir.For) -> Nest | None:
     """``s`` as a nest this pass blocks: a loop over rows around a reduction loop, or
     a reduction loop alone."""
-    if not _plain(s):
+    if not serial_loop(s):
         return None
     opened = _opens(s)
     if opened is None:
@@ -447,16 +414,16 @@ def _match(s: ir.For) -> _Nest | None:
     return _match_reduction(s, [])
 
 
-def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
+def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
     """``s`` as a reduction loop around an accumulating ``j`` loop."""
-    trip = _most(s)
-    if not _plain(s) or trip is None or trip > MAX_REDUCTION:
+    trip = trip_bound(s)
+    if not serial_loop(s) or trip is None or trip > MAX_REDUCTION:
         return None
     opened = _opens(s)
     if opened is None:
         return None
     decls, inner = opened
-    if not _plain(inner) or not inner.body:
+    if not serial_loop(inner) or not inner.body:
         return None
     mapping: dict[str, ir.Expr] = {}
     for d in inner.body[:-1]:
@@ -471,27 +438,17 @@ def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
     )
     j = inner.var.name
     elem = store.array.elem
-    base = _offset(store.index, j)
+    base = unit_offset(store.index, j)
     if base is None or elem not in ACCUMULATE or store.value.type != elem:
         return None
     local = {s.var.name} | {d.var.name for d in decls}
     if names([base, inner.start, inner.end]) & local:
         return None
-    if not _vectorizable(store.value, j, store.array.name):
+    if not lanewise(store.value, j, store.array.name):
         return None
-    if any(_loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
+    if any(loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
         return None
-    return _Nest(None, [], s, decls, inner, store, base)
-
-
-def _plain(s: ir.Stmt) -> bool:
-    """A serial loop with nothing but its body."""
-    return (
-        isinstance(s, ir.For)
-        and s.parallel is None
-        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
-        and s.parallel_if is None
-    )
+    return Nest(None, [], s, decls, inner, store, base)
 
 
 def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
@@ -504,26 +461,11 @@ def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
     return body[:-1], body[-1]
 
 
-def _trip(s: ir.For) -> int | None:
-    if isinstance(s.start, Const) and isinstance(s.end, Const):
-        return int(s.end.value) - int(s.start.value)
-    return None
-
-
-def _most(s: ir.For) -> int | None:
-    """A constant bound on the trip count of ``s``: its trip count, or the constant its
-    end is clipped to (a block's places, clipped at a partial block)."""
-    end = s.end
-    if isinstance(end, ir.Bin) and end.op == "min" and isinstance(end.left, Const):
-        end = end.left
-    return _trip(replace(s, end=end))
-
-
 def _rows(s: ir.For) -> int:
     """Rows per tile of a loop over rows: ``ROWS``, or 2, dividing its constant trip
     count; 0 if none does. A trip count known only at the call (the rows of a dense
     factor, ``t`` of ``X(t,d) * W(d,h)``) takes ``ROWS``, and its last rows run untiled."""
-    trip = _trip(s)
+    trip = trip_count(s)
     if trip is None:
         return ROWS
     for rows in (ROWS, 2):
@@ -532,7 +474,7 @@ def _rows(s: ir.For) -> int:
     return 0
 
 
-def _row_base(nest: _Nest) -> ir.Expr:
+def _row_base(nest: Nest) -> ir.Expr:
     """The store's base with the row loop's declarations substituted."""
     mapping: dict[str, ir.Expr] = {}
     for d in nest.row_decls:
@@ -547,23 +489,6 @@ def _with_start(s: ir.For, inner: ir.For, start: ir.Expr) -> ir.For:
     return replace(
         s, body=[_with_start(x, inner, start) if isinstance(x, ir.For) else x for x in s.body]
     )
-
-
-def _offset(e: ir.Expr, v: str) -> ir.Expr | None:
-    """``base`` such that ``e == base + v`` with ``v`` not in ``base``, or None."""
-    if isinstance(e, Var) and e.name == v:
-        return Const(0, I64)
-    if isinstance(e, ir.Bin) and e.op in "+-":
-        left, right = v in names(e.left), v in names(e.right)
-        if left and not right:
-            base = _offset(e.left, v)
-            if base is not None:
-                return ir.add(base, e.right) if e.op == "+" else ir.sub(base, e.right)
-        if right and not left and e.op == "+":
-            base = _offset(e.right, v)
-            if base is not None:
-                return ir.add(e.left, base)
-    return None
 
 
 def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
@@ -601,7 +526,7 @@ def _shared(
         inner = e
         while isinstance(inner, ir.Cast):
             inner = inner.operand
-        if isinstance(inner, ir.Load) and _SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
+        if isinstance(inner, ir.Load) and SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
             return []
         return [e]
     if isinstance(e, ir.Bin):
@@ -619,51 +544,7 @@ def _named(e: ir.Expr) -> str:
     return " ".join(arrays) if isinstance(e, ir.Load) else f"({', '.join(arrays)})"
 
 
-def _loads_from(e: ir.Expr, array: str) -> bool:
-    return any(isinstance(n, ir.Load) and n.array.name == array for n in nodes(e))
-
-
-def _vectorizable(e: ir.Expr, j: str, out: str) -> bool:
-    """Whether ``e`` computes lane by lane over ``j``: loads at unit stride in ``j`` and
-    arithmetic on them; whatever does not vary with ``j`` is a broadcast scalar."""
-    if _loads_from(e, out):
-        return False
-    if j not in names(e):
-        return True
-    if isinstance(e, ir.Load):
-        return e.array.elem in ir.VECTOR_ELEMENTS and _offset(e.index, j) is not None
-    if isinstance(e, ir.Cast):
-        return ir.element(e.type) in ir.VECTOR_ELEMENTS and _vectorizable(e.operand, j, out)
-    # max and min too: relu(T) read in a product (``ucf.lower.elementwise``), which the
-    # code generators lower lane by lane as their scalars, NaN picking the second operand.
-    if isinstance(e, ir.Bin) and e.op in ("+", "-", "*", "max", "min"):
-        return _vectorizable(e.left, j, out) and _vectorizable(e.right, j, out)
-    if isinstance(e, ir.Neg):
-        return _vectorizable(e.operand, j, out)
-    return False
-
-
-def _vector(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dict) -> ir.Expr:
-    """``e`` over the ``lanes`` values of ``j`` from ``jv + off`` on (``_vectorizable``);
-    ``leaf`` declares a loaded vector or a scalar once and names it; a load in ``packed``
-    reads its panel, whose row for the tile at ``jv`` starts at the place given."""
-    if j not in names(e):
-        return ir.Splat(leaf(e), lanes)
-    if e in packed:
-        panel, row = packed[e]
-        return leaf(ir.VLoad(panel, ir.add(row, Const(off, I64)), lanes))
-    if isinstance(e, ir.Load):
-        at = ir.add(jv, Const(off, I64))
-        return leaf(ir.VLoad(e.array, ir.add(_offset(e.index, j), at), lanes))
-    args = (j, jv, off, lanes, leaf, packed)
-    if isinstance(e, ir.Cast):
-        return ir.Cast(_vector(e.operand, *args), ir.vector(e.type, lanes))
-    if isinstance(e, ir.Bin | ir.PairDot):
-        return replace(e, left=_vector(e.left, *args), right=_vector(e.right, *args))
-    return ir.Neg(_vector(e.operand, *args))
-
-
-def _red_steps(nest: _Nest) -> dict[str, ir.Expr]:
+def _red_steps(nest: Nest) -> dict[str, ir.Expr]:
     """The reduction loop's declarations, each as an expression of what is known outside
     them: what a computation hoisted out of the loop reads in their place."""
     steps: dict[str, ir.Expr] = {}
@@ -673,7 +554,7 @@ def _red_steps(nest: _Nest) -> dict[str, ir.Expr]:
 
 
 def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:
-    """The largest parts of ``e`` that do not vary with ``j``: what ``_vector``
+    """The largest parts of ``e`` that do not vary with ``j``: what ``vector_of``
     broadcasts."""
     if j not in names(e):
         return [e]
@@ -692,7 +573,7 @@ def _computes(e: ir.Expr) -> bool:
 
 
 def _swapped(e: ir.Expr, table: dict[ir.Expr, ir.Expr]) -> ir.Expr:
-    """``e`` with each of its parts in ``table`` replaced, through the nodes ``_vector``
+    """``e`` with each of its parts in ``table`` replaced, through the nodes ``vector_of``
     walks."""
     if e in table:
         return table[e]

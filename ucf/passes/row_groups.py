@@ -33,15 +33,15 @@ from dataclasses import dataclass, fields, replace
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
-from ucf.passes.registers import (
-    _SIZES,
+from ucf.passes.tiling import (
     ACCUMULATE,
+    SIZES,
     VECTOR_BYTES,
-    _offset,
-    _plain,
-    _vector,
-    _vectorizable,
     enabled,
+    lanewise,
+    serial_loop,
+    unit_offset,
+    vector_of,
 )
 
 #: Rows per group of a scalar sum: independent add chains in flight (latency 3-4
@@ -106,7 +106,7 @@ def _nest(body: list[ir.Stmt], local: set[str]) -> _Level | None:
     prefix, loop, suffix = body[:at], body[at], body[at + 1 :]
     if not all(isinstance(s, ir.Decl) for s in prefix) or not all(_straight(s) for s in suffix):
         return None
-    if not _plain(loop):
+    if not serial_loop(loop):
         return None
     local = local | {d.var.name for d in prefix}
     if not names([loop.start, loop.end]) & local:
@@ -176,7 +176,7 @@ def _tile(nest: _Level) -> _Tile | None:
         store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
     )
     j, elem = inner.var.name, store.array.elem
-    base = _offset(store.index, j)
+    base = unit_offset(store.index, j)
     if base is None or elem not in ACCUMULATE or store.value.type != elem:
         return None
     # What the reduction loops declare must not move the tile, nor bound the loop over j.
@@ -184,7 +184,7 @@ def _tile(nest: _Level) -> _Tile | None:
     reduction |= {d.var.name for lv in levels[1:-1] for d in lv.prefix}
     if names([base, inner.start, inner.end]) & reduction:
         return None
-    if not _vectorizable(store.value, j, store.array.name):
+    if not lanewise(store.value, j, store.array.name):
         return None
     return _Tile(inner, store, base, levels[-2])
 
@@ -353,7 +353,7 @@ class _Rewriter:
         if len(varying) != 1:
             return None
         load = varying.pop()
-        base = _offset(load.index, j)
+        base = unit_offset(load.index, j)
         if not (isinstance(base, ir.Bin) and base.op == "*" and isinstance(base.right, Var)):
             return None
         tensor = self.tensors.get(load.array.name)
@@ -375,7 +375,7 @@ class _Rewriter:
         accumulating a tile in registers over every entry of its rows; then the
         original loop over what no tile covers."""
         store, j = tile.store, tile.inner
-        lanes = VECTOR_BYTES // _SIZES[store.array.elem]
+        lanes = VECTOR_BYTES // SIZES[store.array.elem]
         w = TILE_VECTORS * lanes
         width = Const(w, I64)
         span = ir.sub(j.end, j.start)
@@ -441,7 +441,7 @@ class _Rewriter:
                 here = substitute(value, m)
                 for v in range(TILE_VECTORS):
                     # j counts from the tile's first column in the panel.
-                    term = _vector(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
+                    term = vector_of(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
                     adds.append(ir.Assign(acc[k, v], ir.add_product(acc[k, v], term)))
             return [*stmts, *adds]
 

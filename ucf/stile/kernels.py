@@ -63,7 +63,7 @@ ROWS_DEPTH = 512
 #: panel at a time (64 bytes of each row) took 1.8x as long on bench/stile.py at 50 %,
 #: 64 panels at a time 1.2x (the packed step then crowds the L2 cache).
 SLAB = 16
-_SIZES = {"f32": 4, "f64": 8, I64: 8}
+SIZES = {"f32": 4, "f64": 8, I64: 8}
 
 
 #: The d's a step of gathered rows (``rows_function``) multiplies over, and the panels
@@ -91,7 +91,7 @@ class _Names:
 
     def __init__(self, elem: str):
         self.elem = elem
-        self.lanes = VECTOR_BYTES // _SIZES[elem]
+        self.lanes = VECTOR_BYTES // SIZES[elem]
         self.kl, self.ag, self.bg = ir.Array("kl", I64), ir.Array("ag", elem), ir.Array("bg", elem)
         self.tl, self.gl = ir.Array("tl", I64), ir.Array("gl", elem)
         self.b, self.c = ir.Array("B", elem), ir.Array("C", elem, output=True)
@@ -345,7 +345,7 @@ def _rows_spaces(v: _Names, bt: int, depth: int) -> list[tuple[ir.Array, int]]:
 
 
 def _bytes(spaces: list[tuple[ir.Array, int]]) -> int:
-    return sum(n * _SIZES[a.elem] for a, n in spaces)
+    return sum(n * SIZES[a.elem] for a, n in spaces)
 
 
 def matmul_bytes(elem: str, bh: int, bw: int, depth: int) -> int:

@@ -48,7 +48,7 @@ def key(fields: dict[str, Any]) -> str:
 def _canonical(fields: dict[str, Any]) -> bytes:
     from ucf.lower.parallel import threshold
     from ucf.passes.pairs import available
-    from ucf.passes.registers import enabled
+    from ucf.passes.tiling import enabled
 
     settings = {
         "code": code_version(),
