@@ -52,6 +52,7 @@ from ucf.format.values import index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
+from ucf.schedule.gpu_model import DEFAULT_GPU_THREADS
 from ucf.stile import gathered, tile_index
 
 
@@ -362,7 +363,7 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
     blk, thr = f"{columns}_gblk", f"{columns}_gthr"
     return (
         f"reorder({', '.join([order[0], columns, *inner])}); "
-        f"split({columns}, {blk}, {thr}, {pipeline.DEFAULT_GPU_THREADS}); "
+        f"split({columns}, {blk}, {thr}, {DEFAULT_GPU_THREADS}); "
         f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
         f"parallelize({thr}, GPUThread, NoRaces)"
     )
