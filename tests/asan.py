@@ -12,7 +12,7 @@ import pytest
 import ucf
 from tests.helpers import CC
 from ucf.codegen import c as cgen
-from ucf.exec.kernel import _trimmed
+from ucf.exec.calling import trimmed
 
 CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
 CTYPE |= {"i8": "int8_t", "u8": "uint8_t", "f16": "_Float16"}
@@ -209,7 +209,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
     vals_arr = np.array([float(x) for x in arrays[vals.name]]).astype(NPTYPE[vals.type])
     idt = kernel.index_dtype
     result = ucf.Tensor(tuple(out_shape), fmt, levels, vals_arr, index_dtype=idt, check=False)
-    return _trimmed(result) if not fmt.is_dense else result
+    return trimmed(result) if not fmt.is_dense else result
 
 
 def _garbage(p, n: str, body: list[str], sizes: dict[str, str]) -> None:
