@@ -13,7 +13,7 @@ import ucf
 import ucf.stile.gathered
 from tests.asan import driver_under_asan
 from tests.helpers import tile_mask
-from ucf.stile import kernels
+from ucf.stile import gather_step, kernels
 from ucf.stile.tile_index import _function as index_function
 from ucf.toolchain.jit import num_threads
 
@@ -71,7 +71,7 @@ def test_the_condense_depth_sets_the_compute_tile_and_keeps_the_result(depth):
     g = (32, 4)
     kern = ucf.compile(MATMUL, dynamic={"A": g}, schedule=f"condense(k, A, {depth})")
     default = ucf.compile(MATMUL, dynamic={"A": g})
-    gathered = kernels.depth_tiles(depth, 4) * 4
+    gathered = gather_step.depth_tiles(depth, 4) * 4
     assert f"gathers up to {gathered} of its live k's ({depth} asked" in kern.cin
     a, b = rng.standard_normal((96, 90)), rng.standard_normal((90, 21))
     mask = tile_mask(rng, a.shape, g, 0.4)
@@ -316,7 +316,7 @@ def test_a_depth_past_the_largest_is_refused_and_long_tiles_still_gather():
     with pytest.raises(ucf.ScheduleError, match="at most 16384 k's; write a depth from 1"):
         ucf.compile(MATMUL, dynamic={"A": (3, 2)}, schedule="condense(k, A, 4294967296)")
     k = ucf.compile(MATMUL, dynamic={"A": (1, 3000)})
-    assert k._condensed.shape.depth == kernels.DEPTH
+    assert k._condensed.shape.depth == gather_step.DEPTH
     rng = np.random.default_rng(11)
     a, b = rng.random((5, 3100)), rng.random((3100, 4))
     mask = rng.random(a.shape) < 0.5
@@ -362,7 +362,7 @@ def test_a_depth_whose_workspace_does_not_fit_is_refused_with_the_largest_that_d
         ucf.compile(MATMUL, dynamic={"A": (40000, 1)}, schedule=f"condense(k, A, {largest + 1})")
     # 70000 rows of float64 by 128 k's need 72 MB: the default lowers its depth.
     lowered = ucf.compile(MATMUL, dynamic={"A": (70000, 1)})._condensed.shape.depth
-    assert 64 < lowered < kernels.DEPTH
+    assert 64 < lowered < gather_step.DEPTH
     fits = ucf.stile.gathered.fits
     assert fits("matmul", np.dtype("f8"), (70000, 1), lowered)
     assert not fits("matmul", np.dtype("f8"), (70000, 1), lowered + 1)

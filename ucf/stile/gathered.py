@@ -12,7 +12,7 @@ Two shapes of statement run here instead of through the generic rewrite
   R, and multiplied by W.
 
 ``condense(k, A, depth)`` (k the dynamic operand's last variable) as the whole
-schedule sets the depth, else ``ucf.stile.kernels.DEPTH`` (``ROWS_DEPTH`` for MoE's
+schedule sets the depth, else ``ucf.stile.gather_step.DEPTH`` (``ROWS_DEPTH`` for MoE's
 product). Any other statement,
 or a schedule with other commands, keeps the generic kernel.
 """
@@ -40,7 +40,7 @@ from ucf.lang import ast
 from ucf.lower import parallel
 from ucf.schedule.fluent import Schedule
 from ucf.schedule.text import parse_schedule
-from ucf.stile import kernels, tile_index
+from ucf.stile import gather_step, kernels, tile_index
 
 #: The compute types the micro-kernel has.
 DTYPES = ("float32", "float64")
@@ -75,7 +75,7 @@ def match(
     """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
     generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
     depth; one that cannot be honoured is refused, any other schedule is the generic
-    kernel's. Without one the depth is the kind's default (``ucf.stile.kernels.DEPTH``
+    kernel's. Without one the depth is the kind's default (``ucf.stile.gather_step.DEPTH``
     or ``ROWS_DEPTH``), or the largest below it whose workspace fits (None when not
     even one micro-tile per step does)."""
     commands = _commands(schedule)
@@ -138,8 +138,8 @@ def workspace(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: i
     ``granularity`` gathered ``depth`` deep."""
     elem = ir.NUMPY_TO_IR[np.dtype(dtype).name]
     if kind == "matmul":
-        return kernels.matmul_bytes(elem, *granularity[-2:], depth)
-    return kernels.rows_bytes(elem, granularity[-1], depth)
+        return gather_step.matmul_bytes(elem, *granularity[-2:], depth)
+    return gather_step.rows_bytes(elem, granularity[-1], depth)
 
 
 def fits(kind: str, dtype: np.dtype, granularity: tuple[int, ...], depth: int) -> bool:
@@ -219,7 +219,7 @@ def _matmul(stmt: ast.Statement, name: str, formats: dict[str, Any]) -> Shape | 
         return None
     if not _dense(formats, stmt.lhs, b):
         return None
-    return Shape("matmul", (b.tensor,), len(bv) > 2, kernels.DEPTH)
+    return Shape("matmul", (b.tensor,), len(bv) > 2, gather_step.DEPTH)
 
 
 def _rows(
@@ -247,7 +247,7 @@ def _rows(
         return None
     if not _dense(formats, stmt.lhs, x, w):
         return None
-    return Shape("rows", (x.tensor, w.tensor), True, kernels.ROWS_DEPTH)
+    return Shape("rows", (x.tensor, w.tensor), True, gather_step.ROWS_DEPTH)
 
 
 class Condensed:
@@ -301,26 +301,26 @@ class Condensed:
 
     def notes(self) -> list[str]:
         """What ``k.cin`` says of the kernel."""
-        lanes = kernels.VECTOR_BYTES // np.dtype(self.dtype).itemsize
+        lanes = gather_step.VECTOR_BYTES // np.dtype(self.dtype).itemsize
         c = self.statement.lhs.tensor
         if self.shape.kind == "rows":
             (x, w), bt = self.shape.dense, self.granularity[-1]
-            rows = kernels.depth_tiles(self.shape.depth, bt) * bt
+            rows = gather_step.depth_tiles(self.shape.depth, bt) * bt
             return [
                 f"condensed: each step gathers up to {rows} live t's of {self.name} "
                 f"({self.shape.depth} asked; whole tiles of {bt}) as rows of {x} scaled by "
-                f"{self.name}, {kernels.ROWS_D} of d at a time, with {w}'s rows at them "
+                f"{self.name}, {gather_step.ROWS_D} of d at a time, with {w}'s rows at them "
                 "packed by panels",
-                f"registers: tiles of {kernels.GATHERED_ROWS} rows x "
-                f"{kernels.VECTORS * lanes} columns of {c} held across the gathered d's",
+                f"registers: tiles of {gather_step.GATHERED_ROWS} rows x "
+                f"{gather_step.VECTORS * lanes} columns of {c} held across the gathered d's",
             ]
         bh, bw = self.granularity[-2:]
-        if bh >= kernels.ROWS:
-            tile = f"{kernels.ROWS} rows x {kernels.VECTORS * lanes}"
+        if bh >= gather_step.ROWS:
+            tile = f"{gather_step.ROWS} rows x {gather_step.VECTORS * lanes}"
             packed = f", and the rows of {self.shape.dense[0]} at them packed by panels"
         else:
-            tile, packed = f"1 row x {kernels.SINGLE * lanes}", ""
-        depth = kernels.depth_tiles(self.shape.depth, bw) * bw
+            tile, packed = f"1 row x {gather_step.SINGLE * lanes}", ""
+        depth = gather_step.depth_tiles(self.shape.depth, bw) * bw
         return [
             f"condensed: each block of {bh} rows of {self.name} gathers up to {depth} of its "
             f"live k's ({self.shape.depth} asked; whole {bh}x{bw} tiles) into a dense tile, "
