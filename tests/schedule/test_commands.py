@@ -8,100 +8,36 @@ exact; the comparisons still use ``np.allclose``.
 
 The statements and schedules follow the TACO scheduling papers: SpMV, SpMM,
 SDDMM, TTV, MTTKRP, Gustavson SpGEMM, a scalar reduction, bounded loops with
-tails, tiled element-wise products, unrolling, random legal schedules
-(hypothesis), and illegal schedules that must name what is wrong.
+tails, tiled element-wise products, unrolling, reorder, parallel loops and splits.
+Random legal schedules are in test_fuzz.py, illegal ones in test_refusals.py, the
+text and the fluent chain in test_text.py.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import ucf
 from tests.helpers import arrival_operands, nonzero_coords, rand_dense, rand_sparse, stored_coords
+from tests.schedule.cases import (
+    DOT,
+    MTTKRP,
+    PAR_I,
+    SDDMM,
+    SPMM,
+    SPMV,
+    TTV,
+    assert_sorted_csr,
+    check,
+    dense,
+    walk_nodes,
+)
 from ucf.ir import nodes as ir
-from ucf.schedule import parse_schedule
-
-ROOT = Path(__file__).resolve().parents[2]
-
-SPMV = "y(i) = A(i,j) * x(j)"
-SPMM = "C(i,k) = A(i,j) * B(j,k)"
-SDDMM = "A(i,k) = B(i,k) * C(i,j) * D(j,k)"
-TTV = "A(i,j) = B(i,j,k) * c(k)"
-MTTKRP = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
-DOT = "c = a(i) * b(i)"
-PAR_I = "parallelize(i, CPUThread, NoRaces)"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def pack(arrays: dict[str, np.ndarray], formats: dict[str, str]) -> dict[str, object]:
-    """Operands as ucf.Tensors in their formats (dense ones stay numpy arrays)."""
-    return {
-        n: ucf.from_numpy(a, format=formats[n]) if n in formats else a for n, a in arrays.items()
-    }
-
-
-def dense(result) -> np.ndarray:
-    return result.to_numpy() if isinstance(result, ucf.Tensor) else np.asarray(result)
-
-
-def check(expr, formats, schedule, target, arrays, expected):
-    """Run ``expr`` with and without ``schedule``; both must equal ``expected``.
-
-    Returns the scheduled result, the unscheduled result and the scheduled kernel.
-    """
-    k = ucf.compile(expr, formats=formats, schedule=schedule, target=target)
-    base = ucf.compile(expr, formats=formats, target=target)
-    ops = pack(arrays, formats)
-    got = k(**ops)
-    ref = base(**ops)
-    g = dense(got)
-    assert g.shape == np.shape(expected)
-    assert np.allclose(g, expected), f"schedule {schedule!s} differs from numpy"
-    assert np.allclose(g, dense(ref)), f"schedule {schedule!s} differs from the unscheduled kernel"
-    return got, ref, k
-
-
-def assert_sorted_csr(S) -> None:
-    """Column indices strictly increase within every row of a scipy CSR array."""
-    assert S.has_sorted_indices
-    for r in range(S.shape[0]):
-        seg = S.indices[S.indptr[r] : S.indptr[r + 1]]
-        assert np.all(np.diff(seg) > 0), f"row {r} has unsorted or repeated columns {seg}"
-
-
-def without_echo(message: str, schedule: str) -> str:
-    """The message with the offending command text removed.
-
-    Messages may quote the command; the variable must be named by the
-    explanation itself, not only by the echo of what the user typed.
-    """
-    for cmd in parse_schedule(schedule):
-        message = message.replace(str(cmd), " ")
-    for part in re.split(r"[;\n]", schedule):
-        if part.strip():
-            message = message.replace(part.strip(), " ")
-    return message
-
-
-def names(message: str, name: str) -> bool:
-    """``name`` occurs in ``message`` as a whole word."""
-    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message) is not None
-
-
-# --------------------------------------------------------------------------- 1. SpMV
 
 SPMV_SCHEDULES = {
     "split-reorder-parallel": (
@@ -127,9 +63,6 @@ def test_spmv(schedule, target):
     check(SPMV, {"A": "csr"}, schedule, target, {"A": A, "x": x}, A @ x)
 
 
-# --------------------------------------------------------------------------- 2. SpMM
-
-
 def test_spmm(target):
     rng = np.random.default_rng(102)
     A = rand_sparse(rng, (53, 41), 0.15, empty_rows=3)
@@ -140,9 +73,6 @@ def test_spmm(target):
         "parallelize(k,CPUVector,IgnoreRaces)"
     )
     check(SPMM, {"A": "csr"}, schedule, target, {"A": A, "B": B}, A @ B)
-
-
-# --------------------------------------------------------------------------- 3. SDDMM
 
 
 def test_sddmm(target):
@@ -156,9 +86,6 @@ def test_sddmm(target):
         "parallelize(kpos1,CPUVector,ParallelReduction)"
     )
     check(SDDMM, {"B": "csr"}, schedule, target, {"B": B, "C": C, "D": D}, B * (C @ D))
-
-
-# --------------------------------------------------------------------------- 4. TTV
 
 
 def _ttv_operands(seed: int):
@@ -188,8 +115,6 @@ def test_ttv_sparse_output_parallel(target):
     assert_sorted_csr(got.to_scipy())
 
 
-# --------------------------------------------------------------------------- 5. MTTKRP
-
 MTTKRP_SCHEDULES = {
     "workspace-BC": (
         "split(i,i1,i2,16); reorder(i1,i2,k,l,j); precompute(B(i,k,l)*C(k,j),j,j,w); "
@@ -211,8 +136,6 @@ def test_mttkrp_precompute(schedule, target):
     expected = np.einsum("ikl,kj,lj->ij", B, C, D)
     check(MTTKRP, {"B": "csf"}, schedule, target, {"B": B, "C": C, "D": D}, expected)
 
-
-# --------------------------------------------------------------------------- 6. SpGEMM
 
 GUSTAVSON = "precompute(A(i,j)*B(j,k),k,k,w)"
 
@@ -308,7 +231,7 @@ def test_listed_workspace_survives_the_epoch_wrap(monkeypatch, tmp_path):
 
 def _consts(stmts):
     """Every constant in the statements' expressions."""
-    for s in _walk(stmts):
+    for s in walk_nodes(stmts):
         for v in vars(s).values():
             yield from _expr_consts(v)
 
@@ -319,9 +242,6 @@ def _expr_consts(e):
     elif isinstance(e, ir.Expr):
         for v in vars(e).values():
             yield from _expr_consts(v)
-
-
-# --------------------------------------------------------------------------- 7. scalar reduction
 
 
 @pytest.mark.parametrize("strategy", ["Atomics", "Temporary", "ParallelReduction"])
@@ -335,8 +255,6 @@ def test_parallel_scalar_reduction(fa, strategy, target):
     got, _, _ = check(DOT, formats, schedule, target, {"a": a, "b": b}, np.dot(a, b))
     assert np.asarray(got).shape == ()
 
-
-# --------------------------------------------------------------------------- 8. bound with tails
 
 EW1 = "a(i) = b(i) * c(i)"
 
@@ -393,8 +311,6 @@ def test_commands_below_the_last_appended_level(schedule, target):
     assert stored_coords(got) == {(i, j, kk) for i, j in nonzero_coords(B) for kk in range(8)}
 
 
-# --------------------------------------------------------------------------- 9. tiled element-wise
-
 TILE_PERMS = list(itertools.permutations(["i0", "i1", "j0", "j1"]))
 
 
@@ -405,9 +321,6 @@ def test_tiled_elementwise_every_order(perm, target):
     C = rand_dense(rng, (10, 7))
     schedule = f"split(i,i0,i1,4); split(j,j0,j1,4); reorder({','.join(perm)})"
     check("A(i,j) = B(i,j) * C(i,j)", {}, schedule, target, {"B": B, "C": C}, B * C)
-
-
-# --------------------------------------------------------------------------- 10. unroll, divide
 
 
 def test_unroll_bounded_loop(target):
@@ -426,204 +339,6 @@ def test_divide_parallel(fa, target):
     schedule = "divide(i,i0,i1,3); parallelize(i0,CPUThread,NoRaces)"
     check(SPMV, formats, schedule, target, {"A": A, "x": x}, A @ x)
 
-
-# --------------------------------------------------------------------------- 11. random schedules
-
-#: name -> (statement, default loop order, operand -> its index variables, output variables)
-RANDOM_STATEMENTS = {
-    "elementwise": ("C(i,j) = A(i,j) * B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
-    "spmv": (SPMV, "ij", {"A": "ij", "x": "j"}, "i"),
-    "spmm": (SPMM, "ijk", {"A": "ij", "B": "jk"}, "ik"),
-    "add": ("C(i,j) = A(i,j) + B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
-}
-
-
-def _numpy_reference(name: str, ops: dict[str, np.ndarray]) -> np.ndarray:
-    if name == "elementwise":
-        return ops["A"] * ops["B"]
-    if name == "spmv":
-        return ops["A"] @ ops["x"]
-    if name == "spmm":
-        return ops["A"] @ ops["B"]
-    return ops["A"] + ops["B"]
-
-
-@st.composite
-def random_case(draw):
-    """A statement, A's format, extents, operand seed and a legal schedule.
-
-    Legal by construction: splits (factor 1..5, fresh names) of any current
-    loop, reorders only when every operand is dense, and at most one
-    ``parallelize(.., CPUThread, NoRaces)`` of the first loop that derives
-    from an output variable (its iterations write disjoint output entries,
-    and the output is dense).
-    """
-    name = draw(st.sampled_from(sorted(RANDOM_STATEMENTS)))
-    expr, order, operands, outvars = RANDOM_STATEMENTS[name]
-    fa = draw(st.sampled_from(["dense", "csr"]))
-    extents = {v: draw(st.integers(1, 9)) for v in order}
-    seed = draw(st.integers(0, 2**32 - 1))
-    loops = list(order)
-    origin = {v: v for v in order}
-    commands: list[str] = []
-    fresh = itertools.count()
-    for _ in range(draw(st.integers(0, 4))):
-        kinds = ["split", "reorder"] if fa == "dense" else ["split"]
-        if draw(st.sampled_from(kinds)) == "split":
-            v = draw(st.sampled_from(loops))
-            factor = draw(st.integers(1, 5))
-            outer, inner = f"{origin[v]}{next(fresh)}", f"{origin[v]}{next(fresh)}"
-            at = loops.index(v)
-            loops[at : at + 1] = [outer, inner]
-            origin[outer] = origin[inner] = origin[v]
-            commands.append(f"split({v}, {outer}, {inner}, {factor})")
-        else:
-            loops = list(draw(st.permutations(loops)))
-            commands.append(f"reorder({', '.join(loops)})")
-    if draw(st.booleans()):
-        par = next(v for v in loops if origin[v] in outvars)
-        commands.append(f"parallelize({par}, CPUThread, NoRaces)")
-    return name, expr, operands, fa, extents, seed, "; ".join(commands)
-
-
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(case=random_case())
-def test_random_legal_schedules(target, case):
-    name, expr, operands, fa, extents, seed, schedule = case
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for t, vs in operands.items():
-        shape = tuple(extents[v] for v in vs)
-        arrays[t] = rand_sparse(rng, shape, 0.4) if t == "A" else rand_dense(rng, shape)
-    formats = {} if fa == "dense" else {"A": fa}
-    check(expr, formats, schedule or None, target, arrays, _numpy_reference(name, arrays))
-
-
-# --------------------------------------------------------------------------- 12. illegal schedules
-
-ILLEGAL = [
-    # (statement, formats, schedule, names the message must contain)
-    pytest.param(SPMV, {}, "pos(i, ipos, A)", ["i"], id="pos-dense-operand"),
-    pytest.param(SPMV, {"A": "csr"}, "pos(i, ipos, A)", ["i"], id="pos-uncompressed-level"),
-    pytest.param(SPMV, {"A": "csr"}, "pos(i, ipos, x)", ["x", "i"], id="pos-tensor-without-var"),
-    pytest.param(SPMV, {"A": "csr"}, "unroll(i, 4)", ["i"], id="unroll-without-bound"),
-    pytest.param(
-        "C(i,j) = A(i,j) + B(i,j)",
-        {"A": "dcsr", "B": "dcsr"},
-        PAR_I,
-        ["i"],
-        id="parallelize-while-loop",
-    ),
-    pytest.param(SPMV, {"A": "csr"}, "reorder(j, i)", ["A"], id="reorder-against-storage"),
-    pytest.param(
-        SPMV, {"A": "csr"}, "parallelize(j, CPUThread, NoRaces)", ["j"], id="parallelize-reduction"
-    ),
-]
-
-
-@pytest.mark.parametrize("expr,formats,schedule,must_name", ILLEGAL)
-def test_illegal_schedule_names_the_culprit(expr, formats, schedule, must_name):
-    with pytest.raises(ucf.ScheduleError) as e:
-        ucf.compile(expr, formats=formats, schedule=schedule)
-    message = str(e.value)
-    assert "not supported" not in message, message
-    explanation = without_echo(message, schedule)
-    for n in must_name:
-        assert names(explanation, n), f"{n!r} not named in: {message}"
-
-
-@pytest.mark.parametrize(
-    "schedule,suggestion",
-    [
-        ("splitt(i,i0,i1,4)", "did you mean 'split'"),
-        ("parallelize(ii,CPUThread,NoRaces)", "did you mean 'i'"),
-    ],
-)
-def test_misspellings_get_suggestions(schedule, suggestion):
-    with pytest.raises(ucf.ScheduleError, match=re.escape(suggestion)):
-        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule)
-
-
-def test_cli_illegal_schedule_exits_1(tmp_path):
-    with pytest.raises(ucf.ScheduleError) as e:
-        ucf.compile(SPMV, formats={"A": "csr"}, schedule="reorder(j,i)")
-    env = dict(os.environ)
-    env["UCF_CACHE_DIR"] = str(tmp_path / "cache")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    code = "import sys; from ucf.cli import main; sys.exit(main())"
-    argv = ["compile", SPMV, "-f", "A:csr", "-s", "reorder(j,i)"]
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.startswith("ucf: error: ")
-    assert "Traceback" not in proc.stderr
-    assert str(e.value) in proc.stderr
-    assert names(proc.stderr, "A")
-
-
-# --------------------------------------------------------------------------- 13. default schedule
-
-
-def test_default_schedule_parallelizes_the_outer_output_loop(target):
-    rng = np.random.default_rng(114)
-    A = rand_sparse(rng, (59, 37), 0.15, empty_rows=3)
-    x = rand_dense(rng, (37,))
-    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
-    claims = [line for line in k.cin.splitlines() if "parallel" in line]
-    assert any(names(line, "i") for line in claims), k.cin
-    assert np.allclose(dense(k(A=ucf.from_numpy(A, format="csr"), x=x)), A @ x)
-
-
-@pytest.mark.parametrize("fa", ["dense", "C"])
-def test_default_schedule_keeps_outer_reduction_serial(fa, target):
-    rng = np.random.default_rng(115)
-    a = rand_sparse(rng, (53,), 0.4, empty_rows=0)
-    b = rand_dense(rng, (53,))
-    formats = {} if fa == "dense" else {"a": fa}
-    k = ucf.compile(DOT, formats=formats, target=target)
-    assert "runs in parallel" not in k.cin, k.cin
-    got = k(**pack({"a": a, "b": b}, formats))
-    assert np.asarray(got).shape == ()
-    assert np.allclose(np.asarray(got), np.dot(a, b))
-
-
-# --------------------------------------------------------------------------- 14. GPU units
-
-
-@pytest.mark.parametrize(
-    "schedule",
-    [
-        "split(i,i0,i1,16); parallelize(i0, GPUBlock, NoRaces)",
-        "split(i,i0,i1,16); parallelize(i0, GPUBlock, NoRaces); "
-        "parallelize(i1, GPUThread, NoRaces)",
-    ],
-    ids=["block", "block-thread"],
-)
-def test_gpu_units_need_the_cuda_target(schedule, target):
-    with pytest.raises(ucf.UcfError) as e:
-        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule, target=target)
-    assert not isinstance(e.value, ucf.ParseError)
-    message = str(e.value)
-    assert "not supported" not in message, message
-    explanation = without_echo(message, schedule)
-    assert "GPU" in explanation and "cuda" in explanation, message
-
-
-def test_gpu_group_command_parses():
-    text = "pos(j,jpos,A); split(jpos,jpos0,jpos1,8); parallelize(jpos1, GPUGroup, 8, Segment)"
-    cmds = parse_schedule(text)
-    assert [c.name for c in cmds] == ["pos", "split", "parallelize"]
-    assert cmds[-1].args == ("jpos1", "GPUGroup", "8", "Segment")
-    fluent = ucf.Schedule().parallelize("jpos1", "GPUGroup", 8, "Segment")
-    assert [c.args for c in parse_schedule(str(fluent))] == [cmds[-1].args]
-
-
-# ----------------------------------------------- 15. loops across a fused pos; TACO's GPU SpMM
 
 #: TACO's scheduleSpMMGPU (test/tests-scheduling-eval.cpp, 8 nonzeros per warp and 256
 #: threads per block) without its GPU parallelize commands: a bound on the outer loop of
@@ -706,88 +421,137 @@ def test_bound_on_a_split_of_a_narrowed_window(target):
     check("O(x) = P(x+k-2) * G(k)", {}, schedule, target, {"P": P, "G": G}, expected)
 
 
-@pytest.mark.parametrize(
-    "schedule,culprit,why",
-    [
-        ("split(k,k0,k1,8); bound(k1,kb,8,MaxExact)", "k1", "already known"),
-        ("divide(k,k0,k1,4); bound(k0,kb,4,MaxExact)", "k0", "already known"),
-        ("bound(k,kb,8,MaxExact); bound(kb,kc,8,MaxExact)", "kb", "already known"),
-        ("divide(k,k0,k1,4); bound(k1,kb,4,MaxExact)", "k1", "shorter"),
-        ("pos(j,jpos,A); bound(jpos,jb,4,MaxExact)", "jpos", "nonzeros"),
-        (
-            "fuse(i,j,f); pos(f,fpos,A); split(fpos,b,nz,8); bound(b,bb,4,MaxExact)",
-            "b",
-            "nonzeros",
-        ),
-        ("reorder(i,k,j); fuse(i,k,f); bound(f,fb,8,MaxExact)", "f", "one extent"),
-    ],
-)
-def test_bound_refuses_loops_without_one_trip_count(schedule, culprit, why):
-    with pytest.raises(ucf.ScheduleError) as e:
-        ucf.compile(SPMM, formats={"A": "csr"}, schedule=schedule)
-    message = str(e.value)
-    assert why in message
-    assert names(without_echo(message, schedule), culprit), message
+@pytest.mark.parametrize("order", list(itertools.permutations("ijk")))
+def test_reorder_dense_product_every_order(order, target):
+    rng = np.random.default_rng(7)
+    A = rng.random((3, 4, 5))
+    B = rng.random((3, 4, 5))
+    expr = "C(i,j,k) = A(i,j,k) * B(i,j,k) + A(i,j,k)"
+    k = ucf.compile(expr, schedule=f"reorder({', '.join(order)})", target=target)
+    assert "loop order " + ", ".join(order) in k.cin
+    assert np.allclose(k(A=A, B=B).to_numpy(), A * B + A)
 
 
-# ---------------------------------------------------------------- regressions
-def test_dense_fuse_matches_numpy(target):
-    rng = np.random.default_rng(3)
-    B, C = rng.random((7, 5)), rng.random((7, 5))
+@pytest.mark.parametrize("fa", ["UC:1,0", "CC:1,0", "UU"])
+def test_reorder_follows_csc_storage(fa, target):
+    A = sp.random(12, 9, density=0.3, format="csr", random_state=4)
+    x = np.linspace(-1, 1, 9)
     k = ucf.compile(
-        "A(i,j) = B(i,j) * C(i,j)",
-        schedule="fuse(i,j,f); split(f,f0,f1,4); parallelize(f0,CPUThread,NoRaces)",
-        target=target,
+        "y(i) = A(i,j) * x(j)", formats={"A": fa}, schedule="reorder(j, i)", target=target
     )
-    assert np.allclose(k(B=B, C=C).to_numpy(), B * C)
+    assert np.allclose(k(A=ucf.from_scipy(A, format=fa), x=x).to_numpy(), A @ x)
 
 
-def test_gustavson_keeps_csr_operands_and_sorts_a_row_workspace():
+def test_spmm_inner_product_order(target):
+    A = sp.random(20, 15, density=0.2, format="csr", random_state=5)
+    B = np.random.default_rng(1).random((15, 6))
     k = ucf.compile(
         "C(i,k) = A(i,j) * B(j,k)",
-        formats={"A": "csr", "B": "csr", "C": "csr"},
-        schedule="precompute(A(i,j)*B(j,k),k,k,w)",
-    )
-    assert "converted" not in k.cin
-    assert "loop order i, j, k" in k.cin
-    calls = [s for s in _walk(k.llir[-1].body) if isinstance(s, ir.Call)]
-    assert [c.name for c in calls] == ["ucf_sort_i64"]
-
-
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        for attr in ("body", "then", "orelse", "prologue", "epilogue"):
-            yield from _walk(getattr(s, attr, []) or [])
-
-
-def test_parallel_loop_inside_a_precompute_keeps_the_shared_workspace(target):
-    A = sp.random(30, 20, density=0.3, format="csr", random_state=2)
-    x = np.random.default_rng(2).random(20)
-    k = ucf.compile(
-        "y(i) = A(i,j) * x(j)",
         formats={"A": "csr"},
-        schedule="precompute(A(i,j)*x(j),i,iw,w); parallelize(iw,CPUThread,NoRaces)",
+        schedule=ucf.Schedule().reorder("i", "k", "j"),
         target=target,
     )
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("fa", ["csr", "dcsr", "UU"])
+def test_parallel_spmv_matches_serial_and_scipy(fa, threads, target):
+    A = sp.random(257, 120, density=0.05, format="lil", random_state=8)
+    A[3, :] = 0  # an empty row
+    A = A.tocsr()
+    A.eliminate_zeros()
+    x = np.random.default_rng(2).random(120)
+    ucf.set_num_threads(threads)
+    try:
+        serial = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fa}, target=target)
+        par = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": fa}, schedule=PAR_I, target=target)
+        y = par(A=A, x=x).to_numpy()
+    finally:
+        ucf.set_num_threads(2)
+    assert "in parallel" in par.cin
+    assert np.array_equal(y, serial(A=A, x=x).to_numpy())
+    assert np.allclose(y, A @ x)
+
+
+def test_parallel_spmm_and_csf_ttv(target):
+    rng = np.random.default_rng(3)
+    A = sp.random(100, 60, density=0.1, format="csr", random_state=9)
+    B = rng.random((60, 33))
+    k = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=PAR_I, target=target)
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+    T = rng.random((9, 7, 5)) * (rng.random((9, 7, 5)) < 0.3)
+    c = rng.random(5)
+    k = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"}, schedule=PAR_I, target=target)
+    assert np.allclose(
+        k(B=ucf.from_numpy(T, format="csf"), c=c).to_numpy(), np.einsum("ijk,k->ij", T, c)
+    )
+
+
+def test_parallel_c_source_has_the_pragma():
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR_I, target="llvm")
+    assert "omp parallel for" in k.c_source
+    assert "GOMP_parallel" in k.source
+
+
+def test_parallel_body_keeps_the_arrays_no_alias():
+    """The outlined parallel body gets the arrays as noalias arguments, and once inlined
+    into the libgomp entry they survive as scoped no-alias metadata on its accesses."""
+    from ucf.toolchain import jit
+
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr"},
+        schedule="bound(k,kb,8,MaxExact); split(i,i0,i1,4); parallelize(i0,CPUThread,NoRaces)",
+    )
+    body = k.source[k.source.index('define internal void @"kernel.omp1.body"(') :].split("\n", 1)[0]
+    restricted = re.findall(r'noalias %"(\w+)"', body)
+    assert sorted(restricted) == ["A1_crd", "A1_pos", "A_vals", "B_vals", "C_vals"]
+    entry = jit.optimized_ir(k.source).split("@kernel.omp1(")[1].split("\ndefine ")[0]
+    assert "!alias.scope" in entry and "!noalias" in entry
+    A = sp.random(30, 20, density=0.3, format="csr", random_state=4)
+    B = np.random.default_rng(4).random((20, 8))
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 33])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "split(i, i0, i1, 16); reorder(i0, i1, j); parallelize(i0, CPUThread, NoRaces)",
+        "split(i, i0, i1, 4); parallelize(i1, CPUThread, NoRaces)",
+        "divide(i, i0, i1, 3); parallelize(i0, CPUThread, NoRaces)",
+        "divide(i, i0, i1, 40)",
+        "split(j, j0, j1, 4)",
+        "split(i, i0, i1, 8); split(j, j0, j1, 3)",
+    ],
+)
+def test_split_and_divide_with_tails(n, schedule, target):
+    A = sp.random(n, 11, density=0.3, format="csr", random_state=n)
+    x = np.random.default_rng(n).random(11)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule, target=target)
+    assert "inner loop of" in k.cin
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
 
 
-def test_empty_schedule_is_serial_and_default_is_parallel():
-    expr, fmts = "y(i) = A(i,j) * x(j)", {"A": "csr"}
-    assert "in parallel" not in ucf.compile(expr, formats=fmts, schedule="").cin
-    assert "loop i runs in parallel" in ucf.compile(expr, formats=fmts).cin
-
-
-def test_vector_atomics_is_refused_with_the_alternatives():
-    with pytest.raises(ucf.ScheduleError, match="CPUVector takes NoRaces"):
-        ucf.compile(
-            "y(i) = A(i,j) * x(j)",
-            formats={"A": "csr"},
-            schedule="parallelize(j,CPUVector,Atomics)",
-        )
-
-
-def test_fuse_of_a_sparse_loop_suggests_pos():
-    with pytest.raises(ucf.ScheduleError, match=r"add pos\(f, fpos, T\)"):
-        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="fuse(i,j,f)")
+def test_split_dense_and_csf_loops(target):
+    rng = np.random.default_rng(11)
+    A = rng.random((17, 9))
+    B = rng.random((9, 5))
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        schedule="split(k, k0, k1, 2); split(i, i0, i1, 4)",
+        target=target,
+    )
+    assert np.allclose(k(A=A, B=B).to_numpy(), A @ B)
+    T = rng.random((9, 7, 5)) * (rng.random((9, 7, 5)) < 0.3)
+    c = rng.random(5)
+    k = ucf.compile(
+        "A(i,j) = B(i,j,k) * c(k)",
+        formats={"B": "csf"},
+        schedule="split(j, j0, j1, 2); parallelize(j0, CPUThread, NoRaces)",
+        target=target,
+    )
+    assert np.allclose(
+        k(B=ucf.from_numpy(T, format="csf"), c=c).to_numpy(), np.einsum("ijk,k->ij", T, c)
+    )

@@ -10,7 +10,12 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
-from tests.helpers import TARGETS, rand_dense
+from tests.helpers import (
+    TARGETS,
+    rand_dense,
+    rand_sparse,
+)
+from tests.schedule.cases import DOT, dense, names, pack
 from ucf.schedule import cpu_model
 from ucf.schedule.cpu_model import Stats
 
@@ -349,3 +354,32 @@ def test_quantized_blocks_run_in_parallel_where_the_integer_order_is_refused(fa,
     ta, tb = ucf.quantize(a, format=fa), ucf.quantize(b, format="dense@qint8")
     expected = ta.to_numpy().astype(np.float64) @ tb.to_numpy().astype(np.float64)
     np.testing.assert_allclose(np.asarray(k(A=ta, B=tb)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_default_schedule_parallelizes_the_outer_output_loop(target):
+    rng = np.random.default_rng(114)
+    A = rand_sparse(rng, (59, 37), 0.15, empty_rows=3)
+    x = rand_dense(rng, (37,))
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+    claims = [line for line in k.cin.splitlines() if "parallel" in line]
+    assert any(names(line, "i") for line in claims), k.cin
+    assert np.allclose(dense(k(A=ucf.from_numpy(A, format="csr"), x=x)), A @ x)
+
+
+@pytest.mark.parametrize("fa", ["dense", "C"])
+def test_default_schedule_keeps_outer_reduction_serial(fa, target):
+    rng = np.random.default_rng(115)
+    a = rand_sparse(rng, (53,), 0.4, empty_rows=0)
+    b = rand_dense(rng, (53,))
+    formats = {} if fa == "dense" else {"a": fa}
+    k = ucf.compile(DOT, formats=formats, target=target)
+    assert "runs in parallel" not in k.cin, k.cin
+    got = k(**pack({"a": a, "b": b}, formats))
+    assert np.asarray(got).shape == ()
+    assert np.allclose(np.asarray(got), np.dot(a, b))
+
+
+def test_empty_schedule_is_serial_and_default_is_parallel():
+    expr, fmts = "y(i) = A(i,j) * x(j)", {"A": "csr"}
+    assert "in parallel" not in ucf.compile(expr, formats=fmts, schedule="").cin
+    assert "loop i runs in parallel" in ucf.compile(expr, formats=fmts).cin

@@ -10,15 +10,19 @@ without a database, so CI sees the same cases every time.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.helpers import needs_cc
+from tests.helpers import needs_cc, rand_dense, rand_sparse
 from tests.schedule import fuzz_cases
+from tests.schedule.cases import SPMM, SPMV
+from tests.schedule.cases import check as check_kernel
 from tests.schedule.fuzz_cases import (
     KERNELS,
     Case,
@@ -154,3 +158,77 @@ def test_fused_pos_over_upper_levels_of_3d_tensor():
         case = Case("TTV", {"B": "UCC"}, schedule, "llvm", {"i": 3, "j": 3, "k": 3}, {"B": 0.3}, 0)
         outcome = run_case(case)
         assert outcome.status == "ok", repro(case, outcome)
+
+
+#: name -> (statement, default loop order, operand -> its index variables, output variables)
+RANDOM_STATEMENTS = {
+    "elementwise": ("C(i,j) = A(i,j) * B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
+    "spmv": (SPMV, "ij", {"A": "ij", "x": "j"}, "i"),
+    "spmm": (SPMM, "ijk", {"A": "ij", "B": "jk"}, "ik"),
+    "add": ("C(i,j) = A(i,j) + B(i,j)", "ij", {"A": "ij", "B": "ij"}, "ij"),
+}
+
+
+def _numpy_reference(name: str, ops: dict[str, np.ndarray]) -> np.ndarray:
+    if name == "elementwise":
+        return ops["A"] * ops["B"]
+    if name == "spmv":
+        return ops["A"] @ ops["x"]
+    if name == "spmm":
+        return ops["A"] @ ops["B"]
+    return ops["A"] + ops["B"]
+
+
+@st.composite
+def random_case(draw):
+    """A statement, A's format, extents, operand seed and a legal schedule.
+
+    Legal by construction: splits (factor 1..5, fresh names) of any current
+    loop, reorders only when every operand is dense, and at most one
+    ``parallelize(.., CPUThread, NoRaces)`` of the first loop that derives
+    from an output variable (its iterations write disjoint output entries,
+    and the output is dense).
+    """
+    name = draw(st.sampled_from(sorted(RANDOM_STATEMENTS)))
+    expr, order, operands, outvars = RANDOM_STATEMENTS[name]
+    fa = draw(st.sampled_from(["dense", "csr"]))
+    extents = {v: draw(st.integers(1, 9)) for v in order}
+    seed = draw(st.integers(0, 2**32 - 1))
+    loops = list(order)
+    origin = {v: v for v in order}
+    commands: list[str] = []
+    fresh = itertools.count()
+    for _ in range(draw(st.integers(0, 4))):
+        kinds = ["split", "reorder"] if fa == "dense" else ["split"]
+        if draw(st.sampled_from(kinds)) == "split":
+            v = draw(st.sampled_from(loops))
+            factor = draw(st.integers(1, 5))
+            outer, inner = f"{origin[v]}{next(fresh)}", f"{origin[v]}{next(fresh)}"
+            at = loops.index(v)
+            loops[at : at + 1] = [outer, inner]
+            origin[outer] = origin[inner] = origin[v]
+            commands.append(f"split({v}, {outer}, {inner}, {factor})")
+        else:
+            loops = list(draw(st.permutations(loops)))
+            commands.append(f"reorder({', '.join(loops)})")
+    if draw(st.booleans()):
+        par = next(v for v in loops if origin[v] in outvars)
+        commands.append(f"parallelize({par}, CPUThread, NoRaces)")
+    return name, expr, operands, fa, extents, seed, "; ".join(commands)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=random_case())
+def test_random_legal_schedules(target, case):
+    name, expr, operands, fa, extents, seed, schedule = case
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for t, vs in operands.items():
+        shape = tuple(extents[v] for v in vs)
+        arrays[t] = rand_sparse(rng, shape, 0.4) if t == "A" else rand_dense(rng, shape)
+    formats = {} if fa == "dense" else {"A": fa}
+    check_kernel(expr, formats, schedule or None, target, arrays, _numpy_reference(name, arrays))

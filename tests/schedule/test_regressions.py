@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 import ucf
 from tests.helpers import rand_dense, rand_sparse
+from tests.schedule.cases import walk_nodes
 from ucf.ir import nodes as ir
 
 SPMV = "y(i) = A(i,j) * x(j)"
@@ -321,3 +322,53 @@ def test_spgemm_in_the_converted_order_still_matches_scipy(target):
     with pytest.warns(ucf.ConversionWarning):
         got = k(A=A, B=B).to_scipy()
     np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-13)
+
+
+# ---------------------------------------------------------------- regressions
+def test_dense_fuse_matches_numpy(target):
+    rng = np.random.default_rng(3)
+    B, C = rng.random((7, 5)), rng.random((7, 5))
+    k = ucf.compile(
+        "A(i,j) = B(i,j) * C(i,j)",
+        schedule="fuse(i,j,f); split(f,f0,f1,4); parallelize(f0,CPUThread,NoRaces)",
+        target=target,
+    )
+    assert np.allclose(k(B=B, C=C).to_numpy(), B * C)
+
+
+def test_gustavson_keeps_csr_operands_and_sorts_a_row_workspace():
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule="precompute(A(i,j)*B(j,k),k,k,w)",
+    )
+    assert "converted" not in k.cin
+    assert "loop order i, j, k" in k.cin
+    calls = [s for s in walk_nodes(k.llir[-1].body) if isinstance(s, ir.Call)]
+    assert [c.name for c in calls] == ["ucf_sort_i64"]
+
+
+def test_parallel_loop_inside_a_precompute_keeps_the_shared_workspace(target):
+    A = sp.random(30, 20, density=0.3, format="csr", random_state=2)
+    x = np.random.default_rng(2).random(20)
+    k = ucf.compile(
+        "y(i) = A(i,j) * x(j)",
+        formats={"A": "csr"},
+        schedule="precompute(A(i,j)*x(j),i,iw,w); parallelize(iw,CPUThread,NoRaces)",
+        target=target,
+    )
+    assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
+
+
+def test_vector_atomics_is_refused_with_the_alternatives():
+    with pytest.raises(ucf.ScheduleError, match="CPUVector takes NoRaces"):
+        ucf.compile(
+            "y(i) = A(i,j) * x(j)",
+            formats={"A": "csr"},
+            schedule="parallelize(j,CPUVector,Atomics)",
+        )
+
+
+def test_fuse_of_a_sparse_loop_suggests_pos():
+    with pytest.raises(ucf.ScheduleError, match=r"add pos\(f, fpos, T\)"):
+        ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="fuse(i,j,f)")
