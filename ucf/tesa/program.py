@@ -58,6 +58,10 @@ class Program:
     def __str__(self) -> str:
         return "\n".join(str(n.statement) for n in self.nodes)
 
+    def __repr__(self) -> str:
+        head = f"Program(inputs {', '.join(self.inputs)}; outputs {', '.join(self.outputs)})"
+        return "\n".join([head, *(f"  {n.statement}" for n in self.nodes)])
+
     @boundary
     def propagate(
         self,
