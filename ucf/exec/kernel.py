@@ -68,7 +68,7 @@ TUNED = "tuned"
 
 def describe(k: Any, expr: str, schedule: str | None) -> str:
     """A kernel's repr: what it was compiled from, in the words ``ucf.compile`` takes."""
-    formats = ", ".join(f"{n}: {f!r}" for n, f in sorted(k.formats.items()))
+    formats = ", ".join(f"{n!r}: {f!r}" for n, f in sorted(k.formats.items()))
     shown = "default: chosen per call" if schedule is None else repr(schedule)
     return (
         f"{type(k).__name__}({expr!r}, formats={{{formats}}}, target={k.target!r}, "

@@ -128,7 +128,8 @@ def _slots(levels: list[tuple[np.ndarray, np.ndarray]]) -> int:
     if not levels:
         return 1
     childless = sum(
-        len(above[0]) - len(np.unique(below[0])) for above, below in zip(levels, levels[1:])
+        len(above[0]) - len(np.unique(below[0]))
+        for above, below in zip(levels, levels[1:], strict=False)
     )
     return len(levels[-1][0]) + childless
 
@@ -266,7 +267,9 @@ def png(t: Any, path: str | Path, name: str = "T", dpi: int = 100) -> Path:
         x, y = _xy(lay, lay.nodes[i])
         y += ROW * 0.75
         ax.add_patch(
-            Rectangle((x - SLOT / 2 + 2, y - 12), SLOT - 4, 18, facecolor="#fff7bc", edgecolor="#333")
+            Rectangle(
+                (x - SLOT / 2 + 2, y - 12), SLOT - 4, 18, facecolor="#fff7bc", edgecolor="#333"
+            )
         )
         ax.text(x, y - 3, value, ha="center", va="center", family="monospace", fontsize=7)
     for k, note in enumerate(lay.notes):

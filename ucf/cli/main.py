@@ -343,6 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="code generator (llvm, no C compiler needed)",
     )
 
+    sub.add_parser(
+        "taco",
+        help="TACO's command line: ucf taco EXPR -f=A:ds ... (ucf taco -help)",
+        add_help=False,
+    )
+    from ucf.cli import show
+    from ucf.serve import command as serve
+
+    show.add_parser(sub)
+    serve.add_parser(sub)
+
     pk = sub.add_parser(
         "cache",
         help="show or clear the kernel cache",
@@ -550,7 +561,16 @@ _COMMANDS = {
     "tune": _cmd_tune,
     "demo": _cmd_demo,
     "cache": _cmd_cache,
+    "show": lambda args: _late("ucf.cli.show", args),
+    "serve": lambda args: _late("ucf.serve.command", args),
 }
+
+
+def _late(module: str, args: argparse.Namespace) -> int:
+    """Run a command whose module is imported only when it runs."""
+    import importlib
+
+    return importlib.import_module(module).run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -561,6 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import ucf
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["taco"]:  # TACO's own spelling, which argparse cannot read
+        from ucf.cli import taco
+
+        return taco.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "emulate", False) and args.target != "cuda":
