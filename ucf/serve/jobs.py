@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ucf.codegen.c import functions
 from ucf.errors import FormatError, OperandError, ParseError, ScheduleError, UcfError
 from ucf.serve import carets, reference
 from ucf.serve.limits import Limits, check_operand
@@ -78,7 +79,10 @@ def compile_views(
     if target == "cuda":
         views["cuda"] = k.source
     else:
-        views["c"] = k.c_source
+        views["c"] = (
+            "/* The kernel's functions; the download holds the whole file, which starts\n"
+            " * with the runtime helpers (ucf_runtime.h). */\n" + functions(k.llir)
+        )
         if target == "llvm":
             views["llvm"] = k.source
     return {"tensors": tensors, "pictures": pictures, "views": views, "kernel": repr(k)}
