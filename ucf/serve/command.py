@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))  # bound here, so --port 0 knows its port
+    sock.listen(128)  # and listening before the address is printed
     port = sock.getsockname()[1]
     limits = Limits(compile_seconds=args.compile_limit, run_seconds=args.run_limit)
     app = create_app(allowed_hosts(args.host, port, args.allow_host), limits)

@@ -20,6 +20,9 @@ from typing import Any
 
 from ucf.serve.limits import LimitError
 
+#: How long a new worker may take to import the compiler and warm up.
+STARTUP_SECONDS = 120
+
 
 def _serve(incoming: Connection, outgoing: Connection) -> None:
     """The worker's loop: run each job it is sent and send back what came of it."""
@@ -27,6 +30,7 @@ def _serve(incoming: Connection, outgoing: Connection) -> None:
     from ucf.serve import jobs
 
     jobs.warm()
+    outgoing.send(("ready", None))
     while True:
         try:
             name, kwargs = incoming.recv()
@@ -72,6 +76,10 @@ class Worker:
         os.close(to_parent)
         self._send = Connection(from_parent, readable=False)
         self._recv = Connection(from_child, writable=False)
+        # Starting (importing the compiler, one warm-up compile) is not a job's time.
+        if not self._recv.poll(STARTUP_SECONDS) or self._recv.recv() != ("ready", None):
+            self.stop()
+            raise LimitError(f"the worker process did not start within {STARTUP_SECONDS} s")
 
     def call(self, job: str, limit: float, what: str, **kwargs: Any) -> tuple[str, Any]:
         """Run ``job`` with ``kwargs``: ``("ok", result)`` or ``("error", description)``.
