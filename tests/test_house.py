@@ -87,9 +87,8 @@ def test_no_import_cycles():
 
 #: The pipeline's layers, top to bottom as docs/design.md draws them: a module
 #: may import from its own layer and the layers before it, never after.
-LAYERS = [
-    "lang", "ir", "format", "cin", "schedule", "lower", "codegen", "pipeline", "exec", "serve", "cli"
-]
+LAYERS = ["lang", "ir", "format", "cin", "schedule", "lower", "codegen", "pipeline", "exec"]
+LAYERS += ["serve", "cli"]
 
 
 def test_layers_only_import_upward():
