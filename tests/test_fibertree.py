@@ -54,7 +54,7 @@ def test_every_position_is_a_node_with_its_coordinate(fmt):
     a = rand_sparse(rng, (4, 6), 0.3)
     t = ucf.from_numpy(a, fmt)
     svg = ucf.show(t, name="A")
-    assert "class=\"note\"" not in svg  # drawn whole
+    assert 'class="note"' not in svg  # drawn whole
     found = drawn(svg)
     assert labels(found["-1"]) == ["A"]
     for lvl, size in enumerate(t.level_sizes()):
@@ -91,12 +91,12 @@ def test_order_three_formats_draw_every_position(shape, fmt, seed):
     svg = fibertree.svg(t)
     found = drawn(svg)
     shown = [len(found.get(str(lvl), [])) for lvl in range(3)]
-    if "class=\"note\"" not in svg:  # drawn whole: every position
+    if 'class="note"' not in svg:  # drawn whole: every position
         assert shown == t.level_sizes()
         assert len(found.get("values", [])) == t.nnz
     else:  # the first positions of each level, and a note for each level cut
         assert all(s <= n for s, n in zip(shown, t.level_sizes(), strict=True))
-        assert svg.count("class=\"note\"") == sum(
+        assert svg.count('class="note"') == sum(
             s < n for s, n in zip(shown, t.level_sizes(), strict=True)
         )
 
