@@ -67,14 +67,20 @@ def compile_views(
 ) -> dict[str, Any]:
     """The statement's tensors (for the format editors), their fibertrees, and the
     kernel's concrete index notation and code for ``target``."""
-    tensors = _tensors(statement, formats)
+    asked = {"statement": statement, "schedule": schedule}
+    try:  # an error is what typing gives half the time: an answer, not a failure
+        tensors = _tensors(statement, formats)
+    except UcfError as e:
+        return {"error": describe_error(e, asked)}
     formats = {t["name"]: t["format"] for t in tensors if t["format"]}
-    pictures = _pictures(tensors, examples or {}, limits)
+    try:
+        pictures = _pictures(tensors, examples or {}, limits)
+    except UcfError as e:  # an example being edited: the page keeps its pictures
+        return {"tensors": tensors, "error": describe_error(e, asked)}
     try:
         k = _kernel(statement, formats, schedule, target, dtype)
     except UcfError as e:
-        error = describe_error(e, {"statement": statement, "schedule": schedule})
-        return {"tensors": tensors, "pictures": pictures, "error": error}
+        return {"tensors": tensors, "pictures": pictures, "error": describe_error(e, asked)}
     views = {"cin": k.cin}
     if target == "cuda":
         views["cuda"] = k.source
