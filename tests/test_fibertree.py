@@ -4,6 +4,7 @@ read back and its nodes counted against the tensor's level arrays."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,3 +139,22 @@ def test_the_show_command_draws_a_file_or_random_data(tmp_path, capsys):
     assert printed.startswith("<svg") and "csr (UC), 3×4" in printed
     assert main(["show"]) == 1
     assert "give a FILE or --random SHAPE" in capsys.readouterr().err
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "img"
+PICTURED = {
+    "csr": "csr",
+    "csc": "csc",
+    "dcsr": "dcsr",
+    "coo": "coo",
+    "bcsr22": "bcsr(2,2)",
+    "ell3": "ell(3)",
+    "nm24": "nm(2,4)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PICTURED))
+def test_the_pictures_in_the_docs_are_what_ucf_show_draws_today(name):
+    """docs/formats.md shows these files; each is remade by the command it names."""
+    a = np.load(DOCS / "example.npy")
+    assert (DOCS / f"{name}.svg").read_text() == ucf.show(a, format=PICTURED[name], name="A")
