@@ -55,6 +55,8 @@ def test_compile_shows_the_cin_and_the_code_for_each_target(server):
     levels = [{"kind": "U", "stores": "0"}, {"kind": "C", "stores": "1"}]
     assert got["tensors"][1]["levels"] == levels
     assert set(got["pictures"]) == {"y", "A", "x"} and "<svg" in got["pictures"]["A"]["svg"]
+    status, asm = post(server, "/api/asm", SPMV)
+    assert status == 200 and re.search(r"^\s*(ret|retq)\b", asm["asm"], re.M)
     status, cuda = post(server, "/api/compile", {**SPMV, "target": "cuda"})
     assert status == 200 and "__global__" in cuda["views"]["cuda"] and "c" not in cuda["views"]
 

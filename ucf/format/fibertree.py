@@ -62,15 +62,17 @@ def layout(t: Any, name: str = "T") -> Layout:
     fmt = t.format
     dims = fmt.level_dims(t.shape)
     total = t.level_sizes()
-    first = total[0] if total else 0
+    first = min(total[0], MAX_SLOTS) if total else 0  # each takes a slot at least
     lo, hi = 1, max(first, 1)
     while lo < hi:  # the most top-level positions whose subtrees fit
         mid = (lo + hi + 1) // 2
-        if _slots(_prefix(t, dims, mid)) <= MAX_SLOTS:
+        # A level of more than MAX_SLOTS positions has more leaf slots below it, so
+        # capping the levels there still tells whether the subtrees fit.
+        if _slots(_prefix(t, dims, mid, MAX_SLOTS + 1)) <= MAX_SLOTS:
             lo = mid
         else:
             hi = mid - 1
-    levels = _prefix(t, dims, min(lo, first), cap=MAX_SLOTS)
+    levels = _prefix(t, dims, min(lo, first), MAX_SLOTS)
     nodes = [Node(-1, 0, name, None)]
     values = []
     numbers = t.numbers() if fmt.levels else t.vals
@@ -98,29 +100,42 @@ def layout(t: Any, name: str = "T") -> Layout:
     return Layout(title, nodes, values, rows, kinds, notes, max(width, 8.0 * len(title) + 20))
 
 
-def _prefix(
-    t: Any, dims: list[int], first: int, cap: int | None = None
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each level's (parent, coordinate) arrays for the subtrees of its first ``first``
-    top-level positions; with ``cap``, no level keeps more than ``cap`` positions."""
+def _prefix(t: Any, dims: list[int], first: int, cap: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each level's (parent, coordinate) arrays for the subtrees of the first ``first``
+    top-level positions, no level keeping more than its first ``cap`` positions. Only
+    the parents those need are unpacked, so a huge tensor costs what is drawn."""
     levels = []
-    count = 1
+    count = 1  # the root
     for lvl, kind in enumerate(t.format.levels):
-        n = first if lvl == 0 else count
-        arrays = dict(t.levels[lvl])
-        if "pos" in arrays:
-            arrays["pos"] = arrays["pos"][: n + 1]
-        m = kind.size(arrays, n, dims[lvl])
-        if "crd" in arrays:
-            arrays["crd"] = arrays["crd"][:m]
-        (parent, coord), m = kind.unpack(arrays, dims[lvl], [np.arange(n)], n)
-        if lvl == 0:
-            parent, coord, m = parent[:first], coord[:first], min(m, first)
-        if cap is not None and m > cap:
-            parent, coord, m = parent[:cap], coord[:cap], cap
+        want = min(first, cap) if lvl == 0 else cap
+        given, dim = t.levels[lvl], dims[lvl]
+
+        def size(n: int) -> int:
+            return kind.size(_cut(given, n), n, dim)
+
+        n = count
+        if size(n) > want:  # the fewest parents whose children reach ``want``
+            lo, hi = 1, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if size(mid) >= want else (mid + 1, hi)
+            n = lo
+        (parent, coord), m = kind.unpack(_cut(given, n, size(n)), dim, [np.arange(n)], n)
+        parent, coord = parent[:want], coord[:want]
         levels.append((parent, coord))
-        count = m
+        count = len(parent)
     return levels
+
+
+def _cut(arrays: dict[str, np.ndarray], parents: int, positions: int | None = None) -> dict:
+    """A level's arrays for its first ``parents`` parents (and ``positions`` positions):
+    ``pos`` has one entry per parent and one more, ``crd`` one per position."""
+    cut = dict(arrays)
+    if "pos" in cut:
+        cut["pos"] = cut["pos"][: parents + 1]
+    if "crd" in cut and positions is not None:
+        cut["crd"] = cut["crd"][:positions]
+    return cut
 
 
 def _slots(levels: list[tuple[np.ndarray, np.ndarray]]) -> int:
