@@ -10,6 +10,7 @@ first positions of each level, and the picture says how many it leaves out.
 
 from __future__ import annotations
 
+import functools
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,10 +110,7 @@ def _prefix(t: Any, dims: list[int], first: int, cap: int) -> list[tuple[np.ndar
     for lvl, kind in enumerate(t.format.levels):
         want = min(first, cap) if lvl == 0 else cap
         given, dim = t.levels[lvl], dims[lvl]
-
-        def size(n: int) -> int:
-            return kind.size(_cut(given, n), n, dim)
-
+        size = functools.partial(_size, kind, given, dim)
         n = count
         if size(n) > want:  # the fewest parents whose children reach ``want``
             lo, hi = 1, n
@@ -125,6 +123,11 @@ def _prefix(t: Any, dims: list[int], first: int, cap: int) -> list[tuple[np.ndar
         levels.append((parent, coord))
         count = len(parent)
     return levels
+
+
+def _size(kind: Any, arrays: dict[str, np.ndarray], dim: int, parents: int) -> int:
+    """Positions a level holds under its first ``parents`` parents."""
+    return kind.size(_cut(arrays, parents), parents, dim)
 
 
 def _cut(arrays: dict[str, np.ndarray], parents: int, positions: int | None = None) -> dict:
