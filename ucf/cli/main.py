@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import statistics
@@ -343,16 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="code generator (llvm, no C compiler needed)",
     )
 
-    sub.add_parser(
-        "taco",
-        help="TACO's command line: ucf taco EXPR -f=A:ds ... (ucf taco -help)",
-        add_help=False,
-    )
-    from ucf.cli import show
+    from ucf.cli import show, taco
     from ucf.serve import command as serve
 
-    show.add_parser(sub)
-    serve.add_parser(sub)
+    for module in (taco, show, serve):  # each imports what it runs with only when run
+        module.add_parser(sub)
 
     pk = sub.add_parser(
         "cache",
@@ -561,16 +557,9 @@ _COMMANDS = {
     "tune": _cmd_tune,
     "demo": _cmd_demo,
     "cache": _cmd_cache,
-    "show": lambda args: _late("ucf.cli.show", args),
-    "serve": lambda args: _late("ucf.serve.command", args),
+    "show": lambda args: importlib.import_module("ucf.cli.show").run(args),
+    "serve": lambda args: importlib.import_module("ucf.serve.command").run(args),
 }
-
-
-def _late(module: str, args: argparse.Namespace) -> int:
-    """Run a command whose module is imported only when it runs."""
-    import importlib
-
-    return importlib.import_module(module).run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

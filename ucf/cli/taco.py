@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ucf.errors import UcfError
 
@@ -105,6 +106,16 @@ class Request:
     writes: dict[str, str] = field(default_factory=dict)
     cuda: bool = False
     prefix: str = ""
+
+
+def add_parser(sub: Any) -> None:
+    """``ucf taco`` in ``ucf --help``; ``ucf.cli.main`` hands it the raw arguments, since
+    argparse cannot read TACO's ``-name=value`` options."""
+    sub.add_parser(
+        "taco",
+        help="TACO's command line: ucf taco EXPR -f=A:ds ... (ucf taco -help)",
+        add_help=False,
+    )
 
 
 def parse(argv: list[str]) -> Request | str:
