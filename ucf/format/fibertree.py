@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import OperandError, boundary
+from ucf.errors import MissingDependencyError, OperandError, boundary
 
 #: At most this many leaf slots (last-level positions, and positions with no
 #: children) are drawn; beyond it the first positions of each level are.
@@ -260,8 +260,14 @@ def svg(t: Any, name: str = "T") -> str:
 
 def png(t: Any, path: str | Path, name: str = "T", dpi: int = 100) -> Path:
     """The same picture as :func:`svg`, drawn with matplotlib into a PNG file."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Circle, Rectangle
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Circle, Rectangle
+    except ImportError:
+        raise MissingDependencyError(
+            "a PNG fibertree needs matplotlib, which is not installed: pip install matplotlib "
+            "(or write .svg, which needs nothing)"
+        ) from None
 
     lay = layout(t, name)
     fig = Figure(figsize=(lay.width / dpi, lay.height / dpi), dpi=dpi)
