@@ -157,7 +157,10 @@ def plan(
     invariance.check_schedule(front.user_stmt, commands)
     if blocking is not None:
         blocking.check_schedule(commands)
-    base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
+    gathered = [g for c in commands if c.name == "precompute" and (g := c.gathered)]
+    base = front.concretized(
+        workspace=any(c.name == "precompute" for c in commands), gathered=gathered
+    )
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
@@ -327,8 +330,12 @@ class _Front:
         self.computed = self.requested.with_structure(levels, self.requested.mode_order)
         self.fmts = fmts
 
-    def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
-        cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
+    def concretized(
+        self, workspace: bool = False, order: list[str] | None = None, gathered=()
+    ) -> CIN:
+        cin = concretize(
+            self.stmt, self.fmts, self.computed, order, workspace=workspace, gathered=gathered
+        )
         if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
             b = self.blocking
             cin.blocks = {
@@ -527,7 +534,12 @@ def _scheduled(
                     f"{later[0]}, which a sparse output cannot be appended in; precompute "
                     "into a workspace instead"
                 )
-    new = concretize(stmt, fmts, computed, order=order)
+    prov = applied.provenance
+    gathered = [
+        (frozenset(str(a) for a in accesses(pc.statement.rhs)), prov.origins(pc.var)[0])
+        for pc in applied.precompute
+    ]
+    new = concretize(stmt, fmts, computed, order=order, gathered=gathered)
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
@@ -535,7 +547,6 @@ def _scheduled(
     new.blocks = dict(cin.blocks)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
-    prov = applied.provenance
     for v in applied.loops:
         if v in prov.rel:
             new.notes.append(prov.describe(v))

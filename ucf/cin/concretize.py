@@ -11,6 +11,7 @@ ordering, and say so in the CIN.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ucf.cin.notation import CIN, Slot
@@ -49,13 +50,29 @@ def appended_vars(lhs: Access, fmt: Format) -> set[str]:
     return {lhs.indices[m].single_variable for m in fmt.mode_order[: compressed[-1] + 1]}
 
 
-def nesting(stmt: Statement) -> list[tuple[str, set[str], tuple[str, ...]]]:
+#: A precompute as the loop order sees it: the texts of its expression's accesses, and
+#: the variable its workspace is indexed by.
+Gathered = tuple[frozenset[str], str]
+
+
+def nesting(
+    stmt: Statement, gathered: Sequence[Gathered] = ()
+) -> list[tuple[str, set[str], tuple[str, ...]]]:
     """For each nested sum: its text, the variables its value depends on, and its own.
 
     A nested sum is computed into a temporary once the first are fixed, so in any
-    loop order they come before its own variables."""
+    loop order they come before its own variables. A sum that a precompute gathers
+    into a workspace over ``v`` (every access of the sum is in the precompute's
+    expression, ``gathered``) is computed for every ``v`` at once, a row of the
+    workspace, so its own variables may run outside ``v`` (Gustavson's ``i, k, j``)."""
     body = peel(stmt.rhs)[1]
-    return [(str(s), free_variables(s), s.vars) for s in sums(body)]
+    found = []
+    for s in sums(body):
+        free = free_variables(s)
+        texts = {str(a) for a in accesses(s)}
+        free -= {v for within, v in gathered if texts <= within}
+        found.append((str(s), free, s.vars))
+    return found
 
 
 #: How to run a nested sum's loops in another order, said where its nesting forbids one.
@@ -65,10 +82,10 @@ UNNEST = (
 )
 
 
-def check_nesting(stmt: Statement, order: list[str]) -> None:
+def check_nesting(stmt: Statement, order: list[str], gathered: Sequence[Gathered] = ()) -> None:
     """Refuse a loop order that runs a nested sum's loops outside a variable it needs."""
     pos = {v: k for k, v in enumerate(order)}
-    for text, free, own in nesting(stmt):
+    for text, free, own in nesting(stmt, gathered):
         for v in own:
             late = sorted((f for f in free if pos[f] > pos[v]), key=pos.__getitem__)
             if late:
@@ -125,20 +142,24 @@ def concretize(
     output_format: Format,
     order: list[str] | None = None,
     workspace: bool = False,
+    gathered: Sequence[Gathered] = (),
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
     ``workspace`` says a precompute will give the output a workspace, so a
-    sparse output no longer needs its variables outside every reduction.
+    sparse output no longer needs its variables outside every reduction;
+    ``gathered`` lists the precomputes (see ``nesting``), which free the nested
+    sums they gather from being computed inside their workspace's variable.
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
+    workspace = workspace or bool(gathered)
     out_vars = [i.single_variable for i in stmt.lhs.indices]
     all_vars = list(
         dict.fromkeys(out_vars + [v for a in rhs for i in a.indices for v in i.variables])
     )
     red_vars = list(peel(stmt.rhs)[0])
-    nested = nesting(stmt)
+    nested = nesting(stmt, gathered)
 
     hard: list[tuple[int, Chain]] = []  # (access number, chain)
     soft: list[Chain] = []
@@ -169,7 +190,7 @@ def concretize(
 
     preference = {v: k for k, v in enumerate(all_vars)}
     if order is not None:
-        check_nesting(stmt, list(order))
+        check_nesting(stmt, list(order), gathered)
         best = tuple(order)
     else:
         best = None

@@ -21,7 +21,8 @@ The recursion is split by what each step handles, one mixin per module:
 - ``blocks``: coordinate-space splits of co-iterated loops;
 - ``assembly``: the output, dense or appended;
 - ``temporaries``: nested sums computed where their variables are fixed;
-- ``workspaces``: ``precompute``;
+- ``placement``: where each ``precompute`` goes;
+- ``workspaces``: the wheres of ``precompute``;
 - ``fused``: ``pos`` over fused levels;
 - ``held``: stored values widened to numbers, and sums of quantized products.
 
@@ -67,6 +68,7 @@ from ucf.lower.lattice import (
     walk,
 )
 from ucf.lower.nest import Nest
+from ucf.lower.placement import PlacementMixin
 from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
@@ -83,6 +85,7 @@ class Lowerer(
     BlocksMixin,
     AssemblyMixin,
     TemporariesMixin,
+    PlacementMixin,
     WorkspacesMixin,
     FusedMixin,
     HeldMixin,
@@ -229,11 +232,6 @@ class Lowerer(
         for t in walk(self.term):
             if isinstance(t, Func):
                 elementwise.check(t.fn, self.vt)
-        if self.reduces and self.applied is not None and self.applied.precompute:
-            raise UnsupportedError(
-                f"precompute in {stmt}: a statement with nested sums cannot be precomputed "
-                "yet; write the nested sum as its own statement"
-            )
 
     # ------------------------------------------------------------ parameters
 

@@ -102,20 +102,27 @@ class Workspace:
     epoch: Var | None = None  # which use of the workspace flags[k] == epoch marks
     sort_tmp: Array | None = None  # the sort's scratch, as long as the list (None: no sort)
     sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
+    # The consumer merges this list with another workspace's (``w(j) + v(j)``): counting
+    # their union needs both in order, so the assemble pass sorts it too.
+    merged: bool = False
 
     def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
         """The arrays a pass allocates, with their lengths.  The assemble pass only
-        counts, so it needs neither the values nor the sort's scratch; the flags have one
-        extra entry, which holds the epoch."""
+        counts, so it needs neither the values nor (unless the list is merged) the sort's
+        scratch; the flags have one extra entry, which holds the epoch."""
         if self.list is None:
             return [] if assembling else [(self.vals, self.size)]
         listing = [(self.flags, ir.add(self.size, Const(1, I64))), (self.list, self.size)]
+        scratch = []
+        if self.sort_tmp is not None:  # an unordered output level takes the list as it comes
+            scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
         if assembling:
-            return listing
-        if self.sort_tmp is None:  # an unordered output level takes the list as it comes
-            return [(self.vals, self.size), *listing]
-        scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
+            return listing + (scratch if self.merged else [])
         return [(self.vals, self.size), *listing, *scratch]
+
+    @property
+    def sorted_when_assembling(self) -> bool:
+        return self.sort_tmp is not None and self.merged
 
 
 @dataclass
@@ -133,17 +140,20 @@ class Lowered:
 
 @dataclass
 class Where:
-    """Where a precompute splits the nest into a producer and a consumer."""
+    """Where a precompute splits the nest into producers and a consumer.
+
+    A workspace gathers a product, or a sum of products one producer per term:
+    each term's loops add into it in turn (Gustavson's way, one product after the
+    other), so no loop co-iterates the terms."""
 
     depth: int
-    prod_term: Term
+    parts: list[tuple[Term, tuple[str, ...]]]  # each producer's term and loop order
     cons_term: Term
-    prod_vars: set[str]
-    cons_vars: set[str]
+    cons_order: tuple[str, ...]
     ws: Workspace
     split: tuple | None  # (outer, inner, factor, extent) when iw is a split's inner loop
     n: int  # the workspace's operand number
-    parent: tuple | None  # the side of an earlier where it splits: (where, "prod"|"cons")
+    parent: tuple | None  # the side of an earlier where it splits: (where, "prod<m>"|"cons")
     label: str  # the loops over the workspace's variable below the where are labelled so
 
 
@@ -152,11 +162,12 @@ class Scope:
     """A part of the nest a precompute may split: the whole statement, or one side of an
     earlier where."""
 
-    factors: list[Term]  # the product this part computes
+    term: Term  # what this part computes
     order: tuple[str, ...]  # its loop order (a where's sides keep only their variables)
     start: int  # the depth at which its nest begins
     out_vars: list[str]  # the variables of what it writes
     output: bool  # whether it writes the statement's output (else a workspace)
+    summed: tuple[str, ...] = ()  # the statement's outer reduction, summing the whole term
 
 
 @dataclass

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 from ucf.errors import ScheduleError
-from ucf.format.format import Format, dense_format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
-from ucf.ir.nodes import I64, Array, Const, Var
-from ucf.lang import ast
-from ucf.lang.affine import Affine
-from ucf.lang.reductions import peel
+from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import sort
 from ucf.lower.lattice import (
-    Op,
-    Opnd,
     Term,
-    operands,
 )
 from ucf.lower.state import (
-    Operand,
-    Scope,
-    SlotParams,
     State,
     Where,
     Workspace,
@@ -47,214 +37,9 @@ EPOCH_WRAP = 2**31 - 1
 class WorkspacesMixin:
     """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
 
-    def _plan_wheres(self) -> list[Where]:
-        """Place every precompute, in the order the schedule gives them.
-
-        Each one splits a *scope*: the whole statement at first, then either side of
-        an earlier where.  A precompute's factors must all lie in one scope, and its
-        where is placed at or below the depth at which that scope's nest begins.
-        """
-        scopes: dict = {
-            None: Scope(_factors(self.term), tuple(self.cin.order), 0, list(self.out_vars), True)
-        }
-        wheres: list[Where] = []
-        for k, pc in enumerate(self.applied.precompute):
-            wheres.append(self._plan_where(k, pc, scopes, wheres))
-        return wheres
-
-    def _plan_where(self, k: int, pc, scopes: dict, wheres: list[Where]) -> Where:
-        """Place precompute ``k`` as high in its scope's nest as its workspace allows.
-
-        Below the where, the producer and the consumer may share no variable but
-        the workspace's, or the workspace would need more dimensions.  A sparse
-        output needs every reduction variable inside the producer, so the
-        consumer writes each output entry once.
-        """
-        prov = self.applied.provenance
-        cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
-        i = prov.origins(pc.var)[0]
-        split = None
-        rel = prov.rel.get(pc.var)
-        if rel is not None and (rel.kind, rel.role) == ("split", "inner"):
-            if len(self.applied.precompute) > 1:
-                raise ScheduleError(
-                    f"{cmd}: a workspace over a split's inner loop tiles the whole nest, so "
-                    "it must be the kernel's only precompute"
-                )
-            split = self._ws_split(cmd, pc.var, i)
-        elif rel is not None:
-            raise ScheduleError(
-                f"{cmd}: {prov.describe(pc.var)}; precompute over an index variable or the "
-                "inner loop of a split"
-            )
-        wanted = _ast_factors(peel(pc.statement.rhs)[1])
-        key, taken = self._scope_of(cmd, wanted, scopes, wheres)
-        scope = scopes.pop(key)
-        rest = [t for t in scope.factors if not (isinstance(t, Opnd) and t.n in taken)]
-        if len(scope.factors) == 1 and taken:
-            rest = []
-        prod_vars = {v for n in taken for v in self._operand_vars(n)}
-        if i not in prod_vars:
-            raise ScheduleError(f"{cmd}: {pc.expr} does not use {i}")
-        cons_vars = set(scope.out_vars) | {i}
-        for t in rest:
-            for n in operands(t):
-                cons_vars |= self._operand_vars(n)
-        order = scope.order
-        reductions = set(self.cin.reduction_vars)
-        sparse = self.sparse_out and scope.output
-        depth = None
-        for d in range(scope.start, len(order)):
-            below = set(order[d:])
-            if i not in below or not (prod_vars & cons_vars & below) <= {i}:
-                continue
-            if sparse and reductions & set(order[:d]):
-                continue
-            if split is not None and order[d] != i:
-                continue
-            depth = d
-            break
-        if depth is None:
-            raise ScheduleError(
-                f"{cmd}: with the loop order {', '.join(order)} the producer and the consumer "
-                f"would share variables other than {i} below any placement; reorder the loops "
-                f"so that {i} and the variables only {pc.expr} uses are innermost"
-            )
-        W = len(self.rhs_accesses) + k
-        size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
-        index = Var(i if split is None else pc.var, I64)
-        vals = Array(pc.name, self.vt, True)
-        ws = Workspace(pc.name, i, index, size, vals)
-        if sparse:
-            below = [v for v in order[depth:] if v in cons_vars]
-            if below != [i]:
-                raise ScheduleError(
-                    f"{cmd}: the consumer would loop over {', '.join(below)}; with a sparse "
-                    f"output it must loop over {i} only"
-                )
-            ws.flags = Array(f"{pc.name}_seen", "i32", True)
-            ws.list = Array(f"{pc.name}_list", I64, True)
-            ws.count = Var(f"{pc.name}_count", I64)
-            ws.epoch = Var(f"{pc.name}_epoch", "i32")
-            if self._appends_in_order(i):
-                ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
-                ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
-            fmt = Format((WORKSPACE_LIST,), (0,))
-            params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
-        else:
-            fmt = dense_format(1)
-            params = SlotParams([size], [{}], vals)
-        self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
-
-        def side(vs: set[str]) -> tuple[str, ...]:
-            return order[:depth] + tuple(v for v in order[depth:] if v in vs)
-
-        scopes[(k, "prod")] = Scope([Opnd(n) for n in taken], side(prod_vars), depth, [i], False)
-        scopes[(k, "cons")] = Scope(
-            [*rest, Opnd(W)], side(cons_vars), depth, scope.out_vars, scope.output
-        )
-        prod = _product([Opnd(n) for n in taken])
-        cons = _product([*rest, Opnd(W)])
-        return Where(depth, prod, cons, prod_vars, cons_vars, ws, split, W, key, pc.wvar)
-
-    def _scope_of(
-        self, cmd: str, wanted: list, scopes: dict, wheres: list[Where]
-    ) -> tuple[object, list[int]]:
-        """The scope that holds every factor of a precompute's expression, and which of
-        its operands they are.  An earlier workspace counts as a factor by its name."""
-        found: dict = {}
-        for key, scope in scopes.items():
-            taken: list[int] = []
-            for a in wanted:
-                match = next(
-                    (
-                        t.n
-                        for t in scope.factors
-                        if isinstance(t, Opnd)
-                        and t.n not in taken
-                        and isinstance(a, ast.Access)
-                        and self._access_text(t.n) == str(a)
-                    ),
-                    None,
-                )
-                if match is not None:
-                    taken.append(match)
-            if len(taken) == len(wanted):
-                return key, taken
-            found[key] = len(taken)
-        if sum(found.values()) >= len(wanted) and len(scopes) > 1:
-            raise ScheduleError(
-                f"{cmd}: its factors lie on both sides of an earlier precompute's where "
-                "(some in the producer, some in the consumer); precompute a product that "
-                "one side holds"
-            )
-        missing = next(
-            a
-            for a in wanted
-            if not any(
-                isinstance(t, Opnd) and self._access_text(t.n) == str(a)
-                for s in scopes.values()
-                for t in s.factors
-            )
-        )
-        raise ScheduleError(
-            f"{cmd}: {missing} is not a factor of the right-hand side "
-            f"{self.cin.statement.rhs}; precompute a product of its factors"
-        )
-
-    def _access_text(self, n: int) -> str:
-        """How an operand is written: its access, or ``w(j)`` for a workspace."""
-        if n < len(self.rhs_accesses):
-            return str(self.rhs_accesses[n])
-        op = self.operands[n]
-        return f"{op.name}({', '.join(op.level_vars)})"
-
-    def _appends_in_order(self, var: str) -> bool:
-        """Whether the output level a workspace over ``var`` appends to keeps its
-        coordinates sorted; an unordered one (``Q``) takes them as they arrived, unsorted."""
-        if var not in self.out_level_vars:
-            return True
-        return self.out_fmt.levels[self.out_level_vars.index(var)].ordered
-
-    def _operand_vars(self, n: int) -> set[str]:
-        return {v for idx in self.operands[n].level_idx for v in idx.variables}
-
-    def _ws_split(self, cmd: str, var: str, i: str) -> tuple:
-        """The (outer, inner, factor, extent) of a workspace over a split's inner loop."""
-        prov = self.applied.provenance
-        rel = prov.rel[var]
-        parent = rel.parents[0]
-        outer = next(
-            v
-            for v, r in prov.rel.items()
-            if r.kind == "split" and r.parents == rel.parents and r.role == "outer"
-        )
-        prel = prov.rel.get(parent)
-        if parent == i:
-            extent: ir.Expr = self.extents[i]
-        elif prel is not None and prel.kind == "bound" and prel.parents == (i,):
-            extent = Const(prel.amount, I64)
-        else:
-            raise ScheduleError(f"{cmd}: {prov.describe(parent)}; split {i} or its bound")
-        self.steps = [
-            c
-            for c in self.steps
-            if not (c.name == "split" and c.args[0] == parent)
-            and not (c.name == "bound" and c.args[1] == parent)
-        ]
-        return outer, var, rel.amount, extent
-
     def _where(self, wh: Where, st: State) -> list[ir.Stmt]:
         ws = wh.ws
-        d = st.depth
         k = self.wheres.index(wh)
-        prod = st.copy()
-        prod.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.prod_vars)
-        prod.ws = ws
-        prod.scope = (*st.scope, (k, "prod"))
-        cons = st.copy()
-        cons.order = st.order[:d] + tuple(v for v in st.order[d:] if v in wh.cons_vars)
-        cons.scope = (*st.scope, (k, "cons"))
         start: list[ir.Stmt] = []
         if ws.list is None:
             z = Var(f"{ws.name}_z", I64)
@@ -264,10 +49,19 @@ class WorkspacesMixin:
                 )
         else:
             start += self._ws_epoch(ws)
-        produce = self._at_depth(wh.prod_term, prod)
-        if ws.sort_tmp is not None and not self.assembling:
+        produce: list[ir.Stmt] = []
+        for m, (term, order) in enumerate(wh.parts):
+            prod = st.copy()
+            prod.order = order
+            prod.ws = ws
+            prod.scope = (*st.scope, (k, f"prod{m}"))
+            produce += self._at_depth(term, prod)
+        if ws.sort_tmp is not None and (not self.assembling or ws.merged):
             sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets]
             produce.append(ir.Call(sort.NAME, sort_args))
+        cons = st.copy()
+        cons.order = wh.cons_order
+        cons.scope = (*st.scope, (k, "cons"))
         consume = self._at_depth(wh.cons_term, cons)
         if wh.split is None:
             return start + produce + consume
@@ -336,22 +130,3 @@ class WorkspacesMixin:
         if not self.assembling:
             stmts.append(ir.Store(ws.vals, idx, self._value(term, st), accumulate=True))
         return stmts
-
-
-def _factors(t: Term) -> list[Term]:
-    if isinstance(t, Op) and t.op == "*":
-        return _factors(t.left) + _factors(t.right)
-    return [t]
-
-
-def _ast_factors(e) -> list:
-    if isinstance(e, ast.Binary) and e.op == "*":
-        return _ast_factors(e.left) + _ast_factors(e.right)
-    return [e]
-
-
-def _product(terms: list[Term]) -> Term:
-    out = terms[0]
-    for t in terms[1:]:
-        out = Op("*", out, t)
-    return out

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
 from ucf.errors import ScheduleError, UcfError, UnsupportedError
+from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Bound, Dismantle, Parallel, Precompute, Split
@@ -296,6 +297,17 @@ class PrecomputeCommand(Command):
         except UcfError as e:
             raise ScheduleError(f"{self}: the expression does not parse: {e}") from None
         nest.precompute.append(Precompute(expr, v, vw, ws, statement))
+
+    @property
+    def gathered(self) -> tuple[frozenset[str], str] | None:
+        """The texts of the expression's accesses and the workspace's variable, as the
+        loop order sees them before the schedule is applied (``ucf.cin.concretize``);
+        None where the expression does not parse (``apply`` says why)."""
+        try:
+            statement = parse_statement(f"w__({self.args[1]}) = {self.args[0]}")
+        except UcfError:
+            return None
+        return frozenset(str(a) for a in accesses(statement.rhs)), self.args[1]
 
 
 class Parallelize(Command):
