@@ -49,6 +49,7 @@ from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
 from ucf.schedule.cpu_model import Choice, Stats, propose
+from ucf.schedule.gathering import gathering
 from ucf.schedule.gpu_model import propose_gpu
 
 TARGETS = ("llvm", "c", "cuda")
@@ -397,7 +398,9 @@ def proposals(
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.
-    spared = front.concretized(workspace=True)
+    # A sum of products would gather all its terms into a row workspace.
+    gather = gathering(front.stmt, front.computed)
+    spared = front.concretized(workspace=True, gathered=[gather] if gather else ())
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
     *candidates, last = propose(base, storage, stats, threads)
     kept = []

@@ -77,8 +77,9 @@ def test_spgemm_default_is_never_quadratic(formats, target):
     assert any("Gustavson" in w for w in chosen(k)), k.cin
 
 
-def test_spgemm_of_a_sum_is_not_given_a_workspace():
-    """A workspace holds one product; for a sum of products the default says why not."""
+def test_spgemm_plus_a_matrix_gathers_both_terms_in_one_workspace():
+    """A sum of products: each term scatters its rows into one workspace over k (the
+    matrix D is a product of one factor), so no loop co-iterates every (i, k) of C."""
     rng = np.random.default_rng(8)
     A, B, D = rand_csr(rng, 60, 50, 3), rand_csr(rng, 50, 40, 3), rand_csr(rng, 60, 40, 2)
     k = ucf.compile(
@@ -87,7 +88,8 @@ def test_spgemm_of_a_sum_is_not_given_a_workspace():
     )
     C = k(A=A, B=B, D=D)
     assert np.allclose(C.to_scipy().toarray(), (A @ B + D).toarray())
-    assert "precomputed" not in k.cin
+    assert "A(i, j) * B(j, k) + D(i, k) is precomputed into workspace w(k)" in k.cin
+    assert "converted" not in k.cin
 
 
 # ------------------------------------------------------------------ the parallel loop

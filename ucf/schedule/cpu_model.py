@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from ucf.cin.concretize import appended_vars
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import grouped_variables
-from ucf.lang.ast import Access, Binary, accesses, text
+from ucf.lang.ast import Access, Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
+from ucf.schedule.commands import command
+from ucf.schedule.gathering import terms, workspaces
 
 #: A dynamically scheduled chunk should hold about this much work, so handing it
 #: out costs little next to running it.
@@ -95,12 +97,12 @@ class Stats:
 class Choice:
     """One proposed schedule and the reason for each of its decisions."""
 
-    commands: list[str]
+    commands: list
     why: list[str]
 
     @property
     def text(self) -> str:
-        return "; ".join(self.commands)
+        return "; ".join(map(str, self.commands))
 
 
 def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: int) -> list[Choice]:
@@ -110,7 +112,33 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     loop nest, which every statement has. (A call whose work is below
     ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
     ws_why: list[str] = []
-    workspace = _workspace(cin, storage_order, ws_why)
+    plans = _workspaces(cin, storage_order, stats, ws_why)
+    choices = [
+        c
+        for workspace in plans or [[]]
+        for c in _choices(cin, storage_order, workspace, ws_why, stats, threads)
+    ]
+    if plans:
+        serial = _serial_reason(threads) or _NO_PARALLEL
+        choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
+    return choices
+
+
+_NO_PARALLEL = (
+    "default: serial, since no loop over an output variable can run in parallel without races"
+)
+
+
+def _choices(
+    cin: CIN,
+    storage_order: list[str],
+    workspace: list,
+    ws_why: list[str],
+    stats: Stats | None,
+    threads: int,
+) -> list[Choice]:
+    """The proposals with ``workspace`` (precompute commands, or none), best first: a
+    parallel loop in each place the model likes, then serial ones."""
     order = storage_order if workspace else list(cin.order)
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
@@ -137,9 +165,7 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
                     if hoist:
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
                     choices.append(Choice(cmds, lines))
-    serial = serial or (
-        "default: serial, since no loop over an output variable can run in parallel without races"
-    )
+    serial = serial or _NO_PARALLEL
     bound = _bound(cin, order, stats, None)
     if bound:
         cmds = [*workspace, *exact, *[c for c, _ in bound]]
@@ -147,8 +173,6 @@ def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: in
     if exact:
         choices.append(Choice(exact, [*exact_why, serial]))
     choices.append(Choice(workspace, [*ws_why, serial]))
-    if workspace:
-        choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
     return choices
 
 
@@ -176,11 +200,20 @@ def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]
     return [hoist, []] if regions is not None and regions <= MAX_REGIONS else [hoist]
 
 
-def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
-    """Gustavson's workspace, when a sparse output's storage order puts a reduction
-    outside one of its variables: without it the output must be appended in its own
-    order, which co-iterates every output entry with the reduction (quadratic)."""
+def _workspaces(
+    cin: CIN, storage_order: list[str], stats: Stats | None, why: list[str]
+) -> list[list]:
+    """The workspace plans to try, best first (none: the plain order). Gustavson's
+    workspace for a sparse output whose storage order puts a reduction outside one of
+    its variables: without it the output must be appended in its own order, which
+    co-iterates every output entry with the reduction (quadratic). A sum of products
+    whose sums the plain order must compute for every output entry gets a row
+    workspace for the same reason (``ucf.schedule.gathering``)."""
     stmt = cin.statement
+    if terms(stmt.rhs) is not None:
+        if list(storage_order) == list(cin.order):
+            return []
+        return workspaces(cin, stats, why)
     if cin.output_format.is_dense:
         return []
     summed, body = peel(stmt.rhs)
@@ -206,7 +239,7 @@ def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
         f"variable {r} encloses output variable {v} of sparse output {stmt.lhs.tensor} in "
         "the order its operands are stored"
     )
-    return [f"precompute({text(body)}, {v}, {v})"]
+    return [[command("precompute", (text(body), v, v))]]
 
 
 def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -276,19 +309,33 @@ def _product(e) -> bool:
 
 
 def _work(cin: CIN, stats: Stats | None) -> float | None:
-    """Multiply-adds, estimated per term of the right-hand side as the product of its
-    variables' extents thinned by each sparse operand's density."""
+    """Multiply-adds, estimated per term of the right-hand side (a sum's terms add) as
+    the product of its variables' extents thinned by each sparse operand's density."""
     if stats is None:
         return None
     ext = stats.extents
-    variables = {v for a in accesses(cin.statement.rhs) for i in a.indices for v in i.variables}
-    total = math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars))
-    for n, a in enumerate(accesses(cin.statement.rhs)):
-        if cin.slots[n].format.is_dense or a.tensor not in stats.nnz:
-            continue
-        size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
-        total *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
+    sparse = {cin.slots[n].tensor for n in cin.slots if not cin.slots[n].format.is_dense}
+    total = 0.0
+    for term in _additive_terms(peel(cin.statement.rhs)[1]):
+        found = accesses(term)
+        variables = {v for a in found for i in a.indices for v in i.variables}
+        work = float(math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars)))
+        for a in found:
+            if a.tensor not in sparse or a.tensor not in stats.nnz:
+                continue
+            size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
+            work *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
+        total += work
     return total
+
+
+def _additive_terms(e) -> list:
+    """The terms of a sum (a single term for anything else), through nested sums."""
+    while isinstance(e, Sum):
+        e = e.body
+    if isinstance(e, Binary) and e.op in "+-":
+        return _additive_terms(e.left) + _additive_terms(e.right)
+    return [e]
 
 
 def _serial_reason(threads: int) -> str | None:

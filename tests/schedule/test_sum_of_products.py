@@ -1,0 +1,91 @@
+"""Sums of products (``A@B + D@E``): precompute on statements with nested sums, and the
+default plan's row workspace, checked against scipy on both CPU targets, into sparse
+and dense outputs."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from tests.helpers import TARGETS, rand_sparse
+from ucf.errors import ScheduleError
+
+APART = "C(i,j) = A(i,k)*B(k,j) + D(i,l)*E(l,j)"  # one sum per product
+SHARED = "C(i,j) = A(i,k)*B(k,j) + D(i,k)*E(k,j)"  # sum(k, A*B + D*E)
+MINUS = "C(i,j) = A(i,k)*B(k,j) - D(i,l)*E(l,j)"
+CSR = {"A": "csr", "B": "csr", "D": "csr", "E": "csr"}
+PAR = "; parallelize(i, CPUThread, NoRaces)"
+
+
+def operands(seed: int = 0, n: int = 37) -> dict[str, sp.csr_matrix]:
+    rng = np.random.default_rng(seed)
+    return {t: sp.csr_matrix(rand_sparse(rng, (n, n), 0.08, empty_rows=3)) for t in "ABDE"}
+
+
+def reference(expr: str, ops: dict) -> np.ndarray:
+    second = ops["D"] @ ops["E"]
+    return (ops["A"] @ ops["B"] + (-second if " - " in expr else second)).toarray()
+
+
+def check(expr: str, out: str, schedule: str | None, target: str, seed: int = 0):
+    ops = operands(seed)
+    k = ucf.compile(expr, formats={**CSR, "C": out}, schedule=schedule, target=target)
+    got = k(**ops)
+    dense = got.to_scipy().toarray() if out == "csr" else got.to_numpy()
+    np.testing.assert_array_equal(dense, reference(expr, ops))
+    return k, got
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("out", ["csr", "dense"])
+@pytest.mark.parametrize(
+    "expr,schedule",
+    [
+        (APART, "precompute(A(i,k)*B(k,j),j,j,w); precompute(D(i,l)*E(l,j),j,j,v)"),
+        (APART, "precompute(A(i,k)*B(k,j) + D(i,l)*E(l,j),j,j,w)" + PAR),
+        (SHARED, "precompute(A(i,k)*B(k,j),j,j,w); precompute(D(i,k)*E(k,j),j,j,v)" + PAR),
+        (SHARED, "precompute(A(i,k)*B(k,j) + D(i,k)*E(k,j),j,j,w)"),
+        (MINUS, "precompute(A(i,k)*B(k,j),j,j,w); precompute(D(i,l)*E(l,j),j,j,v)" + PAR),
+        (MINUS, "precompute(A(i,k)*B(k,j) - D(i,l)*E(l,j),j,j,w)"),
+        (APART, None),
+        (SHARED, None),
+    ],
+)
+def test_sums_of_products_against_scipy(target, out, expr, schedule):
+    k, _ = check(expr, out, schedule, target)
+    if schedule is None:  # the default does not co-iterate every (i, j) with the sums
+        assert "converted" not in k.cin
+        if out == "csr" or expr != SHARED:  # a dense C(i, j) += ... needs no workspace
+            assert "into one workspace over j" in k.cin and "Gustavson" in k.cin
+
+
+def test_only_one_product_gathered_leaves_the_other_a_nested_sum(target="llvm"):
+    """The other product stays a sum computed for each (i, j) of a dense output."""
+    check(APART, "dense", "precompute(A(i,k)*B(k,j),j,j,w)", target)
+
+
+def test_the_default_says_what_it_chose_against_what():
+    ops = operands(1, n=60)
+    k = ucf.compile(APART, formats={**CSR, "C": "csr"})
+    got = k(**ops)
+    np.testing.assert_array_equal(got.to_scipy().toarray(), reference(APART, ops))
+    line = next(x for x in k.cin.splitlines() if "Gustavson" in x)
+    assert "multiply-adds" in line and "co-iterating every (i, j) of C" in line
+
+
+@pytest.mark.parametrize(
+    "expr,schedule,message",
+    [
+        (SHARED, "precompute(A(i,k)*B(k,j),j,j,w)", "still sums D(i, k)*E(k, j) over k"),
+        (APART, "precompute(A(i,k),j,j,w)", "not a whole term of the sum"),
+        (APART, "precompute(A(i,k)*B(k,j) + D(i,l),j,j,w)", "not a whole term of the sum"),
+        (MINUS, "precompute(A(i,k)*B(k,j) + D(i,l)*E(l,j),j,j,w)", "subtracts others"),
+    ],
+)
+def test_refused_precomputes_of_sums(expr, schedule, message):
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        ucf.compile(expr, formats={**CSR, "C": "csr"}, schedule=schedule)(**operands())

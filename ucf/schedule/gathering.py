@@ -1,0 +1,127 @@
+"""The default schedule of a sum of products: Gustavson's row workspace, the way one
+product (SpGEMM on CSR) gets it.
+
+``C(i,j) = A(i,k)*B(k,j) + D(i,l)*E(l,j)`` computes each sum where its value is
+needed, for every ``(i, j)``: in the plain loop order the sums run inside ``j``, so
+B and E are read by column (converted on every call) and every pair ``(i, j)``
+co-iterates a row of A with a column of B, whatever C holds. A workspace over ``j``
+gathers a whole row instead: each product scatters its rows into it in turn, so the
+work is the products' multiply-adds. The model compares the two estimates, says
+which it chose in ``k.cin``, and proposes one workspace for the whole sum (one list
+of touched columns, one sort, one pass that appends the row), then one workspace per
+term (their lists merged when the row is appended) should the checks refuse it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ucf.cin.concretize import Gathered
+from ucf.cin.notation import CIN
+from ucf.format.format import Format
+from ucf.lang.ast import Access, Binary, Expr, Statement, Sum, accesses, text
+from ucf.lang.reductions import peel
+from ucf.schedule.commands import Command, command
+
+
+def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
+    """The signed terms of a sum of at least two products of accesses (each possibly
+    under its own sum), after the statement's outer sum; None for anything else."""
+    body = peel(rhs)[1]
+    found: list[tuple[int, Expr]] = []
+
+    def walk(e: Expr, sign: int) -> bool:
+        if isinstance(e, Binary) and e.op in "+-":
+            return walk(e.left, sign) and walk(e.right, -sign if e.op == "-" else sign)
+        product = e
+        while isinstance(product, Sum):
+            product = product.body
+        if not _product(product):
+            return False
+        found.append((sign, product))
+        return True
+
+    return found if walk(body, 1) and len(found) > 1 else None
+
+
+def _product(e: Expr) -> bool:
+    if isinstance(e, Binary):
+        return e.op == "*" and _product(e.left) and _product(e.right)
+    return isinstance(e, Access)
+
+
+def row_variable(stmt: Statement, out: Format) -> str | None:
+    """The output variable a row workspace runs over: the output's innermost one, the
+    one its last stored level holds."""
+    if not stmt.lhs.indices:
+        return None
+    return stmt.lhs.indices[out.mode_order[-1]].single_variable
+
+
+def gathering(stmt: Statement, out: Format) -> Gathered | None:
+    """The precompute of a whole sum of products as the loop order sees it
+    (``ucf.cin.concretize.nesting``): every access, over the row variable."""
+    v = row_variable(stmt, out)
+    if v is None or terms(stmt.rhs) is None:
+        return None
+    return frozenset(str(a) for a in accesses(stmt.rhs)), v
+
+
+def workspaces(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
+    """The workspace plans of a sum of products, best first: the whole sum into one
+    workspace, then each term into its own; appends to ``why`` the line that says what
+    was chosen against what."""
+    stmt = cin.statement
+    found = terms(stmt.rhs)
+    v = row_variable(stmt, cin.output_format)
+    if found is None or v is None:
+        return []
+    spelled = [text(t) for _, t in found]
+    whole = spelled[0]
+    for (sign, _), t in zip(found[1:], spelled[1:], strict=True):
+        whole += f" {'+' if sign > 0 else '-'} {t}"
+    shared = [command("precompute", (whole, v, v))]
+    apart = [command("precompute", (t, v, v)) for t in spelled]
+    out = stmt.lhs.tensor
+    pairs = ", ".join(cin.output_vars)
+    products, visits = _work(cin, stats, [t for _, t in found])
+    if products is None:
+        cost = (
+            f"work linear in the products' multiply-adds, where co-iterating every ({pairs}) "
+            f"of {out} with the sums visits every pair (the extents are unknown before a call)"
+        )
+    else:
+        cost = (
+            f"about {products:.2g} multiply-adds, where co-iterating every ({pairs}) of "
+            f"{out} with the sums would take about {visits:.2g} steps"
+        )
+    why.append(
+        f"default: precompute {whole} into one workspace over {v}, each product scattering "
+        f"its rows into it in turn (Gustavson's algorithm per product): {cost}"
+    )
+    return [shared, apart]
+
+
+def _work(cin: CIN, stats, products: list[Expr]) -> tuple[float | None, float | None]:
+    """The multiply-adds of the products, and the steps of co-iterating every output
+    entry with the sums (each pair visits a fiber of every sparse operand)."""
+    if stats is None:
+        return None, None
+    ext = stats.extents
+    formats = {cin.slots[n].tensor: cin.slots[n].format for n in cin.slots}
+    outs = set(cin.output_vars)
+    pairs = math.prod(ext.get(v, 1) for v in outs)
+    work = 0.0
+    per_pair = 1.0
+    for p in products:
+        variables = {v for a in accesses(p) for i in a.indices for v in i.variables}
+        term = float(math.prod(ext.get(v, 1) for v in variables))
+        for a in accesses(p):
+            if formats[a.tensor].is_dense or a.tensor not in stats.nnz:
+                continue
+            own = [v for i in a.indices for v in i.variables]
+            term *= min(1.0, stats.nnz[a.tensor] / max(math.prod(ext.get(v, 1) for v in own), 1))
+            fixed = math.prod(ext.get(v, 1) for v in own if v in outs)
+            per_pair += stats.nnz[a.tensor] / max(fixed, 1)
+        work += term
+    return work, pairs * per_pair
