@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import TARGETS, rand_sparse
+from tests.helpers import TARGETS, needs_cc, rand_sparse
 
 SCHEDULES = [
     "split(i,i0,i1,8)",
@@ -114,3 +114,60 @@ def test_empty_operands_and_the_cin():
     z = np.zeros(20)
     got = k(A=ucf.from_numpy(z, format="C"), B=ucf.from_numpy(z, format="C")).to_numpy()
     np.testing.assert_array_equal(got, z)
+
+
+NESTED = [
+    pytest.param("split(i,iX,iY,4); split(iY,iY1,iY2,2)", "c", marks=needs_cc),
+    ("split(i,iX,iY,4); split(iY,iY1,iY2,2)", "llvm"),
+    ("divide(i,iX,iY,5); split(iY,iY1,iY2,3)", "llvm"),
+    ("split(i,iX,iY,8); divide(iY,iY1,iY2,3)", "llvm"),
+    ("split(i,iX,iY,8); split(iY,iY1,iY2,4); split(iY2,iZ1,iZ2,2)", "llvm"),
+    ("split(i,iX,iY,4); split(iY,iY1,iY2,2); parallelize(iX,CPUThread,NoRaces)", "llvm"),
+]
+
+
+@pytest.mark.parametrize("schedule,target", NESTED)
+@pytest.mark.parametrize("op", ["*", "+"])
+@pytest.mark.parametrize("out", ["U", "C"])
+def test_splits_of_a_coordinate_block(target, schedule, op, out):
+    """A split of the inner loop of a co-iterated split splits its block of coordinates
+    again, each operand narrowed to the smaller block."""
+    if out == "C" and "parallelize" in schedule:
+        pytest.skip("a compressed output is appended in order, serially")
+    a, b = vectors(103, 2, 4, density=0.4)
+    k = ucf.compile(
+        f"C(i) = A(i){op}B(i)",
+        formats={"A": "C", "B": "C", "C": out},
+        schedule=schedule,
+        target=target,
+    )
+    got = k(A=ucf.from_numpy(a, format="C"), B=ucf.from_numpy(b, format="C")).to_numpy()
+    np.testing.assert_array_equal(got, a * b if op == "*" else a + b)
+
+
+@pytest.mark.parametrize(
+    "order,target",
+    [
+        pytest.param("iX1,iY1,iX2", "c", marks=needs_cc),
+        *((o, "llvm") for o in ("iX1,iX2,iY1", "iX1,iY1,iX2", "iX2,iX1,iY1", "iY1,iX2,iX1")),
+    ],
+)
+def test_taco_multilevel_tiling(order, target):
+    """TACO's scheduling test multilevel_tiling: both halves of a co-iterated split split
+    again, and the block loops in any order above the co-iteration."""
+    a, b = vectors(64, 2, 5, density=0.5)
+    schedule = f"split(i,iX,iY,2); split(iX,iX1,iX2,2); split(iY,iY1,iY2,2); reorder({order},iY2)"
+    k = ucf.compile(
+        "C(i) = A(i)*B(i)", formats={"A": "C", "B": "C"}, schedule=schedule, target=target
+    )
+    got = k(A=ucf.from_numpy(a, format="C"), B=ucf.from_numpy(b, format="C")).to_numpy()
+    np.testing.assert_array_equal(got, a * b)
+
+
+def test_block_loops_of_a_compressed_output_keep_their_order():
+    """Moving a block loop outside another would append C's coordinates out of order."""
+    schedule = (
+        "split(i,iX,iY,2); split(iX,iX1,iX2,2); split(iY,iY1,iY2,2); reorder(iY1,iX1,iX2,iY2)"
+    )
+    with pytest.raises(ucf.ScheduleError, match="appended in loop order"):
+        ucf.compile("C(i) = A(i)*B(i)", formats={"A": "C", "B": "C", "C": "C"}, schedule=schedule)
