@@ -77,6 +77,8 @@ class Plan:
     # The compute function writes every element of its dense output (``ucf.lower.zeroing``),
     # so the output need not be zeroed before a call.
     writes_all: bool = False
+    # The sparse output is appended in one pass, each value stored once (``Lowered``).
+    one_pass: bool = False
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
@@ -190,6 +192,11 @@ def plan(
     variables = tuple(cin.order) if blocking is None else user_variables(front.user_stmt)
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
+    if lowered.one_pass:
+        cin.notes.append(
+            f"output {out} is appended in one pass into arrays that hold the operands' "
+            "entries together, then trimmed (no pass counts its entries first)"
+        )
     compute = remove_dead_variables(lowered.compute)
     if module is None:
         compute, tiles = register_block(compute)
@@ -238,6 +245,7 @@ def plan(
         integer_sums=lowered.integer_sums,
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
+        one_pass=lowered.one_pass,
     )
 
 

@@ -55,11 +55,15 @@ def test_spmv_csr(asan_cc, tmp_path, case, idt):
 @pytest.mark.parametrize("case", list(MATS))
 @pytest.mark.parametrize("other", ["same", "nnz0", "shifted"])
 @pytest.mark.parametrize("out_format", ["csr", "dcsr"])
-def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format):
+@pytest.mark.parametrize("schedule", [None, "reorder(i,j)"])  # a serial csr one: one pass
+def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format, schedule):
     A = MATS[case]
     B = {"same": A, "nnz0": np.zeros_like(A), "shifted": np.roll(A, 1, axis=1) * 2}[other]
     k = ucf.compile(
-        "S(i,j) = A(i,j) + B(i,j)", formats={"S": out_format, "A": "csr", "B": "csr"}, target="c"
+        "S(i,j) = A(i,j) + B(i,j)",
+        formats={"S": out_format, "A": "csr", "B": "csr"},
+        schedule=schedule,
+        target="c",
     )
     ops = {"A": _tensor(A, "csr"), "B": _tensor(B, "csr")}
     out = run_under_asan(

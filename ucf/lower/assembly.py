@@ -6,7 +6,7 @@ from ucf.format.format import Format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.lower.lattice import Term, reduces
+from ucf.lower.lattice import Term, presence, reduces
 from ucf.lower.state import (
     SlotParams,
     State,
@@ -29,6 +29,57 @@ class AssemblyMixin:
         if len(sparse) == 1 and self.out_fmt.levels[sparse[0]].segment_array is not None:
             return sparse[0]
         return None
+
+    def _bound_operands(self) -> list[int]:
+        """The operands whose stored entries bound the output's, when a serial kernel may
+        append the output in one pass, as scipy adds sparse matrices: a sum or product of
+        sparse operands stored like the output (dense levels above one compressed level,
+        indexed by the output's variables in its level order), which is zero where they
+        all are, so each output entry is an entry of one of them. The arrays are then
+        allocated to hold their entries together (``_bound``), the rows appended one
+        after the other, and trimmed once: no pass counts the entries first. A kernel
+        that builds rows in parallel needs each row's count first, so it keeps two."""
+        a = self.applied
+        if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
+            return []
+        if self.cin.blocks or (
+            a is not None
+            and (a.parallel or a.precompute or a.fused or a.pos or a.assemble is not None)
+        ):
+            return []
+        found = []
+        for n, op in self.operands.items():
+            levels = op.fmt.levels
+            if (
+                [ix.single_variable for ix in op.level_idx] != self.out_level_vars
+                or not all(k.full for k in levels[:-1])
+                or levels[-1].segment_array is None
+            ):
+                return []
+            found.append(n)
+        if not found or presence(self.term, dict.fromkeys(found, False)) is not False:
+            return []
+        return found
+
+    def _bound(self) -> list[ir.Stmt]:
+        """The assemble pass of a one-pass output (``_bound_operands``): the entries of the
+        operands, summed, as the count of the output's compressed level."""
+        total: ir.Expr = Const(0, I64)
+        for n in self.bounded:
+            op = self.operands[n]
+            last = len(op.fmt.levels) - 1
+            parents: ir.Expr = Const(1, I64)
+            for lvl in range(last):
+                parents = ir.mul(parents, op.dim(lvl))
+            kind, arrays, dim = op.fmt.levels[last], op.params.levels[last], op.dim(last)
+            first = ir.cast(kind.bounds(arrays, Const(0, I64), None, dim)[0], I64)
+            end = ir.cast(kind.bounds(arrays, parents, None, dim)[0], I64)
+            total = ir.add(total, ir.sub(end, first))
+        counts, last = self._counts_array(), self.out_fmt.order - 1
+        return [
+            ir.Store(counts, Const(lvl, I64), total if lvl == last else Const(0, I64))
+            for lvl in range(self.out_fmt.order)
+        ]
 
     def _out_kind(self, v: str, st: State) -> LevelKind | None:
         """The kind of the output level loop ``v`` places a coordinate in, if any."""
@@ -188,7 +239,11 @@ class AssemblyMixin:
         stmts: list[ir.Stmt] = []
         parents: ir.Expr = Const(1, I64)
         for lvl, kind in enumerate(self.out_fmt.levels):
-            if not kind.full and lvl != self.local:
+            if self.bounded and not kind.full:  # every row closes its segment: start the first
+                stmts += kind.close(
+                    self.out_params.levels[lvl], Const(-1, I64), Const(0, I64), self.it
+                )
+            elif not kind.full and lvl != self.local:
                 stmts += self._zeroed(lvl, parents)
             parents = (
                 ir.mul(parents, self._level_dim(lvl))
@@ -211,7 +266,9 @@ class AssemblyMixin:
                 dim = self._level_dim(lvl)
                 begin, end = kind.bounds(arrays, q, None, dim)
                 steady = ir.Select(ir.Cmp("<", end, begin), begin, end)
-                if lvl != self.local:  # the assemble pass left the local level complete
+                # The assemble pass left the local level complete; a one-pass output's rows
+                # all closed their segments.
+                if lvl != self.local and not self.bounded:
                     stmts.append(
                         ir.For(q, Const(0, I64), parents, kind.close(arrays, q, steady, self.it))
                     )

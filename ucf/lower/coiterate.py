@@ -179,6 +179,12 @@ class CoiterationMixin:
         for it in its[1:]:
             mn = ir.minimum(mn, it.coord)
         body.append(ir.Decl(coord, mn))
+        # The assemble pass counts alike in every case: one body and branch-free advances
+        # (``_one_case``) run without a mispredicted branch per entry.
+        two = len(its) == 2 and not flags and live == set(key) and not absent
+        if two and not self.assembling:
+            body += self._merge_two(term, st, iters, located, coord, its)
+            return [ir.While(cond, body, label=label)]
         body += flags.values()
         matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
         for it in its:
@@ -191,6 +197,27 @@ class CoiterationMixin:
             step = [ir.Assign(it.pos, self._advance(it)), *it.skip]
             body += step if len(its) == 1 else [ir.If(matches[it.n], step)]
         return [ir.While(cond, body, label=label)]
+
+    def _merge_two(self, term, st, iters, located, coord, its) -> list[ir.Stmt]:
+        """The body of a merge of two iterators, as a three-way branch on their
+        coordinates, each way advancing the iterators it matched: the advances then
+        depend on a predicted branch, not on the coordinates just loaded, so the next
+        iteration's loads need not wait for this one's compare (with the advances
+        after a chain of cases, LLVM made them branch-free: a chain from each load to
+        the next, 7 % of a sparse add)."""
+        a, b = its
+        every = {a.n, b.n}
+
+        def way(subset: list[int]) -> list[ir.Stmt]:
+            sub = restrict(term, every - set(subset))
+            stmts = [] if sub is None else self._case_body(sub, st, iters, located, coord, subset)
+            for it in (a, b):
+                if it.n in subset:
+                    stmts += [ir.Assign(it.pos, self._advance(it)), *it.skip]
+            return stmts
+
+        below = ir.If(ir.Cmp("<", a.coord, b.coord), way([a.n]), way([b.n]))
+        return [ir.If(ir.Cmp("==", a.coord, b.coord), way([a.n, b.n]), [below])]
 
     def _cases(
         self, term, st, iters, located, coord, live: set[int], matches, full: bool, absent=()

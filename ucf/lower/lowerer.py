@@ -176,6 +176,9 @@ class Lowerer(
         self.repeats = False
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
+        self.bounded = self._bound_operands()  # the output in one pass: see there
+        if self.bounded:
+            self.local = None
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
         # The sums of integer products: each one's factors and the extents it runs over.
@@ -238,7 +241,14 @@ class Lowerer(
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
         assemble = None
-        if self.sparse_out:
+        if self.bounded:
+            assemble = ir.Function(
+                f"{self.name}_assemble",
+                self._params(True),
+                self._bound(),
+                doc="Bound the entries of the output: those of the operands together.",
+            )
+        elif self.sparse_out:
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
             dims = zip(self.out_params.dims, self.out_vars, strict=True)
@@ -263,7 +273,8 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        return Lowered(compute, assemble, helpers, self.local, self.integer_sums)
+        one_pass = bool(self.bounded)
+        return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
         """The compute function zeroing its dense output itself, a slice at a time

@@ -136,6 +136,10 @@ class Lowered:
     # Sums of quantized products in int32 (``ucf.lower.held``): for each, the slots of
     # its factors and the extents (names, or fixed sizes) of the loops it runs over.
     integer_sums: list = field(default_factory=list)
+    # The sparse output is appended in one pass into arrays sized by the assemble pass's
+    # bound, every value stored once (``AssemblyMixin._bound_operands``): its values
+    # need no zeroing before the call.
+    one_pass: bool = False
 
 
 @dataclass

@@ -210,8 +210,9 @@ class LevelKind:
         raise FormatError(f"a {self.name} level is not appended to")
 
     def allocate(self, parent_count: int, count: int, dim: int, idt: np.dtype):
-        """Zeroed arrays for an output level, and its number of positions (``count`` is
-        what the assemble pass counted for an appended level)."""
+        """Arrays for an output level, and its number of positions (``count`` is what the
+        assemble pass counted, or bounded, for an appended level). The kernel writes
+        every entry it keeps, so they need not be zeroed."""
         raise NotImplementedError
 
     def trimmed(self, arrays: dict[str, np.ndarray], parent_count: int) -> dict[str, np.ndarray]:

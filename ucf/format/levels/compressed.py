@@ -83,7 +83,9 @@ class Compressed(LevelKind):
         return [ir.Store(arrays["pos"], ir.add(parent, one), ir.cast(end, index_type))]
 
     def allocate(self, parent_count, count, dim, idt):
-        arrays = {"pos": np.zeros(parent_count + 1, dtype=idt), "crd": np.zeros(count, dtype=idt)}
+        # Uninitialized: the kernel's passes write every position they keep (the assemble
+        # pass or the compute pass starts by emptying each segment).
+        arrays = {"pos": np.empty(parent_count + 1, dtype=idt), "crd": np.empty(count, dtype=idt)}
         return arrays, count
 
     def trimmed(self, arrays, parent_count):
