@@ -8,6 +8,11 @@ Run from the repository root:
     python bench/autoschedule.py --mtx web-Google.mtx --kernels spmv,spmm32 --trials 20
     python bench/autoschedule.py --rows 2000 --quick # smoke test: seconds
     python bench/autoschedule.py --search-formats --threads 1 --clock cpu --kernels spmv,spmm32
+    python bench/autoschedule.py --headroom         # the tuner where the default leaves headroom
+
+``--headroom`` runs the suite of ``headroom.py`` instead (its options follow): SDDMM,
+MTTKRP, TTV, SpGEMM, a sum of two SpGEMMs, batch-1 convolutions and wide SpMM, each
+tuned with 50 trials and measured against an exhaustive sweep of the same space.
 
 Users write a statement and formats, not the schedules of ``parallel.py``,
 so what they get is ucf's default.  Every kernel here is therefore timed in
@@ -24,7 +29,7 @@ seed=0, storage=..., **operands) -> Tuned`` with ``.schedule``, ``.time``,
 ``.default_time`` and ``.kernel`` (the compiled best); each study gets a
 fresh in-memory Optuna storage so no study resumes another matrix's.
 Without ``ucf.tune`` the tuned column reads "not available".  A study that
-keeps the default (``Tuned.schedule`` None) returns the default kernel, so its
+keeps the default (``Tuned.is_default``) returns the default kernel, so its
 column shows the default column's samples (``kept_default`` in the JSON): two
 timings of one kernel differ by up to 25 % on a busy machine, and that noise
 would be read as a speed-up or a loss.
@@ -733,7 +738,7 @@ def tuned_cell(spec: Spec, case: Case, cell: dict, tools: Tools, args, column: s
     cell[column] = {
         "status": "ok",
         "schedule": res.schedule,
-        "kept_default": res.schedule is None,
+        "kept_default": res.is_default,
         "tune_s": spent,
         "trials": args.trials,
         "tune_time": res.time,
@@ -1057,6 +1062,11 @@ def inputs(args) -> Iterator[tuple[str, str, int, int, Callable[[], Any]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--headroom" in argv:
+        import headroom
+
+        return headroom.main([a for a in argv if a != "--headroom"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=50_000, help="rows of the suite (%(default)s)")
     p.add_argument("--mtx", nargs="*", default=[], help="Matrix Market files to add")

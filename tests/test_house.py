@@ -167,7 +167,7 @@ KNOWN = {
     ("ucf.pipeline", "level class"),
     ("ucf.stile.dynamic", "letter"),
     ("ucf.stile.tile_index", "letter"),
-    ("ucf.tuning.space", "letter"),
+    ("ucf.tuning.format_space", "letter"),  # moved out of ucf.tuning.space (issue 34)
 }
 
 

@@ -79,6 +79,9 @@ class Plan:
     writes_all: bool = False
     # The sparse output is appended in one pass, each value stored once (``Lowered``).
     one_pass: bool = False
+    # The schedule text the plan was built from ("" for none), the default model's choice
+    # where none was given; None for a GPU default, which no text spells.
+    schedule: str | None = None
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
@@ -246,6 +249,7 @@ def plan(
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
         one_pass=lowered.one_pass,
+        schedule=schedule,
     )
 
 

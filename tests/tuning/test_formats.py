@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import ucf
 from ucf.exec import tuned
 from ucf.format.format import parse_format
-from ucf.tuning import measure, space, structure, study
+from ucf.tuning import format_space, measure, space, structure, study
 from ucf.tuning.measure import Objective
 
 optuna = pytest.importorskip("optuna")
@@ -67,7 +67,7 @@ def test_blocks_and_ell_are_offered_only_where_they_fill():
     assert not [f for f in offered(uniform) if f.startswith("bcsr")]
     lengths = np.diff(uniform.indptr)
     assert ("ell" in " ".join(offered(uniform))) == (lengths.mean() / lengths.max() >= 0.5)
-    choices = space.format_choices(SPMV, {"A": "csr"}, {"A": ucf.from_scipy(uniform)})["A"]
+    choices = format_space.format_choices(SPMV, {"A": "csr"}, {"A": ucf.from_scipy(uniform)})["A"]
     assert all(len(f.split(":")[0]) == 2 for f in choices)  # no blocked format
 
 
@@ -77,13 +77,13 @@ def test_tuning_a_block_diagonal_matrix_over_formats_matches_scipy():
     result = ucf.tune(
         SPMM, formats={"A": "csr"}, trials=6, seed=0, search_formats=True, progress=False, A=A, B=B
     )
-    choices = space.format_choices(SPMM, {"A": "csr"}, {"A": ucf.from_scipy(A)})["A"]
+    choices = format_space.format_choices(SPMM, {"A": "csr"}, {"A": ucf.from_scipy(A)})["A"]
     assert any(f.startswith("UCUU") for f in choices) and result.formats["A"] in choices
     np.testing.assert_allclose(result.kernel(**result.operands(A=A, B=B)).to_numpy(), A @ B)
     assert result.conversion_time == 0 or result.formats["A"] != "UC"
     # after the default, the default schedule in each blocked or ELL format offered
     tried = [t.user_attrs["formats"]["A"] for t in result.study.trials[1:]]
-    assert tried and all(space.structured(f) for f in tried)
+    assert tried and all(format_space.structured(f) for f in tried)
     for t in result.study.trials:
         if t.value is not None:
             fmts = t.user_attrs["formats"]
@@ -130,7 +130,7 @@ def test_a_format_that_does_not_fit_is_pruned(monkeypatch):
     objective = _objective(A, B, {"A": ("UC", "UF1")})  # ell(1): rows hold more
     with pytest.raises(optuna.TrialPruned, match="cannot be stored"):
         objective(optuna.trial.FixedTrial({"format_A": "UF1"}))
-    monkeypatch.setattr(space, "format_choices", lambda *a: {"A": ("UC", "UF1")})
+    monkeypatch.setattr(format_space, "format_choices", lambda *a: {"A": ("UC", "UF1")})
     result = ucf.tune(
         SPMM, formats={"A": "csr"}, trials=6, seed=0, search_formats=True, progress=False, A=A, B=B
     )
@@ -198,11 +198,11 @@ def test_sddmm_offers_its_dense_factor_in_the_order_its_loops_walk():
     call, so none is offered there, while SpMM on the same matrix gets blocked formats."""
     A = block_diagonal(8, density=1.0)
     operands = {"A": ucf.from_scipy(A)}
-    choices = space.format_choices(SDDMM, {"A": "csr", "C": "csr"}, operands)
+    choices = format_space.format_choices(SDDMM, {"A": "csr", "C": "csr"}, operands)
     assert choices["D"] == ("UU", "UU:1,0") and "B" not in choices
     assert not [f for f in choices["A"] if parse_format(f).blocked]
-    spmm = space.format_choices(SPMM, {"A": "csr"}, operands)
-    assert "B" not in spmm and [f for f in spmm["A"] if space.structured(f)]
+    spmm = format_space.format_choices(SPMM, {"A": "csr"}, operands)
+    assert "B" not in spmm and [f for f in spmm["A"] if format_space.structured(f)]
 
 
 def test_tuning_sddmm_over_formats_matches_scipy():

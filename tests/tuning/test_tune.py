@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.exec import tuned
-from ucf.tuning import measure, space
+from ucf.tuning import format_space, measure, space
 from ucf.tuning.measure import Objective, median_time
 from ucf.tuning.study import default_storage
 
@@ -62,10 +62,12 @@ def test_tune_is_at_least_as_fast_as_the_default(cache):
     assert result.time <= result.default_time * 1.1
     np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
     # the best is recorded for schedule="tuned" (nothing when the default stays)
-    assert tuned.lookup(_key(A, x)) == result.schedule
-    if result.schedule is not None:
-        k = ucf.compile(SPMV, formats={"A": "csr"}, schedule=tuned.lookup(_key(A, x)))
-        np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+    assert tuned.lookup(_key(A, x)) == (None if result.is_default else result.schedule)
+    # the schedule is text, the default's too, and compiles to the chosen kernel
+    assert isinstance(result.schedule, str)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, schedule=result.schedule)
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
+    assert k(A=A, x=x) is not None and k.cin.splitlines()[0] == result.kernel.cin.splitlines()[0]
 
 
 def test_every_trial_computes_what_scipy_does(cache):
@@ -89,13 +91,14 @@ def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
     A = sp.random(100, 100, density=0.05, format="csr", random_state=1)
     B = sp.random(100, 100, density=0.05, format="csr", random_state=2)
     result = ucf.tune(SPGEMM, formats=fmts, trials=6, seed=1, progress=False, A=A, B=B)
-    assert result.schedule is None or "precompute(A(i, j)*B(j, k), k, k, w)" in result.schedule
+    assert "precompute(A(i, j)*B(j, k), k, k" in result.schedule or result.is_default
+    assert "precompute" in result.schedule  # the default's Gustavson workspace too
     assert result.time <= result.default_time
     np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), (A @ B).toarray())
     # the plan schedule="tuned" finds: keyed by the formats as given and the shape class
     shape = tuned.shape_class({"i": 100, "j": 100, "k": 100}, {"A": A.nnz, "B": B.nnz})
     key = tuned.make_key(SPGEMM, fmts, "float64", "int32", "llvm", shape)
-    assert tuned.lookup(key) == result.schedule
+    assert tuned.lookup(key) == (None if result.is_default else result.schedule)
     path = result.plot(tmp_path / "tune.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     p = space.problem(SPGEMM, fmts, {"i": 60, "j": 50, "k": 40})
@@ -162,7 +165,8 @@ def test_a_trial_that_raises_is_pruned(cache, monkeypatch):
     result = ucf.tune(SPMV, formats={"A": "csr"}, trials=4, seed=0, progress=False, A=A, x=x)
     states = {t.state for t in result.study.trials}
     assert states == {optuna.trial.TrialState.PRUNED}
-    assert result.schedule is None and result.time == result.default_time
+    assert result.is_default and result.time == result.default_time
+    assert result.schedule == result.kernel.schedule_used  # the default's, never None
     assert all("the backend fell over" in why for why in result.reasons.values())
     assert tuned.lookup(_key(A, x)) is None  # nothing better was found, nothing recorded
     np.testing.assert_allclose(result.kernel(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
@@ -186,7 +190,7 @@ def test_a_wrong_result_is_pruned(cache, monkeypatch):
 
     monkeypatch.setattr(measure, "Kernel", wrong)
     result = ucf.tune(SPMV, formats={"A": "csr"}, trials=3, seed=0, progress=False, A=A, x=x)
-    assert result.schedule is None and not completed(result)
+    assert result.is_default and not completed(result)
     assert "differs from the default" in result.reasons["parallelize(i, CPUThread, NoRaces)"]
 
 
@@ -320,7 +324,7 @@ def test_formats_are_searched_and_every_trial_checked(cache):
         k = ucf.compile(SPMV, formats=fmts, schedule=t.user_attrs["schedule"])
         np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x, rtol=1e-12)
         assert (t.user_attrs["conversion"] > 0) == (fmts["A"] != "UC")
-    assert result.formats["A"] in space.format_choices(SPMV, {"A": "csr"})["A"]
+    assert result.formats["A"] in format_space.format_choices(SPMV, {"A": "csr"})["A"]
 
 
 def test_schedule_tuned_loads_the_stored_plan(cache):
@@ -368,7 +372,7 @@ def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
     start = time.perf_counter()
     result = ucf.tune(CSC_SPMM, formats={"A": "csc"}, trials=2, seed=0, progress=False, A=A, B=B)
     assert time.perf_counter() - start < 20
-    assert result.schedule is None and not completed(result)
+    assert result.is_default and not completed(result)
     assert "ran longer than" in result.reasons[QUADRATIC]
     np.testing.assert_allclose(result.kernel(A=A, B=B).to_numpy(), A @ B, rtol=1e-12)
 

@@ -504,13 +504,14 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     )
     print(f"default:  {result.default_time * 1e6:.1f} us per call")
     trials = len(result.study.trials)
-    if result.schedule is None:
+    if result.is_default:
         if any(t.value is not None for t in result.study.trials):
             print(f"tuned:    no trial beat the default ({trials} trials in the study)")
         else:
             print(f"tuned:    every trial failed ({trials} trials in the study), for example:")
             for schedule, why in list(result.reasons.items())[:3]:
                 print(f"  {schedule or '(no commands)'}: {why}")
+        print(f"schedule: {result.schedule or '(serial, no commands)'} (the default's)")
     else:
         print(
             f"tuned:    {result.time * 1e6:.1f} us per call ({result.speedup:.2f}x; "

@@ -534,15 +534,12 @@ class _FunctionBuilder:
         return phi
 
     def short_circuit(self, e: ir.Logic) -> ll.Value:
-        """``and``/``or`` must not evaluate their right side needlessly: it may read past an
-        end. A right side that reads no memory and cannot trap (the match flags of a merge)
-        is evaluated anyway, as C compilers do: one branch on both, not one on each (a
-        merge's branches are unpredictable; this cut a sparse add by a fifth)."""
+        """``and``/``or`` evaluate a right side that may read past an end only when needed;
+        one that reads nothing and cannot trap (a merge's match flags) always: one branch."""
         b = self.b
         left = self.expr(e.left)
         if not _loads(e.right) and not _divides(e.right):
-            right = self.expr(e.right)
-            return b.and_(left, right) if e.op == "and" else b.or_(left, right)
+            return (b.and_ if e.op == "and" else b.or_)(left, self.expr(e.right))
         start = b.block
         rhs = self.func.append_basic_block("logic.rhs")
         merge = self.func.append_basic_block("logic.end")

@@ -221,6 +221,7 @@ class Kernel(Calling):
         schedule stored for their shape class, else the default model's."""
         threads = num_threads()
         st = stats.measure(given, extents)
+        self._local.stats = (st, threads)
         key = st.key(threads)
         built = self._choices.get(key)
         if built is None:
@@ -333,6 +334,20 @@ class Kernel(Calling):
         return "\n".join([str(self._plan.cin), *(f"  # {w}" for w in self._built.why)])
 
     @property
+    def schedule_used(self) -> str | None:
+        """The schedule text of the kernel the last call in this thread ran (before any
+        call, the kernel compiled first): the one given, or the one the default model
+        chose for these operands (``""``: the plain loop nest). ``ucf.compile`` with it
+        builds that kernel, except where the default runs a convolution on a padded,
+        flattened input (``ucf.exec.padded_conv``), which no schedule of the statement
+        spells: then it is the model's schedule for the statement as written, the
+        kernel the default would run unflattened. None for target cuda's default."""
+        if self._built.flat is None or self._local.stats is None:
+            return self._plan.schedule
+        st, threads = self._local.stats
+        return pipeline.proposals(self._expr, self.formats, st, threads)[0].text
+
+    @property
     def source(self) -> str:
         if self.target == "cuda":
             return self._plan.cuda_source
@@ -408,6 +423,7 @@ class _PerThread(threading.local):
     with the operands of one of the last few replay (``ucf.exec.replay``), newest first."""
 
     built: _Built | None = None
+    stats: tuple | None = None  # the last call's operand statistics and thread count
     replays: tuple[Replay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
 

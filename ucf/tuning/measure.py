@@ -144,6 +144,7 @@ class Objective:
     choices: dict[str, tuple[str, ...]]
     reference: Any = None
     baseline: float = 0.0  # seconds per call of the default schedule
+    default_schedule: str | None = None  # the default's, for these operands
     repeats: int = REPEATS
     _variants: dict[str, Variant] = field(default_factory=dict, repr=False)
     _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
@@ -192,7 +193,8 @@ class Objective:
 
         k = self.kernel(schedule, v.formats)
         seconds = probe.limit(self.baseline)
-        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
+        default = self.default_schedule if v.formats == self.formats else None
+        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds, default):
             from ucf.toolchain.jit import num_threads
 
             request = probe.Call(

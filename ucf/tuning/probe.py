@@ -67,15 +67,33 @@ def limit(default_seconds: float) -> float:
 RESHAPING = frozenset({"reorder", "precompute"})
 
 
-def needed(schedule: str | None, extents: dict[str, int], seconds: float) -> bool:
+def needed(
+    schedule: str | None, extents: dict[str, int], seconds: float, default: str | None = None
+) -> bool:
     """Whether ``schedule`` of a statement over ``extents`` might take longer than
     ``seconds``, so that its first call must run where it can be stopped: it changes
-    the loop order or adds a workspace, and the dense iteration space is that big."""
-    from ucf.schedule.text import parse_schedule
-
-    if not schedule or not RESHAPING & {c.name for c in parse_schedule(schedule)}:
+    the loop order or adds a workspace other than the ``default`` schedule's (whose
+    time is measured: Gustavson's workspace in parallel chunks iterates what the
+    default does), and the dense iteration space is that big."""
+    shape = spelled(schedule, RESHAPING)
+    if not shape or shape == spelled(default, RESHAPING):
         return False
     return math.prod(extents.values()) * POINT_SECONDS > seconds
+
+
+def spelled(schedule: str | None, names: frozenset[str] | None = None) -> list[tuple]:
+    """The commands of ``schedule`` (those named in ``names``, else all) in a form that
+    compares equal where two texts build one kernel: spaces dropped, a workspace's
+    name left out (``precompute(A(i,j)*B(j,k), k, k, w)`` is the default's unnamed)."""
+    from ucf.schedule.text import parse_schedule
+
+    if not schedule:
+        return []
+    return [
+        (c.name, *("".join(a.split()) for a in (c.args[:3] if c.name == "precompute" else c.args)))
+        for c in parse_schedule(schedule)
+        if names is None or c.name in names
+    ]
 
 
 @dataclass(frozen=True)

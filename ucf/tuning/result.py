@@ -15,10 +15,14 @@ from ucf.errors import boundary
 class Tuned:
     """The best schedule a study found, and how it compares with the default.
 
-    ``schedule`` is schedule text (``""`` is a serial kernel), or None when the
-    default stays: no trial beat it when both were timed again at the end, or
-    every trial failed. ``reasons`` maps each schedule that failed to why (a
-    run with successful trials lists its failures too). ``time`` and
+    ``schedule`` is the chosen schedule's text, never None: ``""`` is the plain loop
+    nest (no commands), and ``ucf.compile`` with it builds ``kernel``. When the default
+    stays (no trial beat it when both were timed again at the end, or every trial
+    failed), ``is_default`` is True and ``schedule`` is the one the default model chose
+    for these operands (``Kernel.schedule_used``; for a convolution the default runs on a
+    padded, flattened input, the model's schedule of the statement as written).
+    ``reasons`` maps each schedule that failed to why (a run with successful trials
+    lists its failures too). ``time`` and
     ``default_time`` are seconds per call (medians of the final rounds, the finalists
     and the default timed in turns, ``ucf.tuning.final``; CPU seconds with one thread),
     so their ratio is the speed-up on this machine. ``formats`` are the input
@@ -29,7 +33,7 @@ class Tuned:
     ``break_even`` is how many calls the conversion takes to pay for itself.
     """
 
-    schedule: str | None
+    schedule: str
     time: float
     default_time: float
     study: Any  # optuna.Study
@@ -37,6 +41,7 @@ class Tuned:
     reasons: dict[str, str] = field(default_factory=dict)
     formats: dict[str, str] = field(default_factory=dict)  # the inputs' formats it is for
     conversion_time: float = 0.0  # seconds to convert the given inputs into ``formats``
+    is_default: bool = False  # no trial beat the default: ``schedule`` is the default's
 
     @property
     def speedup(self) -> float:
@@ -65,7 +70,7 @@ class Tuned:
         }
 
     def __repr__(self) -> str:
-        shown = "default" if self.schedule is None else repr(self.schedule)
+        shown = f"default {self.schedule!r}" if self.is_default else repr(self.schedule)
         return (
             f"Tuned({shown}, {self.time * 1e6:.1f} us vs default {self.default_time * 1e6:.1f} us"
             f" ({self.speedup:.2f}x), {len(self.study.trials)} trials)"

@@ -10,7 +10,8 @@ order they store their modes). A trial picks, in define-by-run style:
 - ``precompute[<order>]``: a workspace for a sub-product over one output
   variable (Gustavson's SpGEMM, MTTKRP's row of ``B*D``), when something is
   summed and the order has a place for it (required where a sparse output
-  would otherwise be appended inside a sum);
+  would otherwise be appended inside a sum); for a sum of products (``A@B +
+  D@E``), one workspace gathering every term, or one per term;
 - ``bound_<v>``: a constant trip count for a dense extent of at most 64, or 256
   for the innermost output loop of ucf's order, the row a register tile runs
   along (a shape class keeps such extents exact, so the tuned plan is looked up
@@ -29,7 +30,7 @@ order they store their modes). A trial picks, in define-by-run style:
 - ``inner_log2``: a split of the innermost loop (a power of two), which LLVM
   vectorizes by itself where it can (a ``CPUVector`` request that it cannot
   honour only prints a warning);
-- ``format_<T>`` (``format_choices``, when formats are searched too): each
+- ``format_<T>`` (``ucf.tuning.format_space``, when formats are searched too): each
   sparse input's format, among its level kinds and mode orders and the blocked
   and fixed-width formats its nonzeros' fill says can pay, and each dense
   input's mode order, its own or the one its loops walk; every choice of
@@ -42,7 +43,6 @@ and an illegal one is a pruned trial.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +50,10 @@ from ucf.cin.blocking import unblock
 from ucf.errors import UcfError
 from ucf.exec.tuned import EXACT_EXTENT
 from ucf.format.format import parse_format
-from ucf.format.tensor import Tensor
-from ucf.lang.ast import Access, Binary, accesses
+from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
-from ucf.tuning.structure import offers
+from ucf.schedule.gathering import gathering, terms
 
 #: Loop orders offered at most (the default's first); beyond this, permutations are cut.
 MAX_ORDERS = 120
@@ -69,7 +68,7 @@ BOUND_EXTENT = 64
 TILE_LOG2 = (0, 3, 4, 5)
 #: Changes whenever the parameters below change, so a study of an older space is not
 #: resumed with incompatible choices.
-SPACE_VERSION = 7
+SPACE_VERSION = 8
 PARALLEL = ("none", "loop", "chunk")
 NNZ = "nnz"
 NONE = "none"
@@ -77,8 +76,10 @@ NONE = "none"
 
 @dataclass(frozen=True)
 class Workspace:
-    """A candidate ``precompute``: the sub-product, its variable, and the variables of
-    the sub-product and of the rest of the statement (which decide where it can go)."""
+    """A candidate ``precompute``: the sub-product (or sum of products), its variable,
+    and the variables of the sub-product and of the rest of the statement (which decide
+    where it can go). ``expr`` may join several expressions with `` & ``: one workspace
+    each, over the same variable (the terms of a sum of products, apart)."""
 
     expr: str
     var: str
@@ -207,9 +208,11 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
         sparse[a.tensor] = (levels, tuple(k.full for k in fmt.levels))
     inputs = {n: f for n, f in fmts.items() if n != out}
     base = []
+    gathered = gathering(stmt, fmts[out])
     for workspace in (False, True):
         try:
-            cin = concretize(stmt, inputs, fmts[out], workspace=workspace)
+            relaxed = [gathered] if workspace and gathered else []
+            cin = concretize(stmt, inputs, fmts[out], workspace=workspace, gathered=relaxed)
             base.append(tuple(cin.order))
         except UcfError:
             base.append(variables)
@@ -266,7 +269,23 @@ def _variables(factors) -> frozenset[str]:
 
 def _workspaces(stmt, outputs: tuple[str, ...]) -> tuple[Workspace, ...]:
     """Every sub-product that uses an output variable, when the right-hand side is a
-    product with something summed (else there is nothing for a workspace to gather)."""
+    product with something summed (else there is nothing for a workspace to gather);
+    for a sum of products, the whole sum over an output variable every term uses, and
+    its terms apart, one workspace each."""
+    found_terms = terms(stmt.rhs)
+    if found_terms is not None:
+        spelled = [text(t) for _, t in found_terms]
+        whole = spelled[0]
+        for (sign, _), t in zip(found_terms[1:], spelled[1:], strict=True):
+            whole += f" {'+' if sign > 0 else '-'} {t}"
+        inside = _variables(accesses(stmt.rhs))
+        out = []
+        for v in outputs:
+            if all(v in _variables(accesses(t)) for _, t in found_terms):
+                outside = frozenset(outputs) | {v}
+                out.append(Workspace(whole, v, inside, outside))
+                out.append(Workspace(" & ".join(spelled), v, inside, outside))
+        return tuple(out)
     summed, body = peel(stmt.rhs)
     factors = _factors(body)
     if not summed or not factors or len(factors) < 2:
@@ -325,12 +344,15 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     if order != p.base[pre != NONE]:
         steps.append(f"reorder({', '.join(order)})")
     if pre != NONE:
-        expr, ws = pre.rsplit("@", 1)[0], _fresh("w", taken)
-        steps.append(f"precompute({expr}, {workspace}, {workspace}, {ws})")
+        for expr in pre.rsplit("@", 1)[0].split(" & "):
+            ws = _fresh("w", taken)
+            steps.append(f"precompute({expr}, {workspace}, {workspace}, {ws})")
     positional = p.positional
     for v in p.variables:
         n = p.extents.get(v)
-        limit = EXACT_EXTENT if v == p.row else BOUND_EXTENT
+        # The innermost loop of ucf's order up to 256: SpMM's row of N, a register tile
+        # runs along; SDDMM's dot product over k, whose constant trip count vectorizes.
+        limit = EXACT_EXTENT if v in (p.row, p.base[0][-1]) else BOUND_EXTENT
         if n is None or n > limit or v in positional or v in p.places or v == workspace:
             continue
         if trial.suggest_categorical(f"bound_{v}", [False, True]):
@@ -353,9 +375,12 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     elif kind != NONE:
         # Where no operand's nonzeros can be walked (or a workspace is in the way),
         # blocks of the outer loop's iterations instead; a workspace's own loop is not
-        # split, but may run on threads whole. Either way no trial is wasted.
-        depth = 0 if kind == NNZ or len(order) < 2 else trial.suggest_int("depth", 0, 1)
-        v = order[depth]
+        # split, but may run on threads whole. Either way no trial is wasted. A loop
+        # that runs once (a batch of 1) is passed over: the choice is between the two
+        # outermost loops that have something to share (a convolution's channels).
+        shared = [u for u in order if p.extents.get(u, 2) > 1][:2] or [order[0]]
+        depth = 0 if kind == NNZ or len(shared) < 2 else trial.suggest_int("depth", 0, 1)
+        v = shared[depth]
         target = label[v]
         if p.sparse_output and (v in p.appended or v in p.reductions):
             kind = NONE  # a sparse output is built in parallel only over its dense levels
@@ -419,9 +444,16 @@ def default_params(p: Problem, scope: str = "") -> dict[str, Any]:
     """The parameters that spell ucf's default schedule (the outermost loop on threads
     when it is an output variable, else serial), tried first so the tuner starts from
     the default."""
-    order = p.base[0]
+    order, workspace = p.base[0], NONE
+    places = p.placeable(p.base[1]) if p.converts else []
+    if places:  # ucf's own workspace (Gustavson's), in the order that needs no conversion
+        order, workspace = p.base[1], places[0]
     spelled = ",".join(order)
-    params: dict[str, Any] = {"order": spelled, f"precompute[{spelled}]": NONE, "inner_log2": 0}
+    params: dict[str, Any] = {
+        "order": spelled,
+        f"precompute[{spelled}]": workspace,
+        "inner_log2": 0,
+    }
     params.update({f"bound_{v}": False for v in p.variables})
     params["parallel"] = "loop" if order and order[0] in p.outputs else NONE
     params["depth"] = 0
@@ -444,7 +476,7 @@ def seed_params(p: Problem, threads: int, scope: str = "") -> list[dict[str, Any
     default order's outer loop on threads whole, in blocks of ``SEED_CHUNKS`` rows and
     in blocks of nonzeros, bound and not. Best-first, so a study cuts the tail."""
     base = default_params(p)
-    order = p.base[0]
+    order = tuple(base["order"].split(","))
     found: list[dict[str, Any]] = []
     for bound, tile in ((True, SEED_TILE), (True, 0), (False, 0)):
         common = {
@@ -490,88 +522,3 @@ class _Fixed:
 
     def suggest_int(self, name: str, low: int, high: int) -> int:
         return min(max(int(self.params.get(name, low)), low), high)
-
-
-def structured(spelled: str) -> bool:
-    """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
-    that ``format_choices`` offers only where the operand's structure fills it."""
-    fmt = parse_format(spelled)
-    return fmt.blocked or "F" in str(fmt).split(":")[0]
-
-
-def format_choices(
-    statement: str, formats: dict[str, str], operands: Mapping[str, Tensor] | None = None
-) -> dict[str, tuple[str, ...]]:
-    """Formats to try for each input, the given one first.
-
-    A sparse input gets its level kinds, all dense-then-compressed and all compressed,
-    in every mode order (up to order 3); and for a matrix among ``operands``, the blocked
-    (``bcsr``) and fixed-width (``ell``) formats whose fill on it says they can pay
-    (``ucf.tuning.structure``). Inputs given in a blocked format, and inputs indexed by
-    affine expressions, keep their format. A dense input of order 2 or 3 gets the mode
-    order in which ucf's default loop order walks it (``dense_order``), where that is
-    not the given one. A choice in which no loop order walks every operand in its
-    storage (a ``bcsr`` input beside a ``csr`` output over the same variables) would
-    convert an operand in every call, and is left out."""
-    stmt = parse_statement(statement)
-    found = {}
-    walked: tuple[str, ...] | None = None
-    for a in accesses(stmt.rhs):
-        n = len(a.indices)
-        given = parse_format(formats.get(a.tensor, "dense"), order=n, tensor=a.tensor)
-        if n > 3 or any(i.single_variable is None for i in a.indices):
-            continue
-        if given.is_dense:
-            if walked is None:
-                walked = _default_order(statement, formats)
-            option = dense_order(a, walked)
-            if n > 1 and option is not None and option != str(given):
-                found[a.tensor] = (str(given), option)
-            continue
-        letters = str(given).split(":")[0]
-        if len(letters) != n:  # a blocked format
-            continue
-        options = [str(given)]
-        for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
-            for perm in itertools.permutations(range(n)):
-                order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
-                options.append(str(parse_format(kinds + order, order=n, tensor=a.tensor)))
-        if operands is not None and a.tensor in operands:
-            for offer in offers(operands[a.tensor]):
-                options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
-        kept = [
-            o
-            for o in dict.fromkeys(options)
-            if o == str(given) or _walkable(statement, formats, a.tensor, o)
-        ]
-        found[a.tensor] = tuple(kept)
-    return {t: options for t, options in found.items() if len(options) > 1}
-
-
-def _default_order(statement: str, formats: dict[str, str]) -> tuple[str, ...]:
-    """ucf's default loop order for ``formats`` (a blocked format's split variables
-    included)."""
-    return problem(statement, formats, {}).base[0]
-
-
-def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
-    """The dense format that stores ``access``'s modes in the order loop ``order`` visits
-    their variables (``UU:1,0`` for ``D(k,j)`` under loops ``i, j, k``), so the innermost
-    loop walks contiguous memory; None when a variable is not one of the loops."""
-    variables = [i.single_variable for i in access.indices]
-    if any(v not in order for v in variables):
-        return None
-    perm = sorted(range(len(variables)), key=lambda m: order.index(variables[m]))
-    spelled = "U" * len(perm) + ("" if perm == sorted(perm) else ":" + ",".join(map(str, perm)))
-    return str(parse_format(spelled, order=len(perm), tensor=access.tensor))
-
-
-def _walkable(statement: str, formats: dict[str, str], tensor: str, option: str) -> bool:
-    """Whether, with ``tensor`` stored in ``option``, some loop order walks every sparse
-    operand in its storage (else every call would convert one); False where ucf refuses
-    the formats."""
-    try:
-        p = problem(statement, {**formats, tensor: option}, {})
-    except UcfError:
-        return False
-    return not p.converts or len(p.orders) > 1

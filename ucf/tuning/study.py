@@ -33,10 +33,11 @@ from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
 from ucf.toolchain import cache
-from ucf.tuning import final, space
+from ucf.tuning import final, format_space, probe, space
 from ucf.tuning.deps import need
 from ucf.tuning.measure import Objective, comparable, median_time
 from ucf.tuning.result import Tuned
+from ucf.tuning.sweep import every_schedule
 
 #: The study database in the cache directory.
 DATABASE = "tune.db"
@@ -64,6 +65,7 @@ def tune(
     shapes: Mapping[str, Any] | None = None,
     progress: bool | None = None,
     search_formats: bool = False,
+    exhaustive: bool = False,
     **operands: Any,
 ) -> Tuned:
     """Search schedules of ``expr`` for the given operands and return the fastest.
@@ -76,7 +78,10 @@ def tune(
     (as in ``ucf.einsum``); ``shapes`` gives extents the operands do not fix.
     ``progress`` shows a progress bar (default: when stderr is a terminal).
     ``search_formats`` also tries other formats for the sparse inputs (the time of
-    converting them is reported apart, as ``Tuned.conversion_time``).
+    converting them is reported apart, as ``Tuned.conversion_time``). ``exhaustive``
+    tries every schedule of the space once instead of sampling (a study of its own),
+    and refuses a space of more than ``trials`` schedules: the measure of what a
+    sampled study found.
     """
     optuna = need("optuna")
     if target == "cuda":
@@ -85,6 +90,8 @@ def tune(
         raise UcfError(f"tune needs trials >= 1 and n_jobs >= 1, got {trials} and {n_jobs}")
     if n_jobs > 1 and client is None and not isinstance(storage, (str, type(None))):
         raise UcfError("tune with n_jobs > 1 needs a storage URL that worker processes can open")
+    if exhaustive and search_formats:
+        raise UcfError("tune(exhaustive=True) sweeps the schedules of the given formats only")
     fmts, tensors, dtype, index_dtype = _operands(expr, formats, operands, dtype, index_dtype)
     shapes = dict(shapes) if shapes else None
     with warnings.catch_warnings():
@@ -93,17 +100,31 @@ def tune(
             expr, fmts, target, dtype, index_dtype, tensors, shapes, search_formats
         )
         key = tuned.make_key(expr, fmts, dtype, index_dtype, target, _shape(expr, tensors, shapes))
+        sweep = None
+        if exhaustive:
+            sweep = _sweep(objective, trials)
+            key, trials = {**key, "exhaustive": True}, len(sweep)
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             study = _run(
-                optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress
+                optuna,
+                objective,
+                key,
+                trials,
+                n_jobs,
+                client,
+                storage,
+                seed,
+                timeout,
+                progress,
+                sweep,
             )
         finally:
             optuna.logging.set_verbosity(verbosity)
             objective.close()
         result = _result(study, objective)
-    if result.schedule is not None:  # recorded for the formats it was found for, and
+    if not result.is_default:  # recorded for the formats it was found for, and
         # the shape class of the operands in them (a blocked format stores more entries)
         stored = objective.variant(result.formats).operands
         shape = _shape(expr, stored, shapes)
@@ -166,19 +187,33 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
         operands=tensors,
         shapes=shapes,
         extents={},
-        choices=space.format_choices(expr, fmts, tensors) if search else {},
+        choices=format_space.format_choices(expr, fmts, tensors) if search else {},
     )
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
+    objective.default_schedule = default.schedule_used
     objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
     objective.extents = _sizes(expr, tensors, shapes)[0]
     return objective
 
 
+def _sweep(objective: Objective, limit: int) -> list[dict[str, Any]]:
+    """The parameters of every schedule of the space of the given formats; a UcfError
+    naming the limit where there are more than ``limit``."""
+    v = objective.variant(objective.formats)
+    found = every_schedule(v.problem, limit)
+    if found is None:
+        raise UcfError(
+            f"tune(exhaustive=True): the space of {objective.statement} has more than "
+            f"{limit} schedules (trials={limit}); give more trials or sample it instead"
+        )
+    return list(found.values())
+
+
 def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     """The parameters of the default schedule on the given formats; then, formats
     searched, on the given ones with every dense input in the mode order its loops walk
-    (``space.dense_order``), and on those with each blocked or fixed-width format offered
+    (``format_space.dense_order``), and on those with each blocked or fixed-width format offered
     for a sparse input: a search of a few dozen trials over many formats, each with a
     space of its own, would otherwise try the formats that the operands' structure
     singled out only by chance. Then, up to a ``SEED_SHARE`` of the trials, the seed
@@ -193,7 +228,7 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
             walked[name] = options[1]
     candidates = [walked] if walked != objective.formats else []
     for name, options in objective.choices.items():
-        candidates += [{**walked, name: o} for o in options if space.structured(o)]
+        candidates += [{**walked, name: o} for o in options if format_space.structured(o)]
     for formats in candidates:
         try:
             p = space.problem(objective.statement, formats, objective.extents)
@@ -262,7 +297,11 @@ def study_name(key: dict[str, Any], choices: Mapping[str, Any] | None = None) ->
     return f"{name[: MAX_NAME - 20]} #{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
-def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress):
+def _run(
+    optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress, sweep=None
+):
+    """The study of ``key`` with ``trials`` more trials: ``sweep``'s parameters where
+    given (an exhaustive search), else the default and seeds first, then sampled."""
     url = default_storage() if storage is None else storage
     name = study_name(key, objective.choices)
     study = optuna.create_study(
@@ -274,7 +313,11 @@ def _run(optuna, objective, key, trials, n_jobs, client, storage, seed, timeout,
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
-    first = [] if before else _first(objective, trials)  # none left waiting in the study
+    if sweep is not None:
+        first = [] if before else sweep  # a finished sweep has nothing left to try
+        trials = len(first)
+    else:
+        first = [] if before else _first(objective, trials)  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
     bar = _Progress(trials, progress, study)
@@ -433,22 +476,35 @@ def _result(study: Any, objective: Objective) -> Tuned:
     reasons = {_tried(t): t.user_attrs["failure"] for t in trials if "failure" in t.user_attrs}
     done = [t for t in trials if t.value is not None and "schedule" in t.user_attrs]
     default, given = objective.kernel(None), objective.variant(objective.formats)
-    if not done:
-        baseline = objective.baseline
-        return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
     entries = [(None, given, default)]
     from ucf.toolchain.jit import num_threads
 
-    for t in final.finalists(done, _plan, num_threads()):
+    for t in final.finalists(done, _plan, num_threads()) if done else []:
         schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")
         v = objective.variant(formats or objective.formats)
+        if v.formats == given.formats and probe.spelled(schedule) == probe.spelled(
+            objective.default_schedule
+        ):
+            continue  # the default's own kernel: raced against itself, noise would win
         entries.append((schedule, v, objective.kernel(schedule, v.formats)))
+    if len(entries) == 1:  # every trial failed, or none but the default's ran
+        baseline = objective.baseline
+        text = _default_schedule(default, objective)
+        return Tuned(text, baseline, baseline, study, default, reasons, given.formats, 0.0, True)
     calls = [lambda k=k, ops=v.operands: k(shapes=objective.shapes, **ops) for _, v, k in entries]
     best = final.confirmed(calls)
     schedule, v, kernel = entries[best.index]
     if best.index == 0:
-        return Tuned(None, best.default, best.default, study, default, reasons, given.formats)
+        text = _default_schedule(default, objective)
+        t = best.default
+        return Tuned(text, t, t, study, default, reasons, given.formats, 0.0, True)
     return Tuned(schedule, best.time, best.default, study, kernel, reasons, v.formats, v.conversion)
+
+
+def _default_schedule(default: Any, objective: Objective) -> str:
+    """The schedule text of the default kernel's plan for the tuned operands."""
+    default(shapes=objective.shapes, **objective.variant(objective.formats).operands)
+    return default.schedule_used or ""
 
 
 def _plan(trial: Any) -> tuple[str, str]:

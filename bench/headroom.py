@@ -1,0 +1,487 @@
+"""The tuner where the default leaves headroom (issue 34): ``ucf.tune`` with 50 trials
+against an exhaustive sweep of the same space, the default of today and of main 6418680.
+
+Run from the repository root (``bench/autoschedule.py --headroom`` runs the same):
+
+    python bench/headroom.py                            # 8 kernels x 8 inputs, 2 threads
+    python bench/headroom.py --kernels spgemm,sum2 --inputs uniform-10,rmat-8 --rows 5000
+    python bench/headroom.py --quick                     # a smoke test: minutes
+
+    # main 6418680's default, timed in a process of its own on the same operands:
+    git archive 6418680 | (mkdir -p /tmp/ucf-6418680 && tar -x -C /tmp/ucf-6418680)
+    python bench/headroom.py --old-ucf /tmp/ucf-6418680
+
+Kernels (``--kernels``), each on 8 inputs (``--inputs``; matrices of the suite of
+``autoschedule.py`` at ``--rows`` rows, 3-tensors, ResNet-like layers):
+
+- sddmm64, sddmm256: ``C(i,j) = A(i,j) * B(i,k) * D(k,j)``, A and C CSR, K = 64, 256;
+- mttkrp: ``A(i,j) = B(i,k,l) * C(k,j) * D(l,j)``, B CSF, R = 32;
+- ttv: ``A(i,j) = B(i,j,k) * c(k)``, B CSF;
+- spgemm: ``C(i,k) = A(i,j) * B(j,k)``, all CSR (``A @ A``, or ``A @ A.T``);
+- sum2: ``C(i,j) = A(i,k)*B(k,j) + D(i,l)*E(l,j)``, all CSR (two SpGEMMs, summed);
+- conv1: ``O(n,m,p,q) = I(n,c,p+r-1,q+s-1) * F(m,c,r,s)``, batch 1, 3x3 filters 90 %
+  zero (F ``UCCC``), float32;
+- spmm128: ``C(i,k) = A(i,j) * B(j,k)``, A CSR, N = 128.
+
+For every row: ucf's default; ``ucf.tune`` with ``--trials`` trials (seed 0, a fresh
+in-memory study); and, where the space has at most ``--sweep-limit`` schedules, an
+exhaustive sweep of it (``ucf.tune(exhaustive=True)``: every schedule once, timed
+like a trial). All results are checked against numpy or scipy, then the default, the
+tuned kernel, the sweep's best and the reference are timed in turns, ``--rounds``
+rounds after a warm-up, and the medians compared. With ``--old-ucf`` a child process
+imports ucf from that checkout and times its default beside the same reference on the
+same operands; its ratio to the reference, over the tuned kernel's, is the speed-up
+over main 6418680's default (two processes, one after the other: the reference is
+the common yardstick).
+
+Targets (issue 34): on every row where the sweep is feasible (at least 10 rows), the
+tuned kernel within 1.05x of the sweep's best; never slower than the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if os.environ.get("UCF_HEADROOM_CHILD") is None and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # a child imports the checkout on its PYTHONPATH instead
+if str(HERE) not in sys.path:
+    sys.path.insert(1, str(HERE))
+
+import ucf  # noqa: E402
+
+SWEEP_TUNED_MAX = 1.05  # t_tuned / t_sweep_best, every row where the sweep is feasible
+SWEEP_ROWS_MIN = 10  # rows where the sweep must be feasible
+TUNED_DEFAULT_MAX = 1.0  # t_tuned / t_default: never slower
+MATRICES = (
+    "uniform-10",
+    "uniform-3",
+    "powerlaw-2.0",
+    "rmat-8",
+    "banded-15",
+    "blockdiag-32",
+    "empty-rows-50",
+    "clustered",
+)
+TENSORS = ("uniform-a", "uniform-b", "skewed-a", "skewed-b", "thin", "wide", "dense", "sparse")
+LAYERS = (  # name: (height = width, channels in, channels out)
+    ("L1", 56, 64, 64),
+    ("L2", 28, 64, 64),
+    ("L3", 28, 128, 128),
+    ("L4", 14, 128, 128),
+    ("L5", 14, 256, 256),
+    ("L6", 7, 256, 256),
+    ("L7", 7, 512, 512),
+    ("L8", 28, 32, 96),
+)
+
+
+@dataclass
+class Row:
+    """One kernel on one input: the statement, formats, ucf's operands, shapes a call
+    needs, the reference result and how numpy or scipy computes it."""
+
+    kernel: str
+    input: str
+    statement: str
+    formats: dict[str, str]
+    operands: dict[str, Any]
+    expect: Any
+    reference: Callable[[], Any]
+    shapes: dict[str, int] | None = None
+    dtype: str = "float64"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def matrix(name: str, rows: int) -> sp.csr_matrix:
+    from autoschedule import matrix_suite
+
+    seed = list(matrix_suite(rows)).index(name)
+    return matrix_suite(rows)[name][1](np.random.default_rng([17, seed]))
+
+
+def tensor(name: str, rows: int):
+    """Eight 3-tensors: uniform and Zipf-sliced, thin and wide, denser and sparser."""
+    from autoschedule import tensor3
+
+    n = max(16, rows // 50)
+    sizes = {
+        "uniform-a": (n, 10 * rows, False),
+        "uniform-b": (2 * n, 10 * rows, False),
+        "skewed-a": (n, 10 * rows, True),
+        "skewed-b": (2 * n, 5 * rows, True),
+        "thin": (n // 2, 4 * rows, False),
+        "wide": (4 * n, 10 * rows, False),
+        "dense": (n // 2, 20 * rows, False),
+        "sparse": (4 * n, 2 * rows, True),
+    }
+    size, nnz, skewed = sizes[name]
+    return tensor3(max(8, size), nnz, skewed, np.random.default_rng([19, TENSORS.index(name)]))
+
+
+def spgemm_pair(m: sp.csr_matrix) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    if m.shape[0] == m.shape[1]:
+        return m, m
+    t = m.T.tocsr()
+    t.sort_indices()
+    return m, t
+
+
+def sddmm_row(k: int) -> Callable:
+    def build(m: sp.csr_matrix, rng) -> tuple:
+        b, d = rng.uniform(-1, 1, (m.shape[0], k)), rng.uniform(-1, 1, (k, m.shape[1]))
+        rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+
+        def ref():
+            out = np.einsum("ik,ik->i", b[rows], d.T[m.indices]) * m.data
+            return sp.csr_matrix((out, m.indices, m.indptr), shape=m.shape)
+
+        ops = {"A": ucf.from_scipy(m), "B": b, "D": d}
+        return "C(i,j) = A(i,j) * B(i,k) * D(k,j)", {"A": "csr", "C": "csr"}, ops, ref
+
+    return build
+
+
+def build_spgemm(m: sp.csr_matrix, rng) -> tuple:
+    a, b = spgemm_pair(m)
+    ops = {"A": ucf.from_scipy(a), "B": ucf.from_scipy(b)}
+    return "C(i,k) = A(i,j) * B(j,k)", dict.fromkeys("ABC", "csr"), ops, lambda: a @ b
+
+
+def build_sum2(m: sp.csr_matrix, rng) -> tuple:
+    a, b = spgemm_pair(m)
+    d = a[rng.permutation(a.shape[0])]  # the same rows, shuffled: another product
+    e = b[:, rng.permutation(b.shape[1])].tocsr()
+    e.sort_indices()
+    ops = {t: ucf.from_scipy(x) for t, x in zip("ABDE", (a, b, d, e), strict=True)}
+    stmt = "C(i,j) = A(i,k)*B(k,j) + D(i,l)*E(l,j)"
+    return stmt, dict.fromkeys("ABCDE", "csr"), ops, lambda: a @ b + d @ e
+
+
+def build_spmm(m: sp.csr_matrix, rng) -> tuple:
+    b = rng.uniform(-1, 1, (m.shape[1], 128))
+    return "C(i,k) = A(i,j) * B(j,k)", {"A": "csr"}, {"A": ucf.from_scipy(m), "B": b}, lambda: m @ b
+
+
+def build_ttv(t, rng) -> tuple:
+    c = rng.uniform(-1, 1, t.shape[2])
+    mat = t.matricized()
+    ops = {"B": t.ucf(), "c": c}
+    return "A(i,j) = B(i,j,k) * c(k)", {"B": "csf"}, ops, lambda: (mat @ c).reshape(t.shape[:2])
+
+
+def build_mttkrp(t, rng) -> tuple:
+    from autoschedule import mttkrp_numpy
+
+    c, d = rng.uniform(-1, 1, (t.shape[1], 32)), rng.uniform(-1, 1, (t.shape[2], 32))
+    ops = {"B": t.ucf(), "C": c, "D": d}
+    stmt = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
+    return stmt, {"B": "csf"}, ops, lambda: mttkrp_numpy(t, c, d)
+
+
+def conv_row(layer: tuple, rng) -> Row:
+    name, h, c, m = layer
+    x = rng.standard_normal((1, c, h + 2, h + 2)).astype(np.float32)  # padded by 1
+    f = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    f[rng.random(f.shape) < 0.9] = 0
+    import torch
+
+    xt, ft = torch.from_numpy(x), torch.from_numpy(f)
+
+    def ref():
+        return torch.nn.functional.conv2d(xt, ft).numpy()
+
+    return Row(
+        "conv1",
+        f"{name} {h}x{h} {c}->{m}",
+        "O(n,m,p,q) = I(n,c,p+r,q+s) * F(m,c,r,s)",
+        {"F": "UCCC"},
+        {"I": x, "F": ucf.from_numpy(f, format="UCCC")},
+        ref(),
+        ref,
+        {"p": h, "q": h},
+        "float32",
+    )
+
+
+MATRIX_KERNELS = {
+    "sddmm64": sddmm_row(64),
+    "sddmm256": sddmm_row(256),
+    "spgemm": build_spgemm,
+    "sum2": build_sum2,
+    "spmm128": build_spmm,
+}
+TENSOR_KERNELS = {"ttv": build_ttv, "mttkrp": build_mttkrp}
+KERNELS = (*MATRIX_KERNELS, *TENSOR_KERNELS, "conv1")
+
+
+def rows_of(kernel: str, names: list[str] | None, size: int):
+    """The rows of ``kernel``: (input name, a function building the Row)."""
+    seed = zlib.crc32(kernel.encode())
+    if kernel == "conv1":
+        for layer in LAYERS:
+            if names is None or layer[0] in names:
+                yield layer[0], lambda ly=layer: conv_row(ly, np.random.default_rng([seed, 0]))
+        return
+    pool = TENSORS if kernel in TENSOR_KERNELS else MATRICES
+    build = TENSOR_KERNELS.get(kernel) or MATRIX_KERNELS[kernel]
+    load = tensor if kernel in TENSOR_KERNELS else matrix
+    for name in pool:
+        if names is not None and name not in names:
+            continue
+
+        def make(name=name) -> Row:
+            stmt, fmts, ops, ref = build(load(name, size), np.random.default_rng([seed, 1]))
+            return Row(kernel, name, stmt, fmts, ops, ref(), ref)
+
+        yield name, make
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def close(got: Any, expect: Any, dtype: str) -> bool:
+    rtol = 1e-3 if dtype == "float32" else 1e-7
+    if hasattr(got, "to_scipy") and sp.issparse(expect):
+        got = got.to_scipy()
+    elif hasattr(got, "to_numpy"):
+        got = got.to_numpy()
+    if sp.issparse(expect):
+        diff = abs(got - expect)
+        return diff.nnz == 0 or diff.max() <= rtol * max(abs(expect).max(), 1e-30)
+    return np.allclose(np.asarray(got).reshape(expect.shape), expect, rtol=rtol, atol=1e-6)
+
+
+def race(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median seconds per call of each, timed in turns (the order rotating) after a
+    warm-up call each; wall time (kernels with threads run here)."""
+    names = list(calls)
+    for fn in calls.values():
+        fn()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            start = time.perf_counter()
+            calls[name]()
+            samples[name].append(time.perf_counter() - start)
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def kernel_call(k: Any, row: Row) -> Callable[[], Any]:
+    return lambda: k(shapes=row.shapes, **row.operands)
+
+
+def measure_row(row: Row, args) -> dict:
+    """Default, tuned, sweep and reference for one row, checked then raced."""
+    from optuna.storages import InMemoryStorage
+
+    out: dict[str, Any] = {"kernel": row.kernel, "input": row.input}
+    default = ucf.compile(row.statement, formats=row.formats, dtype=row.dtype)
+    tune = dict(formats=row.formats, dtype=row.dtype, shapes=row.shapes, progress=False)
+    start = time.perf_counter()
+    tuned = ucf.tune(
+        row.statement,
+        trials=args.trials,
+        seed=0,
+        storage=InMemoryStorage(),
+        **tune,
+        **row.operands,
+    )
+    out["tune_s"] = time.perf_counter() - start
+    out["tuned"] = {"schedule": tuned.schedule, "is_default": tuned.is_default}
+    calls = {"reference": row.reference, "default": kernel_call(default, row)}
+    calls["tuned"] = kernel_call(tuned.kernel, row)
+    start = time.perf_counter()
+    try:
+        sweep = ucf.tune(
+            row.statement,
+            trials=args.sweep_limit,
+            exhaustive=True,
+            storage=InMemoryStorage(),
+            **tune,
+            **row.operands,
+        )
+    except ucf.UcfError as e:
+        out["sweep"] = {"feasible": False, "why": str(e)}
+    else:
+        out["sweep"] = {
+            "feasible": True,
+            "schedules": len(sweep.study.trials),
+            "schedule": sweep.schedule,
+            "is_default": sweep.is_default,
+        }
+        calls["sweep"] = kernel_call(sweep.kernel, row)
+    out["sweep_s"] = time.perf_counter() - start
+    for name in ("default", "tuned", "sweep"):
+        if name in calls and not close(calls[name](), row.expect, row.dtype):
+            out["status"] = f"wrong result: {name}"
+            return out
+    out["seconds"] = race(calls, args.rounds)
+    out["default_schedule"] = default.schedule_used
+    out["status"] = "ok"
+    return out
+
+
+def old_defaults(args, rows: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The defaults of the ucf checkout at ``--old-ucf``, timed beside the reference in a
+    child process that imports it: (kernel, input) -> {"default": s, "reference": s}."""
+    if not args.old_ucf:
+        return {}
+    out = Path(args.json).with_suffix(".old.json")
+    env = {**os.environ, "PYTHONPATH": args.old_ucf, "UCF_HEADROOM_CHILD": "1"}
+    env["UCF_CACHE_DIR"] = str(Path(args.old_ucf) / ".bench-cache")
+    pairs = ",".join(f"{k}:{i}" for k, i in rows)
+    cmd = [sys.executable, __file__, "--old-child", str(out), "--pairs", pairs]
+    cmd += ["--rows", str(args.rows), "--threads", str(args.threads), "--rounds", str(args.rounds)]
+    subprocess.run(cmd, env=env, check=True)
+    found = json.loads(out.read_text())
+    return {(r["kernel"], r["input"]): r for r in found}
+
+
+def old_child(args) -> None:
+    """In the child: time this ucf's default beside the reference on every pair."""
+    ucf.set_num_threads(args.threads)
+    found = []
+    for pair in args.pairs.split(","):
+        kernel, name = pair.split(":")
+        make = dict(rows_of(kernel, [name], args.rows))[name]
+        row = make()
+        k = ucf.compile(row.statement, formats=row.formats, dtype=row.dtype)
+        entry = {"kernel": kernel, "input": name}
+        if close(k(shapes=row.shapes, **row.operands), row.expect, row.dtype):
+            entry.update(
+                race({"reference": row.reference, "default": kernel_call(k, row)}, args.rounds)
+            )
+        else:
+            entry["status"] = "wrong result"
+        found.append(entry)
+        print(f"  old default {kernel} {name}: {entry}", file=sys.stderr)
+    Path(args.old_child).write_text(json.dumps(found, indent=1))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(results: list[dict], old: dict) -> list[str]:
+    lines = [
+        f"{'kernel':9s} {'input':16s} {'default':>9s} {'tuned':>9s} {'sweep':>9s} "
+        f"{'tun/def':>7s} {'tun/swp':>7s} {'vs 6418680':>10s}  tuned schedule"
+    ]
+    for r in results:
+        if r.get("status") != "ok":
+            lines.append(f"{r['kernel']:9s} {r['input']:16s} {r.get('status')}")
+            continue
+        s = r["seconds"]
+        sweep = s.get("sweep")
+        o = old.get((r["kernel"], r["input"]))
+        vs_old = ""
+        if o and "default" in o:
+            # each process's default over its own reference: the reference is the yardstick
+            vs_old = f"{(o['default'] / o['reference']) / (s['tuned'] / s['reference']):.2f}x"
+        t_sweep = f"{sweep * 1e3:8.2f}m" if sweep else "   (n/a)"
+        vs_sweep = f"{s['tuned'] / sweep:7.2f}" if sweep else "    n/a"
+        chosen = r["tuned"]["schedule"] or "(none)"
+        if r["tuned"]["is_default"]:
+            chosen += " [default]"
+        lines.append(
+            f"{r['kernel']:9s} {r['input']:16s} {s['default'] * 1e3:8.2f}m "
+            f"{s['tuned'] * 1e3:8.2f}m {t_sweep:>9s} {s['tuned'] / s['default']:7.2f} "
+            f"{vs_sweep:>7s} {vs_old:>10s}  {chosen}"
+        )
+    return lines
+
+
+def targets(results: list[dict]) -> list[str]:
+    ok = [r for r in results if r.get("status") == "ok"]
+    feasible = [r for r in ok if "sweep" in r["seconds"]]
+    near = [r for r in feasible if r["seconds"]["tuned"] <= SWEEP_TUNED_MAX * r["seconds"]["sweep"]]
+    slower = [r for r in ok if r["seconds"]["tuned"] > TUNED_DEFAULT_MAX * r["seconds"]["default"]]
+    worst = max((r["seconds"]["tuned"] / r["seconds"]["sweep"] for r in feasible), default=math.nan)
+    names = ", ".join(f"{r['kernel']}/{r['input']}" for r in slower)
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    return [
+        f"  sweep feasible on {len(feasible)} rows (target >= {SWEEP_ROWS_MIN})  "
+        f"{mark(len(feasible) >= SWEEP_ROWS_MIN)}",
+        f"  tuned within {SWEEP_TUNED_MAX}x of the sweep's best: {len(near)} of {len(feasible)} "
+        f"rows (worst {worst:.2f}x)  {mark(len(near) == len(feasible))}",
+        f"  tuned never slower than the default: {len(ok) - len(slower)} of {len(ok)} rows "
+        f"({names or 'none slower'})  {mark(not slower)}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernels", help=f"comma-separated, of {', '.join(KERNELS)}")
+    p.add_argument("--inputs", help="comma-separated input names (default: 8 per kernel)")
+    p.add_argument("--rows", type=int, default=20_000, help="rows of the matrices (%(default)s)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--trials", type=int, default=50)
+    p.add_argument("--sweep-limit", type=int, default=400, help="largest space swept")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="small inputs, 2 per kernel")
+    p.add_argument("--old-ucf", help="a checkout of main 6418680 to time its default")
+    p.add_argument("--json", default=str(HERE / "results" / "headroom.json"))
+    p.add_argument("--old-child", help=argparse.SUPPRESS)
+    p.add_argument("--pairs", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.old_child:
+        old_child(args)
+        return 0
+    if args.quick:
+        args.rows, args.rounds = min(args.rows, 3000), min(args.rounds, 3)
+    kernels = args.kernels.split(",") if args.kernels else list(KERNELS)
+    names = args.inputs.split(",") if args.inputs else None
+    todo = []
+    for kernel in kernels:
+        found = list(rows_of(kernel, names, args.rows))
+        todo += [(kernel, name, make) for name, make in (found[:2] if args.quick else found)]
+    ucf.set_num_threads(args.threads)
+    old = old_defaults(args, [(k, n) for k, n, _ in todo])
+    ucf.set_num_threads(args.threads)
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        for kernel, name, make in todo:
+            print(f"{kernel} on {name} ...", file=sys.stderr)
+            row = make()
+            r = measure_row(row, args)
+            results.append(r)
+            print("\n".join(report([r], old)[1:]), file=sys.stderr)
+    print(f"{args.threads} thread(s), {args.trials} trials, sweeps up to {args.sweep_limit}:")
+    print("\n".join(report(results, old)))
+    print("\ntargets (issue 34):")
+    print("\n".join(targets(results)))
+    if not old:
+        print("  (no --old-ucf: tuned vs main 6418680's default not measured)")
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"threads": args.threads, "rows": results}, indent=1, default=str))
+    print(f"\nresults written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
