@@ -41,9 +41,9 @@ from ucf.lang.ast import (
 )
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import free_variables, sums
+from ucf.lang.rewrite import fresh, map_accesses
 from ucf.tesa.cover import block_cover
 from ucf.tesa.rounding import bit_rounding
-from ucf.tesa.rules import fresh, map_accesses
 
 if TYPE_CHECKING:
     from ucf.tesa.program import Program
