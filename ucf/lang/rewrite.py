@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Expr, Sum, children, with_children
+from ucf.lang.ast import Access, Binary, Expr, Sum, children, with_children
 
 
 def fresh(stem: str, taken: set[str]) -> str:
@@ -64,11 +64,14 @@ def rename(e: Expr, names: Mapping[str, str]) -> Expr:
     return substitute_expr(e, {v: Affine.var(n) for v, n in names.items()})
 
 
-def distinct_sums(e: Expr, free: set[str], taken: set[str]) -> Expr:
+def distinct_sums(
+    e: Expr, free: set[str], taken: set[str], renamed: dict[str, str] | None = None
+) -> Expr:
     """``e`` with every sum's variables renamed where they are already bound by another
     sum or used freely (``free``): a statement binds each variable once, so that the
     text of a built statement parses back into the same tree. ``taken`` holds every
-    name in use; the new names join it."""
+    name in use; the new names join it, and ``renamed`` (if given) maps each new name
+    to the one it replaces."""
     bound: set[str] = set()
 
     def go(x: Expr) -> Expr:
@@ -78,9 +81,31 @@ def distinct_sums(e: Expr, free: set[str], taken: set[str]) -> Expr:
                 if v in bound or v in free:
                     names[v] = fresh(v, taken | bound | free)
                     taken.add(names[v])
+                    if renamed is not None:
+                        renamed[names[v]] = v
                 bound.add(names.get(v, v))
             body = rename(x.body, names)
             return Sum(tuple(names.get(v, v) for v in x.vars), go(body))
         return with_children(x, [go(c) for c in children(x)])
 
     return go(e)
+
+
+def left_associated(e: Expr) -> Expr:
+    """``e`` regrouped to the left wherever the printer would drop its parentheses: it
+    writes ``a * (b / c)`` as ``a * b / c`` and ``a + (b - c)`` as ``a + b - c``, which
+    parse as ``(a * b) / c`` and ``(a + b) - c``. The text of a built expression then
+    parses back into the same tree."""
+    e = with_children(e, [left_associated(c) for c in children(e)])
+    while (
+        isinstance(e, Binary)
+        and e.op in "*+"
+        and isinstance(e.right, Binary)
+        and _LEVEL[e.right.op] == _LEVEL[e.op]
+    ):
+        inner = e.right
+        e = Binary(inner.op, left_associated(Binary(e.op, e.left, inner.left)), inner.right)
+    return e
+
+
+_LEVEL = {"+": 1, "-": 1, "*": 2, "/": 2}
