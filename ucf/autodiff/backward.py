@@ -222,6 +222,24 @@ class Backward:
         return bound_extents(stmt, variables, given, out=grad)
 
 
+def describe(
+    statement: Statement,
+    formats: Mapping[str, Any],
+    dynamic: Mapping[str, tuple[int, ...]] | None,
+    target: str,
+    dtype: Any,
+    index_dtype: Any,
+) -> str:
+    """``k.backward_cin``: each operand's derived gradient and its kernel's loop nest, for
+    a kernel compiled with these formats (text, as the kernel keeps them)."""
+    from ucf.format.format import parse_format
+
+    orders = {a.tensor: len(a.indices) for a in (statement.lhs, *accesses(statement.rhs))}
+    fmts = {n: parse_format(f, order=orders[n], tensor=n) for n, f in formats.items()}
+    b = Backward(statement, fmts, dynamic, target=target, dtype=dtype, index_dtype=index_dtype)
+    return b.cin
+
+
 def writable(fmt: Format) -> Format:
     """The format a kernel writes a gradient of ``fmt`` in: ``fmt`` itself, except that a
     level no kernel writes (fixed-width: N:M, ELL) is computed in the kind the level is

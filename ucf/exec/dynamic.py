@@ -228,6 +228,17 @@ class DynamicKernel:
         return "\n".join([str(self.statement), *(f"  # {n}" for n in notes)])
 
     @property
+    def backward_cin(self) -> str:
+        """The gradient of each operand: the statement ucf derives for it and the loop
+        nest of its kernel (docs/training.md); the dynamic operand's is computed in its
+        live tiles."""
+        from ucf.autodiff.backward import describe
+
+        _, formats, _, _, _ = self._generic
+        dynamic = {self.name: self.granularity}
+        return describe(self.statement, formats, dynamic, self.target, self.dtype, self.index_dtype)
+
+    @property
     def source(self) -> str:
         if self._condensed is None:
             return self.kernel.source

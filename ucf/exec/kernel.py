@@ -366,6 +366,15 @@ class Kernel:
         return self._user_plan.statement
 
     @property
+    def backward_cin(self) -> str:
+        """The gradient of each operand: the statement ucf derives for it and the loop
+        nest of its kernel (docs/training.md)."""
+        from ucf.autodiff.backward import describe
+
+        formats = {n: f for n, f in self.formats.items() if n != self.statement.lhs.tensor}
+        return describe(self.statement, formats, None, self.target, self.dtype, self.index_dtype)
+
+    @property
     def _user_plan(self) -> Plan:
         """The plan of the user's statement: the last call's, unless that ran a
         flattened convolution (``ucf.exec.padded``), whose operands differ."""
