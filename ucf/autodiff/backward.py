@@ -58,6 +58,7 @@ class Backward:
         self.schedules = dict(schedules or {})
         self._derived: dict[str, Derived] = {}
         self._kernels: dict[str, Any] = {}
+        self._prelude: dict[str, list[Any]] = {}
         self._ones: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------ derivation
@@ -102,6 +103,22 @@ class Backward:
             d = self.derived(wrt)
             self._kernels[wrt] = None if d.statement is None else self._compile(wrt, d)
         return self._kernels[wrt]
+
+    def prelude(self, wrt: str) -> list[Any]:
+        """The kernels of the sums ``wrt``'s gradient reads, hoisted (``ucf.autodiff.hoist``):
+        dense outputs, every operand read as the forward call reads it (a dynamic one
+        dense, masked)."""
+        if wrt not in self._prelude:
+            from ucf.exec.kernel import Kernel
+
+            found = []
+            for t, _ in self.derived(wrt).prelude:
+                read = {a.tensor for a in accesses(t.statement.rhs)}
+                fmts = {n: str(self.formats[n]) for n in read if n not in self.dynamic}
+                expr = str(t.statement)
+                found.append(Kernel(expr, fmts, None, self.target, self.dtype, self.index_dtype))
+            self._prelude[wrt] = found
+        return self._prelude[wrt]
 
     def _compile(self, wrt: str, d: Derived) -> Any:
         from ucf.exec.kernel import Kernel
@@ -160,29 +177,34 @@ class Backward:
         if d.statement is None:
             return self._zero(wrt, x)
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
-        fmts, dynamic = self.kernel_formats(wrt)
-        kernel = self.kernel(wrt)
+        _, dynamic = self.kernel_formats(wrt)
+        # A dynamic operand the kernel does not read as its dynamic one is read masked.
+        reads = {n: operands[n] for n in _reads(d) if n in self.orders}
+        for n in set(self.dynamic) & set(reads) - set(dynamic):
+            reads[n] = np.where(masks[n], np.asarray(operands[n]), 0).astype(self.dtype)
+        if d.ranges or d.extents or d.prelude:
+            extents = dict(extents or self._extents(operands, grad))
+
+        def extent(source: str | int) -> int:
+            return extents[source] if isinstance(source, str) else x.shape[source]
+
         args: dict[str, Any] = {d.grad: grad}
-        for a in accesses(d.statement.rhs):
-            n = a.tensor
-            if n in self.orders and n not in args:
-                args[n] = operands[n]
-                if n in self.dynamic and n not in dynamic:
-                    args[n] = np.where(masks[n], np.asarray(operands[n]), 0).astype(self.dtype)
+        for (t, sources), k in zip(d.prelude, self.prelude(wrt), strict=True):
+            used = {a.tensor: reads[a.tensor] for a in accesses(t.statement.rhs)}
+            args[t.name] = k(shapes={t.name: tuple(map(extent, sources))}, **used)
+        args.update(
+            {a.tensor: reads[a.tensor] for a in accesses(d.statement.rhs) if a.tensor in reads}
+        )
         if d.pattern is not None:
             args[d.pattern] = self._pattern(wrt, x)
-        if d.ranges or d.extents:
-            extents = dict(extents or self._extents(operands, grad))
-            for name, v in d.ranges:
-                args[name] = self._ones_array((extents[v],))
-        shapes = None
-        if d.extents:
-            shapes = {v: extents[s] if isinstance(s, str) else x.shape[s] for v, s in d.extents}
+        for name, v in d.ranges:
+            args[name] = self._ones_array((extents[v],))
+        kernel = self.kernel(wrt)
         if dynamic:
-            (name,) = dynamic
-            given = {name: masks[wrt if name == d.pattern else name]}
-            result = kernel(masks=given, **args)
+            ((name, _),) = dynamic.items()
+            result = kernel(masks={name: masks[wrt if name == d.pattern else name]}, **args)
         else:
+            shapes = {v: extent(s) for v, s in d.extents} if d.extents else None
             result = kernel(shapes=shapes, **args)
         if d.pattern is None or wrt in self.dynamic:
             return result
@@ -282,6 +304,12 @@ def _coords(t: Tensor) -> np.ndarray:
     """The mode coordinates of every stored position, in the order of ``t.vals``."""
     cols, count = t.columns()
     return t.format.mode_coords(cols, count)
+
+
+def _reads(d: Derived) -> set[str]:
+    """The tensors ``d``'s statement and its hoisted sums read."""
+    found = {a.tensor for a in accesses(d.statement.rhs)}
+    return found.union(*({a.tensor for a in accesses(t.statement.rhs)} for t, _ in d.prelude))
 
 
 def _mask(operand: Any, mask: Any) -> np.ndarray:

@@ -31,8 +31,9 @@ matrix product), never the dense product.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ucf.autodiff.hoist import Hoister, Temporary
 from ucf.autodiff.rules import partial
 from ucf.errors import OperandError, UnsupportedError
 from ucf.lang.affine import Affine
@@ -72,6 +73,9 @@ class Derived:
     #: The statement's variables whose extents no plain index of its operands fixes, each
     #: with where its extent comes from: a forward variable's name, or a mode of ``wrt``.
     extents: tuple[tuple[str, str | int], ...] = ()
+    #: Sums the statement reads, hoisted into dense temporaries computed before it, each
+    #: with where the extent of each of its variables comes from (as in ``extents``).
+    prelude: tuple[tuple[Temporary, tuple[str | int, ...]], ...] = ()
 
 
 @dataclass
@@ -108,11 +112,15 @@ def derive(stmt: Statement, wrt: str, keep_pattern: bool = False) -> Derived:
     grad = _claim(f"grad_{out.tensor}", taken)
     pattern = _claim(f"pattern_{wrt}", taken) if keep_pattern else None
     paths = _paths(stmt.rhs, wrt)
+    if not paths:  # every path holds a zero derivative (sign's)
+        return Derived(wrt, None, grad, pattern, ())
     lhs = _lhs(paths[0].access, taken)
     origin: dict[str, str] = {}  # a renamed variable's forward name, whose extent it has
     ranges: list[tuple[str, str]] = []
+    hoist = Hoister(taken)
     terms = [
-        _term(p, lhs, Access(grad, out.indices), pattern, taken, origin, ranges) for p in paths
+        _term(p, lhs, Access(grad, out.indices), pattern, taken, origin, ranges, hoist)
+        for p in paths
     ]
     statement = None
     if terms:
@@ -122,7 +130,10 @@ def derive(stmt: Statement, wrt: str, keep_pattern: bool = False) -> Derived:
         rhs = distinct_sums(left_associated(rhs), set(lhs), taken, origin)
         name = _claim(f"grad_{wrt}", taken)
         statement = Statement(Access(name, tuple(Affine.var(v) for v in lhs)), "=", rhs)
-    found = Derived(wrt, statement, grad, pattern, lhs, tuple(ranges))
+    prelude = tuple(
+        (t, tuple(_source(v, lhs, origin) for v in t.variables)) for t in hoist.temporaries
+    )
+    found = Derived(wrt, statement, grad, pattern, lhs, tuple(ranges), prelude=prelude)
     return _with_extents(found, origin)
 
 
@@ -176,8 +187,6 @@ def _paths(rhs: Expr, wrt: str) -> list[_Path]:
             assert isinstance(e, Literal)
 
     walk(rhs, _Path(Access(wrt, ())))
-    if not found:
-        raise OperandError(f"{wrt} is not read by the right-hand side {rhs}")
     return found
 
 
@@ -205,6 +214,7 @@ def _term(
     taken: set[str],
     origin: dict[str, str],
     ranges: list[tuple[str, str]],
+    hoist: Hoister,
 ) -> Expr:
     """One access's contribution: the gradient times the path's factors, in terms of
     ``lhs`` (solving affine indices), summed over its other variables."""
@@ -231,7 +241,7 @@ def _term(
             e = substitute(idx, solved)
             if e == Affine.var(v):
                 continue
-            pivot = _pivot(e, lhs, solved, body, access)
+            pivot = _pivot(e, lhs, solved, body, path.access)
             value = (Affine.var(v) - e.without(pivot)).scale(e.coefficient(pivot))
             solved = {u: substitute(a, {pivot: value}) for u, a in solved.items()}
             solved[pivot] = value
@@ -240,6 +250,7 @@ def _term(
                 ranges.append((name, _forward(pivot, origin)))
                 body = Binary("*", body, Access(name, (Affine.var(pivot),)))
         body = substitute_expr(body, solved)
+    body = hoist(body)
     if pattern is not None:
         body = Binary("*", Access(pattern, tuple(Affine.var(v) for v in lhs)), body)
     summed = tuple(v for v in _ordered_free(body) if v not in lhs)
@@ -260,9 +271,9 @@ def _pivot(
     candidates = [v for v, c in e.terms if abs(c) == 1 and v not in lhs and v not in solved]
     if not candidates:
         raise UnsupportedError(
-            f"the gradient through {access} cannot be written as a statement: its index {e} "
-            "has no variable of coefficient 1 or -1 left to solve for (a repeated or "
-            "strided-only index)"
+            f"the gradient through {access} cannot be written as a statement: one of its "
+            "indices has no variable of coefficient 1 or -1 left to solve for (a repeated "
+            "or strided-only index)"
         )
     kept = [v for v in candidates if _kept_in_range(v, body)]
     return (kept or candidates)[0]
@@ -295,10 +306,14 @@ def _with_extents(d: Derived, origin: dict[str, str]) -> Derived:
     plain = {i.single_variable for a in accesses(d.statement.rhs) for i in a.indices}
     wanted = [v for v in d.lhs if v not in plain]
     wanted += [v for s in sums(d.statement.rhs) for v in s.vars if v not in plain]
-    sources: list[tuple[str, str | int]] = []
-    for v in dict.fromkeys(wanted):
-        sources.append((v, d.lhs.index(v) if v in d.lhs else _forward(v, origin)))
-    return Derived(d.wrt, d.statement, d.grad, d.pattern, d.lhs, d.ranges, tuple(sources))
+    sources = tuple((v, _source(v, d.lhs, origin)) for v in dict.fromkeys(wanted))
+    return replace(d, extents=sources)
+
+
+def _source(v: str, lhs: tuple[str, ...], origin: dict[str, str]) -> str | int:
+    """Where ``v``'s extent comes from: a mode of the operand for its own variables,
+    else the forward variable ``v`` stands for."""
+    return lhs.index(v) if v in lhs else _forward(v, origin)
 
 
 def _forward(v: str, origin: dict[str, str]) -> str:
