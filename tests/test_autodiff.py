@@ -245,7 +245,7 @@ def expressions(draw, depth=0):
     return f"({left} {kind} {right})"
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rhs=expressions(), fmt=st.sampled_from([None, "csr", "bcsr(2,2)"]))
 def test_random_statements_against_torch(rhs, fmt):
     text = f"y(i) = {rhs} + b(i)"

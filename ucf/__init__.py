@@ -119,11 +119,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names of ``_LAZY``, and the submodules ``ucf.torch`` and ``ucf.tesa``,
-    on first use."""
+    """The public names of ``_LAZY``, and the submodules ``ucf.torch``, ``ucf.nn`` and
+    ``ucf.tesa``, on first use (``ucf.nn`` imports torch; ``import ucf`` never does)."""
     import importlib
 
-    if name in ("torch", "tesa"):
+    if name in ("torch", "nn", "tesa", "autodiff"):
         return importlib.import_module(f"ucf.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
