@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ucf
+from ucf.exec.jit import num_threads
 
 torch = pytest.importorskip("torch")
 from torch.autograd import gradcheck  # noqa: E402
@@ -29,9 +30,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def one_thread():
     """Parallel loops on one thread: two test workers share two cores, and threads that
     wait for each other on a busy machine make small kernels slow."""
+    before = num_threads()
     ucf.set_num_threads(1)
     yield
-    ucf.set_num_threads(int(os.environ.get("UCF_NUM_THREADS", os.cpu_count() or 1)))
+    ucf.set_num_threads(before)
 
 
 def dense_weight(layer: ucf.nn.SparseLinear) -> torch.Tensor:

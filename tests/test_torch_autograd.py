@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import ucf
+from ucf.exec.jit import num_threads
 
 torch = pytest.importorskip("torch")
 from torch.autograd import gradcheck  # noqa: E402
@@ -23,6 +24,17 @@ from torch.autograd import gradcheck  # noqa: E402
 import ucf.torch  # noqa: E402  (after the skip: the package imports torch on use)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's sparse-beta notes
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Kernels on one thread: these tests are about gradients, and two test workers on two
+    cores make threads that wait for each other slow every small call."""
+    before = num_threads()
+    ucf.set_num_threads(1)
+    yield
+    ucf.set_num_threads(before)
+
 
 MM = "C(i,k) = A(i,j) * B(j,k)"
 

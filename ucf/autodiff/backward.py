@@ -152,11 +152,19 @@ class Backward:
 
     @property
     def cin(self) -> str:
-        """Each derived statement and the loop nest its kernel runs."""
+        """Each operand's derived statement, the sums it hoisted, and the loop nests of
+        their kernels."""
         parts = []
         for wrt in self.orders:
+            d = self.derived(wrt)
             k = self.kernel(wrt)
-            parts.append(f"# gradient of {wrt}\n" + ("0" if k is None else k.cin))
+            if k is None:
+                parts.append(f"# gradient of {wrt}: zero")
+                continue
+            lines = [f"# gradient of {wrt}: {d.statement}"]
+            for (t, _), pk in zip(d.prelude, self.prelude(wrt), strict=True):
+                lines += [f"# first {t.statement}", pk.cin]
+            parts.append("\n".join([*lines, k.cin]))
         return "\n".join(parts)
 
     # ---------------------------------------------------------------------- calling
@@ -167,11 +175,13 @@ class Backward:
         operands: Mapping[str, Tensor],
         masks: Mapping[str, np.ndarray] | None = None,
         extents: Mapping[str, int] | None = None,
+        hoisted: dict[str, Any] | None = None,
     ) -> Tensor:
         """The gradient of ``wrt`` given the output's gradient ``grad`` and the forward
         call's operands (a dynamic operand dense, with its mask in ``masks``; without
         one, its nonzeros). A sparse operand's gradient shares its index arrays; any
-        other is a new dense tensor."""
+        other is a new dense tensor. ``hoisted`` keeps the hoisted sums computed, for
+        the other operands' gradients of the same call."""
         d = self.derived(wrt)
         x = operands[wrt]
         if d.statement is None:
@@ -189,9 +199,13 @@ class Backward:
             return extents[source] if isinstance(source, str) else x.shape[source]
 
         args: dict[str, Any] = {d.grad: grad}
+        hoisted = {} if hoisted is None else hoisted
         for (t, sources), k in zip(d.prelude, self.prelude(wrt), strict=True):
-            used = {a.tensor: reads[a.tensor] for a in accesses(t.statement.rhs)}
-            args[t.name] = k(shapes={t.name: tuple(map(extent, sources))}, **used)
+            key = f"{t.variables}:{t.statement.rhs}"
+            if key not in hoisted:
+                used = {a.tensor: reads[a.tensor] for a in accesses(t.statement.rhs)}
+                hoisted[key] = k(shapes={t.name: tuple(map(extent, sources))}, **used)
+            args[t.name] = hoisted[key]
         args.update(
             {a.tensor: reads[a.tensor] for a in accesses(d.statement.rhs) if a.tensor in reads}
         )

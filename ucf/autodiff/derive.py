@@ -228,15 +228,15 @@ def _term(
             divisor = Binary("*", divisor, d)
         body = Binary("/", body, divisor)
     access = path.access
+    names: dict[str, str] = {}
+    solved: dict[str, Affine] = {}
     if any(idx != Affine.var(v) for idx, v in zip(access.indices, lhs, strict=True)):
         # Name the term's variables apart from the gradient's before equating them.
-        names = {}
         for v in sorted(set(lhs) & (free_variables(body) | set(_index_vars(access)))):
             names[v] = _claim(v, taken)
             origin[names[v]] = v
         body = rename(body, names)
         access = rename(access, names)
-        solved: dict[str, Affine] = {}
         for idx, v in zip(access.indices, lhs, strict=True):
             e = substitute(idx, solved)
             if e == Affine.var(v):
@@ -251,6 +251,14 @@ def _term(
                 body = Binary("*", body, Access(name, (Affine.var(pivot),)))
         body = substitute_expr(body, solved)
     body = hoist(body)
+    # A variable the path sums that the term no longer reads is still summed: a vector of
+    # ones of its extent counts it (b in sum(j, A(i,j) + b(i)) is added |j| times).
+    own = {v for i in grad.indices for v in i.variables} | set(path.freed)
+    summed_vars = {names.get(v, v) for v in own} - set(solved) - set(lhs)
+    for v in sorted(summed_vars - free_variables(body)):
+        name = _claim(f"range_{_forward(v, origin)}", taken)
+        ranges.append((name, _forward(v, origin)))
+        body = Binary("*", body, Access(name, (Affine.var(v),)))
     if pattern is not None:
         body = Binary("*", Access(pattern, tuple(Affine.var(v) for v in lhs)), body)
     summed = tuple(v for v in _ordered_free(body) if v not in lhs)

@@ -70,11 +70,19 @@ class Compiled:
         return self.kernel(**args).to_torch()
 
     def gradient(
-        self, name: str, grad: Any, operands: Mapping[str, ops.Operand], masks: Mapping[str, Any]
+        self,
+        name: str,
+        grad: Any,
+        operands: Mapping[str, ops.Operand],
+        masks: Mapping[str, Any],
+        hoisted: dict | None = None,
     ) -> Any:
+        """Operand ``name``'s gradient in its layout; ``hoisted`` shares the sums the
+        gradients of one backward call read (``ucf.autodiff.Backward``)."""
         g = np.ascontiguousarray(grad.detach().numpy(), dtype=self.backward.dtype)
         reads = {n: operands[n].read for n in self.names}
-        return ops.gradient(operands[name], self.backward(name, g, reads, masks))
+        found = self.backward(name, g, reads, masks, hoisted=hoisted)
+        return ops.gradient(operands[name], found)
 
 
 def compiled(
@@ -205,8 +213,9 @@ def _function() -> Any:
             @torch.autograd.function.once_differentiable
             def backward(ctx, grad: Any) -> tuple:
                 kernels, operands, masks = ctx.call
+                hoisted: dict = {}
                 grads = [
-                    kernels.gradient(n, grad, operands, masks) if need else None
+                    kernels.gradient(n, grad, operands, masks, hoisted) if need else None
                     for n, need in zip(operands, ctx.needs_input_grad[1:], strict=True)
                 ]
                 return (None, *grads)
