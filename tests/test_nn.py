@@ -15,6 +15,8 @@ import pytest
 
 import ucf
 from ucf.exec.jit import num_threads
+from ucf.format.quantize import numbers
+from ucf.format.tensor import held
 
 torch = pytest.importorskip("torch")
 from torch.autograd import gradcheck  # noqa: E402
@@ -117,15 +119,27 @@ def test_sparse_linear_keeps_its_pattern_and_state_dict(one_thread):
 
 
 def test_sparse_linear_quantized_values(one_thread):
+    """bits=8: the products read the values quantized with a scale per block (as
+    ucf.quantize holds them), and the gradient passes straight through to the floats."""
     torch.manual_seed(3)
     linear = torch.nn.Linear(16, 16)
     layer = ucf.nn.SparseLinear.from_dense(linear, format="bcsr(4,4)", bits=8)
-    x = torch.randn(5, 16)
+    p = layer._pattern()
+    plain = ucf.Tensor(p.shape, p.format, p.levels, layer.values.detach().numpy())
+    stored = held(plain, ucf.parse_format("bcsr(4,4)@qint8:1", order=2))
+    wq = torch.from_numpy(ucf.Tensor(p.shape, p.format, p.levels, numbers(stored)).to_numpy())
+    assert not torch.equal(wq, linear.weight.detach())  # quantized, close
+    x = torch.randn(5, 16, requires_grad=True)
     y = layer(x)
-    scale = linear.weight.detach().abs().amax()
-    assert (y - linear(x)).abs().max() < 0.05 * scale * x.abs().max() * 16
-    y.sum().backward()
-    assert layer.values.grad.shape == layer.values.shape and layer.values.grad.abs().sum() > 0
+    xr = x.detach().clone().requires_grad_()
+    want = torch.nn.functional.linear(xr, wq, linear.bias)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    want.backward(grad)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-5, atol=1e-5)
+    got = ucf.Tensor(p.shape, p.format, p.levels, layer.values.grad.numpy()).to_numpy()
+    torch.testing.assert_close(torch.from_numpy(got), grad.T @ x.detach(), rtol=1e-4, atol=1e-5)
 
 
 def test_sparse_linear_refuses_what_it_cannot_build():
