@@ -128,7 +128,7 @@ class Backward:
         schedule = self.schedules.get(wrt)
         expr = str(d.statement)  # the compile entry takes text; it parses back to this tree
         if dynamic:
-            from ucf.exec.dynamic import DynamicKernel
+            from ucf.stile.dynamic import DynamicKernel
 
             return DynamicKernel(
                 expr, text, schedule, self.target, self.dtype, self.index_dtype, dynamic
@@ -249,7 +249,7 @@ class Backward:
 
     def _extents(self, operands: Mapping[str, Any], grad: Any) -> dict[str, int]:
         """The forward call's extents, from its operands and its output's gradient."""
-        from ucf.exec.extents import bound_extents
+        from ucf.exec.shapes import bound_extents
         from ucf.format.interop import as_tensor
 
         given = {n: as_tensor(v, name=n) for n, v in operands.items()}
@@ -258,22 +258,33 @@ class Backward:
         return bound_extents(stmt, variables, given, out=grad)
 
 
-def describe(
-    statement: Statement,
-    formats: Mapping[str, Any],
-    dynamic: Mapping[str, tuple[int, ...]] | None,
-    target: str,
-    dtype: Any,
-    index_dtype: Any,
-) -> str:
-    """``k.backward_cin``: each operand's derived gradient and its kernel's loop nest, for
-    a kernel compiled with these formats (text, as the kernel keeps them)."""
+def gradients(kernel: Any) -> Backward:
+    """The gradients of a compiled kernel's statement, for its formats, dtype, index
+    dtype and target (and its dynamic operand's micro-tile): ``.text()`` lists each
+    operand's derived statement, ``.cin`` adds the loop nests of their kernels, and
+    calling it computes one (docs/training.md)."""
+    from ucf.exec.kernel import Kernel
     from ucf.format.format import parse_format
+    from ucf.stile.dynamic import DynamicKernel
 
-    orders = {a.tensor: len(a.indices) for a in (statement.lhs, *accesses(statement.rhs))}
-    fmts = {n: parse_format(f, order=orders[n], tensor=n) for n, f in formats.items()}
-    b = Backward(statement, fmts, dynamic, target=target, dtype=dtype, index_dtype=index_dtype)
-    return b.cin
+    if not isinstance(kernel, Kernel | DynamicKernel):
+        raise OperandError(f"gradients takes a compiled kernel (ucf.compile), got {kernel!r}")
+    statement = kernel.statement
+    orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
+    formats = {
+        n: parse_format(f, order=orders[n], tensor=n)
+        for n, f in kernel.formats.items()
+        if n in orders
+    }
+    dynamic = {kernel.name: kernel.granularity} if isinstance(kernel, DynamicKernel) else None
+    return Backward(
+        statement,
+        formats,
+        dynamic,
+        target=kernel.target,
+        dtype=kernel.dtype,
+        index_dtype=kernel.index_dtype,
+    )
 
 
 def writable(fmt: Format) -> Format:

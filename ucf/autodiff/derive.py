@@ -8,7 +8,7 @@ access by the rules of differentiation:
 - ``+`` passes the gradient to both sides and ``-`` negates it on the right;
 - ``*`` multiplies it by the other factor (the product rule, one factor at a
   time), ``/`` by ``1 / right`` on the left and ``-left / right^2`` on the right;
-- a function multiplies it by its derivative at its arguments (``ucf.autodiff.rules``);
+- a function multiplies it by its derivative at its arguments (``ucf.autodiff.derivatives``);
 - a sum lets its variables free: the term sums over them again, beside the
   output's variables (each term has its own sum: per-term reductions).
 
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ucf.autodiff.derivatives import partial
 from ucf.autodiff.hoist import Hoister, Temporary
-from ucf.autodiff.rules import partial
 from ucf.errors import OperandError, UnsupportedError
 from ucf.lang.affine import Affine
 from ucf.lang.ast import (

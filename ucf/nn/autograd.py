@@ -16,7 +16,6 @@ import torch
 
 from ucf.autodiff.backward import on_pattern
 from ucf.format.format import Format
-from ucf.format.quantize import numbers
 from ucf.format.tensor import Tensor, held, trusted
 from ucf.nn.plans import DynamicPlan, StaticPlan, dense
 
@@ -75,7 +74,7 @@ class StaticLinear(torch.autograd.Function):
         w = trusted(pattern.shape, pattern.format, pattern.levels, vals, pattern.index_dtype)
         if plan.fmt.values is not None:  # the products read the values as stored
             w = held(w, plan.fmt)
-            vals = numbers(w).astype(dt)
+            vals = w.numbers().astype(dt)
         y = torch.from_numpy(np.asarray(plan.forward(W=w, X=dense(xt))))
         ctx.state = (xt, vals, pattern, plan, kept, columns)
         ctx.save_for_backward(x, values)

@@ -14,9 +14,7 @@ from ucf.format.format import parse_format
 from ucf.format.tensor import Tensor, from_numpy, trusted
 from ucf.nn import autograd, masks
 from ucf.nn.plans import DynamicPlan, StaticPlan
-
-#: How ``bits`` store a weight's values (as the TeSA plans do; 32 and 64: as they are).
-VALUES = {4: "@qint4", 8: "@qint8", 16: "@float16", 32: "", 64: ""}
+from ucf.tesa.policy import VALUES  # how bits store values, as TeSA's plans store them
 
 
 class SparseLinear(torch.nn.Module):

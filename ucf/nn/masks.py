@@ -16,7 +16,7 @@ def choose_format(mask: np.ndarray, policy: Any = None) -> Format:
     default costs if None), among those storing ``mask`` exactly: blocks of a shape whose
     every block is wholly kept or wholly pruned, else single entries (CSR)."""
     if policy is None:
-        from ucf.tesa.plan import Policy
+        from ucf.tesa.policy import Policy
 
         policy = Policy(blocks=DEFAULT_COSTS)
     best, cost = parse_format("csr", order=2), float(mask.sum()) * policy.blocks.get((1, 1), 1.0)

@@ -146,7 +146,7 @@ class DynamicPlan:
 
 
 def _dynamic(stmt: str, dynamic: dict, schedule: str | None, dtype: np.dtype) -> Any:
-    from ucf.exec.dynamic import DynamicKernel
+    from ucf.stile.dynamic import DynamicKernel
 
     return DynamicKernel(stmt, {}, schedule, "llvm", dtype, np.int32, dynamic)
 

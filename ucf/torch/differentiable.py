@@ -41,7 +41,7 @@ class Compiled:
         dtype: np.dtype,
         index_dtype: np.dtype,
     ):
-        from ucf import compile as ucf_compile
+        from ucf.api import compile as ucf_compile
 
         self.statement = statement
         self.names = list(dict.fromkeys(a.tensor for a in accesses(statement.rhs)))
