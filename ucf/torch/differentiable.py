@@ -9,6 +9,7 @@ kernel.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -195,36 +196,31 @@ def _masks(masks: Mapping[str, Any] | None, dynamic: Mapping[str, Any]) -> dict[
     return found
 
 
+@functools.cache
 def _function() -> Any:
     """The autograd Function, defined on first use (torch is imported then)."""
-    global _Apply
-    if _Apply is None:
-        torch = need_torch("ucf.torch.einsum")
+    torch = need_torch("ucf.torch.einsum")
 
-        class Apply(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, call: tuple, *tensors: Any) -> Any:
-                kernels, operands, masks = call
-                ctx.call = call
-                ctx.save_for_backward(*tensors)  # torch then refuses in-place changes
-                return kernels.forward(operands, masks)
+    class Apply(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, call: tuple, *tensors: Any) -> Any:
+            kernels, operands, masks = call
+            ctx.call = call
+            ctx.save_for_backward(*tensors)  # torch then refuses in-place changes
+            return kernels.forward(operands, masks)
 
-            @staticmethod
-            @torch.autograd.function.once_differentiable
-            def backward(ctx, grad: Any) -> tuple:
-                kernels, operands, masks = ctx.call
-                hoisted: dict = {}
-                grads = [
-                    kernels.gradient(n, grad, operands, masks, hoisted) if need else None
-                    for n, need in zip(operands, ctx.needs_input_grad[1:], strict=True)
-                ]
-                return (None, *grads)
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad: Any) -> tuple:
+            kernels, operands, masks = ctx.call
+            hoisted: dict = {}
+            grads = [
+                kernels.gradient(n, grad, operands, masks, hoisted) if need else None
+                for n, need in zip(operands, ctx.needs_input_grad[1:], strict=True)
+            ]
+            return (None, *grads)
 
-        _Apply = Apply
-    return _Apply
-
-
-_Apply: Any = None
+    return Apply
 
 
 def apply(kernels: Compiled, operands: dict[str, ops.Operand], masks: dict[str, Any]) -> Any:
