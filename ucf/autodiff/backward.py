@@ -317,9 +317,8 @@ def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
     order = np.argsort(xk, kind="stable")
     at = np.searchsorted(xk[order], rk)
     if len(rk) and (np.any(at >= len(xk)) or np.any(xk[order[np.minimum(at, len(xk) - 1)]] != rk)):
-        raise UnsupportedError(
-            "a gradient came back with entries outside its operand's pattern; this is a bug"
-        )
+        # The pattern is a factor of every term, so this is a bug, not a user's error.
+        raise RuntimeError("a gradient came back with entries outside its operand's pattern")
     vals = np.zeros(len(x.vals), dtype=result.vals.dtype)
     vals[order[at]] = result.vals[: len(rk)]
     return vals
