@@ -147,7 +147,7 @@ def test_every_function_has_the_derivative_torch_has(fn):
 @pytest.mark.parametrize(
     "fmt, target",
     [(f, "llvm") for f in ("csr", "csc", "dcsr", "bcsr(2,2)", "nm(2,4)", "coo")]
-    + [pytest.param(f, "c", marks=needs_cc) for f in ("csr", "bcsr(2,2)")],
+    + [pytest.param(f, "c", marks=[needs_cc, pytest.mark.slow]) for f in ("csr", "bcsr(2,2)")],
 )
 def test_sparse_operand_gradients_keep_the_pattern(fmt, target):
     shapes = {"A": (6, 8), "B": (8, 3)}

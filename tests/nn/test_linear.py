@@ -150,7 +150,15 @@ def test_sparse_linear_refuses_what_it_cannot_build():
         ucf.nn.SparseLinear(8, 4, mask=torch.ones(4, 8, dtype=torch.bool), format="nm(2,4)")
 
 
-@pytest.mark.parametrize("tile", [(1, 1), (32, 1), (2, 3), (32, 8)])
+@pytest.mark.parametrize(
+    "tile",
+    [
+        (1, 1),
+        (32, 1),
+        pytest.param((2, 3), marks=pytest.mark.slow),
+        pytest.param((32, 8), marks=pytest.mark.slow),
+    ],
+)
 def test_dynamic_sparse_linear_gradcheck(tile, one_thread):
     torch.manual_seed(4)
     out, inp = (64, 16) if tile[0] == 32 else (6, 9)
@@ -205,7 +213,7 @@ def _example():
     return module
 
 
-@pytest.mark.parametrize("tile", ["32x64", "32x1"])
+@pytest.mark.parametrize("tile", ["32x64", pytest.param("32x1", marks=pytest.mark.slow)])
 def test_twenty_steps_of_pruning_match_torch_dense_masked(tile, one_thread):
     ex = _example()
     args = ex.argparse.Namespace(
