@@ -72,11 +72,12 @@ def needed(
 ) -> bool:
     """Whether ``schedule`` of a statement over ``extents`` might take longer than
     ``seconds``, so that its first call must run where it can be stopped: it changes
-    the loop order or adds a workspace other than the ``default`` schedule's (whose
-    time is measured: Gustavson's workspace in parallel chunks iterates what the
-    default does), and the dense iteration space is that big."""
+    the loop order or the workspaces of the ``default`` schedule (whose time is
+    measured: Gustavson's workspace in parallel chunks iterates what the default does,
+    while the plain nest without it co-iterates every output entry), and the dense
+    iteration space is that big."""
     shape = spelled(schedule, RESHAPING)
-    if not shape or shape == spelled(default, RESHAPING):
+    if shape == spelled(default, RESHAPING) or not (shape or default):
         return False
     return math.prod(extents.values()) * POINT_SECONDS > seconds
 
