@@ -28,7 +28,9 @@ in-memory study); and, where the space has at most ``--sweep-limit`` schedules, 
 exhaustive sweep of it (``ucf.tune(exhaustive=True)``: every schedule once, timed
 like a trial). All results are checked against numpy or scipy, then the default, the
 tuned kernel, the sweep's best and the reference are timed in turns, ``--rounds``
-rounds after a warm-up, and the medians compared. With ``--old-ucf`` a child process
+rounds after a warm-up, and the medians compared (a study that keeps the default
+returns the default's kernel: its column shows the default's samples, since two
+timings of one kernel differ by up to 25 % on a busy machine). With ``--old-ucf`` a child process
 imports ucf from that checkout and times its default beside the same reference on the
 same operands; its ratio to the reference, over the tuned kernel's, is the speed-up
 over main 6418680's default (two processes, one after the other: the reference is
@@ -310,7 +312,8 @@ def measure_row(row: Row, args) -> dict:
     out["tune_s"] = time.perf_counter() - start
     out["tuned"] = {"schedule": tuned.schedule, "is_default": tuned.is_default}
     calls = {"reference": row.reference, "default": kernel_call(default, row)}
-    calls["tuned"] = kernel_call(tuned.kernel, row)
+    if not tuned.is_default:  # else it is the default's kernel: its samples are the default's
+        calls["tuned"] = kernel_call(tuned.kernel, row)
     start = time.perf_counter()
     try:
         sweep = ucf.tune(
@@ -330,13 +333,17 @@ def measure_row(row: Row, args) -> dict:
             "schedule": sweep.schedule,
             "is_default": sweep.is_default,
         }
-        calls["sweep"] = kernel_call(sweep.kernel, row)
+        if not sweep.is_default:
+            calls["sweep"] = kernel_call(sweep.kernel, row)
     out["sweep_s"] = time.perf_counter() - start
     for name in ("default", "tuned", "sweep"):
         if name in calls and not close(calls[name](), row.expect, row.dtype):
             out["status"] = f"wrong result: {name}"
             return out
     out["seconds"] = race(calls, args.rounds)
+    out["seconds"].setdefault("tuned", out["seconds"]["default"])
+    if out["sweep"]["feasible"]:
+        out["seconds"].setdefault("sweep", out["seconds"]["default"])
     out["default_schedule"] = default.schedule_used
     out["status"] = "ok"
     return out
