@@ -156,18 +156,9 @@ LEVEL_CLASS = re.compile(
 ARRAY_NAME = re.compile(r"""\.arrays\s*[!=]=|["']\w+["']\s+(not\s+)?in\s+[\w.]*\.arrays\b""")
 PATTERNS = {"letter": LETTER, "level class": LEVEL_CLASS, "array name": ARRAY_NAME}
 
-#: What still asks outside format/, by module and pattern: phase 2 of issue 33 (formats
-#: as objects from end to end) empties this list, and the test below fails as soon as
-#: an entry no longer asks, so the list only shrinks.
-KNOWN = {
-    ("ucf.codegen.c_check", "array name"),
-    ("ucf.codegen.taco", "array name"),
-    ("ucf.lower.workspaces", "level class"),
-    ("ucf.pipeline", "level class"),
-    ("ucf.stile.dynamic", "letter"),
-    ("ucf.stile.tile_index", "letter"),
-    ("ucf.tuning.space", "letter"),
-}
+#: What may still ask outside format/, by module and pattern (nothing: formats answer);
+#: the test below fails as soon as an entry no longer asks, so the list only shrinks.
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _code(path: Path) -> str:

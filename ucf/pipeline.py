@@ -35,7 +35,6 @@ from ucf.errors import (
     UnsupportedError,
 )
 from ucf.format.format import Format, parse_format
-from ucf.format.levels.fixed import FixedWidth
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -186,7 +185,7 @@ def plan(
     if module is None:
         compute, tiles = register_block(compute)
         cin.notes += tiles
-        if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
+        if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)

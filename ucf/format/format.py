@@ -10,6 +10,7 @@ permuted format; blocked maps give BCSR as plain levels with no special case
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from typing import Any
@@ -112,6 +113,57 @@ class Format:
     def blocked(self) -> bool:
         """Whether some level stores a block index or an offset in a block."""
         return not all(m.plain for m in self.maps)
+
+    @property
+    def fixed_width(self) -> bool:
+        """Whether some level stores a fixed number of entries per parent (``ell(w)``,
+        ``nm(n,m)``): rows whose loops have the same trip count."""
+        return any(k.segment_width is not None for k in self.levels)
+
+    @classmethod
+    def dense(cls, order: int, mode_order: Sequence[int] | None = None) -> Format:
+        """Dense levels storing the modes in ``mode_order`` (default: their own order)."""
+        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order or range(order)))
+
+    @classmethod
+    def compressed(
+        cls, order: int, dense: int = 0, mode_order: Sequence[int] | None = None
+    ) -> Format:
+        """``dense`` dense levels, then compressed ones (CSR is ``compressed(2, 1)``, CSF
+        ``compressed(3)``), storing the modes in ``mode_order``."""
+        kinds = [KINDS["U"]] * dense + [KINDS["C"]] * (order - dense)
+        return cls(tuple(kinds), tuple(mode_order or range(order)))
+
+    @classmethod
+    def dynamic(cls, order: int) -> Format:
+        """STile's index of live tiles: dense levels over every mode but the last, and an
+        unordered compressed last one (its live tiles, listed in any order)."""
+        return cls(tuple([KINDS["U"]] * (order - 1) + [KINDS["Q"]]), tuple(range(order)))
+
+    @classmethod
+    def tiled(cls, tile: Sequence[int]) -> Format:
+        """Dense levels over micro-tiles of ``tile`` (one extent per mode): a mode whose
+        extent is above 1 is stored as its tile, then its place in the tile, as a
+        blocked format stores blocks (``UUU:0/32,0%32,1`` for tiles of 32 x 1)."""
+        maps = []
+        for mode, b in enumerate(tile):
+            maps += [LevelMap(mode, div=b), LevelMap(mode, mod=b)] if b > 1 else [LevelMap(mode)]
+        return cls(tuple(KINDS["U"] for _ in maps), tuple(maps))
+
+    @classmethod
+    def workspace_list(cls) -> Format:
+        """A kernel's list of the coordinates a workspace was touched at: one level that
+        its consumer walks as a compressed one (``ucf.format.levels.workspace``)."""
+        return cls((KINDS["W"],), (0,))
+
+    def with_mode_order(self, mode_order: Sequence[int]) -> Format:
+        """The same level kinds and values, storing the modes in ``mode_order`` (plain
+        maps only: a blocked format's maps are its own)."""
+        return Format(self.levels, tuple(mode_order), self.values)
+
+    def with_levels(self, levels: Sequence[LevelKind]) -> Format:
+        """The same maps and values over other level kinds (one per map)."""
+        return Format(tuple(levels), self.maps, self.values)
 
     def level_dims(self, shape: tuple[int, ...]) -> list[int]:
         """Each level's dimension for a tensor of ``shape``."""
@@ -317,15 +369,21 @@ def _named(name: str, args: str, order: int | None, text: str, who: str) -> str:
     return levels.format(u="U" * (n - 1), modes=modes, last=n - 1, **given)
 
 
+def _stored() -> str:
+    """The letters of the kinds tensors are stored in (a kernel's own, such as a
+    workspace's list, are left out)."""
+    return ", ".join(letter for letter, kind in KINDS.items() if kind.stored)
+
+
 def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     """The level kinds ``letters`` spells, each a letter with any number it takes (``UF4``)."""
     kinds = []
     for token in _LEVEL.finditer(letters):
         letter, number = token.groups()
-        if letter not in KINDS:
+        if letter not in KINDS or not KINDS[letter].stored:
             raise FormatError(
                 f"bad format '{text}'{who}: level kind {letter!r} is not one of "
-                f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)}, or "
+                f"{_stored()} (or an alias: {', '.join(ALIASES)}, or "
                 f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
             )
         kind = KINDS[letter]
@@ -343,7 +401,7 @@ def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     if not kinds:
         raise FormatError(
             f"bad format '{text}'{who}: level kind '(empty)' is not one of "
-            f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
+            f"{_stored()} (or an alias: {', '.join(ALIASES)})"
         )
     return tuple(kinds)
 

@@ -45,10 +45,10 @@ from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.kernel import Kernel
 from ucf.exec.shapes import bound_extents, check_orders
-from ucf.format.format import dense_format, parse_format
+from ucf.format.format import Format, dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
-from ucf.format.values import index_dtype_of, value_dtype
+from ucf.format.values import VALUES, index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
@@ -181,16 +181,15 @@ class DynamicKernel:
         no tile extent exceeds 1)."""
         name, g = self.name, self.granularity
         order = len(access.indices)
-        maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
-        tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
+        tiled = Format.tiled(g)
         stmt = self._with_mask  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
         fmts = {
             n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
         }
         user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
-        fmts[name] = parse_format(tiled, order=order, tensor=name)
-        fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
+        fmts[name] = tiled
+        fmts[self._mask] = replace(tiled, values=VALUES["uint8"])
         b = unblock(stmt, fmts)
         split_stmt, split_fmts = stmt, fmts
         if b is not None:
@@ -207,7 +206,7 @@ class DynamicKernel:
         )
         inner = replace(split_stmt, rhs=rhs)
         inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
-        inner_formats[self._index] = "U" * (order - 1) + "Q"
+        inner_formats[self._index] = str(Format.dynamic(order))
         args = (str(inner), inner_formats)
         emulate = self.emulate
         if schedule is None:
