@@ -10,6 +10,7 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -46,7 +47,10 @@ from ucf.passes import dismantle
 from ucf.passes.fma import fuse
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
-from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
+from ucf.schedule import Applied, Command, apply_schedule
+from ucf.schedule.apply import check_statement
+from ucf.schedule.candidates import Refused, first_passing, passing
+from ucf.schedule.commands import PrecomputeCommand
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gpu_model import propose_gpu
 
@@ -116,7 +120,7 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
 def plan(
     expr: str,
     formats: dict[str, Any],
-    schedule: str | None,
+    schedule: Sequence[Command] | None,
     vt: str,
     it: str,
     target: str = "llvm",
@@ -134,30 +138,25 @@ def plan(
     Without a schedule, the model's proposals for unknown statistics are tried in
     turn, and the kernel says in ``cin`` why it got what it got."""
     if schedule is None and target != "cuda":
-        *tried, last = proposals(expr, formats, None, threads=2)
-        for choice in tried:
-            try:
-                return _with_reasons(
-                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static),
-                    choice.why,
-                )
-            except (ScheduleError, UnsupportedError):
-                continue
-        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static)
-        return _with_reasons(last_plan, last.why)
+        refused = Refused()
+
+        def attempt(choice: Choice) -> Plan:
+            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static)
+            return _with_reasons(p, [*refused, *choice.why])
+
+        choices = proposals(expr, formats, None, threads=2)
+        return first_passing(choices, attempt, refused, last_raises=True, shown=_text)
     front = _Front(expr, formats)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
-    commands = parse_schedule(schedule) if schedule else []
-    invariance.check_schedule(front.user_stmt, commands)
-    if blocking is not None:
-        blocking.check_schedule(commands)
-    base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
+    commands = list(schedule or [])
+    check_statement(commands, front.user_stmt, blocking)
+    base = front.concretized(workspace=_precomputes(commands))
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(
-            base, commands, schedule, requested, fmts, vt, it, front.shown
+            base, commands, schedule is None, requested, fmts, vt, it, front.shown
         )
     else:
         cin, applied = (
@@ -388,16 +387,25 @@ def proposals(
     spared = front.concretized(workspace=True)
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
     *candidates, last = propose(base, storage, stats, threads)
-    kept = []
-    for choice in candidates:
-        commands = parse_schedule(choice.text)
-        nest = spared if any(c.name == "precompute" for c in commands) else base
-        try:
-            _scheduled(nest, commands, front.fmts, front.computed, shown=front.shown)
-        except (ScheduleError, UnsupportedError):
-            continue
-        kept.append(choice)
-    return [*kept, last]
+
+    def check(choice: Choice) -> None:
+        nest = spared if _precomputes(choice.commands) else base
+        _scheduled(nest, choice.commands, front.fmts, front.computed, shown=front.shown)
+
+    kept, refused = [], Refused()
+    for choice in [*candidates, last]:  # the plain nest is always kept
+        if choice is last or passing([choice], check, refused, shown=_text):
+            kept.append(replace(choice, why=[*refused, *choice.why]))
+            refused = Refused()
+    return kept
+
+
+def _text(choice: Choice) -> str:
+    return choice.text
+
+
+def _precomputes(commands: Sequence[Command]) -> bool:
+    return any(isinstance(c, PrecomputeCommand) for c in commands)
 
 
 def _converts(cin: CIN) -> bool:
@@ -424,7 +432,7 @@ def _check_units(applied: Applied | None, target: str) -> None:
 
 
 def _cuda_schedule(
-    base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str, shown: dict
+    base: CIN, commands, default: bool, requested: Format, fmts, vt: str, it: str, shown: dict
 ):
     """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
     if not requested.is_dense:
@@ -432,25 +440,28 @@ def _cuda_schedule(
             f"target 'cuda' computes dense outputs only; output {base.statement.lhs.tensor} "
             f"is '{requested}'"
         )
-    if any(c.name == "precompute" for c in commands):
+    if _precomputes(commands):
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
-    if schedule is None and base.order:
-        v, reason = base.order[0], ""
-        for text, reasons, optional in propose_gpu(base):
-            try:
-                cin, applied = _scheduled(
-                    base, parse_schedule(text), fmts, computed, default=True, shown=shown
-                )
-                lowered, module = _lower_cuda(cin, applied, vt, it)
-            except ScheduleError as e:
-                reason = reason or str(e).split(": ", 1)[-1]
-            except UnsupportedError:
-                if not optional:
-                    raise
-            else:
-                cin.notes += reasons
-                return cin, lowered, module
+    if default and base.order:
+        v, refused = base.order[0], Refused()
+
+        def attempt(candidate: tuple[list[Command], list[str], bool]):
+            tried, reasons, _ = candidate
+            cin, applied = _scheduled(base, tried, fmts, computed, default=True, shown=shown)
+            lowered, module = _lower_cuda(cin, applied, vt, it)
+            cin.notes += [*refused, *reasons]
+            return cin, lowered, module
+
+        def refuses(candidate: tuple[list[Command], list[str], bool], e: Exception) -> bool:
+            optional = candidate[2]  # the plain rows over threads must not be unsupported
+            return isinstance(e, ScheduleError) or (optional and isinstance(e, UnsupportedError))
+
+        found = first_passing(propose_gpu(base), attempt, refused, shown=_joined, refuses=refuses)
+        if found is not None:
+            return found
+        errors = [e for e in refused.errors if isinstance(e, ScheduleError)]
+        reason = str(errors[0]).split(": ", 1)[-1] if errors else ""
         base.notes.append(
             f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
             f"split over blocks and threads ({reason})"
@@ -461,6 +472,10 @@ def _cuda_schedule(
         _check_units(applied, "cuda")
     lowered, module = _lower_cuda(base, applied, vt, it)
     return base, lowered, module
+
+
+def _joined(candidate: tuple[list[Command], list[str], bool]) -> str:
+    return "; ".join(map(str, candidate[0]))
 
 
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):

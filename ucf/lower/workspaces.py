@@ -24,6 +24,7 @@ from ucf.lower.state import (
     Where,
     Workspace,
 )
+from ucf.schedule.commands import BoundCommand, SplitCommand
 
 # The epoch at which a listed workspace's flags are cleared and the count restarts.
 EPOCH_WRAP = 2**31 - 1
@@ -224,8 +225,8 @@ class WorkspacesMixin:
         self.steps = [
             c
             for c in self.steps
-            if not (c.name == "split" and c.args[0] == parent)
-            and not (c.name == "bound" and c.args[1] == parent)
+            if not (isinstance(c, SplitCommand) and c.mode == "split" and c.var == parent)
+            and not (isinstance(c, BoundCommand) and c.bound_var == parent)
         ]
         return outer, var, rel.amount, extent
 

@@ -52,7 +52,11 @@ from ucf.format.values import VALUES, index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
-from ucf.schedule.gpu_model import DEFAULT_GPU_THREADS
+from ucf.schedule.candidates import first_passing
+from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
+from ucf.schedule.gpu_model import BLOCKS, DEFAULT_GPU_THREADS, THREADS
+from ucf.schedule.records import Parallel
+from ucf.schedule.text import as_commands, spelled
 from ucf.stile import gathered, tile_index
 
 
@@ -128,14 +132,15 @@ class DynamicKernel:
                 stmt.rhs, access, _product(access, ast.Access(self._mask, access.indices))
             ),
         )
-        self._generic = (access, formats, schedule, dtype, index_dtype)
+        commands = as_commands(schedule)
+        self._generic = (access, formats, commands, dtype, index_dtype)
         self._kernel: Kernel | None = None
         self._blocking: Blocking | None = None
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)
         self.index_dtype = index_dtype_of(index_dtype)
         shape = None
         if target in tile_index.TARGETS:  # gathered compute tiles are CPU kernels
-            shape = gathered.match(stmt, name, self.granularity, formats, self.dtype, schedule)
+            shape = gathered.match(stmt, name, self.granularity, formats, self.dtype, commands)
         self._condensed = None
         if shape is None:
             self._build_generic()
@@ -147,9 +152,9 @@ class DynamicKernel:
     def _build_generic(self) -> None:
         """The generic kernel (a rewrite of the statement), built on first need when the
         condensed one runs the calls."""
-        access, formats, schedule, dtype, index_dtype = self._generic
+        access, formats, commands, dtype, index_dtype = self._generic
         self._kernel, self._blocking = self._rewrite(
-            self.statement, access, formats, schedule, self.target, dtype, index_dtype
+            self.statement, access, formats, commands, self.target, dtype, index_dtype
         )
         self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
 
@@ -171,7 +176,7 @@ class DynamicKernel:
         stmt: ast.Statement,
         access: ast.Access,
         formats: dict[str, Any],
-        schedule: str | None,
+        commands: list[Command] | None,
         target: str,
         dtype: Any,
         index_dtype: Any,
@@ -209,17 +214,20 @@ class DynamicKernel:
         inner_formats[self._index] = str(Format.dynamic(order))
         args = (str(inner), inner_formats)
         emulate = self.emulate
-        if schedule is None:
+        if commands is None:
             order = _tiles_first(inner, tiles, split_access)
             default = (
                 _gpu_schedule(inner, order) if target == "cuda" else _cpu_schedule(inner, order)
             )
-            if default is not None:
-                try:
-                    return Kernel(*args, default, target, dtype, index_dtype, emulate), b
-                except (ScheduleError, UnsupportedError):
-                    pass  # the target's own default below
-        return Kernel(*args, schedule, target, dtype, index_dtype, emulate), b
+            # the tiles first, else the target's own default
+            kernel = first_passing(
+                [default] if default is not None else [],
+                lambda c: Kernel(*args, c, target, dtype, index_dtype, emulate),
+                shown=spelled,
+            )
+            if kernel is not None:
+                return kernel, b
+        return Kernel(*args, commands, target, dtype, index_dtype, emulate), b
 
     @property
     def cin(self) -> str:
@@ -336,16 +344,16 @@ def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Acc
     return list(dict.fromkeys(seen))
 
 
-def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> str:
+def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> list[Command]:
     """The tiles-first order, its outermost loop parallel when it is an output
     variable's."""
-    text = f"reorder({', '.join(order)})"
+    commands: list[Command] = [Reorder(tuple(order))]
     if order[0] in ast.index_variables(stmt.lhs):
-        text += f"; parallelize({order[0]}, CPUThread, NoRaces)"
-    return text
+        commands.append(Parallelize(order[0], Parallel("CPUThread", "NoRaces")))
+    return commands
 
 
-def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
+def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> list[Command] | None:
     """On CUDA: a GPU block per iteration of the tiles-first order's outermost loop (an
     output variable's) and per ``DEFAULT_GPU_THREADS`` of the output's last variable when A
     does not hold it (B's columns ``n``), a thread per column. Inside, each thread runs the other
@@ -360,12 +368,13 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
     inner = [v for v in order[1:] if v in out and v != columns]
     inner += [v for v in order[1:] if v not in out]
     blk, thr = f"{columns}_gblk", f"{columns}_gthr"
-    return (
-        f"reorder({', '.join([order[0], columns, *inner])}); "
-        f"split({columns}, {blk}, {thr}, {DEFAULT_GPU_THREADS}); "
-        f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
-        f"parallelize({thr}, GPUThread, NoRaces)"
-    )
+    return [
+        Reorder((order[0], columns, *inner)),
+        SplitCommand(columns, blk, thr, DEFAULT_GPU_THREADS),
+        Parallelize(order[0], BLOCKS),
+        Parallelize(blk, BLOCKS),
+        Parallelize(thr, THREADS),
+    ]
 
 
 def _fresh(base: str, taken: set[str]) -> str:
