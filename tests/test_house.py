@@ -43,6 +43,7 @@ LAYERS = [
     "dask",
     "torch",
     "demo",
+    "serve",
     "cli",
     "__main__",
 ]

@@ -31,6 +31,7 @@ from ucf.errors import (
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.kernel import Kernel
+    from ucf.format.pictures import show
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
     from ucf.format.quantize import quantize
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
 _LAZY = {
     "Kernel": "ucf.exec.kernel",
     "Format": "ucf.format.format",
+    "show": "ucf.format.pictures",
     "parse_format": "ucf.format.format",
     "read": "ucf.format.io",
     "write": "ucf.format.io",
@@ -110,6 +112,7 @@ __all__ = [
     "program",
     "quantize",
     "set_num_threads",
+    "show",
     "stile_index",
     "read",
     "tune",

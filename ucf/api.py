@@ -12,7 +12,6 @@ from ucf.errors import OperandError, ShapeError, UnsupportedError, boundary
 
 if TYPE_CHECKING:
     from ucf.exec.kernel import Kernel
-    from ucf.format.tensor import Tensor
 
 
 @boundary
@@ -60,8 +59,9 @@ def einsum(
     target: str = "llvm",
     out: Any = None,
     shapes: dict[str, Any] | None = None,
+    as_tensor: bool = False,
     **operands: Any,
-) -> Tensor:
+) -> Any:
     """Compile (or fetch from the cache) and run in one call.
 
     ``expr`` is a statement with operands passed by name
@@ -72,12 +72,20 @@ def einsum(
     scipy CSR matrix is read as CSR without repacking. ``shapes`` gives
     extents the operands do not fix: an index variable mapped to an int
     (``{"j": 8}``) or a tensor mapped to its shape (``{"C": (4, 8)}``).
+
+    The result comes back as the kind of array the operands were, as opt_einsum
+    does: a torch tensor if any operand is one; else a numpy array when the output
+    is dense, and a scipy sparse array when it is sparse in a layout scipy shares
+    (CSR, CSC, BSR); other sparse outputs are ``ucf.Tensor``. ``as_tensor=True``
+    always returns the ``ucf.Tensor``, and ``out=`` is returned as it was passed
+    (docs/interop.md).
     """
     import numpy as np
 
     from ucf.exec.kernel import Kernel
     from ucf.format.format import parse_format
-    from ucf.format.interop import as_tensor
+    from ucf.format.interop import as_tensor as to_tensor
+    from ucf.format.interop import like_operands
     from ucf.format.values import VALUES
     from ucf.lang import subscripts
     from ucf.lang.ast import accesses
@@ -89,7 +97,7 @@ def einsum(
                 f"einsum subscripts '{expr}' take their operands in order, not by name "
                 f"({', '.join(operands)})"
             )
-        given = [as_tensor(v, format=None, name=f"operand {k}") for k, v in enumerate(positional)]
+        given = [to_tensor(v, format=None, name=f"operand {k}") for k, v in enumerate(positional)]
         expr = subscripts.statement(expr, [t.order for t in given])
         operands = {subscripts.OPERAND.format(k): t for k, t in enumerate(given)}
     elif positional:
@@ -104,14 +112,14 @@ def einsum(
     for name, value in operands.items():
         if name not in orders:
             continue  # Kernel reports unknown operands with the full list
-        t = as_tensor(value, name=name)
+        t = to_tensor(value, name=name)
         if t.order != orders[name]:
             raise ShapeError(
                 f"operand {name} has order {t.order} (shape {t.shape}) but is accessed "
                 f"with {orders[name]} indices"
             )
         if name in fmts:
-            t = as_tensor(t, format=fmts[name], name=name)
+            t = to_tensor(t, format=fmts[name], name=name)
         tensors[name] = t
         fmts.setdefault(name, str(t.format))
     # Half and 8-bit operands sum in float32 and int32 (VALUES[...].compute), and every
@@ -125,5 +133,9 @@ def einsum(
             fmts[name] = f"{t.format}@{t.dtype}"
     idx = np.int64 if any(t.index_dtype == np.int64 for t in tensors.values()) else np.int32
     kernel = Kernel(expr, fmts, schedule, target, dtype, idx)
+    given = [*positional, *operands.values()]
     operands.update(tensors)
-    return kernel(out=out, shapes=shapes, **operands)
+    result = kernel(out=out, shapes=shapes, **operands)
+    if as_tensor:
+        return result
+    return out if out is not None else like_operands(result, given)

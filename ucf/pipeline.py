@@ -80,6 +80,10 @@ class Plan:
     # so the output need not be zeroed before a call.
     writes_all: bool = False
 
+    def __repr__(self) -> str:
+        names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
+        return f"Plan('{self.statement}', output '{self.output_format.name}', functions {names})"
+
     @property
     def call_zeroes(self) -> bool:
         """Whether a call zeroes the dense output before the kernel runs: an ``=``

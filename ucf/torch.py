@@ -83,7 +83,7 @@ def op(
         from ucf.api import einsum
 
         given = dict(zip(operands, tensors, strict=True))
-        return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given).to_torch()
+        return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given)
 
     def fake(*tensors: Any) -> Any:
         dtype = np.result_type(*(np.dtype(str(t.dtype).removeprefix("torch.")) for t in tensors))

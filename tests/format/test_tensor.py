@@ -431,7 +431,12 @@ def test_valid_constructions_pass():
     pos, rows, cols, vals = coo_parts()
     t = Tensor((3, 4), "coo", [{"pos": pos, "crd": rows}, {"crd": cols}], vals)
     assert t.index_dtype == np.int32
-    assert repr(t) == "Tensor(shape=(3, 4), format='coo', dtype=float64, nnz=4)"
+    assert repr(t).splitlines() == [
+        "Tensor(shape=(3, 4), format='coo', dtype=float64, nnz=4)",
+        "  level 0 C  mode 0  pos=[0 4]  crd=[0 0 2 2]",
+        "  level 1 S  mode 1  crd=[1 3 0 2]",
+        "  vals=[1. 2. 3. 4.]",
+    ]
 
 
 def _csr(pos=None, crd=None, vals=None, extra=None):

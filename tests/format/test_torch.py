@@ -304,9 +304,11 @@ def test_einsum_on_torch_operands_both_spellings():
     x = torch.rand(7, generator=torch.Generator().manual_seed(16))
     ref = (A.to_dense() @ x).numpy()
     by_name = ucf.einsum("y(i) = A(i,j) * x(j)", A=A, x=x)
-    assert by_name.dtype == np.float32
-    np.testing.assert_allclose(by_name.to_numpy(), ref, rtol=1e-6)
-    np.testing.assert_allclose(ucf.einsum("ij,j->i", A, x).to_numpy(), ref, rtol=1e-6)
+    assert isinstance(by_name, torch.Tensor) and by_name.dtype == torch.float32
+    np.testing.assert_allclose(by_name.numpy(), ref, rtol=1e-6)
+    np.testing.assert_allclose(ucf.einsum("ij,j->i", A, x).numpy(), ref, rtol=1e-6)
+    mixed = ucf.einsum("y(i) = A(i,j) * x(j)", A=A, x=x.numpy())  # any torch operand: torch
+    assert isinstance(mixed, torch.Tensor)
 
 
 # ------------------------------------------------------------------ DLPack

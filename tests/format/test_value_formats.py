@@ -197,10 +197,10 @@ def test_einsum_reads_the_operands_stated_values():
     a, x = sparse(rng, (6, 5)), rng.standard_normal(5)
     y = ucf.einsum("y(i) = A(i,j)*x(j)", A=ucf.from_numpy(a, format="csr@float32"), x=x)
     assert y.dtype == np.float64
-    np.testing.assert_allclose(y.to_numpy(), a.astype(np.float32).astype(np.float64) @ x)
+    np.testing.assert_allclose(y, a.astype(np.float32).astype(np.float64) @ x)
     y32 = ucf.einsum("y(i) = A(i,j)*x(j)", formats={"y": "dense@float32"}, A=sp.csr_array(a), x=x)
     assert y32.dtype == np.float32
-    np.testing.assert_allclose(y32.to_numpy(), a @ x, rtol=1e-5)
+    np.testing.assert_allclose(y32, a @ x, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -318,10 +318,10 @@ def test_einsum_sums_narrow_operands_in_their_compute_type():
     x = rng.integers(0, 255, size=7).astype(np.uint8)
     y = ucf.einsum("y(i) = A(i,j)*x(j)", A=sp.csr_array(a), x=x)
     assert y.dtype == np.int32
-    np.testing.assert_array_equal(y.to_numpy(), a.astype(np.int32) @ x)
+    np.testing.assert_array_equal(y, a.astype(np.int32) @ x)
     h = ucf.einsum("ij,j->i", a.astype(np.float16), np.ones(7, dtype=np.float16))
     assert h.dtype == np.float32
-    np.testing.assert_allclose(h.to_numpy(), a.astype(np.float32).sum(axis=1))
+    np.testing.assert_allclose(h, a.astype(np.float32).sum(axis=1))
 
 
 def test_torch_half_tensors_are_held_as_half():

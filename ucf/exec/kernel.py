@@ -53,6 +53,16 @@ SMALL = (
 TUNED = "tuned"
 
 
+def describe(k: Any, expr: str, schedule: str | None) -> str:
+    """A kernel's repr: what it was compiled from, in the words ``ucf.compile`` takes."""
+    formats = ", ".join(f"{n!r}: {f!r}" for n, f in sorted(k.formats.items()))
+    shown = "default: chosen per call" if schedule is None else repr(schedule)
+    return (
+        f"{type(k).__name__}({expr!r}, formats={{{formats}}}, target={k.target!r}, "
+        f"dtype={k.dtype}, schedule={shown})"
+    )
+
+
 def forget_loaded() -> None:
     """Drop the in-process kernels, so the next compile goes to the disk cache."""
     _LOADED.clear()
@@ -318,6 +328,9 @@ class Kernel(Calling):
         return result, library
 
     # ------------------------------------------------------------ inspection
+    def __repr__(self) -> str:
+        return describe(self, self._expr, self.schedule)
+
     @property
     def cin(self) -> str:
         """The kernel's loop nest and every decision made for it: with no schedule

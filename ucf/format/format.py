@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError
+from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
 
@@ -385,6 +386,7 @@ def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
                 f"bad format '{text}'{who}: level kind {letter!r} is not one of "
                 f"{_stored()} (or an alias: {', '.join(ALIASES)}, or "
                 f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
+                + taco_letters.hint(text.strip())
             )
         kind = KINDS[letter]
         if number:

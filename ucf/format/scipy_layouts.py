@@ -219,6 +219,18 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
     return coo((vals, (coords[:, 0], coords[:, 1])), shape=t.shape).tocsr()
 
 
+def has_scipy_layout(t: Tensor) -> bool:
+    """Whether scipy stores ``t`` alike (CSR, CSC, unsorted CSR, or BSR with whole
+    blocks), so :func:`to_scipy` hands scipy the tensor's own arrays."""
+    if t.order != 2:
+        return False
+    fmt = t.format.structure
+    if fmt in (CSR, CSC, _UNSORTED_CSR):
+        return True
+    block = _bcsr_blocks(fmt)
+    return block is not None and all(n % b == 0 for n, b in zip(t.shape, block, strict=True))
+
+
 def is_scipy(obj: Any) -> bool:
     """Whether ``obj`` is a scipy.sparse matrix or array (without importing scipy for
     objects from elsewhere)."""

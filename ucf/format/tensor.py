@@ -32,6 +32,7 @@ from ucf.errors import (
     ShapeError,
     boundary,
 )
+from ucf.format.arraylike import ArrayLike
 from ucf.format.encoding import check_scales, decode, encode
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
@@ -64,7 +65,7 @@ INTERCHANGE: dict[str, Callable[..., Any]] = {}
 # --------------------------------------------------------------------------- Tensor
 
 
-class Tensor:
+class Tensor(ArrayLike):
     """A tensor stored level by level in a :class:`Format`.
 
     The arrays are public and raw on purpose: kernels read them directly, and
@@ -180,12 +181,6 @@ class Tensor:
             count = kind.size(self.levels[lvl], count, dims[lvl])
             sizes.append(count)
         return sizes
-
-    def __repr__(self) -> str:
-        return (
-            f"Tensor(shape={self.shape}, format='{self.format.name}', dtype={self.dtype}, "
-            f"nnz={self.nnz})"
-        )
 
     # ------------------------------------------------------------ validation
 

@@ -158,6 +158,12 @@ class DynamicKernel:
         )
         self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
 
+    def __repr__(self) -> str:
+        return (
+            f"DynamicKernel('{self.statement}', dynamic={{{self.name!r}: {self.granularity}}}, "
+            f"target={self.target!r}, dtype={self.dtype})"
+        )
+
     @property
     def kernel(self) -> Kernel:
         """The generic kernel of the rewritten statement (built now if the condensed

@@ -119,6 +119,13 @@ class ProgramPlan:
         ]
         return "\n".join(self.steps + legend)
 
+    def __repr__(self) -> str:
+        head = (
+            f"Plan({len(self.steps)} steps over {len(self.parts)} parts; "
+            f"outputs {', '.join(self.outputs)})"
+        )
+        return "\n".join([head, *(f"  {line}" for line in str(self).splitlines())])
+
     @boundary
     def compile(
         self,

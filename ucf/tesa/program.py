@@ -20,6 +20,10 @@ from ucf.tesa.transform import transform
 class Program(Graph):
     """Statements in SSA form with a shape and an attribute for every tensor."""
 
+    def __repr__(self) -> str:
+        head = f"Program(inputs {', '.join(self.inputs)}; outputs {', '.join(self.outputs)})"
+        return "\n".join([head, *(f"  {n.statement}" for n in self.nodes)])
+
     @boundary
     def propagate(
         self,

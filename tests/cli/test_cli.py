@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import ucf
 from ucf.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPMV = "y(i) = A(i,j) * x(j)"
 
 

@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import statistics
@@ -17,16 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ucf.cli.user_error import UserError
 from ucf.pipeline import TARGETS
 
 PROG = "ucf"
 DTYPES = ("float64", "float32", "int64", "int32")
 INDEX_DTYPES = ("int32", "int64")
 SMALL_RESULT = 20  # results with at most this many stored entries are printed in full
-
-
-class _UserError(Exception):
-    """A CLI-level mistake (e.g. a tensor given two formats) reported like a UcfError."""
 
 
 # --------------------------------------------------------------------------- argument types
@@ -71,7 +69,7 @@ def _to_dict(pairs: Sequence[tuple[str, Any]] | None, what: str) -> dict[str, An
     result: dict[str, Any] = {}
     for name, value in pairs or ():
         if name in result and result[name] != value:
-            raise _UserError(f"{what} for {name} is given twice ({result[name]!r} and {value!r})")
+            raise UserError(f"{what} for {name} is given twice ({result[name]!r} and {value!r})")
         result[name] = value
     return result
 
@@ -343,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="code generator (llvm, no C compiler needed)",
     )
 
+    from ucf.cli import show, taco_command
+    from ucf.serve import command as serve
+
+    for module in (taco_command, show, serve):  # each imports what it runs with only when run
+        module.add_parser(sub)
+
     pk = sub.add_parser(
         "cache",
         help="show or clear the kernel cache",
@@ -390,9 +394,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         for path in k.save(args.prefix, name=args.name, lib=args.lib, abi=args.abi):
             print(f"wrote {path}")
     elif args.name or args.lib or args.abi != "ucf":
-        raise _UserError(
-            "--name, --lib and --abi name and build the files -o writes; add -o PREFIX"
-        )
+        raise UserError("--name, --lib and --abi name and build the files -o writes; add -o PREFIX")
     return 0
 
 
@@ -409,15 +411,15 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
     outname = stmt.lhs.tensor
     reads = sorted({a.tensor for a in accesses(stmt.rhs)})
     if outname in paths:
-        raise _UserError(f"{outname} is the output of the statement; it cannot be an input (-i)")
+        raise UserError(f"{outname} is the output of the statement; it cannot be an input (-i)")
     for name in paths:
         if name not in reads:
-            raise _UserError(
+            raise UserError(
                 f"-i names {name}, which the statement does not read (it reads {', '.join(reads)})"
             )
     for name in reads:
         if name not in paths:
-            raise _UserError(f"no input for {name}; pass -i {name}:FILE")
+            raise UserError(f"no input for {name}; pass -i {name}:FILE")
     from ucf.pipeline import compute_dtype
 
     computed = compute_dtype(args.expr, formats, args.dtype)
@@ -437,7 +439,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     formats = _to_dict(args.formats, "format")
     outname = parse_statement(args.expr).lhs.tensor
     if args.output is not None and args.output[0] != outname:
-        raise _UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
+        raise UserError(f"-o names {args.output[0]}, but the statement's output is {outname}")
     operands = _read_inputs(args, formats)
     k = _compile(args, formats)
     shapes = _to_dict(args.extents, "extent")
@@ -445,7 +447,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = k(shapes=shapes or None, **operands)
     except ucf.ShapeError as e:
         # The library's hint names the Python keyword; point at the flag instead.
-        raise _UserError(
+        raise UserError(
             re.sub(r"pass shapes=\{'(\w+)': n\}", r"pass --extent \1=N", str(e))
         ) from None
     if args.repeat:
@@ -550,6 +552,8 @@ _COMMANDS = {
     "tune": _cmd_tune,
     "demo": _cmd_demo,
     "cache": _cmd_cache,
+    "show": lambda args: importlib.import_module("ucf.cli.show").run(args),
+    "serve": lambda args: importlib.import_module("ucf.serve.command").run(args),
 }
 
 
@@ -561,13 +565,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import ucf
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["taco"]:  # TACO's own spelling, which argparse cannot read
+        from ucf.cli import taco_command
+
+        return taco_command.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "emulate", False) and args.target != "cuda":
         parser.error("--emulate only applies to --target cuda")
     try:
         return _COMMANDS[args.command](args)
-    except (ucf.UcfError, _UserError) as e:
+    except (ucf.UcfError, UserError) as e:
         return _fail(str(e))
     except BrokenPipeError:
         # The reader stopped early (`ucf compile ... | head`): what it read is all it
