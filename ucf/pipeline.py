@@ -10,7 +10,7 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -35,7 +35,7 @@ from ucf.errors import (
     ShapeError,
     UnsupportedError,
 )
-from ucf.format.format import Format, parse_format
+from ucf.format.format import Format, dense_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -109,7 +109,8 @@ class Plan:
         return lcg.module(self._functions, openmp=self.openmp)
 
 
-def _statement_orders(stmt: Statement) -> dict[str, int]:
+def statement_orders(stmt: Statement) -> dict[str, int]:
+    """Each tensor's order: the number of indices it is accessed with (one number)."""
     orders: dict[str, int] = {}
     for a in [stmt.lhs, *accesses(stmt.rhs)]:
         if a.tensor in orders and orders[a.tensor] != len(a.indices):
@@ -123,7 +124,7 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
 
 def plan(
     expr: str,
-    formats: dict[str, Any],
+    formats: Mapping[str, Format],
     schedule: Sequence[Command] | None,
     vt: str,
     it: str,
@@ -131,10 +132,13 @@ def plan(
     openmp: bool = True,
     default: bool = False,
     static: dict[str, Any] | None = None,
+    shown: Mapping[str, str] | None = None,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
-    which the kernel is specialized to (``ucf.passes.dismantle``). ``openmp``
+    which the kernel is specialized to (``ucf.passes.dismantle``). ``formats`` are
+    parsed (``parse_formats``, where they were given); ``shown`` spells them as the
+    user did, for messages. ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -145,12 +149,12 @@ def plan(
         refused = Refused()
 
         def attempt(choice: Choice) -> Plan:
-            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static)
+            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static, shown)
             return _with_reasons(p, [*refused, *choice.why])
 
-        choices = proposals(expr, formats, None, threads=2)
+        choices = proposals(expr, formats, None, threads=2, shown=shown)
         return first_passing(choices, attempt, refused, last_raises=True, shown=_text)
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, shown)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = list(schedule or [])
@@ -288,24 +292,17 @@ class _Front:
     """The statement and formats as the scheduler sees them: parsed, checked, the
     blocked formats split into plain ones, and the output's computed format."""
 
-    def __init__(self, expr: str, formats: dict[str, Any]):
+    def __init__(
+        self, expr: str, formats: Mapping[str, Format], shown: Mapping[str, str] | None = None
+    ):
         stmt = parse_statement(expr)
-        self.orders = _statement_orders(stmt)
+        self.orders = statement_orders(stmt)
         out = stmt.lhs.tensor
         if out in {a.tensor for a in accesses(stmt.rhs)}:
             raise OperandError(
                 f"output {out} also appears on the right-hand side; use another name"
             )
-        for name in formats:
-            if name not in self.orders:
-                raise OperandError(
-                    f"formats names tensor {name}, which the statement does not use "
-                    f"(tensors: {', '.join(self.orders)})"
-                )
-        fmts = {
-            n: parse_format(formats.get(n, "dense"), order=k, tensor=n)
-            for n, k in self.orders.items()
-        }
+        fmts = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
         for lvl, kind in enumerate(fmts[out].levels):
             try:
                 kind.as_output()
@@ -313,7 +310,7 @@ class _Front:
                 raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
         # each operand's format as the user spelled it, for messages
-        self.shown = {n: str(formats.get(n, f)) for n, f in fmts.items()}
+        self.shown = {n: (shown or {}).get(n, str(f)) for n, f in fmts.items()}
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
@@ -337,7 +334,7 @@ class _Front:
         return cin
 
 
-def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.dtype:
+def compute_dtype(expr: str, formats: Mapping[str, Format], dtype: Any = None) -> np.dtype:
     """The type a kernel for ``expr`` computes and writes its output in: ``dtype`` when
     given, else the values the output's format states (``dense@float32``), else float64.
 
@@ -377,14 +374,18 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
 
 
 def proposals(
-    expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
+    expr: str,
+    formats: Mapping[str, Format],
+    stats: Stats | None,
+    threads: int,
+    shown: Mapping[str, str] | None = None,
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
     place loops, see ``Blocking.split_extents``)."""
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, shown)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 import ucf
 from tests.helpers import TARGETS
 from ucf.errors import ScheduleError, UnsupportedError
+from ucf.format.format import parse_format
 from ucf.schedule import NestState, parse_schedule
 from ucf.schedule.candidates import Refused, first_passing, passing
 from ucf.schedule.commands import (
@@ -90,7 +91,7 @@ def test_the_default_models_build_commands():
     assert k.commands is None and k.schedule is None  # the model chooses per call
     from ucf.pipeline import _Front
 
-    base = _Front("y(i) = A(i,j) * x(j)", {"A": "csr"}).concretized()
+    base = _Front("y(i) = A(i,j) * x(j)", {"A": parse_format("csr")}).concretized()
     choices = propose(base, list(base.order), None, threads=2)
     assert all(isinstance(c, Command) for choice in choices for c in choice.commands)
     assert choices[0].text == "parallelize(i, CPUThread, NoRaces)"

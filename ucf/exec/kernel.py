@@ -28,9 +28,11 @@ from ucf.exec import padded_conv
 from ucf.exec.calling import Calling, cfunc
 from ucf.exec.replay import Replay
 from ucf.exec.static import Static, prepare
+from ucf.format.format import parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement
+from ucf.lang.parser import parse_statement
 from ucf.pipeline import TARGETS, Plan
 from ucf.schedule import Command, Schedule, cpu_model, stats
 from ucf.schedule.candidates import Refused, first_passing
@@ -111,8 +113,12 @@ class Kernel(Calling):
             raise UcfError("emulate=True runs CUDA source on the CPU and needs target='cuda'")
         self.target = target
         self.emulate = emulate
-        formats = {k: str(v) for k, v in (formats or {}).items()}
-        self.dtype = pipeline.compute_dtype(expr, formats, dtype)
+        # Formats are parsed here, once: the compiler reads Format objects; the text as
+        # given stays for the repr and messages.
+        shown = {k: str(v) for k, v in (formats or {}).items()}
+        orders = pipeline.statement_orders(parse_statement(expr))
+        self._formats = parse_formats(formats, orders)
+        self.dtype = pipeline.compute_dtype(expr, self._formats, dtype)
         try:
             idt = np.dtype(index_dtype)
         except TypeError:
@@ -124,12 +130,12 @@ class Kernel(Calling):
         it = ir.NUMPY_TO_IR[str(idt)]
         self._tuned = schedule == TUNED
         commands = None if self._tuned else as_commands(schedule)
-        self.formats, self.commands = formats, commands
+        self.formats, self.commands = shown, commands
         self.schedule = TUNED if self._tuned else spelled(commands)
         self._warned: set[tuple[str, ...]] = set()
         fields = {
             "statement": "".join(expr.split()),  # whitespace never matters in the grammar
-            "formats": sorted(formats.items()),
+            "formats": sorted((n, str(f)) for n, f in self._formats.items()),
             "schedule": self.schedule,
             "dtype": vt,
             "index_dtype": it,
@@ -143,7 +149,7 @@ class Kernel(Calling):
             fields["llvm"] = jit.identity()
         self._statics: dict[str, Static] = {}
         if static:
-            self._statics = prepare(static, expr, formats, commands, self.dtype, idt)
+            self._statics = prepare(static, expr, self._formats, commands, self.dtype, idt)
             fields["static"] = sorted((n, s.digest()) for n, s in self._statics.items())
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
         # With no schedule the default model picks one per call from the operands'
@@ -151,7 +157,9 @@ class Kernel(Calling):
         # the operands' shape class; calls with the same statistics reuse the choice.
         self._static = self._compile(commands, default=False)
         self._adaptive = commands is None and target != "cuda"
-        self._conv = padded_conv.find(expr, formats) if schedule is None and not static else None
+        self._conv = (
+            None if schedule is not None or static else padded_conv.find(expr, self._formats)
+        )
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
@@ -180,17 +188,24 @@ class Kernel(Calling):
                 with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
                     entry = cache.load(f"{ck}.plan", fields)
                     if entry is None:
-                        entry = {"plan": self._build(commands, default, expr)}
+                        entry = {"plan": self._build(commands, default, expr, flat)}
                         cache.store(f"{ck}.plan", fields, entry)
             _LOADED[memo] = _Compiled(entry["plan"], ck, fields, entry.get("object"))
         return _Built(_LOADED[memo], why, flat)
 
-    def _build(self, commands: list[Command] | None, default: bool, expr: str) -> Plan:
+    def _build(
+        self,
+        commands: list[Command] | None,
+        default: bool,
+        expr: str,
+        flat: padded_conv.Flat | None = None,
+    ) -> Plan:
         openmp = self.target != "llvm" or openmp_runtime() is not None
         static = {n: s.tensor for n, s in self._statics.items()}
+        formats = self._formats if flat is None else self._conv.formats(self._formats)
         return pipeline.plan(
             expr,
-            self.formats,
+            formats,
             commands,
             self._vt,
             self._it,
@@ -198,6 +213,7 @@ class Kernel(Calling):
             openmp,
             default,
             static,
+            self.formats,
         )
 
     def _loaded(self) -> _Compiled:
@@ -234,7 +250,7 @@ class Kernel(Calling):
 
         shape = tuned.shape_class(st.extents, st.nnz)
         key = tuned.make_key(
-            self._expr, self.formats, self.dtype, self.index_dtype, self.target, shape
+            self._expr, self._formats, self.dtype, self.index_dtype, self.target, shape
         )
         text = tuned.lookup(key)
         if text is None:
@@ -261,7 +277,7 @@ class Kernel(Calling):
         if flat is not None:
             fst = replace(st, extents=flat.extents(st.extents))
             built = first_passing(
-                pipeline.proposals(flat.expr, self.formats, fst, threads),
+                pipeline.proposals(flat.expr, self._conv.formats(self._formats), fst, threads),
                 lambda c: self._compile(c.commands, True, (flat.why, *refused, *c.why), flat),
                 refused,
                 shown=_text,
@@ -269,7 +285,7 @@ class Kernel(Calling):
             if built is not None:
                 return built
         built = first_passing(
-            pipeline.proposals(self._expr, self.formats, split, threads),
+            pipeline.proposals(self._expr, self._formats, split, threads, self.formats),
             lambda c: self._compile(c.commands, default=True, why=(*refused, *c.why)),
             refused,
             shown=_text,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError
-from ucf.format.format import parse_format
+from ucf.format.format import Format, dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
@@ -78,7 +78,7 @@ class Static:
 def prepare(
     static: Mapping[str, Any],
     expr: str,
-    formats: Mapping[str, str],
+    formats: Mapping[str, Format],
     commands: Sequence[Command] | None,
     dtype: np.dtype,
     index_dtype: np.dtype,
@@ -94,7 +94,7 @@ def prepare(
                 f"static= names {name}, which is not an operand of {stmt} (operands: "
                 f"{', '.join(sorted(names))})"
             )
-        fmt = parse_format(formats.get(name, "dense"), order=len(_access(stmt, name).indices))
+        fmt = formats.get(name) or dense_format(len(_access(stmt, name).indices))
         # A format stating its values says how the operand holds them (a quantized
         # one's stored integers are not a dtype to convert to).
         held = None if fmt.values else dtype

@@ -10,14 +10,14 @@ permuted format; blocked maps give BCSR as plain levels with no special case
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError
+from ucf.errors import FormatError, OperandError
 from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
@@ -282,6 +282,21 @@ class Format:
 def dense_format(order: int) -> Format:
     """One object per order, so the per-call check that an operand is dense is ``is``."""
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
+
+
+def parse_formats(given: Mapping[str, Any] | None, orders: Mapping[str, int]) -> dict[str, Format]:
+    """The formats of a statement's tensors as given at the API (text or ``Format``, by
+    tensor), parsed once, each checked against the tensor's order (``orders``: every
+    tensor of the statement); a tensor the statement does not use is refused."""
+    out = {}
+    for name, spelled in (given or {}).items():
+        if name not in orders:
+            raise OperandError(
+                f"formats names tensor {name}, which the statement does not use "
+                f"(tensors: {', '.join(orders)})"
+            )
+        out[name] = parse_format(spelled, order=orders[name], tensor=name)
+    return out
 
 
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:

@@ -45,7 +45,7 @@ from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.kernel import Kernel
 from ucf.exec.shapes import bound_extents, check_orders
-from ucf.format.format import Format, dense_format, parse_format
+from ucf.format.format import Format, dense_format, parse_formats
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
 from ucf.format.values import VALUES, index_dtype_of, value_dtype
@@ -102,14 +102,14 @@ class DynamicKernel:
         access = held[0]
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
-        formats = dict(formats or {})
-        stated = parse_format(formats.get(name, "dense"), order=len(access.indices))
-        if not stated.is_dense or stated.values:
+        given = dict(formats or {})
+        formats = parse_formats(given, pipeline.statement_orders(stmt))  # parsed once, here
+        stated = formats.pop(name, None)
+        if stated is not None and (not stated.is_dense or stated.values):
             raise OperandError(
                 f"dynamic operand {name} is passed dense, with a mask, and read in the "
-                f"kernel's dtype; its format may not be '{formats[name]}'"
+                f"kernel's dtype; its format may not be '{given[name]}'"
             )
-        formats.pop(name, None)
         self.granularity = tile_index.check_granularity(
             granularity, len(access.indices), f"dynamic operand {name}"
         )
@@ -181,7 +181,7 @@ class DynamicKernel:
         self,
         stmt: ast.Statement,
         access: ast.Access,
-        formats: dict[str, Any],
+        formats: dict[str, Format],
         commands: list[Command] | None,
         target: str,
         dtype: Any,
@@ -195,9 +195,7 @@ class DynamicKernel:
         tiled = Format.tiled(g)
         stmt = self._with_mask  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
-        fmts = {
-            n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
-        }
+        fmts = {n: formats.get(n) or dense_format(k) for n, k in names.items()}
         user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
         fmts[name] = tiled
         fmts[self._mask] = replace(tiled, values=VALUES["uint8"])
@@ -216,8 +214,8 @@ class DynamicKernel:
             split_stmt.rhs, split_mask, _product(ast.Access(self._index, tiles), split_mask)
         )
         inner = replace(split_stmt, rhs=rhs)
-        inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
-        inner_formats[self._index] = str(Format.dynamic(order))
+        inner_formats = {n: f for n, f in split_fmts.items() if n != name}
+        inner_formats[self._index] = Format.dynamic(order)
         args = (str(inner), inner_formats)
         emulate = self.emulate
         if commands is None:

@@ -33,7 +33,7 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import recycled
-from ucf.format.format import dense_format, parse_format
+from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang import ast
@@ -187,9 +187,7 @@ def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | 
 
 def _dense(formats: dict[str, Any], *accesses: ast.Access) -> bool:
     return all(
-        a.tensor not in formats
-        or parse_format(formats[a.tensor], order=len(a.indices), tensor=a.tensor)
-        == dense_format(len(a.indices))
+        a.tensor not in formats or formats[a.tensor] == dense_format(len(a.indices))
         for a in accesses
     )
 
