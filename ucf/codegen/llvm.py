@@ -21,6 +21,9 @@ from ucf.ir.visit import Visitor, handles
 from ucf.ir.walk import nodes
 from ucf.passes import pairs
 
+#: libm functions LLVM has no intrinsic for: called by name (``tanhf``, ``erf``).
+LIBM_ONLY = ("tanh", "erf")
+
 
 def module(
     fns: list[ir.Function], name: str = "ucf", openmp: bool = True, features: str | None = None
@@ -323,8 +326,8 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         """LLVM's intrinsic where it has one (it can vectorize or fold it); else libm's
         function, which the JIT finds in the process and a C program links with -lm."""
         t = TYPES[e.type]
-        if e.fn == "tanh":
-            name = "tanhf" if e.type == "f32" else "tanh"
+        if e.fn in LIBM_ONLY:
+            name = f"{e.fn}f" if e.type == "f32" else e.fn
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])

@@ -134,6 +134,8 @@ class DynamicKernel:
         )
         commands = as_commands(schedule)
         self._generic = (access, formats, commands, dtype, index_dtype)
+        # the other operands' formats as given (the dynamic one is dense)
+        self.formats = {n: str(f) for n, f in given.items() if n != name}
         self._kernel: Kernel | None = None
         self._blocking: Blocking | None = None
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)
