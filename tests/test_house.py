@@ -229,8 +229,6 @@ PARSING = {
 PARSING_STILL = {
     "ucf.autodiff.backward",  # a compiled kernel's formats, kept as the user spelled them
     "ucf.nn.linear",  # a quantized format spelled, then parsed
-    "ucf.nn.masks",  # csr and bcsr(bh,bw) spelled, then parsed
-    "ucf.nn.plans",  # a blocked CSC spelled, then parsed
     "ucf.tesa.plan",  # a program's formats, as given
     "ucf.tuning.space",  # the formats a trial names (Optuna's parameters are text)
     "ucf.tuning.study",

@@ -36,6 +36,14 @@ def test_tiled_formats_are_the_blocked_maps(tile):
     assert held == parse_format(f"{levels}:{maps}@uint8", order=len(tile))
 
 
+@pytest.mark.parametrize("bh, bw", [(4, 4), (32, 64), (2, 3), (1, 4), (8, 1)])
+def test_blocked_rows_are_bcsr_and_by_columns_the_same_matrix_column_by_column(bh, bw):
+    assert Format.blocked_rows(bh, bw) == parse_format(f"bcsr({bh},{bw})")
+    by_columns = Format.blocked_rows(bh, bw, columns=True)
+    assert by_columns == parse_format(f"UCUU:1/{bw},0/{bh},1%{bw},0%{bh}")
+    assert by_columns.blocked and by_columns.mode_order[0] == 1
+
+
 def test_formats_say_whether_they_are_blocked_or_fixed_width():
     assert parse_format("ell(4)").fixed_width and parse_format("nm(2,4)").fixed_width
     assert not parse_format("csr").fixed_width and not parse_format("bcsr(2,2)").fixed_width

@@ -136,6 +136,18 @@ class Format:
         return cls(tuple(kinds), tuple(mode_order or range(order)))
 
     @classmethod
+    def blocked_rows(cls, bh: int, bw: int, columns: bool = False) -> Format:
+        """Blocks of ``bh`` x ``bw`` in compressed rows of blocks (``bcsr(bh,bw)``), each
+        stored row-major; ``columns``: in compressed columns of blocks, each stored
+        column-major (the same matrix read column by column)."""
+        outer = (LevelMap(0, div=bh), LevelMap(1, div=bw))
+        inner = (LevelMap(0, mod=bh), LevelMap(1, mod=bw))
+        if columns:
+            outer, inner = outer[::-1], inner[::-1]
+        kinds = (KINDS["U"], KINDS["C"], KINDS["U"], KINDS["U"])
+        return cls(kinds, outer + inner)
+
+    @classmethod
     def dynamic(cls, order: int) -> Format:
         """STile's index of live tiles: dense levels over every mode but the last, and an
         unordered compressed last one (its live tiles, listed in any order)."""
