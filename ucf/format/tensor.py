@@ -34,6 +34,7 @@ from ucf.errors import (
     FormatError,
     OperandError,
     ShapeError,
+    UnsupportedError,
     boundary,
 )
 from ucf.format.format import CSC, CSR, Format, parse_format
@@ -375,7 +376,7 @@ class Tensor:
             perm_shape = tuple(fmt.level_dims(self.shape))
             a = self.numbers().reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
             return np.array(a, order="C", copy=True)
-        out = np.zeros(self.shape, dtype=self.dtype)
+        out = np.full(self.shape, fmt.fill, dtype=self.dtype)
         coords, vals = self.to_coo()
         if len(vals):
             out[tuple(coords.T)] = vals
@@ -423,11 +424,21 @@ class Tensor:
         """Always the CPU (DLPack's device type 1, device 0): ucf keeps tensors in host memory."""
         return (1, 0)
 
+    def _zero_filled(self, layout: str) -> None:
+        """scipy's and torch's sparse layouts read absent entries as 0."""
+        if self.format.fill:
+            raise UnsupportedError(
+                f"a tensor in format '{self.format.name}' reads absent entries as "
+                f"{self.format.fill}; {layout} reads them as 0: convert it first "
+                "(t.convert('dense') keeps every value)"
+            )
+
     def to_torch(self) -> Any:
         """The torch tensor of the matching layout, sharing buffers where it can; see
         :func:`ucf.format.torch_layouts.to_torch`."""
         from ucf.format.torch_layouts import to_torch
 
+        self._zero_filled("torch")
         return to_torch(self if self.plain else self.astype(self.dtype))
 
     def to_scipy(self, matrix: bool = False) -> Any:
@@ -435,6 +446,7 @@ class Tensor:
         see :func:`ucf.format.scipy_layouts.to_scipy`."""
         from ucf.format.scipy_layouts import to_scipy
 
+        self._zero_filled("scipy")
         return to_scipy(self if self.plain else self.astype(self.dtype), matrix)
 
     # ------------------------------------------------------------ conversion
@@ -463,8 +475,9 @@ class Tensor:
     def convert(self, format: Any = None, index_dtype: Any = None, dtype: Any = None) -> Tensor:
         """Repack in another format, index dtype or value dtype; ``self`` if nothing changes.
 
-        Stored zeros are dropped when the format changes: otherwise converting
-        a dense tensor to a sparse format would store every element.
+        Stored zeros (stored fill values) are dropped when the format changes:
+        otherwise converting a dense tensor to a sparse format would store every
+        element.
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
@@ -490,7 +503,8 @@ class Tensor:
                         checks.fits(_where(fmt, lvl), f"{name} value", int(arr.max()), idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
-        if self.format.is_dense:
+        if self.format.is_dense or fmt.fill != self.format.fill:
+            # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
         if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
@@ -501,7 +515,7 @@ class Tensor:
             m.eliminate_zeros()
             return from_scipy(m, fmt, dt, idt)
         coords, vals = self.to_coo()
-        keep = vals != 0
+        keep = vals != fmt.fill
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
         return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
@@ -615,8 +629,8 @@ def pack(
     parent, count = state.parent, state.count
     if nnz == count and (nnz == 0 or (parent[-1] == nnz - 1)):
         out = np.ascontiguousarray(vals)
-    else:
-        out = np.zeros(count, dtype=dt)
+    else:  # positions of dense levels below sparse ones that no entry reaches
+        out = np.full(count, fmt.fill, dtype=dt) if fmt.fill else np.zeros(count, dtype=dt)
         out[parent] = vals
     return Tensor(shape, fmt, levels, out, idt, check=False)
 
@@ -689,7 +703,8 @@ def from_coo(
 def from_numpy(
     arr: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
 ) -> Tensor:
-    """Pack a dense array; sparse (C/S) levels store only its nonzeros.
+    """Pack a dense array; sparse (C/S) levels store only its nonzeros (with a fill
+    value, the entries that differ from it: ``csr fill=-inf`` stores the finite ones).
 
     A dense result may share memory with ``arr`` (like ``np.asarray``).
     """
@@ -707,7 +722,7 @@ def from_numpy(
     if fmt.is_dense:
         vals = np.ascontiguousarray(t, dtype=dt).reshape(-1)
         return Tensor(a.shape, fmt, [{} for _ in range(fmt.order)], vals, idt, check=False)
-    nz = np.nonzero(t)
+    nz = np.nonzero(t != fmt.fill) if fmt.fill else np.nonzero(t)
     lc = np.stack(nz, axis=1).astype(np.int64, copy=False)
     return pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
 

@@ -104,7 +104,9 @@ class Lowerer(
         stmt = cin.statement
         self.term = from_ast(peel(stmt.rhs)[1])
         self.reduces = {r.id: r for r in reduces(self.term)}
-        self.temps = {k: Var(temporary(r.vars), value_type) for k, r in self.reduces.items()}
+        self.temps = {
+            k: Var(temporary(r.vars, r.op), value_type) for k, r in self.reduces.items()
+        }
         self.rhs_accesses = accesses(stmt.rhs)
         self.applied = applied
         self._check_supported()
@@ -322,7 +324,7 @@ class Lowerer(
         )
         self.consumed = set()
         self.whole_loops: dict[str, bool] = {}  # loop label -> visits every coordinate
-        state = State(order=self.outer_order)
+        state = State(order=self.outer_order, target=self.out_fmt.fill)
         for n in self.operands:
             state.levels[n] = 0
             state.pos[n] = Const(0, I64)
@@ -371,8 +373,17 @@ class Lowerer(
         value = self._value(term, st)
         if st.acc is not None:
             flag = [ir.Assign(st.hit, Const(True, "i1"))] if st.hit is not None else []
-            return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
+            if st.acc_op == "sum":
+                return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
+            # The new value first: a NaN value keeps the accumulator (ir.Bin's max takes
+            # the second operand when a comparison involves NaN), as numpy's nanmax does.
+            return [ir.Assign(st.acc, ir.Bin(st.acc_op, value, st.acc)), *flag]
         return [self._store_output(st, value)]
+
+    def _fill(self, n: int) -> float:
+        """The value operand ``n`` reads as where it is absent (a workspace: 0)."""
+        slot = self.cin.slots.get(n)
+        return slot.format.fill if slot is not None else 0.0
 
     @staticmethod
     def _affine(a: Affine) -> ir.Expr:
@@ -393,7 +404,11 @@ class Lowerer(
                 return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
             value = self._held(op, st.pos[t.n], st)
             alive = st.alive.get(t.n)
-            return value if alive is None else ir.Select(alive, value, Const(0, value.type))
+            if alive is None:
+                return value
+            fill = self._fill(t.n)
+            absent = ir.cast(Const(fill, "f64"), value.type) if fill else Const(0, value.type)
+            return ir.Select(alive, value, absent)
         if isinstance(t, Lit):
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
         if isinstance(t, Negate):

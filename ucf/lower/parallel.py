@@ -83,6 +83,13 @@ def _parallelize_loop(
             "sum; use Atomics"
         )
     carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
+    extrema = [v for v in carried if _extremum(loop.body, v)]
+    if extrema:
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} take the largest or smallest value into "
+            f"{extrema[0]}; a parallel max or min reduction is not supported (parallelize a "
+            "loop over an output variable)"
+        )
     if carried:
         raise ScheduleError(
             f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
@@ -153,10 +160,23 @@ def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
             and s.value.name == name
         ]
         alone = _assignments([container[k]], name) == _assignments(loop.body, name)
+        if _extremum(loop.body, name):
+            return None  # a max or min: partial results do not add up
         if isinstance(decl.init, Const) and len(stores) == 1 and alone:
             return container, decl, stores[0]
         return None
     return None
+
+
+def _extremum(stmts: list[ir.Stmt], name: str) -> bool:
+    """Whether ``name`` is a running max or min (``ucf.lower.lowerer``'s leaf)."""
+    return any(
+        isinstance(s, ir.Assign)
+        and s.var.name == name
+        and isinstance(s.value, ir.Bin)
+        and s.value.op in ("max", "min")
+        for s in statements(stmts)
+    )
 
 
 def _assignments(stmts: list[ir.Stmt], name: str) -> int:
