@@ -7,7 +7,6 @@ The output is meant to be read and kept: one function per LLIR function,
 from __future__ import annotations
 
 import math
-
 from dataclasses import replace
 
 from ucf.ir import nodes as ir

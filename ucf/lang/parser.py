@@ -21,7 +21,7 @@ from ucf.lang.ast import (
     children,
     with_children,
 )
-from ucf.lang.functions import FUNCTIONS, RESERVED, SUM, EXTREMA
+from ucf.lang.functions import EXTREMA, FUNCTIONS, RESERVED, SUM
 from ucf.lang.reductions import with_reductions
 
 

@@ -123,8 +123,7 @@ def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
                 )
             if sum(v in other.vars for other in explicit) > 1:
                 raise error(
-                    f"index variable {v} is {done} by two reductions; give each its own "
-                    "variable",
+                    f"index variable {v} is {done} by two reductions; give each its own variable",
                     where(node),
                 )
             if v not in inside:
