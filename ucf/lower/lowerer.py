@@ -33,6 +33,7 @@ They share the state set up in :meth:`Lowerer.__init__` (``cin``, ``operands``,
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 from ucf.cin.notation import CIN
@@ -233,6 +234,43 @@ class Lowerer(
             raise UnsupportedError(
                 f"precompute in {stmt}: a statement with nested sums cannot be precomputed "
                 "yet; write the nested sum as its own statement"
+            )
+        self._check_fills()
+
+    def _check_fills(self) -> None:
+        """Refuse, by tensor, the fill values the rules of ``ucf.lower.lattice`` do not
+        carry through this statement."""
+        stmt = self.cin.statement
+        filled = [(n, s) for n, s in self.cin.slots.items() if s.format.fill]
+        out_fill = self.cin.output_format.fill
+        if out_fill:
+            filled.append((-1, None))
+        for n, slot in filled:
+            name = slot.tensor if slot else stmt.lhs.tensor
+            fill = slot.format.fill if slot else out_fill
+            where = (
+                f"tensor {name} (format '{(slot.format if slot else self.cin.output_format).name}')"
+            )
+            if self.vt in ir.INT_TYPES and math.isinf(fill):
+                raise UnsupportedError(
+                    f"{where} reads absent entries as {fill}, which a {self.vt} kernel cannot "
+                    "hold; compute in float32 or float64"
+                )
+            if slot and any(ix.single_variable is None for ix in self.rhs_accesses[n].indices):
+                raise UnsupportedError(
+                    f"{where}: an operand with a fill value other than 0 and an affine index "
+                    f"({self.rhs_accesses[n]}) is not supported"
+                )
+            if self.applied is not None and self.applied.precompute:
+                raise UnsupportedError(
+                    f"precompute in {stmt}: {where} has a fill value other than 0, which a "
+                    "precompute's zeroed workspace does not carry"
+                )
+        if out_fill and self.cin.reduction_vars:
+            raise UnsupportedError(
+                f"{stmt}: the output {stmt.lhs.tensor} reads absent entries as {out_fill}, but "
+                f"the statement sums over {', '.join(self.cin.reduction_vars)}, and a sum that "
+                "meets no entry is 0; write the sum into an output whose fill is 0"
             )
 
     # ------------------------------------------------------------ parameters
