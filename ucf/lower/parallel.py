@@ -54,6 +54,13 @@ def _parallelize_loop(
     path = _path(nest.body, loop)
     sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
     accs = [v for v in carried if sums[v] is not None]
+    extrema = [v for v in carried if _extremum(loop.body, v)]
+    if extrema:
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} take the largest or smallest value into "
+            f"{extrema[0]}; a parallel max or min reduction is not supported (parallelize a "
+            "loop over an output variable)"
+        )
     if races and par.strategy == "NoRaces":
         raise ScheduleError(
             f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
@@ -83,13 +90,6 @@ def _parallelize_loop(
             "sum; use Atomics"
         )
     carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
-    extrema = [v for v in carried if _extremum(loop.body, v)]
-    if extrema:
-        raise ScheduleError(
-            f"{cmd}: iterations of {label} take the largest or smallest value into "
-            f"{extrema[0]}; a parallel max or min reduction is not supported (parallelize a "
-            "loop over an output variable)"
-        )
     if carried:
         raise ScheduleError(
             f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
