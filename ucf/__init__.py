@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.scipy_layouts import from_scipy
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
+    from ucf.nn.attention import attention
     from ucf.schedule import Schedule
     from ucf.stile import stile_index
     from ucf.tesa.attribute import TeSA
@@ -71,10 +72,12 @@ _LAZY = {
     "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
+    "attention": "ucf.nn.attention",
 }
 
 __all__ = [
     "__version__",
+    "attention",
     "ArgumentError",
     "CacheWarning",
     "CompileError",
@@ -119,11 +122,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names of ``_LAZY``, and the submodules ``ucf.torch`` and ``ucf.tesa``,
-    on first use."""
+    """The public names of ``_LAZY``, and the submodules ``ucf.torch``, ``ucf.tesa`` and
+    ``ucf.nn``, on first use."""
     import importlib
 
-    if name in ("torch", "tesa"):
+    if name in ("torch", "tesa", "nn"):
         return importlib.import_module(f"ucf.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)

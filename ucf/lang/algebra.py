@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ucf.lang.functions import FUNCTIONS
+
 #: The reductions of the language: ``sum(j, e)``, ``max(j, e)``, ``min(j, e)``.
 REDUCTIONS = ("sum", "max", "min")
 
@@ -114,6 +116,8 @@ def call(fn: str, args: list[float | None]) -> float | None:
         return binary(fn, args[0], args[1])
     if args[0] is None:
         return None
+    if fn not in UNARY:  # a function known only by what it does to 0
+        return 0.0 if args[0] == 0 and FUNCTIONS[fn].zero_preserving else None
     with np.errstate(all="ignore"):
         return float(UNARY[fn](np.float64(args[0])))
 
