@@ -380,3 +380,193 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
     ]
     doc = f"fused sparse attention over {gq} x {gk} tiles"
     return ir.Function(f"ucf_attention_fwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)
+
+
+def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function:
+    """``ucf_attention_bwd``: dQ, dK and dV from dO, the forward's O and each row's max
+    and sum, over the tile index; a batch and head per item (see the module's
+    docstring). Threads start when the items hold ``threshold`` multiply-adds."""
+    s = _Shape(elem, gq, gk)
+    o, do, mx, sm = (ir.Array(x, elem) for x in ("O", "dO", "M", "L"))
+    dq, dk, dv = (ir.Array(x, elem, output=True) for x in ("dQ", "dK", "dV"))
+    vt, pw, dsw = ir.Array("vt", elem), ir.Array("pw", elem), ir.Array("dsw", elem)
+    drow, mrow, irow = (ir.Array(x, elem) for x in ("drow", "mrow", "irow"))
+    item, b, h, qb = (Var(x, I64) for x in ("item", "b", "h", "qb"))
+    r0, nr, p0, cnt, c, trow = (Var(x, I64) for x in ("r0", "nr", "p0", "cnt", "c", "trow"))
+    kb, k0, nk = (Var(x, I64) for x in ("kb", "k0", "nk"))
+    names = ("qb0", "kb0", "vb0", "ob0", "eb0", "rb0")
+    qbase, kbase, vbase, obase, ebase, rbase = (Var(x, I64) for x in names)
+    r, kk, x = (Var(x, I64) for x in ("r", "kk", "x"))
+    tot = Var("tot", elem)
+    one = Const(1.0, elem)
+    tile_at = ir.add(ir.mul(r, _c(gk)), kk)
+
+    def zero(arr: ir.Array, base: ir.Expr, size: ir.Expr) -> ir.Stmt:
+        return ir.For(x, _c(0), size, [ir.Store(arr, ir.add(base, x), s.zero)])
+
+    o_at = ir.add(obase, ir.add(ir.mul(r, s.dv), x))
+    rows = ir.For(
+        r,
+        _c(0),
+        nr,
+        [
+            ir.Decl(tot, s.zero),
+            ir.For(
+                x,
+                _c(0),
+                s.dv,
+                [
+                    ir.Assign(
+                        tot, ir.add_product(tot, ir.Bin("*", ir.Load(do, o_at), ir.Load(o, o_at)))
+                    )
+                ],
+            ),
+            ir.Store(drow, r, tot),
+            ir.Store(mrow, r, ir.Load(mx, ir.add(rbase, r))),
+            ir.Store(irow, r, ir.Bin("/", one, ir.Bin("max", ir.Load(sm, ir.add(rbase, r)), one))),
+        ],
+    )
+    weight = ir.Select(
+        ir.land(
+            s.live(ebase, ir.add(r0, r), ir.add(k0, kk), kk, nk),
+            ir.Cmp("!=", ir.Load(mrow, r), s.neg),
+        ),
+        ir.Bin(
+            "*",
+            ir.Math("exp", ir.sub(ir.Load(pw, tile_at), ir.Load(mrow, r))),
+            ir.Load(irow, r),
+        ),
+        s.zero,
+    )
+    grad = ir.Bin(
+        "*",
+        ir.Bin("*", ir.Load(pw, tile_at), ir.sub(ir.Load(dsw, tile_at), ir.Load(drow, r))),
+        s.scale,
+    )
+
+    def each(value_stmt: ir.Stmt) -> ir.Stmt:
+        return ir.For(r, _c(0), nr, [ir.For(kk, _c(0), _c(gk), [value_stmt])])
+
+    tile = [
+        ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
+        ir.Decl(k0, ir.mul(kb, _c(gk))),
+        ir.Decl(nk, ir.minimum(_c(gk), ir.sub(s.sk, k0))),
+        *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
+        *gemm(
+            "qk",
+            elem,
+            nr,
+            _c(gk),
+            s.d,
+            (s.q, lambda row, t: ir.add(qbase, ir.add(ir.mul(row, s.d), t))),
+            (s.kt, lambda t: ir.mul(t, _c(gk))),
+            (pw, lambda row: ir.mul(row, _c(gk))),
+            False,
+            lambda row: s.scale,
+        ),
+        each(ir.Store(pw, tile_at, weight)),
+        *gemm(
+            "dv",
+            elem,
+            nk,
+            s.dv,
+            nr,
+            (pw, lambda key, row: ir.add(ir.mul(row, _c(gk)), key)),
+            (do, lambda row: ir.add(obase, ir.mul(row, s.dv))),
+            (dv, lambda key: ir.add(vbase, ir.mul(ir.add(k0, key), s.dv))),
+            True,
+        ),
+        *s.pack(vt, s.v, vbase, s.dv, k0, nk, "pv"),
+        *gemm(
+            "dp",
+            elem,
+            nr,
+            _c(gk),
+            s.dv,
+            (do, lambda row, t: ir.add(obase, ir.add(ir.mul(row, s.dv), t))),
+            (vt, lambda t: ir.mul(t, _c(gk))),
+            (dsw, lambda row: ir.mul(row, _c(gk))),
+            False,
+        ),
+        each(ir.Store(dsw, tile_at, grad)),
+        *gemm(
+            "dq",
+            elem,
+            nr,
+            s.d,
+            nk,
+            (dsw, lambda row, t: ir.add(ir.mul(row, _c(gk)), t)),
+            (s.k, lambda t: ir.add(kbase, ir.mul(ir.add(k0, t), s.d))),
+            (dq, lambda row: ir.add(qbase, ir.mul(row, s.d))),
+            True,
+        ),
+        *gemm(
+            "dk",
+            elem,
+            nk,
+            s.d,
+            nr,
+            (dsw, lambda key, row: ir.add(ir.mul(row, _c(gk)), key)),
+            (s.q, lambda row: ir.add(qbase, ir.mul(row, s.d))),
+            (dk, lambda key: ir.add(kbase, ir.mul(ir.add(k0, key), s.d))),
+            True,
+        ),
+    ]
+    block = [
+        ir.Decl(r0, ir.mul(qb, _c(gq))),
+        ir.Decl(nr, ir.minimum(_c(gq), ir.sub(s.sq, r0))),
+        ir.Decl(trow, s.tile_row(b, h, qb)),
+        ir.Decl(p0, _i(s.pos, trow)),
+        ir.Decl(cnt, ir.sub(_i(s.pos, ir.add(trow, _c(1))), p0)),
+        ir.Decl(rbase, ir.add(ir.mul(item, s.sq), r0)),
+        ir.Decl(qbase, ir.mul(rbase, s.d)),
+        ir.Decl(obase, ir.mul(rbase, s.dv)),
+        rows,
+        ir.For(c, _c(0), cnt, tile),
+    ]
+    body = [
+        ir.Decl(h, ir.Bin("%", item, s.h)),
+        ir.Decl(b, ir.Bin("/", item, s.h)),
+        ir.Decl(kbase, ir.mul(ir.mul(item, s.sk), s.d)),
+        ir.Decl(vbase, ir.mul(ir.mul(item, s.sk), s.dv)),
+        ir.Decl(ebase, s.mask_base(b, h)),
+        zero(dq, ir.mul(ir.mul(item, s.sq), s.d), ir.mul(s.sq, s.d)),
+        zero(dk, kbase, ir.mul(s.sk, s.d)),
+        zero(dv, vbase, ir.mul(s.sk, s.dv)),
+        ir.For(qb, _c(0), s.nqb, block),
+    ]
+    work = ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d))
+    spaces = [
+        (s.kt, ir.mul(s.d, _c(gk))),
+        (vt, ir.mul(s.dv, _c(gk))),
+        (pw, _c(gq * gk)),
+        (dsw, _c(gq * gk)),
+        (drow, _c(gq)),
+        (mrow, _c(gq)),
+        (irow, _c(gq)),
+    ]
+    loop = ir.For(
+        item,
+        _c(0),
+        ir.mul(s.b, s.h),
+        body,
+        parallel="CPUThread",
+        strategy="NoRaces",
+        schedule=("dynamic", 1),
+        prologue=[ir.Alloc(a, n) for a, n in spaces],
+        epilogue=[ir.Free(a) for a, _ in spaces],
+        parallel_if=ir.Cmp(">=", work, _c(threshold)),
+    )
+    params = [
+        *s.params(),
+        ir.Param("O", elem, True, doc="the forward's output"),
+        ir.Param("dO", elem, True, doc="the output's gradient"),
+        ir.Param("M", elem, True, doc="each row's largest live score"),
+        ir.Param("L", elem, True, doc="each row's sum of exp(score - max)"),
+        ir.Param("dQ", elem, True, output=True),
+        ir.Param("dK", elem, True, output=True),
+        ir.Param("dV", elem, True, output=True),
+    ]
+    head = [ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, _c(gq - 1)), _c(gq)))]
+    doc = f"the gradients of fused sparse attention over {gq} x {gk} tiles"
+    return ir.Function(f"ucf_attention_bwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.torch_layouts import need_torch
+from ucf.nn import attention_fused as fused
 from ucf.nn import attention_statements as statements
 from ucf.nn.masks import AttentionMask, resolve
 
@@ -67,17 +68,21 @@ def _granularity(granularity: Any) -> tuple[int, int]:
 
 class Plan:
     """How one target computes attention: the statements, each one's kernel plan (its
-    ``cin``), and whether the fused kernel runs them together."""
+    ``cin``), or the fused kernels that run them together per block of query rows
+    (the CPU targets' default; ``fused=False`` runs the statements)."""
 
     def __init__(self, target: str, emulate: bool, dtype: str, fused: bool | None):
         if target not in TARGETS:
             raise UnsupportedError(f"ucf.attention runs on {', '.join(TARGETS)}, not {target!r}")
         if emulate and target != "cuda":
             raise UnsupportedError("emulate=True runs generated CUDA and needs target='cuda'")
+        if fused and target == "cuda":
+            raise UnsupportedError(
+                "the fused attention kernels run on the CPU targets (llvm, c); on cuda the "
+                "statements run (fused=None or False)"
+            )
         self.target, self.emulate, self.dtype = target, emulate, dtype
-        self.fused = False if fused is None else fused
-        if self.fused:
-            raise UnsupportedError("the fused attention kernel is not built yet")
+        self.fused = target != "cuda" if fused is None else fused
 
     def setup(self, amask: AttentionMask) -> statements.Setup:
         b, h, *_ = amask.shape
@@ -87,23 +92,41 @@ class Plan:
         )
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, amask: AttentionMask, scale):
+        if self.fused:
+            return fused.forward(self.target, q, k, v, amask, scale)
         setup = self.setup(amask)
         M = statements.mask_tensor(amask, setup)
         out, saved = statements.forward(setup, q, k, v, M, scale)
         return out, (setup, saved)
 
     def backward(self, saved: Any, q, k, v, dO: np.ndarray, scale):
+        if self.fused:
+            return fused.backward(self.target, saved, q, k, v, dO, scale)
         setup, kept = saved
         return statements.backward(setup, kept, q, k, v, dO, scale)
 
     def describe(self, amask: AttentionMask) -> str:
-        """The statements in order with each kernel's plan, as ``k.cin`` shows one."""
+        """The statements in order with each kernel's plan, as ``k.cin`` shows one, and
+        the fused kernels where they run instead."""
         setup = self.setup(amask)
-        lines = [f"# attention on {self.target}: statements, one kernel each"]
+        gq, gk = amask.granularity
+        if self.fused:
+            lines = [
+                f"# attention on {self.target}: fused kernels over {gq} x {gk} tiles "
+                "(ucf.lower.attention), which run these statements together per block of "
+                f"{gq} query rows:",
+                "#   forward: scores, rowmax, exp, rowsum and values in one pass over the "
+                "block's live tiles (scores of a row's tiles in a workspace)",
+                "#   backward: per batch and head, the weights recomputed tile by tile, "
+                "then dvalues, dscores, dqueries and dkeys",
+            ]
+        else:
+            lines = [f"# attention on {self.target}: the statements, one kernel each"]
         for step, (stmt, formats) in setup.statements().items():
             spelled = ", ".join(f"{n}: {f}" for n, f in sorted(formats.items()))
             lines.append(f"{step}: {stmt}" + (f"    [{spelled}]" if spelled else ""))
-            lines += ["    " + x for x in statements.kernel(setup, step).cin.splitlines()]
+            if not self.fused:
+                lines += ["    " + x for x in statements.kernel(setup, step).cin.splitlines()]
         return "\n".join(lines)
 
 
