@@ -27,118 +27,14 @@ another order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-
-#: Rows of a register tile, and vectors (of 32 bytes, AVX2's) per row: 8 accumulators,
-#: 2 vectors of the right-hand panel and a broadcast fit 16 vector registers.
-ROWS = 4
-VECTORS = 2
-_SIZES = {"f32": 4, "f64": 8}
+from ucf.lower import vector_exp
+from ucf.lower.tile_gemm import gemm
 
 
 def _c(v: int) -> Const:
     return Const(v, I64)
-
-
-def lanes(elem: str) -> int:
-    return 32 // _SIZES[elem]
-
-
-Index = Callable[[ir.Expr], ir.Expr]
-
-
-def gemm(
-    tag: str,
-    elem: str,
-    m: ir.Expr,
-    n: ir.Expr,
-    depth: ir.Expr,
-    a: tuple[ir.Array, Callable[[ir.Expr, ir.Expr], ir.Expr]],
-    b: tuple[ir.Array, Index],
-    c: tuple[ir.Array, Index],
-    accumulate: bool,
-    row_scale: Callable[[ir.Expr], ir.Expr] | None = None,
-) -> list[ir.Stmt]:
-    """``C[r, 0:n] (+)= sum over t < depth of A(r, t) * B[t, 0:n]`` for rows r < m, where
-    ``a`` gives A's array and the index of element (r, t), ``b`` where row t of B
-    starts and ``c`` where row r of C does (rows contiguous). Register tiles of ``ROWS``
-    rows by ``VECTORS`` vectors hold C across the whole depth (a broadcast of A's
-    element and a multiply-add per vector per t); rows past the last group of
-    ``ROWS`` take one-row tiles, columns past the last whole tile a scalar loop.
-    ``row_scale(r)``, if given, multiplies row r's sums before they are stored."""
-    w = lanes(elem)
-    width = VECTORS * w
-    vec = ir.vector(elem, w)
-    a_arr, a_at = a
-    b_arr, b_at = b
-    c_arr, c_at = c
-    t, g, r1, pn, col = (Var(f"{tag}_{x}", I64) for x in ("t", "g", "r", "pn", "col"))
-    panels, groups = Var(f"{tag}_panels", I64), Var(f"{tag}_groups", I64)
-
-    def micro(rows: int, first: ir.Expr, prefix: str) -> list[ir.Stmt]:
-        acc = {
-            (r, x): Var(f"{tag}{prefix}_acc{r}_{x}", vec)
-            for r in range(rows)
-            for x in range(VECTORS)
-        }
-        at = {
-            (r, x): ir.add(ir.add(c_at(ir.add(first, _c(r))), ir.mul(pn, _c(width))), _c(x * w))
-            for r, x in acc
-        }
-        zero = ir.Splat(Const(0.0, elem), w)
-        head = [
-            ir.Decl(v, ir.VLoad(c_arr, at[k], w) if accumulate else zero) for k, v in acc.items()
-        ]
-        bv = [Var(f"{tag}{prefix}_b{x}", vec) for x in range(VECTORS)]
-        row_b = ir.add(b_at(t), ir.mul(pn, _c(width)))
-        body: list[ir.Stmt] = [
-            ir.Decl(y, ir.VLoad(b_arr, ir.add(row_b, _c(x * w)), w)) for x, y in enumerate(bv)
-        ]
-        for r in range(rows):
-            s = Var(f"{tag}{prefix}_a{r}", vec)
-            body.append(ir.Decl(s, ir.Splat(ir.Load(a_arr, a_at(ir.add(first, _c(r)), t)), w)))
-            for x in range(VECTORS):
-                body.append(ir.Assign(acc[r, x], ir.add_product(acc[r, x], ir.Bin("*", s, bv[x]))))
-        tail: list[ir.Stmt] = []
-        for (r, _x), v in acc.items():
-            value: ir.Expr = v
-            if row_scale is not None:
-                value = ir.Bin("*", v, ir.Splat(row_scale(ir.add(first, _c(r))), w))
-            tail.append(ir.Store(c_arr, at[r, _x], value))
-        return [ir.For(pn, _c(0), panels, [*head, ir.For(t, _c(0), depth, body), *tail])]
-
-    total = Var(f"{tag}_sum", elem)
-    c_here = ir.add(c_at(r1), col)
-    start = ir.Load(c_arr, c_here) if accumulate else Const(0.0, elem)
-    term = ir.Bin("*", ir.Load(a_arr, a_at(r1, t)), ir.Load(b_arr, ir.add(b_at(t), col)))
-    result: ir.Expr = total if row_scale is None else ir.Bin("*", total, row_scale(r1))
-    scalar = ir.For(
-        r1,
-        _c(0),
-        m,
-        [
-            ir.For(
-                col,
-                ir.mul(panels, _c(width)),
-                n,
-                [
-                    ir.Decl(total, start),
-                    ir.For(t, _c(0), depth, [ir.Assign(total, ir.add_product(total, term))]),
-                    ir.Store(c_arr, c_here, result),
-                ],
-            )
-        ],
-    )
-    return [
-        ir.Decl(panels, ir.Bin("/", n, _c(width))),
-        ir.Decl(groups, ir.Bin("/", m, _c(ROWS))),
-        ir.For(g, _c(0), groups, micro(ROWS, ir.mul(g, _c(ROWS)), "g")),
-        ir.For(r1, ir.mul(groups, _c(ROWS)), m, micro(1, r1, "s")),
-        scalar,
-    ]
 
 
 class _Shape:
@@ -210,6 +106,55 @@ def _i(arr: ir.Array, at: ir.Expr) -> ir.Expr:
     return ir.cast(ir.Load(arr, at), I64)
 
 
+#: float32 lanes of the vector passes (max, exp), AVX2's.
+VEC = vector_exp.LANES
+HV = ir.Array("hv", "f32")  # a vector's lanes, for reductions across them
+
+
+def _vectorized(elem: str, gk: int) -> bool:
+    """Whether a tile's row is whole vectors the passes take eight lanes at a time."""
+    return elem == "f32" and gk % VEC == 0
+
+
+def _lanes_into(tag: str, acc: ir.Expr, combine: str, into: ir.Expr, assign) -> list[ir.Stmt]:
+    """``acc``'s lanes combined (``max`` or ``+``) into the scalar ``into`` by ``assign``."""
+    lane = Var(f"{tag}_lane", I64)
+    value = ir.Bin(combine, ir.Load(HV, lane), into)
+    return [ir.Store(HV, _c(0), acc), ir.For(lane, _c(0), _c(VEC), [assign(value)])]
+
+
+def _vector_max(tag: str, arr: ir.Array, start: ir.Expr, n: int, rm: ir.Array, r: ir.Expr):
+    """``rm[r] = max(rm[r], arr[start .. start + n])``, eight lanes at a time."""
+    acc, x = Var(f"{tag}_acc", vector_exp.F32), Var(f"{tag}_x", I64)
+    step = ir.Bin("max", acc, ir.VLoad(arr, ir.add(start, ir.mul(x, _c(VEC))), VEC))
+    return [
+        ir.Decl(acc, ir.VLoad(arr, start, VEC)),
+        ir.For(x, _c(1), _c(n // VEC), [ir.Assign(acc, step)]),
+        *_lanes_into(tag, acc, "max", ir.Load(rm, r), lambda v: ir.Store(rm, r, v)),
+    ]
+
+
+def _vector_exp(
+    tag: str, arr: ir.Array, start: ir.Expr, count: ir.Expr, shift: ir.Expr, times=None
+):
+    """``arr[start + x] = exp(arr[start + x] - shift) (* times)`` for x < ``count`` (whole
+    vectors), and the declarations of their sum (``{tag}_sum``)."""
+    x, total = Var(f"{tag}_x", I64), Var(f"{tag}_sum", "f32")
+    acc, p = Var(f"{tag}_acc", vector_exp.F32), Var(f"{tag}_p", vector_exp.F32)
+    at = ir.add(start, ir.mul(x, _c(VEC)))
+    stmts, e = vector_exp.vexp(
+        ir.Bin("-", ir.VLoad(arr, at, VEC), ir.Splat(shift, VEC)), f"{tag}_e"
+    )
+    value = e if times is None else ir.Bin("*", e, ir.Splat(times, VEC))
+    body = [*stmts, ir.Decl(p, value), ir.Store(arr, at, p), ir.Assign(acc, ir.Bin("+", acc, p))]
+    return [
+        ir.Decl(acc, ir.Splat(Const(0.0, "f32"), VEC)),
+        ir.For(x, _c(0), ir.Bin("/", count, _c(VEC)), body),
+        ir.Decl(total, Const(0.0, "f32")),
+        *_lanes_into(tag, acc, "+", total, lambda v: ir.Assign(total, v)),
+    ]
+
+
 def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function:
     """``ucf_attention_fwd``: O, and each row's max and sum, over the tile index; see the
     module's docstring. Threads start when the items hold ``threshold`` multiply-adds."""
@@ -226,6 +171,37 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
         for x, ty in (("r", I64), ("kk", I64), ("x", I64), ("mr", elem), ("tot", elem), ("p", elem))
     )
     at = ir.add(ir.add(ir.mul(r, wd), ir.mul(c, _c(gk))), kk)
+    # The tile's dead elements to -inf and its rows' maxima; a whole tile without an
+    # element mask has no dead element, and takes its maxima eight lanes at a time.
+    mask_pass: ir.Stmt = ir.For(
+        r,
+        _c(0),
+        nr,
+        [
+            ir.For(
+                kk,
+                _c(0),
+                _c(gk),
+                [
+                    ir.Decl(
+                        p,
+                        ir.Select(
+                            s.live(ebase, ir.add(r0, r), ir.add(k0, kk), kk, nk),
+                            ir.Load(sw, at),
+                            s.neg,
+                        ),
+                    ),
+                    ir.Store(sw, at, p),
+                    ir.Store(rm, r, ir.Bin("max", p, ir.Load(rm, r))),
+                ],
+            )
+        ],
+    )
+    if _vectorized(elem, gk):
+        fast = ir.land(ir.Cmp("==", s.has_e, _c(0)), ir.Cmp("==", nk, _c(gk)))
+        row = ir.add(ir.mul(r, wd), ir.mul(c, _c(gk)))
+        vector_max = ir.For(r, _c(0), nr, _vector_max("mx", sw, row, gk, rm, r))
+        mask_pass = ir.If(fast, [vector_max], [mask_pass])
 
     scores = [
         ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
@@ -244,32 +220,28 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
             False,
             lambda row: s.scale,
         ),
-        ir.For(
-            r,
-            _c(0),
-            nr,
-            [
-                ir.For(
-                    kk,
-                    _c(0),
-                    _c(gk),
-                    [
-                        ir.Decl(
-                            p,
-                            ir.Select(
-                                s.live(ebase, ir.add(r0, r), ir.add(k0, kk), kk, nk),
-                                ir.Load(sw, at),
-                                s.neg,
-                            ),
-                        ),
-                        ir.Store(sw, at, p),
-                        ir.Store(rm, r, ir.Bin("max", p, ir.Load(rm, r))),
-                    ],
-                )
-            ],
-        ),
+        mask_pass,
     ]
     row_at = ir.add(ir.mul(r, wd), x)
+    # exp(score - max) and its sum along the row; a row with no live key gets weights of
+    # 0 (its scores are all -inf)
+    exps: list[ir.Stmt] = [
+        ir.For(
+            x,
+            _c(0),
+            ir.mul(cnt, _c(gk)),
+            [
+                ir.Decl(p, ir.Math("exp", ir.sub(ir.Load(sw, row_at), mr))),
+                ir.Store(sw, row_at, p),
+                ir.Assign(tot, ir.add(tot, p)),
+            ],
+        )
+    ]
+    if _vectorized(elem, gk):
+        exps = [
+            *_vector_exp("ex", sw, ir.mul(r, wd), ir.mul(cnt, _c(gk)), mr),
+            ir.Assign(tot, Var("ex_sum", "f32")),
+        ]
     softmax = ir.For(
         r,
         _c(0),
@@ -279,19 +251,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
             ir.Decl(tot, s.zero),
             ir.If(
                 ir.Cmp("!=", mr, s.neg),
-                [
-                    ir.For(
-                        x,
-                        _c(0),
-                        ir.mul(cnt, _c(gk)),
-                        [
-                            ir.Decl(p, ir.Math("exp", ir.sub(ir.Load(sw, row_at), mr))),
-                            ir.Store(sw, row_at, p),
-                            ir.Assign(tot, ir.add(tot, p)),
-                        ],
-                    )
-                ],
-                # no live key: weights of 0 (the scores are all -inf)
+                exps,
                 [ir.For(x, _c(0), ir.mul(cnt, _c(gk)), [ir.Store(sw, row_at, s.zero)])],
             ),
             ir.Store(rl, r, tot),
@@ -363,8 +323,9 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
             ir.Alloc(sw, ir.mul(_c(gq), wd)),
             ir.Alloc(rm, _c(gq)),
             ir.Alloc(rl, _c(gq)),
+            ir.Alloc(HV, _c(VEC)),
         ],
-        epilogue=[ir.Free(a) for a in (s.kt, sw, rm, rl)],
+        epilogue=[ir.Free(a) for a in (s.kt, sw, rm, rl, HV)],
         parallel_if=ir.Cmp(">=", work, _c(threshold)),
     )
     params = [
@@ -447,6 +408,17 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
     def each(value_stmt: ir.Stmt) -> ir.Stmt:
         return ir.For(r, _c(0), nr, [ir.For(kk, _c(0), _c(gk), [value_stmt])])
 
+    # The normalized weights of the tile: exp(score - max) / max(sum, 1), 0 where dead;
+    # a whole tile without an element mask, eight lanes at a time.
+    weights = each(ir.Store(pw, tile_at, weight))
+    if _vectorized(elem, gk):
+        fast = ir.land(ir.Cmp("==", s.has_e, _c(0)), ir.Cmp("==", nk, _c(gk)))
+        start = ir.mul(r, _c(gk))
+        row = _vector_exp("wt", pw, start, _c(gk), ir.Load(mrow, r), ir.Load(irow, r))
+        dead = ir.For(kk, _c(0), _c(gk), [ir.Store(pw, tile_at, s.zero)])
+        per_row = ir.If(ir.Cmp("!=", ir.Load(mrow, r), s.neg), row, [dead])
+        weights = ir.If(fast, [ir.For(r, _c(0), nr, [per_row])], [weights])
+
     tile = [
         ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
         ir.Decl(k0, ir.mul(kb, _c(gk))),
@@ -464,7 +436,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             False,
             lambda row: s.scale,
         ),
-        each(ir.Store(pw, tile_at, weight)),
+        weights,
         *gemm(
             "dv",
             elem,
@@ -544,6 +516,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         (drow, _c(gq)),
         (mrow, _c(gq)),
         (irow, _c(gq)),
+        (HV, _c(VEC)),
     ]
     loop = ir.For(
         item,
