@@ -69,31 +69,30 @@ def _function(
 
     kbv, nrows, row = ir.Var("Kb", i64), ir.Var("R", i64), ir.Var("row", i64)
     base = ir.mul(rows, kbv)
-    col, hit = ir.Var("t", i64), ir.Var("hit", "i32")
+    col, hit, first = ir.Var("t", i64), ir.Var("hit", "i32"), ir.Var("first", i64)
     flag_at = ir.add(base, col)
     live = ir.Cmp(
-        "!=", ir.cast(ir.Load(mask, ir.add(row, c)), _compute(mask_type)), _zero(mask_type)
+        "!=",
+        ir.cast(ir.Load(mask, ir.add(ir.add(row, first), c)), _compute(mask_type)),
+        _zero(mask_type),
     )
-    # Each tile's part of the row is one max-reduction in a register, which the
-    # compilers vectorize (a store to the flag per element, as before, kept it scalar:
-    # 5x as long on 4096^2 masks in tiles of 64 x 64).
+
+    def tile(count: ir.Expr) -> list[ir.Stmt]:
+        """One tile's part of the row as a max-reduction in a register, which the
+        compilers vectorize (a store to the flag per element, as before, kept it
+        scalar); over whole tiles its trip count is a constant they unroll."""
+        return [
+            ir.Decl(first, ir.mul(col, ir.Const(bw, i64))),
+            ir.Decl(hit, ir.Const(0, "i32")),
+            ir.For(c, zero, count, [ir.Assign(hit, ir.Bin("max", hit, ir.Cast(live, "i32")))]),
+            ir.Store(flags, flag_at, ir.Bin("max", ir.Load(flags, flag_at), hit)),
+        ]
+
+    whole = ir.Bin("/", dims[-1], ir.Const(bw, i64))
     scan: list[ir.Stmt] = [
         ir.Decl(row, ir.mul(ir.Var(f"L{r - 2}", i64), dims[-1]) if r > 1 else zero),
-        ir.For(
-            col,
-            zero,
-            kbv,
-            [
-                ir.Decl(hit, ir.Const(0, "i32")),
-                ir.For(
-                    c,
-                    ir.mul(col, ir.Const(bw, i64)),
-                    ir.minimum(ir.mul(ir.add(col, one), ir.Const(bw, i64)), dims[-1]),
-                    [ir.Assign(hit, ir.Bin("max", hit, ir.Cast(live, "i32")))],
-                ),
-                ir.Store(flags, flag_at, ir.Bin("max", ir.Load(flags, flag_at), hit)),
-            ],
-        ),
+        ir.For(col, zero, whole, tile(ir.Const(bw, i64))),
+        ir.For(col, whole, kbv, tile(ir.sub(dims[-1], ir.mul(whole, ir.Const(bw, i64))))),
     ]
     # The elements of a row of tiles: one loop per leading mode over the tile's extent
     # in it (cut at the mask's edge), the linear row index built as the loops nest.
