@@ -45,6 +45,7 @@ class _Shape:
         self.q, self.k, self.v = (ir.Array(x, elem) for x in ("Q", "K", "V"))
         self.pos, self.crd = ir.Array("pos", "i32"), ir.Array("crd", "i32")
         self.e = ir.Array("E", "u8")
+        self.lq, self.lk = ir.Array("LQ", I64), ir.Array("LK", I64)
         names = ("B", "H", "SQ", "SK", "D", "DV", "MB", "MH", "HM", "HAS_E")
         for x in names:
             setattr(self, x.lower(), Var(x, I64))
@@ -62,6 +63,8 @@ class _Shape:
             ir.Param("pos", "i32", True, doc="the tile index's segments, a row per query block"),
             ir.Param("crd", "i32", True, doc="the live key blocks of each row"),
             ir.Param("E", "u8", True, doc="the mask's elements (MB, HM, SQ, SK) if HAS_E"),
+            ir.Param("LQ", I64, True, doc="each batch's valid queries (at most SQ)"),
+            ir.Param("LK", I64, True, doc="each batch's valid keys (at most SK)"),
             *(
                 ir.Param(x, I64, False)
                 for x in ("B", "H", "SQ", "SK", "D", "DV", "MB", "MH", "HM", "HAS_E")
@@ -73,6 +76,18 @@ class _Shape:
         """The index row of query block ``qb`` of batch ``b``, head ``h``."""
         head = ir.add(ir.mul(ir.mul(b, self.mb), self.hm), ir.mul(h, self.mh))
         return ir.add(ir.mul(head, self.nqb), qb)
+
+    def rows(self, b: ir.Expr, r0: ir.Expr) -> ir.Expr:
+        """The valid rows of the query block at ``r0``: before its batch's length."""
+        return ir.Bin("max", _c(0), ir.minimum(_c(self.gq), ir.sub(ir.Load(self.lq, b), r0)))
+
+    def keys(self, b: ir.Expr, k0: ir.Expr) -> ir.Expr:
+        """The valid keys of the tile at ``k0``."""
+        return ir.Bin("max", _c(0), ir.minimum(_c(self.gk), ir.sub(ir.Load(self.lk, b), k0)))
+
+    def live_tiles(self, end: ir.Expr, p0: ir.Expr, nr: ir.Expr) -> ir.Expr:
+        """The index's tiles of a query block, none when it has no valid row."""
+        return ir.Select(ir.Cmp(">", nr, _c(0)), ir.sub(end, p0), _c(0))
 
     def mask_base(self, b: ir.Expr, h: ir.Expr) -> ir.Expr:
         head = ir.add(ir.mul(ir.mul(b, self.mb), self.hm), ir.mul(h, self.mh))
@@ -228,7 +243,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
     scores = [
         ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
         ir.Decl(k0, ir.mul(kb, _c(gk))),
-        ir.Decl(nk, ir.minimum(_c(gk), ir.sub(s.sk, k0))),
+        ir.Decl(nk, s.keys(b, k0)),
         *(s.whole(ebase, r0, nr, k0, nk, "fw") if _vectorized(elem, gk) else []),
         *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
         *gemm(
@@ -285,7 +300,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
     values = [
         ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
         ir.Decl(k0, ir.mul(kb, _c(gk))),
-        ir.Decl(nk, ir.minimum(_c(gk), ir.sub(s.sk, k0))),
+        ir.Decl(nk, s.keys(b, k0)),
         *gemm(
             "pv",
             elem,
@@ -309,15 +324,26 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
             ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, ir.Bin("*", ir.Load(o, o_at), tot))]),
         ],
     )
+    # The block's rows past its batch's length: 0, with no live key.
+    padding = ir.For(
+        r,
+        nr,
+        ir.minimum(_c(gq), ir.sub(s.sq, r0)),
+        [
+            ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, s.zero)]),
+            ir.Store(mx, ir.add(rbase, r), s.neg),
+            ir.Store(sm, ir.add(rbase, r), s.zero),
+        ],
+    )
     body = [
         ir.Decl(bh, ir.Bin("/", item, s.nqb)),
         ir.Decl(qb, ir.Bin("%", item, s.nqb)),
         ir.Decl(h, ir.Bin("%", bh, s.h)),
         ir.Decl(b, ir.Bin("/", bh, s.h)),
         ir.Decl(r0, ir.mul(qb, _c(gq))),
-        ir.Decl(nr, ir.minimum(_c(gq), ir.sub(s.sq, r0))),
+        ir.Decl(nr, s.rows(b, r0)),
         ir.Decl(p0, _i(s.pos, s.tile_row(b, h, qb))),
-        ir.Decl(cnt, ir.sub(_i(s.pos, ir.add(s.tile_row(b, h, qb), _c(1))), p0)),
+        ir.Decl(cnt, s.live_tiles(_i(s.pos, ir.add(s.tile_row(b, h, qb), _c(1))), p0, nr)),
         ir.Decl(qbase, ir.mul(ir.add(ir.mul(bh, s.sq), r0), s.d)),
         ir.Decl(kbase, ir.mul(ir.mul(bh, s.sk), s.d)),
         ir.Decl(vbase, ir.mul(ir.mul(bh, s.sk), s.dv)),
@@ -330,6 +356,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
         ir.For(r, _c(0), nr, [ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, s.zero)])]),
         ir.For(c, _c(0), cnt, values),
         normalize,
+        padding,
     ]
     items = ir.mul(ir.mul(s.b, s.h), s.nqb)
     work = ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d))
@@ -445,7 +472,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
     tile = [
         ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
         ir.Decl(k0, ir.mul(kb, _c(gk))),
-        ir.Decl(nk, ir.minimum(_c(gk), ir.sub(s.sk, k0))),
+        ir.Decl(nk, s.keys(b, k0)),
         *(s.whole(ebase, r0, nr, k0, nk, "bw") if _vectorized(elem, gk) else []),
         *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
         *gemm(
@@ -510,10 +537,10 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
     ]
     block = [
         ir.Decl(r0, ir.mul(qb, _c(gq))),
-        ir.Decl(nr, ir.minimum(_c(gq), ir.sub(s.sq, r0))),
+        ir.Decl(nr, s.rows(b, r0)),
         ir.Decl(trow, s.tile_row(b, h, qb)),
         ir.Decl(p0, _i(s.pos, trow)),
-        ir.Decl(cnt, ir.sub(_i(s.pos, ir.add(trow, _c(1))), p0)),
+        ir.Decl(cnt, s.live_tiles(_i(s.pos, ir.add(trow, _c(1))), p0, nr)),
         ir.Decl(rbase, ir.add(ir.mul(item, s.sq), r0)),
         ir.Decl(qbase, ir.mul(rbase, s.d)),
         ir.Decl(obase, ir.mul(rbase, s.dv)),

@@ -87,9 +87,8 @@ class Plan:
     def setup(self, amask: AttentionMask) -> statements.Setup:
         b, h, *_ = amask.shape
         bm, hm = amask.broadcast
-        return statements.Setup(
-            self.target, self.emulate, self.dtype, bm == b and bm > 1, hm == h and hm > 1
-        )
+        by_batch = (bm == b and bm > 1) or (amask.lengths is not None and b > 1)
+        return statements.Setup(self.target, self.emulate, self.dtype, by_batch, hm == h and hm > 1)
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, amask: AttentionMask, scale):
         if self.fused:
@@ -185,6 +184,7 @@ def attention(
     target: str = "llvm",
     emulate: bool = False,
     fused: bool | None = None,
+    lengths: Any = None,
 ) -> Any:
     """``softmax(q k^T * scale, masked) v`` per batch and head, for torch tensors
     ``q`` (B, H, Sq, D), ``k`` (B, H, Sk, D), ``v`` (B, H, Sk, Dv).
@@ -196,6 +196,8 @@ def attention(
     The mask is exact at element level; ``granularity`` (query rows, keys) is the
     compute tile (a BlockMask's own block size replaces it). ``scale`` defaults to
     1/sqrt(D). A query row with no live key returns 0. Gradients reach q, k and v.
+    ``lengths`` (one per sequence; self-attention) makes the queries and keys past each
+    sequence's length dead too: their rows return 0 and no tile past them is computed.
     """
     torch = need_torch("ucf.attention")
     q, k, v = _checked(q, k, v)
@@ -205,7 +207,7 @@ def attention(
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     dtype = "float64" if q.dtype == torch.float64 else "float32"
     chosen = plan(target, emulate, dtype, fused)
-    amask = resolve(mask, (b, h, sq, sk), g, target, emulate)
+    amask = resolve(mask, (b, h, sq, sk), g, target, emulate, lengths)
     if not _FUNCTION:
         _FUNCTION.append(_function())
     return _FUNCTION[0].apply(q, k, v, chosen, amask, s)

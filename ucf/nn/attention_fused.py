@@ -55,7 +55,8 @@ def _common(amask: AttentionMask, q: np.ndarray, k: np.ndarray, v: np.ndarray, s
     pos, crd = tiles.levels[-1]["pos"], tiles.levels[-1]["crd"]
     assert pos.dtype == np.int32 and crd.dtype == np.int32
     elements = amask.elements if amask.elements is not None else np.zeros(1, np.uint8)
-    keep = (q, k, v, pos, crd, elements)
+    lq, lk = amask.valid(b)
+    keep = (q, k, v, pos, crd, elements, lq, lk)
     args = [
         *(_ptr(a) for a in keep),
         b,

@@ -103,6 +103,8 @@ def mask_tensor(amask: AttentionMask, setup: Setup) -> Tensor:
     stored value 0, absent entries -inf; its shared batch or head mode dropped. The
     dense path (CUDA) co-iterates it with every element, so its rows are sorted."""
     elements = np.ascontiguousarray(amask.dense())
+    if setup.batch_mask and elements.shape[0] == 1:
+        elements = np.repeat(elements, amask.shape[0], axis=0)
     keep = [setup.batch_mask, setup.head_mask]
     elements = elements.reshape(
         *(n for n, k in zip(elements.shape[:2], keep, strict=True) if k), *elements.shape[2:]

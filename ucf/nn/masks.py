@@ -87,6 +87,14 @@ class AttentionMask:
     elements: np.ndarray | None
     granularity: tuple[int, int]
     shape: tuple[int, int, int, int]
+    lengths: np.ndarray | None = None  # each batch's valid queries and keys (self-attention)
+
+    def valid(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each batch's valid queries and keys (int64): its length, else everything."""
+        _, _, sq, sk = self.shape
+        if self.lengths is not None:
+            return self.lengths, self.lengths
+        return np.full(b, sq, np.int64), np.full(b, sk, np.int64)
 
     @property
     def broadcast(self) -> tuple[int, int]:
@@ -94,15 +102,22 @@ class AttentionMask:
         return self.tiles.shape[0], self.tiles.shape[1]
 
     def dense(self) -> np.ndarray:
-        """Every element's liveness, ``(Bm, Hm, S_q, S_k)`` booleans."""
-        if self.elements is not None:
-            return self.elements.view(np.bool_)
+        """Every element's liveness, ``(Bm, Hm, S_q, S_k)`` booleans (``Bm`` the batch's
+        extent where lengths are given)."""
         gq, gk = self.granularity
         *_, sq, sk = self.shape
-        live = np.zeros(self.tiles.shape, dtype=bool)
-        coords, _ = self.tiles.to_coo()
-        live[tuple(coords.T)] = True
-        return np.repeat(np.repeat(live, gq, axis=2), gk, axis=3)[:, :, :sq, :sk]
+        if self.elements is not None:
+            live = self.elements.view(np.bool_)
+        else:
+            tiles = np.zeros(self.tiles.shape, dtype=bool)
+            coords, _ = self.tiles.to_coo()
+            tiles[tuple(coords.T)] = True
+            live = np.repeat(np.repeat(tiles, gq, axis=2), gk, axis=3)[:, :, :sq, :sk]
+        if self.lengths is None:
+            return live
+        n = self.lengths[:, None, None, None]
+        inside = (np.arange(sq)[:, None] < n) & (np.arange(sk)[None, :] < n)
+        return live & inside
 
 
 def resolve(
@@ -111,11 +126,18 @@ def resolve(
     granularity: tuple[int, int],
     target: str = "llvm",
     emulate: bool = False,
+    lengths: Any = None,
 ) -> AttentionMask:
     """The index of ``mask`` for scores of ``shape`` (B, H, S_q, S_k), in tiles of
-    ``granularity``; a BlockMask brings its own tiles (its ``BLOCK_SIZE``)."""
+    ``granularity``; a BlockMask brings its own tiles (its ``BLOCK_SIZE``). With
+    ``lengths`` (one per batch; self-attention), queries and keys past a sequence's
+    length are dead too: the kernels skip them, and without a mask the tiles come from
+    the lengths alone."""
+    valid = None if lengths is None else check_lengths(lengths, shape)
     if _is_block_mask(mask):
-        return _from_block_mask(mask, shape, target, emulate)
+        found = _from_block_mask(mask, shape, target, emulate)
+        found.lengths = valid
+        return found
     if mask is None:
         elements = None
     elif callable(mask):
@@ -124,19 +146,58 @@ def resolve(
         elements = _boolean(mask, shape)
     tiles_target = "cuda" if emulate else target
     if elements is None:
-        b, h, sq, sk = shape
-        grid = (1, 1, -(-sq // granularity[0]), -(-sk // granularity[1]))
-        return AttentionMask(_all_tiles(grid), None, granularity, shape)
+        tiles = (
+            _all_tiles(shape, granularity)
+            if valid is None
+            else _length_tiles(valid, shape, granularity)
+        )
+        return AttentionMask(tiles, None, granularity, shape, valid)
     tiles = stile_build(elements, (1, 1, *granularity), tiles_target, emulate=emulate)
-    return AttentionMask(tiles, elements, granularity, shape)
+    return AttentionMask(tiles, elements, granularity, shape, valid)
 
 
-def _all_tiles(grid: tuple[int, ...]) -> Tensor:
-    rows, cols = int(np.prod(grid[:-1])), grid[-1]
-    pos = (np.arange(rows + 1, dtype=np.int32) * cols).astype(np.int32)
-    crd = np.tile(np.arange(cols, dtype=np.int32), rows)
+def check_lengths(lengths: Any, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """``lengths`` as int64, one per batch, each from 0 to the sequence length."""
+    b, _, sq, sk = shape
+    torch = _torch_or_none()
+    if torch is not None and isinstance(lengths, torch.Tensor):
+        lengths = lengths.detach().cpu().numpy()
+    n = np.asarray(lengths)
+    if sq != sk:
+        raise OperandError(f"lengths are for self-attention: {sq} queries and {sk} keys differ")
+    if n.shape != (b,) or n.dtype.kind not in "iu" or (n.size and (n.min() < 0 or n.max() > sq)):
+        raise OperandError(
+            f"lengths must be {b} integers (one per sequence of the batch) from 0 to {sq}, "
+            f"got {n.tolist() if n.size < 40 else n.shape}"
+        )
+    return np.ascontiguousarray(n, dtype=np.int64)
+
+
+def _grid(shape: tuple[int, int, int, int], granularity: tuple[int, int], b: int = 1):
+    return (b, 1, -(-shape[2] // granularity[0]), -(-shape[3] // granularity[1]))
+
+
+def _index(live: np.ndarray) -> Tensor:
+    """Booleans over (B, H, query blocks, key blocks) as a ``UUUQ`` tile index."""
+    rows = live.reshape(-1, live.shape[-1])
+    pos = np.zeros(rows.shape[0] + 1, dtype=np.int32)
+    np.cumsum(rows.sum(axis=1), out=pos[1:])
+    crd = np.nonzero(rows)[1].astype(np.int32)
     levels = [{}, {}, {}, {"pos": pos, "crd": crd}]
-    return Tensor(grid, "UUUQ", levels, np.ones(rows * cols, np.float32), np.int32, check=False)
+    return Tensor(live.shape, "UUUQ", levels, np.ones(len(crd), np.float32), np.int32, check=False)
+
+
+def _all_tiles(shape: tuple[int, int, int, int], granularity: tuple[int, int]) -> Tensor:
+    return _index(np.ones(_grid(shape, granularity), dtype=bool))
+
+
+def _length_tiles(lengths: np.ndarray, shape, granularity: tuple[int, int]) -> Tensor:
+    """The tiles of each sequence's valid queries and keys, per batch."""
+    _, _, nq, nk = grid = _grid(shape, granularity, len(lengths))
+    gq, gk = granularity
+    n = lengths[:, None, None, None]
+    live = (np.arange(nq)[:, None] * gq < n) & (np.arange(nk)[None, :] * gk < n)
+    return _index(np.broadcast_to(live, grid))
 
 
 def _boolean(mask: Any, shape: tuple[int, int, int, int]) -> np.ndarray:
@@ -223,13 +284,7 @@ def _from_block_mask(
     partial = bool(live.any())
     if full_counts is not None:
         live |= _block_live(full_counts, full_indices, nkb)
-    grid = (bm_b, bm_h, nqb, nkb)
-    rows = live.reshape(-1, nkb)
-    pos = np.zeros(rows.shape[0] + 1, dtype=np.int32)
-    np.cumsum(rows.sum(axis=1), out=pos[1:])
-    crd = np.nonzero(rows)[1].astype(np.int32)
-    levels = [{}, {}, {}, {"pos": pos, "crd": crd}]
-    tiles = Tensor(grid, "UUUQ", levels, np.ones(len(crd), np.float32), np.int32, check=False)
+    tiles = _index(live)
     elements = None
     if partial:  # the elements of partial blocks come from the mask function
         elements = _evaluate(bm.mask_mod, (bm_b, bm_h, sq, sk))
