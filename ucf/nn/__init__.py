@@ -3,5 +3,15 @@ lengths. torch is imported on first use."""
 
 from ucf.nn.attention import SparseAttention, attention
 from ucf.nn.masks import causal, local, longformer
+from ucf.nn.packed import Packed, PackedLinear, packed
 
-__all__ = ["SparseAttention", "attention", "causal", "local", "longformer"]
+__all__ = [
+    "Packed",
+    "PackedLinear",
+    "SparseAttention",
+    "attention",
+    "causal",
+    "local",
+    "longformer",
+    "packed",
+]

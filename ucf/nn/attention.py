@@ -218,8 +218,8 @@ _torch = need_torch("ucf.nn.SparseAttention")
 
 class SparseAttention(_torch.nn.Module):
     """Attention over a mask given with each call, as a module: ``forward(q, k, v,
-    mask=None)`` is :func:`attention` with this module's granularity, scale and
-    target. ``cin`` shows the plan it runs (the statements and their kernels)."""
+    mask=None, lengths=None)`` is :func:`attention` with this module's granularity,
+    scale and target. ``cin`` shows the plan it runs (the statements and their kernels)."""
 
     def __init__(
         self,
@@ -235,7 +235,7 @@ class SparseAttention(_torch.nn.Module):
         self.scale, self.target, self.emulate, self.fused = scale, target, emulate, fused
         plan(target, emulate, "float32", fused)  # refuse a bad target now
 
-    def forward(self, q: Any, k: Any, v: Any, mask: Any = None) -> Any:
+    def forward(self, q: Any, k: Any, v: Any, mask: Any = None, lengths: Any = None) -> Any:
         return attention(
             q,
             k,
@@ -246,6 +246,7 @@ class SparseAttention(_torch.nn.Module):
             target=self.target,
             emulate=self.emulate,
             fused=self.fused,
+            lengths=lengths,
         )
 
     def plan(self, shape: tuple[int, int, int, int], mask: Any = None, dtype: str = "float32"):
