@@ -21,10 +21,13 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError
+from ucf.format.format import parse_format
 from ucf.format.tensor import Tensor
 from ucf.format.torch_layouts import need_torch
 from ucf.stile import build as stile_build
 
+#: The format of a tile index over (B, H, query blocks, key blocks).
+_TILES = parse_format("UUUQ")
 #: FlexAttention's ``mask_mod``: (b, h, q_idx, kv_idx) -> whether q_idx sees kv_idx.
 MaskMod = Callable[[Any, Any, Any, Any], Any]
 
@@ -184,7 +187,7 @@ def _index(live: np.ndarray) -> Tensor:
     np.cumsum(rows.sum(axis=1), out=pos[1:])
     crd = np.nonzero(rows)[1].astype(np.int32)
     levels = [{}, {}, {}, {"pos": pos, "crd": crd}]
-    return Tensor(live.shape, "UUUQ", levels, np.ones(len(crd), np.float32), np.int32, check=False)
+    return Tensor(live.shape, _TILES, levels, np.ones(len(crd), np.float32), np.int32, check=False)
 
 
 def _all_tiles(shape: tuple[int, int, int, int], granularity: tuple[int, int]) -> Tensor:
