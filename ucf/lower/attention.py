@@ -33,11 +33,12 @@ from ucf.lower import vector_exp
 from ucf.lower.tile_gemm import gemm
 
 
-def _c(v: int) -> Const:
+def c(v: int) -> Const:
+    """An int64 constant."""
     return Const(v, I64)
 
 
-class _Shape:
+class Shape:
     """The parameters both kernels take, and the names derived from them."""
 
     def __init__(self, elem: str, gq: int, gk: int):
@@ -79,15 +80,15 @@ class _Shape:
 
     def rows(self, b: ir.Expr, r0: ir.Expr) -> ir.Expr:
         """The valid rows of the query block at ``r0``: before its batch's length."""
-        return ir.Bin("max", _c(0), ir.minimum(_c(self.gq), ir.sub(ir.Load(self.lq, b), r0)))
+        return ir.Bin("max", c(0), ir.minimum(c(self.gq), ir.sub(ir.Load(self.lq, b), r0)))
 
     def keys(self, b: ir.Expr, k0: ir.Expr) -> ir.Expr:
         """The valid keys of the tile at ``k0``."""
-        return ir.Bin("max", _c(0), ir.minimum(_c(self.gk), ir.sub(ir.Load(self.lk, b), k0)))
+        return ir.Bin("max", c(0), ir.minimum(c(self.gk), ir.sub(ir.Load(self.lk, b), k0)))
 
     def live_tiles(self, end: ir.Expr, p0: ir.Expr, nr: ir.Expr) -> ir.Expr:
         """The index's tiles of a query block, none when it has no valid row."""
-        return ir.Select(ir.Cmp(">", nr, _c(0)), ir.sub(end, p0), _c(0))
+        return ir.Select(ir.Cmp(">", nr, c(0)), ir.sub(end, p0), c(0))
 
     def mask_base(self, b: ir.Expr, h: ir.Expr) -> ir.Expr:
         head = ir.add(ir.mul(ir.mul(b, self.mb), self.hm), ir.mul(h, self.mh))
@@ -101,7 +102,7 @@ class _Shape:
             ir.Cast(ir.Load(self.e, ir.add(ebase, ir.add(ir.mul(row, self.sk), col))), "i32"),
             Const(0, "i32"),
         )
-        no_elements = ir.Cmp("==", self.has_e, _c(0))
+        no_elements = ir.Cmp("==", self.has_e, c(0))
         return ir.land(inside, ir.lor(no_elements, element))
 
     def whole(self, ebase: ir.Expr, r0: ir.Expr, nr: ir.Expr, k0: ir.Expr, nk: ir.Expr, tag: str):
@@ -117,12 +118,12 @@ class _Shape:
         step = ir.Bin(
             "min", least, ir.Cast(ir.Cmp("!=", ir.Cast(byte, "i32"), Const(0, "i32")), "i32")
         )
-        check = [ir.For(r, _c(0), nr, [ir.For(kk, _c(0), _c(self.gk), [ir.Assign(least, step)])])]
+        check = [ir.For(r, c(0), nr, [ir.For(kk, c(0), c(self.gk), [ir.Assign(least, step)])])]
         return [
             ir.Decl(least, Const(1, "i32")),
-            ir.If(ir.land(ir.Cmp("!=", self.has_e, _c(0)), ir.Cmp("==", nk, _c(self.gk))), check),
+            ir.If(ir.land(ir.Cmp("!=", self.has_e, c(0)), ir.Cmp("==", nk, c(self.gk))), check),
             ir.Decl(
-                ok, ir.land(ir.Cmp("==", nk, _c(self.gk)), ir.Cmp("!=", least, Const(0, "i32")))
+                ok, ir.land(ir.Cmp("==", nk, c(self.gk)), ir.Cmp("!=", least, Const(0, "i32")))
             ),
         ]
 
@@ -135,11 +136,12 @@ class _Shape:
             ir.Load(src, ir.add(base, ir.add(ir.mul(ir.add(k0, kk), width), f))),
             self.zero,
         )
-        store = ir.Store(panel, ir.add(ir.mul(f, _c(self.gk)), kk), value)
-        return [ir.For(f, _c(0), width, [ir.For(kk, _c(0), _c(self.gk), [store])])]
+        store = ir.Store(panel, ir.add(ir.mul(f, c(self.gk)), kk), value)
+        return [ir.For(f, c(0), width, [ir.For(kk, c(0), c(self.gk), [store])])]
 
 
-def _i(arr: ir.Array, at: ir.Expr) -> ir.Expr:
+def load_index(arr: ir.Array, at: ir.Expr) -> ir.Expr:
+    """An entry of the tile index, as int64."""
     return ir.cast(ir.Load(arr, at), I64)
 
 
@@ -157,18 +159,7 @@ def _lanes_into(tag: str, acc: ir.Expr, combine: str, into: ir.Expr, assign) -> 
     """``acc``'s lanes combined (``max`` or ``+``) into the scalar ``into`` by ``assign``."""
     lane = Var(f"{tag}_lane", I64)
     value = ir.Bin(combine, ir.Load(HV, lane), into)
-    return [ir.Store(HV, _c(0), acc), ir.For(lane, _c(0), _c(VEC), [assign(value)])]
-
-
-def _vector_max(tag: str, arr: ir.Array, start: ir.Expr, n: int, rm: ir.Array, r: ir.Expr):
-    """``rm[r] = max(rm[r], arr[start .. start + n])``, eight lanes at a time."""
-    acc, x = Var(f"{tag}_acc", vector_exp.F32), Var(f"{tag}_x", I64)
-    step = ir.Bin("max", acc, ir.VLoad(arr, ir.add(start, ir.mul(x, _c(VEC))), VEC))
-    return [
-        ir.Decl(acc, ir.VLoad(arr, start, VEC)),
-        ir.For(x, _c(1), _c(n // VEC), [ir.Assign(acc, step)]),
-        *_lanes_into(tag, acc, "max", ir.Load(rm, r), lambda v: ir.Store(rm, r, v)),
-    ]
+    return [ir.Store(HV, c(0), acc), ir.For(lane, c(0), c(VEC), [assign(value)])]
 
 
 def _vector_exp(
@@ -178,7 +169,7 @@ def _vector_exp(
     vectors), and the declarations of their sum (``{tag}_sum``)."""
     x, total = Var(f"{tag}_x", I64), Var(f"{tag}_sum", "f32")
     acc, p = Var(f"{tag}_acc", vector_exp.F32), Var(f"{tag}_p", vector_exp.F32)
-    at = ir.add(start, ir.mul(x, _c(VEC)))
+    at = ir.add(start, ir.mul(x, c(VEC)))
     stmts, e = vector_exp.vexp(
         ir.Bin("-", ir.VLoad(arr, at, VEC), ir.Splat(shift, VEC)), f"{tag}_e"
     )
@@ -186,245 +177,44 @@ def _vector_exp(
     body = [*stmts, ir.Decl(p, value), ir.Store(arr, at, p), ir.Assign(acc, ir.Bin("+", acc, p))]
     return [
         ir.Decl(acc, ir.Splat(Const(0.0, "f32"), VEC)),
-        ir.For(x, _c(0), ir.Bin("/", count, _c(VEC)), body),
+        ir.For(x, c(0), ir.Bin("/", count, c(VEC)), body),
         ir.Decl(total, Const(0.0, "f32")),
         *_lanes_into(tag, acc, "+", total, lambda v: ir.Assign(total, v)),
     ]
-
-
-def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function:
-    """``ucf_attention_fwd``: O, and each row's max and sum, over the tile index; see the
-    module's docstring. Threads start when the items hold ``threshold`` multiply-adds."""
-    s = _Shape(elem, gq, gk)
-    o, mx, sm = (ir.Array(x, elem, output=True) for x in ("O", "M", "L"))
-    sw, rm, rl = ir.Array("sw", elem), ir.Array("rm", elem), ir.Array("rl", elem)
-    item, b, h, qb, bh = (Var(x, I64) for x in ("item", "b", "h", "qb", "bh"))
-    r0, nr, p0, cnt, c = (Var(x, I64) for x in ("r0", "nr", "p0", "cnt", "c"))
-    kb, k0, nk, wd = (Var(x, I64) for x in ("kb", "k0", "nk", "W"))
-    qbase, kbase, vbase, obase, ebase = (Var(x, I64) for x in ("qb0", "kb0", "vb0", "ob0", "eb0"))
-    rbase = Var("rb0", I64)
-    r, kk, x, mr, tot, p = (
-        Var(x, ty)
-        for x, ty in (("r", I64), ("kk", I64), ("x", I64), ("mr", elem), ("tot", elem), ("p", elem))
-    )
-    at = ir.add(ir.add(ir.mul(r, wd), ir.mul(c, _c(gk))), kk)
-    # The tile's dead elements to -inf and its rows' maxima; a whole tile without an
-    # element mask has no dead element, and takes its maxima eight lanes at a time.
-    mask_pass: ir.Stmt = ir.For(
-        r,
-        _c(0),
-        nr,
-        [
-            ir.For(
-                kk,
-                _c(0),
-                _c(gk),
-                [
-                    ir.Decl(
-                        p,
-                        ir.Select(
-                            s.live(ebase, ir.add(r0, r), ir.add(k0, kk), kk, nk),
-                            ir.Load(sw, at),
-                            s.neg,
-                        ),
-                    ),
-                    ir.Store(sw, at, p),
-                    ir.Store(rm, r, ir.Bin("max", p, ir.Load(rm, r))),
-                ],
-            )
-        ],
-    )
-    if _vectorized(elem, gk):
-        fast = Var("fw_whole", "i1")
-        row = ir.add(ir.mul(r, wd), ir.mul(c, _c(gk)))
-        vector_max = ir.For(r, _c(0), nr, _vector_max("mx", sw, row, gk, rm, r))
-        mask_pass = ir.If(fast, [vector_max], [mask_pass])
-
-    scores = [
-        ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
-        ir.Decl(k0, ir.mul(kb, _c(gk))),
-        ir.Decl(nk, s.keys(b, k0)),
-        *(s.whole(ebase, r0, nr, k0, nk, "fw") if _vectorized(elem, gk) else []),
-        *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
-        *gemm(
-            "qk",
-            elem,
-            nr,
-            _c(gk),
-            s.d,
-            (s.q, lambda row, t: ir.add(qbase, ir.add(ir.mul(row, s.d), t))),
-            (s.kt, lambda t: ir.mul(t, _c(gk))),
-            (sw, lambda row: ir.add(ir.mul(row, wd), ir.mul(c, _c(gk)))),
-            False,
-            lambda row: s.scale,
-        ),
-        mask_pass,
-    ]
-    row_at = ir.add(ir.mul(r, wd), x)
-    # exp(score - max) and its sum along the row; a row with no live key gets weights of
-    # 0 (its scores are all -inf)
-    exps: list[ir.Stmt] = [
-        ir.For(
-            x,
-            _c(0),
-            ir.mul(cnt, _c(gk)),
-            [
-                ir.Decl(p, ir.Math("exp", ir.sub(ir.Load(sw, row_at), mr))),
-                ir.Store(sw, row_at, p),
-                ir.Assign(tot, ir.add(tot, p)),
-            ],
-        )
-    ]
-    if _vectorized(elem, gk):
-        exps = [
-            *_vector_exp("ex", sw, ir.mul(r, wd), ir.mul(cnt, _c(gk)), mr),
-            ir.Assign(tot, Var("ex_sum", "f32")),
-        ]
-    softmax = ir.For(
-        r,
-        _c(0),
-        nr,
-        [
-            ir.Decl(mr, ir.Load(rm, r)),
-            ir.Decl(tot, s.zero),
-            ir.If(
-                ir.Cmp("!=", mr, s.neg),
-                exps,
-                [ir.For(x, _c(0), ir.mul(cnt, _c(gk)), [ir.Store(sw, row_at, s.zero)])],
-            ),
-            ir.Store(rl, r, tot),
-            ir.Store(mx, ir.add(rbase, r), mr),
-            ir.Store(sm, ir.add(rbase, r), tot),
-        ],
-    )
-    values = [
-        ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
-        ir.Decl(k0, ir.mul(kb, _c(gk))),
-        ir.Decl(nk, s.keys(b, k0)),
-        *gemm(
-            "pv",
-            elem,
-            nr,
-            s.dv,
-            nk,
-            (sw, lambda row, t: ir.add(ir.add(ir.mul(row, wd), ir.mul(c, _c(gk))), t)),
-            (s.v, lambda t: ir.add(vbase, ir.mul(ir.add(k0, t), s.dv))),
-            (o, lambda row: ir.add(obase, ir.mul(row, s.dv))),
-            True,
-        ),
-    ]
-    o_at = ir.add(obase, ir.add(ir.mul(r, s.dv), x))
-    one = Const(1.0, elem)
-    normalize = ir.For(
-        r,
-        _c(0),
-        nr,
-        [
-            ir.Decl(tot, ir.Bin("/", one, ir.Bin("max", ir.Load(rl, r), one))),
-            ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, ir.Bin("*", ir.Load(o, o_at), tot))]),
-        ],
-    )
-    # The block's rows past its batch's length: 0, with no live key.
-    padding = ir.For(
-        r,
-        nr,
-        ir.minimum(_c(gq), ir.sub(s.sq, r0)),
-        [
-            ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, s.zero)]),
-            ir.Store(mx, ir.add(rbase, r), s.neg),
-            ir.Store(sm, ir.add(rbase, r), s.zero),
-        ],
-    )
-    body = [
-        ir.Decl(bh, ir.Bin("/", item, s.nqb)),
-        ir.Decl(qb, ir.Bin("%", item, s.nqb)),
-        ir.Decl(h, ir.Bin("%", bh, s.h)),
-        ir.Decl(b, ir.Bin("/", bh, s.h)),
-        ir.Decl(r0, ir.mul(qb, _c(gq))),
-        ir.Decl(nr, s.rows(b, r0)),
-        ir.Decl(p0, _i(s.pos, s.tile_row(b, h, qb))),
-        ir.Decl(cnt, s.live_tiles(_i(s.pos, ir.add(s.tile_row(b, h, qb), _c(1))), p0, nr)),
-        ir.Decl(qbase, ir.mul(ir.add(ir.mul(bh, s.sq), r0), s.d)),
-        ir.Decl(kbase, ir.mul(ir.mul(bh, s.sk), s.d)),
-        ir.Decl(vbase, ir.mul(ir.mul(bh, s.sk), s.dv)),
-        ir.Decl(rbase, ir.add(ir.mul(bh, s.sq), r0)),
-        ir.Decl(obase, ir.mul(rbase, s.dv)),
-        ir.Decl(ebase, s.mask_base(b, h)),
-        ir.For(r, _c(0), _c(gq), [ir.Store(rm, r, s.neg)]),
-        ir.For(c, _c(0), cnt, scores),
-        softmax,
-        ir.For(r, _c(0), nr, [ir.For(x, _c(0), s.dv, [ir.Store(o, o_at, s.zero)])]),
-        ir.For(c, _c(0), cnt, values),
-        normalize,
-        padding,
-    ]
-    items = ir.mul(ir.mul(s.b, s.h), s.nqb)
-    work = ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d))
-    loop = ir.For(
-        item,
-        _c(0),
-        items,
-        body,
-        parallel="CPUThread",
-        strategy="NoRaces",
-        schedule=("dynamic", 1),
-        prologue=[
-            ir.Alloc(s.kt, ir.mul(s.d, _c(gk))),
-            ir.Alloc(sw, ir.mul(_c(gq), wd)),
-            ir.Alloc(rm, _c(gq)),
-            ir.Alloc(rl, _c(gq)),
-            ir.Alloc(HV, _c(VEC)),
-        ],
-        epilogue=[ir.Free(a) for a in (s.kt, sw, rm, rl, HV)],
-        parallel_if=ir.Cmp(">=", work, _c(threshold)),
-    )
-    params = [
-        *s.params(),
-        ir.Param("O", elem, True, output=True, doc="the output (B, H, SQ, DV)"),
-        ir.Param("M", elem, True, output=True, doc="each row's largest live score"),
-        ir.Param("L", elem, True, output=True, doc="each row's sum of exp(score - max)"),
-    ]
-    nkb = ir.Bin("/", ir.add(s.sk, _c(gk - 1)), _c(gk))
-    head = [
-        ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, _c(gq - 1)), _c(gq))),
-        ir.Decl(wd, ir.mul(nkb, _c(gk))),
-    ]
-    doc = f"fused sparse attention over {gq} x {gk} tiles"
-    return ir.Function(f"ucf_attention_fwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)
 
 
 def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function:
     """``ucf_attention_bwd``: dQ, dK and dV from dO, the forward's O and each row's max
     and sum, over the tile index; a batch and head per item (see the module's
     docstring). Threads start when the items hold ``threshold`` multiply-adds."""
-    s = _Shape(elem, gq, gk)
+    s = Shape(elem, gq, gk)
     o, do, mx, sm = (ir.Array(x, elem) for x in ("O", "dO", "M", "L"))
     dq, dk, dv = (ir.Array(x, elem, output=True) for x in ("dQ", "dK", "dV"))
     vt, pw, dsw = ir.Array("vt", elem), ir.Array("pw", elem), ir.Array("dsw", elem)
     drow, mrow, irow = (ir.Array(x, elem) for x in ("drow", "mrow", "irow"))
     item, b, h, qb = (Var(x, I64) for x in ("item", "b", "h", "qb"))
-    r0, nr, p0, cnt, c, trow = (Var(x, I64) for x in ("r0", "nr", "p0", "cnt", "c", "trow"))
+    r0, nr, p0, cnt, t, trow = (Var(x, I64) for x in ("r0", "nr", "p0", "cnt", "c", "trow"))
     kb, k0, nk = (Var(x, I64) for x in ("kb", "k0", "nk"))
     names = ("qb0", "kb0", "vb0", "ob0", "eb0", "rb0")
     qbase, kbase, vbase, obase, ebase, rbase = (Var(x, I64) for x in names)
     r, kk, x = (Var(x, I64) for x in ("r", "kk", "x"))
     tot = Var("tot", elem)
     one = Const(1.0, elem)
-    tile_at = ir.add(ir.mul(r, _c(gk)), kk)
+    tile_at = ir.add(ir.mul(r, c(gk)), kk)
 
     def zero(arr: ir.Array, base: ir.Expr, size: ir.Expr) -> ir.Stmt:
-        return ir.For(x, _c(0), size, [ir.Store(arr, ir.add(base, x), s.zero)])
+        return ir.For(x, c(0), size, [ir.Store(arr, ir.add(base, x), s.zero)])
 
     o_at = ir.add(obase, ir.add(ir.mul(r, s.dv), x))
     rows = ir.For(
         r,
-        _c(0),
+        c(0),
         nr,
         [
             ir.Decl(tot, s.zero),
             ir.For(
                 x,
-                _c(0),
+                c(0),
                 s.dv,
                 [
                     ir.Assign(
@@ -456,22 +246,22 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
     )
 
     def each(value_stmt: ir.Stmt) -> ir.Stmt:
-        return ir.For(r, _c(0), nr, [ir.For(kk, _c(0), _c(gk), [value_stmt])])
+        return ir.For(r, c(0), nr, [ir.For(kk, c(0), c(gk), [value_stmt])])
 
     # The normalized weights of the tile: exp(score - max) / max(sum, 1), 0 where dead;
     # a whole tile without an element mask, eight lanes at a time.
     weights = each(ir.Store(pw, tile_at, weight))
     if _vectorized(elem, gk):
         fast = Var("bw_whole", "i1")
-        start = ir.mul(r, _c(gk))
-        row = _vector_exp("wt", pw, start, _c(gk), ir.Load(mrow, r), ir.Load(irow, r))
-        dead = ir.For(kk, _c(0), _c(gk), [ir.Store(pw, tile_at, s.zero)])
+        start = ir.mul(r, c(gk))
+        row = _vector_exp("wt", pw, start, c(gk), ir.Load(mrow, r), ir.Load(irow, r))
+        dead = ir.For(kk, c(0), c(gk), [ir.Store(pw, tile_at, s.zero)])
         per_row = ir.If(ir.Cmp("!=", ir.Load(mrow, r), s.neg), row, [dead])
-        weights = ir.If(fast, [ir.For(r, _c(0), nr, [per_row])], [weights])
+        weights = ir.If(fast, [ir.For(r, c(0), nr, [per_row])], [weights])
 
     tile = [
-        ir.Decl(kb, _i(s.crd, ir.add(p0, c))),
-        ir.Decl(k0, ir.mul(kb, _c(gk))),
+        ir.Decl(kb, load_index(s.crd, ir.add(p0, t))),
+        ir.Decl(k0, ir.mul(kb, c(gk))),
         ir.Decl(nk, s.keys(b, k0)),
         *(s.whole(ebase, r0, nr, k0, nk, "bw") if _vectorized(elem, gk) else []),
         *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
@@ -479,11 +269,11 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             "qk",
             elem,
             nr,
-            _c(gk),
+            c(gk),
             s.d,
             (s.q, lambda row, t: ir.add(qbase, ir.add(ir.mul(row, s.d), t))),
-            (s.kt, lambda t: ir.mul(t, _c(gk))),
-            (pw, lambda row: ir.mul(row, _c(gk))),
+            (s.kt, lambda t: ir.mul(t, c(gk))),
+            (pw, lambda row: ir.mul(row, c(gk))),
             False,
             lambda row: s.scale,
         ),
@@ -494,7 +284,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             nk,
             s.dv,
             nr,
-            (pw, lambda key, row: ir.add(ir.mul(row, _c(gk)), key)),
+            (pw, lambda key, row: ir.add(ir.mul(row, c(gk)), key)),
             (do, lambda row: ir.add(obase, ir.mul(row, s.dv))),
             (dv, lambda key: ir.add(vbase, ir.mul(ir.add(k0, key), s.dv))),
             True,
@@ -504,11 +294,11 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             "dp",
             elem,
             nr,
-            _c(gk),
+            c(gk),
             s.dv,
             (do, lambda row, t: ir.add(obase, ir.add(ir.mul(row, s.dv), t))),
-            (vt, lambda t: ir.mul(t, _c(gk))),
-            (dsw, lambda row: ir.mul(row, _c(gk))),
+            (vt, lambda t: ir.mul(t, c(gk))),
+            (dsw, lambda row: ir.mul(row, c(gk))),
             False,
         ),
         each(ir.Store(dsw, tile_at, grad)),
@@ -518,7 +308,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             nr,
             s.d,
             nk,
-            (dsw, lambda row, t: ir.add(ir.mul(row, _c(gk)), t)),
+            (dsw, lambda row, t: ir.add(ir.mul(row, c(gk)), t)),
             (s.k, lambda t: ir.add(kbase, ir.mul(ir.add(k0, t), s.d))),
             (dq, lambda row: ir.add(qbase, ir.mul(row, s.d))),
             True,
@@ -529,23 +319,23 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
             nk,
             s.d,
             nr,
-            (dsw, lambda key, row: ir.add(ir.mul(row, _c(gk)), key)),
+            (dsw, lambda key, row: ir.add(ir.mul(row, c(gk)), key)),
             (s.q, lambda row: ir.add(qbase, ir.mul(row, s.d))),
             (dk, lambda key: ir.add(kbase, ir.mul(ir.add(k0, key), s.d))),
             True,
         ),
     ]
     block = [
-        ir.Decl(r0, ir.mul(qb, _c(gq))),
+        ir.Decl(r0, ir.mul(qb, c(gq))),
         ir.Decl(nr, s.rows(b, r0)),
         ir.Decl(trow, s.tile_row(b, h, qb)),
-        ir.Decl(p0, _i(s.pos, trow)),
-        ir.Decl(cnt, s.live_tiles(_i(s.pos, ir.add(trow, _c(1))), p0, nr)),
+        ir.Decl(p0, load_index(s.pos, trow)),
+        ir.Decl(cnt, s.live_tiles(load_index(s.pos, ir.add(trow, c(1))), p0, nr)),
         ir.Decl(rbase, ir.add(ir.mul(item, s.sq), r0)),
         ir.Decl(qbase, ir.mul(rbase, s.d)),
         ir.Decl(obase, ir.mul(rbase, s.dv)),
         rows,
-        ir.For(c, _c(0), cnt, tile),
+        ir.For(t, c(0), cnt, tile),
     ]
     body = [
         ir.Decl(h, ir.Bin("%", item, s.h)),
@@ -556,22 +346,22 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         zero(dq, ir.mul(ir.mul(item, s.sq), s.d), ir.mul(s.sq, s.d)),
         zero(dk, kbase, ir.mul(s.sk, s.d)),
         zero(dv, vbase, ir.mul(s.sk, s.dv)),
-        ir.For(qb, _c(0), s.nqb, block),
+        ir.For(qb, c(0), s.nqb, block),
     ]
     work = ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d))
     spaces = [
-        (s.kt, ir.mul(s.d, _c(gk))),
-        (vt, ir.mul(s.dv, _c(gk))),
-        (pw, _c(gq * gk)),
-        (dsw, _c(gq * gk)),
-        (drow, _c(gq)),
-        (mrow, _c(gq)),
-        (irow, _c(gq)),
-        (HV, _c(VEC)),
+        (s.kt, ir.mul(s.d, c(gk))),
+        (vt, ir.mul(s.dv, c(gk))),
+        (pw, c(gq * gk)),
+        (dsw, c(gq * gk)),
+        (drow, c(gq)),
+        (mrow, c(gq)),
+        (irow, c(gq)),
+        (HV, c(VEC)),
     ]
     loop = ir.For(
         item,
-        _c(0),
+        c(0),
         ir.mul(s.b, s.h),
         body,
         parallel="CPUThread",
@@ -579,7 +369,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         schedule=("dynamic", 1),
         prologue=[ir.Alloc(a, n) for a, n in spaces],
         epilogue=[ir.Free(a) for a, _ in spaces],
-        parallel_if=ir.Cmp(">=", work, _c(threshold)),
+        parallel_if=ir.Cmp(">=", work, c(threshold)),
     )
     params = [
         *s.params(),
@@ -591,6 +381,6 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         ir.Param("dK", elem, True, output=True),
         ir.Param("dV", elem, True, output=True),
     ]
-    head = [ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, _c(gq - 1)), _c(gq)))]
+    head = [ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, c(gq - 1)), c(gq)))]
     doc = f"the gradients of fused sparse attention over {gq} x {gk} tiles"
     return ir.Function(f"ucf_attention_bwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)

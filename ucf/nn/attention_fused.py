@@ -16,6 +16,7 @@ import numpy as np
 
 from ucf.lower import attention as kernels
 from ucf.lower import parallel
+from ucf.lower.attention_forward import forward_function
 from ucf.nn.masks import AttentionMask
 from ucf.stile import compiled_function
 
@@ -24,7 +25,7 @@ _ELEM = {"float32": "f32", "float64": "f64"}
 
 @cache
 def _forward(target: str, dtype: str, gq: int, gk: int, threshold: int) -> tuple[Any, Any]:
-    return compiled_function(target, kernels.forward_function(_ELEM[dtype], gq, gk, threshold))
+    return compiled_function(target, forward_function(_ELEM[dtype], gq, gk, threshold))
 
 
 @cache
