@@ -86,6 +86,15 @@ class Shape:
         """The valid keys of the tile at ``k0``."""
         return ir.Bin("max", c(0), ir.minimum(c(self.gk), ir.sub(ir.Load(self.lk, b), k0)))
 
+    def tile(self, b: ir.Expr, p0: ir.Expr, t: ir.Expr, kb, k0, nk) -> list[ir.Stmt]:
+        """Declarations of the ``t``-th live tile of a row of the index: its key block
+        ``kb``, first key ``k0`` and valid keys ``nk``."""
+        return [
+            ir.Decl(kb, load_index(self.crd, ir.add(p0, t))),
+            ir.Decl(k0, ir.mul(kb, c(self.gk))),
+            ir.Decl(nk, self.keys(b, k0)),
+        ]
+
     def live_tiles(self, end: ir.Expr, p0: ir.Expr, nr: ir.Expr) -> ir.Expr:
         """The index's tiles of a query block, none when it has no valid row."""
         return ir.Select(ir.Cmp(">", nr, c(0)), ir.sub(end, p0), c(0))
@@ -260,9 +269,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         weights = ir.If(fast, [ir.For(r, c(0), nr, [per_row])], [weights])
 
     tile = [
-        ir.Decl(kb, load_index(s.crd, ir.add(p0, t))),
-        ir.Decl(k0, ir.mul(kb, c(gk))),
-        ir.Decl(nk, s.keys(b, k0)),
+        *s.tile(b, p0, t, kb, k0, nk),
         *(s.whole(ebase, r0, nr, k0, nk, "bw") if _vectorized(elem, gk) else []),
         *s.pack(s.kt, s.k, kbase, s.d, k0, nk, "pk"),
         *gemm(

@@ -108,9 +108,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
         )
         mask_pass = ir.If(Var("fw_whole", "i1"), [vector_max], [mask_pass])
     scores = [
-        ir.Decl(kb, load_index(s.crd, ir.add(p0, t))),
-        ir.Decl(k0, ir.mul(kb, c(gk))),
-        ir.Decl(nk, s.keys(b, k0)),
+        *s.tile(b, p0, t, kb, k0, nk),
         *(s.whole(ebase, r0, nr, k0, nk, "fw") if vec else []),
         *gemm(
             "qk",
@@ -186,9 +184,7 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
             )
         ]
     values = [
-        ir.Decl(kb, load_index(s.crd, ir.add(p0, t))),
-        ir.Decl(k0, ir.mul(kb, c(gk))),
-        ir.Decl(nk, s.keys(b, k0)),
+        *s.tile(b, p0, t, kb, k0, nk),
         *gemm(
             "pv",
             elem,
