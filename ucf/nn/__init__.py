@@ -3,7 +3,7 @@ lengths. torch is imported on first use."""
 
 from ucf.nn.attention import SparseAttention, attention
 from ucf.nn.masks import causal, local, longformer
-from ucf.nn.packed import Packed, PackedLinear, packed
+from ucf.nn.varlen import Packed, PackedLinear, packed
 
 __all__ = [
     "Packed",
