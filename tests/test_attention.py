@@ -76,7 +76,7 @@ def test_block_mask_and_per_head_masks():
 
     q, k, v = qkv((2, 2, 96, 64))
     keep = lambda b, h, qi, ki: (qi // 32 >= ki // 32) & ((qi + ki + h) % 5 != 0)  # noqa: E731
-    bm = create_block_mask(keep, 2, 2, 96, 96, device="cpu", BLOCK_SIZE=32)
+    bm = create_block_mask(keep, 2, 2, 96, 96, device="cpu", BLOCK_SIZE=16)
     i = torch.arange(96)
     live = keep(
         torch.arange(2)[:, None, None, None], torch.arange(2)[None, :, None, None], i[:, None], i
@@ -85,7 +85,7 @@ def test_block_mask_and_per_head_masks():
         ucf.attention(q, k, v, mask=bm), reference(q, k, v, live), atol=2e-6, rtol=1e-5
     )
     heads = element_mask(96, shape=(1, 2, 96, 96))  # shared by the batch, one per head
-    got = ucf.attention(q, k, v, mask=heads, granularity=(32, 64))
+    got = ucf.attention(q, k, v, mask=heads, granularity=(64, 64))
     torch.testing.assert_close(got, reference(q, k, v, heads), atol=2e-6, rtol=1e-5)
 
 
@@ -144,7 +144,7 @@ def test_lengths_against_each_sequence_alone(fused):
     q, k, v = qkv((3, 2, 40, 8), torch.float64, grad=True)
     lengths = torch.tensor([0, 17, 40])
     got = ucf.attention(
-        q, k, v, mask=ucf.nn.causal(), granularity=(8, 8), lengths=lengths, fused=fused
+        q, k, v, mask=ucf.nn.causal(), granularity=(4, 4), lengths=lengths, fused=fused
     )
     want = torch.zeros_like(got)
     for b, n in enumerate(lengths.tolist()):
