@@ -6,7 +6,7 @@ python bench/fuzz.py --cases 2000 --workers 2 --targets llvm --kernels SpMV,SpGE
 python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
 ```
 
-Cases come from the generator the test suite uses (``tests/schedule_fuzz.py``):
+Cases come from the generator the test suite uses (``tests/schedule/fuzz_cases.py``):
 random schedules (reorder, split, divide, fuse, pos, bound, unroll,
 precompute, parallelize) over SpMV, SpMM, SDDMM, TTV, MTTKRP, SpGEMM and a
 sparse add, in random formats, on the llvm and c targets, checked against
@@ -34,12 +34,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (str(ROOT), str(ROOT / "tests")):
+for _p in (str(ROOT),):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import schedule_fuzz as sf  # noqa: E402
-from schedule_fuzz import Case, Outcome, WorkerPool  # noqa: E402
+from tests.schedule import fuzz_cases as sf  # noqa: E402
+from tests.schedule.fuzz_cases import Case, Outcome, WorkerPool  # noqa: E402
 
 COLUMNS = ("ok", "refused", "racy", "wrong", "error", "crash", "hang")
 

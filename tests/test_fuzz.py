@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import needs_cc, rand_sparse
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import ucf
-from ucf.schedule import model
+from tests.helpers import needs_cc, rand_sparse
+from ucf.schedule import cpu_model
 
 VARS = ["i", "j", "k", "l"]
 NAMES = ["A", "B", "C", "D"]
@@ -516,10 +516,10 @@ def test_fuzz_default_model_parallel_choices(case):
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
     ucf.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(model, "CHUNK_WORK", 2)
-        mp.setattr(model, "CHUNKS_PER_THREAD", 1)
-        mp.setattr(model, "SKEWED", 0.0)
-        mp.setattr(model, "REPLAN_WORK", 0)
+        mp.setattr(cpu_model, "CHUNK_WORK", 2)
+        mp.setattr(cpu_model, "CHUNKS_PER_THREAD", 1)
+        mp.setattr(cpu_model, "SKEWED", 0.0)
+        mp.setattr(cpu_model, "REPLAN_WORK", 0)
         check(case, "llvm")
 
 

@@ -111,7 +111,7 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
             try:
                 signature.bind(*args, **kwargs)
             except TypeError as wrong:
-                raise ArgumentError(f"{_public_name(fn)}: {wrong}") from None
+                raise ArgumentError(f"{_public_name(fn, args)}: {wrong}") from None
             raise InternalError(_report(fn, signature, args, kwargs, e)) from e
         except Exception as e:
             raise InternalError(_report(fn, signature, args, kwargs, e)) from e
@@ -119,10 +119,18 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def _public_name(fn: Callable) -> str:
-    """``ucf.compile``, ``Kernel.__call__``: the name a user called."""
+def _public_name(fn: Callable, args: tuple = ()) -> str:
+    """``ucf.compile``, ``Kernel.__call__``: the name a user called (a method by the class
+    of the object it was called on, which may have it from a part: ``Kernel`` its
+    ``__call__`` from ``Calling``)."""
     qualname = fn.__qualname__
-    return qualname if "." in qualname else f"ucf.{qualname}"
+    if "." not in qualname:
+        return f"ucf.{qualname}"
+    owner = args[0] if args else None
+    method = getattr(type(owner), fn.__name__, None) if owner is not None else None
+    if getattr(method, "__wrapped__", None) is fn:
+        return f"{type(owner).__name__}.{fn.__name__}"
+    return qualname
 
 
 def _report(fn, signature, args, kwargs, error: Exception) -> str:
@@ -142,7 +150,7 @@ def _report(fn, signature, args, kwargs, error: Exception) -> str:
         f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in context.items()
     )
     return (
-        f"internal error in ucf {__version__} ({fn.__qualname__}: {type(error).__name__}: "
+        f"internal error in ucf {__version__} ({_public_name(fn, args)}: {type(error).__name__}: "
         f"{error}); this is a bug in ucf, please file it with this message"
         + (f" [{described}]" if described else "")
     )

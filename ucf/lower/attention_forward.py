@@ -1,4 +1,4 @@
-"""The fused attention forward kernel (see ``ucf.lower.attention`` for the plan).
+"""The fused attention forward kernel (see ``ucf.lower.attention_tiles`` for the plan).
 
 The scores of a block of ``gq`` query rows are kept transposed, a row per key and the
 block's queries along it: ``S^T = K_tile Q_block^T`` puts the keys' rows of K (read in
@@ -13,7 +13,7 @@ from __future__ import annotations
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import vector_exp
-from ucf.lower.attention import Shape, c, load_index
+from ucf.lower.attention_tiles import Shape, c, load_index
 from ucf.lower.tile_gemm import gemm
 
 VEC = vector_exp.LANES

@@ -1,5 +1,5 @@
 """Small matrix products over runtime extents with register tiles, for kernels built
-outside the pipeline (the fused attention kernels of ``ucf.lower.attention``).
+outside the pipeline (the fused attention kernels, ``ucf.lower.attention_tiles``).
 
 ``gemm`` is the one micro-kernel shape they need: ``C[r, :] (+)= A(r, t) * B[t, :]``
 summed over t, where A's element comes from an index function (so a transposed or

@@ -112,8 +112,8 @@ class Plan:
         if self.fused:
             lines = [
                 f"# attention on {self.target}: fused kernels over {gq} x {gk} tiles "
-                "(ucf.lower.attention), which run these statements together per block of "
-                f"{gq} query rows:",
+                "(ucf.lower.attention_forward, attention_backward), which run these "
+                f"statements together per block of {gq} query rows:",
                 "#   forward: scores, rowmax, exp, rowsum and values in one pass over the "
                 "block's live tiles (scores of a row's tiles in a workspace)",
                 "#   backward: per batch and head, the weights recomputed tile by tile, "

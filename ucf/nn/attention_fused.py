@@ -1,4 +1,5 @@
-"""Calling the fused attention kernels (``ucf.lower.attention``) on the CPU targets.
+"""Calling the fused attention kernels on the CPU targets (``ucf.lower.attention_forward``
+and ``attention_backward``).
 
 The kernels are LLIR functions built outside the pipeline, as the STile index is, and
 compiled once per process (and kept in the disk cache) per element type, tile shape
@@ -14,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ucf.lower import attention as kernels
 from ucf.lower import parallel
+from ucf.lower.attention_backward import backward_function
 from ucf.lower.attention_forward import forward_function
 from ucf.nn.masks import AttentionMask
-from ucf.stile import compiled_function
+from ucf.stile.tile_index import compiled_function
 
 _ELEM = {"float32": "f32", "float64": "f64"}
 
@@ -30,7 +31,7 @@ def _forward(target: str, dtype: str, gq: int, gk: int, threshold: int) -> tuple
 
 @cache
 def _backward(target: str, dtype: str, gq: int, gk: int, threshold: int) -> tuple[Any, Any]:
-    return compiled_function(target, kernels.backward_function(_ELEM[dtype], gq, gk, threshold))
+    return compiled_function(target, backward_function(_ELEM[dtype], gq, gk, threshold))
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -48,7 +49,7 @@ class Saved:
 
 
 def _common(amask: AttentionMask, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float):
-    """The arguments both kernels start with (see ``ucf.lower.attention._Shape``)."""
+    """The arguments both kernels start with (see ``ucf.lower.attention_tiles.Shape``)."""
     b, h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
     bm, hm = amask.broadcast

@@ -14,15 +14,17 @@ score contributes ``exp(0) = 1``.) On CUDA, whose kernels write dense outputs on
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ucf.format.format import Format, compressed_rows
 from ucf.format.tensor import Tensor, from_numpy
 from ucf.nn.masks import AttentionMask
-from ucf.stile import build as stile_build
+from ucf.stile.tile_index import build as stile_build
 
 #: The forward statements, in order; ``{m}`` is the mask's indices.
 FORWARD = {
@@ -64,21 +66,22 @@ class Setup:
     def mask_indices(self) -> str:
         return ",".join([*"b" * self.batch_mask, *"h" * self.head_mask, "i", "j"])
 
-    def statements(self) -> dict[str, tuple[str, dict[str, str]]]:
-        """Each step's statement and the formats of its sparse tensors."""
+    def statements(self) -> dict[str, tuple[str, dict[str, Format]]]:
+        """Each step's statement and the formats of its sparse tensors (none on CUDA
+        but the mask's: its scores and weights are dense there)."""
         order = 2 + self.batch_mask + self.head_mask
-        mask = "U" * (order - 1) + ("C" if self.dense else "Q") + " fill=-inf"
-        scores = "dense" if self.dense else "UUUQ fill=-inf"
-        probs = "dense" if self.dense else "UUUQ"
+        formats = {"M": compressed_rows(order, ordered=self.dense, fill=-math.inf)}
+        if not self.dense:
+            formats["S"] = compressed_rows(4, ordered=False, fill=-math.inf)
+            formats["P"] = formats["dS"] = compressed_rows(4, ordered=False)
         rowmax = _CLAMPED if self.dense else "m(b,h,i)"
         text = {**FORWARD, **BACKWARD}
         text["scores"] = text["scores"].format(m=self.mask_indices())
         text["exp"] = text["exp"].format(rowmax=rowmax)
-        formats = {"M": mask, "S": scores, "P": probs, "dS": probs}
-        out: dict[str, tuple[str, dict[str, str]]] = {}
+        out: dict[str, tuple[str, dict[str, Format]]] = {}
         for step, stmt in text.items():
             names = {n for n in formats if re.search(rf"\b{n}\(", stmt)}
-            out[step] = (stmt, {n: formats[n] for n in names if not formats[n] == "dense"})
+            out[step] = (stmt, {n: formats[n] for n in names})
         return out
 
 
@@ -87,12 +90,12 @@ _KERNELS: dict[tuple[Setup, str], Any] = {}
 
 def kernel(setup: Setup, step: str) -> Any:
     """The compiled kernel of one step (once per process and setup)."""
-    import ucf
+    from ucf import api
 
     key = (setup, step)
     if key not in _KERNELS:
         stmt, formats = setup.statements()[step]
-        _KERNELS[key] = ucf.compile(
+        _KERNELS[key] = api.compile(
             stmt, formats, target=setup.target, dtype=setup.dtype, emulate=setup.emulate
         )
     return _KERNELS[key]
@@ -109,7 +112,7 @@ def mask_tensor(amask: AttentionMask, setup: Setup) -> Tensor:
     elements = elements.reshape(
         *(n for n, k in zip(elements.shape[:2], keep, strict=True) if k), *elements.shape[2:]
     )
-    fmt = "U" * (elements.ndim - 1) + ("C" if setup.dense else "Q") + " fill=-inf"
+    fmt = compressed_rows(elements.ndim, ordered=setup.dense, fill=-math.inf)
     if setup.dense:
         return from_numpy(np.where(elements, 0.0, -np.inf), fmt, setup.dtype)
     index = stile_build(elements.view(np.uint8), (1,) * elements.ndim)

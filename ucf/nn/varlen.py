@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-import ucf
+from ucf import api
 from ucf.errors import OperandError
 from ucf.format.torch_layouts import need_torch
 from ucf.nn.masks import check_lengths
@@ -83,7 +83,7 @@ _KERNELS: dict[tuple, Any] = {}
 def _kernel(dtype: str, target: str) -> Any:
     key = (dtype, target)
     if key not in _KERNELS:
-        _KERNELS[key] = ucf.compile(STATEMENT, dynamic={"R": (1, 1)}, dtype=dtype, target=target)
+        _KERNELS[key] = api.compile(STATEMENT, dynamic={"R": (1, 1)}, dtype=dtype, target=target)
     return _KERNELS[key]
 
 
