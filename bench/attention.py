@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ucf  # noqa: E402
-from ucf.nn import masks  # noqa: E402
+from ucf.nn import attention_masks as masks  # noqa: E402
 
 
 def block_pattern(rng: np.random.Generator, blocks: int, live: float) -> np.ndarray:

@@ -37,6 +37,7 @@ LAYERS = [
     "toolchain",
     "exec",
     "stile",
+    "autodiff",
     "tesa",
     "tuning",
     "api",

@@ -246,3 +246,15 @@ def test_tensors_store_what_differs_from_their_fill():
     fmt = ucf.parse_format("csr").with_fill(-INF)
     assert fmt == ucf.parse_format("csr fill=-inf") and fmt.name == "csr fill=-inf"
     assert ucf.parse_format("dense fill=-inf") == ucf.parse_format("dense")  # nothing absent
+
+
+def test_the_algebra_knows_every_function_at_zero():
+    """Each unary function folds over constants (``ucf.lang.algebra``) as it is declared
+    to treat 0, so a new function cannot be left out of the fills' rules."""
+    from ucf.lang import algebra
+    from ucf.lang.functions import FUNCTIONS
+
+    unary = {name for name, f in FUNCTIONS.items() if f.arity == 1}
+    assert set(algebra.UNARY) == unary
+    for name in unary:
+        assert (algebra.call(name, [0.0]) == 0) == FUNCTIONS[name].zero_preserving, name

@@ -23,8 +23,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ucf.lang.functions import FUNCTIONS
-
 #: The reductions of the language: ``sum(j, e)``, ``max(j, e)``, ``min(j, e)``.
 REDUCTIONS = ("sum", "max", "min")
 
@@ -96,6 +94,19 @@ def _relu(x: np.float64) -> np.float64:
     return np.maximum(x, 0)
 
 
+def _erf(x: np.float64) -> float:
+    return math.erf(x)
+
+
+def _gelu(x: np.float64) -> float:
+    """The exact GELU, x * Phi(x); at -inf its limit, 0 (IEEE would make -inf * 0)."""
+    return 0.0 if x == -math.inf else float(0.5 * x * (1 + math.erf(x / math.sqrt(2))))
+
+
+def _rsqrt(x: np.float64) -> np.float64:
+    return 1 / np.sqrt(x)
+
+
 #: The unary functions on one known number (``ucf.lower.functions`` builds their code).
 UNARY: dict[str, Callable] = {
     "relu": _relu,
@@ -107,6 +118,9 @@ UNARY: dict[str, Callable] = {
     "exp": np.exp,
     "cos": np.cos,
     "sigmoid": _sigmoid,
+    "gelu": _gelu,
+    "erf": _erf,
+    "rsqrt": _rsqrt,
 }
 
 
@@ -116,8 +130,6 @@ def call(fn: str, args: list[float | None]) -> float | None:
         return binary(fn, args[0], args[1])
     if args[0] is None:
         return None
-    if fn not in UNARY:  # a function known only by what it does to 0
-        return 0.0 if args[0] == 0 and FUNCTIONS[fn].zero_preserving else None
     with np.errstate(all="ignore"):
         return float(UNARY[fn](np.float64(args[0])))
 

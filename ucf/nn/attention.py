@@ -3,7 +3,7 @@
 ``softmax(Q K^T * scale on the mask) V`` per batch and head, over the live elements of
 a mask that may change every call (SparDA's Longformer and Museformer scenarios). The
 mask is exact at element level; ``granularity`` is the compute tile, whose STile index
-is built every call (``ucf.nn.masks``). The computation is ucf statements
+is built every call (``ucf.nn.attention_masks``). The computation is ucf statements
 (``ucf.nn.attention_statements``): scores into the mask's pattern, a row softmax over
 the live entries with the ``max`` reduction and ``-inf`` fills, and the product with
 the values; on the CPU targets a fused kernel per block of query rows runs them
@@ -22,7 +22,7 @@ from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.torch_layouts import need_torch
 from ucf.nn import attention_fused as fused
 from ucf.nn import attention_statements as statements
-from ucf.nn.masks import AttentionMask, resolve
+from ucf.nn.attention_masks import AttentionMask, resolve
 
 #: Where attention runs: the CPU code generators, and CUDA (a GPU or its emulator).
 TARGETS = ("llvm", "c", "cuda")

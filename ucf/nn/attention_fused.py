@@ -18,7 +18,7 @@ import numpy as np
 from ucf.lower import parallel
 from ucf.lower.attention_backward import backward_function
 from ucf.lower.attention_forward import forward_function
-from ucf.nn.masks import AttentionMask
+from ucf.nn.attention_masks import AttentionMask
 from ucf.stile.tile_index import compiled_function
 
 _ELEM = {"float32": "f32", "float64": "f64"}

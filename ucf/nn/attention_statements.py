@@ -23,7 +23,7 @@ import numpy as np
 
 from ucf.format.format import Format, compressed_rows
 from ucf.format.tensor import Tensor, from_numpy
-from ucf.nn.masks import AttentionMask
+from ucf.nn.attention_masks import AttentionMask
 from ucf.stile.tile_index import build as stile_build
 
 #: The forward statements, in order; ``{m}`` is the mask's indices.

@@ -29,7 +29,7 @@ import numpy as np
 from ucf import api
 from ucf.errors import OperandError
 from ucf.format.torch_layouts import need_torch
-from ucf.nn.masks import check_lengths
+from ucf.nn.attention_masks import check_lengths
 
 torch = need_torch("ucf.nn.varlen")
 

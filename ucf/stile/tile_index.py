@@ -69,31 +69,44 @@ def _function(
 
     kbv, nrows, row = ir.Var("Kb", i64), ir.Var("R", i64), ir.Var("row", i64)
     base = ir.mul(rows, kbv)
-    col, hit, first = ir.Var("t", i64), ir.Var("hit", "i32"), ir.Var("first", i64)
-    flag_at = ir.add(base, col)
+    flag_at = ir.add(base, ir.Bin("/", c, ir.Const(bw, i64)))
     live = ir.Cmp(
-        "!=",
-        ir.cast(ir.Load(mask, ir.add(ir.add(row, first), c)), _compute(mask_type)),
-        _zero(mask_type),
+        "!=", ir.cast(ir.Load(mask, ir.add(row, c)), _compute(mask_type)), _zero(mask_type)
     )
-
-    def tile(count: ir.Expr) -> list[ir.Stmt]:
-        """One tile's part of the row as a max-reduction in a register, which the
-        compilers vectorize (a store to the flag per element, as before, kept it
-        scalar); over whole tiles its trip count is a constant they unroll."""
-        return [
-            ir.Decl(first, ir.mul(col, ir.Const(bw, i64))),
-            ir.Decl(hit, ir.Const(0, "i32")),
-            ir.For(c, zero, count, [ir.Assign(hit, ir.Bin("max", hit, ir.Cast(live, "i32")))]),
-            ir.Store(flags, flag_at, ir.Bin("max", ir.Load(flags, flag_at), hit)),
-        ]
-
-    whole = ir.Bin("/", dims[-1], ir.Const(bw, i64))
     scan: list[ir.Stmt] = [
         ir.Decl(row, ir.mul(ir.Var(f"L{r - 2}", i64), dims[-1]) if r > 1 else zero),
-        ir.For(col, zero, whole, tile(ir.Const(bw, i64))),
-        ir.For(col, whole, kbv, tile(ir.sub(dims[-1], ir.mul(whole, ir.Const(bw, i64))))),
+        ir.For(
+            c,
+            zero,
+            dims[-1],
+            [
+                ir.Store(
+                    flags, flag_at, ir.Bin("max", ir.Load(flags, flag_at), ir.Cast(live, "i32"))
+                )
+            ],
+        ),
     ]
+    if bw > 1:
+        # A tile's elements of the row are or-ed into a register and its flag written once:
+        # the loop above stores to one flag bw times over, which no compiler vectorizes.
+        k, acc = ir.Var("k", i64), ir.Var("acc", "i32")
+        start = ir.mul(k, ir.Const(bw, i64))
+        tile_flag = ir.add(base, k)
+        scan[1] = ir.For(
+            k,
+            zero,
+            ceil_div(dims[-1], bw),
+            [
+                ir.Decl(acc, ir.Const(0, "i32")),
+                ir.For(
+                    c,
+                    start,
+                    ir.minimum(ir.add(start, ir.Const(bw, i64)), dims[-1]),
+                    [ir.Assign(acc, ir.Bin("max", acc, ir.Cast(live, "i32")))],
+                ),
+                ir.Store(flags, tile_flag, ir.Bin("max", ir.Load(flags, tile_flag), acc)),
+            ],
+        )
     # The elements of a row of tiles: one loop per leading mode over the tile's extent
     # in it (cut at the mask's edge), the linear row index built as the loops nest.
     tile: list[ir.Stmt] = [ir.Decl(rest, rows)]
