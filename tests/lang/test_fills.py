@@ -17,9 +17,8 @@ INF = np.inf
 
 
 def masked(rng, shape, fill, density=0.4):
-    """A dense array whose absent entries (about 1 - density of them, all of row 1,
-    and the whole of the last row but one kept entry... none) hold ``fill``; stored
-    values are small signed integers, so every result is exact."""
+    """A dense array whose absent entries (about 1 - density of them, and all of row 1)
+    hold ``fill``; stored values are small signed integers, so every result is exact."""
     a = rng.integers(-5, 6, size=shape).astype(np.float64)
     live = rng.random(shape) < density
     live[1] = False  # an all-masked (or empty) row
