@@ -226,20 +226,7 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         (irow, c(gq)),
         (HV, c(VEC)),
     ]
-    loop = ir.For(
-        item,
-        c(0),
-        ir.mul(s.b, s.h),
-        body,
-        parallel="CPUThread",
-        strategy="NoRaces",
-        schedule=("dynamic", 1),
-        prologue=[ir.Alloc(a, n) for a, n in spaces],
-        epilogue=[ir.Free(a) for a, _ in spaces],
-        parallel_if=ir.Cmp(">=", work, c(threshold)),
-    )
     params = [
-        *s.params(),
         ir.Param("O", elem, True, doc="the forward's output"),
         ir.Param("dO", elem, True, doc="the output's gradient"),
         ir.Param("M", elem, True, doc="each row's largest live score"),
@@ -248,6 +235,6 @@ def backward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Functio
         ir.Param("dK", elem, True, output=True),
         ir.Param("dV", elem, True, output=True),
     ]
-    head = [ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, c(gq - 1)), c(gq)))]
     doc = f"the gradients of fused sparse attention over {gq} x {gk} tiles"
-    return ir.Function(f"ucf_attention_bwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)
+    items = ir.mul(s.b, s.h)
+    return s.function("bwd", doc, params, item, items, body, spaces, work, threshold)

@@ -252,24 +252,12 @@ def forward_function(elem: str, gq: int, gk: int, threshold: int) -> ir.Function
         (rm, c(gq)),
         (rl, c(gq)),
     ]
-    loop = ir.For(
-        item,
-        c(0),
-        ir.mul(ir.mul(s.b, s.h), s.nqb),
-        body,
-        parallel="CPUThread",
-        strategy="NoRaces",
-        schedule=("dynamic", 1),
-        prologue=[ir.Alloc(a, n) for a, n in spaces],
-        epilogue=[ir.Free(a) for a, _ in spaces],
-        parallel_if=ir.Cmp(">=", ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d)), c(threshold)),
-    )
     params = [
-        *s.params(),
         ir.Param("O", elem, True, output=True, doc="the output (B, H, SQ, DV)"),
         ir.Param("M", elem, True, output=True, doc="each row's largest live score"),
         ir.Param("L", elem, True, output=True, doc="each row's sum of exp(score - max)"),
     ]
-    head = [ir.Decl(s.nqb, ir.Bin("/", ir.add(s.sq, c(gq - 1)), c(gq)))]
     doc = f"fused sparse attention over {gq} x {gk} tiles"
-    return ir.Function(f"ucf_attention_fwd_{elem}_{gq}x{gk}", params, [*head, loop], doc=doc)
+    items = ir.mul(ir.mul(s.b, s.h), s.nqb)
+    work = ir.mul(ir.mul(s.b, s.h), ir.mul(s.sq, s.d))
+    return s.function("fwd", doc, params, item, items, body, spaces, work, threshold)

@@ -146,6 +146,41 @@ class Shape:
         store = ir.Store(panel, ir.add(ir.mul(f, c(self.gk)), kk), value)
         return [ir.For(f, c(0), width, [ir.For(kk, c(0), c(self.gk), [store])])]
 
+    def function(
+        self,
+        name: str,
+        doc: str,
+        params: list[ir.Param],
+        item: Var,
+        items: ir.Expr,
+        body: list[ir.Stmt],
+        spaces: list[tuple[ir.Array, ir.Expr]],
+        work: ir.Expr,
+        threshold: int,
+    ) -> ir.Function:
+        """A kernel whose threads take ``items`` one at a time (their live tiles vary,
+        so a static split would leave one thread the global rows), each thread with its
+        own workspaces ``spaces``, in parallel when ``work`` reaches ``threshold``."""
+        loop = ir.For(
+            item,
+            c(0),
+            items,
+            body,
+            parallel="CPUThread",
+            strategy="NoRaces",
+            schedule=("dynamic", 1),
+            prologue=[ir.Alloc(a, n) for a, n in spaces],
+            epilogue=[ir.Free(a) for a, _ in spaces],
+            parallel_if=ir.Cmp(">=", work, c(threshold)),
+        )
+        head = [ir.Decl(self.nqb, ir.Bin("/", ir.add(self.sq, c(self.gq - 1)), c(self.gq)))]
+        return ir.Function(
+            f"ucf_attention_{name}_{self.elem}_{self.gq}x{self.gk}",
+            [*self.params(), *params],
+            [*head, loop],
+            doc=doc,
+        )
+
 
 def load_index(arr: ir.Array, at: ir.Expr) -> ir.Expr:
     """An entry of the tile index, as int64."""
