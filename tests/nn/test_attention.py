@@ -27,6 +27,15 @@ def reference(q, k, v, live, scale=None):
     return (torch.softmax(s, -1).nan_to_num() @ v.double()).to(q.dtype)
 
 
+def assert_grads_close(got, want, inputs, **tolerance):
+    """The gradients of ``got`` and ``want`` in ``inputs`` agree, for one random ``dO``."""
+    grad = torch.randn_like(got)
+    mine = torch.autograd.grad(got, inputs, grad)
+    theirs = torch.autograd.grad(want, inputs, grad)
+    for a, b in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, **tolerance)
+
+
 def qkv(shape, dtype=torch.float32, seed=0, dv=None, grad=False):
     g = torch.Generator().manual_seed(seed)
     b, h, s, d = shape
@@ -98,11 +107,7 @@ def test_forward_and_backward_in_float32(target):
         live = torch.ones(130, 130, dtype=torch.bool) if mask is None else mask
         want = reference(q, k, v, live)
         torch.testing.assert_close(got, want, atol=3e-6, rtol=1e-5)
-        grad = torch.randn_like(got)
-        mine = torch.autograd.grad(got, (q, k, v), grad)
-        theirs = torch.autograd.grad(want, (q, k, v), grad)
-        for a, b in zip(mine, theirs, strict=True):
-            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+        assert_grads_close(got, want, (q, k, v), atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("fused", [None, pytest.param(False, marks=pytest.mark.slow)])
@@ -128,14 +133,7 @@ def test_the_backward_statements_under_the_cuda_emulator():
     q, k, v = qkv((1, 2, 12, 4), torch.float64, grad=True)
     m = element_mask(12, 0.5)
     got = ucf.attention(q, k, v, mask=m, granularity=(4, 4), target="cuda", emulate=True)
-    want = reference(q, k, v, m)
-    grad = torch.randn_like(got)
-    for a, b in zip(
-        torch.autograd.grad(got, (q, k, v), grad),
-        torch.autograd.grad(want, (q, k, v), grad),
-        strict=True,
-    ):
-        torch.testing.assert_close(a, b)
+    assert_grads_close(got, reference(q, k, v, m), (q, k, v))
 
 
 @pytest.mark.parametrize("fused", [None, pytest.param(False, marks=pytest.mark.slow)])
@@ -154,13 +152,7 @@ def test_lengths_against_each_sequence_alone(fused):
                 q[b : b + 1, :, :n], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal
             )[0]
     torch.testing.assert_close(got, want)
-    grad = torch.randn_like(got)
-    for a, b in zip(
-        torch.autograd.grad(got, (q, k, v), grad),
-        torch.autograd.grad(want, (q, k, v), grad),
-        strict=True,
-    ):
-        torch.testing.assert_close(a, b)
+    assert_grads_close(got, want, (q, k, v))
 
 
 def test_packed_linear_computes_the_valid_rows():
