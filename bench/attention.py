@@ -69,14 +69,20 @@ def block_mask(pattern: np.ndarray, block: int, seq: int):
     )
 
 
-def turns(fns: dict, inputs: list) -> dict:
-    """Median wall seconds of each function over ``inputs``, taking turns per input."""
+def turns(fns: dict, inputs: list, cpu: dict | None = None) -> dict:
+    """Median wall seconds of each function over ``inputs``, taking turns per input;
+    into ``cpu``, if given, the median CPU seconds of the process (all its threads),
+    which other work on a shared machine inflates less than wall time."""
     times: dict = {k: [] for k in fns}
+    spent: dict = {k: [] for k in fns}
     for x in inputs:
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn(x)
             times[k].append(time.perf_counter() - t0)
+            spent[k].append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.update({k: statistics.median(v) for k, v in spent.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -123,7 +129,8 @@ def attention_rows(args) -> None:
         flex_note = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
     for fn in fns.values():
         fn(masks_90[0])  # warm-up: compiles
-    t = turns(fns, masks_90[1:])
+    cpu: dict = {}
+    t = turns(fns, masks_90[1:], cpu)
     load = os.getloadavg()[0]
     print(f"\nattention {b} x {h} heads x {s} x {d}, 64 x 64 blocks, 90 % masked, load {load:.1f}")
     for k_, v_ in t.items():
@@ -131,6 +138,10 @@ def attention_rows(args) -> None:
     target("forward, SDPA (dense bool mask) / ucf", t["sdpa"] / t["ucf"], 3.0)
     if "flex" in t:
         target("forward, flex_attention (same BlockMask) / ucf", t["flex"] / t["ucf"], 1.0)
+        print(
+            f"    (in CPU seconds: flex {cpu['flex'] * 1e3:.1f} ms, ucf {cpu['ucf'] * 1e3:.1f} "
+            f"ms, {cpu['flex'] / cpu['ucf']:.2f}x; informative, the row is wall time)"
+        )
     else:
         print(f"  flex_attention does not run here ({flex_note})")
     target("index build share of ucf's forward", 100 * t["ucf index"] / t["ucf"], 5.0, False, "%")
