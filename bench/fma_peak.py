@@ -63,8 +63,18 @@ def build() -> ctypes.CDLL:
     tmp = Path(tempfile.mkdtemp(prefix="fma-peak-"))
     src, lib = tmp / "fma_peak.c", tmp / "fma_peak.so"
     src.write_text(SOURCE)
-    cmd = [*cc, "-O2", "-march=native", "-fopenmp", "-fPIC", "-shared",
-           f"-DCHAINS={CHAINS}", "-o", str(lib), str(src)]
+    cmd = [
+        *cc,
+        "-O2",
+        "-march=native",
+        "-fopenmp",
+        "-fPIC",
+        "-shared",
+        f"-DCHAINS={CHAINS}",
+        "-o",
+        str(lib),
+        str(src),
+    ]
     subprocess.run(cmd, check=True)
     dll = ctypes.CDLL(str(lib))
     dll.fma_peak.argtypes = [ctypes.c_long, ctypes.c_int]
@@ -72,8 +82,9 @@ def build() -> ctypes.CDLL:
     return dll
 
 
-def peak_gflops(threads: int, seconds: float = 0.3, repeat: int = 5,
-                dll: ctypes.CDLL | None = None) -> float:
+def peak_gflops(
+    threads: int, seconds: float = 0.3, repeat: int = 5, dll: ctypes.CDLL | None = None
+) -> float:
     """Best GFLOP/s of the register-only FMA loop on ``threads`` threads, each run about
     ``seconds`` long."""
     dll = dll or build()

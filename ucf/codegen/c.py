@@ -452,6 +452,8 @@ class _Emitter:
         if isinstance(e, ir.Splat):
             lanes = ", ".join([self.expr(e.operand)] * e.lanes)
             return f"(({c_type(e.type)}){{{lanes}}})"
+        if isinstance(e, ir.Lane):
+            return f"({self.expr(e.operand)})[{e.index}]"
         if isinstance(e, ir.PairDot):
             return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
         if isinstance(e, ir.QuadDot):

@@ -400,6 +400,8 @@ class _FunctionBuilder:
                 ll.Constant(t, ll.Undefined),
                 ll.Constant(ll.VectorType(_I32, e.lanes), [0] * e.lanes),
             )
+        if isinstance(e, ir.Lane):
+            return b.extract_element(self.expr(e.operand), _I32(e.index))
         if isinstance(e, ir.PairDot):
             return self.pair_dot(e)
         if isinstance(e, ir.QuadDot):

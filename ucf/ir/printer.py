@@ -98,6 +98,8 @@ def expr(e: ir.Expr) -> str:
         return f"{e.array.name}[{expr(e.index)} : +{e.lanes}]"
     if isinstance(e, ir.Splat):
         return f"splat{e.lanes}({expr(e.operand)})"
+    if isinstance(e, ir.Lane):
+        return f"lane({expr(e.operand)}, {e.index})"
     if isinstance(e, ir.PairDot):
         return f"pairdot({expr(e.left)}, {expr(e.right)})"
     if isinstance(e, ir.QuadDot):

@@ -47,6 +47,7 @@ def key(fields: dict[str, Any]) -> str:
 
 def _canonical(fields: dict[str, Any]) -> bytes:
     from ucf.lower.parallel import threshold
+    from ucf.passes import partial_sums
     from ucf.passes.pairs import available
     from ucf.passes.tiling import enabled
 
@@ -55,6 +56,7 @@ def _canonical(fields: dict[str, Any]) -> bytes:
         "work_threshold": threshold(),
         "registers": enabled(),
         "pairs": available(),
+        "partial_sums": partial_sums.enabled(),
     }
     return json.dumps({**settings, **fields}, sort_keys=True).encode()
 
