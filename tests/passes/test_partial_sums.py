@@ -16,6 +16,7 @@ import scipy.sparse as sp
 import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS
+from ucf.ir.walk import loops
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
@@ -183,3 +184,15 @@ def test_spmv_under_asan(asan_cc, tmp_path):
     ops = {"A": ucf.from_scipy(m, format="csr"), "x": ucf.from_numpy(x)}
     out = run_under_asan(asan_cc, tmp_path, k, "U", (6,), {"i": 6, "j": 12}, ops)
     np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12)
+
+
+def test_sddmm_assemble_has_no_loop_over_k():
+    """The assemble pass of a sparse output only needs to know that k's loop runs: its
+    hit flag is set at most once (``ucf.ir.simplify``), not once per k; an empty k
+    drops every entry, as before."""
+    k = ucf.compile(SDDMM, formats={"A": "csr", "B": "csr"})
+    assemble = next(f for f in k.llir if f.name == "kernel_assemble")
+    assert "k" not in {s.var.name for _, s in loops(assemble.body)}
+    b = _rows_matrix(np.random.default_rng(1), [2, 0, 3], 5, np.float64)
+    empty = k(B=ucf.from_scipy(b, format="csr"), C=np.zeros((3, 0)), D=np.zeros((0, 5)))
+    assert empty.to_scipy().nnz == 0
