@@ -26,6 +26,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,9 +343,9 @@ def build_rows(names: list[str], quick: bool, kernels, mkl, gb) -> list[Row]:
     return rows
 
 
-def run_row(row: Row, repeat: int) -> dict:
-    """Check every contender, then time the right ones interleaved: medians in seconds,
-    and what was wrong."""
+def run_row(row: Row, repeat: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Check every contender, then time the right ones interleaved on ``clock``: medians
+    in seconds, and what was wrong."""
     contenders = {"ucf": row.ucf}
     wrong: dict[str, str] = {}
     why = _wrong(row.ucf(), row.reference)
@@ -364,7 +365,7 @@ def run_row(row: Row, repeat: int) -> dict:
                 wrong[label] = why
             else:
                 contenders[label] = fn
-    times = timings(contenders, repeat)
+    times = timings(contenders, repeat, clock)
     return {"median": {k: float(np.median(v)) for k, v in times.items()}, "wrong": wrong}
 
 
@@ -430,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time one-thread runs in process CPU time (steadier on a loaded machine)",
+    )
     args = ap.parse_args(argv)
     kernels = pl.taco_kernels()
     try:
@@ -454,12 +460,14 @@ def main(argv: list[str] | None = None) -> int:
             if mkl is not None:
                 mkl.threads(threads)
             for row in rows:
-                res = run_row(row, args.repeat)
+                cpu = args.cpu_time and threads == 1
+                res = run_row(row, args.repeat, time.process_time if cpu else time.perf_counter)
                 results.append((row, threads, res))
                 for k, v in res["wrong"].items():
                     print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
-    print("Median times; in brackets ucf's time over the peer's (below 1: ucf is faster).\n")
+    clock = "process CPU time at 1 thread, " if args.cpu_time else ""
+    print(f"Median {clock}times; in brackets ucf's over the peer's (below 1: ucf is faster).\n")
     print(table(results))
     print("\n| target | value | result |\n|---|---|---|")
     for what, value, met in targets(results):
