@@ -30,9 +30,15 @@ def _fma(a: float, b: float, c: float) -> float:
 
 
 def _documented(terms: list[tuple[float, float]], parts: int) -> float:
-    """The sum of ``a * b`` over ``terms`` in the order docs/design.md gives: term t of
-    the whole blocks into partial sum t % parts, the partial sums folded in halves and
-    added to the sum's start (0), then the last terms in order."""
+    """The sum of ``a * b`` over ``terms`` in the order docs/design.md gives: fewer than
+    4 * parts terms in one chain; else term t of the whole blocks into partial sum
+    t % parts, the partial sums folded in halves and added to the sum's start (0), then
+    the last terms in order."""
+    if len(terms) < 4 * parts:
+        total = 0.0
+        for a, b in terms:
+            total = _fma(a, b, total)
+        return total
     whole = len(terms) // parts * parts
     s = [0.0] * parts
     for t, (a, b) in enumerate(terms[:whole]):
@@ -56,14 +62,14 @@ def _rows_matrix(rng, lengths: list[int], cols: int, dtype) -> sp.csr_matrix:
     return sp.csr_matrix((data, indices, indptr), shape=(len(lengths), cols))
 
 
-LENGTHS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 0, 31, 33]
+LENGTHS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 0, 31, 32, 33, 34, 35, 63, 64, 70]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_spmv_rows_of_every_remainder(dtype):
     rng = np.random.default_rng(3)
-    m = _rows_matrix(rng, LENGTHS, 40, dtype)
-    x = rng.standard_normal(40).astype(dtype)
+    m = _rows_matrix(rng, LENGTHS, 80, dtype)
+    x = rng.standard_normal(80).astype(dtype)
     got = {}
     for target in [t if isinstance(t, str) else t.values[0] for t in TARGETS]:
         k = ucf.compile(SPMV, formats={"A": "csr"}, dtype=dtype, target=target)
@@ -97,8 +103,8 @@ def test_switched_off_is_one_chain(monkeypatch):
     """UCF_PARTIAL_SUMS=0 keeps the single chain of fused multiply-adds."""
     monkeypatch.setenv("UCF_PARTIAL_SUMS", "0")
     rng = np.random.default_rng(5)
-    m = _rows_matrix(rng, [13], 20, np.float64)
-    x = rng.standard_normal(20)
+    m = _rows_matrix(rng, [37], 50, np.float64)
+    x = rng.standard_normal(50)
     k = ucf.compile(SPMV, formats={"A": "csr"})
     assert "partial sums" not in k.cin
     total = 0.0
@@ -118,7 +124,7 @@ def _sddmm_reference(b: sp.csr_matrix, c: np.ndarray, d: np.ndarray) -> np.ndarr
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["UU", "UU:1,0"])
-@pytest.mark.parametrize("kdim", [1, 5, 8, 13, 64])
+@pytest.mark.parametrize("kdim", [1, 5, 8, 13, 19, 35, 64])
 def test_sddmm_against_numpy(dtype, layout, kdim):
     rng = np.random.default_rng(kdim)
     b = _rows_matrix(rng, [0, 1, 3, 7, 10, 0, 2], 11, dtype)
@@ -143,7 +149,7 @@ def test_sddmm_against_numpy(dtype, layout, kdim):
 def test_sddmm_documented_order():
     """Each term is (B * C) rounded, then fused with D, in the documented order."""
     rng = np.random.default_rng(9)
-    kdim = 19
+    kdim = 23
     b = _rows_matrix(rng, [3, 0, 5], 8, np.float64)
     c = rng.standard_normal((3, kdim))
     d = rng.standard_normal((kdim, 8))

@@ -9,9 +9,10 @@ terms, term ``t < P * (n // P)`` goes into partial sum ``t % P`` (the first of t
 holding the sum's value before the loop), each partial sum accumulating its terms in
 order, one rounding per step as every sum (``ucf.passes.fma``); the partial sums are
 then folded in halves, ``s[l] + s[l + P/2]`` for each ``l`` below ``P/2``, until one
-is left; the last ``n % P`` terms are added to it in order. A row shorter than ``P``
-is therefore summed exactly as a single chain, and the order is the same on every
-target and every thread count, so llvm and c agree bit for bit. The copies of one
+is left; the last ``n % P`` terms are added to it in order. A loop of fewer than
+``SHORT * P`` terms (16 float64, 32 float32) runs as a single chain, as before. The
+order depends on nothing but ``n``, the same on every target and every thread count,
+so llvm and c agree bit for bit. The copies of one
 block of ``P`` terms are independent, so the backends also turn them into vector
 instructions where the terms load consecutive elements (a dense dot product).
 
@@ -36,6 +37,12 @@ from ucf.passes.tiling import SIZES, VECTOR_BYTES, lanewise, serial_loop, vector
 
 #: The element types whose sums are split, with their partial sums per vector.
 PARTS = {t: VECTOR_BYTES // SIZES[t] for t in ("f32", "f64")}
+#: A loop of fewer than this many times ``P`` terms at the call stays one chain. Out of
+#: order, a core overlaps the chains of short rows by itself, and the blocks, the fold
+#: and the remainder loop cost more than they save: serial SpMV on rows of about 10
+#: (float64) ran 1.13x slower split, on R-MAT's long rows 0.75x (process CPU time,
+#: bench/README.md).
+SHORT = 4
 
 
 def enabled() -> bool:
@@ -156,14 +163,14 @@ def _split(s: ir.For, acc: Var, taken: set[str]) -> list[ir.Stmt]:
         half = len(partial) // 2
         partial = [ir.Bin("+", partial[i], partial[i + half]) for i in range(half)]
     blocks = [ir.Decl(at, ir.add(lo, ir.Bin("*", blk, Const(parts, I64)))), *unrolled]
-    return [
-        ir.Decl(lo, s.start),
-        ir.Decl(n, ir.sub(s.end, lo)),
+    split = [
         *start,
         replace(s, var=blk, start=Const(0, I64), end=whole, body=blocks),
         ir.Assign(acc, ir.Bin("+", acc, partial[0])),
         replace(s, start=ir.add(lo, ir.Bin("*", whole, Const(parts, I64)))),
     ]
+    long = ir.Cmp(">=", n, Const(SHORT * parts, I64))
+    return [ir.Decl(lo, s.start), ir.Decl(n, ir.sub(s.end, lo)), ir.If(long, split, [s])]
 
 
 def _term(body: list[ir.Stmt], acc: Var) -> ir.Expr:
