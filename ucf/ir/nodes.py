@@ -244,7 +244,7 @@ class Select(Expr):
 
 @dataclass(frozen=True)
 class Math(Expr):
-    """A floating-point libm function of one argument: sqrt, exp, sin, cos or tanh."""
+    """A floating-point libm function of one argument: sqrt, exp, sin, cos, tanh or erf."""
 
     fn: str
     operand: Expr
@@ -254,7 +254,7 @@ class Math(Expr):
         return self.operand.type
 
 
-MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh")
+MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh", "erf")
 
 
 class Stmt:
