@@ -60,6 +60,18 @@ class Row:
     normal: Callable[[Any], Any] = lambda r: r  # a result as numpy or scipy
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What the tables need of a row once it ran: its name and the peers it has."""
+
+    name: str
+    peers: frozenset[str]
+
+    @classmethod
+    def of(cls, row: Row) -> Ran:
+        return cls(row.name, frozenset(p for p, vs in row.peers.items() if any(vs.values())))
+
+
 def _as_array(r: Any) -> Any:
     """A result as numpy (dense) or scipy CSR (sparse), from ucf, GraphBLAS or numpy."""
     if isinstance(r, ucf.Tensor):
@@ -310,9 +322,9 @@ def add_row(a: sp.csr_matrix, b: sp.csr_matrix, kernels, gb) -> Row:
 # --------------------------------------------------------------------------- run
 
 
-def build_rows(names: list[str], quick: bool, kernels, mkl, gb) -> list[Row]:
+def build_rows(names: list[str], quick: bool, kernels, mkl, gb, seed: int = 0) -> list[Row]:
     """The rows asked for, on operands from fixed seeds (``quick``: small ones)."""
-    rng = np.random.default_rng(38)
+    rng = np.random.default_rng([38, seed])
     s = 20 if quick else 1
     rows: list[Row] = []
     if "spmv" in names:
@@ -375,7 +387,7 @@ def best(result: dict, peer: str) -> tuple[str, float] | None:
     return min(got, key=lambda kv: kv[1]) if got else None
 
 
-def table(results: list[tuple[Row, int, dict]]) -> str:
+def table(results: list[tuple[Ran, int, dict]]) -> str:
     lines = [
         "| row | threads | ucf | " + " | ".join(PEERS) + " |",
         "|---|---|---|" + "---|" * len(PEERS),
@@ -396,7 +408,7 @@ def table(results: list[tuple[Row, int, dict]]) -> str:
     return "\n".join(lines)
 
 
-def targets(results: list[tuple[Row, int, dict]]) -> list[tuple[str, str, bool | None]]:
+def targets(results: list[tuple[Ran, int, dict]]) -> list[tuple[str, str, bool | None]]:
     """Issue 38's targets: SDDMM's default no slower than TACO's best and GraphBLAS;
     SpMV's no slower than MKL's inspector-executor and scipy; and on every row no peer
     faster than ucf's default."""
@@ -410,7 +422,7 @@ def targets(results: list[tuple[Row, int, dict]]) -> list[tuple[str, str, bool |
         else:
             peers = PEERS
         for peer in peers:
-            if not any(row.peers.get(peer, {}).values()):
+            if peer not in row.peers:
                 continue
             b = best(res, peer)
             what = f"{row.name}, {threads} thread{'s' * (threads > 1)}: ucf <= {peer}"
@@ -452,19 +464,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TACO kernels: {len(kernels)} in bench/taco/; MKL: {mkl.version if mkl else '-'}")
     results = []
     with fresh_kernel_cache("ucf-peers-"):
-        rows = build_rows(args.rows, args.quick, kernels, mkl, gb)
-        for threads in args.threads:
-            ucf.set_num_threads(threads)
-            if gb is not None:
-                pl.graphblas(threads)
-            if mkl is not None:
-                mkl.threads(threads)
-            for row in rows:
+        # One kind of row at a time, its operands freed before the next is built: with
+        # every row's operands alive, glibc served scipy's add from fresh pages on each
+        # call (121 ms against 22 ms alone), which timed the allocator's state.
+        for seed, name in enumerate(args.rows):
+            rows = build_rows([name], args.quick, kernels, mkl, gb, seed)
+            for row, threads in [(r, t) for r in rows for t in args.threads]:
+                ucf.set_num_threads(threads)
+                if gb is not None:
+                    pl.graphblas(threads)
+                if mkl is not None:
+                    mkl.threads(threads)
                 cpu = args.cpu_time and threads == 1
                 res = run_row(row, args.repeat, time.process_time if cpu else time.perf_counter)
-                results.append((row, threads, res))
+                results.append((Ran.of(row), threads, res))
                 for k, v in res["wrong"].items():
                     print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
+            del rows
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
     clock = "process CPU time at 1 thread, " if args.cpu_time else ""
     print(f"Median {clock}times; in brackets ucf's over the peer's (below 1: ucf is faster).\n")
