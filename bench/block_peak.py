@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     dll = fma_peak.build()
     width = max(fma_peak.widths(dll), key=lambda w: fma_peak.peak_gflops(1, 0.1, 2, dll, w))
     peak_fn = fma_peak.widths(dll)[width]
-    lanes = fma_peak.CHAINS * fma_peak.LANES * width // 256
+    lanes = fma_peak.lanes(width)
     iters = 1 << 20
     rng = np.random.default_rng(0)
     b = rng.random((args.n, args.n), dtype=np.float32)

@@ -10,7 +10,8 @@ Each thread runs 12 independent chains of 8-lane float32 FMAs held in registers
 issues up to 2 a cycle, so 12 chains keep both pipes full whatever the latency. A
 multiply-add is 2 flops, so one instruction is 16. Where the compiler targets
 AVX-512, 24 chains of 16-lane vectors run too, and the peak is the faster of the two
-(the same on Zen 4, which splits a 512-bit FMA in two). The kernel is C compiled with
+(the same on Zen 4, which splits a 512-bit FMA in two; twice the 256-bit rate on a
+core with full-width 512-bit FMA units, Zen 5's). The kernel is C compiled with
 ``cc -O2 -march=native -fopenmp`` (``UCF_CC`` picks the compiler); the best of
 ``--repeat`` runs is kept, since nothing but the machine's load can make a
 register-only loop slower.
@@ -113,12 +114,17 @@ def build() -> ctypes.CDLL:
 
 def widths(dll: ctypes.CDLL) -> dict[int, Any]:
     """The loops this CPU has, by vector width in bits: 256 (AVX2), and 512 where the
-    compiler targets AVX-512; each runs ``CHAINS * 8`` float32 lanes a step per 256
-    bits of width."""
+    compiler targets AVX-512."""
     found = {256: dll.fma_peak}
     if hasattr(dll, "fma_peak512"):
         found[512] = dll.fma_peak512
     return found
+
+
+def lanes(width: int) -> int:
+    """The float32 multiply-adds one step of the ``width``-bit loop does: ``CHAINS``
+    chains of 8 lanes at 256 bits, twice the chains of twice the lanes at 512."""
+    return {256: CHAINS * LANES, 512: 2 * CHAINS * 2 * LANES}[width]
 
 
 def peak_gflops(
@@ -134,7 +140,6 @@ def peak_gflops(
     if width is None:
         return max(peak_gflops(threads, seconds, repeat, dll, w) for w in widths(dll))
     fn = widths(dll)[width]
-    lanes = CHAINS * LANES * width // 256
     iters = 1 << 16
     while True:  # calibrate on one run
         t0 = time.perf_counter()
@@ -149,7 +154,7 @@ def peak_gflops(
         t0 = time.perf_counter()
         fn(iters, threads)
         best = min(best, time.perf_counter() - t0)
-    return 2 * lanes * iters * threads / best / 1e9
+    return 2 * lanes(width) * iters * threads / best / 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
