@@ -469,17 +469,19 @@ def main(argv: list[str] | None = None) -> int:
         # call (121 ms against 22 ms alone), which timed the allocator's state.
         for seed, name in enumerate(args.rows):
             rows = build_rows([name], args.quick, kernels, mkl, gb, seed)
-            for row, threads in [(r, t) for r in rows for t in args.threads]:
+            for threads in args.threads:
                 ucf.set_num_threads(threads)
                 if gb is not None:
                     pl.graphblas(threads)
                 if mkl is not None:
                     mkl.threads(threads)
-                cpu = args.cpu_time and threads == 1
-                res = run_row(row, args.repeat, time.process_time if cpu else time.perf_counter)
-                results.append((Ran.of(row), threads, res))
-                for k, v in res["wrong"].items():
-                    print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
+                for row in rows:
+                    cpu = args.cpu_time and threads == 1
+                    clock = time.process_time if cpu else time.perf_counter
+                    res = run_row(row, args.repeat, clock)
+                    results.append((Ran.of(row), threads, res))
+                    for k, v in res["wrong"].items():
+                        print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
             del rows
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
     clock = "process CPU time at 1 thread, " if args.cpu_time else ""
