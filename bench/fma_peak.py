@@ -1,6 +1,5 @@
 """This CPU's float32 fused multiply-add peak, measured: the yardstick for the block
-products (bench/peers.py's bcsr rows and bench/tesa_formats.py quote their GFLOP/s
-as a share of it).
+products (bench/block_peak.py quotes their GFLOP/s as a share of it).
 
     python bench/fma_peak.py                 # 1 and 2 threads
     python bench/fma_peak.py --threads 1 2 4 --seconds 0.5
