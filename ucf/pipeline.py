@@ -45,6 +45,7 @@ from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
 from ucf.passes.fma import fuse
+from ucf.passes.partial_sums import split_sums
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command, apply_schedule
@@ -201,6 +202,8 @@ def plan(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        compute, sums = split_sums(compute)
+        cin.notes += sums
         compute = fuse(compute)
     assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:

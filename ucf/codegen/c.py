@@ -264,7 +264,9 @@ def _dpbusd(name: str, t: str, intrinsic: str) -> str:
 def vector_fmas(fns: list[ir.Function]) -> list[str]:
     """A macro ``ucf_fma_<type>`` per vector type of ``ir.FMA`` the functions use: FMA3's
     ``_mm256_fmadd_ps``/``_pd`` where the compiler targets it (the default
-    ``-march=native`` on an FMA3 host), else C's ``fmaf``/``fma`` lane by lane; both
+    ``-march=native`` on an FMA3 host), AVX-512's ``_mm512_fmadd_ps``/``_pd`` for the
+    64-byte vectors of the tiles on an AVX-512 host, else C's ``fmaf``/``fma`` lane by
+    lane; all
     exactly rounded, so the same values. The lane loop also vectorizes into ``vfmadd``,
     but GCC 12 then broadcasts a scalar factor with a shuffle, on the pipes the
     multiply-adds need (the c target's tile ran 0.92x the unfused one's), where the
@@ -275,16 +277,19 @@ def vector_fmas(fns: list[ir.Function]) -> list[str]:
     used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.FMA) and ir.lanes(n.type) > 1})
     if not used:
         return []
-    lines = ["#if defined(__FMA__)", "#include <immintrin.h>", "#endif"]
+    lines = ["#if defined(__FMA__) || defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
     for ty in used:
         t, name, single = c_type(ty), f"ucf_fma_{ty}", ir.element(ty) == "f32"
-        wide = ir.lanes(ty) * (4 if single else 8) == 32
+        size = ir.lanes(ty) * (4 if single else 8)
+        wide = size in (32, 64)
         if wide:
-            m, suffix = ("__m256", "ps") if single else ("__m256d", "pd")
+            bits, isa = (256, "__FMA__") if size == 32 else (512, "__AVX512F__")
+            m = f"__m{bits}" if single else f"__m{bits}d"
+            suffix = "ps" if single else "pd"
             lines += [
-                "#if defined(__FMA__)",
+                f"#if defined({isa})",
                 f"#define {name}(a, b, c) \\",
-                f"  (({t})_mm256_fmadd_{suffix}(({m})(a), ({m})(b), ({m})(c)))",
+                f"  (({t})_mm{bits}_fmadd_{suffix}(({m})(a), ({m})(b), ({m})(c)))",
                 "#else",
             ]
         fn = "fmaf" if single else "fma"
@@ -490,6 +495,10 @@ class _Emitter(Visitor):
     def splat(self, e: ir.Splat) -> str:
         lanes = ", ".join([self.expr(e.operand)] * e.lanes)
         return f"(({c_type(e.type)}){{{lanes}}})"
+
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> str:
+        return f"({self.expr(e.operand)})[{e.index}]"
 
     @handles(ir.PairDot)
     def pair_dot(self, e: ir.PairDot) -> str:

@@ -288,6 +288,10 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
             ll.Constant(ll.VectorType(I32, e.lanes), [0] * e.lanes),
         )
 
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> ll.Value:
+        return self.b.extract_element(self.expr(e.operand), I32(e.index))
+
     @handles(ir.Neg)
     def neg(self, e: ir.Neg) -> ll.Value:
         x = self.expr(e.operand)

@@ -127,6 +127,10 @@ class _Printer(Visitor):
     def splat(self, e: ir.Splat) -> str:
         return f"splat{e.lanes}({expr(e.operand)})"
 
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> str:
+        return f"lane({expr(e.operand)}, {e.index})"
+
     @handles(ir.PairDot)
     def pair_dot(self, e: ir.PairDot) -> str:
         return f"pairdot({expr(e.left)}, {expr(e.right)})"
