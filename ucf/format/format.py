@@ -333,16 +333,6 @@ def parse_formats(given: Mapping[str, Any] | None, orders: Mapping[str, int]) ->
     return out
 
 
-@cache
-def compressed_rows(order: int, ordered: bool = True, fill: float = 0.0) -> Format:
-    """Dense levels over every mode but the last, then one compressed level: CSR for
-    any order, with its rows' coordinates sorted (``C``) or in any order (``Q``, what
-    the STile index builds), absent entries reading as ``fill``."""
-    last = KINDS["C"] if ordered else KINDS["Q"]
-    levels = (*(KINDS["U"] for _ in range(order - 1)), last)
-    return Format(levels, tuple(range(order)), fill=fill)
-
-
 def _fill_text(fill: float) -> str:
     """How format text writes a fill value (nothing for 0)."""
     if not fill:
