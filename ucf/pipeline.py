@@ -10,6 +10,7 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from ucf.cin import invariance
 from ucf.cin.blocking import Blocking, unblock, user_variables
-from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
+from ucf.cin.concretize import concretize, nesting_conflict
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
@@ -34,8 +35,7 @@ from ucf.errors import (
     ShapeError,
     UnsupportedError,
 )
-from ucf.format.format import Format, parse_format
-from ucf.format.levels.fixed import FixedWidth
+from ucf.format.format import Format, dense_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -45,12 +45,17 @@ from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
 from ucf.passes.fma import fuse
+from ucf.passes.partial_sums import split_sums
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
-from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
+from ucf.schedule import Applied, Command
+from ucf.schedule.apply import check_statement
+from ucf.schedule.candidates import Refused, first_passing, passing
+from ucf.schedule.commands import PrecomputeCommand
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gathering import gathering
 from ucf.schedule.gpu_model import propose_gpu
+from ucf.schedule.scheduled import scheduled
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -79,9 +84,9 @@ class Plan:
     writes_all: bool = False
     # The sparse output is appended in one pass, each value stored once (``Lowered``).
     one_pass: bool = False
-    # The schedule text the plan was built from ("" for none), the default model's choice
-    # where none was given; None for a GPU default, which no text spells.
-    schedule: str | None = None
+    # The schedule the plan was built from (no commands: the plain nest), the default
+    # model's choice where none was given; None for a GPU default, which none spells.
+    schedule: tuple[Command, ...] | None = None
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
@@ -112,7 +117,8 @@ class Plan:
         return lcg.module(self._functions, openmp=self.openmp)
 
 
-def _statement_orders(stmt: Statement) -> dict[str, int]:
+def statement_orders(stmt: Statement) -> dict[str, int]:
+    """Each tensor's order: the number of indices it is accessed with (one number)."""
     orders: dict[str, int] = {}
     for a in [stmt.lhs, *accesses(stmt.rhs)]:
         if a.tensor in orders and orders[a.tensor] != len(a.indices):
@@ -126,18 +132,21 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
 
 def plan(
     expr: str,
-    formats: dict[str, Any],
-    schedule: str | None,
+    formats: Mapping[str, Format],
+    schedule: Sequence[Command] | None,
     vt: str,
     it: str,
     target: str = "llvm",
     openmp: bool = True,
     default: bool = False,
     static: dict[str, Any] | None = None,
+    shown: Mapping[str, str] | None = None,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
-    which the kernel is specialized to (``ucf.passes.dismantle``). ``openmp``
+    which the kernel is specialized to (``ucf.passes.dismantle``). ``formats`` are
+    parsed (``parse_formats``, where they were given); ``shown`` spells them as the
+    user did, for messages. ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -145,37 +154,30 @@ def plan(
     Without a schedule, the model's proposals for unknown statistics are tried in
     turn, and the kernel says in ``cin`` why it got what it got."""
     if schedule is None and target != "cuda":
-        *tried, last = proposals(expr, formats, None, threads=2)
-        for choice in tried:
-            try:
-                return _with_reasons(
-                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static),
-                    choice.why,
-                )
-            except (ScheduleError, UnsupportedError):
-                continue
-        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static)
-        return _with_reasons(last_plan, last.why)
-    front = _Front(expr, formats)
+        refused = Refused()
+
+        def attempt(choice: Choice) -> Plan:
+            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static, shown)
+            return _with_reasons(p, [*refused, *choice.why])
+
+        choices = proposals(expr, formats, None, threads=2, shown=shown)
+        return first_passing(choices, attempt, refused, last_raises=True, shown=_text)
+    front = _Front(expr, formats, shown)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
-    commands = parse_schedule(schedule) if schedule else []
-    invariance.check_schedule(front.user_stmt, commands)
-    if blocking is not None:
-        blocking.check_schedule(commands)
-    gathered = [g for c in commands if c.name == "precompute" and (g := c.gathered)]
-    base = front.concretized(
-        workspace=any(c.name == "precompute" for c in commands), gathered=gathered
-    )
+    commands = list(schedule or [])
+    check_statement(commands, front.user_stmt, blocking)
+    gathered = [g for c in commands if isinstance(c, PrecomputeCommand) and (g := c.gathered)]
+    base = front.concretized(workspace=_precomputes(commands), gathered=gathered)
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(
-            base, commands, schedule, requested, fmts, vt, it, front.shown
+            base, commands, schedule is None, requested, fmts, vt, it, front.shown
         )
     else:
         cin, applied = (
-            _scheduled(base, commands, fmts, computed, default, frozenset(fixed), front.shown)
+            scheduled(base, commands, fmts, computed, default, frozenset(fixed), front.shown)
             if commands
             else (base, None)
         )
@@ -204,7 +206,7 @@ def plan(
     if module is None:
         compute, tiles = register_block(compute)
         cin.notes += tiles
-        if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
+        if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
@@ -213,6 +215,8 @@ def plan(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        compute, sums = split_sums(compute)
+        cin.notes += sums
         compute = fuse(compute)
     assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:
@@ -249,7 +253,7 @@ def plan(
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
         one_pass=lowered.one_pass,
-        schedule=schedule,
+        schedule=None if schedule is None else tuple(commands),
     )
 
 
@@ -306,24 +310,17 @@ class _Front:
     """The statement and formats as the scheduler sees them: parsed, checked, the
     blocked formats split into plain ones, and the output's computed format."""
 
-    def __init__(self, expr: str, formats: dict[str, Any]):
+    def __init__(
+        self, expr: str, formats: Mapping[str, Format], shown: Mapping[str, str] | None = None
+    ):
         stmt = parse_statement(expr)
-        self.orders = _statement_orders(stmt)
+        self.orders = statement_orders(stmt)
         out = stmt.lhs.tensor
         if out in {a.tensor for a in accesses(stmt.rhs)}:
             raise OperandError(
                 f"output {out} also appears on the right-hand side; use another name"
             )
-        for name in formats:
-            if name not in self.orders:
-                raise OperandError(
-                    f"formats names tensor {name}, which the statement does not use "
-                    f"(tensors: {', '.join(self.orders)})"
-                )
-        fmts = {
-            n: parse_format(formats.get(n, "dense"), order=k, tensor=n)
-            for n, k in self.orders.items()
-        }
+        fmts = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
         for lvl, kind in enumerate(fmts[out].levels):
             try:
                 kind.as_output()
@@ -331,7 +328,7 @@ class _Front:
                 raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
         # each operand's format as the user spelled it, for messages
-        self.shown = {n: str(formats.get(n, f)) for n, f in fmts.items()}
+        self.shown = {n: (shown or {}).get(n, str(f)) for n, f in fmts.items()}
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
@@ -359,7 +356,7 @@ class _Front:
         return cin
 
 
-def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.dtype:
+def compute_dtype(expr: str, formats: Mapping[str, Format], dtype: Any = None) -> np.dtype:
     """The type a kernel for ``expr`` computes and writes its output in: ``dtype`` when
     given, else the values the output's format states (``dense@float32``), else float64.
 
@@ -399,14 +396,18 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
 
 
 def proposals(
-    expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
+    expr: str,
+    formats: Mapping[str, Format],
+    stats: Stats | None,
+    threads: int,
+    shown: Mapping[str, str] | None = None,
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
     place loops, see ``Blocking.split_extents``)."""
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, shown)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.
@@ -415,16 +416,25 @@ def proposals(
     spared = front.concretized(workspace=True, gathered=[gather] if gather else ())
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
     *candidates, last = propose(base, storage, stats, threads)
-    kept = []
-    for choice in candidates:
-        commands = parse_schedule(choice.text)
-        nest = spared if any(c.name == "precompute" for c in commands) else base
-        try:
-            _scheduled(nest, commands, front.fmts, front.computed, shown=front.shown)
-        except (ScheduleError, UnsupportedError):
-            continue
-        kept.append(choice)
-    return [*kept, last]
+
+    def check(choice: Choice) -> None:
+        nest = spared if _precomputes(choice.commands) else base
+        scheduled(nest, choice.commands, front.fmts, front.computed, shown=front.shown)
+
+    kept, refused = [], Refused()
+    for choice in [*candidates, last]:  # the plain nest is always kept
+        if choice is last or passing([choice], check, refused, shown=_text):
+            kept.append(replace(choice, why=[*refused, *choice.why]))
+            refused = Refused()
+    return kept
+
+
+def _text(choice: Choice) -> str:
+    return choice.text
+
+
+def _precomputes(commands: Sequence[Command]) -> bool:
+    return any(isinstance(c, PrecomputeCommand) for c in commands)
 
 
 def _converts(cin: CIN) -> bool:
@@ -451,7 +461,7 @@ def _check_units(applied: Applied | None, target: str) -> None:
 
 
 def _cuda_schedule(
-    base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str, shown: dict
+    base: CIN, commands, default: bool, requested: Format, fmts, vt: str, it: str, shown: dict
 ):
     """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
     if not requested.is_dense:
@@ -459,35 +469,42 @@ def _cuda_schedule(
             f"target 'cuda' computes dense outputs only; output {base.statement.lhs.tensor} "
             f"is '{requested}'"
         )
-    if any(c.name == "precompute" for c in commands):
+    if _precomputes(commands):
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
-    if schedule is None and base.order:
-        v, reason = base.order[0], ""
-        for text, reasons, optional in propose_gpu(base):
-            try:
-                cin, applied = _scheduled(
-                    base, parse_schedule(text), fmts, computed, default=True, shown=shown
-                )
-                lowered, module = _lower_cuda(cin, applied, vt, it)
-            except ScheduleError as e:
-                reason = reason or str(e).split(": ", 1)[-1]
-            except UnsupportedError:
-                if not optional:
-                    raise
-            else:
-                cin.notes += reasons
-                return cin, lowered, module
+    if default and base.order:
+        v, refused = base.order[0], Refused()
+
+        def attempt(candidate: tuple[list[Command], list[str], bool]):
+            tried, reasons, _ = candidate
+            cin, applied = scheduled(base, tried, fmts, computed, default=True, shown=shown)
+            lowered, module = _lower_cuda(cin, applied, vt, it)
+            cin.notes += [*refused, *reasons]
+            return cin, lowered, module
+
+        def refuses(candidate: tuple[list[Command], list[str], bool], e: Exception) -> bool:
+            optional = candidate[2]  # the plain rows over threads must not be unsupported
+            return isinstance(e, ScheduleError) or (optional and isinstance(e, UnsupportedError))
+
+        found = first_passing(propose_gpu(base), attempt, refused, shown=_joined, refuses=refuses)
+        if found is not None:
+            return found
+        errors = [e for e in refused.errors if isinstance(e, ScheduleError)]
+        reason = str(errors[0]).split(": ", 1)[-1] if errors else ""
         base.notes.append(
             f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
             f"split over blocks and threads ({reason})"
         )
     applied = None
     if commands:
-        base, applied = _scheduled(base, commands, fmts, computed, shown=shown)
+        base, applied = scheduled(base, commands, fmts, computed, shown=shown)
         _check_units(applied, "cuda")
     lowered, module = _lower_cuda(base, applied, vt, it)
     return base, lowered, module
+
+
+def _joined(candidate: tuple[list[Command], list[str], bool]) -> str:
+    return "; ".join(map(str, candidate[0]))
 
 
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
@@ -502,91 +519,6 @@ def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
     module = gpu_grid.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
     cin.notes += module.notes
     return lowered, module
-
-
-def _scheduled(
-    cin: CIN,
-    commands: list[Command],
-    fmts: dict[str, Format],
-    computed: Format,
-    default: bool = False,
-    static: frozenset[str] = frozenset(),
-    shown: dict[str, str] | None = None,
-) -> tuple[CIN, Applied]:
-    """Re-concretize with the loop order the schedule asks for, after checking it.
-
-    The order must walk every sparse operand read as stored in the order of its
-    levels. An operand ``cin`` reads converted (no order it could take follows its
-    storage) binds no order: the new order picks its storage anew, as stored when
-    the order follows that. Errors name an operand's format as ``shown`` (the user's
-    spelling, by tensor) gives it."""
-    stmt = cin.statement
-    chains = {}
-    tensors: dict[str, tuple[list[str], Format]] = {}
-    for n, a in enumerate(accesses(stmt.rhs)):
-        slot = cin.slots[n]
-        lv = level_vars(a, slot.format, cin.order)
-        tensors.setdefault(a.tensor, (lv, slot.format))
-        # An affine level's base moves with the order; concretize checks those.
-        as_stored = slot.name == slot.tensor
-        if as_stored and not slot.format.is_dense and all(i.single_variable for i in a.indices):
-            spelled = (shown or {}).get(a.tensor, str(slot.format))
-            chains[f"operand {a.tensor} ('{spelled}')"] = lv
-    if not computed.is_dense:
-        chains[f"output {stmt.lhs.tensor} ('{computed}')"] = level_vars(
-            stmt.lhs, computed, cin.order
-        )
-    output = (stmt.lhs.tensor, not computed.is_dense)
-    applied = apply_schedule(commands, cin.order, chains, tensors, output, static)
-    order = applied.order
-    if not computed.is_dense and not applied.precompute:
-        out = appended_vars(stmt.lhs, computed)
-        for k, v in enumerate(order):
-            later = [w for w in order[k + 1 :] if w in out]
-            if v not in out and v not in cin.nested_vars and later:
-                raise ScheduleError(
-                    f"reorder: reduction variable {v} would enclose output variable "
-                    f"{later[0]}, which a sparse output cannot be appended in; precompute "
-                    "into a workspace instead"
-                )
-    prov = applied.provenance
-    gathered = [
-        (frozenset(str(a) for a in accesses(pc.statement.rhs)), prov.origins(pc.var)[0])
-        for pc in applied.precompute
-    ]
-    new = concretize(stmt, fmts, computed, order=order, gathered=gathered)
-    new.loops = list(applied.loops)
-    new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
-    new.parallel = dict(applied.parallel)
-    new.bounds = dict(applied.bounds)
-    new.blocks = dict(cin.blocks)
-    text = "; ".join(map(str, commands))
-    new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
-    for v in applied.loops:
-        if v in prov.rel:
-            new.notes.append(prov.describe(v))
-    for pc in applied.precompute:
-        new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({pc.wvar})")
-    for v, par in applied.parallel.items():
-        new.notes.append(f"loop {v} runs in parallel ({par})")
-    if applied.assemble is not None:
-        a = applied.assemble
-        how = {
-            "Insert": "a query pass counts its entries, then they are inserted",
-            "Append": "a query pass counts its entries, then they are appended in loop order",
-        }[a.strategy]
-        new.notes.append(f"output {a.tensor} is assembled by {a.strategy}: {how}")
-    if applied.query is not None:
-        for v, par in applied.query[1].items():
-            new.notes.append(f"query loop q{v} runs in parallel ({par})")
-    if applied.dismantle is not None:
-        d = applied.dismantle
-        how = "their values embedded" if d.values else "their values read at call time"
-        new.notes.append(
-            f"dismantle: {d.var} and the loops around it are unrolled over the patterns of "
-            f"{', '.join(sorted(static))}, {how}"
-        )
-    return new, applied
 
 
 def _openmp_for(cin: CIN, available: bool) -> bool:

@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from ucf.schedule import parse_schedule
 from ucf.tuning import space
 from ucf.tuning.sweep import every_schedule
 
@@ -102,13 +103,15 @@ def test_tuned_schedule_is_never_none_and_builds_the_chosen_kernel(statement):
 def test_a_plan_that_drops_the_defaults_workspace_runs_where_it_can_be_stopped():
     from ucf.tuning import probe
 
-    default = "precompute(A(i, j) * B(j, k), k, k); parallelize(i, CPUThread, NoRaces)"
+    default = parse_schedule(
+        "precompute(A(i, j) * B(j, k), k, k); parallelize(i, CPUThread, NoRaces)"
+    )
     big = {"i": 3000, "j": 3000, "k": 3000}
     # the default's own loops, however spelled, are timed in the process
-    same = "precompute(A(i,j)*B(j,k), k, k, w); parallelize(i0, CPUThread, NoRaces)"
+    same = parse_schedule("precompute(A(i,j)*B(j,k), k, k, w); parallelize(i0, CPUThread, NoRaces)")
     assert not probe.needed(same, big, 0.01, default)
     # the plain nest (or another order) where the default has Gustavson's workspace is not
-    assert probe.needed("", big, 0.01, default)
-    assert probe.needed("reorder(i, k, j)", big, 0.01, default)
-    assert not probe.needed("", big, 0.01, "") and not probe.needed("", big, 0.01)
-    assert not probe.needed("", {"i": 10, "j": 10, "k": 10}, 0.01, default)  # too small to stall
+    assert probe.needed([], big, 0.01, default)
+    assert probe.needed(parse_schedule("reorder(i, k, j)"), big, 0.01, default)
+    assert not probe.needed([], big, 0.01, []) and not probe.needed([], big, 0.01)
+    assert not probe.needed([], {"i": 10, "j": 10, "k": 10}, 0.01, default)  # too small to stall

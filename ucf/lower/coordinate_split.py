@@ -5,12 +5,13 @@ from __future__ import annotations
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
+from ucf.schedule.commands import SplitCommand
 
 
 class BlocksMixin:
     """Part of :class:`ucf.lower.lowerer.Lowerer`; see its docstring for the shared state."""
 
-    def _narrow_to_blocks(self, v: str, iters: dict) -> list:
+    def _narrow_to_blocks(self, v: str, iters: dict) -> list[SplitCommand]:
         """Narrow each co-iterated operand to the innermost block ``[lo, hi)`` of the
         splits of ``v``: ``split(v, v0, v1, f)``, then any split of the block ``v1``, and
         so on (TACO's ``split(i,iX,iY,4); split(iY,iY1,iY2,2)``).
@@ -24,8 +25,8 @@ class BlocksMixin:
         the end of the one around it is empty), they may be reordered.
         """
         chain = [self.splits[v]]
-        while chain[-1].args[2] in self.splits:
-            chain.append(self.splits[chain[-1].args[2]])
+        while chain[-1].inner in self.splits:
+            chain.append(self.splits[chain[-1].inner])
         for it in iters.values():
             if it.stride != 1 or it.offset is not None or not it.kind.ordered:
                 raise ScheduleError(
@@ -33,7 +34,7 @@ class BlocksMixin:
                     "by coordinate (an affine window or an unordered level); split a dense or "
                     "singly-driven loop instead"
                 )
-        inner = chain[-1].args[2]
+        inner = chain[-1].inner
         lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
         for it in iters.values():
             pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
@@ -51,23 +52,23 @@ class BlocksMixin:
         self.consumed.update(chain)
         return chain
 
-    def _blocks(self, chain: list, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+    def _blocks(self, chain: list[SplitCommand], stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         """The co-iteration ``stmts`` inside loops over blocks of coordinates, one per
         split of ``chain``, the first over the whole range of its variable."""
         prelude: list[ir.Stmt] = []
         levels = []  # per split: its loop variable, block size, trip count, lo and hi
         lo_up: ir.Expr = Const(0, I64)
-        hi_up: ir.Expr = self._loop_end(chain[0].args[0])
+        hi_up: ir.Expr = self._loop_end(chain[0].var)
         size_up: ir.Expr | None = None  # the block size of the split around, if any
         for cmd in chain:
-            _, outer, inner, amount = cmd.args
+            outer, inner, amount = cmd.outer, cmd.inner, cmd.amount
             n = hi_up if size_up is None else size_up
-            if cmd.name == "split":
-                chunk: ir.Expr = Const(int(amount), I64)
-                trips = ir.Bin("/", ir.add(n, Const(int(amount) - 1, I64)), chunk)
+            if cmd.mode == "split":
+                chunk: ir.Expr = Const(amount, I64)
+                trips = ir.Bin("/", ir.add(n, Const(amount - 1, I64)), chunk)
             else:
                 chunk = Var(f"{inner}_chunk", I64)
-                parts = Const(int(amount), I64)
+                parts = Const(amount, I64)
                 prelude.append(
                     ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(n, parts), Const(1, I64)), parts))
                 )

@@ -24,7 +24,7 @@ from ucf.lang.affine import Affine
 from ucf.lang.reductions import peel, temporary
 from ucf.lower.lattice import Func, Lit, Negate, Op, Opnd, Reduce, Temp, Term, operands, reduces
 from ucf.lower.state import Operand, Scope, SlotParams, Where, Workspace
-from ucf.lower.workspaces import WORKSPACE_LIST
+from ucf.schedule.commands import BoundCommand, SplitCommand
 
 
 @dataclass
@@ -187,7 +187,7 @@ class PlacementMixin:
         if self._appends_in_order(ws.var):
             ws.sort_tmp = Array(f"{name}_tmp", I64, True)
             ws.sort_buckets = Array(f"{name}_buckets", I64, True)
-        return Format((WORKSPACE_LIST,), (0,))
+        return Format.workspace_list()
 
     def _scope_of(self, cmd: str, wanted: list, scopes: dict, W: int) -> tuple[object, Match]:
         """The scope that holds every access of a precompute's expression, and how. An
@@ -392,8 +392,8 @@ class PlacementMixin:
         self.steps = [
             c
             for c in self.steps
-            if not (c.name == "split" and c.args[0] == parent)
-            and not (c.name == "bound" and c.args[1] == parent)
+            if not (isinstance(c, SplitCommand) and c.mode == "split" and c.var == parent)
+            and not (isinstance(c, BoundCommand) and c.bound_var == parent)
         ]
         return outer, var, rel.amount, extent
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ucf.errors import ScheduleError
-from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import sort
@@ -15,20 +14,6 @@ from ucf.lower.state import (
     Where,
     Workspace,
 )
-
-
-class WorkspaceList(LevelKind):
-    """The lowerer's view of a listed workspace: the coordinates it was touched at,
-    sorted, in ``crd[0:count)``, so the consumer walks them like a compressed level."""
-
-    def bounds(self, arrays, parent, segment_end, dim):
-        return Const(0, I64), arrays["count"]
-
-    def coordinate(self, arrays, pos, parent=None, dim=None):
-        return ir.Load(arrays["crd"], pos)
-
-
-WORKSPACE_LIST = WorkspaceList("W", "workspace list", ("crd",), full=False, can_locate=False)
 
 # The epoch at which a listed workspace's flags are cleared and the count restarts.
 EPOCH_WRAP = 2**31 - 1

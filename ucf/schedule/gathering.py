@@ -21,7 +21,7 @@ from ucf.cin.notation import CIN
 from ucf.format.format import Format
 from ucf.lang.ast import Access, Binary, Expr, Statement, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule.commands import Command, command
+from ucf.schedule.commands import Command, PrecomputeCommand
 
 
 def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
@@ -80,8 +80,8 @@ def workspaces(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
     whole = spelled[0]
     for (sign, _), t in zip(found[1:], spelled[1:], strict=True):
         whole += f" {'+' if sign > 0 else '-'} {t}"
-    shared = [command("precompute", (whole, v, v))]
-    apart = [command("precompute", (t, v, v)) for t in spelled]
+    shared = [PrecomputeCommand(whole, v, v)]
+    apart = [PrecomputeCommand(t, v, v) for t in spelled]
     out = stmt.lhs.tensor
     pairs = ", ".join(cin.output_vars)
     products, visits = _work(cin, stats, [t for _, t in found])

@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 
 from ucf.errors import UcfError
-from ucf.format.format import parse_format
+from ucf.format.format import Format, parse_format
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Access, accesses
 from ucf.lang.parser import parse_statement
@@ -21,7 +21,7 @@ def structured(spelled: str) -> bool:
     """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
     that ``format_choices`` offers only where the operand's structure fills it."""
     fmt = parse_format(spelled)
-    return fmt.blocked or "F" in str(fmt).split(":")[0]
+    return fmt.blocked or fmt.fixed_width
 
 
 def format_choices(
@@ -53,14 +53,13 @@ def format_choices(
             if n > 1 and option is not None and option != str(given):
                 found[a.tensor] = (str(given), option)
             continue
-        letters = str(given).split(":")[0]
-        if len(letters) != n:  # a blocked format
-            continue
+        if given.blocked or given.fixed_width or given.values is not None:
+            continue  # kept as given: the options below are plain levels of plain values
         options = [str(given)]
-        for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
+        kinds = [given.levels, Format.compressed(n, 1).levels, Format.compressed(n).levels]
+        for levels in dict.fromkeys(kinds):
             for perm in itertools.permutations(range(n)):
-                order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
-                options.append(str(parse_format(kinds + order, order=n, tensor=a.tensor)))
+                options.append(str(Format(levels, perm)))
         if operands is not None and a.tensor in operands:
             for offer in offers(operands[a.tensor]):
                 options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
@@ -87,8 +86,7 @@ def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
     if any(v not in order for v in variables):
         return None
     perm = sorted(range(len(variables)), key=lambda m: order.index(variables[m]))
-    spelled = "U" * len(perm) + ("" if perm == sorted(perm) else ":" + ",".join(map(str, perm)))
-    return str(parse_format(spelled, order=len(perm), tensor=access.tensor))
+    return str(Format.dense(len(perm), perm))
 
 
 def _walkable(statement: str, formats: dict[str, str], tensor: str, option: str) -> bool:

@@ -28,13 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from ucf.errors import UcfError
 from ucf.format.tensor import Tensor
+from ucf.schedule.commands import Command, PrecomputeCommand, Reorder
 
 #: A trial's first call may take this many times the default's call ...
 LIMIT = 20
@@ -64,36 +65,41 @@ def limit(default_seconds: float) -> float:
 #: The commands that change what a kernel iterates over. The others (``split``,
 #: ``bound``, ``parallelize``, ``fuse`` and ``pos`` of the default's loops) reshape the
 #: default's loops, whose work the default's time has measured.
-RESHAPING = frozenset({"reorder", "precompute"})
+RESHAPING = (Reorder, PrecomputeCommand)
 
 
 def needed(
-    schedule: str | None, extents: dict[str, int], seconds: float, default: str | None = None
+    commands: list[Command] | None,
+    extents: dict[str, int],
+    seconds: float,
+    default: list[Command] | None = None,
 ) -> bool:
-    """Whether ``schedule`` of a statement over ``extents`` might take longer than
-    ``seconds``, so that its first call must run where it can be stopped: it changes
-    the loop order or the workspaces of the ``default`` schedule (whose time is
-    measured: Gustavson's workspace in parallel chunks iterates what the default does,
-    while the plain nest without it co-iterates every output entry), and the dense
-    iteration space is that big."""
-    shape = spelled(schedule, RESHAPING)
-    if shape == spelled(default, RESHAPING) or not (shape or default):
+    """Whether a schedule (``commands``) of a statement over ``extents`` might take
+    longer than ``seconds``, so that its first call must run where it can be stopped:
+    it changes the loop order or the workspaces of the ``default`` schedule (whose time
+    is measured: Gustavson's workspace in parallel chunks iterates what the default
+    does, while the plain nest without it co-iterates every output entry), and the
+    dense iteration space is that big."""
+    shape = normalized(commands, RESHAPING)
+    if shape == normalized(default, RESHAPING) or not (shape or default):
         return False
     return math.prod(extents.values()) * POINT_SECONDS > seconds
 
 
-def spelled(schedule: str | None, names: frozenset[str] | None = None) -> list[tuple]:
-    """The commands of ``schedule`` (those named in ``names``, else all) in a form that
-    compares equal where two texts build one kernel: spaces dropped, a workspace's
-    name left out (``precompute(A(i,j)*B(j,k), k, k, w)`` is the default's unnamed)."""
-    from ucf.schedule.text import parse_schedule
-
-    if not schedule:
-        return []
+def normalized(
+    commands: list[Command] | None, kinds: tuple[type[Command], ...] | None = None
+) -> list[tuple]:
+    """The ``commands`` (those of the classes ``kinds``, else all) in a form that compares
+    equal where two schedules build one kernel: spaces dropped, a workspace's name left
+    out (``precompute(A(i,j)*B(j,k), k, k, w)`` is the default's unnamed)."""
+    unnamed = [
+        replace(c, workspace=None) if isinstance(c, PrecomputeCommand) else c
+        for c in commands or ()
+    ]
     return [
-        (c.name, *("".join(a.split()) for a in (c.args[:3] if c.name == "precompute" else c.args)))
-        for c in parse_schedule(schedule)
-        if names is None or c.name in names
+        (c.name, *("".join(a.split()) for a in c.args))
+        for c in unnamed
+        if kinds is None or isinstance(c, kinds)
     ]
 
 

@@ -32,6 +32,7 @@ from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
+from ucf.schedule.text import as_commands
 from ucf.toolchain import cache
 from ucf.tuning import final, format_space, probe, space
 from ucf.tuning.deps import need
@@ -191,7 +192,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
     )
     default = objective.kernel(None)
     objective.reference = comparable(default(shapes=shapes, **tensors))
-    objective.default_schedule = default.schedule_used
+    objective.default_schedule = as_commands(default.schedule_used)
     objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
     objective.extents = _sizes(expr, tensors, shapes)[0]
     return objective
@@ -482,9 +483,9 @@ def _result(study: Any, objective: Objective) -> Tuned:
     for t in final.finalists(done, _plan, num_threads()) if done else []:
         schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")
         v = objective.variant(formats or objective.formats)
-        if v.formats == given.formats and probe.spelled(schedule) == probe.spelled(
-            objective.default_schedule
-        ):
+        if v.formats == given.formats and probe.normalized(
+            as_commands(schedule)
+        ) == probe.normalized(objective.default_schedule):
             continue  # the default's own kernel: raced against itself, noise would win
         entries.append((schedule, v, objective.kernel(schedule, v.formats)))
     if len(entries) == 1:  # every trial failed, or none but the default's ran

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ucf.schedule.text import spelled
 from ucf.tuning.space import Problem, suggest
 
 
@@ -18,7 +19,7 @@ def every_schedule(p: Problem, limit: int | None = None) -> dict[str, dict[str, 
     path: list[int] = []
     while True:
         walk = _Walk(path)
-        found.setdefault(suggest(walk, p), walk.params)
+        found.setdefault(spelled(suggest(walk, p)), walk.params)
         if limit is not None and len(found) > limit:
             return None
         sizes = walk.sizes
