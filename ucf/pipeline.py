@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from ucf.cin import invariance
-from ucf.cin.block_operands import split_operand
+from ucf.cin.block_operands import split_operands
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
+from ucf.cin.diagonals import describe as describe_diagonals
+from ucf.cin.diagonals import diagonals
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
@@ -172,14 +174,15 @@ def plan(
         if fixed:
             lowered = _dismantled(cin, applied, lowered, fixed, front, static or {})
 
-    cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
+    cin.notes += [*describe_extents(stmt, cin.fixed), invariance.describe(front.user_stmt)]
+    cin.notes += describe_diagonals(cin.diagonals)
     if blocking is not None:
-        cin.notes += [
-            f"{v} runs over blocks of {b}: {outer} is the block and {inner} the place in it"
-            for v, b in blocking.sizes.items()
-            for outer, inner in [blocking.names[v]]
-        ]
-    variables = tuple(cin.order) if blocking is None else user_variables(front.user_stmt)
+        cin.notes += blocking.notes()
+    variables = (
+        tuple(v for v in cin.order if v not in cin.diagonals)
+        if blocking is None
+        else user_variables(front.user_stmt)
+    )
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -244,7 +247,7 @@ def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[st
         return dict(static)
     with warnings.catch_warnings():  # a re-packed operand warns on every call instead
         warnings.simplefilter("ignore", ConversionWarning)
-        return {name: split_operand(b, name, t) for name, t in static.items()}
+        return split_operands(b, static)
 
 
 def _dismantled(
@@ -315,6 +318,7 @@ class _Front:
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
+        stmt, self.diagonals = diagonals(stmt, fmts)
         self.stmt = group_sums(stmt, fmts)
         self.requested = fmts.pop(out)
         # Levels that cannot be written as outputs (singleton) are computed in the kind they
@@ -325,6 +329,7 @@ class _Front:
 
     def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
         cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
+        cin.diagonals = dict(self.diagonals)
         if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
             b = self.blocking
             cin.blocks = {
@@ -628,6 +633,7 @@ def _scheduled(
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     new.blocks = dict(cin.blocks)
+    new.diagonals = dict(cin.diagonals)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
     prov = applied.provenance

@@ -20,8 +20,18 @@ from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo, trusted
 
 
+def split_operands(b: Blocking, given: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The split statement's operands: each view of each tensor in ``given`` (the
+    user's, by name) cut in its own split."""
+    return {
+        view: split_operand(b, view, given[tensor])
+        for view, tensor in b.sources.items()
+        if tensor in given
+    }
+
+
 def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
-    """``t``, operand ``name`` as the user gave it, in the split statement's shape."""
+    """``t``, the user's tensor that the view ``name`` reads, in the view's split shape."""
     blocks = b.modes[name]
     if not any(blocks):
         return t
@@ -41,6 +51,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         )
         split.scales = t.scales
         return split
+    if not t.plain and b.formats[name].values is None:  # read dequantized
+        return split_operand(b, name, t.astype(t.dtype))
     if not t.plain:  # its numbers split, held again as they were
         return split_held(t, b.formats[name], split_operand(b, name, t.astype(t.dtype)), name)
     if t.format.is_dense:

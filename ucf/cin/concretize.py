@@ -175,10 +175,7 @@ def concretize(
         best = None
         best_key = None
         # Plain levels only: which variable an affine level resolves at depends on the order.
-        plain = [
-            [level[0] for level in c if len(level) == 1]
-            for c in [*(c for _, c in hard), *soft, out_chain]
-        ]
+        plain = [a for c in [*(c for _, c in hard), *soft, out_chain] for a in _anchors(c)]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
         for perm in _candidates(all_vars, plain, [c[0] for c in out_chain if c[0] in appended]):
             if not fixed_ok(perm):
@@ -207,6 +204,7 @@ def concretize(
         fmt = formats[a.tensor]
         if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
             new = _regrouped(a, fmt, _reordered(a, fmt, pos))
+            new = _searchable(a, new) or new
             if _violations(_level_sets(a, new), pos, strict=True):
                 raise UnsupportedError(
                     f"access {a}: two levels of sparse operand {a.tensor} would be resolved at "
@@ -220,6 +218,14 @@ def concretize(
                 f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
             )
             notes.append(msg)
+        elif not fmt.is_dense and (new := _searchable(a, fmt)) is not None:
+            new = _regrouped(a, fmt, new)
+            name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
+            slots[n] = Slot(name, a.tensor, new)
+            notes.append(
+                f"operand {a.tensor} is stored as '{fmt.name}', whose levels cannot be searched "
+                f"for the affine indices of {a}; it is converted to '{new}' before each call"
+            )
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")
@@ -227,6 +233,45 @@ def concretize(
 
 
 Chain = list[tuple[str, ...]]  # the variables of each level's index, outer to inner
+
+
+def _anchors(chain: Chain) -> list[list[str]]:
+    """The chains of variables that order a chain's levels for the topological orders:
+    its plain levels' variables and an affine level's one variable that no level above
+    holds (the offset ``d`` of ``A(i, i + d)``), in level order, plus that variable
+    after each other variable of its level (``i`` before ``d``: the level resolves at
+    ``d`` only if ``d`` comes later). An affine level of two new variables resolves at
+    whichever the order binds last, so it orders nothing."""
+    seen: set[str] = set()
+    order: list[str] = []
+    after: list[list[str]] = []
+    for level in chain:
+        new = [v for v in level if v not in seen]
+        if len(level) == 1:
+            order.append(level[0])
+        elif len(new) == 1:
+            order.append(new[0])
+            after += [[v, new[0]] for v in level if v != new[0]]
+        seen.update(level)
+    return [order, *after]
+
+
+def _searchable(a: Access, fmt: Format) -> Format | None:
+    """``fmt`` with the level kinds that a search for an affine index needs (ordered
+    coordinates, no run of repeats: ``LevelKind.searched``), when some level of ``a``
+    with an affine index lacks them; None when every such level has them."""
+
+    def searchable(f: Format) -> bool:
+        return all(
+            kind.full or (kind.ordered and not kind.branchless and f.unique(lvl))
+            for lvl, (kind, m) in enumerate(zip(f.levels, f.mode_order, strict=True))
+            if a.indices[m].single_variable is None
+        )
+
+    if searchable(fmt):
+        return None
+    new = fmt.with_structure(tuple(k.searched() for k in fmt.levels), fmt.maps)
+    return new if searchable(new) else None
 
 
 def _reordered(a: Access, fmt: Format, pos: dict[str, int]) -> Format:

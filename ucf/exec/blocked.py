@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.cin.block_operands import same_levels, split_operand
+from ucf.cin.block_operands import same_levels, split_operand, split_operands
 from ucf.cin.blocking import Blocking
 from ucf.errors import OperandError
 from ucf.format.format import Format, dense_format
@@ -29,7 +29,7 @@ def run(
 ) -> Tensor:
     """``call`` (the kernel's own run) on the split operands, output joined back."""
     b: Blocking = plan.blocking
-    split = {n: split_operand(b, n, t) for n, t in given.items()}
+    split = split_operands(b, given)
     name = plan.statement.lhs.tensor
     shape = tuple(extents[idx.single_variable] for idx in plan.statement.lhs.indices)
     target = None

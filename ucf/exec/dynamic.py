@@ -118,8 +118,8 @@ class DynamicKernel:
         self.name, self.target, self.statement = name, target, stmt
         self.emulate = emulate
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
-        self._index = _fresh("T", taken)
-        self._mask = _fresh("K", taken)
+        self._index = ast.fresh("T", taken)
+        self._mask = ast.fresh("K", taken)
         self._with_mask = replace(
             stmt,
             rhs=_replace(
@@ -191,8 +191,8 @@ class DynamicKernel:
         fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
         b = unblock(stmt, fmts)
         split_stmt, split_fmts = stmt, fmts
-        if b is not None:
-            b = replace(b, user_formats=user)
+        if b is not None:  # each view cut from what the user passes (A and K dense)
+            b.user_formats.update({v: user[t] for v, t in b.sources.items()})
             split_stmt, split_fmts = b.statement, dict(b.formats)
         tiles = tuple(
             Affine.var(b.names[v][0] if b is not None and v in b.sizes else v)
@@ -365,13 +365,6 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
         f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
         f"parallelize({thr}, GPUThread, NoRaces)"
     )
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}{k}", k + 1
-    return name
 
 
 def _product(left: ast.Expr, right: ast.Expr) -> ast.Expr:

@@ -475,6 +475,8 @@ class Kernel:
         (in the split shapes of a blocked statement: see ``ucf.exec.blocked``)."""
         plan = self._plan
         stmt = plan.blocking.statement if plan.blocking else plan.statement
+        if plan.cin.diagonals:  # the offsets of repeated variables (ucf.cin.diagonals)
+            extents = {**extents, **dict.fromkeys(plan.cin.diagonals, 1)}
         for bound in plan.cin.bounds.values():
             bound.check(extents)
         slots: dict[str, Tensor] = {}

@@ -148,3 +148,13 @@ def index_variables(e: Expr | Access) -> list[str]:
             for v in idx.variables:
                 seen.setdefault(v, None)
     return list(seen)
+
+
+def fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name1``, ``name2``, ... : the first not in ``taken`` (which then
+    holds it), for the variables and tensors that rewrites of a statement add."""
+    base, k = name, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    taken.add(name)
+    return name

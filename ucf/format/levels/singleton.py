@@ -36,6 +36,13 @@ class Singleton(LevelKind):
 
         return COMPRESSED
 
+    def searched(self):
+        """Compressed: its parent then stores each coordinate once, and can be
+        searched too."""
+        from ucf.format.levels.compressed import COMPRESSED
+
+        return COMPRESSED
+
     def size(self, arrays, parent_count, dim):
         return parent_count
 
