@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TARGETS, needs_cc, rand_dense, stored_coords
+from conftest import TARGETS, needs_cc, rand_dense, rand_sparse, stored_coords
 
 import ucf
 from ucf.errors import ConversionWarning, ScheduleError, UnsupportedError
@@ -282,11 +282,6 @@ def test_the_cin_names_the_split():
 @pytest.mark.parametrize(
     ("expr", "formats", "message"),
     [
-        (
-            "C(i,j) = A(i,j) + B(i,j)",
-            {"A": "bcsr(2,2)", "B": "bcsr(3,3)"},
-            "blocks of 2 in A and of 3 in B",
-        ),
         ("y(i) = A(i,k)*x(k+1)", {"A": "bcsr(2,2)"}, "uses a blocked variable"),
         ("y(i) = A(i+1,k)*x(k)", {"A": "bcsr(2,2)"}, "must be a single variable"),
         ("y(i) = A(i,k)*x(k)", {"A": "UUUU:0/4,0/2%2,0%2,1"}, "nests blocks"),
@@ -295,6 +290,20 @@ def test_the_cin_names_the_split():
 def test_what_blocks_cannot_express_is_named(expr, formats, message):
     with pytest.raises(UnsupportedError, match=message):
         ucf.compile(expr, formats=formats)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_operands_blocked_differently_are_read_re_packed(target):
+    """``A`` claims the blocks of ``i`` and ``j`` (the first blocked access); ``B``, in
+    blocks that disagree, is read re-packed from its coordinates into A's, with a
+    ConversionWarning naming it, rather than refused."""
+    rng = np.random.default_rng(11)
+    a, b = rand_sparse(rng, (6, 7), 0.5), rand_sparse(rng, (6, 7), 0.5)
+    fmts = {"A": "bcsr(2,2)", "B": "bcsr(3,3)"}
+    k = ucf.compile("C(i,j) = A(i,j) + B(i,j)", formats=fmts, target=target)
+    ops = {n: ucf.from_numpy(v, format=fmts[n]) for n, v in (("A", a), ("B", b))}
+    with pytest.warns(ucf.ConversionWarning, match="operand B"):
+        np.testing.assert_array_equal(k(**ops).to_numpy(), a + b)
 
 
 def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():

@@ -40,7 +40,7 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
     if fmt.blocked and same_levels(b, name):
         if t.format != fmt:
             warn_user(
-                f"ucf: operand {name} is stored as '{t.format.name}' but the kernel reads "
+                f"ucf: operand {b.sources[name]} is stored as '{t.format.name}' but the kernel reads "
                 f"'{fmt.name}'; it is converted on every call (convert it once "
                 "beforehand, e.g. with ucf.from_numpy(..., format=...) or .convert(...))",
                 ConversionWarning,
@@ -62,10 +62,19 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
             dense = np.pad(dense, pad)
         vals = np.ascontiguousarray(dense, dtype=t.dtype).reshape(-1)
         return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
+    tensor = b.sources[name]
+    if t.format.blocked:
+        why = (
+            f"is read in blocks of {' x '.join(str(n or 1) for n in blocks)}, not its own"
+            " (the first access that stores a variable in blocks sets them)"
+        )
+        fix = "store it in those blocks, or plain,"
+    else:
+        why = "is indexed by a variable another tensor stores in blocks"
+        fix = "store it in the same blocks"
     warn_user(
-        f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
-        "in blocks, so it is re-packed into those blocks on every call (store it in the "
-        "same blocks to avoid the cost)",
+        f"ucf: operand {tensor} ('{t.format}') {why}, so it is re-packed into those "
+        f"blocks on every call ({fix} to avoid the cost)",
         ConversionWarning,
     )
     coords, vals = t.to_coo()

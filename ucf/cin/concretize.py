@@ -203,7 +203,7 @@ def concretize(
     for n, a in enumerate(rhs):
         fmt = formats[a.tensor]
         if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
-            new = _regrouped(a, fmt, _reordered(a, fmt, pos))
+            new = _regrouped(fmt, _reordered(a, fmt, pos))
             new = _searchable(a, new) or new
             if _violations(_level_sets(a, new), pos, strict=True):
                 raise UnsupportedError(
@@ -216,15 +216,17 @@ def concretize(
             msg = (
                 f"operand {a.tensor} is stored as '{fmt.name}' but no loop order follows it"
                 f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
+                + _dequantized(fmt, new)
             )
             notes.append(msg)
         elif not fmt.is_dense and (new := _searchable(a, fmt)) is not None:
-            new = _regrouped(a, fmt, new)
+            new = _regrouped(fmt, new)
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
             slots[n] = Slot(name, a.tensor, new)
             notes.append(
                 f"operand {a.tensor} is stored as '{fmt.name}', whose levels cannot be searched "
                 f"for the affine indices of {a}; it is converted to '{new}' before each call"
+                + _dequantized(fmt, new)
             )
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
@@ -288,6 +290,16 @@ def _requantizes(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
     return _group_level(fmt, _reordered(a, fmt, pos)) is None
 
 
+def _dequantized(fmt: Format, new: Format) -> str:
+    """What a note on a converted operand adds when the copy's values are dequantized."""
+    if fmt.values is None or new.values is not None:
+        return ""
+    return (
+        ", its values dequantized (no level of that order groups the elements of one of "
+        "its scales, and regrouping them would requantize it)"
+    )
+
+
 def _group_level(fmt: Format, new: Format) -> int | None:
     """The level of ``new`` (``fmt``'s levels in another order) whose positions group
     the elements ``fmt``'s scale level does: a scale per position of level L is one
@@ -298,20 +310,17 @@ def _group_level(fmt: Format, new: Format) -> int | None:
     )
 
 
-def _regrouped(a: Access, fmt: Format, new: Format) -> Format:
-    """``new`` with ``fmt``'s scale groups (see ``_group_level``); refused when no level
-    keeps them, since reading the operand in that order would requantize it."""
+def _regrouped(fmt: Format, new: Format) -> Format:
+    """``new`` with ``fmt``'s scale groups (see ``_group_level``). When no level keeps
+    them, the copy holds the operand's values dequantized, in the kernel's type:
+    regrouping the scales would requantize it (change its numbers), and the copy is
+    made on every call anyway."""
     values = fmt.values
     if values is None or values.level is None:
         return new
     level = _group_level(fmt, new)
     if level is None:
-        raise UnsupportedError(
-            f"access {a}: {a.tensor} ('{fmt}') has a scale per position of its level "
-            f"{values.level}, and the loop order reads it as '{new}', where no level groups "
-            f"the same elements; choose a loop order that follows {a.tensor}'s storage, or "
-            "quantize it per tensor"
-        )
+        return Format(new.levels, new.maps, None)
     return Format(new.levels, new.maps, replace(values, level=level))
 
 

@@ -95,9 +95,10 @@ def group_count(t: Tensor, level: int | None) -> int:
 # ------------------------------------------------------------------ tensors
 
 
-def numbers(t: Tensor) -> np.ndarray:
+def numbers(t: Tensor, dtype: Any = np.float32) -> np.ndarray:
     """Every stored position's number (a new array): bfloat16 as float32, int4 as int8,
-    quantized values dequantized in float32."""
+    quantized values dequantized in ``dtype`` (float64 holds every ``scale * q``
+    exactly, as a float64 kernel reading them in place computes it)."""
     values = t.format.values
     assert values is not None and not values.plain
     count = t.level_sizes()[-1] if t.format.levels else 1
@@ -108,7 +109,7 @@ def numbers(t: Tensor) -> np.ndarray:
         return q
     g = groups(t, values.level)
     s = t.scales
-    return s.scale[g] * (q.astype(np.int32) - s.zero_point[g]).astype(np.float32)
+    return s.scale[g].astype(dtype) * (q.astype(np.int32) - s.zero_point[g]).astype(dtype)
 
 
 def encode(

@@ -164,14 +164,14 @@ class Tensor:
         """Whether ``vals`` holds the numbers themselves, one per position."""
         return self.format.values is None or self.format.values.plain
 
-    def numbers(self) -> np.ndarray:
+    def numbers(self, dtype: Any = np.float32) -> np.ndarray:
         """The number at every stored position: ``vals`` itself when plain, else decoded
-        (bfloat16 widened, int4 unpacked, quantized values dequantized)."""
+        (bfloat16 widened, int4 unpacked, quantized values dequantized in ``dtype``)."""
         if self.plain:
             return self.vals
         from ucf.format.quantize import numbers
 
-        return numbers(self)
+        return numbers(self, dtype)
 
     @property
     def order(self) -> int:
@@ -454,8 +454,9 @@ class Tensor:
         levels = [dict(lv) for lv in self.levels]
         if not self.plain:  # the numbers, held plainly
             fmt = self.format.structure
+            exact = dt if dt.kind == "f" and dt.itemsize > 4 else np.float32
             return Tensor(
-                self.shape, fmt, levels, self.numbers().astype(dt), self.index_dtype, False
+                self.shape, fmt, levels, self.numbers(exact).astype(dt), self.index_dtype, False
             )
         fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
         return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
@@ -513,9 +514,10 @@ class Tensor:
         else get fresh ones."""
         if fmt == self.format and idt == self.index_dtype and dtype is None:
             return self
-        plain = self.astype(self.dtype) if not self.plain else self
-        if fmt.values is None or fmt.values.plain:
+        if fmt.values is None or fmt.values.plain:  # the numbers, in the type asked for
+            plain = self.astype(stored_dtype(fmt, dtype, self.dtype)) if not self.plain else self
             return plain.convert(fmt, idt, dtype)
+        plain = self.astype(self.dtype) if not self.plain else self
         if dtype is not None:
             raise FormatError(
                 f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"
