@@ -40,8 +40,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
     if fmt.blocked and same_levels(b, name):
         if t.format != fmt:
             warn_user(
-                f"ucf: operand {b.sources[name]} is stored as '{t.format.name}' but the kernel reads "
-                f"'{fmt.name}'; it is converted on every call (convert it once "
+                f"ucf: operand {b.sources[name]} is stored as '{t.format.name}' but the kernel "
+                f"reads '{fmt.name}'; it is converted on every call (convert it once "
                 "beforehand, e.g. with ucf.from_numpy(..., format=...) or .convert(...))",
                 ConversionWarning,
             )
