@@ -455,3 +455,24 @@ def test_a_bsr_operand_is_read_in_place_by_a_blocked_kernel():
         warnings.simplefilter("error", ucf.ConversionWarning)
         got = k(A=A, x=x).to_torch()
     assert torch.allclose(got, dense @ x)
+
+
+def test_bfloat16_tensors_are_read_through_float32():
+    """docs/interop.md: a torch.bfloat16 tensor is read through float32, which holds it
+    exactly; from_torch, ucf.einsum and the torch op all take it (issue 32)."""
+    rng = np.random.default_rng(32)
+    a = rng.integers(-8, 8, (5, 6)) * (rng.random((5, 6)) < 0.5) / 4
+    x = rng.integers(-8, 8, 6) / 8
+    ta, tx = torch.tensor(a, dtype=torch.bfloat16), torch.tensor(x, dtype=torch.bfloat16)
+    t = ucf.from_torch(ta)
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.to_numpy(), ta.float().numpy())
+    for operand in (ta, ta.to_sparse_csr(), ta.to_sparse()):
+        y = ucf.einsum("y(i) = A(i,j) * x(j)", A=operand, x=tx)
+        np.testing.assert_allclose(y.to_numpy(), a @ x, rtol=1e-6)
+    op = ucf.torch.op("y(i) = A(i,j) * x(j)")
+    out = op(ta, tx)
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), a @ x, rtol=1e-6)
+    compiled = torch.compile(lambda m, v: op(m, v), fullgraph=True)
+    np.testing.assert_allclose(compiled(ta, tx).numpy(), a @ x, rtol=1e-6)

@@ -136,10 +136,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+@boundary
 def set_num_threads(n: int) -> None:
     """Threads for parallel loops (else ``UCF_NUM_THREADS``, else OpenMP's default)."""
+    import numbers
+
     from ucf.exec.jit import set_num_threads as _set
 
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ArgumentError(f"ucf.set_num_threads takes a positive number of threads, got {n!r}")
     _set(n)
 
 
@@ -179,6 +184,10 @@ def compile(
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)
 
 
+#: ``ucf.einsum``'s own keywords, which a misspelt one (``format=``) is compared with.
+EINSUM_KEYWORDS = ("formats", "schedule", "target", "out", "shapes")
+
+
 @boundary
 def einsum(
     expr: str,
@@ -203,6 +212,8 @@ def einsum(
     """
     import numpy as np
 
+    from ucf.exec.binding import unknown_operand
+    from ucf.exec.extents import wrong_order
     from ucf.exec.kernel import Kernel
     from ucf.format.format import parse_format
     from ucf.format.interop import as_tensor
@@ -231,13 +242,10 @@ def einsum(
     orders = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     for name, value in operands.items():
         if name not in orders:
-            continue  # Kernel reports unknown operands with the full list
+            raise OperandError(unknown_operand(name, stmt, EINSUM_KEYWORDS))
         t = as_tensor(value, name=name)
         if t.order != orders[name]:
-            raise ShapeError(
-                f"operand {name} has order {t.order} (shape {t.shape}) but is accessed "
-                f"with {orders[name]} indices"
-            )
+            raise ShapeError(wrong_order(name, t.shape, orders[name]))
         if name in fmts:
             t = as_tensor(t, format=fmts[name], name=name)
         tensors[name] = t

@@ -418,12 +418,15 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
     for name in reads:
         if name not in paths:
             raise _UserError(f"no input for {name}; pass -i {name}:FILE")
+    from ucf.exec.extents import check_orders
     from ucf.pipeline import compute_dtype
 
     computed = compute_dtype(args.expr, formats, args.dtype)
     operands = {}
+    orders = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
+        check_orders(orders, {name: t})  # before its format joins the statement's
         held = None if t.format.values else computed  # stated values stay as they are
         operands[name] = t.convert(index_dtype=args.index_dtype, dtype=held)
         formats.setdefault(name, str(t.format))

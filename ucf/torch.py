@@ -86,7 +86,7 @@ def op(
         return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given).to_torch()
 
     def fake(*tensors: Any) -> Any:
-        dtype = np.result_type(*(np.dtype(str(t.dtype).removeprefix("torch.")) for t in tensors))
+        dtype = np.result_type(*(_read_as(t) for t in tensors))
         shape = [tensors[operands.index(tensor)].shape[mode] for tensor, mode in extents]
         return torch.empty(shape, dtype=getattr(torch, dtype.name), device=tensors[0].device)
 
@@ -95,6 +95,12 @@ def op(
     registered.register_fake(fake)
     _OPS[key], _NAMES[opname] = registered, key
     return registered
+
+
+def _read_as(t: Any) -> np.dtype:
+    """The dtype ucf reads a torch tensor's values in: its own, bfloat16 as float32."""
+    name = str(t.dtype).removeprefix("torch.")
+    return np.dtype(np.float32 if name == "bfloat16" else name)
 
 
 def _output_extents(statement: Any, operands: list[str]) -> list[tuple[str, int]]:

@@ -43,7 +43,7 @@ from ucf.cin.invariance import check_condense, classify, describe
 from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError, boundary
 from ucf.exec import blocked, condensed
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
-from ucf.exec.extents import bound_extents, check_orders
+from ucf.exec.extents import bound_extents, check_orders, wrong_order
 from ucf.exec.kernel import Kernel
 from ucf.format.format import dense_format, parse_format
 from ucf.format.scipy_layouts import is_scipy
@@ -258,10 +258,7 @@ class DynamicKernel:
             )
         dense = _dense(operands[self.name], self.name)
         if dense.ndim != len(self.granularity):
-            raise ShapeError(
-                f"operand {self.name} has order {dense.ndim} (shape {dense.shape}) but is "
-                f"accessed with {len(self.granularity)} indices"
-            )
+            raise ShapeError(wrong_order(self.name, dense.shape, len(self.granularity)))
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
         if out is not None:

@@ -15,7 +15,7 @@ from functools import cache, cached_property
 
 import numpy as np
 
-from ucf.errors import FormatError
+from ucf.errors import FormatError, boundary
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values
 
@@ -209,6 +209,7 @@ def dense_format(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 
+@boundary
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:
     """Parse ``UC``, ``UC:1,0`` or an alias, each optionally followed by ``@`` and a
     value description (``csr@float32``); ``order`` checks (and sizes aliases)."""
