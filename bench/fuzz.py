@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 reasons[re.sub(r"\([^()]*\)", "(…)", outcome.detail.splitlines()[0])[:160]] += 1
             if outcome.failed:
                 failures.append((n, case, outcome))
+                print(f"case {n}: {signature(case, outcome)}", file=sys.stderr, flush=True)
             if args.case is not None:
                 print(fuzzer.repro(case, outcome))
             if done % 250 == 0:
@@ -197,7 +198,7 @@ def report(pool: WorkerPool, failures, args) -> None:
         first = sig not in kinds
         kinds.setdefault(sig, []).append(n)
         small, small_outcome = case, outcome
-        if first:
+        if first and outcome.status != "hang":  # a hang's every try costs a timeout
             small, small_outcome = minimize(pool, case, outcome, args.budget)
         stem = args.out / f"seed{args.seed}-{args.fuzzer}-case{n}-{case.group}-{outcome.status}"
         stem.with_suffix(".py").write_text(FUZZERS[args.fuzzer].repro(small, small_outcome))

@@ -6,7 +6,8 @@ classic kernels under random schedules) each turn some of their cases into:
 - a **dynamic** case: one dense operand read once is compiled with ``dynamic={name:
   tile}`` (tiles of extents 1 to 3 per mode) and passed with a random mask; the
   reference reads that operand times its mask. Statements a dynamic operand cannot
-  serve (a compound variable) may be refused.
+  serve (a compound variable) may be refused, with an ``UnsupportedError`` or a
+  ``ScheduleError`` (``refusals``) and nothing else.
 - a **TeSA** case: the statement as a ``ucf.program`` with random masks and widths on
   its matrices, optionally propagated, transformed under a random ``ucf.Policy`` and
   compiled. A plan that ``transform`` returns must compile, so nothing may be refused;
@@ -20,6 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+def refusals() -> tuple[type, ...]:
+    """How a dynamic case may be refused."""
+    import ucf
+
+    return (ucf.UnsupportedError, ucf.ScheduleError)
+
 
 #: Block costs a policy may give (shape -> cost per block), as JSON-able lists.
 BLOCKS = (
@@ -116,6 +124,7 @@ def run_dynamic(
     import ucf
 
     name = spec["name"]
+    formats = {n: f for n, f in formats.items() if f}  # "" or absent: dense
     rng = np.random.default_rng(spec["mask"])
     mask = rng.random(arrays[name].shape) < spec["density"]
     k = ucf.compile(expr, formats=formats, target=target, dynamic={name: tuple(spec["tile"])})

@@ -49,7 +49,7 @@ from fuzz_common import (  # noqa: F401  (WorkerPool and friends: this module's 
     fit_nm,
     permutation,
 )
-from fuzz_plans import draw_tesa, draw_tile, run_dynamic, run_tesa
+from fuzz_plans import draw_tesa, draw_tile, refusals, run_dynamic, run_tesa
 
 # --------------------------------------------------------------------------- kernels
 
@@ -648,7 +648,10 @@ def run_case(case: Case) -> Outcome:
     except ucf.CompileError as e:
         return Outcome("error", f"CompileError: {e}")
     except ucf.UcfError as e:
-        if case.tesa or isinstance(e, ucf.InternalError):  # a plan transform returns compiles
+        # a plan transform returns compiles; a dynamic operand is refused only so
+        if case.tesa or isinstance(e, ucf.InternalError):
+            return Outcome("error", f"{type(e).__name__}: {e}")
+        if case.dynamic and not isinstance(e, refusals()):
             return Outcome("error", f"{type(e).__name__}: {e}")
         return Outcome("refused", f"{type(e).__name__}: {e}")
     except Exception:

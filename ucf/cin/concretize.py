@@ -177,7 +177,9 @@ def concretize(
         # Plain levels only: which variable an affine level resolves at depends on the order.
         plain = [a for c in [*(c for _, c in hard), *soft, out_chain] for a in _anchors(c)]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
-        for perm in _candidates(all_vars, plain, [c[0] for c in out_chain if c[0] in appended]):
+        needs = {v: set(free) for _, free, own in nested for v in own}
+        first = [c[0] for c in out_chain if c[0] in appended]
+        for perm in _candidates(all_vars, plain, first, needs):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
@@ -334,19 +336,30 @@ def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
     return sum(1 for a, b in zip(bases, bases[1:], strict=False) if a > b or (strict and a == b))
 
 
-def _candidates(variables: list[str], chains: list[list[str]], first: list[str]):
+def _candidates(
+    variables: list[str],
+    chains: list[list[str]],
+    first: list[str],
+    needs: dict[str, set[str]] | None = None,
+):
     """All permutations when few variables, else orders from a topological sort:
     one of all the variables, and one that binds ``first`` (a sparse output's
-    appended variables, in its level order) before the rest."""
+    appended variables, in its level order) before the rest. ``needs`` maps a nested
+    sum's variable to those its value depends on, which a topological order binds
+    first (any order that does not is refused)."""
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return
-    yield _topological(variables, chains)
+    needs = needs or {}
+    yield _topological(variables, chains, needs)
     rest = [v for v in variables if v not in first]
-    yield tuple(first) + _topological(rest, [[v for v in c if v in rest] for c in chains])
+    kept = [[v for v in c if v in rest] for c in chains]
+    yield tuple(first) + _topological(rest, kept, {v: n - set(first) for v, n in needs.items()})
 
 
-def _topological(variables: list[str], chains: list[list[str]]) -> tuple[str, ...]:
+def _topological(
+    variables: list[str], chains: list[list[str]], needs: dict[str, set[str]]
+) -> tuple[str, ...]:
     order: list[str] = []
     remaining = list(variables)
     while remaining:
@@ -359,7 +372,8 @@ def _topological(variables: list[str], chains: list[list[str]]) -> tuple[str, ..
                 if b == v and a in remaining and a != v
             )
 
-        nxt = min(remaining, key=lambda v: (blocked(v), variables.index(v)))
+        ready = [v for v in remaining if not needs.get(v, set()) & set(remaining)]
+        nxt = min(ready or remaining, key=lambda v: (blocked(v), variables.index(v)))
         order.append(nxt)
         remaining.remove(nxt)
     return tuple(order)

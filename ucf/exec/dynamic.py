@@ -96,6 +96,14 @@ class DynamicKernel:
         access = held[0]
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
+        own = [idx.single_variable for idx in access.indices]
+        if len(set(own)) < len(own):
+            v = next(v for v in own if own.count(v) > 1)
+            raise UnsupportedError(
+                f"dynamic operand {name} is read as {access}, with the index variable {v} "
+                "twice; its tiles cut each of its modes apart, so give each mode a variable "
+                "of its own (pass the diagonal as a tensor of its own)"
+            )
         formats = dict(formats or {})
         stated = parse_format(formats.get(name, "dense"), order=len(access.indices))
         if not stated.is_dense or stated.values:

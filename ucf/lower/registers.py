@@ -450,7 +450,8 @@ def _match(s: ir.For) -> _Nest | None:
 def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> _Nest | None:
     """``s`` as a reduction loop around an accumulating ``j`` loop."""
     trip = _most(s)
-    if not _plain(s) or trip is None or trip > MAX_REDUCTION:
+    # one step (the offset of a repeated variable, ucf.cin.diagonals) gains nothing
+    if not _plain(s) or trip is None or trip > MAX_REDUCTION or trip < 2:
         return None
     opened = _opens(s)
     if opened is None:
