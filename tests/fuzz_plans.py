@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+
 def refusals() -> tuple[type, ...]:
     """How a dynamic case may be refused."""
     import ucf

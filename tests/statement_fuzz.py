@@ -506,7 +506,6 @@ def compare(case: Case, got: np.ndarray, want: np.ndarray, message: str) -> None
 
 def check(case: Case) -> None:
     """Raise unless ucf computes the reference; a dynamic case may be refused."""
-    import ucf
 
     try:
         got, want, what = results(case)

@@ -162,3 +162,22 @@ def test_dynamic_tiles_beside_a_vector_read_twice(target, tile):
     mask = rng.random((6, 6)) < 0.5
     got = k(A=a, x=x, masks={"A": mask}).to_numpy()
     np.testing.assert_array_equal(got, x @ (a * mask) @ x)
+
+
+@pytest.mark.parametrize("tile", [(1, 2), (4, 1)])
+def test_dynamic_tiles_beside_an_nm_operand(tile):
+    """B in ``nm(2,4)`` cuts ``l`` into groups of 4 while D's tiles along ``l`` are of 1
+    (or of 4): the tiles claim first, and the tile index reads ``l`` rebuilt from its
+    block and place. Found by the schedule fuzzer (an InternalError-like ShapeError)."""
+    rng = np.random.default_rng(8)
+    b = np.stack([nm_matrix(rng, 3, 9, 2, 4) for _ in range(2)])  # (i, k, l)
+    c = rng.integers(1, 5, (3, 5)).astype(float)
+    d = rand_sparse(rng, (9, 5), 0.6, high=5)
+    k = ucf.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", {"B": "nm(2,4)"}, dynamic={"D": tile})
+    got = k(B=ucf.from_numpy(b, format="nm(2,4)"), C=c, D=d).to_numpy()
+    np.testing.assert_array_equal(got, np.einsum("ikl,kj,lj->ij", b, c, d))
+
+
+def test_a_dynamic_operand_with_a_repeated_variable_is_refused():
+    with pytest.raises(ucf.UnsupportedError, match=r"A\(i, k, i\), with the index variable i"):
+        ucf.compile("X(i) = sum(k, A(i,k,i))", dynamic={"A": (3, 1, 1)})

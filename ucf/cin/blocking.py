@@ -99,22 +99,26 @@ class Blocking:
         return lines
 
 
-def unblock(stmt: ast.Statement, formats: dict[str, Format]) -> Blocking | None:
+def unblock(
+    stmt: ast.Statement, formats: dict[str, Format], first: tuple[str, ...] = ()
+) -> Blocking | None:
     """The split that turns ``stmt`` over ``formats`` (every tensor's, the output's
     included) into a statement over plain formats, or None if no format is blocked.
 
     Each access is split by its own index variables: a tensor read under two index
     lists gets a view per split. A blocked tensor's access claims the block size of
-    each variable its blocks cut, output first, then left to right; an access whose
-    blocks disagree with an earlier claim (or with themselves, ``A(i,i)`` in
-    ``bcsr(2,3)``) is read re-packed from its coordinates instead, as a plain
-    tensor over the claimed split."""
+    each variable its blocks cut, output first, then the tensors ``first`` names
+    (a dynamic operand's tiles), then left to right; an access whose blocks disagree
+    with an earlier claim (or with themselves, ``A(i,i)`` in ``bcsr(2,3)``) is read
+    re-packed from its coordinates instead, as a plain tensor over the claimed split."""
     everything = [stmt.lhs, *ast.accesses(stmt.rhs)]
     if not any(formats[a.tensor].blocked for a in everything):
         return None
     sizes: dict[str, int] = {}
     repacked: set[ast.Access] = set()
-    for a in everything:
+    rank = {name: k for k, name in enumerate(first)}
+    claiming = [stmt.lhs, *sorted(everything[1:], key=lambda a: rank.get(a.tensor, len(rank)))]
+    for a in claiming:
         fmt = formats[a.tensor]
         if not fmt.blocked:
             continue

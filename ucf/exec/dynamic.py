@@ -96,7 +96,7 @@ class DynamicKernel:
         access = held[0]
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
-        own = [idx.single_variable for idx in access.indices]
+        own = [idx.single_variable for idx in access.indices if idx.single_variable]
         if len(set(own)) < len(own):
             v = next(v for v in own if own.count(v) > 1)
             raise UnsupportedError(
@@ -197,14 +197,13 @@ class DynamicKernel:
         user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
         fmts[name] = parse_format(tiled, order=order, tensor=name)
         fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
-        b = unblock(stmt, fmts)
+        b = unblock(stmt, fmts, first=(name, self._mask))  # the tiles claim first
         split_stmt, split_fmts = stmt, fmts
         if b is not None:  # each view cut from what the user passes (A and K dense)
             b.user_formats.update({v: user[t] for v, t in b.sources.items()})
             split_stmt, split_fmts = b.statement, dict(b.formats)
         tiles = tuple(
-            Affine.var(b.names[v][0] if b is not None and v in b.sizes else v)
-            for v in (idx.single_variable for idx in access.indices)
+            _tile_index(b, v, t) for v, t in zip(_own(access), self.granularity, strict=True)
         )
         split_mask = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == self._mask)
         split_access = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == name)
@@ -329,6 +328,27 @@ class _Shim:
     statement: ast.Statement
 
 
+def _own(access: ast.Access) -> list[str]:
+    return [idx.single_variable for idx in access.indices]
+
+
+def _tile_index(b: Blocking | None, v: str, tile: int) -> Affine:
+    """The index of T's mode over ``v``: the tile, ``v`` itself when its tiles are
+    single elements, or, when another tensor stores ``v`` in blocks (an ``nm(2,4)``
+    operand beside tiles of 1 along ``v``), ``v`` rebuilt from its block and place."""
+    if b is None or v not in b.sizes:
+        return Affine.var(v)
+    outer, inner = b.names[v]
+    if b.sizes[v] == tile:  # the tiles claimed v first (unblock's ``first``)
+        return Affine.var(outer)
+    if tile > 1:  # only the output claims before the tiles
+        raise UnsupportedError(
+            f"the output stores {v} in blocks of {b.sizes[v]}, but the dynamic operand's tiles "
+            f"cut it by {tile}; use tiles of {b.sizes[v]} along {v}, or a plain output"
+        )
+    return Affine.var(outer).scale(b.sizes[v]) + Affine.var(inner)
+
+
 def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> list[str]:
     """The default loop order: the loops over tiles outermost (so a row of tiles reads
     its index once, and a live tile's row of B serves every row in the tile), then
@@ -336,7 +356,7 @@ def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Acc
     variables, then the output's innermost (rows of the output written in order)."""
     out = ast.index_variables(stmt.lhs)
     summed = [v for v in ast.index_variables(stmt.rhs) if v not in out]
-    seen = [str(t) for t in tiles] + ast.index_variables(places) + summed + out
+    seen = [v for t in tiles for v in t.variables] + ast.index_variables(places) + summed + out
     return list(dict.fromkeys(seen))
 
 
