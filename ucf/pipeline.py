@@ -126,6 +126,7 @@ def plan(
     openmp: bool = True,
     default: bool = False,
     static: dict[str, Any] | None = None,
+    blocks: dict[str, tuple[str, str, int]] | None = None,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
@@ -135,20 +136,21 @@ def plan(
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
 
     Without a schedule, the model's proposals for unknown statistics are tried in
-    turn, and the kernel says in ``cin`` why it got what it got."""
+    turn, and the kernel says in ``cin`` why it got what it got. ``blocks`` splits of
+    variables the statement already holds (``Kernel``'s ``blocks``)."""
     if schedule is None and target != "cuda":
-        *tried, last = proposals(expr, formats, None, threads=2)
+        *tried, last = proposals(expr, formats, None, threads=2, blocks=blocks)
         for choice in tried:
             try:
                 return _with_reasons(
-                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static),
+                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static, blocks),
                     choice.why,
                 )
             except (ScheduleError, UnsupportedError):
                 continue
-        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static)
+        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static, blocks)
         return _with_reasons(last_plan, last.why)
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, blocks)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = parse_schedule(schedule) if schedule else []
@@ -183,6 +185,7 @@ def plan(
         if blocking is None
         else user_variables(front.user_stmt)
     )
+    variables += tuple(dict.fromkeys(v for v, _, _ in (blocks or {}).values()))
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -289,8 +292,9 @@ class _Front:
     """The statement and formats as the scheduler sees them: parsed, checked, the
     blocked formats split into plain ones, and the output's computed format."""
 
-    def __init__(self, expr: str, formats: dict[str, Any]):
+    def __init__(self, expr: str, formats: dict[str, Any], blocks: dict | None = None):
         stmt = parse_statement(expr)
+        self.blocks = dict(blocks or {})
         self.orders = _statement_orders(stmt)
         out = stmt.lhs.tensor
         if out in {a.tensor for a in accesses(stmt.rhs)}:
@@ -330,6 +334,7 @@ class _Front:
     def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
         cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
         cin.diagonals = dict(self.diagonals)
+        cin.blocks = dict(self.blocks)
         if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
             b = self.blocking
             cin.blocks = {
@@ -380,14 +385,18 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
 
 
 def proposals(
-    expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
+    expr: str,
+    formats: dict[str, Any],
+    stats: Stats | None,
+    threads: int,
+    blocks: dict[str, tuple[str, str, int]] | None = None,
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
     place loops, see ``Blocking.split_extents``)."""
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, blocks)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.

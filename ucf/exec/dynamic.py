@@ -199,8 +199,10 @@ class DynamicKernel:
         fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
         b = unblock(stmt, fmts, first=(name, self._mask))  # the tiles claim first
         split_stmt, split_fmts = stmt, fmts
-        if b is not None:  # each view cut from what the user passes (A and K dense)
-            b.user_formats.update({v: user[t] for v, t in b.sources.items()})
+        if b is not None:  # A and K are passed dense: their views are cut from that
+            b.user_formats.update(
+                {v: user[t] for v, t in b.sources.items() if t in (name, self._mask)}
+            )
             split_stmt, split_fmts = b.statement, dict(b.formats)
         tiles = tuple(
             _tile_index(b, v, t) for v, t in zip(_own(access), self.granularity, strict=True)
@@ -215,6 +217,15 @@ class DynamicKernel:
         inner_formats[self._index] = "U" * (order - 1) + "Q"
         args = (str(inner), inner_formats)
         emulate = self.emulate
+        # The split is made here, so the kernel is told of it: loops over a last, partial
+        # tile stop at the variable's extent (ucf.lower.lowerer's loop ends).
+        blocks = None
+        if b is not None:
+            blocks = {
+                inner_var: (v, outer, size)
+                for v, size in b.sizes.items()
+                for outer, inner_var in [b.names[v]]
+            }
         if schedule is None:
             order = _tiles_first(inner, tiles, split_access)
             default = (
@@ -222,10 +233,13 @@ class DynamicKernel:
             )
             if default is not None:
                 try:
-                    return Kernel(*args, default, target, dtype, index_dtype, emulate), b
+                    kernel = Kernel(
+                        *args, default, target, dtype, index_dtype, emulate, blocks=blocks
+                    )
+                    return kernel, b
                 except (ScheduleError, UnsupportedError):
                     pass  # the target's own default below
-        return Kernel(*args, schedule, target, dtype, index_dtype, emulate), b
+        return Kernel(*args, schedule, target, dtype, index_dtype, emulate, blocks=blocks), b
 
     @property
     def cin(self) -> str:
@@ -290,7 +304,8 @@ class DynamicKernel:
             return self._condensed(dense, mask, index, tensors, out)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
-            return self.kernel(out=out, **split, **{self._index: index})
+            own = {v: extents[v] for v in self.blocking.sizes}  # where partial tiles end
+            return self.kernel(out=out, shapes=own, **split, **{self._index: index})
 
         plan = _Shim(self.blocking, self._with_mask)
         return blocked.run(run, plan, tensors, extents, out, self.dtype)

@@ -108,7 +108,13 @@ class Kernel:
         index_dtype: Any = "int32",
         emulate: bool = False,
         static: Mapping[str, Any] | None = None,
+        blocks: Mapping[str, tuple[str, str, int]] | None = None,
     ):
+        """``blocks`` (for ``ucf.exec.dynamic``, whose statement is already split into
+        tiles): each place variable of the statement -> (the variable it was split from,
+        its block variable, the block size), as ``CIN.blocks``; a call then passes the
+        split variables' own extents as ``shapes=``, and the loops over a last, partial
+        block stop at them."""
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         if emulate and target != "cuda":
@@ -144,6 +150,9 @@ class Kernel:
             from ucf.exec import jit
 
             fields["llvm"] = jit.identity()
+        self._blocks = dict(blocks or {})
+        if blocks:
+            fields["blocks"] = sorted((k, list(v)) for k, v in self._blocks.items())
         self._statics: dict[str, Static] = {}
         if static:
             self._statics = prepare(static, expr, formats, schedule, self.dtype, idt)
@@ -202,6 +211,7 @@ class Kernel:
             openmp,
             default,
             static,
+            self._blocks,
         )
 
     def _loaded(self) -> _Compiled:
@@ -268,7 +278,7 @@ class Kernel:
                     return self._compile(choice.text, True, (flat.why, *choice.why), flat)
                 except (ScheduleError, UnsupportedError):
                     continue
-        for choice in pipeline.proposals(self._expr, self.formats, split, threads):
+        for choice in pipeline.proposals(self._expr, self.formats, split, threads, self._blocks):
             try:
                 return self._compile(choice.text, default=True, why=tuple(choice.why))
             except (ScheduleError, UnsupportedError):
