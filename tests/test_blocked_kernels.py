@@ -397,3 +397,16 @@ def test_cuda_default_puts_blocks_over_gpu_blocks_and_places_over_threads(fmt, s
     lanes = min(32, 1024 // block_of(fmt)[0])
     assert f"i_blk and j_blk over GPU blocks, i_in and j_thr ({lanes} of j)" in spmm.cin
     np.testing.assert_allclose(spmm(A=At, B=B).to_numpy(), A @ B)
+
+
+@pytest.mark.parametrize("op", ["=", "+="])
+def test_a_scalar_output_of_a_blocked_kernel_into_out(op):
+    """No block splits a scalar output, so out= is the user's 0-d array itself (it was
+    made 1-d on the way and refused: found by the schedule fuzzer's TeSA plans)."""
+    rng = np.random.default_rng(13)
+    a, x = rand_sparse(rng, (5, 5), 0.5), rng.integers(1, 5, 5).astype(float)
+    k = ucf.compile(f"s {op} A(i,j) * x(i) * x(j)", formats={"A": "bcsr(2,1)"})
+    out = np.array(3.0)
+    got = k(A=ucf.from_numpy(a, format="bcsr(2,1)"), x=x, out=out)
+    want = x @ a @ x + (3.0 if op == "+=" else 0.0)
+    assert got.to_numpy() == want and out == want

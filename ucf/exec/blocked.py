@@ -43,7 +43,12 @@ def run(
         dense = target.to_numpy() if isinstance(target, Tensor) else target
         # A view of the user's array when the blocks divide its extents: the kernel then
         # writes the result in place (a copy in and out cost more than an SpMM at 90%).
-        out = np.asarray(split_operand(b, name, Tensor.from_numpy(np.ascontiguousarray(dense))))
+        # An output no block splits (a scalar) is the user's array itself.
+        if any(b.modes[name]):
+            whole = Tensor.from_numpy(np.ascontiguousarray(dense))
+            out = np.asarray(split_operand(b, name, whole))
+        else:  # (np.ascontiguousarray would make a 0-d array 1-d)
+            out = dense if dense.flags.c_contiguous else np.ascontiguousarray(dense)
     result = call(split, b.split_extents(extents), out)
     joined = _join(b, name, result, shape)
     if target is None:
