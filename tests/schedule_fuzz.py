@@ -211,6 +211,8 @@ NM = 0.1
 #: How often a case makes an operand dynamic, or runs as a TeSA plan, instead.
 DYNAMIC = 0.06
 TESA = 0.06
+#: How often a case takes no schedule (the default model picks one per call).
+DEFAULT = 0.15
 FACTORS = (2, 3, 4, 1, 7, 8, 16)
 STRATEGIES = ("NoRaces", "Atomics", "Temporary", "ParallelReduction", "IgnoreRaces")
 #: Vector lanes cannot add atomically, a refusal tests/test_scheduling.py covers.
@@ -306,6 +308,8 @@ def draw_case(d: Draw, targets: Sequence[str], kernels: Sequence[str] = tuple(KE
     if kind >= 100 - 100 * TESA:
         shapes = {op: tuple(extents[v] for v in idx) for op, idx in kernel.operands.items()}
         return Case(name, {}, "", target, extents, {}, seed, tesa=draw_tesa(d, shapes))
+    if d.boolean(DEFAULT):  # the default model's schedule, for the same shapes
+        return Case(name, formats, "", target, extents, densities, seed)
     schedule, races = draw_schedule(d, kernel, formats, extents)
     return Case(name, formats, schedule, target, extents, densities, seed, races)
 
