@@ -158,6 +158,9 @@ VIEWS = [
     ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", "bcsr(2,3)", "csr"),
     ("C(i,k) = A(i,j) * A(j,k)", "nm(2,4)", None),
     ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "bcsr(2,3)", None),
+    # a diagonal searched in compressed rows, and in a copy of coo converted to be
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "csr", None),
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "coo", None),
 ]
 
 

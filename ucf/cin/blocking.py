@@ -79,10 +79,6 @@ class Blocking:
             split[inner] = b
         return split
 
-    def views(self, tensor: str) -> list[str]:
-        """The split statement's tensors that view the user's ``tensor``."""
-        return [v for v, t in self.sources.items() if t == tensor]
-
     def notes(self) -> list[str]:
         """For ``k.cin``: the split variables, and the tensors seen in two splits."""
         lines = [
