@@ -9,7 +9,7 @@ python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
 
 Two generators, the ones the test suite draws from:
 
-- ``--fuzzer schedules`` (the default, ``tests/schedule_fuzz.py``): random schedules
+- ``--fuzzer schedules`` (the default, ``tests/schedule/fuzz_cases.py``): random schedules
   (reorder, split, divide, fuse, pos, bound, unroll, precompute, parallelize) over
   SpMV, SpMM, SDDMM, TTV, MTTKRP, SpGEMM, a sparse add and kernels that read a
   tensor twice or its diagonal, in random formats (blocked with unequal blocks,
@@ -46,13 +46,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (str(ROOT), str(ROOT / "tests")):
+for _p in (str(ROOT),):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import schedule_fuzz as sf  # noqa: E402
-import statement_fuzz  # noqa: E402
-from schedule_fuzz import Outcome, WorkerPool  # noqa: E402
+from tests import statement_fuzz  # noqa: E402
+from tests.fuzz_common import Outcome, WorkerPool  # noqa: E402
+from tests.schedule import fuzz_cases as sf  # noqa: E402
 
 COLUMNS = ("ok", "refused", "racy", "wrong", "error", "crash", "hang")
 FUZZERS = {"schedules": sf, "statements": statement_fuzz}

@@ -44,14 +44,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import ucf  # noqa: E402
-from ucf.exec import cuda_build  # noqa: E402
+from ucf.toolchain import cuda_build  # noqa: E402
 
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
 SIZES = (4, 8, 16, 32)
 
 
 # --------------------------------------------------------------------- schedules
-# The same algorithms as tests/test_cuda.py, with GPU-sized tiles: 32 lanes across
+# The same algorithms as tests/codegen/test_cuda.py, with GPU-sized tiles: 32 lanes across
 # the columns of B (coalesced), about 256 threads per block.
 def eb_sr(g: int) -> str:
     """{<g nnz, c col>, 1}: g nonzeros and N/32 columns per thread, atomic adds."""

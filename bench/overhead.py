@@ -12,7 +12,7 @@ with its arguments already built: the difference is the binding overhead
 (checking operands, finding extents, allocating the output, building the
 argument list).  The target is 5 microseconds or less.  A call that repeats
 with the same operands ends in a trampoline taking its arguments packed in one
-array (``ucf.exec.packed``), cheaper than the ctypes floor; that call is timed
+array (``ucf.toolchain.trampoline``), cheaper than the ctypes floor; that call is timed
 too, for reference.
 """
 
@@ -36,7 +36,7 @@ if ROOT not in sys.path:
 import scipy.sparse as sp  # noqa: E402
 
 import ucf  # noqa: E402
-from ucf.exec.packed import Packed  # noqa: E402
+from ucf.toolchain.trampoline import Packed  # noqa: E402
 
 STATEMENT = "y(i) = A(i,j) * x(j) + z(i) * w(i)"
 TARGET_US = 5.0
@@ -72,7 +72,7 @@ def raw_args(kernel: ucf.Kernel, n: int, A, x, z, w, y) -> tuple[object, list[in
 
 def packed_call(compiled, args: list[int]):
     """The same call through the trampoline a replayed call uses once it repeats
-    (``ucf.exec.packed``): the arguments in one C array, no ctypes conversions."""
+    (``ucf.toolchain.trampoline``): the arguments in one C array, no ctypes conversions."""
     signature = [t is ctypes.c_void_p for t in compiled.argtypes]
     packed = Packed(compiled, signature, args)
     return lambda: packed.call(packed.address, packed.args_at)

@@ -131,7 +131,7 @@ def index(n: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None
 def compute(n: int, cols: int, tile: tuple[int, int], repeat: int, threads: int, rng) -> None:
     """Index build + compute with a dynamic operand (``ucf.compile(..., dynamic=...)``,
     A dense with a fresh mask each call, default schedule: the live k's of each block
-    of rows gathered into dense compute tiles, ``ucf.lower.condensed``) against torch's
+    of rows gathered into dense compute tiles, ``ucf.stile.kernels``) against torch's
     dense matmul of the masked A and ucf CSR SpMM with the CSR built each call. The
     masks are 32x1-structured: every tile is all live or all zero."""
     bh, bw = tile

@@ -1,7 +1,7 @@
 """What the fuzzers share: drawing through one interface, judging an outcome, and
 running cases in worker subprocesses.
 
-``tests/schedule_fuzz.py`` (random schedules over the classic kernels) and
+``tests/schedule/fuzz_cases.py`` (random schedules over the classic kernels) and
 ``tests/statement_fuzz.py`` (random statements) draw through ``Draw``: hypothesis in
 the test suite (``HypothesisDraw``, which shrinks a failure), a seeded
 ``random.Random`` in the long runs (``RandomDraw``, ``bench/fuzz.py``). A case is
@@ -123,7 +123,7 @@ class _Worker:
     def __init__(self, env: dict[str, str]):
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker"],
+            [sys.executable, "-m", "tests.fuzz_common", "--worker"],  # ROOT on its path
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -283,7 +283,7 @@ def serve() -> None:
             time.sleep(request["sleep"])
         outcome = Outcome("ok")
         if "case" in request:  # a case of this module's or of another fuzzer's (its module)
-            fuzzer = importlib.import_module(request.get("module", "schedule_fuzz"))
+            fuzzer = importlib.import_module(request.get("module", "tests.schedule.fuzz_cases"))
             outcome = fuzzer.run_case(fuzzer.Case(**request["case"]))
         proto.write(json.dumps({"status": outcome.status, "detail": outcome.detail}) + "\n")
         proto.flush()

@@ -1,6 +1,6 @@
 """Dynamic tiles and TeSA plans for the fuzzers, drawn and run the same way by both.
 
-``tests/statement_fuzz.py`` (random statements) and ``tests/schedule_fuzz.py`` (the
+``tests/statement_fuzz.py`` (random statements) and ``tests/schedule/fuzz_cases.py`` (the
 classic kernels under random schedules) each turn some of their cases into:
 
 - a **dynamic** case: one dense operand read once is compiled with ``dynamic={name:

@@ -2,7 +2,7 @@
 
 One generator serves ``tests/test_fuzz.py`` (hypothesis, shrinking) and the long run
 (``bench/fuzz.py --fuzzer statements``), drawing through the ``Draw`` interface of
-``schedule_fuzz``. A case is plain data (statement, formats, extents, a data seed),
+``tests.fuzz_common``. A case is plain data (statement, formats, extents, a data seed),
 so it crosses to a worker subprocess as JSON and prints as a repro.
 
 Statements mix products, sums and differences of accesses, unary minus, literals,
@@ -27,8 +27,9 @@ import traceback
 from dataclasses import dataclass
 
 import numpy as np
-from fuzz_plans import draw_tesa, draw_tile, refusals, run_dynamic, run_tesa
-from schedule_fuzz import Draw, Outcome, permutation
+
+from tests.fuzz_common import Draw, Outcome, permutation
+from tests.fuzz_plans import draw_tesa, draw_tile, refusals, run_dynamic, run_tesa
 
 VARS = ["i", "j", "k", "l"]
 NAMES = ["A", "B", "C", "D"]
@@ -293,7 +294,7 @@ def draw_case(
 
 def case_arrays(case: Case) -> dict[str, np.ndarray]:
     """The operands, small integers (every sum exact), ``nm`` ones pruned to fit."""
-    from conftest import rand_sparse
+    from tests.helpers import rand_sparse
 
     rng = np.random.default_rng(case.seed)
     arrays = {}
@@ -550,8 +551,8 @@ def repro(case: Case, outcome: Outcome | None = None) -> str:
     fields = asdict(case)
     lines += [
         "import sys",
-        f"sys.path[:0] = [{str(_TESTS)!r}]",
-        "from statement_fuzz import Case, check",
+        f"sys.path[:0] = [{str(_TESTS.parent)!r}]",
+        "from tests.statement_fuzz import Case, check",
         "",
         f"check(Case(**{fields!r}))",
         "",

@@ -10,10 +10,10 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import TARGETS
 
 import ucf
 import ucf.dask as ud
+from tests.helpers import TARGETS
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import HAVE_CC
+
+from tests.helpers import HAVE_CC
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

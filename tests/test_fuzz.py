@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import statement_fuzz
-from conftest import needs_cc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schedule_fuzz import HypothesisDraw
-from statement_fuzz import Case, check, draw_case, einsum_reference, reference
 
 import ucf
-from ucf.schedule import model
+from tests import statement_fuzz
+from tests.fuzz_common import HypothesisDraw, RandomDraw
+from tests.helpers import needs_cc
+from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
+from ucf.schedule import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,8 +92,6 @@ def test_reference_reads_a_tensor_twice_and_its_diagonal():
 def test_the_draw_reaches_every_new_shape():
     """Over a few hundred draws: tensors read twice, repeated variables, unequal and
     per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans."""
-    from schedule_fuzz import RandomDraw
-
     drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
     twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
     repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
@@ -126,10 +124,10 @@ def test_fuzz_default_model_parallel_choices(case):
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
     ucf.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(model, "CHUNK_WORK", 2)
-        mp.setattr(model, "CHUNKS_PER_THREAD", 1)
-        mp.setattr(model, "SKEWED", 0.0)
-        mp.setattr(model, "REPLAN_WORK", 0)
+        mp.setattr(cpu_model, "CHUNK_WORK", 2)
+        mp.setattr(cpu_model, "CHUNKS_PER_THREAD", 1)
+        mp.setattr(cpu_model, "SKEWED", 0.0)
+        mp.setattr(cpu_model, "REPLAN_WORK", 0)
         check(case)
 
 

@@ -10,7 +10,6 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -18,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from ucf.cin import invariance
-from ucf.cin.block_operands import split_operands
 from ucf.cin.blocking import Blocking, unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
 from ucf.cin.diagonals import describe as describe_diagonals
@@ -26,6 +24,7 @@ from ucf.cin.diagonals import diagonals
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
+from ucf.cin.split_operands import split_operands
 from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
 from ucf.codegen import llvm as lcg
@@ -44,14 +43,15 @@ from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
-from ucf.lower import dismantle
-from ucf.lower.fma import fuse
 from ucf.lower.lowerer import Lowerer
-from ucf.lower.registers import register_block
-from ucf.lower.row_groups import group_rows
 from ucf.lower.state import Lowered
+from ucf.passes import dismantle
+from ucf.passes.fma import fuse
+from ucf.passes.registers import register_block
+from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
-from ucf.schedule.model import Choice, Stats, integer_order, propose
+from ucf.schedule.cpu_model import Choice, Stats, propose
+from ucf.schedule.gpu_model import propose_gpu
 
 TARGETS = ("llvm", "c", "cuda")
 
@@ -69,7 +69,7 @@ class Plan:
     output_format: Format  # format the user asked for
     local_level: int | None  # output level whose pos the assemble pass fills per segment
     cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
-    cuda_module: Any = None  # target cuda: the ucf.ir.gpu.Module it prints
+    cuda_module: Any = None  # target cuda: the ucf.ir.gpu_nodes.Module it prints
     helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
     blocking: Blocking | None = None  # how blocked formats split the kernel's statement
     variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
@@ -78,6 +78,10 @@ class Plan:
     # The compute function writes every element of its dense output (``ucf.lower.zeroing``),
     # so the output need not be zeroed before a call.
     writes_all: bool = False
+
+    def __repr__(self) -> str:
+        names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
+        return f"Plan('{self.statement}', output '{self.output_format.name}', functions {names})"
 
     @property
     def call_zeroes(self) -> bool:
@@ -130,7 +134,7 @@ def plan(
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
-    which the kernel is specialized to (``ucf.lower.dismantle``). ``openmp``
+    which the kernel is specialized to (``ucf.passes.dismantle``). ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -241,7 +245,7 @@ def plan(
 
 def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[str, Any]:
     """The static operands as the kernel's statement reads them: in a blocked kernel,
-    in the split shape, as a call passes them (``ucf.cin.block_operands``: a blocked
+    in the split shape, as a call passes them (``ucf.cin.split_operands``: a blocked
     one on its own arrays, a plain one over a blocked variable re-packed)."""
     if static and target == "cuda":
         raise UnsupportedError("target 'cuda' does not take static operands yet")
@@ -391,7 +395,7 @@ def proposals(
     threads: int,
     blocks: dict[str, tuple[str, str, int]] | None = None,
 ) -> list[Choice]:
-    """The default model's schedules for ``expr`` (see ``ucf.schedule.model``), best
+    """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
@@ -451,27 +455,8 @@ def _cuda_schedule(
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
     if schedule is None and base.order:
-        # the reduction of quantized products inside the output's loops first, as on the
-        # CPU (ucf.schedule.model), then a blocked operand's blocks over the grid, then
-        # rows over threads in the plain order; only the last may not fail otherwise
-
-        def rows(prefix: list[str], v: str) -> str:
-            return "; ".join(
-                [
-                    *prefix,
-                    f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS})",
-                    f"parallelize({v}_blk, GPUBlock, NoRaces)",
-                    f"parallelize({v}_thr, GPUThread, NoRaces)",
-                ]
-            )
-
-        order, exact, why = integer_order(base, list(base.order))
-        tries = [(rows(exact, order[0]), why, True)] if exact else []
-        tries += [(text, [note], True) for text, note in _gpu_block_tiles(base)]
-        tries.append((rows([], base.order[0]), [], False))
-        tries += _gpu_output_first(base, rows)
         v, reason = base.order[0], ""
-        for text, reasons, optional in tries:
+        for text, reasons, optional in propose_gpu(base):
             try:
                 cin, applied = _scheduled(
                     base, parse_schedule(text), fmts, computed, default=True, shown=shown
@@ -497,88 +482,8 @@ def _cuda_schedule(
     return base, lowered, module
 
 
-#: Threads per block of the default GPU schedule.
-DEFAULT_GPU_THREADS = 128
-#: Most threads of a GPU block (CUDA's limit).
-MAX_GPU_THREADS = 1024
-
-
-def _gpu_output_first(
-    cin: CIN, rows: Callable[[list[str], str], str]
-) -> list[tuple[str, list[str], bool]]:
-    """Where the outermost loop sums (a ``bcsc`` or ``csc`` operand's columns), the
-    output's variables moved outermost, last first (neighbouring threads then touch
-    neighbouring elements of a row-major output), each split over GPU blocks and
-    threads: a thread per slice of the output, walking the whole operand. A storage
-    order that keeps the variable under the sum makes the ``reorder`` fail and the
-    try drop out. Last, the summing loop itself over blocks and threads adding
-    atomically (CSC SpMV): the order of the additions then varies from run to run,
-    which beats one GPU thread. Empty when the outermost loop is the output's."""
-    out = [i.single_variable for i in cin.statement.lhs.indices]
-    if not cin.order or cin.order[0] in out:
-        return []
-    tries = []
-    for x in reversed(out):
-        if x is None or x not in cin.order:
-            continue
-        order = ", ".join([x, *(v for v in cin.order if v != x)])
-        note = (
-            f"default: {x} moved outermost and split over GPU blocks and threads, since the "
-            f"outermost loop {cin.order[0]} sums into the output (a thread per {x})"
-        )
-        tries.append((rows([f"reorder({order})"], x), [note], True))
-    v = cin.order[0]
-    atomic = (
-        f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
-        f"parallelize({v}_blk, GPUBlock, Atomics); parallelize({v}_thr, GPUThread, Atomics)"
-    )
-    note = (
-        f"default: {v} over GPU blocks and threads adding atomically, since it sums into the "
-        "output and no output variable can run outside it"
-    )
-    return [*tries, (atomic, [note], True)]
-
-
-def _gpu_block_tiles(cin: CIN) -> list[tuple[str, str]]:
-    """The default GPU mappings of a kernel whose outermost loop runs over the blocks
-    of a blocked output mode (a ``bcsr`` operand's block rows), best first, each with
-    the note that explains it: a GPU block per block of the output, a thread per
-    place in it, and the output's last dense variable split over more threads, a
-    grid axis of its own, so that neighbouring threads load and store neighbouring
-    elements along it (a thread tile per output block). Then the same without that
-    split. Empty when the outermost loop is not over blocks."""
-    v = cin.order[0]
-    out = [i.single_variable for i in cin.statement.lhs.indices]
-    places = [inner for inner, (_, outer, _) in cin.blocks.items() if outer == v]
-    if not places or places[0] not in out or places[0] not in cin.order:
-        return []
-    place, size = places[0], cin.blocks[places[0]][2]
-    if size > MAX_GPU_THREADS:
-        return []
-    blocks = f"parallelize({v}, GPUBlock, NoRaces); parallelize({place}, GPUThread, NoRaces)"
-    plain = (blocks, f"default: {v} over GPU blocks and {place} over their threads")
-    lanes = min(32, MAX_GPU_THREADS // size)
-    split = set(cin.blocks) | {outer for _, outer, _ in cin.blocks.values()}
-    dense = [x for x in out if x not in split]
-    if not dense or lanes < 2:
-        return [plain]
-    j = dense[-1]
-    rest = [x for x in cin.order[1:] if x != j]
-    order = [v, f"{j}_blk", *rest]
-    order.insert(order.index(place) + 1, f"{j}_thr")
-    tiled = (
-        f"split({j}, {j}_blk, {j}_thr, {lanes}); reorder({', '.join(order)}); {blocks}; "
-        f"parallelize({j}_blk, GPUBlock, NoRaces); parallelize({j}_thr, GPUThread, NoRaces)"
-    )
-    why = (
-        f"default: {v} and {j}_blk over GPU blocks, {place} and {j}_thr ({lanes} of {j}) "
-        f"over their threads: a thread per element of a tile of the output"
-    )
-    return [(tiled, why), plain]
-
-
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
-    from ucf.lower import gpu
+    from ucf.lower import gpu_grid
 
     lowered = Lowerer(cin, vt, it, applied=applied).lower()
     races: dict[str, list[str]] = {}
@@ -586,7 +491,7 @@ def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):
         out = set(cin.output_vars)
         prov = applied.provenance
         races = {v: [o for o in prov.origins(v) if o not in out] for v in applied.parallel}
-    module = gpu.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
+    module = gpu_grid.lower(remove_dead_variables(lowered.compute), cin.parallel, races)
     cin.notes += module.notes
     return lowered, module
 

@@ -3,7 +3,7 @@
 In a wheel they are the packages ``ucf.grammar`` and ``ucf.runtime``; in a
 source checkout they are the top-level ``grammar/`` and ``runtime/`` folders.
 The cache directory is here, below every layer, because the parser keeps its
-tables there as well as the kernel cache (``ucf.exec.cache``) its entries.
+tables there as well as the kernel cache (``ucf.toolchain.cache``) its entries.
 """
 
 from __future__ import annotations

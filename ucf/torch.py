@@ -80,10 +80,10 @@ def op(
         raise OperandError(f"a different ucf op is already registered as ucf::{opname}")
 
     def run(*tensors: Any) -> Any:
-        from ucf import einsum
+        from ucf.api import einsum
 
         given = dict(zip(operands, tensors, strict=True))
-        return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given).to_torch()
+        return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given)
 
     def fake(*tensors: Any) -> Any:
         dtype = np.result_type(*(_read_as(t) for t in tensors))

@@ -12,7 +12,7 @@ zeros), and the kernel is an ordinary kernel over the split statement.  The bloc
 loops come out innermost and dense, as the levels order them, on every target.
 
 This module decides the split (which variables, which sizes, which formats); the
-executor views the user's tensors in the split shapes (``ucf.exec.blocked``).
+executor views the user's tensors in the split shapes (``ucf.exec.blocked_call``).
 """
 
 from __future__ import annotations

@@ -145,6 +145,14 @@ def source(fns: list[ir.Function]) -> str:
         *vector_fmas(fns),
         *vector_minmax(fns),
     ]
+    out.append(functions(fns))
+    return "\n".join(out)
+
+
+def functions(fns: list[ir.Function]) -> str:
+    """The C text of ``fns`` alone, each after its doc comment (``ucf taco`` prints
+    the compute function so, as TACO's tool does)."""
+    out = []
     for fn in fns:
         out.append(f"/* {fn.doc} */")
         out.append(signature(fn) + " {")

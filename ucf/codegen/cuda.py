@@ -1,4 +1,4 @@
-"""CUDA C++ from LLIR: the device kernels of a ``ucf.ir.gpu.Module`` and its launcher.
+"""CUDA C++ from LLIR: the device kernels of a ``ucf.ir.gpu_nodes.Module`` and its launcher.
 
 Statements and expressions print as in the C printer (``ucf/codegen/c.py``),
 whose emitter this subclasses; only what CUDA spells differently is
@@ -15,7 +15,7 @@ overridden:
   ``UCF_LAUNCH`` followed by ``ucf_launch_error()``.
 
 The same text builds with nvcc for a GPU and, with ``-DUCF_CUDA_EMULATION``,
-with g++ against the CPU emulator (``ucf/exec/cuda_build.py``).
+with g++ against the CPU emulator (``ucf/toolchain/cuda_build.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from ucf.codegen import c as cgen
 from ucf.ir import nodes as ir
-from ucf.ir.gpu import GROUP_CALLS, Launch, Module, Scope, Special
+from ucf.ir.gpu_nodes import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import IR_TO_C
 from ucf.ir.walk import substitute, with_blocks
 

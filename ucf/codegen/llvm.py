@@ -16,7 +16,7 @@ from llvmlite import ir as ll
 
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, nodes, reads
-from ucf.lower import pairs
+from ucf.passes import pairs
 
 _TYPES = {
     "i1": ll.IntType(1),
@@ -92,7 +92,7 @@ class _FunctionBuilder:
     ):
         self.mod = mod
         self.openmp = openmp
-        self.vnni = vnni  # the CPU runs vpdpbusd (ucf.lower.pairs.vnni)
+        self.vnni = vnni  # the CPU runs vpdpbusd (ucf.passes.pairs.vnni)
         self.outlined = 0
         self.slots: dict[str, ll.AllocaInstr] = {}
         self.args: dict[str, ll.Value] = {}
@@ -458,7 +458,7 @@ class _FunctionBuilder:
         return self.b.call(self._extern(name, t, [t, t, t]), args)
 
     def pair_dot(self, e: ir.PairDot) -> ll.Value:
-        """AVX2's ``pmaddwd`` intrinsic: ``ucf.lower.pairs`` makes the node only on a host
+        """AVX2's ``pmaddwd`` intrinsic: ``ucf.passes.pairs`` makes the node only on a host
         that has it, in vectors of 8 lanes. Plain IR (the halves split into even and odd
         lanes, widened, multiplied and added) is what LLVM's backend folds into
         ``pmaddwd`` on its own, but the optimizer breaks that pattern up in a tile

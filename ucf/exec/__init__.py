@@ -1,1 +1,3 @@
-"""Executing kernels: compilers (llvmlite JIT, cc), the disk cache, binding."""
+"""Calling compiled kernels: binding operands to parameters, extents, blocked and
+padded calls, recycled outputs, replayed calls, static operands, and the kernel
+classes."""

@@ -20,7 +20,7 @@ reference, a changed shape, stride or dtype is seen by the check, and a
 remembered array that dies ends its replay. The comparison is by identity and
 a few attributes, never by value, so it costs a fraction of a microsecond per
 operand; a call replayed ``PACK_AFTER`` times goes through a trampoline with
-its arguments packed (``ucf.exec.packed``), which saves ctypes converting them
+its arguments packed (``ucf.toolchain.trampoline``), which saves ctypes converting them
 one by one.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from ucf.exec import binding, recycled
-from ucf.exec.packed import Packed
 from ucf.format.tensor import Tensor, trusted
+from ucf.toolchain.trampoline import Packed
 
 
 class _Arena:
@@ -79,7 +79,7 @@ def _values(arenas: dict, n: int, dtype: np.dtype, zero: bool) -> tuple[np.ndarr
 #: ``out=`` next to a fresh output, few enough that a miss costs little to find.
 REMEMBERED = 4
 #: Replays of one call after which its arguments are packed for a trampoline
-#: (``ucf.exec.packed``): a call repeated this often is in a loop, where the
+#: (``ucf.toolchain.trampoline``): a call repeated this often is in a loop, where the
 #: trampoline's one-time compile pays for itself.
 PACK_AFTER = 16
 

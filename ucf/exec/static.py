@@ -1,6 +1,6 @@
 """Operands whose pattern is known when compiling (``ucf.compile(..., static=...)``).
 
-A kernel specialized to a pattern (``ucf.lower.dismantle``) is right only for tensors
+A kernel specialized to a pattern (``ucf.passes.dismantle``) is right only for tensors
 of that pattern, so the pattern (shape and index arrays; the values too when the
 kernel embeds them) is part of the kernel's cache key, and each call compares its
 operand, in the kernel's format, array by array with a copy taken when compiling:

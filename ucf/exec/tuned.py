@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.exec import cache
+from ucf.toolchain import cache
 
 FILE = "tuned.json"
 #: Extents up to this are kept exact in a shape class (``bound`` may fix them: up to 64

@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
+from typing import Any
 
 import numpy as np
 
 from ucf.errors import FormatError, boundary
+from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
-from ucf.format.values import Values, parse_values
+from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
 
 ALIASES = {
     "dense": None,  # expands to one U per mode
@@ -193,6 +195,27 @@ class Format:
             names += [f"nm({widths[0]},{m})" for m in mods[:1]]
         return names
 
+    def stored_dtype(self, dtype: Any, found: Any) -> np.dtype:
+        """The dtype a tensor in this format holds when built from values of dtype ``found``
+        with ``dtype`` asked for: the values this format states, else ``dtype``, else
+        ``found``. A cast (to a stated or an asked dtype) refuses inputs that are not numbers."""
+        if dtype is None and self.values is None:
+            return value_dtype(found)
+        if self.values is not None and not self.values.plain:
+            raise FormatError(
+                f"format '{self}' holds {self.values} values, which this constructor cannot "
+                "build; use ucf.from_numpy, from_scipy, from_coo or ucf.quantize"
+            )
+        reject_nonnumeric(np.dtype(found))
+        if self.values is None:
+            return value_dtype(dtype)
+        if dtype is not None and value_dtype(dtype) != self.values.dtype:
+            raise FormatError(
+                f"format '{self}' holds {self.values} values but dtype={value_dtype(dtype)} was "
+                "asked for; give one of them"
+            )
+        return self.values.dtype
+
     def __str__(self) -> str:
         text = self.letters
         if self.maps != tuple(LevelMap(m) for m in range(len(self.levels))):
@@ -306,6 +329,7 @@ def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
                 f"bad format '{text}'{who}: level kind {letter!r} is not one of "
                 f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)}, or "
                 f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
+                + taco_letters.hint(text.strip())
             )
         kind = KINDS[letter]
         if number:

@@ -4,13 +4,14 @@ scipy.sparse, torch tensors and DLPack arrays."""
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format import torch_layouts
-from ucf.format.scipy_layouts import from_scipy, is_scipy
+from ucf.format.scipy_layouts import from_scipy, has_scipy_layout, is_scipy
 from ucf.format.tensor import Tensor, foreign_type, from_dlpack, from_numpy
 from ucf.format.values import index_dtype_of
 
@@ -52,3 +53,22 @@ def as_tensor(
         f"{who}: unsupported type {foreign_type(obj)}; expected a ucf Tensor, "
         "numpy array, scalar, scipy.sparse matrix, torch tensor or DLPack array"
     )
+
+
+def like_operands(result: Tensor, operands: Iterable[Any]) -> Any:
+    """``result`` in the kind of array the caller passed, as opt_einsum returns it:
+    a torch tensor when any operand is one; else a numpy array for a dense result
+    (a numpy scalar for order 0, as ``np.einsum`` gives), and a scipy sparse array
+    (a matrix, when an operand was a scipy matrix) for a sparse result that scipy
+    stores alike; any other sparse result stays a ``ucf.Tensor``."""
+    operands = list(operands)
+    if any(torch_layouts.is_torch(v) for v in operands):
+        return result.to_torch()
+    if result.format.is_dense:
+        dense = np.asarray(result)
+        return dense[()] if dense.ndim == 0 else dense
+    if has_scipy_layout(result):
+        import scipy.sparse as sp
+
+        return result.to_scipy(matrix=any(isinstance(v, sp.spmatrix) for v in operands))
+    return result

@@ -10,8 +10,8 @@ import numpy as np
 from ucf.errors import FormatError, OperandError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.tensor import Tensor, as_shape, foreign_type, held, pack, plain_values
-from ucf.format.values import INDEX_DTYPES, index_dtype_of, stored_dtype
+from ucf.format.tensor import INTERCHANGE, Tensor, as_shape, foreign_type, held, pack, plain_values
+from ucf.format.values import INDEX_DTYPES, index_dtype_of
 
 #: A CSR whose rows may be unsorted: scipy's own products leave them so.
 _UNSORTED_CSR = parse_format("UQ")
@@ -54,7 +54,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     fmt = parse_format(format, order=len(shape))
     if not plain_values(fmt, dtype):  # bfloat16, int4, quantized: from the numbers
         return held(from_scipy(m, fmt.structure, None, index_dtype), fmt)
-    dt = stored_dtype(fmt, dtype, m.dtype)
+    dt = fmt.stored_dtype(dtype, m.dtype)
     kind = m.format
     if kind == "bsr" and fmt.structure == parse_format("bcsr({}, {})".format(*m.blocksize)):
         shared = _shared_bsr(m, fmt, dt, index_dtype)
@@ -219,6 +219,18 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
     return coo((vals, (coords[:, 0], coords[:, 1])), shape=t.shape).tocsr()
 
 
+def has_scipy_layout(t: Tensor) -> bool:
+    """Whether scipy stores ``t`` alike (CSR, CSC, unsorted CSR, or BSR with whole
+    blocks), so :func:`to_scipy` hands scipy the tensor's own arrays."""
+    if t.order != 2:
+        return False
+    fmt = t.format.structure
+    if fmt in (CSR, CSC, _UNSORTED_CSR):
+        return True
+    block = _bcsr_blocks(fmt)
+    return block is not None and all(n % b == 0 for n, b in zip(t.shape, block, strict=True))
+
+
 def is_scipy(obj: Any) -> bool:
     """Whether ``obj`` is a scipy.sparse matrix or array (without importing scipy for
     objects from elsewhere)."""
@@ -228,3 +240,7 @@ def is_scipy(obj: Any) -> bool:
     import scipy.sparse as sp
 
     return bool(sp.issparse(obj))
+
+
+INTERCHANGE["from_scipy"] = from_scipy
+INTERCHANGE["to_scipy"] = to_scipy

@@ -1,11 +1,9 @@
-"""Tensors in level storage: packing, unpacking, validation and conversion.
+"""Tensors in level storage: construction, unpacking, validation and conversion.
 
 Generated kernels index the arrays of a :class:`Tensor` directly and trust
 them, so everything that builds a tensor from user data goes through the
-packing code here and everything supplied raw goes through
-:meth:`Tensor.validate`.  Both are vectorized with numpy because they run on
-every operand of every kernel call and tensors reach tens of millions of
-entries.
+packing of ``ucf.format.storage`` and everything supplied raw goes through
+:meth:`Tensor.validate`.
 
 Storage contract (relied on by the code generator):
 
@@ -21,9 +19,7 @@ Storage contract (relied on by the code generator):
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,75 +32,40 @@ from ucf.errors import (
     ShapeError,
     boundary,
 )
+from ucf.format.arraylike import ArrayLike
+from ucf.format.encoding import check_scales, decode, encode
 from ucf.format.format import CSC, CSR, Format, parse_format
-from ucf.format.levels import Checking, Packing, checks
+from ucf.format.levels import checks
+from ucf.format.storage import (
+    as_shape,
+    check_levels,
+    check_values,
+    coords_array,
+    describe_level,
+    foreign_type,
+    pack_levels,
+)
 from ucf.format.values import (
     INDEX_DTYPES,
-    VALUE_DTYPES,
     VALUES,
     index_dtype_of,
-    stored_dtype,
     value_dtype,
 )
 
 FormatLike = str | Format
 
-
-def as_shape(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ShapeError(f"shape must be a tuple of integers, got {shape!r}") from None
-    out = []
-    for m, d in enumerate(dims):
-        if not isinstance(d, numbers.Integral) or isinstance(d, bool) or int(d) < 0:
-            raise ShapeError(f"dimension {m} of shape {dims!r} is not a non-negative integer")
-        out.append(int(d))
-    return tuple(out)
-
-
-def foreign_type(obj: Any) -> str:
-    """A value's type with its module (``torch.Tensor``), so a foreign class is never
-    mistaken for ucf's own of the same name."""
-    cls = type(obj)
-    module = cls.__module__
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-
-
-def _where(fmt: Format, level: int) -> str:
-    m = fmt.maps[level]
-    what = f"mode {m.mode}" if m.plain else f"{m} of mode {m.mode}"
-    return f"level {level} ({fmt.levels[level].name}, {what})"
-
-
-def _owner(fmt: Format, above: np.ndarray) -> str:
-    """The coordinates ``above`` of the levels over one level, in the user's terms: ``row
-    3``, or ``row 3, group 2 (columns 8..11)`` under a block of a matrix's columns."""
-    matrix = fmt.order == 2
-    parts = []
-    for m, c in zip(fmt.maps, above.tolist(), strict=False):
-        noun = ("row", "column")[m.mode] if matrix else f"mode {m.mode}"
-        if m.plain:
-            parts.append(f"{noun} {c}" if matrix else f"index {c} of {noun}")
-        elif not m.mod:
-            span = f"{c * m.div}..{c * m.div + m.div - 1}"
-            parts.append(
-                f"group {c} ({noun}s {span})" if matrix else f"group {c} ({span}) of {noun}"
-            )
-        else:
-            parts.append(f"place {c} in a block of {noun}")
-    return ", ".join(parts) or "the tensor"
-
-
-# --------------------------------------------------------------------------- checks
+#: Conversions to and from other libraries' arrays, by name: ``to_scipy``,
+#: ``from_scipy`` and ``to_torch``. Their modules (``scipy_layouts``,
+#: ``torch_layouts``) build tensors with this one, so they register here rather than
+#: this module importing them back; ``ucf.format`` imports them, so every entry is in
+#: place before a Tensor exists.
+INTERCHANGE: dict[str, Callable[..., Any]] = {}
 
 
 # --------------------------------------------------------------------------- Tensor
 
 
-class Tensor:
+class Tensor(ArrayLike):
     """A tensor stored level by level in a :class:`Format`.
 
     The arrays are public and raw on purpose: kernels read them directly, and
@@ -119,7 +80,7 @@ class Tensor:
     levels: list[dict[str, np.ndarray]]
     vals: np.ndarray
     index_dtype: np.dtype
-    #: A quantized tensor's scales and zero points (``ucf.format.quantize.Scales``).
+    #: A quantized tensor's scales and zero points (``ucf.format.encoding.Scales``).
     scales: Any
 
     def __init__(
@@ -169,9 +130,21 @@ class Tensor:
         (bfloat16 widened, int4 unpacked, quantized values dequantized in ``dtype``)."""
         if self.plain:
             return self.vals
-        from ucf.format.quantize import numbers
+        values = self.format.values
+        count = self.level_sizes()[-1] if self.format.levels else 1
+        groups = lambda: self.scale_groups(values.level)  # noqa: E731
+        return decode(values, self.vals, count, groups, self.scales, dtype)
 
-        return numbers(self, dtype)
+    def scale_groups(self, level: int | None) -> np.ndarray:
+        """The scale group of every stored position: its ancestor's position at ``level``
+        (None: all in group 0)."""
+        if level is None:
+            return np.zeros(self.level_sizes()[-1] if self.format.levels else 1, np.int64)
+        return self.columns(level)[0][level + 1]
+
+    def group_count(self, level: int | None) -> int:
+        """The number of scale groups with one per position of ``level`` (None: one)."""
+        return 1 if level is None else self.level_sizes()[level]
 
     @property
     def order(self) -> int:
@@ -209,12 +182,6 @@ class Tensor:
             sizes.append(count)
         return sizes
 
-    def __repr__(self) -> str:
-        return (
-            f"Tensor(shape={self.shape}, format='{self.format.name}', dtype={self.dtype}, "
-            f"nnz={self.nnz})"
-        )
-
     # ------------------------------------------------------------ validation
 
     def validate(self) -> None:
@@ -224,78 +191,10 @@ class Tensor:
         range instead of failing; this is the single gate in front of them.
         """
         fmt = self.format
-        idt = self.index_dtype
-        if len(self.shape) != fmt.order:
-            raise FormatError(
-                f"format '{fmt}' has {len(fmt.levels)} levels over {fmt.order} modes but "
-                f"shape {self.shape} has {len(self.shape)} modes"
-            )
-        if len(self.levels) != len(fmt.levels):
-            raise FormatError(
-                f"format '{fmt}' has {len(fmt.levels)} levels but {len(self.levels)} level "
-                "array dicts were given"
-            )
-        state = Checking()
-        dims = fmt.level_dims(self.shape)
-        for lvl, kind in enumerate(fmt.levels):
-            where = _where(fmt, lvl)
-            dim = dims[lvl]
-            arrays = self.levels[lvl]
-            if not isinstance(arrays, dict):
-                raise FormatError(
-                    f"{where}: expected a dict of arrays, got {type(arrays).__name__}"
-                )
-            extra = sorted(set(arrays) - set(kind.arrays))
-            if extra:
-                raise FormatError(
-                    f"{where}: unexpected array(s) {', '.join(map(repr, extra))}; a "
-                    f"{kind.name} level stores {list(kind.arrays) or 'no arrays'}"
-                )
-            for name in kind.arrays:
-                checks.index_array(where, name, arrays.get(name), idt)
-            state.level = lvl
-            kind.check(where, arrays, dim, fmt.unique(lvl), state)
-        count = state.count
-        vals = self.vals
-        if not isinstance(vals, np.ndarray):
-            raise FormatError(f"vals must be a numpy array, got {type(vals).__name__}")
-        if not self.plain:
-            self._validate_held(count)
-            return
-        value_dtype(vals.dtype)
-        if vals.dtype not in VALUE_DTYPES:
-            raise FormatError(f"vals has non-native byte order {vals.dtype.str}")
-        if vals.ndim != 1:
-            raise FormatError(f"vals must be 1-D, got shape {vals.shape}")
-        if not vals.flags.c_contiguous:
-            raise FormatError("vals is not C-contiguous")
-        if fmt.values is not None and vals.dtype != fmt.values.dtype:
-            raise FormatError(f"format '{fmt}' holds {fmt.values} values but vals is {vals.dtype}")
-        if len(vals) != count:
-            raise FormatError(
-                f"vals has length {len(vals)}, expected one per position of the last level "
-                f"= {count}"
-            )
-
-    def _validate_held(self, count: int) -> None:
-        """The vals array (and scales) of values numpy has no type for."""
-        from ucf.format.quantize import check_scales, held_length
-
-        fmt, vals = self.format, self.vals
-        want = held_length(fmt.values, count)
-        if vals.dtype != fmt.values.dtype or vals.ndim != 1 or not vals.flags.c_contiguous:
-            raise FormatError(
-                f"format '{fmt}' holds its values in a contiguous 1-D {fmt.values.dtype} "
-                f"array, got {vals.dtype} of shape {vals.shape}"
-            )
-        if len(vals) != want:
-            per = "two positions per byte" if fmt.values.packed else "one per position"
-            raise FormatError(
-                f"vals has length {len(vals)}, expected {want} ({per} of the last level, "
-                f"{count} positions)"
-            )
-        if fmt.values.quantized:
-            check_scales(self)
+        count = check_levels(self.shape, fmt, self.levels, self.index_dtype)
+        check_values(fmt, self.vals, count)
+        if fmt.values is not None and fmt.values.quantized:
+            check_scales(fmt, self.scales, self.group_count(fmt.values.level))
 
     # ------------------------------------------------------------ constructors
 
@@ -321,9 +220,7 @@ class Tensor:
     def from_scipy(
         cls, m: Any, format: Any = None, dtype: Any = None, index_dtype: Any = None
     ) -> Tensor:
-        from ucf.format.scipy_layouts import from_scipy
-
-        return from_scipy(m, format, dtype, index_dtype)
+        return INTERCHANGE["from_scipy"](m, format, dtype, index_dtype)
 
     @classmethod
     def zeros(
@@ -426,16 +323,12 @@ class Tensor:
     def to_torch(self) -> Any:
         """The torch tensor of the matching layout, sharing buffers where it can; see
         :func:`ucf.format.torch_layouts.to_torch`."""
-        from ucf.format.torch_layouts import to_torch
-
-        return to_torch(self if self.plain else self.astype(self.dtype))
+        return INTERCHANGE["to_torch"](self if self.plain else self.astype(self.dtype))
 
     def to_scipy(self, matrix: bool = False) -> Any:
         """A scipy sparse array (``matrix=True``: matrix) sharing buffers where scipy allows;
         see :func:`ucf.format.scipy_layouts.to_scipy`."""
-        from ucf.format.scipy_layouts import to_scipy
-
-        return to_scipy(self if self.plain else self.astype(self.dtype), matrix)
+        return INTERCHANGE["to_scipy"](self if self.plain else self.astype(self.dtype), matrix)
 
     # ------------------------------------------------------------ conversion
 
@@ -471,7 +364,7 @@ class Tensor:
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
         if not (self.plain and (fmt.values is None or fmt.values.plain)):
             return self._convert_held(fmt, idt, dtype)
-        dt = stored_dtype(fmt, dtype, self.dtype)
+        dt = fmt.stored_dtype(dtype, self.dtype)
         if fmt.structure == self.format.structure:
             out = self.astype(dt)
             if idt == self.index_dtype:
@@ -483,24 +376,22 @@ class Tensor:
             for lvl, lv in enumerate(out.levels):
                 if lv and dims[lvl] - 1 > np.iinfo(idt).max:
                     raise FormatError(
-                        f"{_where(fmt, lvl)}: dimension {dims[lvl]} does not fit index dtype "
-                        f"{idt}; use index_dtype=np.int64"
+                        f"{describe_level(fmt, lvl)}: dimension {dims[lvl]} does not fit index "
+                        f"dtype {idt}; use index_dtype=np.int64"
                     )
                 for name, arr in lv.items():
                     if arr.size:
-                        checks.fits(_where(fmt, lvl), f"{name} value", int(arr.max()), idt)
+                        checks.fits(describe_level(fmt, lvl), f"{name} value", int(arr.max()), idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
         if self.format.is_dense:
             return from_numpy(self.to_numpy(), fmt, dt, idt)
         if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
-            from ucf.format.scipy_layouts import from_scipy
-
             m = self.to_scipy()
             m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
             m.eliminate_zeros()
-            return from_scipy(m, fmt, dt, idt)
+            return INTERCHANGE["from_scipy"](m, fmt, dt, idt)
         coords, vals = self.to_coo()
         keep = vals != 0
         if not keep.all():
@@ -515,65 +406,20 @@ class Tensor:
         if fmt == self.format and idt == self.index_dtype and dtype is None:
             return self
         if fmt.values is None or fmt.values.plain:  # the numbers, in the type asked for
-            plain = self.astype(stored_dtype(fmt, dtype, self.dtype)) if not self.plain else self
+            plain = self.astype(fmt.stored_dtype(dtype, self.dtype)) if not self.plain else self
             return plain.convert(fmt, idt, dtype)
         plain = self.astype(self.dtype) if not self.plain else self
         if dtype is not None:
             raise FormatError(
                 f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"
             )
-        from ucf.format.quantize import encode
-
         kept = fmt.values == self.format.values and self.scales is not None
         kept = kept and (fmt.values.level is None or fmt.structure == self.format.structure)
         scales = (self.scales.scale, self.scales.zero_point) if kept else ()
-        return encode(plain.convert(fmt.structure, idt), fmt.values, *scales)
+        return held(plain.convert(fmt.structure, idt), fmt, *scales)
 
 
 # --------------------------------------------------------------------------- packing
-
-
-def _sort_sum(lc: np.ndarray, vals: np.ndarray, dims: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Sort level-ordered coordinates lexicographically and sum duplicate tuples.
-
-    Whenever the index space fits in 63 bits, one linearized int64 key is
-    sorted and the coordinates are decoded from it afterwards: that beats a
-    lexsort and avoids a random gather of every coordinate column.  The sort
-    is not stable, so duplicates are summed in an unspecified (but
-    deterministic) order.
-    """
-    nnz = len(vals)
-    if nnz == 0 or lc.shape[1] == 0:
-        return lc, vals
-    if math.prod(dims) < 2**63:
-        key = lc[:, 0].copy()
-        for j in range(1, lc.shape[1]):
-            key *= dims[j]
-            key += lc[:, j]
-        if bool(np.all(key[1:] > key[:-1])):
-            return lc, vals
-        perm = np.argsort(key)
-        key = key[perm]
-        vals = vals[perm]
-        new = key[1:] != key[:-1]
-        if not new.all():
-            starts = np.flatnonzero(np.concatenate(([True], new)))
-            vals = np.add.reduceat(vals, starts)
-            key = key[starts]
-        out = np.empty((len(key), lc.shape[1]), dtype=np.int64, order="F")
-        for j in range(lc.shape[1] - 1, 0, -1):
-            key, out[:, j] = np.divmod(key, dims[j])
-        out[:, 0] = key
-        return out, vals
-    perm = np.lexsort(lc.T[::-1])
-    lc = lc[perm]
-    vals = vals[perm]
-    new = np.any(lc[1:] != lc[:-1], axis=1)
-    if not new.all():
-        starts = np.flatnonzero(np.concatenate(([True], new)))
-        vals = np.add.reduceat(vals, starts)
-        lc = lc[starts]
-    return lc, vals
 
 
 def pack(
@@ -584,60 +430,9 @@ def pack(
     idt: np.dtype,
     sorted_unique: bool = False,
 ) -> Tensor:
-    """Build level arrays from coordinates given in *level* order (nnz, levels).
-
-    Every entry is tracked by its position at the current level; positions
-    are non-decreasing in lexicographic order, so a C run's new positions are
-    exactly the entries whose (parent, run coordinates) differ from their
-    predecessor.
-    """
-    dims = fmt.level_dims(shape)
-    dt = vals.dtype
-    if not fmt.levels:
-        total = vals.sum(dtype=dt) if len(vals) else dt.type(0)
-        return Tensor((), fmt, [], np.array([total], dtype=dt), idt, check=False)
-    if not sorted_unique:
-        lc, vals = _sort_sum(lc, vals, dims)
-    nnz = len(vals)
-    for lvl in range(len(fmt.levels)):
-        if fmt.levels[lvl].arrays:
-            checks.fits(_where(fmt, lvl), "dimension", dims[lvl] - 1, idt)
-    state = Packing(
-        lc,
-        dims,
-        idt,
-        np.zeros(nnz, dtype=np.int64),
-        where=lambda lvl: _where(fmt, lvl),
-        owner=lambda lvl, e: _owner(fmt, lc[e, :lvl]),
-    )
-    levels: list[dict[str, np.ndarray]] = []
-    for lvl, kind in enumerate(fmt.levels):
-        levels.append(kind.pack(lvl, fmt.run_end(lvl), state))
-        checks.fits(_where(fmt, lvl), "position count", state.count, idt)
-    parent, count = state.parent, state.count
-    if nnz == count and (nnz == 0 or (parent[-1] == nnz - 1)):
-        out = np.ascontiguousarray(vals)
-    else:
-        out = np.zeros(count, dtype=dt)
-        out[parent] = vals
+    """A tensor from coordinates given in *level* order (see ``storage.pack_levels``)."""
+    levels, out = pack_levels(shape, fmt, lc, vals, idt, sorted_unique)
     return Tensor(shape, fmt, levels, out, idt, check=False)
-
-
-def _coords_array(coords: Any, order: int | None) -> np.ndarray:
-    c = np.asarray(coords)
-    if c.ndim == 2 and c.size == 0 and (order is None or c.shape[1] == order):
-        return np.zeros(c.shape, dtype=np.int64)  # keeps the row count of order-0 input
-    if c.size == 0:
-        n = order if order is not None else (c.shape[1] if c.ndim == 2 else 0)
-        return np.zeros((0, n), dtype=np.int64)
-    if c.ndim == 1 and order == 1:
-        c = c[:, None]
-    if c.ndim != 2 or (order is not None and c.shape[1] != order):
-        want = f"(nnz, {order})" if order is not None else "(nnz, order)"
-        raise ShapeError(f"coords must have shape {want}, got {c.shape}")
-    if c.dtype.kind not in "iu":
-        raise FormatError(f"coordinates must be integers, got dtype {c.dtype}")
-    return c.astype(np.int64, copy=False)
 
 
 @boundary
@@ -656,7 +451,7 @@ def from_coo(
     dense.
     """
     order = len(as_shape(shape)) if shape is not None else None
-    c = _coords_array(coords, order)
+    c = coords_array(coords, order)
     if shape is None:
         shape = tuple(int(x) + 1 for x in c.max(axis=0)) if len(c) else (0,) * c.shape[1]
     shape = as_shape(shape)
@@ -671,7 +466,7 @@ def from_coo(
     fmt = parse_format("dense" if format is None else format, order=len(shape))
     if not plain_values(fmt, dtype):
         return held(from_coo(c, v, shape, fmt.structure, None, index_dtype), fmt)
-    dt = stored_dtype(fmt, dtype, np.float64 if v.size == 0 and v.dtype == object else v.dtype)
+    dt = fmt.stored_dtype(dtype, np.float64 if v.size == 0 and v.dtype == object else v.dtype)
     # A copy, because packing may hand this buffer to the tensor as its vals.
     v = v.astype(dt, copy=True)
     for m, d in enumerate(shape):
@@ -699,7 +494,7 @@ def from_numpy(
     fmt = parse_format("dense" if format is None else format, order=a.ndim)
     if not plain_values(fmt, dtype):
         return held(from_numpy(a, fmt.structure, None, index_dtype), fmt)
-    dt = stored_dtype(fmt, dtype, a.dtype)
+    dt = fmt.stored_dtype(dtype, a.dtype)
     idt = index_dtype_of(index_dtype)
     if fmt.blocked:
         nz = np.nonzero(a)
@@ -739,7 +534,7 @@ def zeros(shape: Any, format: Any = None, dtype: Any = None, index_dtype: Any = 
     lc = np.zeros((0, len(shape)), dtype=np.int64)
     if not plain_values(fmt, dtype):
         return held(zeros(shape, fmt.structure, None, index_dtype), fmt)
-    dt = stored_dtype(fmt, dtype, np.float64)
+    dt = fmt.stored_dtype(dtype, np.float64)
     return pack(shape, fmt, lc, np.zeros(0, dtype=dt), index_dtype_of(index_dtype))
 
 
@@ -754,13 +549,24 @@ def plain_values(fmt: Format, dtype: Any) -> bool:
     return False
 
 
-def held(plain: Tensor, fmt: Format) -> Tensor:
-    """``plain`` (holding numbers) in ``fmt``'s values: bfloat16 rounded, int4 packed
-    (integers in -8..7 only), quantized values with symmetric scales (see
-    ``ucf.quantize`` to give them)."""
-    from ucf.format.quantize import encode
-
-    return encode(plain, fmt.values)
+def held(
+    plain: Tensor, fmt: Format, scale: Any = None, zero_point: Any = None, name: str = ""
+) -> Tensor:
+    """``plain`` (holding numbers, in ``fmt``'s structure) in ``fmt``'s values: bfloat16
+    rounded, int4 packed (integers in -8..7 only), quantized values with the scales
+    given, else symmetric ones (``ucf.quantize`` gives them)."""
+    fmt = replace(plain.format, values=fmt.values)
+    level = fmt.values.level
+    vals, scales = encode(
+        fmt.values,
+        plain.vals,
+        lambda: plain.scale_groups(level),
+        plain.group_count(level),
+        scale,
+        zero_point,
+        f"tensor {name}: " if name else "",
+    )
+    return Tensor(plain.shape, fmt, plain.levels, vals, plain.index_dtype, False, scales)
 
 
 # --------------------------------------------------------------------------- scipy

@@ -22,8 +22,16 @@ from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, b
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import from_compressed
-from ucf.format.tensor import Tensor, foreign_type, from_coo, from_numpy, held, plain_values
-from ucf.format.values import VALUES, index_dtype_of, stored_dtype, value_dtype
+from ucf.format.tensor import (
+    INTERCHANGE,
+    Tensor,
+    foreign_type,
+    from_coo,
+    from_numpy,
+    held,
+    plain_values,
+)
+from ucf.format.values import VALUES, index_dtype_of, value_dtype
 
 #: torch's value dtypes that ucf kernels read, by name (torch.float64 -> "float64").
 VALUE_NAMES = tuple(VALUES)
@@ -59,7 +67,7 @@ def _values(torch: Any, v: Any, dtype: Any, where: str, fmt: Format | None) -> n
     """A numpy view of torch values (a cast copy when ``dtype``, or the values ``fmt``
     states, ask for another)."""
     if fmt is not None and fmt.values is not None:
-        dtype = stored_dtype(fmt, dtype, np.float64)
+        dtype = fmt.stored_dtype(dtype, np.float64)
     if dtype is not None:
         dt = value_dtype(dtype)
         if v.is_complex():
@@ -257,3 +265,6 @@ def to_torch(tensor: Tensor) -> Any:
     indices = torch.from_numpy(np.ascontiguousarray(coords.T))
     values = torch.from_numpy(vals.copy())
     return torch.sparse_coo_tensor(indices, values, size=size, check_invariants=False).coalesce()
+
+
+INTERCHANGE["to_torch"] = to_torch

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, UcfError
 from ucf.ir.nodes import NUMPY_TO_IR, STORAGE_TYPES
-
-if TYPE_CHECKING:
-    from ucf.format.format import Format
 
 
 @dataclass(frozen=True)
@@ -191,28 +188,6 @@ def value_dtype(dtype: Any, name: str = "") -> np.dtype:
             f"{who}value dtype {dt} is not supported; use one of {', '.join(VALUES)}"
         )
     return dt
-
-
-def stored_dtype(fmt: Format, dtype: Any, found: Any) -> np.dtype:
-    """The dtype a tensor in ``fmt`` holds when built from values of dtype ``found``
-    with ``dtype`` asked for: the values ``fmt`` states, else ``dtype``, else ``found``.
-    A cast (to a stated or an asked dtype) refuses inputs that are not numbers."""
-    if dtype is None and fmt.values is None:
-        return value_dtype(found)
-    if fmt.values is not None and not fmt.values.plain:
-        raise FormatError(
-            f"format '{fmt}' holds {fmt.values} values, which this constructor cannot build; "
-            "use ucf.from_numpy, from_scipy, from_coo or ucf.quantize"
-        )
-    reject_nonnumeric(np.dtype(found))
-    if fmt.values is None:
-        return value_dtype(dtype)
-    if dtype is not None and value_dtype(dtype) != fmt.values.dtype:
-        raise FormatError(
-            f"format '{fmt}' holds {fmt.values} values but dtype={value_dtype(dtype)} was "
-            "asked for; give one of them"
-        )
-    return fmt.values.dtype
 
 
 def check_lossless(vals: np.ndarray, dtype: np.dtype, name: str) -> None:

@@ -41,7 +41,7 @@ IR_TO_C = {
 
 
 #: Vector types are an element type and a lane count, ``f32x8``: only the register
-#: blocking of ``ucf.lower.registers`` makes them, for the CPU targets.
+#: blocking of ``ucf.passes.registers`` makes them, for the CPU targets.
 VECTOR_ELEMENTS = ("f32", "f64", "i32", "i64", "i8", "u8")
 
 
@@ -127,7 +127,7 @@ class PairDot(Expr):
     """Two vectors of ``i32`` whose 32-bit lanes each hold two int16, the low half
     first: per lane ``low(left) * low(right) + high(left) * high(right)``, the products
     and their sum in int32. It is x86's ``pmaddwd``, 16 products in one AVX2
-    instruction: ``ucf.lower.pairs`` makes it for products of 8-bit integers, two steps
+    instruction: ``ucf.passes.pairs`` makes it for products of 8-bit integers, two steps
     of a reduction per lane (exact: no sum of two such products leaves int32)."""
 
     left: Expr
@@ -145,7 +145,7 @@ class QuadDot(Expr):
     operand's byte, zero-extended, times the ``signed`` operand's byte, sign-extended,
     all in int32 (wrapping, never saturating). It is x86's ``vpdpbusd`` (AVX-512 VNNI,
     or AVX-VNNI's VEX form), 32 products and their sum into the accumulator in one
-    instruction: ``ucf.lower.pairs`` makes it for int8 times uint8, four steps of a
+    instruction: ``ucf.passes.pairs`` makes it for int8 times uint8, four steps of a
     reduction per lane."""
 
     unsigned: Expr
@@ -162,7 +162,7 @@ class FMA(Expr):
     """``left * right + addend`` rounded once, as IEEE 754's fusedMultiplyAdd, on floats
     or vectors of them: one instruction (``vfmadd``) on x86 with FMA3, and the same value
     on every target, where a multiply and an add would round twice. ``add_product``
-    makes it for every accumulation of a product (``ucf.lower.fma``)."""
+    makes it for every accumulation of a product (``ucf.passes.fma``)."""
 
     left: Expr
     right: Expr
@@ -414,7 +414,7 @@ def mul(a: Expr, b: Expr) -> Expr:
 
 def add_product(acc: Expr, term: Expr) -> Expr:
     """``acc + term``, fused into one ``FMA`` when ``term`` is a product of floats: the
-    one rule by which ucf fuses (``ucf.lower.fma``)."""
+    one rule by which ucf fuses (``ucf.passes.fma``)."""
     if isinstance(term, Bin) and term.op == "*" and element(term.type) in FLOAT_TYPES:
         if term.type == acc.type:
             return FMA(term.left, term.right, acc)

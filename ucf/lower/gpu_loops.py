@@ -1,4 +1,4 @@
-"""The GPU loops of one nest and what the mapping decides for each (``ucf.lower.gpu``)."""
+"""The GPU loops of one nest and what the mapping decides for each (``ucf.lower.gpu_grid``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Zero extension: every lane of a group reaches every collective (``ucf.lower.gpu``)."""
+"""Zero extension: every lane of a group reaches every collective (``ucf.lower.gpu_grid``)."""
 
 from __future__ import annotations
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.gpu import GROUP_CALLS
+from ucf.ir.gpu_nodes import GROUP_CALLS
 from ucf.ir.nodes import Const, Var
 from ucf.ir.walk import (
     names,

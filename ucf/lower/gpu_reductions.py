@@ -1,5 +1,5 @@
 """How every store of a GPU nest combines the work of the threads that run it:
-plain, atomic, or reduced over a group's tile (``ucf.lower.gpu``)."""
+plain, atomic, or reduced over a group's tile (``ucf.lower.gpu_grid``)."""
 
 from __future__ import annotations
 

@@ -42,11 +42,11 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import functions, sort, transforms
+from ucf.lower import elementwise, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
-from ucf.lower.blocks import BlocksMixin
 from ucf.lower.coiterate import CoiterationMixin
+from ucf.lower.coordinate_split import BlocksMixin
 from ucf.lower.fused import FusedMixin
 from ucf.lower.held import HeldMixin
 from ucf.lower.iterators import IteratorsMixin
@@ -228,7 +228,7 @@ class Lowerer(
             raise UnsupportedError("division is not supported in integer kernels")
         for t in walk(self.term):
             if isinstance(t, Func):
-                functions.check(t.fn, self.vt)
+                elementwise.check(t.fn, self.vt)
         if self.reduces and self.applied is not None and self.applied.precompute:
             raise UnsupportedError(
                 f"precompute in {stmt}: a statement with nested sums cannot be precomputed "
@@ -401,7 +401,7 @@ class Lowerer(
         if isinstance(t, Temp):
             return self.rescaled.get(t.id, self.temps[t.id])
         if isinstance(t, Func):
-            return functions.apply(t.fn, [self._value(a, st) for a in t.args])
+            return elementwise.apply(t.fn, [self._value(a, st) for a in t.args])
         assert isinstance(t, Op), f"{t} reached a leaf uncomputed"
         return ir.Bin(t.op, self._value(t.left, st), self._value(t.right, st))
 

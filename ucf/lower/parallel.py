@@ -1,5 +1,5 @@
 """``parallelize``: CPU threads and vector lanes with their race strategies, and GPU
-units marked for ``ucf.lower.gpu``."""
+units marked for ``ucf.lower.gpu_grid``."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def _parallelize_loop(
 
 
 def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:
-    """Mark a loop for the GPU; ``ucf.lower.gpu`` checks the whole nest and maps it.
+    """Mark a loop for the GPU; ``ucf.lower.gpu_grid`` checks the whole nest and maps it.
 
     Only the CUDA target gets here (``ucf.pipeline`` refuses GPU units on the others).
     A range's setup (a fused ``pos`` loop's search) moves into each iteration, as for

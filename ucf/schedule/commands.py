@@ -351,7 +351,7 @@ class Condense(Command):
     """``condense(k, A, depth)``: gather A's live micro-tiles along k into dense compute
     tiles ``depth`` deep. Whether k may be condensed is checked on the statement
     (``ucf.cin.invariance.check_schedule``). Kernels that gather exist only for a dynamic
-    operand (``ucf.exec.dynamic``), which handles the command before lowering; reaching
+    operand (``ucf.stile.dynamic``), which handles the command before lowering; reaching
     it here means A is not dynamic."""
 
     arity = (3,)
@@ -368,7 +368,7 @@ class Condense(Command):
 
 class DismantleCommand(Command):
     """``dismantle(v)`` or ``dismantle(v, values)``: unroll ``v`` and the loops around it
-    over the patterns of the operands given in ``static=`` (see ``ucf.lower.dismantle``).
+    over the patterns of the operands given in ``static=`` (see ``ucf.passes.dismantle``).
     Every one of those loops must walk a level of a static operand, whose pattern then
     fixes its trip count."""
 

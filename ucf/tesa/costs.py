@@ -28,9 +28,10 @@ def measured_costs(
 
 
 def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
-    import ucf
-    from ucf.exec import cache
-    from ucf.exec.jit import num_threads
+    from ucf.exec.kernel import Kernel
+    from ucf.format.tensor import from_numpy
+    from ucf.toolchain import cache
+    from ucf.toolchain.jit import num_threads
 
     fields = {
         "kind": "tesa block cost",
@@ -45,8 +46,8 @@ def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
     if cost is not None:
         return cost
     fmt = "csr" if shape == (1, 1) else f"bcsr({shape[0]},{shape[1]})"
-    kernel = ucf.compile(SPMM, formats={"A": fmt}, dtype=dtype)
-    a = ucf.from_numpy(np.ones((ROWS, COLS), dtype=dtype), format=fmt)
+    kernel = Kernel(SPMM, {"A": fmt}, dtype=dtype)
+    a = from_numpy(np.ones((ROWS, COLS), dtype=dtype), format=fmt)
     b = np.ones((COLS, N), dtype=dtype)
     kernel(A=a, B=b)  # the first call binds and allocates
     best = float("inf")

@@ -29,11 +29,11 @@ from ucf.lang.ast import Access, Expr, text
 from ucf.lang.reductions import free_variables
 from ucf.tesa import rules
 from ucf.tesa.attribute import BITS_DTYPE, TeSA
+from ucf.tesa.graph import Graph, Node
 from ucf.tesa.rules import Const, MaskExpr
 
 if TYPE_CHECKING:
     from ucf.exec.kernel import Kernel
-    from ucf.tesa.program import Node, Program
 
 #: A width no rule lowers: what a demand or bound says where it does not prune.
 _ANY = np.iinfo(BITS_DTYPE).max
@@ -43,7 +43,7 @@ _kernels: dict[tuple[str, str], Kernel] = {}
 
 
 def propagate(
-    program: Program, method: str, samples: int, seed: int, shuffle: int | None
+    program: Graph, method: str, samples: int, seed: int, shuffle: int | None
 ) -> dict[str, TeSA]:
     state = _State(program, method, samples, seed)
     consumers: dict[str, list[int]] = {}
@@ -77,7 +77,7 @@ def propagate(
 
 def _visit(
     k: int,
-    program: Program,
+    program: Graph,
     state: _State,
     consumers: dict[str, list[int]],
     demands: dict[tuple[int, str], np.ndarray],
@@ -108,7 +108,7 @@ def _visit(
 class _State:
     """The widths of every tensor as propagation lowers them, and the rules' evaluation."""
 
-    def __init__(self, program: Program, method: str, samples: int, seed: int):
+    def __init__(self, program: Graph, method: str, samples: int, seed: int):
         self.bits = {name: np.array(a.bits) for name, a in program.attrs.items()}
         self.version = dict.fromkeys(self.bits, 0)
         self.scramble = method == "scramble"
@@ -265,14 +265,14 @@ def _call(
 ) -> np.ndarray:
     """Run ``out(lhs) = rhs`` as a ucf kernel (``sizes`` gives the extents of ``lhs``)
     and return the output as an array."""
-    import ucf
+    from ucf.exec.kernel import Kernel
 
     variables = {v for a in rhs._accesses for i in a.indices for v in i.variables}
     name = rules.fresh("out", set(operands) | variables)
     statement = f"{name}({', '.join(lhs)}) = {text(rhs)}" if lhs else f"{name} = {text(rhs)}"
     key = (statement, dtype)
     if key not in _kernels:
-        _kernels[key] = ucf.compile(statement, dtype=dtype)
+        _kernels[key] = Kernel(statement, dtype=dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConversionWarning)
         out = _kernels[key](shapes={name: tuple(sizes[v] for v in lhs)}, **operands)

@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from ucf.exec.kernel import Kernel
 from ucf.format.tensor import Tensor
 from ucf.tuning import probe, space
+from ucf.tuning.probe import reason
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
@@ -51,7 +53,7 @@ def clock() -> Callable[[], float]:
     which schedule won), nor trials that other threads of the process run meanwhile (Dask
     workers in one process); a one-thread kernel runs on the calling thread. With more,
     wall time, since CPU time would add the threads up."""
-    from ucf.exec.jit import num_threads
+    from ucf.toolchain.jit import num_threads
 
     return time.thread_time if num_threads() == 1 else time.perf_counter
 
@@ -149,9 +151,7 @@ class Objective:
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
 
     def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
-        import ucf  # through the package, so a test can replace ucf.compile
-
-        return ucf.compile(
+        return Kernel(
             self.statement,
             formats=self.formats if formats is None else formats,
             schedule=schedule,
@@ -193,7 +193,7 @@ class Objective:
         k = self.kernel(schedule, v.formats)
         seconds = probe.limit(self.baseline)
         if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
-            from ucf.exec.jit import num_threads
+            from ucf.toolchain.jit import num_threads
 
             request = probe.Call(
                 self.statement,
@@ -260,10 +260,3 @@ class Objective:
             trial.set_user_attr("failure", why)
             raise optuna.TrialPruned(why)
         return seconds
-
-
-def reason(e: Exception) -> str:
-    """What a failed trial reports: a UcfError's message, else the exception's type too."""
-    from ucf.errors import UcfError
-
-    return str(e) if isinstance(e, UcfError) else f"{type(e).__name__}: {e}"

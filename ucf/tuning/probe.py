@@ -155,7 +155,7 @@ class Probe:
         if self._conn is None:
             ours, theirs = socket.socketpair()
             env = dict(os.environ)
-            from ucf.exec import cache
+            from ucf.toolchain import cache
 
             env["UCF_CACHE_DIR"] = str(cache.cache_dir())  # load what this process compiled
             root = str(Path(__file__).resolve().parents[2])  # the ucf this process runs
@@ -196,8 +196,8 @@ _CHILD = "import sys; from ucf.tuning.probe import serve; serve(int(sys.argv[1])
 
 def serve(fd: int) -> None:
     """The child's loop: hold operands, load and call kernels, say how long a call took."""
-    import ucf
-    from ucf.tuning.measure import reason
+    from ucf.exec.kernel import Kernel
+    from ucf.toolchain.jit import set_num_threads
 
     conn = Connection(fd)
     held: dict[str, dict[str, Tensor]] = {}
@@ -211,8 +211,8 @@ def serve(fd: int) -> None:
             continue
         call: Call = message[1]
         try:
-            ucf.set_num_threads(call.threads)
-            k = ucf.compile(
+            set_num_threads(call.threads)
+            k = Kernel(
                 call.statement,
                 formats=call.formats,
                 schedule=call.schedule,
@@ -226,3 +226,8 @@ def serve(fd: int) -> None:
             conn.send(("done", time.perf_counter() - start))
         except Exception as e:
             conn.send(("error", reason(e)))
+
+
+def reason(e: Exception) -> str:
+    """What a failed trial reports: a UcfError's message, else the exception's type too."""
+    return str(e) if isinstance(e, UcfError) else f"{type(e).__name__}: {e}"

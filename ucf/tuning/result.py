@@ -68,7 +68,7 @@ class Tuned:
         shown = "default" if self.schedule is None else repr(self.schedule)
         return (
             f"Tuned({shown}, {self.time * 1e6:.1f} us vs default {self.default_time * 1e6:.1f} us"
-            f", {len(self.study.trials)} trials)"
+            f" ({self.speedup:.2f}x), {len(self.study.trials)} trials)"
         )
 
     @boundary

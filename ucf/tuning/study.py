@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import ConversionWarning, UcfError, UnsupportedError, boundary
-from ucf.exec import cache, tuned
+from ucf.exec import tuned
 from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
+from ucf.toolchain import cache
 from ucf.tuning import final, space
 from ucf.tuning.deps import need
 from ucf.tuning.measure import Objective, comparable, median_time
@@ -182,7 +183,7 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     space of its own, would otherwise try the formats that the operands' structure
     singled out only by chance. Then, up to a ``SEED_SHARE`` of the trials, the seed
     schedules of the given formats (``space.seed_params``)."""
-    from ucf.exec.jit import num_threads
+    from ucf.toolchain.jit import num_threads
 
     v = objective.variant(objective.formats)
     found = [{**_defaults(objective, v.formats, v.problem)}]
@@ -436,7 +437,7 @@ def _result(study: Any, objective: Objective) -> Tuned:
         baseline = objective.baseline
         return Tuned(None, baseline, baseline, study, default, reasons, given.formats)
     entries = [(None, given, default)]
-    from ucf.exec.jit import num_threads
+    from ucf.toolchain.jit import num_threads
 
     for t in final.finalists(done, _plan, num_threads()):
         schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")

@@ -1,4 +1,5 @@
-"""Level kinds, one module each, behind the protocol of :mod:`ucf.format.levels.base`.
+"""Level kinds, one module each (COO's pair, compressed and singleton, share one), behind
+the protocol of :mod:`ucf.format.levels.base`.
 
 ``KINDS`` maps a format letter to its kind; it is what format strings parse
 through, and the only place a new kind is registered. A kind whose letter takes a
@@ -6,10 +7,9 @@ number (``F4``) is registered without it and given it by ``with_parameter``.
 """
 
 from ucf.format.levels.base import Checking, LevelKind, Packing
-from ucf.format.levels.compressed import COMPRESSED
+from ucf.format.levels.compressed import COMPRESSED, SINGLETON
 from ucf.format.levels.dense import DENSE
 from ucf.format.levels.fixed import FIXED_WIDTH
-from ucf.format.levels.singleton import SINGLETON
 from ucf.format.levels.unordered import UNORDERED
 
 KINDS: dict[str, LevelKind] = {

@@ -54,8 +54,7 @@ class FixedWidth(LevelKind):
         """Cut into blocks, a segment's w coordinates fall into any number of blocks, so
         the block and the place in it are stored compressed (a tensor re-packed for a
         statement whose other tensors block the variable)."""
-        from ucf.format.levels.compressed import COMPRESSED
-        from ucf.format.levels.singleton import SINGLETON
+        from ucf.format.levels.compressed import COMPRESSED, SINGLETON
 
         return (COMPRESSED, COMPRESSED) if unique else (COMPRESSED, SINGLETON)
 

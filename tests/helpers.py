@@ -1,0 +1,133 @@
+"""Helpers the tests share: targets, random operands of small integer values, and
+stored-coordinate sets. Fixtures live in ``tests/conftest.py``."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+CC = shutil.which("cc")
+HAVE_CC = CC is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="target 'c' needs a C compiler (cc)")
+
+
+#: Both code generators; the C one is skipped without a C compiler.
+TARGETS = ["llvm", pytest.param("c", marks=needs_cc)]
+
+
+def target_param(t: str):
+    """A target as a pytest param, with the C-compiler skip mark where needed."""
+    return pytest.param(t, marks=needs_cc) if t == "c" else t
+
+
+def format_targets(formats, on_c) -> list:
+    """(format, target) params: every format on llvm, those in ``on_c`` on c too, and
+    the others on c in the slow run only (the c target's compiles are what cost)."""
+    out = []
+    for f in formats:
+        out.append(pytest.param(f, "llvm", id=f"{f}-llvm"))
+        marks = [needs_cc] if f in on_c else [needs_cc, pytest.mark.slow]
+        out.append(pytest.param(f, "c", marks=marks, id=f"{f}-c"))
+    return out
+
+
+def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):
+    """``n`` small integer-valued entries (exact in every dtype), never zero."""
+    v = rng.integers(low, high, size=n)
+    if signed:
+        v = v * rng.choice([-1, 1], size=n)
+    return v.astype(dtype)
+
+
+def rand_sparse(
+    rng, shape, density=0.3, dtype=np.float64, empty_rows=1, low=1, high=10, signed=True
+):
+    """A dense array with about ``density`` nonzeros and ``empty_rows`` all-zero mode-0 slices.
+
+    Values are small nonzero integers so that results are exact in float32,
+    float64 and int64 and never cancel accidentally when ``signed`` is False.
+    """
+    shape = tuple(shape)
+    a = np.zeros(shape, dtype=dtype)
+    mask = rng.random(shape) < density
+    if shape and shape[0] > 1 and empty_rows:
+        rows = rng.choice(shape[0], size=min(empty_rows, shape[0] - 1), replace=False)
+        mask[rows] = False
+    a[mask] = rand_values(rng, int(mask.sum()), dtype, low, high, signed)
+    return a
+
+
+def rand_dense(rng, shape, dtype=np.float64, low=1, high=10, signed=True):
+    """A fully dense array of small nonzero integer values."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return rand_values(rng, n, dtype, low, high, signed).reshape(shape)
+
+
+def stored_coords(t) -> set[tuple[int, ...]]:
+    """The set of coordinates a ucf.Tensor stores (explicit zeros included)."""
+    coords, _ = t.to_coo()
+    return {tuple(int(x) for x in row) for row in coords}
+
+
+def nonzero_coords(a) -> set[tuple[int, ...]]:
+    """The coordinates of a dense array's nonzeros."""
+    return {tuple(int(x) for x in row) for row in np.argwhere(np.asarray(a) != 0)}
+
+
+def matrix_formats(kinds=("UU", "UC", "CU", "CC")) -> list[str]:
+    """Every level-kind string with both mode orders."""
+    return [f"{k}:{o}" for k in kinds for o in ("0,1", "1,0")]
+
+
+def uc_combos(order: int) -> list[str]:
+    """All 2**order U/C level strings of the given order."""
+    out = [""]
+    for _ in range(order):
+        out = [s + c for s in out for c in "UC"]
+    return out
+
+
+def arrival_operands(rng, cols: int) -> tuple:
+    """CSR A and B whose product C = A @ B has rows that reach a Gustavson workspace in
+    chosen orders, one row per way its sort goes: short lists, sorted and reversed ones,
+    ranked, bucketed and radix-sorted ones (keys bunched in a few buckets of a wide
+    range), a narrow range, and the full row. Row r of A picks, in order, rows of B that
+    hold one entry each, at the coordinates of list r."""
+    import scipy.sparse as sp
+
+    assert cols >= 5000
+    few = rng.choice(np.arange(80, 2000), 20, replace=False)
+    bunched = 3000 + np.concatenate([rng.permutation(80), few])
+    lists = [
+        rng.permutation(cols)[:2],
+        rng.permutation(cols)[:16],
+        np.sort(rng.permutation(cols)[:200]),
+        np.sort(rng.permutation(cols)[:200])[::-1],
+        *(rng.permutation(cols)[:n] for n in (17, 32, 33, 100, 1000)),
+        rng.permutation(bunched),
+        1000 + rng.permutation(300),
+        rng.permutation(cols),
+    ]
+    starts = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
+    picks = np.arange(starts[-1])
+    a = sp.csr_matrix((rng.integers(1, 5, picks.size) * 1.0, picks, starts))
+    keys = np.concatenate(lists)
+    b = sp.csr_matrix(
+        (rng.integers(1, 5, keys.size) * 1.0, keys, np.arange(keys.size + 1)),
+        shape=(keys.size, cols),
+    )
+    return a, b
+
+
+def tile_mask(rng, shape, tile, sparsity):
+    """A mask whose live elements come in whole ``tile``s (cut at the edges), each tile
+    dead with probability ``sparsity``, and inside a live tile each element live with
+    probability 0.7 (so tiles are not all full)."""
+    grid = [-(-n // t) for n, t in zip(shape, tile, strict=True)]
+    live = rng.random(grid) >= sparsity
+    for axis, t in enumerate(tile):
+        live = np.repeat(live, t, axis=axis)
+    live = live[tuple(slice(0, n) for n in shape)]
+    return live & (rng.random(shape) < 0.7)

@@ -1,0 +1,84 @@
+"""TACO's three-argument ``precompute(expr, i, iw)``, which names its workspace,
+checked with TACO's published CPU schedules verbatim against numpy and scipy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from tests.helpers import TARGETS, rand_sparse
+
+# tensor-compiler.org's default CPU schedules (MTTKRP and SpGEMM), word for word
+# apart from the spaces TACO's web form puts in unit names.
+MTTKRP = (
+    "reorder(i,k,l,j); precompute(B(i,k,l) * D(l,j),j,j); split(i,i0,i1,32); "
+    "parallelize(i0,CPUThread,NoRaces)"
+)
+SPGEMM = (
+    "reorder(i,k,j); precompute(B(i,k) * C(k,j),j,j); assemble(A,Insert); "
+    "parallelize(i,CPUThread,NoRaces)"
+)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_taco_mttkrp_schedule(target):
+    rng = np.random.default_rng(1)
+    B = rand_sparse(rng, (40, 7, 6), 0.2, empty_rows=3)
+    C, D = rng.random((7, 5)), rng.random((6, 5))
+    k = ucf.compile(
+        "A(i,j) = B(i,k,l) * D(l,j) * C(k,j)", formats={"B": "csf"}, schedule=MTTKRP, target=target
+    )
+    assert "precomputed into workspace w(j)" in k.cin
+    got = k(B=B, C=C, D=D).to_numpy()
+    np.testing.assert_allclose(got, np.einsum("ikl,lj,kj->ij", B, D, C), rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_taco_spgemm_schedule(target):
+    B = sp.random(50, 30, density=0.1, format="csr", random_state=2)
+    C = sp.random(30, 40, density=0.1, format="csr", random_state=3)
+    k = ucf.compile(
+        "A(i,j) = B(i,k) * C(k,j)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule=SPGEMM,
+        target=target,
+    )
+    got = k(B=B, C=C)
+    got.validate()
+    np.testing.assert_allclose(got.to_numpy(), (B @ C).toarray(), rtol=1e-12)
+
+
+def test_the_chosen_name_avoids_tensors_and_variables():
+    A = sp.random(12, 9, density=0.3, format="csc", random_state=4)
+    w = np.arange(9.0)
+    k = ucf.compile(
+        "y(i) = A(i,j) * w(j)", formats={"A": "csc"}, schedule="precompute(A(i,j)*w(j),i,i)"
+    )
+    assert "workspace w1(i)" in k.cin
+    np.testing.assert_allclose(k(A=A, w=w).to_numpy(), A @ w)
+
+
+def test_fluent_precompute_without_a_name():
+    s = ucf.Schedule().reorder("i", "k", "j").precompute("B(i,k)*C(k,j)", "j", "j")
+    assert str(s) == "reorder(i, k, j); precompute(B(i,k)*C(k,j), j, j)"
+    named = ucf.Schedule().precompute("B(i,k)*C(k,j)", "j", "j", "acc")
+    assert str(named).endswith("j, j, acc)")
+
+
+@pytest.mark.parametrize(
+    "schedule, words",
+    [
+        ("precompute(B(i,k)*C(k,j),j)", ["precompute takes (expr, i, iw) or (expr, i, iw, w)"]),
+        ("reorder(i,k,j); precompute(B(i,k)*C(k,j),j,j,A)", ["workspace name A is already"]),
+        ("reorder(i,k,j); precompute(B(i,k)*C(k,j),j,j,B)", ["workspace name B is already"]),
+        ("reorder(i,k,j); precompute(B(i,k)*C(k*k,j),j,j)", ["expression does not parse", "^"]),
+        ("fuse(i,k,f); precompute(B(i,k)*C(k,j),f,f)", ["f iterates several variables"]),
+    ],
+)
+def test_bad_precompute_forms(schedule, words):
+    with pytest.raises(ucf.ScheduleError) as e:
+        ucf.compile("A(i,j) = B(i,k) * C(k,j)", formats={"B": "csr", "C": "csr"}, schedule=schedule)
+    for w in words:
+        assert w in str(e.value)

@@ -1,0 +1,201 @@
+"""TeSA storage kernels under AddressSanitizer: blocked (bcsr, bcsc, block DCSR, a
+transposed block order), fixed-width (ell, nm), quantized and half-precision operands,
+with the register-tiled micro-kernels, paired 8-bit products and converted broadcast
+factors they run, on extents the blocks do not divide (the padded split) and on
+empty and full matrices.
+
+Each case calls the kernel from Python once and records what ucf hands the compiled
+function (extents, the split operands, the output's shape), then runs the saved C
+kernel on exactly-sized heap copies of those arrays under ASan. Its output must equal
+the Python call's, which must match numpy."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ucf
+from tests.asan import run_under_asan
+from ucf.exec.kernel import Kernel
+
+SPMM = "C(i,j) = A(i,k) * B(k,j)"
+SPMV = "y(i) = A(i,k) * x(k)"
+
+
+def _recorded(monkeypatch, kernel: Kernel, **operands):
+    """(extents, operands as split, output) of the compute function's one call, and
+    the call's result."""
+    seen = []
+    real = Kernel._invoke
+
+    def record(self, fn, extents, slots, output, counts=None):
+        if fn.name == "kernel":
+            seen.append((dict(extents), dict(slots), output))
+        return real(self, fn, extents, slots, output, counts)
+
+    with monkeypatch.context() as m:
+        m.setattr(Kernel, "_invoke", record)
+        result = kernel(**operands)
+    assert len(seen) == 1
+    return (*seen[0], result)
+
+
+def _check(monkeypatch, asan_cc, tmp_path, kernel, expected, rtol=1e-5, **operands):  # noqa: F811
+    extents, slots, output, result = _recorded(monkeypatch, kernel, **operands)
+    np.testing.assert_allclose(np.asarray(result), expected, rtol=rtol, atol=rtol)
+    under = run_under_asan(
+        asan_cc, tmp_path, kernel, "dense", output.shape, extents, slots
+    ).vals.reshape(output.shape)
+    np.testing.assert_allclose(under, np.asarray(output.vals).reshape(output.shape), rtol=rtol)
+
+
+def _block_sparse(rng, shape, block, density, dtype=np.float32) -> np.ndarray:
+    """Blocks live with ``density``, every element of a live block nonzero, cut to
+    ``shape`` (a partial block at the edges)."""
+    grid = [-(-n // b) for n, b in zip(shape, block, strict=True)]
+    live = np.kron(rng.random(grid) < density, np.ones(block))[: shape[0], : shape[1]]
+    return (live * (rng.random(shape) + 0.5)).astype(dtype)
+
+
+CASES = {"partial": 0.4, "empty": 0.0, "full": 1.0}
+
+
+BLOCKED = [
+    *(("bcsr(8,8)", d) for d in CASES),
+    *((f, "partial") for f in ("bcsc(8,4)", "bdcsr(4,8)", "UCUU:1/8,0/8,1%8,0%8")),
+]
+
+
+@pytest.mark.parametrize(("fmt", "case"), BLOCKED)
+def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
+    """Extents of 20 x 27 over blocks of 8 leave partial blocks; 37 columns of B leave
+    a tail after the register tiles of 16."""
+    rng = np.random.default_rng(1)
+    a = _block_sparse(rng, (20, 27), (8, 8), CASES[case])
+    b = rng.standard_normal((27, 37)).astype(np.float32)
+    k = ucf.compile(SPMM, formats={"A": fmt}, target="c", dtype="float32")
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format=fmt), B=b)
+
+
+@pytest.mark.parametrize("density", [0.4, 0.0], ids=["partial", "empty"])
+def test_quantized_blocks_converted_once_per_row_group(monkeypatch, asan_cc, tmp_path, density):  # noqa: F811
+    """``bcsr@qint8:1`` (a scale per block) times float32: the dequantized block is the
+    broadcast factor, converted into a buffer once per group of rows."""
+    rng = np.random.default_rng(2)
+    a = _block_sparse(rng, (19, 24), (8, 8), density) - 1.0 * (density > 0)
+    a[a == -1.0] = 0.0
+    b = rng.standard_normal((24, 21)).astype(np.float32)
+    t = ucf.quantize(a, format="bcsr(8,8)@qint8:1")
+    k = ucf.compile(SPMM, formats={"A": "bcsr(8,8)@qint8:1"}, target="c", dtype="float32")
+    assert "converted once per group" in k.cin
+    _check(monkeypatch, asan_cc, tmp_path, k, t.to_numpy() @ b, rtol=1e-4, A=t, B=b)
+
+
+@pytest.mark.parametrize("density", [0.4, 1.0], ids=["partial", "full"])
+def test_int8_blocks_times_uint8_in_pairs(monkeypatch, asan_cc, tmp_path, density):  # noqa: F811
+    """``bcsr@int8`` times ``dense@uint8`` into int32: k steps paired for pmaddwd, an odd
+    block width's last step alone; exact against numpy's integers."""
+    rng = np.random.default_rng(3)
+    live = _block_sparse(rng, (18, 30), (6, 6), density) != 0
+    a = np.where(live, rng.integers(-128, 128, live.shape), 0).astype(np.int8)
+    b = rng.integers(0, 256, (30, 19)).astype(np.uint8)
+    fmts = {"A": "bcsr(6,6)@int8", "B": "dense@uint8"}
+    k = ucf.compile(SPMM, formats=fmts, target="c", dtype="int32")
+    expected = a.astype(np.int64) @ b.astype(np.int64)
+    _check(monkeypatch, asan_cc, tmp_path, k, expected, A=ucf.from_numpy(a, format=fmts["A"]), B=b)
+
+
+@pytest.mark.parametrize("width", [1, 5])
+def test_ell_spmv_and_spmm_in_row_groups(monkeypatch, asan_cc, tmp_path, width):  # noqa: F811
+    """Rows of ``width`` entries (some padded with explicit zeros), 4 rows summed side by
+    side, 13 rows leaving a partial group."""
+    rng = np.random.default_rng(width)
+    a = np.zeros((13, 17), np.float32)
+    for r in range(13):
+        cols = rng.choice(17, size=rng.integers(0, width + 1), replace=False)
+        a[r, cols] = rng.random(len(cols)) + 0.5
+    t = ucf.from_numpy(a, format=f"ell({width})")
+    x, b = rng.random(17).astype(np.float32), rng.random((17, 9)).astype(np.float32)
+    fmt = {"A": f"ell({width})"}
+    spmv = ucf.compile(SPMV, formats=fmt, target="c", dtype="float32")
+    _check(monkeypatch, asan_cc, tmp_path / "v", spmv, a @ x, A=t, x=x)
+    spmm = ucf.compile(SPMM, formats=fmt, target="c", dtype="float32")
+    _check(monkeypatch, asan_cc, tmp_path / "m", spmm, a @ b, A=t, B=b)
+
+
+def test_two_of_four_spmm(monkeypatch, asan_cc, tmp_path):  # noqa: F811
+    """``nm(2,4)`` with 22 columns: the last group of 4 is partial."""
+    rng = np.random.default_rng(4)
+    a = np.zeros((9, 22), np.float32)
+    for r in range(9):
+        for g in range(0, 22, 4):
+            keep = rng.choice(np.arange(g, min(g + 4, 22)), size=min(2, 22 - g), replace=False)
+            a[r, keep] = rng.random(len(keep)) + 0.5
+    b = rng.random((22, 11)).astype(np.float32)
+    k = ucf.compile(SPMM, formats={"A": "nm(2,4)"}, target="c", dtype="float32")
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="nm(2,4)"), B=b)
+
+
+def test_half_values_widened_as_loaded(monkeypatch, asan_cc, tmp_path):  # noqa: F811
+    rng = np.random.default_rng(5)
+    a = _block_sparse(rng, (12, 10), (4, 2), 0.5, np.float16)
+    x = rng.random(10).astype(np.float32)
+    k = ucf.compile(SPMV, formats={"A": "bcsr(4,2)@float16"}, target="c", dtype="float32")
+    t = ucf.from_numpy(a, format="bcsr(4,2)@float16")
+    _check(monkeypatch, asan_cc, tmp_path, k, a.astype(np.float32) @ x, A=t, x=x)
+
+
+# A tensor read under two index lists beside a blocked operand (issue 32): each read
+# gets its own view of the split, so the kernel reads each view inside its own arrays.
+# With one view for both reads, D(j,i) walked D's (i, j) split with j's blocks of 3
+# where i's were 2: a heap-buffer-overflow read.
+VIEWS = [
+    ("y(i) = A(i,j) * x(j) + x(i)", "bcsr(2,3)", None),
+    ("s = A(i,j) * x(i) * x(j)", "bcsr(3,1)", None),
+    ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", "bcsr(2,3)", None),
+    ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", "bcsr(2,3)", "csr"),
+    ("C(i,k) = A(i,j) * A(j,k)", "nm(2,4)", None),
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "bcsr(2,3)", None),
+    # a diagonal searched in compressed rows, and in a copy of coo converted to be
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "csr", None),
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "coo", None),
+]
+
+
+@pytest.mark.parametrize(("expr", "fmt", "dfmt"), VIEWS)
+def test_a_tensor_read_twice_beside_blocks(monkeypatch, asan_cc, tmp_path, expr, fmt, dfmt):  # noqa: F811
+    rng = np.random.default_rng(32)
+    n = 8 if fmt.startswith("nm") else 7  # 7: partial blocks of 2 and of 3
+    if fmt.startswith("nm"):
+        a = np.zeros((n, n), np.float32)
+        for r in range(n):
+            for g in range(0, n, 4):
+                a[r, g + rng.choice(4, size=2, replace=False)] = rng.random(2) + 0.5
+    else:
+        a = ((rng.random((n, n)) < 0.5) * (rng.random((n, n)) + 0.5)).astype(np.float32)
+    x = rng.random(n).astype(np.float32)
+    d = ((rng.random((n, n)) < 0.6) * (rng.random((n, n)) + 0.5)).astype(np.float32)
+    ops = {"A": ucf.from_numpy(a, format=fmt)}
+    expected = {
+        "y(i) = A(i,j) * x(j) + x(i)": lambda: a @ x + x,
+        "s = A(i,j) * x(i) * x(j)": lambda: x @ a @ x,
+        "C(i,j) = A(i,j) + D(i,j) * D(j,i)": lambda: a + d * d.T,
+        "C(i,k) = A(i,j) * A(j,k)": lambda: a @ a,
+        "y(i) = A(i,i) * x(i) + A(i,j) * x(j)": lambda: np.diag(a) * x + a @ x,
+    }[expr]()
+    if "x(" in expr:
+        ops["x"] = x
+    if "D(" in expr:
+        ops["D"] = ucf.from_numpy(d, format=dfmt) if dfmt else d
+    formats = {"A": fmt, **({"D": dfmt} if dfmt else {})}
+    k = ucf.compile(expr, formats=formats, target="c", dtype="float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)  # re-packed views
+        extents, slots, output, result = _recorded(monkeypatch, k, **ops)
+    shape = np.shape(expected)
+    # under ASan first: the over-read is what this test is for, before any wrong answer
+    under = run_under_asan(asan_cc, tmp_path, k, "dense", output.shape, extents, slots)
+    np.testing.assert_allclose(under.vals, np.asarray(output.vals), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(result).reshape(shape), expected, rtol=1e-5)

@@ -1,0 +1,2 @@
+"""LLIR-to-LLIR passes after lowering: register blocking, int8 pairs, row groups,
+fused multiply-adds, and specialization to static operands (dismantle)."""

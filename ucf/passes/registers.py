@@ -1,0 +1,585 @@
+"""Register blocking of accumulation loop nests, for the CPU targets.
+
+The lowerer's innermost loops follow the storage: for SpMM over ``bcsr`` they are
+``i_in, k_in, j`` with ``C[i, j] += A[i, k] * B[k, j]`` innermost, so every
+multiply-add loads and stores C.  A compiler vectorizes the ``j`` loop but keeps C
+in memory, and the kernel runs at the speed of C's loads and stores, not of the
+arithmetic.
+
+This pass finds such nests, a loop ``j`` whose single statement accumulates into a
+row of the output at unit stride, inside a short reduction loop of constant trip
+count that leaves that row in place (a block's ``k_in``), optionally inside a loop
+of constant trip count over rows (a block's ``i_in``), and rewrites them as a
+micro-kernel: a tile of ``ROWS`` rows by a few vectors of ``j`` is loaded into
+registers, the whole reduction loop adds into it (each factor that does not vary
+with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
+do not fill a tile run in the original nest.
+
+When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``
+is the same for every group of the block's rows), those rows are first copied into a
+panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
+rows from consecutive addresses instead of rows one row stride apart (4 KB for a
+1024-column B, all in one L1 set), and the copy reads each row once, start to end.
+The panel is a workspace of each thread. What is packed is the largest part of the
+product that all groups read alike: a load, or a computation on loads, such as a
+quantized block's ``(q - zero) * scale``, which then runs once per block instead of
+once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
+make enough groups. The factor each row broadcasts, when it too is computed (the
+quantized block ``A`` of ``A(i,k) * B(k,j)``), is converted once per group of rows into a
+buffer of the group's rows by the reduction's steps, not once per tile of ``j``.
+Products of 8-bit integers into int32 take the micro-kernel of
+``ucf.passes.pairs`` instead, two or four steps of the reduction per multiply.
+
+Every output element still sums its terms in the same order, each a fused multiply-add
+(``ir.add_product``) as the original nest's are after ``ucf.passes.fma``, so the result is
+bit for bit the original's.  The vectors are LLIR vector types, which the LLVM and C
+code generators print as LLVM vectors and GCC vector extensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.passes.pairs import paired
+from ucf.passes.tiling import (
+    ACCUMULATE,
+    SIZES,
+    VECTOR_BYTES,
+    Nest,
+    TileState,
+    enabled,
+    lanewise,
+    loads_from,
+    serial_loop,
+    trip_bound,
+    trip_count,
+    unit_offset,
+    vector_of,
+)
+
+#: Rows of a tile when a loop of constant trip count runs over the output's rows.
+ROWS = 4
+
+
+#: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
+#: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64.
+VECTORS = {1: 4, 2: 3, ROWS: 2}
+
+
+#: The longest reduction loop a tile runs over: the loop must have a constant trip count
+#: (a block's dense places), so the rows of the factor that varies with ``j`` it walks
+#: stay in the L1 cache for the tiles that follow. Over a sparse or long reduction
+#: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
+#: row it names, and the original loop, streaming whole rows, is faster.
+MAX_REDUCTION = 64
+
+
+#: Groups of rows that must share the other factor's rows before they are packed into a
+#: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM with
+#: a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero) to
+#: 1.4x (50%) faster on one thread, on bcsr(16,16) (4 groups) 1.4x; with B of 384 to
+#: 2048 columns 1.1x to 2.3x. B rows of 1 KB or less (256 float32 columns) stay in L1
+#: without it, and there packing measured 4 to 11% slower; choosing at run time would
+#: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
+PACK_GROUPS = 4
+
+
+#: The smallest element packed: at the same number of columns, rows of bytes are a
+#: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
+#: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
+#: columns packing gained 1.06x to 1.22x, which this leaves aside.
+PACK_ELEMENT = 4
+
+
+#: How many times cheaper a multiply-add in a tile is than one of the loops the work
+#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``,
+#: serial SpMV and SpMM): a parallel loop around tiles starts its threads only
+#: at this many times the threshold. bcsr(32,32) SpMM at 1024 with 16 blocks (16e6
+#: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core
+#: machine; 2 threads won from about 64 blocks (bench: tesa_formats' 90 % case has 91).
+TILE_WORK = 16
+
+
+def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+    """``fn`` with every nest of the shape above turned into a register-blocked one,
+    and a line per nest saying so (for ``k.cin``); ``fn`` as it is if not ``enabled``."""
+    if not enabled():
+        return fn, []
+    taken = declared(fn.body) | {p.name for p in fn.params}
+    rewriter = _Rewriter(taken, {p.name for p in fn.params})
+    body = rewriter.block(fn.body)
+    return replace(fn, body=rewriter.allocated(body)), rewriter.notes
+
+
+class _Rewriter(TileState):
+    """The pass over one function: each matched nest becomes a micro-kernel."""
+
+    def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            nest = _match(s) if isinstance(s, ir.For) else None
+            if nest is not None:
+                out += self.tiled(nest, s)
+            elif isinstance(s, ir.For) and s.parallel == "CPUThread":
+                outer, tiled = (self.panels, self.sizes), self.tiles
+                self.panels, self.sizes = [], []
+                loop = with_blocks(s, self.block)
+                out.append(
+                    replace(
+                        loop,
+                        prologue=[*loop.prologue, *self.allocs()],
+                        epilogue=[*loop.epilogue, *self.frees()],
+                        parallel_if=(
+                            _cheaper(loop.parallel_if) if self.tiles > tiled else loop.parallel_if
+                        ),
+                    )
+                )
+                self.panels, self.sizes = outer
+            else:
+                out.append(with_blocks(s, self.block))
+        return out
+
+    def tiled(self, nest: Nest, original: ir.For) -> list[ir.Stmt]:
+        """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
+        self.tiles += 1
+        j = nest.inner
+        elem = nest.store.array.elem
+        lanes = VECTOR_BYTES // SIZES[elem]
+        rows = 1 if nest.rows is None else _rows(nest.rows)
+        width = VECTORS[rows] * lanes
+        over = (
+            "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
+        )
+        self.notes.append(
+            f"registers: {nest.store.array.name.removesuffix('_vals')} is accumulated over "
+            f"{nest.red.label or nest.red.var.name} in tiles of {over}{width} "
+            f"{j.label or j.var.name} held in registers"
+        )
+        span = ir.sub(j.end, j.start)
+        end = Var(self.fresh("j_tiles_end"), I64)
+        tile = Var(self.fresh("j_tile"), I64)
+        jv = Var(self.fresh("j_vec"), I64)
+        w = Const(width, I64)
+        at = ir.Decl(jv, ir.add(j.start, ir.mul(tile, w)))
+        count = ir.Bin("/", span, w)
+        pack: list[ir.Stmt] = []
+        head: list[ir.Stmt] = []
+        if nest.rows is None:
+            micro = self.micro(nest, [{}], jv, lanes, {})
+            tiles = ir.For(tile, Const(0, I64), count, [at, *micro])
+        else:
+            group = Var(self.fresh(f"{nest.rows.var.name}_group"), I64)
+            first = ir.add(nest.rows.start, ir.mul(group, Const(rows, I64)))
+            renames, decls = self.row_copies(nest, first, rows)
+            trip = trip_count(nest.rows)
+            shared = None if trip is None else trip // rows
+            groups = None if shared is None else Const(shared, I64)
+            if groups is None:  # rows not known until the call: whole groups, then the rest
+                groups = Var(self.fresh(f"{nest.rows.var.name}_groups"), I64)
+                done = Var(self.fresh(f"{nest.rows.var.name}_grouped"), I64)
+                span_rows = ir.sub(nest.rows.end, nest.rows.start)
+                head = [
+                    ir.Decl(groups, ir.Bin("/", span_rows, Const(rows, I64))),
+                    ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
+                ]
+                original, left = replace(original, end=done), replace(original, start=done)
+            kernel, packed, pack = paired(self, nest, tile, count, width) or (
+                nest,
+                *self.packed(nest, tile, count, width, lanes, shared),
+            )
+            if pack and trip is None:  # no panel to fill for fewer rows than a tile
+                pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
+            converted, fill = ({}, []) if kernel is not nest else self.converted(nest, renames)
+            micro = self.micro(kernel, renames, jv, lanes, packed, converted)
+            # Tiles inside the rows: one group sweeps its rows of the output along j,
+            # and the rows of the other factor in step. The other order (each tile of
+            # j serving every group, to reuse the other factor's tile from L1) measured
+            # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
+            # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
+            inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+            tiles = ir.For(group, Const(0, I64), groups, [*decls, *fill, inner])
+        rest = _with_start(original, j, end)
+        out: list[ir.Stmt] = [
+            ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
+            *pack,
+            tiles,
+            ir.If(ir.Cmp("<", end, j.end), [rest]),
+        ]
+        if nest.rows is None:
+            return out
+        if head:
+            out = [*head, *out, left]
+        # Rows must be distinct places for their tiles to be distinct registers.
+        stride = _coefficient(_row_base(nest), nest.rows.var.name)
+        return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
+
+    def packed(
+        self, nest: Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int | None
+    ) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
+        """The panels of the nest's factors that every group of rows shares, if there are
+        ``PACK_GROUPS`` groups (``groups`` None: counted at the call, taken to be many):
+        per factor (``_shared``), its panel and the place in it of the tile's row at the
+        reduction loop's step; and the loop nest that fills them.
+
+        A panel holds, tile after tile, the tile's ``width`` values of each step of the
+        reduction loop; it is as long as the ``j`` range, so its length must be known
+        where it is allocated (from the function's parameters)."""
+        j, red = nest.inner.var.name, nest.red
+        span = ir.sub(nest.inner.end, nest.inner.start)
+        if (groups is not None and groups < PACK_GROUPS) or not names(span) <= self.params:
+            return {}, []
+        steps = _red_steps(nest)
+        rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
+        factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
+        if not factors:
+            return {}, []
+        depth = trip_bound(red)
+        step, at = Var(self.fresh(red.var.name), I64), Var(self.fresh("j_tile"), I64)
+
+        def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
+            return ir.mul(
+                ir.add(ir.mul(t, Const(depth, I64)), ir.sub(k, red.start)), Const(width, I64)
+            )
+
+        packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
+        copies: list[ir.Stmt] = []
+        first = ir.add(nest.inner.start, ir.mul(at, Const(width, I64)))
+        for factor in factors:
+            load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
+            panel = ir.Array(
+                self.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type
+            )
+            self.panels.append(panel)
+            self.sizes.append(
+                ir.mul(Const(depth * width, I64), ir.Bin("/", span, Const(width, I64)))
+            )
+            packed[factor] = (panel, row(tile, red.var))
+            source = substitute(substitute(factor, steps), {red.var.name: step})
+            for v in range(0, width, lanes):
+                value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
+                copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
+        copied = ", ".join(f"{_named(x)} into {p.name}" for x, (p, _) in packed.items())
+        counted = "" if groups is None else f"{groups} "
+        self.notes.append(
+            f"registers: {copied} packed before each {nest.rows.label or nest.rows.var.name} "
+            f"loop, for its {counted}groups of rows"
+        )
+        tiles = ir.For(at, Const(0, I64), count, copies)
+        return packed, [ir.For(step, red.start, red.end, [tiles])]
+
+    def row_copies(self, nest: Nest, first: ir.Expr, rows: int):
+        """Per row of a tile: the renaming of the row loop's variable and declarations,
+        and the declarations that define the copies."""
+        renames, decls = [], []
+        for r in range(rows):
+            var = Var(self.fresh(f"{nest.rows.var.name}_r"), I64)
+            mapping: dict[str, ir.Expr] = {nest.rows.var.name: var}
+            decls.append(ir.Decl(var, ir.add(first, Const(r, I64))))
+            for d in nest.row_decls:
+                copy = Var(self.fresh(d.var.name), d.var.type)
+                decls.append(ir.Decl(copy, substitute(d.init, mapping)))
+                mapping[d.var.name] = copy
+            renames.append(mapping)
+        return renames, decls
+
+    def converted(
+        self, nest: Nest, renames: list[dict]
+    ) -> tuple[dict[ir.Expr, tuple[ir.Array, int]], list[ir.Stmt]]:
+        """The factors each row's tiles broadcast that cost a computation per use (a
+        quantized block's ``(q - zero) * scale``, read as ``A`` of ``A(i,k) * B(k,j)``),
+        each with a buffer of the group's rows by the reduction's steps, and the loop that
+        fills it once per group of rows: every tile of ``j`` would convert them again
+        (8 times for 128 columns). Empty where the reduction's range depends on the
+        row, or no factor computes more than a load."""
+        red = nest.red
+        rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
+        depth = trip_bound(red)
+        if depth is None or (names(red.start) | names(red.end)) & rowwise:
+            return {}, []
+        steps = _red_steps(nest)
+        j = nest.inner.var.name
+        found = [
+            f
+            for f in dict.fromkeys(_broadcast(nest.store.value, j))
+            if red.var.name in names(substitute(f, steps)) and _computes(f)
+        ]
+        if not found:
+            return {}, []
+        rows, step = len(renames), Var(self.fresh(red.var.name), I64)
+        buffers: dict[ir.Expr, tuple[ir.Array, int]] = {}
+        stores: list[ir.Stmt] = []
+        for f in found:
+            buffer = ir.Array(self.fresh("converted"), f.type)
+            self.panels.append(buffer)
+            self.sizes.append(Const(rows * depth, I64))
+            buffers[f] = (buffer, depth)
+            source = substitute(f, steps)
+            for r, mapping in enumerate(renames):
+                value = substitute(source, {**mapping, red.var.name: step})
+                at = ir.add(Const(r * depth, I64), ir.sub(step, red.start))
+                stores.append(ir.Store(buffer, at, value))
+        self.notes.append(
+            f"registers: {', '.join(_named(f) for f in found)} converted once per group of "
+            f"{rows} rows ({nest.rows.label or nest.rows.var.name}), not per tile"
+        )
+        return buffers, [ir.For(step, red.start, red.end, stores)]
+
+    def micro(
+        self,
+        nest: Nest,
+        renames: list[dict],
+        jv: Var,
+        lanes: int,
+        packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]],
+        converted: dict[ir.Expr, tuple[ir.Array, int]] | None = None,
+    ) -> list[ir.Stmt]:
+        """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
+        into it (the loads in ``packed`` from their panels, the factors in ``converted``
+        from their row group's buffer), store it."""
+        store, j = nest.store, nest.inner.var.name
+        vectors = VECTORS[len(renames)]
+        acc: dict[tuple[int, int], Var] = {}
+        head: list[ir.Stmt] = []
+        tail: list[ir.Stmt] = []
+        for r, mapping in enumerate(renames):
+            base = substitute(nest.base, mapping)
+            for v in range(vectors):
+                a = Var(self.fresh("acc"), ir.vector(store.array.elem, lanes))
+                at = ir.add(ir.add(base, jv), Const(v * lanes, I64))
+                acc[r, v] = a
+                head.append(ir.Decl(a, ir.VLoad(store.array, at, lanes)))
+                tail.append(ir.Store(store.array, at, a))
+        decls: list[ir.Stmt] = []
+        leaves: dict[ir.Expr, Var] = {}
+
+        def leaf(e: ir.Expr, name: str = "") -> Var:
+            """``e`` declared once in the reduction loop (rows that need the same value
+            share it)."""
+            if e not in leaves:
+                leaves[e] = Var(self.fresh(name or ("s" if ir.lanes(e.type) == 1 else "v")), e.type)
+                decls.append(ir.Decl(leaves[e], e))
+            return leaves[e]
+
+        updates: list[ir.Stmt] = []
+        places = {f: Var(self.fresh("converted_at"), f.type) for f in converted or {}}
+        step = ir.sub(nest.red.var, nest.red.start)
+        for r, mapping in enumerate(renames):
+            local = dict(mapping)
+            for d in nest.red_decls:
+                local[d.var.name] = leaf(substitute(d.init, local), d.var.name)
+            for factor, (buffer, depth) in (converted or {}).items():
+                at = ir.add(Const(r * depth, I64), step)
+                local[places[factor].name] = ir.Load(buffer, at)
+            value = substitute(_swapped(store.value, places), local)
+            panels = {substitute(e, local): at for e, at in packed.items()}
+            for v in range(vectors):
+                args = (j, jv, v * lanes, lanes, leaf, panels)
+                if isinstance(value, ir.QuadDot):  # it adds into the accumulator itself
+                    u, s = vector_of(value.unsigned, *args), vector_of(value.signed, *args)
+                    update = ir.QuadDot(u, s, acc[r, v])
+                else:
+                    update = ir.add_product(acc[r, v], vector_of(value, *args))
+                updates.append(ir.Assign(acc[r, v], update))
+        red = replace(nest.red, body=[*decls, *updates])
+        return [*head, red, *tail]
+
+
+def _cheaper(cond: ir.Expr | None) -> ir.Expr | None:
+    """A parallel loop's condition to start threads, ``work >= threshold``, with the
+    threshold ``TILE_WORK`` times higher."""
+    if isinstance(cond, ir.Cmp) and isinstance(cond.right, Const):
+        return replace(cond, right=Const(cond.right.value * TILE_WORK, cond.right.type))
+    return cond
+
+
+def _match(s: ir.For) -> Nest | None:
+    """``s`` as a nest this pass blocks: a loop over rows around a reduction loop, or
+    a reduction loop alone."""
+    if not serial_loop(s):
+        return None
+    opened = _opens(s)
+    if opened is None:
+        return None
+    decls, loop = opened
+    nest = _match_reduction(loop, decls) if _rows(s) else None
+    if nest is not None:
+        nest = replace(nest, rows=s, row_decls=decls)
+        row = {s.var.name} | {d.var.name for d in decls}
+        bounds = names([nest.red.start, nest.red.end, nest.inner.start, nest.inner.end])
+        if not bounds & row and _coefficient(_row_base(nest), s.var.name) is not None:
+            return nest
+    return _match_reduction(s, [])
+
+
+def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
+    """``s`` as a reduction loop around an accumulating ``j`` loop."""
+    trip = trip_bound(s)
+    # one step (the offset of a repeated variable, ucf.cin.diagonals) gains nothing
+    if not serial_loop(s) or trip is None or trip > MAX_REDUCTION or trip < 2:
+        return None
+    opened = _opens(s)
+    if opened is None:
+        return None
+    decls, inner = opened
+    if not serial_loop(inner) or not inner.body:
+        return None
+    mapping: dict[str, ir.Expr] = {}
+    for d in inner.body[:-1]:
+        if not isinstance(d, ir.Decl):
+            return None
+        mapping[d.var.name] = substitute(d.init, mapping)
+    store = inner.body[-1]
+    if not isinstance(store, ir.Store) or not store.accumulate or store.atomic:
+        return None
+    store = replace(
+        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
+    )
+    j = inner.var.name
+    elem = store.array.elem
+    base = unit_offset(store.index, j)
+    if base is None or elem not in ACCUMULATE or store.value.type != elem:
+        return None
+    local = {s.var.name} | {d.var.name for d in decls}
+    if names([base, inner.start, inner.end]) & local:
+        return None
+    if not lanewise(store.value, j, store.array.name):
+        return None
+    if any(loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
+        return None
+    return Nest(None, [], s, decls, inner, store, base)
+
+
+def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
+    """The body of ``s`` as declarations followed by one loop."""
+    body = [x for x in s.body if not isinstance(x, ir.Comment)]
+    if not body or not isinstance(body[-1], ir.For):
+        return None
+    if not all(isinstance(x, ir.Decl) for x in body[:-1]):
+        return None
+    return body[:-1], body[-1]
+
+
+def _rows(s: ir.For) -> int:
+    """Rows per tile of a loop over rows: ``ROWS``, or 2, dividing its constant trip
+    count; 0 if none does. A trip count known only at the call (the rows of a dense
+    factor, ``t`` of ``X(t,d) * W(d,h)``) takes ``ROWS``, and its last rows run untiled."""
+    trip = trip_count(s)
+    if trip is None:
+        return ROWS
+    for rows in (ROWS, 2):
+        if trip >= rows and trip % rows == 0:
+            return rows
+    return 0
+
+
+def _row_base(nest: Nest) -> ir.Expr:
+    """The store's base with the row loop's declarations substituted."""
+    mapping: dict[str, ir.Expr] = {}
+    for d in nest.row_decls:
+        mapping[d.var.name] = substitute(d.init, mapping)
+    return substitute(nest.base, mapping)
+
+
+def _with_start(s: ir.For, inner: ir.For, start: ir.Expr) -> ir.For:
+    """``s`` with its loop ``inner`` starting at ``start``."""
+    if s is inner:
+        return replace(s, start=start)
+    return replace(
+        s, body=[_with_start(x, inner, start) if isinstance(x, ir.For) else x for x in s.body]
+    )
+
+
+def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
+    """``c`` such that ``e`` is ``c * v`` plus terms without ``v``, or None."""
+    if v not in names(e):
+        return None
+    if isinstance(e, Var):
+        return Const(1, I64)
+    if isinstance(e, ir.Bin) and e.op in "+-*":
+        left, right = v in names(e.left), v in names(e.right)
+        if left and right:
+            return None
+        if e.op == "*":
+            c = _coefficient(e.left if left else e.right, v)
+            return None if c is None else ir.mul(c, e.right if left else e.left)
+        if left:
+            return _coefficient(e.left, v)
+        return _coefficient(e.right, v) if e.op == "+" else None
+    return None
+
+
+def _shared(
+    e: ir.Expr, j: str, red: str, rowwise: set[str], steps: dict[str, ir.Expr]
+) -> list[ir.Expr]:
+    """The largest parts of ``e`` that vary with ``j`` and the reduction variable ``red``
+    but not with the row (``rowwise``; ``steps`` defines the reduction loop's
+    declarations): what every group of rows reads alike. A part that only loads elements
+    narrower than ``PACK_ELEMENT`` (and widens them) is left out; one that computes
+    more (a dequantization, ``(q - zero) * scale``) is kept, and then runs once per
+    panel instead of once per group."""
+    used = names(substitute(e, steps))
+    if j not in used:
+        return []
+    if red in used and not used & rowwise:
+        inner = e
+        while isinstance(inner, ir.Cast):
+            inner = inner.operand
+        if isinstance(inner, ir.Load) and SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
+            return []
+        return [e]
+    if isinstance(e, ir.Bin):
+        left = _shared(e.left, j, red, rowwise, steps)
+        return left + [x for x in _shared(e.right, j, red, rowwise, steps) if x not in left]
+    if isinstance(e, ir.Cast | ir.Neg):
+        return _shared(e.operand, j, red, rowwise, steps)
+    return []
+
+
+def _named(e: ir.Expr) -> str:
+    """How the note names a packed factor: the array it loads, or the arrays of a
+    computed one."""
+    arrays = dict.fromkeys(n.array.name for n in nodes(e) if isinstance(n, ir.Load))
+    return " ".join(arrays) if isinstance(e, ir.Load) else f"({', '.join(arrays)})"
+
+
+def _red_steps(nest: Nest) -> dict[str, ir.Expr]:
+    """The reduction loop's declarations, each as an expression of what is known outside
+    them: what a computation hoisted out of the loop reads in their place."""
+    steps: dict[str, ir.Expr] = {}
+    for d in nest.red_decls:
+        steps[d.var.name] = substitute(d.init, steps)
+    return steps
+
+
+def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:
+    """The largest parts of ``e`` that do not vary with ``j``: what ``vector_of``
+    broadcasts."""
+    if j not in names(e):
+        return [e]
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return _broadcast(e.left, j) + _broadcast(e.right, j)
+    if isinstance(e, ir.Cast | ir.Neg):
+        return _broadcast(e.operand, j)
+    return []
+
+
+def _computes(e: ir.Expr) -> bool:
+    """Whether ``e`` does more than load (and widen) one value."""
+    while isinstance(e, ir.Cast):
+        e = e.operand
+    return not isinstance(e, ir.Load | Var | Const)
+
+
+def _swapped(e: ir.Expr, table: dict[ir.Expr, ir.Expr]) -> ir.Expr:
+    """``e`` with each of its parts in ``table`` replaced, through the nodes ``vector_of``
+    walks."""
+    if e in table:
+        return table[e]
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return replace(e, left=_swapped(e.left, table), right=_swapped(e.right, table))
+    if isinstance(e, ir.Cast | ir.Neg):
+        return replace(e, operand=_swapped(e.operand, table))
+    return e

@@ -1,0 +1,469 @@
+"""Rows in groups: a parallel loop over rows whose inner loops do not depend on the row
+runs a few rows in lock step, for the CPU targets.
+
+A fixed-width level (``ell(w)``, ``nm(n,m)``; ``ucf.format.levels.fixed``) gives every
+row the same number of entries, at positions ``row * w + s``: the loops inside a row
+have trip counts that do not vary with the row. So ``R`` rows can walk their entries
+together, jammed into one loop nest (unroll and jam). The parallel loop's iterations
+are independent (it is ``NoRaces``), so any interleaving of them computes the same.
+Two shapes gain:
+
+- A row summed into a scalar (ELL SpMV: ``t += A[p] * x[crd[p]]``): one row is a
+  chain of dependent adds, as slow as the add's latency; ``R`` rows are ``R``
+  independent chains.
+- A row accumulated into a row of the output at unit stride (N:M SpMM:
+  ``C[i, j] += A[p] * B[k, j]`` over ``j``): a tile of ``R`` rows by a few vectors of
+  ``j`` stays in registers over the whole reduction nest (every entry of the rows),
+  each entry's value broadcast, and is stored once; the CSR kernel instead loads and
+  stores a row of C for every entry. A tile reads a narrow panel of B's columns from
+  every row of B; B's rows lie a power of two apart in memory more often than not
+  (1024 floats), and a panel cut out of them falls into a few cache sets, so B is
+  first copied into contiguous panels, one per tile of columns.
+
+Each output element still sums its terms in the same order, each a fused multiply-add
+as in the ungrouped kernel (``ucf.passes.fma``), so the result is bit for bit the
+ungrouped kernel's. Rows that do not fill a group, and columns that do not
+fill a tile, run in the original nest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.passes.tiling import (
+    ACCUMULATE,
+    SIZES,
+    VECTOR_BYTES,
+    enabled,
+    lanewise,
+    serial_loop,
+    unit_offset,
+    vector_of,
+)
+
+#: Rows per group of a scalar sum: independent add chains in flight (latency 3-4
+#: cycles, two adders).
+CHAIN_ROWS = 4
+#: Rows per group, and vectors of ``j`` per row, of an output tile: the accumulators,
+#: one vector of the other factor and a broadcast fit in x86-64's 16 vector registers.
+TILE_ROWS = 3
+TILE_VECTORS = 4
+#: Loops over a row's slots with at most this many iterations (N:M's n) are unrolled.
+MAX_UNROLL = 4
+#: Groups of rows per chunk a thread takes with one tile of columns.
+CHUNK = 16
+
+
+@dataclass
+class _Level:
+    """One loop of a row's nest: the declarations before it, the loop, the statements
+    after it, and the level of the loop's body (None: the body holds no loop). A
+    ``shared`` loop has the same bounds in every row, so the rows of a group share its
+    variable; otherwise its trip count ``trip`` is the same, and each row's variable is
+    its own start plus a shared count. A level without a loop is the innermost body,
+    held in ``suffix``."""
+
+    prefix: list[ir.Decl]
+    loop: ir.For | None
+    suffix: list[ir.Stmt]
+    child: _Level | None = None
+    shared: bool = True
+    trip: ir.Expr | None = None
+
+
+def group_rows(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+    """``fn`` with each parallel loop over rows of either shape run in groups, and a
+    line per loop saying so (for ``k.cin``); ``fn`` as it is when register blocking is
+    off (``UCF_REGISTER_BLOCKING=0``)."""
+    if not enabled():
+        return fn, []
+    taken = declared(fn.body) | {p.name for p in fn.params}
+    rewriter = _Rewriter(taken, fn.params)
+    return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
+
+
+def _row_loop(s: ir.Stmt) -> bool:
+    """A loop whose iterations are independent: threads run them (``NoRaces``)."""
+    return (
+        isinstance(s, ir.For)
+        and s.parallel == "CPUThread"
+        and s.strategy == "NoRaces"
+        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
+    )
+
+
+def _nest(body: list[ir.Stmt], local: set[str]) -> _Level | None:
+    """``body`` as declarations, one loop whose trip count does not depend on the
+    ``local`` variables (those that differ between rows), and statements after it,
+    down to a body without loops; None if it is not."""
+    body = [s for s in body if not isinstance(s, ir.Comment)]
+    at = next((k for k, s in enumerate(body) if isinstance(s, ir.For)), None)
+    if at is None:
+        return _Level([], None, body) if all(_straight(s) for s in body) else None
+    prefix, loop, suffix = body[:at], body[at], body[at + 1 :]
+    if not all(isinstance(s, ir.Decl) for s in prefix) or not all(_straight(s) for s in suffix):
+        return None
+    if not serial_loop(loop):
+        return None
+    local = local | {d.var.name for d in prefix}
+    if not names([loop.start, loop.end]) & local:
+        child = _nest(loop.body, local)
+        return None if child is None else _Level(prefix, loop, suffix, child)
+    end = loop.end
+    if not (isinstance(end, ir.Bin) and end.op == "+" and end.left == loop.start):
+        return None
+    if names(end.right) & local:
+        return None
+    child = _nest(loop.body, local | {loop.var.name})
+    return None if child is None else _Level(prefix, loop, suffix, child, False, end.right)
+
+
+def _straight(s: ir.Stmt) -> bool:
+    """A statement without nested statements that a row may run on its own."""
+    return isinstance(s, ir.Decl | ir.Assign | ir.Store) and not getattr(s, "atomic", False)
+
+
+def _levels(nest: _Level) -> list[_Level]:
+    out = [nest]
+    while out[-1].child is not None:
+        out.append(out[-1].child)
+    return out
+
+
+def _chains(nest: _Level, row: str) -> bool:
+    """Whether the innermost body sums into a variable of the row's own (a chain of
+    dependent adds), and every assignment is to such a variable."""
+    levels = _levels(nest)
+    if len(levels) < 2:
+        return False
+    own = {row} | {d.var.name for lv in levels for d in lv.prefix}
+    own |= {s.var.name for lv in levels for s in lv.suffix if isinstance(s, ir.Decl)}
+    assigns = [s for lv in levels for s in lv.suffix if isinstance(s, ir.Assign)]
+    return bool(assigns) and all(a.var.name in own for a in assigns)
+
+
+@dataclass
+class _Tile:
+    """A row's nest whose innermost loop ``inner`` accumulates ``store`` (its own
+    declarations substituted) at ``base + j``, inside loops that leave ``base`` as it
+    is."""
+
+    inner: ir.For
+    store: ir.Store
+    base: ir.Expr
+    level: _Level  # the level whose loop is ``inner``
+
+
+def _tile(nest: _Level) -> _Tile | None:
+    levels = _levels(nest)
+    if len(levels) < 3 or any(lv.suffix for lv in levels[:-2]):
+        return None
+    inner, body = levels[-2].loop, levels[-1].suffix
+    if not levels[-2].shared or levels[-2].suffix or not body:
+        return None
+    mapping: dict[str, ir.Expr] = {}
+    for d in body[:-1]:
+        if not isinstance(d, ir.Decl):
+            return None
+        mapping[d.var.name] = substitute(d.init, mapping)
+    store = body[-1]
+    if not isinstance(store, ir.Store) or not store.accumulate:
+        return None
+    store = replace(
+        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
+    )
+    j, elem = inner.var.name, store.array.elem
+    base = unit_offset(store.index, j)
+    if base is None or elem not in ACCUMULATE or store.value.type != elem:
+        return None
+    # What the reduction loops declare must not move the tile, nor bound the loop over j.
+    reduction = {lv.loop.var.name for lv in levels[:-2]}
+    reduction |= {d.var.name for lv in levels[1:-1] for d in lv.prefix}
+    if names([base, inner.start, inner.end]) & reduction:
+        return None
+    if not lanewise(store.value, j, store.array.name):
+        return None
+    return _Tile(inner, store, base, levels[-2])
+
+
+@dataclass
+class _Packed:
+    """The factor a tile reads along ``j``: its ``load``, which reads row ``row`` at
+    ``row * stride + j`` of an array of ``rows`` rows, and the array of its panels."""
+
+    load: ir.Load
+    row: ir.Expr
+    stride: Var
+    rows: ir.Expr
+    panel: ir.Array
+
+
+def _replace_node(e, old, new):
+    """``e`` with every occurrence of the node ``old`` replaced by ``new``."""
+    if e == old:
+        return new
+    if isinstance(e, ir.Expr) and not isinstance(e, Var | Const):
+        return replace(
+            e,
+            **{
+                f.name: _replace_node(getattr(e, f.name), old, new)
+                for f in fields(e)
+                if isinstance(getattr(e, f.name), ir.Expr)
+            },
+        )
+    return e
+
+
+def _retarget(stmts: list[ir.Stmt], loop: ir.For, start: ir.Expr) -> list[ir.Stmt]:
+    """``stmts`` with the loop ``loop`` in them starting at ``start``."""
+    out = []
+    for s in stmts:
+        if s is loop:
+            s = replace(s, start=start)
+        elif isinstance(s, ir.For):
+            s = replace(s, body=_retarget(s.body, loop, start))
+        out.append(s)
+    return out
+
+
+class _Rewriter:
+    def __init__(self, taken: set[str], params: list[ir.Param]):
+        self.taken = taken
+        self.notes: list[str] = []
+        # Each dense tensor's values array, and the names of its extents by mode.
+        self.tensors = {p.name: p.role[1] for p in params if p.role[:1] == ("vals",)}
+        self.dims: dict[str, list[str]] = {}
+        for p in params:
+            if p.role[:1] == ("dim",):
+                self.dims.setdefault(p.role[1], []).append(p.name)
+
+    def fresh(self, name: str) -> Var:
+        k = 0
+        while f"{name}_g{k}" in self.taken:
+            k += 1
+        self.taken.add(f"{name}_g{k}")
+        return Var(f"{name}_g{k}", I64)
+
+    def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            grouped = self.grouped(s) if _row_loop(s) else None
+            out += [with_blocks(s, self.block)] if grouped is None else grouped
+        return out
+
+    def grouped(self, loop: ir.For) -> list[ir.Stmt] | None:
+        row = loop.var.name
+        nest = _nest(loop.body, {row})
+        if nest is None:
+            return None
+        name = loop.label or row
+        tile = _tile(nest)
+        packed = None if tile is None else self.packing(tile)
+        if packed is not None:
+            j = tile.inner.label or tile.inner.var.name
+            self.notes.append(
+                f"row groups: {tile.store.array.name.removesuffix('_vals')} is accumulated in "
+                f"tiles of {TILE_ROWS} rows ({name}) x {TILE_VECTORS} vectors of {j}, held in "
+                f"registers over the rows' entries; {packed.load.array.name} is copied tile by "
+                f"tile of {j} into contiguous panels first"
+            )
+            return self.tiled(loop, nest, tile, packed)
+        if not _chains(nest, row):
+            return None
+        rows = CHAIN_ROWS
+        self.notes.append(f"row groups: {rows} rows ({name}) sum their entries side by side")
+        group = self.fresh(f"{row}_group")
+        decls, maps = self.rows(loop, group, rows)
+        body = [*decls, *self.jam(nest, maps)]
+        kind, chunk = loop.schedule
+        groups = ir.Bin("/", ir.sub(loop.end, loop.start), Const(rows, I64))
+        par = replace(loop, var=group, start=Const(0, I64), end=groups, body=body)
+        par.schedule = (kind, max(chunk // rows, 1) if chunk else 0)
+        rest = ir.add(loop.start, ir.mul(groups, Const(rows, I64)))
+        return [par, replace(loop, start=rest, parallel=None, strategy="", parallel_if=None)]
+
+    def rows(self, loop: ir.For, group: Var, rows: int) -> tuple[list[ir.Decl], list[dict]]:
+        """The declarations of a group's rows (``start + group * rows + r``) and the
+        renaming of the row variable for each."""
+        decls, maps = [], []
+        first = ir.add(loop.start, ir.mul(group, Const(rows, I64)))
+        for r in range(rows):
+            var = self.fresh(loop.var.name)
+            decls.append(ir.Decl(var, ir.add(first, Const(r, I64))))
+            maps.append({loop.var.name: var})
+        return decls, maps
+
+    def copy(self, stmts: list[ir.Stmt], m: dict) -> list[ir.Stmt]:
+        """``stmts`` for one row: renamed by ``m``, each declaration a fresh variable
+        that ``m`` maps to from then on."""
+        out = []
+        for s in stmts:
+            s = substitute(s, m)
+            if isinstance(s, ir.Decl):
+                var = replace(self.fresh(s.var.name), type=s.var.type)
+                m[s.var.name] = var
+                s = ir.Decl(var, s.init)
+            out.append(s)
+        return out
+
+    def jam(self, nest: _Level, maps: list[dict], hook=None, at=None) -> list[ir.Stmt]:
+        """``nest`` for every row of a group in lock step (``maps`` rename each row's
+        variables, and grow with its declarations); at the level ``at``, after its
+        declarations, ``hook(maps)`` gives the statements instead of its loop."""
+        out: list[ir.Stmt] = []
+        for m in maps:
+            out += self.copy(nest.prefix, m)
+        if nest is at:
+            return out + hook(maps)
+        if nest.loop is None:
+            return out + [s for m in maps for s in self.copy(nest.suffix, m)]
+        loop, head = nest.loop, []
+        var, start, end = loop.var, loop.start, loop.end
+        if not nest.shared and isinstance(end := nest.trip, Const) and end.value <= MAX_UNROLL:
+            # A few slots (N:M's n): unrolled, each a copy of the body for every row.
+            for slot in range(int(end.value)):
+                copies = [dict(m) for m in maps]
+                for m in copies:
+                    own = self.fresh(loop.var.name)
+                    out.append(ir.Decl(own, ir.add(substitute(loop.start, m), Const(slot, I64))))
+                    m[loop.var.name] = own
+                out += self.jam(nest.child, copies, hook, at)
+            return out + [s for m in maps for s in self.copy(nest.suffix, m)]
+        if not nest.shared:
+            var, start, end = self.fresh(loop.var.name), Const(0, I64), nest.trip
+            for m in maps:
+                own = self.fresh(loop.var.name)
+                head.append(ir.Decl(own, ir.add(substitute(loop.start, m), var)))
+                m[loop.var.name] = own
+        body = [*head, *self.jam(nest.child, maps, hook, at)]
+        out.append(replace(loop, var=var, start=start, end=end, body=body))
+        return out + [s for m in maps for s in self.copy(nest.suffix, m)]
+
+    def packing(self, tile: _Tile) -> _Packed | None:
+        """How the one factor that varies with ``j`` is copied into panels: its load
+        must read row ``r`` of a dense array at ``r * stride + j``, ``stride`` the
+        extent of one of its modes (the others give the number of rows)."""
+        j = tile.inner.var.name
+        varying = {
+            n for n in nodes(tile.store.value) if isinstance(n, ir.Load) and j in names(n.index)
+        }
+        if len(varying) != 1:
+            return None
+        load = varying.pop()
+        base = unit_offset(load.index, j)
+        if not (isinstance(base, ir.Bin) and base.op == "*" and isinstance(base.right, Var)):
+            return None
+        tensor = self.tensors.get(load.array.name)
+        dims = self.dims.get(tensor, [])
+        if base.right.name not in dims:
+            return None
+        rows: ir.Expr = Const(1, I64)
+        for d in dims:
+            if d != base.right.name:
+                rows = ir.mul(rows, Var(d, I64))
+        panel = ir.Array(f"{load.array.name}_panels_g{len(self.notes)}", load.array.elem)
+        return _Packed(load, base.left, base.right, rows, panel)
+
+    def tiled(self, loop: ir.For, nest: _Level, tile: _Tile, packed: _Packed) -> list[ir.Stmt]:
+        """The row loop as: the other factor copied into panels of whole tiles of ``j``
+        (panel ``t`` holds every row's columns of tile ``t``, contiguous); a parallel
+        loop over (tile, chunk of ``CHUNK`` groups of rows) pairs, tile by tile, so a
+        thread reuses one panel from its L2 cache for many rows, each group
+        accumulating a tile in registers over every entry of its rows; then the
+        original loop over what no tile covers."""
+        store, j = tile.store, tile.inner
+        lanes = VECTOR_BYTES // SIZES[store.array.elem]
+        w = TILE_VECTORS * lanes
+        width = Const(w, I64)
+        span = ir.sub(j.end, j.start)
+        whole = ir.Bin("/", span, width)
+        groups = ir.Bin("/", ir.sub(loop.end, loop.start), Const(TILE_ROWS, I64))
+        chunks = ir.Bin("/", ir.add(groups, Const(CHUNK - 1, I64)), Const(CHUNK, I64))
+        pair, at_tile = self.fresh(f"{loop.var.name}_tile"), self.fresh("j_tile")
+        chunk, group, jv = self.fresh("chunk"), self.fresh("group"), self.fresh("j_vec")
+        decls, maps = self.rows(loop, group, TILE_ROWS)
+        # The panels: panel t, row r, place c holds the factor at row r, column
+        # j.start + t * w + c, copied a vector at a time.
+        t, r = self.fresh("panel"), self.fresh("panel_row")
+        src = ir.add(ir.mul(r, packed.stride), ir.add(j.start, ir.mul(t, width)))
+        dst = ir.mul(ir.add(ir.mul(t, packed.rows), r), width)
+        fill = [
+            ir.Store(
+                packed.panel,
+                ir.add(dst, Const(v * lanes, I64)),
+                ir.VLoad(packed.load.array, ir.add(src, Const(v * lanes, I64)), lanes),
+            )
+            for v in range(TILE_VECTORS)
+        ]
+        pack = replace(
+            loop,
+            var=t,
+            start=Const(0, I64),
+            end=whole,
+            body=[ir.For(r, Const(0, I64), packed.rows, fill)],
+            label="",
+        )
+        # In a tile, the factor's load reads the panel: row ``row`` at column ``j``.
+        at_panel = ir.mul(ir.add(ir.mul(at_tile, packed.rows), packed.row), width)
+        panel_load = ir.Load(packed.panel, ir.add(at_panel, Var(j.var.name, I64)))
+        value = _replace_node(store.value, packed.load, panel_load)
+
+        out: list[ir.Stmt] = [ir.Decl(jv, ir.add(j.start, ir.mul(at_tile, width)))]
+        for m in maps:
+            out += self.copy(nest.prefix, m)
+        acc: dict[tuple[int, int], Var] = {}
+        tail: list[ir.Stmt] = []
+        for k, m in enumerate(maps):
+            base = substitute(tile.base, m)
+            for v in range(TILE_VECTORS):
+                a = replace(self.fresh("acc"), type=ir.vector(store.array.elem, lanes))
+                at = ir.add(ir.add(base, jv), Const(v * lanes, I64))
+                acc[k, v] = a
+                out.append(ir.Decl(a, ir.VLoad(store.array, at, lanes)))
+                tail.append(ir.Store(store.array, at, a))
+
+        def updates(inner_maps: list[dict]) -> list[ir.Stmt]:
+            leaves: dict[ir.Expr, Var] = {}
+            stmts: list[ir.Stmt] = []
+
+            def leaf(e: ir.Expr) -> Var:
+                if e not in leaves:
+                    kind = "s" if ir.lanes(e.type) == 1 else "v"
+                    leaves[e] = replace(self.fresh(kind), type=e.type)
+                    stmts.append(ir.Decl(leaves[e], e))
+                return leaves[e]
+
+            adds: list[ir.Stmt] = []
+            for k, m in enumerate(inner_maps):
+                here = substitute(value, m)
+                for v in range(TILE_VECTORS):
+                    # j counts from the tile's first column in the panel.
+                    term = vector_of(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
+                    adds.append(ir.Assign(acc[k, v], ir.add_product(acc[k, v], term)))
+            return [*stmts, *adds]
+
+        out += self.jam(replace(nest, prefix=[]), [dict(m) for m in maps], updates, tile.level)
+        out += tail
+        first = ir.mul(chunk, Const(CHUNK, I64))
+        last = ir.Bin("min", ir.add(first, Const(CHUNK, I64)), groups)
+        body = [
+            ir.Decl(at_tile, ir.Bin("/", pair, chunks)),
+            ir.Decl(chunk, ir.Bin("%", pair, chunks)),
+            ir.For(group, first, last, [*decls, *out]),
+        ]
+        kind, size = loop.schedule
+        par = replace(loop, var=pair, start=Const(0, I64), end=ir.mul(whole, chunks), body=body)
+        par.schedule = (kind, 1 if size else 0)
+        size = ir.mul(ir.mul(whole, packed.rows), width)
+        # What no tile covers, in one copy of the original loop: the columns after the
+        # last whole tile in the grouped rows, every column in the rows left over.
+        grouped = ir.add(loop.start, ir.mul(groups, Const(TILE_ROWS, I64)))
+        after = ir.add(j.start, ir.mul(whole, width))
+        here = ir.Cmp("<", Var(loop.var.name, I64), grouped)
+        first_row = ir.Select(ir.Cmp("<", after, j.end), loop.start, grouped)
+        body = _retarget(loop.body, j, ir.Select(here, after, j.start))
+        rest = replace(loop, start=first_row, body=body)
+        return [ir.Alloc(packed.panel, size), pack, par, ir.Free(packed.panel), rest]

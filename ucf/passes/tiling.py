@@ -1,0 +1,165 @@
+"""What the register tiles of ``registers``, ``pairs`` and ``row_groups`` share: the
+vector width, the matched nest, the loop and expression shapes they recognize, lane
+by lane expressions, and the state of a rewrite (fresh names, per-thread panels).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from ucf.errors import UcfError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import names, nodes
+
+#: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
+#: runs two of them per register, a narrower one splits them).
+VECTOR_BYTES = 32
+
+#: Output types the tiles accumulate in.
+ACCUMULATE = ("f32", "f64", "i32", "i64")
+
+SIZES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
+
+
+def enabled() -> bool:
+    """Whether the pass runs: ``UCF_REGISTER_BLOCKING=0`` turns it off, to measure what
+    it gains (bench/tesa_formats.py --unblocked). The kernel cache keys on it."""
+    text = os.environ.get("UCF_REGISTER_BLOCKING", "1").strip()
+    if text not in ("0", "1"):
+        raise UcfError(f"UCF_REGISTER_BLOCKING={text!r}: register blocking is 1 (on) or 0 (off)")
+    return text == "1"
+
+
+@dataclass
+class Nest:
+    """A matched nest: the optional loop over rows, the reduction loop, the loop over
+    ``j``, the declarations that open each, and the accumulating store (with the ``j``
+    loop's own declarations substituted), whose index is ``base + j``."""
+
+    rows: ir.For | None
+    row_decls: list[ir.Decl]
+    red: ir.For
+    red_decls: list[ir.Decl]
+    inner: ir.For
+    store: ir.Store
+    base: ir.Expr
+
+
+def serial_loop(s: ir.Stmt) -> bool:
+    """A serial loop with nothing but its body."""
+    return (
+        isinstance(s, ir.For)
+        and s.parallel is None
+        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
+        and s.parallel_if is None
+    )
+
+
+def trip_count(s: ir.For) -> int | None:
+    if isinstance(s.start, Const) and isinstance(s.end, Const):
+        return int(s.end.value) - int(s.start.value)
+    return None
+
+
+def trip_bound(s: ir.For) -> int | None:
+    """A constant bound on the trip count of ``s``: its trip count, or the constant its
+    end is clipped to (a block's places, clipped at a partial block)."""
+    end = s.end
+    if isinstance(end, ir.Bin) and end.op == "min" and isinstance(end.left, Const):
+        end = end.left
+    return trip_count(replace(s, end=end))
+
+
+def unit_offset(e: ir.Expr, v: str) -> ir.Expr | None:
+    """``base`` such that ``e == base + v`` with ``v`` not in ``base``, or None."""
+    if isinstance(e, Var) and e.name == v:
+        return Const(0, I64)
+    if isinstance(e, ir.Bin) and e.op in "+-":
+        left, right = v in names(e.left), v in names(e.right)
+        if left and not right:
+            base = unit_offset(e.left, v)
+            if base is not None:
+                return ir.add(base, e.right) if e.op == "+" else ir.sub(base, e.right)
+        if right and not left and e.op == "+":
+            base = unit_offset(e.right, v)
+            if base is not None:
+                return ir.add(e.left, base)
+    return None
+
+
+def loads_from(e: ir.Expr, array: str) -> bool:
+    return any(isinstance(n, ir.Load) and n.array.name == array for n in nodes(e))
+
+
+def lanewise(e: ir.Expr, j: str, out: str) -> bool:
+    """Whether ``e`` computes lane by lane over ``j``: loads at unit stride in ``j`` and
+    arithmetic on them; whatever does not vary with ``j`` is a broadcast scalar."""
+    if loads_from(e, out):
+        return False
+    if j not in names(e):
+        return True
+    if isinstance(e, ir.Load):
+        return e.array.elem in ir.VECTOR_ELEMENTS and unit_offset(e.index, j) is not None
+    if isinstance(e, ir.Cast):
+        return ir.element(e.type) in ir.VECTOR_ELEMENTS and lanewise(e.operand, j, out)
+    # max and min too: relu(T) read in a product (``ucf.lower.elementwise``), which the
+    # code generators lower lane by lane as their scalars, NaN picking the second operand.
+    if isinstance(e, ir.Bin) and e.op in ("+", "-", "*", "max", "min"):
+        return lanewise(e.left, j, out) and lanewise(e.right, j, out)
+    if isinstance(e, ir.Neg):
+        return lanewise(e.operand, j, out)
+    return False
+
+
+def vector_of(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: dict) -> ir.Expr:
+    """``e`` over the ``lanes`` values of ``j`` from ``jv + off`` on (``lanewise``);
+    ``leaf`` declares a loaded vector or a scalar once and names it; a load in ``packed``
+    reads its panel, whose row for the tile at ``jv`` starts at the place given."""
+    if j not in names(e):
+        return ir.Splat(leaf(e), lanes)
+    if e in packed:
+        panel, row = packed[e]
+        return leaf(ir.VLoad(panel, ir.add(row, Const(off, I64)), lanes))
+    if isinstance(e, ir.Load):
+        at = ir.add(jv, Const(off, I64))
+        return leaf(ir.VLoad(e.array, ir.add(unit_offset(e.index, j), at), lanes))
+    args = (j, jv, off, lanes, leaf, packed)
+    if isinstance(e, ir.Cast):
+        return ir.Cast(vector_of(e.operand, *args), ir.vector(e.type, lanes))
+    if isinstance(e, ir.Bin | ir.PairDot):
+        return replace(e, left=vector_of(e.left, *args), right=vector_of(e.right, *args))
+    return ir.Neg(vector_of(e.operand, *args))
+
+
+class TileState:
+    """What a rewrite into tiles keeps while it walks a function: the names taken, the
+    function's parameters, a note per rewritten nest (for ``k.cin``), and the panels of
+    the nests rewritten so far, allocated at the top of the function or, inside a
+    parallel loop, in its per-thread setup."""
+
+    def __init__(self, taken: set[str], params: set[str]):
+        self.taken = taken
+        self.params = params
+        self.notes: list[str] = []
+        self.panels: list[ir.Array] = []
+        self.sizes: list[ir.Expr] = []
+        self.tiles = 0  # nests rewritten so far
+
+    def fresh(self, name: str) -> str:
+        k = 0
+        while f"{name}{k}" in self.taken:
+            k += 1
+        self.taken.add(f"{name}{k}")
+        return f"{name}{k}"
+
+    def allocs(self) -> list[ir.Stmt]:
+        return [ir.Alloc(p, n) for p, n in zip(self.panels, self.sizes, strict=True)]
+
+    def frees(self) -> list[ir.Stmt]:
+        return [ir.Free(p) for p in self.panels]
+
+    def allocated(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """``body`` with the panels of nests outside parallel loops allocated around it."""
+        return [*self.allocs(), *body, *self.frees()]

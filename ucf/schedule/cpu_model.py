@@ -1,0 +1,401 @@
+"""The default schedule: decisions from the statement, the formats and cheap
+statistics of the operands, when the user gives no schedule.
+
+Each decision is a scheduling command plus one line saying why, so ``k.cin``
+explains the kernel it got. The model proposes; ``ucf.pipeline`` checks each
+proposal with the same checker a user's schedule goes through and takes the
+first that passes, so a wrong guess costs a fallback, never a wrong kernel.
+
+The statistics are what a call can see for almost nothing: every variable's
+extent, each operand's number of stored entries, and how unevenly a sparse
+operand's rows are filled. Without them (compiling before any call) the
+model assumes large extents and even rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ucf.cin.concretize import appended_vars
+from ucf.cin.notation import CIN
+from ucf.cin.scale_groups import grouped_variables
+from ucf.lang.ast import Access, Binary, accesses, text
+from ucf.lang.reductions import peel
+
+#: A dynamically scheduled chunk should hold about this much work, so handing it
+#: out costs little next to running it.
+CHUNK_WORK = 1 << 14
+#: The largest chunk: beyond it, rows of uneven length no longer even out.
+MAX_CHUNK = 4096
+#: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
+#: its own would cost a compile (a tenth of a second, once: the disk cache keeps it) to
+#: save microseconds. Since parallel loops start from 1 << 14 units of work
+#: (``ucf.lower.parallel.WORK_THRESHOLD``), calls from here up run on two threads, where
+#: SpMV of 400k-500k nonzeros in uneven rows (R-MAT, arrowhead, a few dense rows) split
+#: statically took 1.27-1.40x the time of chunks of rows (bench/autoschedule.py).
+REPLAN_WORK = 1 << 18
+#: Rows are shared out in chunks only when some row is this many times the mean...
+SKEWED = 4.0
+#: ... or a static split would give some thread this many times its share of entries...
+BALANCED = 1.1
+#: ... or this many times, when every row holds CHUNK_WORK (a block row of bcsr SpMM):
+#: handing out rows one at a time then costs nothing next to running them.
+HEAVY_BALANCED = 1.02
+#: ... and then in at least this many chunks per thread.
+CHUNKS_PER_THREAD = 32
+#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
+MAX_SHARES = 64
+#: A parallel loop stays inside other loops only if they start at most this many regions.
+MAX_REGIONS = 8
+#: The innermost dense loop is bounded (a constant trip count the compiler can unroll and
+#: vectorize) up to this extent.
+MAX_BOUND = 256
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What a call knows about its operands before running: extents per index
+    variable, stored entries per operand, and per sparse operand the longest
+    row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
+    threads, the largest share of its entries a static split of its rows gives
+    one thread over the mean share (``ucf.schedule.stats.segments``)."""
+
+    extents: dict[str, int]
+    nnz: dict[str, int] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)
+    imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def share(self, tensor: str, threads: int) -> float:
+        """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
+        shares = self.imbalance.get(tensor, ())
+        if threads < 2 or not shares:
+            return 1.0
+        return shares[min(threads, MAX_SHARES) - 2]
+
+    def key(self, threads: int) -> tuple:
+        """The statistics as far as the model looks at them: calls with the same key
+        get the same schedule."""
+        return (
+            threads,
+            tuple(sorted(self.extents.items())),
+            tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
+            tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
+            tuple(
+                sorted(
+                    (t, self.share(t, threads) > BALANCED)
+                    for t in self.imbalance
+                    if self.share(t, threads) > HEAVY_BALANCED
+                )
+            ),
+        )
+
+
+@dataclass
+class Choice:
+    """One proposed schedule and the reason for each of its decisions."""
+
+    commands: list[str]
+    why: list[str]
+
+    @property
+    def text(self) -> str:
+        return "; ".join(self.commands)
+
+
+def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: int) -> list[Choice]:
+    """Schedules to try for ``cin`` (the concretized statement, unscheduled), best
+    first. ``storage_order`` is the loop order that follows every operand's storage
+    when the output may use a workspace. The last proposal is always the plain
+    loop nest, which every statement has. (A call whose work is below
+    ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
+    ws_why: list[str] = []
+    workspace = _workspace(cin, storage_order, ws_why)
+    order = storage_order if workspace else list(cin.order)
+    # Each order the model would like, then the one it has: integer sums inside the
+    # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
+    # above i_in), and the parallel loop must not depend on that.
+    orders = [(order, [], [])]
+    if not workspace:
+        wanted = integer_order(cin, order)
+        if not wanted[1]:
+            wanted = dense_inside(cin, order)
+        if wanted[1]:
+            orders.insert(0, wanted)
+    order, exact, exact_why = orders[0]
+    work = _work(cin, stats)
+    serial = _serial_reason(threads)
+    choices = []
+    if serial is None:
+        for way, moves, moved_why in orders:
+            for v, reason in _parallel_loops(cin, way, stats, threads):
+                par, how = _parallel(cin, v, stats, threads, work)
+                bound = _bound(cin, way, stats, v)
+                for hoist in _placements(way, v, stats):
+                    cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
+                    lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound]]
+                    if hoist:
+                        lines.append(f"default: {v} moves outermost, so one parallel region runs")
+                    choices.append(Choice(cmds, lines))
+    serial = serial or (
+        "default: serial, since no loop over an output variable can run in parallel without races"
+    )
+    bound = _bound(cin, order, stats, None)
+    if bound:
+        cmds = [*workspace, *exact, *[c for c, _ in bound]]
+        choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound]]))
+    if exact:
+        choices.append(Choice(exact, [*exact_why, serial]))
+    choices.append(Choice(workspace, [*ws_why, serial]))
+    if workspace:
+        choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
+    return choices
+
+
+def pays(cin: CIN, stats: Stats | None) -> bool:
+    """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
+    so a kernel asks before anything is concretized."""
+    work = _work(cin, stats)
+    return work is None or work >= REPLAN_WORK
+
+
+def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
+    """Where the parallel loop ``v`` may run: moved outermost if the checker allows,
+    else in place when the loops around it run so few times that starting a parallel
+    region in each costs little. In place when they run once (a batch of 1): moving
+    ``v`` out gains nothing, and would put that loop between ``v`` and the compressed
+    level below it, whose entries the runtime work threshold counts
+    (``ucf.lower.parallel.work_estimate``)."""
+    if order[0] == v:
+        return [[]]
+    outside = order[: order.index(v)]
+    regions = math.prod(stats.extents.get(w, 1) for w in outside) if stats else None
+    if regions == 1:
+        return [[]]
+    hoist = [f"reorder({v}, {order[0]})"]
+    return [hoist, []] if regions is not None and regions <= MAX_REGIONS else [hoist]
+
+
+def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
+    """Gustavson's workspace, when a sparse output's storage order puts a reduction
+    outside one of its variables: without it the output must be appended in its own
+    order, which co-iterates every output entry with the reduction (quadratic)."""
+    stmt = cin.statement
+    if cin.output_format.is_dense:
+        return []
+    summed, body = peel(stmt.rhs)
+    appended = appended_vars(stmt.lhs, cin.output_format)
+    pos = {v: k for k, v in enumerate(storage_order)}
+    first = min((pos[r] for r in summed if r in pos), default=None)
+    if first is None:
+        return []
+    inside = [v for v in storage_order[first:] if v in appended]
+    if not inside:
+        return []
+    r = storage_order[first]
+    if len(inside) > 1 or not _product(body):
+        why.append(
+            f"default: reduction variable {r} encloses output variables "
+            f"{', '.join(inside)} in storage order, but a workspace holds one variable of "
+            "one product; the output is appended in its own order instead"
+        )
+        return []
+    v = inside[0]
+    why.append(
+        f"default: precompute into a workspace over {v} (Gustavson), since reduction "
+        f"variable {r} encloses output variable {v} of sparse output {stmt.lhs.tensor} in "
+        "the order its operands are stored"
+    )
+    return [f"precompute({text(body)}, {v}, {v})"]
+
+
+def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The loop order, commands and reasons that move the outer reduction inside the
+    output's loops when it sums products of quantized operands whose scale groups it
+    does not change: the sum of one output entry then adds int32 products and is
+    rescaled once (``ucf.lower.held``). With an output variable inside the reduction
+    (CSR SpMM's ``i, k, j``) the output accumulates across the reduction's iterations,
+    so every product would be rescaled instead."""
+    summed, body = peel(cin.statement.rhs)
+    grouped = grouped_variables(body, {s.tensor: s.format for s in cin.slots.values()})
+    inner = [v for v in order if v in summed]
+    if grouped is None or grouped & set(summed) or order[len(order) - len(inner) :] == inner:
+        return order, [], []
+    new = [v for v in order if v not in summed] + inner
+    why = (
+        f"default: reduction {', '.join(inner)} runs inside the output's loops, so each output "
+        "entry sums its quantized products in int32 and is rescaled once"
+    )
+    return new, [f"reorder({', '.join(new)})"], [why]
+
+
+def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The output's last modes moved inside the loops over sparse levels when no sparse
+    operand is indexed by them (the pixels ``p, q`` of a filter-sparse convolution
+    ``O(n,m,p,q) = I(n,c,p+r,q+s) * F(m,c,r,s)``): then the innermost loops run over
+    contiguous output and dense input, vectorized, and each stored element of the
+    sparse operand is loaded once for a whole row of them rather than once per
+    output element. ``(order, commands, reasons)``; no command when nothing moves."""
+    if not cin.output_format.is_dense:
+        return order, [], []
+    sparse = {
+        v
+        for n, a in enumerate(accesses(cin.statement.rhs))
+        if not cin.slots[n].format.is_dense
+        for i in a.indices
+        for v in i.variables
+    }
+    if not sparse & set(order):
+        return order, [], []
+    last = max(order.index(v) for v in sparse if v in order)
+    suffix: list[str] = []
+    for v in reversed(cin.output_vars):
+        if v in sparse or v in cin.nested_vars:
+            break
+        suffix.insert(0, v)
+    moved = [v for v in suffix if order.index(v) < last]
+    if not moved:
+        return order, [], []
+    new = [v for v in order if v not in moved] + [v for v in order if v in moved]
+    loops = ", ".join(v for v in order[: last + 1] if v in sparse)
+    return (
+        new,
+        [f"reorder({', '.join(new)})"],
+        [
+            f"default: {', '.join(moved)} inside the loops over sparse levels ({loops}), "
+            "so the innermost loops are dense and each stored element serves a row of them"
+        ],
+    )
+
+
+def _product(e) -> bool:
+    """A product of tensor accesses: what precompute can compute into a workspace."""
+    if isinstance(e, Binary):
+        return e.op == "*" and _product(e.left) and _product(e.right)
+    return isinstance(e, Access)
+
+
+def _work(cin: CIN, stats: Stats | None) -> float | None:
+    """Multiply-adds, estimated per term of the right-hand side as the product of its
+    variables' extents thinned by each sparse operand's density."""
+    if stats is None:
+        return None
+    ext = stats.extents
+    variables = {v for a in accesses(cin.statement.rhs) for i in a.indices for v in i.variables}
+    total = math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars))
+    for n, a in enumerate(accesses(cin.statement.rhs)):
+        if cin.slots[n].format.is_dense or a.tensor not in stats.nnz:
+            continue
+        size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
+        total *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
+    return total
+
+
+def _serial_reason(threads: int) -> str | None:
+    """Serial code when only one thread would run it. Small inputs need no serial
+    plan: every parallel loop starts its threads only above a work threshold
+    (``ucf.lower.parallel.work_threshold``), checked when the kernel runs."""
+    if threads <= 1:
+        return "default: serial, since one thread is available (ucf.set_num_threads)"
+    return None
+
+
+def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: int):
+    """Loops over output variables (their iterations write different entries, so no
+    races), most iterations first among those with enough for every thread."""
+    out = set(cin.output_vars)
+    nested = cin.nested_vars
+    loops = [v for v in order if v in out and v not in nested]
+    if stats is None:
+        for v in loops[:1]:
+            yield v, f"default: parallel loop {v}, the outermost loop over an output variable"
+        return
+    ext = stats.extents
+    enough = [v for v in loops if ext.get(v, 0) >= 4 * threads]
+    if enough:
+        v = enough[0]
+        skipped = loops[: loops.index(v)]
+        note = f" ({', '.join(f'{w} has {ext[w]}' for w in skipped)})" if skipped else ""
+        yield (
+            v,
+            f"default: parallel loop {v}: {ext[v]} iterations, at least 4 per thread "
+            f"of {threads}, the outermost such loop{note}",
+        )
+        return
+    best = max(loops, key=lambda w: ext.get(w, 0), default=None)
+    if best is not None and ext.get(best, 0) > 1:
+        yield (
+            best,
+            f"default: parallel loop {best}: {ext[best]} iterations, the most of any loop "
+            "over an output variable",
+        )
+
+
+def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
+    """The commands that run ``v`` in parallel. Rows of even length are shared out
+    statically; when some row is much longer than the mean, or a static split would
+    give some thread much more than its share, they go in dynamically scheduled chunks
+    sized so each holds enough work and the long rows still balance. Rows that each hold
+    a chunk's work go one at a time at a smaller imbalance already."""
+    plain = [f"parallelize({v}, CPUThread, NoRaces)"]
+    if stats is None or work is None:
+        return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
+    rows = max(stats.extents.get(v, 1), 1)
+    mine = [t for t in {*stats.spread, *stats.imbalance} if _rows_of(cin, t) == v]
+    skew = max((stats.spread.get(t, 1.0) for t in mine), default=1.0)
+    share = max((stats.share(t, threads) for t in mine), default=1.0)
+    static = (
+        f"default: {v} is shared out statically ({rows} iterations; threads start only "
+        "if the work reaches the threshold)"
+    )
+    per_row = max(work / rows, 1.0)
+    heavy = per_row >= CHUNK_WORK
+    if skew <= SKEWED and share <= (HEAVY_BALANCED if heavy else BALANCED):
+        return plain, static
+    chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
+    chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
+    if chunk <= 1 and rows <= 64 * threads and not heavy:
+        return plain, static
+    outer, inner = f"{v}_c", f"{v}_r"
+    return (
+        [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
+        f"default: {v} in dynamically scheduled chunks of {chunk} (rows are up to "
+        f"{skew:.0f}x the mean length, and a static split gives one of {threads} threads "
+        f"{share:.2f}x its share; about {per_row:.0f} multiply-adds per iteration)",
+    )
+
+
+def _rows_of(cin: CIN, tensor: str) -> str | None:
+    """The variable of ``tensor``'s first stored level, whose segments the spread is of."""
+    for n, a in enumerate(accesses(cin.statement.rhs)):
+        fmt = cin.slots[n].format
+        if a.tensor == tensor and not fmt.is_dense:
+            return a.indices[fmt.mode_order[0]].single_variable
+    return None
+
+
+def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None):
+    """``bound`` on the innermost loop when it is dense over every operand and its
+    extent is small and known: a constant trip count unrolls and vectorizes."""
+    if stats is None or not order:
+        return []
+    v = order[-1]
+    n = stats.extents.get(v, 0)
+    # A block's places have a constant extent already, clipped at a partial block; a
+    # bound would run them over the padding.
+    if v == parallel or v in cin.nested_vars or v in cin.blocks or not 1 < n <= MAX_BOUND:
+        return []
+    for k, a in enumerate(accesses(cin.statement.rhs)):
+        fmt = cin.slots[k].format
+        for m, idx in enumerate(a.indices):
+            if v in idx.variables and (
+                idx.single_variable != v or not fmt.levels[fmt.level_of_mode(m)].full
+            ):
+                return []
+    return [
+        (
+            f"bound({v}, {v}_b, {n}, MaxExact)",
+            f"default: bound({v}) to {n}, the innermost loop's extent at this call, so its "
+            "trip count is a constant",
+        )
+    ]

@@ -1,0 +1,90 @@
+"""The operand statistics the default schedule reads at a call (``ucf.schedule.cpu_model``).
+
+They must cost next to nothing: extents and stored-entry counts are already at
+hand, and the statistics that read an array, how unevenly rows are filled, are
+kept per ``pos`` array, so calling a kernel again on the same operand does
+not read it again.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ucf.format.tensor import Tensor
+from ucf.schedule.cpu_model import MAX_SHARES, Stats
+
+# id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
+# reused id apart.
+_SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
+
+
+def measure(given: dict[str, Tensor], extents: dict[str, int]) -> Stats:
+    """Extents per variable, and per sparse operand its stored entries, spread and
+    imbalance."""
+    sparse = {n: t for n, t in given.items() if not t.format.is_dense}
+    filled = {n: segments(t) for n, t in sparse.items()}
+    return Stats(
+        dict(extents),
+        {n: int(t.vals.size) for n, t in sparse.items()},
+        {n: spread for n, (spread, _) in filled.items()},
+        {n: shares for n, (_, shares) in filled.items() if shares},
+    )
+
+
+def segments(t: Tensor) -> tuple[float, tuple[float, ...]]:
+    """How unevenly ``t``'s first segmented level below the top (its rows, for CSR) is
+    filled, as (spread, imbalance), kept per ``pos`` array.
+
+    The spread is the longest segment over the mean one: 1.0 for even rows or no such
+    level. The imbalance is, for 2, 3, ... ``MAX_SHARES`` threads, the largest share of
+    the stored entries (followed down every segmented level below, so a 3-tensor's
+    slices weigh their entries, not their fibers) that a static split (equal runs of
+    rows, as OpenMP's static schedule deals them out) gives one thread, over the mean
+    share; empty without such a level. Rows sorted by length (a triangular factor) or
+    heavy rows bunched at one end (R-MAT) leave threads idle even where no row is
+    long, which the spread does not see. The spread passes over every row once; the
+    imbalance reads ``pos`` at a few thousand places per level."""
+    segmented = [lv["pos"] for lv in t.levels[1:] if "pos" in lv]
+    if not segmented or segmented[0].size < 2:
+        return 1.0, ()
+    pos = segmented[0]
+    hit = _SPREADS.get(id(pos))
+    if hit is not None and hit[0]() is pos:
+        return hit[1]
+    lengths = np.diff(pos)
+    mean = float(lengths.mean())
+    value = (float(lengths.max()) / mean if mean > 0 else 1.0), _shares(segmented)
+    if len(_SPREADS) > 256:
+        _SPREADS.clear()
+    _SPREADS[id(pos)] = (weakref.ref(pos), value)
+    return value
+
+
+def _shares(segmented: list[np.ndarray]) -> tuple[float, ...]:
+    """The imbalance of ``segments``: ``segmented`` are the ``pos`` arrays from the
+    rows' level down. A dense or singleton level between them scales or keeps positions,
+    which leaves the shares as they are. Every thread count's cuts are read in one
+    gather per level."""
+    rows = segmented[0].size - 1
+    cuts = np.minimum(_CUTS * -(-rows // _THREADS_OF_CUT), rows)
+    for pos in segmented:
+        cuts = pos[cuts].astype(np.int64)
+    total = int(cuts[-1] - cuts[0])
+    if total <= 0:
+        return ()
+    # The largest share of each thread count: its cuts' differences, within its group.
+    largest = np.maximum.reduceat(np.diff(cuts), _GROUPS)[::2]
+    return tuple((largest * _SHARE_THREADS / total).tolist())
+
+
+# The cuts of a static split over 2, 3, ... MAX_SHARES threads, side by side: thread count
+# T contributes the multiples 0..T of its step ceil(rows / T).
+_SHARE_THREADS = np.arange(2, MAX_SHARES + 1)
+_CUTS = np.concatenate([np.arange(t + 1) for t in _SHARE_THREADS])
+_THREADS_OF_CUT = np.repeat(_SHARE_THREADS, _SHARE_THREADS + 1)
+# Where each thread count's differences start in np.diff(cuts), and where the one
+# difference between two groups (across their boundary) starts, to be skipped.
+_STARTS = np.concatenate(([0], np.cumsum(_SHARE_THREADS + 1)[:-1]))
+_GROUPS = np.ravel(np.column_stack((_STARTS, _STARTS + _SHARE_THREADS)))[:-1]
