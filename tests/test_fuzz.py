@@ -165,3 +165,75 @@ def test_fuzz_c_under_asan(tmp_path):
             timeout=7200,
         )
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+
+#: Cases the long run found (issue 32), kept as they were drawn: statements whose split
+#: has more than 7 variables, where concretize orders by topological sorts.
+FOUND = [
+    # a blocked sparse output: an order that binds all of its levels first, in order
+    {
+        "expr": "X(l,k,i,j) = -(((A(j,l)) * ((B(l)) + (C(k,i,j)))) * (D(k)))",
+        "tree": (
+            "neg",
+            (
+                "*",
+                (
+                    "*",
+                    ("acc", "A", ("j", "l")),
+                    ("+", ("acc", "B", ("l",)), ("acc", "C", ("k", "i", "j"))),
+                ),
+                ("acc", "D", ("k",)),
+            ),
+        ),
+        "tensors": {"A": ["j", "l"], "B": ["l"], "C": ["k", "i", "j"], "D": ["k"]},
+        "out_vars": ["l", "k", "i", "j"],
+        "extents": {"i": 3, "j": 3, "k": 3, "l": 3},
+        "formats": {
+            "A": "UCUF2:1/1,0/3,1%1,0%3",
+            "B": "U:0",
+            "C": "UCUCU:1/2,2/3,0,1%2,2%3",
+            "D": "C:0",
+        },
+        "out_format": "CCCUUU:2,3/3,1/3,0,3%3,1%3",
+        "seed": 1817239546,
+        "density": 0.7,
+    },
+    # a blocked diagonal: its offsets after the variables they offset
+    {
+        "expr": "X = (A(i,i,l)) - (min(B(i,k,j), max(C(i,k,l), D(i,l,j))))",
+        "tree": (
+            "-",
+            ("acc", "A", ("i", "i", "l")),
+            (
+                "fn",
+                "min",
+                (
+                    ("acc", "B", ("i", "k", "j")),
+                    ("fn", "max", (("acc", "C", ("i", "k", "l")), ("acc", "D", ("i", "l", "j")))),
+                ),
+            ),
+        ),
+        "tensors": {
+            "A": ["i", "i", "l"],
+            "B": ["i", "k", "j"],
+            "C": ["i", "k", "l"],
+            "D": ["i", "l", "j"],
+        },
+        "out_vars": [],
+        "extents": {"i": 2, "j": 3, "k": 2, "l": 2},
+        "formats": {
+            "A": "UUCF2:2,0/2,1,0%2",
+            "B": "CUU:1,2,0",
+            "C": "CUCU:0,1,2/1,2%1",
+            "D": "UUCU:2/3,0,1,2%3",
+        },
+        "out_format": None,
+        "seed": 1562208429,
+        "density": 0.7,
+    },
+]
+
+
+@pytest.mark.parametrize("found", FOUND, ids=["blocked-output", "blocked-diagonal"])
+def test_cases_the_long_run_found(found):
+    check(Case(**found))

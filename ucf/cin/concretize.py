@@ -178,8 +178,12 @@ def concretize(
         plain = [a for c in [*(c for _, c in hard), *soft, out_chain] for a in _anchors(c)]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
         needs = {v: set(free) for _, free, own in nested for v in own}
+        for _, c in hard:  # a sparse level's new variable after the others of its index
+            for before, after in _anchors(c)[1:]:
+                needs.setdefault(after, set()).add(before)
         first = [c[0] for c in out_chain if c[0] in appended]
-        for perm in _candidates(all_vars, plain, first, needs):
+        whole = [c[0] for c in out_chain]
+        for perm in _candidates(all_vars, plain, first, needs, whole):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
@@ -244,8 +248,9 @@ def _anchors(chain: Chain) -> list[list[str]]:
     its plain levels' variables and an affine level's one variable that no level above
     holds (the offset ``d`` of ``A(i, i + d)``), in level order, plus that variable
     after each other variable of its level (``i`` before ``d``: the level resolves at
-    ``d`` only if ``d`` comes later). An affine level of two new variables resolves at
-    whichever the order binds last, so it orders nothing."""
+    ``d`` only if ``d`` comes later; for a sparse operand the topological orders hold
+    to that). An affine level of two new variables resolves at whichever the order
+    binds last, so it orders nothing."""
     seen: set[str] = set()
     order: list[str] = []
     after: list[list[str]] = []
@@ -341,20 +346,24 @@ def _candidates(
     chains: list[list[str]],
     first: list[str],
     needs: dict[str, set[str]] | None = None,
+    output: list[str] | None = None,
 ):
     """All permutations when few variables, else orders from a topological sort:
-    one of all the variables, and one that binds ``first`` (a sparse output's
-    appended variables, in its level order) before the rest. ``needs`` maps a nested
-    sum's variable to those its value depends on, which a topological order binds
-    first (any order that does not is refused)."""
+    one of all the variables, one that binds ``first`` (a sparse output's appended
+    variables, in its level order) before the rest, and one that binds all of
+    ``output`` (the output's level variables) first, in its level order. ``needs``
+    maps a nested sum's variable to those its value depends on, which a topological
+    order binds first (any order that does not is refused)."""
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return
     needs = needs or {}
     yield _topological(variables, chains, needs)
-    rest = [v for v in variables if v not in first]
-    kept = [[v for v in c if v in rest] for c in chains]
-    yield tuple(first) + _topological(rest, kept, {v: n - set(first) for v, n in needs.items()})
+    for lead in (first, output or []):
+        lead = list(dict.fromkeys(v for v in lead if v in variables))
+        rest = [v for v in variables if v not in lead]
+        kept = [[v for v in c if v in rest] for c in chains]
+        yield tuple(lead) + _topological(rest, kept, {v: n - set(lead) for v, n in needs.items()})
 
 
 def _topological(
