@@ -167,8 +167,7 @@ def test_fuzz_c_under_asan(tmp_path):
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
 
-#: Cases the long run found (issue 32), kept as they were drawn: statements whose split
-#: has more than 7 variables, where concretize orders by topological sorts.
+#: Cases the long run found (issue 32), kept as they were drawn.
 FOUND = [
     # a blocked sparse output: an order that binds all of its levels first, in order
     {
@@ -231,9 +230,56 @@ FOUND = [
         "seed": 1562208429,
         "density": 0.7,
     },
+    # a diagonal beside reads of the same tensor no order follows: any order that puts
+    # the offset before what it offsets cannot be converted, so none is chosen
+    {
+        "expr": "X(k) = (((-1) * (A(k))) * (((2) * (B(j,i,k))) - (B(i,j,i)))) * (B(j,j,i))",
+        "tree": (
+            "*",
+            (
+                "*",
+                ("*", ("lit", -1), ("acc", "A", ("k",))),
+                (
+                    "-",
+                    ("*", ("lit", 2), ("acc", "B", ("j", "i", "k"))),
+                    ("acc", "B", ("i", "j", "i")),
+                ),
+            ),
+            ("acc", "B", ("j", "j", "i")),
+        ),
+        "tensors": {"A": ["k"], "B": ["j", "i", "k"]},
+        "out_vars": ["k"],
+        "extents": {"i": 3, "j": 3, "k": 3},
+        "formats": {"A": "C:0", "B": "UCF3:0,1,2"},
+        "out_format": "C:0",
+        "seed": 944227005,
+        "density": 1.0,
+    },
+    # a block's place inside its block in every order (blocks of 1, a triple diagonal)
+    {
+        "expr": "X = (A(k,l,j)) + (min(A(j,j,j), (2) * (A(k,i,j))))",
+        "tree": (
+            "+",
+            ("acc", "A", ("k", "l", "j")),
+            (
+                "fn",
+                "min",
+                (("acc", "A", ("j", "j", "j")), ("*", ("lit", 2), ("acc", "A", ("k", "i", "j")))),
+            ),
+        ),
+        "tensors": {"A": ["k", "l", "j"]},
+        "out_vars": [],
+        "extents": {"i": 1, "j": 1, "k": 1, "l": 1},
+        "formats": {"A": "UUCC:1,2/1,0,2%1"},
+        "out_format": None,
+        "seed": 2900728880,
+        "density": 0.7,
+    },
 ]
 
 
-@pytest.mark.parametrize("found", FOUND, ids=["blocked-output", "blocked-diagonal"])
+@pytest.mark.parametrize(
+    "found", FOUND, ids=["blocked-output", "blocked-diagonal", "offset-order", "place-order"]
+)
 def test_cases_the_long_run_found(found):
     check(Case(**found))

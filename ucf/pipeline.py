@@ -336,17 +336,24 @@ class _Front:
         self.fmts = fmts
 
     def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
-        cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
+        places = {inner: {outer} for inner, (_, outer, _) in self.split_blocks.items()}
+        cin = concretize(
+            self.stmt, self.fmts, self.computed, order=order, workspace=workspace, before=places
+        )
         cin.diagonals = dict(self.diagonals)
-        cin.blocks = dict(self.blocks)
-        if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
-            b = self.blocking
-            cin.blocks = {
-                inner: (v, outer, size)
-                for v, size in b.sizes.items()
-                for outer, inner in [b.names[v]]
-            }
+        cin.blocks = self.split_blocks  # a block's size is its places' extent: loops unroll
         return cin
+
+    @property
+    def split_blocks(self) -> dict[str, tuple[str, str, int]]:
+        """Each place variable of a split -> (the variable, its block's, the size): the
+        blocked formats', or the given ``blocks`` (``Kernel(blocks=...)``)."""
+        b = self.blocking
+        if b is None:
+            return dict(self.blocks)
+        return {
+            inner: (v, outer, size) for v, size in b.sizes.items() for outer, inner in [b.names[v]]
+        }
 
 
 def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.dtype:

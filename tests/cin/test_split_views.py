@@ -2,7 +2,7 @@
 
 A blocked format splits each variable it stores in blocks (``i`` into ``i_blk`` and
 ``i_in``) in every access of the statement (``ucf.cin.blocking``), and a dynamic
-operand's tiles split its variables the same way (``ucf.exec.dynamic``). A tensor read
+operand's tiles split its variables the same way (``ucf.stile.dynamic``). A tensor read
 twice, ``x(i)`` and ``x(j)``, ``D(i,j)`` and ``D(j,i)``, ``A(i,j) * A(j,k)``, is cut
 differently in each read when the blocks of its variables differ, so each read gets
 a view of its own. Before, one view served both reads: wrong answers, NaN, an

@@ -125,11 +125,14 @@ def concretize(
     output_format: Format,
     order: list[str] | None = None,
     workspace: bool = False,
+    before: dict[str, set[str]] | None = None,
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
     ``workspace`` says a precompute will give the output a workspace, so a
     sparse output no longer needs its variables outside every reduction.
+    ``before`` maps a variable to those every loop order binds before it (a
+    block's place after its block: ``ucf.cin.blocking``).
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
@@ -157,9 +160,19 @@ def concretize(
     sparse_out = not output_format.is_dense
     appended = appended_vars(stmt.lhs, output_format)
 
+    # Orders every loop order keeps: the caller's, and a sparse level's new variable
+    # after the others of its affine index (else two levels resolve at one loop, which
+    # no conversion undoes: the offset of a diagonal, A(i, i + i_d), after i).
+    needed = {v: set(b) for v, b in (before or {}).items()}
+    for _, c in hard:
+        for first_var, then in _anchors(c)[1:]:
+            needed.setdefault(then, set()).add(first_var)
+
     def fixed_ok(perm: tuple[str, ...]) -> bool:
         pos = {v: k for k, v in enumerate(perm)}
         if not _nesting_ok(nested, pos):
+            return False
+        if any(pos[b] > pos[v] for v, bs in needed.items() for b in bs if b in pos and v in pos):
             return False
         if not sparse_out:
             return True
@@ -178,9 +191,8 @@ def concretize(
         plain = [a for c in [*(c for _, c in hard), *soft, out_chain] for a in _anchors(c)]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
         needs = {v: set(free) for _, free, own in nested for v in own}
-        for _, c in hard:  # a sparse level's new variable after the others of its index
-            for before, after in _anchors(c)[1:]:
-                needs.setdefault(after, set()).add(before)
+        for v, bs in needed.items():
+            needs.setdefault(v, set()).update(bs)
         first = [c[0] for c in out_chain if c[0] in appended]
         whole = [c[0] for c in out_chain]
         for perm in _candidates(all_vars, plain, first, needs, whole):
