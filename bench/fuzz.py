@@ -5,6 +5,7 @@ python bench/fuzz.py --cases 10000 --out bench/fuzz-repros/
 python bench/fuzz.py --fuzzer statements --cases 10000
 python bench/fuzz.py --cases 2000 --workers 2 --targets llvm --kernels SpMV,SpGEMM
 python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
+python bench/fuzz.py --fuzzer statements --first 5000 --cases 5000   # its second half
 ```
 
 Two generators, the ones the test suite draws from:
@@ -122,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=1000, help="number of cases (default 1000)")
     ap.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    ap.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="number of the first case (default 0): --first 5000 --cases 5000 runs the "
+        "second half of a 10000-case run, so a long run can be split or finished",
+    )
     ap.add_argument("--case", type=int, help="run only case number CASE of --seed, verbosely")
     ap.add_argument("--workers", type=int, default=2, help="worker subprocesses (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="OpenMP threads per worker (default 2)")
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown kernel {unknown[0]}; the kernels are {', '.join(sf.KERNELS)}")
 
-    numbers = [args.case] if args.case is not None else range(args.cases)
+    numbers = [args.case] if args.case is not None else range(args.first, args.first + args.cases)
     cases = (draw(args.fuzzer, args.seed, n, targets, kernels) for n in numbers)
     fuzzer = FUZZERS[args.fuzzer]
     counts: dict[str, Counter] = {}
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-        print(f"\n{done} cases in {time.monotonic() - start:.0f} s (seed {args.seed})\n")
+        span = f"seed {args.seed}" + (f", cases {numbers[0]} to {numbers[-1]}" if done else "")
+        print(f"\n{done} cases in {time.monotonic() - start:.0f} s ({span})\n")
         print(table(counts))
         if args.reasons:
             print("\ncommonest refusals:")
