@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ucf.errors import ScheduleError, UnsupportedError
+from ucf.errors import UnsupportedError
 from ucf.format.format import Format, LevelMap
 from ucf.lang import ast
 from ucf.lang.affine import Affine
@@ -51,17 +51,6 @@ class Blocking:
     modes: dict[str, tuple[int, ...]]
     user_formats: dict[str, Format]
     sources: dict[str, str]
-
-    def check_schedule(self, commands: list) -> None:
-        """A schedule names the split loops; say so when it names a blocked variable."""
-        for c in commands:
-            for v in c.args:
-                if v in self.sizes:
-                    outer, inner = self.names[v]
-                    raise ScheduleError(
-                        f"{c}: {v} is stored in blocks of {self.sizes[v]}, so its loops are "
-                        f"{outer} (the block) and {inner} (the place in it); schedule those"
-                    )
 
     def split_shape(self, view: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of ``view`` in the split statement (``shape``: its tensor's)."""
@@ -226,7 +215,7 @@ def _rename(
         return _split_access(e, names, view_of)
     if isinstance(e, ast.Sum):
         vs = tuple(w for v in e.vars for w in (names.get(v) or (v,)))
-        return ast.Sum(vs, _rename(e.body, names, view_of))
+        return ast.Sum(vs, _rename(e.body, names, view_of), e.op)
     return ast.with_children(e, [_rename(c, names, view_of) for c in ast.children(e)])
 
 

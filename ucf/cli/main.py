@@ -422,11 +422,13 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
         if name not in paths:
             raise UserError(f"no input for {name}; pass -i {name}:FILE")
     from ucf.exec.shapes import check_orders
+    from ucf.format.format import parse_formats
+    from ucf.lang.ast import statement_orders
     from ucf.pipeline import compute_dtype
 
-    computed = compute_dtype(args.expr, formats, args.dtype)
+    orders = statement_orders(stmt)
+    computed = compute_dtype(args.expr, parse_formats(formats, orders), args.dtype)
     operands = {}
-    orders = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
         check_orders(orders, {name: t})  # before its format joins the statement's

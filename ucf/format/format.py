@@ -9,14 +9,16 @@ permuted format; blocked maps give BCSR as plain levels with no special case
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, boundary
+from ucf.errors import FormatError, OperandError, boundary
 from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
@@ -48,6 +50,7 @@ WIDTH_ALIASES = {
     "nm": (("n", "m"), "{u}UF{n}:{modes}{last}/{m},{last}%{m}"),
 }
 _NAMED = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)\s*")
+_FILL = re.compile(r"(.*?)\s+fill\s*=\s*(\S*)\s*", re.DOTALL)
 _LEVEL = re.compile(r"(.)(\d*)")
 
 
@@ -85,8 +88,10 @@ class LevelMap:
 
 @dataclass(frozen=True)
 class Format:
-    """An immutable storage format: level kinds outer to inner, what each stores, and
-    how the values are held (``None``: in the type the kernel computes in).
+    """An immutable storage format: level kinds outer to inner, what each stores, how
+    the values are held (``None``: in the type the kernel computes in), and the value
+    an absent entry reads as (``fill``: 0, or ``-inf`` for masked attention scores;
+    TACO's and Finch's fill value; written ``csr fill=-inf``).
 
     ``maps`` may be given as mode numbers (a mode ordering) or as ``LevelMap``s.
     """
@@ -94,10 +99,26 @@ class Format:
     levels: tuple[LevelKind, ...]
     maps: tuple[LevelMap, ...]
     values: Values | None = None
+    fill: float = 0.0
 
     def __post_init__(self) -> None:
         maps = tuple(m if isinstance(m, LevelMap) else LevelMap(int(m)) for m in self.maps)
         object.__setattr__(self, "maps", maps)
+        fill = float(self.fill)
+        if math.isnan(fill):
+            raise FormatError("a fill value cannot be NaN: absent entries must equal it")
+        if all(k.full for k in self.levels):
+            fill = 0.0  # a dense tensor stores every entry: nothing reads a fill
+        object.__setattr__(self, "fill", fill + 0.0)  # -0.0 is 0
+        if fill and (not all(m.plain for m in maps) or any(k.segment_width for k in self.levels)):
+            raise FormatError(
+                f"format '{self}': a fill value other than 0 on a blocked or fixed-width "
+                "format is not supported (their blocks and slots are padded with zeros)"
+            )
+
+    def with_fill(self, fill: float) -> Format:
+        """The same format whose absent entries read as ``fill``."""
+        return replace(self, fill=fill)
 
     @property
     def order(self) -> int:
@@ -113,6 +134,69 @@ class Format:
     def blocked(self) -> bool:
         """Whether some level stores a block index or an offset in a block."""
         return not all(m.plain for m in self.maps)
+
+    @property
+    def fixed_width(self) -> bool:
+        """Whether some level stores a fixed number of entries per parent (``ell(w)``,
+        ``nm(n,m)``): rows whose loops have the same trip count."""
+        return any(k.segment_width is not None for k in self.levels)
+
+    @classmethod
+    def dense(cls, order: int, mode_order: Sequence[int] | None = None) -> Format:
+        """Dense levels storing the modes in ``mode_order`` (default: their own order)."""
+        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order or range(order)))
+
+    @classmethod
+    def compressed(
+        cls, order: int, dense: int = 0, mode_order: Sequence[int] | None = None
+    ) -> Format:
+        """``dense`` dense levels, then compressed ones (CSR is ``compressed(2, 1)``, CSF
+        ``compressed(3)``), storing the modes in ``mode_order``."""
+        kinds = [KINDS["U"]] * dense + [KINDS["C"]] * (order - dense)
+        return cls(tuple(kinds), tuple(mode_order or range(order)))
+
+    @classmethod
+    def blocked_rows(cls, bh: int, bw: int, columns: bool = False) -> Format:
+        """Blocks of ``bh`` x ``bw`` in compressed rows of blocks (``bcsr(bh,bw)``), each
+        stored row-major; ``columns``: in compressed columns of blocks, each stored
+        column-major (the same matrix read column by column)."""
+        outer = (LevelMap(0, div=bh), LevelMap(1, div=bw))
+        inner = (LevelMap(0, mod=bh), LevelMap(1, mod=bw))
+        if columns:
+            outer, inner = outer[::-1], inner[::-1]
+        kinds = (KINDS["U"], KINDS["C"], KINDS["U"], KINDS["U"])
+        return cls(kinds, outer + inner)
+
+    @classmethod
+    def dynamic(cls, order: int) -> Format:
+        """STile's index of live tiles: dense levels over every mode but the last, and an
+        unordered compressed last one (its live tiles, listed in any order)."""
+        return cls(tuple([KINDS["U"]] * (order - 1) + [KINDS["Q"]]), tuple(range(order)))
+
+    @classmethod
+    def tiled(cls, tile: Sequence[int]) -> Format:
+        """Dense levels over micro-tiles of ``tile`` (one extent per mode): a mode whose
+        extent is above 1 is stored as its tile, then its place in the tile, as a
+        blocked format stores blocks (``UUU:0/32,0%32,1`` for tiles of 32 x 1)."""
+        maps = []
+        for mode, b in enumerate(tile):
+            maps += [LevelMap(mode, div=b), LevelMap(mode, mod=b)] if b > 1 else [LevelMap(mode)]
+        return cls(tuple(KINDS["U"] for _ in maps), tuple(maps))
+
+    @classmethod
+    def workspace_list(cls) -> Format:
+        """A kernel's list of the coordinates a workspace was touched at: one level that
+        its consumer walks as a compressed one (``ucf.format.levels.workspace``)."""
+        return cls((KINDS["W"],), (0,))
+
+    def with_mode_order(self, mode_order: Sequence[int]) -> Format:
+        """The same level kinds and values, storing the modes in ``mode_order`` (plain
+        maps only: a blocked format's maps are its own)."""
+        return Format(self.levels, tuple(mode_order), self.values)
+
+    def with_levels(self, levels: Sequence[LevelKind]) -> Format:
+        """The same maps and values over other level kinds (one per map)."""
+        return Format(tuple(levels), self.maps, self.values)
 
     def level_dims(self, shape: tuple[int, ...]) -> list[int]:
         """Each level's dimension for a tensor of ``shape``."""
@@ -143,7 +227,7 @@ class Format:
 
     def with_structure(self, levels: tuple[LevelKind, ...], maps: tuple) -> Format:
         """Other levels and maps holding the same values (a converted or split format)."""
-        return Format(levels, maps, self.values)
+        return Format(levels, maps, self.values, self.fill)
 
     @property
     def letters(self) -> str:
@@ -174,9 +258,11 @@ class Format:
         (``bcsr(4,4)``, ``csr``, ``nm(2,4)``) where one does, else its levels (``UCUU:...``).
         Messages use it, so they show what the user wrote, not the levels behind it."""
         values = f"@{self.values}" if self.values else ""
+        values += _fill_text(self.fill)
         for candidate in self._names():
             try:
-                if parse_format(candidate, order=self.order) == replace(self, values=None):
+                plain = replace(self, values=None, fill=0.0)
+                if parse_format(candidate, order=self.order) == plain:
                     return candidate + values
             except FormatError:
                 continue
@@ -220,7 +306,7 @@ class Format:
         text = self.letters
         if self.maps != tuple(LevelMap(m) for m in range(len(self.levels))):
             text += ":" + ",".join(map(str, self.maps))
-        return text + (f"@{self.values}" if self.values else "")
+        return text + (f"@{self.values}" if self.values else "") + _fill_text(self.fill)
 
     def __repr__(self) -> str:
         return f"Format('{self}')"
@@ -232,18 +318,65 @@ def dense_format(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 
+def parse_formats(given: Mapping[str, Any] | None, orders: Mapping[str, int]) -> dict[str, Format]:
+    """The formats of a statement's tensors as given at the API (text or ``Format``, by
+    tensor), parsed once, each checked against the tensor's order (``orders``: every
+    tensor of the statement); a tensor the statement does not use is refused."""
+    out = {}
+    for name, spelled in (given or {}).items():
+        if name not in orders:
+            raise OperandError(
+                f"formats names tensor {name}, which the statement does not use "
+                f"(tensors: {', '.join(orders)})"
+            )
+        out[name] = parse_format(spelled, order=orders[name], tensor=name)
+    return out
+
+
+def _fill_text(fill: float) -> str:
+    """How format text writes a fill value (nothing for 0)."""
+    if not fill:
+        return ""
+    if math.isinf(fill):
+        return " fill=-inf" if fill < 0 else " fill=inf"
+    return f" fill={fill!r}"
+
+
+def _parse_fill(text: str, source: str, who: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value):
+        raise FormatError(
+            f"bad format '{source}'{who}: fill value '{text}' is not a number "
+            "(write fill=-inf, fill=inf or a number such as fill=1)"
+        )
+    return value
+
+
 @boundary
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:
     """Parse ``UC``, ``UC:1,0`` or an alias, each optionally followed by ``@`` and a
-    value description (``csr@float32``); ``order`` checks (and sizes aliases)."""
+    value description (``csr@float32``) and by the value absent entries read as
+    (``csr fill=-inf``); ``order`` checks (and sizes aliases)."""
     if isinstance(text, Format):
         fmt = text
     else:
-        levels, at, values = str(text).partition("@")
+        who = f" for tensor {tensor}" if tensor else ""
+        spec, fill = str(text), 0.0
+        filled = _FILL.fullmatch(spec)
+        if filled is not None:
+            spec, fill = filled.group(1), _parse_fill(filled.group(2), str(text), who)
+        levels, at, values = spec.partition("@")
         fmt = _parse(levels, order, tensor)
         if at:
-            who = f" for tensor {tensor}" if tensor else ""
             fmt = replace(fmt, values=parse_values(values, str(text), who, len(fmt.levels)))
+        if fill:
+            try:
+                fmt = fmt.with_fill(fill)
+            except FormatError as e:
+                raise FormatError(f"bad format '{text}'{who}: {e}") from None
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
         shown = str(text).strip()
@@ -319,15 +452,21 @@ def _named(name: str, args: str, order: int | None, text: str, who: str) -> str:
     return levels.format(u="U" * (n - 1), modes=modes, last=n - 1, **given)
 
 
+def _stored() -> str:
+    """The letters of the kinds tensors are stored in (a kernel's own, such as a
+    workspace's list, are left out)."""
+    return ", ".join(letter for letter, kind in KINDS.items() if kind.stored)
+
+
 def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     """The level kinds ``letters`` spells, each a letter with any number it takes (``UF4``)."""
     kinds = []
     for token in _LEVEL.finditer(letters):
         letter, number = token.groups()
-        if letter not in KINDS:
+        if letter not in KINDS or not KINDS[letter].stored:
             raise FormatError(
                 f"bad format '{text}'{who}: level kind {letter!r} is not one of "
-                f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)}, or "
+                f"{_stored()} (or an alias: {', '.join(ALIASES)}, or "
                 f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
                 + taco_letters.hint(text.strip())
             )
@@ -346,7 +485,7 @@ def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     if not kinds:
         raise FormatError(
             f"bad format '{text}'{who}: level kind '(empty)' is not one of "
-            f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
+            f"{_stored()} (or an alias: {', '.join(ALIASES)})"
         )
     return tuple(kinds)
 

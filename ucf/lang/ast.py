@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from ucf.errors import ShapeError
 from ucf.lang.affine import Affine
 
 
@@ -60,11 +61,15 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Sum(Expr):
-    """``body`` summed over ``vars``: written ``sum(j, ...)``, or implied by a variable
-    that appears only on the right-hand side (see ``ucf.lang.reductions``)."""
+    """``body`` reduced over ``vars`` by ``op``: a sum, written ``sum(j, ...)`` or implied
+    by a variable that appears only on the right-hand side (see ``ucf.lang.reductions``),
+    or the largest or smallest value, written ``max(j, ...)`` or ``min(j, ...)``. One
+    node for all three, since every stage places and nests them alike; only the
+    combining step and its identity differ (``ucf.lang.algebra``)."""
 
     vars: tuple[str, ...]
     body: Expr
+    op: str = "sum"
 
 
 def text(e: Expr, names: Mapping[int, str] | None = None) -> str:
@@ -92,7 +97,7 @@ def text(e: Expr, names: Mapping[int, str] | None = None) -> str:
         if isinstance(x, Call):
             return f"{x.fn}({', '.join(go(a) for a in x.args)})"
         assert isinstance(x, Sum)
-        return f"sum({', '.join(x.vars)}, {go(x.body)})"
+        return f"{x.op}({', '.join(x.vars)}, {go(x.body)})"
 
     return go(e)
 
@@ -131,7 +136,7 @@ def with_children(e: Expr, kids: Sequence[Expr]) -> Expr:
     if isinstance(e, Call):
         return Call(e.fn, tuple(kids))
     if isinstance(e, Sum):
-        return Sum(e.vars, kids[0])
+        return Sum(e.vars, kids[0], e.op)
     return e
 
 
@@ -158,3 +163,16 @@ def fresh(name: str, taken: set[str]) -> str:
         name, k = f"{base}{k}", k + 1
     taken.add(name)
     return name
+
+
+def statement_orders(stmt: Statement) -> dict[str, int]:
+    """Each tensor's order: the number of indices it is accessed with (one number)."""
+    orders: dict[str, int] = {}
+    for a in [stmt.lhs, *accesses(stmt.rhs)]:
+        if a.tensor in orders and orders[a.tensor] != len(a.indices):
+            raise ShapeError(
+                f"tensor {a.tensor} is accessed with {orders[a.tensor]} and with "
+                f"{len(a.indices)} indices"
+            )
+        orders[a.tensor] = len(a.indices)
+    return orders

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError, UnsupportedError, boundary
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
@@ -244,7 +245,10 @@ _COMPILED: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
 def _build(target: str, fn: ir.Function, text: str, kcache: Any) -> tuple[Any, Any]:
-    types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
+    scalars = {"f32": ctypes.c_float, "f64": ctypes.c_double}
+    types = [
+        ctypes.c_void_p if p.is_array else scalars.get(p.type, ctypes.c_int64) for p in fn.params
+    ]
     if target == "llvm":
         from ucf.toolchain import jit
 
@@ -576,5 +580,4 @@ def build(
     n = int(pos[-1])
     levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]
     vals = np.ones(n, dtype=dtype)
-    fmt = "U" * (len(grid) - 1) + "Q"
-    return Tensor(grid, fmt, levels, vals, index_dtype=idt, check=False)
+    return Tensor(grid, Format.dynamic(len(grid)), levels, vals, index_dtype=idt, check=False)

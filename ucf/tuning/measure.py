@@ -28,6 +28,8 @@ import numpy as np
 
 from ucf.exec.kernel import Kernel
 from ucf.format.tensor import Tensor
+from ucf.schedule.commands import Command
+from ucf.schedule.text import as_commands, spelled
 from ucf.tuning import probe, space
 from ucf.tuning.probe import reason
 
@@ -150,7 +152,9 @@ class Objective:
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
 
-    def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
+    def kernel(
+        self, schedule: str | list[Command] | None, formats: dict[str, str] | None = None
+    ) -> Any:
         return Kernel(
             self.statement,
             formats=self.formats if formats is None else formats,
@@ -185,20 +189,24 @@ class Objective:
             self._variants[scope] = Variant(dict(formats), problem, operands, seconds)
         return self._variants[scope]
 
-    def measure(self, schedule: str | None, v: Variant, enough: float = math.inf) -> float:
+    def measure(
+        self, schedule: str | list[Command] | None, v: Variant, enough: float = math.inf
+    ) -> float:
         """Seconds per call of ``schedule``'s kernel on ``v``; a UcfError (or anything the
-        kernel raises) if it cannot be built or computes something else than the default."""
+        kernel raises) if it cannot be built or computes something else than the default.
+        A stored schedule comes as text, parsed here; a trial's as commands."""
         from ucf.errors import UcfError
 
-        k = self.kernel(schedule, v.formats)
+        commands = as_commands(schedule)
+        k = self.kernel(commands, v.formats)
         seconds = probe.limit(self.baseline)
-        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
+        if self.baseline > 0 and probe.needed(commands, self.extents, seconds):  # in a child
             from ucf.toolchain.jit import num_threads
 
             request = probe.Call(
                 self.statement,
                 v.formats,
-                schedule,
+                spelled(commands),
                 self.target,
                 self.dtype,
                 self.index_dtype,
@@ -244,11 +252,12 @@ class Objective:
             trial.set_user_attr("formats", formats)
             trial.set_user_attr("failure", self._unfit[scope])
             raise optuna.TrialPruned(self._unfit[scope])
-        text = space.suggest(trial, v.problem, scope)
+        commands = space.suggest(trial, v.problem, scope)
+        text = spelled(commands)
         seen = (scope, text)
         if seen not in self._seen:
             try:
-                self._seen[seen] = (self.measure(text, v, self.hopeless()), "")
+                self._seen[seen] = (self.measure(commands, v, self.hopeless()), "")
             except Exception as e:
                 self._seen[seen] = (None, reason(e))
         seconds, why = self._seen[seen]
