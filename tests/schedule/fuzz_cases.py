@@ -402,13 +402,16 @@ class _Statement:
 
 def _statement(kernel: FuzzKernel, formats: dict[str, str], extents: dict[str, int]) -> _Statement:
     import ucf
-    from ucf.lang.ast import accesses
+    from ucf.format.format import parse_formats
+    from ucf.lang.ast import accesses, statement_orders
+    from ucf.lang.parser import parse_statement
     from ucf.pipeline import _Front
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an operand no order follows is converted
-            front = _Front(kernel.expr, formats)
+            orders = statement_orders(parse_statement(kernel.expr))
+            front = _Front(kernel.expr, parse_formats(formats, orders))
             order = list(front.concretized().order)
     except ucf.UcfError:  # the compile will say why; aim at the statement as written
         front, order = None, kernel.variables
