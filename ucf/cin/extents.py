@@ -79,9 +79,10 @@ def infer(
             known[v] = n
 
 
-def describe(stmt: Statement) -> list[str]:
-    """Formulas for the extents inferred when no output or shapes= is given."""
-    known: dict[str, Any] = {}
+def describe(stmt: Statement, fixed: Mapping[str, int] | None = None) -> list[str]:
+    """Formulas for the extents inferred when no output or shapes= is given (``fixed``:
+    the extents known when compiling)."""
+    known: dict[str, Any] = dict(fixed or {})
     size: dict[tuple[str, int], Any] = {}
     for a in accesses(stmt.rhs):
         for m, idx in enumerate(a.indices):

@@ -31,7 +31,7 @@ from ucf.exec.static import Static, prepare
 from ucf.format.format import parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
-from ucf.lang.ast import Statement
+from ucf.lang.ast import Statement, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.pipeline import TARGETS, Plan
 from ucf.schedule import Command, Schedule, cpu_model, stats
@@ -106,7 +106,13 @@ class Kernel(Calling):
         index_dtype: Any = "int32",
         emulate: bool = False,
         static: Mapping[str, Any] | None = None,
+        blocks: Mapping[str, tuple[str, str, int]] | None = None,
     ):
+        """``blocks`` (for ``ucf.stile.dynamic``, whose statement is already split into
+        tiles): each place variable of the statement -> (the variable it was split from,
+        its block variable, the block size), as ``CIN.blocks``; a call then passes the
+        split variables' own extents as ``shapes=``, and the loops over a last, partial
+        block stop at them."""
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         if emulate and target != "cuda":
@@ -116,7 +122,7 @@ class Kernel(Calling):
         # Formats are parsed here, once: the compiler reads Format objects; the text as
         # given stays for the repr and messages.
         shown = {k: str(v) for k, v in (formats or {}).items()}
-        orders = pipeline.statement_orders(parse_statement(expr))
+        orders = statement_orders(parse_statement(expr))
         self._formats = parse_formats(formats, orders)
         self.dtype = pipeline.compute_dtype(expr, self._formats, dtype)
         try:
@@ -147,6 +153,9 @@ class Kernel(Calling):
             from ucf.toolchain import jit
 
             fields["llvm"] = jit.identity()
+        self._blocks = dict(blocks or {})
+        if blocks:
+            fields["blocks"] = sorted((k, list(v)) for k, v in self._blocks.items())
         self._statics: dict[str, Static] = {}
         if static:
             self._statics = prepare(static, expr, self._formats, commands, self.dtype, idt)
@@ -214,6 +223,7 @@ class Kernel(Calling):
             default,
             static,
             self.formats,
+            self._blocks,
         )
 
     def _loaded(self) -> _Compiled:
@@ -286,7 +296,9 @@ class Kernel(Calling):
             if built is not None:
                 return built
         built = first_passing(
-            pipeline.proposals(self._expr, self._formats, split, threads, self.formats),
+            pipeline.proposals(
+                self._expr, self._formats, split, threads, self.formats, self._blocks
+            ),
             lambda c: self._compile(c.commands, default=True, why=(*refused, *c.why)),
             refused,
             shown=_text,
@@ -366,7 +378,10 @@ class Kernel(Calling):
         if self._built.flat is None or self._local.stats is None:
             return spelled(self._plan.schedule)
         st, threads = self._local.stats
-        return pipeline.proposals(self._expr, self._formats, st, threads, self.formats)[0].text
+        choices = pipeline.proposals(
+            self._expr, self._formats, st, threads, self.formats, self._blocks
+        )
+        return choices[0].text
 
     @property
     def source(self) -> str:

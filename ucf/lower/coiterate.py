@@ -206,10 +206,10 @@ class CoiterationMixin:
         after a chain of cases, LLVM made them branch-free: a chain from each load to
         the next, 7 % of a sparse add)."""
         a, b = its
-        every = {a.n, b.n}
+        every = set(iters)  # those outside the two (ended) read as absent too
 
         def way(subset: list[int]) -> list[ir.Stmt]:
-            sub = restrict(term, every - set(subset))
+            sub = restrict(term, every - set(subset), self._fill, st.target)
             stmts = [] if sub is None else self._case_body(sub, st, iters, located, coord, subset)
             for it in (a, b):
                 if it.n in subset:

@@ -34,7 +34,7 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
         if isinstance(e, Binary) and e.op in "+-":
             return walk(e.left, sign) and walk(e.right, -sign if e.op == "-" else sign)
         product = e
-        while isinstance(product, Sum):
+        while isinstance(product, Sum) and product.op == "sum":  # max and min gather no rows
             product = product.body
         if not _product(product):
             return False

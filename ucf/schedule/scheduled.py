@@ -70,6 +70,7 @@ def scheduled(
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     new.blocks = dict(cin.blocks)
+    new.diagonals = dict(cin.diagonals)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
     for v in applied.loops:
