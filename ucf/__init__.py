@@ -31,9 +31,9 @@ from ucf.errors import (
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.kernel import Kernel
-    from ucf.format.pictures import show
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
+    from ucf.format.pictures import show
     from ucf.format.quantize import quantize
     from ucf.format.scipy_layouts import from_scipy
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy

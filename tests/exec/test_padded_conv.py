@@ -13,6 +13,7 @@ import ucf
 from tests.helpers import TARGETS
 from tests.lang.conv_reference import conv
 from ucf.exec import padded_conv
+from ucf.lang.parser import parse_statement
 from ucf.schedule import cpu_model
 
 FLAT = "zero-padded planes"
@@ -117,11 +118,12 @@ def test_a_dense_filter_and_a_dense_input_in_float64():
     ],
 )
 def test_what_is_not_flattened(stmt, formats):
-    assert padded_conv.find(stmt, formats) is None
+    assert padded_conv.find(parse_statement(stmt), formats) is None
 
 
 def test_the_flattened_statement():
-    found = padded_conv.find("O(n,m,p,q) = I(n,c,p+r-1,q+s+2) * F(m,c,r,s)", {"F": "UCCC"})
+    stmt = parse_statement("O(n,m,p,q) = I(n,c,p+r-1,q+s+2) * F(m,c,r,s)")
+    found = padded_conv.find(stmt, {"F": "UCCC"})
     flat = found.at({"p": 7, "q": 5, "r": 3, "s": 2})
     assert (flat.wp, flat.hp, flat.plane) == (6, 9, 9 * 6 + 1)
     assert flat.expr == "O(n, m, x) = I(n, c, 6*r + s + x) * F(m, c, r, s)"

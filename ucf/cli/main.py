@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ucf.cli.user_error import UserError
-from ucf.pipeline import TARGETS
+from ucf.codegen import TARGETS
 
 PROG = "ucf"
 DTYPES = ("float64", "float32", "int64", "int32")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
     ConversionWarning,
     OperandError,
@@ -40,7 +41,6 @@ from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
-from ucf.pipeline import Plan
 from ucf.toolchain.jit import apply_num_threads, num_threads
 
 

@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ucf import pipeline
 from ucf._version import __version__
+from ucf.codegen import TARGETS
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
     OperandError,
     ScheduleError,
@@ -26,14 +27,13 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import padded_conv
+from ucf.exec import decisions, padded_conv
 from ucf.exec.calling import Calling, cfunc
 from ucf.exec.replay import Replay
 from ucf.exec.static import Static, prepare
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement
-from ucf.pipeline import TARGETS, Plan
 from ucf.schedule import Schedule, cpu_model, stats
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
@@ -112,7 +112,7 @@ class Kernel(Calling):
         self.target = target
         self.emulate = emulate
         formats = {k: str(v) for k, v in (formats or {}).items()}
-        self.dtype = pipeline.compute_dtype(expr, formats, dtype)
+        self.dtype = compute_dtype(expr, formats, dtype)
         try:
             idt = np.dtype(index_dtype)
         except TypeError:
@@ -151,7 +151,9 @@ class Kernel(Calling):
         self._tuned = schedule == TUNED
         self._static = self._compile(None if self._tuned else schedule, default=False)
         self._adaptive = (schedule is None or self._tuned) and target != "cuda"
-        self._conv = padded_conv.find(expr, formats) if schedule is None and not static else None
+        self._conv = None
+        if schedule is None and not static:
+            self._conv = padded_conv.find(self._static.compiled.plan.statement, formats)
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
@@ -186,6 +188,8 @@ class Kernel(Calling):
         return _Built(_LOADED[memo], why, flat)
 
     def _build(self, schedule: str | None, default: bool, expr: str) -> Plan:
+        from ucf import pipeline
+
         openmp = self.target != "llvm" or openmp_runtime() is not None
         static = {n: s.tensor for n, s in self._statics.items()}
         return pipeline.plan(
@@ -250,6 +254,8 @@ class Kernel(Calling):
             return None
 
     def _default_kernel(self, st: stats.Stats, threads: int) -> _Built:
+        """The default model's kernel for a call with statistics ``st``: the choice kept in
+        the disk cache for them (``ucf.exec.decisions``), else the model's, then kept."""
         static = self._static.compiled.plan
         split = st
         if static.blocking is not None:
@@ -257,6 +263,27 @@ class Kernel(Calling):
         if not cpu_model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
         flat = self._conv.at(st.extents) if self._conv and static.blocking is None else None
+        fields = {**self._fields, "decision": "default", "stats": repr(st.key(threads))}
+        hit = decisions.load(fields)
+        if hit is not None:
+            if hit[0] is None:
+                return self._static
+            text, why, flattened = hit[0]
+            try:
+                return self._compile(text, True, why, flat if flattened else None)
+            except (ScheduleError, UnsupportedError):
+                pass
+        built = self._model(st, split, flat, threads)
+        kept = (built.compiled.fields["schedule"], built.why, built.flat is not None)
+        decisions.store(fields, None if built is self._static else kept)
+        return built
+
+    def _model(
+        self, st: stats.Stats, split: stats.Stats, flat: padded_conv.Flat | None, threads: int
+    ) -> _Built:
+        """The first of the default model's proposals that compiles (``ucf.pipeline``)."""
+        from ucf import pipeline
+
         if flat is not None:
             fst = replace(st, extents=flat.extents(st.extents))
             for choice in pipeline.proposals(flat.expr, self.formats, fst, threads):
@@ -401,6 +428,26 @@ class Kernel(Calling):
                 raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
             return save_cuda(self._plan, prefix, name)
         return save_c(self._user_plan, prefix, name, abi, lib)
+
+
+def compute_dtype(expr: str, formats: dict[str, str], dtype: Any) -> np.dtype:
+    """``ucf.pipeline.compute_dtype``, kept in the disk cache (``ucf.exec.decisions``):
+    finding it parses the statement, which a kernel in the cache need not do."""
+    fields = {
+        "decision": "dtype",
+        "statement": "".join(expr.split()),
+        "formats": sorted(formats.items()),
+        "dtype": None if dtype is None else str(dtype),
+        "version": __version__,
+    }
+    hit = decisions.load(fields)
+    if hit is not None:
+        return hit[0]
+    from ucf import pipeline
+
+    dt = pipeline.compute_dtype(expr, formats, dtype)
+    decisions.store(fields, dt)
+    return dt
 
 
 class _PerThread(threading.local):

@@ -11,7 +11,7 @@ multiply-adds. Copied into a buffer with the padding written as zeros and rows o
 no bounds to test. The output is computed on the same row pitch (the ``|s| - 1``
 extra columns of each row are computed and dropped), and cropped to the user's.
 
-``find`` recognizes the statement once, at compile time; ``Conv.at`` gives the
+``find`` recognizes the statement once, when the kernel is built; ``Conv.at`` gives the
 flattened statement for one call's extents (its row pitch is a constant of the
 kernel, so each image width compiles its own).
 """
@@ -26,7 +26,6 @@ import numpy as np
 from ucf.format.format import dense_format, parse_format
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Statement
-from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
 
 #: Output rows at least this wide keep the direct kernel. Measured with one thread (CPU
@@ -157,10 +156,10 @@ def _plain_dense(text: str | None, order: int, tensor: str) -> bool:
     )
 
 
-def find(expr: str, formats: dict[str, str]) -> Conv | None:
-    """The convolution ``expr`` is, if it is one ``Conv`` describes with a dense input
-    and output (any weight format); None otherwise."""
-    stmt = parse_statement(expr)
+def find(stmt: Statement, formats: dict[str, str]) -> Conv | None:
+    """The convolution ``stmt`` is, if it is one ``Conv`` describes with a dense input
+    and output (any weight format); None otherwise. It takes the parsed statement (a
+    kernel's plan holds it), so that a kernel loaded from the cache parses nothing."""
     rhs, lhs = peel(stmt.rhs)[1], stmt.lhs
     if stmt.op != "=" or not (
         isinstance(rhs, Binary)

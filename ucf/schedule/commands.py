@@ -15,7 +15,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
 from ucf.errors import ScheduleError, UcfError, UnsupportedError
-from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Bound, Dismantle, Parallel, Precompute, Split
 
@@ -291,6 +290,8 @@ class PrecomputeCommand(Command):
         origins = nest.prov.origins(v)
         if len(origins) != 1:
             raise ScheduleError(f"{self}: {v} iterates several variables; use one")
+        from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
+
         try:
             statement = parse_statement(f"{ws}({origins[0]}) = {expr}")
         except UcfError as e:
