@@ -89,7 +89,9 @@ def infer(
 
 def describe(stmt: Statement) -> list[str]:
     """Formulas for the extents inferred when no output or shapes= is given."""
-    import sympy  # imported here: a cached kernel's calls never explain their extents
+    if all(i.single_variable is not None for a in accesses(stmt.rhs) for i in a.indices):
+        return []  # nothing to infer: spare a compile sympy's import (most of a second)
+    import sympy
 
     known: dict[str, Any] = {}
     size: dict[tuple[str, int], Any] = {}
