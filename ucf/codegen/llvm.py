@@ -14,6 +14,7 @@ import re
 
 from llvmlite import ir as ll
 
+from ucf.codegen import llvm_team
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, nodes, reads
 from ucf.passes import pairs
@@ -36,6 +37,10 @@ def _type(ty: str) -> ll.Type:
     """The LLVM type of an LLIR scalar or vector type."""
     n = ir.lanes(ty)
     return _TYPES[ty] if n == 1 else ll.VectorType(_TYPES[ir.element(ty)], n)
+
+
+def _signature(t: ll.FunctionType) -> tuple[ll.Type, list[ll.Type]]:
+    return t.return_type, list(t.args)
 
 
 def _is_float(ty: str) -> bool:
@@ -201,13 +206,16 @@ class _FunctionBuilder:
             op = "fadd" if _is_float(r.type) else "add"
             inner.b.atomic_rmw(op, shared[r.name], inner.b.load(inner.slot(r)), "monotonic")
         inner.finish()
-        gomp = self._extern(
-            "GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), _I8P, _I32, _I32]
-        )
+        # libgomp's GOMP_parallel behind ucf_parallel, which shrinks the team while the
+        # machine is too busy for it (ucf.codegen.llvm_team); the loop keeps its state.
+        team = self._extern(llvm_team.ENTRY, *_signature(llvm_team.entry_type()))
+        state = ll.GlobalVariable(self.mod, llvm_team.STATE, f"{name}.team")
+        state.linkage = "internal"
+        state.initializer = ll.Constant(llvm_team.STATE, None)
         threads = _I32(0)  # libgomp's default team
         if s.parallel_if is not None:  # as C's if clause: a team of one below the threshold
             threads = b.select(self.expr(s.parallel_if), _I32(0), _I32(1))
-        b.call(gomp, [outlined, b.bitcast(data, _I8P), threads, _I32(0)])
+        b.call(team, [outlined, b.bitcast(data, _I8P), threads, _I32(0), state])
 
     def _serial_part(self, s: ir.For, lo: ll.Value, hi: ll.Value) -> None:
         self.args["omp.lo"], self.args["omp.hi"] = lo, hi
