@@ -75,6 +75,22 @@ def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
     assert run() == [1]
 
 
+def test_a_fixed_team_keeps_every_thread(parallel):
+    """UCF_ADAPTIVE_TEAM=0 (read when the runtime is linked) runs every region on the
+    whole team, as plain OpenMP does: what benchmarks compare with."""
+    run, state = parallel
+    flag = ctypes.c_int64.from_address(
+        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
+    )
+    before = jit.team_counters()
+    flag.value = 1
+    try:
+        assert run(sleep=0.02) == [2, 2] and run(sleep=0.02) == [2, 2]
+    finally:
+        flag.value = 0
+    assert jit.team_counters() == before and list(state) == [0, 0, 0]
+
+
 def test_below_the_work_threshold_a_loop_runs_alone_untimed(parallel):
     run, state = parallel
     before = jit.team_counters()

@@ -32,6 +32,9 @@ STATE = ll.ArrayType(ll.IntType(64), 3)
 ENTRY = "ucf_parallel"
 #: Regions timed and regions lost, process-wide (``ucf.toolchain.jit.team_counters``).
 COUNTERS = ("ucf_team_timed", "ucf_team_lost")
+#: Set (non-zero) to run every region on the whole team, as plain OpenMP does
+#: (``UCF_ADAPTIVE_TEAM=0``: benchmarks compare the two in one run).
+FIXED = "ucf_team_fixed"
 
 _I8P = ll.PointerType(ll.IntType(8))
 _I32, _I64 = ll.IntType(32), ll.IntType(64)
@@ -61,7 +64,7 @@ def runtime_ir() -> str:
         mod, ll.FunctionType(_I32, [_I32, ll.PointerType(timespec)]), "clock_gettime"
     )
     counters = {}
-    for name in COUNTERS:
+    for name in (*COUNTERS, FIXED):
         g = ll.GlobalVariable(mod, _I64, name)
         g.initializer = ll.Constant(_I64, 0)
         counters[name] = g
@@ -101,7 +104,7 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
     fn, data, n, flags, state = f.args
     blocks = {
         k: f.append_basic_block(k)
-        for k in ("entry", "alone", "team", "timed", "lost", "won", "done")
+        for k in ("entry", "alone", "check", "whole", "team", "timed", "lost", "won", "done")
     }
     b = ll.IRBuilder(blocks["entry"])
 
@@ -117,7 +120,15 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
     # n is 1 below the work threshold, else 0 (the calling thread's OpenMP default).
     want = b.select(b.icmp_unsigned("==", n, _I32(0)), b.call(max_threads, []), n)
     want = b.sext(want, _I64)
-    b.cbranch(b.icmp_signed("<=", want, _I64(1)), blocks["alone"], blocks["team"])
+    fixed = b.icmp_signed("!=", b.load(counters[FIXED]), _I64(0))
+    b.cbranch(b.icmp_signed("<=", want, _I64(1)), blocks["alone"], blocks["check"])
+
+    b.position_at_end(blocks["check"])
+    b.cbranch(fixed, blocks["whole"], blocks["team"])
+
+    b.position_at_end(blocks["whole"])
+    b.call(gomp, [fn, data, n, flags])
+    b.branch(blocks["done"])
 
     b.position_at_end(blocks["alone"])
     b.call(gomp, [fn, data, _I32(1), flags])

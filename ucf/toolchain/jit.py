@@ -115,8 +115,10 @@ def _team_runtime() -> JitLibrary:
         library = _link(_emit(llvm_team.runtime_ir()))
         cache.store(name, fields, {"object": library.object_code})
     _RUNTIME.append(library)  # the engine must outlive every kernel that calls into it
-    for symbol in (llvm_team.ENTRY, *llvm_team.COUNTERS):
-        llvm.add_symbol(symbol, library.address(symbol))
+    llvm.add_symbol(llvm_team.ENTRY, library.address(llvm_team.ENTRY))
+    if os.environ.get("UCF_ADAPTIVE_TEAM", "").strip() == "0":
+        fixed = library.engine.get_global_value_address(llvm_team.FIXED)
+        ctypes.c_int64.from_address(fixed).value = 1
     return library
 
 
