@@ -29,7 +29,7 @@ from ucf.errors import (
 )
 from ucf.exec import decisions, padded_conv
 from ucf.exec.calling import Calling, cfunc
-from ucf.exec.replay import Replay
+from ucf.exec.replay import FlatReplay, Replay
 from ucf.exec.static import Static, prepare
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
@@ -455,7 +455,7 @@ class _PerThread(threading.local):
     with the operands of one of the last few replay (``ucf.exec.replay``), newest first."""
 
     built: _Built | None = None
-    replays: tuple[Replay, ...] = ()
+    replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
 
 

@@ -114,8 +114,14 @@ class Flat:
 
     def pad(self, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``a`` (the input, any leading modes) in its padded planes, flattened."""
+        buf = np.zeros((*a.shape[:-2], self.plane), dtype)
+        self.fill(buf, a)
+        return buf
+
+    def fill(self, buf: np.ndarray, a: np.ndarray) -> None:
+        """Copy ``a`` into ``buf``'s planes, leaving the padding as it is (zero): a
+        replayed call refills the buffer of the call it replays."""
         lead, (h, w) = a.shape[:-2], a.shape[-2:]
-        buf = np.zeros((*lead, self.plane), dtype)
         planes = buf[..., : self.hp * self.wp].reshape(*lead, self.hp, self.wp)
         sh, sw = self.conv.shift
         # Padded row i holds input row i + sh, when that is a row of the input.
@@ -123,7 +129,6 @@ class Flat:
         j0, j1 = max(0, -sw), min(self.wp, w - sw)
         if i0 < i1 and j0 < j1:
             planes[..., i0:i1, j0:j1] = a[..., i0 + sh : i1 + sh, j0 + sw : j1 + sw]
-        return buf
 
     def crop(self, vals: np.ndarray, shape: tuple[int, ...], extents: dict[str, int]):
         """The user's output from the flattened one's values (of ``shape``): rows of
