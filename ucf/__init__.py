@@ -29,6 +29,7 @@ from ucf.errors import (
 )
 
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
+    from ucf.autodiff import gradients
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.kernel import Kernel
     from ucf.format.format import Format, parse_format
@@ -73,6 +74,7 @@ _LAZY = {
     "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
+    "gradients": "ucf.autodiff",
 }
 
 __all__ = [
@@ -107,6 +109,7 @@ __all__ = [
     "from_numpy",
     "from_scipy",
     "from_torch",
+    "gradients",
     "invariance",
     "parse_format",
     "program",
@@ -122,11 +125,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The public names of ``_LAZY``, and the submodules ``ucf.torch`` and ``ucf.tesa``,
-    on first use."""
+    """The public names of ``_LAZY``, and the submodules ``ucf.torch``, ``ucf.nn`` and
+    ``ucf.tesa``, on first use (``ucf.nn`` imports torch; ``import ucf`` never does)."""
     import importlib
 
-    if name in ("torch", "tesa"):
+    if name in ("torch", "nn", "tesa", "autodiff"):
         return importlib.import_module(f"ucf.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)

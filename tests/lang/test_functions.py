@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
+import scipy.special
 
 import ucf
 from tests.helpers import TARGETS, nonzero_coords, rand_sparse, stored_coords
@@ -148,6 +149,27 @@ def test_float32_kernels_use_the_single_precision_functions():
         np.testing.assert_allclose(got, NUMPY[fn](a), rtol=1e-6)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_erf_and_rsqrt(target, dtype):
+    """gelu is torch's exact GELU and maps 0 to 0, as erf does, so a sparse operand's
+    output keeps its pattern; rsqrt is 1/sqrt, dense at 0."""
+    rng = rng_for("gelu", target, dtype)
+    A = operand(rng, (5, 6)).astype(dtype)
+    B = (np.abs(operand(rng, (5, 6), density=1.0)) + 0.5).astype(dtype)
+    k = ucf.compile(
+        "S(i,j) = gelu(A(i,j)) + erf(A(i,j)) * rsqrt(B(i,j))",
+        formats={"A": "csr", "S": "csr"},
+        target=target,
+        dtype=dtype,
+    )
+    got = k(A=ucf.from_numpy(A, format="csr"), B=B)
+    gelu = A / 2 * (1 + scipy.special.erf(A / np.sqrt(2)))
+    want = gelu + scipy.special.erf(A) / np.sqrt(B)
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=2e-6 if dtype == np.float32 else 1e-14)
+    assert stored_coords(got) == stored(A, "csr")
+
+
 def test_a_function_that_is_dense_at_zero_cannot_walk_positions():
     with pytest.raises(ucf.ScheduleError, match="exp maps 0 to a nonzero"):
         ucf.compile("y(i) = exp(A(i,j))", formats={"A": "csr"}, schedule="pos(j, jp, A)")
@@ -157,13 +179,14 @@ def test_functions_run_under_the_cuda_emulator():
     rng = rng_for("cuda")
     A, x, b = operand(rng, (40, 30)), operand(rng, (30,), density=1.0), operand(rng, (40,))
     k = ucf.compile(
-        "y(i) = tanh(sum(j, A(i,j) * x(j))) + exp(b(i))",
+        "y(i) = tanh(sum(j, A(i,j) * x(j))) + exp(b(i)) + gelu(b(i))",
         formats={"A": "csr"},
         target="cuda",
         emulate=True,
     )
     got = k(A=ucf.from_numpy(A, format="csr"), x=x, b=b).to_numpy()
-    np.testing.assert_allclose(got, np.tanh(A @ x) + np.exp(b), rtol=1e-13)
+    gelu = b / 2 * (1 + scipy.special.erf(b / np.sqrt(2)))
+    np.testing.assert_allclose(got, np.tanh(A @ x) + np.exp(b) + gelu, rtol=1e-13)
 
 
 @needs_nvcc
@@ -171,7 +194,7 @@ def test_functions_run_under_the_cuda_emulator():
 def test_function_kernels_compile_with_nvcc(dtype):
     k = ucf.compile(
         "y(i) = sigmoid(sum(j, A(i,j) * x(j))) + tanh(b(i)) * sqrt(abs(b(i))) "
-        "+ max(relu(b(i)), exp(-b(i))) - sign(b(i)) * cos(sin(b(i)))",
+        "+ max(relu(b(i)), exp(-b(i))) - sign(b(i)) * cos(sin(b(i))) + gelu(b(i)) * rsqrt(x(i))",
         formats={"A": "csr"},
         target="cuda",
         dtype=dtype,

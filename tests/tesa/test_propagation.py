@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +95,13 @@ X_MASK, Y_MASK = [0, 0, 1, 1], [0, 1, 0, 1]
 @pytest.mark.parametrize("fn", [f for f in FUNCTIONS.values() if f.arity == 1])
 def test_table2_unary(fn):
     """A function keeps a pruned element pruned exactly when numpy says it maps 0 to 0."""
-    numpy = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
+    numpy = {
+        "relu": lambda x: np.maximum(x, 0),
+        "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+        "erf": scipy.special.erf,
+        "gelu": lambda x: x / 2 * (1 + scipy.special.erf(x / np.sqrt(2))),
+        "rsqrt": lambda x: np.inf,  # 1 / sqrt(0)
+    }
     at_zero = numpy.get(fn.name, getattr(np, fn.name, None))(np.float64(0))
     p = ucf.program(f"Z(i) = {fn.name}(X(i))", attrs={"X": M(X_MASK)})
     z = p.propagate()["Z"].mask.tolist()

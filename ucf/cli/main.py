@@ -97,7 +97,8 @@ PREFIX.h and the runtime headers the .cu includes.
 A variable only on the right-hand side is summed over the smallest operand of
 + or - (or the whole right-hand side) holding all its occurrences, as in TACO:
 "y(i) = A(i,j)*x(j) + b(i)" is A @ x + b.  sum(j, ...) sums explicitly;
-relu abs sign sqrt sin tanh exp cos sigmoid max min apply element-wise.
+relu abs sign sqrt sin tanh exp cos sigmoid gelu erf rsqrt max min apply
+element-wise.
 """
 
 _RUN_EPILOG = """\

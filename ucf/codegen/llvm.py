@@ -31,6 +31,8 @@ _TYPES = {
     "u8": ll.IntType(8),  # LLVM's integers have no sign; casts from it zero-extend
 }
 _FLOAT_WIDTH = {"f16": 16, "f32": 32, "f64": 64}
+#: libm functions LLVM has no intrinsic for: called by name (``tanhf``, ``erf``).
+LIBM_ONLY = ("tanh", "erf")
 
 
 def _type(ty: str) -> ll.Type:
@@ -451,8 +453,8 @@ class _FunctionBuilder:
         """LLVM's intrinsic where it has one (it can vectorize or fold it); else libm's
         function, which the JIT finds in the process and a C program links with -lm."""
         t = _TYPES[e.type]
-        if e.fn == "tanh":
-            name = "tanhf" if e.type == "f32" else "tanh"
+        if e.fn in LIBM_ONLY:
+            name = f"{e.fn}f" if e.type == "f32" else e.fn
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])

@@ -231,7 +231,7 @@ class Select(Expr):
 
 @dataclass(frozen=True)
 class Math(Expr):
-    """A floating-point libm function of one argument: sqrt, exp, sin, cos or tanh."""
+    """A floating-point libm function of one argument: sqrt, exp, sin, cos, tanh or erf."""
 
     fn: str
     operand: Expr
@@ -241,7 +241,7 @@ class Math(Expr):
         return self.operand.type
 
 
-MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh")
+MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh", "erf")
 
 
 class Stmt:

@@ -6,6 +6,11 @@ so its result is dense over the iteration space and the loops must visit
 every coordinate.  The binary ``max``/``min`` are zero where both operands are,
 so they merge like ``+`` (a union), but an absent operand reads as 0 rather
 than disappearing: ``max(A, B)`` where only ``B`` is stored is ``max(0, B)``.
+
+``gelu`` (BERT's feed-forward activation, ``x * Phi(x)`` with the exact normal
+distribution function, as ``torch.nn.GELU()``) and ``erf`` map 0 to 0; ``rsqrt``
+(``1 / sqrt(x)``) does not. ``erf`` and ``rsqrt`` are also what the derivatives
+of ``gelu`` and ``sqrt`` are written in (``ucf.autodiff``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ FUNCTIONS: dict[str, Function] = {
         Function("exp", 1, False, True),
         Function("cos", 1, False, True),
         Function("sigmoid", 1, False, True),
+        Function("gelu", 1, True, True),
+        Function("erf", 1, True, True),
+        Function("rsqrt", 1, False, True),
         Function("max", 2, True, False),
         Function("min", 2, True, False),
     )

@@ -35,5 +35,11 @@ def apply(fn: str, args: list[ir.Expr]) -> ir.Expr:
     if fn == "sign":
         negative = ir.Select(ir.Cmp("<", x, zero), ir.const_like(x, -1), zero)
         return ir.Select(ir.Cmp(">", x, zero), one, negative)
+    if fn == "rsqrt":
+        return ir.Bin("/", one, ir.Math("sqrt", x))
+    if fn == "gelu":  # x * Phi(x) = x/2 * (1 + erf(x / sqrt(2))), as torch.nn.GELU()
+        scaled = ir.Bin("*", x, ir.const_like(x, 0.5**0.5))
+        half = ir.Bin("*", ir.const_like(x, 0.5), x)
+        return ir.Bin("*", half, ir.Bin("+", one, ir.Math("erf", scaled)))
     assert fn == "sigmoid"
     return ir.Bin("/", one, ir.Bin("+", one, ir.Math("exp", ir.Neg(x))))

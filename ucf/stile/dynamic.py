@@ -129,6 +129,7 @@ class DynamicKernel:
             ),
         )
         self._generic = (access, formats, schedule, dtype, index_dtype)
+        self.formats = dict(formats)  # the other operands' (the dynamic one is dense)
         self._kernel: Kernel | None = None
         self._blocking: Blocking | None = None
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)

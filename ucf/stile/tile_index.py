@@ -86,6 +86,27 @@ def _function(
             ],
         ),
     ]
+    if bw > 1:
+        # A tile's elements of the row are or-ed into a register and its flag written once:
+        # the loop above stores to one flag bw times over, which no compiler vectorizes.
+        k, acc = ir.Var("k", i64), ir.Var("acc", "i32")
+        start = ir.mul(k, ir.Const(bw, i64))
+        tile_flag = ir.add(base, k)
+        scan[1] = ir.For(
+            k,
+            zero,
+            ceil_div(dims[-1], bw),
+            [
+                ir.Decl(acc, ir.Const(0, "i32")),
+                ir.For(
+                    c,
+                    start,
+                    ir.minimum(ir.add(start, ir.Const(bw, i64)), dims[-1]),
+                    [ir.Assign(acc, ir.Bin("max", acc, ir.Cast(live, "i32")))],
+                ),
+                ir.Store(flags, tile_flag, ir.Bin("max", ir.Load(flags, tile_flag), acc)),
+            ],
+        )
     # The elements of a row of tiles: one loop per leading mode over the tile's extent
     # in it (cut at the mask's edge), the linear row index built as the loops nest.
     tile: list[ir.Stmt] = [ir.Decl(rest, rows)]

@@ -27,6 +27,7 @@ from ucf.errors import ConversionWarning, UnsupportedError
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Expr, text
 from ucf.lang.reductions import free_variables
+from ucf.lang.rewrite import fresh, map_accesses, plain
 from ucf.tesa import rules
 from ucf.tesa.attribute import BITS_DTYPE, TeSA
 from ucf.tesa.graph import Graph, Node
@@ -168,7 +169,7 @@ class _State:
         bits = self.bits[access.tensor]
         if not bits.any():
             return Const.ZERO
-        if rules.plain(access) and bits.all():
+        if plain(access) and bits.all():
             return Const.FULL
         return None
 
@@ -242,14 +243,12 @@ class _State:
     def _run(self, node: Node, values: dict[str, np.ndarray], n: int) -> np.ndarray:
         """The statement on a batch of ``n`` values (leading axis): one kernel call."""
         rhs = node.statement.rhs
-        sample = rules.fresh(
-            "s", {v for a in rhs._accesses for i in a.indices for v in i.variables}
-        )
+        sample = fresh("s", {v for a in rhs._accesses for i in a.indices for v in i.variables})
         sizes = {**node.extents, sample: n}
         lhs = (sample, *node.out_vars)
         return _call(
             lhs,
-            rules.map_accesses(rhs, lambda a: Access(a.tensor, (Affine.var(sample), *a.indices))),
+            map_accesses(rhs, lambda a: Access(a.tensor, (Affine.var(sample), *a.indices))),
             values,
             sizes,
             "float64",
@@ -268,7 +267,7 @@ def _call(
     from ucf.exec.kernel import Kernel
 
     variables = {v for a in rhs._accesses for i in a.indices for v in i.variables}
-    name = rules.fresh("out", set(operands) | variables)
+    name = fresh("out", set(operands) | variables)
     statement = f"{name}({', '.join(lhs)}) = {text(rhs)}" if lhs else f"{name} = {text(rhs)}"
     key = (statement, dtype)
     if key not in _kernels:

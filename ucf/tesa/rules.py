@@ -37,10 +37,10 @@ from ucf.lang.ast import (
     Sum,
     children,
     index_variables,
-    with_children,
 )
 from ucf.lang.functions import FUNCTIONS, Function
 from ucf.lang.reductions import free_variables, sums
+from ucf.lang.rewrite import fresh, plain, substitute, substitute_expr
 
 
 class Const(enum.Enum):
@@ -51,14 +51,6 @@ class Const(enum.Enum):
 
 
 MaskExpr = Expr | Const
-
-
-def plain(a: Access) -> bool:
-    """Every index is a variable of its own (no affine form, no repeated variable):
-    then the access covers the tensor exactly, and the tensor's constant masks
-    carry over to the access (an affine window reads zero padding besides)."""
-    vs = [i.single_variable for i in a.indices]
-    return None not in vs and len(set(vs)) == len(vs)
 
 
 def mask_expr(e: Expr, known: Callable[[Access], Const | None]) -> MaskExpr:
@@ -170,12 +162,12 @@ def adjoint(
         x = fresh(f"x{k}", used)
         used.add(x)
         lhs.append(x)
-        e = _substitute(index, solved)
+        e = substitute(index, solved)
         pivot = next((v for v, c in e.terms if abs(c) == 1 and v in extents), None)
         if pivot is None:
             return None
         value = (Affine.var(x) - e.without(pivot)).scale(e.coefficient(pivot))
-        solved = {v: _substitute(f, {pivot: value}) for v, f in solved.items()}
+        solved = {v: substitute(f, {pivot: value}) for v, f in solved.items()}
         solved[pivot] = value
     ranges: dict[str, int] = {}
 
@@ -185,7 +177,7 @@ def adjoint(
         ranges[name] = extents[v]
         return Access(name, (index,))
 
-    body = rhs if isinstance(rhs, Const) else map_accesses(rhs, lambda a: _solve(a, solved))
+    body = rhs if isinstance(rhs, Const) else substitute_expr(rhs, solved)
     bounds = [ones(v, index) for v, index in solved.items()]
     rest = set() if isinstance(body, Const) else free_variables(body)
     rest |= {v for b in bounds for v in b.indices[0].variables}
@@ -197,18 +189,6 @@ def adjoint(
     if isinstance(product, Const):
         return tuple(lhs), product, ranges
     return tuple(lhs), (Sum(tuple(sorted(rest)), product) if rest else product), ranges
-
-
-def _solve(a: Access, solved: Mapping[str, Affine]) -> Access:
-    """``a`` with each solved variable replaced by what it was solved for."""
-    return Access(a.tensor, tuple(_substitute(e, solved) for e in a.indices))
-
-
-def _substitute(e: Affine, solved: Mapping[str, Affine]) -> Affine:
-    for v, value in solved.items():
-        if v in e.variables:
-            e = e.without(v) + value.scale(e.coefficient(v))
-    return e
 
 
 def _keeps_width(fn: Function) -> bool:
@@ -231,19 +211,3 @@ def passthrough(rhs: Expr, out_vars: tuple[str, ...]) -> tuple[str, tuple[int, .
     if sorted(vs) != sorted(out_vars):
         return None
     return e.tensor, tuple(vs.index(v) for v in out_vars)
-
-
-def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:
-    """``e`` with every access ``a`` replaced by ``fn(a)``."""
-    if isinstance(e, Access):
-        return fn(e)
-    return with_children(e, [map_accesses(c, fn) for c in children(e)])
-
-
-def fresh(stem: str, taken: set[str]) -> str:
-    """``stem``, or ``stem`` with the first number that makes it a name not in ``taken``."""
-    name, k = stem, 0
-    while name in taken:
-        k += 1
-        name = f"{stem}{k}"
-    return name

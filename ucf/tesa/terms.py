@@ -13,7 +13,7 @@ from ucf.lang.ast import (
     Neg,
     Sum,
 )
-from ucf.tesa.rules import fresh, map_accesses
+from ucf.lang.rewrite import fresh, map_accesses
 
 
 def added_terms(e: Expr, ops: str = "+") -> list[Expr]:

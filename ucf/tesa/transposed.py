@@ -16,8 +16,8 @@ from ucf.lang.ast import (
     text,
 )
 from ucf.lang.reductions import sums
+from ucf.lang.rewrite import map_accesses
 from ucf.tesa.plan import Part
-from ucf.tesa.rules import map_accesses
 from ucf.tesa.terms import added_terms, fused_operand, sum_of, take_fresh
 
 

@@ -1,6 +1,8 @@
 """ucf kernels as PyTorch operators: ``ucf.torch.op`` registers a statement with
 ``torch.library``, so ``torch.compile`` treats it as one opaque node instead of
-breaking the graph at the Python call into ucf.
+breaking the graph at the Python call into ucf. Its gradients are registered
+too (``register_autograd``): each operand's is an operator of its own that runs
+the statement ucf derives for it, so the backward graph stays whole as well.
 
 torch is imported on first use; without it the functions here raise
 :class:`ucf.MissingDependencyError` with the pip command.
@@ -18,6 +20,7 @@ from ucf.format.format import parse_format
 from ucf.format.torch_layouts import need_torch
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
+from ucf.torch.differentiable import prepare
 
 #: Ops registered in this process, by definition: torch.library takes a name once.
 _OPS: dict[tuple, Any] = {}
@@ -42,9 +45,13 @@ def op(
     :func:`ucf.einsum`, compiled once per dtype. Inside ``torch.compile`` the op
     is a single graph node whose output shape and dtype come from the operands'
     (its fake implementation), so the graph does not break there; torch itself
-    still refuses sparse tensors as inputs of compiled code. Forward only: no
-    gradient is registered. ``name`` defaults to one derived from the definition,
-    and the same definition returns the op registered before.
+    still refuses sparse tensors as inputs of compiled code. The op is
+    differentiable in every operand: the gradient of operand ``X`` is the op
+    ``torch.ops.ucf.<name>_grad_X``, running the statement ucf derives for it (a
+    strided operand gets a strided gradient, zero off its pattern when ``formats``
+    reads it sparse; a sparse operand, in eager mode, one of its layout on its
+    index arrays). ``name`` defaults to one derived from the definition, and the
+    same definition returns the op registered before.
     """
     torch = need_torch("ucf.torch.op")
     statement = parse_statement(stmt)
@@ -79,11 +86,13 @@ def op(
     if opname in _NAMES:
         raise OperandError(f"a different ucf op is already registered as ucf::{opname}")
 
-    def run(*tensors: Any) -> Any:
-        from ucf.api import einsum
-
+    def prepared(tensors: tuple) -> tuple:
         given = dict(zip(operands, tensors, strict=True))
-        return einsum(stmt, formats=fmts, schedule=schedule, target=target, **given)
+        return prepare(stmt, fmts, schedule, None, None, target, given)
+
+    def run(*tensors: Any) -> Any:
+        kernels, read, masks = prepared(tensors)
+        return kernels.forward(read, masks)
 
     def fake(*tensors: Any) -> Any:
         dtype = np.result_type(*(np.dtype(str(t.dtype).removeprefix("torch.")) for t in tensors))
@@ -93,8 +102,46 @@ def op(
     schema = "(" + ", ".join(f"Tensor {n}" for n in operands) + ") -> Tensor"
     registered = torch.library.custom_op(f"ucf::{opname}", run, mutates_args=(), schema=schema)
     registered.register_fake(fake)
+    grads = [_gradient_op(torch, opname, n, operands, prepared) for n in operands]
+
+    def setup(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx: Any, grad: Any) -> tuple:
+        inputs = ctx.saved_tensors
+        found = []
+        for k, (n, need) in enumerate(zip(operands, ctx.needs_input_grad, strict=True)):
+            if not need:
+                found.append(None)
+            elif inputs[k].layout != torch.strided:  # eager only: torch.compile refuses these
+                kernels, read, masks = prepared(inputs)
+                found.append(kernels.gradient(n, grad, read, masks))
+            else:
+                found.append(grads[k](grad.contiguous(), *inputs))
+        return tuple(found)
+
+    registered.register_autograd(backward, setup_context=setup)
     _OPS[key], _NAMES[opname] = registered, key
     return registered
+
+
+def _gradient_op(torch: Any, opname: str, name: str, operands: list[str], prepared: Any) -> Any:
+    """The operator ``ucf::<opname>_grad_<name>``: the gradient of strided operand
+    ``name`` from the output's gradient and the operands, as a new strided tensor."""
+
+    def run(grad: Any, *tensors: Any) -> Any:
+        kernels, read, masks = prepared(tensors)
+        return kernels.gradient(name, grad, read, masks)
+
+    def fake(grad: Any, *tensors: Any) -> Any:
+        return torch.empty_like(tensors[operands.index(name)], layout=torch.strided)
+
+    schema = "(Tensor grad, " + ", ".join(f"Tensor {n}" for n in operands) + ") -> Tensor"
+    found = torch.library.custom_op(
+        f"ucf::{opname}_grad_{name}", run, mutates_args=(), schema=schema
+    )
+    found.register_fake(fake)
+    return found
 
 
 def _output_extents(statement: Any, operands: list[str]) -> list[tuple[str, int]]:

@@ -1,0 +1,342 @@
+"""A statement's gradients as kernels: what each operand's derived statement reads, in
+which formats, and how a call feeds it.
+
+Each derived statement (``ucf.autodiff.derive``) is compiled like any other
+statement, so it gets its own default schedule (or one given by operand) and
+lands in the kernel cache. Formats follow the forward call's: the output's
+gradient and every dense operand's gradient are dense; a sparse operand's
+gradient is computed in the operand's own format from its pattern (ones at its
+stored positions, sharing its index arrays), and comes back on the operand's
+index arrays with new values; a dynamic operand's gradient is dense, computed
+over its live micro-tiles only (the pattern is the kernel's dynamic operand,
+under the forward call's mask), and zero elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ucf.autodiff.derive import Derived, derive
+from ucf.errors import FormatError, OperandError, UnsupportedError
+from ucf.format.format import Format, dense_format
+from ucf.format.tensor import Tensor, trusted
+from ucf.lang.ast import Statement, accesses, index_variables
+
+
+class Backward:
+    """The gradients of ``statement``'s operands, each a derived statement and a kernel.
+
+    ``formats`` are the forward call's (Format objects, dense where absent),
+    ``dynamic`` maps a dynamic operand to its micro-tile shape, and ``schedules``
+    may give a derived statement a schedule by operand (the default model's
+    otherwise)."""
+
+    def __init__(
+        self,
+        statement: Statement,
+        formats: Mapping[str, Format],
+        dynamic: Mapping[str, tuple[int, ...]] | None = None,
+        *,
+        target: str = "llvm",
+        dtype: Any = np.float64,
+        index_dtype: Any = np.int32,
+        schedules: Mapping[str, str | None] | None = None,
+    ):
+        self.statement = statement
+        self.dtype = np.dtype(dtype)
+        if self.dtype.kind != "f":
+            raise UnsupportedError(
+                f"gradients of {statement} need a floating-point kernel, not {self.dtype}"
+            )
+        self.orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
+        self.formats = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
+        self.dynamic = dict(dynamic or {})
+        self.target, self.index_dtype = target, np.dtype(index_dtype)
+        self.schedules = dict(schedules or {})
+        self._derived: dict[str, Derived] = {}
+        self._kernels: dict[str, Any] = {}
+        self._prelude: dict[str, list[Any]] = {}
+        self._ones: dict[tuple, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ derivation
+    def keeps_pattern(self, wrt: str) -> bool:
+        """Whether ``wrt``'s gradient lives on its pattern (sparse or dynamic)."""
+        return wrt in self.dynamic or not self.formats[wrt].is_dense
+
+    def derived(self, wrt: str) -> Derived:
+        if wrt not in self._derived:
+            if wrt not in self.orders:
+                raise OperandError(
+                    f"{wrt} is not an operand of {self.statement} (operands: "
+                    f"{', '.join(self.orders)})"
+                )
+            self._derived[wrt] = derive(self.statement, wrt, self.keeps_pattern(wrt))
+        return self._derived[wrt]
+
+    def kernel_formats(self, wrt: str) -> tuple[dict[str, Format], dict[str, tuple[int, ...]]]:
+        """The formats of the derived statement's tensors, and its dynamic operand: the
+        pattern of a dynamic ``wrt``, else a dynamic operand the statement reads once."""
+        d = self.derived(wrt)
+        assert d.statement is not None
+        read = [a.tensor for a in accesses(d.statement.rhs)]
+        fmts = {n: self.formats[n] for n in read if n in self.formats}
+        dynamic: dict[str, tuple[int, ...]] = {}
+        if wrt in self.dynamic:
+            dynamic[d.pattern] = self.dynamic[wrt]
+        else:
+            once = [n for n in self.dynamic if read.count(n) == 1]
+            if once:
+                dynamic[once[0]] = self.dynamic[once[0]]
+        for n in dynamic:
+            fmts.pop(n, None)
+        if d.pattern is not None and wrt not in self.dynamic:
+            fmts[d.pattern] = self.formats[wrt]
+            fmts[d.statement.lhs.tensor] = writable(self.formats[wrt])
+        return fmts, dynamic
+
+    def kernel(self, wrt: str) -> Any:
+        """The compiled kernel of ``wrt``'s derived statement (None when it is zero)."""
+        if wrt not in self._kernels:
+            d = self.derived(wrt)
+            self._kernels[wrt] = None if d.statement is None else self._compile(wrt, d)
+        return self._kernels[wrt]
+
+    def prelude(self, wrt: str) -> list[Any]:
+        """The kernels of the sums ``wrt``'s gradient reads, hoisted (``ucf.autodiff.hoist``):
+        dense outputs, every operand read as the forward call reads it (a dynamic one
+        dense, masked)."""
+        if wrt not in self._prelude:
+            from ucf.exec.kernel import Kernel
+
+            found = []
+            for t, _ in self.derived(wrt).prelude:
+                read = {a.tensor for a in accesses(t.statement.rhs)}
+                fmts = {n: str(self.formats[n]) for n in read if n not in self.dynamic}
+                expr = str(t.statement)
+                found.append(Kernel(expr, fmts, None, self.target, self.dtype, self.index_dtype))
+            self._prelude[wrt] = found
+        return self._prelude[wrt]
+
+    def _compile(self, wrt: str, d: Derived) -> Any:
+        from ucf.exec.kernel import Kernel
+
+        fmts, dynamic = self.kernel_formats(wrt)
+        text = {n: str(f) for n, f in fmts.items()}
+        schedule = self.schedules.get(wrt)
+        expr = str(d.statement)  # the compile entry takes text; it parses back to this tree
+        if dynamic:
+            from ucf.stile.dynamic import DynamicKernel
+
+            return DynamicKernel(
+                expr, text, schedule, self.target, self.dtype, self.index_dtype, dynamic
+            )
+        return Kernel(expr, text, schedule, self.target, self.dtype, self.index_dtype)
+
+    def text(self) -> str:
+        """Every operand's derived statement, one per line, with the formats of the
+        tensors that are not dense."""
+        lines = []
+        for wrt in self.orders:
+            d = self.derived(wrt)
+            if d.statement is None:
+                lines.append(f"grad_{wrt} = 0")
+                continue
+            fmts, dynamic = self.kernel_formats(wrt)
+            notes = [f"{n}: {f}" for n, f in fmts.items() if not f.is_dense]
+            notes += [f"{n}: dynamic {tuple(g)}" for n, g in dynamic.items()]
+            lines.append(str(d.statement) + (f"  # {'; '.join(notes)}" if notes else ""))
+        return "\n".join(lines)
+
+    @property
+    def cin(self) -> str:
+        """Each operand's derived statement, the sums it hoisted, and the loop nests of
+        their kernels."""
+        parts = []
+        for wrt in self.orders:
+            d = self.derived(wrt)
+            k = self.kernel(wrt)
+            if k is None:
+                parts.append(f"# gradient of {wrt}: zero")
+                continue
+            lines = [f"# gradient of {wrt}: {d.statement}"]
+            for (t, _), pk in zip(d.prelude, self.prelude(wrt), strict=True):
+                lines += [f"# first {t.statement}", pk.cin]
+            parts.append("\n".join([*lines, k.cin]))
+        return "\n".join(parts)
+
+    # ---------------------------------------------------------------------- calling
+    def __call__(
+        self,
+        wrt: str,
+        grad: Any,
+        operands: Mapping[str, Tensor],
+        masks: Mapping[str, np.ndarray] | None = None,
+        extents: Mapping[str, int] | None = None,
+        hoisted: dict[str, Any] | None = None,
+    ) -> Tensor:
+        """The gradient of ``wrt`` given the output's gradient ``grad`` and the forward
+        call's operands (a dynamic operand dense, with its mask in ``masks``; without
+        one, its nonzeros). A sparse operand's gradient shares its index arrays; any
+        other is a new dense tensor. ``hoisted`` keeps the hoisted sums computed, for
+        the other operands' gradients of the same call."""
+        d = self.derived(wrt)
+        x = operands[wrt]
+        if d.statement is None:
+            return self._zero(wrt, x)
+        masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
+        _, dynamic = self.kernel_formats(wrt)
+        # A dynamic operand the kernel does not read as its dynamic one is read masked.
+        reads = {n: operands[n] for n in _reads(d) if n in self.orders}
+        for n in set(self.dynamic) & set(reads) - set(dynamic):
+            reads[n] = np.where(masks[n], np.asarray(operands[n]), 0).astype(self.dtype)
+        if d.ranges or d.extents or d.prelude:
+            extents = dict(extents or self._extents(operands, grad))
+
+        def extent(source: str | int) -> int:
+            return extents[source] if isinstance(source, str) else x.shape[source]
+
+        args: dict[str, Any] = {d.grad: grad}
+        hoisted = {} if hoisted is None else hoisted
+        for (t, sources), k in zip(d.prelude, self.prelude(wrt), strict=True):
+            key = f"{t.variables}:{t.statement.rhs}"
+            if key not in hoisted:
+                used = {a.tensor: reads[a.tensor] for a in accesses(t.statement.rhs)}
+                hoisted[key] = k(shapes={t.name: tuple(map(extent, sources))}, **used)
+            args[t.name] = hoisted[key]
+        args.update(
+            {a.tensor: reads[a.tensor] for a in accesses(d.statement.rhs) if a.tensor in reads}
+        )
+        if d.pattern is not None:
+            args[d.pattern] = self._pattern(wrt, x)
+        for name, v in d.ranges:
+            args[name] = self._ones_array((extents[v],))
+        kernel = self.kernel(wrt)
+        if dynamic:
+            ((name, _),) = dynamic.items()
+            result = kernel(masks={name: masks[wrt if name == d.pattern else name]}, **args)
+        else:
+            shapes = {v: extent(s) for v, s in d.extents} if d.extents else None
+            result = kernel(shapes=shapes, **args)
+        if d.pattern is None or wrt in self.dynamic:
+            return result
+        return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
+
+    def _pattern(self, wrt: str, x: Tensor) -> Any:
+        if wrt in self.dynamic:
+            return self._ones_array(tuple(np.shape(x)))
+        return trusted(x.shape, x.format, x.levels, self._ones_array((len(x.vals),)), x.index_dtype)
+
+    def _ones_array(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Ones of ``shape`` in the kernel's dtype, made once per shape: a pattern's values
+        are read every call and never written."""
+        key = (shape, self.dtype)
+        if key not in self._ones:
+            ones = np.ones(shape, dtype=self.dtype)
+            ones.flags.writeable = False
+            self._ones[key] = ones
+        return self._ones[key]
+
+    def _zero(self, wrt: str, x: Tensor) -> Tensor:
+        if self.keeps_pattern(wrt) and wrt not in self.dynamic:
+            vals = np.zeros(len(x.vals), dtype=self.dtype)
+            return trusted(x.shape, x.format, x.levels, vals, x.index_dtype)
+        shape = tuple(np.shape(x))
+        fmt = dense_format(len(shape))
+        return trusted(shape, fmt, [{} for _ in shape], np.zeros(int(np.prod(shape)), self.dtype))
+
+    def _extents(self, operands: Mapping[str, Any], grad: Any) -> dict[str, int]:
+        """The forward call's extents, from its operands and its output's gradient."""
+        from ucf.exec.shapes import bound_extents
+        from ucf.format.interop import as_tensor
+
+        given = {n: as_tensor(v, name=n) for n, v in operands.items()}
+        stmt = self.statement
+        variables = index_variables(stmt.lhs) + index_variables(stmt.rhs)
+        return bound_extents(stmt, variables, given, out=grad)
+
+
+def gradients(kernel: Any) -> Backward:
+    """The gradients of a compiled kernel's statement, for its formats, dtype, index
+    dtype and target (and its dynamic operand's micro-tile): ``.text()`` lists each
+    operand's derived statement, ``.cin`` adds the loop nests of their kernels, and
+    calling it computes one (docs/training.md)."""
+    from ucf.exec.kernel import Kernel
+    from ucf.format.format import parse_format
+    from ucf.stile.dynamic import DynamicKernel
+
+    if not isinstance(kernel, Kernel | DynamicKernel):
+        raise OperandError(f"gradients takes a compiled kernel (ucf.compile), got {kernel!r}")
+    statement = kernel.statement
+    orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
+    formats = {
+        n: parse_format(f, order=orders[n], tensor=n)
+        for n, f in kernel.formats.items()
+        if n in orders
+    }
+    dynamic = {kernel.name: kernel.granularity} if isinstance(kernel, DynamicKernel) else None
+    return Backward(
+        statement,
+        formats,
+        dynamic,
+        target=kernel.target,
+        dtype=kernel.dtype,
+        index_dtype=kernel.index_dtype,
+    )
+
+
+def writable(fmt: Format) -> Format:
+    """The format a kernel writes a gradient of ``fmt`` in: ``fmt`` itself, except that a
+    level no kernel writes (fixed-width: N:M, ELL) is computed in the kind the level is
+    converted to, holding the same entries in the same order (the pattern drives)."""
+    kinds = []
+    for kind in fmt.levels:
+        try:
+            kinds.append(kind.as_output())
+        except FormatError:
+            kinds.append(kind.reordered())
+    return fmt.with_structure(tuple(kinds), fmt.maps).structure
+
+
+def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
+    """``result``'s values at ``x``'s stored positions, in ``x``'s order (zero where
+    ``result`` stores nothing): its own values when both store the same positions."""
+    if result.format.structure == x.format.structure and all(
+        all(np.array_equal(a[k], b[k]) for k in a)
+        for a, b in zip(x.levels, result.levels, strict=True)
+    ):
+        return result.vals
+    xc, rc = _coords(x), _coords(result)
+    if xc.shape == rc.shape and np.array_equal(xc, rc):
+        return result.vals
+    dims = np.maximum(xc.max(axis=0, initial=0), rc.max(axis=0, initial=0)) + 1
+    xk = np.ravel_multi_index(xc.T, dims) if len(xc) else np.zeros(0, np.int64)
+    rk = np.ravel_multi_index(rc.T, dims) if len(rc) else np.zeros(0, np.int64)
+    order = np.argsort(xk, kind="stable")
+    at = np.searchsorted(xk[order], rk)
+    if len(rk) and (np.any(at >= len(xk)) or np.any(xk[order[np.minimum(at, len(xk) - 1)]] != rk)):
+        # The pattern is a factor of every term, so this is a bug, not a user's error.
+        raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+    vals = np.zeros(len(x.vals), dtype=result.vals.dtype)
+    vals[order[at]] = result.vals[: len(rk)]
+    return vals
+
+
+def _coords(t: Tensor) -> np.ndarray:
+    """The mode coordinates of every stored position, in the order of ``t.vals``."""
+    cols, count = t.columns()
+    return t.format.mode_coords(cols, count)
+
+
+def _reads(d: Derived) -> set[str]:
+    """The tensors ``d``'s statement and its hoisted sums read."""
+    found = {a.tensor for a in accesses(d.statement.rhs)}
+    return found.union(*({a.tensor for a in accesses(t.statement.rhs)} for t, _ in d.prelude))
+
+
+def _mask(operand: Any, mask: Any) -> np.ndarray:
+    """A dynamic operand's mask as booleans: the one given, else the operand's nonzeros."""
+    m = np.asarray(operand) if mask is None else np.asarray(mask)
+    return m != 0 if m.dtype != np.bool_ else m
