@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.format.scipy_layouts import from_scipy
     from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
     from ucf.format.torch_layouts import from_torch
+    from ucf.nn.attention import attention
     from ucf.schedule import Schedule
     from ucf.stile.choice import choose_stile
     from ucf.stile.tile_index import stile_index
@@ -74,11 +75,13 @@ _LAZY = {
     "program": "ucf.tesa.program",
     "tune": "ucf.tuning",
     "Tuned": "ucf.tuning",
+    "attention": "ucf.nn.attention",
     "gradients": "ucf.autodiff",
 }
 
 __all__ = [
     "__version__",
+    "attention",
     "ArgumentError",
     "CacheWarning",
     "CompileError",

@@ -316,7 +316,7 @@ def _split_variables(
     have several blocks along them: those blocks give partial results that add up.
     Reductions nested deeper, or over one block, are left whole to each task."""
     found: list[str] = []
-    while isinstance(rhs, Sum):
+    while isinstance(rhs, Sum) and rhs.op == "sum":
         found.extend(rhs.vars)
         rhs = rhs.body
     return tuple(

@@ -228,7 +228,7 @@ def test_cin_shows_every_reduction():
         ("y(i) = sum(i, A(i,j))", "an output variable cannot be summed"),
         ("y(i) = sum(j, A(i,j)) * x(j)", "j is also used outside the sum"),
         ("y(i) = sum(j, A(i,k))", "does not use j"),
-        ("y(i) = sum(j, A(i,j)) + sum(j, B(i,j))", "summed by two sums"),
+        ("y(i) = sum(j, A(i,j)) + sum(j, B(i,j))", "summed by two reductions"),
         ("y(i) = sum(A(i,j))", "sum takes index variables"),
         ("y(i) = sum(A, B(i,j))", "does not use A"),
     ],

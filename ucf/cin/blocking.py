@@ -163,7 +163,7 @@ def _rename(e: ast.Expr, names: dict[str, tuple[str, str]]) -> ast.Expr:
         return _split_access(e, names)
     if isinstance(e, ast.Sum):
         vs = tuple(w for v in e.vars for w in (names.get(v) or (v,)))
-        return ast.Sum(vs, _rename(e.body, names))
+        return ast.Sum(vs, _rename(e.body, names), e.op)
     return ast.with_children(e, [_rename(c, names) for c in ast.children(e)])
 
 

@@ -82,11 +82,12 @@ class CIN:
         names the sums already computed (by node id)."""
         ready = [x for x in _sums_outside(body, temps) if free_variables(x) <= bound]
         if ready:
-            temps = {**temps, **{id(x): temporary(x.vars) for x in ready}}
+            temps = {**temps, **{id(x): temporary(x.vars, x.op) for x in ready}}
             text_ = self._render(body, loops, bound, lhs, op, temps)
             for x in ready:
+                combine = "+=" if x.op == "sum" else f"{x.op}="
                 producer = self._render(
-                    x.body, self._loops_of(set(x.vars)), bound, temps[id(x)], "+=", temps
+                    x.body, self._loops_of(set(x.vars)), bound, temps[id(x)], combine, temps
                 )
                 text_ = f"where({text_}, {producer})"
             return text_

@@ -24,7 +24,7 @@ def group_sums(stmt: Statement, fmts: dict[str, Format]) -> Statement:
     """``stmt`` with its reduction split where a scale group changes (see above); the
     same statement when nothing is to split."""
     rhs = stmt.rhs
-    if not isinstance(rhs, Sum):
+    if not isinstance(rhs, Sum) or rhs.op != "sum":
         return stmt
     grouped = grouped_variables(rhs.body, fmts)
     if grouped is None:

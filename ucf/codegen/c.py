@@ -6,6 +6,7 @@ The output is meant to be read and kept: one function per LLIR function,
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ucf.ir import nodes as ir
@@ -495,6 +496,9 @@ class _Emitter:
 def _const(e: ir.Const) -> str:
     if e.type == "i1":
         return "true" if e.value else "false"
+    if e.type in ("f64", "f32") and math.isinf(e.value):  # a reduction's identity, a fill
+        inf = "INFINITY" if e.type == "f32" else "((double)INFINITY)"
+        return f"(-{inf})" if e.value < 0 else inf
     if e.type == "f64":
         return repr(float(e.value))
     if e.type == "f32":

@@ -9,6 +9,7 @@ permuted format; blocked maps give BCSR as plain levels with no special case
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
@@ -48,6 +49,7 @@ WIDTH_ALIASES = {
     "nm": (("n", "m"), "{u}UF{n}:{modes}{last}/{m},{last}%{m}"),
 }
 _NAMED = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)\s*")
+_FILL = re.compile(r"(.*?)\s+fill\s*=\s*(\S*)\s*", re.DOTALL)
 _LEVEL = re.compile(r"(.)(\d*)")
 
 
@@ -85,8 +87,10 @@ class LevelMap:
 
 @dataclass(frozen=True)
 class Format:
-    """An immutable storage format: level kinds outer to inner, what each stores, and
-    how the values are held (``None``: in the type the kernel computes in).
+    """An immutable storage format: level kinds outer to inner, what each stores, how
+    the values are held (``None``: in the type the kernel computes in), and the value
+    an absent entry reads as (``fill``: 0, or ``-inf`` for masked attention scores;
+    TACO's and Finch's fill value; written ``csr fill=-inf``).
 
     ``maps`` may be given as mode numbers (a mode ordering) or as ``LevelMap``s.
     """
@@ -94,10 +98,26 @@ class Format:
     levels: tuple[LevelKind, ...]
     maps: tuple[LevelMap, ...]
     values: Values | None = None
+    fill: float = 0.0
 
     def __post_init__(self) -> None:
         maps = tuple(m if isinstance(m, LevelMap) else LevelMap(int(m)) for m in self.maps)
         object.__setattr__(self, "maps", maps)
+        fill = float(self.fill)
+        if math.isnan(fill):
+            raise FormatError("a fill value cannot be NaN: absent entries must equal it")
+        if all(k.full for k in self.levels):
+            fill = 0.0  # a dense tensor stores every entry: nothing reads a fill
+        object.__setattr__(self, "fill", fill + 0.0)  # -0.0 is 0
+        if fill and (not all(m.plain for m in maps) or any(k.segment_width for k in self.levels)):
+            raise FormatError(
+                f"format '{self}': a fill value other than 0 on a blocked or fixed-width "
+                "format is not supported (their blocks and slots are padded with zeros)"
+            )
+
+    def with_fill(self, fill: float) -> Format:
+        """The same format whose absent entries read as ``fill``."""
+        return replace(self, fill=fill)
 
     @property
     def order(self) -> int:
@@ -143,7 +163,7 @@ class Format:
 
     def with_structure(self, levels: tuple[LevelKind, ...], maps: tuple) -> Format:
         """Other levels and maps holding the same values (a converted or split format)."""
-        return Format(levels, maps, self.values)
+        return Format(levels, maps, self.values, self.fill)
 
     @property
     def letters(self) -> str:
@@ -174,9 +194,11 @@ class Format:
         (``bcsr(4,4)``, ``csr``, ``nm(2,4)``) where one does, else its levels (``UCUU:...``).
         Messages use it, so they show what the user wrote, not the levels behind it."""
         values = f"@{self.values}" if self.values else ""
+        values += _fill_text(self.fill)
         for candidate in self._names():
             try:
-                if parse_format(candidate, order=self.order) == replace(self, values=None):
+                plain = replace(self, values=None, fill=0.0)
+                if parse_format(candidate, order=self.order) == plain:
                     return candidate + values
             except FormatError:
                 continue
@@ -220,7 +242,7 @@ class Format:
         text = self.letters
         if self.maps != tuple(LevelMap(m) for m in range(len(self.levels))):
             text += ":" + ",".join(map(str, self.maps))
-        return text + (f"@{self.values}" if self.values else "")
+        return text + (f"@{self.values}" if self.values else "") + _fill_text(self.fill)
 
     def __repr__(self) -> str:
         return f"Format('{self}')"
@@ -232,17 +254,59 @@ def dense_format(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 
+@cache
+def compressed_rows(order: int, ordered: bool = True, fill: float = 0.0) -> Format:
+    """Dense levels over every mode but the last, then one compressed level: CSR for
+    any order, with its rows' coordinates sorted (``C``) or in any order (``Q``, what
+    the STile index builds), absent entries reading as ``fill``."""
+    last = KINDS["C"] if ordered else KINDS["Q"]
+    levels = (*(KINDS["U"] for _ in range(order - 1)), last)
+    return Format(levels, tuple(range(order)), fill=fill)
+
+
+def _fill_text(fill: float) -> str:
+    """How format text writes a fill value (nothing for 0)."""
+    if not fill:
+        return ""
+    if math.isinf(fill):
+        return " fill=-inf" if fill < 0 else " fill=inf"
+    return f" fill={fill!r}"
+
+
+def _parse_fill(text: str, source: str, who: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value):
+        raise FormatError(
+            f"bad format '{source}'{who}: fill value '{text}' is not a number "
+            "(write fill=-inf, fill=inf or a number such as fill=1)"
+        )
+    return value
+
+
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:
     """Parse ``UC``, ``UC:1,0`` or an alias, each optionally followed by ``@`` and a
-    value description (``csr@float32``); ``order`` checks (and sizes aliases)."""
+    value description (``csr@float32``) and by the value absent entries read as
+    (``csr fill=-inf``); ``order`` checks (and sizes aliases)."""
     if isinstance(text, Format):
         fmt = text
     else:
-        levels, at, values = str(text).partition("@")
+        who = f" for tensor {tensor}" if tensor else ""
+        spec, fill = str(text), 0.0
+        filled = _FILL.fullmatch(spec)
+        if filled is not None:
+            spec, fill = filled.group(1), _parse_fill(filled.group(2), str(text), who)
+        levels, at, values = spec.partition("@")
         fmt = _parse(levels, order, tensor)
         if at:
-            who = f" for tensor {tensor}" if tensor else ""
             fmt = replace(fmt, values=parse_values(values, str(text), who, len(fmt.levels)))
+        if fill:
+            try:
+                fmt = fmt.with_fill(fill)
+            except FormatError as e:
+                raise FormatError(f"bad format '{text}'{who}: {e}") from None
     if order is not None and fmt.order != order:
         who = f" of tensor {tensor}" if tensor else ""
         shown = str(text).strip()

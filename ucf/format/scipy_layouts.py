@@ -10,7 +10,17 @@ import numpy as np
 from ucf.errors import FormatError, OperandError, boundary
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.tensor import INTERCHANGE, Tensor, as_shape, foreign_type, held, pack, plain_values
+from ucf.format.storage import zero_filled
+from ucf.format.tensor import (
+    INTERCHANGE,
+    Tensor,
+    as_shape,
+    foreign_type,
+    from_numpy,
+    held,
+    pack,
+    plain_values,
+)
 from ucf.format.values import INDEX_DTYPES, index_dtype_of
 
 #: A CSR whose rows may be unsorted: scipy's own products leave them so.
@@ -54,6 +64,9 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     fmt = parse_format(format, order=len(shape))
     if not plain_values(fmt, dtype):  # bfloat16, int4, quantized: from the numbers
         return held(from_scipy(m, fmt.structure, None, index_dtype), fmt)
+    if fmt.fill:  # scipy's absent entries are zeros, which this format stores
+        idt = np.int32 if index_dtype is None else index_dtype
+        return from_numpy(m.toarray(), fmt, dtype, idt)
     dt = fmt.stored_dtype(dtype, m.dtype)
     kind = m.format
     if kind == "bsr" and fmt.structure == parse_format("bcsr({}, {})".format(*m.blocksize)):
@@ -192,6 +205,7 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
     maps onto BSR when its blocks divide the shape; scipy may still copy int64
     indices it narrows.
     """
+    zero_filled(t.format, "scipy")
     import scipy.sparse as sp
 
     if t.order != 2:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, ShapeError
+from ucf.errors import FormatError, ShapeError, UnsupportedError
 from ucf.format.encoding import held_length
 from ucf.format.format import Format
 from ucf.format.levels import Checking, Packing, checks
@@ -155,8 +155,8 @@ def pack_levels(
     parent, count = state.parent, state.count
     if nnz == count and (nnz == 0 or (parent[-1] == nnz - 1)):
         out = np.ascontiguousarray(vals)
-    else:
-        out = np.zeros(count, dtype=dt)
+    else:  # positions of dense levels below sparse ones that no entry reaches
+        out = np.full(count, fmt.fill, dtype=dt) if fmt.fill else np.zeros(count, dtype=dt)
         out[parent] = vals
     return levels, out
 
@@ -247,4 +247,14 @@ def check_values(fmt: Format, vals: Any, count: int) -> None:
     if len(vals) != count:
         raise FormatError(
             f"vals has length {len(vals)}, expected one per position of the last level = {count}"
+        )
+
+
+def zero_filled(fmt: Format, layout: str) -> None:
+    """Refuse a fill other than 0 where ``layout`` (scipy's, torch's) reads absent
+    entries as 0."""
+    if fmt.fill:
+        raise UnsupportedError(
+            f"a tensor in format '{fmt.name}' reads absent entries as {fmt.fill}; "
+            f"{layout} reads them as 0: convert it first (t.convert('dense') keeps every value)"
         )

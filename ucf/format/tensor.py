@@ -272,7 +272,7 @@ class Tensor(ArrayLike):
             perm_shape = tuple(fmt.level_dims(self.shape))
             a = self.numbers().reshape(perm_shape).transpose(np.argsort(fmt.mode_order))
             return np.array(a, order="C", copy=True)
-        out = np.zeros(self.shape, dtype=self.dtype)
+        out = np.full(self.shape, fmt.fill, dtype=self.dtype)
         coords, vals = self.to_coo()
         if len(vals):
             out[tuple(coords.T)] = vals
@@ -356,8 +356,9 @@ class Tensor(ArrayLike):
     def convert(self, format: Any = None, index_dtype: Any = None, dtype: Any = None) -> Tensor:
         """Repack in another format, index dtype or value dtype; ``self`` if nothing changes.
 
-        Stored zeros are dropped when the format changes: otherwise converting
-        a dense tensor to a sparse format would store every element.
+        Stored zeros (stored fill values) are dropped when the format changes:
+        otherwise converting a dense tensor to a sparse format would store every
+        element.
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
@@ -383,7 +384,8 @@ class Tensor(ArrayLike):
                         checks.fits(describe_level(fmt, lvl), f"{name} value", int(arr.max()), idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
-        if self.format.is_dense:
+        if self.format.is_dense or fmt.fill != self.format.fill:
+            # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
         if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
             # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
@@ -392,7 +394,7 @@ class Tensor(ArrayLike):
             m.eliminate_zeros()
             return INTERCHANGE["from_scipy"](m, fmt, dt, idt)
         coords, vals = self.to_coo()
-        keep = vals != 0
+        keep = vals != fmt.fill
         if not keep.all():
             coords, vals = coords[keep], vals[keep]
         return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
@@ -484,7 +486,8 @@ def from_coo(
 def from_numpy(
     arr: Any, format: Any = None, dtype: Any = None, index_dtype: Any = np.int32
 ) -> Tensor:
-    """Pack a dense array; sparse (C/S) levels store only its nonzeros.
+    """Pack a dense array; sparse (C/S) levels store only its nonzeros (with a fill
+    value, the entries that differ from it: ``csr fill=-inf`` stores the finite ones).
 
     A dense result may share memory with ``arr`` (like ``np.asarray``).
     """
@@ -502,7 +505,7 @@ def from_numpy(
     if fmt.is_dense:
         vals = np.ascontiguousarray(t, dtype=dt).reshape(-1)
         return Tensor(a.shape, fmt, [{} for _ in range(fmt.order)], vals, idt, check=False)
-    nz = np.nonzero(t)
+    nz = np.nonzero(t != fmt.fill) if fmt.fill else np.nonzero(t)
     lc = np.stack(nz, axis=1).astype(np.int64, copy=False)
     return pack(a.shape, fmt, lc, t[nz].astype(dt, copy=False), idt, sorted_unique=True)
 

@@ -22,6 +22,7 @@ from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, b
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import from_compressed
+from ucf.format.storage import zero_filled
 from ucf.format.tensor import (
     INTERCHANGE,
     Tensor,
@@ -135,6 +136,8 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     if fmt is not None and not plain_values(fmt, dtype):  # bfloat16, int4, quantized
         numbers = np.float32 if t.dtype == torch.bfloat16 else None  # widened exactly
         return held(from_torch(t, fmt.structure, numbers, index_dtype), fmt)
+    if fmt is not None and fmt.fill and layout != torch.strided:
+        t, layout = t.to_dense(), torch.strided  # its absent entries are zeros to store
     if layout == torch.strided:
         a = _values(torch, t, dtype, where, fmt)
         return from_numpy(a, format, None, np.int32 if index_dtype is None else index_dtype)
@@ -237,6 +240,7 @@ def to_torch(tensor: Tensor) -> Any:
     Read-only ucf arrays (say, from ``np.from_dlpack``) are copied, since torch
     tensors are always writable.
     """
+    zero_filled(tensor.format, "torch")
     torch = need_torch("Tensor.to_torch")
     fmt = tensor.format
 

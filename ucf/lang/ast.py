@@ -60,11 +60,15 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Sum(Expr):
-    """``body`` summed over ``vars``: written ``sum(j, ...)``, or implied by a variable
-    that appears only on the right-hand side (see ``ucf.lang.reductions``)."""
+    """``body`` reduced over ``vars`` by ``op``: a sum, written ``sum(j, ...)`` or implied
+    by a variable that appears only on the right-hand side (see ``ucf.lang.reductions``),
+    or the largest or smallest value, written ``max(j, ...)`` or ``min(j, ...)``. One
+    node for all three, since every stage places and nests them alike; only the
+    combining step and its identity differ (``ucf.lang.algebra``)."""
 
     vars: tuple[str, ...]
     body: Expr
+    op: str = "sum"
 
 
 def text(e: Expr, names: Mapping[int, str] | None = None) -> str:
@@ -92,7 +96,7 @@ def text(e: Expr, names: Mapping[int, str] | None = None) -> str:
         if isinstance(x, Call):
             return f"{x.fn}({', '.join(go(a) for a in x.args)})"
         assert isinstance(x, Sum)
-        return f"sum({', '.join(x.vars)}, {go(x.body)})"
+        return f"{x.op}({', '.join(x.vars)}, {go(x.body)})"
 
     return go(e)
 
@@ -131,7 +135,7 @@ def with_children(e: Expr, kids: Sequence[Expr]) -> Expr:
     if isinstance(e, Call):
         return Call(e.fn, tuple(kids))
     if isinstance(e, Sum):
-        return Sum(e.vars, kids[0])
+        return Sum(e.vars, kids[0], e.op)
     return e
 
 

@@ -49,5 +49,10 @@ FUNCTIONS: dict[str, Function] = {
 #: The explicit reduction ``sum(j, expr)`` / ``sum(j, k, expr)``.
 SUM = "sum"
 
+#: ``max(j, expr)`` and ``min(j, expr)`` reduce over ``j`` when ``j`` is an index
+#: variable of the statement; with any other first argument they are the element-wise
+#: functions above (``ucf.lang.parser`` tells them apart once the statement is read).
+EXTREMA = ("max", "min")
+
 #: Names a tensor may not take: a call of one of them is never an access.
 RESERVED = frozenset(FUNCTIONS) | {SUM}

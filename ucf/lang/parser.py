@@ -9,8 +9,19 @@ from lark import Lark, Transformer, v_args
 
 from ucf.errors import ParseError
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Call, Expr, Literal, Neg, Statement, Sum
-from ucf.lang.functions import FUNCTIONS, RESERVED, SUM
+from ucf.lang.ast import (
+    Access,
+    Binary,
+    Call,
+    Expr,
+    Literal,
+    Neg,
+    Statement,
+    Sum,
+    children,
+    with_children,
+)
+from ucf.lang.functions import EXTREMA, FUNCTIONS, RESERVED, SUM
 from ucf.lang.reductions import with_reductions
 
 
@@ -45,6 +56,9 @@ class _ToAst(Transformer):
     def __init__(self):
         super().__init__()
         self.where: dict[int, object] = {}
+        # ``max``/``min`` calls whose first argument is a bare name: a reduction when the
+        # name is an index variable, which only the whole statement tells (``resolve``).
+        self.extrema: set[int] = set()
 
     def _at(self, node, meta):
         self.where[id(node)] = meta
@@ -71,6 +85,10 @@ class _ToAst(Transformer):
         name, *args = (str(children[0]), *(a for a in children[1:] if a is not None))
         if name == SUM:
             return self._at(self._sum(args, meta), meta)
+        if name in EXTREMA and _bare(args[0]) and len(args) >= 2:
+            node = self._at(Call(name, tuple(args)), meta)
+            self.extrema.add(id(node))
+            return node
         if name in FUNCTIONS:
             fn = FUNCTIONS[name]
             if len(args) != fn.arity:
@@ -81,20 +99,67 @@ class _ToAst(Transformer):
             return self._at(Call(name, tuple(args)), meta)
         return self._at(Access(name, tuple(self._index(a) for a in args)), meta)
 
-    def _sum(self, args: list[Expr], meta) -> Sum:
+    def _sum(self, args: list[Expr], meta, op: str = SUM) -> Sum:
         if len(args) < 2:
-            raise _Located("sum takes index variables and then an expression: sum(j, expr)", meta)
+            raise _Located(
+                f"{op} takes index variables and then an expression: {op}(j, expr)", meta
+            )
         names = []
         for a in args[:-1]:
-            if not (isinstance(a, Access) and not a.indices):
+            if not _bare(a):
                 raise _Located(
-                    f"sum: '{a}' is not an index variable; write sum(j, expr) or sum(j, k, expr)",
+                    f"{op}: '{a}' is not an index variable; write {op}(j, expr) or "
+                    f"{op}(j, k, expr)",
                     self.where.get(id(a), meta),
                 )
             if a.tensor in names:
-                raise _Located(f"sum: index variable {a.tensor} is listed twice", meta)
+                raise _Located(f"{op}: index variable {a.tensor} is listed twice", meta)
             names.append(a.tensor)
-        return Sum(tuple(names), args[-1])
+        return Sum(tuple(names), args[-1], op)
+
+    def resolve(self, stmt: Statement) -> Statement:
+        """``max(j, e)``/``min(j, e)`` as reductions where ``j`` is an index variable of
+        the statement (it indexes some access), else as the element-wise functions."""
+        if not self.extrema:
+            return stmt
+        variables = {v for a in _all_accesses(stmt) for idx in a.indices for v in idx.variables}
+        heads = {
+            id(c.args[0])
+            for c in _nodes(stmt.rhs)
+            if id(c) in self.extrema and c.args[0].tensor in variables
+        }
+        scalars = {
+            x.tensor
+            for x in _nodes(stmt.rhs)
+            if isinstance(x, Access) and not x.indices and id(x) not in heads
+        }
+
+        def go(e: Expr) -> Expr:
+            kids = [go(c) for c in children(e)]
+            meta = self.where.get(id(e))
+            if id(e) in self.extrema:
+                assert isinstance(e, Call)
+                head = e.args[0]
+                if head.tensor in variables:
+                    if head.tensor in scalars:
+                        raise _Located(
+                            f"{e.fn}({head.tensor}, ...): {head.tensor} is both an index "
+                            f"variable of the statement (a {e.fn} over it) and a scalar operand "
+                            "read elsewhere; rename one of them",
+                            meta,
+                        )
+                    return self._at(self._sum(kids, meta, e.fn), meta)
+                if len(kids) != 2:
+                    raise _Located(
+                        f"{e.fn} takes 2 arguments, got {len(kids)} ({head.tensor} is not an "
+                        f"index variable, so this is not {e.fn}({head.tensor}, expr))",
+                        meta,
+                    )
+            if all(k is c for k, c in zip(kids, children(e), strict=True)):
+                return e
+            return self._at(with_children(e, kids), meta) if meta else with_children(e, kids)
+
+        return Statement(stmt.lhs, stmt.op, go(stmt.rhs), stmt.text)
 
     def _index(self, e: Expr) -> Affine:
         """An access's argument as an affine index: names are index variables."""
@@ -156,6 +221,21 @@ class _ToAst(Transformer):
         return _affine_product(c[0], c[1], meta)
 
 
+def _bare(e: Expr) -> bool:
+    """A name alone: an index variable or a scalar operand."""
+    return isinstance(e, Access) and not e.indices
+
+
+def _nodes(e: Expr):
+    yield e
+    for c in children(e):
+        yield from _nodes(c)
+
+
+def _all_accesses(stmt: Statement) -> list[Access]:
+    return [stmt.lhs, *(x for x in _nodes(stmt.rhs) if isinstance(x, Access))]
+
+
 def _affine_product(a: Affine, b: Affine, meta) -> Affine:
     if a.is_constant:
         return b.scale(a.const)
@@ -183,7 +263,7 @@ def parse_statement(text: str) -> Statement:
         raise ParseError(_describe(e), text, e.line, e.column) from None
     builder = _ToAst()
     try:
-        stmt = builder.transform(tree)
+        stmt = builder.resolve(builder.transform(tree))
         rhs = with_reductions(stmt, lambda node: builder.where.get(id(node)), _Located)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, _Located):

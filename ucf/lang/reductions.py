@@ -8,9 +8,10 @@ quotients and function applications.  This is TACO's meaning wherever TACO
 gives one: ``y(i) = A(i,j)*x(j) + b(i)`` is ``A @ x + b``, not
 ``A @ x + |j| * b``, while ``(B(i,j) + c(i)) * x(j)`` sums the whole product.
 
-``sum(j, expr)`` states a reduction explicitly; its variables must not appear
-outside it.  The result binds every reduction variable by exactly one ``Sum``
-node, so later stages never guess.
+``sum(j, expr)`` states a reduction explicitly, as ``max(j, expr)`` and
+``min(j, expr)`` state the other two; their variables must not appear outside
+them.  The result binds every reduction variable by exactly one ``Sum`` node
+(whose ``op`` says which reduction), so later stages never guess.
 """
 
 from __future__ import annotations
@@ -94,32 +95,45 @@ def _insert(e: Expr, path: Path, at: dict[Path, list[str]]) -> Expr:
     return e
 
 
+#: How messages say what each reduction does, and has done, over a variable.
+_WORDS = {
+    "sum": ("sums", "summed"),
+    "max": ("takes the largest value", "reduced"),
+    "min": ("takes the smallest value", "reduced"),
+}
+
+
 def _check_explicit(rhs: Expr, out: set[str], where, error) -> set[str]:
-    """The variables explicit sums bind, after checking each is used only inside its sum."""
+    """The variables explicit reductions bind, after checking each is used only inside
+    its reduction."""
     bound: set[str] = set()
     explicit = [node for _, node in _walk(rhs) if isinstance(node, Sum)]
     for path, node in _walk(rhs):
         if not isinstance(node, Sum):
             continue
         inside = set(index_variables(node.body))
+        op = node.op
+        verb, done = _WORDS[op]
         for v in node.vars:
             if v in out:
                 raise error(
-                    f"sum({v}, ...) sums over {v}, which is an index of the output; "
-                    "an output variable cannot be summed",
+                    f"{op}({v}, ...) {verb} over {v}, which is an index of the output; "
+                    f"an output variable cannot be {done}",
                     where(node),
                 )
             if sum(v in other.vars for other in explicit) > 1:
                 raise error(
-                    f"index variable {v} is summed by two sums; give each sum its own variable",
+                    f"index variable {v} is {done} by two reductions; give each its own variable",
                     where(node),
                 )
             if v not in inside:
-                raise error(f"sum({v}, ...): the expression it sums does not use {v}", where(node))
+                raise error(
+                    f"{op}({v}, ...): the expression it reduces does not use {v}", where(node)
+                )
             outside = set(index_variables(_without(rhs, path)))
             if v in outside:
                 raise error(
-                    f"sum({v}, ...): {v} is also used outside the sum; rename one of them",
+                    f"{op}({v}, ...): {v} is also used outside the {op}; rename one of them",
                     where(node),
                 )
             bound.add(v)
@@ -139,10 +153,11 @@ def peel(rhs: Expr) -> tuple[tuple[str, ...], Expr]:
     """The variables the whole right-hand side is summed over, and what is summed.
 
     These are the kernel's outer reduction: its loops accumulate straight into
-    the output (or one scalar per output entry); every other sum is nested and
-    computed into a temporary where its value is needed."""
+    the output (or one scalar per output entry); every other reduction (a ``max``
+    or ``min`` at the top too) is nested and computed into a temporary where its
+    value is needed."""
     summed: tuple[str, ...] = ()
-    while isinstance(rhs, Sum):
+    while isinstance(rhs, Sum) and rhs.op == "sum":
         summed += rhs.vars
         rhs = rhs.body
     return summed, rhs
@@ -159,7 +174,7 @@ def free_variables(e: Expr) -> set[str]:
     return set(index_variables(e)) - {v for s in sums(e) for v in s.vars}
 
 
-def temporary(variables: tuple[str, ...]) -> str:
-    """The name of the temporary that holds a nested sum over ``variables`` (each
-    variable is summed by one sum, so the name is unique in a statement)."""
-    return "sum_" + "_".join(variables)
+def temporary(variables: tuple[str, ...], op: str = "sum") -> str:
+    """The name of the temporary that holds a nested reduction over ``variables`` (each
+    variable is reduced by one reduction, so the name is unique in a statement)."""
+    return f"{op}_" + "_".join(variables)

@@ -35,7 +35,7 @@ class CoiterationMixin:
         used = operands(term)
         present = [n for n in sparse if n in used]
         guards = self._guards(v, st, used, located)
-        points = lattice(term, lambda n: n in present or n in guards)
+        points = lattice(term, lambda n: n in present or n in guards, self._fill, st.target)
         top = points[0]
         stmts: list[ir.Stmt] = []
         out_kind = self._out_kind(v, st)
@@ -206,7 +206,7 @@ class CoiterationMixin:
             if size == 0 and not full:
                 break
             for subset in itertools.combinations(sorted(live), size):
-                sub = restrict(term, all_here - set(subset))
+                sub = restrict(term, all_here - set(subset), self._fill, st.target)
                 if sub is None:
                     continue
                 cond: ir.Expr = Const(True, "i1")
@@ -263,7 +263,7 @@ class CoiterationMixin:
         cmd = f"pos({v}, {vpos}, {tensor})"
         names = [self.cin.slots[n].tensor if n in self.cin.slots else "" for n in iters]
         if full:
-            why = why_full(term)
+            why = why_full(term, self._fill, st.target)
             if st.scope and st.scope[-1][1] == "cons":
                 ws = self.wheres[st.scope[-1][0]].ws
                 why = f"the precompute's consumer walks the dense workspace {ws.name}"
@@ -330,7 +330,7 @@ class CoiterationMixin:
             body.append(ir.Decl(m, ok))
             matches[n] = m
         inner = self._case_body(term, st, iters, located, coord, list(iters), alive=matches)
-        present = presence(term, matches)
+        present = presence(term, matches, self._fill, st.target)
         body += inner if present is True else [ir.If(present, inner)]
         for n, it in iters.items():
             body.append(ir.If(matches[n], [ir.Assign(it.pos, ir.add(it.pos, Const(1, I64)))]))
@@ -339,7 +339,8 @@ class CoiterationMixin:
                 *stmts,
                 ir.For(coord, Const(0, I64), self._loop_end(coord.name), body, label=label),
             ]
-        return [*stmts, ir.While(presence(term, live), body, label=label)]
+        live_term = presence(term, live, self._fill, st.target)
+        return [*stmts, ir.While(live_term, body, label=label)]
 
 
 def _one_case(cases: list[ir.Stmt], drivers: list[ir.Expr]) -> list[ir.Stmt]:

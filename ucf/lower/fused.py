@@ -61,10 +61,10 @@ class FusedMixin:
             raise ScheduleError(
                 f"{cmd}: a sparse output cannot be appended from a loop over fused nonzeros"
             )
-        if lattice(term, lambda x: x == n)[0].full:
+        if lattice(term, lambda x: x == n, self._fill, st.target)[0].full:
             raise ScheduleError(
                 f"{cmd}: the loop over {fvars[0]} also visits coordinates where {tensor} is zero "
-                f"({why_full(term)})"
+                f"({why_full(term, self._fill, st.target)})"
             )
         cur = st.copy()
         located_stmts: list[ir.Stmt] = []

@@ -3,6 +3,16 @@
 A product intersects and a sum unions; a lattice point is the set of sparse
 iterators that must all be live for its loop to run.  ``restrict`` gives the
 expression that is left when only some iterators match a coordinate.
+
+Both follow from one question, asked of every operand that may be absent: what
+does the expression fold to where it is? An absent entry reads as its format's
+fill value (``ucf.lang.algebra``), and a loop may skip a coordinate exactly when
+the expression folds there to the loop's *target*: what skipping leaves behind
+(the identity of the reduction adding the coordinate in, 0 in a dense output, the
+fill value of a sparse one). With every fill 0 this is TACO's rule (an operand
+whose absence absorbs a product drives it; ``+`` unions); with ``-inf`` masked
+scores, ``M(i,j) + S(i,j)`` is driven by ``M`` and ``exp(M(i,j) - m(i))`` is
+skipped where ``M`` is absent, since exp(-inf) is 0.
 """
 
 from __future__ import annotations
@@ -11,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ucf.ir import nodes as ir
-from ucf.lang import ast
-from ucf.lang.functions import FUNCTIONS
+from ucf.lang import algebra, ast
 
 
 class Term:
@@ -51,11 +60,13 @@ class Func(Term):
 
 @dataclass(frozen=True)
 class Reduce(Term):
-    """``body`` summed over ``vars``; ``id`` tells apart sums that look alike."""
+    """``body`` reduced over ``vars`` by ``op`` (sum, max, min); ``id`` tells apart
+    reductions that look alike."""
 
     vars: tuple[str, ...]
     body: Term
     id: int
+    op: str = "sum"
 
 
 @dataclass(frozen=True)
@@ -63,9 +74,11 @@ class Temp(Term):
     """The value of ``Reduce`` number ``id`` once a nested loop nest has computed it.
 
     ``n`` is negative, so a temporary can be named in ``restrict``'s zero set
-    beside the operands without ever being mistaken for one."""
+    beside the operands without ever being mistaken for one. Absent (its reduction
+    met no stored entry), it holds its reduction's identity."""
 
     id: int
+    op: str = "sum"
 
     @property
     def n(self) -> int:
@@ -89,7 +102,7 @@ def from_ast(e: ast.Expr) -> Term:
             return Func(x.fn, tuple(go(a) for a in x.args))
         if isinstance(x, ast.Sum):
             k = next(sums)
-            return Reduce(x.vars, go(x.body), k)
+            return Reduce(x.vars, go(x.body), k, x.op)
         assert isinstance(x, ast.Binary)
         left = go(x.left)
         return Op(x.op, left, go(x.right))
@@ -118,37 +131,69 @@ def operands(t: Term | None) -> set[int]:
     return set().union(*(operands(c) for c in subterms(t)))
 
 
-def restrict(t: Term | None, zero: set[int]) -> Term | None:
-    """The term with operands in ``zero`` replaced by 0; None means identically zero."""
+#: The fill value of each operand number (absent entries read as it); all 0 by default.
+Fills = Callable[[int], float]
+
+
+def zero_fills(n: int) -> float:
+    return 0.0
+
+
+def restrict(
+    t: Term | None, zero: set[int], fill: Fills = zero_fills, target: float = 0.0
+) -> Term | None:
+    """The term with the operands in ``zero`` absent (read as their fill values) and
+    folded; None where it folds to ``target``, what an unvisited coordinate stands for
+    (the case then does nothing)."""
     if t is None:
         return None
-    if isinstance(t, Opnd | Temp):
-        return None if t.n in zero else t
+    folded = _fold(t, zero, fill)
+    if isinstance(folded, Lit) and algebra.same(float(folded.value), target):
+        return None
+    return folded
+
+
+def _fold(t: Term, zero: set[int], fill: Fills) -> Term:
+    if isinstance(t, Opnd):
+        return Lit(fill(t.n)) if t.n in zero else t
+    if isinstance(t, Temp):
+        return Lit(algebra.IDENTITY[t.op]) if t.n in zero else t
     if isinstance(t, Lit):
-        return None if t.value == 0 else t
+        return t
     if isinstance(t, Negate):
-        inner = restrict(t.operand, zero)
-        return None if inner is None else Negate(inner)
+        inner = _fold(t.operand, zero, fill)
+        return Lit(-inner.value) if isinstance(inner, Lit) else Negate(inner)
     if isinstance(t, Reduce):
-        body = restrict(t.body, zero)
-        return None if body is None else Reduce(t.vars, body, t.id)
+        body = _fold(t.body, zero, fill)
+        value = algebra.reduced(t.op, _known(body))
+        return Lit(value) if value is not None else Reduce(t.vars, body, t.id, t.op)
     if isinstance(t, Func):
-        args = [restrict(a, zero) for a in t.args]
-        if FUNCTIONS[t.fn].zero_preserving and all(a is None for a in args):
-            return None
-        # An absent argument reads as 0: max(A, B) where only B is stored is max(0, B).
-        return Func(t.fn, tuple(Lit(0) if a is None else a for a in args))
+        args = [_fold(a, zero, fill) for a in t.args]
+        value = algebra.call(t.fn, [_known(a) for a in args])
+        if value is not None:
+            return Lit(value)
+        if t.fn in ("max", "min"):  # the identity of max (min) leaves the other argument
+            for a, b in ((args[0], args[1]), (args[1], args[0])):
+                if algebra.same(_known(a), algebra.IDENTITY[t.fn]):
+                    return b
+        return Func(t.fn, tuple(args))
     assert isinstance(t, Op)
-    left, right = restrict(t.left, zero), restrict(t.right, zero)
-    if t.op in "*/":
-        if left is None or right is None:
-            return None
-        return Op(t.op, left, right)
-    if left is None:
-        return right if (right is None or t.op == "+") else Negate(right)
-    if right is None:
+    left, right = _fold(t.left, zero, fill), _fold(t.right, zero, fill)
+    a, b = _known(left), _known(right)
+    value = algebra.binary(t.op, a, b)
+    if value is not None:
+        return Lit(value)
+    if t.op in "+-" and algebra.same(b, 0.0):
         return left
+    if t.op == "+" and algebra.same(a, 0.0):
+        return right
+    if t.op == "-" and algebra.same(a, 0.0):
+        return Negate(right)
     return Op(t.op, left, right)
+
+
+def _known(t: Term) -> float | None:
+    return float(t.value) if isinstance(t, Lit) else None
 
 
 @dataclass(frozen=True)
@@ -157,44 +202,73 @@ class Point:
     full: bool  # iterates every coordinate of the dimension
 
 
-def lattice(t: Term, sparse: Callable[[int], bool]) -> list[Point]:
-    """Points from the largest iterator set down; the first point is the top."""
-    raw = _points(t, sparse)
+def lattice(
+    t: Term, sparse: Callable[[int], bool], fill: Fills = zero_fills, target: float = 0.0
+) -> list[Point]:
+    """Points from the largest iterator set down; the first point is the top, full when
+    some coordinate where every sparse operand is absent still differs from ``target``."""
+    raw, background = _points(t, sparse, fill)
+    if not algebra.same(background, target) or not raw:
+        raw = [*raw, Point(frozenset(), True)]
     merged: dict[frozenset[int], bool] = {}
     for p in raw:
         merged[p.iters] = merged.get(p.iters, False) or p.full
+    full = any(merged.values())
     points = [Point(k, f) for k, f in merged.items()]
     points.sort(key=lambda p: -len(p.iters))
+    points[0] = Point(points[0].iters, full)
     return points
 
 
-def _points(t: Term, sparse: Callable[[int], bool]) -> list[Point]:
+def _points(
+    t: Term, sparse: Callable[[int], bool], fill: Fills
+) -> tuple[list[Point], float | None]:
+    """The points where ``t`` may differ from its background, and the background: what
+    it folds to where every sparse operand is absent (None: it varies there, and a
+    full point says so)."""
     if isinstance(t, Opnd):
-        return [Point(frozenset({t.n}), False)] if sparse(t.n) else [Point(frozenset(), True)]
-    if isinstance(t, Lit | Temp):
-        return [Point(frozenset(), True)]
-    if isinstance(t, Negate | Reduce):
-        return _points(subterms(t)[0], sparse)
+        if sparse(t.n):
+            return [Point(frozenset({t.n}), False)], fill(t.n)
+        return [Point(frozenset(), True)], None
+    if isinstance(t, Lit):
+        return [], float(t.value)
+    if isinstance(t, Temp):
+        return [Point(frozenset(), True)], None
+    if isinstance(t, Negate):
+        points, b = _points(t.operand, sparse, fill)
+        return points, (None if b is None else -b)
+    if isinstance(t, Reduce):
+        points, b = _points(t.body, sparse, fill)
+        value = algebra.reduced(t.op, b)
+        return _varying(points, value), value
     if isinstance(t, Func):
-        if not FUNCTIONS[t.fn].zero_preserving:
-            # Nonzero where every argument is zero: dense over the space, like ``arg + 1``.
-            return _union(_points(t.args[0], sparse), [Point(frozenset(), True)])
-        points = _points(t.args[0], sparse)
-        for a in t.args[1:]:
-            points = _union(points, _points(a, sparse))
-        return points
+        parts = [_points(a, sparse, fill) for a in t.args]
+        if len(parts) == 2:
+            return _binary(t.fn, *parts)
+        points, b = parts[0]
+        value = algebra.call(t.fn, [b])
+        return _varying(points, value), value
     assert isinstance(t, Op)
-    left, right = _points(t.left, sparse), _points(t.right, sparse)
-    if t.op == "/":
-        return left
-    if t.op == "*":
-        return [Point(a.iters | b.iters, a.full and b.full) for a in left for b in right]
-    return _union(left, right)
+    return _binary(t.op, _points(t.left, sparse, fill), _points(t.right, sparse, fill))
 
 
-def _union(left: list[Point], right: list[Point]) -> list[Point]:
-    both = [Point(a.iters | b.iters, a.full or b.full) for a in left for b in right]
-    return both + left + right
+def _varying(points: list[Point], value: float | None) -> list[Point]:
+    """``points`` plus a full point when the background is not a known constant."""
+    return points if value is not None else [*points, Point(frozenset(), True)]
+
+
+def _binary(op: str, left, right) -> tuple[list[Point], float | None]:
+    """``left op right``: where both differ from their backgrounds (the intersection of
+    their points), and where one alone does unless the other's background absorbs
+    ``op`` (0 in a product drops the other side's points, -inf in a sum does too)."""
+    (lp, a), (rp, b) = left, right
+    both = [Point(x.iters | y.iters, x.full and y.full) for x in lp for y in rp]
+    points = both + ([] if algebra.absorbing(op, b) else lp)
+    points += [] if algebra.absorbing(op, a) else rp
+    if op == "/":
+        points = lp  # the divisor is never absent: sparse divisors are refused
+    value = algebra.binary(op, a, b)
+    return _varying(points, value), value
 
 
 def walk(t: Term):
@@ -226,54 +300,86 @@ def substitute(t: Term, k: int, new: Term) -> Term:
     if isinstance(t, Func):
         return Func(t.fn, tuple(substitute(a, k, new) for a in t.args))
     if isinstance(t, Reduce):
-        return Reduce(t.vars, substitute(t.body, k, new), t.id)
+        return Reduce(t.vars, substitute(t.body, k, new), t.id, t.op)
     return t
 
 
-def presence(t: Term, flags: dict[int, ir.Expr]) -> ir.Expr | bool:
-    """Whether a term is structurally nonzero when the operands in ``flags`` are present
-    exactly where their flag holds (every other operand is present): the merge lattice
-    as a formula.  Python booleans stand for constants."""
+def presence(
+    t: Term, flags: dict[int, ir.Expr], fill: Fills = zero_fills, target: float = 0.0
+) -> ir.Expr | bool:
+    """Whether a term may differ from ``target`` when the operands in ``flags`` are
+    present exactly where their flag holds (every other operand is present): the merge
+    lattice as a formula.  Python booleans stand for constants."""
+    differs, background = _differs(t, flags, fill)
+    return differs if algebra.same(background, target) else True
 
-    def both(a, b):
-        if a is False or b is False:
-            return False
-        return b if a is True else a if b is True else ir.land(a, b)
 
-    def either(a, b):
-        if a is True or b is True:
-            return True
-        return b if a is False else a if b is False else ir.lor(a, b)
+def _both(a, b):
+    if a is False or b is False:
+        return False
+    return b if a is True else a if b is True else ir.land(a, b)
 
-    if isinstance(t, Opnd):
-        return flags.get(t.n, True)
-    if isinstance(t, Lit):
-        return t.value != 0
-    if isinstance(t, Temp):
+
+def _either(a, b):
+    if a is True or b is True:
         return True
-    if isinstance(t, Negate | Reduce):
-        return presence(subterms(t)[0], flags)
+    return b if a is False else a if b is False else ir.lor(a, b)
+
+
+def _differs(t: Term, flags, fill: Fills) -> tuple[ir.Expr | bool, float | None]:
+    """Whether ``t`` may differ from its background, and the background (as
+    ``_points``, over the flagged operands)."""
+    if isinstance(t, Opnd):
+        if t.n in flags:
+            return flags[t.n], fill(t.n)
+        return True, None
+    if isinstance(t, Lit):
+        return False, float(t.value)
+    if isinstance(t, Temp):
+        return True, None
+    if isinstance(t, Negate):
+        d, b = _differs(t.operand, flags, fill)
+        return d, (None if b is None else -b)
+    if isinstance(t, Reduce):
+        d, b = _differs(t.body, flags, fill)
+        value = algebra.reduced(t.op, b)
+        return (d if value is not None else True), value
     if isinstance(t, Func):
-        if not FUNCTIONS[t.fn].zero_preserving:
-            return True
-        result: ir.Expr | bool = False
-        for a in t.args:
-            result = either(result, presence(a, flags))
-        return result
+        parts = [_differs(a, flags, fill) for a in t.args]
+        if len(parts) == 2:
+            return _binary_differs(t.fn, *parts)
+        d, b = parts[0]
+        value = algebra.call(t.fn, [b])
+        return (d if value is not None else True), value
     assert isinstance(t, Op)
-    left = presence(t.left, flags)
-    if t.op == "/":
-        return left
-    right = presence(t.right, flags)
-    return both(left, right) if t.op == "*" else either(left, right)
+    return _binary_differs(t.op, _differs(t.left, flags, fill), _differs(t.right, flags, fill))
 
 
-def why_full(t: Term) -> str:
-    """Why a loop must visit every coordinate: a function that is nonzero at zero, or a
-    sum with a dense term."""
+def _binary_differs(op: str, left, right) -> tuple[ir.Expr | bool, float | None]:
+    (dl, a), (dr, b) = left, right
+    value = algebra.binary(op, a, b)
+    if value is None:
+        return True, None
+    if op == "/":
+        return dl, value
+    result = _both(dl, dr)
+    if not algebra.absorbing(op, b):
+        result = _either(result, dl)
+    if not algebra.absorbing(op, a):
+        result = _either(result, dr)
+    return result, value
+
+
+def why_full(t: Term, fill: Fills = zero_fills, target: float = 0.0) -> str:
+    """Why a loop must visit every coordinate: a function that is nonzero at zero, a
+    fill value the expression does not absorb, or a sum with a dense term."""
     for x in walk(t):
-        if isinstance(x, Func) and not FUNCTIONS[x.fn].zero_preserving:
-            return f"{x.fn} maps 0 to a nonzero value"
+        if isinstance(x, Func) and len(x.args) == 1:
+            value = algebra.call(x.fn, [0.0])
+            if value != 0:
+                return f"{x.fn} maps 0 to a nonzero value"
+    if any(fill(n) for n in operands(t)):
+        return f"where its operands are absent the expression is not {target}"
     return "a sum with a dense term"
 
 

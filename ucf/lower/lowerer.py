@@ -33,6 +33,7 @@ They share the state set up in :meth:`Lowerer.__init__` (``cin``, ``operands``,
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 from ucf.cin.notation import CIN
@@ -104,7 +105,7 @@ class Lowerer(
         stmt = cin.statement
         self.term = from_ast(peel(stmt.rhs)[1])
         self.reduces = {r.id: r for r in reduces(self.term)}
-        self.temps = {k: Var(temporary(r.vars), value_type) for k, r in self.reduces.items()}
+        self.temps = {k: Var(temporary(r.vars, r.op), value_type) for k, r in self.reduces.items()}
         self.rhs_accesses = accesses(stmt.rhs)
         self.applied = applied
         self._check_supported()
@@ -234,6 +235,43 @@ class Lowerer(
                 f"precompute in {stmt}: a statement with nested sums cannot be precomputed "
                 "yet; write the nested sum as its own statement"
             )
+        self._check_fills()
+
+    def _check_fills(self) -> None:
+        """Refuse, by tensor, the fill values the rules of ``ucf.lower.lattice`` do not
+        carry through this statement."""
+        stmt = self.cin.statement
+        filled = [(n, s) for n, s in self.cin.slots.items() if s.format.fill]
+        out_fill = self.cin.output_format.fill
+        if out_fill:
+            filled.append((-1, None))
+        for n, slot in filled:
+            name = slot.tensor if slot else stmt.lhs.tensor
+            fill = slot.format.fill if slot else out_fill
+            where = (
+                f"tensor {name} (format '{(slot.format if slot else self.cin.output_format).name}')"
+            )
+            if self.vt in ir.INT_TYPES and math.isinf(fill):
+                raise UnsupportedError(
+                    f"{where} reads absent entries as {fill}, which a {self.vt} kernel cannot "
+                    "hold; compute in float32 or float64"
+                )
+            if slot and any(ix.single_variable is None for ix in self.rhs_accesses[n].indices):
+                raise UnsupportedError(
+                    f"{where}: an operand with a fill value other than 0 and an affine index "
+                    f"({self.rhs_accesses[n]}) is not supported"
+                )
+            if self.applied is not None and self.applied.precompute:
+                raise UnsupportedError(
+                    f"precompute in {stmt}: {where} has a fill value other than 0, which a "
+                    "precompute's zeroed workspace does not carry"
+                )
+        if out_fill and self.cin.reduction_vars:
+            raise UnsupportedError(
+                f"{stmt}: the output {stmt.lhs.tensor} reads absent entries as {out_fill}, but "
+                f"the statement sums over {', '.join(self.cin.reduction_vars)}, and a sum that "
+                "meets no entry is 0; write the sum into an output whose fill is 0"
+            )
 
     # ------------------------------------------------------------ parameters
 
@@ -322,7 +360,7 @@ class Lowerer(
         )
         self.consumed = set()
         self.whole_loops: dict[str, bool] = {}  # loop label -> visits every coordinate
-        state = State(order=self.outer_order)
+        state = State(order=self.outer_order, target=self.out_fmt.fill)
         for n in self.operands:
             state.levels[n] = 0
             state.pos[n] = Const(0, I64)
@@ -371,8 +409,17 @@ class Lowerer(
         value = self._value(term, st)
         if st.acc is not None:
             flag = [ir.Assign(st.hit, Const(True, "i1"))] if st.hit is not None else []
-            return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
+            if st.acc_op == "sum":
+                return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
+            # The new value first: a NaN value keeps the accumulator (ir.Bin's max takes
+            # the second operand when a comparison involves NaN), as numpy's nanmax does.
+            return [ir.Assign(st.acc, ir.Bin(st.acc_op, value, st.acc)), *flag]
         return [self._store_output(st, value)]
+
+    def _fill(self, n: int) -> float:
+        """The value operand ``n`` reads as where it is absent (a workspace: 0)."""
+        slot = self.cin.slots.get(n)
+        return slot.format.fill if slot is not None else 0.0
 
     @staticmethod
     def _affine(a: Affine) -> ir.Expr:
@@ -393,7 +440,11 @@ class Lowerer(
                 return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
             value = self._held(op, st.pos[t.n], st)
             alive = st.alive.get(t.n)
-            return value if alive is None else ir.Select(alive, value, Const(0, value.type))
+            if alive is None:
+                return value
+            fill = self._fill(t.n)
+            absent = ir.cast(Const(fill, "f64"), value.type) if fill else Const(0, value.type)
+            return ir.Select(alive, value, absent)
         if isinstance(t, Lit):
             return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
         if isinstance(t, Negate):

@@ -54,6 +54,13 @@ def _parallelize_loop(
     path = _path(nest.body, loop)
     sums = {v: _running_sum(path, loop, v, nest.out_vals) for v in carried}
     accs = [v for v in carried if sums[v] is not None]
+    extrema = [v for v in carried if _extremum(loop.body, v)]
+    if extrema:
+        raise ScheduleError(
+            f"{cmd}: iterations of {label} take the largest or smallest value into "
+            f"{extrema[0]}; a parallel max or min reduction is not supported (parallelize a "
+            "loop over an output variable)"
+        )
     if races and par.strategy == "NoRaces":
         raise ScheduleError(
             f"{cmd}: {races[0]} is a reduction variable, so iterations add into the same "
@@ -153,10 +160,23 @@ def _running_sum(path: list, loop: ir.For, name: str, out_vals: str):
             and s.value.name == name
         ]
         alone = _assignments([container[k]], name) == _assignments(loop.body, name)
+        if _extremum(loop.body, name):
+            return None  # a max or min: partial results do not add up
         if isinstance(decl.init, Const) and len(stores) == 1 and alone:
             return container, decl, stores[0]
         return None
     return None
+
+
+def _extremum(stmts: list[ir.Stmt], name: str) -> bool:
+    """Whether ``name`` is a running max or min (``ucf.lower.lowerer``'s leaf)."""
+    return any(
+        isinstance(s, ir.Assign)
+        and s.var.name == name
+        and isinstance(s.value, ir.Bin)
+        and s.value.op in ("max", "min")
+        for s in statements(stmts)
+    )
 
 
 def _assignments(stmts: list[ir.Stmt], name: str) -> int:

@@ -73,6 +73,11 @@ class State:
     # Set in a sum of integer products (``acc`` an int32): the leaf adds q - zero_point
     # products, and the scales are applied once, where ``acc`` is stored.
     integer: bool = False
+    # What a coordinate the loops skip stands for (``ucf.lower.lattice``): the identity
+    # of the reduction that ``acc`` computes, or the output's value where it stores
+    # nothing; and how the leaf combines a value into ``acc`` (sum, max, min).
+    target: float = 0.0
+    acc_op: str = "sum"
 
     def copy(self) -> State:
         return replace(

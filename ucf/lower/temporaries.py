@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
+from ucf.lang import algebra
 from ucf.lower.lattice import (
     Reduce,
     Temp,
@@ -49,16 +50,17 @@ class TemporariesMixin:
             sub = st.copy()
             own = tuple(v for v in self.cin.order if v in r.vars)
             sub.order = st.order[: st.depth] + own
-            factors = self._integer_factors(r.body, st)
+            factors = self._integer_factors(r.body, st) if r.op == "sum" else None
             if factors is not None:  # an int32 sum, read rescaled (``ucf.lower.held``)
                 t = Var(f"{t.name}_q", "i32")
                 self.rescaled[r.id] = self._integer_sum(t, factors, sub, st)
             sub.acc, sub.hit, sub.pending, sub.temp = t, hit, None, True
-            stmts.append(ir.Decl(t, Const(0, t.type)))
+            sub.acc_op, sub.target = r.op, algebra.IDENTITY[r.op]
+            stmts.append(ir.Decl(t, _identity(r.op, t.type)))
             if hit is not None:
                 stmts.append(ir.Decl(hit, Const(False, "i1")))
             stmts += self._nest(r.body, sub)
-            term = substitute(term, r.id, Temp(r.id))
+            term = substitute(term, r.id, Temp(r.id, r.op))
         if not track:
             return stmts + self._nest(term, st)
         return stmts + self._present(term, st, [r.id for r in ready])
@@ -72,5 +74,12 @@ class TemporariesMixin:
             return self._nest(term, st)
         k, rest = ids[0], ids[1:]
         hit = Var(f"{self.temps[k].name}_hit", "i1")
-        absent = restrict(term, {Temp(k).n})
+        absent = restrict(term, {Temp(k).n}, self._fill, st.target)
         return [ir.If(hit, self._present(term, st, rest), self._present(absent, st, rest))]
+
+
+def _identity(op: str, ty: str) -> Const:
+    """A reduction's starting value in type ``ty``: 0, or the extreme the type holds."""
+    if ty in ir.FLOAT_TYPES:
+        return Const(algebra.IDENTITY[op] if op != "sum" else 0, ty)
+    return Const(algebra.integer_identity(op, int(ty[1:])), ty)

@@ -175,6 +175,8 @@ def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | 
     none repeated in an access) and the variables summed, or None."""
     rhs, summed = stmt.rhs, ()
     if isinstance(rhs, ast.Sum):
+        if rhs.op != "sum":
+            return None
         rhs, summed = rhs.body, rhs.vars
     factors, todo = [], [rhs]
     while todo:

@@ -244,7 +244,10 @@ _COMPILED: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
 def _build(target: str, fn: ir.Function, text: str, kcache: Any) -> tuple[Any, Any]:
-    types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
+    scalars = {"f32": ctypes.c_float, "f64": ctypes.c_double}
+    types = [
+        ctypes.c_void_p if p.is_array else scalars.get(p.type, ctypes.c_int64) for p in fn.params
+    ]
     if target == "llvm":
         from ucf.toolchain import jit
 

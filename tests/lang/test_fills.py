@@ -1,0 +1,259 @@
+"""max/min reductions and fill values (docs/language.md) against numpy.
+
+The references are numpy's ``max``/``min`` over the dense array that a tensor
+stands for, absent entries holding the format's fill value; the data have empty
+rows, rows whose every entry is absent (all-masked), and entries of either sign.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucf
+from tests.helpers import TARGETS, needs_cc
+
+INF = np.inf
+
+
+def masked(rng, shape, fill, density=0.4):
+    """A dense array whose absent entries (about 1 - density of them, and all of row 1)
+    hold ``fill``; stored values are small signed integers, so every result is exact."""
+    a = rng.integers(-5, 6, size=shape).astype(np.float64)
+    live = rng.random(shape) < density
+    live[1] = False  # an all-masked (or empty) row
+    return np.where(live, a, fill)
+
+
+FORMATS = ["csr", "dcsr", "csc", "coo", "dense"]
+FILLS = [0.0, -INF, INF, 2.0]
+#: The default suite's share of the matrix below (each format and fill once, c twice).
+QUICK = [
+    ("llvm", "csr", -INF),
+    ("llvm", "dcsr", 0.0),
+    ("llvm", "coo", INF),
+    ("llvm", "csc", 2.0),
+    ("llvm", "dense", 0.0),
+    ("c", "csr", -INF),
+    ("c", "dcsr", 2.0),
+]
+EVERY = [
+    pytest.param(t, f, v, marks=[pytest.mark.slow, *([needs_cc] if t == "c" else [])])
+    for t in ("llvm", "c")
+    for f in FORMATS
+    for v in FILLS
+    if (t, f, v) not in QUICK
+]
+
+
+@pytest.mark.parametrize(
+    "target,fmt,fill",
+    [pytest.param(*q, marks=[needs_cc] if q[0] == "c" else []) for q in QUICK] + EVERY,
+)
+def test_max_and_min_reductions_over_rows(target, fmt, fill):
+    rng = np.random.default_rng([7, FORMATS.index(fmt)])
+    A = masked(rng, (6, 5), fill)
+    spelled = f"{fmt} fill={fill}" if fill else fmt
+    T = ucf.from_numpy(A, spelled)
+    dense = T.to_numpy()
+    if fmt != "dense":
+        np.testing.assert_array_equal(dense, A)  # absent entries read as the fill
+    k = ucf.compile("y(i) = max(j, A(i,j)) + min(k, A(i,k))", {"A": spelled}, target=target)
+    np.testing.assert_array_equal(k(A=T).to_numpy(), dense.max(axis=1) + dense.min(axis=1))
+    # over the columns: the outer loop is the reduction's own
+    k = ucf.compile("y(j) = max(i, A(i,j) * 2)", {"A": spelled}, target=target)
+    np.testing.assert_array_equal(k(A=T).to_numpy(), (dense * 2).max(axis=0))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_reduction_over_an_empty_range_is_its_identity(target):
+    for op, identity in (("max", -INF), ("min", INF), ("sum", 0.0)):
+        k = ucf.compile(f"y(i) = {op}(j, A(i,j))", {"A": "csr fill=-inf"}, target=target)
+        got = k(A=ucf.from_numpy(np.zeros((3, 0)), "csr fill=-inf")).to_numpy()
+        np.testing.assert_array_equal(got, np.full(3, identity))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_masked_softmax_in_statements(target):
+    """Scores in the mask's pattern (absent: -inf), a row max, exp into a sparse output,
+    a row sum, and the weighted values: a row with no live key gives 0."""
+    rng = np.random.default_rng(3)
+    n, d = 9, 4
+    mask = rng.random((n, n)) < 0.35
+    mask[2] = False
+    Q, K, V = (rng.standard_normal((n, d)) for _ in range(3))
+    M = ucf.from_numpy(np.where(mask, 0.0, -INF), "csr fill=-inf")
+    scores = ucf.compile(
+        "S(i,j) = M(i,j) + 0.5 * sum(d, Q(i,d) * K(j,d))",
+        {"M": "csr fill=-inf", "S": "csr fill=-inf"},
+        target=target,
+    )
+    S = scores(M=M, Q=Q, K=K)
+    assert str(S.format) == "UC fill=-inf" and S.nnz == mask.sum()
+    want_s = np.where(mask, 0.5 * Q @ K.T, -INF)
+    np.testing.assert_allclose(S.to_numpy(), want_s, rtol=1e-14)
+    m = ucf.compile("m(i) = max(j, S(i,j))", {"S": "csr fill=-inf"}, target=target)(S=S)
+    m = m.to_numpy()
+    assert m[2] == -INF
+    P = ucf.compile(
+        "P(i,j) = exp(S(i,j) - m(i))", {"S": "csr fill=-inf", "P": "csr"}, target=target
+    )(S=S, m=m)
+    assert P.nnz == mask.sum()  # exp(-inf) = 0: absent scores stay absent
+    l_ = ucf.compile("l(i) = P(i,j)", {"P": "csr"}, target=target)(P=P).to_numpy()
+    O = ucf.compile("O(i,e) = P(i,j) * V(j,e) / max(l(i), 1)", {"P": "csr"}, target=target)
+    got = O(P=P, V=V, l=l_).to_numpy()
+    with np.errstate(invalid="ignore"):
+        w = np.exp(want_s - want_s.max(axis=1, keepdims=True))
+        w = np.nan_to_num(w / w.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, w @ V, atol=1e-13)
+    assert not got[2].any()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_infinite_fill_decides_which_operand_drives(target):
+    """-inf absorbs +, so M drives M + B; where M is absent the output keeps -inf
+    unstored, and a dense output computes -inf there."""
+    rng = np.random.default_rng(4)
+    live = rng.random((5, 6)) < 0.3
+    Mv = np.where(live, rng.integers(-3, 4, (5, 6)).astype(float), -INF)
+    B = rng.integers(-3, 4, (5, 6)).astype(float)
+    M = ucf.from_numpy(Mv, "csr fill=-inf")
+    sparse = ucf.compile(
+        "C(i,j) = M(i,j) + B(i,j)", {"M": "csr fill=-inf", "C": "csr fill=-inf"}, target=target
+    )
+    C = sparse(M=M, B=B)
+    assert C.nnz == live.sum()
+    np.testing.assert_array_equal(C.to_numpy(), Mv + B)
+    dense = ucf.compile("C(i,j) = M(i,j) + B(i,j)", {"M": "csr fill=-inf"}, target=target)
+    np.testing.assert_array_equal(dense(M=M, B=B).to_numpy(), Mv + B)
+    # A product with a zero-filled operand: 0 absorbs it, -inf * 0 is 0 by structure.
+    Z = np.where(rng.random((5, 6)) < 0.5, B, 0.0)
+    prod = ucf.compile(
+        "C(i,j) = M(i,j) * Z(i,j)", {"M": "csr fill=-inf", "Z": "csr"}, target=target
+    )
+    got = prod(M=M, Z=ucf.from_numpy(Z, "csr")).to_numpy()
+    np.testing.assert_array_equal(got, np.where(Z == 0, 0.0, Mv * Z))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_max_and_min(dtype):
+    rng = np.random.default_rng(5)
+    A = masked(rng, (5, 4), 0.0).astype(dtype)
+    k = ucf.compile("y(i) = max(j, A(i,j)) + min(k, A(i,k))", {"A": "csr"}, dtype=dtype)
+    got = k(A=ucf.from_numpy(A, "csr", dtype=dtype)).to_numpy()
+    np.testing.assert_array_equal(got, A.max(axis=1) + A.min(axis=1))
+    assert got.dtype == dtype
+
+
+def test_max_min_reductions_and_fills_under_the_cuda_emulator():
+    rng = np.random.default_rng(6)
+    A = masked(rng, (40, 30), -INF)
+    T = ucf.from_numpy(A, "csr fill=-inf")
+    k = ucf.compile(
+        "y(i) = max(j, A(i,j)) + sum(k, exp(A(i,k)))",
+        {"A": "csr fill=-inf"},
+        target="cuda",
+        emulate=True,
+    )
+    with np.errstate(invalid="ignore"):
+        want = A.max(axis=1) + np.exp(A).sum(axis=1)
+    np.testing.assert_allclose(k(A=T).to_numpy(), want, rtol=1e-13)
+
+
+def test_max_with_an_index_variable_first_is_a_reduction():
+    from ucf.lang.parser import parse_statement
+
+    assert str(parse_statement("y(i) = max(j, A(i,j))").rhs) == "max(j, A(i, j))"
+    assert str(parse_statement("y(i) = min(j, k, A(i,j,k))").rhs) == "min(j, k, A(i, j, k))"
+    # alpha indexes nothing: the element-wise max, and j is summed over the whole side
+    assert str(parse_statement("y(i) = max(alpha, A(i,j))").rhs) == "sum(j, max(alpha(), A(i, j)))"
+    k = ucf.compile("y(i) = max(j, A(i,j))", {"A": "csr fill=-inf"})
+    assert k.cin.splitlines()[0] == "forall(i, where(y(i) = max_j, forall(j, max_j max= A(i, j))))"
+
+
+@pytest.mark.parametrize(
+    "expr,message",
+    [
+        ("y(i) = max(j, A(i,j)) * j", "both an index variable of the statement"),
+        ("y(i,j) = max(j, A(i,j))", "an output variable cannot be reduced"),
+        ("y(i) = max(a, b, A(i,j))", "max takes 2 arguments, got 3"),
+        ("y(i) = min(j, A(i,j)) + min(j, B(i,j))", "reduced by two reductions"),
+        ("y(i) = max(j, A(i,j)) * x(j)", "j is also used outside the max"),
+    ],
+)
+def test_misused_max_is_a_parse_error_with_a_caret(expr, message):
+    with pytest.raises(ucf.ParseError, match=message) as e:
+        ucf.compile(expr)
+    assert "^" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "make,error,message",
+    [
+        (
+            lambda: ucf.compile("y(i) = A(i,j)", {"A": "csr fill=-inf"}, dtype="int32"),
+            ucf.UnsupportedError,
+            "a i32 kernel cannot hold",
+        ),
+        (
+            lambda: ucf.compile("y(i) = A(i, i+j)", {"A": "csr fill=1"}).cin,
+            ucf.UnsupportedError,
+            "affine index",
+        ),
+        (
+            lambda: ucf.compile("y(i) = A(i,j)", {"A": "csr fill=-inf", "y": "C fill=-inf"}),
+            ucf.UnsupportedError,
+            "a sum that meets no entry is 0",
+        ),
+        (
+            lambda: ucf.compile("y(i) = A(i,j)", {"A": "bcsr(2,2) fill=-inf"}),
+            ucf.FormatError,
+            "blocked or fixed-width",
+        ),
+        (
+            lambda: ucf.compile(
+                "y(i) = max(j, A(i,j))",
+                {"A": "csr"},
+                "parallelize(j, CPUThread, ParallelReduction)",
+            ),
+            ucf.ScheduleError,
+            "parallel max or min reduction is not supported",
+        ),
+        (lambda: ucf.parse_format("csr fill=nan"), ucf.FormatError, "is not a number"),
+    ],
+)
+def test_what_the_rules_cannot_carry_is_refused_by_name(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_tensors_store_what_differs_from_their_fill():
+    a = np.array([[1.0, -INF, 0.0], [-INF, -INF, -INF]])
+    t = ucf.from_numpy(a, "csr fill=-inf")
+    assert t.nnz == 2 and str(t.format) == "UC fill=-inf"  # the stored 0 is a value
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    np.testing.assert_array_equal(t.convert("coo fill=-inf").to_numpy(), a)
+    zero_filled = t.convert("csr")  # every -inf becomes a stored value
+    assert zero_filled.nnz == 5
+    np.testing.assert_array_equal(zero_filled.to_numpy(), a)
+    with pytest.raises(ucf.UnsupportedError, match="scipy reads them as 0"):
+        t.to_scipy()
+    import scipy.sparse as sp
+
+    back = ucf.from_scipy(sp.csr_array(np.eye(2)), "csr fill=-inf")
+    np.testing.assert_array_equal(back.to_numpy(), np.eye(2))
+    fmt = ucf.parse_format("csr").with_fill(-INF)
+    assert fmt == ucf.parse_format("csr fill=-inf") and fmt.name == "csr fill=-inf"
+    assert ucf.parse_format("dense fill=-inf") == ucf.parse_format("dense")  # nothing absent
+
+
+def test_the_algebra_knows_every_function_at_zero():
+    """Each unary function folds over constants (``ucf.lang.algebra``) as it is declared
+    to treat 0, so a new function cannot be left out of the fills' rules."""
+    from ucf.lang import algebra
+    from ucf.lang.functions import FUNCTIONS
+
+    unary = {name for name, f in FUNCTIONS.items() if f.arity == 1}
+    assert set(algebra.UNARY) == unary
+    for name in unary:
+        assert (algebra.call(name, [0.0]) == 0) == FUNCTIONS[name].zero_preserving, name
