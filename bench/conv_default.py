@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python bench/conv_default.py             # about a minute
+    python bench/conv_default.py             # about 20 seconds
     python bench/conv_default.py --quick     # the layer only, fewer rounds
 
 Each layer is a batch-1, float32, NCHW convolution with a magnitude-pruned filter in
