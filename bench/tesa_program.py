@@ -40,6 +40,7 @@ from spmv_spmm import best_of, fresh_kernel_cache  # noqa: E402
 from tesa_mlp import BLOCK, PROGRAM, weight_attr  # noqa: E402
 
 import ucf  # noqa: E402
+import ucf.exec.kernel as kernel_module  # noqa: E402
 
 LAYER1 = "T(t,h) = X(t,d) * W1(d,h)"
 LAYER2 = "Y(t,e) = relu(T(t,h)) * W2(h,e)"
@@ -64,32 +65,33 @@ def threads_at_once(call, repeat: int) -> float:
 
 
 class StepClock:
-    """Wraps each kernel ``ucf.compile`` makes while it is entered with a timer, so
-    that the steps of a compiled plan can be timed where they run."""
+    """Wraps each kernel a plan makes (``ucf.exec.kernel.Kernel``) while it is entered
+    with a timer, so that the steps of a compiled plan can be timed where they run."""
 
     def __init__(self, clock) -> None:
         self.clock = clock
         self.times: dict[str, list[float]] = {}
 
     def __enter__(self) -> StepClock:
-        self.compile = ucf.compile
+        self.kernel = kernel_module.Kernel
+        clock, times, made = self.clock, self.times, self.kernel
 
-        def compile(step, *args, **kwargs):
-            kernel = self.compile(step, *args, **kwargs)
+        def kernel(step, *args, **kwargs):
+            compiled = made(step, *args, **kwargs)
 
             def timed(**operands):
-                start = self.clock()
-                result = kernel(**operands)
-                self.times.setdefault(step, []).append(self.clock() - start)
+                start = clock()
+                result = compiled(**operands)
+                times.setdefault(step, []).append(clock() - start)
                 return result
 
             return timed
 
-        ucf.compile = compile
+        kernel_module.Kernel = kernel
         return self
 
     def __exit__(self, *exc) -> None:
-        ucf.compile = self.compile
+        kernel_module.Kernel = self.kernel
 
 
 def steps(plan, static: dict, x: np.ndarray, want: np.ndarray, threads: int, repeat: int) -> None:

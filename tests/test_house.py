@@ -159,18 +159,9 @@ LEVEL_CLASS = re.compile(
 ARRAY_NAME = re.compile(r"""\.arrays\s*[!=]=|["']\w+["']\s+(not\s+)?in\s+[\w.]*\.arrays\b""")
 PATTERNS = {"letter": LETTER, "level class": LEVEL_CLASS, "array name": ARRAY_NAME}
 
-#: What still asks outside format/, by module and pattern: phase 2 of issue 33 (formats
-#: as objects from end to end) empties this list, and the test below fails as soon as
-#: an entry no longer asks, so the list only shrinks.
-KNOWN = {
-    ("ucf.codegen.c_check", "array name"),
-    ("ucf.codegen.taco", "array name"),
-    ("ucf.lower.workspaces", "level class"),
-    ("ucf.pipeline", "level class"),
-    ("ucf.stile.dynamic", "letter"),
-    ("ucf.stile.tile_index", "letter"),
-    ("ucf.tuning.space", "letter"),
-}
+#: What may still ask outside format/, by module and pattern (nothing: formats answer);
+#: the test below fails as soon as an entry no longer asks, so the list only shrinks.
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _code(path: Path) -> str:
@@ -213,6 +204,52 @@ def test_the_scans_find_what_they_look_for():
     assert ARRAY_NAME.search('elif "pos" in kind.arrays and "crd" in kind.arrays:')
     assert ARRAY_NAME.search('k.arrays != ("pos", "crd")')
     assert not ARRAY_NAME.search("for a in kind.arrays:")
+
+
+# ------------------------------------------------ text is parsed where it enters
+#: A call of a format or schedule parser (``parse_format``, ``parse_formats``,
+#: ``parse_schedule``): text becoming objects.
+PARSES = re.compile(r"\bparse_(format|formats|schedule)\(")
+#: The API boundary, where text may enter: ``ucf.compile`` (exec.kernel, and
+#: STile's DynamicKernel behind it), the entry points of the feature packages, the
+#: command line, the server, and the tuner's store of schedules found earlier.
+PARSING = {
+    "ucf.api",
+    "ucf.dask",
+    "ucf.exec.kernel",
+    "ucf.exec.tuned",
+    "ucf.stile.dynamic",
+    "ucf.torch.ops",
+    "ucf.torch.differentiable",
+    "ucf.serve.jobs",
+    "ucf.cli.main",
+}
+#: What still parses text inside the library (format text it was handed, or built):
+#: the test fails as soon as one no longer does, so the list only shrinks.
+PARSING_STILL = {
+    "ucf.autodiff.backward",  # a compiled kernel's formats, kept as the user spelled them
+    "ucf.nn.linear",  # a quantized format spelled, then parsed
+    "ucf.tesa.plan",  # a program's formats, as given
+    "ucf.tuning.space",  # the formats a trial names (Optuna's parameters are text)
+    "ucf.tuning.study",
+}
+
+
+def test_text_is_parsed_where_it_enters():
+    parsing = {
+        m
+        for m, path in MODULES.items()
+        if _layer(m) != "format" and m != "ucf.schedule.text" and PARSES.search(_code(path))
+    }
+    assert parsing - PARSING - PARSING_STILL == set(), (
+        "pass Format objects and commands inside the library; parse text only where it "
+        "enters (docs/design.md)"
+    )
+    assert PARSING_STILL & PARSING == set()
+    assert PARSING_STILL - parsing == set(), "no longer parses: take it off PARSING_STILL"
+    assert PARSES.search("fmt = parse_format(text, order=2)")
+    assert PARSES.search("commands = parse_schedule(text)")
+    assert not PARSES.search("unparse_format(fmt)")
 
 
 # --------------------------------------------------- a kind plugged in from outside

@@ -10,6 +10,7 @@ caches, binds and calls it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,8 +33,7 @@ from ucf.errors import (
     ShapeError,
     UnsupportedError,
 )
-from ucf.format.format import Format, parse_format
-from ucf.format.levels.fixed import FixedWidth
+from ucf.format.format import Format, dense_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -43,14 +43,19 @@ from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
 from ucf.passes.fma import fuse
+from ucf.passes.partial_sums import split_sums
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
-from ucf.schedule import Applied, Command, apply_schedule, parse_schedule
+from ucf.schedule import Applied, Command, apply_schedule
+from ucf.schedule.apply import check_statement
+from ucf.schedule.candidates import Refused, first_passing, passing
+from ucf.schedule.commands import PrecomputeCommand
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gpu_model import propose_gpu
 
 
-def _statement_orders(stmt: Statement) -> dict[str, int]:
+def statement_orders(stmt: Statement) -> dict[str, int]:
+    """Each tensor's order: the number of indices it is accessed with (one number)."""
     orders: dict[str, int] = {}
     for a in [stmt.lhs, *accesses(stmt.rhs)]:
         if a.tensor in orders and orders[a.tensor] != len(a.indices):
@@ -64,18 +69,21 @@ def _statement_orders(stmt: Statement) -> dict[str, int]:
 
 def plan(
     expr: str,
-    formats: dict[str, Any],
-    schedule: str | None,
+    formats: Mapping[str, Format],
+    schedule: Sequence[Command] | None,
     vt: str,
     it: str,
     target: str = "llvm",
     openmp: bool = True,
     default: bool = False,
     static: dict[str, Any] | None = None,
+    shown: Mapping[str, str] | None = None,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
-    which the kernel is specialized to (``ucf.passes.dismantle``). ``openmp``
+    which the kernel is specialized to (``ucf.passes.dismantle``). ``formats`` are
+    parsed (``parse_formats``, where they were given); ``shown`` spells them as the
+    user did, for messages. ``openmp``
     says whether the LLVM target's process has an OpenMP runtime to call (the
     builder knows; without one, parallel loops run serially). ``default`` says
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
@@ -83,30 +91,25 @@ def plan(
     Without a schedule, the model's proposals for unknown statistics are tried in
     turn, and the kernel says in ``cin`` why it got what it got."""
     if schedule is None and target != "cuda":
-        *tried, last = proposals(expr, formats, None, threads=2)
-        for choice in tried:
-            try:
-                return _with_reasons(
-                    plan(expr, formats, choice.text, vt, it, target, openmp, True, static),
-                    choice.why,
-                )
-            except (ScheduleError, UnsupportedError):
-                continue
-        last_plan = plan(expr, formats, last.text, vt, it, target, openmp, True, static)
-        return _with_reasons(last_plan, last.why)
-    front = _Front(expr, formats)
+        refused = Refused()
+
+        def attempt(choice: Choice) -> Plan:
+            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static, shown)
+            return _with_reasons(p, [*refused, *choice.why])
+
+        choices = proposals(expr, formats, None, threads=2, shown=shown)
+        return first_passing(choices, attempt, refused, last_raises=True, shown=_text)
+    front = _Front(expr, formats, shown)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
-    commands = parse_schedule(schedule) if schedule else []
-    invariance.check_schedule(front.user_stmt, commands)
-    if blocking is not None:
-        blocking.check_schedule(commands)
-    base = front.concretized(workspace=any(c.name == "precompute" for c in commands))
+    commands = list(schedule or [])
+    check_statement(commands, front.user_stmt, blocking)
+    base = front.concretized(workspace=_precomputes(commands))
     module = None
     fixed = _static_views(front, static or {}, target)
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(
-            base, commands, schedule, requested, fmts, vt, it, front.shown
+            base, commands, schedule is None, requested, fmts, vt, it, front.shown
         )
     else:
         cin, applied = (
@@ -134,7 +137,7 @@ def plan(
     if module is None:
         compute, tiles = register_block(compute)
         cin.notes += tiles
-        if any(isinstance(k, FixedWidth) for s in cin.slots.values() for k in s.format.levels):
+        if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
@@ -143,6 +146,8 @@ def plan(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        compute, sums = split_sums(compute)
+        cin.notes += sums
         compute = fuse(compute)
     assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:
@@ -234,24 +239,17 @@ class _Front:
     """The statement and formats as the scheduler sees them: parsed, checked, the
     blocked formats split into plain ones, and the output's computed format."""
 
-    def __init__(self, expr: str, formats: dict[str, Any]):
+    def __init__(
+        self, expr: str, formats: Mapping[str, Format], shown: Mapping[str, str] | None = None
+    ):
         stmt = parse_statement(expr)
-        self.orders = _statement_orders(stmt)
+        self.orders = statement_orders(stmt)
         out = stmt.lhs.tensor
         if out in {a.tensor for a in accesses(stmt.rhs)}:
             raise OperandError(
                 f"output {out} also appears on the right-hand side; use another name"
             )
-        for name in formats:
-            if name not in self.orders:
-                raise OperandError(
-                    f"formats names tensor {name}, which the statement does not use "
-                    f"(tensors: {', '.join(self.orders)})"
-                )
-        fmts = {
-            n: parse_format(formats.get(n, "dense"), order=k, tensor=n)
-            for n, k in self.orders.items()
-        }
+        fmts = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
         for lvl, kind in enumerate(fmts[out].levels):
             try:
                 kind.as_output()
@@ -259,7 +257,7 @@ class _Front:
                 raise FormatError(f"output {out} ('{fmts[out]}'), level {lvl}: {e}") from None
         self.user_stmt = stmt
         # each operand's format as the user spelled it, for messages
-        self.shown = {n: str(formats.get(n, f)) for n, f in fmts.items()}
+        self.shown = {n: (shown or {}).get(n, str(f)) for n, f in fmts.items()}
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
@@ -283,7 +281,7 @@ class _Front:
         return cin
 
 
-def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.dtype:
+def compute_dtype(expr: str, formats: Mapping[str, Format], dtype: Any = None) -> np.dtype:
     """The type a kernel for ``expr`` computes and writes its output in: ``dtype`` when
     given, else the values the output's format states (``dense@float32``), else float64.
 
@@ -323,30 +321,43 @@ def compute_dtype(expr: str, formats: dict[str, Any], dtype: Any = None) -> np.d
 
 
 def proposals(
-    expr: str, formats: dict[str, Any], stats: Stats | None, threads: int
+    expr: str,
+    formats: Mapping[str, Format],
+    stats: Stats | None,
+    threads: int,
+    shown: Mapping[str, str] | None = None,
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
     place loops, see ``Blocking.split_extents``)."""
-    front = _Front(expr, formats)
+    front = _Front(expr, formats, shown)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.
     spared = front.concretized(workspace=True)
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
     *candidates, last = propose(base, storage, stats, threads)
-    kept = []
-    for choice in candidates:
-        commands = parse_schedule(choice.text)
-        nest = spared if any(c.name == "precompute" for c in commands) else base
-        try:
-            _scheduled(nest, commands, front.fmts, front.computed, shown=front.shown)
-        except (ScheduleError, UnsupportedError):
-            continue
-        kept.append(choice)
-    return [*kept, last]
+
+    def check(choice: Choice) -> None:
+        nest = spared if _precomputes(choice.commands) else base
+        _scheduled(nest, choice.commands, front.fmts, front.computed, shown=front.shown)
+
+    kept, refused = [], Refused()
+    for choice in [*candidates, last]:  # the plain nest is always kept
+        if choice is last or passing([choice], check, refused, shown=_text):
+            kept.append(replace(choice, why=[*refused, *choice.why]))
+            refused = Refused()
+    return kept
+
+
+def _text(choice: Choice) -> str:
+    return choice.text
+
+
+def _precomputes(commands: Sequence[Command]) -> bool:
+    return any(isinstance(c, PrecomputeCommand) for c in commands)
 
 
 def _converts(cin: CIN) -> bool:
@@ -373,7 +384,7 @@ def _check_units(applied: Applied | None, target: str) -> None:
 
 
 def _cuda_schedule(
-    base: CIN, commands, schedule, requested: Format, fmts, vt: str, it: str, shown: dict
+    base: CIN, commands, default: bool, requested: Format, fmts, vt: str, it: str, shown: dict
 ):
     """Schedule, lower and map onto the GPU; without a schedule, try rows over threads."""
     if not requested.is_dense:
@@ -381,25 +392,28 @@ def _cuda_schedule(
             f"target 'cuda' computes dense outputs only; output {base.statement.lhs.tensor} "
             f"is '{requested}'"
         )
-    if any(c.name == "precompute" for c in commands):
+    if _precomputes(commands):
         raise UnsupportedError("target 'cuda' does not support precompute yet")
     computed = base.output_format
-    if schedule is None and base.order:
-        v, reason = base.order[0], ""
-        for text, reasons, optional in propose_gpu(base):
-            try:
-                cin, applied = _scheduled(
-                    base, parse_schedule(text), fmts, computed, default=True, shown=shown
-                )
-                lowered, module = _lower_cuda(cin, applied, vt, it)
-            except ScheduleError as e:
-                reason = reason or str(e).split(": ", 1)[-1]
-            except UnsupportedError:
-                if not optional:
-                    raise
-            else:
-                cin.notes += reasons
-                return cin, lowered, module
+    if default and base.order:
+        v, refused = base.order[0], Refused()
+
+        def attempt(candidate: tuple[list[Command], list[str], bool]):
+            tried, reasons, _ = candidate
+            cin, applied = _scheduled(base, tried, fmts, computed, default=True, shown=shown)
+            lowered, module = _lower_cuda(cin, applied, vt, it)
+            cin.notes += [*refused, *reasons]
+            return cin, lowered, module
+
+        def refuses(candidate: tuple[list[Command], list[str], bool], e: Exception) -> bool:
+            optional = candidate[2]  # the plain rows over threads must not be unsupported
+            return isinstance(e, ScheduleError) or (optional and isinstance(e, UnsupportedError))
+
+        found = first_passing(propose_gpu(base), attempt, refused, shown=_joined, refuses=refuses)
+        if found is not None:
+            return found
+        errors = [e for e in refused.errors if isinstance(e, ScheduleError)]
+        reason = str(errors[0]).split(": ", 1)[-1] if errors else ""
         base.notes.append(
             f"default schedule: no GPU threads, since the outermost loop {v} cannot be "
             f"split over blocks and threads ({reason})"
@@ -410,6 +424,10 @@ def _cuda_schedule(
         _check_units(applied, "cuda")
     lowered, module = _lower_cuda(base, applied, vt, it)
     return base, lowered, module
+
+
+def _joined(candidate: tuple[list[Command], list[str], bool]) -> str:
+    return "; ".join(map(str, candidate[0]))
 
 
 def _lower_cuda(cin: CIN, applied: Applied | None, vt: str, it: str):

@@ -14,6 +14,7 @@ from tests.helpers import TARGETS
 from tests.lang.conv_reference import conv
 from ucf.exec import padded_conv
 from ucf.exec.replay import FlatReplay
+from ucf.format.format import parse_format
 from ucf.lang.parser import parse_statement
 from ucf.schedule import cpu_model
 
@@ -119,12 +120,13 @@ def test_a_dense_filter_and_a_dense_input_in_float64():
     ],
 )
 def test_what_is_not_flattened(stmt, formats):
-    assert padded_conv.find(parse_statement(stmt), formats) is None
+    fmts = {n: parse_format(f) for n, f in formats.items()}
+    assert padded_conv.find(parse_statement(stmt), fmts) is None
 
 
 def test_the_flattened_statement():
     stmt = parse_statement("O(n,m,p,q) = I(n,c,p+r-1,q+s+2) * F(m,c,r,s)")
-    found = padded_conv.find(stmt, {"F": "UCCC"})
+    found = padded_conv.find(stmt, {"F": parse_format("UCCC")})
     flat = found.at({"p": 7, "q": 5, "r": 3, "s": 2})
     assert (flat.wp, flat.hp, flat.plane) == (6, 9, 9 * 6 + 1)
     assert flat.expr == "O(n, m, x) = I(n, c, 6*r + s + x) * F(m, c, r, s)"

@@ -69,8 +69,9 @@ def test_spmm_against_numpy(target, fmt, shape, n, dtype, tiled):
     k = ucf.compile(SPMM, formats={"A": fmt}, dtype=np.dtype(dtype).name, target=target)
     got = k(A=ucf.from_numpy(a, format=fmt), B=b).to_numpy()
     np.testing.assert_array_equal(got, a @ b)  # small integers: exact in every order
-    lanes = tiling.VECTOR_BYTES // np.dtype(dtype).itemsize
-    want = {f"{ir.NUMPY_TO_IR[np.dtype(dtype).name]}x{lanes}"} if tiled else set()
+    elem = ir.NUMPY_TO_IR[np.dtype(dtype).name]
+    lanes = tiling.tile_bytes(elem) // np.dtype(dtype).itemsize
+    want = {f"{elem}x{lanes}"} if tiled else set()
     assert vectors(k) == want
     assert ("registers: C is accumulated" in k.cin) == tiled
 
@@ -227,7 +228,7 @@ def test_a_factor_under_max_or_min_is_tiled(target, fn, monkeypatch):
     k = ucf.compile(stmt, formats={"A": "bcsr(4,4)"}, target=target)
     got = k(**ops).to_numpy()
     np.testing.assert_array_equal(got, a @ picked[fn])
-    assert vectors(k) == {"f64x4"}
+    assert vectors(k) == {f"f64x{tiling.tile_bytes('f64') // 8}"}
     monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
     plain = ucf.compile(stmt, formats={"A": "bcsr(4,4)"}, target=target)
     assert not vectors(plain)
@@ -244,7 +245,7 @@ def test_a_row_summed_over_is_one_tile(target):
     k = ucf.compile("y(j) = A(i,k) * B(k,j)", formats={"A": "bcsr(4,4)"}, target=target)
     got = k(A=ucf.from_numpy(a, format="bcsr(4,4)"), B=b).to_numpy()
     np.testing.assert_array_equal(got, a.sum(axis=0) @ b)
-    assert vectors(k) == {"f64x4"}
+    assert vectors(k) == {f"f64x{tiling.tile_bytes('f64') // 8}"}
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -486,14 +487,15 @@ def test_cuda_emulation_fuses_alike():
 @pytest.mark.parametrize("target", ["llvm", "c"])
 def test_the_tile_multiplies_and_adds_in_one_instruction(target):
     """On an FMA3 host the micro-kernel's vector multiply-adds are ``vfmadd`` (C: the
-    ``ucf_fma_f32x8`` macro, lane by lane, vectorized by the compiler), with no separate
+    ``ucf_fma_f32x8`` macro, or ``ucf_fma_f32x16`` on an AVX-512 host), with no separate
     multiply left in the kernel."""
     k = ucf.compile(SPMM, formats={"A": "bcsr(8,8)"}, dtype="float32", target=target)
     assert "registers: C is accumulated" in k.cin
-    assert re.search(r"vfmadd\d+ps\s+[^\n]*%ymm", k.asm)
+    lanes = tiling.tile_bytes("f32") // 4
+    assert re.search(r"vfmadd\d+ps\s+[^\n]*%" + ("zmm" if lanes == 16 else "ymm"), k.asm)
     assert "vmulps" not in k.asm
     if target == "c":
-        assert "ucf_fma_f32x8(" in k.c_source
+        assert f"ucf_fma_f32x{lanes}(" in k.c_source
 
 
 @needs_cc

@@ -69,7 +69,8 @@ BLOCKED = [
 @pytest.mark.parametrize(("fmt", "case"), BLOCKED)
 def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
     """Extents of 20 x 27 over blocks of 8 leave partial blocks; 37 columns of B leave
-    a tail after the register tiles of 16."""
+    a tail after the register tiles of 16 columns (32 where the host has AVX-512F, whose
+    tiles are 64-byte vectors)."""
     rng = np.random.default_rng(1)
     a = _block_sparse(rng, (20, 27), (8, 8), CASES[case])
     b = rng.standard_normal((27, 37)).astype(np.float32)

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.exec import tuned
+from ucf.schedule import parse_schedule
 from ucf.tuning import measure, space
 from ucf.tuning.measure import Objective, median_time
 from ucf.tuning.study import default_storage
@@ -381,7 +382,7 @@ def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
     rows, cols = rng.integers(0, n, 5 * n), rng.integers(0, n, 5 * n)
     A = sp.csc_matrix((rng.random(5 * n), (rows, cols)), shape=(n, n))
     B = rng.random((n, 32))
-    monkeypatch.setattr(space, "suggest", lambda trial, p, scope="": QUADRATIC)
+    monkeypatch.setattr(space, "suggest", lambda trial, p, scope="": parse_schedule(QUADRATIC))
     start = time.perf_counter()
     result = ucf.tune(CSC_SPMM, formats={"A": "csc"}, trials=2, seed=0, progress=False, A=A, B=B)
     assert time.perf_counter() - start < 20

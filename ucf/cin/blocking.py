@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ucf.errors import ScheduleError, UnsupportedError
+from ucf.errors import UnsupportedError
 from ucf.format.format import Format, LevelMap
 from ucf.lang import ast
 from ucf.lang.affine import Affine
@@ -43,17 +43,6 @@ class Blocking:
     formats: dict[str, Format]
     modes: dict[str, tuple[int, ...]]
     user_formats: dict[str, Format]
-
-    def check_schedule(self, commands: list) -> None:
-        """A schedule names the split loops; say so when it names a blocked variable."""
-        for c in commands:
-            for v in c.args:
-                if v in self.sizes:
-                    outer, inner = self.names[v]
-                    raise ScheduleError(
-                        f"{c}: {v} is stored in blocks of {self.sizes[v]}, so its loops are "
-                        f"{outer} (the block) and {inner} (the place in it); schedule those"
-                    )
 
     def split_shape(self, tensor: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of ``tensor`` in the split statement."""

@@ -117,24 +117,6 @@ def check_condense(stmt: Statement, dims: Iterable[str], per: Iterable[str] = ()
             )
 
 
-def check_schedule(stmt: Statement, commands: Iterable) -> None:
-    """Check every ``condense(v, T, depth)`` of a schedule: ``v`` a variable of tensor T
-    that can be condensed (the command itself then refuses to run: not built yet)."""
-    for cmd in commands:
-        if cmd.name != "condense":
-            continue
-        v, tensor = cmd.args[0], cmd.args[1]
-        held = [a for a in accesses(stmt.rhs) if a.tensor == tensor]
-        if not held:
-            names = sorted({a.tensor for a in accesses(stmt.rhs)})
-            raise ScheduleError(
-                f"{cmd}: {tensor} is not an operand of {stmt} (operands: {', '.join(names)})"
-            )
-        if not any(v in idx.variables for a in held for idx in a.indices):
-            raise ScheduleError(f"{cmd}: {tensor} has no index variable {v}")
-        check_condense(stmt, [v])
-
-
 def describe(stmt: Statement) -> str:
     """The note ``k.cin`` shows: each variable and its kind."""
     kinds = classify(stmt)

@@ -420,9 +420,12 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
     for name in reads:
         if name not in paths:
             raise UserError(f"no input for {name}; pass -i {name}:FILE")
-    from ucf.pipeline import compute_dtype
+    from ucf.format.format import parse_formats
+    from ucf.lang.parser import parse_statement
+    from ucf.pipeline import compute_dtype, statement_orders
 
-    computed = compute_dtype(args.expr, formats, args.dtype)
+    orders = statement_orders(parse_statement(args.expr))
+    computed = compute_dtype(args.expr, parse_formats(formats, orders), args.dtype)
     operands = {}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import IR_TO_C
+from ucf.ir.visit import Visitor, handles
 
 _C_RESERVED = {
     "auto",
@@ -263,7 +264,9 @@ def _dpbusd(name: str, t: str, intrinsic: str) -> str:
 def vector_fmas(fns: list[ir.Function]) -> list[str]:
     """A macro ``ucf_fma_<type>`` per vector type of ``ir.FMA`` the functions use: FMA3's
     ``_mm256_fmadd_ps``/``_pd`` where the compiler targets it (the default
-    ``-march=native`` on an FMA3 host), else C's ``fmaf``/``fma`` lane by lane; both
+    ``-march=native`` on an FMA3 host), AVX-512's ``_mm512_fmadd_ps``/``_pd`` for the
+    64-byte vectors of the tiles on an AVX-512 host, else C's ``fmaf``/``fma`` lane by
+    lane; all
     exactly rounded, so the same values. The lane loop also vectorizes into ``vfmadd``,
     but GCC 12 then broadcasts a scalar factor with a shuffle, on the pipes the
     multiply-adds need (the c target's tile ran 0.92x the unfused one's), where the
@@ -274,16 +277,19 @@ def vector_fmas(fns: list[ir.Function]) -> list[str]:
     used = sorted({n.type for n in nodes(fns) if isinstance(n, ir.FMA) and ir.lanes(n.type) > 1})
     if not used:
         return []
-    lines = ["#if defined(__FMA__)", "#include <immintrin.h>", "#endif"]
+    lines = ["#if defined(__FMA__) || defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
     for ty in used:
         t, name, single = c_type(ty), f"ucf_fma_{ty}", ir.element(ty) == "f32"
-        wide = ir.lanes(ty) * (4 if single else 8) == 32
+        size = ir.lanes(ty) * (4 if single else 8)
+        wide = size in (32, 64)
         if wide:
-            m, suffix = ("__m256", "ps") if single else ("__m256d", "pd")
+            bits, isa = (256, "__FMA__") if size == 32 else (512, "__AVX512F__")
+            m = f"__m{bits}" if single else f"__m{bits}d"
+            suffix = "ps" if single else "pd"
             lines += [
-                "#if defined(__FMA__)",
+                f"#if defined({isa})",
                 f"#define {name}(a, b, c) \\",
-                f"  (({t})_mm256_fmadd_{suffix}(({m})(a), ({m})(b), ({m})(c)))",
+                f"  (({t})_mm{bits}_fmadd_{suffix}(({m})(a), ({m})(b), ({m})(c)))",
                 "#else",
             ]
         fn = "fmaf" if single else "fma"
@@ -328,7 +334,14 @@ def vector_minmax(fns: list[ir.Function]) -> list[str]:
     return lines
 
 
-class _Emitter:
+class _Emitter(Visitor):
+    """C statements and expressions, one handler per LLIR node class."""
+
+    refusal = "no C for"
+    #: A statement's lines at a depth (``stmt(s, depth)``) and an expression's text
+    #: (``expr(e)``), by the node's class.
+    stmt = expr = Visitor.visit
+
     def __init__(self, prune: bool = False):
         self.prune = prune
 
@@ -360,56 +373,75 @@ class _Emitter:
             live |= assigned([s])
         return unread
 
-    def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
-        pad = "  " * depth
-        if isinstance(s, ir.Decl):
-            return [f"{pad}{c_type(s.var.type)} {c_name(s.var.name)} = {self.expr(s.init)};"]
-        if isinstance(s, ir.Assign):
-            return [f"{pad}{c_name(s.var.name)} = {self.expr(s.value)};"]
-        if isinstance(s, ir.Store):
-            op = "+=" if s.accumulate else "="
-            atomic = [f'{pad}UCF_OMP("omp atomic")'] if s.atomic else []
-            store = f"{pad}{self.place(s.array, s.index, s.value.type)} {op} {self.expr(s.value)};"
-            return [*atomic, store]
-        if isinstance(s, ir.For):
-            return self.for_loop(s, depth)
-        if isinstance(s, ir.Alloc):
-            t, name = IR_TO_C[s.array.elem], c_name(s.array.name)
-            size = self.expr(s.size)
-            # ALIGN bytes more than asked (calloc aligns to 16 only), the array from the
-            # first boundary on.
-            raw, align = f"ucf_raw_{name}", ir.ALIGN
-            return [
-                f"{pad}char* {raw} = (char*)calloc(ucf_max_i64({size}, 1) + "
-                f"{align} / sizeof({t}), sizeof({t}));",
-                f"{pad}{t}* restrict {name} = ({t}*)({raw} + ((-(uintptr_t){raw}) & {align - 1}));",
-            ]
-        if isinstance(s, ir.Free):
-            return [f"{pad}free(ucf_raw_{c_name(s.array.name)});"]
-        if isinstance(s, ir.Call):
-            args = [c_name(a.name) if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
-            return [f"{pad}{s.name}({', '.join(args)});"]
-        if isinstance(s, ir.While):
-            return [
-                f"{pad}while ({self.expr(s.cond)}) {{",
-                *self.block(s.body, depth + 1),
-                f"{pad}}}",
-            ]
-        if isinstance(s, ir.If):
-            lines = [f"{pad}if ({self.expr(s.cond)}) {{", *self.block(s.then, depth + 1)]
-            if len(s.orelse) == 1 and isinstance(s.orelse[0], ir.If):
-                rest = self.stmt(s.orelse[0], depth)
-                lines.append(f"{pad}}} else {rest[0].lstrip()}")
-                lines += rest[1:]
-                return lines
-            if s.orelse:
-                lines += [f"{pad}}} else {{", *self.block(s.orelse, depth + 1)]
-            lines.append(f"{pad}}}")
-            return lines
-        if isinstance(s, ir.Comment):
-            return [f"{pad}/* {s.text} */"]
-        raise TypeError(f"no C for {type(s).__name__}")
+    # ------------------------------------------------------------- statements
 
+    @handles(ir.Decl)
+    def decl(self, s: ir.Decl, depth: int) -> list[str]:
+        return [f"{_pad(depth)}{c_type(s.var.type)} {c_name(s.var.name)} = {self.expr(s.init)};"]
+
+    @handles(ir.Assign)
+    def assign(self, s: ir.Assign, depth: int) -> list[str]:
+        return [f"{_pad(depth)}{c_name(s.var.name)} = {self.expr(s.value)};"]
+
+    @handles(ir.Store)
+    def store(self, s: ir.Store, depth: int) -> list[str]:
+        pad = _pad(depth)
+        op = "+=" if s.accumulate else "="
+        atomic = [f'{pad}UCF_OMP("omp atomic")'] if s.atomic else []
+        store = f"{pad}{self.place(s.array, s.index, s.value.type)} {op} {self.expr(s.value)};"
+        return [*atomic, store]
+
+    @handles(ir.Alloc)
+    def alloc(self, s: ir.Alloc, depth: int) -> list[str]:
+        pad = _pad(depth)
+        t, name = IR_TO_C[s.array.elem], c_name(s.array.name)
+        size = self.expr(s.size)
+        # ALIGN bytes more than asked (calloc aligns to 16 only), the array from the
+        # first boundary on.
+        raw, align = f"ucf_raw_{name}", ir.ALIGN
+        return [
+            f"{pad}char* {raw} = (char*)calloc(ucf_max_i64({size}, 1) + "
+            f"{align} / sizeof({t}), sizeof({t}));",
+            f"{pad}{t}* restrict {name} = ({t}*)({raw} + ((-(uintptr_t){raw}) & {align - 1}));",
+        ]
+
+    @handles(ir.Free)
+    def free(self, s: ir.Free, depth: int) -> list[str]:
+        return [f"{_pad(depth)}free(ucf_raw_{c_name(s.array.name)});"]
+
+    @handles(ir.Call)
+    def call(self, s: ir.Call, depth: int) -> list[str]:
+        args = [c_name(a.name) if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
+        return [f"{_pad(depth)}{s.name}({', '.join(args)});"]
+
+    @handles(ir.While)
+    def while_loop(self, s: ir.While, depth: int) -> list[str]:
+        pad = _pad(depth)
+        return [
+            f"{pad}while ({self.expr(s.cond)}) {{",
+            *self.block(s.body, depth + 1),
+            f"{pad}}}",
+        ]
+
+    @handles(ir.If)
+    def if_stmt(self, s: ir.If, depth: int) -> list[str]:
+        pad = _pad(depth)
+        lines = [f"{pad}if ({self.expr(s.cond)}) {{", *self.block(s.then, depth + 1)]
+        if len(s.orelse) == 1 and isinstance(s.orelse[0], ir.If):
+            rest = self.stmt(s.orelse[0], depth)
+            lines.append(f"{pad}}} else {rest[0].lstrip()}")
+            lines += rest[1:]
+            return lines
+        if s.orelse:
+            lines += [f"{pad}}} else {{", *self.block(s.orelse, depth + 1)]
+        lines.append(f"{pad}}}")
+        return lines
+
+    @handles(ir.Comment)
+    def comment(self, s: ir.Comment, depth: int) -> list[str]:
+        return [f"{_pad(depth)}/* {s.text} */"]
+
+    @handles(ir.For)
     def for_loop(self, s: ir.For, depth: int) -> list[str]:
         """OpenMP for parallel loops; a loop with per-thread setup gets its own region."""
         pad = "  " * depth
@@ -441,51 +473,84 @@ class _Emitter:
         unroll = [f"{pad}#pragma GCC unroll {s.unroll}"] if s.unroll else []
         return [*unroll, head, *self.block(s.body, depth + 1), f"{pad}}}"]
 
-    def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Var):
-            return c_name(e.name)
-        if isinstance(e, ir.Const):
-            return _const(e)
-        if isinstance(e, ir.Load):
-            return f"{c_name(e.array.name)}[{self.expr(e.index)}]"
-        if isinstance(e, ir.VLoad):
-            return self.place(e.array, e.index, e.type, "const ")
-        if isinstance(e, ir.Splat):
-            lanes = ", ".join([self.expr(e.operand)] * e.lanes)
-            return f"(({c_type(e.type)}){{{lanes}}})"
-        if isinstance(e, ir.PairDot):
-            return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
-        if isinstance(e, ir.QuadDot):
-            args = f"{self.expr(e.unsigned)}, {self.expr(e.signed)}, {self.expr(e.addend)}"
-            return f"ucf_quaddot_{e.type}({args})"
-        if isinstance(e, ir.FMA):
-            args = f"{self.expr(e.left)}, {self.expr(e.right)}, {self.expr(e.addend)}"
-            if ir.lanes(e.type) > 1:
-                return f"ucf_fma_{e.type}({args})"
-            return f"fma{'f' if e.type == 'f32' else ''}({args})"
-        if isinstance(e, ir.Bin):
-            if e.op in ("min", "max"):
-                return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
-            return f"({self.expr(e.left)} {_BIN[e.op]} {self.expr(e.right)})"
-        if isinstance(e, ir.Neg):
-            return f"(-{self.expr(e.operand)})"
-        if isinstance(e, ir.Cmp):
-            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
-        if isinstance(e, ir.Logic):
-            op = "&&" if e.op == "and" else "||"
-            return f"({self.expr(e.left)} {op} {self.expr(e.right)})"
-        if isinstance(e, ir.Cast):
-            if e.operand.type == "bf16":  # the bits widened to a float (ucf_runtime.h)
-                return f"(({IR_TO_C[e.type]})ucf_bf16_f32({self.expr(e.operand)}))"
-            if ir.lanes(e.type) > 1:
-                return f"__builtin_convertvector({self.expr(e.operand)}, {c_type(e.type)})"
-            return f"(({IR_TO_C[e.type]}){self.expr(e.operand)})"
-        if isinstance(e, ir.Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
-        if isinstance(e, ir.Math):
-            suffix = "f" if e.type == "f32" else ""
-            return f"{e.fn}{suffix}({self.expr(e.operand)})"
-        raise TypeError(f"no C for {type(e).__name__}")
+    # ------------------------------------------------------------ expressions
+
+    @handles(ir.Var)
+    def var(self, e: ir.Var) -> str:
+        return c_name(e.name)
+
+    @handles(ir.Const)
+    def const(self, e: ir.Const) -> str:
+        return _const(e)
+
+    @handles(ir.Load)
+    def load(self, e: ir.Load) -> str:
+        return f"{c_name(e.array.name)}[{self.expr(e.index)}]"
+
+    @handles(ir.VLoad)
+    def vload(self, e: ir.VLoad) -> str:
+        return self.place(e.array, e.index, e.type, "const ")
+
+    @handles(ir.Splat)
+    def splat(self, e: ir.Splat) -> str:
+        lanes = ", ".join([self.expr(e.operand)] * e.lanes)
+        return f"(({c_type(e.type)}){{{lanes}}})"
+
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> str:
+        return f"({self.expr(e.operand)})[{e.index}]"
+
+    @handles(ir.PairDot)
+    def pair_dot(self, e: ir.PairDot) -> str:
+        return f"ucf_pairdot_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
+
+    @handles(ir.QuadDot)
+    def quad_dot(self, e: ir.QuadDot) -> str:
+        args = f"{self.expr(e.unsigned)}, {self.expr(e.signed)}, {self.expr(e.addend)}"
+        return f"ucf_quaddot_{e.type}({args})"
+
+    @handles(ir.FMA)
+    def fma(self, e: ir.FMA) -> str:
+        args = f"{self.expr(e.left)}, {self.expr(e.right)}, {self.expr(e.addend)}"
+        if ir.lanes(e.type) > 1:
+            return f"ucf_fma_{e.type}({args})"
+        return f"fma{'f' if e.type == 'f32' else ''}({args})"
+
+    @handles(ir.Bin)
+    def binary(self, e: ir.Bin) -> str:
+        if e.op in ("min", "max"):
+            return f"ucf_{e.op}_{e.type}({self.expr(e.left)}, {self.expr(e.right)})"
+        return f"({self.expr(e.left)} {_BIN[e.op]} {self.expr(e.right)})"
+
+    @handles(ir.Neg)
+    def neg(self, e: ir.Neg) -> str:
+        return f"(-{self.expr(e.operand)})"
+
+    @handles(ir.Cmp)
+    def compare(self, e: ir.Cmp) -> str:
+        return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
+
+    @handles(ir.Logic)
+    def logic(self, e: ir.Logic) -> str:
+        op = "&&" if e.op == "and" else "||"
+        return f"({self.expr(e.left)} {op} {self.expr(e.right)})"
+
+    @handles(ir.Cast)
+    def cast(self, e: ir.Cast) -> str:
+        if e.operand.type == "bf16":  # the bits widened to a float (ucf_runtime.h)
+            return f"(({IR_TO_C[e.type]})ucf_bf16_f32({self.expr(e.operand)}))"
+        if ir.lanes(e.type) > 1:
+            return f"__builtin_convertvector({self.expr(e.operand)}, {c_type(e.type)})"
+        return f"(({IR_TO_C[e.type]}){self.expr(e.operand)})"
+
+    @handles(ir.Select)
+    def select(self, e: ir.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+
+    @handles(ir.Math)
+    def math(self, e: ir.Math) -> str:
+        suffix = "f" if e.type == "f32" else ""
+        return f"{e.fn}{suffix}({self.expr(e.operand)})"
 
     def place(self, array: ir.Array, index: ir.Expr, ty: str, qual: str = "") -> str:
         """``array[index]``, or the vector of type ``ty`` that starts there."""
@@ -506,3 +571,7 @@ def _const(e: ir.Const) -> str:
     if e.type == "i64":
         return f"INT64_C({int(e.value)})"
     return str(int(e.value))
+
+
+def _pad(depth: int) -> str:
+    return "  " * depth

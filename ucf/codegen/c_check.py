@@ -132,20 +132,22 @@ def _levels(slot: str, tensor: str, fmt: Format, by_role: dict, groups: str | No
         lines.append(f"    const int64_t {dim} = {size};")
         if kind.full:
             lines.append(f"    parents *= {dim};")
-        elif "pos" in kind.arrays and "crd" in kind.arrays:
-            pos, crd = by_role[("pos", slot, lvl)], by_role[("crd", slot, lvl)]
+        elif kind.segment_array is not None:  # segments of coordinates (pos, crd)
+            pos = by_role[(kind.segment_array, slot, lvl)]
+            crd = by_role[(kind.coordinate_array, slot, lvl)]
             unique = fmt.unique(lvl)
             lines += _compressed(where, pos, crd, dim, kind.ordered, unique)
             if not unique:
                 run, run_pos, run_parents = [(lvl, crd)], pos, f"{slot}_p{lvl}"
                 lines.append(f"    const int64_t {run_parents} = parents;")
             lines.append(f"    parents = (int64_t){pos}[parents];")
-        elif kind.arrays == ("crd",) and kind.segment_width:
+        elif kind.segment_width:
             w = kind.segment_width
-            lines += _fixed(where, by_role[("crd", slot, lvl)], dim, w, kind.ordered)
+            crd = by_role[(kind.coordinate_array, slot, lvl)]
+            lines += _fixed(where, crd, dim, w, kind.ordered)
             lines.append(f"    parents *= {w};")
-        elif kind.branchless and kind.arrays == ("crd",):
-            crd = by_role[("crd", slot, lvl)]
+        elif kind.branchless:
+            crd = by_role[(kind.coordinate_array, slot, lvl)]
             lines += [
                 "    for (int64_t q = 0; q < parents; q++) {",
                 *_in_range(where, crd, dim, depth=3),

@@ -26,6 +26,7 @@ from ucf.codegen import c as cgen
 from ucf.ir import nodes as ir
 from ucf.ir.gpu_nodes import GROUP_CALLS, Launch, Module, Scope, Special
 from ucf.ir.nodes import IR_TO_C
+from ucf.ir.visit import handles
 from ucf.ir.walk import substitute, with_blocks
 
 #: C types in CUDA: nvcc has no _Float16 in device code, so half values are
@@ -228,51 +229,56 @@ def _typed(fn: ir.Function, clash: dict[str, str]):
 class _Device(cgen._Emitter):
     """Device code: the C emitter plus CUDA's atomics, collectives and indices."""
 
-    def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
+    @handles(ir.Store)
+    def store(self, s: ir.Store, depth: int) -> list[str]:
+        if not s.atomic:
+            return super().store(s, depth)
+        target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
+        return [f"{'  ' * depth}ucf_atomic_add({target}, {self.expr(s.value)});"]
+
+    @handles(ir.FetchAdd)
+    def fetch_add(self, s: ir.FetchAdd, depth: int) -> list[str]:
+        t = CUDA_TYPES[s.array.elem]
+        target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
+        add = f"ucf_atomic_add({target}, ({t}){self.expr(s.value)})"
+        return [f"{'  ' * depth}{CUDA_TYPES[s.var.type]} {cgen.c_name(s.var.name)} = {add};"]
+
+    @handles(ir.Call)
+    def call(self, s: ir.Call, depth: int) -> list[str]:
+        if s.name not in GROUP_CALLS:
+            return super().call(s, depth)
+        array, index, value, size = s.args
+        t = CUDA_TYPES[array.elem]
+        args = f"{cgen.c_name(array.name)}, {self.expr(index)}, {self.expr(value)}"
+        return [f"{'  ' * depth}{s.name}<{t}, {size.value}>({args});"]
+
+    @handles(Scope)
+    def scope(self, s: Scope, depth: int) -> list[str]:
         pad = "  " * depth
-        if isinstance(s, ir.Store) and s.atomic:
-            target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
-            return [f"{pad}ucf_atomic_add({target}, {self.expr(s.value)});"]
-        if isinstance(s, ir.FetchAdd):
-            t = CUDA_TYPES[s.array.elem]
-            target = f"&{cgen.c_name(s.array.name)}[{self.expr(s.index)}]"
-            add = f"ucf_atomic_add({target}, ({t}){self.expr(s.value)})"
-            return [f"{pad}{CUDA_TYPES[s.var.type]} {cgen.c_name(s.var.name)} = {add};"]
-        if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
-            array, index, value, size = s.args
-            t = CUDA_TYPES[array.elem]
-            args = f"{cgen.c_name(array.name)}, {self.expr(index)}, {self.expr(value)}"
-            return [f"{pad}{s.name}<{t}, {size.value}>({args});"]
-        if isinstance(s, Scope):
-            return [f"{pad}{{", *self.block(s.body, depth + 1), f"{pad}}}"]
-        return super().stmt(s, depth)
+        return [f"{pad}{{", *self.block(s.body, depth + 1), f"{pad}}}"]
 
     def loop_lines(self, s: ir.For, depth: int) -> list[str]:
         lines = super().loop_lines(replace(s, unroll=0), depth)
         pad = "  " * depth
         return ([f"{pad}#pragma unroll {s.unroll}"] if s.unroll else []) + lines
 
-    def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, Special):
-            return f"((int64_t){e.name})"
-        return super().expr(e)
+    @handles(Special)
+    def special(self, e: Special) -> str:
+        return f"((int64_t){e.name})"
 
 
 class _Host(_Device):
     """The launcher: host code whose arrays live on the device."""
 
-    def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
-        pad = "  " * depth
-        if isinstance(s, Launch):
-            return self.launch(s, depth)
-        if isinstance(s, ir.Store):
-            arr, index = cgen.c_name(s.array.name), self.expr(s.index)
-            value = self.expr(s.value)
-            if s.accumulate:
-                value = f"ucf_host_load({arr}, {index}) + {value}"
-            return [f"{pad}ucf_host_store({arr}, {index}, {value});"]
-        return super().stmt(s, depth)
+    @handles(ir.Store)
+    def store(self, s: ir.Store, depth: int) -> list[str]:
+        arr, index = cgen.c_name(s.array.name), self.expr(s.index)
+        value = self.expr(s.value)
+        if s.accumulate:
+            value = f"ucf_host_load({arr}, {index}) + {value}"
+        return [f"{'  ' * depth}ucf_host_store({arr}, {index}, {value});"]
 
+    @handles(Launch)
     def launch(self, s: Launch, depth: int) -> list[str]:
         pad = "  " * depth
         dims = [f"ucf_grid_{d}" for d in "xyz"[: len(s.grid)]]
@@ -291,7 +297,6 @@ class _Host(_Device):
             f"{pad}}}",
         ]
 
-    def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Load):
-            return f"ucf_host_load({cgen.c_name(e.array.name)}, {self.expr(e.index)})"
-        return super().expr(e)
+    @handles(ir.Load)
+    def load(self, e: ir.Load) -> str:
+        return f"ucf_host_load({cgen.c_name(e.array.name)}, {self.expr(e.index)})"

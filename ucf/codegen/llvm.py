@@ -14,44 +14,15 @@ import re
 
 from llvmlite import ir as ll
 
-from ucf.codegen import llvm_team
+from ucf.codegen.llvm_openmp import OpenMPLoops
+from ucf.codegen.llvm_types import FLOAT_WIDTH, I8P, I32, SIZES, TYPES, is_float, ll_type
 from ucf.ir import nodes as ir
-from ucf.ir.walk import declared, nodes, reads
+from ucf.ir.visit import Visitor, handles
+from ucf.ir.walk import nodes
 from ucf.passes import pairs
 
-_TYPES = {
-    "i1": ll.IntType(1),
-    "i32": ll.IntType(32),
-    "i64": ll.IntType(64),
-    "f32": ll.FloatType(),
-    "f64": ll.DoubleType(),
-    "f16": ll.HalfType(),
-    "bf16": ll.IntType(16),  # the top half of a float's bits: cast() shifts them back
-    "i8": ll.IntType(8),
-    "u8": ll.IntType(8),  # LLVM's integers have no sign; casts from it zero-extend
-}
-_FLOAT_WIDTH = {"f16": 16, "f32": 32, "f64": 64}
 #: libm functions LLVM has no intrinsic for: called by name (``tanhf``, ``erf``).
 LIBM_ONLY = ("tanh", "erf")
-
-
-def _type(ty: str) -> ll.Type:
-    """The LLVM type of an LLIR scalar or vector type."""
-    n = ir.lanes(ty)
-    return _TYPES[ty] if n == 1 else ll.VectorType(_TYPES[ir.element(ty)], n)
-
-
-def _signature(t: ll.FunctionType) -> tuple[ll.Type, list[ll.Type]]:
-    return t.return_type, list(t.args)
-
-
-def _is_float(ty: str) -> bool:
-    return ir.element(ty) in _FLOAT_WIDTH
-
-
-_SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
-_I8P = ll.PointerType(ll.IntType(8))
-_I32 = ll.IntType(32)
 
 
 def module(
@@ -93,7 +64,13 @@ def _loop_metadata(text: str) -> str:
     return text.rstrip("\n") + "\n" + "".join(line + "\n" for line in extra)
 
 
-class _FunctionBuilder:
+class _FunctionBuilder(OpenMPLoops, Visitor):
+    """One LLIR function as LLVM IR, one handler per node class."""
+
+    refusal = "no LLVM for"
+    #: Emit a statement (``stmt(s)``), or build an expression's value (``expr(e)``).
+    stmt = expr = Visitor.visit
+
     def __init__(
         self, mod: ll.Module, fn: ir.Function | None, openmp: bool = True, vnni: bool = False
     ):
@@ -110,7 +87,7 @@ class _FunctionBuilder:
         self.fn = fn
         self.restrict = {p.name for p in fn.params if p.is_array}
         arg_types = [
-            ll.PointerType(_TYPES[p.type]) if p.is_array else _TYPES[p.type] for p in fn.params
+            ll.PointerType(TYPES[p.type]) if p.is_array else TYPES[p.type] for p in fn.params
         ]
         self.func = ll.Function(mod, ll.FunctionType(ll.VoidType(), arg_types), name=fn.name)
         if fn.internal:
@@ -141,128 +118,9 @@ class _FunctionBuilder:
             return self.mod.globals[name]
         return ll.Function(self.mod, ll.FunctionType(ret, args), name=name)
 
-    def parallel_for(self, s: ir.For) -> None:
-        """Outline the loop into a function that libgomp runs on every thread.
-
-        Everything the body reads from outside - parameters and enclosing
-        locals - travels by value in a struct; the body writes no enclosing
-        variable (the scheduler checks that before it marks a loop parallel)
-        except the loop's reduction scalars, which travel by pointer: each
-        thread sums into a private copy and adds it atomically at the end.
-        A ``static`` loop gives every thread one contiguous block; a
-        ``dynamic`` one hands out chunks through ``GOMP_loop_dynamic_*``.
-        """
-        b = self.b
-        reduced = [r.name for r in s.reduction]
-        body_reads = _free_reads(s, set(self.slots) - set(self.args))
-        names = sorted(self.args) + [n for n in body_reads if n not in reduced]
-        values = [self.args[n] if n in self.args else b.load(self.slots[n]) for n in names]
-        values += [self.slot(r) for r in s.reduction]
-        start, end = self.expr(s.start), self.expr(s.end)
-        types = [v.type for v in values] + [_TYPES["i64"], _TYPES["i64"]]
-        struct_t = ll.LiteralStructType(types)
-        data = self.alloca_builder.alloca(struct_t, name="omp.data")
-        for k, v in enumerate([*values, start, end]):
-            b.store(v, b.gep(data, [_I32(0), _I32(k)], inbounds=True))
-        self.outlined += 1
-        fn_t = ll.FunctionType(ll.VoidType(), [_I8P])
-        name = f"{self.func.name}.omp{self.outlined}"
-        outlined = ll.Function(self.mod, fn_t, name=name)
-        outlined.linkage = "internal"
-        # The body is its own function so that the arrays arrive as noalias arguments:
-        # loaded from the struct they would lose the kernel's no-alias contract, and with
-        # it vectorization and hoisting (about 3x per thread on gather-GEMM bodies).
-        # Inlined into the entry at O3, the arguments become scoped no-alias metadata.
-        body_fn = ll.Function(self.mod, ll.FunctionType(ll.VoidType(), types), name=f"{name}.body")
-        body_fn.linkage = "internal"
-        for n, arg in zip(names, body_fn.args, strict=False):
-            arg.name = n
-            if n in self.restrict:
-                arg.add_attribute("noalias")
-        entry = ll.IRBuilder(outlined.append_basic_block("entry"))
-        ptr = entry.bitcast(outlined.args[0], ll.PointerType(struct_t))
-        fields = [
-            entry.load(entry.gep(ptr, [_I32(0), _I32(k)], inbounds=True)) for k in range(len(types))
-        ]
-        entry.call(body_fn, fields)
-        entry.ret_void()
-        inner = _FunctionBuilder(self.mod, None, self.openmp, self.vnni)
-        inner.func = body_fn
-        inner.restrict = self.restrict
-        inner._start_blocks()
-        params = list(body_fn.args)
-        inner.args = dict(zip(names, params[: len(names)], strict=True))
-        shared = dict(zip(reduced, params[len(names) : -2], strict=True))
-        lo_all, hi_all = params[-2], params[-1]
-        for r in s.reduction:
-            inner.b.store(
-                ll.Constant(_TYPES[r.type], 0.0 if _is_float(r.type) else 0), inner.slot(r)
-            )
-        inner.block(s.prologue)
-        if s.schedule[0] == "dynamic":
-            inner.dynamic_chunks(s, lo_all, hi_all)
-        else:
-            inner.static_block(s, lo_all, hi_all)
-        inner.block(s.epilogue)
-        for r in s.reduction:
-            op = "fadd" if _is_float(r.type) else "add"
-            inner.b.atomic_rmw(op, shared[r.name], inner.b.load(inner.slot(r)), "monotonic")
-        inner.finish()
-        # libgomp's GOMP_parallel behind ucf_parallel, which shrinks the team while the
-        # machine is too busy for it (ucf.codegen.llvm_team); the loop keeps its state.
-        team = self._extern(llvm_team.ENTRY, *_signature(llvm_team.entry_type()))
-        state = ll.GlobalVariable(self.mod, llvm_team.STATE, f"{name}.team")
-        state.linkage = "internal"
-        state.initializer = ll.Constant(llvm_team.STATE, None)
-        threads = _I32(0)  # libgomp's default team
-        if s.parallel_if is not None:  # as C's if clause: a team of one below the threshold
-            threads = b.select(self.expr(s.parallel_if), _I32(0), _I32(1))
-        b.call(team, [outlined, b.bitcast(data, _I8P), threads, _I32(0), state])
-
-    def _serial_part(self, s: ir.For, lo: ll.Value, hi: ll.Value) -> None:
-        self.args["omp.lo"], self.args["omp.hi"] = lo, hi
-        i64 = "i64"
-        self.for_loop(
-            ir.For(s.var, ir.Var("omp.lo", i64), ir.Var("omp.hi", i64), s.body, unroll=s.unroll)
-        )
-
-    def static_block(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
-        ib = self.b
-        tid = ib.sext(ib.call(self._extern("omp_get_thread_num", _I32, []), []), _TYPES["i64"])
-        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", _I32, []), []), _TYPES["i64"])
-        one = ll.Constant(_TYPES["i64"], 1)
-        count = ib.sub(hi_all, lo_all)
-        chunk = ib.sdiv(ib.sub(ib.add(count, nth), one), nth)
-        lo = ib.add(lo_all, ib.mul(tid, chunk))
-        hi_raw = ib.add(lo, chunk)
-        hi = ib.select(ib.icmp_signed("<", hi_raw, hi_all), hi_raw, hi_all)
-        self._serial_part(s, lo, hi)
-
-    def dynamic_chunks(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
-        b = self.b
-        i64 = _TYPES["i64"]
-        p64 = ll.PointerType(i64)
-        start = self._extern("GOMP_loop_dynamic_start", ll.IntType(8), [i64] * 4 + [p64, p64])
-        nxt = self._extern("GOMP_loop_dynamic_next", ll.IntType(8), [p64, p64])
-        done = self._extern("GOMP_loop_end_nowait", ll.VoidType(), [])
-        lo_p = self.alloca_builder.alloca(i64, name="omp.chunk.lo")
-        hi_p = self.alloca_builder.alloca(i64, name="omp.chunk.hi")
-        chunk = ll.Constant(i64, s.schedule[1])
-        got = b.call(start, [lo_all, hi_all, ll.Constant(i64, 1), chunk, lo_p, hi_p])
-        work = self.func.append_basic_block("omp.chunk")
-        exit_ = self.func.append_basic_block("omp.done")
-        zero = ll.Constant(ll.IntType(8), 0)
-        b.cbranch(b.icmp_unsigned("!=", got, zero), work, exit_)
-        b.position_at_end(work)
-        self._serial_part(s, b.load(lo_p), b.load(hi_p))
-        more = b.call(nxt, [lo_p, hi_p])
-        b.cbranch(b.icmp_unsigned("!=", more, zero), work, exit_)
-        b.position_at_end(exit_)
-        b.call(done, [])
-
     def slot(self, var: ir.Var) -> ll.AllocaInstr:
         if var.name not in self.slots:
-            self.slots[var.name] = self.alloca_builder.alloca(_type(var.type), name=var.name)
+            self.slots[var.name] = self.alloca_builder.alloca(ll_type(var.type), name=var.name)
         return self.slots[var.name]
 
     # statements
@@ -270,63 +128,72 @@ class _FunctionBuilder:
         for s in stmts:
             self.stmt(s)
 
-    def stmt(self, s: ir.Stmt) -> None:
+    @handles(ir.Decl)
+    def decl(self, s: ir.Decl) -> None:
+        self.b.store(self.expr(s.init), self.slot(s.var))
+
+    @handles(ir.Assign)
+    def assign(self, s: ir.Assign) -> None:
+        self.b.store(self.expr(s.value), self.slot(s.var))
+
+    @handles(ir.Store)
+    def store(self, s: ir.Store) -> None:
         b = self.b
-        if isinstance(s, ir.Decl):
-            b.store(self.expr(s.init), self.slot(s.var))
-        elif isinstance(s, ir.Assign):
-            b.store(self.expr(s.value), self.slot(s.var))
-        elif isinstance(s, ir.Store):
-            ptr = self.element_ptr(s.array, s.index, ir.lanes(s.value.type))
-            value = self.expr(s.value)
-            align = _SIZES[s.array.elem]
-            if s.atomic:
-                op = "fadd" if _is_float(s.array.elem) else "add"
-                b.atomic_rmw(op, ptr, value, "monotonic")
-                return
-            if s.accumulate:
-                old = b.load(ptr, align=align)
-                value = b.fadd(old, value) if _is_float(s.array.elem) else b.add(old, value)
-            b.store(value, ptr, align=align)
-        elif isinstance(s, ir.For):
-            if s.parallel == "CPUThread" and self.openmp:
-                self.parallel_for(s)
-            else:
-                self.block(s.prologue)
-                self.for_loop(s)
-                self.block(s.epilogue)
-        elif isinstance(s, ir.Alloc):
-            t = _TYPES[s.array.elem]
-            calloc = self._extern("calloc", _I8P, [_TYPES["i64"], _TYPES["i64"]])
-            size = b.select(
-                b.icmp_signed(">", self.expr(s.size), ll.Constant(_TYPES["i64"], 0)),
-                self.expr(s.size),
-                ll.Constant(_TYPES["i64"], 1),
-            )
-            i64, elem = _TYPES["i64"], _SIZES[s.array.elem]
-            # ir.ALIGN bytes more than asked (calloc aligns to 16 only), the array from
-            # the first boundary on (a GEP, so the pointer keeps calloc's provenance).
-            size = b.add(size, ll.Constant(i64, ir.ALIGN // elem))
-            raw = b.call(calloc, [size, ll.Constant(i64, elem)])
-            self.raw[s.array.name] = raw
-            skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
-            start = b.gep(raw, [skip])
-            self.args[s.array.name] = b.bitcast(start, ll.PointerType(t), name=s.array.name)
-        elif isinstance(s, ir.Free):
-            free = self._extern("free", ll.VoidType(), [_I8P])
-            b.call(free, [self.raw[s.array.name]])
-        elif isinstance(s, ir.Call):
-            callee = self.mod.globals[s.name]
-            args = [self.args[a.name] if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
-            b.call(callee, args)
-        elif isinstance(s, ir.While):
-            self.while_loop(s)
-        elif isinstance(s, ir.If):
-            self.if_stmt(s)
-        elif isinstance(s, ir.Comment):
-            pass
+        ptr = self.element_ptr(s.array, s.index, ir.lanes(s.value.type))
+        value = self.expr(s.value)
+        align = SIZES[s.array.elem]
+        if s.atomic:
+            op = "fadd" if is_float(s.array.elem) else "add"
+            b.atomic_rmw(op, ptr, value, "monotonic")
+            return
+        if s.accumulate:
+            old = b.load(ptr, align=align)
+            value = b.fadd(old, value) if is_float(s.array.elem) else b.add(old, value)
+        b.store(value, ptr, align=align)
+
+    @handles(ir.For)
+    def loop(self, s: ir.For) -> None:
+        if s.parallel == "CPUThread" and self.openmp:
+            self.parallel_for(s)
         else:
-            raise TypeError(f"no LLVM for {type(s).__name__}")
+            self.block(s.prologue)
+            self.for_loop(s)
+            self.block(s.epilogue)
+
+    @handles(ir.Alloc)
+    def alloc(self, s: ir.Alloc) -> None:
+        b = self.b
+        t = TYPES[s.array.elem]
+        calloc = self._extern("calloc", I8P, [TYPES["i64"], TYPES["i64"]])
+        size = b.select(
+            b.icmp_signed(">", self.expr(s.size), ll.Constant(TYPES["i64"], 0)),
+            self.expr(s.size),
+            ll.Constant(TYPES["i64"], 1),
+        )
+        i64, elem = TYPES["i64"], SIZES[s.array.elem]
+        # ir.ALIGN bytes more than asked (calloc aligns to 16 only), the array from
+        # the first boundary on (a GEP, so the pointer keeps calloc's provenance).
+        size = b.add(size, ll.Constant(i64, ir.ALIGN // elem))
+        raw = b.call(calloc, [size, ll.Constant(i64, elem)])
+        self.raw[s.array.name] = raw
+        skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
+        start = b.gep(raw, [skip])
+        self.args[s.array.name] = b.bitcast(start, ll.PointerType(t), name=s.array.name)
+
+    @handles(ir.Free)
+    def free(self, s: ir.Free) -> None:
+        free = self._extern("free", ll.VoidType(), [I8P])
+        self.b.call(free, [self.raw[s.array.name]])
+
+    @handles(ir.Call)
+    def call(self, s: ir.Call) -> None:
+        callee = self.mod.globals[s.name]
+        args = [self.args[a.name] if isinstance(a, ir.Array) else self.expr(a) for a in s.args]
+        self.b.call(callee, args)
+
+    @handles(ir.Comment)
+    def comment(self, s: ir.Comment) -> None:
+        pass
 
     def for_loop(self, s: ir.For) -> None:
         b = self.b
@@ -341,7 +208,7 @@ class _FunctionBuilder:
         b.cbranch(b.icmp_signed("<", b.load(var), end), body, exit_)
         b.position_at_end(body)
         self.block(s.body)
-        b.store(b.add(b.load(var), ll.Constant(_TYPES["i64"], 1)), var)
+        b.store(b.add(b.load(var), ll.Constant(TYPES["i64"], 1)), var)
         latch = b.branch(cond)
         hint = None
         if s.unroll:
@@ -356,6 +223,7 @@ class _FunctionBuilder:
             )
         b.position_at_end(exit_)
 
+    @handles(ir.While)
     def while_loop(self, s: ir.While) -> None:
         b = self.b
         cond = self.func.append_basic_block("while.cond")
@@ -369,6 +237,7 @@ class _FunctionBuilder:
         b.branch(cond)
         b.position_at_end(exit_)
 
+    @handles(ir.If)
     def if_stmt(self, s: ir.If) -> None:
         b = self.b
         then = self.func.append_basic_block("if.then")
@@ -384,89 +253,99 @@ class _FunctionBuilder:
         b.position_at_end(merge)
 
     # expressions
-    def expr(self, e: ir.Expr) -> ll.Value:
-        b = self.b
-        if isinstance(e, ir.Var):
-            if e.name in self.args:
-                return self.args[e.name]
-            if e.name not in self.slots:
-                raise ValueError(f"LLIR reads variable {e.name} before declaring it")
-            return b.load(self.slots[e.name])
-        if isinstance(e, ir.Const):
-            value = bool(e.value) if e.type == "i1" else e.value
-            if _is_float(e.type):
-                value = float(value)
-            return ll.Constant(_TYPES[e.type], value)
-        if isinstance(e, ir.Load):
-            ptr = b.gep(self.args[e.array.name], [self.expr(e.index)], inbounds=True)
-            return b.load(ptr)
-        if isinstance(e, ir.VLoad):
-            return b.load(self.element_ptr(e.array, e.index, e.lanes), align=_SIZES[e.array.elem])
-        if isinstance(e, ir.Splat):
-            t = _type(e.type)
-            one = b.insert_element(ll.Constant(t, ll.Undefined), self.expr(e.operand), _I32(0))
-            return b.shuffle_vector(
-                one,
-                ll.Constant(t, ll.Undefined),
-                ll.Constant(ll.VectorType(_I32, e.lanes), [0] * e.lanes),
-            )
-        if isinstance(e, ir.PairDot):
-            return self.pair_dot(e)
-        if isinstance(e, ir.QuadDot):
-            return self.quad_dot(e)
-        if isinstance(e, ir.FMA):
-            return self.fma(e)
-        if isinstance(e, ir.Bin):
-            return self.binary(e)
-        if isinstance(e, ir.Neg):
-            x = self.expr(e.operand)
-            return b.fneg(x) if _is_float(e.type) else b.neg(x)
-        if isinstance(e, ir.Cmp):
-            left, right = self.expr(e.left), self.expr(e.right)
-            if _is_float(e.left.type):
-                # C's != is true when either side is NaN (unordered); its other
-                # comparisons are false then (ordered): the C target's answers.
-                if e.op == "!=":
-                    return b.fcmp_unordered(e.op, left, right)
-                return b.fcmp_ordered(e.op, left, right)
-            return b.icmp_signed(e.op, left, right)
-        if isinstance(e, ir.Logic):
-            return self.short_circuit(e)
-        if isinstance(e, ir.Cast):
-            return self.cast(self.expr(e.operand), e.operand.type, e.type)
-        if isinstance(e, ir.Select):
-            if _loads(e.if_true) or _loads(e.if_false):
-                return self.guarded_select(e)
-            return b.select(self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false))
-        if isinstance(e, ir.Math):
-            return self.math(e)
-        raise TypeError(f"no LLVM for {type(e).__name__}")
+    @handles(ir.Var)
+    def var(self, e: ir.Var) -> ll.Value:
+        if e.name in self.args:
+            return self.args[e.name]
+        if e.name not in self.slots:
+            raise ValueError(f"LLIR reads variable {e.name} before declaring it")
+        return self.b.load(self.slots[e.name])
+
+    @handles(ir.Const)
+    def const(self, e: ir.Const) -> ll.Value:
+        value = bool(e.value) if e.type == "i1" else e.value
+        if is_float(e.type):
+            value = float(value)
+        return ll.Constant(TYPES[e.type], value)
+
+    @handles(ir.Load)
+    def load(self, e: ir.Load) -> ll.Value:
+        ptr = self.b.gep(self.args[e.array.name], [self.expr(e.index)], inbounds=True)
+        return self.b.load(ptr)
+
+    @handles(ir.VLoad)
+    def vload(self, e: ir.VLoad) -> ll.Value:
+        ptr = self.element_ptr(e.array, e.index, e.lanes)
+        return self.b.load(ptr, align=SIZES[e.array.elem])
+
+    @handles(ir.Splat)
+    def splat(self, e: ir.Splat) -> ll.Value:
+        b, t = self.b, ll_type(e.type)
+        one = b.insert_element(ll.Constant(t, ll.Undefined), self.expr(e.operand), I32(0))
+        return b.shuffle_vector(
+            one,
+            ll.Constant(t, ll.Undefined),
+            ll.Constant(ll.VectorType(I32, e.lanes), [0] * e.lanes),
+        )
+
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> ll.Value:
+        return self.b.extract_element(self.expr(e.operand), I32(e.index))
+
+    @handles(ir.Neg)
+    def neg(self, e: ir.Neg) -> ll.Value:
+        x = self.expr(e.operand)
+        return self.b.fneg(x) if is_float(e.type) else self.b.neg(x)
+
+    @handles(ir.Cmp)
+    def compare(self, e: ir.Cmp) -> ll.Value:
+        left, right = self.expr(e.left), self.expr(e.right)
+        if is_float(e.left.type):
+            # C's != is true when either side is NaN (unordered); its other
+            # comparisons are false then (ordered): the C target's answers.
+            if e.op == "!=":
+                return self.b.fcmp_unordered(e.op, left, right)
+            return self.b.fcmp_ordered(e.op, left, right)
+        return self.b.icmp_signed(e.op, left, right)
+
+    @handles(ir.Cast)
+    def conversion(self, e: ir.Cast) -> ll.Value:
+        return self.cast(self.expr(e.operand), e.operand.type, e.type)
+
+    @handles(ir.Select)
+    def select(self, e: ir.Select) -> ll.Value:
+        if _loads(e.if_true) or _loads(e.if_false):
+            return self.guarded_select(e)
+        return self.b.select(self.expr(e.cond), self.expr(e.if_true), self.expr(e.if_false))
 
     def element_ptr(self, array: ir.Array, index: ir.Expr, lanes: int) -> ll.Value:
         """The address of ``array[index]``, typed for ``lanes`` elements from there on."""
         ptr = self.b.gep(self.args[array.name], [self.expr(index)], inbounds=True)
         if lanes == 1:
             return ptr
-        return self.b.bitcast(ptr, ll.PointerType(_type(ir.vector(array.elem, lanes))))
+        return self.b.bitcast(ptr, ll.PointerType(ll_type(ir.vector(array.elem, lanes))))
 
+    @handles(ir.Math)
     def math(self, e: ir.Math) -> ll.Value:
         """LLVM's intrinsic where it has one (it can vectorize or fold it); else libm's
         function, which the JIT finds in the process and a C program links with -lm."""
-        t = _TYPES[e.type]
+        t = TYPES[e.type]
         if e.fn in LIBM_ONLY:
             name = f"{e.fn}f" if e.type == "f32" else e.fn
         else:
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
 
+    @handles(ir.FMA)
     def fma(self, e: ir.FMA) -> ll.Value:
         """LLVM's ``llvm.fma`` intrinsic, exactly rounded as C's ``fma``: one ``vfmadd``
         on a host with FMA3, for a scalar or a vector."""
-        n, t = ir.lanes(e.type), _type(e.type)
+        n, t = ir.lanes(e.type), ll_type(e.type)
         name = f"llvm.fma.{ir.element(e.type) if n == 1 else f'v{n}{ir.element(e.type)}'}"
         args = [self.expr(e.left), self.expr(e.right), self.expr(e.addend)]
         return self.b.call(self._extern(name, t, [t, t, t]), args)
 
+    @handles(ir.PairDot)
     def pair_dot(self, e: ir.PairDot) -> ll.Value:
         """AVX2's ``pmaddwd`` intrinsic: ``ucf.passes.pairs`` makes the node only on a host
         that has it, in vectors of 8 lanes. Plain IR (the halves split into even and odd
@@ -479,9 +358,10 @@ class _FunctionBuilder:
         halves = ll.VectorType(ll.IntType(16), 2 * n)
         left = self.b.bitcast(self.expr(e.left), halves)
         right = self.b.bitcast(self.expr(e.right), halves)
-        pmaddwd = self._extern("llvm.x86.avx2.pmadd.wd", _type(e.type), [halves, halves])
+        pmaddwd = self._extern("llvm.x86.avx2.pmadd.wd", ll_type(e.type), [halves, halves])
         return self.b.call(pmaddwd, [left, right])
 
+    @handles(ir.QuadDot)
     def quad_dot(self, e: ir.QuadDot) -> ll.Value:
         """VNNI's ``vpdpbusd`` intrinsic on a CPU that has it (``llvm.x86.avx512.vpdpbusd.256``,
         which LLVM selects as AVX-VNNI's VEX form when the CPU has only that); elsewhere
@@ -495,26 +375,27 @@ class _FunctionBuilder:
         signed = self.b.bitcast(self.expr(e.signed), nbytes)
         if self.vnni and n == 8:
             vpdpbusd = self._extern(
-                "llvm.x86.avx512.vpdpbusd.256", _type(e.type), [_type(e.type), nbytes, nbytes]
+                "llvm.x86.avx512.vpdpbusd.256", ll_type(e.type), [ll_type(e.type), nbytes, nbytes]
             )
             return self.b.call(vpdpbusd, [acc, unsigned, signed])
-        wide = ll.VectorType(_I32, 4 * n)
+        wide = ll.VectorType(I32, 4 * n)
         products = self.b.mul(self.b.zext(unsigned, wide), self.b.sext(signed, wide))
         for part in range(4):
-            lanes = ll.Constant(ll.VectorType(_I32, n), [4 * lane + part for lane in range(n)])
+            lanes = ll.Constant(ll.VectorType(I32, n), [4 * lane + part for lane in range(n)])
             acc = self.b.add(acc, self.b.shuffle_vector(products, products, lanes))
         return acc
 
+    @handles(ir.Bin)
     def binary(self, e: ir.Bin) -> ll.Value:
         b = self.b
         left, right = self.expr(e.left), self.expr(e.right)
         if e.op in ("min", "max"):
-            if _is_float(e.type):
+            if is_float(e.type):
                 cmp = b.fcmp_ordered("<" if e.op == "min" else ">", left, right)
             else:
                 cmp = b.icmp_signed("<" if e.op == "min" else ">", left, right)
             return b.select(cmp, left, right)
-        if _is_float(e.type):
+        if is_float(e.type):
             return {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}[e.op](left, right)
         ops = {"+": b.add, "-": b.sub, "*": b.mul, "/": b.sdiv, "%": b.srem}
         ops.update({"<<": b.shl, ">>": b.ashr, "&": b.and_})
@@ -543,6 +424,7 @@ class _FunctionBuilder:
         phi.add_incoming(value_false, orelse_end)
         return phi
 
+    @handles(ir.Logic)
     def short_circuit(self, e: ir.Logic) -> ll.Value:
         """``and``/``or`` must not evaluate their right side needlessly: it may read past an end."""
         b = self.b
@@ -559,8 +441,8 @@ class _FunctionBuilder:
         rhs_end = b.block
         b.branch(merge)
         b.position_at_end(merge)
-        phi = b.phi(_TYPES["i1"])
-        phi.add_incoming(ll.Constant(_TYPES["i1"], e.op == "or"), start)
+        phi = b.phi(TYPES["i1"])
+        phi.add_incoming(ll.Constant(TYPES["i1"], e.op == "or"), start)
         phi.add_incoming(right, rhs_end)
         return phi
 
@@ -568,33 +450,25 @@ class _FunctionBuilder:
         b = self.b
         if src == dst:
             return x
-        t = _type(dst)
+        t = ll_type(dst)
         src, dst = ir.element(src), ir.element(dst)
         if src == "bf16":  # exact: bfloat16 is a float32 with its low 16 bits zero
-            bits = b.shl(b.zext(x, _I32), ll.Constant(_I32, 16))
-            return self.cast(b.bitcast(bits, _TYPES["f32"]), "f32", dst)
+            bits = b.shl(b.zext(x, I32), ll.Constant(I32, 16))
+            return self.cast(b.bitcast(bits, TYPES["f32"]), "f32", dst)
         unsigned = src in ("i1", "u8")
-        if _is_float(src) and _is_float(dst):
-            widen = _FLOAT_WIDTH[dst] > _FLOAT_WIDTH[src]
+        if is_float(src) and is_float(dst):
+            widen = FLOAT_WIDTH[dst] > FLOAT_WIDTH[src]
             return b.fpext(x, t) if widen else b.fptrunc(x, t)
-        if _is_float(src):
+        if is_float(src):
             return b.fptosi(x, t)
-        if _is_float(dst):
+        if is_float(dst):
             return b.uitofp(x, t) if unsigned else b.sitofp(x, t)
         if unsigned:
             return b.zext(x, t)
-        if _TYPES[dst].width > _TYPES[src].width:
+        if TYPES[dst].width > TYPES[src].width:
             return b.sext(x, t)
         return b.trunc(x, t)
 
 
 def _loads(e: ir.Expr) -> bool:
     return any(isinstance(n, ir.Load) for n in nodes(e))
-
-
-def _free_reads(s: ir.For, outer: set[str]) -> list[str]:
-    """Names the loop reads that are defined outside it, in a stable order."""
-    names: set[str] = set()
-    reads([s.body, s.start, s.end], names)
-    local = declared(s.body) | {s.var.name}
-    return sorted(n for n in names if n in outer and n not in local)

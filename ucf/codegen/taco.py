@@ -67,7 +67,7 @@ class TacoExport:
                 )
             self.formats[tensor] = fmt
         for tensor, fmt in self.formats.items():
-            if fmt.blocked or any(not k.full and k.arrays != ("pos", "crd") for k in fmt.levels):
+            if fmt.blocked or any(not k.full and k.segment_array is None for k in fmt.levels):
                 raise UcfError(
                     f"--abi taco: {tensor} has format '{fmt}'; TACO's taco_tensor_t holds "
                     "dense (U) and compressed (C) levels only"

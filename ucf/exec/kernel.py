@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,10 +31,13 @@ from ucf.exec import decisions, padded_conv
 from ucf.exec.calling import Calling, cfunc
 from ucf.exec.replay import FlatReplay, Replay
 from ucf.exec.static import Static, prepare
+from ucf.format.format import Format, parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement
-from ucf.schedule import Schedule, cpu_model, stats
+from ucf.schedule import Command, Schedule, cpu_model, stats
+from ucf.schedule.candidates import Refused, first_passing
+from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime
@@ -88,6 +91,7 @@ class _Built(NamedTuple):
     compiled: _Compiled
     why: tuple[str, ...]
     flat: padded_conv.Flat | None = None  # the call runs on a padded, flattened input
+    commands: list[Command] | None = None  # the schedule it was built with
 
 
 class Kernel(Calling):
@@ -98,7 +102,7 @@ class Kernel(Calling):
         self,
         expr: str,
         formats: dict[str, Any] | None = None,
-        schedule: str | Schedule | None = None,
+        schedule: str | Schedule | Sequence[Command] | None = None,
         target: str = "llvm",
         dtype: Any = None,
         index_dtype: Any = "int32",
@@ -111,8 +115,10 @@ class Kernel(Calling):
             raise UcfError("emulate=True runs CUDA source on the CPU and needs target='cuda'")
         self.target = target
         self.emulate = emulate
-        formats = {k: str(v) for k, v in (formats or {}).items()}
-        self.dtype = compute_dtype(expr, formats, dtype)
+        # Formats are parsed here, once: the compiler reads Format objects; the text as
+        # given stays for the repr and messages.
+        shown = {k: str(v) for k, v in (formats or {}).items()}
+        self._formats, self.dtype = _front(expr, formats, shown, dtype)
         try:
             idt = np.dtype(index_dtype)
         except TypeError:
@@ -122,14 +128,15 @@ class Kernel(Calling):
         self.index_dtype = idt
         vt = ir.NUMPY_TO_IR[str(self.dtype)]
         it = ir.NUMPY_TO_IR[str(idt)]
-        if isinstance(schedule, Schedule):
-            schedule = str(schedule)
-        self.formats, self.schedule = formats, schedule
+        self._tuned = schedule == TUNED
+        commands = None if self._tuned else as_commands(schedule)
+        self.formats, self.commands = shown, commands
+        self.schedule = TUNED if self._tuned else spelled(commands)
         self._warned: set[tuple[str, ...]] = set()
         fields = {
             "statement": "".join(expr.split()),  # whitespace never matters in the grammar
-            "formats": sorted(formats.items()),
-            "schedule": schedule,
+            "formats": sorted((n, str(f)) for n, f in self._formats.items()),
+            "schedule": self.schedule,
             "dtype": vt,
             "index_dtype": it,
             "target": target,
@@ -142,18 +149,17 @@ class Kernel(Calling):
             fields["llvm"] = jit.identity()
         self._statics: dict[str, Static] = {}
         if static:
-            self._statics = prepare(static, expr, formats, schedule, self.dtype, idt)
+            self._statics = prepare(static, expr, self._formats, commands, self.dtype, idt)
             fields["static"] = sorted((n, s.digest()) for n, s in self._statics.items())
         self._expr, self._vt, self._it, self._fields = expr, vt, it, fields
         # With no schedule the default model picks one per call from the operands'
         # statistics (ucf.schedule.cpu_model), and "tuned" takes what ucf.tune stored for
         # the operands' shape class; calls with the same statistics reuse the choice.
-        self._tuned = schedule == TUNED
-        self._static = self._compile(None if self._tuned else schedule, default=False)
-        self._adaptive = (schedule is None or self._tuned) and target != "cuda"
+        self._static = self._compile(commands, default=False)
+        self._adaptive = commands is None and target != "cuda"
         self._conv = None
         if schedule is None and not static:
-            self._conv = padded_conv.find(self._static.compiled.plan.statement, formats)
+            self._conv = padded_conv.find(self._static.compiled.plan.statement, self._formats)
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
@@ -161,15 +167,15 @@ class Kernel(Calling):
 
     def _compile(
         self,
-        schedule: str | None,
+        commands: list[Command] | None,
         default: bool,
         why: tuple[str, ...] = (),
         flat: padded_conv.Flat | None = None,
     ) -> _Built:
-        """The plan for ``schedule`` (of ``flat``'s statement, if given): from this
+        """The plan for ``commands`` (of ``flat``'s statement, if given): from this
         process, from the disk cache, or built now (other processes wait for one build)."""
         expr = self._expr if flat is None else flat.expr
-        fields = {**self._fields, "schedule": schedule}
+        fields = {**self._fields, "schedule": spelled(commands)}
         if flat is not None:
             fields["statement"] = "".join(expr.split())
         if default:
@@ -182,26 +188,34 @@ class Kernel(Calling):
                 with cache.lock(f"{ck}.plan"):  # other processes wait, then load what it built
                     entry = cache.load(f"{ck}.plan", fields)
                     if entry is None:
-                        entry = {"plan": self._build(schedule, default, expr)}
+                        entry = {"plan": self._build(commands, default, expr, flat)}
                         cache.store(f"{ck}.plan", fields, entry)
             _LOADED[memo] = _Compiled(entry["plan"], ck, fields, entry.get("object"))
-        return _Built(_LOADED[memo], why, flat)
+        return _Built(_LOADED[memo], why, flat, commands)
 
-    def _build(self, schedule: str | None, default: bool, expr: str) -> Plan:
+    def _build(
+        self,
+        commands: list[Command] | None,
+        default: bool,
+        expr: str,
+        flat: padded_conv.Flat | None = None,
+    ) -> Plan:
         from ucf import pipeline
 
         openmp = self.target != "llvm" or openmp_runtime() is not None
         static = {n: s.tensor for n, s in self._statics.items()}
+        formats = self._formats if flat is None else self._conv.formats(self._formats)
         return pipeline.plan(
             expr,
-            self.formats,
-            schedule,
+            formats,
+            commands,
             self._vt,
             self._it,
             self.target,
             openmp,
             default,
             static,
+            self.formats,
         )
 
     def _loaded(self) -> _Compiled:
@@ -238,14 +252,14 @@ class Kernel(Calling):
 
         shape = tuned.shape_class(st.extents, st.nnz)
         key = tuned.make_key(
-            self._expr, self.formats, self.dtype, self.index_dtype, self.target, shape
+            self._expr, self._formats, self.dtype, self.index_dtype, self.target, shape
         )
         text = tuned.lookup(key)
         if text is None:
             return None
         why = f"tuned: the schedule ucf.tune stored for shape class {shape}: {text}"
         try:
-            return self._compile(text, default=False, why=(why,))
+            return self._compile(as_commands(text), default=False, why=(why,))
         except UcfError as e:  # stored by another ucf version, say: advice, never a failure
             warn_user(
                 f"ucf: the tuned schedule '{text}' no longer compiles ({e}); using the default",
@@ -268,13 +282,13 @@ class Kernel(Calling):
         if hit is not None:
             if hit[0] is None:
                 return self._static
-            text, why, flattened = hit[0]
+            commands, why, flattened = hit[0]
             try:
-                return self._compile(text, True, why, flat if flattened else None)
+                return self._compile(commands, True, why, flat if flattened else None)
             except (ScheduleError, UnsupportedError):
                 pass
         built = self._model(st, split, flat, threads)
-        kept = (built.compiled.fields["schedule"], built.why, built.flat is not None)
+        kept = (built.commands, built.why, built.flat is not None)
         decisions.store(fields, None if built is self._static else kept)
         return built
 
@@ -284,19 +298,24 @@ class Kernel(Calling):
         """The first of the default model's proposals that compiles (``ucf.pipeline``)."""
         from ucf import pipeline
 
+        refused = Refused()
         if flat is not None:
             fst = replace(st, extents=flat.extents(st.extents))
-            for choice in pipeline.proposals(flat.expr, self.formats, fst, threads):
-                try:
-                    return self._compile(choice.text, True, (flat.why, *choice.why), flat)
-                except (ScheduleError, UnsupportedError):
-                    continue
-        for choice in pipeline.proposals(self._expr, self.formats, split, threads):
-            try:
-                return self._compile(choice.text, default=True, why=tuple(choice.why))
-            except (ScheduleError, UnsupportedError):
-                continue
-        return self._static
+            built = first_passing(
+                pipeline.proposals(flat.expr, self._conv.formats(self._formats), fst, threads),
+                lambda c: self._compile(c.commands, True, (flat.why, *refused, *c.why), flat),
+                refused,
+                shown=_text,
+            )
+            if built is not None:
+                return built
+        built = first_passing(
+            pipeline.proposals(self._expr, self._formats, split, threads, self.formats),
+            lambda c: self._compile(c.commands, default=True, why=(*refused, *c.why)),
+            refused,
+            shown=_text,
+        )
+        return built or self._static
 
     @property
     def _built(self) -> _Built:
@@ -430,24 +449,32 @@ class Kernel(Calling):
         return save_c(self._user_plan, prefix, name, abi, lib)
 
 
-def compute_dtype(expr: str, formats: dict[str, str], dtype: Any) -> np.dtype:
-    """``ucf.pipeline.compute_dtype``, kept in the disk cache (``ucf.exec.decisions``):
-    finding it parses the statement, which a kernel in the cache need not do."""
+def _front(
+    expr: str, formats: Mapping[str, Any] | None, shown: dict[str, str], dtype: Any
+) -> tuple[dict[str, Format], np.dtype]:
+    """The statement's formats, parsed (``parse_formats``), and its compute type
+    (``ucf.pipeline.compute_dtype``). The tensors' orders and the compute type are kept in
+    the disk cache (``ucf.exec.decisions``): finding them parses the statement, which a
+    kernel in the cache need not do."""
     fields = {
-        "decision": "dtype",
+        "decision": "front",
         "statement": "".join(expr.split()),
-        "formats": sorted(formats.items()),
+        "formats": sorted(shown.items()),
         "dtype": None if dtype is None else str(dtype),
         "version": __version__,
     }
     hit = decisions.load(fields)
     if hit is not None:
-        return hit[0]
+        orders, dt = hit[0]
+        return parse_formats(formats, orders), dt
     from ucf import pipeline
+    from ucf.lang.parser import parse_statement
 
-    dt = pipeline.compute_dtype(expr, formats, dtype)
-    decisions.store(fields, dt)
-    return dt
+    orders = pipeline.statement_orders(parse_statement(expr))
+    parsed = parse_formats(formats, orders)
+    dt = pipeline.compute_dtype(expr, parsed, dtype)
+    decisions.store(fields, (orders, dt))
+    return parsed, dt
 
 
 class _PerThread(threading.local):
@@ -457,6 +484,10 @@ class _PerThread(threading.local):
     built: _Built | None = None
     replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
+
+
+def _text(choice: cpu_model.Choice) -> str:
+    return choice.text
 
 
 def export_name(text: str) -> str:

@@ -18,12 +18,13 @@ kernel, so each image width compiles its own).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from ucf.format.format import dense_format, parse_format
+from ucf.format.format import Format, dense_format
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Statement
 from ucf.lang.reductions import peel
@@ -49,6 +50,11 @@ class Conv:
     r: str
     s: str
     shift: tuple[int, int]
+
+    def formats(self, given: Mapping[str, Format]) -> dict[str, Format]:
+        """The formats of the flattened statement: the weight's as given; the input and
+        the output are plain dense ones (``find`` checked), of other orders there."""
+        return {n: f for n, f in given.items() if n not in (self.inp, self.stmt.lhs.tensor)}
 
     def at(self, extents: dict[str, int]) -> Flat | None:
         """The flattened statement for a call with ``extents``; None when a loop is empty
@@ -147,12 +153,11 @@ def _vars(a: Access) -> set[str]:
     return {v for i in a.indices for v in i.variables}
 
 
-def _plain_dense(text: str | None, order: int, tensor: str) -> bool:
+def _plain_dense(fmt: Format | None, order: int) -> bool:
     """Dense levels in mode order holding plain values: the layout ``pad`` reads and
     the crop writes."""
-    if text is None:
+    if fmt is None:
         return True
-    fmt = parse_format(text, order, tensor)
     return (
         fmt.is_dense
         and fmt.values is None
@@ -161,7 +166,7 @@ def _plain_dense(text: str | None, order: int, tensor: str) -> bool:
     )
 
 
-def find(stmt: Statement, formats: dict[str, str]) -> Conv | None:
+def find(stmt: Statement, formats: Mapping[str, Format]) -> Conv | None:
     """The convolution ``stmt`` is, if it is one ``Conv`` describes with a dense input
     and output (any weight format); None otherwise. It takes the parsed statement (a
     kernel's plan holds it), so that a kernel loaded from the cache parses nothing."""
@@ -183,7 +188,7 @@ def find(stmt: Statement, formats: dict[str, str]) -> Conv | None:
             continue
         names = {lhs.tensor, inp.tensor, weight.tensor}
         if len(names) == 3 and all(
-            _plain_dense(formats.get(a.tensor), len(a.indices), a.tensor) for a in (lhs, inp)
+            _plain_dense(formats.get(a.tensor), len(a.indices)) for a in (lhs, inp)
         ):
             return found
     return None

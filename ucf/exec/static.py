@@ -13,18 +13,18 @@ with itself.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ucf.errors import OperandError
-from ucf.format.format import parse_format
+from ucf.format.format import Format, dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
-from ucf.schedule import parse_schedule
+from ucf.schedule.commands import Command, DismantleCommand
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ class Static:
 def prepare(
     static: Mapping[str, Any],
     expr: str,
-    formats: Mapping[str, str],
-    schedule: str | None,
+    formats: Mapping[str, Format],
+    commands: Sequence[Command] | None,
     dtype: np.dtype,
     index_dtype: np.dtype,
 ) -> dict[str, Static]:
@@ -87,7 +87,7 @@ def prepare(
 
     stmt = parse_statement(expr)
     names = {a.tensor for a in accesses(stmt.rhs)}
-    values = embeds_values(schedule)
+    values = embeds_values(commands)
     out = {}
     for name, given in static.items():
         if name not in names:
@@ -95,7 +95,7 @@ def prepare(
                 f"static= names {name}, which is not an operand of {stmt} (operands: "
                 f"{', '.join(sorted(names))})"
             )
-        fmt = parse_format(formats.get(name, "dense"), order=len(_access(stmt, name).indices))
+        fmt = formats.get(name) or dense_format(len(_access(stmt, name).indices))
         # A format stating its values says how the operand holds them (a quantized
         # one's stored integers are not a dtype to convert to).
         held = None if fmt.values else dtype
@@ -104,11 +104,9 @@ def prepare(
     return out
 
 
-def embeds_values(schedule: str | None) -> bool:
-    """Whether ``schedule`` embeds the static values (``dismantle(v, values)``)."""
-    if not schedule or "dismantle" not in schedule:
-        return False
-    return any(c.name == "dismantle" and len(c.args) == 2 for c in parse_schedule(schedule))
+def embeds_values(commands: Sequence[Command] | None) -> bool:
+    """Whether the schedule embeds the static values (``dismantle(v, values)``)."""
+    return any(isinstance(c, DismantleCommand) and c.request.values for c in commands or ())
 
 
 def _access(stmt: Statement, name: str):

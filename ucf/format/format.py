@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError
+from ucf.errors import FormatError, OperandError
 from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
@@ -133,6 +134,69 @@ class Format:
     def blocked(self) -> bool:
         """Whether some level stores a block index or an offset in a block."""
         return not all(m.plain for m in self.maps)
+
+    @property
+    def fixed_width(self) -> bool:
+        """Whether some level stores a fixed number of entries per parent (``ell(w)``,
+        ``nm(n,m)``): rows whose loops have the same trip count."""
+        return any(k.segment_width is not None for k in self.levels)
+
+    @classmethod
+    def dense(cls, order: int, mode_order: Sequence[int] | None = None) -> Format:
+        """Dense levels storing the modes in ``mode_order`` (default: their own order)."""
+        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order or range(order)))
+
+    @classmethod
+    def compressed(
+        cls, order: int, dense: int = 0, mode_order: Sequence[int] | None = None
+    ) -> Format:
+        """``dense`` dense levels, then compressed ones (CSR is ``compressed(2, 1)``, CSF
+        ``compressed(3)``), storing the modes in ``mode_order``."""
+        kinds = [KINDS["U"]] * dense + [KINDS["C"]] * (order - dense)
+        return cls(tuple(kinds), tuple(mode_order or range(order)))
+
+    @classmethod
+    def blocked_rows(cls, bh: int, bw: int, columns: bool = False) -> Format:
+        """Blocks of ``bh`` x ``bw`` in compressed rows of blocks (``bcsr(bh,bw)``), each
+        stored row-major; ``columns``: in compressed columns of blocks, each stored
+        column-major (the same matrix read column by column)."""
+        outer = (LevelMap(0, div=bh), LevelMap(1, div=bw))
+        inner = (LevelMap(0, mod=bh), LevelMap(1, mod=bw))
+        if columns:
+            outer, inner = outer[::-1], inner[::-1]
+        kinds = (KINDS["U"], KINDS["C"], KINDS["U"], KINDS["U"])
+        return cls(kinds, outer + inner)
+
+    @classmethod
+    def dynamic(cls, order: int) -> Format:
+        """STile's index of live tiles: dense levels over every mode but the last, and an
+        unordered compressed last one (its live tiles, listed in any order)."""
+        return cls(tuple([KINDS["U"]] * (order - 1) + [KINDS["Q"]]), tuple(range(order)))
+
+    @classmethod
+    def tiled(cls, tile: Sequence[int]) -> Format:
+        """Dense levels over micro-tiles of ``tile`` (one extent per mode): a mode whose
+        extent is above 1 is stored as its tile, then its place in the tile, as a
+        blocked format stores blocks (``UUU:0/32,0%32,1`` for tiles of 32 x 1)."""
+        maps = []
+        for mode, b in enumerate(tile):
+            maps += [LevelMap(mode, div=b), LevelMap(mode, mod=b)] if b > 1 else [LevelMap(mode)]
+        return cls(tuple(KINDS["U"] for _ in maps), tuple(maps))
+
+    @classmethod
+    def workspace_list(cls) -> Format:
+        """A kernel's list of the coordinates a workspace was touched at: one level that
+        its consumer walks as a compressed one (``ucf.format.levels.workspace``)."""
+        return cls((KINDS["W"],), (0,))
+
+    def with_mode_order(self, mode_order: Sequence[int]) -> Format:
+        """The same level kinds and values, storing the modes in ``mode_order`` (plain
+        maps only: a blocked format's maps are its own)."""
+        return Format(self.levels, tuple(mode_order), self.values)
+
+    def with_levels(self, levels: Sequence[LevelKind]) -> Format:
+        """The same maps and values over other level kinds (one per map)."""
+        return Format(tuple(levels), self.maps, self.values)
 
     def level_dims(self, shape: tuple[int, ...]) -> list[int]:
         """Each level's dimension for a tensor of ``shape``."""
@@ -254,14 +318,19 @@ def dense_format(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 
-@cache
-def compressed_rows(order: int, ordered: bool = True, fill: float = 0.0) -> Format:
-    """Dense levels over every mode but the last, then one compressed level: CSR for
-    any order, with its rows' coordinates sorted (``C``) or in any order (``Q``, what
-    the STile index builds), absent entries reading as ``fill``."""
-    last = KINDS["C"] if ordered else KINDS["Q"]
-    levels = (*(KINDS["U"] for _ in range(order - 1)), last)
-    return Format(levels, tuple(range(order)), fill=fill)
+def parse_formats(given: Mapping[str, Any] | None, orders: Mapping[str, int]) -> dict[str, Format]:
+    """The formats of a statement's tensors as given at the API (text or ``Format``, by
+    tensor), parsed once, each checked against the tensor's order (``orders``: every
+    tensor of the statement); a tensor the statement does not use is refused."""
+    out = {}
+    for name, spelled in (given or {}).items():
+        if name not in orders:
+            raise OperandError(
+                f"formats names tensor {name}, which the statement does not use "
+                f"(tensors: {', '.join(orders)})"
+            )
+        out[name] = parse_format(spelled, order=orders[name], tensor=name)
+    return out
 
 
 def _fill_text(fill: float) -> str:
@@ -382,15 +451,21 @@ def _named(name: str, args: str, order: int | None, text: str, who: str) -> str:
     return levels.format(u="U" * (n - 1), modes=modes, last=n - 1, **given)
 
 
+def _stored() -> str:
+    """The letters of the kinds tensors are stored in (a kernel's own, such as a
+    workspace's list, are left out)."""
+    return ", ".join(letter for letter, kind in KINDS.items() if kind.stored)
+
+
 def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     """The level kinds ``letters`` spells, each a letter with any number it takes (``UF4``)."""
     kinds = []
     for token in _LEVEL.finditer(letters):
         letter, number = token.groups()
-        if letter not in KINDS:
+        if letter not in KINDS or not KINDS[letter].stored:
             raise FormatError(
                 f"bad format '{text}'{who}: level kind {letter!r} is not one of "
-                f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)}, or "
+                f"{_stored()} (or an alias: {', '.join(ALIASES)}, or "
                 f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
                 + taco_letters.hint(text.strip())
             )
@@ -409,7 +484,7 @@ def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
     if not kinds:
         raise FormatError(
             f"bad format '{text}'{who}: level kind '(empty)' is not one of "
-            f"{', '.join(KINDS)} (or an alias: {', '.join(ALIASES)})"
+            f"{_stored()} (or an alias: {', '.join(ALIASES)})"
         )
     return tuple(kinds)
 

@@ -123,6 +123,19 @@ class Splat(Expr):
 
 
 @dataclass(frozen=True)
+class Lane(Expr):
+    """Lane ``index`` (a constant) of a vector: how the partial sums of
+    ``ucf.passes.partial_sums``, held in a vector's lanes, are folded into one."""
+
+    operand: Expr
+    index: int
+
+    @property
+    def type(self) -> str:
+        return element(self.operand.type)
+
+
+@dataclass(frozen=True)
 class PairDot(Expr):
     """Two vectors of ``i32`` whose 32-bit lanes each hold two int16, the low half
     first: per lane ``low(left) * low(right) + high(left) * high(right)``, the products

@@ -8,6 +8,7 @@ generators receive.
 from __future__ import annotations
 
 from ucf.ir import nodes as ir
+from ucf.ir.visit import Visitor, handles
 
 
 def format_function(fn: ir.Function) -> str:
@@ -15,7 +16,7 @@ def format_function(fn: ir.Function) -> str:
         f"{'out ' if p.output else ''}{p.name}: {p.type}{'[]' if p.is_array else ''}"
         for p in fn.params
     )
-    lines = [f"func {fn.name}({params}) {{", *_block(fn.body, 1), "}"]
+    lines = [f"func {fn.name}({params}) {{", *_PRINTER.block(fn.body, 1), "}"]
     return "\n".join(lines)
 
 
@@ -23,99 +24,159 @@ def format_functions(fns: list[ir.Function]) -> str:
     return "\n\n".join(format_function(f) for f in fns) + "\n"
 
 
-def _block(stmts: list[ir.Stmt], depth: int) -> list[str]:
-    out: list[str] = []
-    for s in stmts:
-        out += _stmt(s, depth)
-    return out
+class _Printer(Visitor):
+    refusal = "cannot print"
 
+    def block(self, stmts: list[ir.Stmt], depth: int) -> list[str]:
+        out: list[str] = []
+        for s in stmts:
+            out += self.visit(s, depth)
+        return out
 
-def _stmt(s: ir.Stmt, depth: int) -> list[str]:
-    pad = "  " * depth
-    if isinstance(s, ir.Decl):
-        return [f"{pad}let {s.var.name}: {s.var.type} = {expr(s.init)}"]
-    if isinstance(s, ir.Assign):
-        return [f"{pad}{s.var.name} = {expr(s.value)}"]
-    if isinstance(s, ir.Store):
+    # ------------------------------------------------------------- statements
+
+    @handles(ir.Decl)
+    def decl(self, s: ir.Decl, depth: int) -> list[str]:
+        return [f"{_pad(depth)}let {s.var.name}: {s.var.type} = {expr(s.init)}"]
+
+    @handles(ir.Assign)
+    def assign(self, s: ir.Assign, depth: int) -> list[str]:
+        return [f"{_pad(depth)}{s.var.name} = {expr(s.value)}"]
+
+    @handles(ir.Store)
+    def store(self, s: ir.Store, depth: int) -> list[str]:
         op = ("atomic " if s.atomic else "") + ("store+=" if s.accumulate else "store")
-        return [f"{pad}{op} {s.array.name}[{expr(s.index)}], {expr(s.value)}"]
-    if isinstance(s, ir.For):
-        return _for(s, depth)
-    if isinstance(s, ir.While):
+        return [f"{_pad(depth)}{op} {s.array.name}[{expr(s.index)}], {expr(s.value)}"]
+
+    @handles(ir.For)
+    def for_loop(self, s: ir.For, depth: int) -> list[str]:
+        pad = _pad(depth)
+        attrs = []
+        if s.parallel:
+            attrs.append(f"parallel({s.parallel}, {s.strategy or 'NoRaces'})")
+        if s.reduction:
+            attrs.append("reduce(" + ", ".join(r.name for r in s.reduction) + ")")
+        if s.unroll:
+            attrs.append(f"unroll({s.unroll})")
+        if s.parallel_if is not None:
+            attrs.append(f"if({expr(s.parallel_if)})")
+        label = f"  # {s.label}" if s.label and s.label != s.var.name else ""
+        head = f"{pad}for{' ' if attrs else ''}{' '.join(attrs)} {s.var.name} in "
+        head += f"[{expr(s.start)}, {expr(s.end)}) {{{label}"
+        lines = [head, *self.block(s.body, depth + 1), f"{pad}}}"]
+        if s.prologue or s.epilogue:
+            lines = [
+                f"{pad}per-thread {{",
+                *self.block(s.prologue, depth + 1),
+                *["  " + line for line in lines],
+                *self.block(s.epilogue, depth + 1),
+                f"{pad}}}",
+            ]
+        return lines
+
+    @handles(ir.While)
+    def while_loop(self, s: ir.While, depth: int) -> list[str]:
+        pad = _pad(depth)
         label = f"  # {s.label}" if s.label else ""
-        return [f"{pad}while {expr(s.cond)} {{{label}", *_block(s.body, depth + 1), f"{pad}}}"]
-    if isinstance(s, ir.Alloc):
-        return [f"{pad}alloc {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
-    if isinstance(s, ir.Free):
-        return [f"{pad}free {s.array.name}"]
-    if isinstance(s, ir.Call):
+        return [f"{pad}while {expr(s.cond)} {{{label}", *self.block(s.body, depth + 1), f"{pad}}}"]
+
+    @handles(ir.Alloc)
+    def alloc(self, s: ir.Alloc, depth: int) -> list[str]:
+        return [f"{_pad(depth)}alloc {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
+
+    @handles(ir.Free)
+    def free(self, s: ir.Free, depth: int) -> list[str]:
+        return [f"{_pad(depth)}free {s.array.name}"]
+
+    @handles(ir.Call)
+    def call(self, s: ir.Call, depth: int) -> list[str]:
         args = ", ".join(a.name if isinstance(a, ir.Array) else expr(a) for a in s.args)
-        return [f"{pad}call {s.name}({args})"]
-    if isinstance(s, ir.If):
-        lines = [f"{pad}if {expr(s.cond)} {{", *_block(s.then, depth + 1)]
+        return [f"{_pad(depth)}call {s.name}({args})"]
+
+    @handles(ir.If)
+    def if_stmt(self, s: ir.If, depth: int) -> list[str]:
+        pad = _pad(depth)
+        lines = [f"{pad}if {expr(s.cond)} {{", *self.block(s.then, depth + 1)]
         if s.orelse:
-            lines += [f"{pad}}} else {{", *_block(s.orelse, depth + 1)]
+            lines += [f"{pad}}} else {{", *self.block(s.orelse, depth + 1)]
         return [*lines, f"{pad}}}"]
-    if isinstance(s, ir.Comment):
-        return [f"{pad}# {s.text}"]
-    raise TypeError(f"cannot print {type(s).__name__}")
 
+    @handles(ir.Comment)
+    def comment(self, s: ir.Comment, depth: int) -> list[str]:
+        return [f"{_pad(depth)}# {s.text}"]
 
-def _for(s: ir.For, depth: int) -> list[str]:
-    pad = "  " * depth
-    attrs = []
-    if s.parallel:
-        attrs.append(f"parallel({s.parallel}, {s.strategy or 'NoRaces'})")
-    if s.reduction:
-        attrs.append("reduce(" + ", ".join(r.name for r in s.reduction) + ")")
-    if s.unroll:
-        attrs.append(f"unroll({s.unroll})")
-    if s.parallel_if is not None:
-        attrs.append(f"if({expr(s.parallel_if)})")
-    label = f"  # {s.label}" if s.label and s.label != s.var.name else ""
-    head = f"{pad}for{' ' if attrs else ''}{' '.join(attrs)} {s.var.name} in "
-    head += f"[{expr(s.start)}, {expr(s.end)}) {{{label}"
-    lines = [head, *_block(s.body, depth + 1), f"{pad}}}"]
-    if s.prologue or s.epilogue:
-        lines = [
-            f"{pad}per-thread {{",
-            *_block(s.prologue, depth + 1),
-            *["  " + line for line in lines],
-            *_block(s.epilogue, depth + 1),
-            f"{pad}}}",
-        ]
-    return lines
+    # ------------------------------------------------------------ expressions
 
-
-def expr(e: ir.Expr) -> str:
-    if isinstance(e, ir.Var):
+    @handles(ir.Var)
+    def var(self, e: ir.Var) -> str:
         return e.name
-    if isinstance(e, ir.Const):
+
+    @handles(ir.Const)
+    def const(self, e: ir.Const) -> str:
         return f"{e.value}:{e.type}"
-    if isinstance(e, ir.Load):
+
+    @handles(ir.Load)
+    def load(self, e: ir.Load) -> str:
         return f"{e.array.name}[{expr(e.index)}]"
-    if isinstance(e, ir.VLoad):
+
+    @handles(ir.VLoad)
+    def vload(self, e: ir.VLoad) -> str:
         return f"{e.array.name}[{expr(e.index)} : +{e.lanes}]"
-    if isinstance(e, ir.Splat):
+
+    @handles(ir.Splat)
+    def splat(self, e: ir.Splat) -> str:
         return f"splat{e.lanes}({expr(e.operand)})"
-    if isinstance(e, ir.PairDot):
+
+    @handles(ir.Lane)
+    def lane(self, e: ir.Lane) -> str:
+        return f"lane({expr(e.operand)}, {e.index})"
+
+    @handles(ir.PairDot)
+    def pair_dot(self, e: ir.PairDot) -> str:
         return f"pairdot({expr(e.left)}, {expr(e.right)})"
-    if isinstance(e, ir.QuadDot):
+
+    @handles(ir.QuadDot)
+    def quad_dot(self, e: ir.QuadDot) -> str:
         return f"quaddot({expr(e.unsigned)}, {expr(e.signed)}, {expr(e.addend)})"
-    if isinstance(e, ir.FMA):
+
+    @handles(ir.FMA)
+    def fma(self, e: ir.FMA) -> str:
         return f"fma({expr(e.left)}, {expr(e.right)}, {expr(e.addend)})"
-    if isinstance(e, ir.Bin):
+
+    @handles(ir.Bin)
+    def binary(self, e: ir.Bin) -> str:
         if e.op in ("min", "max"):
             return f"{e.op}({expr(e.left)}, {expr(e.right)})"
         return f"({expr(e.left)} {e.op} {expr(e.right)})"
-    if isinstance(e, ir.Neg):
+
+    @handles(ir.Neg)
+    def neg(self, e: ir.Neg) -> str:
         return f"-{expr(e.operand)}"
-    if isinstance(e, ir.Cmp | ir.Logic):
+
+    @handles(ir.Cmp, ir.Logic)
+    def compare(self, e: ir.Cmp | ir.Logic) -> str:
         return f"({expr(e.left)} {e.op} {expr(e.right)})"
-    if isinstance(e, ir.Cast):
+
+    @handles(ir.Cast)
+    def cast(self, e: ir.Cast) -> str:
         return f"{e.type}({expr(e.operand)})"
-    if isinstance(e, ir.Select):
+
+    @handles(ir.Select)
+    def select(self, e: ir.Select) -> str:
         return f"select({expr(e.cond)}, {expr(e.if_true)}, {expr(e.if_false)})"
-    if isinstance(e, ir.Math):
+
+    @handles(ir.Math)
+    def math(self, e: ir.Math) -> str:
         return f"{e.fn}({expr(e.operand)})"
-    raise TypeError(f"cannot print {type(e).__name__}")
+
+
+def _pad(depth: int) -> str:
+    return "  " * depth
+
+
+_PRINTER = _Printer()
+
+
+def expr(e: ir.Expr) -> str:
+    """One expression as text."""
+    return _PRINTER.visit(e)

@@ -65,7 +65,7 @@ class CoiterationMixin:
         split = None
         if v in self.splits and iters and not (full or drives or st.ws is not None):
             split = self._narrow_to_blocks(v, iters)
-            label = split.args[2]
+            label = split.inner
         if st.ws is None and not self.assembling:
             whole = full and split is None and self._loop_end(v) is self.extents[v]
             self.whole_loops[label] = self.whole_loops.get(label, True) and whole

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
+from ucf.schedule.commands import SplitCommand
 
 
 class BlocksMixin:
@@ -27,7 +28,7 @@ class BlocksMixin:
                     "coordinate (an affine window or an unordered level); split a dense or "
                     "singly-driven loop instead"
                 )
-        inner = cmd.args[2]
+        inner = cmd.inner
         lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
         for it in iters.values():
             pb, pe = Var(f"{it.pos.name}_seg", I64), Var(f"{it.end.name}_seg", I64)
@@ -45,18 +46,18 @@ class BlocksMixin:
         self.consumed.add(cmd)
         return cmd
 
-    def _blocks(self, cmd, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+    def _blocks(self, cmd: SplitCommand, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         """The co-iteration ``stmts`` inside a loop over blocks of coordinates."""
-        v, outer, inner, amount = cmd.args
+        v, outer, inner, amount = cmd.var, cmd.outer, cmd.inner, cmd.amount
         n = self._loop_end(v)
         lo, hi = Var(f"{inner}_lo", I64), Var(f"{inner}_hi", I64)
         prelude: list[ir.Stmt] = []
-        if cmd.name == "split":
-            chunk: ir.Expr = Const(int(amount), I64)
-            blocks = ir.Bin("/", ir.add(n, Const(int(amount) - 1, I64)), chunk)
+        if cmd.mode == "split":
+            chunk: ir.Expr = Const(amount, I64)
+            blocks = ir.Bin("/", ir.add(n, Const(amount - 1, I64)), chunk)
         else:
             chunk = Var(f"{inner}_chunk", I64)
-            parts = Const(int(amount), I64)
+            parts = Const(amount, I64)
             prelude.append(
                 ir.Decl(chunk, ir.Bin("/", ir.sub(ir.add(n, parts), Const(1, I64)), parts))
             )

@@ -74,6 +74,7 @@ from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
 from ucf.lower.zeroing import zero_slices
 from ucf.schedule import Applied
+from ucf.schedule.commands import SplitCommand
 
 
 class Lowerer(
@@ -167,7 +168,7 @@ class Lowerer(
         self.fused = {f[0][0]: f for f in applied.fused} if applied else {}
         self.steps = list(applied.steps) if applied else []
         # A split of an original variable, in case its loop co-iterates (see _blocks).
-        self.splits = {c.args[0]: c for c in self.steps if c.name in ("split", "divide")}
+        self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
         self.consumed: set = set()  # steps this pass built itself; transforms skip them
         self.entries: dict[str, tuple[Var, int]] = {}
         # Set when a fused pos loop walks a non-unique level: its coordinates repeat.

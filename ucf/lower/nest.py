@@ -33,6 +33,10 @@ class Nest:
     # loops over them write values at placed positions and append nothing.
     trailing_out: set[str] = field(default_factory=set)
 
+    def has(self, label: str) -> bool:
+        """Whether some loop of the nest is labelled ``label``."""
+        return any(loop.label == label for _, loop in loops(self.body))
+
     def find_all(self, label: str, cmd: str) -> list[tuple[list[ir.Stmt], int, ir.For]]:
         """Every loop labelled ``label``: one, or a precompute's producer and consumer."""
         found = []
@@ -46,8 +50,6 @@ class Nest:
                     )
                 found.append((container, index_of(container, loop), loop))
         if not found:
-            if self.partial:
-                raise Absent(label)
             raise ScheduleError(f"{cmd}: no loop over {label} in this kernel")
         return found
 
@@ -66,10 +68,6 @@ class Nest:
                 "single loop can be split, fused or bounded"
             )
         return found[0]
-
-
-class Absent(Exception):  # noqa: N818 - control flow, never seen by users
-    """A command's loop is not in a partial nest: the command does not apply to it."""
 
 
 def index_of(container: list, item) -> int:

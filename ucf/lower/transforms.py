@@ -15,6 +15,7 @@ from dataclasses import replace
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import Const, Var
+from ucf.ir.visit import Visitor, handles
 from ucf.ir.walk import (
     assigned,
     declared,
@@ -24,29 +25,29 @@ from ucf.ir.walk import (
     statements,
     substitute,
 )
-from ucf.lower.nest import I64, Absent, Nest, has_load, index_of, take_entry
+from ucf.lower.nest import I64, Nest, has_load, index_of, take_entry
 from ucf.lower.parallel import add_work_thresholds, parallelize
 from ucf.schedule import Command, Parallel, Split
+from ucf.schedule.commands import Arrange, BoundCommand, Fuse, SplitCommand, Unroll
 
 
 def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> None:
     """Run the steps in order; the loops are arranged into the final order once, at the end.
 
     The lowerer already builds the original variables in the order the final
-    loops imply, so only interleavings of derived loops are left to arrange.
+    loops imply, so only interleavings of derived loops are left to arrange. The
+    assemble pass of a sparse output stops once every appended coordinate is placed
+    (``nest.partial``): a command on a loop further in does not apply to it.
     """
+    transforms = _Transforms(nest)
     for k, cmd in enumerate(steps):
-        if cmd.name == "arrange" and k != len(steps) - 1:
+        if isinstance(cmd, Arrange) and k != len(steps) - 1:
             continue
-        try:
-            _apply_one(nest, cmd)
-        except Absent:
-            continue
+        if transforms.applies(cmd):
+            transforms.visit(cmd)
     for label, par in parallel.items():
-        try:
+        if nest.has(label) or not nest.partial:
             parallelize(nest, label, par)
-        except Absent:
-            continue
     _check_vector_nesting(nest.body, parallel)
     add_work_thresholds(nest.body)
 
@@ -65,19 +66,40 @@ def _check_vector_nesting(body: list[ir.Stmt], parallel: dict[str, Parallel]) ->
                 )
 
 
-def _apply_one(nest: Nest, cmd: Command) -> None:
-    if cmd.name in ("split", "divide"):
-        var, outer, inner, amount = cmd.args
-        strip_mine(nest, Split(var, outer, inner, int(amount), cmd.name), str(cmd))
-    elif cmd.name == "fuse":
-        fuse(nest, *cmd.args, str(cmd))
-    elif cmd.name == "bound":
-        bound(nest, cmd.args[0], cmd.args[1], int(cmd.args[2]), str(cmd))
-    elif cmd.name == "unroll":
-        for _, _, loop in nest.find_all(cmd.args[0], str(cmd)):
-            loop.unroll = int(cmd.args[1])
-    elif cmd.name == "arrange":
-        arrange(nest, list(cmd.args), f"reorder({', '.join(cmd.args)})")
+class _Transforms(Visitor):
+    """The loop commands on the labelled LLIR loops of one nest, one handler each."""
+
+    refusal = "no loop transformation for"
+
+    def __init__(self, nest: Nest):
+        self.nest = nest
+
+    def applies(self, cmd: Command) -> bool:
+        """Whether ``cmd`` applies to this nest: its loop is in it, or the nest is whole
+        (then a missing loop is the command's error to report)."""
+        loop = cmd.outer if isinstance(cmd, Fuse) else getattr(cmd, "var", None)
+        return loop is None or not self.nest.partial or self.nest.has(loop)
+
+    @handles(SplitCommand)
+    def split(self, cmd: SplitCommand) -> None:
+        strip_mine(self.nest, cmd.split, str(cmd))
+
+    @handles(Fuse)
+    def fuse(self, cmd: Fuse) -> None:
+        fuse(self.nest, cmd.outer, cmd.inner, cmd.fused, str(cmd))
+
+    @handles(BoundCommand)
+    def bound(self, cmd: BoundCommand) -> None:
+        bound(self.nest, cmd.var, cmd.bound_var, cmd.amount, str(cmd))
+
+    @handles(Unroll)
+    def unroll(self, cmd: Unroll) -> None:
+        for _, _, loop in self.nest.find_all(cmd.var, str(cmd)):
+            loop.unroll = cmd.factor
+
+    @handles(Arrange)
+    def arrange(self, cmd: Arrange) -> None:
+        arrange(self.nest, list(cmd.order), f"reorder({', '.join(cmd.order)})")
 
 
 # ------------------------------------------------------------------ split

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ucf.errors import ScheduleError
 from ucf.format.format import Format, dense_format
-from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang import ast
@@ -25,20 +24,7 @@ from ucf.lower.state import (
     Where,
     Workspace,
 )
-
-
-class WorkspaceList(LevelKind):
-    """The lowerer's view of a listed workspace: the coordinates it was touched at,
-    sorted, in ``crd[0:count)``, so the consumer walks them like a compressed level."""
-
-    def bounds(self, arrays, parent, segment_end, dim):
-        return Const(0, I64), arrays["count"]
-
-    def coordinate(self, arrays, pos, parent=None, dim=None):
-        return ir.Load(arrays["crd"], pos)
-
-
-WORKSPACE_LIST = WorkspaceList("W", "workspace list", ("crd",), full=False, can_locate=False)
+from ucf.schedule.commands import BoundCommand, SplitCommand
 
 # The epoch at which a listed workspace's flags are cleared and the count restarts.
 EPOCH_WRAP = 2**31 - 1
@@ -139,7 +125,7 @@ class WorkspacesMixin:
             if self._appends_in_order(i):
                 ws.sort_tmp = Array(f"{pc.name}_tmp", I64, True)
                 ws.sort_buckets = Array(f"{pc.name}_buckets", I64, True)
-            fmt = Format((WORKSPACE_LIST,), (0,))
+            fmt = Format.workspace_list()
             params = SlotParams([size], [{"crd": ws.list, "count": ws.count}], vals)
         else:
             fmt = dense_format(1)
@@ -239,8 +225,8 @@ class WorkspacesMixin:
         self.steps = [
             c
             for c in self.steps
-            if not (c.name == "split" and c.args[0] == parent)
-            and not (c.name == "bound" and c.args[1] == parent)
+            if not (isinstance(c, SplitCommand) and c.mode == "split" and c.var == parent)
+            and not (isinstance(c, BoundCommand) and c.bound_var == parent)
         ]
         return outer, var, rel.amount, extent
 

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError
-from ucf.format.format import compressed_rows
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.format.torch_layouts import need_torch
 from ucf.stile.tile_index import build as stile_build
 
 #: The format of a tile index over (B, H, query blocks, key blocks).
-_TILES = compressed_rows(4, ordered=False)
+_TILES = Format.dynamic(4)
 #: FlexAttention's ``mask_mod``: (b, h, q_idx, kv_idx) -> whether q_idx sees kv_idx.
 MaskMod = Callable[[Any, Any, Any, Any], Any]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.format.format import Format, compressed_rows
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor, from_numpy
 from ucf.nn.attention_masks import AttentionMask
 from ucf.stile.tile_index import build as stile_build
@@ -70,10 +70,10 @@ class Setup:
         """Each step's statement and the formats of its sparse tensors (none on CUDA
         but the mask's: its scores and weights are dense there)."""
         order = 2 + self.batch_mask + self.head_mask
-        formats = {"M": compressed_rows(order, ordered=self.dense, fill=-math.inf)}
+        formats = {"M": _rows(order, self.dense, -math.inf)}
         if not self.dense:
-            formats["S"] = compressed_rows(4, ordered=False, fill=-math.inf)
-            formats["P"] = formats["dS"] = compressed_rows(4, ordered=False)
+            formats["S"] = Format.dynamic(4).with_fill(-math.inf)
+            formats["P"] = formats["dS"] = Format.dynamic(4)
         rowmax = _CLAMPED if self.dense else "m(b,h,i)"
         text = {**FORWARD, **BACKWARD}
         text["scores"] = text["scores"].format(m=self.mask_indices())
@@ -83,6 +83,13 @@ class Setup:
             names = {n for n in formats if re.search(rf"\b{n}\(", stmt)}
             out[step] = (stmt, {n: formats[n] for n in names})
         return out
+
+
+def _rows(order: int, sorted_rows: bool, fill: float) -> Format:
+    """CSR of any order reading absent entries as ``fill``: rows sorted where the dense
+    path co-iterates them with every element, else as the STile index lists them."""
+    fmt = Format.compressed(order, order - 1) if sorted_rows else Format.dynamic(order)
+    return fmt.with_fill(fill)
 
 
 _KERNELS: dict[tuple[Setup, str], Any] = {}
@@ -112,7 +119,7 @@ def mask_tensor(amask: AttentionMask, setup: Setup) -> Tensor:
     elements = elements.reshape(
         *(n for n, k in zip(elements.shape[:2], keep, strict=True) if k), *elements.shape[2:]
     )
-    fmt = compressed_rows(elements.ndim, ordered=setup.dense, fill=-math.inf)
+    fmt = _rows(elements.ndim, setup.dense, -math.inf)
     if setup.dense:
         return from_numpy(np.where(elements, 0.0, -np.inf), fmt, setup.dtype)
     index = stile_build(elements.view(np.uint8), (1,) * elements.ndim)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError
-from ucf.format.format import Format, parse_format
+from ucf.format.format import Format
 
 
 def choose_format(mask: np.ndarray, policy: Any = None) -> Format:
@@ -19,14 +19,14 @@ def choose_format(mask: np.ndarray, policy: Any = None) -> Format:
         from ucf.tesa.policy import Policy
 
         policy = Policy(blocks=DEFAULT_COSTS)
-    best, cost = parse_format("csr", order=2), float(mask.sum()) * policy.blocks.get((1, 1), 1.0)
+    best, cost = Format.compressed(2, 1), float(mask.sum()) * policy.blocks.get((1, 1), 1.0)
     for (bh, bw), per_block in policy.blocks.items():
         if (bh, bw) == (1, 1) or mask.shape[0] % bh or mask.shape[1] % bw:
             continue
         tiles = mask.reshape(mask.shape[0] // bh, bh, mask.shape[1] // bw, bw)
         some, every = tiles.any(axis=(1, 3)), tiles.all(axis=(1, 3))
         if np.array_equal(some, every) and float(some.sum()) * per_block < cost:
-            best, cost = parse_format(f"bcsr({bh},{bw})", order=2), float(some.sum()) * per_block
+            best, cost = Format.blocked_rows(bh, bw), float(some.sum()) * per_block
     return best
 
 

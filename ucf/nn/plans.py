@@ -33,7 +33,7 @@ import numpy as np
 from ucf.autodiff import derive
 from ucf.autodiff.backward import writable
 from ucf.exec.kernel import Kernel
-from ucf.format.format import Format, parse_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor, trusted
 from ucf.lang.parser import parse_statement
 
@@ -69,8 +69,8 @@ def column_format(fmt: Format) -> Format:
     """The format holding the same matrix column by column (blocks kept)."""
     if _blocks(fmt):
         bh, bw = fmt.maps[2].mod, fmt.maps[3].mod
-        return parse_format(f"UCUU:1/{bw},0/{bh},1%{bw},0%{bh}", order=2)
-    return parse_format("csc", order=2)
+        return Format.blocked_rows(bh, bw, columns=True)
+    return Format.compressed(2, 1, mode_order=(1, 0))
 
 
 def _blocks(fmt: Format) -> bool:

@@ -49,8 +49,6 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-import llvmlite.binding as llvm
-
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, substitute
@@ -59,6 +57,7 @@ from ucf.passes.tiling import (
     VECTOR_BYTES,
     Nest,
     TileState,
+    host_features,
     trip_bound,
     trip_count,
     unit_offset,
@@ -81,15 +80,6 @@ def available() -> tuple[str, ...]:
     if "+avx2" not in features.split(","):
         return ()
     return (PMADDWD, VPDPBUSD) if vnni(features) else (PMADDWD,)
-
-
-def host_features() -> str:
-    """The host CPU's features as LLVM spells them; empty on a host llvmlite cannot
-    describe."""
-    try:
-        return llvm.get_host_cpu_features().flatten()
-    except RuntimeError:
-        return ""
 
 
 def vnni(features: str) -> bool:

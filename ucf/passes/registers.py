@@ -47,13 +47,13 @@ from ucf.passes.pairs import paired
 from ucf.passes.tiling import (
     ACCUMULATE,
     SIZES,
-    VECTOR_BYTES,
     Nest,
     TileState,
     enabled,
     lanewise,
     loads_from,
     serial_loop,
+    tile_bytes,
     trip_bound,
     trip_count,
     unit_offset,
@@ -147,7 +147,7 @@ class _Rewriter(TileState):
         self.tiles += 1
         j = nest.inner
         elem = nest.store.array.elem
-        lanes = VECTOR_BYTES // SIZES[elem]
+        lanes = tile_bytes(elem) // SIZES[elem]
         rows = 1 if nest.rows is None else _rows(nest.rows)
         width = VECTORS[rows] * lanes
         over = (

@@ -1,10 +1,14 @@
 """Schedules: typed commands, checked against the loop nest and recorded for the lowerer.
 
-- ``commands``: one class per command (parse its arguments, check, apply);
+- ``nest_state``, ``loops``, ``requests``: one class per command (typed arguments
+  parsed once, ``check(nest) -> reason | None``, ``apply(nest) -> nest``);
+  ``commands`` maps names to them;
 - ``provenance``: which loop variable derives from which;
 - ``records``: what a checked schedule hands on (splits, bounds, parallel loops...);
 - ``apply``: the checker, from commands to an ``Applied``;
-- ``text`` and ``fluent``: the two spellings, which build the same command objects.
+- ``text`` and ``fluent``: the two spellings, which build the same command objects;
+- ``cpu_model``, ``gpu_model``, ``stats``: the default schedules and what they read;
+- ``candidates``: candidates tried in turn, refusals kept for ``k.cin``.
 
 Every command of the schedule language is checked against the statement
 before anything is compiled, so a typo or an illegal request is a

@@ -5,14 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ucf.cin.blocking import Blocking
 from ucf.errors import ScheduleError
+from ucf.lang.ast import Statement
 from ucf.schedule.commands import (
-    ASSEMBLE_STRATEGIES,
+    Arrange,
+    AssembleCommand,
     Command,
     NestState,
     Parallelize,
+    SplitCommand,
+    Unroll,
     closest,
-    command,
+    renamed,
 )
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Assemble, Bound, Dismantle, Parallel, Precompute
@@ -21,7 +26,7 @@ if TYPE_CHECKING:
     from ucf.format.format import Format
 
 #: Commands that may name a query loop (``qi``) after ``assemble(T, ..., true)``.
-QUERY_COMMANDS = ("split", "divide", "unroll", "parallelize")
+QUERY_COMMANDS = (SplitCommand, Unroll, Parallelize)
 
 
 @dataclass
@@ -70,7 +75,7 @@ def apply_schedule(
     query: _Query | None = None
     rest = list(commands)
     for k, cmd in enumerate(commands):
-        if cmd.name == "assemble":
+        if isinstance(cmd, AssembleCommand):
             assemble = _assemble(cmd, output, assemble)
             if assemble.separately:
                 at = _apply(commands[:k], order, {}, tensors, output[0], static).loops
@@ -92,6 +97,28 @@ def apply_schedule(
     if applied.dismantle is not None:
         _check_dismantle(applied)
     return applied
+
+
+def check_statement(
+    commands: list[Command], stmt: Statement, blocking: Blocking | None = None
+) -> None:
+    """Check each command against the statement as the user wrote it, before any loop
+    exists: ``condense`` needs a variable that can be condensed, and a variable that a
+    blocked format stores in blocks runs as two loops, which a command must name."""
+    for cmd in commands:
+        reason = cmd.check_statement(stmt)
+        if reason is not None:
+            raise ScheduleError(reason)
+    if blocking is None:
+        return
+    for cmd in commands:
+        for v in cmd.variables:
+            if v in blocking.sizes:
+                outer, inner = blocking.names[v]
+                raise ScheduleError(
+                    f"{cmd}: {v} is stored in blocks of {blocking.sizes[v]}, so its loops are "
+                    f"{outer} (the block) and {inner} (the place in it); schedule those"
+                )
 
 
 def _check_dismantle(applied: Applied) -> None:
@@ -117,8 +144,8 @@ def _apply(
 ) -> Applied:
     nest = NestState(list(order), tensors, output, static=static)
     for cmd in commands:
-        cmd.apply(nest)
-    nest.steps.append(command("arrange", tuple(nest.loops)))
+        nest = cmd.apply(nest)
+    nest.steps.append(Arrange(tuple(nest.loops)))
     lowering = nest.prov.lowering_order(nest.loops)
     _check_chains(lowering, chains)
     return Applied(
@@ -139,10 +166,9 @@ def output_vars(chains: dict[str, list[str]]) -> set[str]:
     return {v for who, chain in chains.items() if who.startswith("output") for v in chain}
 
 
-def _assemble(cmd: Command, output: tuple[str, bool], earlier: Assemble | None) -> Assemble:
+def _assemble(cmd: AssembleCommand, output: tuple[str, bool], earlier: Assemble | None) -> Assemble:
     name, sparse = output
-    tensor, strategy = cmd.args[0], cmd.args[1]
-    separately = cmd.args[2] if len(cmd.args) == 3 else "false"
+    tensor = cmd.tensor
     if earlier is not None:
         raise ScheduleError(f"{cmd}: the output's assembly is already chosen")
     if tensor != name:
@@ -151,14 +177,7 @@ def _assemble(cmd: Command, output: tuple[str, bool], earlier: Assemble | None) 
         raise ScheduleError(
             f"{cmd}: output {name} is dense; assemble chooses how a sparse output is built"
         )
-    if strategy not in ASSEMBLE_STRATEGIES:
-        raise ScheduleError(
-            f"{cmd}: unknown strategy '{strategy}'{closest(strategy, ASSEMBLE_STRATEGIES)}; "
-            "the strategies are Insert and Append"
-        )
-    if separately not in ("true", "false"):
-        raise ScheduleError(f"{cmd}: the third argument is true or false, got '{separately}'")
-    return Assemble(tensor, strategy, separately == "true")
+    return Assemble(tensor, cmd.strategy, bool(cmd.separately))
 
 
 def _check_chains(order: list[str], chains: dict[str, list[str]]) -> None:
@@ -183,10 +202,10 @@ class _Query:
         self.query: list[Command] = []
         self.compute: list[Command] = []
         for c in commands:
-            if c.args and c.args[0] in names:
+            if c.variables and c.variables[0] in names:
                 self.query.append(c)
-                if c.name in ("split", "divide"):
-                    names |= {c.args[1], c.args[2]}
+                if isinstance(c, SplitCommand):
+                    names |= {c.outer, c.inner}
             else:
                 self.compute.append(c)
 
@@ -195,41 +214,39 @@ class _Query:
         (they shape both passes) and the query commands, with ``q`` names mapped to the
         query pass's loops (which carry the compute pass's labels)."""
         both = set(self.compute)
-        steps = [c for c in applied.steps if c not in both and c.name != "arrange"]
+        steps = [c for c in applied.steps if c not in both and not isinstance(c, Arrange)]
         parallel = {v: p for v, p in applied.parallel.items() if not self._compute_only(v)}
         loops = {f"q{v}": v for v in self.loops}
         final = list(self.loops)
         for cmd in self.query:
-            if cmd.name not in QUERY_COMMANDS:
+            if not isinstance(cmd, QUERY_COMMANDS):
                 raise ScheduleError(
-                    f"{cmd}: the query loops of assemble(..., true) take "
-                    f"{', '.join(QUERY_COMMANDS)}; {cmd.name} shapes both passes, so put it "
-                    "before the assemble command"
+                    f"{cmd}: the query loops of assemble(..., true) take split, divide, "
+                    f"unroll, parallelize; {cmd.name} shapes both passes, so put it before "
+                    "the assemble command"
                 )
-            v = cmd.args[0]
+            v = cmd.var
             if v not in loops:
                 raise ScheduleError(
                     f"{cmd}: unknown query loop '{v}'{closest(v, loops)}; the query loops are "
                     f"{', '.join(loops)}"
                 )
             label = loops[v]
-            renamed = command(cmd.name, (label, *cmd.args[1:]))
-            if isinstance(renamed, Parallelize):
-                parallel[label] = renamed.request
+            if isinstance(cmd, Parallelize):
+                parallel[label] = cmd.request
                 continue
-            steps.append(renamed)
-            if cmd.name in ("split", "divide"):
-                _, outer, inner, _ = cmd.args
-                for new, role in ((outer, "outer"), (inner, "inner")):
+            steps.append(renamed(cmd, label))
+            if isinstance(cmd, SplitCommand):
+                for new, role in ((cmd.outer, "outer"), (cmd.inner, "inner")):
                     if new in loops or new in self.loops:
                         raise ScheduleError(f"{cmd}: the new variable '{new}' is already a loop")
                     loops[new] = new
-                    amount = cmd.positive(cmd.args[3], "the factor")
-                    applied.provenance.add(new, Relation(cmd.name, (label,), amount, role=role))
+                    relation = Relation(cmd.mode, (label,), cmd.amount, role=role)
+                    applied.provenance.add(new, relation)
                 k = final.index(label)
-                final[k : k + 1] = [outer, inner]
-        steps.append(command("arrange", tuple(final)))
+                final[k : k + 1] = [cmd.outer, cmd.inner]
+        steps.append(Arrange(tuple(final)))
         return steps, parallel
 
     def _compute_only(self, v: str) -> bool:
-        return any(c.name == "parallelize" and c.args[0] == v for c in self.compute)
+        return any(isinstance(c, Parallelize) and c.var == v for c in self.compute)

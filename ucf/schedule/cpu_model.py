@@ -22,6 +22,18 @@ from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import grouped_variables
 from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.reductions import peel
+from ucf.schedule.commands import (
+    BoundCommand,
+    Command,
+    Parallelize,
+    PrecomputeCommand,
+    Reorder,
+    SplitCommand,
+)
+from ucf.schedule.records import Parallel
+
+#: A loop shared out over CPU threads, each iteration independent.
+THREADS = Parallel("CPUThread", "NoRaces")
 
 #: A dynamically scheduled chunk should hold about this much work, so handing it
 #: out costs little next to running it.
@@ -95,12 +107,13 @@ class Stats:
 class Choice:
     """One proposed schedule and the reason for each of its decisions."""
 
-    commands: list[str]
+    commands: list[Command]
     why: list[str]
 
     @property
     def text(self) -> str:
-        return "; ".join(self.commands)
+        """The schedule as the language spells it (for the kernel cache's key and notes)."""
+        return "; ".join(map(str, self.commands))
 
 
 def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: int) -> list[Choice]:
@@ -159,7 +172,7 @@ def pays(cin: CIN, stats: Stats | None) -> bool:
     return work is None or work >= REPLAN_WORK
 
 
-def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]]:
+def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[Command]]:
     """Where the parallel loop ``v`` may run: moved outermost if the checker allows,
     else in place when the loops around it run so few times that starting a parallel
     region in each costs little. In place when they run once (a batch of 1): moving
@@ -172,11 +185,11 @@ def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[str]
     regions = math.prod(stats.extents.get(w, 1) for w in outside) if stats else None
     if regions == 1:
         return [[]]
-    hoist = [f"reorder({v}, {order[0]})"]
+    hoist = [Reorder((v, order[0]))]
     return [hoist, []] if regions is not None and regions <= MAX_REGIONS else [hoist]
 
 
-def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
+def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[Command]:
     """Gustavson's workspace, when a sparse output's storage order puts a reduction
     outside one of its variables: without it the output must be appended in its own
     order, which co-iterates every output entry with the reduction (quadratic)."""
@@ -206,10 +219,10 @@ def _workspace(cin: CIN, storage_order: list[str], why: list[str]) -> list[str]:
         f"variable {r} encloses output variable {v} of sparse output {stmt.lhs.tensor} in "
         "the order its operands are stored"
     )
-    return [f"precompute({text(body)}, {v}, {v})"]
+    return [PrecomputeCommand(text(body), v, v)]
 
 
-def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[Command], list[str]]:
     """The loop order, commands and reasons that move the outer reduction inside the
     output's loops when it sums products of quantized operands whose scale groups it
     does not change: the sum of one output entry then adds int32 products and is
@@ -226,10 +239,10 @@ def integer_order(cin: CIN, order: list[str]) -> tuple[list[str], list[str], lis
         f"default: reduction {', '.join(inner)} runs inside the output's loops, so each output "
         "entry sums its quantized products in int32 and is rescaled once"
     )
-    return new, [f"reorder({', '.join(new)})"], [why]
+    return new, [Reorder(tuple(new))], [why]
 
 
-def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list[str]]:
+def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[Command], list[str]]:
     """The output's last modes moved inside the loops over sparse levels when no sparse
     operand is indexed by them (the pixels ``p, q`` of a filter-sparse convolution
     ``O(n,m,p,q) = I(n,c,p+r,q+s) * F(m,c,r,s)``): then the innermost loops run over
@@ -260,7 +273,7 @@ def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[str], list
     loops = ", ".join(v for v in order[: last + 1] if v in sparse)
     return (
         new,
-        [f"reorder({', '.join(new)})"],
+        [Reorder(tuple(new))],
         [
             f"default: {', '.join(moved)} inside the loops over sparse levels ({loops}), "
             "so the innermost loops are dense and each stored element serves a row of them"
@@ -337,7 +350,7 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     give some thread much more than its share, they go in dynamically scheduled chunks
     sized so each holds enough work and the long rows still balance. Rows that each hold
     a chunk's work go one at a time at a smaller imbalance already."""
-    plain = [f"parallelize({v}, CPUThread, NoRaces)"]
+    plain = [Parallelize(v, THREADS)]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
     rows = max(stats.extents.get(v, 1), 1)
@@ -358,7 +371,7 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
         return plain, static
     outer, inner = f"{v}_c", f"{v}_r"
     return (
-        [f"split({v}, {outer}, {inner}, {chunk})", f"parallelize({outer}, CPUThread, NoRaces)"],
+        [SplitCommand(v, outer, inner, chunk), Parallelize(outer, THREADS)],
         f"default: {v} in dynamically scheduled chunks of {chunk} (rows are up to "
         f"{skew:.0f}x the mean length, and a static split gives one of {threads} threads "
         f"{share:.2f}x its share; about {per_row:.0f} multiply-adds per iteration)",
@@ -385,6 +398,11 @@ def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None
     # bound would run them over the padding.
     if v == parallel or v in cin.nested_vars or v in cin.blocks or not 1 < n <= MAX_BOUND:
         return []
+    # A sum over the innermost loop runs in partial sums (``ucf.passes.partial_sums``),
+    # which a constant trip count would keep in one chain: SDDMM's dot over k ran 2.5x
+    # slower bounded.
+    if not any(v in idx.variables for idx in cin.statement.lhs.indices):
+        return []
     for k, a in enumerate(accesses(cin.statement.rhs)):
         fmt = cin.slots[k].format
         for m, idx in enumerate(a.indices):
@@ -394,7 +412,7 @@ def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None
                 return []
     return [
         (
-            f"bound({v}, {v}_b, {n}, MaxExact)",
+            BoundCommand(v, f"{v}_b", n),
             f"default: bound({v}) to {n}, the innermost loop's extent at this call, so its "
             "trip count is a constant",
         )

@@ -9,30 +9,34 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ucf.cin.notation import CIN
+from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
 from ucf.schedule.cpu_model import integer_order
+from ucf.schedule.records import Parallel
+
+#: Loops over GPU blocks and over a block's threads, each iteration independent.
+BLOCKS = Parallel("GPUBlock", "NoRaces")
+THREADS = Parallel("GPUThread", "NoRaces")
 
 
-def propose_gpu(cin: CIN) -> list[tuple[str, list[str], bool]]:
-    """The default GPU schedules of ``cin``, best first, each as its text, the notes
+def propose_gpu(cin: CIN) -> list[tuple[list[Command], list[str], bool]]:
+    """The default GPU schedules of ``cin``, best first, each as its commands, the notes
     that explain it, and whether it may fail (only the plain rows over threads may
     not): the reduction of quantized products inside the output's loops first, as on
     the CPU (``ucf.schedule.cpu_model``), then a blocked operand's blocks over the
     grid, then rows over threads in the plain order, then the output's variables
     moved outermost."""
 
-    def rows(prefix: list[str], v: str) -> str:
-        return "; ".join(
-            [
-                *prefix,
-                f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS})",
-                f"parallelize({v}_blk, GPUBlock, NoRaces)",
-                f"parallelize({v}_thr, GPUThread, NoRaces)",
-            ]
-        )
+    def rows(prefix: list[Command], v: str) -> list[Command]:
+        return [
+            *prefix,
+            SplitCommand(v, f"{v}_blk", f"{v}_thr", DEFAULT_GPU_THREADS),
+            Parallelize(f"{v}_blk", BLOCKS),
+            Parallelize(f"{v}_thr", THREADS),
+        ]
 
     order, exact, why = integer_order(cin, list(cin.order))
     tries = [(rows(exact, order[0]), why, True)] if exact else []
-    tries += [(text, [note], True) for text, note in _block_tiles(cin)]
+    tries += [(commands, [note], True) for commands, note in _block_tiles(cin)]
     tries.append((rows([], cin.order[0]), [], False))
     return tries + _output_first(cin, rows)
 
@@ -44,8 +48,8 @@ MAX_GPU_THREADS = 1024
 
 
 def _output_first(
-    cin: CIN, rows: Callable[[list[str], str], str]
-) -> list[tuple[str, list[str], bool]]:
+    cin: CIN, rows: Callable[[list[Command], str], list[Command]]
+) -> list[tuple[list[Command], list[str], bool]]:
     """Where the outermost loop sums (a ``bcsc`` or ``csc`` operand's columns), the
     output's variables moved outermost, last first (neighbouring threads then touch
     neighbouring elements of a row-major output), each split over GPU blocks and
@@ -61,17 +65,18 @@ def _output_first(
     for x in reversed(out):
         if x is None or x not in cin.order:
             continue
-        order = ", ".join([x, *(v for v in cin.order if v != x)])
+        order = (x, *(v for v in cin.order if v != x))
         note = (
             f"default: {x} moved outermost and split over GPU blocks and threads, since the "
             f"outermost loop {cin.order[0]} sums into the output (a thread per {x})"
         )
-        tries.append((rows([f"reorder({order})"], x), [note], True))
+        tries.append((rows([Reorder(order)], x), [note], True))
     v = cin.order[0]
-    atomic = (
-        f"split({v}, {v}_blk, {v}_thr, {DEFAULT_GPU_THREADS}); "
-        f"parallelize({v}_blk, GPUBlock, Atomics); parallelize({v}_thr, GPUThread, Atomics)"
-    )
+    atomic = [
+        SplitCommand(v, f"{v}_blk", f"{v}_thr", DEFAULT_GPU_THREADS),
+        Parallelize(f"{v}_blk", Parallel("GPUBlock", "Atomics")),
+        Parallelize(f"{v}_thr", Parallel("GPUThread", "Atomics")),
+    ]
     note = (
         f"default: {v} over GPU blocks and threads adding atomically, since it sums into the "
         "output and no output variable can run outside it"
@@ -79,7 +84,7 @@ def _output_first(
     return [*tries, (atomic, [note], True)]
 
 
-def _block_tiles(cin: CIN) -> list[tuple[str, str]]:
+def _block_tiles(cin: CIN) -> list[tuple[list[Command], str]]:
     """The default GPU mappings of a kernel whose outermost loop runs over the blocks
     of a blocked output mode (a ``bcsr`` operand's block rows), best first, each with
     the note that explains it: a GPU block per block of the output, a thread per
@@ -95,7 +100,7 @@ def _block_tiles(cin: CIN) -> list[tuple[str, str]]:
     place, size = places[0], cin.blocks[places[0]][2]
     if size > MAX_GPU_THREADS:
         return []
-    blocks = f"parallelize({v}, GPUBlock, NoRaces); parallelize({place}, GPUThread, NoRaces)"
+    blocks = [Parallelize(v, BLOCKS), Parallelize(place, THREADS)]
     plain = (blocks, f"default: {v} over GPU blocks and {place} over their threads")
     lanes = min(32, MAX_GPU_THREADS // size)
     split = set(cin.blocks) | {outer for _, outer, _ in cin.blocks.values()}
@@ -106,10 +111,13 @@ def _block_tiles(cin: CIN) -> list[tuple[str, str]]:
     rest = [x for x in cin.order[1:] if x != j]
     order = [v, f"{j}_blk", *rest]
     order.insert(order.index(place) + 1, f"{j}_thr")
-    tiled = (
-        f"split({j}, {j}_blk, {j}_thr, {lanes}); reorder({', '.join(order)}); {blocks}; "
-        f"parallelize({j}_blk, GPUBlock, NoRaces); parallelize({j}_thr, GPUThread, NoRaces)"
-    )
+    tiled = [
+        SplitCommand(j, f"{j}_blk", f"{j}_thr", lanes),
+        Reorder(tuple(order)),
+        *blocks,
+        Parallelize(f"{j}_blk", BLOCKS),
+        Parallelize(f"{j}_thr", THREADS),
+    ]
     why = (
         f"default: {v} and {j}_blk over GPU blocks, {place} and {j}_thr ({lanes} of {j}) "
         f"over their threads: a thread per element of a tile of the output"

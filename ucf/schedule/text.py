@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ucf.errors import ParseError
 from ucf.schedule.commands import Command, command
+from ucf.schedule.fluent import Schedule
 
 
 def parse_schedule(text: str) -> list[Command]:
@@ -31,3 +34,20 @@ def _text(source: str, node) -> str:
         return str(node)
     meta = node.meta
     return source[meta.start_pos : meta.end_pos]
+
+
+def as_commands(schedule: str | Schedule | Sequence[Command] | None) -> list[Command] | None:
+    """A schedule as the API takes it (text, a fluent ``Schedule``, or commands) as its
+    commands; None for none. Text is parsed here, once, where it enters."""
+    if schedule is None:
+        return None
+    if isinstance(schedule, Schedule):
+        return list(schedule.commands)
+    if isinstance(schedule, str):
+        return parse_schedule(schedule)
+    return list(schedule)
+
+
+def spelled(commands: Sequence[Command] | None) -> str | None:
+    """Commands as the schedule language spells them (None for none)."""
+    return None if commands is None else "; ".join(map(str, commands))

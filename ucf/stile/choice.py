@@ -28,6 +28,7 @@ import numpy as np
 from ucf.errors import ArgumentError, OperandError, boundary
 from ucf.lang import ast
 from ucf.lang.parser import parse_statement
+from ucf.schedule.requests import Condense
 from ucf.stile import gathered, tile_index
 from ucf.toolchain import cache
 from ucf.toolchain.jit import num_threads
@@ -144,12 +145,12 @@ def _gathering_depths(
     return [d for d in depths if gathered.fits(shape.kind, dt, granularity, d)] or [None]
 
 
-def _schedule(statement: str, operand: str, depth: int | None) -> str | None:
+def _schedule(statement: str, operand: str, depth: int | None) -> list[Condense] | None:
     """``condense(k, A, depth)`` for the dynamic operand's last variable k."""
     if depth is None:
         return None
     access = next(a for a in ast.accesses(parse_statement(statement).rhs) if a.tensor == operand)
-    return f"condense({access.indices[-1].single_variable}, {operand}, {depth})"
+    return [Condense(access.indices[-1].single_variable, operand, depth)]
 
 
 def _tile_cost(

@@ -45,14 +45,18 @@ from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.kernel import Kernel
 from ucf.exec.shapes import bound_extents, check_orders
-from ucf.format.format import dense_format, parse_format
+from ucf.format.format import Format, dense_format, parse_formats
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
-from ucf.format.values import index_dtype_of, value_dtype
+from ucf.format.values import VALUES, index_dtype_of, value_dtype
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.parser import parse_statement
-from ucf.schedule.gpu_model import DEFAULT_GPU_THREADS
+from ucf.schedule.candidates import first_passing
+from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
+from ucf.schedule.gpu_model import BLOCKS, DEFAULT_GPU_THREADS, THREADS
+from ucf.schedule.records import Parallel
+from ucf.schedule.text import as_commands, spelled
 from ucf.stile import gathered, tile_index
 
 
@@ -98,14 +102,14 @@ class DynamicKernel:
         access = held[0]
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
-        formats = dict(formats or {})
-        stated = parse_format(formats.get(name, "dense"), order=len(access.indices))
-        if not stated.is_dense or stated.values:
+        given = dict(formats or {})
+        formats = parse_formats(given, pipeline.statement_orders(stmt))  # parsed once, here
+        stated = formats.pop(name, None)
+        if stated is not None and (not stated.is_dense or stated.values):
             raise OperandError(
                 f"dynamic operand {name} is passed dense, with a mask, and read in the "
-                f"kernel's dtype; its format may not be '{formats[name]}'"
+                f"kernel's dtype; its format may not be '{given[name]}'"
             )
-        formats.pop(name, None)
         self.granularity = tile_index.check_granularity(
             granularity, len(access.indices), f"dynamic operand {name}"
         )
@@ -128,15 +132,17 @@ class DynamicKernel:
                 stmt.rhs, access, _product(access, ast.Access(self._mask, access.indices))
             ),
         )
-        self._generic = (access, formats, schedule, dtype, index_dtype)
-        self.formats = dict(formats)  # the other operands' (the dynamic one is dense)
+        commands = as_commands(schedule)
+        self._generic = (access, formats, commands, dtype, index_dtype)
+        # the other operands' formats as given (the dynamic one is dense)
+        self.formats = {n: str(f) for n, f in given.items() if n != name}
         self._kernel: Kernel | None = None
         self._blocking: Blocking | None = None
         self.dtype = pipeline.compute_dtype(expr, formats, dtype)
         self.index_dtype = index_dtype_of(index_dtype)
         shape = None
         if target in tile_index.TARGETS:  # gathered compute tiles are CPU kernels
-            shape = gathered.match(stmt, name, self.granularity, formats, self.dtype, schedule)
+            shape = gathered.match(stmt, name, self.granularity, formats, self.dtype, commands)
         self._condensed = None
         if shape is None:
             self._build_generic()
@@ -148,9 +154,9 @@ class DynamicKernel:
     def _build_generic(self) -> None:
         """The generic kernel (a rewrite of the statement), built on first need when the
         condensed one runs the calls."""
-        access, formats, schedule, dtype, index_dtype = self._generic
+        access, formats, commands, dtype, index_dtype = self._generic
         self._kernel, self._blocking = self._rewrite(
-            self.statement, access, formats, schedule, self.target, dtype, index_dtype
+            self.statement, access, formats, commands, self.target, dtype, index_dtype
         )
         self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
 
@@ -177,8 +183,8 @@ class DynamicKernel:
         self,
         stmt: ast.Statement,
         access: ast.Access,
-        formats: dict[str, Any],
-        schedule: str | None,
+        formats: dict[str, Format],
+        commands: list[Command] | None,
         target: str,
         dtype: Any,
         index_dtype: Any,
@@ -188,16 +194,13 @@ class DynamicKernel:
         no tile extent exceeds 1)."""
         name, g = self.name, self.granularity
         order = len(access.indices)
-        maps = ",".join(f"{m}/{b},{m}%{b}" if b > 1 else str(m) for m, b in enumerate(g))
-        tiled = f"{'U' * sum(2 if b > 1 else 1 for b in g)}:{maps}"
+        tiled = Format.tiled(g)
         stmt = self._with_mask  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
-        fmts = {
-            n: parse_format(formats.get(n, "dense"), order=k, tensor=n) for n, k in names.items()
-        }
+        fmts = {n: formats.get(n) or dense_format(k) for n, k in names.items()}
         user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
-        fmts[name] = parse_format(tiled, order=order, tensor=name)
-        fmts[self._mask] = parse_format(f"{tiled}@uint8", order=order, tensor=self._mask)
+        fmts[name] = tiled
+        fmts[self._mask] = replace(tiled, values=VALUES["uint8"])
         b = unblock(stmt, fmts)
         split_stmt, split_fmts = stmt, fmts
         if b is not None:
@@ -213,21 +216,24 @@ class DynamicKernel:
             split_stmt.rhs, split_mask, _product(ast.Access(self._index, tiles), split_mask)
         )
         inner = replace(split_stmt, rhs=rhs)
-        inner_formats = {n: str(f) for n, f in split_fmts.items() if n != name}
-        inner_formats[self._index] = "U" * (order - 1) + "Q"
+        inner_formats = {n: f for n, f in split_fmts.items() if n != name}
+        inner_formats[self._index] = Format.dynamic(order)
         args = (str(inner), inner_formats)
         emulate = self.emulate
-        if schedule is None:
+        if commands is None:
             order = _tiles_first(inner, tiles, split_access)
             default = (
                 _gpu_schedule(inner, order) if target == "cuda" else _cpu_schedule(inner, order)
             )
-            if default is not None:
-                try:
-                    return Kernel(*args, default, target, dtype, index_dtype, emulate), b
-                except (ScheduleError, UnsupportedError):
-                    pass  # the target's own default below
-        return Kernel(*args, schedule, target, dtype, index_dtype, emulate), b
+            # the tiles first, else the target's own default
+            kernel = first_passing(
+                [default] if default is not None else [],
+                lambda c: Kernel(*args, c, target, dtype, index_dtype, emulate),
+                shown=spelled,
+            )
+            if kernel is not None:
+                return kernel, b
+        return Kernel(*args, commands, target, dtype, index_dtype, emulate), b
 
     @property
     def cin(self) -> str:
@@ -344,16 +350,16 @@ def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Acc
     return list(dict.fromkeys(seen))
 
 
-def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> str:
+def _cpu_schedule(stmt: ast.Statement, order: list[str]) -> list[Command]:
     """The tiles-first order, its outermost loop parallel when it is an output
     variable's."""
-    text = f"reorder({', '.join(order)})"
+    commands: list[Command] = [Reorder(tuple(order))]
     if order[0] in ast.index_variables(stmt.lhs):
-        text += f"; parallelize({order[0]}, CPUThread, NoRaces)"
-    return text
+        commands.append(Parallelize(order[0], Parallel("CPUThread", "NoRaces")))
+    return commands
 
 
-def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
+def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> list[Command] | None:
     """On CUDA: a GPU block per iteration of the tiles-first order's outermost loop (an
     output variable's) and per ``DEFAULT_GPU_THREADS`` of the output's last variable when A
     does not hold it (B's columns ``n``), a thread per column. Inside, each thread runs the other
@@ -368,12 +374,13 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> str | None:
     inner = [v for v in order[1:] if v in out and v != columns]
     inner += [v for v in order[1:] if v not in out]
     blk, thr = f"{columns}_gblk", f"{columns}_gthr"
-    return (
-        f"reorder({', '.join([order[0], columns, *inner])}); "
-        f"split({columns}, {blk}, {thr}, {DEFAULT_GPU_THREADS}); "
-        f"parallelize({order[0]}, GPUBlock, NoRaces); parallelize({blk}, GPUBlock, NoRaces); "
-        f"parallelize({thr}, GPUThread, NoRaces)"
-    )
+    return [
+        Reorder((order[0], columns, *inner)),
+        SplitCommand(columns, blk, thr, DEFAULT_GPU_THREADS),
+        Parallelize(order[0], BLOCKS),
+        Parallelize(blk, BLOCKS),
+        Parallelize(thr, THREADS),
+    ]
 
 
 def _fresh(base: str, taken: set[str]) -> str:

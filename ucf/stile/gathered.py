@@ -33,13 +33,12 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import recycled
-from ucf.format.format import dense_format, parse_format
+from ucf.format.format import dense_format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang import ast
 from ucf.lower import parallel
-from ucf.schedule.fluent import Schedule
-from ucf.schedule.text import parse_schedule
+from ucf.schedule.commands import Command, Condense
 from ucf.stile import gather_step, kernels, tile_index
 
 #: The compute types the micro-kernel has.
@@ -70,7 +69,7 @@ def match(
     granularity: tuple[int, ...],
     formats: dict[str, Any],
     dtype: np.dtype,
-    schedule: Any,
+    commands: list[Command] | None,
 ) -> Shape | None:
     """The condensed form of ``stmt`` with dynamic operand ``name``, or None when the
     generic kernel runs it. A schedule of ``condense(k, A, depth)`` alone sets the
@@ -78,8 +77,8 @@ def match(
     kernel's. Without one the depth is the kind's default (``ucf.stile.gather_step.DEPTH``
     or ``ROWS_DEPTH``), or the largest below it whose workspace fits (None when not
     even one micro-tile per step does)."""
-    commands = _commands(schedule)
-    asked = [c for c in commands if c.name == "condense"]
+    commands = commands or []
+    asked = [c for c in commands if isinstance(c, Condense)]
     if commands and not asked:
         return None
     shape = None
@@ -104,12 +103,12 @@ def match(
         )
     access = next(a for a in ast.accesses(stmt.rhs) if a.tensor == name)
     k = access.indices[-1].single_variable
-    if cmd.args[1] != name or cmd.args[0] != k:
+    if cmd.tensor != name or cmd.var != k:
         raise ScheduleError(
             f"{cmd}: the compute tiles gather the dynamic operand {name} along its last "
             f"variable; write condense({k}, {name}, depth)"
         )
-    depth = cmd.positive(cmd.args[2], "the compute-tile depth")
+    depth = cmd.depth
     if depth > MAX_DEPTH:
         raise ScheduleError(
             f"{cmd}: a compute tile gathers at most {MAX_DEPTH} {k}'s; write a depth from 1 "
@@ -162,14 +161,6 @@ def largest_depth(
     return lo
 
 
-def _commands(schedule: Any) -> list:
-    if schedule is None:
-        return []
-    if isinstance(schedule, Schedule):
-        return list(schedule.commands)
-    return parse_schedule(str(schedule))
-
-
 def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | None:
     """The accesses multiplied on the right (each tensor once, each index a variable,
     none repeated in an access) and the variables summed, or None."""
@@ -198,9 +189,7 @@ def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | 
 
 def _dense(formats: dict[str, Any], *accesses: ast.Access) -> bool:
     return all(
-        a.tensor not in formats
-        or parse_format(formats[a.tensor], order=len(a.indices), tensor=a.tensor)
-        == dense_format(len(a.indices))
+        a.tensor not in formats or formats[a.tensor] == dense_format(len(a.indices))
         for a in accesses
     )
 

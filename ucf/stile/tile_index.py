@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError, UnsupportedError, boundary
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
@@ -579,5 +580,4 @@ def build(
     n = int(pos[-1])
     levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]
     vals = np.ones(n, dtype=dtype)
-    fmt = "U" * (len(grid) - 1) + "Q"
-    return Tensor(grid, fmt, levels, vals, index_dtype=idt, check=False)
+    return Tensor(grid, Format.dynamic(len(grid)), levels, vals, index_dtype=idt, check=False)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ucf.cin.blocking import unblock
-from ucf.errors import OperandError, ScheduleError, UnsupportedError, boundary
+from ucf.errors import OperandError, boundary
 from ucf.format.format import parse_format
 from ucf.lang.ast import (
     Statement,
@@ -31,6 +31,10 @@ from ucf.lang.ast import (
     index_variables,
 )
 from ucf.lang.parser import parse_statement
+from ucf.schedule.candidates import Refused, first_passing
+from ucf.schedule.commands import Command, DismantleCommand, Parallelize, Reorder
+from ucf.schedule.records import Dismantle, Parallel
+from ucf.schedule.text import spelled
 from ucf.tesa.policy import VALUES
 
 
@@ -78,7 +82,7 @@ class ProgramPlan:
         parts: list[Part],
         outputs: tuple[str, ...],
         masks: dict[str, np.ndarray],
-        schedules: Mapping[str, str] | None = None,
+        schedules: Mapping[str, list[Command]] | None = None,
     ):
         self.steps = steps
         self.parts = parts
@@ -145,6 +149,8 @@ class ProgramPlan:
         fixed.update(self._split(fixed))
         kernels = []
         notes: list[str] = []
+        refused = Refused()  # a step's kernel with its blocks outside, where refused
+        parts = {p.name: p for p in self.parts}
         for step in self.steps:
             stmt = parse_statement(step)
             names = {a.tensor for a in stmt.rhs._accesses}
@@ -153,12 +159,13 @@ class ProgramPlan:
             if dismantle:
                 kernel = self._dismantled(step, used, fixed, target, dtype, notes)
             if kernel is None and len(used) == 1 and target != "cuda":
-                outside = _blocks_outside(stmt, used, next(iter(used)))
-                try:
-                    if outside is not None:
-                        kernel = Kernel(step, used, outside, target=target, dtype=dtype)
-                except (ScheduleError, UnsupportedError):
-                    kernel = None
+                outside = _blocks_outside(stmt, used, parts[next(iter(used))])
+                kernel = first_passing(
+                    [outside] if outside is not None else [],
+                    lambda s, step=step, used=used: Kernel(step, used, s, target, dtype),
+                    refused,
+                    shown=spelled,
+                )
             if kernel is None:
                 schedule = self.schedules.get(step) if target != "cuda" else None
                 kernel = Kernel(step, used, schedule, target=target, dtype=dtype)
@@ -196,7 +203,7 @@ class ProgramPlan:
             held.shapes, held.arrays = shapes, made
             return {n: self._masked(n, np.asarray(values[n])) for n in self.outputs}
 
-        run.notes = notes
+        run.notes = [*notes, *refused]
         return run
 
     def _dismantled(
@@ -221,19 +228,16 @@ class ProgramPlan:
         if schedule is None:
             notes.append(f"{stmt.lhs.tensor}: not dismantled ({static[0]} has an affine index)")
             return None
-        try:
-            kernel = Kernel(
-                step,
-                formats=formats,
-                schedule=schedule,
-                target=target,
-                dtype=dtype,
-                static={static[0]: fixed[static[0]]},
-            )
-        except (ScheduleError, UnsupportedError) as e:
-            notes.append(f"{stmt.lhs.tensor}: not dismantled ({e})")
+        refused = Refused()
+        kernel = first_passing(
+            [schedule],
+            lambda s: Kernel(step, formats, s, target, dtype, static={static[0]: fixed[static[0]]}),
+            refused,
+        )
+        if kernel is None:
+            notes.append(f"{stmt.lhs.tensor}: not dismantled ({refused.errors[0]})")
             return None
-        notes.append(f"{stmt.lhs.tensor}: dismantled over {static[0]} ({schedule})")
+        notes.append(f"{stmt.lhs.tensor}: dismantled over {static[0]} ({spelled(schedule)})")
         return kernel
 
     @boundary
@@ -308,7 +312,9 @@ def _part_loops(
     return own, index_variables(blocking.statement.rhs)
 
 
-def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
+def _dismantle_schedule(
+    stmt: Statement, formats: Mapping[str, str], part: str
+) -> list[Command] | None:
     """``reorder`` putting the part's levels outermost (block loops, then the places in
     a block), and ``dismantle`` of its second level's loop (the last block loop, or the
     columns); None where the part is read through an affine index."""
@@ -317,22 +323,25 @@ def _dismantle_schedule(stmt: Statement, formats: Mapping[str, str], part: str) 
         return None
     own, loops = found
     order = own + [v for v in loops if v not in own]
-    return f"reorder({', '.join(order)}); dismantle({own[1]})"
+    return [Reorder(tuple(order)), DismantleCommand(Dismantle(own[1], values=False))]
 
 
-def _blocks_outside(stmt: Statement, formats: Mapping[str, str], part: str) -> str | None:
+def _blocks_outside(
+    stmt: Statement, formats: Mapping[str, str], part: Part
+) -> list[Command] | None:
     """For a part stored in column blocks whose columns run along the output's rows
     (``T(t,h) = X(t,d) * P(d,h)``): its block loops outermost, the first in parallel,
     then the other factor's loops, then the places in a block, so each block is read
     once and applied to every row of the other factor (register tiles over the places);
     None for any other part, and for the transposed product ``T_t(h,t) = P(d,h) *
     X_t(d,t)``, a plain blocked SpMM whose default keeps ``t`` innermost in vectors."""
-    access = next(a for a in stmt.rhs._accesses if a.tensor == part)
-    if not formats[part].startswith("bcsc") or access.indices[-1] != stmt.lhs.indices[-1]:
+    access = next(a for a in stmt.rhs._accesses if a.tensor == part.name)
+    column_blocks = part.columns and part.block != (1, 1) and not part.transposed
+    if not column_blocks or access.indices[-1] != stmt.lhs.indices[-1]:
         return None
-    found = _part_loops(stmt, formats, part)
+    found = _part_loops(stmt, formats, part.name)
     if found is None:
         return None
     own, loops = found
     order = own[:2] + [v for v in loops if v not in own] + own[2:]
-    return f"reorder({', '.join(order)}); parallelize({own[0]}, CPUThread, NoRaces)"
+    return [Reorder(tuple(order)), Parallelize(own[0], Parallel("CPUThread", "NoRaces"))]

@@ -17,6 +17,8 @@ from ucf.lang.ast import (
 )
 from ucf.lang.reductions import sums
 from ucf.lang.rewrite import map_accesses
+from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
+from ucf.schedule.records import Parallel
 from ucf.tesa.plan import Part
 from ucf.tesa.terms import added_terms, fused_operand, sum_of, take_fresh
 
@@ -51,7 +53,7 @@ class Transposed:
         self.transposed: dict[str, str] = {}  # a tensor -> its transposed copy
         self.only: dict[str, tuple[str, str]] = {}  # held only transposed -> its indices
         self.products: set[str] = set()  # the steps of the products computed transposed
-        self.schedules: dict[str, str] = {}
+        self.schedules: dict[str, list[Command]] = {}
 
     def product(self, lhs: Access, term: Expr) -> tuple[Expr, Access] | None:
         """``(X, P)`` of a term ``sum(d, X(t,d) * P(d,h))`` into ``lhs`` ``T(t,h)``,
@@ -183,8 +185,9 @@ class Transposed:
         """``step``, a transpose, with its schedule: ``split`` in blocks of TILE, the
         rows ``rows`` inside each block, the places in the block innermost."""
         outer, inner = take_fresh(f"{split}_blk", self.taken), take_fresh(f"{split}_in", self.taken)
-        self.schedules[step] = (
-            f"split({split}, {outer}, {inner}, {self.TILE}); reorder({outer}, {rows}, {inner}); "
-            f"parallelize({outer}, CPUThread, NoRaces)"
-        )
+        self.schedules[step] = [
+            SplitCommand(split, outer, inner, self.TILE),
+            Reorder((outer, rows, inner)),
+            Parallelize(outer, Parallel("CPUThread", "NoRaces")),
+        ]
         return step

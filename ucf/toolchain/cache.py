@@ -47,14 +47,17 @@ def key(fields: dict[str, Any]) -> str:
 
 def _canonical(fields: dict[str, Any]) -> bytes:
     from ucf.lower.parallel import threshold
+    from ucf.passes import partial_sums
     from ucf.passes.pairs import available
-    from ucf.passes.tiling import enabled
+    from ucf.passes.tiling import enabled, tile_bytes
 
     settings = {
         "code": code_version(),
         "work_threshold": threshold(),
         "registers": enabled(),
         "pairs": available(),
+        "partial_sums": partial_sums.enabled(),
+        "tile_bytes": tile_bytes("f32"),
     }
     return json.dumps({**settings, **fields}, sort_keys=True).encode()
 

@@ -37,6 +37,8 @@ import numpy as np
 
 from ucf.exec.kernel import Kernel
 from ucf.format.tensor import Tensor
+from ucf.schedule.commands import Command
+from ucf.schedule.text import as_commands, spelled
 from ucf.tuning import probe, space
 from ucf.tuning.probe import reason
 
@@ -215,7 +217,9 @@ class Objective:
         self.baseline = statistics.median(self._baselines)
         return result
 
-    def kernel(self, schedule: str | None, formats: dict[str, str] | None = None) -> Any:
+    def kernel(
+        self, schedule: str | list[Command] | None, formats: dict[str, str] | None = None
+    ) -> Any:
         return Kernel(
             self.statement,
             formats=self.formats if formats is None else formats,
@@ -250,20 +254,24 @@ class Objective:
             self._variants[scope] = Variant(dict(formats), problem, operands, seconds)
         return self._variants[scope]
 
-    def measure(self, schedule: str | None, v: Variant, enough: float = math.inf) -> float:
+    def measure(
+        self, schedule: str | list[Command] | None, v: Variant, enough: float = math.inf
+    ) -> float:
         """Seconds per call of ``schedule``'s kernel on ``v``; a UcfError (or anything the
-        kernel raises) if it cannot be built or computes something else than the default."""
+        kernel raises) if it cannot be built or computes something else than the default.
+        A stored schedule comes as text, parsed here; a trial's as commands."""
         from ucf.errors import UcfError
 
-        k = self.kernel(schedule, v.formats)
+        commands = as_commands(schedule)
+        k = self.kernel(commands, v.formats)
         seconds = probe.limit(self.baseline)
-        if self.baseline > 0 and probe.needed(schedule, self.extents, seconds):  # in a child
+        if self.baseline > 0 and probe.needed(commands, self.extents, seconds):  # in a child
             from ucf.toolchain.jit import num_threads
 
             request = probe.Call(
                 self.statement,
                 v.formats,
-                schedule,
+                spelled(commands),
                 self.target,
                 self.dtype,
                 self.index_dtype,
@@ -309,13 +317,14 @@ class Objective:
             trial.set_user_attr("formats", formats)
             trial.set_user_attr("failure", self._unfit[scope])
             raise optuna.TrialPruned(self._unfit[scope])
-        text = space.suggest(trial, v.problem, scope)
+        commands = space.suggest(trial, v.problem, scope)
+        text = spelled(commands)
         seen = (scope, text)
         if seen not in self._seen:
             if self._seen and len(self._seen) % REBASE == 0:
                 self.rebase()
             try:
-                self._seen[seen] = (self.measure(text, v, self.hopeless()), "")
+                self._seen[seen] = (self.measure(commands, v, self.hopeless()), "")
             except Exception as e:
                 self._seen[seen] = (None, reason(e))
         seconds, why = self._seen[seen]

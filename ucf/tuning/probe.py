@@ -35,6 +35,7 @@ from typing import Any
 
 from ucf.errors import UcfError
 from ucf.format.tensor import Tensor
+from ucf.schedule.commands import Command, PrecomputeCommand, Reorder
 
 #: A trial's first call may take this many times the default's call ...
 LIMIT = 20
@@ -64,16 +65,14 @@ def limit(default_seconds: float) -> float:
 #: The commands that change what a kernel iterates over. The others (``split``,
 #: ``bound``, ``parallelize``, ``fuse`` and ``pos`` of the default's loops) reshape the
 #: default's loops, whose work the default's time has measured.
-RESHAPING = frozenset({"reorder", "precompute"})
+RESHAPING = (Reorder, PrecomputeCommand)
 
 
-def needed(schedule: str | None, extents: dict[str, int], seconds: float) -> bool:
-    """Whether ``schedule`` of a statement over ``extents`` might take longer than
+def needed(commands: list[Command] | None, extents: dict[str, int], seconds: float) -> bool:
+    """Whether a schedule of a statement over ``extents`` might take longer than
     ``seconds``, so that its first call must run where it can be stopped: it changes
     the loop order or adds a workspace, and the dense iteration space is that big."""
-    from ucf.schedule.text import parse_schedule
-
-    if not schedule or not RESHAPING & {c.name for c in parse_schedule(schedule)}:
+    if not any(isinstance(c, RESHAPING) for c in commands or ()):
         return False
     return math.prod(extents.values()) * POINT_SECONDS > seconds
 

@@ -49,11 +49,23 @@ from typing import Any
 from ucf.cin.blocking import unblock
 from ucf.errors import UcfError
 from ucf.exec.tuned import EXACT_EXTENT
-from ucf.format.format import parse_format
+from ucf.format.format import Format, parse_format
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Access, Binary, accesses
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
+from ucf.schedule.commands import (
+    BoundCommand,
+    Command,
+    Fuse,
+    Parallelize,
+    Pos,
+    PrecomputeCommand,
+    Reorder,
+    SplitCommand,
+)
+from ucf.schedule.records import Parallel
+from ucf.schedule.text import spelled
 from ucf.tuning.structure import offers
 
 #: Loop orders offered at most (the default's first); beyond this, permutations are cut.
@@ -305,11 +317,11 @@ class _Scoped:
         return self.trial.suggest_int(name + self.scope, low, high)
 
 
-def suggest(trial: Any, p: Problem, scope: str = "") -> str:
+def suggest(trial: Any, p: Problem, scope: str = "") -> list[Command]:
     """Ask ``trial`` (an optuna trial, or anything with its ``suggest_*`` methods) for
-    one schedule of ``p``, with parameter names ending in ``scope``; the schedule's
-    text. Loop transformations come first and ``parallelize`` last, since it names
-    loops of the final nest."""
+    one schedule of ``p``, with parameter names ending in ``scope``; its commands. Loop
+    transformations come first and ``parallelize`` last, since it names loops of the
+    final nest."""
     if scope:
         trial = _Scoped(trial, scope)
     spelled = trial.suggest_categorical("order", [",".join(o) for o in p.orders])
@@ -321,12 +333,13 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
     workspace = pre.rsplit("@", 1)[1] if pre != NONE else None
     taken = set(p.taken)
     label: dict[str, str | None] = {v: v for v in p.variables}
-    steps, parallel = [], []
+    steps: list[Command] = []
+    parallel: list[Command] = []
     if order != p.base[pre != NONE]:
-        steps.append(f"reorder({', '.join(order)})")
+        steps.append(Reorder(order))
     if pre != NONE:
         expr, ws = pre.rsplit("@", 1)[0], _fresh("w", taken)
-        steps.append(f"precompute({expr}, {workspace}, {workspace}, {ws})")
+        steps.append(PrecomputeCommand(expr, workspace, workspace, ws))
     positional = p.positional
     for v in p.variables:
         n = p.extents.get(v)
@@ -335,7 +348,7 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
             continue
         if trial.suggest_categorical(f"bound_{v}", [False, True]):
             label[v] = _fresh(f"{v}b", taken)
-            steps.append(f"bound({v}, {label[v]}, {n}, MaxExact)")
+            steps.append(BoundCommand(v, label[v], n))
     tiled = _tile(trial, p, order, label, taken, steps)
     kind = trial.suggest_categorical("parallel", list(p.parallel))
     chunk = 2 ** trial.suggest_int("chunk_log2", *CHUNK_LOG2) if kind in ("chunk", NNZ) else 0
@@ -344,11 +357,11 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
         f, fpos = _fresh("f", taken), _fresh("fpos", taken)
         outer, inner = _fresh(f"{fpos}0", taken), _fresh(f"{fpos}1", taken)
         steps += [
-            f"fuse({label[order[0]]}, {label[order[1]]}, {f})",
-            f"pos({f}, {fpos}, {tensor})",
-            f"split({fpos}, {outer}, {inner}, {chunk})",
+            Fuse(label[order[0]], label[order[1]], f),
+            Pos(f, fpos, tensor),
+            SplitCommand(fpos, outer, inner, chunk),
         ]
-        parallel.append(f"parallelize({outer}, CPUThread, {_strategy(trial, p, order[:2])})")
+        parallel.append(_threads(outer, _strategy(trial, p, order[:2])))
         label[order[0]] = label[order[1]] = None
     elif kind != NONE:
         # Where no operand's nonzeros can be walked (or a workspace is in the way),
@@ -361,19 +374,23 @@ def suggest(trial: Any, p: Problem, scope: str = "") -> str:
             kind = NONE  # a sparse output is built in parallel only over its dense levels
         elif kind != "loop" and v != workspace and chunk < p.extents.get(v, chunk + 1):
             outer, inner = _fresh(f"{v}0", taken), _fresh(f"{v}1", taken)
-            steps.append(f"split({target}, {outer}, {inner}, {chunk})")
+            steps.append(SplitCommand(target, outer, inner, chunk))
             target = outer
         if kind != NONE:
-            parallel.append(f"parallelize({target}, CPUThread, {_strategy(trial, p, (v,))})")
+            parallel.append(_threads(target, _strategy(trial, p, (v,))))
             label[v] = None  # named by the parallelize, so no later split may rename it
     last = order[-1]
     if label[last] is not None and last != workspace:
         factor = 2 ** trial.suggest_int("inner_log2", 0, INNER_LOG2)
         if 1 < factor < p.extents.get(last, factor + 1):  # a split of one block is none
             outer, inner = _fresh(f"{last}o", taken), _fresh(f"{last}i", taken)
-            steps.append(f"split({label[last]}, {outer}, {inner}, {factor})")
+            steps.append(SplitCommand(label[last], outer, inner, factor))
             label[last] = inner
-    return "; ".join(steps + parallel)
+    return steps + parallel
+
+
+def _threads(v: str, strategy: str) -> Command:
+    return Parallelize(v, Parallel("CPUThread", strategy))
 
 
 def _tile(trial: Any, p: Problem, order: tuple[str, ...], label, taken, steps) -> bool:
@@ -394,7 +411,7 @@ def _tile(trial: Any, p: Problem, order: tuple[str, ...], label, taken, steps) -
     outer, inner = _fresh(f"{v}t", taken), _fresh(f"{v}r", taken)
     loops = [label[u] for u in order[:sums]] + [outer]
     loops += [label[u] for u in order[sums:-1]] + [inner]
-    steps += [f"split({label[v]}, {outer}, {inner}, {size})", f"reorder({', '.join(loops)})"]
+    steps += [SplitCommand(label[v], outer, inner, size), Reorder(tuple(loops))]
     label[v] = None  # its split is done
     return True
 
@@ -474,7 +491,7 @@ def seed_params(p: Problem, threads: int, scope: str = "") -> list[dict[str, Any
 
 def spell(p: Problem, params: dict[str, Any]) -> str:
     """The schedule text that ``params`` (unscoped) spell in ``p``'s space."""
-    return suggest(_Fixed(params), p)
+    return spelled(suggest(_Fixed(params), p))
 
 
 @dataclass(frozen=True)
@@ -496,7 +513,7 @@ def structured(spelled: str) -> bool:
     """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
     that ``format_choices`` offers only where the operand's structure fills it."""
     fmt = parse_format(spelled)
-    return fmt.blocked or "F" in str(fmt).split(":")[0]
+    return fmt.blocked or fmt.fixed_width
 
 
 def format_choices(
@@ -528,14 +545,13 @@ def format_choices(
             if n > 1 and option is not None and option != str(given):
                 found[a.tensor] = (str(given), option)
             continue
-        letters = str(given).split(":")[0]
-        if len(letters) != n:  # a blocked format
-            continue
+        if given.blocked or given.fixed_width or given.values is not None:
+            continue  # kept as given: the options below are plain levels of plain values
         options = [str(given)]
-        for kinds in dict.fromkeys([letters, "U" + "C" * (n - 1), "C" * n]):
+        kinds = [given.levels, Format.compressed(n, 1).levels, Format.compressed(n).levels]
+        for levels in dict.fromkeys(kinds):
             for perm in itertools.permutations(range(n)):
-                order = "" if perm == tuple(range(n)) else ":" + ",".join(map(str, perm))
-                options.append(str(parse_format(kinds + order, order=n, tensor=a.tensor)))
+                options.append(str(Format(levels, perm)))
         if operands is not None and a.tensor in operands:
             for offer in offers(operands[a.tensor]):
                 options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
@@ -562,8 +578,7 @@ def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
     if any(v not in order for v in variables):
         return None
     perm = sorted(range(len(variables)), key=lambda m: order.index(variables[m]))
-    spelled = "U" * len(perm) + ("" if perm == sorted(perm) else ":" + ",".join(map(str, perm)))
-    return str(parse_format(spelled, order=len(perm), tensor=access.tensor))
+    return str(Format.dense(len(perm), perm))
 
 
 def _walkable(statement: str, formats: dict[str, str], tensor: str, option: str) -> bool:

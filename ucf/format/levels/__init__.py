@@ -11,9 +11,10 @@ from ucf.format.levels.compressed import COMPRESSED, SINGLETON
 from ucf.format.levels.dense import DENSE
 from ucf.format.levels.fixed import FIXED_WIDTH
 from ucf.format.levels.unordered import UNORDERED
+from ucf.format.levels.workspace import WORKSPACE_LIST
 
 KINDS: dict[str, LevelKind] = {
-    k.letter: k for k in (DENSE, COMPRESSED, SINGLETON, FIXED_WIDTH, UNORDERED)
+    k.letter: k for k in (DENSE, COMPRESSED, SINGLETON, FIXED_WIDTH, UNORDERED, WORKSPACE_LIST)
 }
 
 __all__ = ["KINDS", "Checking", "LevelKind", "Packing"]

@@ -183,6 +183,13 @@ class LevelKind:
     #: children into (then a prefix sum gives every segment's start, and segments can be
     #: filled in parallel); None if the level cannot be counted per segment.
     segment_array: ClassVar[str | None] = None
+    #: The array of the coordinates a level stores, one per position (None: a level
+    #: whose coordinates follow from positions, as a dense one's); exported C checks
+    #: and the TACO ABI read a level's arrays by what they hold, not by their names.
+    coordinate_array: ClassVar[str | None] = None
+    #: Whether tensors are stored in the kind (False: a kernel's own, as a workspace's
+    #: list; format strings do not take its letter).
+    stored: ClassVar[bool] = True
 
     def split(self, unique: bool) -> tuple[LevelKind, LevelKind]:
         """The two levels that store this level's coordinate cut into blocks: the block,

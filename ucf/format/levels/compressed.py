@@ -14,6 +14,7 @@ from ucf.format.levels.base import LevelKind
 
 
 class Compressed(LevelKind):
+    coordinate_array = "crd"
     output = "append"
     segment_array = "pos"
 
@@ -151,6 +152,8 @@ COMPRESSED = Compressed("C", "compressed", ("pos", "crd"), full=False, can_locat
 
 class Singleton(LevelKind):
     """Its parent is non-unique, so an output is computed compressed and converted."""
+
+    coordinate_array = "crd"
 
     def bounds(self, arrays, parent, segment_end, dim):
         from ucf.ir.nodes import add, const_like

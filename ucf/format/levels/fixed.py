@@ -36,6 +36,7 @@ class FixedWidth(LevelKind):
     width: int = 0  # 0 in the registered kind: a format string gives the width (F4)
 
     parameter: ClassVar[str | None] = "width"
+    coordinate_array: ClassVar[str | None] = "crd"
 
     def with_parameter(self, value):
         if value < 1:

@@ -1,0 +1,129 @@
+"""Block products against this CPU's FMA peak (issue 38): bcsr(32,32) SpMM, 1024^3
+float32, the whole ucf call (packing, zeroing and the binding included), as a share
+of the register-only peak of bench/fma_peak.py measured in the same run, and against
+torch's dense matmul.
+
+    python bench/block_peak.py                 # 2 threads, 9 rounds
+    python bench/block_peak.py --threads 1 --cpu-time
+
+Each round runs the peak loop (on the same number of threads), ucf and torch once
+each, interleaved; the kernels' medians are kept, and the peak loop's best run (it
+touches no memory, so only the machine's load can slow it). GFLOP/s counts 2 flops
+per multiply-add of the stored blocks. ``--cpu-time`` times in process CPU time (one
+thread only: steadier on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import fma_peak  # noqa: E402
+from spmv_spmm import fresh_kernel_cache, timings  # noqa: E402
+from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
+
+import ucf  # noqa: E402
+
+#: (zero blocks, share of the FMA peak, speedup over torch dense or None)
+TARGETS = [(0.9, 0.60, 7.0), (0.5, 0.75, None)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--cpu-time", action="store_true")
+    args = ap.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        ap.error("--cpu-time times one thread only")
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    ucf.set_num_threads(args.threads)
+    dll = fma_peak.build()
+    width = max(fma_peak.widths(dll), key=lambda w: fma_peak.peak_gflops(1, 0.1, 2, dll, w))
+    peak_fn = fma_peak.widths(dll)[width]
+    lanes = fma_peak.lanes(width)
+    iters = 1 << 20
+    rng = np.random.default_rng(0)
+    b = rng.random((args.n, args.n), dtype=np.float32)
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        tb = torch.from_numpy(b)
+    except ImportError:
+        torch = None
+    blocked = f"bcsr({BLOCK},{BLOCK})"
+    kernel = ucf.compile(SPMM, formats={"A": blocked}, dtype="float32")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    print(
+        f"bcsr(32,32) SpMM {args.n}^3 float32, {args.threads} threads, median of "
+        f"{args.repeat}{', process CPU time' if args.cpu_time else ''}\n"
+    )
+    print("| zero blocks | ucf | torch dense | FMA peak | ucf / peak | torch / ucf |")
+    print("|---|---|---|---|---|---|")
+    verdicts = []
+    for zero, share, over_torch in TARGETS:
+        a = block_sparse(rng, args.n, BLOCK, zero)
+        t = ucf.from_numpy(a, format=blocked)
+        np.testing.assert_allclose(kernel(A=t, B=b).to_numpy(), a @ b, rtol=2e-3, atol=1e-2)
+        m = args.n // BLOCK
+        blocks = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).sum())
+        flops = 2.0 * blocks * BLOCK * BLOCK * args.n
+        runs = {
+            "peak": lambda: peak_fn(iters, args.threads),
+            "ucf": lambda t=t: kernel(A=t, B=b),
+        }
+        if torch is not None:
+            ta = torch.from_numpy(a)
+            runs["torch"] = lambda ta=ta: ta @ tb
+        got = timings(runs, args.repeat, clock)
+        med = {k: float(np.median(v)) for k, v in got.items()}
+        # the peak loop touches no memory: only the machine's load slows it, so its best
+        # run is the peak
+        peak = 2 * lanes * iters * args.threads / min(got["peak"]) / 1e9
+        ucf_gf = flops / med["ucf"] / 1e9
+        dense = 2.0 * args.n**3
+        torch_cell, speedup = "-", None
+        if "torch" in med:
+            speedup = med["torch"] / med["ucf"]
+            torch_cell = f"{med['torch'] * 1e3:.2f} ms ({dense / med['torch'] / 1e9:.0f} GFLOP/s)"
+        print(
+            f"| {zero:.0%} | {med['ucf'] * 1e3:.2f} ms ({ucf_gf:.0f} GFLOP/s) | {torch_cell} | "
+            f"{peak:.0f} GFLOP/s | {ucf_gf / peak:.0%} | "
+            f"{'-' if speedup is None else f'{speedup:.2f}x'} |"
+        )
+        verdicts.append(
+            (
+                f"{zero:.0%} zero blocks: >= {share:.0%} of the FMA peak",
+                f"{ucf_gf / peak:.0%}",
+                ucf_gf / peak >= share,
+            )
+        )
+        if over_torch is not None:
+            what = f"{zero:.0%} zero blocks: >= {over_torch:g}x torch dense"
+            if speedup is None:
+                verdicts.append((what, "torch not installed", None))
+            else:
+                verdicts.append((what, f"{speedup:.2f}x", speedup >= over_torch))
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
+    print("| target | value | result |\n|---|---|---|")
+    for what, value, met in verdicts:
+        verdict = "not measured" if met is None else "met" if met else "NOT met"
+        print(f"| bcsr(32,32), {args.threads} threads, {what} | {value} | {verdict} |")
+    return 0
+
+
+if __name__ == "__main__":
+    with fresh_kernel_cache("ucf-block-peak-"):
+        sys.exit(main())

@@ -1,0 +1,186 @@
+"""Partial sums: a long scalar sum kept in one vector register's worth of chains.
+
+A row of SpMV, or SDDMM's dot product over ``k``, sums into one scalar: each step's
+fused multiply-add waits for the one before (4 cycles on a Zen 3 core, where the
+loads of a step take about one), so the loop runs at the adder's latency, not its
+throughput. This pass keeps such a sum in ``P`` partial sums, ``P`` being the lanes of
+a 32-byte vector of the sum's type (8 for float32, 4 for float64): of the loop's ``n``
+terms, term ``t < P * (n // P)`` goes into partial sum ``t % P`` (the first of them
+holding the sum's value before the loop), each partial sum accumulating its terms in
+order, one rounding per step as every sum (``ucf.passes.fma``); the partial sums are
+then folded in halves, ``s[l] + s[l + P/2]`` for each ``l`` below ``P/2``, until one
+is left; the last ``n % P`` terms are added to it in order. A loop of fewer than
+``SHORT * P`` terms (16 float64, 32 float32) runs as a single chain, as before. The
+order depends on nothing but ``n``, the same on every target and every thread count,
+so llvm and c agree bit for bit. The copies of one
+block of ``P`` terms are independent, so the backends also turn them into vector
+instructions where the terms load consecutive elements (a dense dot product).
+
+Only a loop whose trip count comes with the call (a compressed row's positions, a
+dense extent) is split, and only when its body is straight-line code whose one
+loop-carried value is the sum (a flag set to a constant may ride along, as a sparse
+output's hit flag does). A loop with a constant trip count (a block's places, a
+fixed-width level's slots, a ``bound``) keeps one chain: the register tiles and row
+groups handle those, and they sum each element's terms in loop order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from ucf.errors import UcfError
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.passes.tiling import SIZES, VECTOR_BYTES, lanewise, serial_loop, vector_of
+
+#: The element types whose sums are split, with their partial sums per vector.
+PARTS = {t: VECTOR_BYTES // SIZES[t] for t in ("f32", "f64")}
+#: A loop of fewer than this many times ``P`` terms at the call stays one chain. Out of
+#: order, a core overlaps the chains of short rows by itself, and the blocks, the fold
+#: and the remainder loop cost more than they save: serial SpMV on rows of about 10
+#: (float64) ran 1.13x slower split, on R-MAT's long rows 0.75x (process CPU time,
+#: bench/README.md).
+SHORT = 4
+
+
+def enabled() -> bool:
+    """Whether the pass runs: ``UCF_PARTIAL_SUMS=0`` keeps every sum one chain, to
+    measure what the split gains. The kernel cache keys on it."""
+    text = os.environ.get("UCF_PARTIAL_SUMS", "1").strip()
+    if text not in ("0", "1"):
+        raise UcfError(f"UCF_PARTIAL_SUMS={text!r}: partial sums are 1 (on) or 0 (off)")
+    return text == "1"
+
+
+def split_sums(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+    """``fn`` with each long scalar sum kept in partial sums, and a note per loop split
+    (for ``k.cin``)."""
+    if not enabled():
+        return fn, []
+    taken = declared(fn.body) | {p.name for p in fn.params}
+    notes: list[str] = []
+    body = _block(fn.body, taken, notes)
+    return replace(fn, body=body), notes
+
+
+def _block(stmts: list[ir.Stmt], taken: set[str], notes: list[str]) -> list[ir.Stmt]:
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        sum_var = _sum_of(s)
+        if sum_var is None:
+            out.append(with_blocks(s, lambda b: _block(b, taken, notes)))
+            continue
+        out.extend(_split(s, sum_var, taken))
+        label = s.label or s.var.name
+        notes.append(
+            f"partial sums: the sum over {label} into {sum_var.name} runs in "
+            f"{PARTS[sum_var.type]} chains, folded in halves, then the last terms in order"
+        )
+    return out
+
+
+def _sum_of(s: ir.Stmt) -> Var | None:
+    """The scalar a loop sums into, when the loop is one this pass splits."""
+    if not serial_loop(s) or _constant_trips(s):
+        return None
+    sums: list[ir.Assign] = []
+    for b in s.body:
+        if isinstance(b, ir.Decl):
+            continue
+        if not isinstance(b, ir.Assign):
+            return None
+        if isinstance(b.value, Const):
+            continue
+        sums.append(b)
+    if len(sums) != 1:
+        return None
+    acc, value = sums[0].var, sums[0].value
+    if acc.type not in PARTS or not isinstance(value, ir.Bin) or value.op != "+":
+        return None
+    term = value.right if value.left == acc else value.left if value.right == acc else None
+    if term is None or acc.name in names(term) or acc.name in declared(s.body):
+        return None
+    others = [b for b in s.body if b is not sums[0]]
+    if acc.name in names(others):
+        return None
+    flags = {b.var.name for b in s.body if isinstance(b, ir.Assign) and b is not sums[0]}
+    if flags & names(s.body):
+        return None  # a flag read in the loop would be loop-carried state
+    return acc
+
+
+def _constant_trips(s: ir.For) -> bool:
+    if isinstance(s.start, Const) and isinstance(s.end, Const):
+        return True
+    end = s.end
+    return (
+        isinstance(end, ir.Bin)
+        and end.op == "+"
+        and (end.left == s.start and isinstance(end.right, Const))
+    )
+
+
+def _split(s: ir.For, acc: Var, taken: set[str]) -> list[ir.Stmt]:
+    parts = PARTS[acc.type]
+
+    def fresh(name: str) -> str:
+        k = 0
+        while f"{name}{k}" in taken:
+            k += 1
+        taken.add(f"{name}{k}")
+        return f"{name}{k}"
+
+    lo = Var(fresh(f"{s.var.name}_lo"), I64)
+    n = Var(fresh(f"{s.var.name}_n"), I64)
+    blk = Var(fresh(f"{s.var.name}_b"), I64)
+    at = Var(fresh(f"{s.var.name}_at"), I64)
+    whole = ir.Bin("/", n, Const(parts, I64))
+    term = _term(s.body, acc)
+    flags = [b for b in s.body if isinstance(b, ir.Assign) and isinstance(b.value, Const)]
+    if lanewise(term, s.var.name, ""):
+        vec = Var(fresh(f"{acc.name}_v"), ir.vector(acc.type, parts))
+        lanes = vector_of(term, s.var.name, at, 0, parts, lambda e: e, {})
+        start = [ir.Decl(vec, ir.Splat(Const(0.0, acc.type), parts))]
+        unrolled = [ir.Assign(vec, ir.Bin("+", vec, lanes)), *flags]
+        partial: list[ir.Expr] = [ir.Lane(vec, lane) for lane in range(parts)]
+    else:
+        sums = [Var(fresh(f"{acc.name}_s"), acc.type) for _ in range(parts)]
+        start = [ir.Decl(p, Const(0.0, acc.type)) for p in sums]
+        unrolled = []
+        for lane in range(parts):
+            rename: dict[str, ir.Expr] = {
+                s.var.name: ir.add(at, Const(lane, I64)),
+                acc.name: sums[lane],
+            }
+            for b in s.body:
+                if isinstance(b, ir.Decl):
+                    rename[b.var.name] = Var(fresh(b.var.name), b.var.type)
+            unrolled.extend(substitute(s.body, rename))
+        partial = list(sums)
+    while len(partial) > 1:
+        half = len(partial) // 2
+        partial = [ir.Bin("+", partial[i], partial[i + half]) for i in range(half)]
+    blocks = [ir.Decl(at, ir.add(lo, ir.Bin("*", blk, Const(parts, I64)))), *unrolled]
+    split = [
+        *start,
+        replace(s, var=blk, start=Const(0, I64), end=whole, body=blocks),
+        ir.Assign(acc, ir.Bin("+", acc, partial[0])),
+        replace(s, start=ir.add(lo, ir.Bin("*", whole, Const(parts, I64)))),
+    ]
+    long = ir.Cmp(">=", n, Const(SHORT * parts, I64))
+    return [ir.Decl(lo, s.start), ir.Decl(n, ir.sub(s.end, lo)), ir.If(long, split, [s])]
+
+
+def _term(body: list[ir.Stmt], acc: Var) -> ir.Expr:
+    """What one step adds to ``acc``, with the step's declarations put in."""
+    values: dict[str, ir.Expr] = {}
+    for b in body:
+        if isinstance(b, ir.Decl):
+            values[b.var.name] = substitute(b.init, values)
+        elif isinstance(b, ir.Assign) and b.var == acc:
+            v = b.value
+            term = v.right if v.left == acc else v.left
+            return substitute(term, values)
+    raise AssertionError("the loop has no sum")
