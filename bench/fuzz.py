@@ -1,25 +1,38 @@
-"""The long schedule fuzz: many random cases, minimized repros of every failure.
+"""The long fuzz runs: many random cases, minimized repros of every failure.
 
 ```sh
 python bench/fuzz.py --cases 10000 --out bench/fuzz-repros/
+python bench/fuzz.py --fuzzer statements --cases 10000
 python bench/fuzz.py --cases 2000 --workers 2 --targets llvm --kernels SpMV,SpGEMM
 python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
+python bench/fuzz.py --fuzzer statements --first 5000 --cases 5000   # its second half
 ```
 
-Cases come from the generator the test suite uses (``tests/schedule/fuzz_cases.py``):
-random schedules (reorder, split, divide, fuse, pos, bound, unroll,
-precompute, parallelize) over SpMV, SpMM, SDDMM, TTV, MTTKRP, SpGEMM and a
-sparse add, in random formats, on the llvm and c targets, checked against
-``np.einsum`` on dense copies.  Case ``n`` of seed ``s`` is drawn from
-``random.Random("s:n")``, so any case can be rerun alone.  Each case runs in
-a worker subprocess; a crash or a hang is a failure, not the end of the run.
+Two generators, the ones the test suite draws from:
 
-After the run, each failure is minimized (commands dropped, operands made
-dense, extents and densities reduced, target llvm tried) while it still fails
-the same way, and written to ``--out`` as a standalone script (the data
-inline) plus a JSON record of the original and the minimized case.  The
-summary table gives accepted / refused / failed cases per kernel.  Needs the
-test extras (``pip install -e ".[test]"``).
+- ``--fuzzer schedules`` (the default, ``tests/schedule/fuzz_cases.py``): random schedules
+  (reorder, split, divide, fuse, pos, bound, unroll, precompute, parallelize) over
+  SpMV, SpMM, SDDMM, TTV, MTTKRP, SpGEMM, a sparse add and kernels that read a
+  tensor twice or its diagonal, in random formats (blocked with unequal blocks,
+  ``nm(n,m)``), plus dynamic-tile and TeSA-plan cases, checked against ``np.einsum``
+  on dense copies;
+- ``--fuzzer statements`` (``tests/statement_fuzz.py``): random statements (sums,
+  products, functions, explicit sums; tensors read under several index lists and
+  with repeated variables) in random formats, some with a dynamic operand or run as
+  a TeSA plan, checked against a numpy evaluation of the reduction rule.
+
+Both run on the llvm and c targets. Case ``n`` of seed ``s`` is drawn from
+``random.Random("s:n")``, so any case can be rerun alone. Each case runs in a worker
+subprocess; a crash or a hang is a failure, not the end of the run (with
+``UCF_CFLAGS=... -fsanitize=address`` and ``LD_PRELOAD`` of the ASan runtime, an
+out-of-bounds access in a c kernel is such a crash: tests/test_fuzz.py).
+
+After the run, each failure is minimized (commands dropped, operands made dense,
+extents and densities reduced, target llvm tried) while it still fails the same way,
+and written to ``--out`` as a standalone script plus a JSON record of the original
+and the minimized case. The summary table gives accepted / refused / failed cases
+per kernel (per case kind for statements). Needs the test extras
+(``pip install -e ".[test]"``).
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import re
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,21 +51,26 @@ for _p in (str(ROOT),):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+from tests import statement_fuzz  # noqa: E402
+from tests.fuzz_common import Outcome, WorkerPool  # noqa: E402
 from tests.schedule import fuzz_cases as sf  # noqa: E402
-from tests.schedule.fuzz_cases import Case, Outcome, WorkerPool  # noqa: E402
 
 COLUMNS = ("ok", "refused", "racy", "wrong", "error", "crash", "hang")
+FUZZERS = {"schedules": sf, "statements": statement_fuzz}
 
 
-def draw(seed: int, n: int, targets: list[str], kernels: list[str]) -> Case:
-    return sf.draw_case(sf.RandomDraw(f"{seed}:{n}"), targets, kernels)
+def draw(fuzzer: str, seed: int, n: int, targets: list[str], kernels: list[str]):
+    d = sf.RandomDraw(f"{seed}:{n}")
+    if fuzzer == "statements":
+        return statement_fuzz.draw_case(d, targets)
+    return sf.draw_case(d, targets, kernels)
 
 
-def signature(case: Case, outcome: Outcome) -> str:
+def signature(case, outcome: Outcome) -> str:
     """What kind of failure this is: the status and, for errors, the exception's last line
     with numbers and quoted names blanked, so one bug is counted once."""
     if outcome.status != "error":
-        return f"{case.kernel}: {outcome.status}"
+        return f"{case.group}: {outcome.status}"
     lines = [line for line in outcome.detail.strip().splitlines() if line.strip()]
     if outcome.detail.startswith("CompileError"):
         lines = [line.split("error:", 1)[1] for line in lines if "error:" in line] or lines
@@ -60,40 +78,18 @@ def signature(case: Case, outcome: Outcome) -> str:
     else:
         last = lines[-1] if lines else ""
     last = re.sub(r"'[^']*'|‘[^’]*’|\d+", "_", last)[:120]
-    return f"{case.kernel}: error: {last}"
+    return f"{case.group}: error: {last}"
 
 
-def simpler(case: Case):
-    """Candidate cases one step simpler than ``case``."""
-    commands = [c.strip() for c in case.schedule.split(";") if c.strip()]
-    for k in range(len(commands)):
-        yield replace(case, schedule="; ".join(commands[:k] + commands[k + 1 :]))
-    if case.target != "llvm":
-        yield replace(case, target="llvm")
-    kernel = sf.KERNELS[case.kernel]
-    for name in case.formats:
-        if name not in kernel.sparse:
-            formats = {n: f for n, f in case.formats.items() if n != name}
-            densities = {n: x for n, x in case.densities.items() if n != name}
-            yield replace(case, formats=formats, densities=densities)
-    for v, e in case.extents.items():
-        for smaller in sorted({1, 2, e // 2, e - 1}):
-            if 1 <= smaller < e:
-                yield replace(case, extents={**case.extents, v: smaller})
-    for name, x in case.densities.items():
-        if x not in (0.0, 0.3):
-            yield replace(case, densities={**case.densities, name: 0.3})
-    if case.seed:
-        yield replace(case, seed=0)
-
-
-def minimize(pool: WorkerPool, case: Case, outcome: Outcome, budget: int) -> tuple[Case, Outcome]:
-    """Take simpler cases while they fail with the same signature, for ``budget`` runs."""
+def minimize(pool: WorkerPool, case, outcome: Outcome, budget: int):
+    """Take simpler cases (the fuzzer's ``simpler``) while they fail with the same
+    signature, for ``budget`` runs."""
+    fuzzer = FUZZERS["statements" if isinstance(case, statement_fuzz.Case) else "schedules"]
     want = signature(case, outcome)
     progress = True
     while progress and budget > 0:
         progress = False
-        for candidate in simpler(case):
+        for candidate in fuzzer.simpler(case):
             if budget <= 0:
                 break
             budget -= 1
@@ -105,7 +101,7 @@ def minimize(pool: WorkerPool, case: Case, outcome: Outcome, budget: int) -> tup
 
 
 def table(counts: dict[str, Counter]) -> str:
-    head = f"{'kernel':8} {'cases':>6} {'accepted':>8} {'refused':>8} {'failed':>6}   " + " ".join(
+    head = f"{'group':8} {'cases':>6} {'accepted':>8} {'refused':>8} {'failed':>6}   " + " ".join(
         f"{c:>7}" for c in COLUMNS
     )
     rows = [head, "-" * len(head)]
@@ -127,12 +123,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=1000, help="number of cases (default 1000)")
     ap.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    ap.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="number of the first case (default 0): --first 5000 --cases 5000 runs the "
+        "second half of a 10000-case run, so a long run can be split or finished",
+    )
     ap.add_argument("--case", type=int, help="run only case number CASE of --seed, verbosely")
     ap.add_argument("--workers", type=int, default=2, help="worker subprocesses (default 2)")
     ap.add_argument("--threads", type=int, default=2, help="OpenMP threads per worker (default 2)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds per case (default 120)")
     ap.add_argument("--targets", default="llvm,c", help="comma-separated (default llvm,c)")
     ap.add_argument("--kernels", default=",".join(sf.KERNELS), help="comma-separated kernels")
+    ap.add_argument(
+        "--fuzzer",
+        choices=sorted(FUZZERS),
+        default="schedules",
+        help="random schedules over kernels (default), or random statements",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "fuzz-repros", help="repro folder")
     ap.add_argument("--budget", type=int, default=80, help="runs to minimize each failure")
     ap.add_argument("--reasons", type=int, default=0, help="print the N commonest refusals")
@@ -143,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown kernel {unknown[0]}; the kernels are {', '.join(sf.KERNELS)}")
 
-    numbers = [args.case] if args.case is not None else range(args.cases)
-    cases = (draw(args.seed, n, targets, kernels) for n in numbers)
+    numbers = [args.case] if args.case is not None else range(args.first, args.first + args.cases)
+    cases = (draw(args.fuzzer, args.seed, n, targets, kernels) for n in numbers)
+    fuzzer = FUZZERS[args.fuzzer]
     counts: dict[str, Counter] = {}
     reasons: Counter = Counter()
-    failures: list[tuple[int, Case, Outcome]] = []
+    failures: list[tuple[int, object, Outcome]] = []
     index = {}
     start = time.monotonic()
     with WorkerPool(args.workers, args.timeout, args.threads) as pool:
@@ -161,13 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         for case, outcome in pool.map(numbered()):
             done += 1
             n = index.pop(id(case))
-            counts.setdefault(case.kernel, Counter())[outcome.status] += 1
+            counts.setdefault(case.group, Counter())[outcome.status] += 1
             if outcome.status == "refused":
                 reasons[re.sub(r"\([^()]*\)", "(…)", outcome.detail.splitlines()[0])[:160]] += 1
             if outcome.failed:
                 failures.append((n, case, outcome))
+                print(f"case {n}: {signature(case, outcome)}", file=sys.stderr, flush=True)
             if args.case is not None:
-                print(sf.repro(case, outcome))
+                print(fuzzer.repro(case, outcome))
             if done % 250 == 0:
                 rate = done / (time.monotonic() - start)
                 print(
@@ -175,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-        print(f"\n{done} cases in {time.monotonic() - start:.0f} s (seed {args.seed})\n")
+        span = f"seed {args.seed}" + (f", cases {numbers[0]} to {numbers[-1]}" if done else "")
+        print(f"\n{done} cases in {time.monotonic() - start:.0f} s ({span})\n")
         print(table(counts))
         if args.reasons:
             print("\ncommonest refusals:")
@@ -195,10 +207,10 @@ def report(pool: WorkerPool, failures, args) -> None:
         first = sig not in kinds
         kinds.setdefault(sig, []).append(n)
         small, small_outcome = case, outcome
-        if first:
+        if first and outcome.status != "hang":  # a hang's every try costs a timeout
             small, small_outcome = minimize(pool, case, outcome, args.budget)
-        stem = args.out / f"seed{args.seed}-case{n}-{case.kernel}-{outcome.status}"
-        stem.with_suffix(".py").write_text(sf.repro(small, small_outcome))
+        stem = args.out / f"seed{args.seed}-{args.fuzzer}-case{n}-{case.group}-{outcome.status}"
+        stem.with_suffix(".py").write_text(FUZZERS[args.fuzzer].repro(small, small_outcome))
         record = {
             "seed": args.seed,
             "case_number": n,

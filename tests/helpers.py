@@ -22,6 +22,17 @@ def target_param(t: str):
     return pytest.param(t, marks=needs_cc) if t == "c" else t
 
 
+def format_targets(formats, on_c) -> list:
+    """(format, target) params: every format on llvm, those in ``on_c`` on c too, and
+    the others on c in the slow run only (the c target's compiles are what cost)."""
+    out = []
+    for f in formats:
+        out.append(pytest.param(f, "llvm", id=f"{f}-llvm"))
+        marks = [needs_cc] if f in on_c else [needs_cc, pytest.mark.slow]
+        out.append(pytest.param(f, "c", marks=marks, id=f"{f}-c"))
+    return out
+
+
 def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):
     """``n`` small integer-valued entries (exact in every dtype), never zero."""
     v = rng.integers(low, high, size=n)

@@ -1,469 +1,51 @@
 """Differential fuzzing: random statements and formats against numpy.
 
-Statements mix products, sums and differences of accesses with different
-index variables, unary minus, literals, element-wise functions and explicit
-``sum``, ``max`` and ``min`` reductions; sparse operands and outputs may read
-absent entries as a fill value (``fill=-inf``, ``fill=inf``, ``fill=1``).  The
-reference reads the reduction rule straight from its definition, on dense
-arrays with numpy broadcasting: a variable missing from the output is summed
-over the smallest additive term (the whole right-hand side, or an operand of
-``+``/``-``) that holds all of its occurrences.  For statements that are sums
-of products of accesses a second reference, one ``np.einsum`` per term, checks
-the first.
-
-Where a fill meets what IEEE arithmetic makes NaN of (``-inf * 0``, ``inf -
-inf``), ucf's structural rule decides instead (``ucf.lang.algebra``: an absent
-0 absorbs a product, an infinity a sum); everywhere else the two agree, so
-elements the IEEE reference holds NaN at are not compared.
+The generator, its numpy reference and the check live in ``statement_fuzz.py``
+(shared with the long run, ``bench/fuzz.py --fuzzer statements``); hypothesis draws
+through it here, so a failure shrinks. Statements read tensors under several index
+lists and with repeated variables, beside blocked (unequal blocks, per tensor),
+fixed-width and ``nm(n,m)`` operands; some make an operand dynamic or run as a TeSA
+plan (``fuzz_plans.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
-from tests.helpers import needs_cc, rand_sparse
+from tests import statement_fuzz
+from tests.fuzz_common import HypothesisDraw, RandomDraw
+from tests.helpers import needs_cc
+from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
 from ucf.schedule import cpu_model
 
-VARS = ["i", "j", "k", "l"]
-NAMES = ["A", "B", "C", "D"]
-UNARY = ["relu", "abs", "sign", "tanh", "sin", "exp", "cos", "sigmoid"]
-BINARY = ["max", "min"]
-TRANSCENDENTAL = {"tanh", "sin", "exp", "cos", "sigmoid"}
-
-# A tree is ("acc", name) | ("lit", value) | ("neg", t) | (op, left, right) for op in + - *
-# | ("fn", name, (args...)) | ("red", op, (vars...), body) for op in sum max min.
-REDUCTIONS = ["sum", "max", "min"]
-#: Fill values a sparse operand or output may read its absent entries as.
-FILLS = [0.0, 0.0, 0.0, -np.inf, np.inf, 1.0]
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
-class Case:
-    expr: str
-    tree: tuple
-    accesses: dict[str, tuple[str, ...]]
-    out_vars: tuple[str, ...]
-    extents: dict[str, int]
-    formats: dict[str, str]
-    arrays: dict[str, np.ndarray]
-    out_format: str | None
+def cases(targets=("llvm",), **options):
+    @st.composite
+    def strategy(draw):
+        return draw_case(HypothesisDraw(draw), targets, **options)
+
+    return strategy()
 
 
-def render(t, accesses) -> str:
-    kind = t[0]
-    if kind == "acc":
-        return f"{t[1]}({','.join(accesses[t[1]])})" if accesses[t[1]] else t[1]
-    if kind == "lit":
-        return repr(t[1])
-    if kind == "neg":
-        return f"-({render(t[1], accesses)})"
-    if kind == "fn":
-        return f"{t[1]}({', '.join(render(a, accesses) for a in t[2])})"
-    if kind == "red":
-        return f"{t[1]}({', '.join(t[2])}, {render(t[3], accesses)})"
-    op, left, right = t
-    return f"({render(left, accesses)}) {op} ({render(right, accesses)})"
-
-
-def subtrees(t):
-    kind = t[0]
-    if kind in ("acc", "lit"):
-        return ()
-    if kind == "neg":
-        return (t[1],)
-    if kind == "fn":
-        return t[2]
-    if kind == "red":
-        return (t[3],)
-    return (t[1], t[2])
-
-
-def variables(t, accesses) -> set[str]:
-    if t[0] == "acc":
-        return set(accesses[t[1]])
-    return set().union(*(variables(c, accesses) for c in subtrees(t)))
-
-
-@st.composite
-def trees(draw, names):
-    if len(names) == 1:
-        leaf = ("acc", names[0])
-        if draw(st.integers(0, 5)) == 0:
-            leaf = ("*", ("lit", draw(st.sampled_from([2, -1, 0.5]))), leaf)
-        return leaf
-    split = draw(st.integers(1, len(names) - 1))
-    left, right = draw(trees(names[:split])), draw(trees(names[split:]))
-    shape = draw(st.integers(0, 9))
-    if shape == 0:
-        return ("fn", draw(st.sampled_from(BINARY)), (left, right))
-    t = (draw(st.sampled_from("+-*")), left, right)
-    if shape == 1:
-        t = ("neg", t)
-    elif shape == 2:
-        t = ("fn", draw(st.sampled_from(UNARY)), (t,))
-    return t
-
-
-def add_sum(draw, tree, accesses, out_vars):
-    """Wrap one subtree in an explicit reduction over a variable used only inside it."""
-    nodes = []
-
-    def collect(t):
-        nodes.append(t)
-        for c in subtrees(t):
-            collect(c)
-
-    collect(tree)
-    target = draw(st.sampled_from(nodes))
-    rest_vars: dict[str, int] = {}
-
-    def count(t):
-        if t[0] == "acc":
-            for v in accesses[t[1]]:
-                rest_vars[v] = rest_vars.get(v, 0) + 1
-        for c in subtrees(t):
-            count(c)
-
-    count(tree)
-    inside: dict[str, int] = {}
-    for v in variables(target, accesses):
-        inside[v] = 0
-
-    def count_in(t):
-        if t[0] == "acc":
-            for v in accesses[t[1]]:
-                inside[v] += 1
-        for c in subtrees(t):
-            count_in(c)
-
-    count_in(target)
-    own = sorted(v for v in inside if v not in out_vars and inside[v] == rest_vars[v])
-    if not own:
-        return tree
-    picked = tuple(draw(st.lists(st.sampled_from(own), min_size=1, unique=True)))
-    op = draw(st.sampled_from(REDUCTIONS))
-
-    def rebuild(t):
-        if t is target:
-            return ("red", op, picked, t)
-        kind = t[0]
-        if kind in ("acc", "lit"):
-            return t
-        if kind == "neg":
-            return ("neg", rebuild(t[1]))
-        if kind == "fn":
-            return ("fn", t[1], tuple(rebuild(a) for a in t[2]))
-        if kind == "red":
-            return ("red", t[1], t[2], rebuild(t[3]))
-        return (t[0], rebuild(t[1]), rebuild(t[2]))
-
-    return rebuild(tree)
-
-
-def random_format(
-    draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = False, unordered: bool = False
-) -> str:
-    """U/C levels in a random mode order; a mode with a block size in ``blocks`` may be
-    stored in blocks (its block among the outer levels, its place among the inner).
-    ``fixed``: the last level may be fixed-width, written ``F`` until the data gives
-    its width (:func:`fixed_width`). ``unordered``: it may be unordered (``Q``, an
-    output's: appended in whatever order the kernel produces)."""
-    if order == 0:
-        return ""
-    perm = draw(st.permutations(range(order)))
-    blocked = [m for m in perm if blocks and blocks[m] and draw(st.booleans())]
-    maps = [f"{m}/{blocks[m]}" if m in blocked else str(m) for m in perm]
-    maps += [f"{m}%{blocks[m]}" for m in blocked]
-    letters = "".join(draw(st.sampled_from("UC")) for _ in maps)
-    if fixed and draw(st.integers(0, 4)) == 0:
-        letters = letters[:-1] + "F"
-    elif unordered and draw(st.integers(0, 4)) == 0:
-        letters = letters[:-1] + "Q"
-    return f"{letters}:{','.join(maps)}"
-
-
-def fixed_width(fmt: str, array: np.ndarray) -> str:
-    """``fmt`` with the width of its last, fixed-width level (``F``) set to the most
-    entries any of its segments holds in ``array`` (so the others are padded)."""
-    letters, _, maps = fmt.partition(":")
-    if not letters.endswith("F"):
-        return fmt
-    counted = ucf.from_numpy(array, format=f"{letters[:-1]}C:{maps}").levels[-1]["pos"]
-    width = max(1, int(np.diff(counted).max(initial=0)))
-    return f"{letters[:-1]}F{width}:{maps}"
-
-
-def fillable(fmt: str) -> bool:
-    """Whether a format may read absent entries as a fill other than 0: it has a
-    sparse level and no blocks or fixed-width slots (which are padded with zeros)."""
-    letters, _, maps = fmt.partition(":")
-    return bool(letters.strip("U")) and "F" not in letters and "/" not in maps
-
-
-@st.composite
-def cases(draw, sparse_output=True, functions=True, fills=True):
-    nvars = draw(st.integers(1, 4))
-    vars_ = VARS[:nvars]
-    nops = draw(st.integers(1, 4))
-    names = NAMES[:nops]
-    accesses = {}
-    for n in names:
-        size = draw(st.integers(1, min(3, nvars)))
-        accesses[n] = tuple(
-            draw(st.lists(st.sampled_from(vars_), min_size=size, max_size=size, unique=True))
-        )
-    used = sorted({v for a in accesses.values() for v in a}, key=VARS.index)
-    out_vars = tuple(draw(st.lists(st.sampled_from(used), max_size=len(used), unique=True)))
-    extents = {v: draw(st.integers(1, 4)) for v in used}
-    tree = draw(trees(names))
-    if not functions:
-        tree = strip_functions(tree)
-    if draw(st.integers(0, 3)) == 0:
-        tree = add_sum(draw, tree, accesses, out_vars)
-    # Block sizes per variable (tensors that store a variable in blocks agree on it).
-    block = {v: draw(st.sampled_from([0, 0, 1, 2, 3])) for v in used}
-    formats = {
-        n: random_format(draw, len(accesses[n]), tuple(block[v] for v in accesses[n]), True)
-        for n in names
-    }
-    seed = draw(st.integers(0, 2**32 - 1))
-    density = draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
-    rng = np.random.default_rng(seed)
-    arrays = {
-        n: rand_sparse(rng, tuple(extents[v] for v in accesses[n]), density, empty_rows=0, high=4)
-        for n in names
-    }
-    formats = {n: fixed_width(f, arrays[n]) for n, f in formats.items()}
-    for n in names:
-        fill = draw(st.sampled_from(FILLS)) if fills else 0.0
-        if fill and fillable(formats[n]):
-            formats[n] += f" fill={fill}"
-            arrays[n] = np.where(arrays[n] == 0, fill, arrays[n])
-    out_format = None
-    if sparse_output and out_vars and draw(st.booleans()):
-        blocks = tuple(block[v] for v in out_vars)
-        out_format = random_format(draw, len(out_vars), blocks, unordered=True)
-        fill = draw(st.sampled_from(FILLS)) if fills else 0.0
-        if fill and fillable(out_format):
-            out_format += f" fill={fill}"
-    lhs = f"X({','.join(out_vars)})" if out_vars else "X"
-    expr = f"{lhs} = {render(tree, accesses)}"
-    return Case(expr, tree, accesses, out_vars, extents, formats, arrays, out_format)
-
-
-def strip_functions(t):
-    kind = t[0]
-    if kind in ("acc", "lit"):
-        return t
-    if kind == "neg":
-        return ("neg", strip_functions(t[1]))
-    if kind == "fn":
-        args = [strip_functions(a) for a in t[2]]
-        return args[0] if len(args) == 1 else ("+", args[0], args[1])
-    if kind == "red":
-        return ("red", t[1], t[2], strip_functions(t[3]))
-    return (t[0], strip_functions(t[1]), strip_functions(t[2]))
-
-
-_NUMPY = {
-    "relu": lambda x: np.maximum(x, 0),
-    "abs": np.abs,
-    "sign": np.sign,
-    "tanh": np.tanh,
-    "sin": np.sin,
-    "exp": np.exp,
-    "cos": np.cos,
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "max": np.maximum,
-    "min": np.minimum,
-}
-
-
-def reference(case: Case) -> np.ndarray:
-    """Dense evaluation with one axis per variable; a variable is summed where the rule
-    says, found by where it occurs."""
-    used = list(case.extents)
-    occurrences: dict[str, list[tuple[int, ...]]] = {}
-
-    def find(t, path):
-        if t[0] == "acc":
-            for v in case.accesses[t[1]]:
-                occurrences.setdefault(v, []).append(path)
-        for k, c in enumerate(subtrees(t)):
-            find(c, (*path, k))
-
-    find(case.tree, ())
-    explicit = set()
-
-    def explicit_vars(t):
-        if t[0] == "red":
-            explicit.update(t[2])
-        for c in subtrees(t):
-            explicit_vars(c)
-
-    explicit_vars(case.tree)
-
-    def owner(v) -> tuple[int, ...]:
-        """The smallest additive term holding every occurrence of v."""
-        paths = occurrences[v]
-        prefix = paths[0]
-        for p in paths[1:]:
-            n = 0
-            while n < min(len(p), len(prefix)) and p[n] == prefix[n]:
-                n += 1
-            prefix = prefix[:n]
-        while prefix and not additive(prefix):
-            prefix = prefix[:-1]
-        return prefix
-
-    def additive(path) -> bool:
-        parent = case.tree
-        for k in path[:-1]:
-            parent = subtrees(parent)[k]
-        return parent[0] in ("+", "-")
-
-    owners = {v: owner(v) for v in occurrences if v not in case.out_vars and v not in explicit}
-
-    def full(name):
-        a = case.arrays[name]
-        acc = case.accesses[name]
-        order = sorted(range(len(acc)), key=lambda m: used.index(acc[m]))
-        a = np.transpose(a, order)
-        return a.reshape([case.extents[v] if v in acc else 1 for v in used])
-
-    def axes(vs):
-        return tuple(used.index(v) for v in vs)
-
-    def ev(t, path):
-        kind = t[0]
-        if kind == "acc":
-            val = full(t[1])
-        elif kind == "lit":
-            val = np.full([1] * len(used), float(t[1]))
-        elif kind == "neg":
-            val = -ev(t[1], (*path, 0))
-        elif kind == "fn":
-            val = _NUMPY[t[1]](*(ev(a, (*path, k)) for k, a in enumerate(t[2])))
-        elif kind == "red":
-            val = ev(t[3], (*path, 0))
-            val = np.broadcast_to(val, np.broadcast_shapes(val.shape, _box(t[2])))
-            reduce = {"sum": np.sum, "max": np.max, "min": np.min}[t[1]]
-            val = reduce(val, axis=axes(t[2]), keepdims=True)
-        else:
-            left, right = ev(t[1], (*path, 0)), ev(t[2], (*path, 1))
-            with np.errstate(invalid="ignore"):
-                val = {"+": np.add, "-": np.subtract, "*": np.multiply}[kind](left, right)
-        mine = [v for v, p in owners.items() if p == path]
-        if mine:
-            val = np.broadcast_to(val, np.broadcast_shapes(val.shape, _box(mine)))
-            val = val.sum(axis=axes(mine), keepdims=True)
-        return val
-
-    def _box(vs):
-        return [case.extents[v] if v in vs else 1 for v in used]
-
-    with np.errstate(invalid="ignore", over="ignore"):
-        tree = ev(case.tree, ())
-    val = np.broadcast_to(tree, [case.extents[v] if v in case.out_vars else 1 for v in used])
-    val = val.reshape([case.extents[v] for v in used if v in case.out_vars])
-    kept = [v for v in used if v in case.out_vars]
-    return np.transpose(val, [kept.index(v) for v in case.out_vars])
-
-
-def einsum_reference(case: Case) -> np.ndarray | None:
-    """For a sum of products of accesses whose summed variables each occur in one term:
-    one np.einsum per term, added with its sign."""
-
-    def terms(t, sign):
-        if t[0] in ("+", "-"):
-            right = terms(t[2], sign if t[0] == "+" else -sign)
-            left = terms(t[1], sign)
-            return None if left is None or right is None else left + right
-        names = factors(t)
-        return None if names is None else [(sign, names)]
-
-    def factors(t):
-        if t[0] == "acc":
-            return [t[1]]
-        if t[0] != "*":
-            return None
-        left, right = factors(t[1]), factors(t[2])
-        return None if left is None or right is None else left + right
-
-    found = terms(case.tree, 1)
-    if found is None:
-        return None
-    for v in case.extents:
-        holders = [names for _, names in found if any(v in case.accesses[n] for n in names)]
-        if v not in case.out_vars and len(holders) > 1:
-            return None
-    out = "".join(case.out_vars)
-    total = np.zeros([case.extents[v] for v in case.out_vars])
-    for sign, names in found:
-        spec = ",".join("".join(case.accesses[n]) for n in names)
-        term = np.einsum(
-            f"{spec}->{''.join(v for v in out if any(v in case.accesses[n] for n in names))}",
-            *[case.arrays[n] for n in names],
-        )
-        present = [v for v in case.out_vars if any(v in case.accesses[n] for n in names)]
-        term = term.reshape([case.extents[v] if v in present else 1 for v in case.out_vars])
-        total = total + sign * term
-    return total
-
-
-def uses_transcendental(t) -> bool:
-    if t[0] == "fn" and t[1] in TRANSCENDENTAL:
-        return True
-    return any(uses_transcendental(c) for c in subtrees(t))
-
-
-def check(case: Case, target: str) -> None:
-    formats = {n: f for n, f in case.formats.items() if f}
-    if case.out_format:
-        formats["X"] = case.out_format
-    try:
-        k = ucf.compile(case.expr, formats=formats, target=target)
-        ops = {n: ucf.from_numpy(a, format=case.formats[n] or None) for n, a in case.arrays.items()}
-        got = k(shapes=dict(case.extents), **ops).to_numpy()
-    except ucf.UnsupportedError as e:
-        # The one fill the rules refuse: a sum that meets no entry is 0, not the fill.
-        assume("a sum that meets no entry is 0" not in str(e))
-        raise
-    want = reference(case)
-    by_terms = einsum_reference(case)
-    if by_terms is not None:
-        np.testing.assert_array_equal(want, by_terms)
-    assert got.shape == want.shape, case.expr
-    message = f"{case.expr} formats={formats}"
-    results = [got]
-    if not case.out_format and want.ndim:
-        # into a given output full of NaN: the kernel, or the call, must clear every
-        # element it does not compute (ucf.lower.zeroing decides which of the two)
-        out = np.full(want.shape, np.nan)
-        k(shapes=dict(case.extents), out=out, **ops)
-        results.append(out)
-    defined = ~np.isnan(want)  # IEEE's NaN where ucf's structural rule decides
-    for result in results:
-        if uses_transcendental(case.tree):
-            np.testing.assert_allclose(
-                result[defined], want[defined], rtol=1e-12, atol=1e-12, err_msg=message
-            )
-        else:
-            np.testing.assert_array_equal(result[defined], want[defined], err_msg=message)
-
-
-def _case(expr, tree, accesses, out_vars, arrays):
-    extents = {}
-    for name, vs in accesses.items():
-        for v, n in zip(vs, arrays[name].shape, strict=True):
+def _case(expr, tree, out_vars, arrays):
+    tensors, extents = {}, {}
+    for leaf in statement_fuzz.leaves(tree):
+        tensors.setdefault(leaf[1], list(leaf[2]))
+        for v, n in zip(leaf[2], arrays[leaf[1]].shape, strict=True):
             extents[v] = n
-    return Case(expr, tree, accesses, out_vars, extents, {}, arrays, None)
+    return Case(expr, tree, tensors, out_vars, extents, {}, None, 0, 0.0)
 
 
 def test_reference_sums_each_term_over_its_own_variables():
@@ -471,14 +53,11 @@ def test_reference_sums_each_term_over_its_own_variables():
     X = rng.integers(1, 5, (2, 3, 4)).astype(float)
     v = rng.integers(1, 5, 4).astype(float)
     W = rng.integers(1, 5, (2, 3)).astype(float)
-    case = _case(
-        "M(i,j) = X(i,j,k) * v(k) + W(i,j)",
-        ("+", ("*", ("acc", "X"), ("acc", "v")), ("acc", "W")),
-        {"X": ("i", "j", "k"), "v": ("k",), "W": ("i", "j")},
-        ("i", "j"),
-        {"X": X, "v": v, "W": W},
-    )
-    np.testing.assert_array_equal(reference(case), np.einsum("ijk,k->ij", X, v) + W)
+    product = ("*", ("acc", "X", ("i", "j", "k")), ("acc", "v", ("k",)))
+    tree = ("+", product, ("acc", "W", ("i", "j")))
+    arrays = {"X": X, "v": v, "W": W}
+    case = _case("M(i,j) = X(i,j,k) * v(k) + W(i,j)", tree, ["i", "j"], arrays)
+    np.testing.assert_array_equal(reference(case, arrays), np.einsum("ijk,k->ij", X, v) + W)
 
 
 def test_reference_sums_a_product_of_a_sum_as_a_whole():
@@ -486,31 +65,60 @@ def test_reference_sums_a_product_of_a_sum_as_a_whole():
     B = rng.integers(1, 5, (2, 3)).astype(float)
     c = rng.integers(1, 5, 2).astype(float)
     x = rng.integers(1, 5, 3).astype(float)
-    case = _case(
-        "y(i) = (B(i,j) + c(i)) * x(j)",
-        ("*", ("+", ("acc", "B"), ("acc", "c")), ("acc", "x")),
-        {"B": ("i", "j"), "c": ("i",), "x": ("j",)},
-        ("i",),
-        {"B": B, "c": c, "x": x},
+    tree = ("*", ("+", ("acc", "B", ("i", "j")), ("acc", "c", ("i",))), ("acc", "x", ("j",)))
+    arrays = {"B": B, "c": c, "x": x}
+    case = _case("y(i) = (B(i,j) + c(i)) * x(j)", tree, ["i"], arrays)
+    np.testing.assert_array_equal(reference(case, arrays), B @ x + c * x.sum())
+
+
+def test_reference_reads_a_tensor_twice_and_its_diagonal():
+    """The shapes the fuzzer draws since issue 32: D(i,j) and D(j,i), x(i) and x(j),
+    A(i,i); both references against numpy's own."""
+    rng = np.random.default_rng(2)
+    D = rng.integers(1, 5, (3, 3)).astype(float)
+    x = rng.integers(1, 5, 3).astype(float)
+    tree = (
+        "+",
+        ("*", ("acc", "D", ("i", "j")), ("acc", "D", ("j", "i"))),
+        ("*", ("acc", "D", ("i", "i")), ("*", ("acc", "x", ("i",)), ("acc", "x", ("j",)))),
     )
-    np.testing.assert_array_equal(reference(case), B @ x + c * x.sum())
+    arrays = {"D": D, "x": x}
+    case = _case("C(i,j) = D(i,j) * D(j,i) + D(i,i) * x(i) * x(j)", tree, ["i", "j"], arrays)
+    want = D * D.T + np.diag(D)[:, None] * np.outer(x, x)
+    np.testing.assert_array_equal(reference(case, arrays), want)
+    np.testing.assert_array_equal(einsum_reference(case, arrays), want)
+
+
+def test_the_draw_reaches_every_new_shape():
+    """Over a few hundred draws: tensors read twice, repeated variables, unequal and
+    per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans."""
+    drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
+    twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
+    repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
+    nm = [c for c in drawn if any(f.startswith("nm(") for f in c.formats.values())]
+    blocked = [c for c in drawn if any("/" in f or "(" in f for f in c.formats.values())]
+    tiles = [c for c in drawn if c.dynamic and max(c.dynamic["tile"]) > 1]
+    plans = [c for c in drawn if c.tesa]
+    for found in (twice, repeated, nm, blocked, tiles, plans):
+        assert len(found) >= 5
+    assert {c.target for c in drawn} == {"llvm", "c"}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_fuzz_llvm(case):
-    check(case, "llvm")
+    check(case)
 
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_fuzz_llvm_long(case):
-    check(case, "llvm")
+    check(case)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
+@given(cases(plans=False))
 def test_fuzz_default_model_parallel_choices(case):
     """The default model's parallel choices (hoisted loops, chunks, ``bound``) on the
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
@@ -520,11 +128,158 @@ def test_fuzz_default_model_parallel_choices(case):
         mp.setattr(cpu_model, "CHUNKS_PER_THREAD", 1)
         mp.setattr(cpu_model, "SKEWED", 0.0)
         mp.setattr(cpu_model, "REPLAN_WORK", 0)
-        check(case, "llvm")
+        check(case)
 
 
 @needs_cc
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
+@given(cases(("c",)))
 def test_fuzz_c(case):
-    check(case, "c")
+    check(case)
+
+
+@pytest.mark.slow
+@needs_cc
+def test_fuzz_c_under_asan(tmp_path):
+    """The long run's statement and schedule fuzz on the c target, each kernel built
+    with AddressSanitizer and run in workers that preload its runtime: an out-of-bounds
+    read or write kills the worker, a "crash" with a repro."""
+    cc = shutil.which("cc")
+    lib = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True)
+    libasan = lib.stdout.strip()
+    if lib.returncode or not Path(libasan).is_file():
+        pytest.skip("the C compiler has no AddressSanitizer runtime")
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = libasan
+    env["ASAN_OPTIONS"] = "detect_leaks=0"
+    env["UCF_CFLAGS"] = "-O1 -g -fsanitize=address -fno-omit-frame-pointer -fPIC -shared "
+    env["UCF_CFLAGS"] += "-fopenmp -ffp-contract=off"
+    for fuzzer, cases in (("statements", 300), ("schedules", 300)):
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "fuzz.py"), "--fuzzer", fuzzer]
+            + ["--cases", str(cases), "--targets", "c", "--out", str(tmp_path / fuzzer)]
+            + ["--seed", "32", "--budget", "0"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=7200,
+        )
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+
+#: Cases the long run found (issue 32), kept as they were drawn.
+FOUND = [
+    # a blocked sparse output: an order that binds all of its levels first, in order
+    {
+        "expr": "X(l,k,i,j) = -(((A(j,l)) * ((B(l)) + (C(k,i,j)))) * (D(k)))",
+        "tree": (
+            "neg",
+            (
+                "*",
+                (
+                    "*",
+                    ("acc", "A", ("j", "l")),
+                    ("+", ("acc", "B", ("l",)), ("acc", "C", ("k", "i", "j"))),
+                ),
+                ("acc", "D", ("k",)),
+            ),
+        ),
+        "tensors": {"A": ["j", "l"], "B": ["l"], "C": ["k", "i", "j"], "D": ["k"]},
+        "out_vars": ["l", "k", "i", "j"],
+        "extents": {"i": 3, "j": 3, "k": 3, "l": 3},
+        "formats": {
+            "A": "UCUF2:1/1,0/3,1%1,0%3",
+            "B": "U:0",
+            "C": "UCUCU:1/2,2/3,0,1%2,2%3",
+            "D": "C:0",
+        },
+        "out_format": "CCCUUU:2,3/3,1/3,0,3%3,1%3",
+        "seed": 1817239546,
+        "density": 0.7,
+    },
+    # a blocked diagonal: its offsets after the variables they offset
+    {
+        "expr": "X = (A(i,i,l)) - (min(B(i,k,j), max(C(i,k,l), D(i,l,j))))",
+        "tree": (
+            "-",
+            ("acc", "A", ("i", "i", "l")),
+            (
+                "fn",
+                "min",
+                (
+                    ("acc", "B", ("i", "k", "j")),
+                    ("fn", "max", (("acc", "C", ("i", "k", "l")), ("acc", "D", ("i", "l", "j")))),
+                ),
+            ),
+        ),
+        "tensors": {
+            "A": ["i", "i", "l"],
+            "B": ["i", "k", "j"],
+            "C": ["i", "k", "l"],
+            "D": ["i", "l", "j"],
+        },
+        "out_vars": [],
+        "extents": {"i": 2, "j": 3, "k": 2, "l": 2},
+        "formats": {
+            "A": "UUCF2:2,0/2,1,0%2",
+            "B": "CUU:1,2,0",
+            "C": "CUCU:0,1,2/1,2%1",
+            "D": "UUCU:2/3,0,1,2%3",
+        },
+        "out_format": None,
+        "seed": 1562208429,
+        "density": 0.7,
+    },
+    # a diagonal beside reads of the same tensor no order follows: any order that puts
+    # the offset before what it offsets cannot be converted, so none is chosen
+    {
+        "expr": "X(k) = (((-1) * (A(k))) * (((2) * (B(j,i,k))) - (B(i,j,i)))) * (B(j,j,i))",
+        "tree": (
+            "*",
+            (
+                "*",
+                ("*", ("lit", -1), ("acc", "A", ("k",))),
+                (
+                    "-",
+                    ("*", ("lit", 2), ("acc", "B", ("j", "i", "k"))),
+                    ("acc", "B", ("i", "j", "i")),
+                ),
+            ),
+            ("acc", "B", ("j", "j", "i")),
+        ),
+        "tensors": {"A": ["k"], "B": ["j", "i", "k"]},
+        "out_vars": ["k"],
+        "extents": {"i": 3, "j": 3, "k": 3},
+        "formats": {"A": "C:0", "B": "UCF3:0,1,2"},
+        "out_format": "C:0",
+        "seed": 944227005,
+        "density": 1.0,
+    },
+    # a block's place inside its block in every order (blocks of 1, a triple diagonal)
+    {
+        "expr": "X = (A(k,l,j)) + (min(A(j,j,j), (2) * (A(k,i,j))))",
+        "tree": (
+            "+",
+            ("acc", "A", ("k", "l", "j")),
+            (
+                "fn",
+                "min",
+                (("acc", "A", ("j", "j", "j")), ("*", ("lit", 2), ("acc", "A", ("k", "i", "j")))),
+            ),
+        ),
+        "tensors": {"A": ["k", "l", "j"]},
+        "out_vars": [],
+        "extents": {"i": 1, "j": 1, "k": 1, "l": 1},
+        "formats": {"A": "UUCC:1,2/1,0,2%1"},
+        "out_format": None,
+        "seed": 2900728880,
+        "density": 0.7,
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "found", FOUND, ids=["blocked-output", "blocked-diagonal", "offset-order", "place-order"]
+)
+def test_cases_the_long_run_found(found):
+    check(Case(**found))

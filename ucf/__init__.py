@@ -26,6 +26,7 @@ from ucf.errors import (
     ShapeError,
     UcfError,
     UnsupportedError,
+    boundary,
 )
 
 if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
@@ -145,8 +146,13 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+@boundary
 def set_num_threads(n: int) -> None:
     """Threads for parallel loops (else ``UCF_NUM_THREADS``, else OpenMP's default)."""
+    import numbers
+
     from ucf.toolchain.jit import set_num_threads as _set
 
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ArgumentError(f"ucf.set_num_threads takes a positive number of threads, got {n!r}")
     _set(n)

@@ -50,6 +50,10 @@ def compile(
     return Kernel(expr, formats, schedule, target, dtype, index_dtype, emulate, static)
 
 
+#: ``ucf.einsum``'s own keywords, which a misspelt one (``format=``) is compared with.
+EINSUM_KEYWORDS = ("formats", "schedule", "target", "out", "shapes", "as_tensor")
+
+
 @boundary
 def einsum(
     expr: str,
@@ -82,7 +86,9 @@ def einsum(
     """
     import numpy as np
 
+    from ucf.exec.binding import unknown_operand
     from ucf.exec.kernel import Kernel
+    from ucf.exec.shapes import wrong_order
     from ucf.format.format import parse_format
     from ucf.format.interop import as_tensor as to_tensor
     from ucf.format.interop import like_operands
@@ -111,13 +117,10 @@ def einsum(
     orders = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     for name, value in operands.items():
         if name not in orders:
-            continue  # Kernel reports unknown operands with the full list
+            raise OperandError(unknown_operand(name, stmt, EINSUM_KEYWORDS))
         t = to_tensor(value, name=name)
         if t.order != orders[name]:
-            raise ShapeError(
-                f"operand {name} has order {t.order} (shape {t.shape}) but is accessed "
-                f"with {orders[name]} indices"
-            )
+            raise ShapeError(wrong_order(name, t.shape, orders[name]))
         if name in fmts:
             t = to_tensor(t, format=fmts[name], name=name)
         tensors[name] = t

@@ -19,10 +19,12 @@ import numpy as np
 from ucf.cin import invariance
 from ucf.cin.blocking import unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
+from ucf.cin.diagonals import describe as describe_diagonals
+from ucf.cin.diagonals import diagonals
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
-from ucf.cin.split_operands import split_operand
+from ucf.cin.split_operands import split_operands
 from ucf.codegen import cuda as cudagen
 from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
@@ -30,14 +32,13 @@ from ucf.errors import (
     FormatError,
     OperandError,
     ScheduleError,
-    ShapeError,
     UnsupportedError,
 )
 from ucf.format.format import Format, dense_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
-from ucf.lang.ast import Statement, accesses
+from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
@@ -54,19 +55,6 @@ from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gpu_model import propose_gpu
 
 
-def statement_orders(stmt: Statement) -> dict[str, int]:
-    """Each tensor's order: the number of indices it is accessed with (one number)."""
-    orders: dict[str, int] = {}
-    for a in [stmt.lhs, *accesses(stmt.rhs)]:
-        if a.tensor in orders and orders[a.tensor] != len(a.indices):
-            raise ShapeError(
-                f"tensor {a.tensor} is accessed with {orders[a.tensor]} and with "
-                f"{len(a.indices)} indices"
-            )
-        orders[a.tensor] = len(a.indices)
-    return orders
-
-
 def plan(
     expr: str,
     formats: Mapping[str, Format],
@@ -78,6 +66,7 @@ def plan(
     default: bool = False,
     static: dict[str, Any] | None = None,
     shown: Mapping[str, str] | None = None,
+    blocks: dict[str, tuple[str, str, int]] | None = None,
 ) -> Plan:
     """Everything about a kernel that does not depend on operand values, except the
     patterns of the ``static`` operands (name -> ``ucf.Tensor`` in its kernel format),
@@ -89,17 +78,20 @@ def plan(
     ``schedule`` is the default model's choice (see ``proposals``), not the user's.
 
     Without a schedule, the model's proposals for unknown statistics are tried in
-    turn, and the kernel says in ``cin`` why it got what it got."""
+    turn, and the kernel says in ``cin`` why it got what it got. ``blocks`` splits of
+    variables the statement already holds (``Kernel``'s ``blocks``)."""
     if schedule is None and target != "cuda":
         refused = Refused()
 
         def attempt(choice: Choice) -> Plan:
-            p = plan(expr, formats, choice.commands, vt, it, target, openmp, True, static, shown)
+            p = plan(
+                expr, formats, choice.commands, vt, it, target, openmp, True, static, shown, blocks
+            )
             return _with_reasons(p, [*refused, *choice.why])
 
-        choices = proposals(expr, formats, None, threads=2, shown=shown)
+        choices = proposals(expr, formats, None, threads=2, shown=shown, blocks=blocks)
         return first_passing(choices, attempt, refused, last_raises=True, shown=_text)
-    front = _Front(expr, formats, shown)
+    front = _Front(expr, formats, shown, blocks)
     stmt, fmts, computed, requested = front.stmt, front.fmts, front.computed, front.requested
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = list(schedule or [])
@@ -123,14 +115,16 @@ def plan(
         if fixed:
             lowered = _dismantled(cin, applied, lowered, fixed, front, static or {})
 
-    cin.notes += [*describe_extents(stmt), invariance.describe(front.user_stmt)]
+    cin.notes += [*describe_extents(stmt, cin.fixed), invariance.describe(front.user_stmt)]
+    cin.notes += describe_diagonals(cin.diagonals)
     if blocking is not None:
-        cin.notes += [
-            f"{v} runs over blocks of {b}: {outer} is the block and {inner} the place in it"
-            for v, b in blocking.sizes.items()
-            for outer, inner in [blocking.names[v]]
-        ]
-    variables = tuple(cin.order) if blocking is None else user_variables(front.user_stmt)
+        cin.notes += blocking.notes()
+    variables = (
+        tuple(v for v in cin.order if v not in cin.diagonals)
+        if blocking is None
+        else user_variables(front.user_stmt)
+    )
+    variables += tuple(dict.fromkeys(v for v, _, _ in (blocks or {}).values()))
     if computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     compute = remove_dead_variables(lowered.compute)
@@ -197,7 +191,7 @@ def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[st
         return dict(static)
     with warnings.catch_warnings():  # a re-packed operand warns on every call instead
         warnings.simplefilter("ignore", ConversionWarning)
-        return {name: split_operand(b, name, t) for name, t in static.items()}
+        return split_operands(b, static)
 
 
 def _dismantled(
@@ -240,9 +234,14 @@ class _Front:
     blocked formats split into plain ones, and the output's computed format."""
 
     def __init__(
-        self, expr: str, formats: Mapping[str, Format], shown: Mapping[str, str] | None = None
+        self,
+        expr: str,
+        formats: Mapping[str, Format],
+        shown: Mapping[str, str] | None = None,
+        blocks: dict | None = None,
     ):
         stmt = parse_statement(expr)
+        self.blocks = dict(blocks or {})
         self.orders = statement_orders(stmt)
         out = stmt.lhs.tensor
         if out in {a.tensor for a in accesses(stmt.rhs)}:
@@ -261,6 +260,7 @@ class _Front:
         self.blocking = unblock(stmt, fmts)
         if self.blocking is not None:
             stmt, fmts = self.blocking.statement, dict(self.blocking.formats)
+        stmt, self.diagonals = diagonals(stmt, fmts)
         self.stmt = group_sums(stmt, fmts)
         self.requested = fmts.pop(out)
         # Levels that cannot be written as outputs (singleton) are computed in the kind they
@@ -270,15 +270,24 @@ class _Front:
         self.fmts = fmts
 
     def concretized(self, workspace: bool = False, order: list[str] | None = None) -> CIN:
-        cin = concretize(self.stmt, self.fmts, self.computed, order=order, workspace=workspace)
-        if self.blocking is not None:  # a block's size is its places' extent, so loops unroll
-            b = self.blocking
-            cin.blocks = {
-                inner: (v, outer, size)
-                for v, size in b.sizes.items()
-                for outer, inner in [b.names[v]]
-            }
+        places = {inner: {outer} for inner, (_, outer, _) in self.split_blocks.items()}
+        cin = concretize(
+            self.stmt, self.fmts, self.computed, order=order, workspace=workspace, before=places
+        )
+        cin.diagonals = dict(self.diagonals)
+        cin.blocks = self.split_blocks  # a block's size is its places' extent: loops unroll
         return cin
+
+    @property
+    def split_blocks(self) -> dict[str, tuple[str, str, int]]:
+        """Each place variable of a split -> (the variable, its block's, the size): the
+        blocked formats', or the given ``blocks`` (``Kernel(blocks=...)``)."""
+        b = self.blocking
+        if b is None:
+            return dict(self.blocks)
+        return {
+            inner: (v, outer, size) for v, size in b.sizes.items() for outer, inner in [b.names[v]]
+        }
 
 
 def compute_dtype(expr: str, formats: Mapping[str, Format], dtype: Any = None) -> np.dtype:
@@ -326,13 +335,14 @@ def proposals(
     stats: Stats | None,
     threads: int,
     shown: Mapping[str, str] | None = None,
+    blocks: dict[str, tuple[str, str, int]] | None = None,
 ) -> list[Choice]:
     """The default model's schedules for ``expr`` (see ``ucf.schedule.cpu_model``), best
     first, each checked against the statement as a user's schedule would be: the
     ones the checker refuses are left out. The last one is always the plain nest.
     ``stats`` are over the statement the kernel runs (a blocked variable's block and
     place loops, see ``Blocking.split_extents``)."""
-    front = _Front(expr, formats, shown)
+    front = _Front(expr, formats, shown, blocks)
     base = front.concretized()
     # A workspace pays only where it spares converting a sparse operand (co-iterating
     # every output entry with the reduction); else the plain order follows storage too.
@@ -495,6 +505,7 @@ def _scheduled(
     new.parallel = dict(applied.parallel)
     new.bounds = dict(applied.bounds)
     new.blocks = dict(cin.blocks)
+    new.diagonals = dict(cin.diagonals)
     text = "; ".join(map(str, commands))
     new.notes[0] += " (default schedule)" if default else f" (from schedule: {text})"
     prov = applied.provenance

@@ -275,3 +275,19 @@ def test_run_input_names_checked(capsys, files):
     assert "does not read" in _fails(capsys, "run", SPMV, "-i", a, "-i", x, "-i", f"z:{x[2:]}")
     assert "-i x:FILE" in _fails(capsys, "run", SPMV, "-i", a)
     assert "output" in _fails(capsys, "run", SPMV, "-i", a, "-i", x, "-i", f"y:{x[2:]}")
+
+
+def test_an_input_of_the_wrong_order_is_said_as_the_api_says_it(capsys, files):
+    """A 2-D .npy for x(j): the order, not the format's levels (issue 32)."""
+    path, _, _ = files
+    np.save(path / "x2.npy", np.ones((5, 5)))
+    err = _fails(
+        capsys,
+        "run",
+        "y(i) = A(i,j) * x(j)",
+        "-i",
+        f"A:{path / 'A.mtx'}",
+        "-i",
+        f"x:{path / 'x2.npy'}",
+    )
+    assert "operand x has order 2 (shape (5, 5)) but is accessed with 1 index" in err

@@ -347,9 +347,9 @@ def test_dlpack_refuses_sparse_storage():
 def test_errors_name_the_torch_tensor():
     with pytest.raises(ucf.OperandError, match=r"torch.Tensor .*on device meta.*t.cpu\(\)"):
         ucf.from_torch(torch.zeros(3, device="meta"))
-    with pytest.raises(ucf.OperandError, match=r"torch.Tensor .*torch.bfloat16 is not supported"):
-        ucf.from_torch(torch.zeros(3, dtype=torch.bfloat16))
-    assert ucf.from_torch(torch.ones(3, dtype=torch.bfloat16), dtype="float32").dtype == np.float32
+    with pytest.raises(ucf.OperandError, match=r"torch.Tensor .*torch.complex64 is not supported"):
+        ucf.from_torch(torch.zeros(3, dtype=torch.complex64))
+    assert ucf.from_torch(torch.ones(3, dtype=torch.bfloat16), dtype="float64").dtype == np.float64
     with pytest.raises(ucf.OperandError, match="complex"):
         ucf.from_torch(torch.zeros(3, dtype=torch.complex64), dtype="float64")
     with pytest.raises(ucf.UnsupportedError, match="torch.Tensor .*sparse_bsc.*not supported"):
@@ -457,3 +457,25 @@ def test_a_bsr_operand_is_read_in_place_by_a_blocked_kernel():
         warnings.simplefilter("error", ucf.ConversionWarning)
         got = k(A=A, x=x).to_torch()
     assert torch.allclose(got, dense @ x)
+
+
+def test_bfloat16_tensors_are_read_through_float32():
+    """docs/interop.md: a torch.bfloat16 tensor is read through float32, which holds it
+    exactly; from_torch, ucf.einsum and the torch op all take it (issue 32)."""
+    rng = np.random.default_rng(32)
+    a = rng.integers(-8, 8, (5, 6)) * (rng.random((5, 6)) < 0.5) / 4
+    x = rng.integers(-8, 8, 6) / 8
+    ta, tx = torch.tensor(a, dtype=torch.bfloat16), torch.tensor(x, dtype=torch.bfloat16)
+    t = ucf.from_torch(ta)
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.to_numpy(), ta.float().numpy())
+    for operand in (ta, ta.to_sparse_csr(), ta.to_sparse()):
+        y = ucf.einsum("y(i) = A(i,j) * x(j)", A=operand, x=tx)  # torch in: torch out
+        assert y.dtype == torch.float32
+        np.testing.assert_allclose(y.numpy(), a @ x, rtol=1e-6)
+    op = ucf.torch.op("y(i) = A(i,j) * x(j)")
+    out = op(ta, tx)
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), a @ x, rtol=1e-6)
+    compiled = torch.compile(lambda m, v: op(m, v), fullgraph=True)
+    np.testing.assert_allclose(compiled(ta, tx).numpy(), a @ x, rtol=1e-6)

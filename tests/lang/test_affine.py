@@ -432,16 +432,41 @@ def test_affine_output_index_is_unsupported(expr):
 
 
 @pytest.mark.parametrize(
-    "expr,fmt",
+    "expr,fmt,acc",
     [
-        ("O(p,q) = I(p+r, q+s) * F(r,s)", "coo"),
-        ("O(p,q) = I(p, q+s) * F(s)", "coo"),
-        ("O(p,q) = I(p+r, q) * F(r)", "CS"),
+        (
+            "O(p,q) = I(p+r, q+s) * F(r,s)",
+            "coo",
+            [
+                ("I", [({"p": 1, "r": 1}, 0), ({"q": 1, "s": 1}, 0)]),
+                ("F", [({"r": 1}, 0), ({"s": 1}, 0)]),
+            ],
+        ),
+        (
+            "O(p,q) = I(p, q+s) * F(s)",
+            "coo",
+            [("I", [({"p": 1}, 0), ({"q": 1, "s": 1}, 0)]), ("F", [({"s": 1}, 0)])],
+        ),
+        (
+            "O(p,q) = I(p+r, q) * F(r)",
+            "CS",
+            [("I", [({"p": 1, "r": 1}, 0), ({"q": 1}, 0)]), ("F", [({"r": 1}, 0)])],
+        ),
     ],
 )
-def test_affine_index_on_coo_or_singleton_is_unsupported(expr, fmt):
-    with pytest.raises(ucf.UnsupportedError, match="affine"):
-        ucf.compile(expr, formats={"I": fmt})
+def test_affine_index_on_coo_or_singleton_reads_a_searchable_copy(expr, fmt, acc):
+    """A singleton level (or the non-unique level above one) cannot be searched for an
+    affine index, so the kernel reads a copy whose levels can (``LevelKind.searched``)."""
+    k = ucf.compile(expr, formats={"I": fmt})
+    assert "whose levels cannot be searched" in k.cin
+    rng = rng_for("searchable", expr)
+    x = rand_sparse(rng, (6, 5), 0.5)
+    w = rand_sparse(rng, (2, 2) if "r,s" in expr else (2,), 1.0)
+    with pytest.warns(ucf.ConversionWarning):
+        got = dense(k(I=ucf.from_numpy(x, format=fmt), F=w))
+    ext = {"p": got.shape[0], "q": got.shape[1], "r": 2, "s": 2}
+    ext = {v: n for v, n in ext.items() if v in expr}
+    assert_exact(got, affine_einsum(["p", "q"], acc, {"I": x, "F": w}, ext))
 
 
 def test_decreasing_index_on_compressed_level_is_unsupported():

@@ -2,23 +2,28 @@
 
 One generator serves both ``tests/schedule/test_fuzz.py`` (a short,
 derandomized hypothesis run) and ``bench/fuzz.py`` (the long run that writes
-minimized repros).  It draws through a small ``Draw`` interface, so hypothesis
-can shrink a failing case while the long run draws from a seeded
+minimized repros).  It draws through the ``Draw`` interface of ``tests.fuzz_common``,
+so hypothesis can shrink a failing case while the long run draws from a seeded
 ``random.Random``.
 
 A case is plain data - kernel, formats, schedule text, target, extents,
 densities and a data seed - so it crosses to a worker as JSON and prints as a
 standalone repro.  The worker compiles and runs it and compares the result
-with ``np.einsum`` on dense copies.  The parent turns a worker that dies into
-a "crash" and one that stops answering into a "hang", restarts it, and goes
-on, so a segfault is a failure with a repro rather than a dead run.
+with ``np.einsum`` on dense copies (``tests.fuzz_common.WorkerPool``: a worker that
+dies is a "crash", one that stops answering a "hang").
 
-The statements are single products (or one element-wise sum) whose reduction
-variables span the whole right-hand side, so the reference does not depend
-on how ucf scopes sums inside larger expressions.
+The statements are sums of products whose reduction variables span each product,
+so the reference does not depend on how ucf scopes sums inside larger expressions.
+Some read a tensor under two index lists (``x(i)`` and ``x(j)``, ``D(i,j)`` and
+``D(j,i)``, ``A(i,j) * A(j,k)``) or a repeated variable (``A(i,i)``). Formats are
+random levels, aliases, blocked ones with unequal block sizes and ``nm(n,m)``; the
+schedule is aimed at the loops of the statement the kernel runs (blocked variables
+split into their block and place). Some cases instead make an operand dynamic or
+run the kernel's statement as a TeSA plan (``tests.fuzz_plans``).
 
 Allowed outcomes are the right answer or a ``ucf.UcfError`` that refuses the
-case.  ``ucf.CompileError`` is a failure here: it means the backend rejected
+case (not for a TeSA plan: one that ``transform`` returns must compile).
+``ucf.CompileError`` is a failure here: it means the backend rejected
 code ucf generated.  A schedule that asserts ``IgnoreRaces`` on a loop over a
 reduction variable is the user's promise, not ucf's: such a case runs on one
 thread, and a wrong answer under a ``CPUVector`` promise is reported as
@@ -27,41 +32,45 @@ thread, and a wrong answer under a ``CPUVector`` promise is reported as
 
 from __future__ import annotations
 
-import faulthandler
-import json
 import os
-import random
-import selectors
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.fuzz_common import (  # noqa: F401  (WorkerPool and friends: this module's users')
+    FAILURES,
+    Draw,
+    HypothesisDraw,
+    Outcome,
+    RandomDraw,
+    WorkerPool,
+    fit_nm,
+    permutation,
+)
+from tests.fuzz_plans import draw_tesa, draw_tile, refusals, run_dynamic, run_tesa
 
 # --------------------------------------------------------------------------- kernels
 
 
 @dataclass
 class FuzzKernel:
-    """A statement, its operands' index variables, and which operands are sparse."""
+    """A statement, its operands' modes, and which operands are sparse.
+
+    ``operands`` gives each tensor's index variables as it is first read (its modes,
+    one letter each), ``terms`` the products the reference sums, each access as
+    ``tensor:indices``, and ``same`` groups of variables that share one extent (those
+    a tensor read twice, or its diagonal, ranges over)."""
 
     expr: str
-    operands: dict[str, str]  # operand -> its index variables, one letter each
+    operands: dict[str, str]
     output: tuple[str, str]  # (name, index variables)
-    terms: tuple[tuple[str, ...], ...]  # the reference sums these products
+    terms: tuple[tuple[str, ...], ...]
     sparse: tuple[str, ...]  # operands that always get a sparse format
     sparse_output: float = 0.0  # how often the output gets a sparse format
+    same: tuple[str, ...] = ()
 
     @property
     def variables(self) -> list[str]:
@@ -72,37 +81,57 @@ class FuzzKernel:
     def reductions(self) -> set[str]:
         return set(self.variables) - set(self.output[1])
 
+    @property
+    def read_once(self) -> list[str]:
+        """The operands that one access reads (only those can be dynamic)."""
+        reads = [a.split(":")[0] for term in self.terms for a in term]
+        return [n for n in self.operands if reads.count(n) == 1]
+
+
+def _terms(*products: str) -> tuple[tuple[str, ...], ...]:
+    """``"A:ij x:j"`` -> ``(("A:ij", "x:j"),)``: one product per string."""
+    return tuple(tuple(p.split()) for p in products)
+
 
 KERNELS = {
     "SpMV": FuzzKernel(
-        "y(i) = A(i,j) * x(j)", {"A": "ij", "x": "j"}, ("y", "i"), (("A", "x"),), ("A",)
+        "y(i) = A(i,j) * x(j)", {"A": "ij", "x": "j"}, ("y", "i"), _terms("A:ij x:j"), ("A",)
     ),
     "SpMM": FuzzKernel(
-        "C(i,k) = A(i,j) * B(j,k)", {"A": "ij", "B": "jk"}, ("C", "ik"), (("A", "B"),), ("A",)
+        "C(i,k) = A(i,j) * B(j,k)",
+        {"A": "ij", "B": "jk"},
+        ("C", "ik"),
+        _terms("A:ij B:jk"),
+        ("A",),
     ),
     "SDDMM": FuzzKernel(
         "A(i,j) = B(i,j) * C(i,k) * D(k,j)",
         {"B": "ij", "C": "ik", "D": "kj"},
         ("A", "ij"),
-        (("B", "C", "D"),),
+        _terms("B:ij C:ik D:kj"),
         ("B",),
         0.3,
     ),
     "TTV": FuzzKernel(
-        "A(i,j) = B(i,j,k) * c(k)", {"B": "ijk", "c": "k"}, ("A", "ij"), (("B", "c"),), ("B",), 0.3
+        "A(i,j) = B(i,j,k) * c(k)",
+        {"B": "ijk", "c": "k"},
+        ("A", "ij"),
+        _terms("B:ijk c:k"),
+        ("B",),
+        0.3,
     ),
     "MTTKRP": FuzzKernel(
         "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
         {"B": "ikl", "C": "kj", "D": "lj"},
         ("A", "ij"),
-        (("B", "C", "D"),),
+        _terms("B:ikl C:kj D:lj"),
         ("B",),
     ),
     "SpGEMM": FuzzKernel(
         "C(i,j) = A(i,k) * B(k,j)",
         {"A": "ik", "B": "kj"},
         ("C", "ij"),
-        (("A", "B"),),
+        _terms("A:ik B:kj"),
         ("A", "B"),
         0.7,
     ),
@@ -110,9 +139,62 @@ KERNELS = {
         "C(i,j) = A(i,j) + B(i,j)",
         {"A": "ij", "B": "ij"},
         ("C", "ij"),
-        (("A",), ("B",)),
+        _terms("A:ij", "B:ij"),
         ("A",),
         0.5,
+    ),
+    # a tensor read under two index lists, beside a sparse (maybe blocked) operand
+    "SpMVx": FuzzKernel(
+        "y(i) = A(i,j) * x(j) + x(i)",
+        {"A": "ij", "x": "j"},
+        ("y", "i"),
+        _terms("A:ij x:j", "x:i"),
+        ("A",),
+        same=("ij",),
+    ),
+    "xAx": FuzzKernel(
+        "s = A(i,j) * x(i) * x(j)",
+        {"A": "ij", "x": "i"},
+        ("s", ""),
+        _terms("A:ij x:i x:j"),
+        ("A",),
+        same=("ij",),
+    ),
+    "DDt": FuzzKernel(
+        "C(i,j) = A(i,j) + D(i,j) * D(j,i)",
+        {"A": "ij", "D": "ij"},
+        ("C", "ij"),
+        _terms("A:ij", "D:ij D:ji"),
+        ("A",),
+        0.3,
+        same=("ij",),
+    ),
+    "AA": FuzzKernel(
+        "C(i,k) = A(i,j) * A(j,k)",
+        {"A": "ij"},
+        ("C", "ik"),
+        _terms("A:ij A:jk"),
+        ("A",),
+        0.3,
+        same=("ijk",),
+    ),
+    # a repeated variable in a sparse operand
+    "Diag": FuzzKernel(
+        "y(i) = A(i,i) * x(i) + A(i,j) * x(j)",
+        {"A": "ij", "x": "j"},
+        ("y", "i"),
+        _terms("A:ii x:i", "A:ij x:j"),
+        ("A",),
+        same=("ij",),
+    ),
+    "Diag3": FuzzKernel(
+        "Y(i,j) = B(i,j,i) * c(j)",
+        {"B": "ijk", "c": "j"},
+        ("Y", "ij"),
+        _terms("B:iji c:j"),
+        ("B",),
+        0.3,
+        same=("ik",),
     ),
 }
 
@@ -123,6 +205,15 @@ LARGE_EXTENTS = (24, 40, 64)
 DENSITIES = (0.3, 0.0, 0.6, 1.0)
 #: How often an operand's last level is fixed-width (ELL-like, ``F<w>``).
 FIXED_WIDTH = 0.15
+#: How often an operand of order 2 is blocked (``bcsr(2,3)``: unequal sizes too), and
+#: one of order 2 or 3 is ``nm(n,m)``.
+BLOCKED = 0.15
+NM = 0.1
+#: How often a case makes an operand dynamic, or runs as a TeSA plan, instead.
+DYNAMIC = 0.06
+TESA = 0.06
+#: How often a case takes no schedule (the default model picks one per call).
+DEFAULT = 0.15
 FACTORS = (2, 3, 4, 1, 7, 8, 16)
 STRATEGIES = ("NoRaces", "Atomics", "Temporary", "ParallelReduction", "IgnoreRaces")
 #: Vector lanes cannot add atomically, a refusal tests/schedule/test_commands.py covers.
@@ -145,52 +236,6 @@ WORKSPACES = ("w", "w2")  # up to two precomputes per schedule
 
 
 # --------------------------------------------------------------------------- drawing
-
-
-class Draw(Protocol):
-    """The choices a generator makes; shrinking moves each toward its first option."""
-
-    def choice(self, options: Sequence[Any]) -> Any: ...
-
-    def integer(self, low: int, high: int) -> int: ...
-
-    def boolean(self, p: float) -> bool: ...
-
-
-class RandomDraw:
-    """Draws from a seeded ``random.Random`` (the long run)."""
-
-    def __init__(self, seed: int | str):
-        self.rng = random.Random(seed)
-
-    def choice(self, options: Sequence[Any]) -> Any:
-        return self.rng.choice(list(options))
-
-    def integer(self, low: int, high: int) -> int:
-        return self.rng.randint(low, high)
-
-    def boolean(self, p: float) -> bool:
-        return self.rng.random() < p
-
-
-class HypothesisDraw:
-    """Draws through hypothesis, which can then shrink a failing case."""
-
-    def __init__(self, draw: Callable):
-        from hypothesis import strategies as st
-
-        self.draw = draw
-        self.st = st
-
-    def choice(self, options: Sequence[Any]) -> Any:
-        return self.draw(self.st.sampled_from(list(options)))
-
-    def integer(self, low: int, high: int) -> int:
-        return self.draw(self.st.integers(low, high))
-
-    def boolean(self, p: float) -> bool:
-        # 0 (what hypothesis shrinks to) means False.
-        return self.draw(self.st.integers(0, 99)) >= round(100 * (1 - p))
 
 
 def cases(targets: Sequence[str] = ("llvm",), kernels: Sequence[str] = tuple(KERNELS)):
@@ -217,10 +262,17 @@ class Case:
     densities: dict[str, float]  # per sparse operand; dense operands are full
     seed: int
     races: list[str] = field(default_factory=list)  # units IgnoreRaces is asserted on
+    dynamic: dict | None = None  # fuzz_plans.run_dynamic's spec
+    tesa: dict | None = None  # fuzz_plans.draw_tesa's spec
 
     @property
     def statement(self) -> str:
         return KERNELS[self.kernel].expr
+
+    @property
+    def group(self) -> str:
+        """The long run's summary row: the kernel, or the kind of a plan case."""
+        return "tesa" if self.tesa else "dynamic" if self.dynamic else self.kernel
 
 
 def draw_case(d: Draw, targets: Sequence[str], kernels: Sequence[str] = tuple(KERNELS)) -> Case:
@@ -237,6 +289,8 @@ def draw_case(d: Draw, targets: Sequence[str], kernels: Sequence[str] = tuple(KE
         formats[out] = draw_format(d, len(out_idx))
     sizes = LARGE_EXTENTS if d.boolean(0.1) else EXTENTS
     extents = {v: d.choice(sizes) for v in kernel.variables}
+    for group in kernel.same:
+        extents.update(dict.fromkeys(group, extents[group[0]]))
     for op, text in formats.items():
         letters, _, modes = text.partition(":")
         if letters.endswith("F"):  # a width up to the extent of the mode it stores
@@ -244,13 +298,33 @@ def draw_case(d: Draw, targets: Sequence[str], kernels: Sequence[str] = tuple(KE
             formats[op] = f"{letters}{d.integer(1, extents[last])}:{modes}"
     target = d.choice(targets)
     seed = d.integer(0, 2**16)
+    kind = d.integer(0, 99)
+    if kind < 100 * DYNAMIC and kernel.read_once:
+        op = d.choice(kernel.read_once)
+        formats.pop(op, None)
+        densities.pop(op, None)
+        tile = draw_tile(d, len(kernel.operands[op]))
+        spec = {"name": op, "tile": tile, "mask": seed + 1, "density": d.choice(DENSITIES)}
+        return Case(name, formats, "", target, extents, densities, seed, dynamic=spec)
+    if kind >= 100 - 100 * TESA:
+        shapes = {op: tuple(extents[v] for v in idx) for op, idx in kernel.operands.items()}
+        return Case(name, {}, "", target, extents, {}, seed, tesa=draw_tesa(d, shapes))
+    if d.boolean(DEFAULT):  # the default model's schedule, for the same shapes
+        return Case(name, formats, "", target, extents, densities, seed)
     schedule, races = draw_schedule(d, kernel, formats, extents)
     return Case(name, formats, schedule, target, extents, densities, seed, races)
 
 
 def draw_format(d: Draw, order: int, operand: bool = False) -> str:
     """An alias, or level letters (U, C, and S below C or S) with a mode ordering; an
-    operand's last level may be fixed-width (``F``, its width drawn with the extents)."""
+    operand's last level may be fixed-width (``F``, its width drawn with the extents),
+    and an operand may be blocked (its two block sizes drawn apart) or ``nm(n,m)``."""
+    if operand and order == 2 and d.boolean(BLOCKED):
+        kind = d.choice(("bcsr", "bcsc", "bdcsr"))
+        return f"{kind}({d.choice((2, 1, 3, 4))},{d.choice((3, 1, 2, 4))})"
+    if operand and order in (2, 3) and d.boolean(NM):
+        m = d.choice((4, 2, 3))
+        return f"nm({d.integer(1, m)},{m})"
     if ALIASES[order] and d.boolean(0.4):
         return d.choice(ALIASES[order])
     letters = ""
@@ -275,14 +349,6 @@ def fit_width(a: np.ndarray, text: str) -> np.ndarray:
     rows = t.reshape(-1, t.shape[-1])
     rows[np.cumsum(rows != 0, axis=1) > width] = 0
     return np.ascontiguousarray(np.transpose(t, np.argsort(fmt.mode_order)))
-
-
-def permutation(d: Draw, items: list) -> list:
-    rest = list(items)
-    out = []
-    while rest:
-        out.append(rest.pop(d.integer(0, len(rest) - 1)))
-    return out
 
 
 class _Loops:
@@ -320,40 +386,64 @@ class _Loops:
             self.parents[v] = (kind, tuple(old))
 
 
-def _levels(kernel: FuzzKernel, formats: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
-    """Each sparse tensor's (index variable, level letter) pairs, outer to inner."""
+@dataclass
+class _Statement:
+    """The statement a kernel runs, as its schedule names it: blocked variables split
+    into their block and place (``i_blk``, ``i_in``), a tensor read in two splits
+    seen twice (``x_v2``), a repeated variable offset (``i + i_d``)."""
+
+    reads: dict[str, set[str]]  # tensor -> the variables of its accesses
+    accesses: list[str]  # the accesses' text, for precompute's expressions
+    levels: dict[str, list[tuple[str, str]]]  # sparse tensor -> (variable, letter) per level
+    order: list[str]  # ucf's own default loop order
+    extents: dict[str, int]
+    reductions: set[str]
+
+
+def _statement(kernel: FuzzKernel, formats: dict[str, str], extents: dict[str, int]) -> _Statement:
     import ucf
-
-    tensors = dict(kernel.operands)
-    tensors[kernel.output[0]] = kernel.output[1]
-    levels = {}
-    for name, text in formats.items():
-        idx = tensors[name]
-        fmt = ucf.parse_format(text, order=len(idx))
-        if not fmt.is_dense:
-            levels[name] = [
-                (idx[m], k.letter) for m, k in zip(fmt.mode_order, fmt.levels, strict=True)
-            ]
-    return levels
-
-
-def _initial_order(kernel: FuzzKernel, formats: dict[str, str]) -> list[str]:
-    """ucf's own default loop order, so commands that need adjacency can be aimed."""
-    import ucf
-    from ucf.cin.concretize import concretize
+    from ucf.format.format import parse_formats
+    from ucf.lang.ast import accesses, statement_orders
     from ucf.lang.parser import parse_statement
+    from ucf.pipeline import _Front
 
-    stmt = parse_statement(kernel.expr)
-    tensors = dict(kernel.operands)
-    fmts = {n: ucf.parse_format(formats.get(n, "dense"), order=len(i)) for n, i in tensors.items()}
-    out, idx = kernel.output
-    out_fmt = ucf.parse_format(formats.get(out, "dense"), order=len(idx))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an operand no order follows is converted
-            return list(concretize(stmt, fmts, out_fmt).order)
-    except ucf.UcfError:
-        return kernel.variables
+            orders = statement_orders(parse_statement(kernel.expr))
+            front = _Front(kernel.expr, parse_formats(formats, orders))
+            order = list(front.concretized().order)
+    except ucf.UcfError:  # the compile will say why; aim at the statement as written
+        front, order = None, kernel.variables
+    if front is None:
+        tensors = {**kernel.operands, kernel.output[0]: kernel.output[1]}
+        levels = {}
+        for name, text in formats.items():
+            fmt = ucf.parse_format(text, order=len(tensors[name]))
+            if not fmt.is_dense:
+                idx = tensors[name]
+                pairs = zip(fmt.mode_order, fmt.levels, strict=True)
+                levels[name] = [(idx[m], k.letter) for m, k in pairs]
+        reads = {n: set(i) for n, i in kernel.operands.items()}
+        text = [f"{n}({','.join(i)})" for n, i in kernel.operands.items()]
+        return _Statement(reads, text, levels, order, dict(extents), kernel.reductions)
+    stmt = front.stmt
+    split = front.blocking.split_extents(extents) if front.blocking else dict(extents)
+    split.update(dict.fromkeys(front.diagonals, 1))
+    position = {v: k for k, v in enumerate(order)}
+    fmts = {**front.fmts, stmt.lhs.tensor: front.computed}
+    reads: dict[str, set[str]] = {}
+    levels: dict[str, list[tuple[str, str]]] = {}
+    for a in [stmt.lhs, *accesses(stmt.rhs)]:
+        fmt = fmts[a.tensor]
+        if a is not stmt.lhs:
+            reads.setdefault(a.tensor, set()).update(v for i in a.indices for v in i.variables)
+        if not fmt.is_dense:
+            bases = [a.indices[m].base(position) for m in fmt.mode_order]
+            levels[a.tensor] = [(v, k.letter) for v, k in zip(bases, fmt.levels, strict=True)]
+    out = {i.single_variable for i in stmt.lhs.indices}
+    text = [str(a).replace(" ", "") for a in accesses(stmt.rhs)]
+    return _Statement(reads, text, levels, order, split, set(order) - out)
 
 
 def _legal_order(d: Draw, nest: _Loops, levels: dict[str, list[tuple[str, str]]]) -> list[str]:
@@ -379,6 +469,12 @@ def _legal_order(d: Draw, nest: _Loops, levels: dict[str, list[tuple[str, str]]]
     return out
 
 
+def _variables(access: str) -> set[str]:
+    """The index variables in an access's text (``A(i_blk,i_in+i_d)``)."""
+    inside = access[access.index("(") + 1 : -1] if "(" in access else ""
+    return {w for w in inside.replace("+", ",").replace("-", ",").split(",") if w.isidentifier()}
+
+
 #: How a derived loop relates to its parents, for the loops whose trip count is known.
 BOUNDED = ("split-inner", "divide-outer", "bound")
 
@@ -393,8 +489,9 @@ def draw_schedule(
     level, unroll of a bounded loop, orders that follow the sparse tensors),
     but every choice can also miss, so refusals are exercised too.
     """
-    levels = _levels(kernel, formats)
-    nest = _Loops(_initial_order(kernel, formats))
+    runs = _statement(kernel, formats, extents)
+    levels, extents = runs.levels, runs.extents
+    nest = _Loops(runs.order)
     commands: list[str] = []
     races: set[str] = set()
     precomputes = 0
@@ -404,14 +501,14 @@ def draw_schedule(
         origins = nest.origins(v)
         return [
             t
-            for t, idx in kernel.operands.items()
-            if set(origins) <= set(idx) and t in levels and (origins[-1], "U") not in levels[t]
+            for t, idx in runs.reads.items()
+            if set(origins) <= idx and t in levels and (origins[-1], "U") not in levels[t]
         ]
 
     def pos(v: str) -> None:
         owners = positions(v)
         if d.boolean(0.05):
-            owners = list(kernel.operands)
+            owners = list(runs.reads)
         if not owners:
             return
         tensor = d.choice(owners)
@@ -425,7 +522,7 @@ def draw_schedule(
         v = d.choice(nest.loops)
         unit = d.choice(("CPUThread", "CPUVector"))
         strategy = d.choice(STRATEGIES if unit == "CPUThread" else VECTOR_STRATEGIES)
-        if strategy == "IgnoreRaces" and set(nest.origins(v)) & kernel.reductions:
+        if strategy == "IgnoreRaces" and set(nest.origins(v)) & runs.reductions:
             races.add(unit)
         commands.append(f"parallelize({v}, {unit}, {strategy})")
 
@@ -475,9 +572,9 @@ def draw_schedule(
             commands.append(f"unroll({v}, {d.choice((2, 4, 3))})")
         elif kind == "precompute" and precomputes < len(WORKSPACES):
             precomputes += 1
-            ops = list(kernel.operands)
+            ops = runs.accesses
             taken = [op for op in ops if d.boolean(0.6)] or ops[:1]
-            used = {v for op in taken for v in kernel.operands[op]}
+            used = {v for op in taken for v in _variables(op)}
             candidates = [
                 v for v in loops if len(nest.origins(v)) == 1 and nest.origins(v)[0] in used
             ]
@@ -488,7 +585,7 @@ def draw_schedule(
             if d.boolean(0.3):
                 vw = nest.fresh(f"{v}w")
                 nest.replace([v], {vw: "workspace"})
-            expr = "*".join(f"{op}({','.join(kernel.operands[op])})" for op in taken)
+            expr = "*".join(taken)
             ws = WORKSPACES[precomputes - 1]
             commands.append(f"precompute({expr}, {v}, {vw}, {ws})")
         elif kind == "parallelize":
@@ -512,35 +609,25 @@ def case_arrays(case: Case) -> dict[str, np.ndarray]:
         shape = tuple(case.extents[v] for v in idx)
         if op in case.densities:
             a = rand_sparse(rng, shape, case.densities[op], empty_rows=0)
-            arrays[op] = fit_width(a, case.formats[op])
+            fmt = case.formats[op]
+            arrays[op] = fit_nm(fmt, a) if fmt.startswith("nm(") else fit_width(a, fmt)
         else:
             arrays[op] = rand_dense(rng, shape)
     return arrays
 
 
 def reference(kernel: FuzzKernel, arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The sum of the kernel's products, by np.einsum on dense copies."""
-    out = kernel.output[1]
+    """The sum of the kernel's products, by np.einsum on dense copies (a repeated
+    index takes the diagonal)."""
     total = None
     for term in kernel.terms:
-        spec = ",".join(kernel.operands[op] for op in term) + "->" + out
-        part = np.einsum(spec, *(arrays[op] for op in term), optimize=True)
+        part = np.einsum(_spec(kernel, term), *(arrays[a.split(":")[0]] for a in term))
         total = part if total is None else total + part
     return total
 
 
-@dataclass
-class Outcome:
-    status: str  # ok, refused, racy | wrong, error, crash, hang
-    detail: str = ""
-    seconds: float = 0.0
-
-    @property
-    def failed(self) -> bool:
-        return self.status in FAILURES
-
-
-FAILURES = ("wrong", "error", "crash", "hang")
+def _spec(kernel: FuzzKernel, term: tuple[str, ...]) -> str:
+    return ",".join(a.split(":")[1] for a in term) + "->" + kernel.output[1]
 
 
 def run_case(case: Case) -> Outcome:
@@ -552,24 +639,28 @@ def run_case(case: Case) -> Outcome:
     want = reference(kernel, arrays)
     if "CPUThread" in case.races:
         ucf.set_num_threads(1)
+    into = None
     try:
-        k = ucf.compile(
-            kernel.expr, formats=case.formats, schedule=case.schedule, target=case.target
-        )
-        ops = {
-            n: ucf.from_numpy(a, format=case.formats[n]) if n in case.formats else a
-            for n, a in arrays.items()
-        }
-        got = k(**ops)
-        into = None
-        if isinstance(got, np.ndarray) and got.ndim:
-            # into a given output full of NaN: the kernel, or the call, must clear every
-            # element it does not compute (ucf.lower.zeroing decides which of the two)
-            into = np.full(got.shape, np.nan, got.dtype)
-            k(**ops, out=into)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ucf.ConversionWarning)
+            if case.tesa:
+                got, stored, _ = run_tesa(kernel.expr, arrays, case.tesa, case.seed, case.target)
+                want = reference(kernel, stored)
+            elif case.dynamic:
+                got, masked = run_dynamic(
+                    kernel.expr, case.formats, arrays, case.dynamic, case.target
+                )
+                want = reference(kernel, masked)
+            else:
+                got, into = _run_kernel(case, kernel, arrays)
     except ucf.CompileError as e:
         return Outcome("error", f"CompileError: {e}")
     except ucf.UcfError as e:
+        # a plan transform returns compiles; a dynamic operand is refused only so
+        if case.tesa or isinstance(e, ucf.InternalError):
+            return Outcome("error", f"{type(e).__name__}: {e}")
+        if case.dynamic and not isinstance(e, refusals()):
+            return Outcome("error", f"{type(e).__name__}: {e}")
         return Outcome("refused", f"{type(e).__name__}: {e}")
     except Exception:
         return Outcome("error", traceback.format_exc())
@@ -591,17 +682,51 @@ def run_case(case: Case) -> Outcome:
     return Outcome("ok")
 
 
+def _run_kernel(case: Case, kernel: FuzzKernel, arrays: dict[str, np.ndarray]):
+    """The kernel's result, and (dense outputs) its result into out= full of NaN."""
+    import ucf
+
+    k = ucf.compile(kernel.expr, formats=case.formats, schedule=case.schedule, target=case.target)
+    ops = {
+        n: ucf.from_numpy(a, format=case.formats[n]) if n in case.formats else a
+        for n, a in arrays.items()
+    }
+    got = k(**ops)
+    into = None
+    if isinstance(got, np.ndarray) and got.ndim:
+        # into a given output full of NaN: the kernel, or the call, must clear every
+        # element it does not compute (ucf.lower.zeroing decides which of the two)
+        into = np.full(got.shape, np.nan, got.dtype)
+        k(**ops, out=into)
+    return got, into
+
+
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))
 
 
 def repro(case: Case, outcome: Outcome | None = None) -> str:
-    """A standalone script that runs the case (data inline) and checks it against numpy."""
+    """A standalone script that runs the case (data inline) and checks it against numpy;
+    a dynamic or TeSA case reruns through this module."""
     kernel = KERNELS[case.kernel]
     arrays = case_arrays(case)
     lines = [f"# {case.kernel} on target {case.target}, data seed {case.seed}"]
     if outcome is not None:
         lines += [f"# outcome: {outcome.status}"]
         lines += [f"#   {line}" for line in outcome.detail.strip().splitlines()[-12:]]
+    if case.dynamic or case.tesa:
+        from dataclasses import asdict
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        lines += [
+            "import sys",
+            f"sys.path[:0] = [{root!r}]",
+            "from tests.schedule.fuzz_cases import Case, run_case",
+            "",
+            f"outcome = run_case(Case(**{asdict(case)!r}))",
+            "assert outcome.status in ('ok', 'refused'), outcome",
+            "",
+        ]
+        return "\n".join(lines)
     lines += ["import numpy as np", "", "import ucf", ""]
     if "CPUThread" in case.races:
         lines.append("ucf.set_num_threads(1)  # the schedule asserts IgnoreRaces over a reduction")
@@ -616,185 +741,36 @@ def repro(case: Case, outcome: Outcome | None = None) -> str:
         "for n, a in arrays.items()}",
         "got = k(**ops).to_numpy()",
     ]
-    out = kernel.output[1]
     parts = []
     for term in kernel.terms:
-        spec = ",".join(kernel.operands[op] for op in term) + "->" + out
-        parts.append(f"np.einsum({spec!r}, {', '.join(f'arrays[{op!r}]' for op in term)})")
+        names = ", ".join(f"arrays[{a.split(':')[0]!r}]" for a in term)
+        parts.append(f"np.einsum({_spec(kernel, term)!r}, {names})")
     lines += [f"want = {' + '.join(parts)}", "assert np.allclose(got, want), (got, want)", ""]
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- workers
-
-
-class _Worker:
-    """One long-lived subprocess that runs cases sent as JSON lines."""
-
-    def __init__(self, env: dict[str, str]):
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env=env,
-            start_new_session=True,
-        )
-        self.buffer = b""
-        self.served = 0
-        self.log_at = 0
-        self.deadline = 0.0
-        self.case: Case | None = None
-
-    def send(self, request: dict, case: Case | None, timeout: float) -> None:
-        self.log_at = self.log.tell()
-        self.case = case
-        self.deadline = time.monotonic() + timeout
-        self.started = time.monotonic()
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def read(self) -> Outcome | None:
-        """The reply if one is complete, a crash outcome at end of file, else None."""
-        chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-        if not chunk:
-            self.proc.wait()
-            code = self.proc.returncode
-            why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-            return Outcome("crash", f"worker died ({why})\n{self.stderr()}", self.elapsed())
-        self.buffer += chunk
-        if b"\n" not in self.buffer:
-            return None
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        self.served += 1
-        reply = json.loads(line)
-        return Outcome(reply["status"], reply["detail"], self.elapsed())
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def stderr(self) -> str:
-        self.log.seek(self.log_at)
-        text = self.log.read().decode(errors="replace")
-        self.log.seek(0, os.SEEK_END)
-        return text[-3000:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-        self.log.close()
-
-
-class WorkerPool:
-    """Worker subprocesses that run cases; one that dies or hangs is replaced.
-
-    Each worker gets ``threads`` OpenMP threads and, unless given, a kernel
-    cache directory of its own.  A worker is also replaced after ``recycle``
-    cases, which bounds the memory its JIT-compiled kernels hold.
-    """
-
-    def __init__(self, size: int = 1, timeout: float = 120.0, threads: int = 2, recycle: int = 150):
-        self.size = size
-        self.timeout = timeout
-        self.recycle = recycle
-        self.cache = tempfile.TemporaryDirectory(prefix="ucf-fuzz-cache-")
-        self.env = dict(os.environ)
-        self.env["OMP_NUM_THREADS"] = str(threads)
-        self.env.pop("UCF_NUM_THREADS", None)
-        self.env["UCF_CACHE_DIR"] = self.cache.name
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
-        self.idle: list[_Worker] = []
-
-    def _worker(self) -> _Worker:
-        return self.idle.pop() if self.idle else _Worker(self.env)
-
-    def _release(self, w: _Worker, outcome: Outcome) -> None:
-        if outcome.status in ("crash", "hang") or w.served >= self.recycle:
-            w.kill()
-        else:
-            self.idle.append(w)
-
-    def run(self, case: Case) -> Outcome:
-        return next(self.map([case]))[1]
-
-    def probe(self, request: dict, timeout: float) -> Outcome:
-        """Send a raw request (the machinery's own tests use ``crash`` and ``sleep``)."""
-        w = self._worker()
-        w.send(request, None, timeout)
-        outcome = self._wait({w.proc.stdout.fileno(): w})[1]
-        self._release(w, outcome)
-        return outcome
-
-    def map(self, cases: Iterable[Case]) -> Iterator[tuple[Case, Outcome]]:
-        """Run cases on up to ``size`` workers; yield (case, outcome) as they finish."""
-        pending = iter(cases)
-        busy: dict[int, _Worker] = {}
-        while True:
-            while len(busy) < self.size:
-                case = next(pending, None)
-                if case is None:
-                    break
-                w = self._worker()
-                w.send({"case": asdict(case)}, case, self.timeout)
-                busy[w.proc.stdout.fileno()] = w
-            if not busy:
-                return
-            w, outcome = self._wait(busy)
-            self._release(w, outcome)
-            yield w.case, outcome
-
-    def _wait(self, busy: dict[int, _Worker]) -> tuple[_Worker, Outcome]:
-        """Block until one busy worker answers, dies or runs out of time; free it."""
-        with selectors.DefaultSelector() as sel:
-            for fd in busy:
-                sel.register(fd, selectors.EVENT_READ)
-            while True:
-                now = time.monotonic()
-                late = [fd for fd, w in busy.items() if w.deadline <= now]
-                if late:
-                    w = busy.pop(late[0])
-                    w.kill()
-                    return w, Outcome("hang", f"no answer within {self.timeout:g} s", w.elapsed())
-                wait = min(w.deadline for w in busy.values()) - now
-                for key, _ in sel.select(wait):
-                    outcome = busy[key.fd].read()
-                    if outcome is not None:
-                        return busy.pop(key.fd), outcome
-
-    def close(self) -> None:
-        for w in self.idle:
-            w.kill()
-        self.idle = []
-        self.cache.cleanup()
-
-    def __enter__(self) -> WorkerPool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def serve() -> None:
-    """The worker's loop: one JSON request per line in, one outcome per line out."""
-    proto = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything else printed to stdout goes to the log, not into the replies
-    faulthandler.enable()
-    for line in sys.stdin:
-        request = json.loads(line)
-        if "crash" in request:
-            os.kill(os.getpid(), signal.SIGSEGV)
-        if "sleep" in request:
-            time.sleep(request["sleep"])
-        outcome = run_case(Case(**request["case"])) if "case" in request else Outcome("ok")
-        proto.write(json.dumps({"status": outcome.status, "detail": outcome.detail}) + "\n")
-        proto.flush()
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
-    serve()
+def simpler(case: Case):
+    """Candidate cases one step simpler than ``case`` (``bench/fuzz.py`` minimizes with
+    them): a command dropped, target llvm, an operand dense, extents and densities
+    smaller (a group of variables that share an extent together), seed 0."""
+    commands = [c.strip() for c in case.schedule.split(";") if c.strip()]
+    for k in range(len(commands)):
+        yield replace(case, schedule="; ".join(commands[:k] + commands[k + 1 :]))
+    if case.target != "llvm":
+        yield replace(case, target="llvm")
+    kernel = KERNELS[case.kernel]
+    for name in case.formats:
+        if name not in kernel.sparse and not case.tesa:
+            formats = {n: f for n, f in case.formats.items() if n != name}
+            densities = {n: x for n, x in case.densities.items() if n != name}
+            yield replace(case, formats=formats, densities=densities)
+    for v, e in case.extents.items():
+        group = next((g for g in kernel.same if v in g), v)
+        for smaller in sorted({1, 2, e // 2, e - 1}):
+            if 1 <= smaller < e:
+                yield replace(case, extents={**case.extents, **dict.fromkeys(group, smaller)})
+    for name, x in case.densities.items():
+        if x not in (0.0, 0.3):
+            yield replace(case, densities={**case.densities, name: 0.3})
+    if case.seed:
+        yield replace(case, seed=0)

@@ -148,7 +148,24 @@ def test_the_random_draw_is_reproducible():
     again = [draw_case(RandomDraw(f"0:{n}"), ("llvm", "c")) for n in range(20)]
     assert first == again
     assert {c.kernel for c in first} > {"SpMV"}
-    assert sum(1 for c in first if c.schedule) >= 18
+    scheduled = [c for c in first if not (c.dynamic or c.tesa)]  # plan cases take none
+    assert sum(1 for c in scheduled if c.schedule) >= len(scheduled) // 2
+
+
+def test_the_draw_reaches_every_new_shape():
+    """Tensors read twice and diagonals, unequal blocks, nm(n,m), dynamic tiles over 1
+    and TeSA plans are drawn (issue 32), and schedules name the split loops."""
+    drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(600)]
+    kernels = {c.kernel for c in drawn}
+    assert {"SpMVx", "xAx", "DDt", "AA", "Diag", "Diag3"} <= kernels
+    unequal = [
+        f for c in drawn for f in c.formats.values() if f[:2] == "bc" and f[5:8] not in "(1,1)"
+    ]
+    assert any(f.split("(")[1].split(",")[0] != f.split(",")[1][:-1] for f in unequal)
+    assert sum(1 for c in drawn for f in c.formats.values() if f.startswith("nm(")) >= 5
+    assert sum(1 for c in drawn if c.dynamic and max(c.dynamic["tile"]) > 1) >= 5
+    assert sum(1 for c in drawn if c.tesa) >= 5
+    assert any("_blk" in c.schedule or "_in" in c.schedule for c in drawn)
 
 
 def test_fused_pos_over_upper_levels_of_3d_tensor():

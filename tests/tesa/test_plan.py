@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -184,6 +185,59 @@ def test_an_operand_under_a_function_reads_the_sum_of_its_parts():
     got = plan.compile(dtype="float64")(W=w, x=x)["y"]
     kept = stored(plan, "W", w)
     np.testing.assert_allclose(got, np.maximum(kept, 0) @ x + kept @ x, rtol=1e-12)
+
+
+def issue_mask() -> np.ndarray:
+    """W, 4x8: two live 2x2 blocks and one element (issue 32's plan)."""
+    w = np.zeros((4, 8), dtype=bool)
+    w[0:2, 0:2] = w[2:4, 4:6] = True
+    w[3, 7] = True
+    return w
+
+
+ISSUE_POLICY = ucf.Policy(bits={8, 32}, blocks={(1, 1): 1, (2, 2): 2.5})
+
+
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=needs_cc)])
+def test_a_linear_sum_under_a_function_becomes_sub_statements(target):
+    """``relu(sum(j, W(i,j) * x(j)))``: the sum is linear in W and the output's ``i``
+    fixes it, so each part gets a sub-statement and relu reads their sum. Before, relu
+    read ``W_8b_2x2 + W_8b_1x1`` in one kernel, whose nested sum forces a loop order
+    the blocked part's per-block scales cannot follow: the plan refused to compile."""
+    p = ucf.program(
+        "y(i) = relu(sum(j, W(i,j)*x(j))) + b(i)",
+        shapes={"x": (8,), "b": (4,)},
+        attrs={"W": ucf.TeSA.from_mask(issue_mask(), bits=8)},
+    )
+    plan = p.transform(ISSUE_POLICY)
+    assert {q.block for q in plan.parts} == {(2, 2), (1, 1)}
+    assert sum(s.startswith("y_") for s in plan.steps) == 2
+    rng = np.random.default_rng(32)
+    w, x, b = rng.standard_normal((4, 8)), rng.standard_normal(8), rng.standard_normal(4)
+    run = plan.compile(target=target, dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ucf.ConversionWarning)  # no part converted per call
+        got = run(W=w, x=x, b=b)["y"]
+    np.testing.assert_allclose(got, np.maximum(stored(plan, "W", w) @ x, 0) + b, rtol=1e-12)
+
+
+def test_parts_read_together_in_a_nested_sum_compile():
+    """``relu(W)`` under a nested sum reads the sum of W's parts in one kernel whose
+    loop order cannot follow the 2x2 part's blocks: that part is read from a copy with
+    its values dequantized (regrouping its scales would requantize it)."""
+    p = ucf.program(
+        "y(i) = relu(sum(j, relu(W(i,j)) * x(j))) + b(i)",
+        shapes={"x": (8,), "b": (4,)},
+        attrs={"W": ucf.TeSA.from_mask(issue_mask(), bits=8)},
+    )
+    plan = p.transform(ISSUE_POLICY)
+    rng = np.random.default_rng(33)
+    w, x, b = rng.standard_normal((4, 8)), rng.standard_normal(8), rng.standard_normal(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        got = plan.compile(dtype="float64")(W=w, x=x, b=b)["y"]
+    kept = stored(plan, "W", w)
+    np.testing.assert_allclose(got, np.maximum(np.maximum(kept, 0) @ x, 0) + b, rtol=1e-12)
 
 
 def test_policy_refuses_bad_arguments():

@@ -11,6 +11,8 @@ the Python call's, which must match numpy."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,57 @@ def test_half_values_widened_as_loaded(monkeypatch, asan_cc, tmp_path):  # noqa:
     k = ucf.compile(SPMV, formats={"A": "bcsr(4,2)@float16"}, target="c", dtype="float32")
     t = ucf.from_numpy(a, format="bcsr(4,2)@float16")
     _check(monkeypatch, asan_cc, tmp_path, k, a.astype(np.float32) @ x, A=t, x=x)
+
+
+# A tensor read under two index lists beside a blocked operand (issue 32): each read
+# gets its own view of the split, so the kernel reads each view inside its own arrays.
+# With one view for both reads, D(j,i) walked D's (i, j) split with j's blocks of 3
+# where i's were 2: a heap-buffer-overflow read.
+VIEWS = [
+    ("y(i) = A(i,j) * x(j) + x(i)", "bcsr(2,3)", None),
+    ("s = A(i,j) * x(i) * x(j)", "bcsr(3,1)", None),
+    ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", "bcsr(2,3)", None),
+    ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", "bcsr(2,3)", "csr"),
+    ("C(i,k) = A(i,j) * A(j,k)", "nm(2,4)", None),
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "bcsr(2,3)", None),
+    # a diagonal searched in compressed rows, and in a copy of coo converted to be
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "csr", None),
+    ("y(i) = A(i,i) * x(i) + A(i,j) * x(j)", "coo", None),
+]
+
+
+@pytest.mark.parametrize(("expr", "fmt", "dfmt"), VIEWS)
+def test_a_tensor_read_twice_beside_blocks(monkeypatch, asan_cc, tmp_path, expr, fmt, dfmt):  # noqa: F811
+    rng = np.random.default_rng(32)
+    n = 8 if fmt.startswith("nm") else 7  # 7: partial blocks of 2 and of 3
+    if fmt.startswith("nm"):
+        a = np.zeros((n, n), np.float32)
+        for r in range(n):
+            for g in range(0, n, 4):
+                a[r, g + rng.choice(4, size=2, replace=False)] = rng.random(2) + 0.5
+    else:
+        a = ((rng.random((n, n)) < 0.5) * (rng.random((n, n)) + 0.5)).astype(np.float32)
+    x = rng.random(n).astype(np.float32)
+    d = ((rng.random((n, n)) < 0.6) * (rng.random((n, n)) + 0.5)).astype(np.float32)
+    ops = {"A": ucf.from_numpy(a, format=fmt)}
+    expected = {
+        "y(i) = A(i,j) * x(j) + x(i)": lambda: a @ x + x,
+        "s = A(i,j) * x(i) * x(j)": lambda: x @ a @ x,
+        "C(i,j) = A(i,j) + D(i,j) * D(j,i)": lambda: a + d * d.T,
+        "C(i,k) = A(i,j) * A(j,k)": lambda: a @ a,
+        "y(i) = A(i,i) * x(i) + A(i,j) * x(j)": lambda: np.diag(a) * x + a @ x,
+    }[expr]()
+    if "x(" in expr:
+        ops["x"] = x
+    if "D(" in expr:
+        ops["D"] = ucf.from_numpy(d, format=dfmt) if dfmt else d
+    formats = {"A": fmt, **({"D": dfmt} if dfmt else {})}
+    k = ucf.compile(expr, formats=formats, target="c", dtype="float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)  # re-packed views
+        extents, slots, output, result = _recorded(monkeypatch, k, **ops)
+    shape = np.shape(expected)
+    # under ASan first: the over-read is what this test is for, before any wrong answer
+    under = run_under_asan(asan_cc, tmp_path, k, "dense", output.shape, extents, slots)
+    np.testing.assert_allclose(under.vals, np.asarray(output.vals), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(result).reshape(shape), expected, rtol=1e-5)

@@ -24,6 +24,7 @@ from ucf.errors import UnsupportedError
 from ucf.format.format import Format, LevelMap
 from ucf.lang import ast
 from ucf.lang.affine import Affine
+from ucf.lang.reductions import sums
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,16 @@ class Blocking:
     """The split of a statement's blocked index variables.
 
     ``sizes`` maps each blocked variable to its block size and ``names`` to its
-    (block, place) variables; ``statement`` and ``formats`` are the split statement
-    and each tensor's plain format over its split modes (the output's included);
-    ``modes`` gives, per tensor, the block size of each original mode (0: not split),
-    and ``user_formats`` the formats as given.
+    (block, place) variables; ``statement`` is the split statement. A tensor read
+    under two index lists that the split cuts differently (``x(i)`` and ``x(j)`` with
+    ``i`` in blocks of 2 and ``j`` of 3) is two tensors there, one *view* per split:
+    ``sources`` maps each tensor of the split statement to the user's tensor it views
+    (a view keeps the tensor's name, later ones are named afresh). ``formats`` gives
+    each view's plain format over its split modes (the output's included), ``modes``
+    the block size of each of its original modes (0: not split), and
+    ``user_formats`` the format each view is cut from: the tensor's own, or, for a
+    blocked tensor read where its blocks disagree with the split (``A(i,j) *
+    A(j,k)`` in ``bcsr(2,3)``), the plain format it is re-packed from.
     """
 
     sizes: dict[str, int]
@@ -43,11 +50,12 @@ class Blocking:
     formats: dict[str, Format]
     modes: dict[str, tuple[int, ...]]
     user_formats: dict[str, Format]
+    sources: dict[str, str]
 
-    def split_shape(self, tensor: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """The shape of ``tensor`` in the split statement."""
+    def split_shape(self, view: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of ``view`` in the split statement (``shape``: its tensor's)."""
         out: list[int] = []
-        for n, b in zip(shape, self.modes[tensor], strict=True):
+        for n, b in zip(shape, self.modes[view], strict=True):
             out += [-(-n // b), b] if b else [n]
         return tuple(out)
 
@@ -60,58 +68,124 @@ class Blocking:
             split[inner] = b
         return split
 
+    def notes(self) -> list[str]:
+        """For ``k.cin``: the split variables, and the tensors seen in two splits."""
+        lines = [
+            f"{v} runs over blocks of {b}: {outer} is the block and {inner} the place in it"
+            for v, b in self.sizes.items()
+            for outer, inner in [self.names[v]]
+        ]
+        for view, tensor in self.sources.items():
+            if view != tensor:
+                lines.append(
+                    f"{view} is {tensor} read in the split of another of its accesses "
+                    f"(blocks {self.modes[view]} by mode, as '{self.formats[view]}')"
+                )
+        return lines
 
-def unblock(stmt: ast.Statement, formats: dict[str, Format]) -> Blocking | None:
+
+def unblock(
+    stmt: ast.Statement, formats: dict[str, Format], first: tuple[str, ...] = ()
+) -> Blocking | None:
     """The split that turns ``stmt`` over ``formats`` (every tensor's, the output's
-    included) into a statement over plain formats, or None if no format is blocked."""
+    included) into a statement over plain formats, or None if no format is blocked.
+
+    Each access is split by its own index variables: a tensor read under two index
+    lists gets a view per split. A blocked tensor's access claims the block size of
+    each variable its blocks cut, output first, then the tensors ``first`` names
+    (a dynamic operand's tiles), then left to right; an access whose blocks disagree
+    with an earlier claim (or with themselves, ``A(i,i)`` in ``bcsr(2,3)``) is read
+    re-packed from its coordinates instead, as a plain tensor over the claimed split."""
+    everything = [stmt.lhs, *ast.accesses(stmt.rhs)]
+    if not any(formats[a.tensor].blocked for a in everything):
+        return None
     sizes: dict[str, int] = {}
-    owner: dict[str, str] = {}
-    for a in [stmt.lhs, *ast.accesses(stmt.rhs)]:
+    repacked: set[ast.Access] = set()
+    rank = {name: k for k, name in enumerate(first)}
+    claiming = [stmt.lhs, *sorted(everything[1:], key=lambda a: rank.get(a.tensor, len(rank)))]
+    for a in claiming:
         fmt = formats[a.tensor]
         if not fmt.blocked:
             continue
-        for mode in range(fmt.order):
-            chain = [m for m in fmt.maps if m.mode == mode]
-            if len(chain) == 1:
-                continue
-            if len(chain) > 2:
+        wanted = _claims(a, fmt)
+        if wanted is None or any(sizes.get(v, b) != b for v, b in wanted):
+            if a is stmt.lhs:  # the output's blocks come first, so only from themselves
                 raise UnsupportedError(
-                    f"tensor {a.tensor} ('{fmt}') nests blocks in mode {mode}; kernels read "
-                    "one level of blocks per mode"
+                    f"output {a} ('{fmt}') is stored in blocks of different sizes for one "
+                    "index variable; store it dense or in equal blocks"
                 )
-            b = chain[1].mod
-            v = a.indices[mode].single_variable
-            if v is None:
-                raise UnsupportedError(
-                    f"{a}: mode {mode} of {a.tensor} is stored in blocks of {b}, so its "
-                    f"index must be a single variable, not {a.indices[mode]}"
-                )
-            if sizes.get(v, b) != b:
-                raise UnsupportedError(
-                    f"index variable {v} runs over blocks of {sizes[v]} in {owner[v]} and of "
-                    f"{b} in {a.tensor}; store both with the same block size"
-                )
-            sizes[v], owner[v] = b, a.tensor
-    if not sizes:
-        return None
+            repacked.add(a)
+            continue
+        sizes.update(wanted)
     taken = set(ast.index_variables(stmt.rhs)) | set(ast.index_variables(stmt.lhs))
-    taken |= {v for s in _sums(stmt.rhs) for v in s.vars}
-    names = {v: (_fresh(f"{v}_blk", taken), _fresh(f"{v}_in", taken)) for v in sizes}
-    modes: dict[str, tuple[int, ...]] = {}
-    split_formats: dict[str, Format] = {}
-    for a in [stmt.lhs, *ast.accesses(stmt.rhs)]:
+    taken |= {v for s in sums(stmt.rhs) for v in s.vars}
+    names = {v: (ast.fresh(f"{v}_blk", taken), ast.fresh(f"{v}_in", taken)) for v in sizes}
+    tensors = {a.tensor for a in everything}
+    views: dict[tuple[str, tuple[int, ...], bool], str] = {}
+    view_of: dict[ast.Access, str] = {}
+    blocking = Blocking(sizes, names, stmt, {}, {}, {}, {})
+    for a in everything:
         for idx in a.indices:
             if idx.single_variable is None and set(idx.variables) & set(sizes):
                 raise UnsupportedError(
                     f"{a}: index {idx} uses a blocked variable; a variable stored in blocks "
                     "may only be used alone"
                 )
-        modes[a.tensor] = tuple(sizes.get(idx.single_variable, 0) for idx in a.indices)
-        split_formats[a.tensor] = _split_format(formats[a.tensor], modes[a.tensor])
-    rhs = _rename(stmt.rhs, names)
-    lhs = _split_access(stmt.lhs, names)
-    statement = replace(stmt, lhs=lhs, rhs=rhs)
-    return Blocking(sizes, names, statement, split_formats, modes, dict(formats))
+        modes = tuple(sizes.get(idx.single_variable, 0) for idx in a.indices)
+        key = (a.tensor, modes, a in repacked)
+        if key not in views:
+            seen = sum(1 for k in views if k[0] == a.tensor)
+            view = ast.fresh(f"{a.tensor}_v{seen + 1}", tensors) if seen else a.tensor
+            views[key] = view
+            fmt = formats[a.tensor]
+            user = _plain(fmt) if a in repacked else fmt
+            blocking.sources[view] = a.tensor
+            blocking.modes[view] = modes
+            blocking.user_formats[view] = user
+            blocking.formats[view] = _split_format(user, modes)
+        view_of[a] = views[key]
+    rhs = _rename(stmt.rhs, names, view_of)
+    lhs = _split_access(stmt.lhs, names, view_of)
+    return replace(blocking, statement=replace(stmt, lhs=lhs, rhs=rhs))
+
+
+def _claims(a: ast.Access, fmt: Format) -> list[tuple[str, int]] | None:
+    """The block size of each variable that ``a``'s blocked modes cut, or None when
+    two of its modes cut one variable into blocks of different sizes."""
+    found: dict[str, int] = {}
+    for mode in range(fmt.order):
+        chain = [m for m in fmt.maps if m.mode == mode]
+        if len(chain) == 1:
+            continue
+        if len(chain) > 2:
+            raise UnsupportedError(
+                f"tensor {a.tensor} ('{fmt}') nests blocks in mode {mode}; kernels read "
+                "one level of blocks per mode"
+            )
+        b = chain[1].mod
+        v = a.indices[mode].single_variable
+        if v is None:
+            raise UnsupportedError(
+                f"{a}: mode {mode} of {a.tensor} is stored in blocks of {b}, so its "
+                f"index must be a single variable, not {a.indices[mode]}"
+            )
+        if found.setdefault(v, b) != b:
+            return None
+    return list(found.items())
+
+
+def _plain(fmt: Format) -> Format:
+    """A blocked format as plain levels, one per mode in the order its blocks are
+    stored, each of the kind its block level converts to: what an access whose blocks
+    the statement's split cuts otherwise is re-packed from. Values with a scale per
+    block have no plain counterpart, so they are read dequantized."""
+    kinds, modes = [], []
+    for kind, m in zip(fmt.levels, fmt.maps, strict=True):
+        if m.mode not in modes:
+            kinds.append(kind.reordered())
+            modes.append(m.mode)
+    values = fmt.values if fmt.values is None or fmt.values.level is None else None
+    return Format(tuple(kinds), tuple(modes), values)
 
 
 def user_variables(stmt: ast.Statement) -> tuple[str, ...]:
@@ -121,22 +195,9 @@ def user_variables(stmt: ast.Statement) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _fresh(name: str, taken: set[str]) -> str:
-    k = 1
-    base = name
-    while name in taken:
-        name = f"{base}{k}"
-        k += 1
-    taken.add(name)
-    return name
-
-
-def _sums(e: ast.Expr) -> list[ast.Sum]:
-    found = [e] if isinstance(e, ast.Sum) else []
-    return found + [s for c in ast.children(e) for s in _sums(c)]
-
-
-def _split_access(a: ast.Access, names: dict[str, tuple[str, str]]) -> ast.Access:
+def _split_access(
+    a: ast.Access, names: dict[str, tuple[str, str]], view_of: dict[ast.Access, str]
+) -> ast.Access:
     indices: list[Affine] = []
     for idx in a.indices:
         v = idx.single_variable
@@ -144,16 +205,18 @@ def _split_access(a: ast.Access, names: dict[str, tuple[str, str]]) -> ast.Acces
             indices += [Affine.var(names[v][0]), Affine.var(names[v][1])]
         else:
             indices.append(idx)
-    return ast.Access(a.tensor, tuple(indices))
+    return ast.Access(view_of[a], tuple(indices))
 
 
-def _rename(e: ast.Expr, names: dict[str, tuple[str, str]]) -> ast.Expr:
+def _rename(
+    e: ast.Expr, names: dict[str, tuple[str, str]], view_of: dict[ast.Access, str]
+) -> ast.Expr:
     if isinstance(e, ast.Access):
-        return _split_access(e, names)
+        return _split_access(e, names, view_of)
     if isinstance(e, ast.Sum):
         vs = tuple(w for v in e.vars for w in (names.get(v) or (v,)))
-        return ast.Sum(vs, _rename(e.body, names), e.op)
-    return ast.with_children(e, [_rename(c, names) for c in ast.children(e)])
+        return ast.Sum(vs, _rename(e.body, names, view_of), e.op)
+    return ast.with_children(e, [_rename(c, names, view_of) for c in ast.children(e)])
 
 
 def _split_format(fmt: Format, blocks: tuple[int, ...]) -> Format:

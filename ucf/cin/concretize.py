@@ -125,11 +125,14 @@ def concretize(
     output_format: Format,
     order: list[str] | None = None,
     workspace: bool = False,
+    before: dict[str, set[str]] | None = None,
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
     ``workspace`` says a precompute will give the output a workspace, so a
     sparse output no longer needs its variables outside every reduction.
+    ``before`` maps a variable to those every loop order binds before it (a
+    block's place after its block: ``ucf.cin.blocking``).
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
@@ -157,9 +160,19 @@ def concretize(
     sparse_out = not output_format.is_dense
     appended = appended_vars(stmt.lhs, output_format)
 
+    # Orders every loop order keeps: the caller's, and a sparse level's new variable
+    # after the others of its affine index (else two levels resolve at one loop, which
+    # no conversion undoes: the offset of a diagonal, A(i, i + i_d), after i).
+    needed = {v: set(b) for v, b in (before or {}).items()}
+    for _, c in hard:
+        for first_var, then in _anchors(c)[1:]:
+            needed.setdefault(then, set()).add(first_var)
+
     def fixed_ok(perm: tuple[str, ...]) -> bool:
         pos = {v: k for k, v in enumerate(perm)}
         if not _nesting_ok(nested, pos):
+            return False
+        if any(pos[b] > pos[v] for v, bs in needed.items() for b in bs if b in pos and v in pos):
             return False
         if not sparse_out:
             return True
@@ -175,12 +188,14 @@ def concretize(
         best = None
         best_key = None
         # Plain levels only: which variable an affine level resolves at depends on the order.
-        plain = [
-            [level[0] for level in c if len(level) == 1]
-            for c in [*(c for _, c in hard), *soft, out_chain]
-        ]
+        plain = [a for c in [*(c for _, c in hard), *soft, out_chain] for a in _anchors(c)]
         plain += [[f, v] for _, free, own in nested for f in free for v in own]
-        for perm in _candidates(all_vars, plain, [c[0] for c in out_chain if c[0] in appended]):
+        needs = {v: set(free) for _, free, own in nested for v in own}
+        for v, bs in needed.items():
+            needs.setdefault(v, set()).update(bs)
+        first = [c[0] for c in out_chain if c[0] in appended]
+        whole = [c[0] for c in out_chain]
+        for perm in _candidates(all_vars, plain, first, needs, whole):
             if not fixed_ok(perm):
                 continue
             pos = {v: k for k, v in enumerate(perm)}
@@ -206,7 +221,8 @@ def concretize(
     for n, a in enumerate(rhs):
         fmt = formats[a.tensor]
         if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
-            new = _regrouped(a, fmt, _reordered(a, fmt, pos))
+            new = _regrouped(fmt, _reordered(a, fmt, pos))
+            new = _searchable(a, new) or new
             if _violations(_level_sets(a, new), pos, strict=True):
                 raise UnsupportedError(
                     f"access {a}: two levels of sparse operand {a.tensor} would be resolved at "
@@ -218,8 +234,18 @@ def concretize(
             msg = (
                 f"operand {a.tensor} is stored as '{fmt.name}' but no loop order follows it"
                 f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
+                + _dequantized(fmt, new)
             )
             notes.append(msg)
+        elif not fmt.is_dense and (new := _searchable(a, fmt)) is not None:
+            new = _regrouped(fmt, new)
+            name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
+            slots[n] = Slot(name, a.tensor, new)
+            notes.append(
+                f"operand {a.tensor} is stored as '{fmt.name}', whose levels cannot be searched "
+                f"for the affine indices of {a}; it is converted to '{new}' before each call"
+                + _dequantized(fmt, new)
+            )
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")
@@ -227,6 +253,46 @@ def concretize(
 
 
 Chain = list[tuple[str, ...]]  # the variables of each level's index, outer to inner
+
+
+def _anchors(chain: Chain) -> list[list[str]]:
+    """The chains of variables that order a chain's levels for the topological orders:
+    its plain levels' variables and an affine level's one variable that no level above
+    holds (the offset ``d`` of ``A(i, i + d)``), in level order, plus that variable
+    after each other variable of its level (``i`` before ``d``: the level resolves at
+    ``d`` only if ``d`` comes later; for a sparse operand the topological orders hold
+    to that). An affine level of two new variables resolves at whichever the order
+    binds last, so it orders nothing."""
+    seen: set[str] = set()
+    order: list[str] = []
+    after: list[list[str]] = []
+    for level in chain:
+        new = [v for v in level if v not in seen]
+        if len(level) == 1:
+            order.append(level[0])
+        elif len(new) == 1:
+            order.append(new[0])
+            after += [[v, new[0]] for v in level if v != new[0]]
+        seen.update(level)
+    return [order, *after]
+
+
+def _searchable(a: Access, fmt: Format) -> Format | None:
+    """``fmt`` with the level kinds that a search for an affine index needs (ordered
+    coordinates, no run of repeats: ``LevelKind.searched``), when some level of ``a``
+    with an affine index lacks them; None when every such level has them."""
+
+    def searchable(f: Format) -> bool:
+        return all(
+            kind.full or (kind.ordered and not kind.branchless and f.unique(lvl))
+            for lvl, (kind, m) in enumerate(zip(f.levels, f.mode_order, strict=True))
+            if a.indices[m].single_variable is None
+        )
+
+    if searchable(fmt):
+        return None
+    new = fmt.with_structure(tuple(k.searched() for k in fmt.levels), fmt.maps)
+    return new if searchable(new) else None
 
 
 def _reordered(a: Access, fmt: Format, pos: dict[str, int]) -> Format:
@@ -243,6 +309,16 @@ def _requantizes(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
     return _group_level(fmt, _reordered(a, fmt, pos)) is None
 
 
+def _dequantized(fmt: Format, new: Format) -> str:
+    """What a note on a converted operand adds when the copy's values are dequantized."""
+    if fmt.values is None or new.values is not None:
+        return ""
+    return (
+        ", its values dequantized (no level of that order groups the elements of one of "
+        "its scales, and regrouping them would requantize it)"
+    )
+
+
 def _group_level(fmt: Format, new: Format) -> int | None:
     """The level of ``new`` (``fmt``'s levels in another order) whose positions group
     the elements ``fmt``'s scale level does: a scale per position of level L is one
@@ -253,20 +329,17 @@ def _group_level(fmt: Format, new: Format) -> int | None:
     )
 
 
-def _regrouped(a: Access, fmt: Format, new: Format) -> Format:
-    """``new`` with ``fmt``'s scale groups (see ``_group_level``); refused when no level
-    keeps them, since reading the operand in that order would requantize it."""
+def _regrouped(fmt: Format, new: Format) -> Format:
+    """``new`` with ``fmt``'s scale groups (see ``_group_level``). When no level keeps
+    them, the copy holds the operand's values dequantized, in the kernel's type:
+    regrouping the scales would requantize it (change its numbers), and the copy is
+    made on every call anyway."""
     values = fmt.values
     if values is None or values.level is None:
         return new
     level = _group_level(fmt, new)
     if level is None:
-        raise UnsupportedError(
-            f"access {a}: {a.tensor} ('{fmt}') has a scale per position of its level "
-            f"{values.level}, and the loop order reads it as '{new}', where no level groups "
-            f"the same elements; choose a loop order that follows {a.tensor}'s storage, or "
-            "quantize it per tensor"
-        )
+        return Format(new.levels, new.maps, None)
     return Format(new.levels, new.maps, replace(values, level=level))
 
 
@@ -280,19 +353,34 @@ def _violations(chain: Chain, pos: dict[str, int], strict: bool = False) -> int:
     return sum(1 for a, b in zip(bases, bases[1:], strict=False) if a > b or (strict and a == b))
 
 
-def _candidates(variables: list[str], chains: list[list[str]], first: list[str]):
+def _candidates(
+    variables: list[str],
+    chains: list[list[str]],
+    first: list[str],
+    needs: dict[str, set[str]] | None = None,
+    output: list[str] | None = None,
+):
     """All permutations when few variables, else orders from a topological sort:
-    one of all the variables, and one that binds ``first`` (a sparse output's
-    appended variables, in its level order) before the rest."""
+    one of all the variables, one that binds ``first`` (a sparse output's appended
+    variables, in its level order) before the rest, and one that binds all of
+    ``output`` (the output's level variables) first, in its level order. ``needs``
+    maps a nested sum's variable to those its value depends on, which a topological
+    order binds first (any order that does not is refused)."""
     if len(variables) <= _MAX_EXHAUSTIVE:
         yield from itertools.permutations(variables)
         return
-    yield _topological(variables, chains)
-    rest = [v for v in variables if v not in first]
-    yield tuple(first) + _topological(rest, [[v for v in c if v in rest] for c in chains])
+    needs = needs or {}
+    yield _topological(variables, chains, needs)
+    for lead in (first, output or []):
+        lead = list(dict.fromkeys(v for v in lead if v in variables))
+        rest = [v for v in variables if v not in lead]
+        kept = [[v for v in c if v in rest] for c in chains]
+        yield tuple(lead) + _topological(rest, kept, {v: n - set(lead) for v, n in needs.items()})
 
 
-def _topological(variables: list[str], chains: list[list[str]]) -> tuple[str, ...]:
+def _topological(
+    variables: list[str], chains: list[list[str]], needs: dict[str, set[str]]
+) -> tuple[str, ...]:
     order: list[str] = []
     remaining = list(variables)
     while remaining:
@@ -305,7 +393,8 @@ def _topological(variables: list[str], chains: list[list[str]]) -> tuple[str, ..
                 if b == v and a in remaining and a != v
             )
 
-        nxt = min(remaining, key=lambda v: (blocked(v), variables.index(v)))
+        ready = [v for v in remaining if not needs.get(v, set()) & set(remaining)]
+        nxt = min(ready or remaining, key=lambda v: (blocked(v), variables.index(v)))
         order.append(nxt)
         remaining.remove(nxt)
     return tuple(order)

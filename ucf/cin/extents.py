@@ -87,13 +87,14 @@ def infer(
             known[v] = n
 
 
-def describe(stmt: Statement) -> list[str]:
-    """Formulas for the extents inferred when no output or shapes= is given."""
+def describe(stmt: Statement, fixed: Mapping[str, int] | None = None) -> list[str]:
+    """Formulas for the extents inferred when no output or shapes= is given (``fixed``:
+    the extents known when compiling)."""
     if all(i.single_variable is not None for a in accesses(stmt.rhs) for i in a.indices):
         return []  # nothing to infer: spare a compile sympy's import (most of a second)
     import sympy
 
-    known: dict[str, Any] = {}
+    known: dict[str, Any] = dict(fixed or {})
     size: dict[tuple[str, int], Any] = {}
     for a in accesses(stmt.rhs):
         for m, idx in enumerate(a.indices):

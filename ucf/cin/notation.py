@@ -40,6 +40,8 @@ class CIN:
     origins: dict[str, list[str]] = field(default_factory=dict)  # scheduled loop -> variables
     # A blocked variable's place in its block -> (the variable, its block's loop, the size)
     blocks: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    # An offset of a sparse operand's repeated variable (ucf.cin.diagonals) -> the variable
+    diagonals: dict[str, str] = field(default_factory=dict)
 
     @property
     def reduction_vars(self) -> list[str]:
@@ -54,8 +56,10 @@ class CIN:
 
     @property
     def fixed(self) -> dict[str, int]:
-        """Extents known when compiling: a block's places run over the block's size."""
-        return {inner: size for inner, (_, _, size) in self.blocks.items()}
+        """Extents known when compiling: a block's places run over the block's size, the
+        offset of a repeated variable over one value."""
+        fixed = {inner: size for inner, (_, _, size) in self.blocks.items()}
+        return fixed | dict.fromkeys(self.diagonals, 1)
 
     @property
     def output_vars(self) -> list[str]:

@@ -20,8 +20,18 @@ from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo, trusted
 
 
+def split_operands(b: Blocking, given: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The split statement's operands: each view of each tensor in ``given`` (the
+    user's, by name) cut in its own split."""
+    return {
+        view: split_operand(b, view, given[tensor])
+        for view, tensor in b.sources.items()
+        if tensor in given
+    }
+
+
 def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
-    """``t``, operand ``name`` as the user gave it, in the split statement's shape."""
+    """``t``, the user's tensor that the view ``name`` reads, in the view's split shape."""
     blocks = b.modes[name]
     if not any(blocks):
         return t
@@ -30,8 +40,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
     if fmt.blocked and same_levels(b, name):
         if t.format != fmt:
             warn_user(
-                f"ucf: operand {name} is stored as '{t.format.name}' but the kernel reads "
-                f"'{fmt.name}'; it is converted on every call (convert it once "
+                f"ucf: operand {b.sources[name]} is stored as '{t.format.name}' but the kernel "
+                f"reads '{fmt.name}'; it is converted on every call (convert it once "
                 "beforehand, e.g. with ucf.from_numpy(..., format=...) or .convert(...))",
                 ConversionWarning,
             )
@@ -41,6 +51,8 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         )
         split.scales = t.scales
         return split
+    if not t.plain and b.formats[name].values is None:  # read dequantized
+        return split_operand(b, name, t.astype(t.dtype))
     if not t.plain:  # its numbers split, held again as they were
         return split_held(t, b.formats[name], split_operand(b, name, t.astype(t.dtype)), name)
     if t.format.is_dense:
@@ -50,10 +62,19 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
             dense = np.pad(dense, pad)
         vals = np.ascontiguousarray(dense, dtype=t.dtype).reshape(-1)
         return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
+    tensor = b.sources[name]
+    if t.format.blocked:
+        why = (
+            f"is read in blocks of {' x '.join(str(n or 1) for n in blocks)}, not its own"
+            " (the first access that stores a variable in blocks sets them)"
+        )
+        fix = "store it in those blocks, or plain,"
+    else:
+        why = "is indexed by a variable another tensor stores in blocks"
+        fix = "store it in the same blocks"
     warn_user(
-        f"ucf: operand {name} ('{t.format}') is indexed by a variable another tensor stores "
-        "in blocks, so it is re-packed into those blocks on every call (store it in the "
-        "same blocks to avoid the cost)",
+        f"ucf: operand {tensor} ('{t.format}') {why}, so it is re-packed into those "
+        f"blocks on every call ({fix} to avoid the cost)",
         ConversionWarning,
     )
     coords, vals = t.to_coo()

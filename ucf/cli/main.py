@@ -420,15 +420,17 @@ def _read_inputs(args: argparse.Namespace, formats: dict[str, str]) -> dict[str,
     for name in reads:
         if name not in paths:
             raise UserError(f"no input for {name}; pass -i {name}:FILE")
+    from ucf.exec.shapes import check_orders
     from ucf.format.format import parse_formats
-    from ucf.lang.parser import parse_statement
-    from ucf.pipeline import compute_dtype, statement_orders
+    from ucf.lang.ast import statement_orders
+    from ucf.pipeline import compute_dtype
 
-    orders = statement_orders(parse_statement(args.expr))
+    orders = statement_orders(stmt)
     computed = compute_dtype(args.expr, parse_formats(formats, orders), args.dtype)
     operands = {}
     for name, path in paths.items():
         t = ucf.read(path, formats.get(name))
+        check_orders(orders, {name: t})  # before its format joins the statement's
         held = None if t.format.values else computed  # stated values stay as they are
         operands[name] = t.convert(index_dtype=args.index_dtype, dtype=held)
         formats.setdefault(name, str(t.format))

@@ -205,6 +205,17 @@ def check_mappings(**given: Any) -> None:
             raise ArgumentError(f"{what}= takes a dict by name, got {type(value).__name__}")
 
 
+def unknown_operand(name: str, stmt: Any, keywords: tuple[str, ...]) -> str:
+    """What to say of a keyword argument that names no operand: the operands, and the
+    call's own keyword it may be a misspelling of (``format=`` for ``formats=``)."""
+    import difflib
+
+    reads = sorted({a.tensor for a in accesses(stmt.rhs)})
+    close = difflib.get_close_matches(name, keywords, n=1, cutoff=0.7)
+    hint = f"; did you mean {close[0]}=?" if close else ""
+    return f"unknown operand {name}: the statement reads {', '.join(reads)}{hint}"
+
+
 def refuse_positional(stmt: Any, positional: tuple) -> None:
     """Operands are passed by name: which is which by position would depend on the order
     tensors appear in the statement, which a reader of the call cannot see."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ucf.cin.blocking import Blocking
-from ucf.cin.split_operands import same_levels, split_operand
+from ucf.cin.split_operands import same_levels, split_operand, split_operands
 from ucf.errors import OperandError
 from ucf.format.format import Format, dense_format
 from ucf.format.tensor import Tensor, from_coo, trusted
@@ -29,7 +29,7 @@ def run(
 ) -> Tensor:
     """``call`` (the kernel's own run) on the split operands, output joined back."""
     b: Blocking = plan.blocking
-    split = {n: split_operand(b, n, t) for n, t in given.items()}
+    split = split_operands(b, given)
     name = plan.statement.lhs.tensor
     shape = tuple(extents[idx.single_variable] for idx in plan.statement.lhs.indices)
     target = None
@@ -43,7 +43,12 @@ def run(
         dense = target.to_numpy() if isinstance(target, Tensor) else target
         # A view of the user's array when the blocks divide its extents: the kernel then
         # writes the result in place (a copy in and out cost more than an SpMM at 90%).
-        out = np.asarray(split_operand(b, name, Tensor.from_numpy(np.ascontiguousarray(dense))))
+        # An output no block splits (a scalar) is the user's array itself.
+        if any(b.modes[name]):
+            whole = Tensor.from_numpy(np.ascontiguousarray(dense))
+            out = np.asarray(split_operand(b, name, whole))
+        else:  # (np.ascontiguousarray would make a 0-d array 1-d)
+            out = dense if dense.flags.c_contiguous else np.ascontiguousarray(dense)
     result = call(split, b.split_extents(extents), out)
     joined = _join(b, name, result, shape)
     if target is None:

@@ -31,6 +31,7 @@ from ucf.exec.binding import (
     check_output,
     refuse_positional,
     same_format,
+    unknown_operand,
 )
 from ucf.exec.replay import REMEMBERED, FlatReplay, Replay, replayable
 from ucf.exec.shapes import bound_extents, check_orders, plain_extents
@@ -78,9 +79,7 @@ class Calling:
         names = {a.tensor for a in accesses(stmt.rhs)}
         unknown = sorted(set(operands) - names)
         if unknown:
-            raise OperandError(
-                f"unknown operand {unknown[0]}: the statement reads {', '.join(sorted(names))}"
-            )
+            raise OperandError(unknown_operand(unknown[0], stmt, ("out", "shapes", "masks")))
         missing = sorted(names - set(operands))
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
@@ -122,6 +121,8 @@ class Calling:
         (in the split shapes of a blocked statement: see ``ucf.exec.blocked_call``)."""
         plan = self._plan
         stmt = plan.blocking.statement if plan.blocking else plan.statement
+        if plan.cin.diagonals:  # the offsets of repeated variables (ucf.cin.diagonals)
+            extents = {**extents, **dict.fromkeys(plan.cin.diagonals, 1)}
         for bound in plan.cin.bounds.values():
             bound.check(extents)
         slots: dict[str, Tensor] = {}
@@ -227,22 +228,32 @@ class Calling:
         order follows its format, or its format or index dtype differs from the
         kernel's), or rounded (a narrower value dtype)."""
         name, fmt = slot.tensor, slot.format
-        reasons = []
+        reasons, fixes = [], []
+        convert = (
+            f"convert it once beforehand, e.g. with ucf.from_numpy(..., format='{fmt.name}') "
+            f"or .convert('{fmt.name}')"
+        )
         if slot.name != slot.tensor:
             reasons.append(f"is read as '{fmt.name}', since no loop order follows its format")
+            fixes.append(convert)
         elif t.format.structure != fmt.structure:
             reasons.append(f"is stored as '{t.format.name}' but the kernel reads '{fmt.name}'")
+            fixes.append(convert)
         elif not fmt.is_dense and t.index_dtype != self.index_dtype:
             reasons.append(f"has {t.index_dtype} indices but the kernel reads {self.index_dtype}")
+            fixes.append(
+                f"compile with index_dtype='{t.index_dtype}' to read them in place, or convert "
+                f"once with .convert(index_dtype='{self.index_dtype}')"
+            )
         if not np.can_cast(t.dtype, held, "safe"):
             reasons.append(f"has {t.dtype} values, rounded to the {held} the kernel reads")
+            fixes.append(f"pass {held} values, or compile with dtype='{t.dtype}'")
         key = (name, *reasons)
         if reasons and key not in self._warned:
             self._warned.add(key)
             warn_user(
                 f"ucf: operand {name} {' and '.join(reasons)}; it is converted on every "
-                "call (convert it once beforehand, e.g. with ucf.from_numpy(..., format=...) "
-                "or .convert(...), to avoid the cost)",
+                f"call (to avoid the cost: {'; '.join(fixes)})",
                 ConversionWarning,
             )
 

@@ -34,7 +34,7 @@ from ucf.exec.static import Static, prepare
 from ucf.format.format import Format, parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
-from ucf.lang.ast import Statement
+from ucf.lang.ast import Statement, statement_orders
 from ucf.schedule import Command, Schedule, cpu_model, stats
 from ucf.schedule.candidates import Refused, first_passing
 from ucf.schedule.text import as_commands, spelled
@@ -108,7 +108,13 @@ class Kernel(Calling):
         index_dtype: Any = "int32",
         emulate: bool = False,
         static: Mapping[str, Any] | None = None,
+        blocks: Mapping[str, tuple[str, str, int]] | None = None,
     ):
+        """``blocks`` (for ``ucf.stile.dynamic``, whose statement is already split into
+        tiles): each place variable of the statement -> (the variable it was split from,
+        its block variable, the block size), as ``CIN.blocks``; a call then passes the
+        split variables' own extents as ``shapes=``, and the loops over a last, partial
+        block stop at them."""
         if target not in TARGETS:
             raise UcfError(f"unknown target '{target}'; choose one of {', '.join(TARGETS)}")
         if emulate and target != "cuda":
@@ -147,6 +153,9 @@ class Kernel(Calling):
             from ucf.toolchain import jit
 
             fields["llvm"] = jit.identity()
+        self._blocks = dict(blocks or {})
+        if blocks:
+            fields["blocks"] = sorted((k, list(v)) for k, v in self._blocks.items())
         self._statics: dict[str, Static] = {}
         if static:
             self._statics = prepare(static, expr, self._formats, commands, self.dtype, idt)
@@ -216,6 +225,7 @@ class Kernel(Calling):
             default,
             static,
             self.formats,
+            self._blocks,
         )
 
     def _loaded(self) -> _Compiled:
@@ -310,7 +320,9 @@ class Kernel(Calling):
             if built is not None:
                 return built
         built = first_passing(
-            pipeline.proposals(self._expr, self._formats, split, threads, self.formats),
+            pipeline.proposals(
+                self._expr, self._formats, split, threads, self.formats, self._blocks
+            ),
             lambda c: self._compile(c.commands, default=True, why=(*refused, *c.why)),
             refused,
             shown=_text,
@@ -470,7 +482,7 @@ def _front(
     from ucf import pipeline
     from ucf.lang.parser import parse_statement
 
-    orders = pipeline.statement_orders(parse_statement(expr))
+    orders = statement_orders(parse_statement(expr))
     parsed = parse_formats(formats, orders)
     dt = pipeline.compute_dtype(expr, parsed, dtype)
     decisions.store(fields, (orders, dt))

@@ -26,10 +26,16 @@ def check_orders(orders: Mapping[str, int], given: Mapping[str, Tensor]) -> None
     (``orders``: the statement's, by tensor)."""
     for n, t in given.items():
         if t.order != orders[n]:
-            raise ShapeError(
-                f"operand {n} has order {t.order} (shape {t.shape}) but is accessed "
-                f"with {orders[n]} indices"
-            )
+            raise ShapeError(wrong_order(n, t.shape, orders[n]))
+
+
+def wrong_order(name: str, shape: tuple[int, ...], indices: int) -> str:
+    """The one message for an operand whose order is not its access's number of indices
+    (kernels, ``ucf.einsum``, dynamic operands and the command line alike)."""
+    return (
+        f"operand {name} has order {len(shape)} (shape {tuple(shape)}) but is accessed with "
+        f"{indices} {'index' if indices == 1 else 'indices'}"
+    )
 
 
 def plain_extents(b: Any, given: Mapping[str, Tensor], out: Any) -> dict[str, int] | None:

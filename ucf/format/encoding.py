@@ -77,17 +77,25 @@ def held_length(values: Values, count: int) -> int:
 # ------------------------------------------------------------------ numbers
 
 
-def decode(values: Values, vals: np.ndarray, count: int, groups: Any, scales: Any) -> np.ndarray:
+def decode(
+    values: Values,
+    vals: np.ndarray,
+    count: int,
+    groups: Any,
+    scales: Any,
+    dtype: Any = np.float32,
+) -> np.ndarray:
     """The number at each of ``count`` positions held in ``vals`` (a new array): bfloat16
-    as float32, int4 as int8, quantized values dequantized in float32 (``groups()``
-    gives each position's scale group, asked only then)."""
+    as float32, int4 as int8, quantized values dequantized in ``dtype`` (float64 holds
+    every ``scale * q`` exactly, as a float64 kernel reading them in place computes it;
+    ``groups()`` gives each position's scale group, asked only then)."""
     if values.name == "bfloat16":
         return from_bfloat16(vals)
     q = unpack_int4(vals, count) if values.packed else vals
     if not values.quantized:
         return q
     g = groups()
-    return scales.scale[g] * (q.astype(np.int32) - scales.zero_point[g]).astype(np.float32)
+    return scales.scale[g].astype(dtype) * (q.astype(np.int32) - scales.zero_point[g]).astype(dtype)
 
 
 def encode(

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import FormatError, OperandError
+from ucf.errors import FormatError, OperandError, boundary
 from ucf.format import taco_letters
 from ucf.format.levels import KINDS, LevelKind
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
@@ -355,6 +355,7 @@ def _parse_fill(text: str, source: str, who: str) -> float:
     return value
 
 
+@boundary
 def parse_format(text: str | Format, order: int | None = None, tensor: str = "") -> Format:
     """Parse ``UC``, ``UC:1,0`` or an alias, each optionally followed by ``@`` and a
     value description (``csr@float32``) and by the value absent entries read as

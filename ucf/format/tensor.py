@@ -125,15 +125,15 @@ class Tensor(ArrayLike):
         """Whether ``vals`` holds the numbers themselves, one per position."""
         return self.format.values is None or self.format.values.plain
 
-    def numbers(self) -> np.ndarray:
+    def numbers(self, dtype: Any = np.float32) -> np.ndarray:
         """The number at every stored position: ``vals`` itself when plain, else decoded
-        (bfloat16 widened, int4 unpacked, quantized values dequantized)."""
+        (bfloat16 widened, int4 unpacked, quantized values dequantized in ``dtype``)."""
         if self.plain:
             return self.vals
         values = self.format.values
         count = self.level_sizes()[-1] if self.format.levels else 1
         groups = lambda: self.scale_groups(values.level)  # noqa: E731
-        return decode(values, self.vals, count, groups, self.scales)
+        return decode(values, self.vals, count, groups, self.scales, dtype)
 
     def scale_groups(self, level: int | None) -> np.ndarray:
         """The scale group of every stored position: its ancestor's position at ``level``
@@ -347,8 +347,9 @@ class Tensor(ArrayLike):
         levels = [dict(lv) for lv in self.levels]
         if not self.plain:  # the numbers, held plainly
             fmt = self.format.structure
+            exact = dt if dt.kind == "f" and dt.itemsize > 4 else np.float32
             return Tensor(
-                self.shape, fmt, levels, self.numbers().astype(dt), self.index_dtype, False
+                self.shape, fmt, levels, self.numbers(exact).astype(dt), self.index_dtype, False
             )
         fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
         return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
@@ -406,9 +407,10 @@ class Tensor(ArrayLike):
         else get fresh ones."""
         if fmt == self.format and idt == self.index_dtype and dtype is None:
             return self
-        plain = self.astype(self.dtype) if not self.plain else self
-        if fmt.values is None or fmt.values.plain:
+        if fmt.values is None or fmt.values.plain:  # the numbers, in the type asked for
+            plain = self.astype(fmt.stored_dtype(dtype, self.dtype)) if not self.plain else self
             return plain.convert(fmt, idt, dtype)
+        plain = self.astype(self.dtype) if not self.plain else self
         if dtype is not None:
             raise FormatError(
                 f"format '{fmt}' holds {fmt.values} values; dtype={dtype!r} cannot be given"

@@ -74,6 +74,8 @@ def _values(torch: Any, v: Any, dtype: Any, where: str, fmt: Format | None) -> n
         if v.is_complex():
             raise OperandError(f"{where}: complex values cannot be cast to {dt}")
         return v.to(getattr(torch, dt.name)).numpy()
+    if v.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds each one exactly
+        return v.to(torch.float32).numpy()
     if str(v.dtype).removeprefix("torch.") not in VALUE_NAMES:
         raise OperandError(
             f"{where}: value dtype {v.dtype} is not supported; use one of "

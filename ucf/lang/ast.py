@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from ucf.errors import ShapeError
 from ucf.lang.affine import Affine
 
 
@@ -152,3 +153,26 @@ def index_variables(e: Expr | Access) -> list[str]:
             for v in idx.variables:
                 seen.setdefault(v, None)
     return list(seen)
+
+
+def fresh(name: str, taken: set[str]) -> str:
+    """``name``, or ``name1``, ``name2``, ... : the first not in ``taken`` (which then
+    holds it), for the variables and tensors that rewrites of a statement add."""
+    base, k = name, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def statement_orders(stmt: Statement) -> dict[str, int]:
+    """Each tensor's order: the number of indices it is accessed with (one number)."""
+    orders: dict[str, int] = {}
+    for a in [stmt.lhs, *accesses(stmt.rhs)]:
+        if a.tensor in orders and orders[a.tensor] != len(a.indices):
+            raise ShapeError(
+                f"tensor {a.tensor} is accessed with {orders[a.tensor]} and with "
+                f"{len(a.indices)} indices"
+            )
+        orders[a.tensor] = len(a.indices)
+    return orders

@@ -18,11 +18,13 @@ from ucf.lang.ast import (
     Neg,
     Statement,
     Sum,
+    accesses,
     children,
+    index_variables,
     with_children,
 )
 from ucf.lang.functions import EXTREMA, FUNCTIONS, RESERVED, SUM
-from ucf.lang.reductions import with_reductions
+from ucf.lang.reductions import sums, with_reductions
 
 
 @cache
@@ -97,6 +99,15 @@ class _ToAst(Transformer):
                     meta,
                 )
             return self._at(Call(name, tuple(args)), meta)
+        for a in args:
+            if isinstance(a, Access) and a.indices or isinstance(a, Call | Sum):
+                known = ", ".join([*FUNCTIONS, SUM])
+                raise _Located(
+                    f"{name} is not a function ucf knows (the functions are {known}), and as "
+                    f"a tensor {name} would be indexed by index variables, not by '%s'",
+                    self.where.get(id(a), meta),
+                    quoted=True,
+                )
         return self._at(Access(name, tuple(self._index(a) for a in args)), meta)
 
     def _sum(self, args: list[Expr], meta, op: str = SUM) -> Sum:
@@ -264,6 +275,7 @@ def parse_statement(text: str) -> Statement:
     builder = _ToAst()
     try:
         stmt = builder.resolve(builder.transform(tree))
+        _check_scalars(stmt, builder.where)
         rhs = with_reductions(stmt, lambda node: builder.where.get(id(node)), _Located)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, _Located):
@@ -272,6 +284,21 @@ def parse_statement(text: str) -> Statement:
     except _Located as e:
         _raise_at(e, text)
     return Statement(stmt.lhs, stmt.op, rhs, text)
+
+
+def _check_scalars(stmt: Statement, where: dict) -> None:
+    """Refuse an index variable read as a value (``relu(i)``, ``i * x(i)``): it would
+    otherwise be a scalar tensor named ``i``, which no call passes."""
+    indices = set(index_variables(stmt.lhs)) | set(index_variables(stmt.rhs))
+    indices |= {v for s in sums(stmt.rhs) for v in s.vars}
+    for a in accesses(stmt.rhs):
+        if not a.indices and a.tensor in indices:
+            raise _Located(
+                f"'{a.tensor}' is an index variable of this statement, so it cannot be a value "
+                f"too: index variables index tensors, as in x({a.tensor}); to compute with "
+                f"the numbers 0, 1, ..., pass them as a tensor",
+                where.get(id(a)),
+            )
 
 
 def _raise_at(e: _Located, text: str):

@@ -417,7 +417,8 @@ def _match(s: ir.For) -> Nest | None:
 def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
     """``s`` as a reduction loop around an accumulating ``j`` loop."""
     trip = trip_bound(s)
-    if not serial_loop(s) or trip is None or trip > MAX_REDUCTION:
+    # one step (the offset of a repeated variable, ucf.cin.diagonals) gains nothing
+    if not serial_loop(s) or trip is None or trip > MAX_REDUCTION or trip < 2:
         return None
     opened = _opens(s)
     if opened is None:

@@ -91,6 +91,7 @@ def choose_stile(
         raise ArgumentError(
             f"choose_stile: operands= takes a dict by name, got {type(operands).__name__}"
         )
+    _check_operands(statement, operand, operands)
     asked = None if depths is None else _depths(depths)
     costs, live, best_depth = {}, {}, {}
     for g in tiles:
@@ -105,6 +106,32 @@ def choose_stile(
         costs[g] = options[best_depth[g]]
     best = min(tiles, key=lambda g: costs[g])
     return StileChoice(best, costs, live, best_depth[best], best_depth)
+
+
+def _check_operands(statement: str, operand: str, operands: Mapping[str, Any] | None) -> None:
+    """The costs are measured by running the statement, so every operand but the dynamic
+    one (which the samples stand for) must be given, and nothing else."""
+    reads = sorted({a.tensor for a in ast.accesses(parse_statement(statement).rhs)})
+    if operand not in reads:
+        raise OperandError(
+            f"choose_stile: operand={operand!r} is not an operand of {statement} "
+            f"(operands: {', '.join(reads)})"
+        )
+    given = dict(operands or {})
+    missing = [n for n in reads if n != operand and n not in given]
+    if missing:
+        example = ", ".join(f"{n!r}: {n.lower()}" for n in missing)
+        raise OperandError(
+            f"choose_stile times {statement} on its operands, so it needs operands= with "
+            f"{', '.join(missing)} (as a call of the kernel passes them, e.g. "
+            f"operands={{{example}}}); the samples stand for {operand}"
+        )
+    unknown = sorted(set(given) - set(reads) | ({operand} & set(given)))
+    if unknown:
+        raise OperandError(
+            f"choose_stile: operands= gives {unknown[0]}, which is not an operand of "
+            f"{statement} other than the dynamic {operand} (operands: {', '.join(reads)})"
+        )
 
 
 def _depths(depths: Sequence[int]) -> list[int]:

@@ -44,7 +44,7 @@ from ucf.errors import OperandError, ScheduleError, ShapeError, UnsupportedError
 from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.kernel import Kernel
-from ucf.exec.shapes import bound_extents, check_orders
+from ucf.exec.shapes import bound_extents, check_orders, wrong_order
 from ucf.format.format import Format, dense_format, parse_formats
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
@@ -102,8 +102,16 @@ class DynamicKernel:
         access = held[0]
         if not access.indices:
             raise OperandError(f"dynamic operand {name} is a scalar; it has no tiles")
+        own = [idx.single_variable for idx in access.indices if idx.single_variable]
+        if len(set(own)) < len(own):
+            v = next(v for v in own if own.count(v) > 1)
+            raise UnsupportedError(
+                f"dynamic operand {name} is read as {access}, with the index variable {v} "
+                "twice; its tiles cut each of its modes apart, so give each mode a variable "
+                "of its own (pass the diagonal as a tensor of its own)"
+            )
         given = dict(formats or {})
-        formats = parse_formats(given, pipeline.statement_orders(stmt))  # parsed once, here
+        formats = parse_formats(given, ast.statement_orders(stmt))  # parsed once, here
         stated = formats.pop(name, None)
         if stated is not None and (not stated.is_dense or stated.values):
             raise OperandError(
@@ -124,8 +132,8 @@ class DynamicKernel:
         self.name, self.target, self.statement = name, target, stmt
         self.emulate = emulate
         taken = {a.tensor for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
-        self._index = _fresh("T", taken)
-        self._mask = _fresh("K", taken)
+        self._index = ast.fresh("T", taken)
+        self._mask = ast.fresh("K", taken)
         self._with_mask = replace(
             stmt,
             rhs=_replace(
@@ -201,14 +209,15 @@ class DynamicKernel:
         user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
         fmts[name] = tiled
         fmts[self._mask] = replace(tiled, values=VALUES["uint8"])
-        b = unblock(stmt, fmts)
+        b = unblock(stmt, fmts, first=(name, self._mask))  # the tiles claim first
         split_stmt, split_fmts = stmt, fmts
-        if b is not None:
-            b = replace(b, user_formats=user)
+        if b is not None:  # A and K are passed dense: their views are cut from that
+            b.user_formats.update(
+                {v: user[t] for v, t in b.sources.items() if t in (name, self._mask)}
+            )
             split_stmt, split_fmts = b.statement, dict(b.formats)
         tiles = tuple(
-            Affine.var(b.names[v][0] if b is not None and v in b.sizes else v)
-            for v in (idx.single_variable for idx in access.indices)
+            _tile_index(b, v, t) for v, t in zip(_own(access), self.granularity, strict=True)
         )
         split_mask = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == self._mask)
         split_access = next(a for a in ast.accesses(split_stmt.rhs) if a.tensor == name)
@@ -220,6 +229,15 @@ class DynamicKernel:
         inner_formats[self._index] = Format.dynamic(order)
         args = (str(inner), inner_formats)
         emulate = self.emulate
+        # The split is made here, so the kernel is told of it: loops over a last, partial
+        # tile stop at the variable's extent (ucf.lower.lowerer's loop ends).
+        blocks = None
+        if b is not None:
+            blocks = {
+                inner_var: (v, outer, size)
+                for v, size in b.sizes.items()
+                for outer, inner_var in [b.names[v]]
+            }
         if commands is None:
             order = _tiles_first(inner, tiles, split_access)
             default = (
@@ -228,12 +246,12 @@ class DynamicKernel:
             # the tiles first, else the target's own default
             kernel = first_passing(
                 [default] if default is not None else [],
-                lambda c: Kernel(*args, c, target, dtype, index_dtype, emulate),
+                lambda c: Kernel(*args, c, target, dtype, index_dtype, emulate, blocks=blocks),
                 shown=spelled,
             )
             if kernel is not None:
                 return kernel, b
-        return Kernel(*args, commands, target, dtype, index_dtype, emulate), b
+        return Kernel(*args, commands, target, dtype, index_dtype, emulate, blocks=blocks), b
 
     @property
     def cin(self) -> str:
@@ -273,10 +291,7 @@ class DynamicKernel:
             )
         dense = _dense(operands[self.name], self.name)
         if dense.ndim != len(self.granularity):
-            raise ShapeError(
-                f"operand {self.name} has order {dense.ndim} (shape {dense.shape}) but is "
-                f"accessed with {len(self.granularity)} indices"
-            )
+            raise ShapeError(wrong_order(self.name, dense.shape, len(self.granularity)))
         mask = self._mask_of(masks, dense)
         given = {**operands, self.name: dense, self._mask: mask}
         if out is not None:
@@ -301,7 +316,8 @@ class DynamicKernel:
             return self._condensed(dense, mask, index, tensors, out)
 
         def run(split: dict[str, Tensor], split_extents: dict[str, int], out: Any) -> Tensor:
-            return self.kernel(out=out, **split, **{self._index: index})
+            own = {v: extents[v] for v in self.blocking.sizes}  # where partial tiles end
+            return self.kernel(out=out, shapes=own, **split, **{self._index: index})
 
         plan = _Shim(self.blocking, self._with_mask)
         return blocked_call.run(run, plan, tensors, extents, out, self.dtype)
@@ -339,6 +355,27 @@ class _Shim:
     statement: ast.Statement
 
 
+def _own(access: ast.Access) -> list[str]:
+    return [idx.single_variable for idx in access.indices]
+
+
+def _tile_index(b: Blocking | None, v: str, tile: int) -> Affine:
+    """The index of T's mode over ``v``: the tile, ``v`` itself when its tiles are
+    single elements, or, when another tensor stores ``v`` in blocks (an ``nm(2,4)``
+    operand beside tiles of 1 along ``v``), ``v`` rebuilt from its block and place."""
+    if b is None or v not in b.sizes:
+        return Affine.var(v)
+    outer, inner = b.names[v]
+    if b.sizes[v] == tile:  # the tiles claimed v first (unblock's ``first``)
+        return Affine.var(outer)
+    if tile > 1:  # only the output claims before the tiles
+        raise UnsupportedError(
+            f"the output stores {v} in blocks of {b.sizes[v]}, but the dynamic operand's tiles "
+            f"cut it by {tile}; use tiles of {b.sizes[v]} along {v}, or a plain output"
+        )
+    return Affine.var(outer).scale(b.sizes[v]) + Affine.var(inner)
+
+
 def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Access) -> list[str]:
     """The default loop order: the loops over tiles outermost (so a row of tiles reads
     its index once, and a live tile's row of B serves every row in the tile), then
@@ -346,7 +383,7 @@ def _tiles_first(stmt: ast.Statement, tiles: tuple[Affine, ...], places: ast.Acc
     variables, then the output's innermost (rows of the output written in order)."""
     out = ast.index_variables(stmt.lhs)
     summed = [v for v in ast.index_variables(stmt.rhs) if v not in out]
-    seen = [str(t) for t in tiles] + ast.index_variables(places) + summed + out
+    seen = [v for t in tiles for v in t.variables] + ast.index_variables(places) + summed + out
     return list(dict.fromkeys(seen))
 
 
@@ -381,13 +418,6 @@ def _gpu_schedule(stmt: ast.Statement, order: list[str]) -> list[Command] | None
         Parallelize(blk, BLOCKS),
         Parallelize(thr, THREADS),
     ]
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}{k}", k + 1
-    return name
 
 
 def _product(left: ast.Expr, right: ast.Expr) -> ast.Expr:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.errors import OperandError
+from ucf.errors import OperandError, boundary
 
 #: Widths are small integers (a uint8 holds up to 255 bits, more than any dtype).
 BITS_DTYPE = np.uint8
@@ -23,6 +23,7 @@ DEFAULT_BITS = 32
 class TeSA:
     """Per-element bit widths (0 = pruned) of a tensor, and an optional block hint."""
 
+    @boundary
     def __init__(self, bits: Any, block: tuple[int, ...] | None = None):
         array = np.asarray(bits)
         if array.dtype == bool or not np.issubdtype(array.dtype, np.integer):
@@ -47,6 +48,7 @@ class TeSA:
         self.block = block
 
     @classmethod
+    @boundary
     def from_mask(
         cls, mask: Any, bits: int = DEFAULT_BITS, block: tuple[int, ...] | None = None
     ) -> TeSA:
@@ -56,9 +58,17 @@ class TeSA:
         return cls(np.where(np.asarray(mask, dtype=bool), bits, 0).astype(BITS_DTYPE), block)
 
     @classmethod
+    @boundary
     def dense(cls, shape: tuple[int, ...] | int, bits: int = DEFAULT_BITS) -> TeSA:
         """Nothing pruned: every element has ``bits``."""
-        return cls.from_mask(np.ones(shape, dtype=bool), bits)
+        dims = (shape,) if isinstance(shape, int | np.integer) else shape
+        if isinstance(dims, str | bytes) or not all(
+            isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 0 for n in dims
+        ):
+            raise OperandError(
+                f"TeSA.dense: shape must be a tuple of non-negative extents, got {shape!r}"
+            )
+        return cls.from_mask(np.ones(tuple(dims), dtype=bool), bits)
 
     @property
     def bits(self) -> np.ndarray:

@@ -251,7 +251,8 @@ class ProgramPlan:
         if not parts:
             return self._masked(name, value)
         split = self._split({name: value})
-        return sum(split[p.name].to_numpy().astype(dtype) for p in parts)
+        # dequantized in dtype, as a kernel computes
+        return sum(split[p.name].astype(dtype).to_numpy() for p in parts)
 
     def _masked(self, name: str, value: np.ndarray) -> np.ndarray:
         if name not in self.masks:

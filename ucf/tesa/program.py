@@ -5,9 +5,11 @@ attributes, and turn it into an execution plan.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ucf.errors import OperandError, ProgramError, ShapeError, boundary
+from ucf.errors import ArgumentError, OperandError, ProgramError, ShapeError, boundary
 from ucf.lang.parser import parse_statement
 from ucf.tesa.attribute import TeSA
 from ucf.tesa.graph import Graph, statement_nodes
@@ -77,7 +79,7 @@ def program(
     for name, attr in attrs.items():
         if not isinstance(attr, TeSA):
             raise OperandError(f"attrs[{name!r}] must be a ucf.TeSA, not {type(attr).__name__}")
-    known = {name: tuple(int(n) for n in shape) for name, shape in (shapes or {}).items()}
+    known = {name: _shape(name, shape) for name, shape in (shapes or {}).items()}
     for name, attr in attrs.items():
         if name in known and known[name] != attr.shape:
             raise ShapeError(
@@ -101,3 +103,18 @@ def program(
     full = {name: attrs[name] if name in attrs else TeSA.dense(known[name]) for name in tensors}
     full = dict(sorted(full.items()))
     return Program(nodes, {t: known[t] for t in sorted(tensors)}, full, tuple(outputs))
+
+
+def _shape(name: str, shape: Any) -> tuple[int, ...]:
+    """A shape ``shapes=`` gives, as a tuple of extents, or an ArgumentError naming it."""
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
+        raise ArgumentError(
+            f"shapes= gives tensor {name} {shape!r}; a shape is a tuple of extents, as in "
+            f"shapes={{{name!r}: (4, 8)}}"
+        )
+    if not all(isinstance(n, numbers.Integral) and n >= 0 for n in shape):
+        raise ArgumentError(
+            f"shapes= gives tensor {name} the shape {tuple(shape)!r}; extents are "
+            "non-negative integers"
+        )
+    return tuple(int(n) for n in shape)

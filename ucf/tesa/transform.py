@@ -17,7 +17,9 @@ from ucf.lang.ast import (
     Binary,
     Expr,
     accesses,
+    children,
     text,
+    with_children,
 )
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import free_variables
@@ -108,7 +110,11 @@ def _distribute(
     linear in a split operand becomes one sub-statement per part (``piece`` emits it
     and returns its access), a single part included: a blocked part's loops can then
     come first in a step of its own, where beside a bias ``+ B(h)`` its sum would have
-    to run inside each output element. Other reads of a split operand read the sum of its parts."""
+    to run inside each output element. A term that is not linear is searched the same
+    way for the largest parts that are and whose values the output's variables fix
+    (``sum(j, W(i,j) * x(j))`` inside ``relu``): each becomes sub-statements whose sum
+    the term reads. Other reads of a split operand read the sum of its parts (one
+    kernel then co-iterates the parts, whose blocks no one loop order may follow)."""
     if isinstance(e, Binary) and e.op in "+-":
         return Binary(
             e.op,
@@ -118,6 +124,9 @@ def _distribute(
     names = [n for n in dict.fromkeys(a.tensor for a in e._accesses) if n in splits]
     free = free_variables(e)
     linear = [n for n in names if linear_in(e, n)] if free <= set(out_vars) else []
+    if names and not linear and not isinstance(e, Access):
+        kids = [_distribute(c, out_vars, splits, piece) for c in children(e)]
+        return with_children(e, kids)
     for n in names:
         if n not in linear:
             e = with_parts(e, n, tuple(p.name for p in splits[n]))

@@ -95,7 +95,7 @@ def op(
         return kernels.forward(read, masks)
 
     def fake(*tensors: Any) -> Any:
-        dtype = np.result_type(*(np.dtype(str(t.dtype).removeprefix("torch.")) for t in tensors))
+        dtype = np.result_type(*(_read_as(t) for t in tensors))
         shape = [tensors[operands.index(tensor)].shape[mode] for tensor, mode in extents]
         return torch.empty(shape, dtype=getattr(torch, dtype.name), device=tensors[0].device)
 
@@ -123,6 +123,12 @@ def op(
     registered.register_autograd(backward, setup_context=setup)
     _OPS[key], _NAMES[opname] = registered, key
     return registered
+
+
+def _read_as(t: Any) -> np.dtype:
+    """The dtype ucf reads a torch tensor's values in: its own, bfloat16 as float32."""
+    name = str(t.dtype).removeprefix("torch.")
+    return np.dtype(np.float32 if name == "bfloat16" else name)
 
 
 def _gradient_op(torch: Any, opname: str, name: str, operands: list[str], prepared: Any) -> Any:

@@ -202,6 +202,13 @@ class LevelKind:
         kind promises holds for the stored order only."""
         return self
 
+    def searched(self) -> LevelKind:
+        """The kind a converted copy of this level has where an affine index must be
+        searched in it (``A(i, i + d)``, what a repeated variable becomes in
+        ``ucf.cin.diagonals``): the same when its coordinates are ordered and it never
+        repeats its parent's, else one whose are."""
+        return self
+
     def as_output(self) -> LevelKind:
         """The kind that computes this level of an output."""
         if self.output is None:

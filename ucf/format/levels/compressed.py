@@ -177,6 +177,11 @@ class Singleton(LevelKind):
     def as_output(self):
         return COMPRESSED
 
+    def searched(self):
+        """Compressed: its parent then stores each coordinate once, and can be
+        searched too."""
+        return COMPRESSED
+
     def size(self, arrays, parent_count, dim):
         return parent_count
 

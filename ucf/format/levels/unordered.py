@@ -42,6 +42,12 @@ class Unordered(Compressed):
                 f"{checks.parent_of(pos, at)} (positions {first} and {at})"
             )
 
+    def searched(self):
+        """Compressed: the same arrays, each segment sorted."""
+        from ucf.format.levels.compressed import COMPRESSED
+
+        return COMPRESSED
+
 
 UNORDERED = Unordered(
     "Q", "unordered compressed", ("pos", "crd"), full=False, can_locate=False, ordered=False
