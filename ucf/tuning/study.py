@@ -36,7 +36,7 @@ from ucf.schedule.text import as_commands
 from ucf.toolchain import cache
 from ucf.tuning import final, format_space, probe, space
 from ucf.tuning.deps import need
-from ucf.tuning.measure import Objective, comparable, median_time
+from ucf.tuning.measure import Objective, comparable
 from ucf.tuning.result import Tuned
 from ucf.tuning.sweep import every_schedule
 
@@ -190,10 +190,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
         extents={},
         choices=format_space.format_choices(expr, fmts, tensors) if search else {},
     )
-    default = objective.kernel(None)
-    objective.reference = comparable(default(shapes=shapes, **tensors))
-    objective.default_schedule = as_commands(default.schedule_used)
-    objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
+    objective.reference = comparable(objective.rebase())
     objective.extents = _sizes(expr, tensors, shapes)[0]
     return objective
 
