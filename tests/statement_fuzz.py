@@ -124,6 +124,12 @@ def variables(t) -> set[str]:
     return set().union(*(variables(c) for c in subtrees(t)))
 
 
+def reductions(t) -> set[str]:
+    """The explicit reductions (``sum``, ``max``, ``min``) a tree takes."""
+    own = {t[0]} if t[0] in REDUCTIONS else set()
+    return own.union(*(reductions(c) for c in subtrees(t)))
+
+
 def leaves(t) -> list[tuple]:
     return [t] if t[0] == "acc" else [x for c in subtrees(t) for x in leaves(c)]
 
@@ -240,10 +246,10 @@ def fillable(fmt: str) -> bool:
     return bool(letters.strip("U")) and "F" not in letters and "/" not in maps and "(" not in fmt
 
 
-def draw_fill(d: Draw, fmt: str) -> str:
-    """``fmt``, now and then with a fill; on a format that cannot carry one (blocked,
-    fixed-width, ``nm``) only rarely, to see it refused by name."""
-    fill = d.choice(FILLS)
+def draw_fill(d: Draw, fmt: str, always: bool = False) -> str:
+    """``fmt``, now and then (``always``: always) with a fill; on a format that cannot
+    carry one (blocked, fixed-width, ``nm``) only rarely, to see it refused by name."""
+    fill = d.choice([f for f in FILLS if f] if always else FILLS)
     if not fill or not fmt or not (fillable(fmt) or d.integer(0, 9) == 0):
         return fmt
     return f"{fmt} fill={fill:g}"
@@ -266,8 +272,17 @@ def fixed_width(fmt: str, array: np.ndarray) -> str:
 
 
 def draw_case(
-    d: Draw, targets=("llvm",), sparse_output: bool = True, functions: bool = True, plans=True
+    d: Draw,
+    targets=("llvm",),
+    sparse_output: bool = True,
+    functions: bool = True,
+    plans: bool = True,
+    lang: bool = False,
 ) -> Case:
+    """A random case. ``plans``: some cases dynamic or TeSA plans. ``lang``: the
+    language's reductions and fills in every case (tests/lang/test_fuzz_fills.py):
+    an explicit reduction wherever a variable can take one, a fill other than 0
+    wherever an operand's format can carry one, no plans."""
     nvars = d.integer(1, 4)
     vars_ = VARS[:nvars]
     side = d.integer(1, 4)
@@ -291,9 +306,9 @@ def draw_case(
     extents = {v: extents[v] for v in used}
     out_vars = permutation(d, used)[: d.integer(0, len(used))]
     tree = draw_tree(d, reads, functions)
-    if d.integer(0, 3) == 0:
+    if lang or d.integer(0, 3) == 0:
         tree = add_reduction(d, tree, out_vars)
-    mode = d.integer(0, 19) if plans else 99
+    mode = d.integer(0, 19) if plans and not lang else 99
     once = [n for n in tensors if sum(1 for r, _ in reads if r == n) == 1]
     mode = "dynamic" if mode < 2 and once else "tesa" if mode < 4 else "kernel"
     if mode == "kernel" and d.integer(0, 19) == 0:
@@ -325,10 +340,11 @@ def draw_case(
         case.formats = {n: "" for n in tensors}
         case.tesa = draw_tesa(d, {n: arrays[n].shape for n in tensors})
     else:
-        case.formats = {n: draw_fill(d, f) for n, f in case.formats.items()}
+        case.formats = {n: draw_fill(d, f, lang) for n, f in case.formats.items()}
         if sparse_output and out_vars and d.boolean(0.5):
             blocks = tuple(block[v] for v in out_vars)
-            case.out_format = draw_fill(d, random_format(d, len(out_vars), blocks, unordered=True))
+            out_format = random_format(d, len(out_vars), blocks, unordered=True)
+            case.out_format = draw_fill(d, out_format)  # a filled one refuses top sums
     return case
 
 
