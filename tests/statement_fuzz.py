@@ -586,7 +586,8 @@ def refused(case: Case, error: Exception) -> bool:
         diagonal = [r[1] for r in leaves(case.tree) if len(set(r[2])) < len(r[2])]
         return any(fill_of(case.formats[n]) for n in diagonal)
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:
-        return any(fill_of(f) and not fillable(f) for f in case.formats.values())
+        drawn = [*case.formats.values(), case.out_format or ""]
+        return any(fill_of(f) and not fillable(f) for f in drawn)
     if isinstance(error, ucf.UnsupportedError) and "a sum that meets no entry is 0" in text:
         return bool(case.out_format and fill_of(case.out_format))
     return False
