@@ -576,21 +576,31 @@ def refused(case: Case, error: Exception) -> bool:
     """Whether ``error`` is a refusal the docs promise for what the case drew: a dynamic
     operand the statement cannot serve, a fill on a blocked or fixed-width format or on
     a tensor read with a repeated variable (``A(i,i)``, read through an affine index), a
-    filled sparse output under a sum at the top (docs/language.md)."""
+    fill beside an operand with a fixed-width level in blocks, a filled sparse output
+    under a sum at the top (docs/language.md)."""
     import ucf
 
     if case.dynamic:
         return isinstance(error, refusals())
     text = str(error)
+    drawn = [*case.formats.values(), case.out_format or ""]
     if isinstance(error, ucf.UnsupportedError) and "other than 0 and an affine index" in text:
         diagonal = [r[1] for r in leaves(case.tree) if len(set(r[2])) < len(r[2])]
         return any(fill_of(case.formats[n]) for n in diagonal)
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:
-        drawn = [*case.formats.values(), case.out_format or ""]
         return any(fill_of(f) and not fillable(f) for f in drawn)
+    if isinstance(error, ucf.UnsupportedError) and "fixed-width padding entries" in text:
+        padded = [f for f in case.formats.values() if f.startswith("nm(") or _padded(f)]
+        return any(fill_of(f) for f in drawn) and bool(padded)
     if isinstance(error, ucf.UnsupportedError) and "a sum that meets no entry is 0" in text:
         return bool(case.out_format and fill_of(case.out_format))
     return False
+
+
+def _padded(fmt: str) -> bool:
+    """Whether a U/C/F format stores a fixed-width level in blocks."""
+    letters, _, maps = fmt.partition(":")
+    return "F" in letters and "/" in maps
 
 
 def check(case: Case) -> None:

@@ -147,6 +147,19 @@ def test_an_infinite_fill_decides_which_operand_drives(target):
     np.testing.assert_array_equal(got, np.where(Z == 0, 0.0, Mv * Z))
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("blocks", ["UU:0/2,0%2", "UC:0/2,0%2"])
+def test_a_partial_block_stops_at_the_extent_beside_an_infinite_fill(target, blocks):
+    """A's last block of 2 over an extent of 3 holds a place past the end; the fill of B
+    (-inf) there times A's padding (0) would be NaN, so the loop stops at the extent
+    (found by the fills fuzzer: the product's padding was taken to vanish)."""
+    a = np.array([1.0, 1.0, 1.0])
+    b = np.array([-2.0, -INF, 3.0])
+    k = ucf.compile("X = -(A(i) * B(i))", {"A": blocks, "B": "C fill=-inf"}, target=target)
+    got = k(A=ucf.from_numpy(a, blocks), B=ucf.from_numpy(b, "C fill=-inf")).to_numpy()
+    np.testing.assert_array_equal(got, -np.sum(a * b))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_integer_max_and_min(dtype):
     rng = np.random.default_rng(5)
@@ -230,6 +243,11 @@ def test_misused_max_is_a_parse_error_with_a_caret(expr, message):
             ),
             ucf.ScheduleError,
             "parallel max or min reduction is not supported",
+        ),
+        (
+            lambda: ucf.compile("X = A(i) * B(i)", {"A": "UF2:0/2,0%2", "B": "C fill=-inf"}).cin,
+            ucf.UnsupportedError,
+            "tensor A stores fixed-width padding entries in its blocks",
         ),
         (lambda: ucf.parse_format("csr fill=nan"), ucf.FormatError, "is not a number"),
     ],

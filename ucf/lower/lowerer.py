@@ -184,7 +184,9 @@ class Lowerer(
     def _padding_vanishes(self, v: str) -> bool:
         """Whether the statement is zero wherever ``v`` is in a block's padding: it is a
         product of accesses and literals, one of them indexed by ``v`` (every split
-        tensor is zero in its padding, and no factor can be infinite there)."""
+        tensor is zero in its padding, and no factor can be infinite there). A factor
+        whose absent entries read as a non-zero fill (``fill=-inf``) is not zero in the
+        padding, and a zero times an infinite fill is NaN, so its loops stop at the extent."""
         if self.reduces:
             return False
 
@@ -197,6 +199,8 @@ class Lowerer(
         if not all(isinstance(f, Opnd | Lit) for f in found):
             return False
         indexed = [f for f in found if isinstance(f, Opnd)]
+        if any(self.operands[f.n].fmt.fill for f in indexed):
+            return False
         return any(v in i.variables for f in indexed for i in self.rhs_accesses[f.n].indices)
 
     def _loop_end(self, v: str) -> ir.Expr:
@@ -267,6 +271,22 @@ class Lowerer(
                     f"precompute in {stmt}: {where} has a fill value other than 0, which a "
                     "precompute's zeroed workspace does not carry"
                 )
+        padded = [
+            s
+            for n, s in self.cin.slots.items()
+            if s.format.fixed_width
+            and any(
+                v in self.cin.blocks for ix in self.rhs_accesses[n].indices for v in ix.variables
+            )
+        ]
+        if filled and padded:
+            name = filled[0][1].tensor if filled[0][1] else stmt.lhs.tensor
+            raise UnsupportedError(
+                f"{stmt}: tensor {padded[0].tensor} stores fixed-width padding entries in its "
+                f"blocks, also past a partial block's end, where {name}'s fill value other "
+                "than 0 would meet them (0 times an infinite fill is NaN); store "
+                f"{padded[0].tensor} in blocks without a fixed-width level"
+            )
         if out_fill and self.cin.reduction_vars:
             raise UnsupportedError(
                 f"{stmt}: the output {stmt.lhs.tensor} reads absent entries as {out_fill}, but "
