@@ -576,7 +576,7 @@ def refused(case: Case, error: Exception) -> bool:
     """Whether ``error`` is a refusal the docs promise for what the case drew: a dynamic
     operand the statement cannot serve, a fill on a blocked or fixed-width format or on
     a tensor read with a repeated variable (``A(i,i)``, read through an affine index), a
-    fill beside an operand with a fixed-width level in blocks, a filled sparse output
+    fill beside a fixed-width level split into blocks, a filled sparse output
     under a sum at the top (docs/language.md)."""
     import ucf
 
@@ -590,17 +590,15 @@ def refused(case: Case, error: Exception) -> bool:
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:
         return any(fill_of(f) and not fillable(f) for f in drawn)
     if isinstance(error, ucf.UnsupportedError) and "fixed-width padding entries" in text:
-        padded = [f for f in case.formats.values() if f.startswith("nm(") or _padded(f)]
-        return any(fill_of(f) for f in drawn) and bool(padded)
+        # a fixed-width level split into blocks (its own, or another operand's on a
+        # variable it shares)
+        formats = case.formats.values()
+        fixed = any(f.startswith("nm(") or "F" in f.partition(":")[0] for f in formats)
+        blocked = any(f.startswith(("nm(", "b")) or "/" in f for f in formats)
+        return any(fill_of(f) for f in drawn) and fixed and blocked
     if isinstance(error, ucf.UnsupportedError) and "a sum that meets no entry is 0" in text:
         return bool(case.out_format and fill_of(case.out_format))
     return False
-
-
-def _padded(fmt: str) -> bool:
-    """Whether a U/C/F format stores a fixed-width level in blocks."""
-    letters, _, maps = fmt.partition(":")
-    return "F" in letters and "/" in maps
 
 
 def check(case: Case) -> None:
