@@ -64,3 +64,45 @@ def test_every_public_name_resolves_and_type_checkers_see_the_lazy_ones():
     )
     seen = {alias.name for imp in guarded.body for alias in imp.names}
     assert seen == set(ucf._LAZY)
+
+
+#: A process whose kernels are in the disk cache: compile, then call small and large
+#: operands (a large call asks the default model, whose choice is kept in the cache too).
+CACHED = """
+import sys
+import numpy as np
+import scipy.sparse as sp
+import ucf
+
+rng = np.random.default_rng(3)
+for n, density in ((40, 0.2), (20000, 1e-3)):
+    A = sp.random(n, n, density=density, format="csr", random_state=rng)
+    x = rng.random(n)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
+front = ("sympy", "lark", "ucf.pipeline", "ucf.lower.lowerer", "ucf.codegen.llvm")
+print(" ".join(m for m in front if m in sys.modules) or "none")
+"""
+
+
+def test_a_cached_kernel_runs_without_the_compiler(tmp_path):
+    """Issue 34: once a kernel is in the disk cache, a fresh process that compiles and
+    calls it imports neither sympy nor the parser, nor builds anything of the pipeline."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), UCF_CACHE_DIR=str(tmp_path))
+    runs = [
+        subprocess.run([sys.executable, "-c", CACHED], capture_output=True, text=True, env=env)
+        for _ in range(2)
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    assert "ucf.pipeline" in runs[0].stdout  # the first process built the kernels
+    assert runs[1].stdout.split() == ["none"]
+
+
+def test_the_help_imports_no_compiler():
+    script = "import sys; from ucf.cli import main\ntry:\n    main(['--help'])\n"
+    script += "except SystemExit:\n    pass\nprint([m for m in sys.modules if m.split('.')[0] in "
+    script += "('numpy', 'llvmlite', 'lark', 'sympy') or m.startswith('ucf.format')])"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

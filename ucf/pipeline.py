@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ucf.cin import invariance
-from ucf.cin.blocking import Blocking, unblock, user_variables
+from ucf.cin.blocking import unblock, user_variables
 from ucf.cin.concretize import appended_vars, concretize, level_vars, nesting_conflict
 from ucf.cin.diagonals import describe as describe_diagonals
 from ucf.cin.diagonals import diagonals
@@ -26,9 +25,8 @@ from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import group_sums
 from ucf.cin.split_operands import split_operands
-from ucf.codegen import c as cgen
 from ucf.codegen import cuda as cudagen
-from ucf.codegen import llvm as lcg
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
     ConversionWarning,
     FormatError,
@@ -40,7 +38,7 @@ from ucf.format.format import Format, dense_format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
-from ucf.lang.ast import Statement, accesses, statement_orders
+from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
@@ -55,60 +53,6 @@ from ucf.schedule.candidates import Refused, first_passing, passing
 from ucf.schedule.commands import PrecomputeCommand
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gpu_model import propose_gpu
-
-TARGETS = ("llvm", "c", "cuda")
-
-
-@dataclass
-class Plan:
-    """Everything a call needs that does not depend on the operands' values."""
-
-    statement: Statement
-    cin: CIN
-    orders: dict[str, int]
-    compute: ir.Function
-    assemble: ir.Function | None
-    computed_format: Format  # output format the kernel writes
-    output_format: Format  # format the user asked for
-    local_level: int | None  # output level whose pos the assemble pass fills per segment
-    cuda_source: str = ""  # target cuda: the .cu text (c_source and llvm_ir are then empty)
-    cuda_module: Any = None  # target cuda: the ucf.ir.gpu_nodes.Module it prints
-    helpers: list[ir.Function] = field(default_factory=list)  # internal functions (a sort)
-    blocking: Blocking | None = None  # how blocked formats split the kernel's statement
-    variables: tuple[str, ...] = ()  # the statement's index variables, as the user wrote it
-    integer_sums: list = field(default_factory=list)  # ucf.lower.held: checked per call
-    openmp: bool = True  # the llvm target's parallel loops call libgomp
-    # The compute function writes every element of its dense output (``ucf.lower.zeroing``),
-    # so the output need not be zeroed before a call.
-    writes_all: bool = False
-
-    def __repr__(self) -> str:
-        names = ", ".join(f.name for f in (self.assemble, self.compute) if f is not None)
-        return f"Plan('{self.statement}', output '{self.output_format.name}', functions {names})"
-
-    @property
-    def call_zeroes(self) -> bool:
-        """Whether a call zeroes the dense output before the kernel runs: an ``=``
-        statement whose kernel does not write every element itself."""
-        return self.statement.op == "=" and not self.writes_all
-
-    @property
-    def _functions(self) -> list[ir.Function]:
-        return [*self.helpers, *(f for f in (self.assemble, self.compute) if f is not None)]
-
-    @cached_property
-    def c_source(self) -> str:
-        """The C text of the kernel's functions. Printed when first read (by the c target,
-        or ``k.c_source``), not for every plan: a kernel runs on one target."""
-        return "" if self.cuda_module is not None else cgen.source(self._functions)
-
-    @cached_property
-    def llvm_ir(self) -> str:
-        """The LLVM IR text of the kernel's functions, printed when first read (by the llvm
-        target, unless the disk cache already holds its object code)."""
-        if self.cuda_module is not None:
-            return ""
-        return lcg.module(self._functions, openmp=self.openmp)
 
 
 def plan(

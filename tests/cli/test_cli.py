@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,9 @@ def test_run_time(capsys, files):
     argv = ["run", SPMV, "-i", f"A:{d / 'A.mtx'}", "-i", f"x:{d / 'x.npy'}", "--time", "3"]
     status, out, _ = _run(capsys, *argv)
     assert status == 0
-    assert "min" in out and "median" in out and "3 runs" in out
+    assert re.search(r"time: median [\d.e+-]+ ms per call \(samples [\d.e+-]+ \.\. ", out)
+    assert re.search(r"; (\d+) samples of \d+ calls?; load average", out)
+    assert 3 <= int(re.search(r"; (\d+) samples", out).group(1)) <= 9
 
 
 # --------------------------------------------------------------------------- errors

@@ -63,7 +63,7 @@ def test_the_threshold_is_in_the_generated_code(default_threshold):
     pragma = next(line for line in c.source.splitlines() if "omp parallel" in line)
     assert " if(" in pragma and f"INT64_C({WORK_THRESHOLD})" in pragma
     llvm = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=PAR)
-    call = re.search(r"call void @\"?GOMP_parallel\"?\(.*?, i32 (%\S+), i32 0\)", llvm.source)
+    call = re.search(r"call void @\"?ucf_parallel\"?\(.*?, i32 (%\S+), i32 0, ", llvm.source)
     assert call is not None, "the team size is not a computed value"
     threads = call.group(1)
     select = re.search(rf"{re.escape(threads)} = select\s+i1 (%\S+), i32 0, i32 1", llvm.source)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ucf.tuning import final
+from ucf.tuning import final, measure
 
 
 class FakeMachine:
@@ -128,3 +128,22 @@ def test_with_threads_no_serial_plan_is_a_finalist():
     assert len(final.finalists(trials, key, threads=1)) == 2
     serial = trials[:1]  # no parallel schedule ran: the serial one stays
     assert final.finalists(serial, key, threads=2) == serial
+
+
+def test_a_disturbed_timing_takes_more_samples():
+    """Samples that spread over NOISY (a busy moment took time slices in some) are
+    followed by more, up to MORE times as many, and the median comes from all of them;
+    quiet samples stop at the number asked for."""
+    quiet = FakeMachine(seed=6, p=0.0)
+    spread = measure.sampled(quiet.kernel(0, 0.9e-3, jitter=0.01), repeats=5, now=quiet.clock)
+    assert spread.samples == 5 and spread.calls == 2 and spread.slowest < 0.92e-3
+    busy = FakeMachine(seed=9, p=0.15, lost=10e-3)
+    spread = measure.sampled(busy.kernel(0, 0.9e-3, jitter=0.01), repeats=5, now=busy.clock)
+    assert spread.samples == 5 * measure.MORE and spread.slowest > measure.NOISY * spread.fastest
+    assert spread.median < 0.92e-3 and str(spread).startswith("median 0.9")
+
+
+def test_a_timing_stops_at_a_losing_sample():
+    m = FakeMachine(seed=8, p=0.0)
+    spread = measure.sampled(m.kernel(0, 1e-3), repeats=5, enough=0.5e-3, now=m.clock)
+    assert spread.samples == 1 and m.calls == [0]

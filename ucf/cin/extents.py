@@ -18,15 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sympy
-
 from ucf.errors import ShapeError
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Statement, accesses
 
 
 def _floordiv(a: Any, d: int) -> Any:
-    return a // d if isinstance(a, int) else sympy.floor(a / d)
+    if isinstance(a, int):
+        return a // d
+    import sympy  # symbols come from ``describe`` alone: a call's extents are numbers
+
+    return sympy.floor(a / d)
 
 
 def from_access(idx: Affine, v: str, size: Any, known: Mapping[str, Any]) -> Any:
@@ -72,9 +74,15 @@ def infer(
         if not candidates:
             return found
         for v, options in candidates.items():
-            n = sympy.Min(*(x for x, _ in options)) if len(options) > 1 else options[0][0]
-            if isinstance(n, sympy.Integer):
-                n = int(n)
+            values = [x for x, _ in options]
+            if all(isinstance(x, int) for x in values):
+                n = min(values)
+            else:
+                import sympy
+
+                n = sympy.Min(*values)
+                if isinstance(n, sympy.Integer):
+                    n = int(n)
             found[v] = (n, "; ".join(w for _, w in options))
             known[v] = n
 
@@ -82,6 +90,10 @@ def infer(
 def describe(stmt: Statement, fixed: Mapping[str, int] | None = None) -> list[str]:
     """Formulas for the extents inferred when no output or shapes= is given (``fixed``:
     the extents known when compiling)."""
+    if all(i.single_variable is not None for a in accesses(stmt.rhs) for i in a.indices):
+        return []  # nothing to infer: spare a compile sympy's import (most of a second)
+    import sympy
+
     known: dict[str, Any] = dict(fixed or {})
     size: dict[tuple[str, int], Any] = {}
     for a in accesses(stmt.rhs):

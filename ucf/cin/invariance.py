@@ -28,7 +28,6 @@ from collections.abc import Iterable
 
 from ucf.errors import ScheduleError, boundary
 from ucf.lang.ast import Access, Statement, accesses
-from ucf.lang.parser import parse_statement
 
 KINDS = ("prevalent", "sporadic", "compound")
 
@@ -72,7 +71,11 @@ def condensable(stmt: str | Statement, dims: Iterable[str], per: Iterable[str] =
 
 
 def _statement(stmt: str | Statement) -> Statement:
-    return stmt if isinstance(stmt, Statement) else parse_statement(stmt)
+    if isinstance(stmt, Statement):
+        return stmt
+    from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
+
+    return parse_statement(stmt)
 
 
 def compound_access(stmt: Statement, v: str) -> str:

@@ -12,14 +12,12 @@ import argparse
 import importlib
 import os
 import re
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from ucf.cli.user_error import UserError
-from ucf.pipeline import TARGETS
+from ucf.codegen import TARGETS
 
 PROG = "ucf"
 DTYPES = ("float64", "float32", "int64", "int32")
@@ -285,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="repeat",
         type=_positive,
         metavar="N",
-        help="after a warm-up call, run N more times and print min/median time",
+        help="after a warm-up call, time N samples (each of enough calls to last about "
+        "2 ms; up to 3N while they spread widely) and print their median and spread",
     )
     pr.add_argument(
         "--emulate", action="store_true", help="with --target cuda, run the CUDA source on the CPU"
@@ -457,15 +456,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             re.sub(r"pass shapes=\{'(\w+)': n\}", r"pass --extent \1=N", str(e))
         ) from None
     if args.repeat:
-        times = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            k(shapes=shapes or None, **operands)
-            times.append((time.perf_counter() - start) * 1e3)
-        print(
-            f"time: min {min(times):.3f} ms, median {statistics.median(times):.3f} ms "
-            f"over {args.repeat} runs"
-        )
+        # Samples of batched calls, more of them where a busy moment spread them out
+        # (ucf.tuning.measure.sampled): a median and its spread, not one lucky or unlucky call.
+        from ucf.tuning.measure import sampled
+
+        print(f"time: {sampled(lambda: k(shapes=shapes or None, **operands), args.repeat)}")
     if args.output is not None:
         ucf.write(args.output[1], result)
         print(f"wrote {outname} to {args.output[1]}")

@@ -1,5 +1,6 @@
 """Parallel loops in LLVM IR: a ``CPUThread`` loop outlined into a function that
-libgomp's ``GOMP_parallel`` runs on every thread, in one static block per thread or
+libgomp's ``GOMP_parallel`` runs on every thread (through ``ucf_parallel``, the
+adaptive team of ``ucf.codegen.llvm_team``), in one static block per thread or
 in chunks from ``GOMP_loop_dynamic_*``. ``OpenMPLoops`` is part of the LLVM code
 generator's function builder (``ucf.codegen.llvm``).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from ucf.codegen import llvm_team
 from ucf.codegen.llvm_types import I8P, I32, TYPES, is_float
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, reads
@@ -81,11 +83,17 @@ class OpenMPLoops:
             op = "fadd" if is_float(r.type) else "add"
             inner.b.atomic_rmw(op, shared[r.name], inner.b.load(inner.slot(r)), "monotonic")
         inner.finish()
-        gomp = self._extern("GOMP_parallel", ll.VoidType(), [ll.PointerType(fn_t), I8P, I32, I32])
+        # libgomp's GOMP_parallel behind ucf_parallel, which shrinks the team while the
+        # machine is too busy for it (ucf.codegen.llvm_team); the loop keeps its state.
+        entry_t = llvm_team.entry_type()
+        team = self._extern(llvm_team.ENTRY, entry_t.return_type, list(entry_t.args))
+        state = ll.GlobalVariable(self.mod, llvm_team.STATE, f"{name}.team")
+        state.linkage = "internal"
+        state.initializer = ll.Constant(llvm_team.STATE, None)
         threads = I32(0)  # libgomp's default team
         if s.parallel_if is not None:  # as C's if clause: a team of one below the threshold
             threads = b.select(self.expr(s.parallel_if), I32(0), I32(1))
-        b.call(gomp, [outlined, b.bitcast(data, I8P), threads, I32(0)])
+        b.call(team, [outlined, b.bitcast(data, I8P), threads, I32(0), state])
 
     def _serial_part(self, s: ir.For, lo: ll.Value, hi: ll.Value) -> None:
         self.args["omp.lo"], self.args["omp.hi"] = lo, hi

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ucf.cin.notation import Slot
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import ArgumentError, OperandError
 from ucf.format.format import Format, dense_format
 from ucf.lang.ast import accesses
-from ucf.pipeline import Plan
 
 # Where a parameter's value comes from (the first field of an argument spec).
 EXTENT, COUNTS, DIM, VALS, LEVEL, SCALES = range(6)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
     ConversionWarning,
     OperandError,
@@ -32,7 +33,7 @@ from ucf.exec.binding import (
     same_format,
     unknown_operand,
 )
-from ucf.exec.replay import REMEMBERED, Replay, replayable
+from ucf.exec.replay import REMEMBERED, FlatReplay, Replay, replayable
 from ucf.exec.shapes import bound_extents, check_orders, plain_extents
 from ucf.format.format import dense_format
 from ucf.format.interop import as_tensor
@@ -41,7 +42,6 @@ from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
-from ucf.pipeline import Plan
 from ucf.toolchain.jit import apply_num_threads, num_threads
 
 
@@ -96,7 +96,10 @@ class Calling:
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
-            return self._run_flat(self._built.flat, given, extents, out)
+            plain = shapes is None and not self._statics and not plan.integer_sums
+            return self._run_flat(
+                self._built.flat, given, extents, out, operands if plain else None
+            )
         else:
             result = self._run(given, extents, out)
         call, local.call = local.call, None  # held no longer than this call
@@ -175,23 +178,49 @@ class Calling:
         return result
 
     def _run_flat(
-        self, flat: padded_conv.Flat, given: dict[str, Tensor], extents: dict[str, int], out: Any
+        self,
+        flat: padded_conv.Flat,
+        given: dict[str, Tensor],
+        extents: dict[str, int],
+        out: Any,
+        operands: dict[str, Any] | None = None,
     ) -> Tensor:
         """The call on the padded, flattened input (``ucf.exec.padded_conv``), cropped into
-        the user's output. Never replayed: the padded copy must be made each call."""
+        the user's output. With the user's ``operands`` (a call that could replay), the
+        call is remembered as a ``FlatReplay`` when the flattened kernel bound its
+        operands as they are."""
         name = flat.conv.inp
         x = given[name]
         check_lossless(x.vals, self.dtype, name)
         buf = flat.pad(np.asarray(x), self.dtype)
-        operands = {
-            **given,
-            name: trusted(buf.shape, dense_format(buf.ndim), [{}] * buf.ndim, buf.reshape(-1)),
-        }
-        computed = self._run(operands, flat.extents(extents), None)
-        self._local.call = None
+        padded = trusted(buf.shape, dense_format(buf.ndim), [{}] * buf.ndim, buf.reshape(-1))
+        inner = {**given, name: padded}
+        computed = self._run(inner, flat.extents(extents), None)
+        call, self._local.call = self._local.call, None
         shape = tuple(extents[i.single_variable] for i in flat.conv.stmt.lhs.indices)
         result = self._dense_output(out, shape, self._static.compiled.plan)
         result.vals.reshape(shape)[...] = flat.crop(computed.vals, computed.shape, extents)
+        if (
+            operands is not None
+            and call is not None
+            and isinstance(operands.get(name), np.ndarray)
+            and (out is None or isinstance(out, np.ndarray))
+            and replayable(inner, call[3], computed.vals, computed, call[1][call[2]])
+        ):
+            threads = num_threads()
+            replay = Replay(
+                inner,
+                computed.vals,
+                call[:3],
+                threads,
+                self._built,
+                computed,
+                self._plan.call_zeroes,
+            )
+            again = FlatReplay(
+                operands, out, threads, replay, flat, (name, buf), computed, extents, result
+            )
+            self._local.replays = (again, *self._local.replays[: REMEMBERED - 1])
         return result
 
     def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:

@@ -16,24 +16,25 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ucf import pipeline
 from ucf._version import __version__
+from ucf.codegen import TARGETS
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import (
     OperandError,
+    ScheduleError,
     UcfError,
+    UnsupportedError,
     boundary,
     warn_user,
 )
-from ucf.exec import padded_conv
+from ucf.exec import decisions, padded_conv
 from ucf.exec.calling import Calling, cfunc
-from ucf.exec.replay import Replay
+from ucf.exec.replay import FlatReplay, Replay
 from ucf.exec.static import Static, prepare
-from ucf.format.format import parse_formats
+from ucf.format.format import Format, parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement, statement_orders
-from ucf.lang.parser import parse_statement
-from ucf.pipeline import TARGETS, Plan
 from ucf.schedule import Command, Schedule, cpu_model, stats
 from ucf.schedule.candidates import Refused, first_passing
 from ucf.schedule.text import as_commands, spelled
@@ -90,6 +91,7 @@ class _Built(NamedTuple):
     compiled: _Compiled
     why: tuple[str, ...]
     flat: padded_conv.Flat | None = None  # the call runs on a padded, flattened input
+    commands: list[Command] | None = None  # the schedule it was built with
 
 
 class Kernel(Calling):
@@ -122,9 +124,7 @@ class Kernel(Calling):
         # Formats are parsed here, once: the compiler reads Format objects; the text as
         # given stays for the repr and messages.
         shown = {k: str(v) for k, v in (formats or {}).items()}
-        orders = statement_orders(parse_statement(expr))
-        self._formats = parse_formats(formats, orders)
-        self.dtype = pipeline.compute_dtype(expr, self._formats, dtype)
+        self._formats, self.dtype = _front(expr, formats, shown, dtype)
         try:
             idt = np.dtype(index_dtype)
         except TypeError:
@@ -166,9 +166,9 @@ class Kernel(Calling):
         # the operands' shape class; calls with the same statistics reuse the choice.
         self._static = self._compile(commands, default=False)
         self._adaptive = commands is None and target != "cuda"
-        self._conv = (
-            None if schedule is not None or static else padded_conv.find(expr, self._formats)
-        )
+        self._conv = None
+        if schedule is None and not static:
+            self._conv = padded_conv.find(self._static.compiled.plan.statement, self._formats)
         self._choices: dict[tuple, _Built] = {}
         self._local = _PerThread()
         if not self._adaptive:
@@ -200,7 +200,7 @@ class Kernel(Calling):
                         entry = {"plan": self._build(commands, default, expr, flat)}
                         cache.store(f"{ck}.plan", fields, entry)
             _LOADED[memo] = _Compiled(entry["plan"], ck, fields, entry.get("object"))
-        return _Built(_LOADED[memo], why, flat)
+        return _Built(_LOADED[memo], why, flat, commands)
 
     def _build(
         self,
@@ -209,6 +209,8 @@ class Kernel(Calling):
         expr: str,
         flat: padded_conv.Flat | None = None,
     ) -> Plan:
+        from ucf import pipeline
+
         openmp = self.target != "llvm" or openmp_runtime() is not None
         static = {n: s.tensor for n, s in self._statics.items()}
         formats = self._formats if flat is None else self._conv.formats(self._formats)
@@ -276,6 +278,8 @@ class Kernel(Calling):
             return None
 
     def _default_kernel(self, st: stats.Stats, threads: int) -> _Built:
+        """The default model's kernel for a call with statistics ``st``: the choice kept in
+        the disk cache for them (``ucf.exec.decisions``), else the model's, then kept."""
         static = self._static.compiled.plan
         split = st
         if static.blocking is not None:
@@ -283,6 +287,27 @@ class Kernel(Calling):
         if not cpu_model.pays(static.cin, split):
             return _Built(self._static.compiled, (SMALL,))
         flat = self._conv.at(st.extents) if self._conv and static.blocking is None else None
+        fields = {**self._fields, "decision": "default", "stats": repr(st.key(threads))}
+        hit = decisions.load(fields)
+        if hit is not None:
+            if hit[0] is None:
+                return self._static
+            commands, why, flattened = hit[0]
+            try:
+                return self._compile(commands, True, why, flat if flattened else None)
+            except (ScheduleError, UnsupportedError):
+                pass
+        built = self._model(st, split, flat, threads)
+        kept = (built.commands, built.why, built.flat is not None)
+        decisions.store(fields, None if built is self._static else kept)
+        return built
+
+    def _model(
+        self, st: stats.Stats, split: stats.Stats, flat: padded_conv.Flat | None, threads: int
+    ) -> _Built:
+        """The first of the default model's proposals that compiles (``ucf.pipeline``)."""
+        from ucf import pipeline
+
         refused = Refused()
         if flat is not None:
             fst = replace(st, extents=flat.extents(st.extents))
@@ -436,12 +461,40 @@ class Kernel(Calling):
         return save_c(self._user_plan, prefix, name, abi, lib)
 
 
+def _front(
+    expr: str, formats: Mapping[str, Any] | None, shown: dict[str, str], dtype: Any
+) -> tuple[dict[str, Format], np.dtype]:
+    """The statement's formats, parsed (``parse_formats``), and its compute type
+    (``ucf.pipeline.compute_dtype``). The tensors' orders and the compute type are kept in
+    the disk cache (``ucf.exec.decisions``): finding them parses the statement, which a
+    kernel in the cache need not do."""
+    fields = {
+        "decision": "front",
+        "statement": "".join(expr.split()),
+        "formats": sorted(shown.items()),
+        "dtype": None if dtype is None else str(dtype),
+        "version": __version__,
+    }
+    hit = decisions.load(fields)
+    if hit is not None:
+        orders, dt = hit[0]
+        return parse_formats(formats, orders), dt
+    from ucf import pipeline
+    from ucf.lang.parser import parse_statement
+
+    orders = statement_orders(parse_statement(expr))
+    parsed = parse_formats(formats, orders)
+    dt = pipeline.compute_dtype(expr, parsed, dtype)
+    decisions.store(fields, (orders, dt))
+    return parsed, dt
+
+
 class _PerThread(threading.local):
     """A kernel's state per calling thread: the plan its last call ran, and what calls
     with the operands of one of the last few replay (``ucf.exec.replay``), newest first."""
 
     built: _Built | None = None
-    replays: tuple[Replay, ...] = ()
+    replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
 
 

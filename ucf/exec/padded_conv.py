@@ -11,7 +11,7 @@ multiply-adds. Copied into a buffer with the padding written as zeros and rows o
 no bounds to test. The output is computed on the same row pitch (the ``|s| - 1``
 extra columns of each row are computed and dropped), and cropped to the user's.
 
-``find`` recognizes the statement once, at compile time; ``Conv.at`` gives the
+``find`` recognizes the statement once, when the kernel is built; ``Conv.at`` gives the
 flattened statement for one call's extents (its row pitch is a constant of the
 kernel, so each image width compiles its own).
 """
@@ -27,7 +27,6 @@ import numpy as np
 from ucf.format.format import Format, dense_format
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Statement
-from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
 
 #: Output rows at least this wide keep the direct kernel. Measured with one thread (CPU
@@ -121,8 +120,14 @@ class Flat:
 
     def pad(self, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """``a`` (the input, any leading modes) in its padded planes, flattened."""
+        buf = np.zeros((*a.shape[:-2], self.plane), dtype)
+        self.fill(buf, a)
+        return buf
+
+    def fill(self, buf: np.ndarray, a: np.ndarray) -> None:
+        """Copy ``a`` into ``buf``'s planes, leaving the padding as it is (zero): a
+        replayed call refills the buffer of the call it replays."""
         lead, (h, w) = a.shape[:-2], a.shape[-2:]
-        buf = np.zeros((*lead, self.plane), dtype)
         planes = buf[..., : self.hp * self.wp].reshape(*lead, self.hp, self.wp)
         sh, sw = self.conv.shift
         # Padded row i holds input row i + sh, when that is a row of the input.
@@ -130,7 +135,6 @@ class Flat:
         j0, j1 = max(0, -sw), min(self.wp, w - sw)
         if i0 < i1 and j0 < j1:
             planes[..., i0:i1, j0:j1] = a[..., i0 + sh : i1 + sh, j0 + sw : j1 + sw]
-        return buf
 
     def crop(self, vals: np.ndarray, shape: tuple[int, ...], extents: dict[str, int]):
         """The user's output from the flattened one's values (of ``shape``): rows of
@@ -162,10 +166,10 @@ def _plain_dense(fmt: Format | None, order: int) -> bool:
     )
 
 
-def find(expr: str, formats: Mapping[str, Format]) -> Conv | None:
-    """The convolution ``expr`` is, if it is one ``Conv`` describes with a dense input
-    and output (any weight format); None otherwise."""
-    stmt = parse_statement(expr)
+def find(stmt: Statement, formats: Mapping[str, Format]) -> Conv | None:
+    """The convolution ``stmt`` is, if it is one ``Conv`` describes with a dense input
+    and output (any weight format); None otherwise. It takes the parsed statement (a
+    kernel's plan holds it), so that a kernel loaded from the cache parses nothing."""
     rhs, lhs = peel(stmt.rhs)[1], stmt.lhs
     if stmt.op != "=" or not (
         isinstance(rhs, Binary)

@@ -24,7 +24,6 @@ from ucf.format.format import Format, dense_format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
-from ucf.lang.parser import parse_statement
 from ucf.schedule.commands import Command, DismantleCommand
 
 
@@ -84,6 +83,8 @@ def prepare(
     index_dtype: np.dtype,
 ) -> dict[str, Static]:
     """The static operands in the kernel's formats, checked against the statement."""
+    from ucf.lang.parser import parse_statement  # lark, only for kernels with static operands
+
     stmt = parse_statement(expr)
     names = {a.tensor for a in accesses(stmt.rhs)}
     values = embeds_values(commands)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, ClassVar
 from ucf.cin.invariance import check_condense
 from ucf.errors import ScheduleError, UcfError, UnsupportedError
 from ucf.lang.ast import Statement, accesses
-from ucf.lang.parser import parse_statement
 from ucf.schedule.provenance import Relation
 from ucf.schedule.records import Dismantle, Parallel, Precompute
 
@@ -75,6 +74,8 @@ class PrecomputeCommand(Command):
         return None
 
     def _statement(self, ws: str, nest: NestState):
+        from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
+
         return parse_statement(f"{ws}({nest.prov.origins(self.var)[0]}) = {self.expr}")
 
     def record(self, nest: NestState) -> None:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import lark
-
 from ucf.errors import ParseError
 from ucf.schedule.commands import Command, command
 from ucf.schedule.fluent import Schedule
 
 
 def parse_schedule(text: str) -> list[Command]:
-    """The commands of ``text``, each of its own class with its arguments checked."""
+    """The commands of ``text``, each of its own class with its arguments checked.
+    (lark is imported here: a kernel loaded from the cache parses nothing.)"""
+    import lark
+
     from ucf.lang.parser import _describe, _parser
 
     try:
@@ -27,6 +28,8 @@ def parse_schedule(text: str) -> list[Command]:
 
 
 def _text(source: str, node) -> str:
+    import lark
+
     if isinstance(node, lark.Token):
         return str(node)
     meta = node.meta

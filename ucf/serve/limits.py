@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ucf.codegen import TARGETS
 from ucf.errors import UcfError
 
-TARGETS = ("llvm", "c", "cuda")
 DTYPES = ("float64", "float32", "int64", "int32")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}\Z")
 

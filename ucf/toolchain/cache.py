@@ -70,7 +70,10 @@ def code_version() -> str:
 
     Cached plans are pickles of compiler objects, so any change to the code
     (not just a version bump) must miss the cache rather than load a stale plan.
-    """
+    Hashing every source costs a process some milliseconds before its first cached
+    kernel; the digest is kept in the cache directory under a stamp of the files'
+    names, sizes and modification times, which takes only a ``stat`` of each
+    (an edit changes the time, so the stamp, and the sources are hashed again)."""
     if not _CODE:
         from ucf.resources import grammar_file, runtime_dir
 
@@ -78,10 +81,23 @@ def code_version() -> str:
         files = sorted(root.rglob("*.py"))
         files += sorted(grammar_file("einsum.lark").parent.glob("*.lark"))
         files += sorted(runtime_dir().glob("*.h*"))
-        h = hashlib.sha256()
-        for f in files:
-            h.update(f.read_bytes())
-        _CODE.append(h.hexdigest()[:16])
+        stats = [(str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()]]
+        stamp = hashlib.sha256(repr(stats).encode()).hexdigest()[:24]
+        memo = cache_dir() / f"code-{stamp}"
+        try:
+            digest = memo.read_text()
+        except OSError:
+            digest = ""
+        if len(digest) != 16 or not all(c in "0123456789abcdef" for c in digest):
+            h = hashlib.sha256()
+            for f in files:
+                h.update(f.read_bytes())
+            digest = h.hexdigest()[:16]
+            try:
+                atomic_write(memo, digest.encode())
+            except OSError:
+                pass  # a read-only cache: hash again next time
+        _CODE.append(digest)
     return _CODE[0]
 
 
@@ -213,11 +229,16 @@ def limit() -> int:
     return int(mb * 2**20)
 
 
+#: What the cache holds: plans, shared libraries, and a kernel's decisions
+#: (``ucf.exec.decisions``); the size limit counts them all.
+ENTRY_SUFFIXES = (".plan", ".so", ".decision")
+
+
 def _scan() -> list[tuple[float, int, Path]]:
     """Each entry's (last use, bytes, path), least recently used first."""
     found = []
     for p in cache_dir().iterdir():
-        if p.suffix in (".plan", ".so") and not p.name.startswith("."):
+        if p.suffix in ENTRY_SUFFIXES and not p.name.startswith("."):
             try:
                 st = p.stat()
             except OSError:
@@ -227,7 +248,7 @@ def _scan() -> list[tuple[float, int, Path]]:
 
 
 def entries() -> list[Path]:
-    """The cache's entries (plans and libraries), least recently used first."""
+    """The cache's entries (plans, libraries, decisions), least recently used first."""
     return [p for _, _, p in _scan()]
 
 
@@ -261,6 +282,8 @@ def clear() -> int:
     for p in cache_dir().glob("pch-*"):  # the emulator's precompiled headers
         shutil.rmtree(p, ignore_errors=True)
     for p in cache_dir().glob("lark-*.tables"):  # the parser's (ucf.lang.parser)
+        p.unlink(missing_ok=True)
+    for p in cache_dir().glob("code-*"):  # the digests of ucf's sources (code_version)
         p.unlink(missing_ok=True)
     for p in cache_dir().glob("*.lock"):
         try:

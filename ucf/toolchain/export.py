@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ucf.codegen import c as cgen
 from ucf.codegen import c_check
+from ucf.codegen.kernel_plan import Plan
 from ucf.errors import UcfError
-from ucf.pipeline import Plan
 from ucf.resources import runtime_dir
 
 ABIS = ("ucf", "taco")

@@ -15,6 +15,8 @@ from functools import cache
 
 import llvmlite.binding as llvm
 
+from ucf.toolchain import team
+
 _lock = threading.RLock()
 
 
@@ -65,9 +67,14 @@ def openmp_runtime() -> ctypes.CDLL | None:
     """libgomp, loaded so JIT-compiled parallel loops can call it; None when absent.
 
     The C target's shared objects link the same libgomp, so one
-    ``omp_set_num_threads`` governs both targets.
+    ``omp_set_num_threads`` governs both targets. It is loaded with a bounded spin
+    and the thread count follows the cores this process may use, unless the user
+    chose otherwise (``ucf.toolchain.team``); ``ucf_parallel``, which the llvm
+    target's parallel loops call, is linked in beside it.
     """
     name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    setting = team.spin_setting()
+    os.environ.update(setting)  # libgomp reads its environment once, as it loads
     try:
         lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
         llvm.load_library_permanently(name)
@@ -78,10 +85,59 @@ def openmp_runtime() -> ctypes.CDLL | None:
             stacklevel=2,
         )
         return None
+    finally:
+        for key in setting:
+            os.environ.pop(key, None)
     threads = os.environ.get("UCF_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0:
         _threads["requested"] = int(threads)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        cores = team.available_cores()
+        if cores < int(lib.omp_get_max_threads()):
+            _threads["requested"] = cores
+    _team_runtime()
     return lib
+
+
+def _team_runtime() -> JitLibrary:
+    """``ucf_parallel`` (``ucf.codegen.llvm_team``) compiled and made the symbol every
+    kernel's object code links to: its object code comes from the disk cache after the
+    first process, like a kernel's."""
+    from ucf.codegen import llvm_team
+    from ucf.toolchain import cache
+
+    fields = {"runtime": llvm_team.ENTRY, "llvm": identity()}
+    name = f"{cache.key(fields)}.plan"
+    entry = cache.load(name, fields)
+    if isinstance(entry, dict) and isinstance(entry.get("object"), bytes):
+        library = _link(entry["object"])
+    else:
+        library = _link(_emit(llvm_team.runtime_ir()))
+        cache.store(name, fields, {"object": library.object_code})
+    _RUNTIME.append(library)  # the engine must outlive every kernel that calls into it
+    llvm.add_symbol(llvm_team.ENTRY, library.address(llvm_team.ENTRY))
+    if os.environ.get("UCF_ADAPTIVE_TEAM", "").strip() == "0":
+        fixed = library.engine.get_global_value_address(llvm_team.FIXED)
+        ctypes.c_int64.from_address(fixed).value = 1
+    return library
+
+
+_RUNTIME: list[JitLibrary] = []
+
+
+def team_counters() -> dict[str, int]:
+    """How many parallel regions ``ucf_parallel`` timed in this process, and how many of
+    them lost to one thread (its team then shrank): what a benchmark reports beside
+    its times."""
+    if openmp_runtime() is None or not _RUNTIME:
+        return {"timed": 0, "lost": 0}
+    from ucf.codegen import llvm_team
+
+    lib = _RUNTIME[0]
+    return {
+        label: ctypes.c_int64.from_address(lib.engine.get_global_value_address(symbol)).value
+        for label, symbol in zip(("timed", "lost"), llvm_team.COUNTERS, strict=True)
+    }
 
 
 # OpenMP keeps its thread count per calling thread, so a count set in one Python thread
@@ -147,14 +203,22 @@ def _optimized(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
 
 def compile_ir(ir_text: str) -> JitLibrary:
     """Optimize (``_optimized``), then JIT."""
+    return load_object(_emit(ir_text))
+
+
+def _emit(ir_text: str) -> bytes:
     with _lock:
         tm = _target_machine()
-        return load_object(tm.emit_object(_optimized(ir_text, tm)))
+        return tm.emit_object(_optimized(ir_text, tm))
 
 
 def load_object(obj: bytes) -> JitLibrary:
     """Link previously emitted object code into a fresh engine (the cache-hit path)."""
-    openmp_runtime()  # resolve GOMP symbols the object may reference
+    openmp_runtime()  # resolve the GOMP symbols and ucf_parallel the object may reference
+    return _link(obj)
+
+
+def _link(obj: bytes) -> JitLibrary:
     with _lock:
         engine = _empty_engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

@@ -13,11 +13,20 @@ call alone (by a second call where the first lost by less than a first call's
 own cost, ``FIRST_CALL``), and sampling stops at the first sample that slow (a quadratic
 plan must not cost the study minutes, and a big input's losing trials should
 cost one call, not four).
+
+A busy moment of a shared machine must not decide a time (issue 34): a timing whose
+samples spread widely (the slowest over ``NOISY`` times the fastest: another process
+took time slices during some) takes more samples, up to ``MORE`` times as many, so its
+median stands on a longer stretch of time (``sampled``, which ``ucf run --time`` uses
+too); and the default kernel, whose time decides which trials have lost, is timed
+again every ``REBASE`` trials, in turn with them, its baseline the median of those
+timings (``Objective.rebase``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -47,6 +56,11 @@ LOSING = 2
 #: Seconds a kernel's first call may spend beyond the others (its operands' statistics, the
 #: plan for their size): a first call that has lost by less is not the judge, a second is.
 FIRST_CALL = 5e-3
+#: Samples whose slowest is over NOISY times the fastest were disturbed: up to MORE times as
+#: many are taken.
+NOISY, MORE = 1.5, 3
+#: Trials between two timings of the default kernel (``Objective.rebase``).
+REBASE = 8
 
 
 def clock() -> Callable[[], float]:
@@ -68,27 +82,66 @@ def one_call(call: Callable[[], Any]) -> float:
     return max(now() - start, 1e-9)
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Seconds per call over the samples of a timing: their median, fastest and slowest,
+    how many samples and how many calls each."""
+
+    median: float
+    fastest: float
+    slowest: float
+    samples: int
+    calls: int
+
+    def __str__(self) -> str:
+        ms = [f"{t * 1e3:.4g}" for t in (self.median, self.fastest, self.slowest)]
+        return (
+            f"median {ms[0]} ms per call (samples {ms[1]} .. {ms[2]} ms; {self.samples} "
+            f"samples of {self.calls} call{'s' if self.calls > 1 else ''}; load average "
+            f"{os.getloadavg()[0]:.2f})"
+        )
+
+
 def median_time(
     call: Callable[[], Any], repeats: int = REPEATS, enough: float = math.inf, once: float = 0.0
 ) -> float:
-    """Seconds per call of ``call``: the median of ``repeats`` samples after a warm-up
-    call (``once``: the seconds of a call just made, which was the warm-up). A call
-    slower than ``enough`` seconds is not repeated: it has lost already. Slow calls
-    (over ``SLOW`` seconds each) get ``FEW`` samples, so a big input's trial stays short."""
-    once = once or one_call(call)
+    """Seconds per call of ``call``: the median of ``sampled``."""
+    return sampled(call, repeats, enough, once).median
+
+
+def sampled(
+    call: Callable[[], Any],
+    repeats: int = REPEATS,
+    enough: float = math.inf,
+    once: float = 0.0,
+    now: Callable[[], float] | None = None,
+) -> Spread:
+    """``repeats`` samples of ``call`` after a warm-up call (``once``: the seconds of a
+    call just made, which was the warm-up), each of enough calls to last about
+    ``SAMPLE_SECONDS``; up to ``MORE`` times as many while they spread over ``NOISY``.
+    A call slower than ``enough`` seconds is not repeated: it has lost already. Slow
+    calls (over ``SLOW`` seconds each) get ``FEW`` samples, so a big input's trial stays
+    short. ``now`` is the clock (default: ``clock()``)."""
+    now = now or clock()
+    if not once:
+        start = now()
+        call()
+        once = max(now() - start, 1e-9)
     if once > enough:
-        return once
+        return Spread(once, once, once, 1, 1)
     number = max(1, min(10_000, int(SAMPLE_SECONDS / once)))
+    wanted = min(repeats, FEW) if once > SLOW else repeats
     samples: list[float] = []
-    now = clock()
-    for _ in range(min(repeats, FEW) if once > SLOW else repeats):
+    while True:
         start = now()
         for _ in range(number):
             call()
         samples.append((now() - start) / number)
-        if samples[-1] > enough:
+        if samples[-1] > enough or len(samples) >= wanted * MORE:
             break
-    return statistics.median(samples)
+        if len(samples) >= wanted and max(samples) <= NOISY * min(samples):
+            break
+    return Spread(statistics.median(samples), min(samples), max(samples), len(samples), number)
 
 
 def comparable(t: Tensor) -> Any:
@@ -151,6 +204,18 @@ class Objective:
     _seen: dict[tuple[str, str], tuple[float | None, str]] = field(default_factory=dict, repr=False)
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
+    _baselines: list[float] = field(default_factory=list, repr=False)
+
+    def rebase(self) -> float:
+        """Time the default kernel (again): the baseline that trials lose against is the
+        median of its timings so far, taken in turn with the trials, so one busy moment
+        at the start of a study does not set every trial's bar. The default's result."""
+        k = self.kernel(None)
+        call = lambda: k(shapes=self.shapes, **self.operands)  # noqa: E731
+        result = call()
+        self._baselines.append(median_time(call, self.repeats))
+        self.baseline = statistics.median(self._baselines)
+        return result
 
     def kernel(
         self, schedule: str | list[Command] | None, formats: dict[str, str] | None = None
@@ -256,6 +321,8 @@ class Objective:
         text = spelled(commands)
         seen = (scope, text)
         if seen not in self._seen:
+            if self._seen and len(self._seen) % REBASE == 0:
+                self.rebase()
             try:
                 self._seen[seen] = (self.measure(commands, v, self.hopeless()), "")
             except Exception as e:

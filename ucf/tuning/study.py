@@ -35,7 +35,7 @@ from ucf.lang.parser import parse_statement
 from ucf.toolchain import cache
 from ucf.tuning import final, space
 from ucf.tuning.deps import need
-from ucf.tuning.measure import Objective, comparable, median_time
+from ucf.tuning.measure import Objective, comparable
 from ucf.tuning.result import Tuned
 
 #: The study database in the cache directory.
@@ -168,9 +168,7 @@ def _objective(expr, fmts, target, dtype, index_dtype, tensors, shapes, search) 
         extents={},
         choices=space.format_choices(expr, fmts, tensors) if search else {},
     )
-    default = objective.kernel(None)
-    objective.reference = comparable(default(shapes=shapes, **tensors))
-    objective.baseline = median_time(lambda: default(shapes=shapes, **tensors), objective.repeats)
+    objective.reference = comparable(objective.rebase())
     objective.extents = _sizes(expr, tensors, shapes)[0]
     return objective
 

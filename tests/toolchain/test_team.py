@@ -1,0 +1,205 @@
+"""The team a parallel loop runs on (issue 34: a busy machine): ``ucf_parallel``
+shrinks a loop's team when a region waited for a late thread and tries the whole
+team again later; kernels stay right while another thread burns a core; libgomp is
+loaded with a bounded spin; the thread count follows the cgroup's quota."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from ucf.codegen import llvm_team
+from ucf.toolchain import jit, team
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@pytest.fixture
+def parallel():
+    """``ucf_parallel`` called directly on a region written in Python: each thread
+    records the team size it saw, and the threads other than the caller sleep for
+    ``late`` seconds (a thread the OS descheduled: wall time passes, CPU time does not)."""
+    lib = jit.openmp_runtime()
+    if lib is None:
+        pytest.skip("no libgomp")
+    entry = ctypes.CFUNCTYPE(
+        None, REGION, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p
+    )(jit._RUNTIME[0].address(llvm_team.ENTRY))
+    state = (ctypes.c_int64 * 3)()
+    seen: list[int] = []
+    late = [0.0]
+
+    def body(_):
+        seen.append(lib.omp_get_num_threads())
+        if lib.omp_get_thread_num() != 0:
+            time.sleep(late[0])
+
+    region = REGION(body)
+
+    def run(threads: int = 0, sleep: float = 0.0) -> list[int]:
+        seen.clear()
+        late[0] = sleep
+        entry(region, None, threads, 0, ctypes.addressof(state))
+        return sorted(seen)
+
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    yield run, state
+    ucf.set_num_threads(old)
+
+
+def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
+    run, state = parallel
+    before = jit.team_counters()
+    assert run(sleep=0.05) == [2, 2]  # the second thread is 50 ms late: the region lost
+    after = jit.team_counters()
+    assert after["timed"] == before["timed"] + 1 and after["lost"] == before["lost"] + 1
+    assert state[0] == 1 and state[2] == 2 * llvm_team.BACKOFF_NS
+    assert run() == [1]  # within the wait the loop runs on the calling thread alone
+    assert jit.team_counters()["timed"] == after["timed"]  # and is not timed
+    time.sleep(max(0, state[1] - time.monotonic_ns()) / 1e9 + 1e-3)
+    assert run(sleep=0.05) == [2, 2]  # then one region tries the whole team: lost again
+    assert state[0] == 1 and state[2] == 4 * llvm_team.BACKOFF_NS  # the wait doubled
+    assert run() == [1]
+
+
+def test_a_fixed_team_keeps_every_thread(parallel):
+    """UCF_ADAPTIVE_TEAM=0 (read when the runtime is linked) runs every region on the
+    whole team, as plain OpenMP does: what benchmarks compare with."""
+    run, state = parallel
+    flag = ctypes.c_int64.from_address(
+        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
+    )
+    before = jit.team_counters()
+    flag.value = 1
+    try:
+        assert run(sleep=0.02) == [2, 2] and run(sleep=0.02) == [2, 2]
+    finally:
+        flag.value = 0
+    assert jit.team_counters() == before and list(state) == [0, 0, 0]
+
+
+def test_below_the_work_threshold_a_loop_runs_alone_untimed(parallel):
+    run, state = parallel
+    before = jit.team_counters()
+    assert run(threads=1, sleep=0.05) == [1]
+    assert jit.team_counters() == before and list(state) == [0, 0, 0]
+
+
+#: Kernels of each parallel shape: a static row loop, dynamic chunks of a split, a
+#: reduction into a scalar (private sums added atomically), and Gustavson's SpGEMM
+#: (a workspace per thread, a sparse output assembled in parallel).
+KERNELS = [
+    ("y(i) = A(i,j) * x(j)", "parallelize(i,CPUThread,NoRaces)"),
+    ("y(i) = A(i,j) * x(j)", "split(i,i0,i1,16); parallelize(i0,CPUThread,NoRaces)"),
+    ("s = A(i,j) * x(j)", "parallelize(i,CPUThread,Atomics)"),
+    (
+        "C(i,k) = A(i,j) * B(j,k)",
+        "precompute(A(i,j)*B(j,k),k,k,w); parallelize(i,CPUThread,NoRaces)",
+    ),
+]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_kernels_are_right_while_another_thread_burns_a_core(target, monkeypatch):
+    """A kernel called from a thread of its own, 2 threads, while another thread keeps a
+    core busy (hashing releases the GIL): every result is checked against scipy."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
+    rng = np.random.default_rng(34)
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=rng)
+    B = sp.random(200, 150, density=0.05, format="csr", random_state=rng)
+    x = rng.random(200)
+    expected = {
+        "y(i)": A @ x,
+        "s =": float(np.asarray(A.sum(axis=0)).ravel() @ x),
+        "C(i,": (A @ B).toarray(),
+    }
+    kernels = []
+    for text, schedule in KERNELS:
+        formats = {"A": "csr", "B": "csr", "C": "csr"} if "C(" in text else {"A": "csr"}
+        kernels.append((text, ucf.compile(text, formats=formats, schedule=schedule, target=target)))
+    stop = threading.Event()
+    data = bytes(1 << 20)
+
+    def burn():
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    wrong: list[str] = []
+
+    def call():
+        for _ in range(40):
+            for text, k in kernels:
+                out = k(A=A, x=x) if "B(" not in text else k(A=A, B=B)
+                got = out.to_scipy().toarray() if "C(" in text else out.to_numpy()
+                want = next(v for key, v in expected.items() if text.startswith(key))
+                if not np.allclose(got, want):
+                    wrong.append(text)
+
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    burner = threading.Thread(target=burn)
+    caller = threading.Thread(target=call)
+    burner.start()
+    try:
+        caller.start()
+        caller.join()
+    finally:
+        stop.set()
+        burner.join()
+        ucf.set_num_threads(old)
+    assert wrong == []
+
+
+def test_libgomp_spins_briefly_unless_told_otherwise(tmp_path):
+    """ucf loads libgomp with a bounded spin and takes the setting out of the
+    environment again; a wait policy the user chose stands."""
+    script = (
+        "import os, numpy as np, ucf\n"
+        "k = ucf.compile('y(i) = x(i) * 2.0', schedule='parallelize(i,CPUThread,NoRaces)')\n"
+        "k(x=np.ones(4))\n"
+        "print('GOMP_SPINCOUNT' in os.environ)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), UCF_CACHE_DIR=str(tmp_path))
+    env.update(OMP_DISPLAY_ENV="verbose")
+    env.pop("OMP_WAIT_POLICY", None)
+    env.pop("GOMP_SPINCOUNT", None)
+    ours = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert ours.returncode == 0, ours.stderr
+    assert f"GOMP_SPINCOUNT = '{team.SPIN_COUNT}'" in ours.stderr
+    assert ours.stdout.split() == ["False"]
+    env["OMP_WAIT_POLICY"] = "active"
+    theirs = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert theirs.returncode == 0, theirs.stderr
+    assert f"GOMP_SPINCOUNT = '{team.SPIN_COUNT}'" not in theirs.stderr
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in theirs.stderr
+
+
+@pytest.mark.parametrize(
+    "quota, period, cpus",
+    [
+        ("200000 100000", None, 2.0),
+        ("max 100000", None, None),
+        ("150000", "100000", 1.5),
+        ("-1", "100000", None),
+        ("garbled", None, None),
+    ],
+)
+def test_a_cgroup_quota_is_read_in_cpus(quota, period, cpus):
+    assert team._quota(lambda: quota, None if period is None else lambda: period) == cpus
+
+
+def test_the_cores_follow_the_affinity_mask():
+    assert 1 <= team.available_cores() <= len(os.sched_getaffinity(0))

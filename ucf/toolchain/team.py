@@ -1,0 +1,102 @@
+"""The team a parallel loop runs on: how many threads, and how long they spin
+(issue 34: a busy machine).
+
+A parallel region joins at a barrier, so it lasts as long as its slowest thread. On
+a machine that other processes hold (a laptop, a CI runner, a shared server; or
+numpy's BLAS threads in this very process) a thread the OS has descheduled arrives
+milliseconds late, and a kernel of 50 µs took 8 ms. Three things keep that from
+happening, none needing an environment variable:
+
+- **The team follows the machine.** The llvm target's parallel loops call
+  ``ucf_parallel`` (``ucf.codegen.llvm_team``, JIT-compiled once per process by
+  ``ucf.toolchain.jit``) rather than libgomp's ``GOMP_parallel``: it times each
+  region, and a loop whose region lost to one thread runs on half the team for a
+  while, then tries the larger team again.
+- **Threads spin briefly.** After a region libgomp's threads spin for about 3 ms
+  (300,000 iterations) before sleeping, burning a core that another process, or
+  this process's BLAS threads between two kernel calls, wanted. Unless the user
+  set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``, ucf loads libgomp with
+  ``GOMP_SPINCOUNT=SPIN_COUNT`` (about 0.1 ms), long enough that back-to-back calls
+  find their threads awake; the variable is removed again once libgomp has read
+  it, so child processes do not inherit it. If libgomp was already loaded (by
+  another library) its settings stand.
+- **The thread count follows the cores this process may use**: the CPUs of its
+  affinity mask, and at most its cgroup's CPU quota (a container limited to 2 CPUs
+  on a 64-core host), unless ``UCF_NUM_THREADS``, ``OMP_NUM_THREADS`` or
+  ``ucf.set_num_threads`` says otherwise.
+
+The C target's kernels are plain OpenMP (they are standalone C): the spin and the
+thread count apply to them, the shrinking team does not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+#: The spin count libgomp gets unless the user chose a wait policy (about 0.1 ms on
+#: the 2-core AMD machine it was measured on; libgomp's default spun about 4 ms).
+SPIN_COUNT = 10_000
+
+
+def spin_setting() -> dict[str, str]:
+    """The environment to load libgomp with: a bounded spin (``SPIN_COUNT``) unless the
+    user chose a wait policy or libgomp is loaded already (then nothing can change)."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    try:
+        if "libgomp" in Path("/proc/self/maps").read_text():
+            return {}
+    except OSError:
+        pass
+    return {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on: its affinity mask, capped by its cgroup's CPU
+    quota (rounded up), where the system says."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = cgroup_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota else max(1, cores)
+
+
+def cgroup_quota() -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (cgroup v2's ``cpu.max`` of its
+    group or the tightest of its ancestors', else v1's ``cfs_quota_us``), or None."""
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: the unified hierarchy
+            group = Path("/sys/fs/cgroup") / path.lstrip("/")
+            for d in (group, *group.parents):
+                if not str(d).startswith("/sys/fs/cgroup"):
+                    break
+                found.append(_quota((d / "cpu.max").read_text, None) if d.exists() else None)
+        elif "cpu" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/cpu")
+            found.append(
+                _quota(
+                    (base / "cpu.cfs_quota_us").read_text, (base / "cpu.cfs_period_us").read_text
+                )
+            )
+    quotas = [q for q in found if q]
+    return min(quotas) if quotas else None
+
+
+def _quota(read_quota, read_period) -> float | None:
+    try:
+        words = read_quota().split()
+        quota, period = words[0], (words[1] if read_period is None else read_period().strip())
+        if quota in ("max", "-1"):
+            return None
+        return int(quota) / int(period)
+    except (OSError, ValueError, IndexError, ZeroDivisionError):
+        return None
