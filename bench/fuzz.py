@@ -17,9 +17,10 @@ Two generators, the ones the test suite draws from:
   ``nm(n,m)``), plus dynamic-tile and TeSA-plan cases, checked against ``np.einsum``
   on dense copies;
 - ``--fuzzer statements`` (``tests/statement_fuzz.py``): random statements (sums,
-  products, functions, explicit sums; tensors read under several index lists and
-  with repeated variables) in random formats, some with a dynamic operand or run as
-  a TeSA plan, checked against a numpy evaluation of the reduction rule.
+  products, functions, explicit sum/max/min reductions; tensors read under several
+  index lists and with repeated variables) in random formats, some with fills or an
+  empty range, some with a dynamic operand or run as a TeSA plan, checked against a
+  numpy evaluation of the reduction rule.
 
 Both run on the llvm and c targets. Case ``n`` of seed ``s`` is drawn from
 ``random.Random("s:n")``, so any case can be rerun alone. Each case runs in a worker

@@ -92,7 +92,7 @@ def permutation(d: Draw, items: list) -> list:
 def fit_nm(fmt: str, a: np.ndarray) -> np.ndarray:
     """``a`` pruned to what ``nm(n,m)`` stores: the first n nonzeros of each group of m
     along the last mode (``a`` itself for any other format)."""
-    if not fmt.startswith("nm("):
+    if not fmt.startswith("nm(") or not a.size:
         return a
     n, m = (int(x) for x in fmt[3:-1].split(","))
     a = a.copy()

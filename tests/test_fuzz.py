@@ -5,7 +5,8 @@ The generator, its numpy reference and the check live in ``statement_fuzz.py``
 through it here, so a failure shrinks. Statements read tensors under several index
 lists and with repeated variables, beside blocked (unequal blocks, per tensor),
 fixed-width and ``nm(n,m)`` operands; some make an operand dynamic or run as a TeSA
-plan (``fuzz_plans.py``).
+plan (``fuzz_plans.py``); some reduce with ``max``/``min`` or read absent entries as
+a fill (``tests/lang/test_fuzz_fills.py`` draws those in every case).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def test_reference_reads_a_tensor_twice_and_its_diagonal():
 
 def test_the_draw_reaches_every_new_shape():
     """Over a few hundred draws: tensors read twice, repeated variables, unequal and
-    per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans."""
+    per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans, max/min reductions,
+    fills, empty ranges."""
     drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
     twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
     repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
@@ -99,7 +101,10 @@ def test_the_draw_reaches_every_new_shape():
     blocked = [c for c in drawn if any("/" in f or "(" in f for f in c.formats.values())]
     tiles = [c for c in drawn if c.dynamic and max(c.dynamic["tile"]) > 1]
     plans = [c for c in drawn if c.tesa]
-    for found in (twice, repeated, nm, blocked, tiles, plans):
+    maxmin = [c for c in drawn if {"max", "min"} & statement_fuzz.reductions(c.tree)]
+    fills = [c for c in drawn if "fill=" in " ".join([*c.formats.values(), c.out_format or ""])]
+    empty = [c for c in drawn if 0 in c.extents.values()]
+    for found in (twice, repeated, nm, blocked, tiles, plans, maxmin, fills, empty):
         assert len(found) >= 5
     assert {c.target for c in drawn} == {"llvm", "c"}
 

@@ -110,6 +110,18 @@ def test_masked_softmax_in_statements(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_function_that_makes_nan_of_a_fill(target):
+    """``sin(-inf)`` folds to a NaN constant, which the C printer writes as ``NAN``
+    (it wrote Python's ``nan``, which no C compiler takes; the statement fuzzer's)."""
+    c = np.array([1.0, -INF, 2.0])
+    for dtype in (np.float64, np.float32):
+        k = ucf.compile("X(k) = sin(C(k))", {"C": "C:0 fill=-inf"}, target=target, dtype=dtype)
+        got = k(C=ucf.from_numpy(c.astype(dtype), "C:0 fill=-inf")).to_numpy()
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_allclose(got, np.sin(c.astype(dtype)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_an_infinite_fill_decides_which_operand_drives(target):
     """-inf absorbs +, so M drives M + B; where M is absent the output keeps -inf
     unstored, and a dense output computes -inf there."""

@@ -13,7 +13,9 @@ any operand no loop order can walk.
 
 ``i_d`` is summed where the access is (joining the innermost sum around it, else the
 whole right-hand side): a sum over one value is that value, so the statement means
-what it meant, whatever the expression around the access.
+what it meant, whatever the expression around the access. Under a ``max`` or ``min``
+it is summed on its own, inside the reduction: joined to it, the ``i_d`` loop would
+skip a diagonal entry that is absent, where the reduction must meet its 0.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ def diagonals(stmt: ast.Statement, formats: dict[str, Format]) -> tuple[ast.Stat
             return access(e)
         if isinstance(e, ast.Sum):
             body, fresh = walk(e.body)
-            return ast.Sum((*e.vars, *fresh), body) if fresh else ast.Sum(e.vars, body), []
+            if fresh and e.op == "sum":
+                return ast.Sum((*e.vars, *fresh), body), []
+            if fresh:  # a max or min would skip the offset's absent value: sum it alone
+                body = ast.Sum(tuple(fresh), body)
+            return ast.Sum(e.vars, body, e.op), []
         kids, fresh = [], []
         for c in ast.children(e):
             k, f = walk(c)

@@ -564,6 +564,8 @@ def _const(e: ir.Const) -> str:
     if e.type in ("f64", "f32") and math.isinf(e.value):  # a reduction's identity, a fill
         inf = "INFINITY" if e.type == "f32" else "((double)INFINITY)"
         return f"(-{inf})" if e.value < 0 else inf
+    if e.type in ("f64", "f32") and math.isnan(e.value):  # folded IEEE NaN: sin(-inf fill)
+        return "NAN" if e.type == "f32" else "((double)NAN)"
     if e.type == "f64":
         return repr(float(e.value))
     if e.type == "f32":

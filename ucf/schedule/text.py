@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ucf.errors import ParseError
+from ucf.errors import ArgumentError, ParseError
 from ucf.schedule.commands import Command, command
 from ucf.schedule.fluent import Schedule
 
@@ -45,6 +45,10 @@ def as_commands(schedule: str | Schedule | Sequence[Command] | None) -> list[Com
         return list(schedule.commands)
     if isinstance(schedule, str):
         return parse_schedule(schedule)
+    if not isinstance(schedule, list | tuple) or not all(isinstance(c, Command) for c in schedule):
+        raise ArgumentError(
+            f"schedule={schedule!r}: a schedule is text, a ucf.Schedule or a list of commands"
+        )
     return list(schedule)
 
 

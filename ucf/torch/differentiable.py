@@ -161,7 +161,7 @@ def prepare(
     for n in names:
         if not isinstance(tensors[n], torch.Tensor):
             raise OperandError(f"operand {n} is not a torch tensor; ucf.torch takes torch tensors")
-    dtype = np.result_type(*(str(tensors[n].dtype).removeprefix("torch.") for n in names))
+    dtype = np.result_type(*(ops.read_as(tensors[n]) for n in names))
     idx = ops.index_dtype(tensors)
     read = {n: ops.read(n, tensors[n], fmts.get(n), n in dyn, dtype, idx) for n in names}
     kernel_formats = {n: op.read.format for n, op in read.items() if n not in dyn}

@@ -45,6 +45,13 @@ def _torch() -> Any:
     return torch
 
 
+def read_as(t: Any) -> np.dtype:
+    """The dtype ucf reads a torch tensor's values in: its own, bfloat16 as float32
+    (numpy has no bfloat16; float32 holds each one exactly)."""
+    name = str(t.dtype).removeprefix("torch.")
+    return np.dtype(np.float32 if name == "bfloat16" else name)
+
+
 def index_dtype(tensors: dict[str, Any]) -> np.dtype:
     """int64 when a sparse torch operand has int64 indices (torch's default), so that
     its arrays are read in place; else int32."""

@@ -21,6 +21,7 @@ from ucf.format.torch_layouts import need_torch
 from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
 from ucf.torch.differentiable import prepare
+from ucf.torch.operands import read_as
 
 #: Ops registered in this process, by definition: torch.library takes a name once.
 _OPS: dict[tuple, Any] = {}
@@ -95,7 +96,7 @@ def op(
         return kernels.forward(read, masks)
 
     def fake(*tensors: Any) -> Any:
-        dtype = np.result_type(*(_read_as(t) for t in tensors))
+        dtype = np.result_type(*(read_as(t) for t in tensors))
         shape = [tensors[operands.index(tensor)].shape[mode] for tensor, mode in extents]
         return torch.empty(shape, dtype=getattr(torch, dtype.name), device=tensors[0].device)
 
@@ -123,12 +124,6 @@ def op(
     registered.register_autograd(backward, setup_context=setup)
     _OPS[key], _NAMES[opname] = registered, key
     return registered
-
-
-def _read_as(t: Any) -> np.dtype:
-    """The dtype ucf reads a torch tensor's values in: its own, bfloat16 as float32."""
-    name = str(t.dtype).removeprefix("torch.")
-    return np.dtype(np.float32 if name == "bfloat16" else name)
 
 
 def _gradient_op(torch: Any, opname: str, name: str, operands: list[str], prepared: Any) -> Any:
