@@ -81,3 +81,22 @@ def test_a_dense_term_keeps_two_passes():
     )
     np.testing.assert_allclose(k(B=B, d=d).to_numpy(), B.toarray() + d)
     assert ONE_PASS not in k.cin
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_output_with_a_fill_stores_the_zeros_its_operands_leave(target):
+    """An output whose fill is 1 stores the 0s where every operand is absent, so the
+    operands' entries do not bound it and it keeps the counting pass (found by the
+    statement fuzzer: one pass dropped an entry and wrote past the arrays it sized)."""
+    rng = np.random.default_rng(34)
+    a = np.where(rng.random((6, 7)) < 0.3, rng.integers(1, 5, (6, 7)), 0).astype(float)
+    b = np.where(rng.random((6, 7)) < 0.3, rng.integers(1, 5, (6, 7)), 0).astype(float)
+    k = ucf.compile(
+        "C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr fill=1"}, target=target
+    )
+    got = k(A=ucf.from_numpy(a, "csr"), B=ucf.from_numpy(b, "csr"))
+    np.testing.assert_array_equal(got.to_numpy(), a + b)
+    assert got.nnz >= np.count_nonzero(a + b != 1)  # every entry that is not the fill
+    v = ucf.compile("X(j) = A(j)", {"A": "C", "X": "C fill=1"}, target=target)
+    x = np.array([0.0, 1.0, 3.0, 2.0])
+    np.testing.assert_array_equal(v(A=ucf.from_numpy(x, "C")).to_numpy(), x)

@@ -35,12 +35,15 @@ class AssemblyMixin:
         append the output in one pass, as scipy adds sparse matrices: a sum or product of
         sparse operands stored like the output (dense levels above one compressed level,
         indexed by the output's variables in its level order), which is zero where they
-        all are, so each output entry is an entry of one of them. The arrays are then
+        all are, so each output entry is an entry of one of them (an output whose fill is
+        not 0 stores those zeros too, so no operand bounds it). The arrays are then
         allocated to hold their entries together (``_bound``), the rows appended one
         after the other, and trimmed once: no pass counts the entries first. A kernel
         that builds rows in parallel needs each row's count first, so it keeps two."""
         a = self.applied
         if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
+            return []
+        if self.out_fmt.fill:
             return []
         if self.cin.blocks or (
             a is not None
