@@ -1,8 +1,9 @@
 """Parallel loops in LLVM IR: a ``CPUThread`` loop outlined into a function that
 libgomp's ``GOMP_parallel`` runs on every thread (through ``ucf_parallel``, the
-adaptive team of ``ucf.codegen.llvm_team``), in one static block per thread or
-in chunks from ``GOMP_loop_dynamic_*``. ``OpenMPLoops`` is part of the LLVM code
-generator's function builder (``ucf.codegen.llvm``).
+adaptive team of ``ucf.codegen.llvm_team``), in chunks from ``GOMP_loop_dynamic_*``:
+a few even ones per thread for a ``static`` loop, the schedule's for a ``dynamic``
+one. ``OpenMPLoops`` is part of the LLVM code generator's function builder
+(``ucf.codegen.llvm``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from ucf.codegen import llvm_team
 from ucf.codegen.llvm_types import I8P, I32, TYPES, is_float
 from ucf.ir import nodes as ir
 from ucf.ir.walk import declared, reads
+
+#: The chunks per thread a statically shared loop is cut into (``static_block``).
+CHUNKS_PER_THREAD = 4
 
 
 class OpenMPLoops:
@@ -26,8 +30,9 @@ class OpenMPLoops:
         variable (the scheduler checks that before it marks a loop parallel)
         except the loop's reduction scalars, which travel by pointer: each
         thread sums into a private copy and adds it atomically at the end.
-        A ``static`` loop gives every thread one contiguous block; a
-        ``dynamic`` one hands out chunks through ``GOMP_loop_dynamic_*``.
+        A ``static`` loop is cut into a few even chunks per thread, a
+        ``dynamic`` one into the schedule's; threads take them in turn
+        through ``GOMP_loop_dynamic_*``.
         """
         b = self.b
         reduced = [r.name for r in s.reduction]
@@ -103,18 +108,25 @@ class OpenMPLoops:
         )
 
     def static_block(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
+        """Even shares of the range, handed out as ``CHUNKS_PER_THREAD`` chunks per thread
+        from one counter rather than one block per thread: a thread that starts late (the
+        OS woke it late, or another process holds its core) leaves its chunks to the
+        threads already running, so the region waits for it about one chunk, not half
+        the loop (issue 34: a busy machine; the wake-up after the bounded spin too)."""
         ib = self.b
-        tid = ib.sext(ib.call(self._extern("omp_get_thread_num", I32, []), []), TYPES["i64"])
-        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), TYPES["i64"])
-        one = ll.Constant(TYPES["i64"], 1)
+        i64 = TYPES["i64"]
+        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), i64)
+        pieces = ib.mul(nth, ll.Constant(i64, CHUNKS_PER_THREAD))
         count = ib.sub(hi_all, lo_all)
-        chunk = ib.sdiv(ib.sub(ib.add(count, nth), one), nth)
-        lo = ib.add(lo_all, ib.mul(tid, chunk))
-        hi_raw = ib.add(lo, chunk)
-        hi = ib.select(ib.icmp_signed("<", hi_raw, hi_all), hi_raw, hi_all)
-        self._serial_part(s, lo, hi)
+        one = ll.Constant(i64, 1)
+        chunk = ib.sdiv(ib.sub(ib.add(count, pieces), one), pieces)
+        chunk = ib.select(ib.icmp_signed("<", chunk, one), one, chunk)
+        self._chunks(s, lo_all, hi_all, chunk)
 
     def dynamic_chunks(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
+        self._chunks(s, lo_all, hi_all, ll.Constant(TYPES["i64"], s.schedule[1]))
+
+    def _chunks(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value, chunk: ll.Value) -> None:
         b = self.b
         i64 = TYPES["i64"]
         p64 = ll.PointerType(i64)
@@ -123,7 +135,6 @@ class OpenMPLoops:
         done = self._extern("GOMP_loop_end_nowait", ll.VoidType(), [])
         lo_p = self.alloca_builder.alloca(i64, name="omp.chunk.lo")
         hi_p = self.alloca_builder.alloca(i64, name="omp.chunk.hi")
-        chunk = ll.Constant(i64, s.schedule[1])
         got = b.call(start, [lo_all, hi_all, ll.Constant(i64, 1), chunk, lo_p, hi_p])
         work = self.func.append_basic_block("omp.chunk")
         exit_ = self.func.append_basic_block("omp.done")
