@@ -203,3 +203,66 @@ def test_a_cgroup_quota_is_read_in_cpus(quota, period, cpus):
 
 def test_the_cores_follow_the_affinity_mask():
     assert 1 <= team.available_cores() <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    "text,formats",
+    [
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}),
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}),  # a dense output: the remembered call
+    ],
+)
+def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
+    """While every parallel loop of a kernel's plan runs on a team of one, a call runs
+    the plan for one thread (a sparse add's one pass); once the wait is over, the
+    parallel plan and its larger team again. Each result is checked against scipy."""
+    if jit.openmp_runtime() is None:
+        pytest.skip("no libgomp")
+    rng = np.random.default_rng(34)
+    A = sp.random(50_000, 50_000, density=8 / 50_000, format="csr", random_state=rng)
+    B = sp.random(50_000, 50_000, density=8 / 50_000, format="csr", random_state=rng)
+    x = rng.random(50_000)
+    ops = {"A": ucf.from_scipy(A, format="csr")}
+    if "B(" in text:
+        ops["B"] = ucf.from_scipy(B, format="csr")
+        want = (A + B).tocsr()
+    else:
+        ops["x"] = x
+        want = A @ x
+
+    def call() -> str:
+        got = k(**ops)
+        if "C(" in text:
+            assert abs(got.to_scipy().tocsr() - want).max() <= 1e-12
+        else:
+            np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-12)
+        return k.cin
+
+    # Regions on the whole team leave the loops' states as the test writes them, whatever
+    # the machine's load (UCF_ADAPTIVE_TEAM=0's flag).
+    fixed = ctypes.c_int64.from_address(
+        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
+    )
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    fixed.value = 1
+    try:
+        k = ucf.compile(text, formats=formats)
+        call()
+        assert "runs in parallel" in call()
+        teams = k._built.compiled.teams
+        assert teams is not None and teams.states and not teams.alone()
+        for state in teams.states:  # as ucf_parallel leaves a loop that lost
+            state[0], state[1] = 1, time.monotonic_ns() + 600 * 10**9
+        assert teams.alone()
+        for _ in range(2):
+            cin = call()
+            assert "runs in parallel" not in cin and "one thread is available" in cin
+        if "B(" in text:
+            assert "appended in one pass" in cin
+        for state in teams.states:  # the wait is over: the parallel plan tries again
+            state[1] = time.monotonic_ns() - 1
+        assert not teams.alone() and "runs in parallel" in call()
+    finally:
+        fixed.value = 0
+        ucf.set_num_threads(old)

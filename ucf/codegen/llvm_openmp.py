@@ -92,7 +92,8 @@ class OpenMPLoops:
         # machine is too busy for it (ucf.codegen.llvm_team); the loop keeps its state.
         entry_t = llvm_team.entry_type()
         team = self._extern(llvm_team.ENTRY, entry_t.return_type, list(entry_t.args))
-        state = ll.GlobalVariable(self.mod, llvm_team.STATE, f"{name}.team")
+        state_name = llvm_team.state_name(self.func.name, self.outlined)
+        state = ll.GlobalVariable(self.mod, llvm_team.STATE, state_name)
         state.linkage = "internal"
         state.initializer = ll.Constant(llvm_team.STATE, None)
         threads = I32(0)  # libgomp's default team

@@ -45,6 +45,12 @@ _CTX = ll.LiteralStructType([_FNP, _I8P, _I64])
 CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID = 1, 3
 
 
+def state_name(function: str, loop: int) -> str:
+    """The symbol of the state of parallel loop ``loop`` (from 1) of kernel function
+    ``function``: the call path reads it (``ucf.toolchain.team.LoopStates``)."""
+    return f"{function}.omp{loop}.team"
+
+
 def entry_type() -> ll.FunctionType:
     """``ucf_parallel``'s type, for the kernels that declare it."""
     return ll.FunctionType(ll.VoidType(), [_FNP, _I8P, _I32, _I32, ll.PointerType(STATE)])

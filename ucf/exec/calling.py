@@ -62,11 +62,16 @@ class Calling:
             local.built = None  # the user's statement binds the operands; _choose comes back
         if local.replays and shapes is None and masks is None and not positional:
             threads = num_threads()
-            for replay in local.replays:
-                if replay.matches(operands, out, threads):
-                    local.built = replay.built
-                    apply_num_threads()
-                    return replay.run(out)
+            replay = _remembered(local.replays, operands, out, threads)
+            shrunk = replay is not None and threads > 1 and self._adaptive
+            if shrunk and replay.built.compiled.alone():
+                # Its team shrank to one thread: the plan for one thread runs meanwhile
+                # (remembered, or chosen below as _choose does).
+                replay = _remembered(local.replays, operands, out, 1)
+            if replay is not None:
+                local.built = replay.built
+                apply_num_threads()
+                return replay.run(out)
         refuse_positional(self._plan.statement, positional)
         check_mappings(shapes=shapes, masks=masks)
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.stile.dynamic)
@@ -112,7 +117,8 @@ class Calling:
             and replayable(operands, call[3], out, result, call[1][call[2]])
         ):
             built = local.built
-            new = Replay(operands, out, call[:3], num_threads(), built, result, plan.call_zeroes)
+            threads = local.stats[1] if self._adaptive else num_threads()  # as _choose chose
+            new = Replay(operands, out, call[:3], threads, built, result, plan.call_zeroes)
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
@@ -207,7 +213,7 @@ class Calling:
             and (out is None or isinstance(out, np.ndarray))
             and replayable(inner, call[3], computed.vals, computed, call[1][call[2]])
         ):
-            threads = num_threads()
+            threads = self._local.stats[1]  # as _choose chose (a flattened plan is a default)
             replay = Replay(
                 inner,
                 computed.vals,
@@ -367,6 +373,14 @@ class Calling:
         call = self._functions[fn.name]
         call(*args)
         return call, args
+
+
+def _remembered(replays, operands: dict[str, Any], out: Any, threads: int):
+    """The remembered call these operands and output replay at ``threads``, if any."""
+    for replay in replays:
+        if replay.matches(operands, out, threads):
+            return replay
+    return None
 
 
 def cfunc(fn: ir.Function, address: int):

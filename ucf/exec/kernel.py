@@ -41,6 +41,7 @@ from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime
+from ucf.toolchain.team import LoopStates
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -83,6 +84,12 @@ class _Compiled:
     object: bytes | None = None  # the llvm target's object code, from the disk cache
     functions: dict[str, Any] | None = None
     library: Any = None
+    teams: LoopStates | None = None  # the llvm target's parallel loops' team states
+
+    def alone(self) -> bool:
+        """Whether every parallel loop of the loaded plan runs on one thread for now (the
+        machine was too busy for more: ``ucf.toolchain.team``)."""
+        return self.teams is not None and self.teams.alone()
 
 
 class _Built(NamedTuple):
@@ -237,6 +244,9 @@ class Kernel(Calling):
                 if c.functions is None:
                     entry = {"object": c.object} if c.object is not None else None
                     functions, c.library = self._load(c.plan, c.fields, entry)
+                    if self.target == "llvm" and c.plan.cin.parallel:
+                        names = [f.name for f in c.plan._functions]
+                        c.teams = LoopStates(c.library.engine.get_global_value_address, names)
                     if self.target == "llvm" and c.object is None:
                         c.object = c.library.object_code
                         stored = {"plan": c.plan, "object": c.object}
@@ -249,14 +259,22 @@ class Kernel(Calling):
         schedule stored for their shape class, else the default model's."""
         threads = num_threads()
         st = stats.measure(given, extents)
+        built = self._chosen(st, threads)
+        if threads > 1 and built.compiled.alone():
+            # Its team shrank to one thread: the plan for one thread runs meanwhile.
+            threads = 1
+            built = self._chosen(st, threads)
         self._local.stats = (st, threads)
+        self._local.built = built
+
+    def _chosen(self, st: stats.Stats, threads: int) -> _Built:
         key = st.key(threads)
         built = self._choices.get(key)
         if built is None:
             built = self._tuned_kernel(st) if self._tuned else None
             built = built or self._default_kernel(st, threads)
             self._choices[key] = built
-        self._local.built = built
+        return built
 
     def _tuned_kernel(self, st: stats.Stats) -> _Built | None:
         from ucf.exec import tuned

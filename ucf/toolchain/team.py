@@ -25,14 +25,23 @@ happening, none needing an environment variable:
   on a 64-core host), unless ``UCF_NUM_THREADS``, ``OMP_NUM_THREADS`` or
   ``ucf.set_num_threads`` says otherwise.
 
+- **A team of one runs the one-thread plan.** While every parallel loop of a kernel
+  has shrunk to one thread, the call path runs the plan the default model chose for
+  one thread instead (``LoopStates.alone``): a serial plan can differ from a parallel
+  one run alone (a sparse add appends its rows in one pass, where parallel rows need
+  a counting pass first). When the wait is over the parallel plan runs again and its
+  loops try the larger team.
+
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import time
 from pathlib import Path
 
 #: The spin count libgomp gets unless the user chose a wait policy (about 0.1 ms on
@@ -100,3 +109,31 @@ def _quota(read_quota, read_period) -> float | None:
         return int(quota) / int(period)
     except (OSError, ValueError, IndexError, ZeroDivisionError):
         return None
+
+
+class LoopStates:
+    """The team state of each parallel loop of one llvm kernel (``ucf.codegen.llvm_team``:
+    the team cap, and when the loop tries a larger team again), read by the call path."""
+
+    __slots__ = ("states",)
+
+    def __init__(self, address, functions: list[str]) -> None:
+        """``address`` finds a symbol of the kernel's library (0: none); the loops of each
+        function are numbered from 1 (``llvm_team.state_name``)."""
+        from ucf.codegen import llvm_team
+
+        found = []
+        for fn in functions:
+            loop = 1
+            while at := address(llvm_team.state_name(fn, loop)):
+                found.append((ctypes.c_int64 * 3).from_address(at))
+                loop += 1
+        self.states = tuple(found)
+
+    def alone(self) -> bool:
+        """Whether every parallel loop of the kernel runs on a team of one for now (each
+        lost with a larger team, and its wait is not over)."""
+        if not self.states:
+            return False
+        now = time.monotonic_ns()
+        return all(s[0] == 1 and now < s[1] for s in self.states)
