@@ -63,8 +63,7 @@ class Calling:
         if local.replays and shapes is None and masks is None and not positional:
             threads = num_threads()
             replay = _remembered(local.replays, operands, out, threads)
-            shrunk = replay is not None and threads > 1 and self._adaptive
-            if shrunk and replay.built.compiled.alone():
+            if replay is not None and threads > 1 and self._runs_solo(replay.built):
                 # Its team shrank to one thread: the plan for one thread runs meanwhile
                 # (remembered, or chosen below as _choose does).
                 replay = _remembered(local.replays, operands, out, 1)

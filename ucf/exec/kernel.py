@@ -177,6 +177,9 @@ class Kernel(Calling):
         if schedule is None and not static:
             self._conv = padded_conv.find(self._static.compiled.plan.statement, self._formats)
         self._choices: dict[tuple, _Built] = {}
+        # Per plan chosen for several threads: whether the plan for one thread differs
+        # from it (then it runs while the plan's team is shrunk to one: see _choose).
+        self._solo_differs: dict[int, bool] = {}
         self._local = _PerThread()
         if not self._adaptive:
             self._loaded()
@@ -260,12 +263,26 @@ class Kernel(Calling):
         threads = num_threads()
         st = stats.measure(given, extents)
         built = self._chosen(st, threads)
-        if threads > 1 and built.compiled.alone():
+        if threads > 1 and self._runs_solo(built):
             # Its team shrank to one thread: the plan for one thread runs meanwhile.
-            threads = 1
-            built = self._chosen(st, threads)
+            alone = self._chosen(st, 1)
+            self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
+            if alone.compiled is not built.compiled:
+                threads, built = 1, alone
         self._local.stats = (st, threads)
         self._local.built = built
+
+    def _runs_solo(self, built: _Built) -> bool:
+        """Whether a call would run the plan for one thread rather than ``built``: every
+        parallel loop of ``built`` runs on a team of one for now (``ucf.toolchain.team``),
+        and the plan for one thread may differ (the plan compiled before any call serves
+        every thread count)."""
+        compiled = built.compiled
+        return (
+            compiled is not self._static.compiled
+            and self._solo_differs.get(id(compiled), True)
+            and compiled.alone()
+        )
 
     def _chosen(self, st: stats.Stats, threads: int) -> _Built:
         key = st.key(threads)
