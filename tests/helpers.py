@@ -3,6 +3,7 @@ stored-coordinate sets. Fixtures live in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import numpy as np
@@ -131,3 +132,27 @@ def tile_mask(rng, shape, tile, sparsity):
         live = np.repeat(live, t, axis=axis)
     live = live[tuple(slice(0, n) for n in shape)]
     return live & (rng.random(shape) < 0.7)
+
+
+@contextlib.contextmanager
+def whole_team():
+    """Every parallel region on the whole team, the loops' team states left as they are
+    (``UCF_ADAPTIVE_TEAM=0``'s flag, ``ucf.codegen.llvm_team.FIXED``): a test that calls
+    a default kernel repeatedly then sees the same plan whatever the machine's load (a
+    loop whose region lost would otherwise run the plan for one thread for a while)."""
+    import ctypes
+
+    from ucf.codegen import llvm_team
+    from ucf.toolchain import jit
+
+    if jit.openmp_runtime() is None:
+        yield
+        return
+    flag = ctypes.c_int64.from_address(
+        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
+    )
+    old, flag.value = flag.value, 1
+    try:
+        yield
+    finally:
+        flag.value = old

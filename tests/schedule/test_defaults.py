@@ -14,6 +14,7 @@ from tests.helpers import (
     TARGETS,
     rand_dense,
     rand_sparse,
+    whole_team,
 )
 from tests.schedule.cases import DOT, dense, names, pack
 from ucf.schedule import cpu_model
@@ -77,19 +78,25 @@ def test_spgemm_default_is_never_quadratic(formats, target):
     assert any("Gustavson" in w for w in chosen(k)), k.cin
 
 
-def test_spgemm_plus_a_matrix_is_not_gathered_and_computes_right():
-    """A term with no sum of its own (D) is not gathered into a row workspace: it would
-    be scattered once per step of j (``ucf.schedule.gathering.terms``; the wrong answers
-    tests/lang/test_reductions found). Gathering it once is issue 34 item 1's remainder."""
+@pytest.mark.parametrize("fa", ["csr", "dcsr"])
+def test_spgemm_plus_a_matrix_gathers_both_terms_in_one_workspace(fa, target):
+    """A sum of products: each term scatters its rows into one workspace over k, D (a
+    term with no sum of its own) once per row beside the sum over j, so no loop
+    co-iterates every (i, k) of C. With A in dcsr, a row A lacks adds D alone (the
+    producer of A*B folds away there: it read past A's entries before)."""
     rng = np.random.default_rng(8)
     A, B, D = rand_csr(rng, 60, 50, 3), rand_csr(rng, 50, 40, 3), rand_csr(rng, 60, 40, 2)
+    A[:10] = 0  # rows A lacks, D has
+    A.eliminate_zeros()
     k = ucf.compile(
         "C(i,k) = A(i,j) * B(j,k) + D(i,k)",
-        formats={"A": "csr", "B": "csr", "D": "csr", "C": "csr"},
+        formats={"A": fa, "B": "csr", "D": "csr", "C": "csr"},
+        target=target,
     )
-    C = k(A=A, B=B, D=D)
-    assert np.allclose(C.to_scipy().toarray(), (A @ B + D).toarray())
-    assert "D(i, k) is precomputed" not in k.cin
+    C = k(A=ucf.from_scipy(A, format=fa), B=B, D=D)
+    assert abs(C.to_scipy() - (A @ B + D)).max() == 0
+    assert "A(i, j) * B(j, k) + D(i, k) is precomputed into workspace w(k)" in k.cin
+    assert "converted" not in k.cin
 
 
 # ------------------------------------------------------------------ the parallel loop
@@ -237,10 +244,11 @@ def test_same_statistics_reuse_the_kernel():
     rng = np.random.default_rng(11)
     A, x = rand_csr(rng, 8000, 8000, 5), rng.random(8000)
     k = ucf.compile(SPMV, formats={"A": "csr"})
-    k(A=A, x=x)
-    first = k.source
-    for _ in range(3):
-        k(A=A, x=2 * x)
+    with whole_team():
+        k(A=A, x=x)
+        first = k.source
+        for _ in range(3):
+            k(A=A, x=2 * x)
     assert k.source == first
 
 

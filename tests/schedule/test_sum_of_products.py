@@ -63,6 +63,31 @@ def test_sums_of_products_against_scipy(target, out, expr, schedule):
             assert "into one workspace over j" in k.cin and "Gustavson" in k.cin
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("expr", [APART, SHARED, MINUS])
+@pytest.mark.parametrize("schedule", [None, "whole", "apart"])
+def test_rows_a_compressed_operand_lacks_add_only_the_other_product(target, expr, schedule):
+    """A and D in dcsr (their rows compressed) with rows one of them lacks: where the
+    loop over i co-iterates them, a row of A's that is absent adds D*E alone, each
+    product's producer folded away with its absent operand (it read past A's entries)."""
+    ops = operands(2)
+    ops["A"][:6] = 0
+    ops["D"][4:12] = 0
+    for m in ops.values():
+        m.eliminate_zeros()
+    r = "l" if expr != SHARED else "k"  # the second product's sum
+    sign = "-" if expr == MINUS else "+"
+    commands = {
+        None: None,
+        "whole": f"precompute(A(i,k)*B(k,j) {sign} D(i,{r})*E({r},j),j,j,w)",
+        "apart": f"precompute(A(i,k)*B(k,j),j,j,w); precompute(D(i,{r})*E({r},j),j,j,v)",
+    }[schedule]
+    formats = {**CSR, "A": "dcsr", "D": "dcsr", "C": "csr"}
+    k = ucf.compile(expr, formats=formats, schedule=commands, target=target)
+    got = k(**{n: ucf.from_scipy(m, format=formats[n]) for n, m in ops.items()})
+    np.testing.assert_array_equal(got.to_scipy().toarray(), reference(expr, ops))
+
+
 def test_only_one_product_gathered_leaves_the_other_a_nested_sum(target="llvm"):
     """The other product stays a sum computed for each (i, j) of a dense output."""
     check(APART, "dense", "precompute(A(i,k)*B(k,j),j,j,w)", target)

@@ -19,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.helpers import whole_team
 from ucf.codegen import llvm_team
 from ucf.toolchain import jit, team
 
@@ -239,30 +240,26 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
         return k.cin
 
     # Regions on the whole team leave the loops' states as the test writes them, whatever
-    # the machine's load (UCF_ADAPTIVE_TEAM=0's flag).
-    fixed = ctypes.c_int64.from_address(
-        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
-    )
+    # the machine's load.
     old = jit.num_threads()
     ucf.set_num_threads(2)
-    fixed.value = 1
     try:
-        k = ucf.compile(text, formats=formats)
-        call()
-        assert "runs in parallel" in call()
-        teams = k._built.compiled.teams
-        assert teams is not None and teams.states and not teams.alone()
-        for state in teams.states:  # as ucf_parallel leaves a loop that lost
-            state[0], state[1] = 1, time.monotonic_ns() + 600 * 10**9
-        assert teams.alone()
-        for _ in range(2):
-            cin = call()
-            assert "runs in parallel" not in cin and "one thread is available" in cin
-        if "B(" in text:
-            assert "appended in one pass" in cin
-        for state in teams.states:  # the wait is over: the parallel plan tries again
-            state[1] = time.monotonic_ns() - 1
-        assert not teams.alone() and "runs in parallel" in call()
+        with whole_team():
+            k = ucf.compile(text, formats=formats)
+            call()
+            assert "runs in parallel" in call()
+            teams = k._built.compiled.teams
+            assert teams is not None and teams.states and not teams.alone()
+            for state in teams.states:  # as ucf_parallel leaves a loop that lost
+                state[0], state[1] = 1, time.monotonic_ns() + 600 * 10**9
+            assert teams.alone()
+            for _ in range(2):
+                cin = call()
+                assert "runs in parallel" not in cin and "one thread is available" in cin
+            if "B(" in text:
+                assert "appended in one pass" in cin
+            for state in teams.states:  # the wait is over: the parallel plan tries again
+                state[1] = time.monotonic_ns() - 1
+            assert not teams.alone() and "runs in parallel" in call()
     finally:
-        fixed.value = 0
         ucf.set_num_threads(old)

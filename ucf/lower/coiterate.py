@@ -209,8 +209,13 @@ class CoiterationMixin:
         every = set(iters)  # those outside the two (ended) read as absent too
 
         def way(subset: list[int]) -> list[ir.Stmt]:
-            sub = restrict(term, every - set(subset), self._fill, st.target)
-            stmts = [] if sub is None else self._case_body(sub, st, iters, located, coord, subset)
+            gone = every - set(subset)
+            sub = restrict(term, gone, self._fill, st.target)
+            stmts = (
+                []
+                if sub is None
+                else self._case_body(sub, st, iters, located, coord, subset, gone=gone)
+            )
             for it in (a, b):
                 if it.n in subset:
                     stmts += [ir.Assign(it.pos, self._advance(it)), *it.skip]
@@ -233,14 +238,16 @@ class CoiterationMixin:
             if size == 0 and not full:
                 break
             for subset in itertools.combinations(sorted(live), size):
-                sub = restrict(term, all_here - set(subset), self._fill, st.target)
+                gone = all_here - set(subset)
+                sub = restrict(term, gone, self._fill, st.target)
                 if sub is None:
                     continue
                 cond: ir.Expr = Const(True, "i1")
                 for n in subset:
                     if n in matches:
                         cond = ir.land(cond, matches[n])
-                chain.append((cond, self._case_body(sub, st, iters, located, coord, subset)))
+                body = self._case_body(sub, st, iters, located, coord, subset, gone=gone)
+                chain.append((cond, body))
         stmts: list[ir.Stmt] = []
         for cond, body in reversed(chain):
             if isinstance(cond, Const) and cond.value is True:
@@ -250,12 +257,14 @@ class CoiterationMixin:
         return stmts
 
     def _case_body(
-        self, term, st, iters, located, coord, subset, alive: dict | None = None
+        self, term, st, iters, located, coord, subset, alive: dict | None = None, gone=()
     ) -> list[ir.Stmt]:
         """Descend past this loop with the operands in ``subset`` matched; ``alive`` (a
-        flat loop) gives each one a flag instead, for whether it matched."""
+        flat loop) gives each one a flag instead, for whether it matched; those in
+        ``gone`` read as absent below (``State.absent``)."""
         inner = st.copy()
         inner.depth += 1
+        inner.absent = st.absent | frozenset(gone)
         stmts: list[ir.Stmt] = []
         for n in subset:
             if n not in iters:

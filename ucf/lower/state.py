@@ -78,6 +78,11 @@ class State:
     # nothing; and how the leaf combines a value into ``acc`` (sum, max, min).
     target: float = 0.0
     acc_op: str = "sum"
+    # The operands a co-iteration above did not match in this branch, so they read as
+    # absent: the branch's term has them folded away, and a precompute's producers
+    # below fold them away too (``WorkspacesMixin._where``: in a row where B has no
+    # entries, the producer of B(i,k)*C(k,j) adds nothing).
+    absent: frozenset = frozenset()
 
     def copy(self) -> State:
         return replace(

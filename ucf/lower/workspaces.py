@@ -6,9 +6,7 @@ from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import sort
-from ucf.lower.lattice import (
-    Term,
-)
+from ucf.lower.lattice import Term, restrict
 from ucf.lower.state import (
     State,
     Where,
@@ -35,7 +33,10 @@ class WorkspacesMixin:
         else:
             start += self._ws_epoch(ws)
         produce: list[ir.Stmt] = []
-        for m, (term, order) in enumerate(wh.parts):
+        for m, (part, order) in enumerate(wh.parts):
+            term = restrict(part, st.absent, self._fill)
+            if term is None:  # an operand of every product is absent here: nothing to add
+                continue
             prod = st.copy()
             prod.order = order
             prod.ws = ws

@@ -27,7 +27,7 @@ from ucf.schedule.commands import Command, PrecomputeCommand
 def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
     """The signed terms of a sum of at least two products of accesses (each possibly
     under its own sum), after the statement's outer sum; None for anything else."""
-    summed, body = peel(rhs)
+    body = peel(rhs)[1]
     found: list[tuple[int, Expr]] = []
 
     def walk(e: Expr, sign: int) -> bool:
@@ -36,9 +36,9 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
         product = e
         while isinstance(product, Sum) and product.op == "sum":  # max and min gather no rows
             product = product.body
-        # A term with no sum of its own (A(i,j) in A(i,j) + B(i,k)*C(k,j)) would be
-        # scattered once per step of another term's sum: such statements are not gathered.
-        if not _product(product) or (product is e and not summed):
+        # A term with no sum of its own (A(i,j) in A(i,j) + B(i,k)*C(k,j)) is a producer
+        # of its own too, scattered once per row beside the others' sums.
+        if not _product(product):
             return False
         found.append((sign, product))
         return True
