@@ -7,10 +7,12 @@ Run from the repository root:
 
 The matrix is the 2-D Poisson problem (the 5-point Laplacian) on a 700 x 700 grid:
 490,000 rows, CSR with int32 indices. ``scipy.sparse.linalg.cg`` runs 300 iterations
-(the tolerance is out of reach, so every run does the same work) three ways, in
+(the tolerance is out of reach, so every run does the same work) four ways, in
 turns, round after round: with the scipy matrix itself (``A @ x``), and with a
 ``LinearOperator`` whose matvec is ucf's default SpMV writing into a buffer of its
-own (``k(A=A, x=v, out=y)``), at ``ucf.set_num_threads(1)`` and at 2. Nothing in the
+own (``k(A=A, x=v, out=y)``), at ``ucf.set_num_threads(1)`` and at 2, and at 2 with
+every parallel region on both threads (``ucf.toolchain.jit.set_whole_team``: what
+the adaptive team would have got had it never shrunk). Nothing in the
 environment is set: numpy's BLAS keeps its own threads, as a user's would, and
 they run between the SpMV calls (the dot products of each iteration). The three
 solutions are checked to agree.
@@ -44,9 +46,12 @@ for p in (ROOT, ROOT / "bench"):
 from spmv_spmm import fresh_kernel_cache  # noqa: E402
 
 import ucf  # noqa: E402
-from ucf.toolchain.jit import team_counters  # noqa: E402
+from ucf.toolchain.jit import set_whole_team, team_counters  # noqa: E402
 
 SPMV = "y(i) = A(i,j) * x(j)"
+#: The 2-thread run with every region on both threads (``ucf.toolchain.jit.set_whole_team``):
+#: beside the adaptive team's, it says whether the regions the team judged lost were.
+WHOLE = "ucf, 2t whole team"
 ITERATIONS = 300
 
 
@@ -120,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         at = ucf.from_scipy(a, format="csr")
         np.testing.assert_allclose(k(A=at, x=b).to_numpy(), a @ b)
         op = operator(k, at, n)
-        runs = {"scipy A @ x": (None, a), "ucf, 1 thread": (1, op), "ucf, 2 threads": (2, op)}
+        runs = {
+            "scipy A @ x": (None, a),
+            "ucf, 1 thread": (1, op),
+            "ucf, 2 threads": (2, op),
+            WHOLE: (2, op),  # every region on both threads: is the adaptive team right?
+        }
         times: dict[str, list[float]] = {label: [] for label in runs}
         solutions = {}
         load = [os.getloadavg()]
@@ -130,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 threads, operand = runs[label]
                 if threads is not None:
                     ucf.set_num_threads(threads)
+                set_whole_team(label == WHOLE)
                 seconds, solutions[label] = solve(operand, b)
+                set_whole_team(False)
                 times[label].append(seconds)
         load.append(os.getloadavg())
         out_us, raw_us = call_overhead(k)
@@ -144,10 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         f"ucf's regions timed {team_counters()['timed']}, lost {team_counters()['lost']}"
     )
     base = statistics.median(times["scipy A @ x"])
-    print(f"{'operator':<16}{'median s':>10}{'min .. max s':>18}{'/ scipy':>9}")
+    print(f"{'operator':<20}{'median s':>10}{'min .. max s':>18}{'/ scipy':>9}")
     for label, ts in times.items():
         med = statistics.median(ts)
-        print(f"{label:<16}{med:>10.3f}{min(ts):>9.3f} .. {max(ts):.3f}{med / base:>9.2f}")
+        print(f"{label:<20}{med:>10.3f}{min(ts):>9.3f} .. {max(ts):.3f}{med / base:>9.2f}")
     print(
         f"\nk(A=, x=, out=y) on a 16-row matrix: {out_us:.2f} µs per call, "
         f"{out_us - raw_us:.2f} µs over the compiled function's {raw_us:.2f} µs"
@@ -159,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         f"  ucf on 1 thread no slower than scipy ({one:.2f}x): {'met' if one <= 1.0 else 'NOT met'}"
     )
     print(f"  ucf on 2 threads faster than scipy ({two:.2f}x): {'met' if two < 1.0 else 'NOT met'}")
+    whole = statistics.median(times[WHOLE]) / base
+    print(
+        f"  (for reference: 2 threads with every region on both, {whole:.2f}x; the adaptive "
+        f"team {'chose well' if two <= whole * 1.02 else 'lost to it'})"
+    )
     if load[0][0] > 0.5:
         print(f"  (measured at load {load[0][0]:.1f}: rerun on a quiet machine)")
     return 0

@@ -140,19 +140,10 @@ def whole_team():
     (``UCF_ADAPTIVE_TEAM=0``'s flag, ``ucf.codegen.llvm_team.FIXED``): a test that calls
     a default kernel repeatedly then sees the same plan whatever the machine's load (a
     loop whose region lost would otherwise run the plan for one thread for a while)."""
-    import ctypes
-
-    from ucf.codegen import llvm_team
     from ucf.toolchain import jit
 
-    if jit.openmp_runtime() is None:
-        yield
-        return
-    flag = ctypes.c_int64.from_address(
-        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
-    )
-    old, flag.value = flag.value, 1
+    old = jit.set_whole_team(True)
     try:
         yield
     finally:
-        flag.value = old
+        jit.set_whole_team(old)

@@ -77,18 +77,16 @@ def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
 
 
 def test_a_fixed_team_keeps_every_thread(parallel):
-    """UCF_ADAPTIVE_TEAM=0 (read when the runtime is linked) runs every region on the
-    whole team, as plain OpenMP does: what benchmarks compare with."""
+    """UCF_ADAPTIVE_TEAM=0 (read when the runtime is linked), or jit.set_whole_team,
+    runs every region on the whole team, as plain OpenMP does: what benchmarks compare
+    with."""
     run, state = parallel
-    flag = ctypes.c_int64.from_address(
-        jit._RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
-    )
     before = jit.team_counters()
-    flag.value = 1
+    assert jit.set_whole_team(True) is False
     try:
         assert run(sleep=0.02) == [2, 2] and run(sleep=0.02) == [2, 2]
     finally:
-        flag.value = 0
+        assert jit.set_whole_team(False) is True
     assert jit.team_counters() == before and list(state) == [0, 0, 0]
 
 

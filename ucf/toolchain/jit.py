@@ -125,6 +125,22 @@ def _team_runtime() -> JitLibrary:
 _RUNTIME: list[JitLibrary] = []
 
 
+def set_whole_team(on: bool) -> bool:
+    """Run every parallel region on the whole team, as plain OpenMP does, leaving the
+    loops' team states as they are (``UCF_ADAPTIVE_TEAM=0`` from the start), or adapt
+    again; the setting it replaces. For benchmarks that compare the two in one run,
+    and tests that need a plan whatever the machine's load."""
+    if openmp_runtime() is None or not _RUNTIME:
+        return False
+    from ucf.codegen import llvm_team
+
+    address = _RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
+    flag = ctypes.c_int64.from_address(address)
+    old = bool(flag.value)
+    flag.value = int(on)
+    return old
+
+
 def team_counters() -> dict[str, int]:
     """How many parallel regions ``ucf_parallel`` timed in this process, and how many of
     them lost to one thread (its team then shrank): what a benchmark reports beside
