@@ -261,3 +261,24 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
             assert not teams.alone() and "runs in parallel" in call()
     finally:
         ucf.set_num_threads(old)
+
+
+def test_a_kernel_runs_alone_while_its_timed_loops_wait_on_one_thread():
+    """``LoopStates.alone``: some loop shrank to one thread and waits; the others did too
+    or were never timed (below the work threshold). A loop that won with a larger team,
+    or whose wait is over (it tries the larger team next), keeps the parallel plan."""
+    arrays = {llvm_team.state_name(fn, n): (ctypes.c_int64 * 3)() for fn in "fg" for n in (1, 2)}
+    lookup = {name: ctypes.addressof(a) for name, a in arrays.items()}
+    loops = team.LoopStates(lambda name: lookup.get(name, 0), ["f", "g", "h"])
+    assert len(loops.states) == 4 and not loops.alone()  # never timed
+    later = time.monotonic_ns() + 600 * 10**9
+    f1, f2, g1, g2 = (arrays[llvm_team.state_name(fn, n)] for fn in "fg" for n in (1, 2))
+    f1[0], f1[1] = 1, later
+    assert loops.alone()
+    g2[0], g2[1] = 1, later
+    assert loops.alone()
+    f2[0] = 2  # won on two threads
+    assert not loops.alone()
+    f2[0] = 0
+    g1[0], g1[1] = 1, time.monotonic_ns() - 1  # its wait is over
+    assert not loops.alone()

@@ -131,9 +131,14 @@ class LoopStates:
         self.states = tuple(found)
 
     def alone(self) -> bool:
-        """Whether every parallel loop of the kernel runs on a team of one for now (each
-        lost with a larger team, and its wait is not over)."""
-        if not self.states:
-            return False
+        """Whether the kernel's parallel loops run on a team of one for now: some loop
+        lost with a larger team and its wait is not over, and every other loop did too
+        or was never timed (a loop below the work threshold runs alone untimed)."""
         now = time.monotonic_ns()
-        return all(s[0] == 1 and now < s[1] for s in self.states)
+        shrunk = False
+        for s in self.states:
+            if s[0] == 1 and now < s[1]:
+                shrunk = True
+            elif s[0] != 0:  # it won with a larger team, or its wait is over
+                return False
+        return shrunk
