@@ -41,17 +41,27 @@ def parallel():
     state = (ctypes.c_int64 * 3)()
     seen: list[int] = []
     late = [0.0]
+    won = [False]
 
     def body(_):
         seen.append(lib.omp_get_num_threads())
-        if lib.omp_get_thread_num() != 0:
+        if won[0] and lib.omp_get_num_threads() > 1:
+            # A region that wins: 0.1 s of the caller's wall time, 0.03 s of CPU time on
+            # the other thread, 0.13 s on one thread, done in about 0.1 s.
+            if lib.omp_get_thread_num() == 0:
+                time.sleep(0.1)
+            else:
+                start = time.thread_time()
+                while time.thread_time() - start < 0.03:
+                    pass
+        elif lib.omp_get_thread_num() != 0:
             time.sleep(late[0])
 
     region = REGION(body)
 
-    def run(threads: int = 0, sleep: float = 0.0) -> list[int]:
+    def run(threads: int = 0, sleep: float = 0.0, win: bool = False) -> list[int]:
         seen.clear()
-        late[0] = sleep
+        late[0], won[0] = sleep, win
         entry(region, None, threads, 0, ctypes.addressof(state))
         return sorted(seen)
 
@@ -74,6 +84,10 @@ def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
     assert run(sleep=0.05) == [2, 2]  # then one region tries the whole team: lost again
     assert state[0] == 1 and state[2] == 4 * llvm_team.BACKOFF_NS  # the wait doubled
     assert run() == [1]
+    time.sleep(max(0, state[1] - time.monotonic_ns()) / 1e9 + 1e-3)
+    assert run(win=True) == [2, 2]  # a probe that wins: the whole team, the wait halved
+    assert state[0] == 2 and state[2] == 2 * llvm_team.BACKOFF_NS
+    assert run(win=True) == [2, 2] and state[2] == 2 * llvm_team.BACKOFF_NS  # probes only
 
 
 def test_a_fixed_team_keeps_every_thread(parallel):

@@ -9,10 +9,11 @@ thread: the calling thread's wall time in the loop plus the other threads' CPU t
 in it (a time slice another process takes is not counted). A region whose wall time
 reaches 0.9 of that lost to one thread: that loop's team is halved for a while
 (``BACKOFF_NS``, doubling while it keeps losing, up to ``MAX_BACKOFF_NS``), then one
-region tries the larger team again. Each parallel loop keeps its own state
-(``STATE``, a global of the kernel's module), so a small loop that does not pay
-does not shrink a large one's team. On a quiet machine regions win and nothing
-changes: the timing costs two clock reads per thread and region.
+region tries the larger team again; if it wins, the next wait is half the last.
+Each parallel loop keeps its own state (``STATE``, a global of the kernel's
+module), so a small loop that does not pay does not shrink a large one's team. On
+a quiet machine regions win and nothing changes: the timing costs two clock reads
+per thread and region.
 """
 
 from __future__ import annotations
@@ -179,10 +180,15 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
     )
     b.branch(blocks["done"])
 
+    # A probe that wins halves the wait rather than forgetting it: on a machine that stays
+    # busy, a lucky region would otherwise restart the short waits, each ending in a
+    # probe that waits for a late thread (what the 99th percentile of a call was made of).
     b.position_at_end(blocks["won"])
     store(team, field(0))
     old = load(field(2))
-    store(b.select(probing, _I64(0), old), field(2))
+    half = b.ashr(old, _I64(1))
+    half = b.select(b.icmp_signed("<", half, _I64(BACKOFF_NS)), _I64(0), half)
+    store(b.select(probing, half, old), field(2))
     b.branch(blocks["done"])
 
     b.position_at_end(blocks["done"])
