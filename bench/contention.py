@@ -29,7 +29,9 @@ Targets (issue 34): under load, each kernel's 2-thread median <= 1.5x its 1-thre
 median and its 2-thread 99th percentile <= 3x its 2-thread median; on a quiet
 machine the 2-thread speed-up (1-thread median / 2-thread median) >= 0.95x the fixed
 team's. The quiet rows mean something only on a quiet machine: the load average is
-printed beside them.
+printed beside them. ``--spin N`` runs ucf's phases with ``GOMP_SPINCOUNT=N`` in place
+of ucf's bounded spin (the fixed phases keep libgomp's 300,000): the quiet gap to the
+fixed team that a longer spin closes is the cost of waking threads that slept.
 """
 
 from __future__ import annotations
@@ -132,10 +134,12 @@ def measure(quick: bool, rounds: int) -> dict:
     return {"times": times, "team": team_counters(), "load": os.getloadavg()}
 
 
-def run_phase(phase: str, quick: bool, rounds: int) -> dict:
+def run_phase(phase: str, quick: bool, rounds: int, spin: int | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", *FIXED_ENV)}
     if phase.endswith("fixed"):
         env.update(FIXED_ENV)
+    elif spin is not None:  # ucf's team with another spin than its own (team.SPIN_COUNT)
+        env["GOMP_SPINCOUNT"] = str(spin)
     cmd = [sys.executable, __file__, "--worker", "--rounds", str(rounds)] + (["--quick"] * quick)
     hog = None
     if phase.startswith("loaded"):
@@ -212,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=None, help="turns per kernel (default 3)")
     ap.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    ap.add_argument(
+        "--spin",
+        type=int,
+        default=None,
+        help="GOMP_SPINCOUNT for the quiet and loaded phases (default: ucf's own, "
+        "ucf.toolchain.team.SPIN_COUNT), to see what the bounded spin costs",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -219,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.quick, rounds)))
         return 0
     with fresh_kernel_cache("ucf-contention-"):
-        results = {phase: run_phase(phase, args.quick, rounds) for phase in args.phases}
+        results = {phase: run_phase(phase, args.quick, rounds, args.spin) for phase in args.phases}
     report(results)
     return 0
 
