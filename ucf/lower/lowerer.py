@@ -37,6 +37,7 @@ import itertools
 import math
 from dataclasses import replace
 
+from ucf.cin.diagonals import as_written
 from ucf.cin.notation import CIN
 from ucf.errors import ScheduleError, UnsupportedError
 from ucf.ir import nodes as ir
@@ -262,10 +263,17 @@ class Lowerer(
                     f"{where} reads absent entries as {fill}, which a {self.vt} kernel cannot "
                     "hold; compute in float32 or float64"
                 )
-            if slot and any(ix.single_variable is None for ix in self.rhs_accesses[n].indices):
+            access = self.rhs_accesses[n]
+            if slot and any(ix.single_variable is None for ix in access.indices):
+                if any(v in self.cin.diagonals for ix in access.indices for v in ix.variables):
+                    raise UnsupportedError(
+                        f"{where}: reading a diagonal ({as_written(access, self.cin.diagonals)}) "
+                        f"of an operand with a fill value other than 0 is not supported; store "
+                        f"{name} with fill 0 (the default) or dense"
+                    )
                 raise UnsupportedError(
                     f"{where}: an operand with a fill value other than 0 and an affine index "
-                    f"({self.rhs_accesses[n]}) is not supported"
+                    f"({access}) is not supported"
                 )
             if self.applied is not None and self.applied.precompute:
                 raise UnsupportedError(
