@@ -584,7 +584,7 @@ def refused(case: Case, error: Exception) -> bool:
         return isinstance(error, refusals())
     text = str(error)
     drawn = [*case.formats.values(), case.out_format or ""]
-    if isinstance(error, ucf.UnsupportedError) and "other than 0 and an affine index" in text:
+    if isinstance(error, ucf.UnsupportedError) and "with a repeated index variable" in text:
         diagonal = [r[1] for r in leaves(case.tree) if len(set(r[2])) < len(r[2])]
         return any(fill_of(case.formats[n]) for n in diagonal)
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:

@@ -77,16 +77,6 @@ def diagonals(stmt: ast.Statement, formats: dict[str, Format]) -> tuple[ast.Stat
     return ast.Statement(stmt.lhs, stmt.op, rhs, stmt.text), made
 
 
-def as_written(a: ast.Access, made: dict[str, str]) -> ast.Access:
-    """``a`` as the user wrote it (``A(i, i + i_d)`` -> ``A(i, i)``), for messages."""
-
-    def index(ix: Affine) -> Affine:
-        offsets = [made[v] for v in ix.variables if v in made]
-        return Affine.var(offsets[0]) if offsets else ix
-
-    return ast.Access(a.tensor, tuple(index(ix) for ix in a.indices))
-
-
 def describe(made: dict[str, str]) -> list[str]:
     """For ``k.cin``: what each offset variable stands for."""
     return [

@@ -37,7 +37,6 @@ import itertools
 import math
 from dataclasses import replace
 
-from ucf.cin.diagonals import as_written
 from ucf.cin.notation import CIN
 from ucf.errors import ScheduleError, UnsupportedError
 from ucf.ir import nodes as ir
@@ -267,9 +266,9 @@ class Lowerer(
             if slot and any(ix.single_variable is None for ix in access.indices):
                 if any(v in self.cin.diagonals for ix in access.indices for v in ix.variables):
                     raise UnsupportedError(
-                        f"{where}: reading a diagonal ({as_written(access, self.cin.diagonals)}) "
-                        f"of an operand with a fill value other than 0 is not supported; store "
-                        f"{name} with fill 0 (the default) or dense"
+                        f"{where}: reading {name} with a repeated index variable (a diagonal) "
+                        f"is not supported when its fill value is not 0; store {name} with "
+                        "fill 0 (the default) or dense"
                     )
                 raise UnsupportedError(
                     f"{where}: an operand with a fill value other than 0 and an affine index "
