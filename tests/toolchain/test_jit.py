@@ -27,5 +27,5 @@ def test_a_large_module_is_optimized_at_o2(monkeypatch, limit, level):
     x = np.arange(1.0, 8.0)
     k = ucf.compile("y(i) = A(i,j) * x(j)", {"A": "csr"})
     assert "define" in jit.optimized_ir(k.source)
-    assert levels == [level]
+    assert set(levels) == {level}
     np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x, rtol=1e-14)
