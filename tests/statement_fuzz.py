@@ -553,7 +553,9 @@ def results(case: Case) -> tuple[list[np.ndarray], np.ndarray, str]:
             k(shapes=dict(case.extents), out=out, **ops)
             got.append(out)
     by_terms = einsum_reference(case, arrays)
-    if by_terms is not None:
+    # np.einsum may factor a product of sums (sum(A) * sum(B) for "k,j->"), which IEEE
+    # arithmetic only agrees with on finite values (0 * -inf; seed 45 case 253)
+    if by_terms is not None and all(np.isfinite(a).all() for a in arrays.values()):
         np.testing.assert_array_equal(want, by_terms)
     return got, want, f"formats={formats}"
 
