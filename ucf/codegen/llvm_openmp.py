@@ -128,6 +128,9 @@ class OpenMPLoops:
         self._chunks(s, lo_all, hi_all, ll.Constant(TYPES["i64"], s.schedule[1]))
 
     def _chunks(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value, chunk: ll.Value) -> None:
+        """The range in chunks from ``GOMP_loop_dynamic_*``; a team of one (a loop below
+        its work threshold, or a team the machine shrank) runs it whole, without the
+        work share's setup."""
         b = self.b
         i64 = TYPES["i64"]
         p64 = ll.PointerType(i64)
@@ -136,17 +139,32 @@ class OpenMPLoops:
         done = self._extern("GOMP_loop_end_nowait", ll.VoidType(), [])
         lo_p = self.alloca_builder.alloca(i64, name="omp.chunk.lo")
         hi_p = self.alloca_builder.alloca(i64, name="omp.chunk.hi")
+        nth = b.call(self._extern("omp_get_num_threads", I32, []), [])
+        alone = b.icmp_signed("==", nth, I32(1))
+        blocks = [
+            self.func.append_basic_block(f"omp.{k}")
+            for k in ("alone", "shared", "chunk", "next", "done", "end")
+        ]
+        single, shared, work, next_, exit_, end = blocks
+        b.cbranch(alone, single, shared)
+        b.position_at_end(single)
+        b.store(lo_all, lo_p)
+        b.store(hi_all, hi_p)
+        b.branch(work)
+        b.position_at_end(shared)
         got = b.call(start, [lo_all, hi_all, ll.Constant(i64, 1), chunk, lo_p, hi_p])
-        work = self.func.append_basic_block("omp.chunk")
-        exit_ = self.func.append_basic_block("omp.done")
         zero = ll.Constant(ll.IntType(8), 0)
         b.cbranch(b.icmp_unsigned("!=", got, zero), work, exit_)
         b.position_at_end(work)
         self._serial_part(s, b.load(lo_p), b.load(hi_p))
+        b.cbranch(alone, end, next_)
+        b.position_at_end(next_)
         more = b.call(nxt, [lo_p, hi_p])
         b.cbranch(b.icmp_unsigned("!=", more, zero), work, exit_)
         b.position_at_end(exit_)
         b.call(done, [])
+        b.branch(end)
+        b.position_at_end(end)
 
 
 def _free_reads(s: ir.For, outer: set[str]) -> list[str]:
