@@ -272,11 +272,13 @@ class Kernel(Calling):
         self._local.stats = (st, threads)
         self._local.built = built
 
-    def _runs_solo(self, built: _Built) -> bool:
+    def _runs_solo(self, built: _Built | None) -> bool:
         """Whether a call would run the plan for one thread rather than ``built``: every
         parallel loop of ``built`` runs on a team of one for now (``ucf.toolchain.team``),
         and the plan for one thread may differ (the plan compiled before any call serves
         every thread count)."""
+        if built is None:  # a kernel with a schedule of its own keeps its plan
+            return False
         compiled = built.compiled
         return (
             compiled is not self._static.compiled
