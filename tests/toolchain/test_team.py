@@ -268,6 +268,7 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
             for _ in range(2):
                 cin = call()
                 assert "runs in parallel" not in cin and "one thread is available" in cin
+                assert "the plan for one thread for now" in cin
             if "B(" in text:
                 assert "appended in one pass" in cin
             for state in teams.states:  # the wait is over: the parallel plan tries again

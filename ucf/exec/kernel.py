@@ -49,6 +49,12 @@ _LOADED: dict[tuple[str, str], _Compiled] = {}
 
 
 _LOAD_LOCK = threading.Lock()
+#: What ``k.cin`` adds when a call runs the plan for one thread because the parallel
+#: plan's team shrank to one (``Kernel._choose``).
+SHRUNK = (
+    "default: the plan for one thread for now: the parallel plan's loops lost to one "
+    "thread on this busy machine and run on one until they try again (ucf.toolchain.team)"
+)
 SMALL = (
     "default: the plan compiled before any call, since this call's work is too small for a "
     "plan of its own to pay for its compile (ucf.schedule.cpu_model.REPLAN_WORK)"
@@ -268,7 +274,7 @@ class Kernel(Calling):
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
             if alone.compiled is not built.compiled:
-                threads, built = 1, alone
+                threads, built = 1, alone._replace(why=(*alone.why, SHRUNK))
         self._local.stats = (st, threads)
         self._local.built = built
 
