@@ -226,7 +226,7 @@ class DynamicKernel:
         )
         inner = replace(split_stmt, rhs=rhs)
         inner_formats = {n: f for n, f in split_fmts.items() if n != name}
-        inner_formats[self._index] = Format.dynamic(order)
+        inner_formats[self._index] = tile_index.index_format(order, target)
         args = (str(inner), inner_formats)
         emulate = self.emulate
         # The split is made here, so the kernel is told of it: loops over a last, partial
@@ -311,7 +311,7 @@ class DynamicKernel:
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
         index = tile_index.build(
-            mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate
+            mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate, True
         )
         if self._condensed is None and self.blocking is None:
             return self.kernel(out=out, **tensors, **{self._index: index})
