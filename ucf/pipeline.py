@@ -34,7 +34,7 @@ from ucf.errors import (
     ScheduleError,
     UnsupportedError,
 )
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -258,7 +258,7 @@ class _Front:
             raise OperandError(
                 f"output {out} also appears on the right-hand side; use another name"
             )
-        fmts = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
+        fmts = {n: formats.get(n) or Format.dense(k) for n, k in self.orders.items()}
         for lvl, kind in enumerate(fmts[out].levels):
             try:
                 kind.as_output()

@@ -21,7 +21,7 @@ import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
 from ucf.errors import FormatError, OperandError, UnsupportedError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor, trusted
 from ucf.lang.ast import Statement, accesses, index_variables
 
@@ -52,7 +52,7 @@ class Backward:
                 f"gradients of {statement} need a floating-point kernel, not {self.dtype}"
             )
         self.orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
-        self.formats = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
+        self.formats = {n: formats.get(n) or Format.dense(k) for n, k in self.orders.items()}
         self.dynamic = dict(dynamic or {})
         self.target, self.index_dtype = target, np.dtype(index_dtype)
         self.schedules = dict(schedules or {})
@@ -244,7 +244,7 @@ class Backward:
             vals = np.zeros(len(x.vals), dtype=self.dtype)
             return trusted(x.shape, x.format, x.levels, vals, x.index_dtype)
         shape = tuple(np.shape(x))
-        fmt = dense_format(len(shape))
+        fmt = Format.dense(len(shape))
         return trusted(shape, fmt, [{} for _ in shape], np.zeros(int(np.prod(shape)), self.dtype))
 
     def _extents(self, operands: Mapping[str, Any], grad: Any) -> dict[str, int]:

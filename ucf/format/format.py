@@ -143,8 +143,11 @@ class Format:
 
     @classmethod
     def dense(cls, order: int, mode_order: Sequence[int] | None = None) -> Format:
-        """Dense levels storing the modes in ``mode_order`` (default: their own order)."""
-        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order or range(order)))
+        """Dense levels storing the modes in ``mode_order`` (default: their own order,
+        one object per order, so the per-call check that an operand is dense is ``is``)."""
+        if not mode_order:
+            return _dense(order)
+        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order))
 
     @classmethod
     def compressed(
@@ -313,8 +316,7 @@ class Format:
 
 
 @cache
-def dense_format(order: int) -> Format:
-    """One object per order, so the per-call check that an operand is dense is ``is``."""
+def _dense(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 

@@ -153,6 +153,4 @@ def _dynamic(stmt: str, dynamic: dict, schedule: str | None, dtype: np.dtype) ->
 
 def dense(a: np.ndarray) -> Tensor:
     """A C-contiguous array as a dense Tensor, without a copy."""
-    from ucf.format.format import dense_format
-
-    return trusted(a.shape, dense_format(a.ndim), [{} for _ in a.shape], a.reshape(-1))
+    return trusted(a.shape, Format.dense(a.ndim), [{} for _ in a.shape], a.reshape(-1))
