@@ -264,18 +264,13 @@ def gradients(kernel: Any) -> Backward:
     operand's derived statement, ``.cin`` adds the loop nests of their kernels, and
     calling it computes one (docs/training.md)."""
     from ucf.exec.kernel import Kernel
-    from ucf.format.format import parse_format
     from ucf.stile.dynamic import DynamicKernel
 
     if not isinstance(kernel, Kernel | DynamicKernel):
         raise OperandError(f"gradients takes a compiled kernel (ucf.compile), got {kernel!r}")
     statement = kernel.statement
     orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
-    formats = {
-        n: parse_format(f, order=orders[n], tensor=n)
-        for n, f in kernel.formats.items()
-        if n in orders
-    }
+    formats = {n: f for n, f in kernel.parsed_formats.items() if n in orders}
     dynamic = {kernel.name: kernel.granularity} if isinstance(kernel, DynamicKernel) else None
     return Backward(
         statement,

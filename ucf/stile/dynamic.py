@@ -168,6 +168,12 @@ class DynamicKernel:
         )
         self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
 
+    @property
+    def parsed_formats(self) -> dict[str, Format]:
+        """The other operands' formats as given, parsed (``formats`` keeps them as
+        spelled)."""
+        return dict(self._generic[1])
+
     def __repr__(self) -> str:
         return (
             f"DynamicKernel('{self.statement}', dynamic={{{self.name!r}: {self.granularity}}}, "
