@@ -43,7 +43,7 @@ from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
-from ucf.passes.fma import fuse
+from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
@@ -150,10 +150,10 @@ def plan(
             )
         compute, sums = split_sums(compute)
         cin.notes += sums
-        compute = fuse(compute)
-    assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
+        compute = with_fma(compute)
+    assemble = with_fma(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if module is not None:
-        module = replace(module, kernels=[fuse(k) for k in module.kernels])
+        module = replace(module, kernels=[with_fma(k) for k in module.kernels])
         cuda = cudagen.source(module, str(stmt))
         return Plan(
             front.user_stmt,
