@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 import ucf
 from tests.helpers import needs_cc
+from ucf.format.format import Format, parse_format
 from ucf.lang.parser import parse_statement
+from ucf.tesa.policy import with_width
 
 MLP = "T(t,h) = X(t,d) * W1(d,h)\nU(t,h) = relu(T(t,h))\nY(t,e) = U(t,h) * W2(h,e) + B(e)"
 
@@ -578,3 +580,14 @@ def check_chain(chain, plain: bool) -> None:
         v[name] = step(v)
     for name in p.outputs:
         np.testing.assert_allclose(got[name], v[name], rtol=1e-10, atol=1e-10, err_msg=program)
+
+
+@pytest.mark.parametrize(
+    "bits, spelled", [(8, "@qint8"), (4, "@qint4"), (16, "@float16"), (32, "")]
+)
+def test_a_width_adds_the_values_tesa_stores_it_in(bits, spelled):
+    """A blocked part is quantized with a scale per block, a CSR one per tensor."""
+    per_block = ":1" if spelled.startswith("@q") else ""
+    assert with_width(Format.compressed(2, 1), bits) == parse_format(f"csr{spelled}")
+    got = with_width(Format.blocked_rows(4, 4), bits)
+    assert got == parse_format(f"bcsr(4,4){spelled}{per_block}")
