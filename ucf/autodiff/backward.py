@@ -114,7 +114,7 @@ class Backward:
             found = []
             for t, _ in self.derived(wrt).prelude:
                 read = {a.tensor for a in accesses(t.statement.rhs)}
-                fmts = {n: str(self.formats[n]) for n in read if n not in self.dynamic}
+                fmts = {n: self.formats[n] for n in read if n not in self.dynamic}
                 expr = str(t.statement)
                 found.append(Kernel(expr, fmts, None, self.target, self.dtype, self.index_dtype))
             self._prelude[wrt] = found
@@ -124,16 +124,15 @@ class Backward:
         from ucf.exec.kernel import Kernel
 
         fmts, dynamic = self.kernel_formats(wrt)
-        text = {n: str(f) for n, f in fmts.items()}
         schedule = self.schedules.get(wrt)
         expr = str(d.statement)  # the compile entry takes text; it parses back to this tree
         if dynamic:
             from ucf.stile.dynamic import DynamicKernel
 
             return DynamicKernel(
-                expr, text, schedule, self.target, self.dtype, self.index_dtype, dynamic
+                expr, fmts, schedule, self.target, self.dtype, self.index_dtype, dynamic
             )
-        return Kernel(expr, text, schedule, self.target, self.dtype, self.index_dtype)
+        return Kernel(expr, fmts, schedule, self.target, self.dtype, self.index_dtype)
 
     def text(self) -> str:
         """Every operand's derived statement, one per line, with the formats of the

@@ -84,11 +84,10 @@ class StaticPlan:
     def __init__(self, fmt: Format, dtype: np.dtype, index_dtype: np.dtype):
         self.fmt, self.dtype, self.index_dtype = fmt, dtype, index_dtype
         self.columns = column_format(fmt.structure)
-        w = str(fmt)
-        self.forward = Kernel(PRODUCT, {"W": w}, None, "llvm", dtype, index_dtype)
+        self.forward = Kernel(PRODUCT, {"W": fmt}, None, "llvm", dtype, index_dtype)
         grad_x = _derived(PRODUCT, "X")
-        self.grad_x = Kernel(grad_x, {"W": str(self.columns)}, None, "llvm", dtype, index_dtype)
-        formats = {"pattern_W": str(fmt.structure), "grad_W": str(writable(fmt))}
+        self.grad_x = Kernel(grad_x, {"W": self.columns}, None, "llvm", dtype, index_dtype)
+        formats = {"pattern_W": fmt.structure, "grad_W": writable(fmt)}
         if _blocks(fmt):
             schedule = (
                 "split(t, t_o, t_i, 64); reorder(o_blk, i_blk, o_in, t_o, t_i, i_in); "
