@@ -112,3 +112,16 @@ def test_a_workspace_of_an_operand_absent_around_it(target, fmt, schedule, n):
         k = ucf.compile(stmt, {"A": fmt}, schedule=schedule, target=target)
         got = k(A=ucf.from_numpy(a, format=fmt), D=d).to_numpy()
         np.testing.assert_array_equal(got, want, err_msg=f"{stmt} {fmt}")
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dense"])
+def test_a_workspace_over_a_variable_only_its_term_sums_is_refused(fmt):
+    """y(i) = A(i,j)*x(j) + x(i) sums over j only A*x: a workspace w(j) of it left the
+    consumer's loop over j summing x(i) with it, once per j (the schedule fuzzer, seed
+    45: A @ x + 9 x). The precompute is refused by name; without it the answer is right."""
+    stmt, schedule = "y(i) = A(i,j) * x(j) + x(i)", "precompute(A(i,j)*x(j), j, jw, w)"
+    with pytest.raises(ucf.ScheduleError, match="sums A\\(i, j\\) \\* x\\(j\\) over j on its own"):
+        ucf.compile(stmt, {"A": fmt}, schedule=schedule)
+    a, x = np.arange(1.0, 82.0).reshape(9, 9), np.arange(1.0, 10.0)
+    got = ucf.compile(stmt, {"A": fmt})(A=ucf.from_numpy(a, fmt), x=x).to_numpy()
+    np.testing.assert_array_equal(got, a @ x + x)
