@@ -223,8 +223,9 @@ def _bucketed(
 ) -> list[ir.Stmt]:
     """One counting pass on the keys' top bits over their range [lo, lo + span], into n
     to 2n buckets; then each key is inserted into its bucket, meeting only the keys of
-    that bucket placed before it, and ``done`` is set. When the buckets are so uneven that those pairs could
-    outnumber ``INSERTION_PAIRS`` per key, it leaves the keys to the radix sort."""
+    that bucket placed before it, and ``done`` is set. When the buckets are so uneven
+    that the keys sharing one could make more than ``INSERTION_PAIRS`` pairs per key, it
+    leaves them to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
     pairs, q = Var("pairs", _I64), Var("qp", _I64)
 
