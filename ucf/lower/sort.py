@@ -10,11 +10,10 @@ Gustavson SpGEMM spends beyond scipy's (unsorted) product, so it picks by length
   or block matrix's rows often do), which ends the work;
 - up to 32 keys, each key goes to the rank the count of smaller keys gives (no
   branch to mispredict; the counting loop vectorizes);
-- up to 512 keys, into n to 2n buckets by their top bits within the range, each
-  key inserted into its bucket as it is placed, meeting only the few keys that share
-  its bucket (more
-  buckets cost more to clear and sum than the insertions they save: 2n to 4n of
-  them took a third more instructions on SpGEMM's 100-key rows);
+- up to 512 keys, into 2n to 4n buckets by their top bits within the range, so
+  an insertion sort afterwards meets only the few pairs that share a bucket
+  (n to 2n buckets took a tenth fewer instructions on SpGEMM's 100-key rows but
+  mispredicted a third more branches; ``bench/README.md``, issue 38);
 - longer lists, or keys too bunched for the buckets, get an LSD radix sort on
   the range: a few counting passes over digits sized to the list.
 """
@@ -69,7 +68,7 @@ def _counts(
 
     The pairs are counted as keys arrive (each key pairs with those of its digit before
     it), not over the counters afterwards: a multiply per counter cost more than the
-    rest of the prefix loop on a 100-key row with its 128 buckets."""
+    rest of the prefix loop on a 100-key row with its 256 buckets."""
     b, e, q, run, c = (Var(f"{v}{tag}", _I64) for v in ("b", "e", "q", "run", "c"))
     prefix = [ir.Decl(c, ir.Load(cnt, e)), ir.Store(cnt, e, run), ir.Assign(run, ir.add(run, c))]
     if pairs is None:
@@ -102,36 +101,6 @@ def _scatter(src: Array, dst: Array, cnt: Array, n: Var, digit: Digit, tag: str)
                 ir.Decl(x, ir.Load(src, r)),
                 ir.Store(dst, ir.Load(cnt, digit(x)), x),
                 ir.Store(cnt, digit(x), _c(1), accumulate=True),
-            ],
-        )
-    ]
-
-
-def _placed(src: Array, dst: Array, cnt: Array, n: Var, digit: Digit) -> list[ir.Stmt]:
-    """Each key of src[0:n) inserted into its bucket of dst, after the keys of that bucket
-    placed before it that are larger (``_counts`` gave where each bucket fills next): a
-    scatter and an insertion sort in one pass. dst must hold -1 everywhere before: a
-    slot of an earlier bucket holds a smaller key or -1, so the insertion stops at its
-    bucket's start without knowing where that is (coordinates are not negative)."""
-    r, x, d, j = (Var(v, _I64) for v in ("rp", "xp", "dp", "jp"))
-    return [
-        ir.For(
-            r,
-            _c(0),
-            n,
-            [
-                ir.Decl(x, ir.Load(src, r)),
-                ir.Decl(d, digit(x)),
-                ir.Decl(j, ir.Load(cnt, d)),
-                ir.Store(cnt, d, ir.add(j, _c(1))),
-                ir.While(
-                    ir.land(ir.Cmp(">", j, _c(0)), ir.Cmp(">", ir.Load(dst, ir.sub(j, _c(1))), x)),
-                    [
-                        ir.Store(dst, j, ir.Load(dst, ir.sub(j, _c(1)))),
-                        ir.Assign(j, ir.sub(j, _c(1))),
-                    ],
-                ),
-                ir.Store(dst, j, x),
             ],
         )
     ]
@@ -221,20 +190,19 @@ def _insertion(dst: Array, src: Array, n: ir.Expr, tag: str) -> list[ir.Stmt]:
 def _bucketed(
     a: Array, tmp: Array, cnt: Array, n: Var, lo: Var, span: Var, done: Var
 ) -> list[ir.Stmt]:
-    """One counting pass on the keys' top bits over their range [lo, lo + span], into n
-    to 2n buckets; then each key is inserted into its bucket, meeting only the keys of
-    that bucket placed before it, and ``done`` is set. When the buckets are so uneven
-    that the keys sharing one could make more than ``INSERTION_PAIRS`` pairs per key, it
-    leaves them to the radix sort."""
+    """One counting pass on the keys' top bits over their range [lo, lo + span], into 2n
+    to 4n buckets; then an insertion sort meets only the pairs within a bucket out of
+    order, and sets ``done``. When the buckets are so uneven that the keys sharing one
+    make more than ``INSERTION_PAIRS`` pairs per key, it leaves them to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
-    pairs, q = Var("pairs", _I64), Var("qp", _I64)
+    pairs = Var("pairs", _I64)
 
     def bucket(v: ir.Expr) -> ir.Expr:
         return ir.Bin(">>", ir.sub(v, lo), shift)
 
     return [
         *_log2_floor(n, lg),
-        ir.Decl(nb, ir.Bin("<<", _c(1), ir.Bin("min", ir.add(lg, _c(1)), _c(_BUCKET_BITS)))),
+        ir.Decl(nb, ir.Bin("<<", _c(1), ir.Bin("min", ir.add(lg, _c(2)), _c(_BUCKET_BITS)))),
         ir.Decl(shift, _c(0)),
         ir.While(
             ir.Cmp(">=", ir.Bin(">>", span, shift), nb), [ir.Assign(shift, ir.add(shift, _c(1)))]
@@ -244,8 +212,8 @@ def _bucketed(
         ir.If(
             ir.Cmp("<=", pairs, ir.mul(n, _c(INSERTION_PAIRS))),
             [
-                ir.For(q, _c(0), n, [ir.Store(tmp, q, ir.Load(a, q)), ir.Store(a, q, _c(-1))]),
-                *_placed(tmp, a, cnt, n, bucket),
+                *_scatter(a, tmp, cnt, n, bucket, "b"),
+                *_insertion(a, tmp, n, "s"),
                 ir.Assign(done, _c(1)),
             ],
         ),
