@@ -14,6 +14,8 @@ rather than a dead run.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import faulthandler
 import importlib
 import json
@@ -184,6 +186,11 @@ class WorkerPool:
     Each worker gets ``threads`` OpenMP threads and, unless given, a kernel
     cache directory of its own.  A worker is also replaced after ``recycle``
     cases, which bounds the memory its JIT-compiled kernels hold.
+
+    Where glibc ships its malloc debugger, workers run with it (``MALLOC_CHECK_=3``):
+    a kernel that writes past an array it was given usually leaves the right answer,
+    and without the check the heap it damaged only fails cases later, in an innocent
+    one; with it the free at the end of the guilty case aborts (seed 44's case 663).
     """
 
     def __init__(self, size: int = 1, timeout: float = 120.0, threads: int = 2, recycle: int = 150):
@@ -195,6 +202,9 @@ class WorkerPool:
         self.env["OMP_NUM_THREADS"] = str(threads)
         self.env.pop("UCF_NUM_THREADS", None)
         self.env["UCF_CACHE_DIR"] = self.cache.name
+        debugger = ctypes.util.find_library("c_malloc_debug")
+        if debugger and "LD_PRELOAD" not in self.env:
+            self.env |= {"LD_PRELOAD": debugger, "MALLOC_CHECK_": "3"}
         self.env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         )
@@ -281,6 +291,10 @@ def serve() -> None:
             os.kill(os.getpid(), signal.SIGSEGV)
         if "sleep" in request:
             time.sleep(request["sleep"])
+        if "overrun" in request:  # what a wrong kernel does: write past an array it was given
+            block = np.empty(1000)  # past numpy's cache of small blocks, so freed by free()
+            ctypes.memset(block.ctypes.data + block.nbytes, 0x55, 8)
+            del block
         outcome = Outcome("ok")
         if "case" in request:  # a case of this module's or of another fuzzer's (its module)
             fuzzer = importlib.import_module(request.get("module", "tests.schedule.fuzz_cases"))

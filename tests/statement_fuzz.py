@@ -553,7 +553,9 @@ def results(case: Case) -> tuple[list[np.ndarray], np.ndarray, str]:
             k(shapes=dict(case.extents), out=out, **ops)
             got.append(out)
     by_terms = einsum_reference(case, arrays)
-    if by_terms is not None:
+    # np.einsum may factor a product of sums (sum(A) * sum(B) for "k,j->"), which IEEE
+    # arithmetic only agrees with on finite values (0 * -inf; seed 45 case 253)
+    if by_terms is not None and all(np.isfinite(a).all() for a in arrays.values()):
         np.testing.assert_array_equal(want, by_terms)
     return got, want, f"formats={formats}"
 
@@ -584,7 +586,7 @@ def refused(case: Case, error: Exception) -> bool:
         return isinstance(error, refusals())
     text = str(error)
     drawn = [*case.formats.values(), case.out_format or ""]
-    if isinstance(error, ucf.UnsupportedError) and "other than 0 and an affine index" in text:
+    if isinstance(error, ucf.UnsupportedError) and "with a repeated index variable" in text:
         diagonal = [r[1] for r in leaves(case.tree) if len(set(r[2])) < len(r[2])]
         return any(fill_of(case.formats[n]) for n in diagonal)
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:

@@ -127,6 +127,21 @@ def test_the_cin_says_how_the_diagonal_is_read():
         k(A=sp.random(4, 5, density=0.5, format="csr", random_state=0))
 
 
+@pytest.mark.parametrize(
+    "stmt,fmt",
+    [
+        ("y(i) = A(i,i)", "csr fill=1"),
+        ("s = A(i,j,i)*B(i,j)", "CUC fill=-inf"),
+    ],
+)
+def test_a_diagonal_of_a_filled_operand_is_refused_as_written(stmt, fmt):
+    """The refusal names the access the user wrote, not the offset it is read through."""
+    with pytest.raises(ucf.UnsupportedError) as e:
+        ucf.compile(stmt, {"A": fmt} | ({"B": "csr"} if "B" in stmt else {}))
+    assert "reading A with a repeated index variable (a diagonal)" in str(e.value)
+    assert "_d" not in str(e.value) and "_blk" not in str(e.value)
+
+
 def test_a_diagonal_is_scheduled_by_the_user():
     a, x = matrix(4), np.arange(1.0, 7.0)
     for schedule in ("parallelize(i, CPUThread, NoRaces)", "split(i, i0, i1, 2)", "reorder(i, j)"):

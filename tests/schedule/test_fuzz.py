@@ -10,6 +10,7 @@ without a database, so CI sees the same cases every time.
 
 from __future__ import annotations
 
+import ctypes.util
 import itertools
 import subprocess
 import sys
@@ -91,6 +92,16 @@ def test_a_crashing_worker_is_a_failure_and_is_replaced(pool):
     outcome = pool.probe({"crash": True}, timeout=60)
     assert outcome.status == "crash" and outcome.failed
     assert "SIGSEGV" in outcome.detail
+    assert pool.run(SPMV_CASE).status == "ok"
+
+
+def test_a_write_past_a_block_fails_the_case_that_wrote(pool):
+    """glibc's malloc debugger in the workers: a stray write aborts the case that made it,
+    not a later innocent one."""
+    if not ctypes.util.find_library("c_malloc_debug"):
+        pytest.skip("this libc has no malloc debugger")
+    outcome = pool.probe({"overrun": True}, timeout=60)
+    assert outcome.status == "crash" and "SIGABRT" in outcome.detail
     assert pool.run(SPMV_CASE).status == "ok"
 
 

@@ -183,6 +183,26 @@ def test_an_untiled_kernel_converts_a_scipy_operand_once(monkeypatch):
     assert converted.count(True) == 1
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_a_max_beside_a_blocked_operand(target):
+    """The statement fuzzer (seed 45, case 266): a dynamic operand in a max beside an
+    operand blocked on the summed variable. The tile index's window over that variable
+    is opened inside the max's own loops, where the block's outer variable is bound
+    around them (an internal KeyError before)."""
+    rng = np.random.default_rng(266)
+    a = np.where(rng.random((6, 4)) < 0.5, rng.random((6, 4)), 0.0)
+    b = rng.random((6, 4))
+    mask = tile_mask(rng, (6, 4), (1, 2), 0.5)
+    k = ucf.compile(
+        "X(j) = max(i, A(i,j) - B(i,j))",
+        {"A": "UCC:1,0/3,0%3"},
+        dynamic={"B": (1, 2)},
+        target=target,
+    )
+    got = k(A=ucf.from_numpy(a, "UCC:1,0/3,0%3"), B=b, masks={"B": mask})
+    np.testing.assert_array_equal(np.asarray(got), (a - b * mask).max(axis=0))
+
+
 def test_refusals_name_the_tensor_or_variable():
     conv = "O(n,m,x,y) = I(n,c,x+r,y+s) * W(m,c,r,s)"
     with pytest.raises(ucf.ScheduleError, match="x is a compound variable"):
@@ -227,6 +247,8 @@ def test_refusals_name_the_tensor_or_variable():
         kern(A=a, B=b, T=a)
     with pytest.raises(ucf.OperandError, match="passes A$"):
         kern(A=a)
+    with pytest.raises(ucf.UnsupportedError, match=r"B is read through an index of its live"):
+        ucf.compile("X(j) = max(i, B(i,j))", dynamic={"B": (1, 2)})  # max meets every i
     plain = ucf.compile(MATMUL)
     with pytest.raises(ucf.OperandError, match="mask for A, which is not a dynamic operand"):
         plain(A=a, B=b, masks={"A": np.ones((4, 6), bool)})

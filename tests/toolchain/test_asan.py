@@ -78,6 +78,32 @@ def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format, schedule):
     np.testing.assert_array_equal(py.to_numpy(), A + B)
 
 
+@pytest.mark.parametrize("case", ["random", "nnz0"])
+@pytest.mark.parametrize(
+    "expr,fill,value",
+    [
+        ("S(i,j) = A(i,j) + B(i,j)", "1", lambda a, b: a + b),
+        ("S(i,j) = A(i,j) - A(i,j) + B(i,j)", "-inf", lambda a, b: a - a + b),
+    ],
+)
+def test_sparse_add_of_filled_operands(asan_cc, tmp_path, case, expr, fill, value):
+    """Operands that read as a fill where absent make the sum non-zero where both are
+    absent, so their entries do not bound it: a serial add keeps the counting pass
+    (the statement fuzzer, seed 44: one pass wrote past the arrays it had sized)."""
+    A = np.where(MATS[case] != 0, MATS[case], float(fill))
+    B = np.roll(MATS[case], 1, axis=1) * 2
+    fa = f"csr fill={fill}"
+    k = ucf.compile(expr, {"S": "csr", "A": fa, "B": "csr"}, schedule="reorder(i,j)", target="c")
+    ops = {"A": _tensor(A, fa), "B": _tensor(B, "csr")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "csr", A.shape, {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    with np.errstate(invalid="ignore"):
+        want = value(A, B)
+    np.testing.assert_array_equal(out.to_numpy(), want)
+    np.testing.assert_array_equal(k(**ops).to_numpy(), want)
+
+
 @pytest.mark.parametrize("case", list(MATS))
 @pytest.mark.parametrize("op", ["*", "+"])
 @pytest.mark.parametrize("out_format", ["csr", "dcsr"])

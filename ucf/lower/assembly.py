@@ -35,8 +35,10 @@ class AssemblyMixin:
         append the output in one pass, as scipy adds sparse matrices: a sum or product of
         sparse operands stored like the output (dense levels above one compressed level,
         indexed by the output's variables in its level order), which is zero where they
-        all are, so each output entry is an entry of one of them (an output whose fill is
-        not 0 stores those zeros too, so no operand bounds it). The arrays are then
+        all are, so each output entry is an entry of one of them. Where they are absent
+        they read as their fills, so the term is folded with those (``A - A`` of an
+        operand filled with -inf is NaN there, stored at every position); an output whose
+        fill is not 0 stores the zeros too, so no operand bounds it. The arrays are then
         allocated to hold their entries together (``_bound``), the rows appended one
         after the other, and trimmed once: no pass counts the entries first. A kernel
         that builds rows in parallel needs each row's count first, so it keeps two."""
@@ -60,7 +62,7 @@ class AssemblyMixin:
             ):
                 return []
             found.append(n)
-        if not found or presence(self.term, dict.fromkeys(found, False)) is not False:
+        if not found or presence(self.term, dict.fromkeys(found, False), self._fill) is not False:
             return []
         return found
 

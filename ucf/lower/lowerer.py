@@ -262,10 +262,17 @@ class Lowerer(
                     f"{where} reads absent entries as {fill}, which a {self.vt} kernel cannot "
                     "hold; compute in float32 or float64"
                 )
-            if slot and any(ix.single_variable is None for ix in self.rhs_accesses[n].indices):
+            access = self.rhs_accesses[n]
+            if slot and any(ix.single_variable is None for ix in access.indices):
+                if any(v in self.cin.diagonals for ix in access.indices for v in ix.variables):
+                    raise UnsupportedError(
+                        f"{where}: reading {name} with a repeated index variable (a diagonal) "
+                        f"is not supported when its fill value is not 0; store {name} with "
+                        "fill 0 (the default) or dense"
+                    )
                 raise UnsupportedError(
                     f"{where}: an operand with a fill value other than 0 and an affine index "
-                    f"({self.rhs_accesses[n]}) is not supported"
+                    f"({access}) is not supported"
                 )
             if self.applied is not None and self.applied.precompute:
                 raise UnsupportedError(

@@ -29,6 +29,8 @@ class WindowsMixin:
             or any(u in self.applied.provenance.origins(p) for p in self.applied.parallel)
         ):
             return st, []
+        # A where's side keeps only its own loops: a variable it does not hold is bound
+        # around it, before all of them.
         position = {v: k for k, v in enumerate(st.order)}
         decls: list[ir.Stmt] = []
         cursors = dict(st.cursors)
@@ -41,7 +43,7 @@ class WindowsMixin:
             kind = op.fmt.levels[lvl]
             if (
                 not rest.variables
-                or rest.base(position) != u
+                or rest.base(dict.fromkeys(rest.variables, -1) | position) != u
                 or rest.coefficient(u) <= 0
                 or kind.full
                 or not op.fmt.unique(lvl)

@@ -251,7 +251,15 @@ class DynamicKernel:
             )
             if kernel is not None:
                 return kernel, b
-        return Kernel(*args, commands, target, dtype, index_dtype, emulate, blocks=blocks), b
+        try:
+            return Kernel(*args, commands, target, dtype, index_dtype, emulate, blocks=blocks), b
+        except UnsupportedError as e:
+            # its tensors and variables are the rewrite's, which the user never wrote
+            raise UnsupportedError(
+                f"dynamic={{{name!r}: {g}}} in {self.statement}: {name} is read through an "
+                f"index of its live tiles, {self._index}({', '.join(map(str, tiles))}), and "
+                f"the statement that reads it is refused: {e}"
+            ) from None
 
     @property
     def cin(self) -> str:
