@@ -55,13 +55,7 @@ def _log2_floor(x: ir.Expr, out: Var) -> list[ir.Stmt]:
 
 
 def _counts(
-    src: Array,
-    cnt: Array,
-    n: Var,
-    nb: Var,
-    digit: Digit,
-    tag: str,
-    pairs: Var | None = None,
+    src: Array, cnt: Array, n: Var, nb: Var, digit: Digit, tag: str, pairs: Var | None = None
 ) -> list[ir.Stmt]:
     """cnt[d] = where the keys of src[0:n) with digit d start, once sorted on the digit
     (``nb`` values); ``pairs`` (if given) counts the pairs of keys that share a digit.
