@@ -136,3 +136,13 @@ def tile_mask(rng, shape, tile, sparsity):
         live = np.repeat(live, t, axis=axis)
     live = live[tuple(slice(0, n) for n in shape)]
     return live & (rng.random(shape) < 0.7)
+
+
+def parsed_formats(statement: str, spelled: dict[str, str]) -> dict:
+    """Format text parsed against a statement's tensors, as ``ucf.tune`` parses what it
+    is given: the tuner's modules take ``Format`` objects."""
+    from ucf.format.format import parse_formats
+    from ucf.lang.ast import statement_orders
+    from ucf.lang.parser import parse_statement
+
+    return parse_formats(spelled, statement_orders(parse_statement(statement)))

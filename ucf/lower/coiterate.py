@@ -209,8 +209,11 @@ class CoiterationMixin:
         every = set(iters)  # those outside the two (ended) read as absent too
 
         def way(subset: list[int]) -> list[ir.Stmt]:
-            sub = restrict(term, every - set(subset), self._fill, st.target)
-            stmts = [] if sub is None else self._case_body(sub, st, iters, located, coord, subset)
+            gone = every - set(subset)
+            sub = restrict(term, gone, self._fill, st.target)
+            stmts = (
+                [] if sub is None else self._case_body(sub, st, iters, located, coord, subset, gone)
+            )
             for it in (a, b):
                 if it.n in subset:
                     stmts += [ir.Assign(it.pos, self._advance(it)), *it.skip]
@@ -240,7 +243,8 @@ class CoiterationMixin:
                 for n in subset:
                     if n in matches:
                         cond = ir.land(cond, matches[n])
-                chain.append((cond, self._case_body(sub, st, iters, located, coord, subset)))
+                gone = all_here - set(subset)
+                chain.append((cond, self._case_body(sub, st, iters, located, coord, subset, gone)))
         stmts: list[ir.Stmt] = []
         for cond, body in reversed(chain):
             if isinstance(cond, Const) and cond.value is True:
@@ -250,12 +254,14 @@ class CoiterationMixin:
         return stmts
 
     def _case_body(
-        self, term, st, iters, located, coord, subset, alive: dict | None = None
+        self, term, st, iters, located, coord, subset, gone=frozenset(), alive: dict | None = None
     ) -> list[ir.Stmt]:
-        """Descend past this loop with the operands in ``subset`` matched; ``alive`` (a
-        flat loop) gives each one a flag instead, for whether it matched."""
+        """Descend past this loop with the operands in ``subset`` matched and those in
+        ``gone`` absent; ``alive`` (a flat loop) gives each one a flag instead, for
+        whether it matched."""
         inner = st.copy()
         inner.depth += 1
+        inner.absent = st.absent | frozenset(gone)
         stmts: list[ir.Stmt] = []
         for n in subset:
             if n not in iters:

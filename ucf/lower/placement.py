@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ucf.errors import ScheduleError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang import ast
@@ -120,7 +120,7 @@ class PlacementMixin:
             fmt = self._listed(ws)
             arrays = {"crd": ws.list, "count": ws.count}
         else:
-            fmt, arrays = dense_format(1), {}
+            fmt, arrays = Format.dense(1), {}
         params = SlotParams([size], [arrays], ws.vals)
         self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
         part_vars = [self._term_vars(t) for _, t, _ in match.parts]

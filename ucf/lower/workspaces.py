@@ -6,9 +6,7 @@ from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import sort
-from ucf.lower.lattice import (
-    Term,
-)
+from ucf.lower.lattice import Term, restrict
 from ucf.lower.state import (
     State,
     Where,
@@ -35,7 +33,13 @@ class WorkspacesMixin:
         else:
             start += self._ws_epoch(ws)
         produce: list[ir.Stmt] = []
-        for m, (term, order) in enumerate(wh.parts):
+        for m, (part, order) in enumerate(wh.parts):
+            # a part of an operand a branch around found absent adds nothing to the
+            # workspace (its positions there are not the operand's: a wrong answer and a
+            # stray read, statement fuzzer seed 45 case 1926)
+            term = restrict(part, st.absent, self._fill)
+            if term is None:
+                continue
             prod = st.copy()
             prod.order = order
             prod.ws = ws
@@ -47,7 +51,8 @@ class WorkspacesMixin:
         cons = st.copy()
         cons.order = wh.cons_order
         cons.scope = (*st.scope, (k, "cons"))
-        consume = self._at_depth(wh.cons_term, cons)
+        cons_term = restrict(wh.cons_term, st.absent, self._fill, st.target)
+        consume = [] if cons_term is None else self._at_depth(cons_term, cons)
         if wh.split is None:
             return start + produce + consume
         outer, inner, factor, extent = wh.split
