@@ -45,6 +45,7 @@ from ucf.lower.state import Lowered
 from ucf.passes import dismantle
 from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
+from ucf.passes.prefetch import prefetch_rows
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command
@@ -150,8 +151,10 @@ def plan(
             )
         compute, sums = split_sums(compute)
         cin.notes += sums
-        compute = with_fma(compute)
+        compute = prefetch_rows(with_fma(compute))
     assemble = with_fma(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
+    if assemble is not None and module is None:
+        assemble = prefetch_rows(assemble)
     if module is not None:
         module = replace(module, kernels=[with_fma(k) for k in module.kernels])
         cuda = cudagen.source(module, str(stmt))
