@@ -180,10 +180,13 @@ def _csr_from(shape):
     return lambda g: sp.csr_matrix((g["vals"], g[1][1], g[1][0]), shape=shape)
 
 
-def spgemm_row(m: sp.csr_matrix, kernels, mkl, gb) -> Row:
-    k = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr", "B": "csr", "C": "csr"})
+def spgemm_row(m: sp.csr_matrix, kernels, mkl, gb, out: str = "csr") -> Row:
+    """ucf's rows of C are sorted (``csr``); scipy's ``m @ m`` leaves them in the order its
+    workspace met them (``has_sorted_indices`` False), as GraphBLAS may too. The row
+    ``spgemm UQ`` asks ucf for scipy's contract, unsorted compressed rows."""
+    k = ucf.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr", "B": "csr", "C": out})
     a = ucf.from_scipy(m, format="csr")
-    row = Row("spgemm", lambda: k(A=a, B=a), m @ m)
+    row = Row("spgemm" if out == "csr" else f"spgemm {out}", lambda: k(A=a, B=a), m @ m)
     A = pl.csr_tensor(m)
     row.peers["taco"] = {
         v: _taco(kernels, f"spgemm_{v}", "ds", m.shape, None, [A, A], _csr_from(m.shape))
@@ -337,7 +340,8 @@ def build_rows(names: list[str], quick: bool, kernels, mkl, gb, seed: int = 0) -
     if "spmm" in names:
         rows.append(spmm_row(uniform(100_000 // s, 10, rng), 32, kernels, mkl, gb, rng))
     if "spgemm" in names:
-        rows.append(spgemm_row(uniform(100_000 // s, 10, rng), kernels, mkl, gb))
+        m = uniform(100_000 // s, 10, rng)
+        rows += [spgemm_row(m, kernels, mkl, gb), spgemm_row(m, kernels, mkl, gb, "UQ")]
     if "sddmm" in names:
         b = uniform(100_000 // s, 10, rng)
         for layout in ("col", "row"):

@@ -93,14 +93,18 @@ def uc_combos(order: int) -> list[str]:
 def arrival_operands(rng, cols: int) -> tuple:
     """CSR A and B whose product C = A @ B has rows that reach a Gustavson workspace in
     chosen orders, one row per way its sort goes: short lists, sorted and reversed ones,
-    ranked, bucketed and radix-sorted ones (keys bunched in a few buckets of a wide
-    range), a narrow range, and the full row. Row r of A picks, in order, rows of B that
+    ranked, bucketed and radix-sorted ones, keys bunched in a few buckets of a wide
+    range (within the bucketed sort's limit, and beyond it), a narrow range, and the
+    full row. Row r of A picks, in order, rows of B that
     hold one entry each, at the coordinates of list r."""
     import scipy.sparse as sp
 
     assert cols >= 5000
     few = rng.choice(np.arange(80, 2000), 20, replace=False)
     bunched = 3000 + np.concatenate([rng.permutation(80), few])
+    # 190 consecutive keys in a range of the whole row: too many pairs in their few
+    # buckets, so the bucketed sort hands the row to the radix sort
+    crowded = np.concatenate([100 + np.arange(190), rng.choice(np.arange(2000, cols), 10, False)])
     lists = [
         rng.permutation(cols)[:2],
         rng.permutation(cols)[:16],
@@ -108,6 +112,7 @@ def arrival_operands(rng, cols: int) -> tuple:
         np.sort(rng.permutation(cols)[:200])[::-1],
         *(rng.permutation(cols)[:n] for n in (17, 32, 33, 100, 1000)),
         rng.permutation(bunched),
+        rng.permutation(crowded),
         1000 + rng.permutation(300),
         rng.permutation(cols),
     ]
@@ -147,3 +152,13 @@ def whole_team():
         yield
     finally:
         jit.set_whole_team(old)
+
+
+def parsed_formats(statement: str, spelled: dict[str, str]) -> dict:
+    """Format text parsed against a statement's tensors, as ``ucf.tune`` parses what it
+    is given: the tuner's modules take ``Format`` objects."""
+    from ucf.format.format import parse_formats
+    from ucf.lang.ast import statement_orders
+    from ucf.lang.parser import parse_statement
+
+    return parse_formats(spelled, statement_orders(parse_statement(statement)))

@@ -591,12 +591,12 @@ def refused(case: Case, error: Exception) -> bool:
         return any(fill_of(case.formats[n]) for n in diagonal)
     if isinstance(error, ucf.FormatError) and "blocked or fixed-width" in text:
         return any(fill_of(f) and not fillable(f) for f in drawn)
-    if isinstance(error, ucf.UnsupportedError) and "fixed-width padding entries" in text:
+    if isinstance(error, ucf.UnsupportedError) and "its padding entries" in text:
         # a fixed-width level split into blocks (its own, or another operand's on a
         # variable it shares)
         formats = case.formats.values()
         fixed = any(f.startswith("nm(") or "F" in f.partition(":")[0] for f in formats)
-        blocked = any(f.startswith(("nm(", "b")) or "/" in f for f in formats)
+        blocked = any(f.startswith(("nm(", "b")) or "/" in f for f in drawn)  # output too
         return any(fill_of(f) for f in drawn) and fixed and blocked
     if isinstance(error, ucf.UnsupportedError) and "a sum that meets no entry is 0" in text:
         return bool(case.out_format and fill_of(case.out_format))

@@ -34,7 +34,7 @@ from ucf.errors import (
     ScheduleError,
     UnsupportedError,
 )
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.values import VALUES, value_dtype
 from ucf.ir import nodes as ir
 from ucf.ir.simplify import remove_dead_variables
@@ -43,8 +43,9 @@ from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
-from ucf.passes.fma import fuse
+from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
+from ucf.passes.prefetch import prefetch_rows
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
 from ucf.schedule import Applied, Command
@@ -150,10 +151,12 @@ def plan(
             )
         compute, sums = split_sums(compute)
         cin.notes += sums
-        compute = fuse(compute)
-    assemble = fuse(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
+        compute = prefetch_rows(with_fma(compute))
+    assemble = with_fma(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
+    if assemble is not None and module is None:
+        assemble = prefetch_rows(assemble)
     if module is not None:
-        module = replace(module, kernels=[fuse(k) for k in module.kernels])
+        module = replace(module, kernels=[with_fma(k) for k in module.kernels])
         cuda = cudagen.source(module, str(stmt))
         return Plan(
             front.user_stmt,
@@ -258,7 +261,7 @@ class _Front:
             raise OperandError(
                 f"output {out} also appears on the right-hand side; use another name"
             )
-        fmts = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
+        fmts = {n: formats.get(n) or Format.dense(k) for n, k in self.orders.items()}
         for lvl, kind in enumerate(fmts[out].levels):
             try:
                 kind.as_output()

@@ -42,6 +42,19 @@ def test_blocked_rows_are_bcsr_and_by_columns_the_same_matrix_column_by_column(b
     by_columns = Format.blocked_rows(bh, bw, columns=True)
     assert by_columns == parse_format(f"UCUU:1/{bw},0/{bh},1%{bw},0%{bh}")
     assert by_columns.blocked and by_columns.mode_order[0] == 1
+    bcsc = Format.blocked_rows(bh, bw, columns=True, places_by_column=False)
+    assert bcsc == parse_format(f"bcsc({bh},{bw})")
+
+
+@pytest.mark.parametrize("order, width", [(1, 3), (2, 1), (2, 8), (3, 4)])
+def test_ell_is_the_format_ell_spells(order, width):
+    assert Format.ell(order, width) == parse_format(f"ell({width})", order=order)
+
+
+def test_a_dense_format_in_mode_order_is_one_object_per_order():
+    """The per-call check that an operand is dense compares objects (``is``)."""
+    assert Format.dense(3) is Format.dense(3) and Format.dense(2) is not Format.dense(3)
+    assert Format.dense(2, (1, 0)) == parse_format("UU:1,0") != Format.dense(2)
 
 
 def test_formats_say_whether_they_are_blocked_or_fixed_width():

@@ -141,6 +141,19 @@ def test_sparse_linear_quantized_values(one_thread):
     torch.testing.assert_close(torch.from_numpy(got), grad.T @ x.detach(), rtol=1e-4, atol=1e-5)
 
 
+def test_sparse_linear_half_precision_values(one_thread):
+    """bits=16: the products read the values in float16 (docs/training.md); this raised
+    "int4 values must be integers" before."""
+    torch.manual_seed(4)
+    linear = torch.nn.Linear(16, 8)
+    layer = ucf.nn.SparseLinear.from_dense(linear, mask=torch.rand(8, 16) < 0.4, bits=16)
+    x = torch.randn(5, 16)
+    half = layer.weight.to(torch.float16).to(torch.float32)
+    assert not torch.equal(half, layer.weight)  # rounded, close
+    want = torch.nn.functional.linear(x, half, linear.bias)
+    torch.testing.assert_close(layer(x), want, rtol=1e-5, atol=1e-5)
+
+
 def test_sparse_linear_refuses_what_it_cannot_build():
     with pytest.raises(ucf.OperandError, match="a mask, a format or both"):
         ucf.nn.SparseLinear(4, 4)

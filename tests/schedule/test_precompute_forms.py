@@ -82,3 +82,46 @@ def test_bad_precompute_forms(schedule, words):
         ucf.compile("A(i,j) = B(i,k) * C(k,j)", formats={"B": "csr", "C": "csr"}, schedule=schedule)
     for w in words:
         assert w in str(e.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "fmt,schedule",
+    [
+        ("dcsr", "precompute(A(i,j), j, j, w)"),
+        ("coo", "precompute(A(i,j), j, j, w)"),
+        ("bcsr(3,3)", "precompute(A(i_blk,i_in,j_blk,j_in), j_in, j_in, w)"),
+        ("bcsc(3,3)", "precompute(A(i_blk,i_in,j_blk,j_in), j_in, j_in, w)"),
+        ("bcsr(3,2)", "precompute(A(i_blk,i_in,j_blk,j_in), j_in, j_in, w)"),
+    ],
+)
+@pytest.mark.parametrize("n", [6, 7])
+def test_a_workspace_of_an_operand_absent_around_it(target, fmt, schedule, n):
+    """The schedule fuzzer (seed 45, case 1926): A's workspace inside a loop where A's
+    outer level found no entry (an empty row, an empty block) beside a dense D. The
+    producer read A at a position that was not A's there: a wrong answer (the dense
+    output of A + D) and a stray read. It now adds nothing, as A + D's own term did."""
+    rng = np.random.default_rng(n)
+    a = np.where(rng.random((n, n)) < 0.5, rng.integers(1, 5, (n, n)), 0).astype(float)
+    a[3:6, 0:3] = a[0:3, 3:6] = a[2] = 0  # empty blocks and an empty row
+    d = rng.integers(-5, 5, (n, n)).astype(float)
+    for stmt, want in [
+        ("C(i,j) = A(i,j) + D(i,j)", a + d),
+        ("C(i,j) = A(i,j) + D(i,j) * D(j,i)", a + d * d.T),
+    ]:
+        k = ucf.compile(stmt, {"A": fmt}, schedule=schedule, target=target)
+        got = k(A=ucf.from_numpy(a, format=fmt), D=d).to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=f"{stmt} {fmt}")
+
+
+@pytest.mark.parametrize("fmt", ["csr", "dense"])
+def test_a_workspace_over_a_variable_only_its_term_sums_is_refused(fmt):
+    """y(i) = A(i,j)*x(j) + x(i) sums over j only A*x: a workspace w(j) of it left the
+    consumer's loop over j summing x(i) with it, once per j (the schedule fuzzer, seed
+    45: A @ x + 9 x). The precompute is refused by name; without it the answer is right."""
+    stmt, schedule = "y(i) = A(i,j) * x(j) + x(i)", "precompute(A(i,j)*x(j), j, jw, w)"
+    with pytest.raises(ucf.ScheduleError, match="sums A\\(i, j\\) \\* x\\(j\\) over j on its own"):
+        ucf.compile(stmt, {"A": fmt}, schedule=schedule)
+    a, x = np.arange(1.0, 82.0).reshape(9, 9), np.arange(1.0, 10.0)
+    got = ucf.compile(stmt, {"A": fmt})(A=ucf.from_numpy(a, fmt), x=x).to_numpy()
+    np.testing.assert_array_equal(got, a @ x + x)

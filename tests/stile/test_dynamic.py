@@ -3,6 +3,8 @@ call time, computed over its live micro-tiles only, checked against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -203,6 +205,33 @@ def test_a_max_beside_a_blocked_operand(target):
     np.testing.assert_array_equal(np.asarray(got), (a - b * mask).max(axis=0))
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize(
+    "stmt,tile,reference",
+    [
+        ("X(j) = max(i, B(i,j))", (1, 2), lambda a, b, x: b.max(axis=0)),
+        ("X(i,j) = A(i,j) + B(i,j)", (1, 2), lambda a, b, x: a + b),
+        ("X(i,j) = A(i,j) - B(i,j)", (2, 2), lambda a, b, x: a - b),
+        ("y(i) = B(i,k) * x(k) + x(i)", (2, 1), lambda a, b, x: b @ x + x),
+        ("s = B(i,k) * x(i) * x(k)", (1, 3), lambda a, b, x: x @ b @ x),
+        ("X(j) = min(i, A(i,j) * B(i,j))", (2, 1), lambda a, b, x: (a * b).min(axis=0)),
+    ],
+)
+def test_the_cpu_index_is_ordered_so_it_co_iterates(target, stmt, tile, reference):
+    """On the CPU a row's live tiles are listed in order (one thread scans them), so the
+    index is ordered compressed there: a dynamic operand co-iterates with a sparse one,
+    and a max meets every coordinate (each was refused while the index was unordered)."""
+    rng = np.random.default_rng(sum(tile))
+    a = np.where(rng.random((6, 6)) < 0.4, rng.random((6, 6)) - 0.5, 0.0)
+    b, x = rng.random((6, 6)) - 0.5, rng.random(6)
+    mask = tile_mask(rng, (6, 6), tile, 0.5)
+    k = ucf.compile(stmt, {"A": "csr"} if "A(" in stmt else {}, dynamic={"B": tile}, target=target)
+    ops = {"A": ucf.from_numpy(a, "csr")} if "A(" in stmt else {}
+    ops |= {"x": x} if re.search(r"\bx\(", stmt) else {}
+    got = np.asarray(k(B=b, masks={"B": mask}, **ops).to_numpy())
+    np.testing.assert_allclose(got, reference(a, b * mask, x), rtol=1e-13, atol=1e-15)
+
+
 def test_refusals_name_the_tensor_or_variable():
     conv = "O(n,m,x,y) = I(n,c,x+r,y+s) * W(m,c,r,s)"
     with pytest.raises(ucf.ScheduleError, match="x is a compound variable"):
@@ -248,7 +277,8 @@ def test_refusals_name_the_tensor_or_variable():
     with pytest.raises(ucf.OperandError, match="passes A$"):
         kern(A=a)
     with pytest.raises(ucf.UnsupportedError, match=r"B is read through an index of its live"):
-        ucf.compile("X(j) = max(i, B(i,j))", dynamic={"B": (1, 2)})  # max meets every i
+        # max meets every i, which CUDA's index (tiles claimed in any order) cannot give
+        ucf.compile("X(j) = max(i, B(i,j))", dynamic={"B": (1, 2)}, target="cuda")
     plain = ucf.compile(MATMUL)
     with pytest.raises(ucf.OperandError, match="mask for A, which is not a dynamic operand"):
         plain(A=a, B=b, masks={"A": np.ones((4, 6), bool)})

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 import ucf
 from tests.helpers import needs_cc
+from ucf.format.format import Format, parse_format
 from ucf.lang.parser import parse_statement
+from ucf.tesa.policy import with_width
 
 MLP = "T(t,h) = X(t,d) * W1(d,h)\nU(t,h) = relu(T(t,h))\nY(t,e) = U(t,h) * W2(h,e) + B(e)"
 
@@ -71,7 +73,8 @@ def test_parts_split_each_operand_exactly():
             # column, each block's places by column too
             base = "csc" if q.block == (1, 1) else "UCUU:1/4,0/4,1%4,0%4"
             assert (
-                q.format == base + {8: "@qint8" + (":1" if base != "csc" else ""), 32: ""}[q.bits]
+                q.format.name
+                == base + {8: "@qint8" + (":1" if base != "csc" else ""), 32: ""}[q.bits]
             )
         assert (total == p.attrs[name].mask).all()  # disjoint, and all of the kept elements
     for step in str(plan).splitlines():
@@ -161,7 +164,7 @@ def test_each_width_is_stored_in_its_values():
     attrs = {"W": ucf.TeSA(np.where(kept, widths, 0))}
     p = ucf.program("y(i) = W(i,j) * x(j)", shapes={"x": (20,)}, attrs=attrs)
     plan = p.transform(ucf.Policy(bits={4, 8, 16, 32}, blocks={(1, 1): 1.0, (4, 4): 6.0}))
-    values = {q.bits: q.format.partition("@")[2] for q in plan.parts if q.block == (4, 4)}
+    values = {q.bits: str(q.format).partition("@")[2] for q in plan.parts if q.block == (4, 4)}
     assert values == {4: "qint4:1", 8: "qint8:1", 16: "float16", 32: ""}
     w, x = rng.standard_normal((16, 20)), rng.standard_normal(20)
     got = plan.compile(dtype="float64")(W=w, x=x)["y"]
@@ -355,7 +358,7 @@ def test_an_mlp_of_plain_parts_runs_transposed_between_its_input_and_output():
     relus = [s for s in plan.steps if "relu" in s]
     assert len(relus) >= 2 and all(s.endswith("* relu(T_t(h, t)))") for s in relus)
     assert not any(s.startswith(("T(", "U")) for s in plan.steps)
-    blocks = {q.format for q in plan.parts if q.block != (1, 1)}
+    blocks = {str(q.format) for q in plan.parts if q.block != (1, 1)}
     assert blocks == {"UCUU:1/4,0/4,1%4,0%4"}
     rng = np.random.default_rng(8)
     values = {name: rng.standard_normal(shape) for name, shape in p.shapes.items()}
@@ -435,7 +438,7 @@ def test_products_with_column_parts_run_transposed(target, policy, extra, whole)
     singles = [q.name for q in plan.parts if q.block == (1, 1)]
     blocks = [q.name for q in plan.parts if q.block != (1, 1)]
     assert singles and blocks
-    assert {q.format for q in plan.parts if q.block == (1, 1)} <= {"csc", "csc@qint8"}
+    assert {q.format.name for q in plan.parts if q.block == (1, 1)} <= {"csc", "csc@qint8"}
     assert plan.steps.count("X_t(d, t) = X(t, d)") == 1
     for name in singles:
         assert any(s.endswith(f"{name}(d, h) * X_t(d, t))") for s in plan.steps)
@@ -577,3 +580,14 @@ def check_chain(chain, plain: bool) -> None:
         v[name] = step(v)
     for name in p.outputs:
         np.testing.assert_allclose(got[name], v[name], rtol=1e-10, atol=1e-10, err_msg=program)
+
+
+@pytest.mark.parametrize(
+    "bits, spelled", [(8, "@qint8"), (4, "@qint4"), (16, "@float16"), (32, "")]
+)
+def test_a_width_adds_the_values_tesa_stores_it_in(bits, spelled):
+    """A blocked part is quantized with a scale per block, a CSR one per tensor."""
+    per_block = ":1" if spelled.startswith("@q") else ""
+    assert with_width(Format.compressed(2, 1), bits) == parse_format(f"csr{spelled}")
+    got = with_width(Format.blocked_rows(4, 4), bits)
+    assert got == parse_format(f"bcsr(4,4){spelled}{per_block}")

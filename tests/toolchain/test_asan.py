@@ -105,6 +105,23 @@ def test_sparse_add_of_filled_operands(asan_cc, tmp_path, case, expr, fill, valu
 
 
 @pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("fmt", ["dcsr", "coo"])
+def test_a_workspace_of_an_absent_operand_reads_nothing(asan_cc, tmp_path, case, fmt):
+    """A's workspace under a row A does not store, beside a dense D: the producer read
+    A's values at a position that was not A's (schedule fuzzer, seed 45)."""
+    A = MATS[case]
+    D = np.arange(1.0, A.size + 1).reshape(A.shape)
+    k = ucf.compile(
+        "C(i,j) = A(i,j) + D(i,j)", {"A": fmt}, schedule="precompute(A(i,j), j, j, w)", target="c"
+    )
+    ops = {"A": _tensor(A, fmt), "D": _tensor(D, "UU")}
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "UU", A.shape, {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), A + D)
+
+
+@pytest.mark.parametrize("case", list(MATS))
 @pytest.mark.parametrize("op", ["*", "+"])
 @pytest.mark.parametrize("out_format", ["csr", "dcsr"])
 def test_exported_sparse_output_is_finished_like_python(asan_cc, tmp_path, case, op, out_format):

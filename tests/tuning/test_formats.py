@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.helpers import parsed_formats
 from ucf.exec import tuned
 from ucf.format.format import parse_format
 from ucf.tuning import format_space, measure, space, structure, study
@@ -46,7 +47,7 @@ def block_diagonal(blocks: int, size: int = 8, density: float = 0.9) -> sp.csr_m
 
 
 def offered(m) -> dict[str, float]:
-    return {o.format: o.fill for o in structure.offers(ucf.from_scipy(m, format="csr"))}
+    return {o.format.name: o.fill for o in structure.offers(ucf.from_scipy(m, format="csr"))}
 
 
 def test_block_fill_is_scipy_bsr_fill():
@@ -67,8 +68,9 @@ def test_blocks_and_ell_are_offered_only_where_they_fill():
     assert not [f for f in offered(uniform) if f.startswith("bcsr")]
     lengths = np.diff(uniform.indptr)
     assert ("ell" in " ".join(offered(uniform))) == (lengths.mean() / lengths.max() >= 0.5)
-    choices = format_space.format_choices(SPMV, {"A": "csr"}, {"A": ucf.from_scipy(uniform)})["A"]
-    assert all(len(f.split(":")[0]) == 2 for f in choices)  # no blocked format
+    fmts = parsed_formats(SPMV, {"A": "csr"})
+    choices = format_space.format_choices(SPMV, fmts, {"A": ucf.from_scipy(uniform)})["A"]
+    assert all(len(f.levels) == 2 for f in choices)  # no blocked format
 
 
 def test_tuning_a_block_diagonal_matrix_over_formats_matches_scipy():
@@ -77,13 +79,16 @@ def test_tuning_a_block_diagonal_matrix_over_formats_matches_scipy():
     result = ucf.tune(
         SPMM, formats={"A": "csr"}, trials=6, seed=0, search_formats=True, progress=False, A=A, B=B
     )
-    choices = format_space.format_choices(SPMM, {"A": "csr"}, {"A": ucf.from_scipy(A)})["A"]
+    fmts = parsed_formats(SPMM, {"A": "csr"})
+    choices = [
+        str(f) for f in format_space.format_choices(SPMM, fmts, {"A": ucf.from_scipy(A)})["A"]
+    ]
     assert any(f.startswith("UCUU") for f in choices) and result.formats["A"] in choices
     np.testing.assert_allclose(result.kernel(**result.operands(A=A, B=B)).to_numpy(), A @ B)
     assert result.conversion_time == 0 or result.formats["A"] != "UC"
     # after the default, the default schedule in each blocked or ELL format offered
     tried = [t.user_attrs["formats"]["A"] for t in result.study.trials[1:]]
-    assert tried and all(format_space.structured(f) for f in tried)
+    assert tried and all(format_space.structured(parse_format(f)) for f in tried)
     for t in result.study.trials:
         if t.value is not None:
             fmts = t.user_attrs["formats"]
@@ -93,7 +98,8 @@ def test_tuning_a_block_diagonal_matrix_over_formats_matches_scipy():
 
 
 def _objective(A, B, choices) -> Objective:
-    fmts = {"A": "UC", "B": "UU"}
+    fmts = parsed_formats(SPMM, {"A": "UC", "B": "UU"})
+    choices = {n: tuple(parse_format(f, order=2) for f in c) for n, c in choices.items()}
     tensors = {"A": ucf.from_scipy(A, format="csr"), "B": ucf.from_numpy(B)}
     objective = study._objective(SPMM, fmts, "llvm", "float64", "int32", tensors, None, False)
     objective.choices = choices
@@ -108,7 +114,7 @@ def test_a_trial_in_a_blocked_format_computes_and_its_plan_loads():
     B = np.random.default_rng(1).random((A.shape[1], 8))
     bcsr = str(ucf.from_scipy(A).convert("bcsr(8,8)").format)
     objective = _objective(A, B, {"A": ("UC", bcsr)})
-    formats = {"A": bcsr, "B": "UU"}
+    formats = objective.chosen({"A": bcsr})
     scope = objective.scope(formats)
     params = space.default_params(objective.variant(formats).problem, scope)
     params.update({"format_A": bcsr, f"parallel{scope}": "chunk", f"chunk_log2{scope}": 2})
@@ -130,7 +136,8 @@ def test_a_format_that_does_not_fit_is_pruned(monkeypatch):
     objective = _objective(A, B, {"A": ("UC", "UF1")})  # ell(1): rows hold more
     with pytest.raises(optuna.TrialPruned, match="cannot be stored"):
         objective(optuna.trial.FixedTrial({"format_A": "UF1"}))
-    monkeypatch.setattr(format_space, "format_choices", lambda *a: {"A": ("UC", "UF1")})
+    ell = tuple(parse_format(f, order=2) for f in ("UC", "UF1"))
+    monkeypatch.setattr(format_space, "format_choices", lambda *a: {"A": ell})
     result = ucf.tune(
         SPMM, formats={"A": "csr"}, trials=6, seed=0, search_formats=True, progress=False, A=A, B=B
     )
@@ -185,7 +192,7 @@ def test_the_tuner_picks_a_blocked_format_where_it_is_faster(monkeypatch):
     assert parse_format(result.formats["A"]).blocked, result.formats
     assert result.time < result.default_time
     assert result.conversion_time > 0 and 1 <= result.break_even < np.inf
-    offered = {str(parse_format(o.format, order=2)) for o in structure.offers(ucf.from_scipy(A))}
+    offered = {str(o.format) for o in structure.offers(ucf.from_scipy(A))}
     tried = {t.user_attrs["formats"]["A"] for t in result.study.trials}
     assert offered <= tried  # the default schedule in every offered format, first
     got = result.kernel(**result.operands(A=A, B=B))
@@ -198,10 +205,11 @@ def test_sddmm_offers_its_dense_factor_in_the_order_its_loops_walk():
     call, so none is offered there, while SpMM on the same matrix gets blocked formats."""
     A = block_diagonal(8, density=1.0)
     operands = {"A": ucf.from_scipy(A)}
-    choices = format_space.format_choices(SDDMM, {"A": "csr", "C": "csr"}, operands)
-    assert choices["D"] == ("UU", "UU:1,0") and "B" not in choices
-    assert not [f for f in choices["A"] if parse_format(f).blocked]
-    spmm = format_space.format_choices(SPMM, {"A": "csr"}, operands)
+    fmts = parsed_formats(SDDMM, {"A": "csr", "C": "csr"})
+    choices = format_space.format_choices(SDDMM, fmts, operands)
+    assert [str(f) for f in choices["D"]] == ["UU", "UU:1,0"] and "B" not in choices
+    assert not [f for f in choices["A"] if f.blocked]
+    spmm = format_space.format_choices(SPMM, parsed_formats(SPMM, {"A": "csr"}), operands)
     assert "B" not in spmm and [f for f in spmm["A"] if format_space.structured(f)]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
 from ucf.errors import FormatError, OperandError, UnsupportedError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor, trusted
 from ucf.lang.ast import Statement, accesses, index_variables
 
@@ -52,7 +52,7 @@ class Backward:
                 f"gradients of {statement} need a floating-point kernel, not {self.dtype}"
             )
         self.orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
-        self.formats = {n: formats.get(n) or dense_format(k) for n, k in self.orders.items()}
+        self.formats = {n: formats.get(n) or Format.dense(k) for n, k in self.orders.items()}
         self.dynamic = dict(dynamic or {})
         self.target, self.index_dtype = target, np.dtype(index_dtype)
         self.schedules = dict(schedules or {})
@@ -114,7 +114,7 @@ class Backward:
             found = []
             for t, _ in self.derived(wrt).prelude:
                 read = {a.tensor for a in accesses(t.statement.rhs)}
-                fmts = {n: str(self.formats[n]) for n in read if n not in self.dynamic}
+                fmts = {n: self.formats[n] for n in read if n not in self.dynamic}
                 expr = str(t.statement)
                 found.append(Kernel(expr, fmts, None, self.target, self.dtype, self.index_dtype))
             self._prelude[wrt] = found
@@ -124,16 +124,15 @@ class Backward:
         from ucf.exec.kernel import Kernel
 
         fmts, dynamic = self.kernel_formats(wrt)
-        text = {n: str(f) for n, f in fmts.items()}
         schedule = self.schedules.get(wrt)
         expr = str(d.statement)  # the compile entry takes text; it parses back to this tree
         if dynamic:
             from ucf.stile.dynamic import DynamicKernel
 
             return DynamicKernel(
-                expr, text, schedule, self.target, self.dtype, self.index_dtype, dynamic
+                expr, fmts, schedule, self.target, self.dtype, self.index_dtype, dynamic
             )
-        return Kernel(expr, text, schedule, self.target, self.dtype, self.index_dtype)
+        return Kernel(expr, fmts, schedule, self.target, self.dtype, self.index_dtype)
 
     def text(self) -> str:
         """Every operand's derived statement, one per line, with the formats of the
@@ -244,7 +243,7 @@ class Backward:
             vals = np.zeros(len(x.vals), dtype=self.dtype)
             return trusted(x.shape, x.format, x.levels, vals, x.index_dtype)
         shape = tuple(np.shape(x))
-        fmt = dense_format(len(shape))
+        fmt = Format.dense(len(shape))
         return trusted(shape, fmt, [{} for _ in shape], np.zeros(int(np.prod(shape)), self.dtype))
 
     def _extents(self, operands: Mapping[str, Any], grad: Any) -> dict[str, int]:
@@ -264,18 +263,13 @@ def gradients(kernel: Any) -> Backward:
     operand's derived statement, ``.cin`` adds the loop nests of their kernels, and
     calling it computes one (docs/training.md)."""
     from ucf.exec.kernel import Kernel
-    from ucf.format.format import parse_format
     from ucf.stile.dynamic import DynamicKernel
 
     if not isinstance(kernel, Kernel | DynamicKernel):
         raise OperandError(f"gradients takes a compiled kernel (ucf.compile), got {kernel!r}")
     statement = kernel.statement
     orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
-    formats = {
-        n: parse_format(f, order=orders[n], tensor=n)
-        for n, f in kernel.formats.items()
-        if n in orders
-    }
+    formats = {n: f for n, f in kernel.parsed_formats.items() if n in orders}
     dynamic = {kernel.name: kernel.granularity} if isinstance(kernel, DynamicKernel) else None
     return Backward(
         statement,

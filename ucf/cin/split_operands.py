@@ -15,7 +15,7 @@ import numpy as np
 
 from ucf.cin.blocking import Blocking
 from ucf.errors import ConversionWarning, warn_user
-from ucf.format.format import dense_format
+from ucf.format.format import Format
 from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo, trusted
 
@@ -61,7 +61,7 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         if any(after for _, after in pad):
             dense = np.pad(dense, pad)
         vals = np.ascontiguousarray(dense, dtype=t.dtype).reshape(-1)
-        return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
+        return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
     tensor = b.sources[name]
     if t.format.blocked:
         why = (

@@ -1,6 +1,8 @@
-"""The ``ucf`` command line: ``main`` parses and dispatches (``ucf.cli.main``); the
-commands that speak other programs' languages live beside it (``ucf taco`` in
-``ucf.cli.taco_command``, ``ucf show`` in ``ucf.cli.show``, ``ucf serve`` in ``ucf.serve``)."""
+"""The ``ucf`` command line: ``main`` parses and dispatches (``ucf.cli.main``); each
+subcommand lives in a module of its own beside it (``ucf compile`` in
+``ucf.cli.compile_command``, ``run``, ``tune``, ``demo``, ``cache`` and ``taco`` likewise,
+``ucf show`` in ``ucf.cli.show``, ``ucf serve`` in ``ucf.serve``), with the options they
+share in ``ucf.cli.options``."""
 
 from ucf.cli.main import PROG, build_parser, main
 

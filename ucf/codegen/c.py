@@ -409,6 +409,11 @@ class _Emitter(Visitor):
     def free(self, s: ir.Free, depth: int) -> list[str]:
         return [f"{_pad(depth)}free(ucf_raw_{c_name(s.array.name)});"]
 
+    @handles(ir.Prefetch)
+    def prefetch(self, s: ir.Prefetch, depth: int) -> list[str]:
+        at = f"&{c_name(s.array.name)}[{self.expr(s.index)}]"
+        return [f"{_pad(depth)}__builtin_prefetch({at}, 0, 3);"]
+
     @handles(ir.Call)
     def call(self, s: ir.Call, depth: int) -> list[str]:
         args = [c_name(a.name) if isinstance(a, ir.Array) else self.expr(a) for a in s.args]

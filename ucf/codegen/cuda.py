@@ -252,6 +252,10 @@ class _Device(cgen._Emitter):
         args = f"{cgen.c_name(array.name)}, {self.expr(index)}, {self.expr(value)}"
         return [f"{'  ' * depth}{s.name}<{t}, {size.value}>({args});"]
 
+    @handles(ir.Prefetch)
+    def prefetch(self, s: ir.Prefetch, depth: int) -> list[str]:
+        return []  # a CPU cache hint; the GPU's loads are another story
+
     @handles(Scope)
     def scope(self, s: Scope, depth: int) -> list[str]:
         pad = "  " * depth

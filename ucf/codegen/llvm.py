@@ -185,6 +185,15 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         free = self._extern("free", ll.VoidType(), [I8P])
         self.b.call(free, [self.raw[s.array.name]])
 
+    @handles(ir.Prefetch)
+    def prefetch(self, s: ir.Prefetch) -> None:
+        """``llvm.prefetch`` for reading, kept in all cache levels, of data (as C's
+        ``__builtin_prefetch(p, 0, 3)``)."""
+        i32 = ll.IntType(32)
+        f = self._extern("llvm.prefetch.p0", ll.VoidType(), [I8P, i32, i32, i32])
+        at = self.b.bitcast(self.element_ptr(s.array, s.index, 1), I8P)
+        self.b.call(f, [at, ll.Constant(i32, 0), ll.Constant(i32, 3), ll.Constant(i32, 1)])
+
     @handles(ir.Call)
     def call(self, s: ir.Call) -> None:
         callee = self.mod.globals[s.name]
@@ -480,4 +489,3 @@ def _loads(e: ir.Expr) -> bool:
 def _divides(e: ir.Expr) -> bool:
     """Whether ``e`` divides by something (an integer division by zero traps)."""
     return any(isinstance(n, ir.Bin) and n.op in "/%" for n in nodes(e))
-

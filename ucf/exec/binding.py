@@ -20,7 +20,7 @@ import numpy as np
 from ucf.cin.notation import Slot
 from ucf.codegen.kernel_plan import Plan
 from ucf.errors import ArgumentError, OperandError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.lang.ast import accesses
 
 # Where a parameter's value comes from (the first field of an argument spec).
@@ -71,7 +71,7 @@ def _derive(plan: Plan) -> Binding:
         if slot.name not in slots:
             fmt, own = slot.format.structure, slot.name == slot.tensor
             held = slot.format.values.dtype if slot.format.values else None
-            dense = dense_format(fmt.order)
+            dense = Format.dense(fmt.order)
             fmt, is_dense = (dense, True) if fmt == dense else (fmt, False)
             slots[slot.name] = (slot, fmt, is_dense, own, held)
     functions = [f for f in (plan.assemble, plan.compute) if f is not None]

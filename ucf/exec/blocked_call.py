@@ -15,7 +15,7 @@ import numpy as np
 from ucf.cin.blocking import Blocking
 from ucf.cin.split_operands import same_levels, split_operand, split_operands
 from ucf.errors import OperandError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor, from_coo, trusted
 
 
@@ -78,7 +78,7 @@ def _join(b: Blocking, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
         # result, with no copy (nor the checks of from_numpy, which cost more than a small
         # kernel's run).
         vals = np.ascontiguousarray(arr).reshape(-1)
-        return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
+        return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
     coords, vals = t.to_coo()
     joined = np.zeros((len(coords), len(shape)), dtype=np.int64)
     col = 0

@@ -35,7 +35,7 @@ from ucf.exec.binding import (
 )
 from ucf.exec.replay import REMEMBERED, FlatReplay, Replay, replayable
 from ucf.exec.shapes import bound_extents, check_orders, plain_extents
-from ucf.format.format import dense_format
+from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.quantize import check_sums, held_operand
 from ucf.format.tensor import Tensor, trusted
@@ -198,7 +198,7 @@ class Calling:
         x = given[name]
         check_lossless(x.vals, self.dtype, name)
         buf = flat.pad(np.asarray(x), self.dtype)
-        padded = trusted(buf.shape, dense_format(buf.ndim), [{}] * buf.ndim, buf.reshape(-1))
+        padded = trusted(buf.shape, Format.dense(buf.ndim), [{}] * buf.ndim, buf.reshape(-1))
         inner = {**given, name: padded}
         computed = self._run(inner, flat.extents(extents), None)
         call, self._local.call = self._local.call, None
@@ -277,7 +277,7 @@ class Calling:
         ):
             shape = value.shape
             vals = value if len(shape) == 1 else value.reshape(-1)
-            return trusted(shape, dense_format(len(shape)), [{} for _ in shape], vals)
+            return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
         return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):
@@ -308,7 +308,7 @@ class Calling:
             if (
                 arr.dtype != self.dtype
                 or not arr.flags.c_contiguous
-                or not same_format(fmt.structure, dense_format(arr.ndim))
+                or not same_format(fmt.structure, Format.dense(arr.ndim))
             ):
                 raise OperandError(
                     f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "

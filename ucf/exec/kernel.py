@@ -483,6 +483,11 @@ class Kernel(Calling):
         return [f for f in (self._plan.assemble, self._plan.compute) if f is not None]
 
     @property
+    def parsed_formats(self) -> dict[str, Format]:
+        """The formats given, parsed (``formats`` keeps them as spelled, for messages)."""
+        return dict(self._formats)
+
+    @property
     def statement(self) -> Statement:
         return self._user_plan.statement
 

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.lang.affine import Affine
 from ucf.lang.ast import Access, Binary, Statement
 from ucf.lang.reductions import peel
@@ -162,7 +162,7 @@ def _plain_dense(fmt: Format | None, order: int) -> bool:
         fmt.is_dense
         and fmt.values is None
         and not fmt.blocked
-        and fmt.structure == dense_format(order).structure
+        and fmt.structure == Format.dense(order).structure
     )
 
 

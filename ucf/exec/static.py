@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses
@@ -95,7 +95,7 @@ def prepare(
                 f"static= names {name}, which is not an operand of {stmt} (operands: "
                 f"{', '.join(sorted(names))})"
             )
-        fmt = formats.get(name) or dense_format(len(_access(stmt, name).indices))
+        fmt = formats.get(name) or Format.dense(len(_access(stmt, name).indices))
         # A format stating its values says how the operand holds them (a quantized
         # one's stored integers are not a dtype to convert to).
         held = None if fmt.values else dtype

@@ -110,6 +110,8 @@ def encode(
     """Numbers ``x`` held in ``values``: the vals array, and the scales of quantized
     values (given ones checked, else fresh; ``groups()`` gives each position's group)."""
     kind = values.kind
+    if values.plain:  # float16, say: a numpy type, the numbers cast
+        return x.astype(values.dtype), None
     if values.name == "bfloat16":
         return to_bfloat16(x.astype(np.float32)), None
     if not values.quantized:

@@ -143,8 +143,11 @@ class Format:
 
     @classmethod
     def dense(cls, order: int, mode_order: Sequence[int] | None = None) -> Format:
-        """Dense levels storing the modes in ``mode_order`` (default: their own order)."""
-        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order or range(order)))
+        """Dense levels storing the modes in ``mode_order`` (default: their own order,
+        one object per order, so the per-call check that an operand is dense is ``is``)."""
+        if not mode_order:
+            return _dense(order)
+        return cls(tuple(KINDS["U"] for _ in range(order)), tuple(mode_order))
 
     @classmethod
     def compressed(
@@ -156,16 +159,29 @@ class Format:
         return cls(tuple(kinds), tuple(mode_order or range(order)))
 
     @classmethod
-    def blocked_rows(cls, bh: int, bw: int, columns: bool = False) -> Format:
+    def blocked_rows(
+        cls, bh: int, bw: int, columns: bool = False, places_by_column: bool | None = None
+    ) -> Format:
         """Blocks of ``bh`` x ``bw`` in compressed rows of blocks (``bcsr(bh,bw)``), each
         stored row-major; ``columns``: in compressed columns of blocks, each stored
-        column-major (the same matrix read column by column)."""
+        column-major (the same matrix read column by column). ``places_by_column``
+        overrides how a block stores its places: ``bcsc(bh,bw)`` is ``columns=True,
+        places_by_column=False``."""
         outer = (LevelMap(0, div=bh), LevelMap(1, div=bw))
         inner = (LevelMap(0, mod=bh), LevelMap(1, mod=bw))
         if columns:
-            outer, inner = outer[::-1], inner[::-1]
+            outer = outer[::-1]
+        if columns if places_by_column is None else places_by_column:
+            inner = inner[::-1]
         kinds = (KINDS["U"], KINDS["C"], KINDS["U"], KINDS["U"])
         return cls(kinds, outer + inner)
+
+    @classmethod
+    def ell(cls, order: int, width: int) -> Format:
+        """ELL (``ell(w)``): dense levels over every mode but the last, which keeps
+        ``width`` coordinates per row."""
+        kinds = [KINDS["U"]] * (order - 1) + [KINDS["F"].with_parameter(width)]
+        return cls(tuple(kinds), tuple(range(order)))
 
     @classmethod
     def dynamic(cls, order: int) -> Format:
@@ -313,8 +329,7 @@ class Format:
 
 
 @cache
-def dense_format(order: int) -> Format:
-    """One object per order, so the per-call check that an operand is dense is ``is``."""
+def _dense(order: int) -> Format:
     return Format(tuple(KINDS["U"] for _ in range(order)), tuple(range(order)))
 
 

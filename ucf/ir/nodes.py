@@ -356,6 +356,15 @@ class Free(Stmt):
 
 
 @dataclass
+class Prefetch(Stmt):
+    """A hint to bring ``array[index]``'s cache line in for reading (never faults, so the
+    index may be any the array could hold); ``ucf.passes.prefetch``."""
+
+    array: Array
+    index: Expr
+
+
+@dataclass
 class Call(Stmt):
     """A call of another function of the same module (a helper such as the sort)."""
 

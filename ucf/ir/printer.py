@@ -88,6 +88,10 @@ class _Printer(Visitor):
     def free(self, s: ir.Free, depth: int) -> list[str]:
         return [f"{_pad(depth)}free {s.array.name}"]
 
+    @handles(ir.Prefetch)
+    def prefetch(self, s: ir.Prefetch, depth: int) -> list[str]:
+        return [f"{_pad(depth)}prefetch {s.array.name}[{expr(s.index)}]"]
+
     @handles(ir.Call)
     def call(self, s: ir.Call, depth: int) -> list[str]:
         args = ", ".join(a.name if isinstance(a, ir.Array) else expr(a) for a in s.args)

@@ -212,9 +212,7 @@ class CoiterationMixin:
             gone = every - set(subset)
             sub = restrict(term, gone, self._fill, st.target)
             stmts = (
-                []
-                if sub is None
-                else self._case_body(sub, st, iters, located, coord, subset, gone=gone)
+                [] if sub is None else self._case_body(sub, st, iters, located, coord, subset, gone)
             )
             for it in (a, b):
                 if it.n in subset:
@@ -238,16 +236,15 @@ class CoiterationMixin:
             if size == 0 and not full:
                 break
             for subset in itertools.combinations(sorted(live), size):
-                gone = all_here - set(subset)
-                sub = restrict(term, gone, self._fill, st.target)
+                sub = restrict(term, all_here - set(subset), self._fill, st.target)
                 if sub is None:
                     continue
                 cond: ir.Expr = Const(True, "i1")
                 for n in subset:
                     if n in matches:
                         cond = ir.land(cond, matches[n])
-                body = self._case_body(sub, st, iters, located, coord, subset, gone=gone)
-                chain.append((cond, body))
+                gone = all_here - set(subset)
+                chain.append((cond, self._case_body(sub, st, iters, located, coord, subset, gone)))
         stmts: list[ir.Stmt] = []
         for cond, body in reversed(chain):
             if isinstance(cond, Const) and cond.value is True:
@@ -257,11 +254,11 @@ class CoiterationMixin:
         return stmts
 
     def _case_body(
-        self, term, st, iters, located, coord, subset, alive: dict | None = None, gone=()
+        self, term, st, iters, located, coord, subset, gone=frozenset(), alive: dict | None = None
     ) -> list[ir.Stmt]:
-        """Descend past this loop with the operands in ``subset`` matched; ``alive`` (a
-        flat loop) gives each one a flag instead, for whether it matched; those in
-        ``gone`` read as absent below (``State.absent``)."""
+        """Descend past this loop with the operands in ``subset`` matched and those in
+        ``gone`` absent; ``alive`` (a flat loop) gives each one a flag instead, for
+        whether it matched."""
         inner = st.copy()
         inner.depth += 1
         inner.absent = st.absent | frozenset(gone)

@@ -289,11 +289,15 @@ class Lowerer(
         ]
         if filled and padded:
             name = filled[0][1].tensor if filled[0][1] else stmt.lhs.tensor
+            split = sorted({b for b, _, _ in self.cin.blocks.values()})
             raise UnsupportedError(
-                f"{stmt}: tensor {padded[0].tensor} stores fixed-width padding entries in its "
-                f"blocks, also past a partial block's end, where {name}'s fill value other "
-                "than 0 would meet them (0 times an infinite fill is NaN); store "
-                f"{padded[0].tensor} in blocks without a fixed-width level"
+                f"{stmt.text or stmt}: tensor {padded[0].tensor} has a fixed-width level, "
+                f"and {' and '.join(split)} {'runs' if len(split) == 1 else 'run'} in blocks "
+                "(of its format, or of another tensor's "
+                "on a variable they share): its padding entries, also past a partial block's "
+                f"end, would meet {name}'s fill value other than 0 (0 times an infinite fill "
+                f"is NaN); store {padded[0].tensor} without a fixed-width level, or the "
+                "blocked tensor unblocked"
             )
         if out_fill and self.cin.reduction_vars:
             raise UnsupportedError(

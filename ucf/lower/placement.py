@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ucf.errors import ScheduleError
-from ucf.format.format import Format, dense_format
+from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang import ast
@@ -105,7 +105,7 @@ class PlacementMixin:
                 "inner loop of a split"
             )
         W = len(self.rhs_accesses) + k
-        key, match = self._scope_of(cmd, _ast_terms(peel(pc.statement.rhs)[1]), scopes, W)
+        key, match = self._scope_of(cmd, _ast_terms(peel(pc.statement.rhs)[1]), scopes, W, i)
         scope = scopes.pop(key)
         if split is not None and len(match.parts) > 1:
             raise ScheduleError(
@@ -120,7 +120,7 @@ class PlacementMixin:
             fmt = self._listed(ws)
             arrays = {"crd": ws.list, "count": ws.count}
         else:
-            fmt, arrays = dense_format(1), {}
+            fmt, arrays = Format.dense(1), {}
         params = SlotParams([size], [arrays], ws.vals)
         self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
         part_vars = [self._term_vars(t) for _, t, _ in match.parts]
@@ -189,7 +189,9 @@ class PlacementMixin:
             ws.sort_buckets = Array(f"{name}_buckets", I64, True)
         return Format.workspace_list()
 
-    def _scope_of(self, cmd: str, wanted: list, scopes: dict, W: int) -> tuple[object, Match]:
+    def _scope_of(
+        self, cmd: str, wanted: list, scopes: dict, W: int, var: str
+    ) -> tuple[object, Match]:
         """The scope that holds every access of a precompute's expression, and how. An
         earlier workspace counts as an access by its name (``w(j)``)."""
         need = Counter(str(a) for _, factors in wanted for a in factors)
@@ -197,7 +199,7 @@ class PlacementMixin:
         for key, scope in scopes.items():
             have = Counter(self._access_text(n) for n in operands(scope.term))
             if not need - have:
-                return key, self._match(cmd, wanted, scope, W)
+                return key, self._match(cmd, wanted, scope, W, var)
             held[key] = sum((need & have).values())
         rhs = self.cin.statement.rhs
         everywhere = Counter(
@@ -216,8 +218,9 @@ class PlacementMixin:
             "product of its factors"
         )
 
-    def _match(self, cmd: str, wanted: list, scope: Scope, W: int) -> Match:
-        """Some factors of the scope's product, or whole terms of its sum."""
+    def _match(self, cmd: str, wanted: list, scope: Scope, W: int, var: str) -> Match:
+        """Some factors of the scope's product, or whole terms of its sum (over ``var``,
+        the workspace's variable)."""
         terms = _terms(scope.term)
         rhs = self.cin.statement.rhs
         if len(terms) == 1 and len(wanted) == 1:
@@ -268,6 +271,15 @@ class PlacementMixin:
             free.remove(m)
             signs.add(sign * terms[m][0])
             summed, body = _stripped(terms[m][1])
+            if var in summed:
+                # the workspace would hold the term per value of var, and the consumer's
+                # loop over var would then sum the other terms with it (x(i) added once per
+                # j in y(i) = A(i,j)*x(j) + x(i): the schedule fuzzer, seed 45 case 7529)
+                raise ScheduleError(
+                    f"{cmd}: the statement sums {' * '.join(map(str, factors))} over {var} "
+                    f"on its own, not the other terms of {rhs}; precompute it over a "
+                    f"variable it keeps, or write the sum around the whole right-hand side"
+                )
             part = body if sign > 0 else Negate(body)
             parts.append((sign, part, tuple(dict.fromkeys((*scope.summed, *summed)))))
         if len(signs) > 1:

@@ -11,7 +11,9 @@ Gustavson SpGEMM spends beyond scipy's (unsorted) product, so it picks by length
 - up to 32 keys, each key goes to the rank the count of smaller keys gives (no
   branch to mispredict; the counting loop vectorizes);
 - up to 512 keys, into 2n to 4n buckets by their top bits within the range, so
-  an insertion sort afterwards meets only the few pairs that share a bucket;
+  an insertion sort afterwards meets only the few pairs that share a bucket
+  (n to 2n buckets took a tenth fewer instructions on SpGEMM's 100-key rows but
+  mispredicted a third more branches; ``bench/README.md``, issue 38);
 - longer lists, or keys too bunched for the buckets, get an LSD radix sort on
   the range: a few counting passes over digits sized to the list.
 """
@@ -56,14 +58,26 @@ def _counts(
     src: Array, cnt: Array, n: Var, nb: Var, digit: Digit, tag: str, pairs: Var | None = None
 ) -> list[ir.Stmt]:
     """cnt[d] = where the keys of src[0:n) with digit d start, once sorted on the digit
-    (``nb`` values); ``pairs`` (if given) adds up c * (c - 1) over the digits' counts c."""
+    (``nb`` values); ``pairs`` (if given) counts the pairs of keys that share a digit.
+
+    The pairs are counted as keys arrive (each key pairs with those of its digit before
+    it), not over the counters afterwards: a multiply per counter cost more than the
+    rest of the prefix loop on a 100-key row with its 256 buckets."""
     b, e, q, run, c = (Var(f"{v}{tag}", _I64) for v in ("b", "e", "q", "run", "c"))
     prefix = [ir.Decl(c, ir.Load(cnt, e)), ir.Store(cnt, e, run), ir.Assign(run, ir.add(run, c))]
-    if pairs is not None:
-        prefix.append(ir.Assign(pairs, ir.add(pairs, ir.Bin("*", c, ir.sub(c, _c(1))))))
+    if pairs is None:
+        count = [ir.Store(cnt, digit(ir.Load(src, q)), _c(1), accumulate=True)]
+    else:
+        d, before = Var(f"d{tag}", _I64), Var(f"o{tag}", _I64)
+        count = [
+            ir.Decl(d, digit(ir.Load(src, q))),
+            ir.Decl(before, ir.Load(cnt, d)),
+            ir.Assign(pairs, ir.add(pairs, before)),
+            ir.Store(cnt, d, ir.add(before, _c(1))),
+        ]
     return [
         ir.For(b, _c(0), nb, [ir.Store(cnt, b, _c(0))]),
-        ir.For(q, _c(0), n, [ir.Store(cnt, digit(ir.Load(src, q)), _c(1), accumulate=True)]),
+        ir.For(q, _c(0), n, count),
         ir.Decl(run, _c(0)),
         ir.For(e, _c(0), nb, prefix),
     ]
@@ -172,8 +186,8 @@ def _bucketed(
 ) -> list[ir.Stmt]:
     """One counting pass on the keys' top bits over their range [lo, lo + span], into 2n
     to 4n buckets; then an insertion sort meets only the pairs within a bucket out of
-    order, and sets ``done``. When the buckets are so uneven that those pairs could
-    outnumber ``INSERTION_PAIRS`` per key, it leaves the keys to the radix sort."""
+    order, and sets ``done``. When the buckets are so uneven that the keys sharing one
+    make more than ``INSERTION_PAIRS`` pairs per key, it leaves them to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
     pairs = Var("pairs", _I64)
 
@@ -190,7 +204,7 @@ def _bucketed(
         ir.Decl(pairs, _c(0)),
         *_counts(a, cnt, n, nb, bucket, "b", pairs),
         ir.If(
-            ir.Cmp("<=", pairs, ir.mul(n, _c(2 * INSERTION_PAIRS))),
+            ir.Cmp("<=", pairs, ir.mul(n, _c(INSERTION_PAIRS))),
             [
                 *_scatter(a, tmp, cnt, n, bucket, "b"),
                 *_insertion(a, tmp, n, "s"),

@@ -69,6 +69,9 @@ class State:
     temp: bool = False  # in the producer of a nested sum's temporary (``acc`` is the temporary)
     # operand -> flag: whether it matched at every flat co-iteration above (absent reads 0)
     alive: dict = field(default_factory=dict)
+    # operands a branch around this walk found absent: a where's sides, lowered from
+    # terms of their own, leave them out as that branch's term did
+    absent: frozenset = frozenset()
     at: dict = field(default_factory=dict)  # (operand, level) -> position there
     # Set in a sum of integer products (``acc`` an int32): the leaf adds q - zero_point
     # products, and the scales are applied once, where ``acc`` is stored.
@@ -78,11 +81,6 @@ class State:
     # nothing; and how the leaf combines a value into ``acc`` (sum, max, min).
     target: float = 0.0
     acc_op: str = "sum"
-    # The operands a co-iteration above did not match in this branch, so they read as
-    # absent: the branch's term has them folded away, and a precompute's producers
-    # below fold them away too (``WorkspacesMixin._where``: in a row where B has no
-    # entries, the producer of B(i,k)*C(k,j) adds nothing).
-    absent: frozenset = frozenset()
 
     def copy(self) -> State:
         return replace(

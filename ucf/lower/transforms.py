@@ -86,7 +86,7 @@ class _Transforms(Visitor):
 
     @handles(Fuse)
     def fuse(self, cmd: Fuse) -> None:
-        fuse(self.nest, cmd.outer, cmd.inner, cmd.fused, str(cmd))
+        _fuse_loops(self.nest, cmd.outer, cmd.inner, cmd.fused, str(cmd))
 
     @handles(BoundCommand)
     def bound(self, cmd: BoundCommand) -> None:
@@ -437,7 +437,7 @@ def _next_labelled(loop: ir.For) -> ir.For | ir.While | None:
 
 
 # ------------------------------------------------------------------ fuse
-def fuse(nest: Nest, i: str, j: str, f: str, what: str) -> None:
+def _fuse_loops(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     container, k, outer = nest.find(i, what)
     nested = next((s for s in outer.body if isinstance(s, ir.For | ir.While)), None)
     sparse_inner = isinstance(nested, ir.While) or (

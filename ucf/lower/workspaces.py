@@ -34,8 +34,11 @@ class WorkspacesMixin:
             start += self._ws_epoch(ws)
         produce: list[ir.Stmt] = []
         for m, (part, order) in enumerate(wh.parts):
+            # a part of an operand a branch around found absent adds nothing to the
+            # workspace (its positions there are not the operand's: a wrong answer and a
+            # stray read, statement fuzzer seed 45 case 1926)
             term = restrict(part, st.absent, self._fill)
-            if term is None:  # an operand of every product is absent here: nothing to add
+            if term is None:
                 continue
             prod = st.copy()
             prod.order = order
@@ -48,7 +51,8 @@ class WorkspacesMixin:
         cons = st.copy()
         cons.order = wh.cons_order
         cons.scope = (*st.scope, (k, "cons"))
-        consume = self._at_depth(wh.cons_term, cons)
+        cons_term = restrict(wh.cons_term, st.absent, self._fill, st.target)
+        consume = [] if cons_term is None else self._at_depth(cons_term, cons)
         if wh.split is None:
             return start + produce + consume
         outer, inner, factor, extent = wh.split

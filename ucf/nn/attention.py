@@ -66,7 +66,7 @@ def _granularity(granularity: Any) -> tuple[int, int]:
     return g[0], g[1]
 
 
-class Plan:
+class AttentionPlan:
     """How one target computes attention: the statements, each one's kernel plan (its
     ``cin``), or the fused kernels that run them together per block of query rows
     (the CPU targets' default; ``fused=False`` runs the statements)."""
@@ -129,13 +129,13 @@ class Plan:
         return "\n".join(lines)
 
 
-_PLANS: dict[tuple, Plan] = {}
+_PLANS: dict[tuple, AttentionPlan] = {}
 
 
-def plan(target: str, emulate: bool, dtype: str, fused: bool | None) -> Plan:
+def plan(target: str, emulate: bool, dtype: str, fused: bool | None) -> AttentionPlan:
     key = (target, emulate, dtype, fused)
     if key not in _PLANS:
-        _PLANS[key] = Plan(target, emulate, dtype, fused)
+        _PLANS[key] = AttentionPlan(target, emulate, dtype, fused)
     return _PLANS[key]
 
 
@@ -144,7 +144,7 @@ def _function():
     torch = need_torch("ucf.attention")
 
     class Attention(torch.autograd.Function):
-        """Forward and backward through a :class:`Plan`; the mask is not differentiated."""
+        """Forward and backward through a :class:`AttentionPlan`; the mask is not differentiated."""
 
         @staticmethod
         def forward(ctx, q, k, v, chosen, amask, scale):

@@ -14,7 +14,7 @@ from ucf.format.format import parse_format
 from ucf.format.tensor import Tensor, from_numpy, trusted
 from ucf.nn import autograd, masks
 from ucf.nn.plans import DynamicPlan, StaticPlan
-from ucf.tesa.policy import VALUES  # how bits store values, as TeSA's plans store them
+from ucf.tesa.policy import VALUES, with_width  # how bits store values, as TeSA's plans do
 
 
 class SparseLinear(torch.nn.Module):
@@ -129,9 +129,8 @@ class SparseLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pattern = self._pattern()
         fmt = pattern.format
-        if self.bits is not None and VALUES[self.bits]:
-            per = ":1" if fmt.blocked and VALUES[self.bits].startswith("@q") else ""
-            fmt = parse_format(f"{fmt}{VALUES[self.bits]}{per}", order=2)
+        if self.bits is not None:
+            fmt = with_width(fmt, self.bits)
         plan = StaticPlan.get(fmt, self._dtype(), np.dtype(np.int64))
         lead = x.shape[:-1]
         args = (pattern, plan, self.kept, self._columns(pattern, plan))

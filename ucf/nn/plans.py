@@ -36,6 +36,8 @@ from ucf.exec.kernel import Kernel
 from ucf.format.format import Format
 from ucf.format.tensor import Tensor, trusted
 from ucf.lang.parser import parse_statement
+from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
+from ucf.schedule.records import Parallel
 
 _LOCK = threading.Lock()
 _PLANS: dict[tuple, Any] = {}
@@ -84,16 +86,13 @@ class StaticPlan:
     def __init__(self, fmt: Format, dtype: np.dtype, index_dtype: np.dtype):
         self.fmt, self.dtype, self.index_dtype = fmt, dtype, index_dtype
         self.columns = column_format(fmt.structure)
-        w = str(fmt)
-        self.forward = Kernel(PRODUCT, {"W": w}, None, "llvm", dtype, index_dtype)
+        self.forward = Kernel(PRODUCT, {"W": fmt}, None, "llvm", dtype, index_dtype)
         grad_x = _derived(PRODUCT, "X")
-        self.grad_x = Kernel(grad_x, {"W": str(self.columns)}, None, "llvm", dtype, index_dtype)
-        formats = {"pattern_W": str(fmt.structure), "grad_W": str(writable(fmt))}
+        self.grad_x = Kernel(grad_x, {"W": self.columns}, None, "llvm", dtype, index_dtype)
+        formats = {"pattern_W": fmt.structure, "grad_W": writable(fmt)}
         if _blocks(fmt):
-            schedule = (
-                "split(t, t_o, t_i, 64); reorder(o_blk, i_blk, o_in, t_o, t_i, i_in); "
-                "parallelize(o_blk, CPUThread, NoRaces)"
-            )
+            loops = ("o_blk", "i_blk", "o_in", "t_o", "t_i", "i_in")
+            schedule = _rows_in_threads("o_blk", 64, loops)
             self.rows = True
             stmt = _derived(PRODUCT_ROWS, "W", keep_pattern=True)
         else:
@@ -122,10 +121,7 @@ class DynamicPlan:
             o = "o_blk" if gh > 1 else "o"
             i = "i_blk" if gw > 1 else "i"
             inner = [v for v in ("o_in" if gh > 1 else "", "i_in" if gw > 1 else "") if v]
-            schedule = (
-                f"split(t, t_o, t_i, 512); reorder(t_o, {o}, {i}, {', '.join([*inner, 't_i'])}); "
-                "parallelize(t_o, CPUThread, NoRaces)"
-            )
+            schedule = _rows_in_threads("t_o", 512, ("t_o", o, i, *inner, "t_i"))
             self.grad_x = _dynamic(_derived(PRODUCT, "X"), {"W": tile}, schedule, dtype)
         self.rows_of_tiles = gh >= WIDE
         self.grad_w_rows = _dynamic(TILE_ROWS, {"R": (1, gw)}, None, dtype) if gh >= WIDE else None
@@ -145,14 +141,22 @@ class DynamicPlan:
         return cached(("dynamic", tile, str(dtype)), lambda: DynamicPlan(tile, dtype))
 
 
-def _dynamic(stmt: str, dynamic: dict, schedule: str | None, dtype: np.dtype) -> Any:
+def _dynamic(stmt: str, dynamic: dict, schedule: list[Command] | None, dtype: np.dtype) -> Any:
     from ucf.stile.dynamic import DynamicKernel
 
     return DynamicKernel(stmt, {}, schedule, "llvm", dtype, np.int32, dynamic)
 
 
+def _rows_in_threads(parallel: str, rows: int, loops: tuple[str, ...]) -> list[Command]:
+    """``t`` (the batch's rows) split in ``rows``, the loops in ``loops`` order, and loop
+    ``parallel`` on threads."""
+    return [
+        SplitCommand("t", "t_o", "t_i", rows),
+        Reorder(loops),
+        Parallelize(parallel, Parallel("CPUThread", "NoRaces")),
+    ]
+
+
 def dense(a: np.ndarray) -> Tensor:
     """A C-contiguous array as a dense Tensor, without a copy."""
-    from ucf.format.format import dense_format
-
-    return trusted(a.shape, dense_format(a.ndim), [{} for _ in a.shape], a.reshape(-1))
+    return trusted(a.shape, Format.dense(a.ndim), [{} for _ in a.shape], a.reshape(-1))

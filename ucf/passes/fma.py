@@ -29,7 +29,7 @@ from ucf.ir import nodes as ir
 from ucf.ir.walk import with_blocks
 
 
-def fuse(fn: ir.Function) -> ir.Function:
+def with_fma(fn: ir.Function) -> ir.Function:
     """``fn`` with every accumulation of a product of floats fused. It runs after the
     passes that match accumulating stores (register blocking, row groups): a fused
     store is a plain one."""

@@ -47,6 +47,7 @@ from ucf.passes.pairs import paired
 from ucf.passes.tiling import (
     ACCUMULATE,
     SIZES,
+    WIDE_BYTES,
     Nest,
     TileState,
     enabled,
@@ -60,13 +61,17 @@ from ucf.passes.tiling import (
     vector_of,
 )
 
-#: Rows of a tile when a loop of constant trip count runs over the output's rows.
-ROWS = 4
+#: Rows of a tile when a loop of constant trip count runs over the output's rows; and
+#: with AVX-512's 32 vector registers: 8 x 2 vectors keep 16 multiply-adds in flight.
+#: One bcsr(32,32) block row on a packed 1024-column panel (C micro-benchmark, one Zen 5
+#: thread) ran 4 x 2 tiles at 170 GFLOP/s, 4 x 4 at 190, 8 x 2 at 235 to 250 (of 284).
+ROWS, WIDE_ROWS = 4, 8
 
 
 #: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
-#: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64.
-VECTORS = {1: 4, 2: 3, ROWS: 2}
+#: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64
+#: (AVX-512's 32 for ``WIDE_ROWS``).
+VECTORS = {1: 4, 2: 3, ROWS: 2, WIDE_ROWS: 2}
 
 
 #: The longest reduction loop a tile runs over: the loop must have a constant trip count
@@ -85,6 +90,9 @@ MAX_REDUCTION = 64
 #: without it, and there packing measured 4 to 11% slower; choosing at run time would
 #: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
 PACK_GROUPS = 4
+#: ... of ``WIDE_ROWS`` (half the loads of B per multiply-add): that block row ran 200
+#: GFLOP/s reading B in place, 145 packing its panel first (250 with it packed already).
+WIDE_PACK_GROUPS = 8
 
 
 #: The smallest element packed: at the same number of columns, rows of bytes are a
@@ -148,7 +156,7 @@ class _Rewriter(TileState):
         j = nest.inner
         elem = nest.store.array.elem
         lanes = tile_bytes(elem) // SIZES[elem]
-        rows = 1 if nest.rows is None else _rows(nest.rows)
+        rows = 1 if nest.rows is None else _rows(nest.rows, tile_bytes(elem) == WIDE_BYTES)
         width = VECTORS[rows] * lanes
         over = (
             "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
@@ -186,9 +194,11 @@ class _Rewriter(TileState):
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
+            wide_few = rows == WIDE_ROWS and shared is not None and shared < WIDE_PACK_GROUPS
+            pack_groups = 0 if wide_few else shared  # 0: B read in place, not packed
             kernel, packed, pack = paired(self, nest, tile, count, width) or (
                 nest,
-                *self.packed(nest, tile, count, width, lanes, shared),
+                *self.packed(nest, tile, count, width, lanes, pack_groups),
             )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
                 pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
@@ -462,14 +472,15 @@ def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
     return body[:-1], body[-1]
 
 
-def _rows(s: ir.For) -> int:
-    """Rows per tile of a loop over rows: ``ROWS``, or 2, dividing its constant trip
-    count; 0 if none does. A trip count known only at the call (the rows of a dense
-    factor, ``t`` of ``X(t,d) * W(d,h)``) takes ``ROWS``, and its last rows run untiled."""
+def _rows(s: ir.For, wide: bool = False) -> int:
+    """Rows per tile of a loop over rows: ``ROWS`` (``WIDE_ROWS`` first for AVX-512
+    vectors), or 2, dividing its constant trip count; 0 if none does. A trip count known
+    only at the call (the rows of a dense factor, ``t`` of ``X(t,d) * W(d,h)``) takes
+    ``ROWS``, and its last rows run untiled."""
     trip = trip_count(s)
     if trip is None:
         return ROWS
-    for rows in (ROWS, 2):
+    for rows in (WIDE_ROWS, ROWS, 2) if wide else (ROWS, 2):
         if trip >= rows and trip % rows == 0:
             return rows
     return 0

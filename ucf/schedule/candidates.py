@@ -70,14 +70,18 @@ def passing(
     check: Callable[[C], object],
     refused: Refused | None = None,
     shown: Callable[[C], object] = str,
+    refuses: Callable[[C, Exception], bool] = _refusal,
 ) -> list[C]:
-    """The candidates ``check`` accepts, in order; each refusal's reason goes to
-    ``refused``."""
+    """The candidates ``check`` accepts, in order; an error ``refuses`` says is a
+    refusal (as for ``first_passing``) passes the candidate over, its reason going to
+    ``refused``; any other propagates."""
     kept = []
     for candidate in candidates:
         try:
             check(candidate)
-        except REFUSALS as e:
+        except Exception as e:
+            if not refuses(candidate, e):
+                raise
             if refused is not None:
                 refused.add(shown(candidate), e)
             continue

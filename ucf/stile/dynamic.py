@@ -45,7 +45,7 @@ from ucf.exec import blocked_call
 from ucf.exec.binding import check_mappings, check_output, refuse_positional
 from ucf.exec.kernel import Kernel
 from ucf.exec.shapes import bound_extents, check_orders, wrong_order
-from ucf.format.format import Format, dense_format, parse_formats
+from ucf.format.format import Format, parse_formats
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
 from ucf.format.values import VALUES, index_dtype_of, value_dtype
@@ -168,6 +168,12 @@ class DynamicKernel:
         )
         self.dtype, self.index_dtype = self._kernel.dtype, self._kernel.index_dtype
 
+    @property
+    def parsed_formats(self) -> dict[str, Format]:
+        """The other operands' formats as given, parsed (``formats`` keeps them as
+        spelled)."""
+        return dict(self._generic[1])
+
     def __repr__(self) -> str:
         return (
             f"DynamicKernel('{self.statement}', dynamic={{{self.name!r}: {self.granularity}}}, "
@@ -205,8 +211,8 @@ class DynamicKernel:
         tiled = Format.tiled(g)
         stmt = self._with_mask  # the user's statement, the mask factor included
         names = {a.tensor: len(a.indices) for a in (stmt.lhs, *ast.accesses(stmt.rhs))}
-        fmts = {n: formats.get(n) or dense_format(k) for n, k in names.items()}
-        user = {**fmts, name: dense_format(order), self._mask: dense_format(order)}
+        fmts = {n: formats.get(n) or Format.dense(k) for n, k in names.items()}
+        user = {**fmts, name: Format.dense(order), self._mask: Format.dense(order)}
         fmts[name] = tiled
         fmts[self._mask] = replace(tiled, values=VALUES["uint8"])
         b = unblock(stmt, fmts, first=(name, self._mask))  # the tiles claim first
@@ -226,7 +232,7 @@ class DynamicKernel:
         )
         inner = replace(split_stmt, rhs=rhs)
         inner_formats = {n: f for n, f in split_fmts.items() if n != name}
-        inner_formats[self._index] = Format.dynamic(order)
+        inner_formats[self._index] = tile_index.index_format(order, target)
         args = (str(inner), inner_formats)
         emulate = self.emulate
         # The split is made here, so the kernel is told of it: loops over a last, partial
@@ -311,7 +317,7 @@ class DynamicKernel:
         lhs = ast.index_variables(stmt.lhs)
         extents = bound_extents(stmt, lhs, tensors, takes_shapes=False)
         index = tile_index.build(
-            mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate
+            mask, self.granularity, self.target, self.dtype, self.index_dtype, self.emulate, True
         )
         if self._condensed is None and self.blocking is None:
             return self.kernel(out=out, **tensors, **{self._index: index})

@@ -33,7 +33,7 @@ from ucf.errors import (
     warn_user,
 )
 from ucf.exec import recycled
-from ucf.format.format import dense_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang import ast
@@ -189,7 +189,7 @@ def _factors(stmt: ast.Statement) -> tuple[list[ast.Access], tuple[str, ...]] | 
 
 def _dense(formats: dict[str, Any], *accesses: ast.Access) -> bool:
     return all(
-        a.tensor not in formats or formats[a.tensor] == dense_format(len(a.indices))
+        a.tensor not in formats or formats[a.tensor] == Format.dense(len(a.indices))
         for a in accesses
     )
 
@@ -367,7 +367,7 @@ class Condensed:
     def _output(self, out: Any, shape: tuple[int, ...]) -> np.ndarray:
         """The array the kernel writes: new zeros, or ``out`` as it is."""
         lhs = self.statement.lhs
-        fmt = dense_format(len(shape))
+        fmt = Format.dense(len(shape))
         if out is None:
             if self.statement.op == "+=":
                 raise OperandError(f"'+=' needs the output: pass out= for {lhs}")

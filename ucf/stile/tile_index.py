@@ -553,9 +553,12 @@ def build(
     dtype: Any = np.float32,
     index_dtype: Any = "int32",
     emulate: bool = False,
+    ordered: bool = False,
 ) -> Tensor:
     """The index of a checked C-contiguous ``mask`` (see ``stile_index``): what dynamic
-    kernels call on every call."""
+    kernels call on every call. ``ordered`` labels it with ``index_format`` (what a
+    dynamic kernel compiled with that format takes); else it is ``Format.dynamic``, as
+    ``stile_index`` documents on every target."""
     if target not in INDEX_TARGETS:
         raise UnsupportedError(f"stile_index runs on {', '.join(INDEX_TARGETS)}, not {target!r}")
     if emulate and target != "cuda":
@@ -580,4 +583,13 @@ def build(
     n = int(pos[-1])
     levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]
     vals = np.ones(n, dtype=dtype)
-    return Tensor(grid, Format.dynamic(len(grid)), levels, vals, index_dtype=idt, check=False)
+    fmt = index_format(len(grid), target) if ordered else Format.dynamic(len(grid))
+    return Tensor(grid, fmt, levels, vals, index_dtype=idt, check=False)
+
+
+def index_format(order: int, target: str) -> Format:
+    """The format the index built on ``target`` truly has: a CPU thread fills its row's
+    segment scanning the tile columns in order, so there its last level is ordered
+    compressed, and a kernel may co-iterate it with other sparse operands or visit
+    every coordinate beside it; CUDA's threads claim slots in any order."""
+    return Format.dynamic(order) if target == "cuda" else Format.compressed(order, order - 1)

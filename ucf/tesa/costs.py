@@ -29,6 +29,7 @@ def measured_costs(
 
 def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
     from ucf.exec.kernel import Kernel
+    from ucf.format.format import Format
     from ucf.format.tensor import from_numpy
     from ucf.toolchain import cache
     from ucf.toolchain.jit import num_threads
@@ -45,7 +46,7 @@ def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
     cost = cache.load(name, fields)
     if cost is not None:
         return cost
-    fmt = "csr" if shape == (1, 1) else f"bcsr({shape[0]},{shape[1]})"
+    fmt = Format.compressed(2, 1) if shape == (1, 1) else Format.blocked_rows(*shape)
     kernel = Kernel(SPMM, {"A": fmt}, dtype=dtype)
     a = from_numpy(np.ones((ROWS, COLS), dtype=dtype), format=fmt)
     b = np.ones((COLS, N), dtype=dtype)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ucf.cin.blocking import unblock
 from ucf.errors import OperandError, boundary
-from ucf.format.format import parse_format
+from ucf.format.format import Format
 from ucf.lang.ast import (
     Statement,
     accesses,
@@ -35,7 +35,7 @@ from ucf.schedule.candidates import Refused, first_passing
 from ucf.schedule.commands import Command, DismantleCommand, Parallelize, Reorder
 from ucf.schedule.records import Dismantle, Parallel
 from ucf.schedule.text import spelled
-from ucf.tesa.policy import VALUES
+from ucf.tesa.policy import with_width
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Part:
     transposed: bool = False  # read only by products computed transposed
 
     @property
-    def format(self) -> str:
+    def format(self) -> Format:
         """The part's storage: its block shape's format, with values of its width. Blocks
         of an operand whose rows every statement sums away (``W`` of ``X·W``) are stored
         by column, so a kernel can walk each column of blocks in a thread of its own and
@@ -59,15 +59,12 @@ class Part:
         read only by products computed transposed (``Transposed``) also store each
         block's places column by column (``W``'s transpose in BCSR), so that the
         register tiles run over a block's columns with its rows summed inside."""
-        values = VALUES[self.bits]
         if self.block == (1, 1):
-            return f"{'csc' if self.columns else 'csr'}{values}"
-        per_block = ":1" if values.startswith("@q") else ""
-        bh, bw = self.block
-        if self.transposed:
-            return f"UCUU:1/{bw},0/{bh},1%{bw},0%{bh}{values}{per_block}"
-        name = "bcsc" if self.columns else "bcsr"
-        return f"{name}({bh},{bw}){values}{per_block}"
+            fmt = Format.compressed(2, 1, (1, 0) if self.columns else None)
+        else:
+            bh, bw = self.block
+            fmt = Format.blocked_rows(bh, bw, self.columns or self.transposed, self.transposed)
+        return with_width(fmt, self.bits)
 
 
 class ProgramPlan:
@@ -114,7 +111,7 @@ class ProgramPlan:
     def __str__(self) -> str:
         legend = [
             f"# {p.name}: {p.tensor}'s {p.bits}-bit elements in {p.block[0]}x{p.block[1]} "
-            f"blocks, {int(p.mask.sum())} elements, {p.format}"
+            f"blocks, {int(p.mask.sum())} elements, {p.format.name}"
             for p in self.parts
         ]
         return "\n".join(self.steps + legend)
@@ -209,7 +206,7 @@ class ProgramPlan:
     def _dismantled(
         self,
         step: str,
-        formats: dict[str, str],
+        formats: dict[str, Format],
         fixed: Mapping[str, Any],
         target: str,
         dtype: Any,
@@ -291,7 +288,7 @@ class _Held(threading.local):
 
 
 def _part_loops(
-    stmt: Statement, formats: Mapping[str, str], part: str
+    stmt: Statement, formats: Mapping[str, Format], part: str
 ) -> tuple[list[str], list[str]] | None:
     """The loop variables of ``part``'s levels in storage order (the split ones for a
     blocked part: blocks, then places) and every loop variable of the statement; None
@@ -301,7 +298,7 @@ def _part_loops(
     if rows is None or cols is None or rows == cols:
         return None
     fmts = {
-        a.tensor: parse_format(formats.get(a.tensor, "dense"), order=len(a.indices))
+        a.tensor: formats.get(a.tensor) or Format.dense(len(a.indices))
         for a in (stmt.lhs, *stmt.rhs._accesses)
     }
     blocking = unblock(stmt, fmts)
@@ -314,7 +311,7 @@ def _part_loops(
 
 
 def _dismantle_schedule(
-    stmt: Statement, formats: Mapping[str, str], part: str
+    stmt: Statement, formats: Mapping[str, Format], part: str
 ) -> list[Command] | None:
     """``reorder`` putting the part's levels outermost (block loops, then the places in
     a block), and ``dismantle`` of its second level's loop (the last block loop, or the
@@ -328,7 +325,7 @@ def _dismantle_schedule(
 
 
 def _blocks_outside(
-    stmt: Statement, formats: Mapping[str, str], part: Part
+    stmt: Statement, formats: Mapping[str, Format], part: Part
 ) -> list[Command] | None:
     """For a part stored in column blocks whose columns run along the output's rows
     (``T(t,h) = X(t,d) * P(d,h)``): its block loops outermost, the first in parallel,

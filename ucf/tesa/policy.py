@@ -5,17 +5,30 @@ block shapes with their costs, given or measured on this machine.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ucf.errors import OperandError, boundary
+from ucf.format.format import Format
+from ucf.format.values import Values
 
-# The value suffix a part of each width is stored with; 32 and 64 bits are the plan's
-# dtype. A blocked part has a scale per block; a CSR part one per tensor, so that a
-# statement reading the sum of an operand's parts never has a per-row scale beside
-# blocks over the same rows (which a blocked kernel refuses, docs/formats.md).
-VALUES = {4: "@qint4", 8: "@qint8", 16: "@float16", 32: "", 64: ""}
+#: The values a part of each width is stored with; 32 and 64 bits are the plan's dtype.
+VALUES = {4: Values("qint4"), 8: Values("qint8"), 16: Values("float16"), 32: None, 64: None}
+
+
+def with_width(fmt: Format, bits: int) -> Format:
+    """``fmt`` holding values of ``bits`` (``VALUES``). A blocked format has a scale per
+    block; any other one per tensor, so that a statement reading the sum of an operand's
+    parts never has a per-row scale beside blocks over the same rows (which a blocked
+    kernel refuses, docs/formats.md)."""
+    values = VALUES[bits]
+    if values is None:
+        return fmt
+    if values.quantized and fmt.blocked:
+        values = replace(values, level=1)
+    return replace(fmt, values=values)
 
 
 class Policy:

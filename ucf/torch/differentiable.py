@@ -47,9 +47,8 @@ class Compiled:
         self.statement = statement
         self.names = list(dict.fromkeys(a.tensor for a in accesses(statement.rhs)))
         self.dynamic = dict(dynamic)
-        fmts = {n: str(f) for n, f in formats.items()}
         self.kernel = ucf_compile(
-            text, fmts, schedule, target, dtype, index_dtype, dynamic=self.dynamic or None
+            text, dict(formats), schedule, target, dtype, index_dtype, dynamic=self.dynamic or None
         )
         self._backward_args = (formats, target, dtype, index_dtype)
         self._backward: Backward | None = None

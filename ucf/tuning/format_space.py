@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 
 from ucf.errors import UcfError
-from ucf.format.format import Format, parse_format
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Access, accesses
 from ucf.lang.parser import parse_statement
@@ -17,16 +17,15 @@ from ucf.tuning.space import problem
 from ucf.tuning.structure import offers
 
 
-def structured(spelled: str) -> bool:
+def structured(fmt: Format) -> bool:
     """Whether a format has blocks or fixed-width levels (``bcsr``, ``ell``): storage
     that ``format_choices`` offers only where the operand's structure fills it."""
-    fmt = parse_format(spelled)
     return fmt.blocked or fmt.fixed_width
 
 
 def format_choices(
-    statement: str, formats: dict[str, str], operands: Mapping[str, Tensor] | None = None
-) -> dict[str, tuple[str, ...]]:
+    statement: str, formats: dict[str, Format], operands: Mapping[str, Tensor] | None = None
+) -> dict[str, tuple[Format, ...]]:
     """Formats to try for each input, the given one first.
 
     A sparse input gets its level kinds, all dense-then-compressed and all compressed,
@@ -43,42 +42,42 @@ def format_choices(
     walked: tuple[str, ...] | None = None
     for a in accesses(stmt.rhs):
         n = len(a.indices)
-        given = parse_format(formats.get(a.tensor, "dense"), order=n, tensor=a.tensor)
+        given = formats.get(a.tensor) or Format.dense(n)
         if n > 3 or any(i.single_variable is None for i in a.indices):
             continue
         if given.is_dense:
             if walked is None:
                 walked = _default_order(statement, formats)
             option = dense_order(a, walked)
-            if n > 1 and option is not None and option != str(given):
-                found[a.tensor] = (str(given), option)
+            if n > 1 and option is not None and option != given:
+                found[a.tensor] = (given, option)
             continue
         if given.blocked or given.fixed_width or given.values is not None:
             continue  # kept as given: the options below are plain levels of plain values
-        options = [str(given)]
+        options = [given]
         kinds = [given.levels, Format.compressed(n, 1).levels, Format.compressed(n).levels]
         for levels in dict.fromkeys(kinds):
             for perm in itertools.permutations(range(n)):
-                options.append(str(Format(levels, perm)))
+                options.append(Format(levels, perm))
         if operands is not None and a.tensor in operands:
             for offer in offers(operands[a.tensor]):
-                options.append(str(parse_format(offer.format, order=n, tensor=a.tensor)))
+                options.append(offer.format)
         kept = [
             o
             for o in dict.fromkeys(options)
-            if o == str(given) or _walkable(statement, formats, a.tensor, o)
+            if o == given or _walkable(statement, formats, a.tensor, o)
         ]
         found[a.tensor] = tuple(kept)
     return {t: options for t, options in found.items() if len(options) > 1}
 
 
-def _default_order(statement: str, formats: dict[str, str]) -> tuple[str, ...]:
+def _default_order(statement: str, formats: dict[str, Format]) -> tuple[str, ...]:
     """ucf's default loop order for ``formats`` (a blocked format's split variables
     included)."""
     return problem(statement, formats, {}).base[0]
 
 
-def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
+def dense_order(access: Access, order: tuple[str, ...]) -> Format | None:
     """The dense format that stores ``access``'s modes in the order loop ``order`` visits
     their variables (``UU:1,0`` for ``D(k,j)`` under loops ``i, j, k``), so the innermost
     loop walks contiguous memory; None when a variable is not one of the loops."""
@@ -86,10 +85,10 @@ def dense_order(access: Access, order: tuple[str, ...]) -> str | None:
     if any(v not in order for v in variables):
         return None
     perm = sorted(range(len(variables)), key=lambda m: order.index(variables[m]))
-    return str(Format.dense(len(perm), perm))
+    return Format.dense(len(perm), perm)
 
 
-def _walkable(statement: str, formats: dict[str, str], tensor: str, option: str) -> bool:
+def _walkable(statement: str, formats: dict[str, Format], tensor: str, option: Format) -> bool:
     """Whether, with ``tensor`` stored in ``option``, some loop order walks every sparse
     operand in its storage (else every call would convert one); False where ucf refuses
     the formats."""

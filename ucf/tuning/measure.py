@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ucf.exec.kernel import Kernel
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.schedule.commands import Command
 from ucf.schedule.text import as_commands, spelled
@@ -171,11 +172,17 @@ def agrees(result: Any, reference: Any, dtype: np.dtype) -> bool:
     )
 
 
+def spelled_formats(formats: dict[str, Format]) -> dict[str, str]:
+    """Formats as text, for what keeps them as text: Optuna's trial attributes and the
+    result a study returns."""
+    return {n: str(f) for n, f in formats.items()}
+
+
 @dataclass
 class Variant:
     """The operands stored in one choice of input formats, and that choice's space."""
 
-    formats: dict[str, str]
+    formats: dict[str, Format]
     problem: space.Problem
     operands: dict[str, Tensor]
     conversion: float  # seconds to convert the given operands into these formats
@@ -186,17 +193,18 @@ class Objective:
     """The function a study minimizes: picklable, so process and Dask workers run it.
 
     ``choices`` maps the input operands whose format is searched to their candidate
-    formats (empty: the formats stay as given)."""
+    formats (empty: the formats stay as given). Optuna hands a trial's choice over as
+    text: the format's spelling, a key into the candidates (``chosen``), never parsed."""
 
     statement: str
-    formats: dict[str, str]
+    formats: dict[str, Format]
     target: str
     dtype: str
     index_dtype: str
     operands: dict[str, Tensor]
     shapes: dict[str, Any] | None
     extents: dict[str, int]
-    choices: dict[str, tuple[str, ...]]
+    choices: dict[str, tuple[Format, ...]]
     reference: Any = None
     baseline: float = 0.0  # seconds per call of the default schedule
     default_schedule: list[Command] | None = None  # the default's, for these operands
@@ -220,7 +228,7 @@ class Objective:
         return result
 
     def kernel(
-        self, schedule: str | list[Command] | None, formats: dict[str, str] | None = None
+        self, schedule: str | list[Command] | None, formats: dict[str, Format] | None = None
     ) -> Any:
         return Kernel(
             self.statement,
@@ -231,14 +239,22 @@ class Objective:
             index_dtype=self.index_dtype,
         )
 
-    def scope(self, formats: dict[str, str]) -> str:
+    def scope(self, formats: dict[str, Format]) -> str:
         """What the names of a format choice's parameters end in ("" without a search):
         each choice has a space of its own."""
         if not self.choices:
             return ""
         return "[" + ",".join(f"{t}={formats[t]}" for t in sorted(self.choices)) + "]"
 
-    def variant(self, formats: dict[str, str]) -> Variant:
+    def chosen(self, spelled: dict[str, str]) -> dict[str, Format]:
+        """The formats whose spellings a trial's parameters or attributes hold: each
+        searched operand's candidate of that spelling, the others as given."""
+        formats = dict(self.formats)
+        for name, options in self.choices.items():
+            formats[name] = next(o for o in options if str(o) == spelled[name])
+        return formats
+
+    def variant(self, formats: dict[str, Format]) -> Variant:
         """The operands in ``formats`` (converted once, and the conversion timed); what
         the conversion raises if they do not fit."""
         scope = self.scope(formats)
@@ -307,9 +323,12 @@ class Objective:
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        formats = dict(self.formats)
-        for name, options in self.choices.items():
-            formats[name] = trial.suggest_categorical(f"format_{name}", list(options))
+        formats = self.chosen(
+            {
+                name: trial.suggest_categorical(f"format_{name}", [str(o) for o in options])
+                for name, options in self.choices.items()
+            }
+        )
         scope = self.scope(formats)
         if scope not in self._unfit:
             try:
@@ -317,7 +336,7 @@ class Objective:
             except Exception as e:  # the operands do not fit the formats (ell too narrow)
                 self._unfit[scope] = f"the operands cannot be stored so: {reason(e)}"
         if scope in self._unfit:
-            trial.set_user_attr("formats", formats)
+            trial.set_user_attr("formats", spelled_formats(formats))
             trial.set_user_attr("failure", self._unfit[scope])
             raise optuna.TrialPruned(self._unfit[scope])
         commands = space.suggest(trial, v.problem, scope)
@@ -333,7 +352,7 @@ class Objective:
         seconds, why = self._seen[seen]
         trial.set_user_attr("schedule", text)
         if self.choices:
-            trial.set_user_attr("formats", v.formats)
+            trial.set_user_attr("formats", spelled_formats(v.formats))
             trial.set_user_attr("conversion", v.conversion)
         if seconds is None:
             trial.set_user_attr("failure", why)

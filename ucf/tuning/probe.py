@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ucf.errors import UcfError
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.schedule.commands import Command, PrecomputeCommand, Reorder
 
@@ -109,7 +110,7 @@ class Call:
     the operand set by its scope, and the thread count)."""
 
     statement: str
-    formats: dict[str, str]
+    formats: dict[str, Format]
     schedule: str | None
     target: str
     dtype: str

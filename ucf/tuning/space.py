@@ -49,7 +49,7 @@ from typing import Any
 from ucf.cin.blocking import unblock
 from ucf.errors import UcfError
 from ucf.exec.tuned import EXACT_EXTENT
-from ucf.format.format import parse_format
+from ucf.format.format import Format
 from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
@@ -183,7 +183,7 @@ class Problem:
         return v in self.reductions and v not in positional
 
 
-def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) -> Problem:
+def problem(statement: str, formats: dict[str, Format], extents: dict[str, int]) -> Problem:
     """The search space of ``statement`` with tensors stored in ``formats``. Over a
     blocked format (``bcsr``) the kernel's loops are those of the split statement
     (``i_blk``, ``i_in``, ...; ``ucf.cin.blocking``), so the space is built on it; the
@@ -193,12 +193,7 @@ def problem(statement: str, formats: dict[str, Any], extents: dict[str, int]) ->
     stmt = parse_statement(statement)
     every = [stmt.lhs, *accesses(stmt.rhs)]
     out = stmt.lhs.tensor
-    fmts = {
-        a.tensor: parse_format(
-            formats.get(a.tensor, "dense"), order=len(a.indices), tensor=a.tensor
-        )
-        for a in every
-    }
+    fmts = {a.tensor: formats.get(a.tensor) or Format.dense(len(a.indices)) for a in every}
     places: frozenset[str] = frozenset()
     blocking = unblock(stmt, fmts)
     if blocking is not None:  # the kernel's loops are the split statement's: schedule those

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 
 #: Block shapes tried (rows x columns): square ones for 2-D structure, thin ones for
@@ -44,7 +45,7 @@ MAX_SAMPLE = 1 << 20
 class Offer:
     """A format worth a trial on a matrix, and the statistic that says so."""
 
-    format: str
+    format: Format
     fill: float  # nonzeros over the values the format would store
 
 
@@ -94,9 +95,9 @@ def offers(t: Tensor) -> list[Offer]:
         if bh <= n_rows and bw <= n_cols:
             fill = block_fill(rows, cols, bh, bw, n_cols)
             if fill >= BLOCK_FILL_MIN:
-                found.append(Offer(f"bcsr({bh},{bw})", fill))
+                found.append(Offer(Format.blocked_rows(bh, bw), fill))
     longest = int(np.diff(indptr).max())
     row_fill = int(indptr[-1]) / (n_rows * longest)
     if row_fill >= ROW_FILL_MIN:
-        found.append(Offer(f"ell({longest})", row_fill))
+        found.append(Offer(Format.ell(2, longest), row_fill))
     return sorted(found, key=lambda o: -o.fill)

@@ -27,16 +27,17 @@ import numpy as np
 
 from ucf.errors import ConversionWarning, UcfError, UnsupportedError, boundary
 from ucf.exec import tuned
-from ucf.format.format import parse_format
+from ucf.format.format import Format, parse_formats
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
-from ucf.lang.ast import accesses
+from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
+from ucf.schedule.candidates import passing
 from ucf.schedule.text import as_commands
 from ucf.toolchain import cache
 from ucf.tuning import final, format_space, probe, space
 from ucf.tuning.deps import need
-from ucf.tuning.measure import Objective, comparable
+from ucf.tuning.measure import Objective, comparable, spelled_formats
 from ucf.tuning.result import Tuned
 from ucf.tuning.sweep import every_schedule
 
@@ -136,10 +137,12 @@ def tune(
 
 def _operands(expr, formats, operands, dtype, index_dtype):
     """Formats (given, else the operands' own), the operands stored in them with one
-    value and index dtype (so no trial times a conversion), and those dtypes."""
-    fmts = {k: str(v) for k, v in (formats or {}).items()}
+    value and index dtype (so no trial times a conversion), and those dtypes. The
+    formats given are parsed here, where ``tune`` takes them: the study works with
+    ``Format`` objects."""
+    fmts = parse_formats(formats, statement_orders(parse_statement(expr)))
     given = {n: as_tensor(v, format=fmts.get(n), name=n) for n, v in operands.items()}
-    fmts.update({n: str(t.format) for n, t in given.items()})  # canonical: 'csr' is 'UC'
+    fmts.update({n: t.format for n, t in given.items()})
     if dtype is None:
         dtype = np.result_type(*(t.dtype for t in given.values()))
     if index_dtype is None:
@@ -222,26 +225,32 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     found = [{**_defaults(objective, v.formats, v.problem)}]
     walked = dict(objective.formats)
     for name, options in objective.choices.items():
-        if parse_format(objective.formats[name]).is_dense:
+        if objective.formats[name].is_dense:
             walked[name] = options[1]
     candidates = [walked] if walked != objective.formats else []
     for name, options in objective.choices.items():
         candidates += [{**walked, name: o} for o in options if format_space.structured(o)]
-    for formats in candidates:
-        try:
-            p = space.problem(objective.statement, formats, objective.extents)
-        except UcfError:
-            continue  # its trial would fail the same way, pruned
-        found.append(_defaults(objective, formats, p))
+    problems: dict[int, space.Problem] = {}  # by candidate, found by the check
+
+    def check(formats: dict[str, Format]) -> None:
+        problems[id(formats)] = space.problem(objective.statement, formats, objective.extents)
+
+    # formats ucf refuses are left out: their trial would fail the same way, pruned
+    for formats in passing(candidates, check, refuses=_refused):
+        found.append(_defaults(objective, formats, problems[id(formats)]))
     scope = objective.scope(v.formats)
-    formats = {f"format_{n}": v.formats[n] for n in objective.choices}
+    formats = {f"format_{n}": str(v.formats[n]) for n in objective.choices}
     seeds = space.seed_params(v.problem, num_threads(), scope)[: int(trials * SEED_SHARE)]
     return (found + [{**s, **formats} for s in seeds])[:trials]
 
 
-def _defaults(objective: Objective, formats: dict[str, str], p: space.Problem) -> dict[str, Any]:
+def _refused(_formats: dict[str, Format], error: Exception) -> bool:
+    return isinstance(error, UcfError)
+
+
+def _defaults(objective: Objective, formats: dict[str, Format], p: space.Problem) -> dict[str, Any]:
     params = space.default_params(p, objective.scope(formats))
-    params.update({f"format_{n}": formats[n] for n in objective.choices})
+    params.update({f"format_{n}": str(formats[n]) for n in objective.choices})
     return params
 
 
@@ -288,7 +297,7 @@ def study_name(key: dict[str, Any], choices: Mapping[str, Any] | None = None) ->
     and Optuna refuses a parameter whose choices change within a study)."""
     fields = {**key, "space": space.SPACE_VERSION}
     if choices:
-        fields["formats_searched"] = {n: list(c) for n, c in sorted(choices.items())}
+        fields["formats_searched"] = {n: [str(f) for f in c] for n, c in sorted(choices.items())}
     name = json.dumps(fields, sort_keys=True)
     if len(name) <= MAX_NAME:
         return name
@@ -479,7 +488,7 @@ def _result(study: Any, objective: Objective) -> Tuned:
 
     for t in final.finalists(done, _plan, num_threads()) if done else []:
         schedule, formats = t.user_attrs["schedule"], t.user_attrs.get("formats")
-        v = objective.variant(formats or objective.formats)
+        v = objective.variant(objective.chosen(formats) if formats else objective.formats)
         if v.formats == given.formats and probe.normalized(
             as_commands(schedule)
         ) == probe.normalized(objective.default_schedule):
@@ -488,15 +497,18 @@ def _result(study: Any, objective: Objective) -> Tuned:
     if len(entries) == 1:  # every trial failed, or none but the default's ran
         baseline = objective.baseline
         text = _default_schedule(default, objective)
-        return Tuned(text, baseline, baseline, study, default, reasons, given.formats, 0.0, True)
+        spelled = spelled_formats(given.formats)
+        return Tuned(text, baseline, baseline, study, default, reasons, spelled, 0.0, True)
     calls = [lambda k=k, ops=v.operands: k(shapes=objective.shapes, **ops) for _, v, k in entries]
     best = final.confirmed(calls)
     schedule, v, kernel = entries[best.index]
     if best.index == 0:
         text = _default_schedule(default, objective)
         t = best.default
-        return Tuned(text, t, t, study, default, reasons, given.formats, 0.0, True)
-    return Tuned(schedule, best.time, best.default, study, kernel, reasons, v.formats, v.conversion)
+        spelled = spelled_formats(given.formats)
+        return Tuned(text, t, t, study, default, reasons, spelled, 0.0, True)
+    spelled = spelled_formats(v.formats)
+    return Tuned(schedule, best.time, best.default, study, kernel, reasons, spelled, v.conversion)
 
 
 def _default_schedule(default: Any, objective: Objective) -> str:
