@@ -295,3 +295,20 @@ def test_the_algebra_knows_every_function_at_zero():
     assert set(algebra.UNARY) == unary
     for name in unary:
         assert (algebra.call(name, [0.0]) == 0) == FUNCTIONS[name].zero_preserving, name
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dense_level_of_a_filled_output_starts_as_the_fill(target):
+    """A sparse output with a dense level below a stored coordinate holds every place of
+    it; a place whose value is the fill is not written, so it must start as the fill,
+    not 0 (the statement fuzzer, seed 45 case 7588: 0 where -inf was due)."""
+    rng = np.random.default_rng(7588)
+    a = rng.integers(-3, 3, 4).astype(float)
+    b = np.where(rng.random((4, 4)) < 0.6, rng.integers(-3, 3, (4, 4)), np.inf)
+    k = ucf.compile(
+        "X(j,i) = -(A(j) + B(j,i))",
+        {"B": "UC:1,0 fill=inf", "X": "CU:1,0 fill=-inf"},
+        target=target,
+    )
+    got = k(A=a, B=ucf.from_numpy(b, "UC:1,0 fill=inf")).to_numpy()
+    np.testing.assert_array_equal(got, -(a[:, None] + b))

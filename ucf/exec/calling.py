@@ -343,14 +343,15 @@ class Calling:
                 )
             arrays, parent = kind.allocate(parent, count, dim, self.index_dtype)
             levels.append(arrays)
-        return Tensor(
-            shape,
-            fmt,
-            levels,
-            (np.zeros if zeroed else np.empty)(parent, dtype=self.dtype),
-            index_dtype=self.index_dtype,
-            check=False,
-        )
+        # a dense level below a stored coordinate holds every place, also those the
+        # kernel leaves because their value is the output's fill: they start as it
+        if not zeroed:
+            vals = np.empty(parent, dtype=self.dtype)
+        elif fmt.fill:
+            vals = np.full(parent, fmt.fill, dtype=self.dtype)
+        else:
+            vals = np.zeros(parent, dtype=self.dtype)
+        return Tensor(shape, fmt, levels, vals, index_dtype=self.index_dtype, check=False)
 
     def _invoke(
         self,
