@@ -250,10 +250,12 @@ def test_misused_max_is_a_parse_error_with_a_caret(expr, message):
             r"X = A\(i\) \* B\(i\): tensor A has a fixed-width level, and i runs in blocks",
         ),
         (  # blocked by the output's format, not A's (statement fuzzer, seed 45)
-            lambda: ucf.compile(
-                "X(i) = A(j,i) * B(i,j)",
-                {"A": "CF1:1,0", "B": "CC:0,1 fill=inf", "X": "UC:0/3,0%3"},
-            ).cin,
+            lambda: (
+                ucf.compile(
+                    "X(i) = A(j,i) * B(i,j)",
+                    {"A": "CF1:1,0", "B": "CC:0,1 fill=inf", "X": "UC:0/3,0%3"},
+                ).cin
+            ),
             ucf.UnsupportedError,
             r"X\(i\) = A\(j,i\) \* B\(i,j\): tensor A has a fixed-width level, and i runs",
         ),
