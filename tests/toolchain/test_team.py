@@ -278,10 +278,10 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
         ucf.set_num_threads(old)
 
 
-def test_a_kernel_runs_alone_while_a_loop_waits_on_one_thread():
-    """``LoopStates.alone``: some loop shrank to one thread and waits, and no loop's wait
-    is over (it tries the larger team next, on the parallel plan); loops that won or
-    were never timed (below the work threshold) do not matter."""
+def test_a_kernel_runs_alone_while_its_timed_loops_wait_on_one_thread():
+    """``LoopStates.alone``: some loop shrank to one thread and waits; the others did too
+    or were never timed (below the work threshold). A loop that won with a larger team,
+    or whose wait is over (it tries the larger team next), keeps the parallel plan."""
     arrays = {llvm_team.state_name(fn, n): (ctypes.c_int64 * 3)() for fn in "fg" for n in (1, 2)}
     lookup = {name: ctypes.addressof(a) for name, a in arrays.items()}
     loops = team.LoopStates(lambda name: lookup.get(name, 0), ["f", "g", "h"])
@@ -292,9 +292,8 @@ def test_a_kernel_runs_alone_while_a_loop_waits_on_one_thread():
     assert loops.alone()
     g2[0], g2[1] = 1, later
     assert loops.alone()
-    f2[0] = 2  # won on two threads: the others still run alone
-    assert loops.alone()
-    g1[0], g1[1] = 1, time.monotonic_ns() - 1  # its wait is over: it must try two
+    f2[0] = 2  # won on two threads
     assert not loops.alone()
-    f1[0] = g2[0] = g1[0] = 2  # every loop won
+    f2[0] = 0
+    g1[0], g1[1] = 1, time.monotonic_ns() - 1  # its wait is over
     assert not loops.alone()

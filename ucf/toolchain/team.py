@@ -131,17 +131,14 @@ class LoopStates:
         self.states = tuple(found)
 
     def alone(self) -> bool:
-        """Whether some parallel loop of the kernel runs on a team of one for now (it lost
-        with a larger team and its wait is not over) and none is due to try a larger
-        team (its wait is over: the parallel plan must run for it to). A loop that won
-        with the larger team does not keep the parallel plan: a sparse add's counting
-        pass winning while its filling pass runs alone is slower than the one-pass plan,
-        and on a busy machine a lucky win would keep the parallel plan for long."""
+        """Whether the kernel's parallel loops run on a team of one for now: some loop
+        lost with a larger team and its wait is not over, and every other loop did too
+        or was never timed (a loop below the work threshold runs alone untimed)."""
         now = time.monotonic_ns()
         shrunk = False
         for s in self.states:
-            if s[0] == 1:
-                if now >= s[1]:
-                    return False
+            if s[0] == 1 and now < s[1]:
                 shrunk = True
+            elif s[0] != 0:  # it won with a larger team, or its wait is over
+                return False
         return shrunk
