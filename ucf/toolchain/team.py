@@ -25,12 +25,12 @@ happening, none needing an environment variable:
   on a 64-core host), unless ``UCF_NUM_THREADS``, ``OMP_NUM_THREADS`` or
   ``ucf.set_num_threads`` says otherwise.
 
-- **A team of one runs the one-thread plan.** While a parallel loop of a kernel waits
-  on one thread (and none is due to try more), the call path runs the plan the
-  default model chose for one thread instead (``LoopStates.alone``): a serial plan
-  can differ from a parallel one run alone (a sparse add appends its rows in one
-  pass, where parallel rows need a counting pass first). When the wait is over the
-  parallel plan runs again and its loops try the larger team.
+- **A team of one runs the one-thread plan.** While every parallel loop of a kernel
+  has shrunk to one thread, the call path runs the plan the default model chose for
+  one thread instead (``LoopStates.alone``): a serial plan can differ from a parallel
+  one run alone (a sparse add appends its rows in one pass, where parallel rows need
+  a counting pass first). When the wait is over the parallel plan runs again and its
+  loops try the larger team.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
