@@ -125,3 +125,46 @@ def test_a_workspace_over_a_variable_only_its_term_sums_is_refused(fmt):
     a, x = np.arange(1.0, 82.0).reshape(9, 9), np.arange(1.0, 10.0)
     got = ucf.compile(stmt, {"A": fmt})(A=ucf.from_numpy(a, fmt), x=x).to_numpy()
     np.testing.assert_array_equal(got, a @ x + x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "precompute(A(i,j)*x(j), j, j, w); precompute(B(i,j)*z(j), j, j, v)",
+        "precompute(A(i,j)*x(j) + B(i,j)*z(j), j, j, w); precompute(D(i,j)*x(j), j, j, v)",
+    ],
+)
+def test_terms_of_one_sum_precomputed_one_after_another(target, schedule):
+    """The statement sums every term over j: a later precompute of a term an earlier
+    one left (which the lowerer wraps in the sum it distributes) is not the term summed
+    on its own that test_a_workspace_over_a_variable_only_its_term_sums refuses."""
+    rng = np.random.default_rng(5)
+    a, b, d = (rand_sparse(rng, (7, 7), 0.4, empty_rows=1) for _ in range(3))
+    x, z = rng.random(7), rng.random(7)
+    stmt = "y(i) = A(i,j)*x(j) + B(i,j)*z(j)" + (" + D(i,j)*x(j)" if "D(" in schedule else "")
+    fmts = {"A": "csr", "B": "csr"} | ({"D": "csr"} if "D(" in schedule else {})
+    k = ucf.compile(stmt, fmts, schedule=schedule, target=target)
+    ops = {n: ucf.from_numpy(m, format="csr") for n, m in zip("ABD", (a, b, d), strict=True)}
+    ops = {n: t for n, t in ops.items() if n in fmts}
+    got = k(**ops, x=x, z=z).to_numpy()
+    want = a @ x + b @ z + (d @ x if "D(" in schedule else 0)
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_split_workspace_of_an_absent_row(target):
+    """A workspace over a split's inner loop under a row A does not store: both sides
+    fold away there, and the tiled loop is simply not made (it was refused as 'a sparse
+    loop' once the sides were restricted)."""
+    rng = np.random.default_rng(1)
+    a = np.where(rng.random((8, 8)) < 0.5, rng.integers(1, 5, (8, 8)), 0).astype(float)
+    a[2] = 0
+    d = rng.integers(-5, 5, (8, 8)).astype(float)
+    k = ucf.compile(
+        "C(i,j) = A(i,j) + D(i,j)",
+        {"A": "CU"},
+        schedule="split(j,j0,j1,4); precompute(A(i,j),j1,j1,w)",
+        target=target,
+    )
+    np.testing.assert_array_equal(k(A=ucf.from_numpy(a, format="CU"), D=d).to_numpy(), a + d)

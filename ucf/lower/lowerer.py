@@ -109,6 +109,7 @@ class Lowerer(
         stmt = cin.statement
         self.term = from_ast(peel(stmt.rhs)[1])
         self.reduces = {r.id: r for r in reduces(self.term)}
+        self.distributed: set[int] = set()  # the sums placement.py distributes over terms
         self.temps = {k: Var(temporary(r.vars, r.op), value_type) for k, r in self.reduces.items()}
         self.rhs_accesses = accesses(stmt.rhs)
         self.applied = applied

@@ -271,7 +271,7 @@ class PlacementMixin:
             free.remove(m)
             signs.add(sign * terms[m][0])
             summed, body = _stripped(terms[m][1])
-            if var in summed:
+            if var in self._written_sums(terms[m][1]):
                 # the workspace would hold the term per value of var, and the consumer's
                 # loop over var would then sum the other terms with it (x(i) added once per
                 # j in y(i) = A(i,j)*x(j) + x(i): the schedule fuzzer, seed 45 case 7529)
@@ -314,12 +314,23 @@ class PlacementMixin:
         rid = max(self.reduces, default=-1) + 1
         r = Reduce(variables, body, rid)
         self.reduces[rid] = r
+        self.distributed.add(rid)
         taken = {t.name for t in self.temps.values()}
         name = temporary(variables)
         while name in taken:
             name += "_"
         self.temps[rid] = Var(name, self.vt)
         return r
+
+    def _written_sums(self, t: Term) -> set[str]:
+        """The variables the statement itself sums a term over (not the sums distributed
+        over the terms an earlier precompute left, which still span the whole sum)."""
+        found: set[str] = set()
+        while isinstance(t, Reduce):
+            if t.id not in self.distributed:
+                found |= set(t.vars)
+            t = t.body
+        return found
 
     def _texts(self, t: Term) -> list[str] | None:
         """The sorted access texts of a term that is a product of accesses under its sums."""
