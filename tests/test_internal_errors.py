@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import ucf
 from ucf import pipeline
-from ucf.exec.kernel import Kernel
+from ucf.exec.kernel import Kernel, forget_loaded
 from ucf.format import tensor
 
 A = sp.random(12, 9, density=0.3, format="csr", random_state=0)
@@ -54,10 +54,13 @@ def test_a_bug_in_packing_is_internal(monkeypatch):
 
 
 @pytest.mark.parametrize("error", [MemoryError(), UserWarning("as error"), ucf.ShapeError("x")])
-def test_resources_warnings_and_ucf_errors_pass_unchanged(monkeypatch, error):
+def test_resources_warnings_and_ucf_errors_pass_unchanged(monkeypatch, tmp_path, error):
     def raise_it(*args, **kwargs):
         raise error
 
+    # an empty cache: a kernel another test of this worker compiled would not plan again
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    forget_loaded()
     monkeypatch.setattr(pipeline, "plan", raise_it)
     with pytest.raises(type(error)) as e:
         ucf.compile("y(i) = B(i,j) * x(j)")

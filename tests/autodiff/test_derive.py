@@ -268,3 +268,17 @@ def test_random_statements_against_torch(rhs, fmt):
     shapes = {n: {"A": (4, 6), "B": (4, 6), "x": (6,), "b": (4,)}[n] for n in names}
     formats = {"A": fmt} if fmt and "A" in names else {}
     check_against_torch(text, shapes, formats)
+
+
+@pytest.mark.parametrize(
+    "text,formats",
+    [
+        ("y(i) = max(max(A(i,j), A(i,j)), max(A(i,j), x(j))) + b(i)", {}),
+        ("y(i) = max((A(i,j) - A(i,j)), (A(i,j) * x(j))) + b(i)", {"A": "csr"}),
+    ],
+)
+def test_gradients_of_nested_maxes_of_a_tensor_read_often(text, formats):
+    """Drawn by test_random_statements_against_torch: the merge lattice of the gradient's
+    term kept every duplicate point, multiplying along the term (23 GB, a CI worker
+    killed by the OOM killer). Points are merged as they are made."""
+    check_against_torch(text, {"A": (4, 6), "x": (6,), "b": (4,)}, formats)

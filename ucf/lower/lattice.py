@@ -253,8 +253,17 @@ def _points(
 
 
 def _varying(points: list[Point], value: float | None) -> list[Point]:
-    """``points`` plus a full point when the background is not a known constant."""
-    return points if value is not None else [*points, Point(frozenset(), True)]
+    """``points`` plus a full point when the background is not a known constant, each
+    set of iterators once (full if any of its points is), in first-seen order: what
+    ``lattice`` merges them to in the end. Merged here, the products of ``_binary``
+    stay small: unmerged they multiply along the term (a gradient of nested maxes of a
+    tensor read four times filled 23 GB)."""
+    if value is None:
+        points = [*points, Point(frozenset(), True)]
+    merged: dict[frozenset[int], bool] = {}
+    for p in points:
+        merged[p.iters] = merged.get(p.iters, False) or p.full
+    return [Point(k, f) for k, f in merged.items()]
 
 
 def _binary(op: str, left, right) -> tuple[list[Point], float | None]:
