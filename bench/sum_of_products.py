@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import scipy.sparse as sp
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from sparse_add import matrix  # noqa: E402  (run as a script, bench/ is on the path)
 
 import ucf  # noqa: E402
 
@@ -48,16 +49,6 @@ TWO = (
 )
 ONE_THREAD_MAX = 1.5  # t_default / t_scipy at 1 thread
 TWO_THREADS_MAX = 1.0  # t_default / t_scipy at 2 threads: faster than scipy
-
-
-def matrix(n: int, per_row: int, seed: int) -> sp.csr_matrix:
-    """``per_row`` random columns in each row (duplicates merged), random values."""
-    rng = np.random.default_rng(seed)
-    cols = np.sort(rng.integers(0, n, size=(n, per_row)), axis=1)
-    pos = np.arange(0, n * per_row + 1, per_row, dtype=np.int32)
-    m = sp.csr_matrix((rng.random(n * per_row), cols.ravel().astype(np.int32), pos), (n, n))
-    m.sum_duplicates()
-    return m
 
 
 def timed(calls: dict, threads: dict, repeats: int) -> dict[str, float]:

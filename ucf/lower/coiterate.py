@@ -236,14 +236,14 @@ class CoiterationMixin:
             if size == 0 and not full:
                 break
             for subset in itertools.combinations(sorted(live), size):
-                sub = restrict(term, all_here - set(subset), self._fill, st.target)
+                gone = all_here - set(subset)
+                sub = restrict(term, gone, self._fill, st.target)
                 if sub is None:
                     continue
                 cond: ir.Expr = Const(True, "i1")
                 for n in subset:
                     if n in matches:
                         cond = ir.land(cond, matches[n])
-                gone = all_here - set(subset)
                 chain.append((cond, self._case_body(sub, st, iters, located, coord, subset, gone)))
         stmts: list[ir.Stmt] = []
         for cond, body in reversed(chain):

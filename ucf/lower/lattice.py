@@ -210,11 +210,8 @@ def lattice(
     raw, background = _points(t, sparse, fill)
     if not algebra.same(background, target) or not raw:
         raw = [*raw, Point(frozenset(), True)]
-    merged: dict[frozenset[int], bool] = {}
-    for p in raw:
-        merged[p.iters] = merged.get(p.iters, False) or p.full
-    full = any(merged.values())
-    points = [Point(k, f) for k, f in merged.items()]
+    points = _merged(raw)
+    full = any(p.full for p in points)
     points.sort(key=lambda p: -len(p.iters))
     points[0] = Point(points[0].iters, full)
     return points
@@ -253,13 +250,15 @@ def _points(
 
 
 def _varying(points: list[Point], value: float | None) -> list[Point]:
-    """``points`` plus a full point when the background is not a known constant, each
-    set of iterators once (full if any of its points is), in first-seen order: what
-    ``lattice`` merges them to in the end. Merged here, the products of ``_binary``
-    stay small: unmerged they multiply along the term (a gradient of nested maxes of a
-    tensor read four times filled 23 GB)."""
-    if value is None:
-        points = [*points, Point(frozenset(), True)]
+    """``points`` plus a full point when the background is not a known constant,
+    merged (``_merged``): so the products of ``_binary`` stay small; unmerged they
+    multiply along the term (a gradient of nested maxes of a tensor read four times
+    filled 23 GB)."""
+    return _merged(points if value is not None else [*points, Point(frozenset(), True)])
+
+
+def _merged(points: list[Point]) -> list[Point]:
+    """Each set of iterators once, full if any of its points is, in first-seen order."""
     merged: dict[frozenset[int], bool] = {}
     for p in points:
         merged[p.iters] = merged.get(p.iters, False) or p.full
