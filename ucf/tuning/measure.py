@@ -214,6 +214,7 @@ class Objective:
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
     _baselines: list[float] = field(default_factory=list, repr=False)
+    _stopped: dict[tuple[str, tuple], str] = field(default_factory=dict, repr=False)
 
     def rebase(self) -> float:
         """Time the default kernel (again): the baseline that trials lose against is the
@@ -284,6 +285,17 @@ class Objective:
         k = self.kernel(commands, v.formats)
         seconds = probe.limit(self.baseline)
         default = self.default_schedule if v.formats == self.formats else None
+        # The loop nest: what a schedule iterates over. Splits, bounds and threads
+        # reshape its loops but keep its work, so they do not bring a nest whose first
+        # call ran past the limit (``probe.LIMIT`` times the default's) back into the
+        # race; each such schedule would cost a stopped child and a new one.
+        nest = (self.scope(v.formats), tuple(probe.normalized(commands, probe.RESHAPING)))
+        if nest in self._stopped:
+            raise UcfError(
+                f"its loop order and workspaces are those of {self._stopped[nest]!r}, "
+                f"whose first call ran past the limit; splits, bounds and threads "
+                f"do not make a nest that slow win"
+            )
         if self.baseline > 0 and probe.needed(commands, self.extents, seconds, default):
             from ucf.toolchain.jit import num_threads
 
@@ -298,7 +310,11 @@ class Objective:
                 self.scope(v.formats),
                 num_threads(),
             )
-            self._probe.first_call(request, v.operands, seconds)
+            try:
+                self._probe.first_call(request, v.operands, seconds)
+            except probe.TrialTimeout:
+                self._stopped[nest] = spelled(commands)
+                raise
         now = clock()
         start = now()
         result = k(shapes=self.shapes, **v.operands)
