@@ -282,9 +282,6 @@ class Objective:
         from ucf.errors import UcfError
 
         commands = as_commands(schedule)
-        k = self.kernel(commands, v.formats)
-        seconds = probe.limit(self.baseline)
-        default = self.default_schedule if v.formats == self.formats else None
         # The loop nest: what a schedule iterates over. Splits, bounds and threads
         # reshape its loops but keep its work, so they do not bring a nest whose first
         # call ran past the limit (``probe.LIMIT`` times the default's) back into the
@@ -296,6 +293,9 @@ class Objective:
                 f"whose first call ran past the limit; splits, bounds and threads "
                 f"do not make a nest that slow win"
             )
+        k = self.kernel(commands, v.formats)
+        seconds = probe.limit(self.baseline)
+        default = self.default_schedule if v.formats == self.formats else None
         if self.baseline > 0 and probe.needed(commands, self.extents, seconds, default):
             from ucf.toolchain.jit import num_threads
 
