@@ -501,3 +501,34 @@ def test_a_nest_whose_first_call_was_stopped_is_not_run_again(cache, monkeypatch
     assert objective.measure(parse_schedule(other), v) > 0 and len(probed) == 2
     k = ucf.compile(CSC_SPMM, formats={"A": "csc"}, schedule=other)
     np.testing.assert_allclose(k(**ops).to_numpy(), A @ B, rtol=1e-12)
+
+
+def test_a_first_call_in_the_child_that_has_lost_is_not_made_again(cache, monkeypatch):
+    """A probed trial whose first call in the child took over LOST times the bar of a lost
+    trial is pruned without a call in the tuning process; one that took less is called,
+    checked and timed there."""
+    n = 60
+    A = sp.random(n, n, density=0.1, format="csc", random_state=1)
+    B = np.random.default_rng(2).random((n, 8))
+    fmts = parsed_formats(CSC_SPMM, {"A": "csc", "B": "UU"})
+    ops = {"A": ucf.from_scipy(A), "B": ucf.from_numpy(B)}
+    objective = Objective(CSC_SPMM, fmts, "llvm", "float64", "int32", ops, None, {}, {})
+    objective.reference = measure.comparable(objective.rebase())
+    objective.extents = {"i": 10**6, "j": 10**6, "k": 10**6}
+    objective.baseline = 1e-3  # so the bar of a lost trial is 3 ms
+    child = iter([0.1, 2e-3])
+    monkeypatch.setattr(objective._probe, "first_call", lambda *_: next(child))
+    called, kernel = [], objective.kernel
+
+    def counted(schedule, formats=None):
+        k = kernel(schedule, formats)
+        return lambda **kw: called.append(schedule) or k(**kw)
+
+    monkeypatch.setattr(objective, "kernel", counted)
+    v = objective.variant(objective.formats)
+    with pytest.raises(ucf.UcfError, match="first call took 100 ms, over 2 times the 3 ms"):
+        objective.measure(parse_schedule(QUADRATIC), v, objective.hopeless())
+    assert not called
+    other = parse_schedule("reorder(j, i, k)")
+    assert objective.measure(other, v, objective.hopeless()) > 0 and called
+    assert measure.LOST >= 2  # a fresh process's first call is not held to a warm one's

@@ -12,7 +12,8 @@ the default's, or twice as slow as the best trial so far, is timed by that
 call alone (by a second call where the first lost by less than a first call's
 own cost, ``FIRST_CALL``), and sampling stops at the first sample that slow (a quadratic
 plan must not cost the study minutes, and a big input's losing trials should
-cost one call, not four).
+cost one call, not four); one whose first call in the probe's child took over ``LOST``
+times that long is not called here at all.
 
 A busy moment of a shared machine must not decide a time (issue 34): a timing whose
 samples spread widely (the slowest over ``NOISY`` times the fastest: another process
@@ -57,6 +58,11 @@ LOSING = 2
 #: Seconds a kernel's first call may spend beyond the others (its operands' statistics, the
 #: plan for their size): a first call that has lost by less is not the judge, a second is.
 FIRST_CALL = 5e-3
+#: A trial whose first call in the probe's child (``ucf.tuning.probe``) took over LOST times
+#: what a trial that has lost takes (``Objective.hopeless``) is pruned without a call here: a
+#: slow plan's call costs as much again, and a fresh process's first call may spend a little
+#: more than a warm one, never twice as much.
+LOST = 2
 #: Samples whose slowest is over NOISY times the fastest were disturbed: up to MORE times as
 #: many are taken.
 NOISY, MORE = 1.5, 3
@@ -311,10 +317,15 @@ class Objective:
                 num_threads(),
             )
             try:
-                self._probe.first_call(request, v.operands, seconds)
+                first = self._probe.first_call(request, v.operands, seconds)
             except probe.TrialTimeout:
                 self._stopped[nest] = spelled(commands)
                 raise
+            if first > LOST * enough + FIRST_CALL:  # its call here would only confirm it
+                raise UcfError(
+                    f"its first call took {first * 1e3:.4g} ms, over {LOST} times the "
+                    f"{enough * 1e3:.4g} ms past which a trial has lost"
+                )
         now = clock()
         start = now()
         result = k(shapes=self.shapes, **v.operands)
