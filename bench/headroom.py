@@ -518,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
             r = measure_row(row, args)
             results.append(r)
             print("\n".join(report([r], old)[1:]), file=sys.stderr)
+            spent = f"tune {r.get('tune_s', 0):.1f} s, sweep {r.get('sweep_s', 0):.1f} s"
+            print(f"  ({spent}; load average {os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"{args.threads} thread(s), {args.trials} trials, sweeps up to {args.sweep_limit}:")
     print("\n".join(report(results, old)))
     print("\ntargets (issue 34):")
