@@ -149,7 +149,7 @@ def test_the_default_is_timed_again_in_turn_with_the_trials(cache, monkeypatch):
     """Every REBASE distinct trials the default kernel is timed again; the bar trials
     lose against is the median of its timings, so one busy moment does not set it."""
     timings = iter([4e-3, 1e-3, 1.2e-3, 1.1e-3])
-    monkeypatch.setattr(measure, "median_time", lambda call, repeats: next(timings))
+    monkeypatch.setattr(measure, "median_time", lambda call, repeats, **_: next(timings))
     A, x = spmv_operands(50)
     fmts = parsed_formats(SPMV, {"A": "csr"})
     objective = Objective(SPMV, fmts, "llvm", "float64", "int32", {"A": A, "x": x}, None, {}, {})
@@ -532,3 +532,40 @@ def test_a_first_call_in_the_child_that_has_lost_is_not_made_again(cache, monkey
     other = parse_schedule("reorder(j, i, k)")
     assert objective.measure(other, v, objective.hopeless()) > 0 and called
     assert measure.LOST >= 2  # a fresh process's first call is not held to a warm one's
+
+
+def test_the_default_is_timed_again_after_every_rebase_timed_trials(cache, monkeypatch):
+    """Trials pruned before their call (a refused schedule, a stopped nest) take no time
+    in which the load could change: the default is timed again after every REBASE trials
+    that were timed, not every REBASE trials. Every distinct schedule of SpMV's space,
+    one in three timed (a fake time), the others pruned."""
+    from optuna.trial import FixedTrial
+
+    from ucf.tuning.sweep import every_schedule
+
+    A, x = spmv_operands(50)
+    fmts = parsed_formats(SPMV, {"A": "csr", "x": "U"})
+    ops = {"A": ucf.from_scipy(A), "x": ucf.from_numpy(x)}
+    objective = Objective(SPMV, fmts, "llvm", "float64", "int32", ops, None, {}, {})
+    objective.reference = measure.comparable(objective.rebase())
+    objective.extents = {"i": 50, "j": 50}
+    rebased, tried = [], []
+    monkeypatch.setattr(objective, "rebase", lambda: rebased.append(len(tried)))
+
+    def fake(commands, v, enough):
+        tried.append(commands)
+        if len(tried) % 3:
+            raise ucf.UcfError("refused")
+        return 1e-3
+
+    monkeypatch.setattr(objective, "measure", fake)
+    schedules = every_schedule(space.problem(SPMV, fmts, objective.extents))
+    for params in schedules.values():
+        try:
+            objective(FixedTrial(params))
+        except optuna.TrialPruned:
+            pass
+    timed = len(tried) // 3
+    assert len(tried) == len(schedules) and timed > 2 * measure.REBASE
+    assert len(rebased) == (timed - 1) // measure.REBASE
+    assert all(n % 3 == 0 and n // 3 % measure.REBASE == 0 for n in rebased)
