@@ -36,7 +36,9 @@ samples, since two timings of one kernel differ by up to 25 % on a busy machine.
 With ``--old-ucf`` a child process imports ucf from that checkout and times its
 default beside the same reference on the same operands; its ratio to the reference,
 over the tuned kernel's, is the speed-up over main 6418680's default (two processes,
-one after the other: the reference is the common yardstick).
+one after the other: the reference is the common yardstick). An old default whose
+checked call took over 2 s is timed by that call alone (its ratio is marked ``x1``);
+a row the child has not finished within ``--old-limit`` seconds is ``stopped``.
 
 Targets (issue 34): on every row where the sweep is feasible (at least 10 rows), the
 tuned kernel within 1.05x of the sweep's best; never slower than the default.
@@ -75,6 +77,7 @@ SWEEP_TUNED_MAX = 1.05  # t_tuned / t_sweep_best, every row where the sweep is f
 SWEEP_ROWS_MIN = 10  # rows where the sweep must be feasible
 TUNED_DEFAULT_MAX = 1.0  # t_tuned / t_default: never slower
 SAMPLE_SECONDS = 2e-3  # the least time one sample of a race calls a kernel
+SLOW_CALL = 2.0  # seconds: an old default this slow is timed by its checked call alone
 SCALE = {"float32": 1e-5, "float64": 1e-12}  # a result's error allowed, over its largest entry
 MATRICES = (
     "uniform-10",
@@ -396,39 +399,72 @@ def measure_row(row: Row, args) -> dict:
 
 def old_defaults(args, rows: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """The defaults of the ucf checkout at ``--old-ucf``, timed beside the reference in a
-    child process that imports it: (kernel, input) -> {"default": s, "reference": s}."""
+    child process that imports it: (kernel, input) -> {"default": s, "reference": s}.
+    The child writes a line per pair; a pair it has not finished within ``--old-limit``
+    seconds (main 6418680 co-iterated every (i, j) of a sum of products: 104 s a call)
+    is recorded as stopped, the child killed, and a new one goes on with the rest."""
     if not args.old_ucf:
         return {}
-    out = Path(args.json).with_suffix(".old.json")
+    out = Path(args.json).with_suffix(".old.jsonl")
     env = {**os.environ, "PYTHONPATH": args.old_ucf, "UCF_HEADROOM_CHILD": "1"}
     env["UCF_CACHE_DIR"] = str(Path(args.old_ucf) / ".bench-cache")
-    pairs = ",".join(f"{k}:{i}" for k, i in rows)
-    cmd = [sys.executable, __file__, "--old-child", str(out), "--pairs", pairs]
-    cmd += ["--rows", str(args.rows), "--threads", str(args.threads), "--rounds", str(args.rounds)]
-    subprocess.run(cmd, env=env, check=True)
-    found = json.loads(out.read_text())
-    return {(r["kernel"], r["input"]): r for r in found}
+    found: dict[tuple[str, str], dict] = {}
+    todo = list(rows)
+    while todo:
+        out.write_text("")
+        pairs = ",".join(f"{k}:{i}" for k, i in todo)
+        cmd = [sys.executable, __file__, "--old-child", str(out), "--pairs", pairs]
+        cmd += ["--rows", str(args.rows), "--threads", str(args.threads)]
+        cmd += ["--rounds", str(args.rounds)]
+        child = subprocess.Popen(cmd, env=env)
+        done, since = 0, time.monotonic()
+        while child.poll() is None and time.monotonic() - since < args.old_limit:
+            time.sleep(0.2)
+            lines = out.read_text().splitlines()
+            if len(lines) > done:
+                done, since = len(lines), time.monotonic()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for line in out.read_text().splitlines():
+            r = json.loads(line)
+            if r:  # the first line says the child has imported ucf
+                found[(r["kernel"], r["input"])] = r
+        todo = [p for p in todo if p not in found]
+        if todo:  # the first pair left stopped the child (or crashed it)
+            kernel, name = todo.pop(0)
+            why = f"stopped after {args.old_limit:.0f} s" if child.returncode else "crashed"
+            found[(kernel, name)] = {"kernel": kernel, "input": name, "status": why}
+    return found
 
 
 def old_child(args) -> None:
-    """In the child: time this ucf's default beside the reference on every pair."""
+    """In the child: time this ucf's default beside the reference on every pair, a line
+    of JSON per pair as it is done. A default whose checked call took over ``SLOW_CALL``
+    seconds is timed by that call alone."""
     ucf.set_num_threads(args.threads)
-    found = []
+    with open(args.old_child, "a") as f:
+        f.write("{}\n")  # imported: the time limit of the first pair starts now
     for pair in args.pairs.split(","):
         kernel, name = pair.split(":")
         make = dict(rows_of(kernel, [name], args.rows))[name]
         row = make()
         k = ucf.compile(row.statement, formats=row.formats, dtype=row.dtype)
         entry = {"kernel": kernel, "input": name}
-        if close(k(shapes=row.shapes, **row.operands), row.expect, row.dtype):
+        start = time.perf_counter()
+        got = k(shapes=row.shapes, **row.operands)
+        once = time.perf_counter() - start
+        if not close(got, row.expect, row.dtype):
+            entry["status"] = "wrong result"
+        elif once > SLOW_CALL:
+            entry.update(race({"reference": row.reference}, args.rounds), default=once, once=True)
+        else:
             entry.update(
                 race({"reference": row.reference, "default": kernel_call(k, row)}, args.rounds)
             )
-        else:
-            entry["status"] = "wrong result"
-        found.append(entry)
+        with open(args.old_child, "a") as f:
+            f.write(json.dumps(entry) + "\n")
         print(f"  old default {kernel} {name}: {entry}", file=sys.stderr)
-    Path(args.old_child).write_text(json.dumps(found, indent=1))
 
 
 # --------------------------------------------------------------------------- report
@@ -450,6 +486,9 @@ def report(results: list[dict], old: dict) -> list[str]:
         if o and "default" in o:
             # each process's default over its own reference: the reference is the yardstick
             vs_old = f"{(o['default'] / o['reference']) / (s['tuned'] / s['reference']):.2f}x"
+            vs_old += "1" if o.get("once") else ""  # timed by one call
+        elif o:
+            vs_old = o["status"].split()[0]  # stopped (past --old-limit), wrong, crashed
         t_sweep = f"{sweep * 1e3:8.2f}m" if sweep else "   (n/a)"
         vs_sweep = f"{s['tuned'] / sweep:7.2f}" if sweep else "    n/a"
         chosen = r["tuned"]["schedule"] or "(none)"
@@ -497,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="small inputs, 2 per kernel")
     p.add_argument("--old-ucf", help="a checkout of main 6418680 to time its default")
+    p.add_argument(
+        "--old-limit", type=float, default=120, help="seconds an old default's row may take"
+    )
     p.add_argument("--json", default=str(HERE / "results" / "headroom.json"))
     p.add_argument("--old-child", help=argparse.SUPPRESS)
     p.add_argument("--pairs", help=argparse.SUPPRESS)
