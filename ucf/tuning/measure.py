@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +42,7 @@ from ucf.format.tensor import Tensor
 from ucf.schedule.commands import Command
 from ucf.schedule.text import as_commands, spelled
 from ucf.tuning import probe, space
-from ucf.tuning.probe import reason
+from ucf.tuning.probe import clock, reason
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
@@ -69,17 +68,6 @@ LOST = 2
 NOISY, MORE = 1.5, 3
 #: Trials between two timings of the default kernel (``Objective.rebase``).
 REBASE = 8
-
-
-def clock() -> Callable[[], float]:
-    """What a trial is timed by: with one thread, the calling thread's CPU time, which the
-    time slices other processes take do not inflate (on a shared machine they decided
-    which schedule won), nor trials that other threads of the process run meanwhile (Dask
-    workers in one process); a one-thread kernel runs on the calling thread. With more,
-    wall time, since CPU time would add the threads up."""
-    from ucf.toolchain.jit import num_threads
-
-    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 def one_call(call: Callable[[], Any]) -> float:

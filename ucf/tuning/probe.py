@@ -27,6 +27,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -50,6 +52,18 @@ LOAD_SECONDS = 300.0
 #: less. A problem whose whole dense space fits the limit needs no child (starting one
 #: costs a second or two).
 POINT_SECONDS = 1e-7
+
+
+def clock() -> Callable[[], float]:
+    """What a trial is timed by: with one thread, the calling thread's CPU time, which the
+    time slices other processes take do not inflate (on a shared machine they decided
+    which schedule won), nor trials that other threads of the process run meanwhile (Dask
+    workers in one process); a one-thread kernel runs on the calling thread. With more,
+    wall time, since CPU time would add the threads up. The child times its first calls
+    by it too (``serve``), so they compare with the trials' times."""
+    from ucf.toolchain.jit import num_threads
+
+    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 class TrialTimeout(UcfError):
@@ -223,7 +237,6 @@ def serve(fd: int) -> None:
     """The child's loop: hold operands, load and call kernels, say how long a call took."""
     from ucf.exec.kernel import Kernel
     from ucf.toolchain.jit import set_num_threads
-    from ucf.tuning.measure import clock
 
     conn = Connection(fd)
     held: dict[str, dict[str, Tensor]] = {}
