@@ -340,3 +340,32 @@ def test_the_answer_is_kept_until_a_region_is_lost_or_a_wait_ends():
     assert not loops.alone()
     lost.value += 1
     assert loops.alone()
+
+
+def test_a_remembered_call_watches_team_states_only_where_they_decide():
+    """A replay reads team states only where a team of one would run another plan: a
+    kernel with a schedule of its own keeps its plan (``Replay.teams`` is None: the
+    remembered call does no team work), a default kernel's parallel plan at two
+    threads watches its loops. Results against scipy."""
+    if jit.openmp_runtime() is None:
+        pytest.skip("no libgomp")
+    rng = np.random.default_rng(7)
+    A = sp.random(50_000, 50_000, density=8 / 50_000, format="csr", random_state=rng)
+    x = rng.random(50_000)
+    ops = {"A": ucf.from_scipy(A, format="csr"), "x": x}
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    try:
+        with whole_team():
+            for schedule in ("parallelize(i,CPUThread,NoRaces)", None):
+                k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+                for _ in range(3):
+                    np.testing.assert_allclose(k(**ops).to_numpy(), A @ x, rtol=1e-12)
+                teams = k._local.replays[0].teams
+                if schedule is not None:
+                    assert teams is None
+                else:
+                    assert "runs in parallel" in k.cin
+                    assert teams is k._built.compiled.teams and teams.states
+    finally:
+        ucf.set_num_threads(old)
