@@ -369,3 +369,45 @@ def test_a_remembered_call_watches_team_states_only_where_they_decide():
                     assert teams is k._built.compiled.teams and teams.states
     finally:
         ucf.set_num_threads(old)
+
+
+def test_a_cheap_loop_that_lost_keeps_the_parallel_plan():
+    """An SDDMM's parallel plan has a cheap first region and the main loop: the first
+    losing to a sleeping worker's wake-up (its state written as ucf_parallel leaves it,
+    a small share of the work) keeps the parallel plan; the main loop waiting on one
+    thread runs the plan for one thread. Results against scipy."""
+    if jit.openmp_runtime() is None:
+        pytest.skip("no libgomp")
+    rng = np.random.default_rng(11)
+    A = sp.random(20_000, 20_000, density=8 / 20_000, format="csr", random_state=rng)
+    u, v = rng.random((20_000, 16)), rng.random((20_000, 16))
+    c = A.tocoo()
+    want = sp.csr_matrix(
+        (c.data * np.einsum("ik,ik->i", u[c.row], v[c.col]), (c.row, c.col)), shape=A.shape
+    )
+    ops = {"A": ucf.from_scipy(A, format="csr"), "U": u, "V": v}
+
+    def call() -> str:
+        assert abs(k(**ops).to_scipy().tocsr() - want).max() <= 1e-9
+        return k.cin
+
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    try:
+        with whole_team():
+            text = "C(i,j) = A(i,j) * U(i,k) * V(j,k)"
+            k = ucf.compile(text, formats={"A": "csr", "C": "csr"})
+            assert "runs in parallel" in call()
+            states = k._built.compiled.teams.states
+            assert len(states) == 2
+            end = time.monotonic_ns() + 600 * 10**9
+            for s in states:  # every loop won on two threads
+                s[0], s[1], s[3] = 2, 0, 4_000_000
+            states[0][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 14_000]  # the cheap one lost
+            jit.team_counter("lost").value += 1
+            assert "runs in parallel" in call()
+            states[-1][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 4_000_000]  # the main one too
+            jit.team_counter("lost").value += 1
+            assert "the plan for one thread for now" in call()
+    finally:
+        ucf.set_num_threads(old)
