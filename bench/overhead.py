@@ -5,7 +5,8 @@ Run from the repository root:
     python bench/overhead.py                # a few seconds
     python bench/overhead.py --profile      # and the top of a cProfile of the calls
     python bench/overhead.py --first        # the first call of a fresh process (issue 34)
-    valgrind --tool=callgrind --dump-before=getppid python bench/overhead.py --marked 2000
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --dump-before=getppid \
+        python bench/overhead.py --marked 2000
 
 The kernel ``y(i) = A(i,j) * x(j) + z(i) * w(i)`` has four operands (A in CSR,
 the others dense numpy arrays) and tiny ones, so the machine code does next
