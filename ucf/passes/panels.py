@@ -119,14 +119,17 @@ def packed(
         panel = ir.Array(state.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type)
         state.panels.append(panel)
         state.sizes.append(length if slot is None else ir.mul(slots, length))
+        state.unzeroed.add(panel.name)  # read only where filled (its block's, or tagged)
         panels[factor] = (panel, row(tile, red.var))
         source = substitute(substitute(factor, steps), {red.var.name: step})
         for v in range(0, width, lanes):
             value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
             copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
-    fill: list[ir.Stmt] = [
-        ir.For(step, red.start, red.end, [ir.For(at, Const(0, I64), count, copies)])
-    ]
+    # Tile by tile, the panel written in order: the other order (a row of the factor
+    # read in order, written a tile's rows apart, 4 KB for 32 steps of 32 floats) copied
+    # a 1024x1024 float32 B at 18 GB/s against 41 (C micro-benchmark, one Zen 5 thread).
+    tiles = ir.For(at, Const(0, I64), count, [ir.For(step, red.start, red.end, copies)])
+    fill: list[ir.Stmt] = [tiles]
     copied = ", ".join(f"{named(x)} into {p.name}" for x, (p, _) in panels.items())
     loop = nest.rows.label or nest.rows.var.name
     if slot is None:

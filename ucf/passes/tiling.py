@@ -178,6 +178,7 @@ class TileState:
         self.notes: list[str] = []
         self.panels: list[ir.Array] = []
         self.sizes: list[ir.Expr] = []
+        self.unzeroed: set[str] = set()  # panels every read of which follows a write
         self.tiles = 0  # nests rewritten so far
 
     def fresh(self, name: str) -> str:
@@ -188,7 +189,10 @@ class TileState:
         return f"{name}{k}"
 
     def allocs(self) -> list[ir.Stmt]:
-        return [ir.Alloc(p, n) for p, n in zip(self.panels, self.sizes, strict=True)]
+        return [
+            ir.Alloc(p, n, p.name not in self.unzeroed)
+            for p, n in zip(self.panels, self.sizes, strict=True)
+        ]
 
     def frees(self) -> list[ir.Stmt]:
         return [ir.Free(p) for p in self.panels]
