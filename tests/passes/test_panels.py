@@ -54,11 +54,13 @@ def slots_of(n: int) -> int:
     return n * BLOCK[1] * 2 * tile_width() * 4
 
 
-# (case, panels the cache holds: None for the default, which holds them all)
+# (case, panels the cache holds: None for the default, which holds them all; 0 for fewer
+# bytes than a panel, whose tiles of columns are then packed and run one at a time)
 CASES = [
     ("spread", None),
     ("spread", 2),
     ("spread", 1),
+    ("spread", 0),
     ("single", None),
     ("empty", None),
 ]
@@ -71,7 +73,7 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
     if held is not None:
-        monkeypatch.setattr(panels, "CACHE_BYTES", slots_of(held))
+        monkeypatch.setattr(panels, "CACHE_BYTES", max(1, slots_of(held)))
     a, b = operands(case)
     fmt = f"bcsr({BLOCK[0]},{BLOCK[1]})"
     t = ucf.from_numpy(a, format=fmt)
@@ -98,21 +100,21 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
 
 
 def test_the_cache_is_bounded(monkeypatch, tmp_path):
-    """The panels a thread allocates: one per block column while they fit in
-    ``CACHE_BYTES``, fewer (at least one) when not."""
+    """A thread's panels: one per block column while they fit in ``CACHE_BYTES``; at
+    most ``CACHE_BYTES`` for any B (a panel of all of j for 10^6 rows and columns of B
+    would be 256 MB)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
-    k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype="float32")
-    alloc = next(n for n in nodes(k.llir) if isinstance(n, ir.Alloc) and n.array.name == "B_panel0")
-    assert not alloc.zeroed  # every read follows the packing
-    panel = BLOCK[1] * 2 * tile_width()  # elements of one panel of operands' B
-    size = _evaluate(alloc.size, {"n_k_blk": 5, "n_j": 2 * tile_width() + 5})
-    assert size == 5 * panel
-    monkeypatch.setattr(panels, "CACHE_BYTES", slots_of(2))
-    k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype="float64")
-    alloc = next(n for n in nodes(k.llir) if isinstance(n, ir.Alloc) and n.array.name == "B_panel0")
-    width = tile_width() // 2  # float64: half the lanes
-    huge = _evaluate(alloc.size, {"n_k_blk": 10**6, "n_j": 10**6})
-    assert huge == BLOCK[1] * width * (10**6 // width)  # one panel, whatever B's rows
+    for dtype, size in (("float32", 4), ("float64", 8)):
+        k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype=dtype)
+        alloc = next(
+            n for n in nodes(k.llir) if isinstance(n, ir.Alloc) and n.array.name == "B_panel0"
+        )
+        assert not alloc.zeroed  # every read follows the packing
+        width = tile_width() * 4 // size
+        held = _evaluate(alloc.size, {"n_k_blk": 5, "n_j": 2 * width + 5})
+        assert held == 5 * BLOCK[1] * 2 * width
+        huge = _evaluate(alloc.size, {"n_k_blk": 10**6 // 8, "n_j": 10**6})
+        assert panels.CACHE_BYTES // 2 < huge * size <= panels.CACHE_BYTES
 
 
 def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:

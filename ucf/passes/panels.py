@@ -65,7 +65,8 @@ def packed(
     lanes: int,
     groups: int | None,
     wide: bool,
-) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
+    chunk: Var,
+) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt], int]:
     """The panels of the nest's factors that every group of rows shares: per factor
     (``_shared``), its panel and the place in it of the tile's row at the reduction
     loop's step; and the statements that fill them, to run before the loop over groups
@@ -75,33 +76,41 @@ def packed(
     ``groups`` None: counted at the call, taken to be many).
 
     A panel holds, tile after tile, the tile's ``width`` values of each step of the
-    reduction loop; it is as long as the ``j`` range, so its length must be known
-    where it is allocated (from the function's parameters)."""
+    reduction loop, for the tiles of one ``chunk`` of the ``j`` range: the last value
+    returned is the tiles of a chunk, which bounds a panel to ``CACHE_BYTES`` (the
+    caller loops over chunks around the groups of rows; one chunk unless ``j`` runs over
+    some 100,000 float32 columns). Its length must be known where it is allocated (from
+    the function's parameters)."""
     j, red = nest.inner.var.name, nest.red
     span = ir.sub(nest.inner.end, nest.inner.start)
     if not names(span) <= state.params:
-        return {}, []
+        return {}, [], 0
     steps = red_steps(nest)
     rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
     factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
     if not factors:
-        return {}, []
+        return {}, [], 0
     cached = _cache_key(state, factors, steps, {j, red.var.name})
     least = WIDE_PACK_GROUPS if wide else PACK_GROUPS
     if cached is None and groups is not None and groups < least:
-        return {}, []
+        return {}, [], 0
     depth = trip_bound(red)
+    elem = max(SIZES.get(f.type, 8) for f in factors)
+    per_chunk = max(1, CACHE_BYTES // (depth * width * elem))
     step, at = Var(state.fresh(red.var.name), I64), Var(state.fresh("j_tile"), I64)
-    length = ir.mul(Const(depth * width, I64), ir.Bin("/", span, Const(width, I64)))
+    whole = ir.Bin("/", span, Const(width, I64))
+    length = ir.mul(Const(depth * width, I64), ir.Bin("min", whole, Const(per_chunk, I64)))
+    chunks = ir.Bin("/", ir.add(whole, Const(per_chunk - 1, I64)), Const(per_chunk, I64))
+    lo = ir.mul(chunk, Const(per_chunk, I64))  # the chunk's first tile
     slot = base = None
     decls: list[ir.Stmt] = []
     if cached is not None:
-        key, extent = cached
-        elem = max(SIZES.get(f.type, 8) for f in factors)
-        # slots: as many as the coordinate has values, as the cache holds, at least one
+        coordinate, extent = cached
+        key = ir.add(ir.mul(coordinate, chunks), chunk)
+        # slots: as many as the panels of the call, as the cache holds, at least one
         bytes_ = ir.Bin("max", ir.mul(length, Const(elem, I64)), Const(1, I64))
         room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
-        slots = ir.Bin("max", ir.Bin("min", extent, room), Const(1, I64))
+        slots = ir.Bin("max", ir.Bin("min", ir.mul(extent, chunks), room), Const(1, I64))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
         decls = [ir.Decl(slot, ir.Bin("%", key, slots)), ir.Decl(base, ir.mul(slot, length))]
 
@@ -113,14 +122,14 @@ def packed(
 
     panels: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
     copies: list[ir.Stmt] = []
-    first = ir.add(nest.inner.start, ir.mul(at, Const(width, I64)))
+    first = ir.add(nest.inner.start, ir.mul(ir.add(lo, at), Const(width, I64)))
     for factor in factors:
         load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
         panel = ir.Array(state.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type)
         state.panels.append(panel)
         state.sizes.append(length if slot is None else ir.mul(slots, length))
         state.unzeroed.add(panel.name)  # read only where filled (its block's, or tagged)
-        panels[factor] = (panel, row(tile, red.var))
+        panels[factor] = (panel, row(ir.sub(tile, lo), red.var))
         source = substitute(substitute(factor, steps), {red.var.name: step})
         for v in range(0, width, lanes):
             value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
@@ -128,7 +137,8 @@ def packed(
     # Tile by tile, the panel written in order: the other order (a row of the factor
     # read in order, written a tile's rows apart, 4 KB for 32 steps of 32 floats) copied
     # a 1024x1024 float32 B at 18 GB/s against 41 (C micro-benchmark, one Zen 5 thread).
-    tiles = ir.For(at, Const(0, I64), count, [ir.For(step, red.start, red.end, copies)])
+    held = ir.Bin("min", ir.sub(count, lo), Const(per_chunk, I64))
+    tiles = ir.For(at, Const(0, I64), held, [ir.For(step, red.start, red.end, copies)])
     fill: list[ir.Stmt] = [tiles]
     copied = ", ".join(f"{named(x)} into {p.name}" for x, (p, _) in panels.items())
     loop = nest.rows.label or nest.rows.var.name
@@ -137,18 +147,19 @@ def packed(
         state.notes.append(
             f"registers: {copied} packed before each {loop} loop, for its {counted}groups of rows"
         )
-        return panels, fill
+        return panels, fill, per_chunk
     tags = ir.Array(state.fresh("panel_tags"), "i64")
     state.panels.append(tags)
     state.sizes.append(slots)
     state.notes.append(
-        f"registers: {copied} packed once per call and thread for each {key.name}, in a cache of "
-        f"{CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that {key.name}"
+        f"registers: {copied} packed once per call and thread for each {coordinate.name}, in a "
+        f"cache of {CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that "
+        f"{coordinate.name}"
     )
     # a tag holds the coordinate of the panel in its slot, plus one (0: empty)
     tag = ir.add(key, Const(1, I64))
     absent = ir.Cmp("!=", ir.Load(tags, slot), tag)
-    return panels, [*decls, ir.If(absent, [*fill, ir.Store(tags, slot, tag)])]
+    return panels, [*decls, ir.If(absent, [*fill, ir.Store(tags, slot, tag)])], per_chunk
 
 
 def _cache_key(

@@ -171,10 +171,16 @@ class _Rewriter(TileState):
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            kernel, packed, pack = paired(self, nest, tile, count, width) or (
-                nest,
-                *panels.packed(self, nest, tile, count, width, lanes, shared, rows == WIDE_ROWS),
-            )
+            chunk = Var(self.fresh("j_chunk"), I64)
+            by_pairs = paired(self, nest, tile, count, width)
+            if by_pairs is not None:
+                (kernel, packed, pack), per_chunk = by_pairs, 0
+            else:
+                wide = rows == WIDE_ROWS
+                kernel, (packed, pack, per_chunk) = (
+                    nest,
+                    panels.packed(self, nest, tile, count, width, lanes, shared, wide, chunk),
+                )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
                 places = [s for s in pack if isinstance(s, ir.Decl)]
                 filling = [s for s in pack if not isinstance(s, ir.Decl)]
@@ -186,8 +192,18 @@ class _Rewriter(TileState):
             # j serving every group, to reuse the other factor's tile from L1) measured
             # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
             # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
-            inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+            if packed and per_chunk:  # the groups run over each chunk of a bounded panel
+                lo = ir.mul(chunk, Const(per_chunk, I64))
+                hi = ir.Bin("min", count, ir.add(lo, Const(per_chunk, I64)))
+                inner = ir.For(tile, lo, hi, [at, *micro])
+            else:
+                inner = ir.For(tile, Const(0, I64), count, [at, *micro])
             tiles = ir.For(group, Const(0, I64), groups, [*decls, *fill, inner])
+            if packed and per_chunk:
+                chunks = ir.Bin(
+                    "/", ir.add(count, Const(per_chunk - 1, I64)), Const(per_chunk, I64)
+                )
+                tiles, pack = ir.For(chunk, Const(0, I64), chunks, [*pack, tiles]), []
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
