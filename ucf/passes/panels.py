@@ -112,7 +112,10 @@ def packed(
         room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
         slots = ir.Bin("max", ir.Bin("min", ir.mul(extent, chunks), room), Const(1, I64))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
-        decls = [ir.Decl(slot, ir.Bin("%", key, slots)), ir.Decl(base, ir.mul(slot, length))]
+        # a coordinate is not negative, but a slot must be a place in the cache whatever
+        # the key: ((key % slots) + slots) % slots, once per block
+        place = ir.Bin("%", ir.add(ir.Bin("%", key, slots), slots), slots)
+        decls = [ir.Decl(slot, place), ir.Decl(base, ir.mul(slot, length))]
 
     def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
         place = ir.mul(
