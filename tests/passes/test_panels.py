@@ -55,20 +55,20 @@ def slots_of(n: int) -> int:
 
 
 # (case, panels the cache holds: None for the default, which holds them all; 0 for fewer
-# bytes than a panel, whose tiles of columns are then packed and run one at a time)
+# bytes than a panel, whose tiles of columns are then packed and run one at a time;
+# threads, each with a cache of its own)
 CASES = [
-    ("spread", None),
-    ("spread", 2),
-    ("spread", 1),
-    ("spread", 0),
-    ("single", None),
-    ("empty", None),
+    ("spread", None, 2),
+    ("spread", 2, 1),
+    ("spread", 1, 2),
+    ("spread", 0, 1),
+    ("single", None, 1),
+    ("empty", None, 2),
 ]
 
 
 @needs_cc
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("case, held", CASES)
+@pytest.mark.parametrize("case, held, threads", CASES)
 def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
