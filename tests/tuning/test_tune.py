@@ -470,8 +470,7 @@ def test_a_nest_whose_first_call_was_stopped_is_not_run_again(cache, monkeypatch
     """Once a loop nest (order and workspaces) ran past the limit, the schedules that only
     split, bound or parallelize its loops are pruned with the reason, neither compiled
     nor called (each such call cost a stopped child and a new one: 1.4 s a trial, 98 of the
-    112 schedules of SpGEMM's sweep); another nest is still run, and the variants of a
-    nest whose first call ended within the limit run without the child."""
+    112 schedules of SpGEMM's sweep); another nest is still run, and wins on its time."""
     n = 60
     A = sp.random(n, n, density=0.1, format="csc", random_state=1)
     B = np.random.default_rng(2).random((n, 8))
@@ -500,9 +499,6 @@ def test_a_nest_whose_first_call_was_stopped_is_not_run_again(cache, monkeypatch
     assert len(probed) == len(built) == 1  # the split variant was neither built nor called
     other = "reorder(j, i, k)"  # another nest: probed, run, timed, and it agrees with scipy
     assert objective.measure(parse_schedule(other), v) > 0 and len(probed) == 2
-    # a variant of a nest whose first call ended within the limit needs no child
-    variant = other + "; split(k, ko, ki, 4)"
-    assert objective.measure(parse_schedule(variant), v) > 0 and len(probed) == 2
     k = ucf.compile(CSC_SPMM, formats={"A": "csc"}, schedule=other)
     np.testing.assert_allclose(k(**ops).to_numpy(), A @ B, rtol=1e-12)
 

@@ -210,7 +210,6 @@ class Objective:
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
     _baselines: list[float] = field(default_factory=list, repr=False)
     _stopped: dict[tuple[str, tuple], str] = field(default_factory=dict, repr=False)
-    _ran: set[tuple[str, tuple]] = field(default_factory=set, repr=False)  # nests within it
     _timed: int = field(default=0, repr=False)  # trials timed since the default last was
 
     def rebase(self) -> float:
@@ -285,9 +284,7 @@ class Objective:
         # The loop nest: what a schedule iterates over. Splits, bounds and threads
         # reshape its loops but keep its work, so they do not bring a nest whose first
         # call ran past the limit (``probe.LIMIT`` times the default's) back into the
-        # race (each such schedule would cost a stopped child and a new one), and the
-        # schedules of a nest whose first call in the child ended within it need no
-        # child, as the default's nest needs none.
+        # race; each such schedule would cost a stopped child and a new one.
         nest = (self.scope(v.formats), tuple(probe.normalized(commands, probe.RESHAPING)))
         if nest in self._stopped:
             raise UcfError(
@@ -298,8 +295,7 @@ class Objective:
         k = self.kernel(commands, v.formats)
         seconds = probe.limit(self.baseline)
         default = self.default_schedule if v.formats == self.formats else None
-        needed = probe.needed(commands, self.extents, seconds, default)
-        if self.baseline > 0 and nest not in self._ran and needed:
+        if self.baseline > 0 and probe.needed(commands, self.extents, seconds, default):
             from ucf.toolchain.jit import num_threads
 
             request = probe.Call(
@@ -318,7 +314,6 @@ class Objective:
             except probe.TrialTimeout:
                 self._stopped[nest] = spelled(commands)
                 raise
-            self._ran.add(nest)  # its work is measured, as the default's is: see probe.needed
             if first > LOST * enough + FIRST_CALL:  # its call here would only confirm it
                 raise UcfError(
                     f"its first call took {first * 1e3:.4g} ms, over {LOST} times the "
