@@ -282,9 +282,10 @@ class Objective:
 
         commands = as_commands(schedule)
         # The loop nest: what a schedule iterates over. Splits, bounds and threads
-        # reshape its loops but keep its work, so they do not bring a nest whose first
-        # call ran past the limit (``probe.LIMIT`` times the default's) back into the
-        # race; each such schedule would cost a stopped child and a new one.
+        # reshape its loops (a split of a co-iterated loop can add work, never take
+        # most of it away), so they do not bring a nest whose first call ran past the
+        # limit (``probe.LIMIT`` times the default's) back into the race; each such
+        # schedule would cost a stopped child and a new one.
         nest = (self.scope(v.formats), tuple(probe.normalized(commands, probe.RESHAPING)))
         if nest in self._stopped:
             raise UcfError(
