@@ -32,7 +32,8 @@ rounds after a warm-up (each sample at least 2 ms of calls), and the medians com
 a row that misses a target is raced again, its two kernels alone for twice the
 rounds, and that race decides (the first race's ratio is printed beside). A study
 that keeps the default returns the default's kernel: its column shows the default's
-samples, since two timings of one kernel differ by up to 25 % on a busy machine.
+samples, since two timings of one kernel differ by up to 25 % on a busy machine; a
+sweep that chose the study's schedule shows the tuned kernel's samples likewise.
 With ``--old-ucf`` a child process imports ucf from that checkout and times its
 default beside the same reference on the same operands; its ratio to the reference,
 over the tuned kernel's, is the speed-up over main 6418680's default (two processes,
