@@ -38,7 +38,7 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
             product = product.body
         # A term with no sum of its own (A(i,j) in A(i,j) + B(i,k)*C(k,j)) is a producer
         # of its own too, scattered once per row beside the others' sums.
-        if not _product(product):
+        if not is_product(product):
             return False
         found.append((sign, product))
         return True
@@ -46,9 +46,10 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
     return found if walk(body, 1) and len(found) > 1 else None
 
 
-def _product(e: Expr) -> bool:
+def is_product(e: Expr) -> bool:
+    """A product of tensor accesses: what precompute can compute into a workspace."""
     if isinstance(e, Binary):
-        return e.op == "*" and _product(e.left) and _product(e.right)
+        return e.op == "*" and is_product(e.left) and is_product(e.right)
     return isinstance(e, Access)
 
 

@@ -1,0 +1,148 @@
+"""The default schedule of a product whose stored orders make the plain loop order an
+inner product: ``C(i,k) = A(i,j)*B(k,j)`` (``A @ B.T``) on CSR operands.
+
+The loop order that follows every operand's storage (or converts the fewest) puts the
+sum over ``j`` inside both output variables, so every pair ``(i, k)`` intersects a row
+of A with a row of B: pairs times fiber lengths, quadratic in the extents, whatever
+the product's work. Reading the transposed operands the other way round (a copy
+converted before each call, ``convert(B)``: linear in its entries, plus a sort) lets
+the loops run ``i, j, k``: Gustavson's row workspace over ``k`` for a sparse output,
+scattering into the row of a dense one, work linear in the products' multiply-adds.
+The model compares the two estimates and says in ``k.cin`` which it chose; with no
+statistics (compiling before any call) it takes the linear plan, since the other is
+the cliff. A sparse operand over every output variable (the mask of
+``A(i,k)*A(i,j)*B(k,j)``) visits only its own entries, so nothing is changed then.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ucf.cin.concretize import level_vars
+from ucf.cin.notation import CIN
+from ucf.format.format import Format
+from ucf.lang.ast import Access, accesses, text
+from ucf.lang.reductions import peel
+from ucf.schedule.commands import Command, Convert, PrecomputeCommand, Reorder
+from ucf.schedule.gathering import is_product
+
+#: Converting an operand costs about this many steps per stored entry (a counting pass,
+#: a scatter, and a sort of each converted fiber).
+CONVERT_STEPS = 4.0
+
+
+@dataclass
+class Linear:
+    """A plan linear in the work: its commands and the loop order they leave."""
+
+    commands: list[Command]
+    order: list[str]
+
+
+def plan(
+    cin: CIN, stats, why: list[str], stored: dict[str, Format] | None = None
+) -> Linear | None:
+    """The linear plan for ``cin`` when its plain loop order co-iterates every output
+    entry with the intersection of sparse fibers and the estimates (or the lack of
+    them) favour it (``stored``: the operands' formats as given, where ``cin`` reads
+    some converted); appends to ``why`` the line that says which was chosen and why.
+    None where the plain order has no such cliff."""
+    stmt = cin.statement
+    summed, body = peel(stmt.rhs)
+    outs = cin.output_vars
+    if not summed or not is_product(body) or cin.nested_vars or not outs:
+        return None
+    found = accesses(body)
+    stored = stored or {}
+    formats = [stored.get(a.tensor, cin.slots[n].format) for n, a in enumerate(found)]
+    sparse = [(a, f) for a, f in zip(found, formats, strict=True) if not f.is_dense]
+    if any(set(outs) <= _vars(a) for a, _ in sparse):
+        return None  # a mask: only its entries are visited
+    order = list(cin.order)
+    last_out = max(order.index(v) for v in outs)
+    inner = [r for r in summed if order.index(r) > last_out]
+    if not inner or sum(1 for a, _ in sparse if set(inner) & _vars(a)) < 2:
+        return None
+    out_fmt = cin.output_format
+    v = outs[out_fmt.mode_order[-1]]
+    lead = [outs[m] for m in out_fmt.mode_order[:-1]]
+    target = [*lead, *[r for r in order if r in summed], v]
+    pos = {w: k for k, w in enumerate(target)}
+    converted = []
+    for a, f in sparse:
+        levels = level_vars(a, f, target)
+        if any(pos[x] >= pos[y] for x, y in zip(levels, levels[1:], strict=False)):
+            converted.append(a.tensor)
+    converted = list(dict.fromkeys(converted))
+    commands: list[Command] = [Convert(t) for t in converted]
+    if target != order:
+        commands.append(Reorder(tuple(target)))
+    sparse_out = not out_fmt.is_dense
+    if sparse_out:
+        commands.append(PrecomputeCommand(text(body), v, v))
+    pairs = ", ".join(outs)
+    how = (
+        f"Gustavson's row workspace over {v}"
+        if sparse_out
+        else f"scattering into each row of {stmt.lhs.tensor} over {v}"
+    )
+    reading = (
+        f"reading {', '.join(converted)} converted to the loop order {', '.join(target)}"
+        if converted
+        else f"loop order {', '.join(target)}"
+    )
+    inner_text = ", ".join(inner)
+    work = _estimates(cin, stats, sparse, inner, converted)
+    if work is None:
+        why.append(
+            f"default: {reading}, {how}: work linear in the product's multiply-adds, where "
+            f"the loop order {', '.join(order)} co-iterates every ({pairs}) with the "
+            f"fibers over {inner_text} (the extents are unknown before a call)"
+        )
+        return Linear(commands, target)
+    linear, visits = work
+    if linear >= visits:
+        why.append(
+            f"default: loop order {', '.join(order)} co-iterates every ({pairs}) with the "
+            f"fibers over {inner_text}, about {visits:.2g} steps, against about "
+            f"{linear:.2g} for {reading}, {how}"
+        )
+        return None
+    why.append(
+        f"default: {reading}, {how}: about {linear:.2g} steps (multiply-adds and "
+        f"conversions), where the loop order {', '.join(order)} would co-iterate every "
+        f"({pairs}) with the fibers over {inner_text}, about {visits:.2g} steps"
+    )
+    return Linear(commands, target)
+
+
+def _estimates(cin: CIN, stats, sparse, inner, converted) -> tuple[float, float] | None:
+    """(the linear plan's steps, the inner-product plan's): multiply-adds plus
+    ``CONVERT_STEPS`` per converted entry, against every output entry times the
+    lengths of the sparse fibers over ``inner`` it co-iterates."""
+    if stats is None or any(a.tensor not in stats.nnz for a, _ in sparse):
+        return None
+    ext = stats.extents
+    found = accesses(peel(cin.statement.rhs)[1])
+    variables = {w for a in found for w in _vars(a)}
+    products = float(math.prod(ext.get(w, 1) for w in variables))
+    for a, _ in sparse:
+        products *= min(1.0, stats.nnz[a.tensor] / max(_size(a, ext), 1))
+    outs = set(cin.output_vars)
+    pairs = float(math.prod(ext.get(w, 1) for w in outs))
+    per_pair = 0.0
+    for a, _ in sparse:
+        if set(inner) & _vars(a):
+            fixed = math.prod(ext.get(w, 1) for w in _vars(a) if w in outs)
+            per_pair += stats.nnz[a.tensor] / max(fixed, 1)
+    moved = sum(stats.nnz[t] for t in converted)
+    return products + CONVERT_STEPS * moved, pairs * max(per_pair, 1.0)
+
+
+def _vars(a: Access) -> set[str]:
+    return {w for i in a.indices for w in i.variables}
+
+
+def _size(a: Access, ext: dict[str, int]) -> int:
+    return math.prod(ext.get(w, 1) for i in a.indices for w in i.variables)
