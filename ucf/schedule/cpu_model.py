@@ -32,7 +32,7 @@ from ucf.schedule.commands import (
     Reorder,
     SplitCommand,
 )
-from ucf.schedule.gathering import is_product, terms, workspaces
+from ucf.schedule.gathering import distributed, is_product, terms, workspaces
 from ucf.schedule.records import Parallel
 
 #: A loop shared out over CPU threads, each iteration independent.
@@ -238,7 +238,7 @@ def _workspaces(
     stmt = cin.statement
     if terms(stmt.rhs) is not None:
         if list(storage_order) == list(cin.order):
-            return []
+            return distributed(cin, stats, why)
         return workspaces(cin, stats, why)
     if cin.output_format.is_dense:
         return []
