@@ -1,6 +1,6 @@
 """Products with a transposed operand (``A.T@B``, ``A@B.T``, ``A.T@B.T`` on CSR): the
 default reads the transposed operands converted and runs Gustavson's order instead of
-co-iterating every output pair (``ucf.schedule.transposed``), checked against scipy on
+co-iterating every output pair (``ucf.schedule.transposed_products``), checked against scipy on
 both CPU targets into sparse and dense outputs; the plans of statements whose stored
 order fits are not touched."""
 

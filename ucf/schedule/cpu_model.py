@@ -23,7 +23,7 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import transposed
+from ucf.schedule import transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -133,7 +133,7 @@ def propose(
     loop nest, which every statement has. (A call whose work is below
     ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
     ws_why: list[str] = []
-    linear = transposed.plan(cin, stats, ws_why, stored)
+    linear = transposed_products.plan(cin, stats, ws_why, stored)
     if linear is not None:
         plans = [(linear.commands, linear.order)]
     else:

@@ -306,7 +306,7 @@ class Convert(Command):
     levels against their storage reads a copy of B converted to that order before each
     call (a ``ConversionWarning``, and a line in ``k.cin``), as an operand no loop order
     can follow is read already. The default uses it where reading a transposed operand
-    the other way round makes the work linear (``ucf.schedule.transposed``)."""
+    the other way round makes the work linear (``ucf.schedule.transposed_products``)."""
 
     tensor: str
     name: ClassVar[str] = "convert"
