@@ -11,6 +11,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ucf
 from tests.helpers import TARGETS, rand_sparse
@@ -121,8 +123,8 @@ def test_fitting_plans_are_unchanged(expr, formats):
     transposed plan (their C source was compared byte for byte before and after, with
     250 fuzz-drawn statements: identical)."""
     stats = Stats({v: 300 for v in "ijkl"}, {n: 3000 for n in "ABS"})
-    for st in (None, stats):
-        chosen = _first(expr, formats, st)
+    for known in (None, stats):
+        chosen = _first(expr, formats, known)
         assert not any(str(c).startswith("convert") for c in chosen.commands)
         assert not any("converted to the loop order" in w for w in chosen.why)
 
@@ -196,3 +198,32 @@ def test_distributing_compares_the_estimates():
     kept = _first(SPMVS, formats, sparse_rows)
     assert not any(str(c).startswith("precompute") for c in kept.commands)
     assert any("co-iterating A and B, about" in w for w in kept.why)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.permutations("ij"),
+    st.permutations("jk"),
+    st.sampled_from(["csr", "csc", "dcsr", "dense"]),
+    st.sampled_from(["csr", "csc", "dcsr"]),
+    st.sampled_from(["csr", "csc", "dense"]),
+    st.tuples(*[st.integers(0, 6)] * 3),
+    st.sampled_from(["llvm", "c"]),
+)
+def test_random_transposed_products(ia, jb, fa, fb, out, shape, target):
+    """Products of two matrices, each read in either index order and stored in any of
+    these formats, into any of these outputs, with empty extents: the default's plan
+    (whatever it converts) against numpy."""
+    extents = dict(zip("ijk", shape, strict=True))
+    rng = np.random.default_rng(sum(shape))
+    a = rand_sparse(rng, [extents[v] for v in ia], 0.4)
+    b = rand_sparse(rng, [extents[v] for v in jb], 0.4)
+    expr = f"C(i,k) = A({','.join(ia)})*B({','.join(jb)})"
+    formats = {"B": fb, "C": out, **({} if fa == "dense" else {"A": fa})}
+    k = ucf.compile(expr, formats=formats, target=target)
+    ops = {"A": ucf.from_numpy(a, format=fa), "B": ucf.from_numpy(b, format=fb)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        got = k(shapes=extents, **ops).to_numpy()
+    want = np.einsum(f"{''.join(ia)},{''.join(jb)}->ik", a, b)
+    np.testing.assert_array_equal(got, want)
