@@ -110,6 +110,7 @@ def test_the_model_compares_the_estimates():
         ("y(i) = A(j,i)*x(j)", {"A": "csr"}),
         ("C(i,j) = A(i,k)*B(k,j)", {"A": "csr"}),
         ("C(i,j) = A(k,i)*B(k,j)", {"A": "csr"}),
+        ("C(i,k) = A(i,j)*B(k,j)", {"B": "csr"}),  # dense @ sparse.T: a dot per entry
         ("C(i,j) = A(i,k)*B(k,j)", {"A": "csr", "B": "csr", "C": "csr"}),
         ("C(i,j) = A(i,k)*B(k,j)", {"A": "csr", "B": "csr"}),
         ("C(i,j) = A(i,k)*B(k,j)", {"A": "csc", "B": "csc", "C": "csc"}),

@@ -129,10 +129,11 @@ def plan(cin: CIN, stats, why: list[str], stored: dict[str, Format] | None = Non
 
 def _scatters(order: list[str], lead: list[str], reductions: list[str], v: str) -> bool:
     """Whether ``order`` writes a dense output at a sparse operand's coordinates (over
-    ``v``) without finishing a row first: the innermost loop is not ``v``, or a
-    reduction runs outside a variable of the rows (``lead``)."""
+    ``v``) without finishing a row first: its innermost loop runs over a variable of
+    the rows (``lead``), or a reduction runs outside one. (An innermost reduction, a
+    dot product per entry, writes each entry once.)"""
     pos = {w: k for k, w in enumerate(order)}
-    return order[-1] != v or any(pos[r] < pos[w] for r in reductions for w in lead)
+    return order[-1] in lead or any(pos[r] < pos[w] for r in reductions for w in lead)
 
 
 def _converted(sparse, target: list[str]) -> list[str]:
