@@ -68,7 +68,7 @@ def scheduled(
         (frozenset(str(a) for a in accesses(pc.statement.rhs)), prov.origins(pc.var)[0])
         for pc in applied.precompute
     ]
-    new = concretize(stmt, fmts, computed, order=order, gathered=gathered)
+    new = concretize(stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free))
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
