@@ -95,6 +95,8 @@ def plan(cin: CIN, stats, why: list[str], stored: dict[str, Format] | None = Non
     target, converted = min(
         ((t, _converted(sparse, t)) for t in targets), key=lambda tc: len(tc[1])
     )
+    if not converted:
+        return None  # the order follows storage: the plain plans (Gustavson's) have it
     commands: list[Command] = [Convert(t) for t in converted]
     if target != order:
         commands.append(Reorder(tuple(target)))
@@ -103,9 +105,7 @@ def plan(cin: CIN, stats, why: list[str], stored: dict[str, Format] | None = Non
         how = f"Gustavson's row workspace over {v}"
     else:
         how = f"scattering into each row of {stmt.lhs.tensor} over {v}"
-    reading = f"loop order {', '.join(target)}"
-    if converted:
-        reading = f"reading {', '.join(converted)} converted to the {reading}"
+    reading = f"reading {', '.join(converted)} converted to the loop order {', '.join(target)}"
     work = _estimates(cin, stats, sparse, inner, converted)
     if work is None:
         why.append(
