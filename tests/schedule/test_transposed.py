@@ -120,9 +120,10 @@ def test_the_model_compares_the_estimates():
     ],
 )
 def test_fitting_plans_are_unchanged(expr, formats):
-    """Statements whose stored order fits get no conversion and no reason of the
-    transposed plan (their C source was compared byte for byte before and after, with
-    250 fuzz-drawn statements: identical)."""
+    """Statements whose stored order fits get no conversion, no reorder and no reason of
+    the transposed plan. (Their C source and k.cin, with those of 250 fuzz-drawn
+    statements, were compared byte for byte with main's: identical, but for the sums
+    distributed over terms that read different sparse operands.)"""
     stats = Stats({v: 300 for v in "ijkl"}, {n: 3000 for n in "ABS"})
     for known in (None, stats):
         chosen = _first(expr, formats, known)
