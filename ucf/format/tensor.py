@@ -33,8 +33,9 @@ from ucf.errors import (
     boundary,
 )
 from ucf.format.arraylike import ArrayLike
+from ucf.format.convert import relevel
 from ucf.format.encoding import check_scales, decode, encode
-from ucf.format.format import CSC, CSR, Format, parse_format
+from ucf.format.format import Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.storage import (
     as_shape,
@@ -388,17 +389,7 @@ class Tensor(ArrayLike):
         if self.format.is_dense or fmt.fill != self.format.fill:
             # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
-            # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
-            m = self.to_scipy()
-            m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
-            m.eliminate_zeros()
-            return INTERCHANGE["from_scipy"](m, fmt, dt, idt)
-        coords, vals = self.to_coo()
-        keep = vals != fmt.fill
-        if not keep.all():
-            coords, vals = coords[keep], vals[keep]
-        return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
+        return relevel(self, fmt, dt, idt)
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
         """``convert`` where either side holds values numpy has no type for: through

@@ -1,0 +1,188 @@
+"""Converting a sparse tensor to another format in time linear in its entries.
+
+A tensor's stored entries come out of its levels already sorted (and unique) in its
+own level order, so a conversion need not sort them as if they came in any order,
+as packing user coordinates must (``storage.sort_sum``). The target's level
+coordinates are computed from the mode coordinates, and then only the levels the
+source order does not already sort are sorted: least significant first, each by a
+stable counting sort (scipy's CSR-to-CSC transpose, the same linear pass scipy's
+own ``tocsc`` makes). CSR to COO or DCSR sorts nothing; CSR to CSC or DCSC sorts
+one level; blocked targets sort at most two keys, the levels below a block's row
+merged into one.
+
+Kernels that read an operand in another format than it is stored in convert it on
+every call (the ConversionWarning of ``ucf.exec``), so this is on their hot path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from ucf.format.format import Format, parse_format
+from ucf.format.levels import checks
+from ucf.format.storage import describe_level
+
+if TYPE_CHECKING:
+    from ucf.format.tensor import Tensor
+
+
+#: The matrix formats built straight from scipy's compressed rows or columns, by how
+#: the rows or columns of the compressed matrix become their levels.
+COMPRESSED_TARGETS = {
+    parse_format(name, order=2): name for name in ("csr", "csc", "dcsr", "dcsc", "coo")
+}
+
+
+def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> Tensor:
+    """``t`` (plain values, not dense) in format ``fmt`` (plain, same fill) with values
+    of ``dt`` and indices of ``idt``; stored fill values are dropped. Shares no array
+    with ``t``."""
+    from ucf.format.tensor import Tensor, pack
+
+    name = COMPRESSED_TARGETS.get(fmt.structure) if not fmt.fill else None
+    if name is not None:
+        levels, vals = from_compressed(t, name, fmt, idt)
+        return Tensor(t.shape, fmt, levels, vals.astype(dt, copy=True), idt, check=False)
+    src = t.format
+    cols, count = t.columns()
+    vals = t.numbers()
+    modes = mode_columns(src, cols, count)
+    keep = vals != fmt.fill
+    if src.blocked:  # the padding of partial blocks lies outside the shape
+        for mode, d in enumerate(t.shape):
+            keep &= modes[mode] < d
+    if not keep.all():
+        modes = [c[keep] for c in modes]
+        vals = vals[keep]
+    lcols = [modes[m.mode] if m.plain else m.coordinate(modes[m.mode]) for m in fmt.maps]
+    dims = fmt.level_dims(t.shape)
+    perm = lexicographic_order(lcols, dims)
+    lc = np.empty((len(vals), len(lcols)), dtype=np.int64, order="F")
+    for j, c in enumerate(lcols):
+        if perm is None:
+            lc[:, j] = c
+        else:
+            np.take(c, perm, out=lc[:, j])
+    vals = vals.astype(dt, copy=True) if perm is None else vals[perm].astype(dt, copy=False)
+    return pack(t.shape, fmt, lc, vals, idt, sorted_unique=True)
+
+
+def from_compressed(
+    t: Tensor, name: str, fmt: Format, idt: np.dtype
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """The levels of matrix ``t`` in format ``name`` (csr, csc, dcsr, dcsc or coo) and its
+    values (maybe ``t``'s own), from scipy's canonical compressed rows (columns for csc
+    and dcsc): scipy converts between its layouts in linear time, and every level of
+    these formats is indptr, indices, or the rows (columns) that hold entries."""
+    m = t.to_scipy()
+    m = m.tocsc() if name in ("csc", "dcsc") else m.tocsr()  # scipy's own, or a new one
+    if not m.has_sorted_indices:  # an unordered (Q) source's
+        m = m.sorted_indices()
+    if not m.data.all():  # stored zeros are dropped; never in t's own arrays
+        m = m.copy()
+        m.eliminate_zeros()
+    indptr, indices, nnz = m.indptr, m.indices, m.nnz
+    dims = fmt.level_dims(t.shape)
+    for lvl, kind in enumerate(fmt.levels):
+        if kind.arrays:
+            checks.fits(describe_level(fmt, lvl), "dimension", dims[lvl] - 1, idt)
+    checks.fits(describe_level(fmt, len(dims) - 1), "position count", nnz, idt)
+    crd = indices.astype(idt, copy=True)
+    if name in ("csr", "csc"):
+        return [{}, {"pos": indptr.astype(idt, copy=True), "crd": crd}], m.data
+    if name == "coo":
+        rows = np.repeat(np.arange(len(indptr) - 1, dtype=idt), np.diff(indptr))
+        return [{"pos": np.array([0, nnz], dtype=idt), "crd": rows}, {"crd": crd}], m.data
+    held = np.flatnonzero(np.diff(indptr))  # the rows (columns) with entries
+    outer = {"pos": np.array([0, len(held)], dtype=idt), "crd": held.astype(idt)}
+    pos = np.empty(len(held) + 1, dtype=idt)
+    pos[0] = 0
+    pos[1:] = indptr[held + 1]
+    return [outer, {"pos": pos, "crd": crd}], m.data
+
+
+def mode_columns(fmt: Format, cols: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """Level coordinate columns as one column per mode (the level's own column where a
+    level stores a mode whole): the sum of its levels' coordinates times their ``div``."""
+    modes: list[np.ndarray | None] = [None] * fmt.order
+    for col, m in zip(cols, fmt.maps, strict=True):
+        part = col * m.div if m.div != 1 else col
+        modes[m.mode] = part if modes[m.mode] is None else modes[m.mode] + part
+    return [np.zeros(count, dtype=np.int64) if c is None else c for c in modes]
+
+
+def lexicographic_order(cols: list[np.ndarray], dims: list[int]) -> np.ndarray | None:
+    """The permutation that sorts entries by ``cols`` (one column per level, column
+    ``j`` in ``0..dims[j]-1``) lexicographically; None if they are sorted already.
+
+    Least significant levels first, each pass stable; levels the entries are already
+    sorted by (a suffix of ``cols``) need no pass, and neighbouring levels whose
+    coordinates together span few values share one."""
+    n = len(cols[0]) if cols else 0
+    if n < 2:
+        return None
+    k = sorted_suffix(cols, dims)
+    bound = max(2 * n, 1 << 16)  # a counting sort's cost is linear in n plus its key range
+    perm: np.ndarray | None = None
+    while k > 0:
+        lo, size = k - 1, dims[k - 1]
+        while lo > 0 and size * dims[lo - 1] <= bound:
+            lo -= 1
+            size *= dims[lo]
+        part = cols[lo:k] if perm is None else [c[perm] for c in cols[lo:k]]
+        key = linear_key(part, dims[lo:k])
+        order = stable_order(key, size, bound)
+        perm = order if perm is None else perm[order]
+        k = lo
+    return perm
+
+
+def sorted_suffix(cols: list[np.ndarray], dims: list[int]) -> int:
+    """The first level ``k`` such that the entries are sorted by levels ``k..`` (their
+    coordinates lexicographically non-decreasing), as far as one int64 key holds them:
+    0 when they are sorted by all (a target whose levels start as the source's do),
+    else the levels the source's order already sorts (CSR's rows, as CSC's last level)."""
+    if math.prod(dims) < 2**63 and nondecreasing(linear_key(cols, dims)):
+        return 0
+    k = len(cols)
+    key, span = None, 1
+    while k > 1 and span * dims[k - 1] < 2**63:
+        col = cols[k - 1]
+        key = col if key is None else col * span + key
+        if not nondecreasing(key):
+            break
+        span *= dims[k - 1]
+        k -= 1
+    return k
+
+
+def linear_key(cols: list[np.ndarray], dims: list[int]) -> np.ndarray:
+    """One int64 per entry ordered as its coordinates are lexicographically."""
+    key = cols[0].astype(np.int64, copy=True)
+    for col, d in zip(cols[1:], dims[1:], strict=True):
+        key *= d
+        key += col
+    return key
+
+
+def nondecreasing(key: np.ndarray) -> bool:
+    return not bool(np.any(key[1:] < key[:-1]))
+
+
+def stable_order(key: np.ndarray, size: int, bound: int) -> np.ndarray:
+    """The stable sorting permutation of ``key`` (values in ``0..size-1``): a counting
+    sort, scipy's transpose of the one-row matrix whose entry ``e`` lies in column
+    ``key[e]`` and holds ``e``; a general stable sort where the range is too wide."""
+    n = len(key)
+    if size > bound or max(n, size) >= 2**31:
+        return np.argsort(key, kind="stable")
+    idx = np.int32
+    row = sp.csr_array(
+        (np.arange(n, dtype=idx), key.astype(idx), np.array([0, n], dtype=idx)),
+        shape=(1, size),
+    )
+    return row.tocsc().data.astype(np.int64)
