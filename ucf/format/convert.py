@@ -39,14 +39,15 @@ COMPRESSED_TARGETS = {
 
 def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> Tensor:
     """``t`` (plain values, not dense) in format ``fmt`` (plain, same fill) with values
-    of ``dt`` and indices of ``idt``; stored fill values are dropped. Shares no array
-    with ``t``."""
+    of ``dt`` and indices of ``idt``; stored fill values are dropped. The result may
+    share index and value arrays with ``t`` where they come out unchanged (as scipy's
+    ``tocoo`` shares CSR's)."""
     from ucf.format.tensor import Tensor, pack
 
-    name = COMPRESSED_TARGETS.get(fmt.structure) if not fmt.fill else None
-    if name is not None:
-        levels, vals = from_compressed(t, name, fmt, idt)
-        return Tensor(t.shape, fmt, levels, vals.astype(dt, copy=True), idt, check=False)
+    found = via_scipy(t, fmt, idt) if t.order == 2 and not fmt.fill else None
+    if found is not None:
+        levels, vals = found
+        return Tensor(t.shape, fmt, levels, vals.astype(dt, copy=False), idt, check=False)
     src = t.format
     cols, count = t.columns()
     vals = t.numbers()
@@ -71,31 +72,33 @@ def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> Tensor:
     return pack(t.shape, fmt, lc, vals, idt, sorted_unique=True)
 
 
-def from_compressed(
-    t: Tensor, name: str, fmt: Format, idt: np.dtype
-) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
-    """The levels of matrix ``t`` in format ``name`` (csr, csc, dcsr, dcsc or coo) and its
-    values (maybe ``t``'s own), from scipy's canonical compressed rows (columns for csc
-    and dcsc): scipy converts between its layouts in linear time, and every level of
-    these formats is indptr, indices, or the rows (columns) that hold entries."""
-    m = t.to_scipy()
-    m = m.tocsc() if name in ("csc", "dcsc") else m.tocsr()  # scipy's own, or a new one
-    if not m.has_sorted_indices:  # an unordered (Q) source's
-        m = m.sorted_indices()
-    if not m.data.all():  # stored zeros are dropped; never in t's own arrays
-        m = m.copy()
-        m.eliminate_zeros()
-    indptr, indices, nnz = m.indptr, m.indices, m.nnz
+def via_scipy(
+    t: Tensor, fmt: Format, idt: np.dtype
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray] | None:
+    """The levels and values of matrix ``t`` in ``fmt`` when scipy converts to it (csr,
+    csc, dcsr, dcsc, coo, and blocks bcsr, bcsc); None for other formats. scipy converts
+    between its layouts in linear time, and every level of these formats is indptr,
+    indices, or the rows (columns) that hold entries; arrays scipy leaves alone (``t``'s
+    own, for CSR to COO) are shared."""
+    name = COMPRESSED_TARGETS.get(fmt.structure)
+    block = block_shape(fmt)
+    if name is None and block is None:
+        return None
+    by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
+    m = canonical(t, by_columns)
     dims = fmt.level_dims(t.shape)
     for lvl, kind in enumerate(fmt.levels):
         if kind.arrays:
             checks.fits(describe_level(fmt, lvl), "dimension", dims[lvl] - 1, idt)
+    if block is not None:
+        return blocks(m, block, fmt, idt)
+    indptr, nnz = m.indptr, m.nnz
     checks.fits(describe_level(fmt, len(dims) - 1), "position count", nnz, idt)
-    crd = indices.astype(idt, copy=True)
+    crd = m.indices.astype(idt, copy=False)
     if name in ("csr", "csc"):
-        return [{}, {"pos": indptr.astype(idt, copy=True), "crd": crd}], m.data
+        return [{}, {"pos": indptr.astype(idt, copy=False), "crd": crd}], m.data
     if name == "coo":
-        rows = np.repeat(np.arange(len(indptr) - 1, dtype=idt), np.diff(indptr))
+        rows = m.tocoo().coords[0].astype(idt, copy=False)  # scipy expands indptr
         return [{"pos": np.array([0, nnz], dtype=idt), "crd": rows}, {"crd": crd}], m.data
     held = np.flatnonzero(np.diff(indptr))  # the rows (columns) with entries
     outer = {"pos": np.array([0, len(held)], dtype=idt), "crd": held.astype(idt)}
@@ -103,6 +106,71 @@ def from_compressed(
     pos[0] = 0
     pos[1:] = indptr[held + 1]
     return [outer, {"pos": pos, "crd": crd}], m.data
+
+
+def canonical(t: Tensor, by_columns: bool) -> sp.csr_array | sp.csc_array:
+    """Matrix ``t`` as scipy's compressed rows (``by_columns``: columns), indices sorted
+    and no stored zeros; ``t``'s own arrays when they are that already (never written)."""
+    m = t.to_scipy()
+    if all(kind.ordered for kind in t.format.levels):
+        m.has_sorted_indices = True  # as validation found them; no need to look again
+    m = m.tocsc() if by_columns else m.tocsr()
+    if not m.has_sorted_indices:  # an unordered (Q) source's
+        m = m.sorted_indices()
+    if not m.data.all():  # stored zeros are dropped; never from t's own arrays
+        m = m.copy()
+        m.eliminate_zeros()
+    return m
+
+
+def block_shape(fmt: Format) -> tuple[int, int, bool] | None:
+    """``(bh, bw, by_columns)`` of a ``bcsr(bh,bw)`` or ``bcsc(bh,bw)`` format, else None."""
+    maps = fmt.maps
+    if len(maps) != 4 or not (maps[2].mod and maps[3].mod) or maps[2].mode != 0:
+        return None
+    bh, bw = maps[2].mod, maps[3].mod
+    if fmt.structure == Format.blocked_rows(bh, bw):
+        return bh, bw, False
+    if fmt.structure == Format.blocked_rows(bh, bw, columns=True, places_by_column=False):
+        return bh, bw, True
+    return None
+
+
+def blocks(
+    m: sp.csr_array | sp.csc_array, block: tuple[int, int, bool], fmt: Format, idt: np.dtype
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """The levels and values of ``bcsr(bh,bw)`` from canonical CSR ``m``, or of
+    ``bcsc(bh,bw)`` from canonical CSC: the entries of a row (column) of blocks are
+    sorted by their block's column (row) in scipy's per-row sort of the block pattern,
+    each entry's place in its block is computed, and the values are scattered into
+    zeroed blocks (a partial edge block's padding stays zero, as packing pads it)."""
+    bh, bw, by_columns = block
+    row, col = m.tocoo().coords  # expanded by scipy; in m's order, sorted by major
+    major, minor = (col, row) if by_columns else (row, col)
+    bmajor, bminor = (bw, bh) if by_columns else (bh, bw)
+    outer = -(-m.shape[1 if by_columns else 0] // bmajor)
+    inner = -(-m.shape[0 if by_columns else 1] // bminor)
+    starts = m.indptr[np.minimum(np.arange(outer + 1) * bmajor, len(m.indptr) - 1)]
+    pattern = sp.csr_array(
+        (np.arange(len(major), dtype=np.int64), minor // bminor, starts), shape=(outer, inner)
+    )
+    pattern.has_sorted_indices = False
+    pattern.sort_indices()  # within a block row, by block column then entry: stable
+    perm, bcol = pattern.data, pattern.indices
+    brow = np.repeat(np.arange(outer, dtype=np.int64), np.diff(pattern.indptr))
+    new = np.ones(len(perm), dtype=bool)
+    new[1:] = (bcol[1:] != bcol[:-1]) | (brow[1:] != brow[:-1])
+    first = np.flatnonzero(new)
+    size = bh * bw
+    checks.fits(describe_level(fmt, 3), "position count", len(first) * size, idt)
+    slot = (np.cumsum(new) - 1) * size
+    slot += (row[perm] % bh) * bw
+    slot += col[perm] % bw
+    vals = np.zeros(len(first) * size, dtype=m.dtype)
+    vals[slot] = m.data[perm]
+    pos = np.zeros(outer + 1, dtype=idt)
+    np.cumsum(np.bincount(brow[first], minlength=outer), out=pos[1:])
+    return [{}, {"pos": pos, "crd": bcol[first].astype(idt)}, {}, {}], vals
 
 
 def mode_columns(fmt: Format, cols: list[np.ndarray], count: int) -> list[np.ndarray]:
