@@ -84,12 +84,14 @@ def via_scipy(
     block = block_shape(fmt)
     if name is None and block is None:
         return None
-    by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
-    m = canonical(t, by_columns)
     dims = fmt.level_dims(t.shape)
     for lvl, kind in enumerate(fmt.levels):
         if kind.arrays:
             checks.fits(describe_level(fmt, lvl), "dimension", dims[lvl] - 1, idt)
+    by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
+    if name in ("coo", "dcsr", "dcsc") and t.shape[by_columns] > 4 * t.nnz + (1 << 16):
+        return None  # hypersparse: scipy's compressed layout would cost more than the entries
+    m = canonical(t, by_columns)
     if block is not None:
         return blocks(m, block, fmt, idt)
     indptr, nnz = m.indptr, m.nnz
@@ -113,7 +115,7 @@ def canonical(t: Tensor, by_columns: bool) -> sp.csr_array | sp.csc_array:
     and no stored zeros; ``t``'s own arrays when they are that already (never written)."""
     m = t.to_scipy()
     if all(kind.ordered for kind in t.format.levels):
-        m.has_sorted_indices = True  # as validation found them; no need to look again
+        m.has_canonical_format = True  # as validation found it: sorted, no repeats
     m = m.tocsc() if by_columns else m.tocsr()
     if not m.has_sorted_indices:  # an unordered (Q) source's
         m = m.sorted_indices()
