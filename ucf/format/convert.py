@@ -17,17 +17,20 @@ every call (the ConversionWarning of ``ucf.exec``), so this is on their hot path
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ucf.format.format import Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.storage import describe_level
+from ucf.format.storage import describe_level, pack_levels
 
 if TYPE_CHECKING:
-    from ucf.format.tensor import Tensor
+    import scipy.sparse as sp
+
+#: A tensor (``ucf.format.tensor.Tensor``, the module above this one, which calls it).
+Tensor = Any
+Levels = list[dict[str, np.ndarray]]
 
 
 #: The matrix formats built straight from scipy's compressed rows or columns, by how
@@ -37,17 +40,15 @@ COMPRESSED_TARGETS = {
 }
 
 
-def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> Tensor:
-    """``t`` (plain values, not dense) in format ``fmt`` (plain, same fill) with values
-    of ``dt`` and indices of ``idt``; stored fill values are dropped. The result may
-    share index and value arrays with ``t`` where they come out unchanged (as scipy's
+def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> tuple[Levels, np.ndarray]:
+    """The levels and values of ``t`` (plain values, not dense) in format ``fmt`` (plain,
+    same fill) with values of ``dt`` and indices of ``idt``; stored fill values are
+    dropped. They may be ``t``'s own arrays where these come out unchanged (as scipy's
     ``tocoo`` shares CSR's)."""
-    from ucf.format.tensor import Tensor, pack
-
     found = via_scipy(t, fmt, idt) if t.order == 2 and not fmt.fill else None
     if found is not None:
         levels, vals = found
-        return Tensor(t.shape, fmt, levels, vals.astype(dt, copy=False), idt, check=False)
+        return levels, vals.astype(dt, copy=False)
     src = t.format
     cols, count = t.columns()
     vals = t.numbers()
@@ -69,12 +70,10 @@ def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> Tensor:
         else:
             np.take(c, perm, out=lc[:, j])
     vals = vals.astype(dt, copy=True) if perm is None else vals[perm].astype(dt, copy=False)
-    return pack(t.shape, fmt, lc, vals, idt, sorted_unique=True)
+    return pack_levels(t.shape, fmt, lc, vals, idt, sorted_unique=True)
 
 
-def via_scipy(
-    t: Tensor, fmt: Format, idt: np.dtype
-) -> tuple[list[dict[str, np.ndarray]], np.ndarray] | None:
+def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] | None:
     """The levels and values of matrix ``t`` in ``fmt`` when scipy converts to it (csr,
     csc, dcsr, dcsc, coo, and blocks bcsr, bcsc); None for other formats. scipy converts
     between its layouts in linear time, and every level of these formats is indptr,
@@ -140,12 +139,14 @@ def block_shape(fmt: Format) -> tuple[int, int, bool] | None:
 
 def blocks(
     m: sp.csr_array | sp.csc_array, block: tuple[int, int, bool], fmt: Format, idt: np.dtype
-) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+) -> tuple[Levels, np.ndarray]:
     """The levels and values of ``bcsr(bh,bw)`` from canonical CSR ``m``, or of
     ``bcsc(bh,bw)`` from canonical CSC: the entries of a row (column) of blocks are
     sorted by their block's column (row) in scipy's per-row sort of the block pattern,
     each entry's place in its block is computed, and the values are scattered into
     zeroed blocks (a partial edge block's padding stays zero, as packing pads it)."""
+    import scipy.sparse as sp
+
     bh, bw, by_columns = block
     row, col = m.tocoo().coords  # expanded by scipy; in m's order, sorted by major
     major, minor = (col, row) if by_columns else (row, col)
@@ -247,6 +248,8 @@ def stable_order(key: np.ndarray, size: int, bound: int) -> np.ndarray:
     """The stable sorting permutation of ``key`` (values in ``0..size-1``): a counting
     sort, scipy's transpose of the one-row matrix whose entry ``e`` lies in column
     ``key[e]`` and holds ``e``; a general stable sort where the range is too wide."""
+    import scipy.sparse as sp
+
     n = len(key)
     if size > bound or max(n, size) >= 2**31:
         return np.argsort(key, kind="stable")

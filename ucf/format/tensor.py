@@ -389,7 +389,8 @@ class Tensor(ArrayLike):
         if self.format.is_dense or fmt.fill != self.format.fill:
             # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        return relevel(self, fmt, dt, idt)
+        levels, vals = relevel(self, fmt, dt, idt)
+        return Tensor(self.shape, fmt, levels, vals, idt, check=False)
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
         """``convert`` where either side holds values numpy has no type for: through
