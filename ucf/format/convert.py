@@ -166,9 +166,13 @@ def blocks(
     first = np.flatnonzero(new)
     size = bh * bw
     checks.fits(describe_level(fmt, 3), "position count", len(first) * size, idt)
-    slot = (np.cumsum(new) - 1) * size
-    slot += (row[perm] % bh) * bw
-    slot += col[perm] % bw
+    place = row % bh
+    place *= bw
+    place += col % bw  # each entry's place in its block, in m's order
+    slot = np.cumsum(new, dtype=np.int64)
+    slot -= 1
+    slot *= size
+    slot += place[perm]
     vals = np.zeros(len(first) * size, dtype=m.dtype)
     vals[slot] = m.data[perm]
     pos = np.zeros(outer + 1, dtype=idt)
