@@ -159,24 +159,25 @@ def blocks(
     )
     pattern.has_sorted_indices = False
     pattern.sort_indices()  # within a block row, by block column then entry: stable
-    perm, bcol = pattern.data, pattern.indices
-    brow = np.repeat(np.arange(outer, dtype=np.int64), np.diff(pattern.indptr))
-    new = np.ones(len(perm), dtype=bool)
-    new[1:] = (bcol[1:] != bcol[:-1]) | (brow[1:] != brow[:-1])
+    perm, bcol, rows_at = pattern.data, pattern.indices, pattern.indptr
+    new = np.empty(len(perm), dtype=bool)  # an entry that starts a block
+    new[1:] = bcol[1:] != bcol[:-1]
+    new[rows_at[:-1][np.diff(rows_at) > 0]] = True  # each row of blocks starts one
     first = np.flatnonzero(new)
     size = bh * bw
     checks.fits(describe_level(fmt, 3), "position count", len(first) * size, idt)
+    before = np.zeros(len(perm) + 1, dtype=np.int64)  # blocks started before each entry
+    np.cumsum(new, out=before[1:])
+    pos = before[rows_at].astype(idt)
     place = row % bh
     place *= bw
     place += col % bw  # each entry's place in its block, in m's order
-    slot = np.cumsum(new, dtype=np.int64)
+    slot = before[1:]
     slot -= 1
     slot *= size
     slot += place[perm]
     vals = np.zeros(len(first) * size, dtype=m.dtype)
     vals[slot] = m.data[perm]
-    pos = np.zeros(outer + 1, dtype=idt)
-    np.cumsum(np.bincount(brow[first], minlength=outer), out=pos[1:])
     return [{}, {"pos": pos, "crd": bcol[first].astype(idt)}, {}, {}], vals
 
 
