@@ -155,8 +155,8 @@ def blocks(
     inner = -(-m.shape[0 if by_columns else 1] // bminor)
     starts = m.indptr[np.minimum(np.arange(outer + 1) * bmajor, len(m.indptr) - 1)]
     pattern = sp.csr_array(
-        (np.arange(len(major), dtype=np.int64), minor // bminor, starts), shape=(outer, inner)
-    )
+        (np.arange(len(major), dtype=starts.dtype), minor // bminor, starts), shape=(outer, inner)
+    )  # entry numbers fit the dtype of m's positions
     pattern.has_sorted_indices = False
     pattern.sort_indices()  # within a block row, by block column then entry: stable
     perm, bcol, rows_at = pattern.data, pattern.indices, pattern.indptr
