@@ -99,7 +99,7 @@ def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray
     if name in ("csr", "csc"):
         return [{}, {"pos": indptr.astype(idt, copy=False), "crd": crd}], m.data
     if name == "coo":
-        rows = m.tocoo().coords[0].astype(idt, copy=False)  # scipy expands indptr
+        rows = expanded(indptr).astype(idt, copy=False)
         return [{"pos": np.array([0, nnz], dtype=idt), "crd": rows}, {"crd": crd}], m.data
     held = np.flatnonzero(np.diff(indptr))  # the rows (columns) with entries
     outer = {"pos": np.array([0, len(held)], dtype=idt), "crd": held.astype(idt)}
@@ -148,8 +148,8 @@ def blocks(
     import scipy.sparse as sp
 
     bh, bw, by_columns = block
-    row, col = m.tocoo().coords  # expanded by scipy; in m's order, sorted by major
-    major, minor = (col, row) if by_columns else (row, col)
+    major, minor = expanded(m.indptr), m.indices  # in m's order, sorted by major
+    row, col = (minor, major) if by_columns else (major, minor)
     bmajor, bminor = (bw, bh) if by_columns else (bh, bw)
     outer = -(-m.shape[1 if by_columns else 0] // bmajor)
     inner = -(-m.shape[0 if by_columns else 1] // bminor)
@@ -179,6 +179,11 @@ def blocks(
     vals = np.zeros(len(first) * size, dtype=m.dtype)
     vals[slot] = m.data[perm]
     return [{}, {"pos": pos, "crd": bcol[first].astype(idt)}, {}, {}], vals
+
+
+def expanded(indptr: np.ndarray) -> np.ndarray:
+    """Each entry's row of a compressed-row matrix (column of a compressed-column one)."""
+    return np.repeat(np.arange(len(indptr) - 1, dtype=indptr.dtype), np.diff(indptr))
 
 
 def mode_columns(fmt: Format, cols: list[np.ndarray], count: int) -> list[np.ndarray]:
