@@ -13,6 +13,14 @@ processes' time slices on a shared machine do not count); medians are printed.
 Targets (issue 34): each conversion with a scipy equivalent within 1.5x of it;
 csr -> dcsr, dcsc and bcsc(4,4) within 2x of scipy's csr -> csc; the transpose
 kernel ``C(j,i) = A(i,j)`` (csr -> csr) within 1.5x of ``A.T.tocsr()``.
+
+Two peers flatter scipy: ``A.tocoo()`` shares CSR's arrays and only expands indptr
+(ucf's COO target shares them too but also drops stored zeros, a pass scipy skips),
+and ``A.tobsr`` leaves each row's blocks in the order it met them, where ucf's
+``bcsr`` keeps them sorted (``tobsr`` and ``sort_indices`` together take several times
+``tobsr``'s time). On this matrix nearly every nonzero is a block of its own, so a
+4x4-blocked result holds 16 values per nonzero (256 MB), which bounds how close
+``bcsc(4,4)`` can come to CSC.
 """
 
 from __future__ import annotations
