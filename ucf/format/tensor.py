@@ -362,7 +362,7 @@ class Tensor(ArrayLike):
         otherwise converting a dense tensor to a sparse format would store every
         element. The result may share arrays with ``self`` where they come out
         unchanged (CSR to COO keeps the column indices and values, as scipy's
-        ``tocoo`` does). Linear in the entries: see ``ucf.format.convert``.
+        ``tocoo`` does). Linear in the entries (see ``ucf.format.convert``).
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
