@@ -23,7 +23,11 @@ take turns, round after round, so a busy spell hits them alike; each turn times
 single calls for about a third of a second. Every result is checked against scipy
 first. The table gives the median and the 99th percentile per call, for one thread
 too: on a machine busier than the one extra process the targets assume, a serial
-call's tail shows what the load alone does.
+call's tail shows what the load alone does. The last columns sort the 2-thread calls
+at or above the 99th percentile: ``lost``, a region of the call lost (it waited for
+a late thread: a loop's first loss, or a probe of the larger team after a wait);
+``off``, none lost but the calling thread was off its CPU for more than half a median
+(descheduled: the load itself); ``other``, the rest.
 
 Targets (issue 34): under load, each kernel's 2-thread median <= 1.5x its 1-thread
 median and its 2-thread 99th percentile <= 3x its 2-thread median; on a quiet
@@ -82,7 +86,7 @@ def kernels(quick: bool) -> list[tuple[str, object, dict, object]]:
             "C(i,j) = A(i,j) * U(i,k) * V(j,k)",
             {"A": "csr", "C": "csr"},
             {"A": m, "U": u, "V": v},
-            m.multiply(u @ v.T).tocsr(),
+            sddmm(m, u, v),
         ),
         ("sparse add", "C(i,j) = A(i,j) + B(i,j)", csr, {"A": a, "B": b}, (a + b).tocsr()),
         ("SpGEMM", "C(i,k) = A(i,j) * B(j,k)", csr, {"A": g, "B": g}, (g @ g).tocsr()),
@@ -94,6 +98,14 @@ def kernels(quick: bool) -> list[tuple[str, object, dict, object]]:
         }
         out.append((name, ucf.compile(text, formats=formats), tensors, expected))
     return out
+
+
+def sddmm(a: sp.csr_matrix, u: np.ndarray, v: np.ndarray) -> sp.csr_matrix:
+    """scipy's SDDMM, ``a`` times ``u @ v.T`` at ``a``'s nonzeros only: the dense product
+    of 50,000 rows (``a.multiply(u @ v.T)``) would take 18.6 GB."""
+    c = a.tocoo()
+    vals = c.data * np.einsum("ik,ik->i", u[c.row], v[c.col])
+    return sp.csr_matrix((vals, (c.row, c.col)), shape=a.shape)
 
 
 def _check(name: str, result, expected) -> None:
@@ -109,13 +121,19 @@ def _check(name: str, result, expected) -> None:
 
 
 def measure(quick: bool, rounds: int) -> dict:
-    """One phase, in this process: per kernel and thread count, every call's seconds."""
+    """One phase, in this process: per kernel and thread count, every call's seconds, and
+    per call whether a region lost (the lost count moved) and how long the calling
+    thread was off its CPU (wall time less its CPU time: descheduled, or asleep at a
+    barrier waiting for a late thread)."""
+    from ucf.toolchain.jit import team_counter, team_counters
+
     cases = kernels(quick)
     for name, k, ops, expected in cases:
         for threads in (1, 2):
             ucf.set_num_threads(threads)
             _check(name, k(**ops), expected)
-    times: dict[str, dict[int, list[float]]] = {name: {1: [], 2: []} for name, *_ in cases}
+    lost = team_counter("lost")
+    times: dict[str, dict[int, list]] = {name: {1: [], 2: []} for name, *_ in cases}
     for _ in range(rounds):
         for name, k, ops, _ in cases:
             for threads in (1, 2):
@@ -124,13 +142,14 @@ def measure(quick: bool, rounds: int) -> dict:
                 k(**ops)
                 spent, calls = 0.0, []
                 while spent < 0.33 or len(calls) < 20:
+                    before, cpu = lost.value, time.thread_time()
                     start = time.perf_counter()
                     k(**ops)
-                    calls.append(time.perf_counter() - start)
-                    spent += calls[-1]
+                    wall = time.perf_counter() - start
+                    off = wall - (time.thread_time() - cpu)
+                    calls.append((wall, lost.value != before, off))
+                    spent += wall
                 times[name][threads] += calls
-    from ucf.toolchain.jit import team_counters
-
     return {"times": times, "team": team_counters(), "load": os.getloadavg()}
 
 
@@ -160,6 +179,13 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}"
 
 
+def _calls(res: dict, name: str, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each call's seconds, whether a region lost in it, and its calling thread's time
+    off the CPU."""
+    wall, lost, off = np.array(res["times"][name][str(threads)], dtype=float).T
+    return wall, lost > 0, off
+
+
 def report(results: dict[str, dict]) -> None:
     names = list(next(iter(results.values()))["times"])
     for phase, res in results.items():
@@ -169,21 +195,28 @@ def report(results: dict[str, dict]) -> None:
         )
         print(
             f"{'kernel':<12}{'1t median ms':>13}{'1t p99':>9}{'2t median ms':>13}{'2t p99':>9}"
-            f"{'2t/1t':>7}{'p99/med 1t':>11}{'2t':>6}"
+            f"{'2t/1t':>7}{'p99/med 1t':>11}{'2t':>6}   2t calls >= p99: lost / off / other"
         )
         for name in names:
-            one, two = (np.array(res["times"][name][t]) for t in ("1", "2"))
+            one, _, _ = _calls(res, name, 1)
+            two, lost, off = _calls(res, name, 2)
             m1, m2 = np.median(one), np.median(two)
             q1, q2 = np.percentile(one, 99), np.percentile(two, 99)
+            # The slowest calls: one that lost a region waited for a late thread; one
+            # whose calling thread was off its CPU for half a median was descheduled (the
+            # load itself, as a 1-thread call's tail is).
+            tail = two >= q2
+            away = tail & ~lost & (off > 0.5 * m2)
             print(
                 f"{name:<12}{_ms(m1):>13}{_ms(q1):>9}{_ms(m2):>13}{_ms(q2):>9}"
-                f"{m2 / m1:>7.2f}{q1 / m1:>11.2f}{q2 / m2:>6.2f}"
+                f"{m2 / m1:>7.2f}{q1 / m1:>11.2f}{q2 / m2:>6.2f}   "
+                f"{(tail & lost).sum()} / {away.sum()} / {(tail & ~lost).sum() - away.sum()}"
             )
     print("\ntargets (issue 34):")
     if "loaded" in results:
         res = results["loaded"]
         for name in names:
-            one, two = (np.array(res["times"][name][t]) for t in ("1", "2"))
+            one, two = (_calls(res, name, t)[0] for t in (1, 2))
             ratio = np.median(two) / np.median(one)
             tail = np.percentile(two, 99) / np.median(two)
             print(
@@ -198,8 +231,8 @@ def report(results: dict[str, dict]) -> None:
         for name in names:
             gains = []
             for phase in ("quiet", "quiet-fixed"):
-                t = results[phase]["times"][name]
-                gains.append(np.median(t["1"]) / np.median(t["2"]))
+                one, two = (_calls(results[phase], name, t)[0] for t in (1, 2))
+                gains.append(np.median(one) / np.median(two))
             kept = gains[0] / gains[1]
             print(
                 f"  quiet, {name}: 2-thread speed-up {gains[0]:.2f}x >= {SPEEDUP_KEPT}x the "

@@ -5,6 +5,8 @@ Run from the repository root:
     python bench/overhead.py                # a few seconds
     python bench/overhead.py --profile      # and the top of a cProfile of the calls
     python bench/overhead.py --first        # the first call of a fresh process (issue 34)
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --dump-before=getppid \
+        python bench/overhead.py --marked 2000
 
 The kernel ``y(i) = A(i,j) * x(j) + z(i) * w(i)`` has four operands (A in CSR,
 the others dense numpy arrays) and tiny ones, so the machine code does next
@@ -23,6 +25,12 @@ SpMV (not in the cache; ucf's grammar tables are). Processes are timed in turns,
 a busy spell of a shared machine slows each kind alike, and the median and spread
 of each are printed with the load average; CPU seconds beside the wall clock show
 how much of a wall time the load added.
+
+``--marked N`` calls each ``k(...)`` case N times (also with the default schedule)
+and calls ``os.getppid()`` before the first case and after each: under callgrind's
+``--dump-before=getppid`` each case's calls land in a dump of their own, whose
+instruction count divided by N is a per-call cost no load changes (the dumps after
+the first, in the order printed).
 """
 
 from __future__ import annotations
@@ -190,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7, help="batches per case")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--first", action="store_true", help="time a fresh process's first call")
+    ap.add_argument(
+        "--marked",
+        type=int,
+        default=0,
+        metavar="N",
+        help="call each k(...) case N times between os.getppid() markers, for callgrind",
+    )
     args = ap.parse_args(argv)
     if args.first:
         return first_calls(args.repeat)
@@ -207,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         "k(A=, x=, z=, w=)": lambda: k(A=A, x=x, z=z, w=w),
         "k(..., out=y)": lambda: k(A=A, x=x, z=z, w=w, out=y),
     }
+    if args.marked:
+        return marked(k, A, x, z, w, y, args.marked)
     times = per_call(cases, args.number, args.repeat)
     floor = times["raw ctypes call (floor)"]
     print(f"{STATEMENT}, A csr {n}x{n}; best of {args.repeat} batches of {args.number} calls")
@@ -220,6 +237,26 @@ def main(argv: list[str] | None = None) -> int:
         prof = cProfile.Profile()
         prof.runcall(lambda: [cases["k(..., out=y)"]() for _ in range(args.number)])
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+def marked(k: ucf.Kernel, A, x, z, w, y, n: int) -> int:
+    """Each ``k(...)`` case, with this bench's schedule and the default one, ``n`` times
+    between ``os.getppid()`` markers (``--marked``)."""
+    default = ucf.compile(STATEMENT, formats={"A": "csr"})
+    cases = []
+    for label, kernel in (('schedule=""', k), ("default", default)):
+        cases.append((f"{label}, k(A=, x=, z=, w=)", lambda k=kernel: k(A=A, x=x, z=z, w=w)))
+        cases.append((f"{label}, k(..., out=y)", lambda k=kernel: k(A=A, x=x, z=z, w=w, out=y)))
+    for _, case in cases:
+        for _ in range(3):
+            case()
+    os.getppid()
+    for _, case in cases:
+        for _ in range(n):
+            case()
+        os.getppid()
+    print("dumps 2.. in order: " + "; ".join(label for label, _ in cases))
     return 0
 
 

@@ -100,9 +100,9 @@ def panels(k) -> set[str]:
     }
 
 
-# Blocks of 16 rows hold 4 groups of 4-row tiles that share B's rows: B is packed per
-# block; with AVX-512's 8-row tiles they hold 2, too few to pay for the copy, and B is
-# read in place; blocks of 64 rows pack on either host.
+# A block's rows of B are the same wherever its block column comes, so the float cases
+# pack them once per call and thread into a cache of panels (``ucf.passes.panels``), with
+# any number of groups of rows.
 # (format of A, shape of A, columns of B and C, dtype of the values, of B, of C, whether
 # a schedule keeps the loops serial): partial blocks in both modes with a remainder of
 # j, in a parallel loop (the panel is each thread's) and in a serial one (the
@@ -118,16 +118,6 @@ PACKED = [
     ("bcsr(16,16)", (32, 32), 9, "float32", "float32", "float32", False),
     ("bcsr(64,16)", (130, 37), 389, "float32", "float32", "float32", False),
 ]
-
-
-def packs(fmt: str, elem: str) -> int:
-    """How many groups of tile rows share a block's rows of B where this host packs them
-    into a panel (0: it reads them in place): ``ucf.passes.registers``' rule."""
-    rows = block_shape(fmt)[0]
-    wide = tiling.tile_bytes(elem) == tiling.WIDE_BYTES
-    tile = registers.WIDE_ROWS if wide else registers.ROWS
-    least = registers.WIDE_PACK_GROUPS if wide else registers.PACK_GROUPS
-    return rows // tile if rows // tile >= least else 0
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -149,18 +139,17 @@ def test_packed_panels_against_numpy(
     np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
     loop = next(s for s in k.llir[-1].body if isinstance(s, ir.For))
     assert (loop.parallel is None) == serial
-    groups = packs(fmt, {"float32": "f32", "float64": "f64"}.get(c_type, "i32"))
-    packed = b_type != "uint8" and groups > 0
+    packed = b_type != "uint8"
     kind = "quads" if pairs.VPDPBUSD in pairs.available() else "pairs"
     want = (
-        ["B_panel0"]
+        ["B_panel0", "panel_tags0"]
         if packed
         else [f"A_{kind}0", f"B_{kind}0"]
         if b_type == "uint8" and pairs.available()
         else []
     )
     assert panels(k) == set(want)
-    note = f"B_vals into B_panel0 packed before each i_in loop, for its {groups} groups"
+    note = "B_vals into B_panel0 packed once per call and thread for each k_blk"
     assert (note in k.cin) == packed
     held = [s.array.name for s in [*k.llir[-1].body, *loop.prologue] if isinstance(s, ir.Alloc)]
     assert held == want
@@ -169,7 +158,7 @@ def test_packed_panels_against_numpy(
 @needs_cc
 @pytest.mark.parametrize("rows", [16, 64])
 def test_packed_panels_round_alike_on_both_targets(rows, monkeypatch):
-    """Random floats through a packed panel, or B read in place: llvm and c agree bit for
+    """Random floats through the cache of packed panels: llvm and c agree bit for
     bit, and with the plain nest without register blocking (each element sums in the
     same order)."""
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
@@ -184,7 +173,7 @@ def test_packed_panels_round_alike_on_both_targets(rows, monkeypatch):
         return k(A=t, B=b).to_numpy(), k
 
     (llvm, k), (c, _) = run("llvm"), run("c")
-    assert bool(panels(k)) == bool(packs(fmt, "f32"))
+    assert panels(k) == {"B_panel0", "panel_tags0"}
     np.testing.assert_array_equal(llvm, c)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("UCF_REGISTER_BLOCKING", "0")

@@ -19,6 +19,7 @@ import pytest
 import ucf
 from tests.asan import run_under_asan
 from ucf.exec.kernel import Kernel
+from ucf.passes import panels
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 SPMV = "y(i) = A(i,k) * x(k)"
@@ -78,6 +79,23 @@ def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
     b = rng.standard_normal((27, 37)).astype(np.float32)
     k = ucf.compile(SPMM, formats={"A": fmt}, target="c", dtype="float32")
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format=fmt), B=b)
+
+
+@pytest.mark.parametrize("held", [None, 1], ids=["every-panel", "one-slot"])
+def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path, held):  # noqa: F811
+    """B's panels packed once per call into a cache of slots with tags: 5 block rows (one
+    empty, the last partial) over 5 block columns (the last partial), 2 tiles of columns
+    and a tail; every panel held, or one slot that every block column shares."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
+    if held is not None:
+        monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
+    rng = np.random.default_rng(5)
+    a = _block_sparse(rng, (75, 37), (16, 8), 0.7)
+    a[16:32] = 0
+    b = rng.standard_normal((37, 69)).astype(np.float32)
+    k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, target="c", dtype="float32")
+    assert "packed once per call and thread for each k_blk" in k.cin
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="bcsr(16,8)"), B=b)
 
 
 @pytest.mark.parametrize("density", [0.4, 0.0], ids=["partial", "empty"])

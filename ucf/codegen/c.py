@@ -399,9 +399,10 @@ class _Emitter(Visitor):
         # ALIGN bytes more than asked (calloc aligns to 16 only), the array from the
         # first boundary on.
         raw, align = f"ucf_raw_{name}", ir.ALIGN
+        count = f"ucf_max_i64({size}, 1) + {align} / sizeof({t})"
+        get = f"calloc({count}, sizeof({t}))" if s.zeroed else f"malloc(({count}) * sizeof({t}))"
         return [
-            f"{pad}char* {raw} = (char*)calloc(ucf_max_i64({size}, 1) + "
-            f"{align} / sizeof({t}), sizeof({t}));",
+            f"{pad}char* {raw} = (char*){get};",
             f"{pad}{t}* restrict {name} = ({t}*)({raw} + ((-(uintptr_t){raw}) & {align - 1}));",
         ]
 

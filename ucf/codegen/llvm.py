@@ -164,7 +164,6 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
     def alloc(self, s: ir.Alloc) -> None:
         b = self.b
         t = TYPES[s.array.elem]
-        calloc = self._extern("calloc", I8P, [TYPES["i64"], TYPES["i64"]])
         size = b.select(
             b.icmp_signed(">", self.expr(s.size), ll.Constant(TYPES["i64"], 0)),
             self.expr(s.size),
@@ -174,7 +173,12 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         # ir.ALIGN bytes more than asked (calloc aligns to 16 only), the array from
         # the first boundary on (a GEP, so the pointer keeps calloc's provenance).
         size = b.add(size, ll.Constant(i64, ir.ALIGN // elem))
-        raw = b.call(calloc, [size, ll.Constant(i64, elem)])
+        if s.zeroed:
+            calloc = self._extern("calloc", I8P, [i64, i64])
+            raw = b.call(calloc, [size, ll.Constant(i64, elem)])
+        else:
+            malloc = self._extern("malloc", I8P, [i64])
+            raw = b.call(malloc, [b.mul(size, ll.Constant(i64, elem))])
         self.raw[s.array.name] = raw
         skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
         start = b.gep(raw, [skip])

@@ -27,8 +27,10 @@ MAX_BACKOFF_NS = 1_000_000_000
 #: A region lost when its wall time reached LOST_NUM / LOST_DEN of its work on one thread.
 LOST_NUM, LOST_DEN = 9, 10
 #: The per-loop state a kernel module holds for ``ucf_parallel``: the team cap (0: the
-#: whole team), when to try a larger team again (ns), and the current wait (0: the first).
-STATE = ll.ArrayType(ll.IntType(64), 3)
+#: whole team), when to try a larger team again (ns), the current wait (0: the first),
+#: and the work of the loop's last timed region on one thread (ns: what the call path
+#: weighs the loop by, ``ucf.toolchain.team.LoopStates.alone``).
+STATE = ll.ArrayType(ll.IntType(64), 4)
 #: The name kernels call, with ``GOMP_parallel``'s arguments and their loop's state.
 ENTRY = "ucf_parallel"
 #: Regions timed and regions lost, process-wide (``ucf.toolchain.jit.team_counters``).
@@ -162,12 +164,12 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
     end = b.call(now, [_I32(CLOCK_MONOTONIC)])
     work = b.load(b.gep(ctx, [_I32(0), _I32(2)]))
     b.atomic_rmw("add", counters["ucf_team_timed"], _I64(1), "monotonic")
+    store(work, field(3))
     took = b.mul(b.sub(end, start), _I64(LOST_DEN))
     lost = b.icmp_signed(">=", took, b.mul(work, _I64(LOST_NUM)))
     b.cbranch(lost, blocks["lost"], blocks["won"])
 
     b.position_at_end(blocks["lost"])
-    b.atomic_rmw("add", counters["ucf_team_lost"], _I64(1), "monotonic")
     half = b.sdiv(team, _I64(2))
     store(b.select(b.icmp_signed("<", half, _I64(1)), _I64(1), half), field(0))
     wait = load(field(2))
@@ -178,6 +180,9 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
         b.select(b.icmp_signed("<", twice, _I64(MAX_BACKOFF_NS)), twice, _I64(MAX_BACKOFF_NS)),
         field(2),
     )
+    # Counted once the state is written: the call path reads the states again when the
+    # count moves (``ucf.toolchain.team.LoopStates.alone``).
+    b.atomic_rmw("add", counters["ucf_team_lost"], _I64(1), "release")
     b.branch(blocks["done"])
 
     # A probe that wins halves the wait rather than forgetting it: on a machine that stays

@@ -62,15 +62,17 @@ class Calling:
             local.built = None  # the user's statement binds the operands; _choose comes back
         if local.replays and shapes is None and masks is None and not positional:
             threads = num_threads()
-            replay = _remembered(local.replays, operands, out, threads)
-            if replay is not None and threads > 1 and self._runs_solo(replay.built):
-                # Its team shrank to one thread: the plan for one thread runs meanwhile
-                # (remembered, or chosen below as _choose does).
-                replay = _remembered(local.replays, operands, out, 1)
-            if replay is not None:
-                local.built = replay.built
-                apply_num_threads()
-                return replay.run(out)
+            for replay in local.replays:
+                if replay.matches(operands, out, threads):
+                    if replay.teams is not None and replay.teams.alone():
+                        # Its team shrank to one thread: the plan for one thread runs
+                        # meanwhile (remembered, or chosen below as _choose does).
+                        replay = _remembered(local.replays, operands, out, 1)
+                    if replay is not None:
+                        local.built = replay.built
+                        apply_num_threads()
+                        return replay.run(out)
+                    break
         refuse_positional(self._plan.statement, positional)
         check_mappings(shapes=shapes, masks=masks)
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.stile.dynamic)
@@ -117,7 +119,8 @@ class Calling:
         ):
             built = local.built
             threads = local.stats[1] if self._adaptive else num_threads()  # as _choose chose
-            new = Replay(operands, out, call[:3], threads, built, result, plan.call_zeroes)
+            teams = self._watched(built, threads)
+            new = Replay(operands, out, call[:3], threads, built, result, plan.call_zeroes, teams)
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
@@ -221,6 +224,7 @@ class Calling:
                 self._built,
                 computed,
                 self._plan.call_zeroes,
+                self._watched(self._built, threads),
             )
             again = FlatReplay(
                 operands, out, threads, replay, flat, (name, buf), computed, extents, result

@@ -40,7 +40,7 @@ from ucf.schedule.candidates import Refused, first_passing
 from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
-from ucf.toolchain.jit import num_threads, openmp_runtime
+from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
 from ucf.toolchain.team import LoopStates
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
@@ -91,11 +91,6 @@ class _Compiled:
     functions: dict[str, Any] | None = None
     library: Any = None
     teams: LoopStates | None = None  # the llvm target's parallel loops' team states
-
-    def alone(self) -> bool:
-        """Whether every parallel loop of the loaded plan runs on one thread for now (the
-        machine was too busy for more: ``ucf.toolchain.team``)."""
-        return self.teams is not None and self.teams.alone()
 
 
 class _Built(NamedTuple):
@@ -255,7 +250,8 @@ class Kernel(Calling):
                     functions, c.library = self._load(c.plan, c.fields, entry)
                     if self.target == "llvm" and c.plan.cin.parallel:
                         names = [f.name for f in c.plan._functions]
-                        c.teams = LoopStates(c.library.engine.get_global_value_address, names)
+                        address = c.library.engine.get_global_value_address
+                        c.teams = LoopStates(address, names, team_counter("lost"))
                     if self.target == "llvm" and c.object is None:
                         c.object = c.library.object_code
                         stored = {"plan": c.plan, "object": c.object}
@@ -269,7 +265,8 @@ class Kernel(Calling):
         threads = num_threads()
         st = stats.measure(given, extents)
         built = self._chosen(st, threads)
-        if threads > 1 and self._runs_solo(built):
+        teams = self._watched(built, threads)
+        if teams is not None and teams.alone():
             # Its team shrank to one thread: the plan for one thread runs meanwhile.
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
@@ -278,19 +275,18 @@ class Kernel(Calling):
         self._local.stats = (st, threads)
         self._local.built = built
 
-    def _runs_solo(self, built: _Built | None) -> bool:
-        """Whether a call would run the plan for one thread rather than ``built``: every
-        parallel loop of ``built`` runs on a team of one for now (``ucf.toolchain.team``),
-        and the plan for one thread may differ (the plan compiled before any call serves
-        every thread count)."""
-        if built is None:  # a kernel with a schedule of its own keeps its plan
-            return False
+    def _watched(self, built: _Built | None, threads: int) -> LoopStates | None:
+        """The team states that decide whether a call of ``built`` at ``threads`` runs
+        the plan for one thread instead, or None when it keeps its plan: one thread
+        asked for, a kernel with a schedule of its own, the plan compiled before any
+        call (it serves every thread count), or a plan for one thread known to be the
+        same. A remembered call keeps them (``Replay.teams``)."""
+        if threads <= 1 or built is None:
+            return None
         compiled = built.compiled
-        return (
-            compiled is not self._static.compiled
-            and self._solo_differs.get(id(compiled), True)
-            and compiled.alone()
-        )
+        if compiled is self._static.compiled or not self._solo_differs.get(id(compiled), True):
+            return None
+        return compiled.teams
 
     def _chosen(self, st: stats.Stats, threads: int) -> _Built:
         key = st.key(threads)

@@ -194,6 +194,7 @@ class Replay:
         "levels",
         "size",
         "dtype",
+        "teams",
     )
 
     def __init__(
@@ -205,9 +206,14 @@ class Replay:
         built: Any,
         result: Tensor,
         zero: bool,
+        teams: Any = None,
     ) -> None:
         """``call`` is the compiled function, its arguments and the output's index in
-        them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay)."""
+        them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay);
+        ``teams`` the team states (``ucf.toolchain.team.LoopStates``) whose shrinking to
+        one thread makes a call run the plan for one thread instead (None: it keeps
+        its plan, and a replay reads no team state)."""
+        self.teams = teams
         self.probes = Probes(operands, out, threads)
         self.fn, self.args, self.out_at = call
         self.packed, self.runs = None, 0
@@ -263,6 +269,7 @@ class FlatReplay:
         "built",
         "shape",
         "format",
+        "teams",
     )
 
     def __init__(
@@ -281,7 +288,7 @@ class FlatReplay:
         name, self.buf = padded
         self.x = weakref.ref(operands[name])
         self.inner, self.flat, self.fout = inner, flat, computed.vals
-        self.extents, self.built = dict(extents), inner.built
+        self.extents, self.built, self.teams = dict(extents), inner.built, inner.teams
         self.shape, self.format = result.shape, result.format
 
     def matches(self, operands: dict[str, Any], out: Any, threads: int) -> bool:

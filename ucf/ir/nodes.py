@@ -343,11 +343,13 @@ ALIGN = 64
 
 @dataclass
 class Alloc(Stmt):
-    """A zero-filled local array (a workspace) of ``size`` elements, starting on an
-    ``ALIGN``-byte boundary."""
+    """A local array (a workspace) of ``size`` elements, starting on an ``ALIGN``-byte
+    boundary; zero-filled unless ``zeroed`` is False (a panel every read of which
+    follows a write: filling megabytes of zeros each call is not free)."""
 
     array: Array
     size: Expr
+    zeroed: bool = True
 
 
 @dataclass

@@ -82,7 +82,8 @@ class _Printer(Visitor):
 
     @handles(ir.Alloc)
     def alloc(self, s: ir.Alloc, depth: int) -> list[str]:
-        return [f"{_pad(depth)}alloc {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
+        kind = "alloc" if s.zeroed else "alloc uninitialized"
+        return [f"{_pad(depth)}{kind} {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
 
     @handles(ir.Free)
     def free(self, s: ir.Free, depth: int) -> list[str]:

@@ -15,16 +15,10 @@ registers, the whole reduction loop adds into it (each factor that does not vary
 with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
 do not fill a tile run in the original nest.
 
-When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``
-is the same for every group of the block's rows), those rows are first copied into a
-panel, tile after tile, as BLAS packs its B panel: every group then reads its tile's
-rows from consecutive addresses instead of rows one row stride apart (4 KB for a
-1024-column B, all in one L1 set), and the copy reads each row once, start to end.
-The panel is a workspace of each thread. What is packed is the largest part of the
-product that all groups read alike: a load, or a computation on loads, such as a
-quantized block's ``(q - zero) * scale``, which then runs once per block instead of
-once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``) are taken to
-make enough groups. The factor each row broadcasts, when it too is computed (the
+When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``),
+those rows are read from a panel packed as BLAS packs its B panel (``ucf.passes.panels``):
+once per call and thread for each block column where the panel depends on nothing else,
+else before each block's rows. The factor each row broadcasts, when it too is computed (the
 quantized block ``A`` of ``A(i,k) * B(k,j)``), is converted once per group of rows into a
 buffer of the group's rows by the reduction's steps, not once per tile of ``j``.
 Products of 8-bit integers into int32 take the micro-kernel of
@@ -42,8 +36,10 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.passes import panels
 from ucf.passes.pairs import paired
+from ucf.passes.panels import named, red_steps
 from ucf.passes.tiling import (
     ACCUMULATE,
     SIZES,
@@ -82,26 +78,6 @@ VECTORS = {1: 4, 2: 3, ROWS: 2, WIDE_ROWS: 2}
 MAX_REDUCTION = 64
 
 
-#: Groups of rows that must share the other factor's rows before they are packed into a
-#: panel: the copy costs about one more pass over those rows. On bcsr(32,32) SpMM with
-#: a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero) to
-#: 1.4x (50%) faster on one thread, on bcsr(16,16) (4 groups) 1.4x; with B of 384 to
-#: 2048 columns 1.1x to 2.3x. B rows of 1 KB or less (256 float32 columns) stay in L1
-#: without it, and there packing measured 4 to 11% slower; choosing at run time would
-#: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
-PACK_GROUPS = 4
-#: ... of ``WIDE_ROWS`` (half the loads of B per multiply-add): that block row ran 200
-#: GFLOP/s reading B in place, 145 packing its panel first (250 with it packed already).
-WIDE_PACK_GROUPS = 8
-
-
-#: The smallest element packed: at the same number of columns, rows of bytes are a
-#: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
-#: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
-#: columns packing gained 1.06x to 1.22x, which this leaves aside.
-PACK_ELEMENT = 4
-
-
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
 #: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``,
 #: serial SpMV and SpMM): a parallel loop around tiles starts its threads only
@@ -117,7 +93,8 @@ def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     if not enabled():
         return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
-    rewriter = _Rewriter(taken, {p.name for p in fn.params})
+    extents = {p.role[1]: p.name for p in fn.params if p.role and p.role[0] == "extent"}
+    rewriter = _Rewriter(taken, {p.name for p in fn.params}, extents)
     body = rewriter.block(fn.body)
     return replace(fn, body=rewriter.allocated(body)), rewriter.notes
 
@@ -194,14 +171,20 @@ class _Rewriter(TileState):
                     ir.Decl(done, ir.add(nest.rows.start, ir.mul(groups, Const(rows, I64)))),
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
-            wide_few = rows == WIDE_ROWS and shared is not None and shared < WIDE_PACK_GROUPS
-            pack_groups = 0 if wide_few else shared  # 0: B read in place, not packed
-            kernel, packed, pack = paired(self, nest, tile, count, width) or (
-                nest,
-                *self.packed(nest, tile, count, width, lanes, pack_groups),
-            )
+            chunk = Var(self.fresh("j_chunk"), I64)
+            by_pairs = paired(self, nest, tile, count, width)
+            if by_pairs is not None:
+                (kernel, packed, pack), per_chunk = by_pairs, 0
+            else:
+                wide = rows == WIDE_ROWS
+                kernel, (packed, pack, per_chunk) = (
+                    nest,
+                    panels.packed(self, nest, tile, count, width, lanes, shared, wide, chunk),
+                )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
-                pack = [ir.If(ir.Cmp(">", groups, Const(0, I64)), pack)]
+                places = [s for s in pack if isinstance(s, ir.Decl)]
+                filling = [s for s in pack if not isinstance(s, ir.Decl)]
+                pack = [*places, ir.If(ir.Cmp(">", groups, Const(0, I64)), filling)]
             converted, fill = ({}, []) if kernel is not nest else self.converted(nest, renames)
             micro = self.micro(kernel, renames, jv, lanes, packed, converted)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
@@ -209,8 +192,18 @@ class _Rewriter(TileState):
             # j serving every group, to reuse the other factor's tile from L1) measured
             # slower on bcsr(32,32) SpMM at 1024 (32.2 against 27.7 ms, 50% of blocks):
             # rows 4 KB apart fall into one L1 set, so that tile does not stay there.
-            inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+            if packed and per_chunk:  # the groups run over each chunk of a bounded panel
+                lo = ir.mul(chunk, Const(per_chunk, I64))
+                hi = ir.Bin("min", count, ir.add(lo, Const(per_chunk, I64)))
+                inner = ir.For(tile, lo, hi, [at, *micro])
+            else:
+                inner = ir.For(tile, Const(0, I64), count, [at, *micro])
             tiles = ir.For(group, Const(0, I64), groups, [*decls, *fill, inner])
+            if packed and per_chunk:
+                chunks = ir.Bin(
+                    "/", ir.add(count, Const(per_chunk - 1, I64)), Const(per_chunk, I64)
+                )
+                tiles, pack = ir.For(chunk, Const(0, I64), chunks, [*pack, tiles]), []
         rest = _with_start(original, j, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
@@ -225,60 +218,6 @@ class _Rewriter(TileState):
         # Rows must be distinct places for their tiles to be distinct registers.
         stride = _coefficient(_row_base(nest), nest.rows.var.name)
         return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
-
-    def packed(
-        self, nest: Nest, tile: Var, count: ir.Expr, width: int, lanes: int, groups: int | None
-    ) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt]]:
-        """The panels of the nest's factors that every group of rows shares, if there are
-        ``PACK_GROUPS`` groups (``groups`` None: counted at the call, taken to be many):
-        per factor (``_shared``), its panel and the place in it of the tile's row at the
-        reduction loop's step; and the loop nest that fills them.
-
-        A panel holds, tile after tile, the tile's ``width`` values of each step of the
-        reduction loop; it is as long as the ``j`` range, so its length must be known
-        where it is allocated (from the function's parameters)."""
-        j, red = nest.inner.var.name, nest.red
-        span = ir.sub(nest.inner.end, nest.inner.start)
-        if (groups is not None and groups < PACK_GROUPS) or not names(span) <= self.params:
-            return {}, []
-        steps = _red_steps(nest)
-        rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
-        factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
-        if not factors:
-            return {}, []
-        depth = trip_bound(red)
-        step, at = Var(self.fresh(red.var.name), I64), Var(self.fresh("j_tile"), I64)
-
-        def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
-            return ir.mul(
-                ir.add(ir.mul(t, Const(depth, I64)), ir.sub(k, red.start)), Const(width, I64)
-            )
-
-        packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
-        copies: list[ir.Stmt] = []
-        first = ir.add(nest.inner.start, ir.mul(at, Const(width, I64)))
-        for factor in factors:
-            load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
-            panel = ir.Array(
-                self.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type
-            )
-            self.panels.append(panel)
-            self.sizes.append(
-                ir.mul(Const(depth * width, I64), ir.Bin("/", span, Const(width, I64)))
-            )
-            packed[factor] = (panel, row(tile, red.var))
-            source = substitute(substitute(factor, steps), {red.var.name: step})
-            for v in range(0, width, lanes):
-                value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
-                copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
-        copied = ", ".join(f"{_named(x)} into {p.name}" for x, (p, _) in packed.items())
-        counted = "" if groups is None else f"{groups} "
-        self.notes.append(
-            f"registers: {copied} packed before each {nest.rows.label or nest.rows.var.name} "
-            f"loop, for its {counted}groups of rows"
-        )
-        tiles = ir.For(at, Const(0, I64), count, copies)
-        return packed, [ir.For(step, red.start, red.end, [tiles])]
 
     def row_copies(self, nest: Nest, first: ir.Expr, rows: int):
         """Per row of a tile: the renaming of the row loop's variable and declarations,
@@ -309,7 +248,7 @@ class _Rewriter(TileState):
         depth = trip_bound(red)
         if depth is None or (names(red.start) | names(red.end)) & rowwise:
             return {}, []
-        steps = _red_steps(nest)
+        steps = red_steps(nest)
         j = nest.inner.var.name
         found = [
             f
@@ -332,7 +271,7 @@ class _Rewriter(TileState):
                 at = ir.add(Const(r * depth, I64), ir.sub(step, red.start))
                 stores.append(ir.Store(buffer, at, value))
         self.notes.append(
-            f"registers: {', '.join(_named(f) for f in found)} converted once per group of "
+            f"registers: {', '.join(named(f) for f in found)} converted once per group of "
             f"{rows} rows ({nest.rows.label or nest.rows.var.name}), not per tile"
         )
         return buffers, [ir.For(step, red.start, red.end, stores)]
@@ -520,49 +459,6 @@ def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
             return _coefficient(e.left, v)
         return _coefficient(e.right, v) if e.op == "+" else None
     return None
-
-
-def _shared(
-    e: ir.Expr, j: str, red: str, rowwise: set[str], steps: dict[str, ir.Expr]
-) -> list[ir.Expr]:
-    """The largest parts of ``e`` that vary with ``j`` and the reduction variable ``red``
-    but not with the row (``rowwise``; ``steps`` defines the reduction loop's
-    declarations): what every group of rows reads alike. A part that only loads elements
-    narrower than ``PACK_ELEMENT`` (and widens them) is left out; one that computes
-    more (a dequantization, ``(q - zero) * scale``) is kept, and then runs once per
-    panel instead of once per group."""
-    used = names(substitute(e, steps))
-    if j not in used:
-        return []
-    if red in used and not used & rowwise:
-        inner = e
-        while isinstance(inner, ir.Cast):
-            inner = inner.operand
-        if isinstance(inner, ir.Load) and SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
-            return []
-        return [e]
-    if isinstance(e, ir.Bin):
-        left = _shared(e.left, j, red, rowwise, steps)
-        return left + [x for x in _shared(e.right, j, red, rowwise, steps) if x not in left]
-    if isinstance(e, ir.Cast | ir.Neg):
-        return _shared(e.operand, j, red, rowwise, steps)
-    return []
-
-
-def _named(e: ir.Expr) -> str:
-    """How the note names a packed factor: the array it loads, or the arrays of a
-    computed one."""
-    arrays = dict.fromkeys(n.array.name for n in nodes(e) if isinstance(n, ir.Load))
-    return " ".join(arrays) if isinstance(e, ir.Load) else f"({', '.join(arrays)})"
-
-
-def _red_steps(nest: Nest) -> dict[str, ir.Expr]:
-    """The reduction loop's declarations, each as an expression of what is known outside
-    them: what a computation hoisted out of the loop reads in their place."""
-    steps: dict[str, ir.Expr] = {}
-    for d in nest.red_decls:
-        steps[d.var.name] = substitute(d.init, steps)
-    return steps
 
 
 def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:

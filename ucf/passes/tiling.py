@@ -167,16 +167,18 @@ def vector_of(e: ir.Expr, j: str, jv: Var, off: int, lanes: int, leaf, packed: d
 
 class TileState:
     """What a rewrite into tiles keeps while it walks a function: the names taken, the
-    function's parameters, a note per rewritten nest (for ``k.cin``), and the panels of
-    the nests rewritten so far, allocated at the top of the function or, inside a
-    parallel loop, in its per-thread setup."""
+    function's parameters and its extents (by index variable), a note per rewritten nest
+    (for ``k.cin``), and the panels of the nests rewritten so far, allocated at the top
+    of the function or, inside a parallel loop, in its per-thread setup."""
 
-    def __init__(self, taken: set[str], params: set[str]):
+    def __init__(self, taken: set[str], params: set[str], extents: dict[str, str] | None = None):
         self.taken = taken
         self.params = params
+        self.extents = extents or {}  # index variable -> the parameter of its extent
         self.notes: list[str] = []
         self.panels: list[ir.Array] = []
         self.sizes: list[ir.Expr] = []
+        self.unzeroed: set[str] = set()  # panels every read of which follows a write
         self.tiles = 0  # nests rewritten so far
 
     def fresh(self, name: str) -> str:
@@ -187,7 +189,10 @@ class TileState:
         return f"{name}{k}"
 
     def allocs(self) -> list[ir.Stmt]:
-        return [ir.Alloc(p, n) for p, n in zip(self.panels, self.sizes, strict=True)]
+        return [
+            ir.Alloc(p, n, p.name not in self.unzeroed)
+            for p, n in zip(self.panels, self.sizes, strict=True)
+        ]
 
     def frees(self) -> list[ir.Stmt]:
         return [ir.Free(p) for p in self.panels]

@@ -145,15 +145,20 @@ def team_counters() -> dict[str, int]:
     """How many parallel regions ``ucf_parallel`` timed in this process, and how many of
     them lost to one thread (its team then shrank): what a benchmark reports beside
     its times."""
+    return {label: team_counter(label).value for label in ("timed", "lost")}
+
+
+def team_counter(label: str) -> ctypes.c_int64:
+    """``ucf_parallel``'s process-wide count of regions ``"timed"`` or ``"lost"``, read in
+    place (a zero of its own where the team runtime is not linked): a change of
+    ``"lost"`` is what makes the call path look at the loops' states again
+    (``ucf.toolchain.team.LoopStates.alone``)."""
     if openmp_runtime() is None or not _RUNTIME:
-        return {"timed": 0, "lost": 0}
+        return ctypes.c_int64(0)
     from ucf.codegen import llvm_team
 
-    lib = _RUNTIME[0]
-    return {
-        label: ctypes.c_int64.from_address(lib.engine.get_global_value_address(symbol)).value
-        for label, symbol in zip(("timed", "lost"), llvm_team.COUNTERS, strict=True)
-    }
+    symbol = dict(zip(("timed", "lost"), llvm_team.COUNTERS, strict=True))[label]
+    return ctypes.c_int64.from_address(_RUNTIME[0].engine.get_global_value_address(symbol))
 
 
 # OpenMP keeps its thread count per calling thread, so a count set in one Python thread

@@ -25,12 +25,15 @@ happening, none needing an environment variable:
   on a 64-core host), unless ``UCF_NUM_THREADS``, ``OMP_NUM_THREADS`` or
   ``ucf.set_num_threads`` says otherwise.
 
-- **A team of one runs the one-thread plan.** While every parallel loop of a kernel
-  has shrunk to one thread, the call path runs the plan the default model chose for
-  one thread instead (``LoopStates.alone``): a serial plan can differ from a parallel
-  one run alone (a sparse add appends its rows in one pass, where parallel rows need
-  a counting pass first). When the wait is over the parallel plan runs again and its
-  loops try the larger team.
+- **A team of one runs the one-thread plan.** While the parallel loops that hold most
+  of a kernel's work (each weighed by its last timed region) wait on one thread, the
+  call path runs the plan the default model chose for one thread instead
+  (``LoopStates.alone``): a serial plan can differ from a parallel one run alone (a
+  sparse add appends its rows in one pass, where parallel rows need a counting pass
+  first). A loop that is a small share of the work does not decide: an SDDMM's cheap
+  first region that lost to a sleeping worker's wake-up would otherwise put the whole
+  kernel on one thread on a quiet machine. When the wait is over the parallel plan
+  runs again and its loops try the larger team.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
@@ -113,32 +116,57 @@ def _quota(read_quota, read_period) -> float | None:
 
 class LoopStates:
     """The team state of each parallel loop of one llvm kernel (``ucf.codegen.llvm_team``:
-    the team cap, and when the loop tries a larger team again), read by the call path."""
+    the team cap, when the loop tries a larger team again, and the work of its last
+    timed region), read by the call path."""
 
-    __slots__ = ("states",)
+    __slots__ = ("states", "_lost", "_seen", "_until")
 
-    def __init__(self, address, functions: list[str]) -> None:
+    def __init__(self, address, functions: list[str], lost: ctypes.c_int64) -> None:
         """``address`` finds a symbol of the kernel's library (0: none); the loops of each
-        function are numbered from 1 (``llvm_team.state_name``)."""
+        function are numbered from 1 (``llvm_team.state_name``). ``lost`` is the
+        process-wide count of regions lost (``ucf.toolchain.jit.team_counter``)."""
         from ucf.codegen import llvm_team
 
         found = []
         for fn in functions:
             loop = 1
             while at := address(llvm_team.state_name(fn, loop)):
-                found.append((ctypes.c_int64 * 3).from_address(at))
+                found.append((ctypes.c_int64 * 4).from_address(at))
                 loop += 1
         self.states = tuple(found)
+        self._lost, self._seen, self._until = lost, -1, 0
 
     def alone(self) -> bool:
-        """Whether the kernel's parallel loops run on a team of one for now: some loop
-        lost with a larger team and its wait is not over, and every other loop did too
-        or was never timed (a loop below the work threshold runs alone untimed)."""
-        now = time.monotonic_ns()
-        shrunk = False
-        for s in self.states:
-            if s[0] == 1 and now < s[1]:
-                shrunk = True
-            elif s[0] != 0:  # it won with a larger team, or its wait is over
-                return False
-        return shrunk
+        """Whether a call should run the plan for one thread for now (``decide``).
+
+        A loop starts to wait on one thread only when a region is lost, and a wait
+        ends only by time: so the answer is kept until the process's count of lost
+        regions moves or, while it is yes, the first wait ends. A remembered call of a
+        quiet machine then reads one counter rather than every loop's state."""
+        lost = self._lost.value
+        if lost != self._seen or (self._until and time.monotonic_ns() >= self._until):
+            self._seen, self._until = lost, self.decide(time.monotonic_ns())
+        return self._until != 0
+
+    def decide(self, now: int) -> int:
+        """When the answer of ``alone`` next changes if it is yes (ns), else 0.
+
+        Yes when the loops that lost with a larger team and wait on one thread hold
+        most of the work of the kernel's timed loops (each weighed by its last timed
+        region on one thread): the call is then mostly serial anyway, and the plan for
+        one thread runs it better (a sparse add appends its rows in one pass where
+        parallel rows count them first). A loop that is a small share of the work, such
+        as the cheap first region of an SDDMM that lost to a sleeping thread's
+        wake-up, does not decide the plan. Loops never timed (below the work threshold)
+        weigh nothing; a loop that won with a larger team, or whose wait is over (it
+        tries the larger team next), weighs against."""
+        shrunk = total = 0
+        until = None
+        for cap, end, _, work in self.states:
+            if cap == 0:
+                continue
+            total += work
+            if cap == 1 and now < end:
+                shrunk += work
+                until = end if until is None else min(until, end)
+        return until if until is not None and 2 * shrunk > total else 0

@@ -1,0 +1,133 @@
+"""The cache of packed panels (``ucf.passes.panels``): bcsr SpMM packs each block
+column's rows of B once per call and thread, and every later block that names the
+column reads them. Against numpy on llvm and c, and bit for bit alike with each other
+and with the nest without register blocking (random floats, which round), over partial
+panels (columns of B not a multiple of the tile), partial blocks, empty block rows, a
+single block row, one and two threads (a cache each), and caches too small for every
+panel (slots shared: panels evicted and packed again when next named)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucf
+from tests.helpers import needs_cc
+from ucf.ir import nodes as ir
+from ucf.ir.walk import nodes
+from ucf.passes import panels, registers, tiling
+from ucf.schedule import cpu_model
+from ucf.toolchain import jit
+
+SPMM = "C(i,j) = A(i,k) * B(k,j)"
+BLOCK = (16, 8)
+
+
+def tile_width() -> int:
+    """Columns of a register tile of float32 on this host."""
+    wide = tiling.tile_bytes("f32") == tiling.WIDE_BYTES
+    rows = registers.WIDE_ROWS if wide else registers.ROWS
+    return registers.VECTORS[rows] * tiling.tile_bytes("f32") // 4
+
+
+def operands(case: str):
+    """A (bcsr(16,8)) and B with two whole tiles of columns and 5 more: ``spread`` has 5
+    block rows (the last partial, the second empty) over 5 block columns (the last
+    partial), most columns named by several rows; ``single`` one block row; ``empty``
+    no block."""
+    rng = np.random.default_rng(21)
+    rows = {"spread": 75, "single": 16, "empty": 30}[case]
+    shape = (rows, 37)
+    grid = [-(-n // b) for n, b in zip(shape, BLOCK, strict=True)]
+    live = rng.random(grid) < (0.0 if case == "empty" else 0.7)
+    if case == "spread":
+        live[1] = False
+        live[0, 1] = live[2, 1] = live[3, 1] = True  # column 1 named three times
+    mask = np.kron(live, np.ones(BLOCK))[: shape[0], : shape[1]]
+    a = (mask * rng.standard_normal(shape)).astype(np.float32)
+    b = rng.standard_normal((37, 2 * tile_width() + 5)).astype(np.float32)
+    return a, b
+
+
+def slots_of(n: int) -> int:
+    """``CACHE_BYTES`` for ``n`` panels of ``operands``' B."""
+    return n * BLOCK[1] * 2 * tile_width() * 4
+
+
+# (case, panels the cache holds: None for the default, which holds them all; 0 for fewer
+# bytes than a panel, whose tiles of columns are then packed and run one at a time;
+# threads, each with a cache of its own)
+CASES = [
+    ("spread", None, 2),
+    ("spread", 2, 1),
+    ("spread", 1, 2),
+    ("spread", 0, 1),
+    ("single", None, 1),
+    ("empty", None, 2),
+]
+
+
+@needs_cc
+@pytest.mark.parametrize("case, held, threads", CASES)
+def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path):
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
+    monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
+    if held is not None:
+        monkeypatch.setattr(panels, "CACHE_BYTES", max(1, slots_of(held)))
+    a, b = operands(case)
+    fmt = f"bcsr({BLOCK[0]},{BLOCK[1]})"
+    t = ucf.from_numpy(a, format=fmt)
+    old = jit._threads.get("requested")
+    try:
+        ucf.set_num_threads(threads)
+        got = {}
+        for target in ("llvm", "c"):
+            k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
+            assert "packed once per call and thread for each k_blk" in k.cin
+            got[target] = k(A=t, B=b).to_numpy()
+        monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+        k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
+        assert not any(isinstance(n, ir.Alloc) for n in nodes(k.llir))
+        plain = k(A=t, B=b).to_numpy()
+    finally:
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+    np.testing.assert_array_equal(got["llvm"], got["c"])
+    np.testing.assert_array_equal(got["llvm"], plain)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got["llvm"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_cache_is_bounded(monkeypatch, tmp_path):
+    """A thread's panels: one per block column while they fit in ``CACHE_BYTES``; at
+    most ``CACHE_BYTES`` for any B (a panel of all of j for 10^6 rows and columns of B
+    would be 256 MB)."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    for dtype, size in (("float32", 4), ("float64", 8)):
+        k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype=dtype)
+        alloc = next(
+            n for n in nodes(k.llir) if isinstance(n, ir.Alloc) and n.array.name == "B_panel0"
+        )
+        assert not alloc.zeroed  # every read follows the packing
+        width = tile_width() * 4 // size
+        held = _evaluate(alloc.size, {"n_k_blk": 5, "n_j": 2 * width + 5})
+        assert held == 5 * BLOCK[1] * 2 * width
+        huge = _evaluate(alloc.size, {"n_k_blk": 10**6 // 8, "n_j": 10**6})
+        assert panels.CACHE_BYTES // 2 < huge * size <= panels.CACHE_BYTES
+
+
+def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:
+    """An integer expression of the kernel's extents, as the generated code computes it."""
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    ops = {
+        "+": lambda x, y: x + y,
+        "*": lambda x, y: x * y,
+        "/": lambda x, y: x // y,
+        "min": min,
+        "max": max,
+    }
+    return ops[e.op](_evaluate(e.left, env), _evaluate(e.right, env))

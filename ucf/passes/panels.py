@@ -1,0 +1,232 @@
+"""The panels ``ucf.passes.registers`` packs the shared factor of a tile's rows into,
+and the per-thread cache that packs each of them once per call.
+
+When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``
+is the same for every group of the block's rows), those rows are copied into a panel,
+tile after tile, as BLAS packs its B panel: every group then reads its tile's rows from
+consecutive addresses instead of rows one row stride apart (4 KB for a 1024-column B,
+all in one L1 set), and the copy reads each row once, start to end. What is packed is
+the largest part of the product that all groups read alike: a load, or a computation on
+loads, such as a quantized block's ``(q - zero) * scale``, which then runs once per
+block instead of once per group. Rows counted at the call (``t`` of ``X(t,d) * W(d,h)``)
+are taken to make enough groups.
+
+Where what is packed depends on nothing but the reduction's step, ``j`` and one
+coordinate outside the nest that has an extent (``k_blk`` of bcsr SpMM: the block's
+column), the panel of each coordinate is the same wherever it comes: every block row
+whose blocks name that column reads the same ``B`` rows. Such panels go into a cache of
+each thread, ``CACHE_BYTES`` at most, one slot per coordinate (``k_blk`` modulo the
+slots), with a tag per slot saying which coordinate it holds: a panel is packed when a
+block first names its coordinate, and read by every later block of the call that names
+it. A ``B`` too large for the cache shares slots, and a panel evicted is packed again
+when next named: memory stays bounded, and at worst each block packs its panel (the
+plan without the cache). Packed values are the values the nest reads or computes, so
+results are bit for bit those of the nest.
+"""
+
+from __future__ import annotations
+
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import names, nodes, substitute
+from ucf.passes.tiling import SIZES, Nest, TileState, trip_bound, vector_of
+
+#: Groups of rows that must share the other factor's rows before they are packed into a
+#: panel for each block: the copy costs about one more pass over those rows. On bcsr(32,32)
+#: SpMM with a 1024x1024 B (8 groups of 4 rows) packing measured 1.2x (90% of blocks zero)
+#: to 1.4x (50%) faster on one thread, on bcsr(16,16) (4 groups) 1.4x; with B of 384 to
+#: 2048 columns 1.1x to 2.3x. B rows of 1 KB or less (256 float32 columns) stay in L1
+#: without it, and there packing measured 4 to 11% slower; choosing at run time would
+#: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
+PACK_GROUPS = 4
+#: ... of ``registers.WIDE_ROWS`` (half the loads of B per multiply-add): that block row
+#: ran 200 GFLOP/s reading B in place, 145 packing its panel first (250 with it packed
+#: already).
+WIDE_PACK_GROUPS = 8
+
+#: The smallest element packed: at the same number of columns, rows of bytes are a
+#: quarter as long as rows of float32, and int8 x uint8 bcsr(32,32) SpMM with 1024
+#: columns of B (1 KB rows) measured no faster packed (0.84x to 1.0x, noisy); with 4096
+#: columns packing gained 1.06x to 1.22x, which this leaves aside.
+PACK_ELEMENT = 4
+
+#: The most a thread's cache of panels holds, in bytes (and one panel, if a panel is
+#: larger): bcsr(32,32) SpMM with a 1024x1024 float32 B takes 32 panels of 128 KB, 4 MB
+#: a thread; B up to 16 MB (2048x2048 float32) is packed once per thread and call.
+CACHE_BYTES = 16 << 20
+
+
+def packed(
+    state: TileState,
+    nest: Nest,
+    tile: Var,
+    count: ir.Expr,
+    width: int,
+    lanes: int,
+    groups: int | None,
+    wide: bool,
+    chunk: Var,
+) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt], int]:
+    """The panels of the nest's factors that every group of rows shares: per factor
+    (``_shared``), its panel and the place in it of the tile's row at the reduction
+    loop's step; and the statements that fill them, to run before the loop over groups
+    (declarations first, which the loop reads).
+    Panels a cache of the call keeps (``_cache_key``) for any number of groups; panels of
+    one block for ``PACK_GROUPS`` groups (``WIDE_PACK_GROUPS`` for ``wide`` tiles;
+    ``groups`` None: counted at the call, taken to be many).
+
+    A panel holds, tile after tile, the tile's ``width`` values of each step of the
+    reduction loop, for the tiles of one ``chunk`` of the ``j`` range: the last value
+    returned is the tiles of a chunk, which bounds a panel to ``CACHE_BYTES`` (the
+    caller loops over chunks around the groups of rows; one chunk unless ``j`` runs over
+    some 100,000 float32 columns). Its length must be known where it is allocated (from
+    the function's parameters)."""
+    j, red = nest.inner.var.name, nest.red
+    span = ir.sub(nest.inner.end, nest.inner.start)
+    if not names(span) <= state.params:
+        return {}, [], 0
+    steps = red_steps(nest)
+    rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
+    factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
+    if not factors:
+        return {}, [], 0
+    cached = _cache_key(state, factors, steps, {j, red.var.name})
+    least = WIDE_PACK_GROUPS if wide else PACK_GROUPS
+    if cached is None and groups is not None and groups < least:
+        return {}, [], 0
+    depth = trip_bound(red)
+    elem = max(SIZES.get(f.type, 8) for f in factors)
+    per_chunk = max(1, CACHE_BYTES // (depth * width * elem))
+    step, at = Var(state.fresh(red.var.name), I64), Var(state.fresh("j_tile"), I64)
+    whole = ir.Bin("/", span, Const(width, I64))
+    length = ir.mul(Const(depth * width, I64), ir.Bin("min", whole, Const(per_chunk, I64)))
+    chunks = ir.Bin("/", ir.add(whole, Const(per_chunk - 1, I64)), Const(per_chunk, I64))
+    lo = ir.mul(chunk, Const(per_chunk, I64))  # the chunk's first tile
+    slot = base = None
+    decls: list[ir.Stmt] = []
+    if cached is not None:
+        coordinate, extent = cached
+        key = ir.add(ir.mul(coordinate, chunks), chunk)
+        # slots: as many as the panels of the call, as the cache holds, at least one
+        bytes_ = ir.Bin("max", ir.mul(length, Const(elem, I64)), Const(1, I64))
+        room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
+        slots = ir.Bin("max", ir.Bin("min", ir.mul(extent, chunks), room), Const(1, I64))
+        slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
+        # a coordinate is not negative, but a slot must be a place in the cache whatever
+        # the key: ((key % slots) + slots) % slots, once per block
+        place = ir.Bin("%", ir.add(ir.Bin("%", key, slots), slots), slots)
+        decls = [ir.Decl(slot, place), ir.Decl(base, ir.mul(slot, length))]
+
+    def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
+        place = ir.mul(
+            ir.add(ir.mul(t, Const(depth, I64)), ir.sub(k, red.start)), Const(width, I64)
+        )
+        return place if base is None else ir.add(base, place)
+
+    panels: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
+    copies: list[ir.Stmt] = []
+    first = ir.add(nest.inner.start, ir.mul(ir.add(lo, at), Const(width, I64)))
+    for factor in factors:
+        load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
+        panel = ir.Array(state.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type)
+        state.panels.append(panel)
+        state.sizes.append(length if slot is None else ir.mul(slots, length))
+        state.unzeroed.add(panel.name)  # read only where filled (its block's, or tagged)
+        panels[factor] = (panel, row(ir.sub(tile, lo), red.var))
+        source = substitute(substitute(factor, steps), {red.var.name: step})
+        for v in range(0, width, lanes):
+            value = vector_of(source, j, first, v, lanes, lambda e, name="": e, {})
+            copies.append(ir.Store(panel, ir.add(row(at, step), Const(v, I64)), value))
+    # Tile by tile, the panel written in order: the other order (a row of the factor
+    # read in order, written a tile's rows apart, 4 KB for 32 steps of 32 floats) copied
+    # a 1024x1024 float32 B at 18 GB/s against 41 (C micro-benchmark, one Zen 5 thread).
+    held = ir.Bin("min", ir.sub(count, lo), Const(per_chunk, I64))
+    tiles = ir.For(at, Const(0, I64), held, [ir.For(step, red.start, red.end, copies)])
+    fill: list[ir.Stmt] = [tiles]
+    copied = ", ".join(f"{named(x)} into {p.name}" for x, (p, _) in panels.items())
+    loop = nest.rows.label or nest.rows.var.name
+    if slot is None:
+        counted = "" if groups is None else f"{groups} "
+        state.notes.append(
+            f"registers: {copied} packed before each {loop} loop, for its {counted}groups of rows"
+        )
+        return panels, fill, per_chunk
+    tags = ir.Array(state.fresh("panel_tags"), "i64")
+    state.panels.append(tags)
+    state.sizes.append(slots)
+    state.notes.append(
+        f"registers: {copied} packed once per call and thread for each {coordinate.name}, in a "
+        f"cache of {CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that "
+        f"{coordinate.name}"
+    )
+    # a tag holds the coordinate of the panel in its slot, plus one (0: empty)
+    tag = ir.add(key, Const(1, I64))
+    absent = ir.Cmp("!=", ir.Load(tags, slot), tag)
+    return panels, [*decls, ir.If(absent, [*fill, ir.Store(tags, slot, tag)])], per_chunk
+
+
+def _cache_key(
+    state: TileState, factors: list[ir.Expr], steps: dict[str, ir.Expr], inner: set[str]
+) -> tuple[Var, ir.Expr] | None:
+    """The coordinate the panels of ``factors`` depend on besides the nest's own loops
+    (``inner``) and the function's parameters, and its extent (a parameter); None if
+    they depend on more than one such variable, on none, on one without an extent, or
+    read anything the kernel writes (a panel packed earlier would be stale)."""
+    used: set[str] = set()
+    for f in factors:
+        f = substitute(f, steps)
+        if any(
+            isinstance(n, ir.Load) and (n.array.output or n.array.name not in state.params)
+            for n in nodes(f)
+        ):
+            return None
+        used |= names(f)
+    outside = used - inner - state.params
+    if len(outside) != 1:
+        return None
+    (name,) = outside
+    extent = state.extents.get(name)
+    return None if extent is None else (Var(name, I64), Var(extent, I64))
+
+
+def _shared(
+    e: ir.Expr, j: str, red: str, rowwise: set[str], steps: dict[str, ir.Expr]
+) -> list[ir.Expr]:
+    """The largest parts of ``e`` that vary with ``j`` and the reduction variable ``red``
+    but not with the row (``rowwise``; ``steps`` defines the reduction loop's
+    declarations): what every group of rows reads alike. A part that only loads elements
+    narrower than ``PACK_ELEMENT`` (and widens them) is left out; one that computes
+    more (a dequantization, ``(q - zero) * scale``) is kept, and then runs once per
+    panel instead of once per group."""
+    used = names(substitute(e, steps))
+    if j not in used:
+        return []
+    if red in used and not used & rowwise:
+        inner = e
+        while isinstance(inner, ir.Cast):
+            inner = inner.operand
+        if isinstance(inner, ir.Load) and SIZES.get(inner.array.elem, 1) < PACK_ELEMENT:
+            return []
+        return [e]
+    if isinstance(e, ir.Bin):
+        left = _shared(e.left, j, red, rowwise, steps)
+        return left + [x for x in _shared(e.right, j, red, rowwise, steps) if x not in left]
+    if isinstance(e, ir.Cast | ir.Neg):
+        return _shared(e.operand, j, red, rowwise, steps)
+    return []
+
+
+def named(e: ir.Expr) -> str:
+    """How the note names a packed factor: the array it loads, or the arrays of a
+    computed one."""
+    arrays = dict.fromkeys(n.array.name for n in nodes(e) if isinstance(n, ir.Load))
+    return " ".join(arrays) if isinstance(e, ir.Load) else f"({', '.join(arrays)})"
+
+
+def red_steps(nest: Nest) -> dict[str, ir.Expr]:
+    """The reduction loop's declarations, each as an expression of what is known outside
+    them: what a computation hoisted out of the loop reads in their place."""
+    steps: dict[str, ir.Expr] = {}
+    for d in nest.red_decls:
+        steps[d.var.name] = substitute(d.init, steps)
+    return steps
