@@ -371,7 +371,7 @@ def proposals(
     gather = gathering(front.stmt, front.computed)
     spared = front.concretized(workspace=True, gathered=[gather] if gather else ())
     storage = spared.order if _converts(base) and not _converts(spared) else base.order
-    *candidates, last = propose(base, storage, stats, threads)
+    *candidates, last = propose(base, storage, stats, threads, front.fmts)
 
     def check(choice: Choice) -> None:
         nest = spared if _precomputes(choice.commands) else base

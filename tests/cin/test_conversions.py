@@ -59,5 +59,5 @@ def test_a_planned_conversion_points_at_the_users_line_through_einsum():
         S = ucf.einsum("S(i,j) = A(i,j) + B(i,j)", A=A, B=B)
     conv = [w for w in seen if issubclass(w.category, ucf.ConversionWarning)]
     assert conv and all(w.filename == __file__ for w in conv), [w.filename for w in conv]
-    assert "since no loop order follows its format" in str(conv[0].message)
+    assert "since the kernel's loop order does not follow its format" in str(conv[0].message)
     np.testing.assert_allclose(S, (A + B).toarray())  # a dense output: numpy

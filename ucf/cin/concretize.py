@@ -144,6 +144,7 @@ def concretize(
     workspace: bool = False,
     gathered: Sequence[Gathered] = (),
     before: dict[str, set[str]] | None = None,
+    freed: frozenset[str] = frozenset(),
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
@@ -152,7 +153,8 @@ def concretize(
     ``gathered`` lists the precomputes (see ``nesting``), which free the nested
     sums they gather from being computed inside their workspace's variable.
     ``before`` maps a variable to those every loop order binds before it (a
-    block's place after its block: ``ucf.cin.blocking``).
+    block's place after its block: ``ucf.cin.blocking``). ``freed`` names the operands
+    a schedule's ``convert`` freed from binding the order, for the note on their copy.
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
@@ -252,8 +254,13 @@ def concretize(
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
             slots[n] = Slot(name, a.tensor, new)
             why = nesting_conflict(stmt, a, fmt)
+            follows = (
+                f"the loop order does not follow it (convert({a.tensor}) allows that)"
+                if a.tensor in freed
+                else "no loop order follows it"
+            )
             msg = (
-                f"operand {a.tensor} is stored as '{fmt.name}' but no loop order follows it"
+                f"operand {a.tensor} is stored as '{fmt.name}' but {follows}"
                 f"{f' ({why})' if why else ''}; it is converted to '{new}' before each call"
                 + _dequantized(fmt, new)
             )

@@ -243,7 +243,9 @@ class Calling:
             f"or .convert('{fmt.name}')"
         )
         if slot.name != slot.tensor:
-            reasons.append(f"is read as '{fmt.name}', since no loop order follows its format")
+            reasons.append(
+                f"is read as '{fmt.name}', since the kernel's loop order does not follow its format"
+            )
             fixes.append(convert)
         elif t.format.structure != fmt.structure:
             reasons.append(f"is stored as '{t.format.name}' but the kernel reads '{fmt.name}'")

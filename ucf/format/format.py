@@ -268,11 +268,13 @@ class Format:
     def level_of_mode(self, mode: int) -> int:
         return self.mode_order.index(mode)
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The format as users spell it: a name that parses to exactly this format
         (``bcsr(4,4)``, ``csr``, ``nm(2,4)``) where one does, else its levels (``UCUU:...``).
-        Messages use it, so they show what the user wrote, not the levels behind it."""
+        Messages use it, so they show what the user wrote, not the levels behind it.
+        Cached: finding it parses candidate names, and a kernel that converts an operand
+        on every call spells its format on every call."""
         values = f"@{self.values}" if self.values else ""
         values += _fill_text(self.fill)
         for candidate in self._names():

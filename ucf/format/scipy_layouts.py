@@ -27,6 +27,9 @@ from ucf.format.values import INDEX_DTYPES, index_dtype_of
 _UNSORTED_CSR = parse_format("UQ")
 
 
+COO_ROWS = parse_format("coo", order=2)
+
+
 def _bcsr_blocks(fmt: Format) -> tuple[int, int] | None:
     """The block shape of a ``bcsr(bh, bw)`` format, which scipy's BSR stores alike."""
     if len(fmt.maps) != 4 or not (fmt.maps[2].mod and fmt.maps[3].mod):
@@ -229,6 +232,9 @@ def to_scipy(t: Tensor, matrix: bool = False) -> Any:
         data = t.vals.reshape(-1, *block)
         return bsr((data, lv["crd"], lv["pos"]), shape=t.shape, blocksize=block, copy=False)
     coo = sp.coo_matrix if matrix else sp.coo_array
+    if fmt == COO_ROWS:  # its levels hold every entry's row and column already
+        rows, cols = t.levels[0]["crd"], t.levels[1]["crd"]
+        return coo((t.vals, (rows, cols)), shape=t.shape).tocsr()
     coords, vals = t.to_coo()
     return coo((vals, (coords[:, 0], coords[:, 1])), shape=t.shape).tocsr()
 

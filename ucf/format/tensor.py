@@ -33,8 +33,9 @@ from ucf.errors import (
     boundary,
 )
 from ucf.format.arraylike import ArrayLike
+from ucf.format.convert import relevel
 from ucf.format.encoding import check_scales, decode, encode
-from ucf.format.format import CSC, CSR, Format, parse_format
+from ucf.format.format import Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.storage import (
     as_shape,
@@ -359,7 +360,9 @@ class Tensor(ArrayLike):
 
         Stored zeros (stored fill values) are dropped when the format changes:
         otherwise converting a dense tensor to a sparse format would store every
-        element.
+        element. The result may share arrays with ``self`` where they come out
+        unchanged (CSR to COO keeps the column indices and values, as scipy's
+        ``tocoo`` does). Linear in the entries (see ``ucf.format.convert``).
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
@@ -388,17 +391,8 @@ class Tensor(ArrayLike):
         if self.format.is_dense or fmt.fill != self.format.fill:
             # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        if self.format.structure in (CSR, CSC) and fmt.structure in (CSR, CSC):
-            # CSR <-> CSC: scipy transposes the layout in linear time; no sort needed.
-            m = self.to_scipy()
-            m = m.tocsc() if fmt.mode_order == (1, 0) else m.tocsr()
-            m.eliminate_zeros()
-            return INTERCHANGE["from_scipy"](m, fmt, dt, idt)
-        coords, vals = self.to_coo()
-        keep = vals != fmt.fill
-        if not keep.all():
-            coords, vals = coords[keep], vals[keep]
-        return pack(self.shape, fmt, fmt.level_coords(coords), vals.astype(dt), idt)
+        levels, vals = relevel(self, fmt, dt, idt)
+        return Tensor(self.shape, fmt, levels, vals, idt, check=False)
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
         """``convert`` where either side holds values numpy has no type for: through

@@ -8,6 +8,8 @@
 - ``apply``: the checker, from commands to an ``Applied``;
 - ``text`` and ``fluent``: the two spellings, which build the same command objects;
 - ``cpu_model``, ``gpu_model``, ``stats``: the default schedules and what they read;
+  ``gathering`` (sums of products) and ``transposed_products`` (operands read the
+  other way round) are the CPU model's plans for what the plain loop order does badly;
 - ``candidates``: candidates tried in turn, refusals kept for ``k.cin``.
 
 Every command of the schedule language is checked against the statement

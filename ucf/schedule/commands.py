@@ -29,6 +29,7 @@ from ucf.schedule.nest_state import (
 from ucf.schedule.requests import (
     AssembleCommand,
     Condense,
+    Convert,
     DismantleCommand,
     Parallelize,
     PrecomputeCommand,
@@ -45,6 +46,7 @@ __all__ = [
     "BoundCommand",
     "Command",
     "Condense",
+    "Convert",
     "DismantleCommand",
     "Fuse",
     "NestState",
@@ -82,6 +84,7 @@ COMMANDS: dict[str, type[Command]] = {
     "assemble": AssembleCommand,
     "condense": Condense,
     "dismantle": DismantleCommand,
+    "convert": Convert,
 }
 
 

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from ucf.cin.concretize import appended_vars
 from ucf.cin.notation import CIN
 from ucf.cin.scale_groups import grouped_variables
-from ucf.lang.ast import Access, Binary, Sum, accesses, text
+from ucf.format.format import Format
+from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
+from ucf.schedule import transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -30,7 +32,7 @@ from ucf.schedule.commands import (
     Reorder,
     SplitCommand,
 )
-from ucf.schedule.gathering import terms, workspaces
+from ucf.schedule.gathering import distributed, is_product, terms, workspaces
 from ucf.schedule.records import Parallel
 
 #: A loop shared out over CPU threads, each iteration independent.
@@ -117,22 +119,34 @@ class Choice:
         return "; ".join(map(str, self.commands))
 
 
-def propose(cin: CIN, storage_order: list[str], stats: Stats | None, threads: int) -> list[Choice]:
+def propose(
+    cin: CIN,
+    storage_order: list[str],
+    stats: Stats | None,
+    threads: int,
+    stored: dict[str, Format] | None = None,
+) -> list[Choice]:
     """Schedules to try for ``cin`` (the concretized statement, unscheduled), best
     first. ``storage_order`` is the loop order that follows every operand's storage
-    when the output may use a workspace. The last proposal is always the plain
+    when the output may use a workspace; ``stored`` are the operands' formats as given
+    (``cin`` may read some converted). The last proposal is always the plain
     loop nest, which every statement has. (A call whose work is below
     ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
     ws_why: list[str] = []
-    plans = _workspaces(cin, storage_order, stats, ws_why)
+    linear = transposed_products.plan(cin, stats, ws_why, stored)
+    if linear is not None:
+        plans = [(linear.commands, linear.order)]
+    else:
+        plans = [(w, storage_order) for w in _workspaces(cin, storage_order, stats, ws_why)]
     choices = [
         c
-        for workspace in plans or [[]]
-        for c in _choices(cin, storage_order, workspace, ws_why, stats, threads)
+        for prefix, order in plans or [([], list(cin.order))]
+        for c in _choices(cin, order, prefix, ws_why, stats, threads)
     ]
     if plans:
         serial = _serial_reason(threads) or _NO_PARALLEL
-        choices.append(Choice([], ["default: no workspace, since the checks refused it", serial]))
+        plain = "no workspace" if linear is None else "the plain loop order"
+        choices.append(Choice([], [f"default: {plain}, since the checks refused it", serial]))
     return choices
 
 
@@ -143,15 +157,15 @@ _NO_PARALLEL = (
 
 def _choices(
     cin: CIN,
-    storage_order: list[str],
+    order: list[str],
     workspace: list[Command],
     ws_why: list[str],
     stats: Stats | None,
     threads: int,
 ) -> list[Choice]:
-    """The proposals with ``workspace`` (precompute commands, or none), best first: a
-    parallel loop in each place the model likes, then serial ones."""
-    order = storage_order if workspace else list(cin.order)
+    """The proposals with ``workspace`` (the commands of a workspace or a linear plan,
+    or none), which leave the loops in ``order``, best first: a parallel loop in each
+    place the model likes, then serial ones."""
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
     # above i_in), and the parallel loop must not depend on that.
@@ -224,7 +238,7 @@ def _workspaces(
     stmt = cin.statement
     if terms(stmt.rhs) is not None:
         if list(storage_order) == list(cin.order):
-            return []
+            return distributed(cin, stats, why)
         return workspaces(cin, stats, why)
     if cin.output_format.is_dense:
         return []
@@ -238,7 +252,7 @@ def _workspaces(
     if not inside:
         return []
     r = storage_order[first]
-    if len(inside) > 1 or not _product(body):
+    if len(inside) > 1 or not is_product(body):
         why.append(
             f"default: reduction variable {r} encloses output variables "
             f"{', '.join(inside)} in storage order, but a workspace holds one variable of "
@@ -311,13 +325,6 @@ def dense_inside(cin: CIN, order: list[str]) -> tuple[list[str], list[Command], 
             "so the innermost loops are dense and each stored element serves a row of them"
         ],
     )
-
-
-def _product(e) -> bool:
-    """A product of tensor accesses: what precompute can compute into a workspace."""
-    if isinstance(e, Binary):
-        return e.op == "*" and _product(e.left) and _product(e.right)
-    return isinstance(e, Access)
 
 
 def _work(cin: CIN, stats: Stats | None) -> float | None:

@@ -51,6 +51,9 @@ class Schedule:
     def condense(self, i: str, tensor: str, depth: int) -> Schedule:
         return self._add("condense", i, tensor, depth)
 
+    def convert(self, tensor: str) -> Schedule:
+        return self._add("convert", tensor)
+
     def dismantle(self, i: str, values: bool = False) -> Schedule:
         """Unroll ``i`` and the loops around it over the static operands' patterns;
         ``values`` embeds their values as constants too."""

@@ -38,7 +38,7 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
             product = product.body
         # A term with no sum of its own (A(i,j) in A(i,j) + B(i,k)*C(k,j)) is a producer
         # of its own too, scattered once per row beside the others' sums.
-        if not _product(product):
+        if not is_product(product):
             return False
         found.append((sign, product))
         return True
@@ -46,9 +46,10 @@ def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
     return found if walk(body, 1) and len(found) > 1 else None
 
 
-def _product(e: Expr) -> bool:
+def is_product(e: Expr) -> bool:
+    """A product of tensor accesses: what precompute can compute into a workspace."""
     if isinstance(e, Binary):
-        return e.op == "*" and _product(e.left) and _product(e.right)
+        return e.op == "*" and is_product(e.left) and is_product(e.right)
     return isinstance(e, Access)
 
 
@@ -102,6 +103,66 @@ def workspaces(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
         f"its rows into it in turn (Gustavson's algorithm per product): {cost}"
     )
     return [shared, apart]
+
+
+#: A step of co-iterating several sparse operands' fibers (the union of their
+#: coordinates, one loop with a case per subset present) costs about this many steps
+#: of a loop over one fiber: it compares coordinates and branches between the cases.
+MERGE_STEPS = 2.0
+
+
+def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
+    """The plan that distributes the statement's outer sum over its terms when the terms
+    read different sparse operands: ``y(i) = A(i,j)*x(j) + B(i,j)*x(j)`` co-iterates
+    the union of a row of A and a row of B (one loop with merge cases), where
+    ``sum(j, A*x) + sum(j, B*x)`` runs two plain loops. Each term is precomputed over
+    the output's innermost variable in turn (summed in another order than the
+    co-iterated loop, as for a sparse output's sum of products). A product the user
+    factored (``(A(i,j) + B(i,j))*x(j)``) is not a sum of terms and is left alone.
+    Appends to ``why`` the line that says which was chosen; none when the terms share
+    their sparse operands."""
+    stmt = cin.statement
+    found = terms(stmt.rhs)
+    v = row_variable(stmt, cin.output_format)
+    summed = peel(stmt.rhs)[0]
+    if found is None or v is None or not summed:
+        return []
+    formats = {cin.slots[n].tensor: cin.slots[n].format for n in cin.slots}
+    reads = [
+        frozenset(a.tensor for a in accesses(t) if not formats[a.tensor].is_dense) for _, t in found
+    ]
+    if len(set(reads)) < 2 or not all(reads):
+        return []
+    spelled = [text(t) for _, t in found]
+    plan = [PrecomputeCommand(t, v, v) for t in spelled]
+    over = ", ".join(summed)
+    merged = (
+        f"one loop over {over} co-iterating {' and '.join(', '.join(sorted(r)) for r in reads)}"
+    )
+    apart = (
+        f"sum({over}) distributed over the terms, each precomputed over {v} with its own "
+        f"loop ({'; '.join(spelled)})"
+    )
+    products, _ = _work(cin, stats, [t for _, t in found])
+    if products is None:
+        why.append(
+            f"default: {apart}: no merge of their fibers, where {merged} branches between "
+            "their cases at every step (the extents are unknown before a call)"
+        )
+        return [plan]
+    pairs = math.prod(stats.extents.get(w, 1) for w in cin.output_vars)
+    apart_steps, merged_steps = products + len(found) * pairs, MERGE_STEPS * products
+    if apart_steps >= merged_steps:
+        why.append(
+            f"default: {merged}, about {merged_steps:.2g} steps, against about "
+            f"{apart_steps:.2g} for {apart}"
+        )
+        return []
+    why.append(
+        f"default: {apart}: about {apart_steps:.2g} steps, where {merged} would take "
+        f"about {merged_steps:.2g}"
+    )
+    return [plan]
 
 
 def _work(cin: CIN, stats, products: list[Expr]) -> tuple[float | None, float | None]:

@@ -1,6 +1,6 @@
 """The commands that change what is built rather than how loops nest: precompute into
 a workspace, parallelize, assemble a sparse output, condense a dynamic operand's
-tiles, and dismantle over static operands' patterns.
+tiles, dismantle over static operands' patterns, and convert an operand.
 """
 
 from __future__ import annotations
@@ -298,6 +298,31 @@ class DismantleCommand(Command):
 
     def record(self, nest: NestState) -> None:
         nest.dismantle = self.request
+
+
+@dataclass(frozen=True)
+class Convert(Command):
+    """``convert(B)``: sparse operand B binds no loop order; an order that walks its
+    levels against their storage reads a copy of B converted to that order before each
+    call (a ``ConversionWarning``, and a line in ``k.cin``), as an operand no loop order
+    can follow is read already. The default uses it where reading a transposed operand
+    the other way round makes the work linear (``ucf.schedule.transposed_products``)."""
+
+    tensor: str
+    name: ClassVar[str] = "convert"
+    arity: ClassVar[tuple[int, ...] | None] = (1,)
+    forms: ClassVar[str] = "(A), a sparse operand"
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return (self.tensor,)
+
+    def check_statement(self, stmt: Statement) -> str | None:
+        names = sorted({a.tensor for a in accesses(stmt.rhs)})
+        if self.tensor not in names:
+            shown = ", ".join(names)
+            return f"{self}: {self.tensor} is not an operand of {stmt} (operands: {shown})"
+        return None
 
 
 def _workspace_name(taken: set[str]) -> str:

@@ -12,6 +12,7 @@ from ucf.format.format import Format
 from ucf.lang.ast import accesses
 from ucf.schedule.apply import Applied, apply_schedule
 from ucf.schedule.nest_state import Command
+from ucf.schedule.requests import Convert
 
 
 def scheduled(
@@ -31,6 +32,7 @@ def scheduled(
     the order follows that. Errors name an operand's format as ``shown`` (the user's
     spelling, by tensor) gives it."""
     stmt = cin.statement
+    free = {c.tensor for c in commands if isinstance(c, Convert)}
     chains = {}
     tensors: dict[str, tuple[list[str], Format]] = {}
     for n, a in enumerate(accesses(stmt.rhs)):
@@ -39,6 +41,8 @@ def scheduled(
         tensors.setdefault(a.tensor, (lv, slot.format))
         # An affine level's base moves with the order; concretize checks those.
         as_stored = slot.name == slot.tensor
+        if a.tensor in free:
+            continue
         if as_stored and not slot.format.is_dense and all(i.single_variable for i in a.indices):
             spelled = (shown or {}).get(a.tensor, str(slot.format))
             chains[f"operand {a.tensor} ('{spelled}')"] = lv
@@ -64,7 +68,7 @@ def scheduled(
         (frozenset(str(a) for a in accesses(pc.statement.rhs)), prov.origins(pc.var)[0])
         for pc in applied.precompute
     ]
-    new = concretize(stmt, fmts, computed, order=order, gathered=gathered)
+    new = concretize(stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free))
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)

@@ -143,8 +143,8 @@ class Compressed(LevelKind):
     def unpack(self, arrays, dim, cols, count):
         pos = arrays["pos"]
         if cols:
-            parent = np.repeat(np.arange(count, dtype=np.int64), np.diff(pos))
-            cols = [c[parent] for c in cols]
+            sizes = np.diff(pos)
+            cols = [np.repeat(c, sizes) for c in cols]
         cols.append(arrays["crd"].astype(np.int64))
         return cols, len(arrays["crd"])
 
