@@ -12,15 +12,17 @@ the default's, or twice as slow as the best trial so far, is timed by that
 call alone (by a second call where the first lost by less than a first call's
 own cost, ``FIRST_CALL``), and sampling stops at the first sample that slow (a quadratic
 plan must not cost the study minutes, and a big input's losing trials should
-cost one call, not four).
+cost one call, not four); one whose first call in the probe's child took over ``LOST``
+times that long is not called here at all.
 
 A busy moment of a shared machine must not decide a time (issue 34): a timing whose
 samples spread widely (the slowest over ``NOISY`` times the fastest: another process
 took time slices during some) takes more samples, up to ``MORE`` times as many, so its
 median stands on a longer stretch of time (``sampled``, which ``ucf run --time`` uses
 too); and the default kernel, whose time decides which trials have lost, is timed
-again every ``REBASE`` trials, in turn with them, its baseline the median of those
-timings (``Objective.rebase``).
+again after every ``REBASE`` trials that were timed (a trial pruned before its call
+takes no time in which the load could change: SpGEMM's sweep prunes 97 of 112), in
+turn with them, its baseline the median of those timings (``Objective.rebase``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ from ucf.format.tensor import Tensor
 from ucf.schedule.commands import Command
 from ucf.schedule.text import as_commands, spelled
 from ucf.tuning import probe, space
-from ucf.tuning.probe import reason
+from ucf.tuning.probe import clock, reason
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
 REPEATS = 5
@@ -57,22 +58,16 @@ LOSING = 2
 #: Seconds a kernel's first call may spend beyond the others (its operands' statistics, the
 #: plan for their size): a first call that has lost by less is not the judge, a second is.
 FIRST_CALL = 5e-3
+#: A trial whose first call in the probe's child (``ucf.tuning.probe``) took over LOST times
+#: what a trial that has lost takes (``Objective.hopeless``) is pruned without a call here: a
+#: slow plan's call costs as much again, and a fresh process's first call may spend a little
+#: more than a warm one, never twice as much.
+LOST = 2
 #: Samples whose slowest is over NOISY times the fastest were disturbed: up to MORE times as
 #: many are taken.
 NOISY, MORE = 1.5, 3
 #: Trials between two timings of the default kernel (``Objective.rebase``).
 REBASE = 8
-
-
-def clock() -> Callable[[], float]:
-    """What a trial is timed by: with one thread, the calling thread's CPU time, which the
-    time slices other processes take do not inflate (on a shared machine they decided
-    which schedule won), nor trials that other threads of the process run meanwhile (Dask
-    workers in one process); a one-thread kernel runs on the calling thread. With more,
-    wall time, since CPU time would add the threads up."""
-    from ucf.toolchain.jit import num_threads
-
-    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 def one_call(call: Callable[[], Any]) -> float:
@@ -214,6 +209,8 @@ class Objective:
     _unfit: dict[str, str] = field(default_factory=dict, repr=False)  # scope -> why not
     _probe: probe.Probe = field(default_factory=probe.Probe, repr=False)
     _baselines: list[float] = field(default_factory=list, repr=False)
+    _stopped: dict[tuple[str, tuple], str] = field(default_factory=dict, repr=False)
+    _timed: int = field(default=0, repr=False)  # trials timed since the default last was
 
     def rebase(self) -> float:
         """Time the default kernel (again): the baseline that trials lose against is the
@@ -221,9 +218,12 @@ class Objective:
         at the start of a study does not set every trial's bar. The default's result."""
         k = self.kernel(None)
         call = lambda: k(shapes=self.shapes, **self.operands)  # noqa: E731
+        now = clock()
+        start = now()
         result = call()
+        once = max(now() - start, 1e-9)  # the warm-up of the samples
         self.default_schedule = as_commands(k.schedule_used)
-        self._baselines.append(median_time(call, self.repeats))
+        self._baselines.append(median_time(call, self.repeats, once=once))
         self.baseline = statistics.median(self._baselines)
         return result
 
@@ -281,6 +281,18 @@ class Objective:
         from ucf.errors import UcfError
 
         commands = as_commands(schedule)
+        # The loop nest: what a schedule iterates over. Splits, bounds and threads
+        # reshape its loops (a split of a co-iterated loop can add work, never take
+        # most of it away), so they do not bring a nest whose first call ran past the
+        # limit (``probe.LIMIT`` times the default's) back into the race; each such
+        # schedule would cost a stopped child and a new one.
+        nest = (self.scope(v.formats), tuple(probe.normalized(commands, probe.RESHAPING)))
+        if nest in self._stopped:
+            raise UcfError(
+                f"its loop order and workspaces are those of {self._stopped[nest]!r}, "
+                f"whose first call ran past the limit; splits, bounds and threads "
+                f"do not make a nest that slow win"
+            )
         k = self.kernel(commands, v.formats)
         seconds = probe.limit(self.baseline)
         default = self.default_schedule if v.formats == self.formats else None
@@ -298,7 +310,16 @@ class Objective:
                 self.scope(v.formats),
                 num_threads(),
             )
-            self._probe.first_call(request, v.operands, seconds)
+            try:
+                first = self._probe.first_call(request, v.operands, seconds)
+            except probe.TrialTimeout:
+                self._stopped[nest] = spelled(commands)
+                raise
+            if first > LOST * enough + FIRST_CALL:  # its call here would only confirm it
+                raise UcfError(
+                    f"its first call took {first * 1e3:.4g} ms, over {LOST} times the "
+                    f"{enough * 1e3:.4g} ms past which a trial has lost"
+                )
         now = clock()
         start = now()
         result = k(shapes=self.shapes, **v.operands)
@@ -343,10 +364,12 @@ class Objective:
         text = spelled(commands)
         seen = (scope, text)
         if seen not in self._seen:
-            if self._seen and len(self._seen) % REBASE == 0:
+            if self._timed >= REBASE:
                 self.rebase()
+                self._timed = 0
             try:
                 self._seen[seen] = (self.measure(commands, v, self.hopeless()), "")
+                self._timed += 1
             except Exception as e:
                 self._seen[seen] = (None, reason(e))
         seconds, why = self._seen[seen]

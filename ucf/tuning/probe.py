@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -51,6 +52,18 @@ LOAD_SECONDS = 300.0
 #: less. A problem whose whole dense space fits the limit needs no child (starting one
 #: costs a second or two).
 POINT_SECONDS = 1e-7
+
+
+def clock() -> Callable[[], float]:
+    """What a trial is timed by: with one thread, the calling thread's CPU time, which the
+    time slices other processes take do not inflate (on a shared machine they decided
+    which schedule won), nor trials that other threads of the process run meanwhile (Dask
+    workers in one process); a one-thread kernel runs on the calling thread. With more,
+    wall time, since CPU time would add the threads up. The child times its first calls
+    by it too (``serve``), so they compare with the trials' times."""
+    from ucf.toolchain.jit import num_threads
+
+    return time.thread_time if num_threads() == 1 else time.perf_counter
 
 
 class TrialTimeout(UcfError):
@@ -247,9 +260,10 @@ def serve(fd: int) -> None:
                 index_dtype=call.index_dtype,
             )
             conn.send(("ready", None))
-            start = time.perf_counter()
+            now = clock()  # what the tuning process times trials by, for this thread count
+            start = now()
             k(shapes=call.shapes, **held[call.scope])
-            conn.send(("done", time.perf_counter() - start))
+            conn.send(("done", now() - start))
         except Exception as e:
             conn.send(("error", reason(e)))
 
