@@ -503,6 +503,37 @@ def test_a_nest_whose_first_call_was_stopped_is_not_run_again(cache, monkeypatch
     np.testing.assert_allclose(k(**ops).to_numpy(), A @ B, rtol=1e-12)
 
 
+def test_with_more_threads_than_the_limit_a_stopped_nest_may_run_in_parallel(cache, monkeypatch):
+    """Where the threads outnumber the limit's factor, a parallel loop can take most of a
+    stopped serial nest's work away: its parallel variants are probed, not pruned."""
+    n = 60
+    A = sp.random(n, n, density=0.1, format="csc", random_state=1)
+    B = np.random.default_rng(2).random((n, 8))
+    fmts = parsed_formats(CSC_SPMM, {"A": "csc", "B": "UU"})
+    ops = {"A": ucf.from_scipy(A), "B": ucf.from_numpy(B)}
+    objective = Objective(CSC_SPMM, fmts, "llvm", "float64", "int32", ops, None, {}, {})
+    objective.reference = measure.comparable(objective.rebase())
+    objective.extents = {"i": 10**6, "j": 10**6, "k": 10**6}
+    probed = []
+
+    def first_call(request, operands, seconds):
+        probed.append(request.schedule)
+        raise probe.TrialTimeout("its first call ran longer than the limit")
+
+    monkeypatch.setattr(objective._probe, "first_call", first_call)
+    monkeypatch.setattr("ucf.toolchain.jit.num_threads", lambda: probe.LIMIT)
+    v = objective.variant(objective.formats)
+    with pytest.raises(probe.TrialTimeout):
+        objective.measure(parse_schedule(QUADRATIC), v)
+    split = QUADRATIC + "; split(k, ko, ki, 4)"
+    with pytest.raises(ucf.UcfError, match="those of 'reorder.j, k, i.; precompute"):
+        objective.measure(parse_schedule(split), v)  # serial: still pruned
+    parallel = QUADRATIC + "; parallelize(j, CPUThread, Atomics)"
+    with pytest.raises(probe.TrialTimeout):
+        objective.measure(parse_schedule(parallel), v)  # probed, not pruned
+    assert len(probed) == 2
+
+
 def test_a_first_call_in_the_child_that_has_lost_is_not_made_again(cache, monkeypatch):
     """A probed trial whose first call in the child took over LOST times the bar of a lost
     trial is pruned without a call in the tuning process; one that took less is called,

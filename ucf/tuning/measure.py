@@ -39,7 +39,7 @@ import numpy as np
 from ucf.exec.kernel import Kernel
 from ucf.format.format import Format
 from ucf.format.tensor import Tensor
-from ucf.schedule.commands import Command
+from ucf.schedule.commands import Command, Parallelize
 from ucf.schedule.text import as_commands, spelled
 from ucf.tuning import probe, space
 from ucf.tuning.probe import clock, reason
@@ -279,14 +279,24 @@ class Objective:
         kernel raises) if it cannot be built or computes something else than the default.
         A stored schedule comes as text, parsed here; a trial's as commands."""
         from ucf.errors import UcfError
+        from ucf.toolchain.jit import num_threads
 
         commands = as_commands(schedule)
-        # The loop nest: what a schedule iterates over. Splits, bounds and threads
-        # reshape its loops (a split of a co-iterated loop can add work, never take
-        # most of it away), so they do not bring a nest whose first call ran past the
-        # limit (``probe.LIMIT`` times the default's) back into the race; each such
-        # schedule would cost a stopped child and a new one.
-        nest = (self.scope(v.formats), tuple(probe.normalized(commands, probe.RESHAPING)))
+        # The loop nest: what a schedule iterates over. Splits and bounds reshape its
+        # loops (a split of a co-iterated loop can add work, never take most of it
+        # away), so they do not bring a nest whose first call ran past the limit
+        # (``probe.LIMIT`` times the default's) back into the race; each such schedule
+        # would cost a stopped child and a new one. Threads can take most of the work
+        # away where there are more of them than the limit's factor: there, whether a
+        # schedule runs in parallel is part of its nest.
+        threaded = num_threads() >= probe.LIMIT and any(
+            isinstance(c, Parallelize) for c in commands
+        )
+        nest = (
+            self.scope(v.formats),
+            tuple(probe.normalized(commands, probe.RESHAPING)),
+            threaded,
+        )
         if nest in self._stopped:
             raise UcfError(
                 f"its loop order and workspaces are those of {self._stopped[nest]!r}, "
@@ -297,8 +307,6 @@ class Objective:
         seconds = probe.limit(self.baseline)
         default = self.default_schedule if v.formats == self.formats else None
         if self.baseline > 0 and probe.needed(commands, self.extents, seconds, default):
-            from ucf.toolchain.jit import num_threads
-
             request = probe.Call(
                 self.statement,
                 v.formats,
