@@ -152,6 +152,10 @@ def test_convert_in_a_schedule(target):
         ucf.compile(expr, formats=formats, schedule="reorder(i,j,k)", target=target)
     with pytest.raises(ScheduleError, match="Z is not an operand"):
         ucf.compile(expr, formats=formats, schedule="convert(Z)", target=target)
+    with pytest.raises(ScheduleError, match="B is converted already"):
+        ucf.compile(expr, formats=formats, schedule="convert(B); convert(B)", target=target)
+    with pytest.raises(ScheduleError, match="x is dense"):
+        ucf.compile("y(i) = A(i,j)*x(j)", formats={"A": "csr"}, schedule="convert(x)")
 
 
 SPMVS = "y(i) = A(i,j)*x(j) + B(i,j)*x(j)"

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -288,7 +289,7 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
             assert "runs in parallel" in call()
             teams = k._built.compiled.teams
             assert teams is not None and teams.states and not teams.alone()
-            end = time.monotonic_ns() + 10**9
+            end = time.monotonic_ns() + 600 * 10**9  # no stall of a loaded machine ends it
             for state in teams.states:  # as ucf_parallel leaves a loop that lost
                 state[0], state[1], state[3] = 1, end, 1000
             jit.team_counter("lost").value += 1  # and counts it
@@ -299,8 +300,10 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
                 assert "the plan for one thread for now" in cin
             if "B(" in text:
                 assert "appended in one pass" in cin
-            time.sleep(max(0, end - time.monotonic_ns()) / 1e9 + 1e-3)
-            # The wait is over: the parallel plan tries again.
+            for state in teams.states:  # the wait is over (written, not slept through)
+                state[1] = time.monotonic_ns() - 1
+            jit.team_counter("lost").value += 1  # so that alone() looks again
+            # The parallel plan tries again.
             assert not teams.alone() and "runs in parallel" in call()
     finally:
         ucf.set_num_threads(old)
@@ -346,21 +349,25 @@ def test_the_loops_holding_most_of_the_work_decide_the_plan():
     assert loops.decide(now) == now + 3
 
 
-def test_the_answer_is_kept_until_a_region_is_lost_or_a_wait_ends():
+def test_the_answer_is_kept_until_a_region_is_lost_or_a_wait_ends(monkeypatch):
     """``LoopStates.alone`` reads the states again only when the count of lost regions
     moves, or when the first wait of a yes ends: a remembered call on a quiet machine
-    reads one counter."""
+    reads one counter. On a fake clock (a stalled test process must not end a wait)."""
+    now = [10**12]
+    monkeypatch.setattr(team, "time", SimpleNamespace(monotonic_ns=lambda: now[0]))
     loops, a, lost = _loops({"f1": 100, "f2": 100, "g1": 100})
     assert not loops.alone()
-    end = time.monotonic_ns() + 50_000_000
+    end = now[0] + 50_000_000
     for n in ("f1", "f2"):
         a[n][:2] = [1, end]
     assert not loops.alone()  # no region lost since it last looked
     lost.value += 1
     assert loops.alone()
-    time.sleep(max(0, end - time.monotonic_ns()) / 1e9 + 1e-3)
+    now[0] = end - 1
+    assert loops.alone()
+    now[0] = end
     assert not loops.alone()  # the wait ended
-    later = time.monotonic_ns() + 600 * 10**9
+    later = now[0] + 600 * 10**9
     for n in ("f1", "f2"):
         a[n][:2] = [1, later]
     assert not loops.alone()

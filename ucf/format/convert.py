@@ -158,7 +158,9 @@ def blocks(
         (np.arange(len(major), dtype=starts.dtype), minor // bminor, starts), shape=(outer, inner)
     )  # entry numbers fit the dtype of m's positions
     pattern.has_sorted_indices = False
-    pattern.sort_indices()  # within a block row, by block column then entry: stable
+    # within a block row, by block column (not stable: entries of one block may come in
+    # any order, and each finds its place in its block from its own row and column)
+    pattern.sort_indices()
     perm, bcol, rows_at = pattern.data, pattern.indices, pattern.indptr
     new = np.empty(len(perm), dtype=bool)  # an entry that starts a block
     new[1:] = bcol[1:] != bcol[:-1]

@@ -90,7 +90,7 @@ def packed(
     factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
     if not factors:
         return {}, [], 0
-    cached = _cache_key(state, factors, steps, {j, red.var.name})
+    cached = _cache_key(state, factors, steps, {j, red.var.name}, red)
     least = WIDE_PACK_GROUPS if wide else PACK_GROUPS
     if cached is None and groups is not None and groups < least:
         return {}, [], 0
@@ -159,20 +159,28 @@ def packed(
         f"cache of {CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that "
         f"{coordinate.name}"
     )
-    # a tag holds the coordinate of the panel in its slot, plus one (0: empty)
+    # a tag holds the key of the panel in its slot, plus one (0: empty); a key is not
+    # negative, but one that were could not match an empty slot's 0
     tag = ir.add(key, Const(1, I64))
-    absent = ir.Cmp("!=", ir.Load(tags, slot), tag)
+    stale = ir.Cmp("!=", ir.Load(tags, slot), tag)
+    absent = ir.Logic("or", ir.Cmp("<", key, Const(0, I64)), stale)
     return panels, [*decls, ir.If(absent, [*fill, ir.Store(tags, slot, tag)])], per_chunk
 
 
 def _cache_key(
-    state: TileState, factors: list[ir.Expr], steps: dict[str, ir.Expr], inner: set[str]
+    state: TileState,
+    factors: list[ir.Expr],
+    steps: dict[str, ir.Expr],
+    inner: set[str],
+    red: ir.For,
 ) -> tuple[Var, ir.Expr] | None:
     """The coordinate the panels of ``factors`` depend on besides the nest's own loops
     (``inner``) and the function's parameters, and its extent (a parameter); None if
     they depend on more than one such variable, on none, on one without an extent, or
-    read anything the kernel writes (a panel packed earlier would be stale)."""
-    used: set[str] = set()
+    read anything the kernel writes (a panel packed earlier would be stale). The
+    reduction loop's bounds count as used: a panel is filled over the bounds of the
+    block that packs it and read over those of every later block of its coordinate."""
+    used = names(substitute(red.start, steps)) | names(substitute(red.end, steps))
     for f in factors:
         f = substitute(f, steps)
         if any(

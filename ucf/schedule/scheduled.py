@@ -32,7 +32,7 @@ def scheduled(
     the order follows that. Errors name an operand's format as ``shown`` (the user's
     spelling, by tensor) gives it."""
     stmt = cin.statement
-    free = {c.tensor for c in commands if isinstance(c, Convert)}
+    free = _freed(commands, fmts)
     chains = {}
     tensors: dict[str, tuple[list[str], Format]] = {}
     for n, a in enumerate(accesses(stmt.rhs)):
@@ -102,3 +102,22 @@ def scheduled(
             f"{', '.join(sorted(static))}, {how}"
         )
     return new, applied
+
+
+def _freed(commands: list[Command], fmts: dict[str, Format]) -> set[str]:
+    """The operands ``convert`` frees from binding the loop order: sparse ones, each
+    named once (a dense operand binds no order; converting it says nothing)."""
+    free: set[str] = set()
+    for c in commands:
+        if not isinstance(c, Convert):
+            continue
+        if c.tensor in free:
+            raise ScheduleError(f"{c}: {c.tensor} is converted already by an earlier convert")
+        fmt = fmts.get(c.tensor)
+        if fmt is None or fmt.is_dense:
+            raise ScheduleError(
+                f"{c}: {c.tensor} is dense; convert frees a sparse "
+                "operand's storage from binding the loop order, and a dense one binds none"
+            )
+        free.add(c.tensor)
+    return free
