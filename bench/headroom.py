@@ -430,6 +430,7 @@ def old_defaults(args, rows: list[tuple[str, str]]) -> dict[tuple[str, str], dic
     if not args.old_ucf:
         return {}
     out = Path(args.json).with_suffix(".old.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)  # bench/results/ is not in the repository
     env = {**os.environ, "PYTHONPATH": args.old_ucf, "UCF_HEADROOM_CHILD": "1"}
     env["UCF_CACHE_DIR"] = str(Path(args.old_ucf) / ".bench-cache")
     found: dict[tuple[str, str], dict] = {}
