@@ -280,11 +280,37 @@ FOUND = [
         "seed": 2900728880,
         "density": 0.7,
     },
+    # a TeSA plan split A over a max: X(j) = max(l, A_2x1(j,l)); X(j) += max(l, A_1x1(j,l))
+    # added the parts' largest values (0 where -2 was due); a max is not linear in A
+    {
+        "expr": "X(j) = max(l, A(j,l))",
+        "tree": ("max", ("l",), ("acc", "A", ("j", "l"))),
+        "tensors": {"A": ["j", "l"]},
+        "out_vars": ["j"],
+        "extents": {"j": 4, "l": 2},
+        "formats": {"A": ""},
+        "out_format": None,
+        "seed": 0,
+        "density": 0.7,
+        "target": "llvm",
+        "dynamic": None,
+        "tesa": {
+            "attrs": {"A": {"density": 0.5, "block": 1, "bits": [32]}},
+            "policy": {
+                "bits": [8, 32],
+                "blocks": [[[1, 1], 1.0], [[2, 1], 1.5], [[2, 2], 3.0]],
+                "min_sparsity": 0.3,
+            },
+            "propagate": False,
+        },
+    },
 ]
 
 
 @pytest.mark.parametrize(
-    "found", FOUND, ids=["blocked-output", "blocked-diagonal", "offset-order", "place-order"]
+    "found",
+    FOUND,
+    ids=["blocked-output", "blocked-diagonal", "offset-order", "place-order", "tesa-max"],
 )
 def test_cases_the_long_run_found(found):
     check(Case(**found))

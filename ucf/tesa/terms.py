@@ -50,7 +50,8 @@ def fused_operand(e: Expr) -> Access | None:
 
 def linear_in(rhs: Expr, name: str) -> bool:
     """``rhs`` is linear in ``name``: one access, reached through sums, products,
-    negations and numerators only, so that it distributes over a split of it."""
+    negations and numerators only, so that it distributes over a split of it. A ``max``
+    or ``min`` reduction does not: the largest of a part and of the rest are not added."""
     found = [a for a in rhs._accesses if a.tensor == name]
     if len(found) != 1:
         return False
@@ -58,8 +59,10 @@ def linear_in(rhs: Expr, name: str) -> bool:
     def reaches(e: Expr) -> bool:
         if isinstance(e, Access):
             return e.tensor == name
-        if isinstance(e, Sum | Neg):
-            return reaches(e.body if isinstance(e, Sum) else e.operand)
+        if isinstance(e, Sum) and e.op == "sum":
+            return reaches(e.body)
+        if isinstance(e, Neg):
+            return reaches(e.operand)
         if isinstance(e, Binary) and e.op == "*":
             return reaches(e.left) or reaches(e.right)
         if isinstance(e, Binary) and e.op == "/":
