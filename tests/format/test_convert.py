@@ -187,6 +187,21 @@ def test_held_values_convert_through_their_numbers(dst):
     np.testing.assert_array_equal(u.to_numpy(), t.to_numpy())
 
 
+@pytest.mark.parametrize("src", ["bcsr(1,2)@float16", "csr@float16"])
+@pytest.mark.parametrize("dst", ["csr", "csc", "coo", "dcsr", "bcsr(1,2)", "bcsc(2,2)"])
+def test_values_scipy_cannot_hold_convert_the_general_way(src, dst):
+    """float16 values (a TeSA plan's 16-bit parts): scipy's sparse arrays refuse them, so
+    those conversions take the general path (the schedule fuzzer, seed 57 case 1895:
+    an InternalError from scipy where a diagonal read converted a float16 part)."""
+    rng = np.random.default_rng(57)
+    a = matrix(rng, (6, 6), 0.4).astype(np.float16)
+    t = ucf.from_numpy(a, src)
+    u = t.convert(f"{dst}@float16")
+    assert u.vals.dtype == np.float16
+    Tensor(u.shape, u.format, u.levels, u.vals, check=True)
+    np.testing.assert_array_equal(u.to_numpy(), a)
+
+
 def test_dtype_and_empty_tensors():
     a = np.zeros((0, 4))
     for dst in ("csc", "coo", "dcsr", "bcsc(2,2)", "csf"):

@@ -33,6 +33,9 @@ Tensor = Any
 Levels = list[dict[str, np.ndarray]]
 
 
+#: The value types scipy's sparse arrays hold (numpy's type characters).
+SCIPY_VALUES = frozenset(np.typecodes["AllInteger"] + "?fdgFDG")
+
 #: The matrix formats built straight from scipy's compressed rows or columns, by how
 #: the rows or columns of the compressed matrix become their levels.
 COMPRESSED_TARGETS = {
@@ -75,10 +78,13 @@ def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> tuple[Levels
 
 def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] | None:
     """The levels and values of matrix ``t`` in ``fmt`` when scipy converts to it (csr,
-    csc, dcsr, dcsc, coo, and blocks bcsr, bcsc); None for other formats. scipy converts
-    between its layouts in linear time, and every level of these formats is indptr,
-    indices, or the rows (columns) that hold entries; arrays scipy leaves alone (``t``'s
-    own, for CSR to COO) are shared."""
+    csc, dcsr, dcsc, coo, and blocks bcsr, bcsc); None for other formats, and for values
+    scipy's sparse arrays cannot hold (float16). scipy converts between its layouts in
+    linear time, and every level of these formats is indptr, indices, or the rows
+    (columns) that hold entries; arrays scipy leaves alone (``t``'s own, for CSR to COO)
+    are shared."""
+    if t.vals.dtype.char not in SCIPY_VALUES:
+        return None
     name = COMPRESSED_TARGETS.get(fmt.structure)
     block = block_shape(fmt)
     if name is None and block is None:
