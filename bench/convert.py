@@ -26,7 +26,6 @@ and ``A.tobsr`` leaves each row's blocks in the order it met them, where ucf's
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ for path in (str(ROOT.parent), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from sparse_add import timed  # noqa: E402
 from spmv_spmm import uniform  # noqa: E402
 
 import ucf  # noqa: E402
@@ -55,19 +55,6 @@ ROWS = [
 ]
 
 
-def median_times(calls: dict, repeats: int) -> dict[str, float]:
-    """Median CPU seconds per call of each entry, timed in turns (the order rotating)."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for r in range(repeats):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
-            start = time.thread_time()
-            calls[name]()
-            samples[name].append(time.thread_time() - start)
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -79,7 +66,7 @@ def main() -> None:
     csr = ucf.from_scipy(a)
     sources = {"csr": csr, "coo": csr.convert("coo"), "csc": csr.convert("csc")}
     kernel = ucf.compile("C(j,i) = A(i,j)", formats={"A": "csr", "C": "csr"})
-    csc_time = median_times({"scipy": lambda: a.tocsc()}, args.repeats)["scipy"]
+    csc_time = timed({"scipy": lambda: a.tocsc()}, time.thread_time, args.repeats)["scipy"]
     peers = {"coo": a.tocoo(), "csc": a.tocsc()}
     print(f"{args.rows} x {args.rows}, {a.nnz} nonzeros; CPU ms, medians of {args.repeats}")
     print(f"{'conversion':22} {'ucf':>9} {'scipy':>9} {'ratio':>7} {'target':>16}  met")
@@ -100,7 +87,7 @@ def main() -> None:
         if peer is not None:  # scipy converts from its own matrix in the same layout
             m = peers.get(src, a)
             calls["scipy"] = (lambda m=m: m.tocsr()) if src != "csr" else (lambda p=peer: p(a))
-        times = median_times(calls, args.repeats)
+        times = timed(calls, time.thread_time, args.repeats)
         base = times["scipy"] if relative == "peer" else csc_time
         ratio = times["ucf"] / base
         met = ratio <= bound
