@@ -86,12 +86,12 @@ class TemporariesMixin:
         less than the reduced extent (``_fold_skipped``), as scipy's ``max(axis=...)``
         does. Sums (whose value depends on how many are skipped) never get here. Loops
         whose coordinates are not each combined once within the extents (blocks, a
-        repeated variable's offset, fused or pos loops, a precompute's workspaces,
+        repeated variable's offset, fused loops, a precompute's workspaces,
         affine indices) keep visiting every coordinate."""
         if r.op == "sum" or st.ws is not None or self.wheres:
             return None
         special = {v for inner, (_, outer, _) in self.cin.blocks.items() for v in (inner, outer)}
-        special |= set(self.cin.diagonals) | set(self.fused) | set(self.pos_map)
+        special |= set(self.cin.diagonals) | set(self.fused)
         if special & set(own):
             return None
         absent = set()
