@@ -185,7 +185,13 @@ def test_a_sparse_output_stores_every_row_with_an_extent(afmt):
 def test_schedules_over_the_reduced_loop():
     rng = np.random.default_rng(3)
     a = (rng.random((9, 11)) < 0.3) * rng.integers(-3, 4, size=(9, 11)).astype(float)
-    for schedule in ["split(j, j0, j1, 4)", "pos(j, jp, A); split(jp, j0, j1, 4)"]:
+    schedules = [
+        "split(j, j0, j1, 4)",
+        "pos(j, jp, A); split(jp, j0, j1, 4)",
+        "bound(j, jb, 11, MaxExact); unroll(jb, 2)",  # a bound loop still walks every j
+        "split(j, j0, j1, 4); bound(j0, jb, 3, MaxExact)",
+    ]
+    for schedule in schedules:
         k = ucf.compile("y(i) = max(j, A(i,j))", formats={"A": "csr"}, schedule=schedule)
         assert np.array_equal(np.asarray(k(A=ucf.from_numpy(a, "csr"))), a.max(axis=1))
 

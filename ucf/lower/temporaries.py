@@ -87,11 +87,13 @@ class TemporariesMixin:
         does. Sums (whose value depends on how many are skipped) never get here. Loops
         whose coordinates are not each combined once within the extents (blocks, a
         repeated variable's offset, fused loops, a precompute's workspaces,
-        affine indices) keep visiting every coordinate."""
+        affine indices), and loops a schedule bounds (``bound`` needs a dense loop),
+        keep visiting every coordinate."""
         if r.op == "sum" or st.ws is not None or self.wheres:
             return None
         special = {v for inner, (_, outer, _) in self.cin.blocks.items() for v in (inner, outer)}
         special |= set(self.cin.diagonals) | set(self.fused)
+        special |= {b.origin for b in self.cin.bounds.values()}  # a bound loop is dense
         if special & set(own):
             return None
         absent = set()
