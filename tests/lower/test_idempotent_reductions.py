@@ -67,9 +67,10 @@ BODIES = {
     "A": lambda a, b, x: a,
     "A + 1": lambda a, b, x: a + 1,
     "A - x": lambda a, b, x: a - x,
-    "A * B": lambda a, b, x: a * b,
+    # An absent B is a structural 0 even beside a stored NaN (docs/language.md)
+    "A * B": lambda a, b, x: np.where(b == 0, 0.0, a * b),
     "A * D": lambda a, b, x: a * b,
-    "relu(A)": lambda a, b, x: np.where(np.isnan(a), a, np.maximum(a, 0)),
+    "relu(A)": lambda a, b, x: np.where(a > 0, a, 0.0),  # relu(NaN) is 0 (the docs)
 }
 SPELLED = {
     "A": "A(i,j)",
