@@ -164,9 +164,14 @@ class PlacementMixin:
             return order[:depth] + tuple(v for v in order[depth:] if v in vs)
 
         parts = []
-        for m, ((_, t, _), used) in enumerate(zip(match.parts, part_vars, strict=True)):
-            parts.append((t, side(used)))
-            scopes[(k, f"prod{m}")] = Scope(t, side(used), depth, [i], False)
+        for m, ((_, t, summed), used) in enumerate(zip(match.parts, part_vars, strict=True)):
+            # A term that does not read a variable the statement sums it over is added
+            # once per value of it (``3*A(k)`` in ``X(k) = A(k) + B(i,k,j)`` over 3 j's),
+            # so its producer loops over those variables too (statement fuzzer, seed 71
+            # case 311: A(k) gathered into w(k) once lost the j loop).
+            loops = side(used | set(summed))
+            parts.append((t, loops))
+            scopes[(k, f"prod{m}")] = Scope(t, loops, depth, [i], False)
         # A later precompute may gather a sum the consumer still holds, whose loops then
         # run in its producer: the consumer's scope keeps them, ``_check_left`` the rest.
         cons_order = side(cons_vars | self._term_vars(match.rest))
