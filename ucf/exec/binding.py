@@ -20,6 +20,7 @@ import numpy as np
 from ucf.cin.notation import Slot
 from ucf.codegen.kernel_plan import Plan
 from ucf.errors import ArgumentError, OperandError
+from ucf.exec.order_free import order_free
 from ucf.format.format import Format
 from ucf.lang.ast import accesses
 
@@ -42,6 +43,8 @@ class Binding:
     dense_output: bool  # the kernel writes a dense output
     out_vals_at: int  # the output's values among the compute function's arguments
     params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
+    # The operands it reads correctly in any order, repeats summed (ucf.exec.order_free)
+    order_free: frozenset[str] = frozenset()
 
 
 _BINDINGS: dict[int, Binding] = {}
@@ -87,6 +90,7 @@ def _derive(plan: Plan) -> Binding:
             k for k, p in enumerate(plan.compute.params) if p.role == ("vals", stmt.lhs.tensor)
         ),
         params=params,
+        order_free=order_free(plan),
     )
 
 
