@@ -323,13 +323,23 @@ def has_scipy_layout(t: Tensor) -> bool:
 
 def is_scipy(obj: Any) -> bool:
     """Whether ``obj`` is a scipy.sparse matrix or array (without importing scipy for
-    objects from elsewhere)."""
-    mod = type(obj).__module__ or ""
-    if not mod.startswith("scipy"):
-        return False
-    import scipy.sparse as sp
+    objects from elsewhere). Asked of every operand of every kernel call, so the
+    answer is kept per type."""
+    kind = type(obj)
+    found = _SCIPY_TYPES.get(kind)
+    if found is None:
+        found = False
+        if (kind.__module__ or "").startswith("scipy"):
+            import scipy.sparse as sp
 
-    return bool(sp.issparse(obj))
+            found = bool(sp.issparse(obj))
+        if len(_SCIPY_TYPES) < 256:
+            _SCIPY_TYPES[kind] = found
+    return found
+
+
+#: ``is_scipy`` by type.
+_SCIPY_TYPES: dict[type, bool] = {}
 
 
 INTERCHANGE["from_scipy"] = from_scipy
