@@ -186,16 +186,17 @@ def test_an_order_relying_kernel_checks_a_replayed_matrix_order():
     np.testing.assert_allclose(y, (a.toarray() * b.toarray()).sum(axis=1), rtol=1e-12)
 
 
-def test_csc_and_other_layouts():
-    """CSC is read in place as CSC; COO and BSR still convert; every one gives scipy's
-    answer."""
-    a = unsorted(8).tocsc()  # keeps the repeats, sorted by column
+@pytest.mark.parametrize("kernel_format", ["csc", "csr"])
+def test_unsorted_csc_read_in_place_or_converted(kernel_format):
+    """A CSC with shuffled, repeated row indices (the transpose of an unsorted CSR) is
+    read in place by a CSC kernel; a CSR kernel converts it (after checking its order,
+    as conversions may rely on it). COO and BSR still convert. Every answer is scipy's."""
+    a = unsorted(8).T  # csc_array on the CSR's own arrays
+    assert a.format == "csc" and not a.has_canonical_format
     x = np.random.default_rng(9).random(a.shape[1])
-    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csc"})
-    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x, rtol=1e-12)
-    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
-    for m in (a.tocoo(), sp.bsr_array(a.toarray())):
-        np.testing.assert_allclose(k(A=m, x=x).to_numpy(), a @ x, rtol=1e-12)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": kernel_format})
+    for m in (a, a.tocoo(), sp.bsr_array(a.toarray())):
+        np.testing.assert_allclose(k(A=m, x=x).to_numpy(), a @ x, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=200, deadline=None)

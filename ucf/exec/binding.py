@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,8 +43,9 @@ class Binding:
     dense_output: bool  # the kernel writes a dense output
     out_vals_at: int  # the output's values among the compute function's arguments
     params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
-    # The operands it reads correctly in any order, repeats summed (ucf.exec.order_free)
-    order_free: frozenset[str] = frozenset()
+    # The operands it reads correctly in any order, repeats summed, and the structure it
+    # reads each in (ucf.exec.order_free)
+    order_free: Mapping[str, Format] = field(default_factory=dict)
 
 
 _BINDINGS: dict[int, Binding] = {}

@@ -92,7 +92,8 @@ class Calling:
         given: dict[str, Tensor] = {}
         in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
         for n in names:
-            t = scipy_operands.bind(operands[n], n)
+            # A static operand is compared with the compiled one as it comes: canonical.
+            t = None if self._statics else scipy_operands.bind(operands[n], n)
             if t is None:
                 t = self._as_operand(operands[n], n)
             else:
@@ -107,9 +108,7 @@ class Calling:
         if self._adaptive:
             self._choose(given, extents)
             plan = self._plan
-        free = self._order_free(plan)
-        if in_place:
-            scipy_operands.settle(given, operands, in_place, free)
+        free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
@@ -137,12 +136,12 @@ class Calling:
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
-    def _order_free(self, plan: Plan) -> frozenset[str]:
+    def _order_free(self, plan: Plan) -> Mapping[str, Format]:
         """The operands this call's kernel reads correctly in any order
         (``ucf.exec.order_free``); none where they go through a blocked, flattened or
         static call."""
         if plan.blocking is not None or self._built.flat is not None or self._statics:
-            return frozenset()
+            return {}
         return binding(plan).order_free
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:

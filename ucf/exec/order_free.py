@@ -23,6 +23,7 @@ store's index, passed to a call: any of these, and the operand's order is checke
 from __future__ import annotations
 
 from ucf.codegen.kernel_plan import Plan
+from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir import walk
 from ucf.lang.rewrite import linear_in
@@ -32,19 +33,21 @@ class _Relies(Exception):
     """A use of a coordinate that depends on the coordinates' order or uniqueness."""
 
 
-def order_free(plan: Plan) -> frozenset[str]:
+def order_free(plan: Plan) -> dict[str, Format]:
     """The operands the plan reads correctly with their coordinates in any order and
-    repeated coordinates summed: read once (so linearly, ``linear_in``), in their own
-    format (not a copy in another), holding plain values with fill 0, by a CPU kernel
-    none of whose functions uses their coordinates but to locate loads and added
-    stores. Empty for a blocked or GPU plan, whose operands take other paths."""
+    repeated coordinates summed, each with the structure the kernel reads it in: read
+    once (so linearly, ``linear_in``), in their own format (not a copy in another),
+    holding plain values with fill 0, by a CPU kernel none of whose functions uses their
+    coordinates but to locate loads and added stores. An operand stored in another
+    structure is converted first, which relies on its order: the caller compares.
+    Empty for a blocked or GPU plan, whose operands take other paths."""
     if plan.blocking is not None or plan.cuda_source or plan.cin.diagonals or plan.integer_sums:
-        return frozenset()
+        return {}
     functions = [f for f in (plan.assemble, plan.compute, *plan.helpers) if f is not None]
     slots: dict[str, list] = {}
     for slot in plan.cin.slots.values():
         slots.setdefault(slot.tensor, []).append(slot)
-    free = set()
+    free = {}
     for name, held in slots.items():
         fmt = held[0].format
         if (
@@ -61,8 +64,8 @@ def order_free(plan: Plan) -> frozenset[str]:
             if kind.coordinate_array is not None
         }
         if roles and all(_orderless(f, roles) for f in functions):
-            free.add(name)
-    return frozenset(free)
+            free[name] = fmt.structure
+    return free
 
 
 def _orderless(fn: ir.Function, roles: set[tuple]) -> bool:

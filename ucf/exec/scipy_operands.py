@@ -26,9 +26,11 @@ that repeats with the very same matrix (``ucf.exec.replay``) runs the same check
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ucf.errors import FormatError
+from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.scipy_layouts import in_place, in_place_canonical, is_scipy
 from ucf.format.tensor import Tensor
@@ -44,14 +46,24 @@ def bind(value: Any, name: str) -> Tensor | None:
 
 
 def settle(
-    given: dict[str, Tensor], operands: dict[str, Any], bound: list[str], free: frozenset[str]
-) -> None:
+    given: dict[str, Tensor],
+    operands: dict[str, Any],
+    bound: list[str],
+    free: Mapping[str, Format],
+) -> frozenset[str]:
     """Check the order of each operand of ``bound`` (bound in place by :func:`bind`)
-    that the kernel does not read correctly in any order (``free``), and repack one
-    that is not canonical, as ``ucf.from_scipy`` would."""
+    unless the kernel reads it correctly in any order, in the structure it comes in
+    (``free``: ``ucf.exec.order_free``; a CSC read as CSR is converted first, and a
+    conversion may rely on the order), and repack one that is not canonical, as
+    ``ucf.from_scipy`` would. The operands left unchecked are returned: a replay of
+    the call leaves them so."""
+    unchecked = []
     for name in bound:
-        if name not in free and not in_place_canonical(given[name]):
+        if free.get(name) == given[name].format.structure:
+            unchecked.append(name)
+        elif not in_place_canonical(given[name]):
             given[name] = as_tensor(operands[name], name=name)
+    return frozenset(unchecked)
 
 
 def recheck(value: Any, name: str, ordered: bool) -> bool:
