@@ -227,10 +227,10 @@ class Probes:
                     return False
         except _CHANGED:
             return False
-        return all(
-            scipy_operands.recheck(operands[name], name, ordered)
-            for name, _, _, _, ordered in self.scipy
-        )
+        for name, _, _, _, ordered in self.scipy:
+            if not scipy_operands.recheck(operands[name], name, ordered):
+                return False
+        return True
 
 
 class Replay:
