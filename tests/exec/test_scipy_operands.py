@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import ucf
 from ucf.exec.order_free import order_free
 from ucf.format.levels.checks import increasing
+from ucf.toolchain import jit
 
 
 def unsorted(seed: int, n: int = 30, m: int = 25, repeats: bool = True) -> sp.csr_array:
@@ -63,6 +64,39 @@ def test_unsorted_scipy_operand_is_read_in_place_with_scipy_answer(target, repea
         "C(i,k) = A(i,j) * B(j,k)": lambda: m @ b,
     }[expr]()
     np.testing.assert_allclose(np.asarray(got.to_numpy()), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "expr,formats,schedule",
+    [
+        ("y(i) = A(i,j) * x(j)", {}, "split(j,j0,j1,4)"),
+        ("y(i) = A(i,j) * x(j)", {}, "pos(j,jp,A); split(jp,j0,j1,2)"),
+        ("y(i) = A(i,j) * x(j)", {}, "precompute(A(i,j)*x(j), j, j, w)"),
+        ("y(j) = A(i,j) * x(i)", {}, "parallelize(i, CPUThread, Atomics)"),
+        ("C(i,k) = A(i,j) * B(j,k)", {"B": "csr", "C": "csr"}, None),  # Gustavson's left
+    ],
+)
+def test_scheduled_kernels_read_an_unsorted_operand_in_place(threads, expr, formats, schedule):
+    """Splits, position splits, a workspace, atomics and a sparse product's left
+    operand all leave A's order free, on one thread and two; the answer is scipy's."""
+    m = unsorted(11, n=60, m=50)
+    rng = np.random.default_rng(12)
+    b = sp.random(50, 40, density=0.2, format="csr", random_state=rng)
+    x = rng.random(60 if expr.startswith("y(j)") else 50)
+    old = jit._threads.get("requested")
+    try:
+        ucf.set_num_threads(threads)
+        k = ucf.compile(expr, formats={"A": "csr", **formats}, schedule=schedule)
+        ops = {"A": m, "x": x} if "x(" in expr else {"A": m, "B": b}
+        got = k(**ops)
+    finally:
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+    assert "A" in order_free(k._plan), k.cin
+    want = {"y(i)": lambda: m @ x, "y(j)": lambda: m.T @ x, "C(i,": lambda: (m @ b).toarray()}
+    np.testing.assert_allclose(got.to_numpy(), want[expr[:4]](), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(
