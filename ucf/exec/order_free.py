@@ -26,6 +26,7 @@ from ucf.codegen.kernel_plan import Plan
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir import walk
+from ucf.lang.ast import accesses
 from ucf.lang.rewrite import linear_in
 
 
@@ -37,8 +38,9 @@ def order_free(plan: Plan) -> dict[str, Format]:
     """The operands the plan reads correctly with their coordinates in any order and
     repeated coordinates summed, each with the structure the kernel reads it in: read
     once (so linearly, ``linear_in``), in their own format (not a copy in another),
-    holding plain values with fill 0, by a CPU kernel none of whose functions uses their
-    coordinates but to locate loads and added stores. An operand stored in another
+    holding plain values with fill 0, whose stored coordinates are not a sparse output's,
+    by a CPU kernel none of whose functions uses them but to locate loads and added
+    stores. An operand stored in another
     structure is converted first, which relies on its order: the caller compares.
     Empty for a blocked or GPU plan, whose operands take other paths."""
     if plan.blocking is not None or plan.cuda_source or plan.cin.diagonals or plan.integer_sums:
@@ -58,14 +60,26 @@ def order_free(plan: Plan) -> dict[str, Format]:
             or not linear_in(plan.statement.rhs, name)
         ):
             continue
-        roles = {
-            (kind.coordinate_array, name, lvl)
-            for lvl, kind in enumerate(fmt.levels)
-            if kind.coordinate_array is not None
-        }
+        stored = [lvl for lvl, kind in enumerate(fmt.levels) if kind.coordinate_array]
+        if not plan.computed_format.is_dense and _places_output(plan, name, fmt, stored):
+            continue
+        roles = {(fmt.levels[lvl].coordinate_array, name, lvl) for lvl in stored}
         if roles and all(_orderless(f, roles) for f in functions):
             free[name] = fmt.structure
     return free
+
+
+def _places_output(plan: Plan, name: str, fmt: Format, stored: list[int]) -> bool:
+    """Whether a coordinate of ``name`` stored at ``stored`` levels is (or may be) a
+    coordinate of the sparse output: then its repeats would be the output's, whatever
+    the code does with them (a transpose into CSC). Only plain variables answer no."""
+    access = next(a for a in accesses(plan.statement.rhs) if a.tensor == name)
+    out = set(plan.cin.output_vars)
+    for lvl in stored:
+        var = access.indices[fmt.maps[lvl].mode].single_variable
+        if var is None or var in out:
+            return True
+    return False
 
 
 def _orderless(fn: ir.Function, roles: set[tuple]) -> bool:
