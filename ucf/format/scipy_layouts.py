@@ -209,21 +209,21 @@ def in_place(m: Any, where: str) -> Tensor | None:
     major, minor = (rows, cols) if kind == "csr" else (cols, rows)
     if minor - 1 > _INDEX_MAX[idt]:
         return None  # from_scipy says why
-    where = f"{where}: scipy {kind} input"
     if len(indptr) != major + 1 or indptr[0] != 0 or (indptr[1:] < indptr[:-1]).any():
-        checks.positions(f"{where} (indptr)", indptr, major)  # raises, saying what
+        # raises, saying what (the messages are built only for a matrix that fails)
+        checks.positions(f"{where}: scipy {kind} input (indptr)", indptr, major)
     nnz = int(indptr[-1])
     if len(indices) < nnz or len(data) < nnz:
         raise FormatError(
-            f"{where}: indptr[-1] = {nnz} but indices has {len(indices)} and data "
-            f"{len(data)} entries"
+            f"{where}: scipy {kind} input: indptr[-1] = {nnz} but indices has "
+            f"{len(indices)} and data {len(data)} entries"
         )
     if len(indices) > nnz:
         indices = indices[:nnz]
     if len(data) > nnz:
         data = data[:nnz]
     if nnz and _LARGEST(indices.view(_UNSIGNED[idt])) >= minor:
-        checks.in_range(where, indices, minor, what="index")  # raises, saying where
+        checks.in_range(f"{where}: scipy {kind} input", indices, minor, what="index")
     levels = [{}, {"pos": indptr, "crd": indices}]
     return trusted((int(rows), int(cols)), CSR if kind == "csr" else CSC, levels, data, idt)
 
