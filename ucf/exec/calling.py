@@ -108,7 +108,9 @@ class Calling:
         if self._adaptive:
             self._choose(given, extents)
             plan = self._plan
-        free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
+        free = frozenset()
+        if in_place:
+            free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
