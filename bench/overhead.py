@@ -35,7 +35,8 @@ call after call (a replayed call) and once with a fresh ``x`` each call (a solve
 ``LinearOperator``: the whole call path). Batches of calls take turns, the order
 rotating, and the median batch's CPU time per call is reported. The targets (issue
 34): at 20,000 and 200,000 rows a scipy operand costs at most 1.15x the Tensor, and
-no more than scipy's ``m @ x``.
+no more than scipy's ``m @ x``. With ``--marked N`` (``--scipy --marked 200`` under
+the callgrind command below) the three calls at 2,000 and 20,000 rows take a dump each.
 
 ``--marked N`` calls each ``k(...)`` case N times (also with the default schedule)
 and calls ``os.getppid()`` before the first case and after each: under callgrind's
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.first:
         return first_calls(args.repeat)
     if args.scipy:
-        return scipy_inputs(max(args.repeat, 15))
+        return scipy_inputs(max(args.repeat, 15), args.marked)
     n = 4
     rng = np.random.default_rng(0)
     A = ucf.from_scipy(sp.random(n, n, density=0.5, format="csr", random_state=rng))
@@ -259,13 +260,26 @@ SCIPY_OVER_TENSOR = 1.15
 SCIPY_ROWS = (2_000, 20_000, 200_000)
 
 
-def scipy_inputs(repeat: int) -> int:
-    """The ``--scipy`` rows: SpMV on a scipy CSR, a ucf.Tensor of it, and scipy's own."""
+def scipy_inputs(repeat: int, marked_calls: int = 0) -> int:
+    """The ``--scipy`` rows: SpMV on a scipy CSR, a ucf.Tensor of it, and scipy's own;
+    with ``marked_calls``, each of them at 2,000 and 20,000 rows between ``getppid``
+    markers for callgrind instead (as ``--marked``)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from spmv_spmm import uniform
 
     ucf.set_num_threads(1)
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    if marked_calls:
+        cases = []
+        for n in SCIPY_ROWS[:2]:
+            m = uniform(n, 10, np.random.default_rng(n))
+            t, x = ucf.from_scipy(m), np.random.default_rng(1).random(n)
+            cases += [
+                (f"{n} scipy operand", lambda m=m, x=x: k(A=m, x=x)),
+                (f"{n} Tensor", lambda t=t, x=x: k(A=t, x=x)),
+                (f"{n} m @ x", lambda m=m, x=x: m @ x),
+            ]
+        return _between_markers(cases, marked_calls)
     print(f"SpMV, 10 nonzeros a row, 1 thread; median of {repeat} batches in turns (CPU time)")
     print(f"load average {os.getloadavg()}")
     print(f"{'rows':>8}  {'x':<7}{'Tensor µs':>11}{'scipy in µs':>13}{'m @ x µs':>10}", end="")
@@ -324,6 +338,12 @@ def marked(k: ucf.Kernel, A, x, z, w, y, n: int) -> int:
     for label, kernel in (('schedule=""', k), ("default", default)):
         cases.append((f"{label}, k(A=, x=, z=, w=)", lambda k=kernel: k(A=A, x=x, z=z, w=w)))
         cases.append((f"{label}, k(..., out=y)", lambda k=kernel: k(A=A, x=x, z=z, w=w, out=y)))
+    return _between_markers(cases, n)
+
+
+def _between_markers(cases: list[tuple[str, Callable[[], object]]], n: int) -> int:
+    """Each case ``n`` times, warmed first, with ``os.getppid()`` before the first and
+    after each: under ``--dump-before=getppid`` a dump per case."""
     for _, case in cases:
         for _ in range(3):
             case()
