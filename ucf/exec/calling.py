@@ -23,7 +23,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked_call, padded_conv, recycled
+from ucf.exec import blocked_call, padded_conv, recycled, scipy_operands
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -89,7 +89,16 @@ class Calling:
         missing = sorted(names - set(operands))
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
-        given = {n: self._as_operand(operands[n], n) for n in names}
+        given: dict[str, Tensor] = {}
+        in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
+        for n in names:
+            # A static operand is compared with the compiled one as it comes: canonical.
+            t = None if self._statics else scipy_operands.bind(operands[n], n)
+            if t is None:
+                t = self._as_operand(operands[n], n)
+            else:
+                in_place.append(n)
+            given[n] = t
         if out is not None:
             check_output(out, given, stmt.lhs.tensor)
         check_orders(plan.orders, given)
@@ -99,6 +108,9 @@ class Calling:
         if self._adaptive:
             self._choose(given, extents)
             plan = self._plan
+        free = frozenset()
+        if in_place:
+            free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
@@ -120,9 +132,19 @@ class Calling:
             built = local.built
             threads = local.stats[1] if self._adaptive else num_threads()  # as _choose chose
             teams = self._watched(built, threads)
-            new = Replay(operands, out, call[:3], threads, built, result, plan.call_zeroes, teams)
+            new = Replay(
+                operands, out, call[:3], threads, built, result, plan.call_zeroes, teams, free
+            )
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
+
+    def _order_free(self, plan: Plan) -> Mapping[str, Format]:
+        """The operands this call's kernel reads correctly in any order
+        (``ucf.exec.order_free``); none where they go through a blocked, flattened or
+        static call."""
+        if plan.blocking is not None or self._built.flat is not None or self._statics:
+            return {}
+        return binding(plan).order_free
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
