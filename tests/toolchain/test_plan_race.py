@@ -15,8 +15,12 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.codegen import llvm_team
+from ucf.exec.kernel import forget_loaded
 from ucf.toolchain import jit, team
 from ucf.toolchain.team import RACE_CALLS, RACE_EVERY, RACE_EVERY_MAX, RACE_FIRST, SOLO, TIMED
+
+#: The plans a race's calls run: the parallel plan's first, then the other's.
+RACED = [0] * RACE_CALLS + [SOLO] * RACE_CALLS
 
 
 def _loops(timed: bool = True, fixed: int = 0):
@@ -66,14 +70,14 @@ def test_a_parallel_plan_that_loses_as_a_whole_is_set_aside_and_retried(clock):
     parallel plan wins its race and runs from then on."""
     loops, _, lost = _loops()
     assert _between(loops, RACE_FIRST - 1) == {0}
-    assert _race(loops, 16, 10) == [0, 1] * RACE_CALLS  # in turns, the parallel plan first
+    assert _race(loops, 16, 10) == RACED
     assert _between(loops, RACE_EVERY - 1) == {SOLO}
     every = RACE_EVERY
     for _ in range(3):  # it keeps winning: the calls between races double
-        assert _race(loops, 16, 10) == [0, 1] * RACE_CALLS
+        assert _race(loops, 16, 10) == RACED
         every = min(2 * every, RACE_EVERY_MAX)
         assert _between(loops, every - 1) == {SOLO}
-    assert _race(loops, 8, 10) == [0, 1] * RACE_CALLS  # quiet: the parallel plan is back
+    assert _race(loops, 8, 10) == RACED  # quiet: the parallel plan is back
     assert _between(loops, RACE_EVERY - 1) == {0}
     assert loops.plan() & TIMED  # and races again after RACE_EVERY calls
     assert lost.value == 0
@@ -88,7 +92,7 @@ def test_on_a_quiet_machine_the_parallel_plan_stays_and_races_ever_less(clock):
     _between(loops, RACE_FIRST - 1)
     every, raced, calls = RACE_EVERY, 0, RACE_FIRST - 1
     while calls < 20 * RACE_EVERY_MAX:
-        times = iter([8, 10, 50, 10, 8, 3])  # parallel 8, 50, 8; one thread 10, 10, 3
+        times = iter([8, 50, 8, 10, 10, 3])  # parallel 8, 50, 8; one thread 10, 10, 3
         for _ in range(2 * RACE_CALLS):
             plan = loops.plan()
             loops.clocked(plan, next(times))
@@ -113,7 +117,7 @@ def test_no_race_on_a_fixed_team_below_the_work_threshold_or_while_loops_wait(cl
     lost.value += 1
     assert _between(loops, 3 * RACE_EVERY) == {SOLO}
     clock[0] = end
-    assert _race(loops, 8, 10) == [0, 1] * RACE_CALLS
+    assert _race(loops, 8, 10) == RACED
 
 
 def test_a_race_with_calls_missing_waits_for_them(clock):
@@ -122,11 +126,15 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
     race where it was: the next call runs the same plan."""
     loops, _, _ = _loops()
     _between(loops, RACE_FIRST - 1)
-    first = loops.plan()
-    assert first == TIMED and loops.plan() == first
-    loops.clocked(first, 8)
-    second = loops.plan()
-    assert second == SOLO | TIMED and loops.plan() == second  # not clocked: asked again
+    for _ in range(RACE_CALLS):
+        plan = loops.plan()
+        assert plan == TIMED and loops.plan() == plan  # asked twice: the same call
+        loops.clocked(plan, 8)
+    plan = loops.plan()
+    assert plan == SOLO | TIMED and loops.plan() == plan
+    loops.clocked(plan, 10)
+    assert loops.plan() == plan  # the last call raised: the next takes its place
+    assert loops.plan() == plan
 
 
 @pytest.mark.parametrize(
@@ -175,13 +183,15 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, monkeypatch):
     old = jit.num_threads()
     ucf.set_num_threads(2)
     try:
+        forget_loaded()  # the plan's team states fresh, not left by another test's calls
         k = ucf.compile(text, formats=formats)
         assert call() == "P"
         if not any(s[0] for s in k._built.compiled.teams.states):
             pytest.skip("no parallel loop was timed: the call is below the work threshold")
-        race = RACE_FIRST + 2 * RACE_CALLS + 1  # the first race, and a call asked twice
-        ran = "".join(call() for _ in range(race))
-        assert ran.startswith("P" * RACE_FIRST) and "SPS" in ran and ran.endswith("S")
+        # The first call loads the plan, and its team states; the first race comes at
+        # the RACE_FIRST-th call after, and the plan for one thread runs after it.
+        ran = "".join(call() for _ in range(RACE_FIRST + 2 * RACE_CALLS))
+        assert ran == "P" * (RACE_FIRST - 1 + RACE_CALLS) + "S" * (RACE_CALLS + 1)
         assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
         assert "the plan for one thread for now" in k.cin
         faster[0] = 0  # the machine is quiet again: the parallel plan wins the next race

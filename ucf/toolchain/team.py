@@ -41,8 +41,8 @@ happening, none needing an environment variable:
   0.75 of their work on one thread) while the whole call takes 1.6 times the one-pass
   plan's. So where the plan for one thread is another kernel and a parallel loop was
   timed (below the work threshold the parallel plan runs on one thread anyway), the
-  call path races the two plans every so often (``RACE_CALLS`` calls of each, in
-  turns, whole-call wall times, medians compared) and keeps the faster until the next
+  call path races the two plans every so often (``RACE_CALLS`` calls of each,
+  whole-call wall times, medians compared) and keeps the faster until the next
   race; the calls between races double while one plan keeps winning (``RACE_EVERY``
   to ``RACE_EVERY_MAX``), so a quiet machine gets its parallel speed-up back at the
   next race and pays for a race in few of its calls.
@@ -211,12 +211,13 @@ class LoopStates:
         if self._fixed.value or not any(state[0] for state in self.states):
             # A fixed team runs the parallel plan as plain OpenMP does; no loop timed, no
             # region above the work threshold: the parallel plan ran on one thread.
-            self._left = RACE_EVERY_MAX
+            self._left = RACE_EVERY
             return self._answer
         if self._race is None:
             self._race = ([], [])
-        parallel, solo = self._race
-        return (SOLO if len(solo) < len(parallel) else 0) | TIMED
+        # The parallel plan's calls first, then the other's: a parallel call right after
+        # a serial one would find its threads asleep, which the steady state does not.
+        return (SOLO if len(self._race[0]) >= RACE_CALLS else 0) | TIMED
 
     def clocked(self, plan: int, ns: int) -> None:
         """A raced call of ``plan`` took ``ns``. Once each plan has ``RACE_CALLS``, the
