@@ -15,7 +15,10 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.codegen import llvm_team
+from ucf.exec import kernel
 from ucf.exec.kernel import forget_loaded
+from ucf.schedule.records import Parallel
+from ucf.schedule.requests import Parallelize, PrecomputeCommand
 from ucf.toolchain import jit, team
 from ucf.toolchain.team import RACE_CALLS, RACE_EVERY, RACE_EVERY_MAX, RACE_FIRST, SOLO, TIMED
 
@@ -137,19 +140,57 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
     assert loops.plan() == plan
 
 
+def test_the_plans_race_only_where_they_do_different_work():
+    """``same_work``: a plan for one thread that is the parallel plan without its
+    ``parallelize`` (an SpMV's, an SpGEMM's workspace kept) does not race; one with
+    another pass over the sparse output (a sparse add's one pass) or other commands
+    does."""
+    par = Parallelize("i", Parallel("CPUThread", "NoRaces"))
+    ws = PrecomputeCommand("A(i, j) * B(j, k)", "k", "k")
+
+    def built(commands, one_pass=False, compiled=None):
+        plan = SimpleNamespace(one_pass=one_pass)
+        return SimpleNamespace(commands=commands, compiled=compiled or SimpleNamespace(plan=plan))
+
+    assert team.same_work(built([par]), built([]))
+    assert team.same_work(built([ws, par]), built([ws]))
+    assert not team.same_work(built([par]), built([], one_pass=True))
+    assert not team.same_work(built([ws, par]), built([]))
+    static = built(None)
+    assert team.same_work(static, built(None, compiled=static.compiled))
+    assert not team.same_work(built([par]), static)
+
+
+def test_plans_of_the_same_work_race_no_more(clock):
+    """After ``unrace`` no call is raced, and the loops' own timing still decides."""
+    loops, arrays, lost = _loops()
+    _between(loops, RACE_FIRST - 1)
+    assert loops.plan() == TIMED
+    loops.unrace()
+    assert _between(loops, 3 * RACE_EVERY_MAX) == {0}
+    for a in arrays:  # both loops lost: they wait on one thread
+        a[:2] = [1, clock[0] + 10**9]
+    lost.value += 1
+    assert _between(loops, 3) == {SOLO}
+
+
 @pytest.mark.parametrize(
-    "text,formats",
+    "text,formats,races",
     [
-        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}),
-        ("y(i) = A(i,j) * x(j)", {"A": "csr"}),  # a dense output: the remembered call
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, True),
+        # A dense output, on the remembered call: an SpMV's plans do the same work and do
+        # not race; made to race, its calls follow the race too.
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}, False),
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}, True),
     ],
 )
-def test_calls_follow_the_race_and_stay_exact(text, formats, monkeypatch):
+def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch):
     """Real calls at two threads whose races are clocked by the test (the plan for one
     thread faster, then the parallel plan): the call runs what won, through the full
     path (a sparse output) and the remembered call (a dense one), and every result
-    matches scipy's on both plans. Lost regions do not decide here (the test makes
-    ``decide`` answer no), so the machine's load cannot change what runs."""
+    matches scipy's on both plans; plans of the same work keep the parallel plan. Lost
+    regions do not decide here (the test makes ``decide`` answer no), so the machine's
+    load cannot change what runs."""
     if jit.openmp_runtime() is None:
         pytest.skip("no libgomp")
     faster = [SOLO]
@@ -160,6 +201,8 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, monkeypatch):
 
     monkeypatch.setattr(team.LoopStates, "clocked", clocked)
     monkeypatch.setattr(team.LoopStates, "decide", lambda self, now: 0)
+    if races and "x(" in text:
+        monkeypatch.setattr(kernel, "same_work", lambda parallel, solo: False)
     rng = np.random.default_rng(45)
     n = 50_000
     A = sp.random(n, n, density=8 / n, format="csr", random_state=rng)
@@ -191,6 +234,10 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, monkeypatch):
         # The first call loads the plan, and its team states; the first race comes at
         # the RACE_FIRST-th call after, and the plan for one thread runs after it.
         ran = "".join(call() for _ in range(RACE_FIRST + 2 * RACE_CALLS))
+        if not races:
+            ran += "".join(call() for _ in range(2 * RACE_EVERY))
+            assert ran == "P" * len(ran)
+            return
         assert ran == "P" * (RACE_FIRST - 1 + RACE_CALLS) + "S" * (RACE_CALLS + 1)
         assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
         assert "the plan for one thread for now" in k.cin

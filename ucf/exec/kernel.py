@@ -42,7 +42,7 @@ from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
-from ucf.toolchain.team import SOLO, TIMED, LoopStates
+from ucf.toolchain.team import SOLO, TIMED, LoopStates, same_work
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -275,7 +275,10 @@ class Kernel(Calling):
             # runs meanwhile.
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
-            if alone.compiled is not built.compiled:
+            if plan & TIMED and same_work(built, alone):
+                teams.unrace()  # the loops' own timing compares these plans already
+                plan = 0
+            elif alone.compiled is not built.compiled:
                 threads, built = 1, alone._replace(why=(*alone.why, SHRUNK))
         self._local.stats = (st, threads)
         self._local.built = built

@@ -39,13 +39,15 @@ happening, none needing an environment variable:
   a sparse add's parallel plan counts, then fills (about 1.6 times the one-pass plan's
   work), so with each of two threads getting 2/3 of a core its regions win (wall time
   0.75 of their work on one thread) while the whole call takes 1.6 times the one-pass
-  plan's. So where the plan for one thread is another kernel and a parallel loop was
-  timed (below the work threshold the parallel plan runs on one thread anyway), the
-  call path races the two plans every so often (``RACE_CALLS`` calls of each,
-  whole-call wall times, medians compared) and keeps the faster until the next
-  race; the calls between races double while one plan keeps winning (``RACE_EVERY``
-  to ``RACE_EVERY_MAX``), so a quiet machine gets its parallel speed-up back at the
-  next race and pays for a race in few of its calls.
+  plan's. So once a parallel loop was timed (below the work threshold the parallel
+  plan runs on one thread anyway), the call path races the two plans every so often
+  (``RACE_CALLS`` calls of each, whole-call wall times, medians compared) and keeps
+  the faster until the next race; the calls between races double while one plan
+  keeps winning (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its
+  parallel speed-up back at the next race and pays for a race in few of its calls.
+  When the first race reaches the plan for one thread and finds the parallel plan
+  without its parallel loops (an SpMV's, an SpGEMM's), the plans race no more
+  (``LoopStates.unrace``): the regions' own timing compares those two already.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
@@ -69,6 +71,8 @@ RACE_FIRST, RACE_EVERY, RACE_EVERY_MAX = 2, 16, 512
 #: Timed calls of each plan in a race: the medians decide, so one call that a busy
 #: moment (or loading the plan for one thread) slowed does not.
 RACE_CALLS = 3
+#: The count of calls to a race that never comes (``LoopStates.unrace``).
+NEVER = 1 << 62
 
 #: The spin count libgomp gets unless the user chose a wait policy (about 0.1 ms on
 #: the 2-core AMD machine it was measured on; libgomp's default spun about 4 ms).
@@ -219,6 +223,13 @@ class LoopStates:
         # a serial one would find its threads asleep, which the steady state does not.
         return (SOLO if len(self._race[0]) >= RACE_CALLS else 0) | TIMED
 
+    def unrace(self) -> None:
+        """Race no more: the plan for one thread is the parallel plan without its parallel
+        loops, so a region timed against itself on one thread compares the two already
+        (``same_work``)."""
+        self._race, self._solo, self._left = None, False, NEVER
+        self._answer = SOLO if self._until else 0
+
     def clocked(self, plan: int, ns: int) -> None:
         """A raced call of ``plan`` took ``ns``. Once each plan has ``RACE_CALLS``, the
         one of the lower median runs until the next race; the calls until then double
@@ -258,3 +269,20 @@ class LoopStates:
                 shrunk += work
                 until = end if until is None else min(until, end)
         return until if until is not None and 2 * shrunk > total else 0
+
+
+def same_work(parallel, solo) -> bool:
+    """Whether the plan for one thread is the parallel plan without its parallel loops:
+    the same commands but ``parallelize``, the same passes over a sparse output (both
+    kernels' chosen plans, ``ucf.exec.kernel._Built``). Then a region timed against
+    itself on one thread compares the two plans, and they need not race
+    (``LoopStates.unrace``). A sparse add's plan for one thread appends in one pass
+    where its parallel rows count first: those race."""
+    from ucf.schedule.requests import Parallelize
+
+    if solo.commands is None or parallel.commands is None:
+        return solo.compiled is parallel.compiled
+    kept = [c for c in parallel.commands if not isinstance(c, Parallelize)]
+    return kept == list(solo.commands) and (
+        parallel.compiled.plan.one_pass == solo.compiled.plan.one_pass
+    )
