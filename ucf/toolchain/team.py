@@ -184,10 +184,6 @@ class LoopStates:
         self._seen, self._until, self._answer = -1, 0, 0
         self._left, self._every, self._solo, self._race = RACE_FIRST, RACE_EVERY, False, None
 
-    def alone(self) -> bool:
-        """Whether this call runs the plan for one thread (``plan``)."""
-        return bool(self.plan() & SOLO)
-
     def plan(self) -> int:
         """The plan a call runs: the parallel plan (0) or the plan for one thread
         (``SOLO``), with ``TIMED`` when the call is one of a race: the caller times it
@@ -280,8 +276,10 @@ def same_work(parallel, solo) -> bool:
     where its parallel rows count first: those race."""
     from ucf.schedule.requests import Parallelize
 
+    if solo.compiled is parallel.compiled:
+        return True
     if solo.commands is None or parallel.commands is None:
-        return solo.compiled is parallel.compiled
+        return False
     kept = [c for c in parallel.commands if not isinstance(c, Parallelize)]
     return kept == list(solo.commands) and (
         parallel.compiled.plan.one_pass == solo.compiled.plan.one_pass
