@@ -195,18 +195,22 @@ class LoopStates:
         A remembered call of a quiet machine then reads one counter and counts itself
         down rather than reading every loop's state or a clock."""
         self._left -= 1
-        lost = self._lost.value
-        if lost != self._seen or self._left <= 0 or self._until:
-            return self._look(lost)
-        return self._answer
+        if self._left > 0 and self._lost.value == self._seen:
+            return self._answer
+        return self._look(self._lost.value)
 
     def _look(self, lost: int) -> int:
         now = time.monotonic_ns()
         if lost != self._seen or (self._until and now >= self._until):
             self._seen, self._until = lost, self.decide(now)
-        # Loops wait on one thread: the parallel plan would run on one; no race meanwhile.
         self._answer = SOLO if self._until or self._solo else 0
-        if self._until or self._left > 0:
+        if self._until:
+            # Loops wait on one thread: the parallel plan would run on one; no race
+            # meanwhile, and each call looks at the clock until the wait ends (then a
+            # race is due: the loops' wait says the machine changed).
+            self._left = 0
+            return self._answer
+        if self._left > 0:
             return self._answer
         if self._fixed.value or not any(state[0] for state in self.states):
             # A fixed team runs the parallel plan as plain OpenMP does; no loop timed, no
