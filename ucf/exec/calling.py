@@ -44,7 +44,7 @@ from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
 from ucf.toolchain.jit import apply_num_threads, num_threads
-from ucf.toolchain.team import SOLO, TIMED
+from ucf.toolchain.team import SOLO, TIMED, same_work
 
 
 class Calling:
@@ -392,9 +392,14 @@ def _replayed(local, teams, plan: int, operands: dict[str, Any], out: Any, repla
     race (None when no call of that plan is remembered: the full path chooses it), and
     timed when it is a call of a race."""
     if plan & SOLO:
-        replay = _remembered(local.replays, operands, out, 1)
-        if replay is None:
+        solo = _remembered(local.replays, operands, out, 1)
+        if solo is None:
             return None
+        if plan & TIMED and same_work(replay.built, solo.built):
+            teams.unrace()  # the loops' own timing compares these plans already
+            plan = 0
+        else:
+            replay = solo
     local.built = replay.built
     apply_num_threads()
     if not plan & TIMED:

@@ -212,6 +212,9 @@ class LoopStates:
             return self._answer
         if self._left > 0:
             return self._answer
+        if self._every == NEVER:  # unraced: the wait is over, no race comes
+            self._left = NEVER
+            return self._answer
         if self._fixed.value or not any(state[0] for state in self.states):
             # A fixed team runs the parallel plan as plain OpenMP does; no loop timed, no
             # region above the work threshold: the parallel plan ran on one thread.
@@ -227,7 +230,8 @@ class LoopStates:
         """Race no more: the plan for one thread is the parallel plan without its parallel
         loops, so a region timed against itself on one thread compares the two already
         (``same_work``)."""
-        self._race, self._solo, self._left = None, False, NEVER
+        self._race, self._solo, self._every = None, False, NEVER
+        self._left = 0 if self._until else NEVER  # a wait goes on looking at the clock
         self._answer = SOLO if self._until else 0
 
     def clocked(self, plan: int, ns: int) -> None:
