@@ -5,7 +5,8 @@ and with the nest without register blocking (random floats, which round), over p
 panels (columns of B not a multiple of the tile), partial blocks, empty block rows, a
 single block row, one and two threads (a cache each), and caches too small for every
 panel (slots shared: panels evicted and packed again when next named). Every tile
-prefetches a share of the next block's panel, which changes no value."""
+prefetches a share of the next block's panel (here however small the panels), which
+changes no value."""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ CASES = [
 def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
+    monkeypatch.setattr(panels, "NEAR_BYTES", 0)  # prefetch the next panel however small
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", max(1, slots_of(held)))
     a, b = operands(case)
