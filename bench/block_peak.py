@@ -14,7 +14,7 @@ thread only: steadier on a loaded machine).
 
 The roofline table bounds the call on this machine. Its bytes are the least any
 kernel moves: A's stored blocks, the rows of B its block columns name, and C. Each
-round also streams them right after torch, as ucf runs (B copied into a new C-sized
+round also streams them right after torch, as ucf runs (B copied into a C-sized
 tensor by torch on the same threads, A's values summed): the time that takes is the
 memory's bound, the FLOPs at the measured peak the arithmetic's. The best a call can
 do is the larger of the two (memory and arithmetic fully overlapped), and their sum
@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
-            vals = torch.from_numpy(t.vals)
-            runs["stream"] = lambda v=vals: (torch.empty_like(tb).copy_(tb), v.sum())
+            # into one C-sized tensor, as ucf's output is one recycled array
+            vals, dst = torch.from_numpy(t.vals), torch.empty_like(tb)
+            runs["stream"] = lambda v=vals, d=dst: (d.copy_(tb), v.sum())
         got = timings(runs, args.repeat, clock)
         med = {k: float(np.median(v)) for k, v in got.items()}
         # the peak loops touch no memory: only the machine's load slows them, so their
