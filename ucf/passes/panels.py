@@ -178,8 +178,8 @@ def packed(
         # over this block, the next one's panel is in L1 and L2 when it starts, instead
         # of coming from L3 (32 panels of 128 KB, a thread's 4 MB cache, exceed L2).
         # A panel not yet packed is prefetched too: its lines are about to be written.
-        # bcsr(32,32) SpMM 1024^3, one thread, each call after torch's matmul: 0.95 to
-        # 0.98x the time at 90 % and 50 % zero blocks. Only where a thread's panels
+        # bcsr(32,32) SpMM 1024^3, one thread, each call after torch's matmul: 0.93 to
+        # 0.98x the time at 90 % zero blocks, 0.91 to 0.98x at 50 %. Only where a thread's panels
         # exceed ``NEAR_BYTES``: smaller ones (the TeSA plan's X panels, 512 KB for 128
         # tokens) stay in L2, and there the prefetches are instructions for nothing.
         ahead = Var(state.fresh("panel_next"), I64)
