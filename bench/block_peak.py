@@ -44,6 +44,9 @@ from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
 
+#: Tiles of fma_peak's ``tile_8x2`` per thread and round (268 MFLOP a thread, about 1 ms).
+TILES = 1 << 14
+
 #: (zero blocks, share of the FMA peak, speedup over torch dense or None)
 TARGETS = [(0.9, 0.60, 7.0), (0.5, 0.75, None)]
 
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ucf.set_num_threads(args.threads)
     dll = fma_peak.build()
     loops = fma_peak.widths(dll)  # the register-only FMA loop at each vector width
+    tile = getattr(dll, "tile_8x2", None)
     iters = 1 << 20
     rng = np.random.default_rng(0)
     b = rng.random((args.n, args.n), dtype=np.float32)
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         blocks = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).sum())
         flops = 2.0 * blocks * BLOCK * BLOCK * args.n
         runs = {f"peak{w}": (lambda f=f: f(iters, args.threads)) for w, f in loops.items()}
+        if tile is not None:  # the register tile on a panel in L2 (AVX-512 hosts)
+            runs["tile"] = lambda: tile(TILES, args.threads)
         runs["ucf"] = lambda t=t: kernel(A=t, B=b)
         runs["ucf warm"] = lambda t=t: kernel(A=t, B=b)  # straight after "ucf"
         if torch is not None:
@@ -125,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         if "stream" in med:
             named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
             moved = t.vals.nbytes + named * BLOCK * args.n * 4 + args.n * args.n * 4
-            bounds.append(roofline(zero, moved, med, flops, peak))
+            rate = None
+            if "tile" in got:  # like the peak loop, it touches no memory: its best run
+                rate = fma_peak.TILE_FLOPS * TILES * args.threads / min(got["tile"]) / 1e9
+            bounds.append(roofline(zero, moved, med, flops, peak, rate))
         verdicts.append(
             (
                 f"{zero:.0%} zero blocks: >= {share:.0%} of the "
@@ -145,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "| zero blocks | bytes (A + B's named rows + C) | streamed after torch | memory "
             "bound | FMA bound (at the peak) | best: the larger | not overlapped: the sum | "
-            "ucf | ucf warm |"
+            "register tile in L2 (not memory) | not overlapped, at the tile's rate | ucf | "
+            "ucf warm |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(bounds))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print("| target | value | result |\n|---|---|---|")
@@ -157,19 +167,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def roofline(zero: float, moved: int, med: dict[str, float], flops: float, peak: float) -> str:
+def roofline(
+    zero: float,
+    moved: int,
+    med: dict[str, float],
+    flops: float,
+    peak: float,
+    tile: float | None,
+) -> str:
     """A row of the roofline table: each time with its GFLOP/s and its share of the
-    peak (``peak`` in GFLOP/s)."""
+    peak (``peak`` in GFLOP/s; ``tile`` the register tile's GFLOP/s, None if not run)."""
 
     def cell(seconds: float) -> str:
         rate = flops / seconds / 1e9
         return f"{seconds * 1e3:.3f} ms ({rate:.0f} GFLOP/s, {rate / peak:.0%})"
 
     memory, arithmetic = med["stream"], flops / (peak * 1e9)
+    tiled = (
+        "- | -"
+        if tile is None
+        else (f"{cell(flops / (tile * 1e9))} | {cell(memory + flops / (tile * 1e9))}")
+    )
     return (
         f"| {zero:.0%} | {moved / 2**20:.1f} MB | {memory * 1e3:.3f} ms "
         f"({moved / memory / 1e9:.0f} GB/s) | {cell(memory)} | {cell(arithmetic)} | "
-        f"{cell(max(memory, arithmetic))} | {cell(memory + arithmetic)} | "
+        f"{cell(max(memory, arithmetic))} | {cell(memory + arithmetic)} | {tiled} | "
         f"{cell(med['ucf'])} | {cell(med['ucf warm'])} |"
     )
 
