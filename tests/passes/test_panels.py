@@ -137,3 +137,41 @@ def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:
         "max": max,
     }
     return ops[e.op](_evaluate(e.left, env), _evaluate(e.right, env))
+
+
+def _block_loop(body: list[ir.Stmt], parallel: str | None = None) -> ir.For:
+    """``for p in [pos[i], pos[i + 1])`` over ``body``: the loop over a block row's
+    blocks."""
+    pos = ir.Array("pos", "i32")
+    i = ir.Var("i", "i64")
+    start = ir.Cast(ir.Load(pos, i), "i64")
+    end = ir.Cast(ir.Load(pos, ir.add(i, ir.Const(1, "i64"))), "i64")
+    return ir.For(ir.Var("p", "i64"), start, end, body, parallel=parallel)
+
+
+@pytest.mark.parametrize(
+    "why",
+    [None, "parallel", "moved end", "written array", "unknown variable"],
+)
+def test_the_next_blocks_coordinate(why):
+    """``TileState.ahead``: ``k = crd[p]`` at the next block of the row, ``crd[min(p + 1,
+    end - 1)]`` (never past the row); nothing where that step is not one the loop could
+    take or the value not one known from the parameters."""
+    p = ir.Var("p", "i64")
+    crd = ir.Array("crd", "i32", output=why == "written array")
+    at = ir.add(p, ir.Var("q", "i64")) if why == "unknown variable" else p
+    init = ir.Cast(ir.Load(crd, at), "i64")
+    body: list[ir.Stmt] = [ir.Decl(ir.Var("k", "i64"), init)]
+    if why == "moved end":
+        body.append(ir.Assign(ir.Var("i", "i64"), ir.Const(0, "i64")))
+    loop = _block_loop(body, "CPUThread" if why == "parallel" else None)
+    state = tiling.TileState(set(), {"pos", "crd", "i"})
+    state.loops, state.defs = [loop], {"k": init}
+    got = state.ahead("k")
+    if why is not None:
+        assert got is None
+        return
+    last = ir.sub(loop.end, ir.Const(1, "i64"))
+    want = ir.Bin("min", ir.add(p, ir.Const(1, "i64")), last)
+    assert got == ir.Cast(ir.Load(crd, want), "i64")
+    assert state.ahead("nothing declared") is None

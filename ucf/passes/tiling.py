@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import names, nodes, substitute
+from ucf.ir.walk import assigned, names, nodes, substitute
 
 #: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
 #: runs two of them per register, a narrower one splits them).
@@ -195,7 +195,8 @@ class TileState:
         serial loop it reads (at the loop's last step, its own value): ``k_blk`` of the
         next block of a block row, whose panel a tile can prefetch while this block runs.
         None unless ``name`` reads that loop's variable and the function's parameters
-        alone, and loads nothing the kernel writes."""
+        alone, loads nothing the kernel writes, and the loop's body does not move its
+        end (the next step read must be one the loop could take)."""
         init = self.defs.get(name)
         if init is None:
             return None
@@ -208,6 +209,8 @@ class TileState:
         ):
             return None
         (loop,) = loops
+        if names(loop.end) & (assigned(loop.body) | {loop.var.name}):
+            return None  # an end the loop moves: its next step is not known here
         last = ir.sub(loop.end, Const(1, I64))
         step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), last)
         return substitute(init, {loop.var.name: step})
