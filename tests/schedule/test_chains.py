@@ -16,6 +16,7 @@ import ucf
 from tests.helpers import TARGETS, rand_dense, rand_sparse
 from ucf import pipeline
 from ucf.format.format import parse_format
+from ucf.ir.printer import format_functions
 from ucf.schedule import contraction_order
 from ucf.schedule.cpu_model import Stats
 
@@ -32,6 +33,10 @@ CHAINS = {
     "y(i) = A(i,j)*B(j,k)*C(k,l)*x(l)": (
         lambda o: o["A"] @ (o["B"] @ (o["C"] @ o["x"])),
         lambda m, r, n, l: {"A": (m, r), "B": (r, n), "C": (n, l), "x": (l,)},
+    ),
+    "y(i) = A(i,j)*sum(k, B(j,k)*x(k))": (
+        lambda o: o["A"] @ (o["B"] @ o["x"]),
+        lambda m, r, n, l: {"A": (m, r), "B": (r, n), "x": (n,)},
     ),
     "Y(i,l) = A(i,j)*B(j,k)*X(k,l)": (
         lambda o: o["A"] @ (o["B"] @ o["X"]),
@@ -65,7 +70,7 @@ FORMATS = [("csr", "csr"), ("csc", "csc"), ("csc", "csr"), ("csr", "csc"), ("dcs
 
 
 @pytest.mark.parametrize("fa,fb", [*FORMATS, ("dense", "csr"), ("dense", "dense")])
-@pytest.mark.parametrize("expr", list(CHAINS)[:3])
+@pytest.mark.parametrize("expr", list(CHAINS)[:4])
 def test_chains_against_numpy(expr, fa, fb):
     """Every format pair (a third matrix in B's format): the workspace plan, exact."""
     ops = operands(expr, (13, 17, 11, 9))
@@ -93,6 +98,20 @@ def test_chains_on_both_targets(expr, target):
 
 
 @pytest.mark.slow  # the emulator's compile: 12 s
+@pytest.mark.parametrize("target", TARGETS)
+def test_precompute_of_a_nested_sum(target):
+    """A user's precompute of a nested sum whole forms it once above the loop over i; a
+    part of it is refused by name."""
+    expr = "y(i) = A(i,j)*sum(k, B(j,k)*x(k))"
+    ops = operands(expr, (12, 15, 9, 1), seed=3)
+    formats = {"A": "csr", "B": "csc"}
+    k, got = run(expr, formats, ops, target, schedule="precompute(B(j,k)*x(k), j, j, t)")
+    np.testing.assert_array_equal(got, CHAINS[expr][0](ops))
+    assert "alloc t" in format_functions(k.llir).split("for i in")[0]
+    with pytest.raises(ucf.ScheduleError, match=r"B\(j, k\) is not a factor"):
+        ucf.compile(expr, formats=formats, schedule="precompute(B(j,k), j, j, t)")
+
+
 def test_the_cuda_target_keeps_the_plain_nest():
     """CUDA builds no workspace: the default keeps its rows over threads, and is right."""
     expr = "y(i) = A(i,j)*B(j,k)*x(k)"

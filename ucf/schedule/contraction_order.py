@@ -27,7 +27,7 @@ from itertools import combinations
 
 from ucf.cin.notation import CIN
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, accesses, fresh, index_variables, text
+from ucf.lang.ast import Access, Binary, Sum, accesses, fresh, index_variables, text
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, PrecomputeCommand
 from ucf.schedule.gathering import is_product
@@ -55,14 +55,11 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
     output with a reduction)."""
     stmt = cin.statement
     summed, body = peel(stmt.rhs)
-    factors: list[Access] = accesses(body)
-    if (
-        not summed
-        or not is_product(body)
-        or cin.nested_vars
-        or not cin.output_format.is_dense
-        or not 3 <= len(factors) <= MAX_FACTORS
-    ):
+    flat = _flattened(body)
+    if flat is None or not cin.output_format.is_dense:
+        return []
+    factors, nested = flat
+    if not (summed or nested) or not 3 <= len(factors) <= MAX_FACTORS:
         return []
     formats = {cin.slots[n].tensor: cin.slots[n].format for n in cin.slots}
     density = {t: _density(t, factors, formats, stats) for t in formats}
@@ -71,10 +68,10 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
     names = [fresh("w", taken) for _ in index_variables(stmt.rhs)]
     plain = _cost(factors, outs, stats, density)
     if plain is None:
-        steps = _first(factors, outs, names)
+        steps = _first(factors, nested, outs, names)
         total = None
     else:
-        total, steps = _best(tuple(factors), 0, outs, stats, density, names, {})
+        total, steps = _best(tuple(factors), nested, 0, outs, stats, density, names, {})
     commands: list[Command] = []
     formed: list[str] = []
     for depth, step in enumerate(steps):
@@ -83,7 +80,7 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
         commands.append(PrecomputeCommand(spelled, step.v, step.v, name))
         loops = ", ".join(step.out_of)
         formed.append(f"{name}({step.v}) = {spelled} once, outside the loops over {loops}")
-        factors = _formed(factors, step, name)
+        factors, nested = _formed(factors, nested, step, name)
     if total is None and commands:
         why.append(
             f"default: precompute {'; then '.join(formed)}: work linear in the operands' "
@@ -96,7 +93,7 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
             f"the plain nest multiplies through every path of the chain, about {plain:.2g} "
             "multiply-adds"
         )
-    elif plain is not None and next(_groups(factors, outs), None) is not None:
+    elif plain is not None and next(_groups(factors, nested, outs), None) is not None:
         why.append(
             f"default: the plain nest, about {plain:.2g} multiply-adds, no more than forming "
             "a sub-product in a workspace first"
@@ -104,12 +101,38 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
     return commands
 
 
-def _groups(factors, outs: set[str]):
+def _flattened(body) -> tuple[list[Access], tuple[frozenset[int], ...]] | None:
+    """The factors of a product of accesses and nested sums of such products (``A(i,j) *
+    sum(k, B(j,k)*x(k))``), with the positions of each nested sum's factors (a step
+    forms such a sum whole or leaves it: ``precompute`` takes a nested sum whole); None
+    for anything else."""
+    factors: list[Access] = []
+    nested: list[frozenset[int]] = []
+
+    def walk(e) -> bool:
+        if isinstance(e, Binary) and e.op == "*":
+            return walk(e.left) and walk(e.right)
+        if isinstance(e, Sum) and e.op == "sum" and is_product(e.body):
+            found = accesses(e.body)
+            nested.append(frozenset(range(len(factors), len(factors) + len(found))))
+            factors.extend(found)
+            return True
+        if isinstance(e, Access):
+            factors.append(e)
+            return True
+        return False
+
+    return (factors, tuple(nested)) if walk(body) else None
+
+
+def _groups(factors, nested, outs: set[str]):
     """The steps ``factors`` allow: groups whose product has one variable shared with
     the rest or the output, at least one of its own to sum, and some loop of the rest
-    it does not depend on."""
+    it does not depend on; a nested sum's factors are a group whole or in none."""
     for size in range(1, len(factors)):
         for group in combinations(range(len(factors)), size):
+            if any(g & set(group) and g != set(group) for g in nested):
+                continue
             mine = {v for n in group for v in _vars(factors[n])}
             theirs = {v for n, a in enumerate(factors) if n not in group for v in _vars(a)}
             theirs |= outs
@@ -118,40 +141,43 @@ def _groups(factors, outs: set[str]):
                 yield _Step(group, next(iter(free)), tuple(sorted(out_of)))
 
 
-def _formed(factors, step: _Step, name: str) -> list[Access]:
-    """The factors after ``step``: the rest, then the workspace ``name`` read at its variable."""
-    rest = [a for n, a in enumerate(factors) if n not in step.group]
-    return [*rest, Access(name, (Affine.var(step.v),))]
+def _formed(factors, nested, step: _Step, name: str):
+    """The factors after ``step`` (the rest, then the workspace ``name`` read at its
+    variable) and the positions of the nested sums left."""
+    kept = [n for n in range(len(factors)) if n not in step.group]
+    where = {n: m for m, n in enumerate(kept)}
+    left = tuple(frozenset(where[n] for n in g) for g in nested if not g & set(step.group))
+    return [*(factors[n] for n in kept), Access(name, (Affine.var(step.v),))], left
 
 
-def _first(factors: list[Access], outs: set[str], names: list[str]) -> list[_Step]:
+def _first(factors: list[Access], nested, outs: set[str], names: list[str]) -> list[_Step]:
     """Without statistics: the first step each time, until none is left."""
     steps: list[_Step] = []
-    while (step := next(_groups(factors, outs), None)) is not None:
-        factors = _formed(factors, step, names[len(steps)])
+    while (step := next(_groups(factors, nested, outs), None)) is not None:
+        factors, nested = _formed(factors, nested, step, names[len(steps)])
         steps.append(step)
     return steps
 
 
 def _best(
-    factors: tuple[Access, ...], depth: int, outs, stats, density, names, memo
+    factors: tuple[Access, ...], nested, depth: int, outs, stats, density, names, memo
 ) -> tuple[float, tuple]:
     """The smallest estimate for ``factors`` (after ``depth`` steps) and the steps that
     reach it: the plain nest, or some group formed first (its work, zeroing and
     allocating its workspace), then the best for what is left. Memoized."""
-    if (factors, depth) in memo:
-        return memo[factors, depth]
+    if (factors, nested, depth) in memo:
+        return memo[factors, nested, depth]
     best: tuple[float, tuple] = (_cost(list(factors), outs, stats, density), ())
-    for step in _groups(list(factors), outs):
+    for step in _groups(list(factors), nested, outs):
         produce = _cost([factors[n] for n in step.group], {step.v}, stats, density)
         produce += WORKSPACE_STEPS + stats.extents.get(step.v, 1)
         if produce >= best[0]:
             continue
-        rest = tuple(_formed(list(factors), step, names[depth]))
-        cost, steps = _best(rest, depth + 1, outs, stats, density, names, memo)
+        rest, left = _formed(list(factors), nested, step, names[depth])
+        cost, steps = _best(tuple(rest), left, depth + 1, outs, stats, density, names, memo)
         if produce + cost < best[0]:
             best = (produce + cost, (step, *steps))
-    memo[factors, depth] = best
+    memo[factors, nested, depth] = best
     return best
 
 
