@@ -18,6 +18,9 @@ in turns, round after round, on one thread, and the medians compared:
 - ucf plain: the plain nest (``reorder`` to the statement's own loop order, which
   forms no workspace): every path ``(i, j, k)`` of the chain, the cliff of issue 34.
 
+``Y = A@B@X`` (X dense, 8 columns) is printed for information: the default leaves it
+alone (``B@X`` would need a two-dimensional workspace).
+
 Target (issue 34): the default's ``y = A@B@x`` within 1.5x of scipy on 1 thread.
 """
 
@@ -53,6 +56,13 @@ CHAINS = {
         "i,j,k,l",
         lambda m, v: m[0] @ (m[1] @ (m[2] @ v["x"])),
     ),
+    # left alone: B(j,k)*X(k,l) has two free variables (no one-dimensional workspace)
+    "Y = A@B@X (8 columns)": (
+        "Y(i,l) = A(i,j)*B(j,k)*X(k,l)",
+        "X",
+        "i,j,k,l",
+        lambda m, v: m[0] @ (m[1] @ v["X"]),
+    ),
 }
 TARGET = ("y = A@B@x", 1.5)  # t_default / t_scipy at 1 thread
 
@@ -61,7 +71,7 @@ def run(n: int, per_row: int, repeats: int) -> dict[str, float]:
     """Each chain's default/scipy ratio at ``n`` rows."""
     mats = [matrix(n, per_row, seed) for seed in range(3)]
     rng = np.random.default_rng(7)
-    vecs = {name: rng.random(n) for name in "xz"}
+    vecs = {name: rng.random(n) for name in "xz"} | {"X": rng.random((n, 8))}
     ratios = {}
     ucf.set_num_threads(1)
     for label, (stmt, dense, order, reference) in CHAINS.items():
@@ -74,7 +84,7 @@ def run(n: int, per_row: int, repeats: int) -> dict[str, float]:
         want = reference(mats, vecs)
         calls = {"scipy": lambda r=reference: r(mats, vecs)}
         for name, k in (("default", default), ("plain", plain)):
-            got = k(**ops)
+            got = np.asarray(k(**ops))
             if not np.allclose(got, want, rtol=1e-9):
                 raise SystemExit(f"ucf {name} differs from scipy for {stmt} at n={n}")
             calls[name] = lambda k=k, ops=ops: k(**ops)
