@@ -234,6 +234,11 @@ class PlacementMixin:
                     f"{cmd}: precompute a product with its sign as the statement has it"
                 )
             factors = _factors(terms[0][1])
+            nested = self._nested_factor(factors, wanted[0][1])
+            if nested is not None:
+                rest = [t for t in factors if t is not nested]
+                summed, body = _stripped(nested)
+                return Match(True, [(1, body, summed)], _product([*rest, Opnd(W)]))
             taken: list[int] = []
             for a in wanted[0][1]:
                 n = next(
@@ -326,6 +331,17 @@ class PlacementMixin:
             name += "_"
         self.temps[rid] = Var(name, self.vt)
         return r
+
+    def _nested_factor(self, factors: list[Term], wanted: list) -> Term | None:
+        """The factor that is a nested sum of exactly the ``wanted`` accesses
+        (``sum(k, B(j,k)*x(k))`` in ``A(i,j)*sum(k, B(j,k)*x(k))``): its sum is the
+        producer's, formed once over the workspace's variable instead of a temporary
+        per step of the loops outside it."""
+        want = sorted(str(a) for a in wanted)
+        for t in factors:
+            if isinstance(t, Reduce) and t.op == "sum" and self._texts(t) == want:
+                return t
+        return None
 
     def _written_sums(self, t: Term) -> set[str]:
         """The variables the statement itself sums a term over (not the sums distributed
