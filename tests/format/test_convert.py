@@ -246,3 +246,48 @@ def test_fixed_width_formats_convert_both_ways(src, dst):
     np.testing.assert_array_equal(u.to_numpy(), a)
     if dst in ("csr", "csc", "dcsc"):
         assert u.nnz == np.count_nonzero(a)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    rows=st.integers(0, 9),
+    cols=st.integers(0, 9),
+    entries=st.integers(0, 40),
+    kind=st.sampled_from(["coo", "csr", "csc", "dok", "lil"]),
+    target=st.sampled_from(MATRIX_FORMATS),
+    seed=st.integers(0, 2**16),
+)
+def test_from_scipy_into_any_format_keeps_stored_zeros_and_sums_repeats(
+    rows, cols, entries, kind, target, seed
+):
+    """``ucf.from_scipy(m, format=...)`` of every scipy layout into every matrix format:
+    scipy's own dense array, repeated entries summed, stored zeros kept where the target
+    stores only named coordinates (scipy's ``sum_duplicates`` count: the layouts scipy
+    builds in linear time must keep what packing coordinates kept)."""
+    rng = np.random.default_rng(seed)
+    n = entries if rows and cols else 0
+    r, c = rng.integers(0, max(rows, 1), n), rng.integers(0, max(cols, 1), n)
+    v = rng.integers(-2, 3, n).astype(np.float64)  # zeros, and repeats that cancel
+    m = sp.coo_array((v, (r, c)), shape=(rows, cols))
+    if kind == "csr":  # unsorted rows with repeats, as scipy's products leave them
+        m = sp.csr_array((v, c, np.searchsorted(np.sort(r), np.arange(rows + 1))), (rows, cols))
+        r = np.sort(r)
+    elif kind != "coo":
+        m = m.asformat(kind)
+    t = ucf.from_scipy(m, format=target)
+    t.validate()
+    np.testing.assert_array_equal(t.to_numpy(), m.toarray())
+    if target in TIGHT and kind in ("coo", "csr"):
+        summed = sp.coo_array((v, (r, c)), shape=(rows, cols)).tocsr()
+        summed.sum_duplicates()
+        assert t.nnz == summed.nnz
+
+
+@pytest.mark.parametrize("target", ["coo", "dcsr", "csc", "bcsr(2,2)"])
+def test_from_scipy_into_another_format_shares_no_array(target):
+    """Another format than the input's own is built on fresh arrays (docs/interop.md),
+    even where scipy's layout would let the column indices and values through."""
+    m = sp.random_array((30, 20), density=0.2, format="csr", random_state=4)
+    t = ucf.from_scipy(m, format=target)
+    for a in [*t.arrays]:
+        assert not any(np.may_share_memory(a, b) for b in (m.indptr, m.indices, m.data))

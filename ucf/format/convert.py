@@ -83,22 +83,43 @@ def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray
     linear time, and every level of these formats is indptr, indices, or the rows
     (columns) that hold entries; arrays scipy leaves alone (``t``'s own, for CSR to COO)
     are shared."""
-    if t.vals.dtype.char not in SCIPY_VALUES:
+    by_columns = scipy_target(fmt, t.shape, t.nnz, t.vals.dtype)
+    if by_columns is None:
+        return None
+    return scipy_levels(canonical(t, by_columns), fmt, idt)
+
+
+def scipy_target(fmt: Format, shape: tuple[int, ...], nnz: int, dt: np.dtype) -> bool | None:
+    """Whether matrix format ``fmt`` is built from scipy's compressed columns (True) or
+    rows (False) by :func:`scipy_levels`; None where it is not (another format, values
+    scipy cannot hold, or a hypersparse shape whose compressed layout would cost more
+    than the entries)."""
+    if np.dtype(dt).char not in SCIPY_VALUES or len(shape) != 2:
         return None
     name = COMPRESSED_TARGETS.get(fmt.structure)
     block = block_shape(fmt)
     if name is None and block is None:
         return None
-    dims = fmt.level_dims(t.shape)
+    by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
+    if name in ("coo", "dcsr", "dcsc") and shape[by_columns] > 4 * nnz + (1 << 16):
+        return None
+    return by_columns
+
+
+def scipy_levels(
+    m: sp.csr_array | sp.csc_array, fmt: Format, idt: np.dtype
+) -> tuple[Levels, np.ndarray]:
+    """The levels and values of ``fmt`` (a :func:`scipy_target`) from ``m``, scipy's
+    canonical compressed rows (columns where the target says): indices sorted, no
+    repeats. Stored zeros stay (the caller drops them or not)."""
+    dims = fmt.level_dims(m.shape)
     for lvl, kind in enumerate(fmt.levels):
         if kind.arrays:
             checks.fits(describe_level(fmt, lvl), "dimension", dims[lvl] - 1, idt)
-    by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
-    if name in ("coo", "dcsr", "dcsc") and t.shape[by_columns] > 4 * t.nnz + (1 << 16):
-        return None  # hypersparse: scipy's compressed layout would cost more than the entries
-    m = canonical(t, by_columns)
+    block = block_shape(fmt)
     if block is not None:
         return blocks(m, block, fmt, idt)
+    name = COMPRESSED_TARGETS[fmt.structure]
     indptr, nnz = m.indptr, m.nnz
     checks.fits(describe_level(fmt, len(dims) - 1), "position count", nnz, idt)
     crd = m.indices.astype(idt, copy=False)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, boundary
+from ucf.format import convert
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.storage import zero_filled
@@ -52,8 +53,11 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 
     CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
     ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
-    else is repacked from coordinates on fresh arrays; the input is never
-    modified.  The index dtype defaults to that of the input, and the format to
+    else is repacked on fresh arrays (in linear time through scipy's compressed
+    layouts where the target is one of ``ucf.format.convert.scipy_target``'s: a COO
+    operand is packed so on every kernel call); the input is never modified.
+    Repeated entries are summed and stored zeros kept.  The index dtype defaults to
+    that of the input, and the format to
     CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
     """
     import scipy.sparse as sp
@@ -88,10 +92,15 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         c = m.tocoo()
     except (ValueError, IndexError, TypeError) as e:
         raise FormatError(f"scipy {kind} input cannot be read: {e}") from None
+    for mode, d in enumerate(shape):
+        where = f"scipy {kind} input (mode {mode})"
+        checks.in_range(where, np.asarray(c.coords[mode]), d, what="index")
+    if convert.scipy_target(fmt, shape, c.nnz, dt) is not None:
+        # in bounds now, so scipy may compress it: rows sorted and repeats summed in
+        # linear time (a COO operand of a kernel call is packed so on every call)
+        return from_scipy(c.tocsr(), fmt, dtype, index_dtype)
     coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
     coords = coords.reshape(-1, len(shape))
-    for mode, d in enumerate(shape):
-        checks.in_range(f"scipy {kind} input (mode {mode})", coords[:, mode], d, what="index")
     vals = np.asarray(c.data).astype(dt)
     return pack(shape, fmt, fmt.level_coords(coords), vals, index_dtype_of(index_dtype))
 
@@ -165,6 +174,25 @@ def from_compressed(
         ]
         vals = np.ascontiguousarray(data, dtype=dt)
         return Tensor(shape, fmt, levels, vals, idt, check=False)
+    by_columns = convert.scipy_target(fmt, shape, nnz, dt)
+    if by_columns is not None:  # scipy sorts and sums in linear time; stored zeros stay
+        import scipy.sparse as sp
+
+        cls = sp.csr_array if kind == "csr" else sp.csc_array
+        m = cls((data.astype(dt, copy=False), indices, indptr), shape=shape)
+        if canonical:
+            m.has_canonical_format = True
+        else:
+            m = m.copy()
+            m.sum_duplicates()
+        levels, vals = convert.scipy_levels(m.tocsc() if by_columns else m.tocsr(), fmt, idt)
+
+        def fresh(a: np.ndarray) -> np.ndarray:  # another format never shares the input's
+            return a.copy() if any(np.may_share_memory(a, b) for b in given) else a
+
+        given = (indptr, indices, data)
+        levels = [{k: fresh(a) for k, a in lv.items()} for lv in levels]
+        return Tensor(shape, fmt, levels, fresh(vals), idt, check=False)
     majors = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
     mins = indices.astype(np.int64)
     coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
