@@ -8,6 +8,7 @@ from ucf.ir.nodes import I64, Const, Var
 from ucf.lower import sort
 from ucf.lower.lattice import Term, restrict
 from ucf.lower.state import (
+    BITS_SLACK,
     State,
     Where,
     Workspace,
@@ -15,6 +16,11 @@ from ucf.lower.state import (
 
 # The epoch at which a listed workspace's flags are cleared and the count restarts.
 EPOCH_WRAP = 2**31 - 1
+#: A use reads its bitmap instead of sorting its list when the bitmap has at most this
+#: many words per coordinate touched. Gustavson SpGEMM of 10 a row, one thread (a C
+#: model of the kernel, bench/README.md): 4000 columns (63 words for ~100 coordinates)
+#: 0.6x the sorting kernel's time; 20,000 (313 words) about even.
+BITS_PER_ENTRY = 2
 
 
 class WorkspacesMixin:
@@ -31,7 +37,7 @@ class WorkspacesMixin:
                     ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.vals, z, Const(0, self.vt))])
                 )
         else:
-            start += self._ws_epoch(ws)
+            start += self._ws_epoch(ws, not self.assembling and ws.bits is not None)
         produce: list[ir.Stmt] = []
         for m, (part, order) in enumerate(wh.parts):
             # a part of an operand a branch around found absent adds nothing to the
@@ -46,8 +52,7 @@ class WorkspacesMixin:
             prod.scope = (*st.scope, (k, f"prod{m}"))
             produce += self._at_depth(term, prod)
         if ws.sort_tmp is not None and (not self.assembling or ws.merged):
-            sort_args = [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets]
-            produce.append(ir.Call(sort.NAME, sort_args))
+            produce += self._in_order(ws)
         cons = st.copy()
         cons.order = wh.cons_order
         cons.scope = (*st.scope, (k, "cons"))
@@ -82,8 +87,79 @@ class WorkspacesMixin:
         body = [ir.Decl(base, ir.mul(Var(outer, I64), f)), *start, *tile(produce), *tile(consume)]
         return [ir.For(Var(outer, I64), Const(0, I64), blocks, body, label=outer)]
 
+    def _in_order(self, ws: Workspace) -> list[ir.Stmt]:
+        """Put the list of touched coordinates in order: sort it, or, where this use set
+        the bitmap and the list is long beside its words, read the bitmap's set bits.
+
+        A use sets the bitmap when the use before it would have read it (its count at
+        least half the words), so rows too sparse for it pay nothing for it; the choice
+        for the next use is kept in the flags' last entry, per thread as they are."""
+        sort_call = ir.Call(sort.NAME, [ws.list, ws.count, ws.sort_tmp, ws.sort_buckets])
+        if self.assembling or ws.bits is None:
+            return [sort_call]
+        name = ws.name
+        words, dense, q = (Var(f"{name}_{v}", I64) for v in ("words", "dense", "qb"))
+        clear = ir.For(
+            q,
+            Const(0, I64),
+            ws.count,
+            [ir.Store(ws.bits, ir.Bin(">>", ir.Load(ws.list, q), Const(6, I64)), Const(0, I64))],
+        )
+        sparse_row = [clear, sort_call]
+        return [
+            ir.Decl(words, ir.add(ir.Bin(">>", ws.size, Const(6, I64)), Const(1, I64))),
+            ir.Decl(
+                dense,
+                ir.Select(
+                    ir.Cmp(">=", ir.mul(ws.count, Const(BITS_PER_ENTRY, I64)), words),
+                    Const(1, I64),
+                    Const(0, I64),
+                ),
+            ),
+            ir.If(
+                ir.Cmp("!=", ws.use_bits, Const(0, "i32")),
+                [ir.If(ir.Cmp("!=", dense, Const(0, I64)), self._read_bits(ws, words), sparse_row)],
+                [sort_call],
+            ),
+            ir.Store(ws.flags, ir.add(ws.size, Const(1, I64)), ir.Cast(dense, "i32")),
+        ]
+
     @staticmethod
-    def _ws_epoch(ws: Workspace) -> list[ir.Stmt]:
+    def _read_bits(ws: Workspace, words: Var) -> list[ir.Stmt]:
+        """The list rewritten from the bitmap, in order, the words cleared as they are read.
+
+        A word's first four set bits are written without a branch, to the next four
+        places, and the place moves on by the word's count of bits (a word holds one or
+        two on average where this runs; a loop over them, or a test of each, mispredicts
+        often: gcc made such tests branches, 1.1x the sorting kernel's time at 4000
+        columns). A word with more loops over the rest."""
+        name = ws.name
+        w, at, x, base = (Var(f"{name}_{v}", I64) for v in ("wb", "at", "xb", "base"))
+        q = Var(f"{name}_qx", I64)
+
+        def put(where: ir.Expr) -> list[ir.Stmt]:
+            return [
+                ir.Store(ws.list, where, ir.add(base, ir.Bits("ctz", x))),
+                ir.Assign(x, ir.Bits("blsr", x)),
+            ]
+
+        body = [
+            ir.Decl(x, ir.Load(ws.bits, w)),
+            ir.Store(ws.bits, w, Const(0, I64)),
+            ir.Decl(base, ir.Bin("<<", w, Const(6, I64))),
+            ir.Decl(q, ir.add(at, ir.Bits("popcount", x))),
+            *[s for m in range(BITS_SLACK) for s in put(ir.add(at, Const(m, I64)))],
+            ir.Assign(at, ir.add(at, Const(BITS_SLACK, I64))),
+            ir.While(
+                ir.Cmp("!=", x, Const(0, I64)),
+                [*put(at), ir.Assign(at, ir.add(at, Const(1, I64)))],
+            ),
+            ir.Assign(at, q),
+        ]
+        return [ir.Decl(at, Const(0, I64)), ir.For(w, Const(0, I64), words, body)]
+
+    @staticmethod
+    def _ws_epoch(ws: Workspace, bits: bool) -> list[ir.Stmt]:
         """Start a use of a listed workspace by moving to a new epoch.
 
         An entry is touched in this use when its flag equals the epoch, and a first
@@ -99,12 +175,15 @@ class WorkspacesMixin:
             ir.For(z, Const(0, I64), ws.size, [ir.Store(ws.flags, z, Const(0, i32))]),
             ir.Assign(ws.epoch, Const(1, i32)),
         ]
-        return [
+        start = [
             ir.Decl(ws.count, Const(0, I64)),
             ir.Decl(ws.epoch, ir.add(ir.Load(ws.flags, ws.size), Const(1, i32))),
             ir.If(ir.Cmp("==", ws.epoch, last), wrap),
             ir.Store(ws.flags, ws.size, ws.epoch),
         ]
+        if bits:
+            start.append(ir.Decl(ws.use_bits, ir.Load(ws.flags, ir.add(ws.size, Const(1, I64)))))
+        return start
 
     def _ws_leaf(self, term: Term, st: State) -> list[ir.Stmt]:
         ws = st.ws
@@ -118,6 +197,11 @@ class WorkspacesMixin:
             ]
             if not self.assembling:
                 first.append(ir.Store(ws.vals, idx, Const(0, self.vt)))
+            if not self.assembling and ws.bits is not None:
+                word = ir.Bin(">>", idx, Const(6, I64))
+                bit = ir.Bits("bit", ir.Bin("&", idx, Const(63, I64)))
+                mark = ir.Store(ws.bits, word, bit, accumulate=True)  # a first touch: unset
+                first.append(ir.If(ir.Cmp("!=", ws.use_bits, Const(0, "i32")), [mark]))
             stmts.append(ir.If(ir.Cmp("!=", ir.Load(ws.flags, idx), ws.epoch), first))
         if not self.assembling:
             stmts.append(ir.Store(ws.vals, idx, self._value(term, st), accumulate=True))
