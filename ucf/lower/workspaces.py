@@ -105,7 +105,7 @@ class WorkspacesMixin:
             ws.count,
             [ir.Store(ws.bits, ir.Bin(">>", ir.Load(ws.list, q), Const(6, I64)), Const(0, I64))],
         )
-        sparse_row = [clear, sort_call]
+        set_bits = ir.Cmp("!=", ws.use_bits, Const(0, "i32"))
         return [
             ir.Decl(words, ir.add(ir.Bin(">>", ws.size, Const(6, I64)), Const(1, I64))),
             ir.Decl(
@@ -117,9 +117,9 @@ class WorkspacesMixin:
                 ),
             ),
             ir.If(
-                ir.Cmp("!=", ws.use_bits, Const(0, "i32")),
-                [ir.If(ir.Cmp("!=", dense, Const(0, I64)), self._read_bits(ws, words), sparse_row)],
-                [sort_call],
+                ir.land(set_bits, ir.Cmp("!=", dense, Const(0, I64))),
+                self._read_bits(ws, words),
+                [ir.If(set_bits, [clear]), sort_call],
             ),
             ir.Store(ws.flags, ir.add(ws.size, Const(1, I64)), ir.Cast(dense, "i32")),
         ]
