@@ -1,6 +1,7 @@
 """A sorted sparse output's row workspace read from its bitmap (``ucf.lower.workspaces``):
-rows as dense as the bitmap's words come out of it in order, sparser ones are sorted, and
-a row sets the bitmap when the row before it was dense. Checked against scipy, with each
+rows as dense as the bitmap's words come out of it in order (every word, or the words
+its summary marks), sparser ones are sorted, and a row sets the bitmap when the row
+before it was dense. Checked against scipy, with each
 row's coordinates sorted and unique, on both CPU targets."""
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ def test_rows_switch_between_bitmap_and_sort(target, lengths):
     one from 40 reads the bitmap; the choice follows the row before."""
     a = _rows(300, 500, [x and max(1, x // 10) for x in lengths], 1)
     b = _rows(500, 2000, [10, 1, 0, 2000 if 2000 in lengths else 10], 2)
+    k = ucf.compile(SPGEMM, formats={"A": "csr", "B": "csr", "C": "csr"}, target=target)
+    _check(k(A=ucf.from_scipy(a), B=ucf.from_scipy(b)), a @ b, "csr")
+
+
+@pytest.mark.parametrize("seed", [8, 9])
+def test_marked_words_over_several_summary_words(target, seed):
+    """10,000 columns make 157 words and 3 summary words: a row of C of about 50
+    reads the words its summary marks, one of about 200 every word, one of about 10
+    sorts; rows of each kind follow rows of each other kind."""
+    a = _rows(400, 600, [5, 5, 20, 1, 5, 0, 20, 20, 1, 1, 5], seed)
+    b = _rows(600, 10_000, [10], seed + 1)
     k = ucf.compile(SPGEMM, formats={"A": "csr", "B": "csr", "C": "csr"}, target=target)
     _check(k(A=ucf.from_scipy(a), B=ucf.from_scipy(b)), a @ b, "csr")
 

@@ -119,6 +119,7 @@ class Workspace:
     # A bitmap of the coordinates touched, which a row as dense as its words reads in
     # order instead of sorting its list (``ucf.lower.workspaces``); compute pass only.
     bits: Array | None = None
+    summary: Array | None = None  # a bit per word of ``bits``: set where the word is not 0
     use_bits: Var | None = None  # whether this use of the workspace sets ``bits``
     # The consumer merges this list with another workspace's (``w(j) + v(j)``): counting
     # their union needs both in order, so the assemble pass sorts it too.
@@ -142,8 +143,10 @@ class Workspace:
             return [(self.vals, self.size), *listing, *scratch]
         # the bitmap's reading writes up to BITS_SLACK entries past the row's last
         words = ir.add(ir.Bin(">>", self.size, Const(6, I64)), Const(1, I64))
+        summary = ir.add(ir.Bin(">>", self.size, Const(12, I64)), Const(1, I64))
         slack = (self.list, ir.add(self.size, Const(BITS_SLACK, I64)))
-        return [(self.vals, self.size), flags, slack, *scratch, (self.bits, words)]
+        bitmaps = [(self.bits, words), (self.summary, summary)]
+        return [(self.vals, self.size), flags, slack, *scratch, *bitmaps]
 
     @property
     def sorted_when_assembling(self) -> bool:
