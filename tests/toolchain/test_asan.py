@@ -206,6 +206,31 @@ def test_spmv_coo(asan_cc, tmp_path, case):
     np.testing.assert_array_equal(out.to_numpy(), A @ x)
 
 
+EXTREMES = [
+    ("y(i) = max(j, A(i,j))", "csr", lambda a: a.max(axis=1)),
+    ("y(i) = min(j, A(i,j) - 1)", "dcsr", lambda a: (a - 1).min(axis=1)),
+    ("y(j) = max(i, A(i,j))", "csc", lambda a: a.max(axis=0)),
+    ("s = max(i, sum(j, A(i,j)))", "dcsr", lambda a: a.sum(axis=1).max()),
+    ("s = min(i, j, A(i,j))", "coo", lambda a: a.min()),
+]
+
+
+@pytest.mark.parametrize("case", ["empty_rows", "one"])
+@pytest.mark.parametrize(("expr", "fmt", "ref"), EXTREMES)
+def test_a_max_walks_its_entries_and_folds_the_fill_once(asan_cc, tmp_path, case, expr, fmt, ref):
+    """The loops of a max or min that skip the absent entries (issue 34), on empty rows
+    and rows of one entry, and on a full 1 x 1 matrix (nothing folded in)."""
+    A = MATS[case] * np.where(np.arange(MATS[case].size) % 2, 1, -1).reshape(MATS[case].shape)
+    k = ucf.compile(expr, formats={"A": fmt}, target="c")
+    ops = {"A": _tensor(A, fmt)}
+    shape = () if expr.startswith("s") else (A.shape[1 if "y(j)" in expr else 0],)
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "U" * len(shape), shape, {"i": A.shape[0], "j": A.shape[1]}, ops
+    )
+    np.testing.assert_array_equal(out.to_numpy(), ref(A))
+    np.testing.assert_array_equal(np.asarray(k(**ops)), ref(A))
+
+
 @pytest.mark.parametrize("case", list(T3))
 def test_coo3_full_reduction(asan_cc, tmp_path, case):
     B = T3[case]

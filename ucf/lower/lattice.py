@@ -153,6 +153,14 @@ def restrict(
     return folded
 
 
+def folded(t: Term, zero: set[int], fill: Fills = zero_fills) -> float | None:
+    """The constant ``t`` folds to with the operands in ``zero`` absent, or None where
+    it still depends on another operand: the value of every coordinate a loop skips
+    when its target is that constant (``ucf.lower.temporaries`` folds it into a max
+    once, rather than visiting each such coordinate)."""
+    return _known(_fold(t, zero, fill))
+
+
 def _fold(t: Term, zero: set[int], fill: Fills) -> Term:
     if isinstance(t, Opnd):
         return Lit(fill(t.n)) if t.n in zero else t

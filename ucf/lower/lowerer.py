@@ -446,11 +446,13 @@ class Lowerer(
     def _leaf(self, term: Term, st: State) -> list[ir.Stmt]:
         if st.ws is not None:
             return self._ws_leaf(term, st)
+        seen = [] if st.visits is None else [ir.Assign(st.visits, ir.add(st.visits, Const(1, I64)))]
         if st.hit is not None and self.assembling:
-            return [ir.Assign(st.hit, Const(True, "i1"))]
+            return [ir.Assign(st.hit, Const(True, "i1")), *seen]
         value = self._value(term, st)
         if st.acc is not None:
             flag = [ir.Assign(st.hit, Const(True, "i1"))] if st.hit is not None else []
+            flag += seen
             if st.acc_op == "sum":
                 return [ir.Assign(st.acc, ir.add(st.acc, value)), *flag]
             # The new value first: a NaN value keeps the accumulator (ir.Bin's max takes

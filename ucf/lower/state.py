@@ -81,6 +81,9 @@ class State:
     # nothing; and how the leaf combines a value into ``acc`` (sum, max, min).
     target: float = 0.0
     acc_op: str = "sum"
+    # Counts the coordinates the leaf combines into ``acc`` when a max or min skips
+    # coordinates that all hold ``target`` (``TemporariesMixin._skipping``).
+    visits: Var | None = None
 
     def copy(self) -> State:
         return replace(
