@@ -11,6 +11,16 @@ each, interleaved; the kernels' medians are kept, and the peak loop's best run (
 touches no memory, so only the machine's load can slow it). GFLOP/s counts 2 flops
 per multiply-add of the stored blocks. ``--cpu-time`` times in process CPU time (one
 thread only: steadier on a loaded machine).
+
+The roofline table bounds the call on this machine. Its bytes are the least any
+kernel moves: A's stored blocks, the rows of B its block columns name, and C. Each
+round also streams them right after torch, as ucf runs (B copied into a C-sized
+tensor by torch on the same threads, A's values summed): the time that takes is the
+memory's bound, the FLOPs at the measured peak the arithmetic's. The best a call can
+do is the larger of the two (memory and arithmetic fully overlapped), and their sum
+(not overlapped) is what a kernel reaches that streams its operands and computes at
+the peak one after the other. "ucf warm" is the call again straight after itself, its
+operands in the caches: what the cold operands cost is its difference from "ucf".
 """
 
 from __future__ import annotations
@@ -34,6 +44,9 @@ from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
 
+#: Tiles of fma_peak's ``tile_8x2`` per thread and round (268 MFLOP a thread, about 1 ms).
+TILES = 1 << 14
+
 #: (zero blocks, share of the FMA peak, speedup over torch dense or None)
 TARGETS = [(0.9, 0.60, 7.0), (0.5, 0.75, None)]
 
@@ -51,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ucf.set_num_threads(args.threads)
     dll = fma_peak.build()
     loops = fma_peak.widths(dll)  # the register-only FMA loop at each vector width
+    tile = getattr(dll, "tile_8x2", None)
     iters = 1 << 20
     rng = np.random.default_rng(0)
     b = rng.random((args.n, args.n), dtype=np.float32)
@@ -75,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         + " | torch / ucf |"
     )
     print("|---|---|---|" + "---|---|" * len(widths) + "---|")
-    verdicts = []
+    verdicts, bounds = [], []
     for zero, share, over_torch in TARGETS:
         a = block_sparse(rng, args.n, BLOCK, zero)
         t = ucf.from_numpy(a, format=blocked)
@@ -84,10 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         blocks = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).sum())
         flops = 2.0 * blocks * BLOCK * BLOCK * args.n
         runs = {f"peak{w}": (lambda f=f: f(iters, args.threads)) for w, f in loops.items()}
+        if tile is not None:  # the register tile on a panel in L2 (AVX-512 hosts)
+            runs["tile"] = lambda: tile(TILES, args.threads)
         runs["ucf"] = lambda t=t: kernel(A=t, B=b)
+        runs["ucf warm"] = lambda t=t: kernel(A=t, B=b)  # straight after "ucf"
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
+            # into one C-sized tensor, as ucf's output is one recycled array
+            vals, dst = torch.from_numpy(t.vals), torch.empty_like(tb)
+            runs["stream"] = lambda v=vals, d=dst: (d.copy_(tb), v.sum())
         got = timings(runs, args.repeat, clock)
         med = {k: float(np.median(v)) for k, v in got.items()}
         # the peak loops touch no memory: only the machine's load slows them, so their
@@ -108,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(f"{peaks[w]:.0f} GFLOP/s | {ucf_gf / peaks[w]:.0%}" for w in widths)
             + f" | {'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
+        if "stream" in med:
+            named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
+            moved = t.vals.nbytes + named * BLOCK * args.n * 4 + args.n * args.n * 4
+            rate = None
+            if "tile" in got:  # like the peak loop, it touches no memory: its best run
+                rate = fma_peak.TILE_FLOPS * TILES * args.threads / min(got["tile"]) / 1e9
+            bounds.append(roofline(zero, moved, med, flops, peak, rate))
         verdicts.append(
             (
                 f"{zero:.0%} zero blocks: >= {share:.0%} of the "
@@ -122,12 +149,51 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append((what, "torch not installed", None))
             else:
                 verdicts.append((what, f"{speedup:.2f}x", speedup >= over_torch))
+    if bounds:
+        print(f"\nRoofline ({args.threads} threads): each time as GFLOP/s and share of the peak\n")
+        print(
+            "| zero blocks | bytes (A + B's named rows + C) | streamed after torch | memory "
+            "bound | FMA bound (at the peak) | best: the larger | not overlapped: the sum | "
+            "register tile in L2 (not memory) | not overlapped, at the tile's rate | ucf | "
+            "ucf warm |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(bounds))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print("| target | value | result |\n|---|---|---|")
     for what, value, met in verdicts:
         verdict = "not measured" if met is None else "met" if met else "NOT met"
         print(f"| bcsr(32,32), {args.threads} threads, {what} | {value} | {verdict} |")
     return 0
+
+
+def roofline(
+    zero: float,
+    moved: int,
+    med: dict[str, float],
+    flops: float,
+    peak: float,
+    tile: float | None,
+) -> str:
+    """A row of the roofline table: each time with its GFLOP/s and its share of the
+    peak (``peak`` in GFLOP/s; ``tile`` the register tile's GFLOP/s, None if not run)."""
+
+    def cell(seconds: float) -> str:
+        rate = flops / seconds / 1e9
+        return f"{seconds * 1e3:.3f} ms ({rate:.0f} GFLOP/s, {rate / peak:.0%})"
+
+    memory, arithmetic = med["stream"], flops / (peak * 1e9)
+    tiled = (
+        "- | -"
+        if tile is None
+        else (f"{cell(flops / (tile * 1e9))} | {cell(memory + flops / (tile * 1e9))}")
+    )
+    return (
+        f"| {zero:.0%} | {moved / 2**20:.1f} MB | {memory * 1e3:.3f} ms "
+        f"({moved / memory / 1e9:.0f} GB/s) | {cell(memory)} | {cell(arithmetic)} | "
+        f"{cell(max(memory, arithmetic))} | {cell(memory + arithmetic)} | {tiled} | "
+        f"{cell(med['ucf'])} | {cell(med['ucf warm'])} |"
+    )
 
 
 if __name__ == "__main__":

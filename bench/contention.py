@@ -27,7 +27,9 @@ call's tail shows what the load alone does. The last columns sort the 2-thread c
 at or above the 99th percentile: ``lost``, a region of the call lost (it waited for
 a late thread: a loop's first loss, or a probe of the larger team after a wait);
 ``off``, none lost but the calling thread was off its CPU for more than half a median
-(descheduled: the load itself); ``other``, the rest.
+(descheduled: the load itself); ``other``, the rest. ``2t solo`` is the share of
+2-thread calls that ran the plan for one thread (their loops waited on one thread,
+or the parallel plan lost a race against it: ``ucf.toolchain.team``).
 
 Targets (issue 34): under load, each kernel's 2-thread median <= 1.5x its 1-thread
 median and its 2-thread 99th percentile <= 3x its 2-thread median; on a quiet
@@ -122,9 +124,9 @@ def _check(name: str, result, expected) -> None:
 
 def measure(quick: bool, rounds: int) -> dict:
     """One phase, in this process: per kernel and thread count, every call's seconds, and
-    per call whether a region lost (the lost count moved) and how long the calling
+    per call whether a region lost (the lost count moved), how long the calling
     thread was off its CPU (wall time less its CPU time: descheduled, or asleep at a
-    barrier waiting for a late thread)."""
+    barrier waiting for a late thread) and whether it ran the plan for one thread."""
     from ucf.toolchain.jit import team_counter, team_counters
 
     cases = kernels(quick)
@@ -147,10 +149,16 @@ def measure(quick: bool, rounds: int) -> dict:
                     k(**ops)
                     wall = time.perf_counter() - start
                     off = wall - (time.thread_time() - cpu)
-                    calls.append((wall, lost.value != before, off))
+                    calls.append((wall, lost.value != before, off, _solo(k)))
                     spent += wall
                 times[name][threads] += calls
     return {"times": times, "team": team_counters(), "load": os.getloadavg()}
+
+
+def _solo(k) -> bool:
+    """Whether the kernel's last call ran the plan the default model chose for one
+    thread (whose reasons say so; a remembered call of it keeps the reasons it had)."""
+    return any("one thread is available" in why for why in k._built.why)
 
 
 def run_phase(phase: str, quick: bool, rounds: int, spin: int | None = None) -> dict:
@@ -179,11 +187,12 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}"
 
 
-def _calls(res: dict, name: str, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each call's seconds, whether a region lost in it, and its calling thread's time
-    off the CPU."""
-    wall, lost, off = np.array(res["times"][name][str(threads)], dtype=float).T
-    return wall, lost > 0, off
+def _calls(res: dict, name: str, threads: int) -> tuple[np.ndarray, ...]:
+    """Each call's seconds, whether a region lost in it, its calling thread's time off
+    the CPU, and whether it ran the plan for one thread (at 2 threads: its loops waited
+    on one thread, or the parallel plan lost a race)."""
+    wall, lost, off, solo = np.array(res["times"][name][str(threads)], dtype=float).T
+    return wall, lost > 0, off, solo > 0
 
 
 def report(results: dict[str, dict]) -> None:
@@ -195,11 +204,12 @@ def report(results: dict[str, dict]) -> None:
         )
         print(
             f"{'kernel':<12}{'1t median ms':>13}{'1t p99':>9}{'2t median ms':>13}{'2t p99':>9}"
-            f"{'2t/1t':>7}{'p99/med 1t':>11}{'2t':>6}   2t calls >= p99: lost / off / other"
+            f"{'2t/1t':>7}{'p99/med 1t':>11}{'2t':>7}{'2t solo':>9}"
+            "   2t calls >= p99: lost / off / other"
         )
         for name in names:
-            one, _, _ = _calls(res, name, 1)
-            two, lost, off = _calls(res, name, 2)
+            one = _calls(res, name, 1)[0]
+            two, lost, off, solo = _calls(res, name, 2)
             m1, m2 = np.median(one), np.median(two)
             q1, q2 = np.percentile(one, 99), np.percentile(two, 99)
             # The slowest calls: one that lost a region waited for a late thread; one
@@ -209,7 +219,7 @@ def report(results: dict[str, dict]) -> None:
             away = tail & ~lost & (off > 0.5 * m2)
             print(
                 f"{name:<12}{_ms(m1):>13}{_ms(q1):>9}{_ms(m2):>13}{_ms(q2):>9}"
-                f"{m2 / m1:>7.2f}{q1 / m1:>11.2f}{q2 / m2:>6.2f}   "
+                f"{m2 / m1:>7.2f}{q1 / m1:>11.2f}{q2 / m2:>7.2f}{solo.mean():>9.0%}   "
                 f"{(tail & lost).sum()} / {away.sum()} / {(tail & ~lost).sum() - away.sum()}"
             )
     print("\ntargets (issue 34):")

@@ -14,6 +14,10 @@ core with full-width 512-bit FMA units, Zen 5's). The kernel is C compiled with
 ``cc -O2 -march=native -fopenmp`` (``UCF_CC`` picks the compiler); the best of
 ``--repeat`` runs is kept, since nothing but the machine's load can make a
 register-only loop slower.
+
+Where the compiler targets AVX-512, the library also holds ``tile_8x2``: ucf's register
+tile for float32 blocks (8 rows x 2 vectors, 32 steps) on a packed panel in L2, which
+bench/block_peak.py times beside the peak as the tile's rate without memory traffic.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ LANES = 8
 SOURCE = r"""
 #include <immintrin.h>
 #include <omp.h>
+#include <stdlib.h>
 
 /* Runs `iters` steps of CHAINS independent 8-lane FMA chains on each of `threads`
    threads; returns a sum of the chains so the compiler must compute them. */
@@ -80,8 +85,57 @@ float fma_peak512(long iters, int threads) {
   }
   return sink;
 }
+
+/* ucf's register tile for float32 blocks on AVX-512 (ucf.passes.registers: 8 rows x 2
+   16-lane vectors of C, a reduction of 32 steps, each step 2 loads of the panel and 8
+   broadcasts of A), run over a packed panel of 32 tiles (128 KB, in L2) into 8 rows of
+   C (32 KB): the rate of the tile when nothing comes from memory. `tiles` tiles of
+   16,384 flops on each of `threads` threads. */
+float tile_8x2(long tiles, int threads) {
+  float sink = 0.0f;
+  #pragma omp parallel num_threads(threads) reduction(+:sink)
+  {
+    float *panel = aligned_alloc(64, 32 * 1024 * sizeof(float));
+    float *c = aligned_alloc(64, 8 * 1024 * sizeof(float));
+    float a[8 * 32];
+    for (int q = 0; q < 32 * 1024; q++) panel[q] = 1e-3f * (q % 97);
+    for (int q = 0; q < 8 * 1024; q++) c[q] = 0.0f;
+    for (int q = 0; q < 8 * 32; q++) a[q] = 1e-2f * (q % 13);
+    for (long n = 0; n < tiles; n++) {
+      const float *p = panel + (n & 31) * 1024;
+      float *t = c + (n & 31) * 32;
+      __m512 acc[16];
+      #pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        acc[2 * r] = _mm512_loadu_ps(t + r * 1024);
+        acc[2 * r + 1] = _mm512_loadu_ps(t + r * 1024 + 16);
+      }
+      for (int k = 0; k < 32; k++) {
+        const __m512 v0 = _mm512_load_ps(p + k * 32), v1 = _mm512_load_ps(p + k * 32 + 16);
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          const __m512 x = _mm512_set1_ps(a[r * 32 + k]);
+          acc[2 * r] = _mm512_fmadd_ps(x, v0, acc[2 * r]);
+          acc[2 * r + 1] = _mm512_fmadd_ps(x, v1, acc[2 * r + 1]);
+        }
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(t + r * 1024, acc[2 * r]);
+        _mm512_storeu_ps(t + r * 1024 + 16, acc[2 * r + 1]);
+      }
+    }
+    sink += c[5];
+    free(panel);
+    free(c);
+  }
+  return sink;
+}
 #endif
 """
+
+#: The flops of one tile of ``tile_8x2``: 8 rows x 32 columns x 32 steps, 2 each.
+TILE_FLOPS = 2 * 8 * 32 * 32
 
 
 def build() -> ctypes.CDLL:
@@ -104,7 +158,7 @@ def build() -> ctypes.CDLL:
     ]
     subprocess.run(cmd, check=True)
     dll = ctypes.CDLL(str(lib))
-    for name in ("fma_peak", "fma_peak512"):
+    for name in ("fma_peak", "fma_peak512", "tile_8x2"):
         if hasattr(dll, name):
             getattr(dll, name).argtypes = [ctypes.c_long, ctypes.c_int]
             getattr(dll, name).restype = ctypes.c_float

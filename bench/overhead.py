@@ -5,6 +5,7 @@ Run from the repository root:
     python bench/overhead.py                # a few seconds
     python bench/overhead.py --profile      # and the top of a cProfile of the calls
     python bench/overhead.py --first        # the first call of a fresh process (issue 34)
+    python bench/overhead.py --scipy        # SpMV on a scipy CSR against a ucf.Tensor
     PYTHONHASHSEED=0 valgrind --tool=callgrind --dump-before=getppid \
         python bench/overhead.py --marked 2000
 
@@ -25,6 +26,17 @@ SpMV (not in the cache; ucf's grammar tables are). Processes are timed in turns,
 a busy spell of a shared machine slows each kind alike, and the median and spread
 of each are printed with the load average; CPU seconds beside the wall clock show
 how much of a wall time the load added.
+
+``--scipy`` times a CSR SpMV (10 nonzeros a row; 2,000, 20,000 and 200,000 rows;
+one thread) on the same matrix passed three ways: as a ucf.Tensor, as the scipy
+CSR array itself (``k(A=m, x=x)``: every call checks what the kernel relies on,
+``ucf.exec.scipy_operands``), and to scipy's own ``m @ x``; once with the same ``x``
+call after call (a replayed call) and once with a fresh ``x`` each call (a solver's
+``LinearOperator``: the whole call path). Batches of calls take turns, the order
+rotating, and the median batch's CPU time per call is reported. The targets (issue
+34): at 20,000 and 200,000 rows a scipy operand costs at most 1.15x the Tensor, and
+no more than scipy's ``m @ x``. With ``--marked N`` (``--scipy --marked 200`` under
+the callgrind command below) the three calls at 2,000 and 20,000 rows take a dump each.
 
 ``--marked N`` calls each ``k(...)`` case N times (also with the default schedule)
 and calls ``os.getppid()`` before the first case and after each: under callgrind's
@@ -198,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7, help="batches per case")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--first", action="store_true", help="time a fresh process's first call")
+    ap.add_argument("--scipy", action="store_true", help="SpMV on scipy CSR against a Tensor")
     ap.add_argument(
         "--marked",
         type=int,
@@ -208,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.first:
         return first_calls(args.repeat)
+    if args.scipy:
+        return scipy_inputs(max(args.repeat, 15), args.marked)
     n = 4
     rng = np.random.default_rng(0)
     A = ucf.from_scipy(sp.random(n, n, density=0.5, format="csr", random_state=rng))
@@ -240,6 +255,81 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: Issue 34's target for scipy operands: a call on a scipy CSR over one on a ucf.Tensor.
+SCIPY_OVER_TENSOR = 1.15
+SCIPY_ROWS = (2_000, 20_000, 200_000)
+
+
+def scipy_inputs(repeat: int, marked_calls: int = 0) -> int:
+    """The ``--scipy`` rows: SpMV on a scipy CSR, a ucf.Tensor of it, and scipy's own;
+    with ``marked_calls``, each of them at 2,000 and 20,000 rows between ``getppid``
+    markers for callgrind instead (as ``--marked``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from spmv_spmm import uniform
+
+    ucf.set_num_threads(1)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    if marked_calls:
+        cases = []
+        for n in SCIPY_ROWS[:2]:
+            m = uniform(n, 10, np.random.default_rng(n))
+            t, x = ucf.from_scipy(m), np.random.default_rng(1).random(n)
+            cases += [
+                (f"{n} scipy operand", lambda m=m, x=x: k(A=m, x=x)),
+                (f"{n} Tensor", lambda t=t, x=x: k(A=t, x=x)),
+                (f"{n} m @ x", lambda m=m, x=x: m @ x),
+            ]
+        return _between_markers(cases, marked_calls)
+    print(f"SpMV, 10 nonzeros a row, 1 thread; median of {repeat} batches in turns (CPU time)")
+    print(f"load average {os.getloadavg()}")
+    print(f"{'rows':>8}  {'x':<7}{'Tensor µs':>11}{'scipy in µs':>13}{'m @ x µs':>10}", end="")
+    print(f"{'in/Tensor':>11}{'in/m@x':>8}")
+    verdicts = []
+    for n in SCIPY_ROWS:
+        m = uniform(n, 10, np.random.default_rng(n))
+        t = ucf.from_scipy(m)
+        x = np.random.default_rng(1).random(n)
+        np.testing.assert_allclose(k(A=m, x=x).to_numpy(), m @ x, rtol=1e-10, atol=1e-12)
+        number = max(5, 2_000_000 // (10 * n))
+        fresh = [np.random.default_rng(s).random(n) for s in range(number)]
+        for label, xs in (("same", [x] * number), ("fresh", fresh)):
+            calls = {
+                "tensor": lambda xs=xs, t=t: [k(A=t, x=v) for v in xs],
+                "scipy": lambda xs=xs, m=m: [k(A=m, x=v) for v in xs],
+                "m @ x": lambda xs=xs, m=m: [m @ v for v in xs],
+            }
+            for call in calls.values():
+                call()
+            times = _in_turns(calls, repeat)
+            us = {key: v / number * 1e6 for key, v in times.items()}
+            over, peer = us["scipy"] / us["tensor"], us["scipy"] / us["m @ x"]
+            print(f"{n:>8}  {label:<7}{us['tensor']:>11.1f}{us['scipy']:>13.1f}", end="")
+            print(f"{us['m @ x']:>10.1f}{over:>11.2f}{peer:>8.2f}")
+            if n >= 20_000 and label == "same":
+                verdicts.append((n, over, peer))
+    print(f"load average {os.getloadavg()}")
+    for n, over, peer in verdicts:
+        ok = over <= SCIPY_OVER_TENSOR
+        print(f"target: {n} rows, scipy operand <= {SCIPY_OVER_TENSOR}x Tensor ", end="")
+        print(f"({over:.2f}x): {'met' if ok else 'NOT met'}")
+        print(f"target: {n} rows, scipy operand <= scipy's m @ x ({peer:.2f}x): ", end="")
+        print("met" if peer <= 1.0 else "NOT met")
+    return 0
+
+
+def _in_turns(calls: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Median CPU seconds of each entry over ``repeat`` turns, the order rotating."""
+    samples: dict[str, list[float]] = {key: [] for key in calls}
+    names = list(calls)
+    for r in range(repeat):
+        for j in range(len(names)):
+            key = names[(r + j) % len(names)]
+            start = time.thread_time()
+            calls[key]()
+            samples[key].append(time.thread_time() - start)
+    return {key: statistics.median(s) for key, s in samples.items()}
+
+
 def marked(k: ucf.Kernel, A, x, z, w, y, n: int) -> int:
     """Each ``k(...)`` case, with this bench's schedule and the default one, ``n`` times
     between ``os.getppid()`` markers (``--marked``)."""
@@ -248,6 +338,12 @@ def marked(k: ucf.Kernel, A, x, z, w, y, n: int) -> int:
     for label, kernel in (('schedule=""', k), ("default", default)):
         cases.append((f"{label}, k(A=, x=, z=, w=)", lambda k=kernel: k(A=A, x=x, z=z, w=w)))
         cases.append((f"{label}, k(..., out=y)", lambda k=kernel: k(A=A, x=x, z=z, w=w, out=y)))
+    return _between_markers(cases, n)
+
+
+def _between_markers(cases: list[tuple[str, Callable[[], object]]], n: int) -> int:
+    """Each case ``n`` times, warmed first, with ``os.getppid()`` before the first and
+    after each: under ``--dump-before=getppid`` a dump per case."""
     for _, case in cases:
         for _ in range(3):
             case()

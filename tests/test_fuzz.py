@@ -304,13 +304,51 @@ FOUND = [
             "propagate": False,
         },
     },
+    # sum(i, j) over three terms, A(k) reading neither: the default gathered each term
+    # into a workspace over k with its own loop, and A's lost the loop over j, so A was
+    # added once where 3 times was due ([0, -6, -4] for [0, -8, -2]; also with the user's
+    # precompute of every term, on 67d0d18)
+    {
+        "expr": "X(k) = ((A(k)) - ((B(i,k,j)) + (C(j,k,i)))) - (D(j,k,i))",
+        "tree": (
+            "-",
+            (
+                "-",
+                ("acc", "A", ("k",)),
+                ("+", ("acc", "B", ("i", "k", "j")), ("acc", "C", ("j", "k", "i"))),
+            ),
+            ("acc", "D", ("j", "k", "i")),
+        ),
+        "tensors": {"A": ["k"], "B": ["i", "k", "j"], "C": ["j", "k", "i"], "D": ["j", "k", "i"]},
+        "out_vars": ["k"],
+        "extents": {"i": 1, "j": 3, "k": 3},
+        "formats": {
+            "A": "F3:0",
+            "B": "CUUU:1,0,2/2,2%2",
+            "C": "UCUUUF1:0/3,1/3,2/3,0%3,1%3,2%3",
+            "D": "CCUCC:0/2,2,1/1,0%2,1%1",
+        },
+        "out_format": None,
+        "seed": 0,
+        "density": 0.3,
+        "target": "llvm",
+        "dynamic": None,
+        "tesa": None,
+    },
 ]
 
 
 @pytest.mark.parametrize(
     "found",
     FOUND,
-    ids=["blocked-output", "blocked-diagonal", "offset-order", "place-order", "tesa-max"],
+    ids=[
+        "blocked-output",
+        "blocked-diagonal",
+        "offset-order",
+        "place-order",
+        "tesa-max",
+        "term-without-summed-variable",
+    ],
 )
 def test_cases_the_long_run_found(found):
     check(Case(**found))

@@ -4,7 +4,9 @@ column reads them. Against numpy on llvm and c, and bit for bit alike with each 
 and with the nest without register blocking (random floats, which round), over partial
 panels (columns of B not a multiple of the tile), partial blocks, empty block rows, a
 single block row, one and two threads (a cache each), and caches too small for every
-panel (slots shared: panels evicted and packed again when next named)."""
+panel (slots shared: panels evicted and packed again when next named). Every tile
+prefetches a share of the next block's panel (here however small the panels), which
+changes no value."""
 
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ CASES = [
 def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
+    monkeypatch.setattr(panels, "NEAR_BYTES", 0)  # prefetch the next panel however small
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", max(1, slots_of(held)))
     a, b = operands(case)
@@ -84,6 +87,9 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
         for target in ("llvm", "c"):
             k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
             assert "packed once per call and thread for each k_blk" in k.cin
+            # each tile prefetches its share of the next block's panel (``ahead``)
+            fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
+            assert fetched == {"B_panel0"}
             got[target] = k(A=t, B=b).to_numpy()
         monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
         k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
@@ -131,3 +137,41 @@ def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:
         "max": max,
     }
     return ops[e.op](_evaluate(e.left, env), _evaluate(e.right, env))
+
+
+def _block_loop(body: list[ir.Stmt], parallel: str | None = None) -> ir.For:
+    """``for p in [pos[i], pos[i + 1])`` over ``body``: the loop over a block row's
+    blocks."""
+    pos = ir.Array("pos", "i32")
+    i = ir.Var("i", "i64")
+    start = ir.Cast(ir.Load(pos, i), "i64")
+    end = ir.Cast(ir.Load(pos, ir.add(i, ir.Const(1, "i64"))), "i64")
+    return ir.For(ir.Var("p", "i64"), start, end, body, parallel=parallel)
+
+
+@pytest.mark.parametrize(
+    "why",
+    [None, "parallel", "moved end", "written array", "unknown variable"],
+)
+def test_the_next_blocks_coordinate(why):
+    """``TileState.ahead``: ``k = crd[p]`` at the next block of the row, ``crd[min(p + 1,
+    end - 1)]`` (never past the row); nothing where that step is not one the loop could
+    take or the value not one known from the parameters."""
+    p = ir.Var("p", "i64")
+    crd = ir.Array("crd", "i32", output=why == "written array")
+    at = ir.add(p, ir.Var("q", "i64")) if why == "unknown variable" else p
+    init = ir.Cast(ir.Load(crd, at), "i64")
+    body: list[ir.Stmt] = [ir.Decl(ir.Var("k", "i64"), init)]
+    if why == "moved end":
+        body.append(ir.Assign(ir.Var("i", "i64"), ir.Const(0, "i64")))
+    loop = _block_loop(body, "CPUThread" if why == "parallel" else None)
+    state = tiling.TileState(set(), {"pos", "crd", "i"})
+    state.loops, state.defs = [loop], {"k": init}
+    got = state.ahead("k")
+    if why is not None:
+        assert got is None
+        return
+    last = ir.sub(loop.end, ir.Const(1, "i64"))
+    want = ir.Bin("min", ir.add(p, ir.Const(1, "i64")), last)
+    assert got == ir.Cast(ir.Load(crd, want), "i64")
+    assert state.ahead("nothing declared") is None

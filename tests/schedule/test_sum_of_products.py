@@ -114,3 +114,47 @@ def test_the_default_says_what_it_chose_against_what():
 def test_refused_precomputes_of_sums(expr, schedule, message):
     with pytest.raises(ScheduleError, match=re.escape(message)):
         ucf.compile(expr, formats={**CSR, "C": "csr"}, schedule=schedule)(**operands())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "schedule",
+    [None, "precompute(A(k),k,k,w); precompute(B(i,k,j),k,k,v); precompute(C(j,k,i),k,k,u)"],
+)
+@pytest.mark.parametrize("formats", [{}, {"A": "C:0", "B": "CCC", "C": "CCC"}])
+def test_a_term_without_a_summed_variable_is_added_once_per_value(target, schedule, formats):
+    """``X(k) = A(k) + B(i,k,j) + C(j,k,i)`` sums the whole right-hand side over i and j
+    (both B and C read them), so A(k) counts n_i * n_j times; its workspace's producer
+    must loop over i and j although A reads neither (statement fuzzer, seed 71)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, 5).astype(float)
+    b, c = (rng.integers(-3, 4, s) * (rng.random(s) < 0.4) for s in [(2, 5, 3), (3, 5, 2)])
+    k = ucf.compile(
+        "X(k) = A(k) + B(i,k,j) + C(j,k,i)", formats=formats, schedule=schedule, target=target
+    )
+    ops = {"A": a, "B": b.astype(float), "C": c.astype(float)}
+    got = k(**{n: ucf.from_numpy(v, format=formats[n]) if formats else v for n, v in ops.items()})
+    want = (
+        np.einsum("k,i,j->k", a, np.ones(2), np.ones(3)) + b.sum(axis=(0, 2)) + c.sum(axis=(0, 2))
+    )
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "schedule",
+    [None, "precompute(x(i),i,i,w); precompute(A(i,j)*z(j),i,i,v); precompute(B(i,j)*z(j),i,i,u)"],
+)
+def test_a_vector_beside_two_spmvs_counts_once_per_column(target, schedule):
+    """``y(i) = x(i) + A(i,j)*z(j) + B(i,j)*z(j)``: j is in both products, so the sum over
+    j holds x(i) too (docs/language.md), by default and with every term gathered."""
+    ops = operands(5)
+    x, z = np.arange(37.0), np.linspace(-1, 1, 37)
+    k = ucf.compile(
+        "y(i) = x(i) + A(i,j)*z(j) + B(i,j)*z(j)",
+        formats={"A": "csr", "B": "csr"},
+        schedule=schedule,
+        target=target,
+    )
+    got = k(A=ops["A"], B=ops["B"], x=x, z=z)
+    np.testing.assert_allclose(got, 37 * x + ops["A"] @ z + ops["B"] @ z, rtol=1e-12)

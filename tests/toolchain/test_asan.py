@@ -286,6 +286,26 @@ def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedu
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("dcsr", "csc")])
+def test_chain_workspaces_stay_in_bounds(asan_cc, tmp_path, case, fa, fb):
+    """The default's workspaces of a chain (w(k) = C@x, then w1(j) = B@w, outside the
+    loop over i) stay inside their buffers, on rectangular and empty operands."""
+    A = MATS[case]
+    B = np.roll(A, 1, axis=0).T.copy()
+    C = A.copy()
+    x = np.arange(1, A.shape[1] + 1, dtype=np.float64)
+    k = ucf.compile(
+        "y(i) = A(i,j)*B(j,k)*C(k,l)*x(l)", formats={"A": fa, "B": fb, "C": fa}, target="c"
+    )
+    assert "precomputed into workspace w1" in k.cin, k.cin
+    ops = {"A": _tensor(A, fa), "B": _tensor(B, fb), "C": _tensor(C, fa), "x": _tensor(x, "U")}
+    n, m = A.shape
+    extents = {"i": n, "j": m, "k": n, "l": m}
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), extents, ops)
+    np.testing.assert_array_equal(out.to_numpy(), A @ (B @ (C @ x)))
+
+
 @pytest.mark.parametrize("cols", [40, 300])
 def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
     """Rows of C longer than 32 entries (up to every column) take the bucketed or the
@@ -502,3 +522,67 @@ def test_coordinate_split_blocks_stay_in_bounds(asan_cc, tmp_path, case, schedul
         asan_cc, tmp_path, k, "csr", A.shape, dict(zip("ij", A.shape, strict=True)), ops
     )
     np.testing.assert_array_equal(out.to_numpy(), A + B)
+
+
+def _scipy_in_place(m: sp.csr_array) -> ucf.Tensor:
+    """A scipy CSR as a kernel call binds it (``ucf.exec.scipy_operands``): on its own
+    arrays, bounds checked, order not."""
+    from ucf.format.scipy_layouts import in_place
+
+    t = in_place(m, "operand A")
+    assert t is not None
+    return t
+
+
+def _non_canonical(seed: int) -> sp.csr_array:
+    """Rows shuffled, a column repeated in every row of two or more, and spare entries
+    past ``indptr[-1]`` (which the call cuts off, so the driver's buffers end at it)."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(9, 7, density=0.4, format="csr", random_state=rng)
+    indptr, indices = a.indptr.copy(), a.indices.copy()
+    for r in range(a.shape[0]):
+        lo, hi = indptr[r], indptr[r + 1]
+        if hi - lo >= 2:
+            indices[hi - 1] = indices[lo]
+        indices[lo:hi] = rng.permutation(indices[lo:hi])
+    spare = np.concatenate([indices, [0, 6]]).astype(indices.dtype)
+    data = np.concatenate([a.data, [5.0, 6.0]])
+    m = a.copy()
+    m.indptr, m.indices, m.data = indptr, spare, data
+    return m
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(
+    "expr,want",
+    [
+        ("y(i) = A(i,j) * x(j)", lambda a, x, z: a @ z),
+        ("y(j) = A(i,j) * x(i)", lambda a, x, z: a.T @ x),
+    ],
+)
+def test_unsorted_scipy_operand_read_in_place_stays_in_bounds(asan_cc, tmp_path, seed, expr, want):
+    """What a call reads in place from a scipy CSR that passed its bounds checks but is
+    not canonical (shuffled rows, repeated columns, entries past indptr[-1]) stays in
+    the arrays under ASan, and gives scipy's answer (repeats summed)."""
+    m = _non_canonical(seed)
+    a = m.toarray()  # scipy's reading: repeats summed, the spare entries ignored
+    x = np.arange(1.0, m.shape[0] + 1)
+    z = np.arange(1.0, m.shape[1] + 1)
+    k = ucf.compile(expr, formats={"A": "csr"}, target="c", schedule="")
+    ops = {"A": _scipy_in_place(m), "x": _tensor(x if "x(i)" in expr else z, "U")}
+    n = m.shape[1] if expr.startswith("y(j)") else m.shape[0]
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": m.shape[0], "j": m.shape[1]}, ops)
+    np.testing.assert_allclose(out.to_numpy(), want(a, x, z), rtol=1e-12)
+
+
+def test_a_merge_over_an_unsorted_operand_stays_in_bounds(asan_cc, tmp_path):
+    """A merge relies on order for its answer, never for its memory: fed an unsorted A
+    (which a call never does: it repacks A first), it reads only A's and B's arrays.
+    So a stale order could cost an answer, never an out-of-bounds read."""
+    m = _non_canonical(2)
+    b = sp.random(9, 7, density=0.4, format="csr", random_state=3)
+    k = ucf.compile(
+        "S(i,j) = A(i,j) + B(i,j)", formats={"S": "csr", "A": "csr", "B": "csr"}, target="c"
+    )
+    ops = {"A": _scipy_in_place(m), "B": ucf.from_scipy(b)}
+    run_under_asan(asan_cc, tmp_path, k, "csr", m.shape, {"i": 9, "j": 7}, ops)

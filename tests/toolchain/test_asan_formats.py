@@ -85,8 +85,10 @@ def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
 def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path, held):  # noqa: F811
     """B's panels packed once per call into a cache of slots with tags: 5 block rows (one
     empty, the last partial) over 5 block columns (the last partial), 2 tiles of columns
-    and a tail; every panel held, or one slot that every block column shares."""
+    and a tail; every panel held, or one slot that every block column shares. Each tile
+    prefetches the next block's panel (however few bytes the panels hold)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
+    monkeypatch.setattr(panels, "NEAR_BYTES", 0)
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
     rng = np.random.default_rng(5)

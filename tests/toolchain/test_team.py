@@ -288,12 +288,12 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
             call()
             assert "runs in parallel" in call()
             teams = k._built.compiled.teams
-            assert teams is not None and teams.states and not teams.alone()
+            assert teams is not None and teams.states and not _alone(teams)
             end = time.monotonic_ns() + 600 * 10**9  # no stall of a loaded machine ends it
             for state in teams.states:  # as ucf_parallel leaves a loop that lost
                 state[0], state[1], state[3] = 1, end, 1000
             jit.team_counter("lost").value += 1  # and counts it
-            assert teams.alone()
+            assert _alone(teams)
             for _ in range(2):
                 cin = call()
                 assert "runs in parallel" not in cin and "one thread is available" in cin
@@ -302,11 +302,16 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
                 assert "appended in one pass" in cin
             for state in teams.states:  # the wait is over (written, not slept through)
                 state[1] = time.monotonic_ns() - 1
-            jit.team_counter("lost").value += 1  # so that alone() looks again
+            jit.team_counter("lost").value += 1  # so that plan() looks again
             # The parallel plan tries again.
-            assert not teams.alone() and "runs in parallel" in call()
+            assert not _alone(teams) and "runs in parallel" in call()
     finally:
         ucf.set_num_threads(old)
+
+
+def _alone(loops: team.LoopStates) -> bool:
+    """Whether a call now runs the plan for one thread."""
+    return bool(loops.plan() & team.SOLO)
 
 
 def _loops(works: dict[str, int]):
@@ -356,23 +361,23 @@ def test_the_answer_is_kept_until_a_region_is_lost_or_a_wait_ends(monkeypatch):
     now = [10**12]
     monkeypatch.setattr(team, "time", SimpleNamespace(monotonic_ns=lambda: now[0]))
     loops, a, lost = _loops({"f1": 100, "f2": 100, "g1": 100})
-    assert not loops.alone()
+    assert not _alone(loops)
     end = now[0] + 50_000_000
     for n in ("f1", "f2"):
         a[n][:2] = [1, end]
-    assert not loops.alone()  # no region lost since it last looked
+    assert not _alone(loops)  # no region lost since it last looked
     lost.value += 1
-    assert loops.alone()
+    assert _alone(loops)
     now[0] = end - 1
-    assert loops.alone()
+    assert _alone(loops)
     now[0] = end
-    assert not loops.alone()  # the wait ended
+    assert not _alone(loops)  # the wait ended
     later = now[0] + 600 * 10**9
     for n in ("f1", "f2"):
         a[n][:2] = [1, later]
-    assert not loops.alone()
+    assert not _alone(loops)
     lost.value += 1
-    assert loops.alone()
+    assert _alone(loops)
 
 
 def test_a_remembered_call_watches_team_states_only_where_they_decide():

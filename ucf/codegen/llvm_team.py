@@ -29,7 +29,7 @@ LOST_NUM, LOST_DEN = 9, 10
 #: The per-loop state a kernel module holds for ``ucf_parallel``: the team cap (0: the
 #: whole team), when to try a larger team again (ns), the current wait (0: the first),
 #: and the work of the loop's last timed region on one thread (ns: what the call path
-#: weighs the loop by, ``ucf.toolchain.team.LoopStates.alone``).
+#: weighs the loop by, ``ucf.toolchain.team.LoopStates.plan``).
 STATE = ll.ArrayType(ll.IntType(64), 4)
 #: The name kernels call, with ``GOMP_parallel``'s arguments and their loop's state.
 ENTRY = "ucf_parallel"
@@ -181,7 +181,7 @@ def _entry(mod, gomp, max_threads, now, run, counters) -> None:
         field(2),
     )
     # Counted once the state is written: the call path reads the states again when the
-    # count moves (``ucf.toolchain.team.LoopStates.alone``).
+    # count moves (``ucf.toolchain.team.LoopStates.plan``).
     b.atomic_rmw("add", counters["ucf_team_lost"], _I64(1), "release")
     b.branch(blocks["done"])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from ucf.cin.notation import Slot
 from ucf.codegen.kernel_plan import Plan
 from ucf.errors import ArgumentError, OperandError
+from ucf.exec.order_free import order_free
 from ucf.format.format import Format
 from ucf.lang.ast import accesses
 
@@ -42,6 +43,9 @@ class Binding:
     dense_output: bool  # the kernel writes a dense output
     out_vals_at: int  # the output's values among the compute function's arguments
     params: dict[str, tuple[tuple[int, Any, Any], ...]]  # function -> argument specs
+    # The operands it reads correctly in any order, repeats summed, and the structure it
+    # reads each in (ucf.exec.order_free)
+    order_free: Mapping[str, Format] = field(default_factory=dict)
 
 
 _BINDINGS: dict[int, Binding] = {}
@@ -87,6 +91,7 @@ def _derive(plan: Plan) -> Binding:
             k for k, p in enumerate(plan.compute.params) if p.role == ("vals", stmt.lhs.tensor)
         ),
         params=params,
+        order_free=order_free(plan),
     )
 
 

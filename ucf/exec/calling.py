@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked_call, padded_conv, recycled
+from ucf.exec import blocked_call, padded_conv, recycled, scipy_operands
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -43,6 +44,7 @@ from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
 from ucf.toolchain.jit import apply_num_threads, num_threads
+from ucf.toolchain.team import SOLO, TIMED, same_work
 
 
 class Calling:
@@ -64,15 +66,15 @@ class Calling:
             threads = num_threads()
             for replay in local.replays:
                 if replay.matches(operands, out, threads):
-                    if replay.teams is not None and replay.teams.alone():
-                        # Its team shrank to one thread: the plan for one thread runs
-                        # meanwhile (remembered, or chosen below as _choose does).
-                        replay = _remembered(local.replays, operands, out, 1)
-                    if replay is not None:
-                        local.built = replay.built
-                        apply_num_threads()
-                        return replay.run(out)
-                    break
+                    teams = replay.teams
+                    if teams is not None and (plan := teams.plan()):
+                        result = _replayed(local, teams, plan, operands, out, replay)
+                        if result is not None:
+                            return result
+                        break  # the plan for one thread, chosen below as _choose does
+                    local.built = replay.built
+                    apply_num_threads()
+                    return replay.run(out)
         refuse_positional(self._plan.statement, positional)
         check_mappings(shapes=shapes, masks=masks)
         if masks:  # only a kernel compiled with dynamic= takes masks (ucf.stile.dynamic)
@@ -89,7 +91,16 @@ class Calling:
         missing = sorted(names - set(operands))
         if missing:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
-        given = {n: self._as_operand(operands[n], n) for n in names}
+        given: dict[str, Tensor] = {}
+        in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
+        for n in names:
+            # A static operand is compared with the compiled one as it comes: canonical.
+            t = None if self._statics else scipy_operands.bind(operands[n], n)
+            if t is None:
+                t = self._as_operand(operands[n], n)
+            else:
+                in_place.append(n)
+            given[n] = t
         if out is not None:
             check_output(out, given, stmt.lhs.tensor)
         check_orders(plan.orders, given)
@@ -99,15 +110,21 @@ class Calling:
         if self._adaptive:
             self._choose(given, extents)
             plan = self._plan
+        free = frozenset()
+        if in_place:
+            free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
             plain = shapes is None and not self._statics and not plan.integer_sums
-            return self._run_flat(
+            result = self._run_flat(
                 self._built.flat, given, extents, out, operands if plain else None
             )
+            _clock(local)
+            return result
         else:
             result = self._run(given, extents, out)
+        _clock(local)
         call, local.call = local.call, None  # held no longer than this call
         if (
             call is not None
@@ -120,9 +137,19 @@ class Calling:
             built = local.built
             threads = local.stats[1] if self._adaptive else num_threads()  # as _choose chose
             teams = self._watched(built, threads)
-            new = Replay(operands, out, call[:3], threads, built, result, plan.call_zeroes, teams)
+            new = Replay(
+                operands, out, call[:3], threads, built, result, plan.call_zeroes, teams, free
+            )
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
+
+    def _order_free(self, plan: Plan) -> Mapping[str, Format]:
+        """The operands this call's kernel reads correctly in any order
+        (``ucf.exec.order_free``); none where they go through a blocked, flattened or
+        static call."""
+        if plan.blocking is not None or self._built.flat is not None or self._statics:
+            return {}
+        return binding(plan).order_free
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
@@ -379,6 +406,40 @@ class Calling:
         call = self._functions[fn.name]
         call(*args)
         return call, args
+
+
+def _replayed(local, teams, plan: int, operands: dict[str, Any], out: Any, replay):
+    """A remembered call that ``teams`` sends elsewhere (``ucf.toolchain.team.LoopStates.plan``):
+    to the plan for one thread, while its loops wait on one thread or after it lost a
+    race (None when no call of that plan is remembered: the full path chooses it), and
+    timed when it is a call of a race."""
+    if plan & SOLO:
+        solo = _remembered(local.replays, operands, out, 1)
+        if solo is None:
+            return None
+        if plan & TIMED and same_work(replay.built, solo.built):
+            teams.unrace()  # the loops' own timing compares these plans already
+            plan = 0
+        else:
+            replay = solo
+    local.built = replay.built
+    apply_num_threads()
+    if not plan & TIMED:
+        return replay.run(out)
+    start = time.perf_counter_ns()
+    result = replay.run(out)
+    teams.clocked(plan, time.perf_counter_ns() - start)
+    return result
+
+
+def _clock(local) -> None:
+    """Give a raced call's wall time, from its plan's choice to its result, to the race
+    (``ucf.toolchain.team.LoopStates.clocked``)."""
+    raced = local.raced
+    if raced is not None:
+        local.raced = None
+        teams, plan, start = raced
+        teams.clocked(plan, time.perf_counter_ns() - start)
 
 
 def _remembered(replays, operands: dict[str, Any], out: Any, threads: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +42,7 @@ from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
-from ucf.toolchain.team import LoopStates
+from ucf.toolchain.team import SOLO, TIMED, LoopStates, same_work
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -52,8 +53,9 @@ _LOAD_LOCK = threading.Lock()
 #: What ``k.cin`` adds when a call runs the plan for one thread because the parallel
 #: plan's team shrank to one (``Kernel._choose``).
 SHRUNK = (
-    "default: the plan for one thread for now: the parallel plan's loops lost to one "
-    "thread on this busy machine and run on one until they try again (ucf.toolchain.team)"
+    "default: the plan for one thread for now: on this busy machine the parallel plan's "
+    "loops lost to one thread, or the whole parallel plan lost a race against this one, "
+    "until they try again (ucf.toolchain.team)"
 )
 SMALL = (
     "default: the plan compiled before any call, since this call's work is too small for a "
@@ -251,7 +253,8 @@ class Kernel(Calling):
                     if self.target == "llvm" and c.plan.cin.parallel:
                         names = [f.name for f in c.plan._functions]
                         address = c.library.engine.get_global_value_address
-                        c.teams = LoopStates(address, names, team_counter("lost"))
+                        counters = team_counter("lost"), team_counter("fixed")
+                        c.teams = LoopStates(address, names, *counters)
                     if self.target == "llvm" and c.object is None:
                         c.object = c.library.object_code
                         stored = {"plan": c.plan, "object": c.object}
@@ -266,14 +269,21 @@ class Kernel(Calling):
         st = stats.measure(given, extents)
         built = self._chosen(st, threads)
         teams = self._watched(built, threads)
-        if teams is not None and teams.alone():
-            # Its team shrank to one thread: the plan for one thread runs meanwhile.
+        plan = 0 if teams is None else teams.plan()
+        if plan & SOLO:
+            # Its team shrank to one thread, or it lost a race: the plan for one thread
+            # runs meanwhile.
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
-            if alone.compiled is not built.compiled:
+            if plan & TIMED and same_work(built, alone):
+                teams.unrace()  # the loops' own timing compares these plans already
+                plan = 0
+            elif alone.compiled is not built.compiled:
                 threads, built = 1, alone._replace(why=(*alone.why, SHRUNK))
         self._local.stats = (st, threads)
         self._local.built = built
+        # A raced call is timed from here to its result (``Calling.__call__``).
+        self._local.raced = (teams, plan, time.perf_counter_ns()) if plan & TIMED else None
 
     def _watched(self, built: _Built | None, threads: int) -> LoopStates | None:
         """The team states that decide whether a call of ``built`` at ``threads`` runs
@@ -561,6 +571,7 @@ class _PerThread(threading.local):
     stats: tuple | None = None  # the last call's operand statistics and thread count
     replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
+    raced: tuple | None = None  # a raced call's team states, plan and start (ns)
 
 
 def _text(choice: cpu_model.Choice) -> str:

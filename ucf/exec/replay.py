@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ucf.exec import binding, recycled
+from ucf.exec import binding, recycled, scipy_operands
+from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor, trusted
 from ucf.toolchain.trampoline import Packed
 
@@ -95,6 +96,24 @@ def _array_probe(name: Any, value: np.ndarray, died: Callable) -> tuple:
     return (name, weakref.ref(value, died), value.shape, value.strides, value.dtype)
 
 
+def _compared(m: Any) -> bool:
+    """Whether a replay compares a scipy matrix (CSR and CSC, which a call reads in place)."""
+    return m.format in ("csr", "csc")
+
+
+def _same_arrays(m: Any, t: Tensor) -> bool:
+    """Whether ``t`` holds exactly the arrays of the scipy matrix ``m``."""
+    held = t.arrays
+    return len(held) == 3 and {id(a) for a in held} == {id(m.indptr), id(m.indices), id(m.data)}
+
+
+def _scipy_probe(name: str, m: Any, died: Callable, free: frozenset[str]) -> tuple:
+    """A scipy matrix, its three arrays, and whether its order is checked on a replay
+    (the kernel relies on it: ``name`` is not in ``free``)."""
+    arrays = tuple(weakref.ref(a, died) for a in (m.indptr, m.indices, m.data))
+    return (name, weakref.ref(m, died), m.shape, arrays, name not in free)
+
+
 def _tensor_probe(name: str, t: Tensor, died: Callable) -> tuple:
     """Every array ``t`` holds, by level and key, and what decides how it binds."""
     arrays = tuple(
@@ -114,9 +133,26 @@ class Probes:
     """What a call's operands and output were, compared by identity and a few
     attributes: the check that a later call binds exactly as this one did."""
 
-    __slots__ = ("dead", "arrays", "tensors", "count", "out_address", "out_flat", "threads")
+    __slots__ = (
+        "dead",
+        "arrays",
+        "tensors",
+        "scipy",
+        "count",
+        "out_address",
+        "out_flat",
+        "threads",
+    )
 
-    def __init__(self, operands: dict[str, Any], out: np.ndarray | None, threads: int) -> None:
+    def __init__(
+        self,
+        operands: dict[str, Any],
+        out: np.ndarray | None,
+        threads: int,
+        free: frozenset[str] = frozenset(),
+    ) -> None:
+        """``free`` names the scipy operands whose order the kernel does not rely on
+        (``ucf.exec.order_free``); every other one's is checked on each replay."""
         # A remembered object that dies ends the replay: nothing else can be it, and
         # comparing with a dead reference's None must not let a None through.
         self.dead: list = []
@@ -125,6 +161,10 @@ class Probes:
         items = [*operands.items(), *([] if out is None else [(_OUT, out)])]
         self.arrays = tuple(_array_probe(n, v, died) for n, v in items if isinstance(v, np.ndarray))
         self.tensors = tuple(_tensor_probe(n, v, died) for n, v in items if isinstance(v, Tensor))
+        scipy = [(n, v) for n, v in operands.items() if is_scipy(v)]
+        self.scipy = tuple(_scipy_probe(n, v, died, free) for n, v in scipy if _compared(v))
+        if len(self.scipy) != len(scipy):
+            self.dead.append(None)  # a sparse layout a replay cannot compare: never replays
         self.count = len(operands)
         self.out_address = None if out is None else binding.address(out)
         self.out_flat = out is not None and out.ndim == 1
@@ -134,7 +174,10 @@ class Probes:
         """Whether a call with these operands and output, at ``threads``, binds exactly
         as the remembered one did: the same objects, and for a numpy array the same
         shape, strides and dtype; for a Tensor the same shape, format and index dtype,
-        holding the same arrays under the same levels and keys."""
+        holding the same arrays under the same levels and keys; for a scipy matrix the
+        same shape and the same three arrays, whose contents are then checked again
+        (``ucf.exec.scipy_operands.recheck``: a matrix changed in place out of bounds
+        raises here as on a first call)."""
         if self.dead or threads != self.threads or len(operands) != self.count:
             return False
         if (out is None) is not (self.out_address is None):
@@ -172,8 +215,21 @@ class Probes:
                         return False
                 elif v.scales.scale is not scales[0]() or v.scales.zero_point is not scales[1]():
                     return False
+            for name, ref, shape, (indptr, indices, data), _ in self.scipy:
+                v = operands[name]
+                if (
+                    ref() is not v
+                    or v.indptr is not indptr()
+                    or v.indices is not indices()
+                    or v.data is not data()
+                    or v.shape != shape
+                ):
+                    return False
         except _CHANGED:
             return False
+        for name, _, _, _, ordered in self.scipy:
+            if not scipy_operands.recheck(operands[name], name, ordered):
+                return False
         return True
 
 
@@ -207,14 +263,16 @@ class Replay:
         result: Tensor,
         zero: bool,
         teams: Any = None,
+        free: frozenset[str] = frozenset(),
     ) -> None:
         """``call`` is the compiled function, its arguments and the output's index in
         them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay);
         ``teams`` the team states (``ucf.toolchain.team.LoopStates``) whose shrinking to
         one thread makes a call run the plan for one thread instead (None: it keeps
-        its plan, and a replay reads no team state)."""
+        its plan, and a replay reads no team state); ``free`` the scipy operands whose
+        order the kernel does not rely on (see ``Probes``)."""
         self.teams = teams
-        self.probes = Probes(operands, out, threads)
+        self.probes = Probes(operands, out, threads, free)
         self.fn, self.args, self.out_at = call
         self.packed, self.runs = None, 0
         self.built, self.zero = built, zero
@@ -331,6 +389,8 @@ def replayable(
             and (t.vals is value or t.vals.base is value)
         ):
             continue  # a wrapped array, or a view of all of it (numpy's base owns the memory)
+        if is_scipy(value) and _compared(value) and _same_arrays(value, t):
+            continue  # a scipy matrix bound in place
         if places is None:  # a view of a view, or another array: compare the memory
             places = _places(operands)
         if places is None or any((binding.address(a), a.nbytes) not in places for a in t.arrays):
@@ -342,13 +402,17 @@ def replayable(
 
 def _places(operands: dict[str, Any]) -> set[tuple[int, int]] | None:
     """The address and size of every array the operands hold; None when an operand is
-    something a replay does not compare (a scipy matrix, a 0-d array)."""
+    something a replay does not compare (a 0-d array, a sparse matrix of another
+    library)."""
     places = set()
     for value in operands.values():
         if isinstance(value, np.ndarray) and value.ndim:
             places.add((binding.address(value), value.nbytes))
         elif isinstance(value, Tensor):
             places.update((binding.address(a), a.nbytes) for a in value.arrays)
+        elif is_scipy(value) and _compared(value):
+            arrays = (value.indptr, value.indices, value.data)
+            places.update((binding.address(a), a.nbytes) for a in arrays)
         else:
             return None
     return places

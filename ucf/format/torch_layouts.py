@@ -201,7 +201,7 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
             f"and {len(vals)} blocks"
         )
     idt = crow.dtype if index_dtype is None else index_dtype_of(index_dtype)
-    sorted_rows = not np.any(checks.same_segment(crow, nnzb) & (col[1:] <= col[:-1]))
+    sorted_rows = checks.increasing(crow, col)
     if sorted_rows and fmt.structure == own and idt == crow.dtype == col.dtype:
         levels = [{}, {"pos": crow, "crd": col}, {}, {}]
         return Tensor(tuple(t.shape), fmt, levels, vals.reshape(-1), idt, check=False)

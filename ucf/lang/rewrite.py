@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ucf.lang.affine import Affine
-from ucf.lang.ast import Access, Binary, Expr, Sum, children, with_children
+from ucf.lang.ast import Access, Binary, Expr, Neg, Sum, children, with_children
 
 
 def fresh(stem: str, taken: set[str]) -> str:
@@ -28,6 +28,30 @@ def plain(a: Access) -> bool:
     then the access covers the tensor exactly."""
     vs = [i.single_variable for i in a.indices]
     return None not in vs and len(set(vs)) == len(vs)
+
+
+def linear_in(rhs: Expr, name: str) -> bool:
+    """``rhs`` is linear in ``name``: one access, reached through sums, products,
+    negations and numerators only, so that it distributes over a split of it. A ``max``
+    or ``min`` reduction does not: the largest of a part and of the rest are not added."""
+    found = [a for a in rhs._accesses if a.tensor == name]
+    if len(found) != 1:
+        return False
+
+    def reaches(e: Expr) -> bool:
+        if isinstance(e, Access):
+            return e.tensor == name
+        if isinstance(e, Sum) and e.op == "sum":
+            return reaches(e.body)
+        if isinstance(e, Neg):
+            return reaches(e.operand)
+        if isinstance(e, Binary) and e.op == "*":
+            return reaches(e.left) or reaches(e.right)
+        if isinstance(e, Binary) and e.op == "/":
+            return reaches(e.left) and not any(a.tensor == name for a in e.right._accesses)
+        return False
+
+    return reaches(rhs)
 
 
 def map_accesses(e: Expr, fn: Callable[[Access], Expr]) -> Expr:

@@ -164,9 +164,14 @@ class PlacementMixin:
             return order[:depth] + tuple(v for v in order[depth:] if v in vs)
 
         parts = []
-        for m, ((_, t, _), used) in enumerate(zip(match.parts, part_vars, strict=True)):
-            parts.append((t, side(used)))
-            scopes[(k, f"prod{m}")] = Scope(t, side(used), depth, [i], False)
+        for m, ((_, t, summed), used) in enumerate(zip(match.parts, part_vars, strict=True)):
+            # A term that does not read a variable the statement sums it over is added
+            # once per value of it (``3*A(k)`` in ``X(k) = A(k) + B(i,k,j)`` over 3 j's),
+            # so its producer loops over those variables too (statement fuzzer, seed 71
+            # case 311: A(k) gathered into w(k) once lost the j loop).
+            loops = side(used | set(summed))
+            parts.append((t, loops))
+            scopes[(k, f"prod{m}")] = Scope(t, loops, depth, [i], False)
         # A later precompute may gather a sum the consumer still holds, whose loops then
         # run in its producer: the consumer's scope keeps them, ``_check_left`` the rest.
         cons_order = side(cons_vars | self._term_vars(match.rest))
@@ -232,6 +237,11 @@ class PlacementMixin:
                     f"{cmd}: precompute a product with its sign as the statement has it"
                 )
             factors = _factors(terms[0][1])
+            nested = self._nested_factor(factors, wanted[0][1])
+            if nested is not None:
+                rest = [t for t in factors if t is not nested]
+                summed, body = _stripped(nested)
+                return Match(True, [(1, body, summed)], _product([*rest, Opnd(W)]))
             taken: list[int] = []
             for a in wanted[0][1]:
                 n = next(
@@ -324,6 +334,17 @@ class PlacementMixin:
             name += "_"
         self.temps[rid] = Var(name, self.vt)
         return r
+
+    def _nested_factor(self, factors: list[Term], wanted: list) -> Term | None:
+        """The factor that is a nested sum of exactly the ``wanted`` accesses
+        (``sum(k, B(j,k)*x(k))`` in ``A(i,j)*sum(k, B(j,k)*x(k))``): its sum is the
+        producer's, formed once over the workspace's variable instead of a temporary
+        per step of the loops outside it."""
+        want = sorted(str(a) for a in wanted)
+        for t in factors:
+            if isinstance(t, Reduce) and t.op == "sum" and self._texts(t) == want:
+                return t
+        return None
 
     def _written_sums(self, t: Term) -> set[str]:
         """The variables the statement itself sums a term over (not the sums distributed

@@ -105,13 +105,15 @@ class _Rewriter(TileState):
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for s in stmts:
+            if isinstance(s, ir.Decl):  # what a panel's coordinate holds (``ahead``)
+                self.defs[s.var.name] = s.init
             nest = _match(s) if isinstance(s, ir.For) else None
             if nest is not None:
                 out += self.tiled(nest, s)
             elif isinstance(s, ir.For) and s.parallel == "CPUThread":
                 outer, tiled = (self.panels, self.sizes), self.tiles
                 self.panels, self.sizes = [], []
-                loop = with_blocks(s, self.block)
+                loop = self.inside(s)
                 out.append(
                     replace(
                         loop,
@@ -124,8 +126,18 @@ class _Rewriter(TileState):
                 )
                 self.panels, self.sizes = outer
             else:
-                out.append(with_blocks(s, self.block))
+                out.append(self.inside(s))
         return out
+
+    def inside(self, s: ir.Stmt) -> ir.Stmt:
+        """``s`` with its statement lists rewritten, a loop known as enclosing them."""
+        if not isinstance(s, ir.For):
+            return with_blocks(s, self.block)
+        self.loops.append(s)
+        try:
+            return with_blocks(s, self.block)
+        finally:
+            self.loops.pop()
 
     def tiled(self, nest: Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
@@ -174,12 +186,14 @@ class _Rewriter(TileState):
             chunk = Var(self.fresh("j_chunk"), I64)
             by_pairs = paired(self, nest, tile, count, width)
             if by_pairs is not None:
-                (kernel, packed, pack), per_chunk = by_pairs, 0
+                (kernel, packed, pack), per_chunk, fetch = by_pairs, 0, []
             else:
                 wide = rows == WIDE_ROWS
-                kernel, (packed, pack, per_chunk) = (
+                kernel, (packed, pack, per_chunk, fetch) = (
                     nest,
-                    panels.packed(self, nest, tile, count, width, lanes, shared, wide, chunk),
+                    panels.packed(
+                        self, nest, tile, count, width, lanes, shared, wide, chunk, group
+                    ),
                 )
             if pack and trip is None:  # no panel to fill for fewer rows than a tile
                 places = [s for s in pack if isinstance(s, ir.Decl)]
@@ -195,9 +209,9 @@ class _Rewriter(TileState):
             if packed and per_chunk:  # the groups run over each chunk of a bounded panel
                 lo = ir.mul(chunk, Const(per_chunk, I64))
                 hi = ir.Bin("min", count, ir.add(lo, Const(per_chunk, I64)))
-                inner = ir.For(tile, lo, hi, [at, *micro])
+                inner = ir.For(tile, lo, hi, [at, *fetch, *micro])
             else:
-                inner = ir.For(tile, Const(0, I64), count, [at, *micro])
+                inner = ir.For(tile, Const(0, I64), count, [at, *fetch, *micro])
             tiles = ir.For(group, Const(0, I64), groups, [*decls, *fill, inner])
             if packed and per_chunk:
                 chunks = ir.Bin(

@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import names, nodes
+from ucf.ir.walk import assigned, names, nodes, substitute
 
 #: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
 #: runs two of them per register, a narrower one splits them).
@@ -180,6 +180,8 @@ class TileState:
         self.sizes: list[ir.Expr] = []
         self.unzeroed: set[str] = set()  # panels every read of which follows a write
         self.tiles = 0  # nests rewritten so far
+        self.loops: list[ir.For] = []  # the loops around the statement being rewritten
+        self.defs: dict[str, ir.Expr] = {}  # what each declaration met so far holds
 
     def fresh(self, name: str) -> str:
         k = 0
@@ -187,6 +189,31 @@ class TileState:
             k += 1
         self.taken.add(f"{name}{k}")
         return f"{name}{k}"
+
+    def ahead(self, name: str) -> ir.Expr | None:
+        """What the declaration ``name`` holds at the next step of the one enclosing
+        serial loop it reads (at the loop's last step, its own value): ``k_blk`` of the
+        next block of a block row, whose panel a tile can prefetch while this block runs.
+        None unless ``name`` reads that loop's variable and the function's parameters
+        alone, loads nothing the kernel writes, and the loop's body does not move its
+        end (the next step read must be one the loop could take)."""
+        init = self.defs.get(name)
+        if init is None:
+            return None
+        loops = [f for f in self.loops if f.var.name in names(init)]
+        if len(loops) != 1 or loops[0].parallel or names(init) - {loops[0].var.name} - self.params:
+            return None
+        if any(
+            isinstance(n, ir.Load) and (n.array.output or n.array.name not in self.params)
+            for n in nodes(init)
+        ):
+            return None
+        (loop,) = loops
+        if names(loop.end) & (assigned(loop.body) | {loop.var.name}):
+            return None  # an end the loop moves: its next step is not known here
+        last = ir.sub(loop.end, Const(1, I64))
+        step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), last)
+        return substitute(init, {loop.var.name: step})
 
     def allocs(self) -> list[ir.Stmt]:
         return [

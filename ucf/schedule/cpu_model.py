@@ -23,7 +23,7 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import transposed_products
+from ucf.schedule import contraction_order, transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -145,8 +145,11 @@ def propose(
     ``REPLAN_WORK`` is not asked about: see ``pays``.)"""
     ws_why: list[str] = []
     linear = transposed_products.plan(cin, stats, ws_why, stored)
+    chain = [] if linear is not None else contraction_order.plan(cin, stats, ws_why)
     if linear is not None:
         plans = [(linear.commands, linear.order)]
+    elif chain:
+        plans = [(chain, storage_order)]
     else:
         plans = [(w, storage_order) for w in _workspaces(cin, storage_order, stats, ws_why)]
     choices = [

@@ -10,8 +10,6 @@ from ucf.lang.ast import (
     Binary,
     Call,
     Expr,
-    Neg,
-    Sum,
 )
 from ucf.lang.rewrite import fresh, map_accesses
 
@@ -46,30 +44,6 @@ def fused_operand(e: Expr) -> Access | None:
     if isinstance(e, Call) and e.fn in FUSED and len(e.args) == 1:
         e = e.args[0]
     return e if isinstance(e, Access) else None
-
-
-def linear_in(rhs: Expr, name: str) -> bool:
-    """``rhs`` is linear in ``name``: one access, reached through sums, products,
-    negations and numerators only, so that it distributes over a split of it. A ``max``
-    or ``min`` reduction does not: the largest of a part and of the rest are not added."""
-    found = [a for a in rhs._accesses if a.tensor == name]
-    if len(found) != 1:
-        return False
-
-    def reaches(e: Expr) -> bool:
-        if isinstance(e, Access):
-            return e.tensor == name
-        if isinstance(e, Sum) and e.op == "sum":
-            return reaches(e.body)
-        if isinstance(e, Neg):
-            return reaches(e.operand)
-        if isinstance(e, Binary) and e.op == "*":
-            return reaches(e.left) or reaches(e.right)
-        if isinstance(e, Binary) and e.op == "/":
-            return reaches(e.left) and not any(a.tensor == name for a in e.right._accesses)
-        return False
-
-    return reaches(rhs)
 
 
 def with_parts(e: Expr, name: str, parts: tuple[str, ...]) -> Expr:

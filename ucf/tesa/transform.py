@@ -23,13 +23,13 @@ from ucf.lang.ast import (
 )
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import free_variables
-from ucf.lang.rewrite import map_accesses
+from ucf.lang.rewrite import linear_in, map_accesses
 from ucf.tesa.cover import block_cover
 from ucf.tesa.graph import Graph
 from ucf.tesa.plan import Part, ProgramPlan
 from ucf.tesa.policy import Policy
 from ucf.tesa.rounding import bit_rounding
-from ucf.tesa.terms import added_terms, fused_operand, linear_in, sum_of, take_fresh, with_parts
+from ucf.tesa.terms import added_terms, fused_operand, sum_of, take_fresh, with_parts
 from ucf.tesa.transposed import Transposed
 
 

@@ -132,10 +132,7 @@ def set_whole_team(on: bool) -> bool:
     and tests that need a plan whatever the machine's load."""
     if openmp_runtime() is None or not _RUNTIME:
         return False
-    from ucf.codegen import llvm_team
-
-    address = _RUNTIME[0].engine.get_global_value_address(llvm_team.FIXED)
-    flag = ctypes.c_int64.from_address(address)
+    flag = team_counter("fixed")
     old = bool(flag.value)
     flag.value = int(on)
     return old
@@ -149,15 +146,16 @@ def team_counters() -> dict[str, int]:
 
 
 def team_counter(label: str) -> ctypes.c_int64:
-    """``ucf_parallel``'s process-wide count of regions ``"timed"`` or ``"lost"``, read in
-    place (a zero of its own where the team runtime is not linked): a change of
-    ``"lost"`` is what makes the call path look at the loops' states again
-    (``ucf.toolchain.team.LoopStates.alone``)."""
+    """``ucf_parallel``'s process-wide count of regions ``"timed"`` or ``"lost"``, or its
+    ``"fixed"`` flag (``set_whole_team``), read in place (a zero of its own where the
+    team runtime is not linked): a change of ``"lost"`` is what makes the call path
+    look at the loops' states again (``ucf.toolchain.team.LoopStates.plan``)."""
     if openmp_runtime() is None or not _RUNTIME:
         return ctypes.c_int64(0)
     from ucf.codegen import llvm_team
 
-    symbol = dict(zip(("timed", "lost"), llvm_team.COUNTERS, strict=True))[label]
+    labels = ("timed", "lost", "fixed")
+    symbol = dict(zip(labels, (*llvm_team.COUNTERS, llvm_team.FIXED), strict=True))[label]
     return ctypes.c_int64.from_address(_RUNTIME[0].engine.get_global_value_address(symbol))
 
 

