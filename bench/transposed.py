@@ -12,9 +12,12 @@ against scipy before it is timed; then all are timed in turns, round after round
 the medians compared. ucf converts a transposed operand on every call (a
 ``ConversionWarning`` says so), and that is in its time. A dense output is compared
 with scipy's sparse product, as a user would choose between them (scipy's
-``.toarray()`` of it is printed beside); dense outputs are left out above 4000 rows
-(3.2 GB each at 20,000). The masked statement ``C(i,k) = A(i,k)*A(i,j)*B(k,j)`` is
-scipy's ``A.multiply(A @ B.T)``; the SpMV sums are ``A@x + B@x``.
+``.toarray()`` of it is printed beside); ``A.T@B.T`` is also computed into CSC, the
+format scipy returns it in (``(B@A).T``: a CSR product, transposed for free; a CSR
+result costs ucf a conversion of each operand, or of its much larger output); dense
+outputs are left out above 4000 rows (3.2 GB each at 20,000). The masked statement
+``C(i,k) = A(i,k)*A(i,j)*B(k,j)`` is scipy's ``A.multiply(A @ B.T)``; the SpMV sums are
+``A@x + B@x``.
 
 Targets (issue 34): every product within 1.5x of scipy at one thread, the masked one
 and ``A(i,j)*x(j) + B(i,j)*x(j)`` too.
@@ -69,7 +72,8 @@ def products(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
         calls[spelled] = lambda ref=ref: ref(a, b)
         if "dense" in outs:
             calls[f"{spelled}.toarray()"] = lambda ref=ref: ref(a, b).toarray()
-        for out in outs:
+        # scipy's A.T@B.T is (B@A).T, a CSC result: ucf's into CSC beside its CSR
+        for out in outs + (("csc",) if spelled == "A.T@B.T" else ()):
             k = ucf.compile(stmt, formats={"A": "csr", "B": "csr", "C": out})
             got = k(**ops)  # compiles the model's plan for these operands
             if not close(got, want):

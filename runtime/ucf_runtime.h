@@ -28,6 +28,29 @@ UCF_MINMAX(int64_t, i64)
 UCF_MINMAX(float, f32)
 UCF_MINMAX(double, f64)
 
+/* A bitmap's word operations (ir.Bits), on the word's bits as unsigned, so that no
+ * signed shift or overflow is undefined: the trailing zero bits (64 for zero, as
+ * LLVM's cttz with zero defined; one tzcnt with BMI), the word without its lowest set
+ * bit (blsr), the word with bit n alone set, the count of set bits. */
+#if defined(__BMI__)
+#include <immintrin.h>
+/* tzcnt itself: gcc made the test of the portable form below branches after each
+ * blsr, which mispredict where a bitmap's words hold a bit or two. */
+static inline int64_t ucf_ctz64(int64_t x) { return (int64_t)_tzcnt_u64((uint64_t)x); }
+#else
+static inline int64_t ucf_ctz64(int64_t x) {
+  return x ? (int64_t)__builtin_ctzll((unsigned long long)x) : INT64_C(64);
+}
+#endif
+static inline int64_t ucf_blsr64(int64_t x) {
+  uint64_t u = (uint64_t)x;
+  return (int64_t)(u & (u - 1));
+}
+static inline int64_t ucf_bit64(int64_t n) { return (int64_t)(UINT64_C(1) << n); }
+static inline int64_t ucf_popcount64(int64_t x) {
+  return (int64_t)__builtin_popcountll((unsigned long long)x);
+}
+
 /* A bfloat16 (its bits, held in uint16_t) as the float32 it is: the same bits in
  * the top half of a float's. */
 static inline float ucf_bf16_f32(uint16_t b) {

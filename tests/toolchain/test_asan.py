@@ -346,6 +346,35 @@ def test_gustavson_sort_paths_stay_in_bounds(asan_cc, tmp_path):
     np.testing.assert_array_equal(out.to_numpy(), (A @ B).toarray())
 
 
+def test_gustavson_bitmap_paths_stay_in_bounds(asan_cc, tmp_path):
+    """Rows of C that read every word of the workspace's bitmap, the words its summary
+    marks (10,000 columns: 157 words, 3 summary words), or sort, each after each, and a
+    full row (the bitmap's reading writes its candidates past the list's last entry)."""
+    rng = np.random.default_rng(11)
+    cols, inner = 10_000, 120
+    B = sp.random(inner, cols, density=10 / cols, format="csr", random_state=12)
+    B = sp.vstack([B, sp.csr_matrix(np.ones((1, cols)))]).tocsr()
+    lengths = [5, 5, 20, 1, 5, 0, 20, 20, 1, 1, 5]
+    rows = [rng.choice(inner, n, replace=False) for n in lengths] + [[inner], [0, inner]]
+    A = sp.lil_matrix((len(rows), inner + 1))
+    for r, picked in enumerate(rows):
+        A[r, picked] = 1.0 + r
+    A = A.tocsr()
+    k = ucf.compile(
+        "C(i,k) = A(i,j) * B(j,k)",
+        formats={"A": "csr", "B": "csr", "C": "csr"},
+        schedule=GUSTAVSON,
+        target="c",
+    )
+    ops = {n: ucf.from_scipy(m, index_dtype=np.int32) for n, m in [("A", A), ("B", B)]}
+    n = A.shape[0]
+    out = run_under_asan(
+        asan_cc, tmp_path, k, "csr", (n, cols), {"i": n, "j": inner + 1, "k": cols}, ops
+    )
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), (A @ B).toarray())
+
+
 @pytest.mark.parametrize("rows", [1, 37, 65])
 @pytest.mark.parametrize(
     "schedule",

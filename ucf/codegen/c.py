@@ -558,6 +558,10 @@ class _Emitter(Visitor):
         suffix = "f" if e.type == "f32" else ""
         return f"{e.fn}{suffix}({self.expr(e.operand)})"
 
+    @handles(ir.Bits)
+    def bits(self, e: ir.Bits) -> str:
+        return f"ucf_{e.fn}64({self.expr(e.operand)})"
+
     def place(self, array: ir.Array, index: ir.Expr, ty: str, qual: str = "") -> str:
         """``array[index]``, or the vector of type ``ty`` that starts there."""
         at = f"{c_name(array.name)}[{self.expr(index)}]"

@@ -349,6 +349,21 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
             name = f"llvm.{e.fn}.{e.type}"
         return self.b.call(self._extern(name, t, [t]), [self.expr(e.operand)])
 
+    @handles(ir.Bits)
+    def bits(self, e: ir.Bits) -> ll.Value:
+        """``llvm.cttz`` with zero defined (64: one ``tzcnt``), ``llvm.ctpop``, ``x & (x -
+        1)`` (one ``blsr``), ``1 << n``; LLVM's integers wrap, so none is undefined."""
+        t = TYPES[e.type]
+        x = self.expr(e.operand)
+        if e.fn == "ctz":
+            fn = self._extern(f"llvm.cttz.{e.type}", t, [t, ll.IntType(1)])
+            return self.b.call(fn, [x, ll.Constant(ll.IntType(1), 0)])
+        if e.fn == "popcount":
+            return self.b.call(self._extern(f"llvm.ctpop.{e.type}", t, [t]), [x])
+        if e.fn == "blsr":
+            return self.b.and_(x, self.b.sub(x, ll.Constant(t, 1)))
+        return self.b.shl(ll.Constant(t, 1), x)
+
     @handles(ir.FMA)
     def fma(self, e: ir.FMA) -> ll.Value:
         """LLVM's ``llvm.fma`` intrinsic, exactly rounded as C's ``fma``: one ``vfmadd``

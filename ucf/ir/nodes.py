@@ -257,6 +257,25 @@ class Math(Expr):
 MATH_FUNCTIONS = ("sqrt", "exp", "sin", "cos", "tanh", "erf")
 
 
+@dataclass(frozen=True)
+class Bits(Expr):
+    """A bitmap's operations on an i64 word, as two's complement with nothing undefined
+    (C's signed shifts and overflow are not): ``ctz`` the trailing zero bits (64 for zero,
+    so a branch-free loop may take it of a word it has emptied), ``blsr`` the word
+    without its lowest set bit, ``bit`` the word whose bit n (0..63) alone is set,
+    ``popcount`` its set bits."""
+
+    fn: str
+    operand: Expr
+
+    @property
+    def type(self) -> str:
+        return self.operand.type
+
+
+BITS_FUNCTIONS = ("ctz", "blsr", "bit", "popcount")
+
+
 class Stmt:
     #: The fields holding nested statement lists, in execution order (``ucf.ir.walk``).
     BLOCKS: ClassVar[tuple[str, ...]] = ()

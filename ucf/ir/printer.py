@@ -174,6 +174,10 @@ class _Printer(Visitor):
     def math(self, e: ir.Math) -> str:
         return f"{e.fn}({expr(e.operand)})"
 
+    @handles(ir.Bits)
+    def bits(self, e: ir.Bits) -> str:
+        return f"{e.fn}({expr(e.operand)})"
+
 
 def _pad(depth: int) -> str:
     return "  " * depth

@@ -192,6 +192,9 @@ class PlacementMixin:
         if self._appends_in_order(ws.var):
             ws.sort_tmp = Array(f"{name}_tmp", I64, True)
             ws.sort_buckets = Array(f"{name}_buckets", I64, True)
+            ws.bits = Array(f"{name}_bits", I64, True)
+            ws.summary = Array(f"{name}_summary", I64, True)
+            ws.use_bits = Var(f"{name}_usebits", "i32")
         return Format.workspace_list()
 
     def _scope_of(

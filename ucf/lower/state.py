@@ -97,6 +97,12 @@ class State:
         )
 
 
+#: Entries a listed workspace's list holds beyond its extent: reading a bitmap word writes
+#: this many candidates from where its first coordinate goes, whether the word holds them
+#: or not (``ucf.lower.workspaces``), so up to this many past the last when the list is full.
+BITS_SLACK = 4
+
+
 @dataclass
 class Workspace:
     """A precompute's dense workspace, plus the list of touched coordinates when the
@@ -113,6 +119,11 @@ class Workspace:
     epoch: Var | None = None  # which use of the workspace flags[k] == epoch marks
     sort_tmp: Array | None = None  # the sort's scratch, as long as the list (None: no sort)
     sort_buckets: Array | None = None  # the sort's counters, sort.BUCKETS long
+    # A bitmap of the coordinates touched, which a row as dense as its words reads in
+    # order instead of sorting its list (``ucf.lower.workspaces``); compute pass only.
+    bits: Array | None = None
+    summary: Array | None = None  # a bit per word of ``bits``: set where the word is not 0
+    use_bits: Var | None = None  # whether this use of the workspace sets ``bits``
     # The consumer merges this list with another workspace's (``w(j) + v(j)``): counting
     # their union needs both in order, so the assemble pass sorts it too.
     merged: bool = False
@@ -120,16 +131,25 @@ class Workspace:
     def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
         """The arrays a pass allocates, with their lengths.  The assemble pass only
         counts, so it needs neither the values nor (unless the list is merged) the sort's
-        scratch; the flags have one extra entry, which holds the epoch."""
+        scratch, nor the bitmap; the flags have two extra entries, which hold the epoch
+        and whether the next use sets the bitmap."""
         if self.list is None:
             return [] if assembling else [(self.vals, self.size)]
-        listing = [(self.flags, ir.add(self.size, Const(1, I64))), (self.list, self.size)]
+        flags = (self.flags, ir.add(self.size, Const(2, I64)))
+        listing = [flags, (self.list, self.size)]
         scratch = []
         if self.sort_tmp is not None:  # an unordered output level takes the list as it comes
             scratch = [(self.sort_tmp, self.size), (self.sort_buckets, Const(sort.BUCKETS, I64))]
         if assembling:
             return listing + (scratch if self.merged else [])
-        return [(self.vals, self.size), *listing, *scratch]
+        if self.bits is None:
+            return [(self.vals, self.size), *listing, *scratch]
+        # the bitmap's reading writes up to BITS_SLACK entries past the row's last
+        words = ir.add(ir.Bin(">>", self.size, Const(6, I64)), Const(1, I64))
+        summary = ir.add(ir.Bin(">>", self.size, Const(12, I64)), Const(1, I64))
+        slack = (self.list, ir.add(self.size, Const(BITS_SLACK, I64)))
+        bitmaps = [(self.bits, words), (self.summary, summary)]
+        return [(self.vals, self.size), flags, slack, *scratch, *bitmaps]
 
     @property
     def sorted_when_assembling(self) -> bool:
