@@ -120,3 +120,18 @@ def test_matmul_on_a_gpu(device, granularity):
         mask = _tile_mask(rng, A.shape, granularity, density)
         C = np.asarray(k(A=A, B=B, masks={"A": mask}))
         np.testing.assert_allclose(C, (A * mask) @ B, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("tile", [(1, 1), (1, 2), (1, 3)])
+def test_column_max_over_live_tiles_of_one_row(tile):
+    """``X(j) = max(i, B(i,j))`` with B dynamic in tiles of one row: the max walks the
+    live tiles and folds the absent entries' 0 in once where a column has any (issue
+    34's idempotent reductions), on emulated CUDA as on llvm; masks empty, partial
+    and full, all-negative values so the fill decides."""
+    rng = np.random.default_rng(tile[1])
+    k = _cuda("X(j) = max(i, B(i,j))", {"B": tile})
+    for density in (0.0, 0.3, 0.7, 1.0):
+        B = rng.standard_normal((7, 6 * tile[1])) - 1.0
+        mask = _tile_mask(rng, B.shape, tile, density)
+        want = np.where(mask, B, 0.0).max(axis=0)
+        np.testing.assert_array_equal(np.asarray(k(B=B, masks={"B": mask})), want)
