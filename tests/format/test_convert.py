@@ -291,3 +291,23 @@ def test_from_scipy_into_another_format_shares_no_array(target):
     t = ucf.from_scipy(m, format=target)
     for a in [*t.arrays]:
         assert not any(np.may_share_memory(a, b) for b in (m.indptr, m.indices, m.data))
+
+
+@pytest.mark.parametrize("target", [None, "csr", "coo", "dense"])
+def test_from_scipy_of_coo_keeps_the_default_index_dtype(target):
+    """A COO built from numpy's int64 coordinates packs with int32 indices unless asked,
+    whatever the target (through scipy's CSR too), so a kernel call on it binds without
+    converting the indices every call (the review of h48/lead's from_scipy change)."""
+    import warnings
+
+    rng = np.random.default_rng(5)
+    r, c = rng.integers(0, 50, 200), rng.integers(0, 40, 200)
+    m = sp.coo_array((rng.random(200), (r.astype(np.int64), c.astype(np.int64))), (50, 40))
+    t = ucf.from_scipy(m, format=target)
+    assert t.index_dtype == np.int32
+    assert ucf.from_scipy(m, format=target, index_dtype=np.int64).index_dtype == np.int64
+    k = ucf.compile("y(i) = A(i,j)*x(j)", formats={"A": "csr"})
+    x = rng.random(40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ucf.ConversionWarning)
+        np.testing.assert_allclose(k(A=m, x=x), m @ x, rtol=1e-12)

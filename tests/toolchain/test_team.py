@@ -355,7 +355,7 @@ def test_the_loops_holding_most_of_the_work_decide_the_plan():
 
 
 def test_the_answer_is_kept_until_a_region_is_lost_or_a_wait_ends(monkeypatch):
-    """``LoopStates.alone`` reads the states again only when the count of lost regions
+    """``LoopStates.plan`` reads the states again only when the count of lost regions
     moves, or when the first wait of a yes ends: a remembered call on a quiet machine
     reads one counter. On a fake clock (a stalled test process must not end a wait)."""
     now = [10**12]

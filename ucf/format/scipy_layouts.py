@@ -98,7 +98,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     if convert.scipy_target(fmt, shape, c.nnz, dt) is not None:
         # in bounds now, so scipy may compress it: rows sorted and repeats summed in
         # linear time (a COO operand of a kernel call is packed so on every call)
-        return from_scipy(c.tocsr(), fmt, dtype, index_dtype)
+        return from_scipy(c.tocsr(), fmt, dtype, index_dtype_of(index_dtype))
     coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
     coords = coords.reshape(-1, len(shape))
     vals = np.asarray(c.data).astype(dt)

@@ -273,8 +273,6 @@ class Bits(Expr):
         return self.operand.type
 
 
-BITS_FUNCTIONS = ("ctz", "blsr", "bit", "popcount")
-
 
 class Stmt:
     #: The fields holding nested statement lists, in execution order (``ucf.ir.walk``).

@@ -220,11 +220,12 @@ class LoopStates:
             # region above the work threshold: the parallel plan ran on one thread.
             self._left = RACE_EVERY
             return self._answer
-        if self._race is None:
-            self._race = ([], [])
+        race = self._race  # read once: another Python thread's clocked() may end it
+        if race is None:
+            race = self._race = ([], [])
         # The parallel plan's calls first, then the other's: a parallel call right after
         # a serial one would find its threads asleep, which the steady state does not.
-        return (SOLO if len(self._race[0]) >= RACE_CALLS else 0) | TIMED
+        return (SOLO if len(race[0]) >= RACE_CALLS else 0) | TIMED
 
     def unrace(self) -> None:
         """Race no more: the plan for one thread is the parallel plan without its parallel
