@@ -20,10 +20,19 @@ from ucf.exec.kernel import forget_loaded
 from ucf.schedule.records import Parallel
 from ucf.schedule.requests import Parallelize, PrecomputeCommand
 from ucf.toolchain import jit, team
-from ucf.toolchain.team import RACE_CALLS, RACE_EVERY, RACE_EVERY_MAX, RACE_FIRST, SOLO, TIMED
+from ucf.toolchain.team import (
+    RACE_CALLS,
+    RACE_EVERY,
+    RACE_EVERY_MAX,
+    RACE_FIRST,
+    SOLO,
+    TIMED,
+    WARM,
+    race_plan,
+)
 
-#: The plans a race's calls run: the parallel plan's first, then the other's.
-RACED = [0] * RACE_CALLS + [SOLO] * RACE_CALLS
+#: The plans a race's calls run, in Thue-Morse order.
+RACED = [race_plan(n) for n in range(2 * RACE_CALLS)]
 
 
 def _loops(timed: bool = True, fixed: int = 0):
@@ -38,7 +47,9 @@ def _loops(timed: bool = True, fixed: int = 0):
 
 def _race(loops, parallel_ns: int, solo_ns: int) -> list[int]:
     """Run one race to its end, clocking each plan at the given time: the plans the
-    race's calls ran."""
+    race's timed calls ran (after the untimed call that opens it on the plan for one
+    thread)."""
+    assert loops.plan() == SOLO | WARM
     ran = []
     for _ in range(2 * RACE_CALLS):
         plan = loops.plan()
@@ -82,7 +93,7 @@ def test_a_parallel_plan_that_loses_as_a_whole_is_set_aside_and_retried(clock):
         assert _between(loops, every - 1) == {SOLO}
     assert _race(loops, 8, 10) == RACED  # quiet: the parallel plan is back
     assert _between(loops, RACE_EVERY - 1) == {0}
-    assert loops.plan() & TIMED  # and races again after RACE_EVERY calls
+    assert loops.plan() == SOLO | WARM  # and races again after RACE_EVERY calls
     assert lost.value == 0
 
 
@@ -95,14 +106,16 @@ def test_on_a_quiet_machine_the_parallel_plan_stays_and_races_ever_less(clock):
     _between(loops, RACE_FIRST - 1)
     every, raced, calls = RACE_EVERY, 0, RACE_FIRST - 1
     while calls < 20 * RACE_EVERY_MAX:
-        times = iter([8, 50, 8, 10, 10, 3])  # parallel 8, 50, 8; one thread 10, 10, 3
+        # parallel 8, 50, 8, 8; one thread 10, 10, 3, 10
+        times = {0: iter([8, 50, 8, 8]), SOLO: iter([10, 10, 3, 10])}
+        assert loops.plan() == SOLO | WARM
         for _ in range(2 * RACE_CALLS):
             plan = loops.plan()
-            loops.clocked(plan, next(times))
-        raced += 2 * RACE_CALLS
+            loops.clocked(plan, next(times[plan & SOLO]))
+        raced += 2 * RACE_CALLS + 1
         every = min(2 * every, RACE_EVERY_MAX)  # the plan that ran won again
         assert _between(loops, every - 1) == {0}
-        calls += 2 * RACE_CALLS + every - 1
+        calls += 2 * RACE_CALLS + 1 + every - 1
     assert every == RACE_EVERY_MAX and raced / calls < 0.03
 
 
@@ -129,13 +142,13 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
     race where it was: the next call runs the same plan."""
     loops, _, _ = _loops()
     _between(loops, RACE_FIRST - 1)
-    for _ in range(RACE_CALLS):
+    assert loops.plan() == SOLO | WARM
+    for want in RACED[:-1]:
         plan = loops.plan()
-        assert plan == TIMED and loops.plan() == plan  # asked twice: the same call
-        loops.clocked(plan, 8)
+        assert plan == want | TIMED and loops.plan() == plan  # asked twice: the same call
+        loops.clocked(plan, 10 if plan & SOLO else 8)
     plan = loops.plan()
-    assert plan == SOLO | TIMED and loops.plan() == plan
-    loops.clocked(plan, 10)
+    assert plan == RACED[-1] | TIMED and loops.plan() == plan
     assert loops.plan() == plan  # the last call raised: the next takes its place
     assert loops.plan() == plan
 
@@ -165,7 +178,7 @@ def test_plans_of_the_same_work_race_no_more(clock):
     """After ``unrace`` no call is raced, and the loops' own timing still decides."""
     loops, arrays, lost = _loops()
     _between(loops, RACE_FIRST - 1)
-    assert loops.plan() == TIMED
+    assert loops.plan() == SOLO | WARM
     loops.unrace()
     assert _between(loops, 3 * RACE_EVERY_MAX) == {0}
     for a in arrays:  # both loops lost: they wait on one thread
@@ -240,16 +253,17 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
             pytest.skip("no parallel loop was timed: the call is below the work threshold")
         # The first call loads the plan, and its team states; the first race comes at
         # the RACE_FIRST-th call after, and the plan for one thread runs after it.
-        ran = "".join(call() for _ in range(RACE_FIRST + 2 * RACE_CALLS))
+        ran = "".join(call() for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS))
         if not races:
             ran += "".join(call() for _ in range(2 * RACE_EVERY))
             assert ran == "P" * len(ran)
             return
-        assert ran == "P" * (RACE_FIRST - 1 + RACE_CALLS) + "S" * (RACE_CALLS + 1)
+        raced = "".join("S" if p else "P" for p in RACED)
+        assert ran == "P" * (RACE_FIRST - 1) + "S" + raced + "S"  # opened on one thread
         assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
         assert "the plan for one thread for now" in k.cin
         faster[0] = 0  # the machine is quiet again: the parallel plan wins the next race
-        ran = "".join(call() for _ in range(2 * RACE_CALLS + 8))
+        ran = "".join(call() for _ in range(1 + 2 * RACE_CALLS + 8))
         assert ran.endswith("PPPP")
         assert "".join(call() for _ in range(RACE_EVERY - 8)) == "P" * (RACE_EVERY - 8)
     finally:

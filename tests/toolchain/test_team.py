@@ -310,8 +310,10 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
 
 
 def _alone(loops: team.LoopStates) -> bool:
-    """Whether a call now runs the plan for one thread."""
-    return bool(loops.plan() & team.SOLO)
+    """Whether the loops' states put a call now on the plan for one thread (not a race
+    of the plans: the one opened when a wait ends runs that plan too, untimed)."""
+    plan = loops.plan()
+    return bool(plan & team.SOLO) and not plan & (team.TIMED | team.WARM)
 
 
 def _loops(works: dict[str, int]):

@@ -44,7 +44,7 @@ from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
 from ucf.toolchain.jit import apply_num_threads, num_threads
-from ucf.toolchain.team import SOLO, TIMED, same_work
+from ucf.toolchain.team import SOLO, TIMED, WARM, same_work
 
 
 class Calling:
@@ -71,7 +71,8 @@ class Calling:
                         result = _replayed(local, teams, plan, operands, out, replay)
                         if result is not None:
                             return result
-                        break  # the plan for one thread, chosen below as _choose does
+                        local.asked = plan  # _choose runs the plan for one thread
+                        break
                     local.built = replay.built
                     apply_num_threads()
                     return replay.run(out)
@@ -417,7 +418,7 @@ def _replayed(local, teams, plan: int, operands: dict[str, Any], out: Any, repla
         solo = _remembered(local.replays, operands, out, 1)
         if solo is None:
             return None
-        if plan & TIMED and same_work(replay.built, solo.built):
+        if plan & (TIMED | WARM) and same_work(replay.built, solo.built):
             teams.unrace()  # the loops' own timing compares these plans already
             plan = 0
         else:

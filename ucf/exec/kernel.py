@@ -42,7 +42,7 @@ from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
-from ucf.toolchain.team import SOLO, TIMED, LoopStates, same_work
+from ucf.toolchain.team import SOLO, TIMED, WARM, LoopStates, same_work
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -269,13 +269,16 @@ class Kernel(Calling):
         st = stats.measure(given, extents)
         built = self._chosen(st, threads)
         teams = self._watched(built, threads)
-        plan = 0 if teams is None else teams.plan()
+        # A remembered call that found no replay of its plan asked already: a second
+        # ask would count the call twice and could answer otherwise.
+        asked, self._local.asked = self._local.asked, None
+        plan = 0 if teams is None else teams.plan() if asked is None else asked
         if plan & SOLO:
             # Its team shrank to one thread, or it lost a race: the plan for one thread
             # runs meanwhile.
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
-            if plan & TIMED and same_work(built, alone):
+            if plan & (TIMED | WARM) and same_work(built, alone):
                 teams.unrace()  # the loops' own timing compares these plans already
                 plan = 0
             elif alone.compiled is not built.compiled:
@@ -572,6 +575,7 @@ class _PerThread(threading.local):
     replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
     raced: tuple | None = None  # a raced call's team states, plan and start (ns)
+    asked: int | None = None  # the plan a remembered call asked for and left to _choose
 
 
 def _text(choice: cpu_model.Choice) -> str:

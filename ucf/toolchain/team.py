@@ -41,8 +41,9 @@ happening, none needing an environment variable:
   0.75 of their work on one thread) while the whole call takes 1.6 times the one-pass
   plan's. So once a parallel loop was timed (below the work threshold the parallel
   plan runs on one thread anyway), the call path races the two plans every so often
-  (``RACE_CALLS`` calls of each, whole-call wall times, medians compared) and keeps
-  the faster until the next race; the calls between races double while one plan
+  (an untimed call of the plan for one thread, which loads it, then ``RACE_CALLS``
+  calls of each in Thue-Morse order, whole-call wall times, medians compared) and
+  keeps the faster until the next race; the calls between races double while one plan
   keeps winning (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its
   parallel speed-up back at the next race and pays for a race in few of its calls.
   When the first race reaches the plan for one thread and finds the parallel plan
@@ -63,14 +64,16 @@ import time
 from pathlib import Path
 
 #: What ``LoopStates.plan`` answers, as bits: run the plan for one thread (else the
-#: parallel plan); time this call for a race (``LoopStates.clocked``).
-SOLO, TIMED = 1, 2
+#: parallel plan); time this call for a race (``LoopStates.clocked``); the untimed call
+#: that opens a race (it loads the plan for one thread).
+SOLO, TIMED, WARM = 1, 2, 4
 #: Calls before a kernel's first race of its plans (the first call times its loops),
 #: and between races, at first and at most.
 RACE_FIRST, RACE_EVERY, RACE_EVERY_MAX = 2, 16, 512
 #: Timed calls of each plan in a race: the medians decide, so one call that a busy
-#: moment (or loading the plan for one thread) slowed does not.
-RACE_CALLS = 3
+#: moment (or loading the plan for one thread) slowed does not. The calls alternate in
+#: Thue-Morse order (``race_plan``).
+RACE_CALLS = 4
 #: The count of calls to a race that never comes (``LoopStates.unrace``).
 NEVER = 1 << 62
 
@@ -222,10 +225,12 @@ class LoopStates:
             return self._answer
         race = self._race  # read once: another Python thread's clocked() may end it
         if race is None:
-            race = self._race = ([], [])
-        # The parallel plan's calls first, then the other's: a parallel call right after
-        # a serial one would find its threads asleep, which the steady state does not.
-        return (SOLO if len(race[0]) >= RACE_CALLS else 0) | TIMED
+            # A race opens with an untimed call of the plan for one thread: its first
+            # call loads (or compiles) it and touches its buffers, which no timed call
+            # of a race should carry.
+            self._race = ([], [])
+            return SOLO | WARM
+        return race_plan(len(race[0]) + len(race[1])) | TIMED
 
     def unrace(self) -> None:
         """Race no more: the plan for one thread is the parallel plan without its parallel
@@ -274,6 +279,19 @@ class LoopStates:
                 shrunk += work
                 until = end if until is None else min(until, end)
         return until if until is not None and 2 * shrunk > total else 0
+
+
+def race_plan(n: int) -> int:
+    """The plan of a race's ``n``-th call, in Thue-Morse order (parallel, one thread,
+    one thread, parallel, one thread, parallel, parallel, one thread): each plan gets
+    as many of the race's odd and even calls, and of its early and late ones. A user's
+    calls have patterns of their own (a kernel called twice a step, first cold, then
+    warm; its first calls still paging in each thread's buffers), and a race that ran
+    one plan's calls first gave them all to it: bench/block_peak.py's bcsr product,
+    called right after other work and then again straight away, lost its first race
+    with the parallel plan (medians 2.1 against 1.3 ms) and ran on one thread at 1.5 ms
+    where its parallel plan takes 1.0."""
+    return SOLO if n.bit_count() & 1 else 0
 
 
 def same_work(parallel, solo) -> bool:
