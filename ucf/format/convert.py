@@ -83,17 +83,21 @@ def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray
     linear time, and every level of these formats is indptr, indices, or the rows
     (columns) that hold entries; arrays scipy leaves alone (``t``'s own, for CSR to COO)
     are shared."""
-    by_columns = scipy_target(fmt, t.shape, t.nnz, t.vals.dtype)
+    source = {"csr": False, "csc": True}.get(COMPRESSED_TARGETS.get(t.format.structure, ""))
+    by_columns = scipy_target(fmt, t.shape, t.nnz, t.vals.dtype, source)
     if by_columns is None:
         return None
     return scipy_levels(canonical(t, by_columns), fmt, idt)
 
 
-def scipy_target(fmt: Format, shape: tuple[int, ...], nnz: int, dt: np.dtype) -> bool | None:
+def scipy_target(
+    fmt: Format, shape: tuple[int, ...], nnz: int, dt: np.dtype, source: bool | None = None
+) -> bool | None:
     """Whether matrix format ``fmt`` is built from scipy's compressed columns (True) or
     rows (False) by :func:`scipy_levels`; None where it is not (another format, values
     scipy cannot hold, or a hypersparse shape whose compressed layout would cost more
-    than the entries)."""
+    than the entries, unless the source is compressed the same way already, ``source``
+    saying which as the result does: then its own ``indptr`` costs as much)."""
     if np.dtype(dt).char not in SCIPY_VALUES or len(shape) != 2:
         return None
     name = COMPRESSED_TARGETS.get(fmt.structure)
@@ -101,7 +105,8 @@ def scipy_target(fmt: Format, shape: tuple[int, ...], nnz: int, dt: np.dtype) ->
     if name is None and block is None:
         return None
     by_columns = name in ("csc", "dcsc") or (block is not None and block[2])
-    if name in ("coo", "dcsr", "dcsc") and shape[by_columns] > 4 * nnz + (1 << 16):
+    hyper = shape[by_columns] > 4 * nnz + (1 << 16)
+    if name in ("coo", "dcsr", "dcsc") and hyper and source is not by_columns:
         return None
     return by_columns
 

@@ -174,7 +174,7 @@ def from_compressed(
         ]
         vals = np.ascontiguousarray(data, dtype=dt)
         return Tensor(shape, fmt, levels, vals, idt, check=False)
-    by_columns = convert.scipy_target(fmt, shape, nnz, dt)
+    by_columns = convert.scipy_target(fmt, shape, nnz, dt, kind == "csc")
     if by_columns is not None:  # scipy sorts and sums in linear time; stored zeros stay
         import scipy.sparse as sp
 
