@@ -162,3 +162,13 @@ def parsed_formats(statement: str, spelled: dict[str, str]) -> dict:
     from ucf.lang.parser import parse_statement
 
     return parse_formats(spelled, statement_orders(parse_statement(statement)))
+
+
+def assert_exact(got, want) -> None:
+    """A kernel's result equals scipy's ``want`` (a sparse matrix: compared as CSR) or
+    numpy's (a dense array), to rounding: the check the team and race tests make of
+    every call, whichever plan ran it."""
+    if hasattr(want, "tocsr"):
+        assert abs(got.to_scipy().tocsr() - want).max() <= 1e-12
+    else:
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-12)

@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.helpers import assert_exact
 from ucf.codegen import llvm_team
 from ucf.exec import calling, kernel
 from ucf.exec.kernel import forget_loaded
@@ -232,11 +233,7 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
         want = A @ ops["x"]
 
     def call() -> str:
-        got = k(**ops)
-        if "C(" in text:
-            assert abs(got.to_scipy().tocsr() - want).max() <= 1e-12
-        else:
-            np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-12)
+        assert_exact(k(**ops), want)
         return "P" if "runs in parallel" in k.cin else "S"
 
     old = jit.num_threads()
