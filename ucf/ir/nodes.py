@@ -273,7 +273,6 @@ class Bits(Expr):
         return self.operand.type
 
 
-
 class Stmt:
     #: The fields holding nested statement lists, in execution order (``ucf.ir.walk``).
     BLOCKS: ClassVar[tuple[str, ...]] = ()
