@@ -16,7 +16,6 @@ import scipy.sparse as sp
 import ucf
 from tests.helpers import assert_exact
 from ucf.codegen import llvm_team
-from ucf.exec import calling, kernel
 from ucf.exec.kernel import forget_loaded
 from ucf.schedule.records import Parallel
 from ucf.schedule.requests import Parallelize, PrecomputeCommand
@@ -218,8 +217,8 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
     monkeypatch.setattr(team.LoopStates, "clocked", clocked)
     monkeypatch.setattr(team.LoopStates, "decide", lambda self, now: 0)
     if races and "x(" in text:
-        for module in (kernel, calling):  # the full path's check and the remembered call's
-            monkeypatch.setattr(module, "same_work", lambda parallel, solo: False)
+        # LoopStates.stepped: the full path's check and the remembered call's
+        monkeypatch.setattr(team, "same_work", lambda parallel, solo: False)
     rng = np.random.default_rng(45)
     n = 50_000
     A = sp.random(n, n, density=8 / n, format="csr", random_state=rng)

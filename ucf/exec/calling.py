@@ -44,7 +44,7 @@ from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
 from ucf.toolchain.jit import apply_num_threads, num_threads
-from ucf.toolchain.team import SOLO, TIMED, WARM, same_work
+from ucf.toolchain.team import SOLO, TIMED
 
 
 class Calling:
@@ -62,6 +62,7 @@ class Calling:
         local = self._local
         if local.built is not None and local.built.flat is not None:
             local.built = None  # the user's statement binds the operands; _choose comes back
+        asked = None  # the plan a remembered call asked its team states for
         if local.replays and shapes is None and masks is None and not positional:
             threads = num_threads()
             for replay in local.replays:
@@ -71,7 +72,7 @@ class Calling:
                         result = _replayed(local, teams, plan, operands, out, replay)
                         if result is not None:
                             return result
-                        local.asked = plan  # _choose runs the plan for one thread
+                        asked = plan  # _choose runs the plan for one thread
                         break
                     local.built = replay.built
                     apply_num_threads()
@@ -109,7 +110,7 @@ class Calling:
             st.check(given[n], self.index_dtype)
         extents = self._extents(given, out, shapes)
         if self._adaptive:
-            self._choose(given, extents)
+            self._choose(given, extents, asked)
             plan = self._plan
         free = frozenset()
         if in_place:
@@ -418,10 +419,8 @@ def _replayed(local, teams, plan: int, operands: dict[str, Any], out: Any, repla
         solo = _remembered(local.replays, operands, out, 1)
         if solo is None:
             return None
-        if plan & (TIMED | WARM) and same_work(replay.built, solo.built):
-            teams.unrace()  # the loops' own timing compares these plans already
-            plan = 0
-        else:
+        plan = teams.stepped(plan, replay.built, solo.built)
+        if plan & SOLO:
             replay = solo
     local.built = replay.built
     apply_num_threads()

@@ -42,7 +42,7 @@ from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
 from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
-from ucf.toolchain.team import SOLO, TIMED, WARM, LoopStates, same_work
+from ucf.toolchain.team import SOLO, TIMED, LoopStates
 
 # Kernels already linked into this process, by cache key: einsum() in a loop
 # then costs a dictionary lookup, not a trip to the disk cache.
@@ -262,26 +262,25 @@ class Kernel(Calling):
                     c.functions = functions
         return c
 
-    def _choose(self, given: dict[str, Tensor], extents: dict[str, int]) -> None:
+    def _choose(
+        self, given: dict[str, Tensor], extents: dict[str, int], asked: int | None = None
+    ) -> None:
         """Give this thread's call the kernel chosen for these operands: the tuned
-        schedule stored for their shape class, else the default model's."""
+        schedule stored for their shape class, else the default model's. ``asked``: the
+        plan a remembered call already asked the team states for (a second ask would
+        count the call twice, and could answer otherwise)."""
         threads = num_threads()
         st = stats.measure(given, extents)
         built = self._chosen(st, threads)
         teams = self._watched(built, threads)
-        # A remembered call that found no replay of its plan asked already: a second
-        # ask would count the call twice and could answer otherwise.
-        asked, self._local.asked = self._local.asked, None
         plan = 0 if teams is None else teams.plan() if asked is None else asked
         if plan & SOLO:
             # Its team shrank to one thread, or it lost a race: the plan for one thread
             # runs meanwhile.
             alone = self._chosen(st, 1)
             self._solo_differs[id(built.compiled)] = alone.compiled is not built.compiled
-            if plan & (TIMED | WARM) and same_work(built, alone):
-                teams.unrace()  # the loops' own timing compares these plans already
-                plan = 0
-            elif alone.compiled is not built.compiled:
+            plan = teams.stepped(plan, built, alone)
+            if plan & SOLO and alone.compiled is not built.compiled:
                 threads, built = 1, alone._replace(why=(*alone.why, SHRUNK))
         self._local.stats = (st, threads)
         self._local.built = built
@@ -575,7 +574,6 @@ class _PerThread(threading.local):
     replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
     raced: tuple | None = None  # a raced call's team states, plan and start (ns)
-    asked: int | None = None  # the plan a remembered call asked for and left to _choose
 
 
 def _text(choice: cpu_model.Choice) -> str:

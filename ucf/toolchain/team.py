@@ -232,6 +232,16 @@ class LoopStates:
             return SOLO | WARM
         return race_plan(len(race[0]) + len(race[1])) | TIMED
 
+    def stepped(self, plan: int, parallel, solo) -> int:
+        """The plan a call runs that ``plan`` sends to ``solo``, the plan for one thread
+        (both kernels' chosen plans, ``ucf.exec.kernel._Built``): where the step is a
+        race's and ``solo`` does the work of ``parallel`` (``same_work``), the races
+        end and the call runs the parallel plan (0); else ``plan``."""
+        if plan & (TIMED | WARM) and same_work(parallel, solo):
+            self.unrace()  # the loops' own timing compares these plans already
+            return 0
+        return plan
+
     def unrace(self) -> None:
         """Race no more: the plan for one thread is the parallel plan without its parallel
         loops, so a region timed against itself on one thread compares the two already
