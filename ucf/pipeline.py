@@ -43,6 +43,7 @@ from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
 from ucf.passes import dismantle
+from ucf.passes.flat_positions import flatten_rows
 from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
@@ -149,6 +150,8 @@ def plan(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        compute, flat = flatten_rows(compute)
+        cin.notes += flat
         compute, sums = split_sums(compute)
         cin.notes += sums
         compute = prefetch_rows(with_fma(compute))
