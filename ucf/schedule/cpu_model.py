@@ -23,7 +23,7 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import contraction_order, transposed_products
+from ucf.schedule import contraction_order, dense_gather, transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -152,6 +152,9 @@ def propose(
         plans = [(chain, storage_order)]
     else:
         plans = [(w, storage_order) for w in _workspaces(cin, storage_order, stats, ws_why)]
+    gather = dense_gather.plan(cin, stats, ws_why) if linear is None and not chain else []
+    if gather:
+        plans = [(gather + w, order) for w, order in plans] or [(gather, list(cin.order))]
     choices = [
         c
         for prefix, order in plans or [([], list(cin.order))]
