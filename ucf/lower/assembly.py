@@ -66,6 +66,46 @@ class AssemblyMixin:
             return []
         return found
 
+    def _same_structure(self) -> int | None:
+        """The operand whose entries are the output's, position for position, if any:
+        the one sparse operand, CSR-like (dense levels above one compressed level)
+        and indexed by the output's variables in its level order, as the output is,
+        in a statement that is zero wherever it is (``2*A(i,j)``, ``A(i,j)/x(i)``) and
+        sums nothing. Each of its positions then appends one output entry in order, so
+        the output's segments start where its own do, less its first position: the
+        compute pass reads that instead of the positions the assemble pass wrote,
+        and its loop over a row carries no counter (``ucf.passes.flat_positions``
+        then walks all the positions at once)."""
+        a = self.applied
+        if self.local != self.out_fmt.order - 1 or self.bounded or self.cin.reduction_vars:
+            return None
+        if self.reduces or self.out_fmt.fill or self.cin.blocks:
+            return None
+        if a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None):
+            return None
+        sparse = [n for n, op in self.operands.items() if not op.dense]
+        if len(sparse) != 1 or list(self.cin.order) != self.out_level_vars:
+            return None
+        op = self.operands[sparse[0]]
+        levels = op.fmt.levels
+        if (
+            [ix.single_variable for ix in op.level_idx] != self.out_level_vars
+            or not all(k.full for k in levels[:-1])
+            or levels[-1].segment_array is None
+            or op.fmt.fill
+        ):
+            return None
+        if presence(self.term, {sparse[0]: False}, self._fill) is not False:
+            return None
+        return sparse[0]
+
+    def _first_position(self) -> ir.Expr:
+        """Where the positions of the same-structure operand's last level start."""
+        op = self.operands[self.same_structure]
+        last = len(op.fmt.levels) - 1
+        kind, arrays = op.fmt.levels[last], op.params.levels[last]
+        return ir.cast(kind.bounds(arrays, Const(0, I64), None, op.dim(last))[0], I64)
+
     def _bound(self) -> list[ir.Stmt]:
         """The assemble pass of a one-pass output (``_bound_operands``): the entries of the
         operands, summed, as the count of the output's compressed level."""

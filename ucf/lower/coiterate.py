@@ -52,6 +52,11 @@ class CoiterationMixin:
         st, slide = self._cursors(v, st, used)
         prefix += slide
         iters = {n: self._iterator(n, v, st) for n in present}
+        if local and not self.assembling and self.same_structure in iters:
+            # the output's entries are the operand's, position for position: its
+            # segment starts where the operand's does, less the operand's first position
+            it = iters[self.same_structure]
+            prefix[0] = ir.Decl(st.counter, ir.sub(it.begin, self._first_position()))
         coord = Var(v, I64)
         label = self._label(v, st)
         # A point that only guarded operands make up needs every coordinate visited.

@@ -182,6 +182,7 @@ class Lowerer(
         self.bounded = self._bound_operands()  # the output in one pass: see there
         if self.bounded:
             self.local = None
+        self.same_structure = self._same_structure()  # see there
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
         # The sums of integer products: each one's factors and the extents it runs over.

@@ -25,7 +25,7 @@ from dataclasses import replace
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.printer import expr
-from ucf.ir.walk import names, substitute, with_blocks
+from ucf.ir.walk import assigned, declared, names, statements, substitute, with_blocks
 from ucf.passes.tiling import serial_loop
 
 
@@ -42,7 +42,7 @@ def _block(
 ) -> list[ir.Stmt]:
     """``guards``: the ids of the guards this pass put around the loops it wrote."""
     out: list[ir.Stmt] = []
-    for s in stmts:
+    for s in _counted(stmts):
         s = with_blocks(s, lambda b: _block(b, pos, notes, guards))
         flat = _flat(s, pos, guards)
         if flat is None:
@@ -55,6 +55,7 @@ def _block(
             f"flat pass: loop {s.label or s.var.name} only strings together the position "
             f"ranges of loop {inner.label or inner.var.name}, whose body reads nothing of "
             f"its row: one loop over positions [{expr(inner.start)}, {expr(inner.end)})"
+            + (", shared out among threads as the rows were" if s.parallel else "")
         )
     return out
 
@@ -62,7 +63,7 @@ def _block(
 def _flat(s: ir.Stmt, pos: set[str], guards: set[int]) -> ir.If | None:
     """``if (a < b) for p in [E(a), E(b)) body`` for ``for i in [a, b) {lets; for p in
     [E(i), E(i+1)) body}``, when ``body`` reads neither ``i`` nor the lets."""
-    if not serial_loop(s) or not s.body:
+    if not (serial_loop(s) or _parallel_rows(s)) or not s.body:
         return None
     *lets, inner = s.body
     if id(inner) in guards:
@@ -70,6 +71,8 @@ def _flat(s: ir.Stmt, pos: set[str], guards: set[int]) -> ir.If | None:
         # without it walks the same positions
         inner = inner.then[0]
     if not serial_loop(inner) or not all(isinstance(d, ir.Decl) for d in lets):
+        return None
+    if s.parallel is not None and not _independent(inner):
         return None
     values: dict[str, ir.Expr] = {}
     for d in lets:
@@ -87,6 +90,10 @@ def _flat(s: ir.Stmt, pos: set[str], guards: set[int]) -> ir.If | None:
         inner,
         start=substitute(start, {i.name: s.start}),
         end=substitute(start, {i.name: s.end}),
+        parallel=s.parallel,
+        strategy=s.strategy,
+        schedule=s.schedule,
+        parallel_if=s.parallel_if,
     )
     return ir.If(ir.Cmp("<", s.start, s.end), [flat])
 
@@ -101,3 +108,77 @@ def _monotone(e: ir.Expr, i: str, pos: set[str]) -> bool:
     if isinstance(e, ir.Load):
         return e.array.name in pos and _monotone(e.index, i, pos)
     return False
+
+
+def _parallel_rows(s: ir.Stmt) -> bool:
+    """A parallel loop whose rows do not race, with nothing but its body."""
+    return (
+        isinstance(s, ir.For)
+        and s.parallel is not None
+        and s.strategy == "NoRaces"
+        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
+    )
+
+
+def _independent(inner: ir.For) -> bool:
+    """Whether the positions of ``inner`` may be shared out among threads as the rows
+    were: it carries nothing from one step to the next, and each step stores only at
+    its own position (``p``, or ``p - K`` for a ``K`` it does not compute), as a copy
+    of the operand's structure does (``C(i,j) = 2*A(i,j)``)."""
+    p = inner.var
+    values: dict[str, ir.Expr] = {}
+    mine = declared(inner.body)
+    for b in statements(inner.body):
+        if isinstance(b, ir.Decl):
+            values[b.var.name] = substitute(b.init, values)
+        elif isinstance(b, ir.Store):
+            at = substitute(b.index, values)
+            if (
+                b.accumulate
+                or b.atomic
+                or not (
+                    at == p
+                    or isinstance(at, ir.Bin)
+                    and at.op == "-"
+                    and at.left == p
+                    and not (names(at.right) & (mine | {p.name}))
+                )
+            ):
+                return False
+        elif not isinstance(b, ir.If):
+            return False
+    return True
+
+
+def _counted(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+    """``stmts`` with each counter that steps with a loop's positions replaced by the
+    position: ``c = S - K; for p in [S, E) {.. use c ..; c = c + 1; ..}`` reads ``p - K``
+    where it read ``c`` (the output's position in a copy of an operand's structure,
+    ``ucf.lower.assembly``), so the loop carries nothing from step to step."""
+    out: list[ir.Stmt] = []
+    for k, s in enumerate(stmts):
+        if out and isinstance(s, ir.For) and _steps_with(out[-1], s, stmts[k + 1 :]):
+            c = out.pop()
+            base = c.init.right
+            at = next(n for n, b in enumerate(s.body) if isinstance(b, ir.Assign))
+            body = substitute(s.body[:at], {c.var.name: ir.Bin("-", s.var, base)})
+            s = replace(s, body=[*body, *s.body[at + 1 :]])
+        out.append(s)
+    return out
+
+
+def _steps_with(c: ir.Stmt, loop: ir.For, after: list[ir.Stmt]) -> bool:
+    """Whether ``c`` is a counter ``S - K`` that ``loop`` over ``[S, E)`` steps by one at
+    each position, read only before the step and nowhere after the loop."""
+    if not (isinstance(c, ir.Decl) and isinstance(c.init, ir.Bin) and c.init.op == "-"):
+        return False
+    if c.init.left != loop.start or not serial_loop(loop) and not _parallel_rows(loop):
+        return False
+    name = c.var.name
+    step = ir.Assign(c.var, ir.Bin("+", c.var, Const(1, I64)))
+    at = [n for n, b in enumerate(loop.body) if b == step]
+    if len(at) != 1 or name in assigned(loop.body[: at[0]] + loop.body[at[0] + 1 :]):
+        return False
+    if name in names(loop.body[at[0] + 1 :]) or name in names(after):
+        return False
+    return not (names(c.init.right) & (declared(loop.body) | {loop.var.name}))
