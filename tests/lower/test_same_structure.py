@@ -15,6 +15,8 @@ import scipy.sparse as sp
 import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS
+from ucf.ir.nodes import While
+from ucf.ir.walk import loops
 from ucf.toolchain import jit
 
 FLAT = "flat pass: loop i"
@@ -67,6 +69,25 @@ def test_zero_size_and_all_empty(shape):
     m = sp.csr_matrix(shape)
     out = k(A=ucf.from_scipy(m, format="csr")).to_scipy()
     assert out.shape == shape and out.nnz == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_operand_read_twice_is_walked_once(target):
+    """``A(i,j)*A(i,j)`` walks A's positions once (``Lowerer._same_reads``), where two
+    iterators merged each row with itself; beside another operand, summed, squared
+    into a scalar, and read transposed (not the same read: merged as before)."""
+    m, b = _matrix(50, 50, 7), _matrix(50, 50, 8)
+    fm = {"A": "csr", "C": "csr"}
+    sq = ucf.compile("C(i,j) = A(i,j)*A(i,j)", formats=fm, target=target)
+    # ucf keeps the entries of stored zeros, as it did merging (scipy's multiply drops them)
+    _same(sq(A=m), sp.csr_matrix((m.data**2, m.indices, m.indptr), shape=m.shape))
+    assert FLAT in sq.cin and not any(isinstance(s, While) for _, s in loops(sq.llir[-1].body))
+    both = ucf.compile("C(i,j) = A(i,j)*B(i,j) + A(i,j)", formats={**fm, "B": "csr"}, target=target)
+    np.testing.assert_allclose(both(A=m, B=b).to_numpy(), (m.multiply(b) + m).toarray())
+    total = ucf.compile("s = A(i,j)*A(i,j)", formats={"A": "csr"}, target=target)
+    assert float(total(A=m).to_numpy()) == pytest.approx((m.data**2).sum(), rel=1e-12)
+    tr = ucf.compile("C(i,j) = A(i,j)*A(j,i)", formats=fm, target=target)
+    np.testing.assert_allclose(tr(A=m).to_numpy(), m.multiply(m.T).toarray())
 
 
 def test_what_keeps_its_counter():

@@ -6,7 +6,7 @@ from ucf.format.format import Format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.lower.lattice import Term, presence, reduces
+from ucf.lower.lattice import Term, operands, presence, reduces
 from ucf.lower.state import (
     SlotParams,
     State,
@@ -83,7 +83,8 @@ class AssemblyMixin:
             return None
         if a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None):
             return None
-        sparse = [n for n, op in self.operands.items() if not op.dense]
+        read = operands(self.term)  # A(i,j)*A(i,j) reads one (``_same_reads``)
+        sparse = [n for n, op in self.operands.items() if n in read and not op.dense]
         if len(sparse) != 1 or list(self.cin.order) != self.out_level_vars:
             return None
         op = self.operands[sparse[0]]

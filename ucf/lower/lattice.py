@@ -18,7 +18,7 @@ skipped where ``M`` is absent, since exp(-inf) is 0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ucf.ir import nodes as ir
 from ucf.lang import algebra, ast
@@ -120,6 +120,26 @@ def subterms(t: Term) -> tuple[Term, ...]:
     if isinstance(t, Reduce):
         return (t.body,)
     return ()
+
+
+def shared_reads(t: Term, alias: dict[int, int]) -> Term:
+    """``t`` with each operand in ``alias`` read as the one it maps to."""
+    if not alias:
+        return t
+    if isinstance(t, Opnd):
+        return Opnd(alias.get(t.n, t.n))
+    if not is_dataclass(t):
+        return t
+    changed = {}
+    for f in fields(t):
+        v = getattr(t, f.name)
+        if isinstance(v, Term):
+            changed[f.name] = shared_reads(v, alias)
+        elif isinstance(v, tuple) and any(isinstance(x, Term) for x in v):
+            changed[f.name] = tuple(
+                shared_reads(x, alias) if isinstance(x, Term) else x for x in v
+            )
+    return replace(t, **changed)
 
 
 def operands(t: Term | None) -> set[int]:

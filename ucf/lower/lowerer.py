@@ -64,6 +64,7 @@ from ucf.lower.lattice import (
     has_division,
     operands,
     reduces,
+    shared_reads,
     subterms,
     top_reduces,
     walk,
@@ -137,6 +138,7 @@ class Lowerer(
             idx = [a.indices[m] for m in slot.format.mode_order]
             lv = [ix.base(position) for ix in idx]
             self.operands[n] = Operand(n, label, slot.format, lv, self.slot_params[slot.name], idx)
+        self.term = shared_reads(self.term, self._same_reads())
         self.out_fmt = cin.output_format
         out = stmt.lhs
         self.out_name = out.tensor
@@ -188,6 +190,28 @@ class Lowerer(
         # The sums of integer products: each one's factors and the extents it runs over.
         self.integer_sums: list[tuple[tuple[str, ...], tuple]] = []
         self.rescaled: dict[int, ir.Expr] = {}  # a nested int32 sum's value, rescaled
+
+    def _same_reads(self) -> dict[int, int]:
+        """Each access that reads what an earlier one reads, the same storage at the
+        same plain variables level by level (``A(i,j)*A(i,j)``), mapped to the earlier
+        one: they walk the same positions, so one iterator serves both, where two would
+        merge a row with itself. Only outside nested sums (whose terms are kept apart),
+        and over unique levels (a merge of repeated coordinates pairs them up)."""
+        if self.reduces or (self.applied is not None and self.applied.precompute):
+            return {}
+        first: dict[tuple, int] = {}
+        alias: dict[int, int] = {}
+        for n, op in self.operands.items():
+            if any(ix.single_variable is None for ix in op.level_idx):
+                continue
+            if not all(op.fmt.unique(lvl) for lvl in range(op.fmt.order)):
+                continue
+            key = (self.cin.slots[n].name, tuple(ix.single_variable for ix in op.level_idx))
+            if key in first:
+                alias[n] = first[key]
+            else:
+                first[key] = n
+        return alias
 
     def _padding_vanishes(self, v: str) -> bool:
         """Whether the statement is zero wherever ``v`` is in a block's padding: it is a
