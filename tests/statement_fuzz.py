@@ -8,7 +8,8 @@ so it crosses to a worker subprocess as JSON and prints as a repro.
 Statements mix products, sums and differences of accesses, unary minus, literals,
 element-wise functions and explicit ``sum``, ``max`` and ``min`` reductions (now and
 then over an empty range: a variable of extent 0). A tensor may be read under several
-index lists (``x(i)`` and ``x(j)``, ``D(i,j)`` and ``D(j,i)``, ``A(i,j) * A(j,k)``)
+index lists (``x(i)`` and ``x(j)``, ``D(i,j)`` and ``D(j,i)``, ``A(i,j) * A(j,k)``) or
+the same one again (``A(i,j) * A(i,j)``, walked once),
 and with a repeated variable (``A(i,i)``); formats are random U/C levels in a
 random mode order, blocked per variable or per tensor (block sizes that disagree
 between modes and between tensors), fixed-width, ``nm(n,m)``, or named blocked
@@ -298,9 +299,11 @@ def draw_case(
         else:
             tensors[n] = permutation(d, list(vars_))[:order]
     reads = [(n, tuple(idx)) for n, idx in tensors.items()]
-    for _ in range(again):  # read again, with other indices
+    for _ in range(again):  # read again, with other indices or the same ones
         n = d.choice(names)
         idx = tuple(d.choice([v for v in vars_ if extents[v] == extents[u]]) for u in tensors[n])
+        if d.boolean(0.25):  # A(i,j)*A(i,j): one walk serves both reads
+            idx = tuple(tensors[n])
         reads.insert(d.integer(0, len(reads)), (n, idx))
     used = sorted({v for _, idx in reads for v in idx}, key=VARS.index)
     extents = {v: extents[v] for v in used}
