@@ -17,10 +17,12 @@ format scipy returns it in (``(B@A).T``: a CSR product, transposed for free; a C
 result costs ucf a conversion of each operand, or of its much larger output); dense
 outputs are left out above 4000 rows (3.2 GB each at 20,000). The masked statement
 ``C(i,k) = A(i,k)*A(i,j)*B(k,j)`` is scipy's ``A.multiply(A @ B.T)``; the SpMV sums are
-``A@x + B@x``.
+``A@x + B@x``. The copies ``C(j,i) = A(i,j)`` into CSR and ``C(i,j) = A(i,j)`` into CSC
+are scipy's ``A.T.tocsr()`` and ``A.tocsc()``: ucf's default returns the conversion of
+``A`` it reads, relabelled (``ucf.cin.relabelled``).
 
-Targets (issue 34): every product within 1.5x of scipy at one thread, the masked one
-and ``A(i,j)*x(j) + B(i,j)*x(j)`` too.
+Targets (issue 34): every product within 1.5x of scipy at one thread, the masked one,
+the copies and ``A(i,j)*x(j) + B(i,j)*x(j)`` too.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ PRODUCTS = [
     ("C(i,k) = A(i,k)*A(i,j)*B(k,j)", "A.multiply(A@B.T)", lambda a, b: a.multiply(a @ b.T)),
 ]
 SPMVS = "y(i) = A(i,j)*x(j) + B(i,j)*x(j)"
+#: Copies into another layout: (statement, the output's format, scipy's spelling, call)
+COPIES = [
+    ("C(j,i) = A(i,j)", "csr", "A.T.tocsr()", lambda a: a.T.tocsr()),
+    ("C(i,j) = A(i,j)", "csc", "A.tocsc()", lambda a: a.tocsc()),
+]
 
 
 def close(got, want) -> bool:
@@ -97,6 +104,30 @@ def products(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
     return out
 
 
+def copies(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
+    a = matrix(n, per_row, 0)
+    ops = {"A": ucf.from_scipy(a)}
+    calls: dict = {}
+    for stmt, out, spelled, ref in COPIES:
+        k = ucf.compile(stmt, formats={"A": "csr", "C": out})
+        if not close(k(**ops), ref(a)):
+            raise SystemExit(f"ucf {stmt} (C {out}) differs from scipy at n={n}")
+        chosen = [ln.strip() for ln in k.cin.splitlines() if "relabelled" in ln] or ["copies"]
+        print(f"  {stmt}, C {out}: {chosen[0][:60]}")
+        calls[stmt] = lambda k=k: k(**ops)
+        calls[spelled] = lambda ref=ref: ref(a)
+    times = timed(calls, time.perf_counter, repeats)
+    rows = []
+    for stmt, out, spelled, _ in COPIES:
+        ratio = times[stmt] / times[spelled]
+        print(
+            f"  {stmt + ', C ' + out:42s} {times[stmt] * 1e3:8.3f} ms   scipy {spelled} "
+            f"{times[spelled] * 1e3:7.3f} ms  {ratio:5.2f}x"
+        )
+        rows.append((f"n={n} {stmt}, C {out}", ratio))
+    return rows
+
+
 def spmvs(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
     a, b = matrix(n, per_row, 2), matrix(n, per_row, 3)
     x = np.random.default_rng(4).random(n)
@@ -129,6 +160,8 @@ def main() -> None:
     ucf.set_num_threads(1)
     print(f"products, {args.rows} rows, {args.per_row} nonzeros a row (CSR), one thread:")
     rows = products(args.rows, args.per_row, args.repeats)
+    print(f"copies, {args.rows} rows:")
+    rows += copies(args.rows, args.per_row, args.repeats * 5)
     print(f"SpMV sums, {args.spmv_rows} rows:")
     rows += spmvs(args.spmv_rows, args.per_row, args.repeats * 5)
     print("\ntargets (issue 34):")
