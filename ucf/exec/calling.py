@@ -263,9 +263,7 @@ class Calling:
             self._local.replays = (again, *self._local.replays[: REMEMBERED - 1])
         return result
 
-    def _relabelled(
-        self, t: Tensor, plan: Plan, out_vars: Any, extents: dict[str, int]
-    ) -> Tensor:
+    def _relabelled(self, t: Tensor, plan: Plan, out_vars: Any, extents: dict[str, int]) -> Tensor:
         """The output of a copy that is its operand's conversion, relabelled
         (``ucf.cin.relabelled``): ``t`` converted as the kernel would read it, to the
         output's levels over ``t``'s modes, owning its arrays."""
@@ -273,9 +271,7 @@ class Calling:
         check_lossless(t.vals, self.dtype, copied.tensor)
         self._warn_conversion(plan.cin.slots[0], t, self.dtype)
         c = t.convert(copied.format, index_dtype=self.index_dtype, dtype=self.dtype)
-        levels = [
-            {k: a.copy() if _shares(a, t) else a for k, a in lv.items()} for lv in c.levels
-        ]
+        levels = [{k: a.copy() if _shares(a, t) else a for k, a in lv.items()} for lv in c.levels]
         vals = c.vals.copy() if _shares(c.vals, t) else c.vals
         shape = tuple(extents[v] for v in out_vars)
         return Tensor(shape, plan.output_format, levels, vals, self.index_dtype, check=False)
