@@ -15,7 +15,10 @@ with scipy's sparse product, as a user would choose between them (scipy's
 ``.toarray()`` of it is printed beside); ``A.T@B.T`` is also computed into CSC, the
 format scipy returns it in (``(B@A).T``: a CSR product, transposed for free; a CSR
 result costs ucf a conversion of each operand, or of its much larger output); dense
-outputs are left out above 4000 rows (3.2 GB each at 20,000). The masked statement
+outputs are left out above 4000 rows (3.2 GB each at 20,000). A dense output of 4000 x 4000
+is 128 MB to write: zeroing it alone takes about 0.8x scipy's whole sparse product, so
+the plain product ``C(i,k) = A(i,j)*B(j,k)`` into dense is printed beside them as their
+floor (a reference, not a target). The masked statement
 ``C(i,k) = A(i,k)*A(i,j)*B(k,j)`` is scipy's ``A.multiply(A @ B.T)``; the SpMV sums are
 ``A@x + B@x``. The copies ``C(j,i) = A(i,j)`` into CSR and ``C(i,j) = A(i,j)`` into CSC
 are scipy's ``A.T.tocsr()`` and ``A.tocsc()``: ucf's default returns the conversion of
@@ -55,6 +58,8 @@ PRODUCTS = [
     ("C(i,k) = A(i,k)*A(i,j)*B(k,j)", "A.multiply(A@B.T)", lambda a, b: a.multiply(a @ b.T)),
 ]
 SPMVS = "y(i) = A(i,j)*x(j) + B(i,j)*x(j)"
+#: The product with no operand transposed, into a dense output: the dense rows' floor
+PLAIN = "C(i,k) = A(i,j)*B(j,k)"
 #: Copies into another layout: (statement, the output's format, scipy's spelling, call)
 COPIES = [
     ("C(j,i) = A(i,j)", "csr", "A.T.tocsr()", lambda a: a.T.tocsr()),
@@ -90,7 +95,18 @@ def products(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
             rows.append((name, spelled))
             chosen = [ln.strip() for ln in k.cin.splitlines() if "loop order" in ln]
             print(f"  {name}: {chosen[0]}")
+    if "dense" in outs:  # the floor of the dense rows: no operand transposed
+        plain = ucf.compile(PLAIN, formats={"A": "csr", "B": "csr", "C": "dense"})
+        if not close(plain(**ops), a @ b):
+            raise SystemExit(f"ucf {PLAIN} (C dense) differs from scipy at n={n}")
+        calls[PLAIN] = lambda: plain(**ops)
+        calls["A@B"] = lambda: a @ b
     times = timed(calls, time.perf_counter, repeats)
+    if PLAIN in times:
+        print(
+            f"  reference (no target): {PLAIN}, C dense {times[PLAIN] * 1e3:.2f} ms, scipy A@B "
+            f"{times['A@B'] * 1e3:.2f} ms: {times[PLAIN] / times['A@B']:.2f}x"
+        )
     out = []
     for name, spelled in rows:
         ratio = times[name] / times[spelled]
