@@ -9,8 +9,10 @@ Run from the repository root:
 Each operand holds ``--per-row`` nonzeros in random columns of each row, and is a ucf
 tensor converted once beforehand, as scipy's are its own CSR. Every kernel is checked
 against scipy before it is timed; then all are timed in turns, round after round, and
-the medians compared. ucf converts a transposed operand on every call (a
-``ConversionWarning`` says so), and that is in its time. A dense output is compared
+the medians compared, on the calling thread's CPU time (one thread: neither starts
+another, and other processes' time slices on a shared machine then do not count). ucf
+converts a transposed operand on every call (a ``ConversionWarning`` says so), and
+that is in its time. A dense output is compared
 with scipy's sparse product, as a user would choose between them (scipy's
 ``.toarray()`` of it is printed beside); ``A.T@B.T`` is also computed into CSC, the
 format scipy returns it in (``(B@A).T``: a CSR product, transposed for free; a CSR
@@ -101,7 +103,7 @@ def products(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
             raise SystemExit(f"ucf {PLAIN} (C dense) differs from scipy at n={n}")
         calls[PLAIN] = lambda: plain(**ops)
         calls["A@B"] = lambda: a @ b
-    times = timed(calls, time.perf_counter, repeats)
+    times = timed(calls, time.thread_time, repeats)
     if PLAIN in times:
         print(
             f"  reference (no target): {PLAIN}, C dense {times[PLAIN] * 1e3:.2f} ms, scipy A@B "
@@ -132,7 +134,7 @@ def copies(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
         print(f"  {stmt}, C {out}: {chosen[0][:60]}")
         calls[stmt] = lambda k=k: k(**ops)
         calls[spelled] = lambda ref=ref: ref(a)
-    times = timed(calls, time.perf_counter, repeats)
+    times = timed(calls, time.thread_time, repeats)
     rows = []
     for stmt, out, spelled, _ in COPIES:
         ratio = times[stmt] / times[spelled]
@@ -154,7 +156,7 @@ def spmvs(n: int, per_row: int, repeats: int) -> list[tuple[str, float]]:
     print(f"  {SPMVS}: {[ln.strip() for ln in k.cin.splitlines() if 'loop order' in ln][0]}")
     times = timed(
         {"ucf": lambda: k(**ops), "scipy": lambda: a @ x + b @ x},
-        time.perf_counter,
+        time.thread_time,
         repeats,
     )
     ratio = times["ucf"] / times["scipy"]

@@ -130,13 +130,13 @@ def plan(
         else user_variables(front.user_stmt)
     )
     variables += tuple(dict.fromkeys(v for v, _, _ in (blocks or {}).values()))
-    if computed != requested:
-        cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     copied = None
     if default and module is None and blocking is None and not fixed:
         copied = relabelled(cin, requested, fmts)
-        if copied is not None:
-            cin.notes.append(copied.note(out))
+    if copied is not None:
+        cin.notes.append(copied.note(out))
+    elif computed != requested:
+        cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     if lowered.one_pass:
         cin.notes.append(
             f"output {out} is appended in one pass into arrays that hold the operands' "

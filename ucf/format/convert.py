@@ -112,9 +112,10 @@ def flipped(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] 
     if pos[0] != 0 or not all(a.flags.c_contiguous for a in (pos, crd, vals)):
         return None
     outer, inner = fmt.level_dims(t.shape)
-    for lvl, dim in enumerate((outer, inner)):
-        checks.fits(describe_level(fmt, lvl), "dimension", dim - 1, idt)
-    checks.fits(describe_level(fmt, 1), "position count", vals.size, idt)
+    if np.dtype(idt).itemsize < pos.dtype.itemsize:  # else t's own index dtype holds them
+        for lvl, dim in enumerate((outer, inner)):
+            checks.fits(describe_level(fmt, lvl), "dimension", dim - 1, idt)
+        checks.fits(describe_level(fmt, 1), "position count", vals.size, idt)
     indptr = np.empty(outer + 1, dtype=pos.dtype)
     indices = np.empty(vals.size, dtype=crd.dtype)
     data = np.empty_like(vals)
