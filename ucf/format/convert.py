@@ -100,8 +100,8 @@ def flipped(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] 
     ``t`` was made. A transposed operand is converted on every call, and at thousands
     of rows the wrappers around that pass (a scipy matrix built and checked, its
     result another) cost as much as the pass. None where the wrappers' path is needed:
-    stored zeros to drop, arrays that do not start at position 0, an index dtype the
-    pass does not take, or a scipy without the pass."""
+    stored zeros to drop, arrays that do not hold exactly the entries from position 0,
+    an index dtype the pass does not take, or a scipy without the pass."""
     try:
         from scipy.sparse._sparsetools import csr_tocsc
     except ImportError:  # a scipy that moved it: the wrappers' path
@@ -109,7 +109,9 @@ def flipped(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] 
     pos, crd, vals = t.levels[1]["pos"], t.levels[1]["crd"], t.vals
     if pos.dtype != crd.dtype or pos.dtype not in (np.int32, np.int64) or not vals.all():
         return None
-    if pos[0] != 0 or not all(a.flags.c_contiguous for a in (pos, crd, vals)):
+    if pos[0] != 0 or not pos[-1] == crd.size == vals.size:
+        return None  # the pass reads pos[-1] entries from position 0 and writes as many
+    if not all(a.flags.c_contiguous for a in (pos, crd, vals)):
         return None
     outer, inner = fmt.level_dims(t.shape)
     if np.dtype(idt).itemsize < pos.dtype.itemsize:  # else t's own index dtype holds them
