@@ -271,10 +271,12 @@ class Calling:
         check_lossless(t.vals, self.dtype, copied.tensor)
         self._warn_conversion(plan.cin.slots[0], t, self.dtype)
         c = t.convert(copied.format, index_dtype=self.index_dtype, dtype=self.dtype)
-        levels = [{k: a.copy() if _shares(a, t) else a for k, a in lv.items()} for lv in c.levels]
-        vals = c.vals.copy() if _shares(c.vals, t) else c.vals
+        mine = t.arrays
+        levels = [{k: _owned(a, mine) for k, a in lv.items()} for lv in c.levels]
         shape = tuple(extents[v] for v in out_vars)
-        return Tensor(shape, plan.output_format, levels, vals, self.index_dtype, check=False)
+        return Tensor(
+            shape, plan.output_format, levels, _owned(c.vals, mine), self.index_dtype, check=False
+        )
 
     def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:
         """Say once per kernel that an operand is converted on every call (no loop
@@ -490,7 +492,8 @@ def _pruned(a: np.ndarray) -> np.ndarray:
     return a.copy() if 2 * a.nbytes <= getattr(a.base, "nbytes", 0) else a
 
 
-def _shares(a: np.ndarray, t: Tensor) -> bool:
-    """Whether ``a`` shares memory with one of ``t``'s arrays (a conversion may keep
-    those that come out unchanged: the output must not alias its operand)."""
-    return any(np.may_share_memory(a, b) for b in t.arrays)
+def _owned(a: np.ndarray, operand: list[np.ndarray]) -> np.ndarray:
+    """``a``, copied where it shares memory with one of the ``operand``'s arrays (a
+    conversion may keep those that come out unchanged: an output must not alias its
+    operand)."""
+    return a.copy() if any(np.may_share_memory(a, b) for b in operand) else a
