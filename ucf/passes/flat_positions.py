@@ -13,9 +13,13 @@ the rows ``a .. b-1`` walk ``[E(a), E(b))`` in the same order. This pass writes 
 one loop. The terms and their order are unchanged; a later pass (partial sums) sees a
 loop whose trip count is the tensor's stored entries, not a row's, and splits it.
 
-Applied innermost first, so CSF's three levels flatten to one loop as well. Only serial
-loops with nothing but a body are rewritten (a parallel loop's rows are its threads'
-work).
+Applied innermost first, so CSF's three levels flatten to one loop as well. Serial
+loops with nothing but a body are rewritten; a parallel loop over rows only where its
+rows do not race, are shared out in even blocks, and each step of the inner loop
+carries nothing and stores only at its own position (a copy of an operand's structure,
+``C(i,j) = 2*A(i,j)``): the flat loop is then shared out over positions instead. Before
+that, a counter stepping with a loop's positions from ``S - K`` (the output's position
+in such a copy, ``ucf.lower.assembly``) is replaced by the position less ``K``.
 """
 
 from __future__ import annotations
@@ -111,11 +115,13 @@ def _monotone(e: ir.Expr, i: str, pos: set[str]) -> bool:
 
 
 def _parallel_rows(s: ir.Stmt) -> bool:
-    """A parallel loop whose rows do not race, with nothing but its body."""
+    """A parallel loop whose rows do not race, shared out in even blocks (a chunk of
+    rows is no chunk of positions), with nothing but its body."""
     return (
         isinstance(s, ir.For)
         and s.parallel is not None
         and s.strategy == "NoRaces"
+        and s.schedule == ("static", 0)
         and not (s.prologue or s.epilogue or s.reduction or s.unroll)
     )
 
