@@ -292,7 +292,18 @@ def test_an_unordered_level_refuses_co_iteration(unordered):
     with pytest.raises(ucf.UnsupportedError, match=r"tensor A, level 1 \(unordered compressed\)"):
         ucf.compile("S(i,j) = A(i,j) + B(i,j)", formats={"A": "UV", "B": "UC"})
     with pytest.raises(ucf.UnsupportedError, match="tensor A, level 1"):
-        ucf.compile("y(i) = A(i,j) * z(j)", formats={"A": "UV", "z": "C"})
+        ucf.compile("S(i,j) = A(i,j) * B(i,j)", formats={"A": "UV", "B": "UC"})
+
+
+def test_an_unordered_level_times_a_gathered_sparse_vector(unordered):
+    """The default gathers a compressed z into a dense workspace (``dense_gather``), so
+    A's unordered rows drive their loops alone instead of merging with z."""
+    m, pos, crd, vals = _shuffled_csr(3)
+    A = ucf.Tensor(m.shape, "UV", [{}, {"pos": pos, "crd": crd}], vals)
+    zd = np.where(np.arange(20) % 3 == 0, np.arange(1.0, 21.0), 0.0)
+    k = ucf.compile("y(i) = A(i,j) * z(j)", formats={"A": "UV", "z": "C"})
+    got = k(A=A, z=ucf.from_numpy(zd, format="C")).to_numpy()
+    np.testing.assert_allclose(got, m @ zd, rtol=1e-14)
 
 
 def test_an_ordered_level_checks_its_order_and_an_unordered_one_does_not(unordered):
