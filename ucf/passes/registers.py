@@ -142,6 +142,10 @@ class _Rewriter(TileState):
     def tiled(self, nest: Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
         self.tiles += 1
+        hoisted: list[ir.Stmt] = []
+        in_original = nest.inner  # the j loop as ``original`` holds it
+        if nest.rows is not None:
+            nest, hoisted = self.hoisted(nest)
         j = nest.inner
         elem = nest.store.array.elem
         lanes = tile_bytes(elem) // SIZES[elem]
@@ -218,7 +222,7 @@ class _Rewriter(TileState):
                     "/", ir.add(count, Const(per_chunk - 1, I64)), Const(per_chunk, I64)
                 )
                 tiles, pack = ir.For(chunk, Const(0, I64), chunks, [*pack, tiles]), []
-        rest = _with_start(original, j, end)
+        rest = _with_start(original, in_original, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
             *pack,
@@ -231,7 +235,37 @@ class _Rewriter(TileState):
             out = [*head, *out, left]
         # Rows must be distinct places for their tiles to be distinct registers.
         stride = _coefficient(_row_base(nest), nest.rows.var.name)
-        return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
+        return [*hoisted, ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
+
+    def hoisted(self, nest: Nest) -> tuple[Nest, list[ir.Stmt]]:
+        """``nest`` without the declarations of its row loop that do not depend on the row
+        (a split reduction's block start ``k_base`` of dense GEMM, which the lowerer
+        declares at its first use, inside the rows), and those declarations under fresh
+        names, to come before the tiles: a tile's rows share them."""
+        dependent = _row_dependent(nest.rows, nest.row_decls)
+        mapping: dict[str, ir.Expr] = {}
+        hoisted: list[ir.Stmt] = []
+        kept: list[ir.Decl] = []
+        for d in nest.row_decls:
+            init = substitute(d.init, mapping)
+            if d.var.name in dependent:
+                kept.append(replace(d, init=init))
+            else:
+                var = Var(self.fresh(d.var.name), d.var.type)
+                hoisted.append(ir.Decl(var, init))
+                mapping[d.var.name] = var
+        if not hoisted:
+            return nest, []
+        moved = replace(
+            nest,
+            row_decls=kept,
+            red=substitute(nest.red, mapping),
+            red_decls=substitute(nest.red_decls, mapping),
+            inner=substitute(nest.inner, mapping),
+            store=substitute(nest.store, mapping),
+            base=substitute(nest.base, mapping),
+        )
+        return moved, hoisted
 
     def row_copies(self, nest: Nest, first: ir.Expr, rows: int):
         """Per row of a tile: the renaming of the row loop's variable and declarations,
@@ -370,7 +404,7 @@ def _match(s: ir.For) -> Nest | None:
     nest = _match_reduction(loop, decls) if _rows(s) else None
     if nest is not None:
         nest = replace(nest, rows=s, row_decls=decls)
-        row = {s.var.name} | {d.var.name for d in decls}
+        row = _row_dependent(s, decls)
         bounds = names([nest.red.start, nest.red.end, nest.inner.start, nest.inner.end])
         if not bounds & row and _coefficient(_row_base(nest), s.var.name) is not None:
             return nest
@@ -437,6 +471,15 @@ def _rows(s: ir.For, wide: bool = False) -> int:
         if trip >= rows and trip % rows == 0:
             return rows
     return 0
+
+
+def _row_dependent(rows: ir.For, decls: list[ir.Decl]) -> set[str]:
+    """The row loop's variable and the declarations of its body that read it."""
+    dependent = {rows.var.name}
+    for d in decls:
+        if names(d.init) & dependent:
+            dependent.add(d.var.name)
+    return dependent
 
 
 def _row_base(nest: Nest) -> ir.Expr:

@@ -23,7 +23,7 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import contraction_order, transposed_products
+from ucf.schedule import contraction_order, dense_products, transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -161,6 +161,10 @@ def propose(
         serial = _serial_reason(threads) or _NO_PARALLEL
         plain = "no workspace" if linear is None else "the plain loop order"
         choices.append(Choice([], [f"default: {plain}, since the checks refused it", serial]))
+    gemm, gemm_why = dense_products.plan(cin, stats.extents if stats else None, threads)
+    if gemm:
+        serial = _serial_reason(threads)
+        choices.insert(0, Choice(gemm, [*gemm_why, *([serial] if serial else [])]))
     return choices
 
 
