@@ -143,6 +143,9 @@ def plan(
         if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
+        elif cin.output_format.is_dense and all(s.format.is_dense for s in cin.slots.values()):
+            compute, groups = group_rows(compute, dense=True)
+            cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
         if writes_all:
             cin.notes.append(
