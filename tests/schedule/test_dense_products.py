@@ -115,3 +115,16 @@ def test_gemm_tiles_stay_in_bounds_under_asan(asan_cc, tmp_path, dtype):
     ops = {"A": ucf.from_numpy(a, dtype=dtype), "B": ucf.from_numpy(b, dtype=dtype)}
     out = run_under_asan(asan_cc, tmp_path, k, "UU", (37, 53), {"i": 37, "k": 70, "j": 53}, ops)
     np.testing.assert_array_equal(out.to_numpy(), a @ b)
+
+
+def test_an_output_narrower_than_a_tile_keeps_the_plain_nest():
+    """A call large enough for a plan of its own whose 8 columns fill no tile: the
+    blocked nest without tiles would be slower than the plain one."""
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, 400, 100, 8, np.float64)
+    k = ucf.compile(GEMM)
+    np.testing.assert_array_equal(np.asarray(k(A=a, B=b)), a @ b)
+    assert BLOCKED not in k.cin
+    a, b = _operands(rng, 400, 100, 40, np.float64)
+    np.testing.assert_array_equal(np.asarray(k(A=a, B=b)), a @ b)
+    assert BLOCKED in k.cin
