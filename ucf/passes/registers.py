@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
 from ucf.passes import panels
 from ucf.passes.pairs import paired
 from ucf.passes.panels import named, red_steps
@@ -474,10 +474,12 @@ def _rows(s: ir.For, wide: bool = False) -> int:
 
 
 def _row_dependent(rows: ir.For, decls: list[ir.Decl]) -> set[str]:
-    """The row loop's variable and the declarations of its body that read it."""
+    """The row loop's variable and the declarations of its body that read it, or load
+    (a load stays where the loop guards it: hoisted above a loop of no rows, it could
+    read past an array)."""
     dependent = {rows.var.name}
     for d in decls:
-        if names(d.init) & dependent:
+        if names(d.init) & dependent or any(isinstance(n, ir.Load) for n in nodes(d.init)):
             dependent.add(d.var.name)
     return dependent
 
