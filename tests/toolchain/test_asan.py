@@ -527,7 +527,7 @@ def test_coordinate_split_blocks_stay_in_bounds(asan_cc, tmp_path, case, schedul
 def _scipy_in_place(m: sp.csr_array) -> ucf.Tensor:
     """A scipy CSR as a kernel call binds it (``ucf.exec.scipy_operands``): on its own
     arrays, bounds checked, order not."""
-    from ucf.format.scipy_layouts import in_place
+    from ucf.exec.scipy_operands import in_place
 
     t = in_place(m, "operand A")
     assert t is not None
