@@ -39,6 +39,13 @@ def _widen(t: str, value: str, to: str) -> str:
     return f"  %{to} = {{ext}} {t} {value} to i64\n"
 
 
+def _narrow(t: str, value: str, to: str) -> str:
+    """IR that makes the i64 ``value`` a ``t`` named ``to``."""
+    if t == "i64":
+        return f"  %{to} = add i64 {value}, 0\n"
+    return f"  %{to} = trunc i64 {value} to {t}\n"
+
+
 def _compressed_ir(t: str) -> str:
     """``ucf_compressed_<t>(pos, major, crd, cap, minor)``: ``pos`` (``major + 1``
     entries) starts at 0, never decreases and ends at most at ``cap``, and every index
@@ -163,8 +170,99 @@ done:
     )
 
 
+def _nonempty_ir(t: str) -> str:
+    """``ucf_nonempty_<t>(pos, major, rows)``: writes to ``rows`` the segments of ``pos``
+    (``major + 1`` entries, never decreasing) that are not empty, in order, and
+    returns how many. A hypersparse matrix's ``indptr`` is mostly runs of one value,
+    so it is read in blocks of 16 segments, a block with no change skipped at once;
+    the segments of a block with one are looked at one by one."""
+    return f"""
+define i64 @ucf_nonempty_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                             {t}* noalias nocapture %rows) {{
+entry:
+  br label %block
+block:
+  %k = phi i64 [0, %entry], [%k16, %skip], [%k16, %each_end]
+  %n = phi i64 [0, %entry], [%n, %skip], [%n2, %each_end]
+  %k16 = add nuw nsw i64 %k, 16
+  %whole = icmp sle i64 %k16, %major
+  br i1 %whole, label %scan, label %tail
+scan:
+  %j = phi i64 [0, %block], [%j1, %scan]
+  %change = phi {t} [0, %block], [%change1, %scan]
+  %kj = add nuw nsw i64 %k, %j
+  %a.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj
+  %a = load {t}, {t}* %a.at
+  %kj1 = add nuw nsw i64 %kj, 1
+  %b.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj1
+  %b = load {t}, {t}* %b.at
+  %d = xor {t} %a, %b
+  %change1 = or {t} %change, %d
+  %j1 = add nuw nsw i64 %j, 1
+  %more = icmp ult i64 %j1, 16
+  br i1 %more, label %scan, label %scanned
+scanned:
+  %none = icmp eq {t} %change1, 0
+  br i1 %none, label %skip, label %each
+skip:
+  br label %block
+each:
+  %e = phi i64 [%k, %scanned], [%e1, %each_next]
+  %m = phi i64 [%n, %scanned], [%m1, %each_next]
+  %x.at = getelementptr inbounds {t}, {t}* %pos, i64 %e
+  %x = load {t}, {t}* %x.at
+  %e1 = add nuw nsw i64 %e, 1
+  %y.at = getelementptr inbounds {t}, {t}* %pos, i64 %e1
+  %y = load {t}, {t}* %y.at
+  %full = icmp ne {t} %x, %y
+  br i1 %full, label %keep, label %each_next
+keep:
+  %out.at = getelementptr inbounds {t}, {t}* %rows, i64 %m
+{_narrow(t, "%e", "et")}  store {t} %et, {t}* %out.at
+  %mk = add nuw nsw i64 %m, 1
+  br label %each_next
+each_next:
+  %m1 = phi i64 [%m, %each], [%mk, %keep]
+  %each_more = icmp ult i64 %e1, %k16
+  br i1 %each_more, label %each, label %each_end
+each_end:
+  %n2 = phi i64 [%m1, %each_next]
+  br label %block
+tail:
+  %more_tail = icmp slt i64 %k, %major
+  br i1 %more_tail, label %last, label %done
+last:
+  %f = phi i64 [%k, %tail], [%f1, %last_next]
+  %c = phi i64 [%n, %tail], [%c1, %last_next]
+  %u.at = getelementptr inbounds {t}, {t}* %pos, i64 %f
+  %u = load {t}, {t}* %u.at
+  %f1 = add nuw nsw i64 %f, 1
+  %v.at = getelementptr inbounds {t}, {t}* %pos, i64 %f1
+  %v = load {t}, {t}* %v.at
+  %used = icmp ne {t} %u, %v
+{_narrow(t, "%f", "ft")}  %w.at = getelementptr inbounds {t}, {t}* %rows, i64 %c
+  br i1 %used, label %put, label %last_next
+put:
+  store {t} %ft, {t}* %w.at
+  %cp = add nuw nsw i64 %c, 1
+  br label %last_next
+last_next:
+  %c1 = phi i64 [%c, %last], [%cp, %put]
+  %last_more = icmp slt i64 %f1, %major
+  br i1 %last_more, label %last, label %done_tail
+done_tail:
+  %c_end = phi i64 [%c1, %last_next]
+  ret i64 %c_end
+done:
+  ret i64 %n
+}}
+"""
+
+
 def _module_ir() -> str:
-    return "".join(_compressed_ir(t) + _coordinates_ir(t) for t in _TYPES.values())
+    return "".join(
+        _compressed_ir(t) + _coordinates_ir(t) + _nonempty_ir(t) for t in _TYPES.values()
+    )
 
 
 _SIGNATURE = ctypes.CFUNCTYPE(
@@ -175,8 +273,11 @@ _PAIRS = ctypes.CFUNCTYPE(
 )
 
 
+_NONEMPTY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+
+
 @cache
-def _functions() -> tuple[object, dict, dict]:
+def _functions() -> tuple[object, dict, dict, dict]:
     """The compiled module (held: its functions live as long as it does) and its
     functions by index dtype."""
     from ucf.toolchain.jit import runtime_module
@@ -186,7 +287,8 @@ def _functions() -> tuple[object, dict, dict]:
         dt: _SIGNATURE(library.address(f"ucf_compressed_{t}")) for dt, t in _TYPES.items()
     }
     pairs = {dt: _PAIRS(library.address(f"ucf_coordinates_{t}")) for dt, t in _TYPES.items()}
-    return library, compressed, pairs
+    nonempty = {dt: _NONEMPTY(library.address(f"ucf_nonempty_{t}")) for dt, t in _TYPES.items()}
+    return library, compressed, pairs, nonempty
 
 
 def compressed(
@@ -203,3 +305,14 @@ def coordinates(row: np.ndarray, row_at: int, col_at: int, n: int, rows: int, co
     ``n`` entries of two index arrays of ``row``'s dtype (int32 or int64) at
     ``row_at`` and ``col_at``; 0 when the pairs are in range and the rows sorted."""
     return _functions()[2][row.dtype](row_at, col_at, n, rows, cols)
+
+
+def nonempty(indptr: np.ndarray, pos_at: int) -> np.ndarray:
+    """The segments of ``indptr`` (int32 or int64, contiguous, at address ``pos_at``,
+    starting at 0 and never decreasing: checked by ``compressed``) that hold an entry,
+    in order, in ``indptr``'s dtype."""
+    major = len(indptr) - 1
+    rows = np.empty(min(major, int(indptr[-1])), dtype=indptr.dtype)
+    if len(rows):
+        rows = rows[: _functions()[3][indptr.dtype](pos_at, major, rows.ctypes.data)]
+    return rows

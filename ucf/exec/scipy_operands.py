@@ -34,6 +34,7 @@ that repeats with the very same matrix (``ucf.exec.replay``) runs the same check
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -183,8 +184,35 @@ def _coordinates(m: Any, where: str) -> Tensor | None:
         raise FormatError(f"{where}: scipy coo input changed while it was checked")
     if bits & array_checks.ROWS_DECREASE:
         return None
-    levels = [{"pos": np.array([0, n], dtype=idt), "crd": row}, {"crd": col}]
+    levels = [{"pos": starts(row), "crd": row}, {"crd": col}]
     return trusted((rows, cols), COO_ROWS, levels, data, idt)
+
+
+def starts(row: np.ndarray) -> np.ndarray:
+    """The positions of a COO's one segment, ``[0, len(row)]``, kept for as long as
+    ``row`` lives: a replayed call (``ucf.exec.replay``) reads them by address, and
+    vouches for them through ``row`` (whose length cannot change: numpy refuses to
+    resize an array with a weak reference)."""
+    key = id(row)
+    hit = _STARTS.get(key)
+    if hit is not None and hit[0]() is row:
+        return hit[1]
+    pos = np.array([0, len(row)], dtype=row.dtype)
+    pos.flags.writeable = False
+    _STARTS[key] = (weakref.ref(row, lambda _, key=key: _STARTS.pop(key, None)), pos)
+    return pos
+
+
+#: ``starts`` by the id of the rows they belong to.
+_STARTS: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def arrays(m: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three arrays a scipy CSR or CSC (``indptr``, ``indices``, ``data``) or COO
+    (``row``, ``col``, ``data``) holds, which a call bound in place reads."""
+    if m.format == "coo":
+        return m.row, m.col, m.data
+    return m.indptr, m.indices, m.data
 
 
 def canonical(t: Tensor) -> bool:
@@ -231,14 +259,13 @@ def settle(
 
 def hypersparse(t: Tensor) -> Tensor:
     """A CSR Tensor from :func:`in_place` as a DCSR on the same indices and values: its
-    rows the non-empty ones, and their starts the distinct values of ``indptr`` (which
-    never decreases), both found in one pass over ``indptr``."""
+    rows the non-empty ones (``array_checks.nonempty``: one pass over ``indptr``,
+    skipping runs of empty rows), each starting where the CSR's does."""
     indptr = t.levels[1]["pos"]
-    kept = np.empty(len(indptr), dtype=bool)
-    np.not_equal(indptr[1:], indptr[:-1], out=kept[:-1])
-    kept[-1] = True
-    starts = indptr[kept]
-    rows = np.flatnonzero(kept[:-1]).astype(indptr.dtype, copy=False)
+    rows = array_checks.nonempty(indptr, address(indptr))
+    starts = np.empty(len(rows) + 1, dtype=indptr.dtype)
+    np.take(indptr, rows, out=starts[:-1])
+    starts[-1] = indptr[-1]
     levels = [
         {"pos": np.array([0, len(rows)], dtype=indptr.dtype), "crd": rows},
         {"pos": starts, "crd": t.levels[1]["crd"]},
@@ -249,8 +276,11 @@ def hypersparse(t: Tensor) -> Tensor:
 def recheck(value: Any, name: str, ordered: bool) -> bool:
     """A replayed call's checks of a scipy operand it bound in place: its bounds (an
     error if they fail, as on the first call), and its order where the kernel relies
-    on it (``ordered``); False when the call must take the whole path (an order that
-    the first call found canonical is not now: it is repacked there)."""
+    on it (``ordered``; a COO's rows always); False when the call must take the whole
+    path (an order that the first call found canonical is not now: it is repacked
+    there)."""
+    if value.format == "coo":
+        return _coordinates(value, f"operand {name}") is not None
     found = _checked(value, f"operand {name}")
     if found is None:
         raise FormatError(f"operand {name}: its arrays changed kind since the last call")
