@@ -257,3 +257,52 @@ def test_coo_errors_say_where():
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "coo"})
     with pytest.raises(ucf.FormatError, match=re.escape("operand A: scipy coo input (mode 1)")):
         k(A=a, x=np.ones(6))
+
+
+GUARDED = r'''
+import ctypes, mmap, numpy as np
+from ucf.exec import array_checks as ac
+
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PAGE = mmap.PAGESIZE
+kept = []
+
+def at_end(values, dtype):
+    """``values`` in an array whose last byte ends a page followed by an unreadable one."""
+    buf = mmap.mmap(-1, 2 * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + PAGE, PAGE, 0) == 0
+    values = np.asarray(values, dtype=dtype)
+    arr = np.frombuffer(buf, dtype=dtype, count=len(values), offset=PAGE - values.nbytes)
+    arr[:] = values
+    kept.append(buf)
+    return arr
+
+for dt in (np.int32, np.int64):
+    crd = at_end([0, 1, 2], dt)
+    for pos in ([0, 2, 9], [0, 2, 3], [0, 3, 1], [1, 2, 3], [0, -5, 3]):
+        p = at_end(pos, dt)
+        ac.compressed(p, crd, len(crd), 3, p.ctypes.data, crd.ctypes.data)
+    p = at_end([0] * 40 + [1, 2, 2, 3], dt)
+    rows = ac.nonempty(p, p.ctypes.data)
+    assert rows.tolist() == [39, 40, 42], rows
+    row, col = at_end([0, 1, 1, 7], dt), at_end([3, 0, -1, 2], dt)
+    assert ac.coordinates(row, row.ctypes.data, col.ctypes.data, 4, 5, 4) == ac.ROW_OUT | ac.COL_OUT
+print("read in bounds")
+'''
+
+
+def test_compiled_checks_read_only_their_arrays(tmp_path):
+    """The compiled checks run outside ASan's sight (JIT code), so each array is put
+    against an unreadable page: a read past any of them, whatever indptr says, faults
+    the child process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "read in bounds" in done.stdout, done.stderr[-2000:]
