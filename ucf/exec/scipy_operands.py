@@ -43,17 +43,15 @@ import numpy as np
 from ucf.errors import FormatError
 from ucf.exec import array_checks
 from ucf.exec.binding import address
-from ucf.format.format import CSC, CSR, Format, parse_format
+from ucf.format.format import CSC, CSR, DCSR, Format
 from ucf.format.interop import as_tensor
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import COO_ROWS, is_scipy
 from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import INDEX_DTYPES, VALUE_DTYPES
 
-#: The structures a scipy operand is bound in besides its own: a COO's, and the DCSR a
-#: CSR is read as.
+#: The structure of a scipy COO bound in place (a CSR may also be bound as a DCSR).
 COO = COO_ROWS.structure
-DCSR = parse_format("dcsr", order=2).structure
 #: What the checks read per call, looked up once.
 _INDEX_MAX = {dt: int(np.iinfo(dt).max) for dt in INDEX_DTYPES}
 
