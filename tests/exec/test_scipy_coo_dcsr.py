@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ucf
 from ucf.exec import array_checks, scipy_operands
-from ucf.exec.order_free import tail_free
+from ucf.exec.order_free import order_free, tail_free
 
 EXPRS = ["y(i) = A(i,j) * x(j)", "y(j) = A(i,j) * x(i)", "C(i,k) = A(i,j) * B(j,k)"]
 
@@ -72,14 +72,16 @@ def no_packing(monkeypatch):
 
 @pytest.mark.parametrize("target", ["llvm", "c"])
 @pytest.mark.parametrize("expr", EXPRS)
-def test_sorted_coo_is_read_in_place_with_scipy_answer(target, expr, no_packing):
-    """A COO kernel walking A's rows relies on their order and on nothing past it: a
-    scipy COO with sorted rows, shuffled and repeated columns, is read on its own
-    arrays, call after call (replayed), and the answer is scipy's."""
+@pytest.mark.parametrize("fmt", ["coo", "csr"])
+def test_sorted_coo_is_read_in_place_with_scipy_answer(target, expr, fmt, no_packing):
+    """A COO kernel walking A's rows relies on their order and on nothing past it, and
+    a CSR one on nothing: a scipy COO with sorted rows, shuffled and repeated columns,
+    is read on its own arrays (by the CSR kernel with an indptr found from its rows),
+    call after call, and the answer is scipy's."""
     a = shuffled_coo(1)
     ops = operands(expr, a, np.random.default_rng(2))
-    k = ucf.compile(expr, formats={"A": "coo"}, target=target)
-    assert "A" in tail_free(k._plan), k.cin
+    k = ucf.compile(expr, formats={"A": fmt}, target=target)
+    assert "A" in (tail_free if fmt == "coo" else order_free)(k._plan), k.cin
     for _ in range(3):
         np.testing.assert_allclose(k(**ops).to_numpy(), scipy_answer(expr, ops), rtol=1e-12)
 
@@ -113,6 +115,21 @@ def test_coo_kernel_relying_on_column_order_gets_a_packed_operand():
     b = sp.random(*a.shape, density=0.4, format="csr", random_state=6)
     k = ucf.compile("y(i) = A(i,j) * B(i,j)", formats={"A": "coo", "B": "csr"})
     assert "A" not in tail_free(k._plan), k.cin
+    want = (a.toarray() * b.toarray()).sum(axis=1)
+    np.testing.assert_allclose(k(A=a, B=b).to_numpy(), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("canonical", [True, False])
+def test_csr_kernel_relying_on_order_checks_a_coo_read_as_csr(canonical):
+    """A CSR kernel merging A's columns with B's takes a canonical COO (sorted rows,
+    sorted unique columns) as a CSR on its own arrays and packs a shuffled one: either
+    answer is scipy's."""
+    a = shuffled_coo(17)
+    if canonical:
+        a = a.tocsr().tocoo()
+    b = sp.random(*a.shape, density=0.4, format="csr", random_state=18)
+    k = ucf.compile("y(i) = A(i,j) * B(i,j)", formats={"A": "csr", "B": "csr"})
+    assert "A" not in order_free(k._plan), k.cin
     want = (a.toarray() * b.toarray()).sum(axis=1)
     np.testing.assert_allclose(k(A=a, B=b).to_numpy(), want, rtol=1e-12)
 
@@ -248,6 +265,9 @@ def test_compiled_checks_agree_with_numpy(data, wide, major, minor):
     )
     got = array_checks.coordinates(row, row.ctypes.data, col.ctypes.data, len(row), 5, 4)
     assert got == bits
+    if not bits:
+        starts = array_checks.row_starts(row, row.ctypes.data, 5)
+        np.testing.assert_array_equal(starts, np.searchsorted(row, np.arange(6)))
 
 
 def test_coo_errors_say_where():
@@ -289,6 +309,8 @@ for dt in (np.int32, np.int64):
     assert rows.tolist() == [39, 40, 42], rows
     row, col = at_end([0, 1, 1, 7], dt), at_end([3, 0, -1, 2], dt)
     assert ac.coordinates(row, row.ctypes.data, col.ctypes.data, 4, 5, 4) == ac.ROW_OUT | ac.COL_OUT
+    row = at_end([0, 0, 2, 4], dt)
+    assert ac.row_starts(row, row.ctypes.data, 6).tolist() == [0, 2, 2, 3, 3, 4, 4]
 print("read in bounds")
 '''
 

@@ -605,19 +605,21 @@ def _shuffled_coo(seed: int) -> sp.coo_array:
         ("y(j) = A(i,j) * x(i)", lambda a, x, z: a.T @ x),
     ],
 )
-@pytest.mark.parametrize("layout", ["coo", "dcsr"])
+@pytest.mark.parametrize("layout", ["coo", "dcsr", "coo as csr"])
 def test_coo_and_dcsr_views_read_in_place_stay_in_bounds(asan_cc, tmp_path, expr, want, layout):
     """A scipy COO bound in place (rows sorted, columns shuffled and repeated) for a
-    COO kernel, and a non-canonical CSR bound as a DCSR view (rows found from indptr,
-    entries past indptr[-1] cut off) for a DCSR kernel: the kernel reads only their
-    arrays under ASan, and gives scipy's answer."""
-    from ucf.exec.scipy_operands import bind, hypersparse
+    COO kernel, or as a CSR view for a CSR one, and a non-canonical CSR bound as a
+    DCSR view (rows found from indptr, entries past indptr[-1] cut off) for a DCSR
+    kernel: the kernel reads only their arrays under ASan, and gives scipy's answer."""
+    from ucf.exec.scipy_operands import bind, compressed_rows, hypersparse
 
-    m = _shuffled_coo(4) if layout == "coo" else _non_canonical(5)
+    m = _shuffled_coo(4) if layout.startswith("coo") else _non_canonical(5)
     t = bind(m, "A")
     assert t is not None
     if layout == "dcsr":
         t = hypersparse(t)
+    if layout == "coo as csr":
+        t, layout = compressed_rows(t), "csr"
     a = m.toarray()
     x = np.arange(1.0, m.shape[0] + 1)
     z = np.arange(1.0, m.shape[1] + 1)

@@ -259,9 +259,62 @@ done:
 """
 
 
+def _row_starts_ir(t: str) -> str:
+    """``ucf_row_starts_<t>(row, n, rows, out)``: the ``indptr`` (``rows + 1`` entries, to
+    ``out``) of ``n`` coordinates whose rows (``row``, below ``rows``) are sorted: each
+    row's first position (entries written from the last, so the first stays), then
+    an empty row given the start of the next, from the end: no branch per entry."""
+    n_t = _narrow(t, "%n", "n_t")
+    q_t = _narrow(t, "%q", "q_t")
+    r64 = _widen(t, "%r", "r64").format(ext="sext")
+    return f"""
+define void @ucf_row_starts_{t}({t}* noalias nocapture readonly %row, i64 %n, i64 %rows,
+                                {t}* noalias nocapture %out) {{
+entry:
+{n_t}  br label %fill
+fill:
+  %f = phi i64 [0, %entry], [%f1, %fill]
+  %f.at = getelementptr inbounds {t}, {t}* %out, i64 %f
+  store {t} %n_t, {t}* %f.at
+  %f1 = add nuw nsw i64 %f, 1
+  %fill_more = icmp sle i64 %f1, %rows
+  br i1 %fill_more, label %fill, label %scatter_check
+scatter_check:
+  %some = icmp sgt i64 %n, 0
+  br i1 %some, label %scatter, label %suffix_check
+scatter:
+  %p = phi i64 [%n, %scatter_check], [%q, %scatter]
+  %q = add nsw i64 %p, -1
+  %r.at = getelementptr inbounds {t}, {t}* %row, i64 %q
+  %r = load {t}, {t}* %r.at
+{r64}{q_t}  %w.at = getelementptr inbounds {t}, {t}* %out, i64 %r64
+  store {t} %q_t, {t}* %w.at
+  %scatter_more = icmp sgt i64 %q, 0
+  br i1 %scatter_more, label %scatter, label %suffix_check
+suffix_check:
+  %any_rows = icmp sgt i64 %rows, 0
+  br i1 %any_rows, label %suffix, label %done
+suffix:
+  %s = phi i64 [%rows, %suffix_check], [%s0, %suffix]
+  %next = phi {t} [%n_t, %suffix_check], [%low, %suffix]
+  %s0 = add nsw i64 %s, -1
+  %s.at = getelementptr inbounds {t}, {t}* %out, i64 %s0
+  %here = load {t}, {t}* %s.at
+  %less = icmp slt {t} %here, %next
+  %low = select i1 %less, {t} %here, {t} %next
+  store {t} %low, {t}* %s.at
+  %suffix_more = icmp sgt i64 %s0, 0
+  br i1 %suffix_more, label %suffix, label %done
+done:
+  ret void
+}}
+"""
+
+
 def _module_ir() -> str:
     return "".join(
-        _compressed_ir(t) + _coordinates_ir(t) + _nonempty_ir(t) for t in _TYPES.values()
+        _compressed_ir(t) + _coordinates_ir(t) + _nonempty_ir(t) + _row_starts_ir(t)
+        for t in _TYPES.values()
     )
 
 
@@ -276,8 +329,11 @@ _PAIRS = ctypes.CFUNCTYPE(
 _NONEMPTY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 
 
+_STARTS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+
+
 @cache
-def _functions() -> tuple[object, dict, dict, dict]:
+def _functions() -> tuple[object, dict, dict, dict, dict]:
     """The compiled module (held: its functions live as long as it does) and its
     functions by index dtype."""
     from ucf.toolchain.jit import runtime_module
@@ -288,7 +344,8 @@ def _functions() -> tuple[object, dict, dict, dict]:
     }
     pairs = {dt: _PAIRS(library.address(f"ucf_coordinates_{t}")) for dt, t in _TYPES.items()}
     nonempty = {dt: _NONEMPTY(library.address(f"ucf_nonempty_{t}")) for dt, t in _TYPES.items()}
-    return library, compressed, pairs, nonempty
+    starts = {dt: _STARTS(library.address(f"ucf_row_starts_{t}")) for dt, t in _TYPES.items()}
+    return library, compressed, pairs, nonempty, starts
 
 
 def compressed(
@@ -316,3 +373,11 @@ def nonempty(indptr: np.ndarray, pos_at: int) -> np.ndarray:
     if len(rows):
         rows = rows[: _functions()[3][indptr.dtype](pos_at, major, rows.ctypes.data)]
     return rows
+
+
+def row_starts(row: np.ndarray, row_at: int, rows: int) -> np.ndarray:
+    """The ``indptr`` of a COO's entries, for ``row`` (int32 or int64, contiguous, at
+    address ``row_at``) sorted and below ``rows``: checked by ``coordinates``."""
+    out = np.empty(rows + 1, dtype=row.dtype)
+    _functions()[4][row.dtype](row_at, len(row), rows, out.ctypes.data)
+    return out

@@ -23,7 +23,9 @@ kernel that relies on the rows' order only (its columns in any order, repeats
 summed: scipy's ``tocoo()`` of a CSR is such a COO); and a CSR read by a DCSR kernel,
 whose rows are then the CSR's non-empty ones, found from ``indptr`` in one pass, and
 whose columns are the CSR's own ``indices`` (in any order where the kernel allows it,
-else checked). A COO that is not so is packed through scipy's CSR on every call.
+else checked). A COO with sorted rows read by a CSR kernel is handed over as a CSR
+on its own columns and values, its ``indptr`` found from the rows in one pass. A COO
+whose rows are not sorted is packed through scipy's CSR on every call.
 
 scipy's own ``has_sorted_indices`` and ``has_canonical_format`` are neither read nor
 set: they are flags cached on the object, which an in-place change leaves stale, and
@@ -233,8 +235,9 @@ def settle(
     (``free``: ``ucf.exec.order_free``; a CSC read as CSR is converted first, and a
     conversion may rely on the order), and repack one that is not canonical, as
     ``ucf.from_scipy`` would. A COO (its rows sorted) stays as it is where the kernel
-    reads it so and relies on no order past its rows (``tail``: ``tail_free``), and a
-    CSR the kernel reads as DCSR (``reads``) is handed over as one on its own arrays.
+    reads it so and relies on no order past its rows (``tail``: ``tail_free``); a CSR
+    the kernel reads as DCSR (``reads``) is handed over as one on its own arrays, and
+    a COO it reads as CSR as one on its own columns and values.
     The operands left unchecked are returned: a replay of the call leaves them so."""
     unchecked = []
     for name in bound:
@@ -243,8 +246,14 @@ def settle(
         if free.get(name) == structure:
             unchecked.append(name)
         elif structure == COO:
-            if tail.get(name) != COO:
-                given[name] = as_tensor(operands[name], name=name)
+            if tail.get(name) == COO:
+                continue
+            if reads.get(name) == CSR:
+                t = compressed_rows(t)
+                if free.get(name) == CSR or canonical(t):
+                    given[name] = t
+                    continue
+            given[name] = as_tensor(operands[name], name=name)
         elif structure == CSR and reads.get(name) == DCSR:
             if tail.get(name) == DCSR or canonical(t):
                 given[name] = hypersparse(t)
@@ -253,6 +262,15 @@ def settle(
         elif not canonical(t):
             given[name] = as_tensor(operands[name], name=name)
     return frozenset(unchecked)
+
+
+def compressed_rows(t: Tensor) -> Tensor:
+    """A COO Tensor from :func:`bind` (its rows sorted) as a CSR on the same columns and
+    values: its ``indptr`` found from the rows in one pass (``array_checks.row_starts``)."""
+    row = t.levels[0]["crd"]
+    indptr = array_checks.row_starts(row, address(row), t.shape[0])
+    levels = [{}, {"pos": indptr, "crd": t.levels[1]["crd"]}]
+    return trusted(t.shape, CSR, levels, t.vals, t.index_dtype)
 
 
 def hypersparse(t: Tensor) -> Tensor:
