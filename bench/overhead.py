@@ -39,8 +39,8 @@ rotating, and the median batch's CPU time per call is reported. The targets (iss
 no more than scipy's ``m @ x``. With ``--marked N`` (``--scipy --marked 200`` under
 the callgrind command below) the three calls at 2,000 and 20,000 rows take a dump each.
 Then the other layouts' rows (``scipy_layouts``): a scipy COO passed to COO kernels
-(SpMV, SpMM N=16; target 1.5x scipy's COO product) and a 1M x 1M CSR with 3000
-entries passed to a DCSR SpMV (target: no slower than ``m @ x``).
+(SpMV, SpMM N=16) and to a CSR SpMV (target 1.5x scipy's COO product each), and a
+1M x 1M CSR with 3000 entries passed to a DCSR SpMV (target: no slower than ``m @ x``).
 
 ``--marked N`` calls each ``k(...)`` case N times (also with the default schedule)
 and calls ``os.getppid()`` before the first case and after each: under callgrind's
@@ -328,6 +328,7 @@ def scipy_inputs(repeat: int, marked_calls: int = 0) -> int:
 #: Issue 34's targets for the other scipy layouts: (row, its peer, target ratio).
 LAYOUT_TARGETS = {
     "SpMV, scipy COO, coo kernel": ("COO m @ x", 1.5),
+    "SpMV, scipy COO, csr kernel": ("COO m @ x", 1.5),
     "SpMM N=16, scipy COO, coo kernel": ("COO m @ X", 1.5),
     "SpMV, 1M x 1M scipy CSR (3000 entries), dcsr kernel": ("m @ x", 1.0),
 }
@@ -350,6 +351,7 @@ def scipy_layouts(repeat: int) -> list[tuple[str, float, float]]:
     x, X = rng.random(n), rng.random((n, 16))
     spmv = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "coo"})
     spmm = ucf.compile("Y(i,k) = A(i,j) * X(j,k)", formats={"A": "coo"})
+    spmv_csr = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
     r = np.random.default_rng(3)
     big = 1_000_000
     entries = (r.random(3000), (r.integers(0, big, 3000), r.integers(0, big, 3000)))
@@ -360,6 +362,11 @@ def scipy_layouts(repeat: int) -> list[tuple[str, float, float]]:
     rows = {
         "SpMV, scipy COO, coo kernel": {
             "ucf": lambda: spmv(A=coo, x=x),
+            "COO m @ x": lambda: coo @ x,
+            "CSR m @ x": lambda: csr @ x,
+        },
+        "SpMV, scipy COO, csr kernel": {
+            "ucf": lambda: spmv_csr(A=coo, x=x),
             "COO m @ x": lambda: coo @ x,
             "CSR m @ x": lambda: csr @ x,
         },
