@@ -53,8 +53,8 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
     ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
     else is repacked on fresh arrays (in linear time through scipy's compressed
-    layouts where the target is one of ``ucf.format.convert.scipy_target``'s: a COO
-    operand is packed so on every kernel call); the input is never modified.
+    layouts where the target is one of ``ucf.format.convert.scipy_target``'s: a kernel
+    call packs so a COO operand whose rows are not sorted); the input is never modified.
     Repeated entries are summed and stored zeros kept.  The index dtype defaults to
     that of the input, and the format to
     CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
@@ -96,7 +96,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         checks.in_range(where, np.asarray(c.coords[mode]), d, what="index")
     if convert.scipy_target(fmt, shape, c.nnz, dt) is not None:
         # in bounds now, so scipy may compress it: rows sorted and repeats summed in
-        # linear time (a COO operand of a kernel call is packed so on every call)
+        # linear time (a kernel call packs so a COO operand whose rows are not sorted)
         return from_scipy(c.tocsr(), fmt, dtype, index_dtype_of(index_dtype))
     coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
     coords = coords.reshape(-1, len(shape))
