@@ -328,3 +328,18 @@ def test_compiled_checks_read_only_their_arrays(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and "read in bounds" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case", ["column out of range", "indptr decreases", "indices too short"])
+def test_a_corrupt_csr_read_as_dcsr_is_refused_naming_it(case):
+    """The DCSR view is built only from a CSR whose bounds were checked: a corrupt one
+    is refused first, naming the operand."""
+    from tests.exec.test_scipy_operands import corruptions
+
+    m = sp.random(6, 5, density=0.5, format="csr", random_state=0)
+    indptr, indices, why = corruptions(m)[case]
+    bad = m.copy()
+    bad.indptr, bad.indices = indptr, indices
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "dcsr"})
+    with pytest.raises(ucf.FormatError, match=f"operand A.*{re.escape(why)}"):
+        k(A=bad, x=np.ones(5))
