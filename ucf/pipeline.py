@@ -144,12 +144,13 @@ def plan(
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
-        compute = first_write.apply(compute, claims)
+        compute, firsts = first_write.apply(compute, claims)
         if writes_all:
             cin.notes.append(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        cin.notes += firsts
         compute, sums = split_sums(compute)
         cin.notes += sums
         compute = prefetch_rows(with_fma(compute))

@@ -86,14 +86,15 @@ def later(c: Claim) -> ir.Expr:
     return ir.Cmp("==", c.flag, Const(0, I64))
 
 
-def apply(fn: ir.Function, claims: list[Claim]) -> ir.Function:
+def apply(fn: ir.Function, claims: list[Claim]) -> tuple[ir.Function, list[str]]:
     """``fn`` with each claimed loop over blocks that follows its slice's zeroing loop
     setting its flag on its first step, and the zeroing run only where that step does
-    not cover the slice."""
+    not cover the slice; and a line per such loop saying so (for ``k.cin``)."""
     if not claims:
-        return fn
+        return fn, []
     by_loop = {c.loop: c for c in claims}
     taken = declared(fn.body) | {p.name for p in fn.params}
+    notes: list[str] = []
 
     def block(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -104,13 +105,19 @@ def apply(fn: ir.Function, claims: list[Claim]) -> ir.Function:
             done = _covered(s, after, by_loop, taken)
             if done is not None:
                 out += done
+                name = by_loop[after.var.name].array.removesuffix("_vals")
+                notes.append(
+                    f"registers: the tiles of the first step of {after.label or after.var.name} "
+                    f"start from zeros and write {name}'s slice, which is zeroed only where "
+                    "they do not cover it"
+                )
                 at += 2
                 continue
             out.append(with_blocks(s, block))
             at += 1
         return out
 
-    return replace(fn, body=block(fn.body))
+    return replace(fn, body=block(fn.body)), notes
 
 
 def _covered(zero: ir.Stmt, after, by_loop: dict[str, Claim], taken: set[str]):
