@@ -5,8 +5,8 @@ and with the nest without register blocking (random floats, which round), over p
 panels (columns of B not a multiple of the tile), partial blocks, empty block rows, a
 single block row, one and two threads (a cache each), and caches too small for every
 panel (slots shared: panels evicted and packed again when next named). Every tile
-prefetches a share of the next block's panel (here however small the panels), which
-changes no value."""
+prefetches a share of the next block's panel, or of the rows of B it is packed from
+when it is not packed yet (here however small the panels), which changes no value."""
 
 from __future__ import annotations
 
@@ -87,9 +87,10 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
         for target in ("llvm", "c"):
             k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
             assert "packed once per call and thread for each k_blk" in k.cin
-            # each tile prefetches its share of the next block's panel (``ahead``)
+            # each tile prefetches its share of the next block's panel (``ahead``), or
+            # of the rows of B it is packed from when it is not packed yet
             fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
-            assert fetched == {"B_panel0"}
+            assert fetched == {"B_panel0", "B_vals"}
             got[target] = k(A=t, B=b).to_numpy()
         monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
         k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
