@@ -198,8 +198,11 @@ def packed(
         # tile's (8 rows of 128 bytes of B for 4 groups of 8 float32 rows), so the copy
         # that packs it reads the caches, not memory, while this block computes.
         # bcsr(32,32) SpMM 1024^3 float32, C micro-benchmark of the kernel's loops, B
-        # evicted before each call: 0.91 to 0.93x the time at 90 % zero blocks on 1
-        # and 2 threads, 0.97x at 50 % (per-thread CPU time, loaded 2-core Zen 5).
+        # evicted before each call: 0.94 to 0.95x the time at 90 % zero blocks on 1
+        # and 2 threads, 0.94x at 50 % on 2 (the larger thread's CPU time, loaded
+        # 2-core Zen 5). The next block is the block row's (``ahead``): its next
+        # row's first block would gain about as much again where the same thread
+        # runs that row next.
         upcoming = Var(state.fresh("panel_coordinate"), I64)
         sources = _source_fetches(
             factors, steps, nest, coordinate, upcoming, tile, group, groups, width
