@@ -198,12 +198,12 @@ def packed(
         # tile's (8 rows of 128 bytes of B for 4 groups of 8 float32 rows), so the copy
         # that packs it reads the caches, not memory, while this block computes.
         # bcsr(32,32) SpMM 1024^3 float32, C micro-benchmark of the kernel's loops, B
-        # evicted before each call: 0.94 to 0.95x the time at 90 % zero blocks on 1
-        # and 2 threads, 0.94x at 50 % on 2 (the larger thread's CPU time, loaded
-        # 2-core Zen 5) with the block row's next block (``ahead``); 0.87 to 0.91x
-        # and 0.93x with the next stored block, the next row's first at a row's end
-        # (``across``): the same thread runs the next row unless a chunk of rows
-        # ends there, and a prefetch for another thread's row only costs bandwidth.
+        # evicted before each call, the larger thread's CPU time on a loaded 2-core
+        # Zen 5: with the block row's next block (``ahead``) 0.94 to 0.95x the time at
+        # 90 % zero blocks (1 and 2 threads) and 0.94x at 50 %; with the next stored
+        # block, the next row's first at a row's end (``across``), 0.88 to 0.93x and
+        # 0.93 to 0.97x. The same thread runs the next row unless a chunk of rows ends
+        # there, and a prefetch for another thread's row costs only bandwidth.
         upcoming = Var(state.fresh("panel_coordinate"), I64)
         across = state.across(coordinate.name)
         sources = _source_fetches(
