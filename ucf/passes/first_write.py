@@ -26,11 +26,13 @@ operands evicted before each call, the larger thread's CPU time, loaded 2-core Z
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.passes.tiling import Nest, loads_from
 
 
 @dataclass(frozen=True)
@@ -50,16 +52,27 @@ class Claim:
 
 
 def claim(
-    taken, loops: list[ir.For], nest, original: ir.For, base: ir.Expr, stride, width: int
+    fresh: Callable[[str], str],
+    loops: list[ir.For],
+    nest: Nest,
+    original: ir.For,
+    base: ir.Expr,
+    stride: ir.Expr | None,
+    width: int,
 ) -> Claim | None:
     """A ``Claim`` for ``nest`` (``original`` before the rewrite), if it is the one
-    statement, after declarations, of the serial loop around it, runs over rows of
-    constant count, and moves one row per ``stride`` (``base``: its store's place less
-    ``j``, the rows' declarations substituted); else None. ``taken`` names the flag."""
+    statement, after declarations that do not read its output, of the serial loop
+    around it, runs over rows of constant count, and moves one row per ``stride``
+    (``base``: its store's place less ``j``, the rows' declarations substituted); else
+    None. ``fresh`` names the flag."""
     rows, j = nest.rows, nest.inner
     if not loops or rows is None or stride is None or loops[-1].parallel:
         return None
-    if [s for s in loops[-1].body if not isinstance(s, ir.Decl | ir.Comment)] != [original]:
+    body = loops[-1].body
+    if [s for s in body if not isinstance(s, ir.Decl | ir.Comment)] != [original]:
+        return None
+    array = nest.store.array.name
+    if any(isinstance(s, ir.Decl) and loads_from(s.init, array) for s in body):
         return None
     if not (isinstance(rows.start, Const) and isinstance(rows.end, Const)):
         return None
@@ -68,8 +81,8 @@ def claim(
         return None
     start = ir.add(substitute(base, {rows.var.name: rows.start}), j.start)
     span = ir.sub(j.end, j.start)
-    flag = Var(taken("first_block"), I64)
-    return Claim(flag, loops[-1].var.name, nest.store.array.name, start, stride, span, count, width)
+    flag = Var(fresh("first_block"), I64)
+    return Claim(flag, loops[-1].var.name, array, start, stride, span, count, width)
 
 
 def tile_start(c: Claim | None, acc: Var, load: ir.VLoad) -> tuple[ir.Decl, list[ir.Stmt]]:
