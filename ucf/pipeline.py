@@ -23,6 +23,7 @@ from ucf.cin.diagonals import describe as describe_diagonals
 from ucf.cin.diagonals import diagonals
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
+from ucf.cin.relabelled import relabelled
 from ucf.cin.scale_groups import group_sums
 from ucf.cin.split_operands import split_operands
 from ucf.codegen import cuda as cudagen
@@ -129,7 +130,12 @@ def plan(
         else user_variables(front.user_stmt)
     )
     variables += tuple(dict.fromkeys(v for v, _, _ in (blocks or {}).values()))
-    if computed != requested:
+    copied = None
+    if default and module is None and blocking is None and not fixed:
+        copied = relabelled(cin, requested, fmts)
+    if copied is not None:
+        cin.notes.append(copied.note(out))
+    elif computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     if lowered.one_pass:
         cin.notes.append(
@@ -191,6 +197,7 @@ def plan(
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
         one_pass=lowered.one_pass,
+        copied=copied,
         schedule=None if schedule is None else "; ".join(map(str, commands)),
     )
 
