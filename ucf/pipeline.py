@@ -43,7 +43,7 @@ from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
-from ucf.passes import dismantle
+from ucf.passes import dismantle, first_write
 from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
@@ -144,17 +144,19 @@ def plan(
         )
     compute = remove_dead_variables(lowered.compute)
     if module is None:
-        compute, tiles = register_block(compute)
+        compute, tiles, claims = register_block(compute)
         cin.notes += tiles
         if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
+        compute, firsts = first_write.apply(compute, claims)
         if writes_all:
             cin.notes.append(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        cin.notes += firsts
         compute, sums = split_sums(compute)
         cin.notes += sums
         compute = prefetch_rows(with_fma(compute))
