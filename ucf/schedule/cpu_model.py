@@ -193,12 +193,24 @@ def _choices(
     order, exact, exact_why = orders[0]
     work = _work(cin, stats)
     serial = _serial_reason(threads)
+    # A workspace over several variables is walked over them by its producer and its
+    # consumer both, and ``bound`` takes one loop: it would be refused.
+    spanned = {
+        v
+        for c in workspace
+        if isinstance(c, PrecomputeCommand) and c.more
+        for v in (c.var, *c.more)
+    }
+
+    def bounded(way: list[str], parallel: str | None):
+        return [] if way and way[-1] in spanned else _bound(cin, way, stats, parallel)
+
     choices = []
     if serial is None:
         for way, moves, moved_why in orders:
             for v, reason in _parallel_loops(cin, way, stats, threads):
                 par, how = _parallel(cin, v, stats, threads, work)
-                bound = _bound(cin, way, stats, v)
+                bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
                     cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
                     lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound if w]]
@@ -206,7 +218,7 @@ def _choices(
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
                     choices.append(Choice(cmds, lines))
     serial = serial or _NO_PARALLEL
-    bound = _bound(cin, order, stats, None)
+    bound = bounded(order, None)
     if bound:
         cmds = [*workspace, *exact, *[c for c, _ in bound]]
         choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound if w]]))
