@@ -22,8 +22,8 @@ A sub-product whose value has two free variables (``B(j,k)*X(k,l)`` of ``A@B@X``
 both its producer and its consumer walk it row by row. Its zeroing (the extents'
 product) counts in its estimate, and it is never larger than ``MAX_WORKSPACE``
 entries. Without statistics it is taken only where a dense factor of the group
-holds its second variable (``X``'s columns), so it is no larger than the operands
-the caller already holds, give or take the ratio of two extents.
+holds one of its variables (``X``'s columns, or rows), so it is no larger than the
+operands the caller already holds, give or take the ratio of two extents.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _groups(factors, nested, chain: _Chain):
     with the rest or the output, at least one of its own to sum, and some loop of the
     rest it does not depend on; a nested sum's factors are a group whole or in none. A
     group over two variables must fit ``MAX_WORKSPACE`` (without statistics: a dense
-    factor of the group holds its second variable)."""
+    factor of the group holds one of them)."""
     for size in range(1, len(factors)):
         for group in combinations(range(len(factors)), size):
             if any(g & set(group) and g != set(group) for g in nested):
@@ -181,12 +181,11 @@ def _place(v: str, order: tuple[str, ...]) -> tuple[int, str]:
 def _fits(v: tuple[str, ...], group: list[Access], chain: _Chain) -> bool:
     """Whether a workspace over the two variables ``v`` may be built for ``group``."""
     if chain.stats is None:
-        return any(
-            v[1] in _vars(a)
-            and chain.formats.get(a.tensor) is not None
-            and chain.formats[a.tensor].is_dense
-            for a in group
-        )
+        # an earlier step's workspace is no operand: dense
+        dense = [
+            a for a in group if a.tensor not in chain.formats or chain.formats[a.tensor].is_dense
+        ]
+        return any(x in _vars(a) for x in v for a in dense)
     return math.prod(chain.stats.extents.get(x, 1) for x in v) <= MAX_WORKSPACE
 
 
