@@ -12,8 +12,8 @@ then folded in halves, ``s[l] + s[l + P/2]`` for each ``l`` below ``P/2``, until
 is left; the last ``n % P`` terms are added to it in order. A loop of fewer than
 ``SHORT * P`` terms (16 float64, 32 float32) runs as a single chain, as before; its
 own, from 0, added to the sum after the loop, where the sum runs on across an
-enclosing loop (see ``_split``). The order depends on nothing but ``n``, the same on every target and every thread count,
-so llvm and c agree bit for bit. The copies of one
+enclosing loop (see ``_split``). The order depends on nothing but ``n``, the same on
+every target and every thread count, so llvm and c agree bit for bit. The copies of one
 block of ``P`` terms are independent, so the backends also turn them into vector
 instructions where the terms load consecutive elements (a dense dot product).
 

@@ -38,6 +38,7 @@ from ucf.lang.ast import Access, Binary, Sum, accesses, fresh, index_variables, 
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, PrecomputeCommand
 from ucf.schedule.gathering import is_product
+from ucf.schedule.multiply_adds import multiply_adds
 
 #: Allocating, freeing and entering a workspace costs about this many steps of a loop.
 WORKSPACE_STEPS = 256.0
@@ -72,12 +73,12 @@ def plan(cin: CIN, stats, why: list[str]) -> list[Command]:
     if not (summed or nested) or not 3 <= len(factors) <= MAX_FACTORS:
         return []
     formats = {cin.slots[n].tensor: cin.slots[n].format for n in cin.slots}
-    density = {t: _density(t, factors, formats, stats) for t in formats}
+    sparse = frozenset(t for t, f in formats.items() if not f.is_dense)
     outs = set(cin.output_vars)
     taken = {*formats, stmt.lhs.tensor, *index_variables(stmt.rhs), *outs}
     names = [fresh("w", taken) for _ in index_variables(stmt.rhs)]
-    plain = _cost(factors, outs, stats, density)
-    chain = _Chain(outs, stats, density, formats, tuple(cin.order), names)
+    plain = _cost(factors, outs, stats, sparse)
+    chain = _Chain(outs, stats, sparse, formats, tuple(cin.order), names)
     if plain is None:
         steps = _first(factors, nested, chain)
         total = None
@@ -141,12 +142,12 @@ def _flattened(body) -> tuple[list[Access], tuple[frozenset[int], ...]] | None:
 @dataclass(frozen=True)
 class _Chain:
     """What every step of the search reads: the output's variables, the statistics
-    (None before a call), each operand's density and format, the loop order (a
+    (None before a call), the sparse operands, each operand's format, the loop order (a
     workspace's variables go in its order) and the workspaces' names, one per step."""
 
     outs: set[str]
     stats: object
-    density: dict[str, float]
+    sparse: frozenset[str]
     formats: dict
     order: tuple[str, ...]
     names: list[str]
@@ -214,10 +215,10 @@ def _best(factors: tuple[Access, ...], nested, depth: int, chain: _Chain, memo) 
     allocating its workspace), then the best for what is left. Memoized."""
     if (factors, nested, depth) in memo:
         return memo[factors, nested, depth]
-    stats, density = chain.stats, chain.density
-    best: tuple[float, tuple] = (_cost(list(factors), chain.outs, stats, density), ())
+    stats, sparse = chain.stats, chain.sparse
+    best: tuple[float, tuple] = (_cost(list(factors), chain.outs, stats, sparse), ())
     for step in _groups(list(factors), nested, chain):
-        produce = _cost([factors[n] for n in step.group], set(step.v), stats, density)
+        produce = _cost([factors[n] for n in step.group], set(step.v), stats, sparse)
         produce += WORKSPACE_STEPS + math.prod(stats.extents.get(v, 1) for v in step.v)
         if produce >= best[0]:
             continue
@@ -229,25 +230,10 @@ def _best(factors: tuple[Access, ...], nested, depth: int, chain: _Chain, memo) 
     return best
 
 
-def _cost(factors: list[Access], outs: set[str], stats, density: dict[str, float]):
-    """Multiply-adds of the product of ``factors`` over its variables and ``outs``: the
-    extents' product thinned by each sparse factor's density (None without stats)."""
-    if stats is None:
-        return None
-    variables = {v for a in factors for v in _vars(a)} | outs
-    work = float(math.prod(stats.extents.get(v, 1) for v in variables))
-    for a in factors:
-        work *= density.get(a.tensor, 1.0)
-    return work
-
-
-def _density(tensor: str, factors: list[Access], formats, stats) -> float:
-    """The stored fraction of a sparse operand (1.0 for a dense one, or unknown)."""
-    if stats is None or formats[tensor].is_dense or tensor not in stats.nnz:
-        return 1.0
-    a = next(a for a in factors if a.tensor == tensor)
-    size = math.prod(stats.extents.get(v, 1) for v in _vars(a))
-    return min(1.0, stats.nnz[tensor] / max(size, 1))
+def _cost(factors: list[Access], outs: set[str], stats, sparse: frozenset[str]):
+    """Multiply-adds of the product of ``factors`` over its variables and ``outs``
+    (``multiply_adds``; None without stats)."""
+    return None if stats is None else multiply_adds(factors, stats, sparse, outs)
 
 
 def _vars(a: Access) -> set[str]:

@@ -33,6 +33,7 @@ from ucf.schedule.commands import (
     SplitCommand,
 )
 from ucf.schedule.gathering import distributed, is_product, terms, workspaces
+from ucf.schedule.multiply_adds import multiply_adds
 from ucf.schedule.records import Parallel
 
 #: A loop shared out over CPU threads, each iteration independent.
@@ -358,19 +359,10 @@ def _work(cin: CIN, stats: Stats | None) -> float | None:
     the product of its variables' extents thinned by each sparse operand's density."""
     if stats is None:
         return None
-    ext = stats.extents
     sparse = {cin.slots[n].tensor for n in cin.slots if not cin.slots[n].format.is_dense}
     total = 0.0
     for term in _additive_terms(peel(cin.statement.rhs)[1]):
-        found = accesses(term)
-        variables = {v for a in found for i in a.indices for v in i.variables}
-        work = float(math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars)))
-        for a in found:
-            if a.tensor not in sparse or a.tensor not in stats.nnz:
-                continue
-            size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
-            work *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
-        total += work
+        total += multiply_adds(accesses(term), stats, sparse, cin.output_vars)
     return total
 
 
