@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ucf.lang.ast import Access
-    from ucf.schedule.cpu_model import Stats
+
+
+class Stats(Protocol):
+    """What the estimate reads of a call's statistics (``ucf.schedule.cpu_model.Stats``,
+    which imports the models that import this)."""
+
+    extents: dict[str, int]
+    nnz: dict[str, int]
 
 
 def density(a: Access, stats: Stats) -> float:
