@@ -10,6 +10,7 @@ import pytest
 
 import ucf
 from tests.helpers import TARGETS, rand_dense, rand_sparse
+from ucf.toolchain import jit
 
 RIGHT = "Y(i,l) = A(i,j)*B(j,k)*X(k,l)"
 LEFT = "Y(i,l) = X(i,k)*A(k,j)*B(j,l)"
@@ -113,3 +114,24 @@ def test_cuda_refuses_it_by_name():
         ucf.compile(
             RIGHT, formats={"A": "csr", "B": "csr"}, schedule=ON_RIGHT, target="cuda", emulate=True
         )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_default_on_two_threads(target, monkeypatch):
+    """The default's w(j,l) = B@X, formed once, then A@w with i shared over two threads
+    that start whatever the work (``UCF_WORK_THRESHOLD=0``): exact, rows of A empty too."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
+    ops = _operands(RIGHT, 40, 30, 20, 3, seed=5)
+    formats = {"A": "csr", "B": "csr"}
+    before = jit._threads.get("requested")
+    try:
+        ucf.set_num_threads(2)
+        k = ucf.compile(RIGHT, formats=formats, target=target)
+        tensors = {n: ucf.from_numpy(a, format=formats.get(n, "UU")) for n, a in ops.items()}
+        np.testing.assert_array_equal(k(**tensors).to_numpy(), _want(RIGHT, ops))
+    finally:
+        jit._threads.pop("requested", None)
+        if before is not None:
+            ucf.set_num_threads(before)
+    assert "precomputed into workspace w(j, l)" in k.cin, k.cin
+    assert "loop i runs in parallel" in k.cin, k.cin
