@@ -1,7 +1,8 @@
 """``precompute`` into a workspace over two variables (``W(j,l) = B(j,k)*X(k,l)`` of
 ``A@B@X``, ``W(i,j) = X(i,k)*A(k,j)`` of ``X@A@B``), as a user writes it, against
 numpy on both CPU targets over formats and shapes (empty rows, one column, zero
-extents); what cannot work is refused by name."""
+extents), and on two threads with a chain's producer parallel too; what cannot work
+is refused by name."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 import ucf
 from tests.helpers import TARGETS, rand_dense, rand_sparse
+from ucf.ir.printer import format_functions
 from ucf.toolchain import jit
 
 RIGHT = "Y(i,l) = A(i,j)*B(j,k)*X(k,l)"
@@ -135,3 +137,54 @@ def test_the_default_on_two_threads(target, monkeypatch):
             ucf.set_num_threads(before)
     assert "precomputed into workspace w(j, l)" in k.cin, k.cin
     assert "loop i runs in parallel" in k.cin, k.cin
+
+
+PRODUCER = "parallelize(j, CPUThread, NoRaces)"
+CONSUMER = "parallelize(i, CPUThread, NoRaces)"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "expr,precompute",
+    [
+        ("y(i) = A(i,j)*B(j,k)*x(k)", "precompute(B(j,k)*x(k), j, j, w)"),
+        (RIGHT, ON_RIGHT),
+    ],
+)
+@pytest.mark.parametrize("order", [(PRODUCER, CONSUMER), (CONSUMER, PRODUCER)])
+def test_a_chain_producer_on_threads(target, expr, precompute, order, monkeypatch):
+    """``parallelize(j)`` names the producer's loop over the workspace's variable (its
+    iterations fill entries of their own) and the consumer's sum over j inside the
+    parallel i, which is left to i's threads, in either order; both start their threads
+    (``UCF_WORK_THRESHOLD=0``) on two, and the result is exact."""
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
+    rng = np.random.default_rng(9)
+    a = rand_sparse(rng, (40, 30), 0.3, empty_rows=3)
+    b = rand_sparse(rng, (30, 20), 0.3, empty_rows=2)
+    x = rand_dense(rng, (20, 3) if expr == RIGHT else (20,))
+    formats = {"A": "csr", "B": "csr"}
+    before = jit._threads.get("requested")
+    try:
+        ucf.set_num_threads(2)
+        k = ucf.compile(
+            expr, formats=formats, schedule="; ".join((precompute, *order)), target=target
+        )
+        ops = {"A": ucf.from_numpy(a, format="csr"), "B": ucf.from_numpy(b, format="csr")}
+        ops["X" if expr == RIGHT else "x"] = x
+        np.testing.assert_array_equal(k(**ops).to_numpy(), a @ (b @ x))
+    finally:
+        jit._threads.pop("requested", None)
+        if before is not None:
+            ucf.set_num_threads(before)
+    text = format_functions(k.llir)
+    assert text.count("for parallel(CPUThread") == 2, text  # the producer's j, the consumer's i
+
+
+def test_a_consumer_sum_alone_is_still_refused():
+    """Without a parallel loop around it, the consumer's sum over j is a race: refused."""
+    with pytest.raises(ucf.ScheduleError, match="j is a reduction variable"):
+        ucf.compile(
+            "y(i) = A(i,j)*B(j,k)*x(k)",
+            formats={"A": "csr", "B": "csr"},
+            schedule="precompute(B(j,k)*x(k), j, j, w); " + PRODUCER,
+        )

@@ -385,6 +385,11 @@ class Lowerer(
             parallel_out,
             entries=dict(self.entries),
             workspaces=[ws for ws, _ in self.workspaces],
+            filled={
+                wh.ws.vals.name: frozenset((wh.ws.var, *wh.ws.more))
+                for wh in self.wheres
+                if wh.ws.list is None
+            },
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
