@@ -21,6 +21,11 @@ round after round, on one thread, and the medians compared:
   forms no workspace): every path ``(i, j, k)`` of the chain, the cliff of issue 34.
   Before the two-dimensional workspace, ``A@B@X`` and ``X@A@B`` ran it by default.
 
+``--threads 2`` runs ucf's kernels on two threads (scipy stays on one) and adds, for
+``y = A@B@x`` and ``Y = A@B@X`` (8 columns), the producer on threads too: the
+default's workspace with ``parallelize(i, ...)`` and ``parallelize(j, ...)``, which
+the default does not take yet (on a busy machine it was slower); for information.
+
 Targets (issue 34), each the default's time over scipy's on 1 thread: ``y = A@B@x``
 within 1.5x; ``Y = A@B@X`` (8 dense columns, ``W(j,l) = B@X`` first) within 1.5x;
 and on every row the default no slower than the plain nest (1.1x, for noise).
@@ -81,6 +86,11 @@ CHAINS = {
         lambda m, v: np.asarray((v["Xt"] @ m[0]) @ m[1]),
     ),
 }
+#: The rows that also time the producer on threads (``--threads 2``): its workspace.
+PRODUCERS = {
+    "y = A@B@x": "precompute(B(j,k)*x(k), j, j, w)",
+    "Y = A@B@X (8 columns)": "precompute(B(j,k)*X(k,l), {j,l}, {j,l}, w)",
+}
 #: (row, limit): t_default / t_scipy at 1 thread
 TARGETS = (("y = A@B@x", 1.5), ("Y = A@B@X (8 columns)", 1.5))
 #: The default against the plain nest on every row, noise allowed.
@@ -99,11 +109,12 @@ def operands(n: int, per_row: int) -> tuple[list, dict]:
     return mats, vecs
 
 
-def run(n: int, per_row: int, repeats: int) -> dict[str, tuple[float, float]]:
-    """Each chain's default/scipy and default/plain ratios at ``n`` rows."""
+def run(n: int, per_row: int, repeats: int, threads: int) -> dict[str, tuple[float, float]]:
+    """Each chain's default/scipy and default/plain ratios at ``n`` rows, ucf on
+    ``threads``."""
     mats, vecs = operands(n, per_row)
     ratios = {}
-    ucf.set_num_threads(1)
+    ucf.set_num_threads(threads)
     for label, (stmt, dense, order, reference) in CHAINS.items():
         used = [name for name in "ABC" if f"{name}(" in stmt]
         ops = {name: ucf.from_scipy(m) for name, m in zip(used, mats, strict=False)}
@@ -115,26 +126,32 @@ def run(n: int, per_row: int, repeats: int) -> dict[str, tuple[float, float]]:
                 ops[tensor], formats[tensor] = ucf.from_scipy(value), "csr"
             else:
                 ops[tensor] = value
-        default = ucf.compile(stmt, formats=formats)
-        plain = ucf.compile(stmt, formats=formats, schedule=f"reorder({order})")
+        kernels = {
+            "default": ucf.compile(stmt, formats=formats),
+            "plain": ucf.compile(stmt, formats=formats, schedule=f"reorder({order})"),
+        }
+        if threads > 1 and label in PRODUCERS:
+            both = "; ".join(f"parallelize({v}, CPUThread, NoRaces)" for v in "ij")
+            schedule = f"{PRODUCERS[label]}; {both}"
+            kernels["producer"] = ucf.compile(stmt, formats=formats, schedule=schedule)
         want = reference(mats, vecs)
         calls = {"scipy": lambda r=reference: r(mats, vecs)}
-        for name, k in (("default", default), ("plain", plain)):
+        for name, k in kernels.items():
             got = np.asarray(k(**ops))
             if not np.allclose(got, want, rtol=1e-9):
                 raise SystemExit(f"ucf {name} differs from scipy for {stmt} at n={n}")
             calls[name] = lambda k=k, ops=ops: k(**ops)
         chosen = [
             s.strip()
-            for s in default.cin.splitlines()
+            for s in kernels["default"].cin.splitlines()
             if "default: precompute" in s or "default: the plain nest" in s
         ]
-        print(f"{label}: {stmt}, {n} rows, {per_row} nonzeros a row (CSR), 1 thread:")
+        print(f"{label}: {stmt}, {n} rows, {per_row} nonzeros a row (CSR), {threads} thread(s):")
         print(f"  {chosen[-1] if chosen else 'no workspace'}")
-        times = timed(calls, dict.fromkeys(calls, 1), repeats)
+        times = timed(calls, {name: 1 if name == "scipy" else threads for name in calls}, repeats)
         base = times["scipy"]
-        print(f"  scipy: {base * 1e3:8.3f} ms")
-        for name in ("default", "plain"):
+        print(f"  scipy: {base * 1e3:8.3f} ms (1 thread)")
+        for name in kernels:
             print(f"  ucf {name:8s} {times[name] * 1e3:8.3f} ms  {times[name] / base:5.2f}x scipy")
         ratios[label] = (times["default"] / base, times["default"] / times["plain"])
     return ratios
@@ -145,8 +162,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--per-row", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=15, help="rounds of timing")
+    parser.add_argument("--threads", type=int, default=1, help="ucf's threads (scipy: 1)")
     args = parser.parse_args()
-    ratios = run(args.rows, args.per_row, args.repeats)
+    ratios = run(args.rows, args.per_row, args.repeats, args.threads)
+    if args.threads != 1:
+        print(f"\n(ucf on {args.threads} threads: the targets are for 1 thread)")
+        return
     print("\ntargets (issue 34):")
     for label, limit in TARGETS:
         ratio = ratios[label][0]
