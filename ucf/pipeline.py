@@ -100,7 +100,7 @@ def plan(
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = list(schedule or [])
     check_statement(commands, front.user_stmt, blocking)
-    gathered = [g for c in commands if isinstance(c, PrecomputeCommand) and (g := c.gathered)]
+    gathered = [g for c in commands if isinstance(c, PrecomputeCommand) for g in c.gathered]
     base = front.concretized(workspace=_precomputes(commands), gathered=gathered)
     module = None
     fixed = _static_views(front, static or {}, target)

@@ -1,7 +1,8 @@
 """Partial sums (ucf.passes.partial_sums): SpMV's rows and SDDMM's dot products over
 ``k`` summed in one vector's worth of chains. Against scipy and numpy on both CPU
 targets, over empty rows, rows of length 1 to 7 (the remainders), a single long row,
-and both layouts of SDDMM's D; bit for bit between the targets; and, in float64, bit
+and both layouts of SDDMM's D, and a scalar summed over every row (a chain per short
+row); bit for bit between the targets; and, in float64, bit
 for bit against the documented order replayed in exact rational arithmetic (each fused
 multiply-add rounded once from the exact value)."""
 
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS, documented_sum, exact_fma
+from ucf.ir.printer import format_functions
 from ucf.ir.walk import loops
 from ucf.toolchain import jit
 
@@ -55,6 +57,41 @@ def test_spmv_rows_of_every_remainder(dtype):
             for a, b in zip(m.indptr[:-1], m.indptr[1:], strict=True)
         ]
         assert np.array_equal(got["llvm"], np.array(want))
+
+
+def _carried(rows: list[list[tuple[float, float]]], parts: int) -> float:
+    """A scalar summed over every row (``s = A(i,j)*x(j)``) in the documented order: a
+    short row's terms in a chain of their own from 0, added to the sum after it; a long
+    row's partial sums folded and added to the sum, then its last terms in order."""
+    total = 0.0
+    for terms in rows:
+        if len(terms) < 4 * parts:
+            total += documented_sum(terms, parts)
+            continue
+        whole = len(terms) // parts * parts
+        total += documented_sum(terms[:whole], parts)
+        for a, b in terms[whole:]:
+            total = exact_fma(a, b, total)
+    return total
+
+
+def test_a_sum_carried_across_rows_keeps_a_chain_per_row():
+    """A sum over every row into one scalar: each short row's chain starts from 0, so the
+    rows overlap; bit for bit the documented order on both targets, and near scipy's."""
+    rng = np.random.default_rng(11)
+    m = _rows_matrix(rng, LENGTHS * 2, 80, np.float64)
+    x = rng.standard_normal(80)
+    rows = [
+        list(zip(m.data[a:b], x[m.indices[a:b]], strict=True))
+        for a, b in zip(m.indptr[:-1], m.indptr[1:], strict=True)
+    ]
+    want = _carried(rows, 4)
+    for target in [t if isinstance(t, str) else t.values[0] for t in TARGETS]:
+        k = ucf.compile("s = A(i,j) * x(j)", formats={"A": "csr"}, target=target)
+        assert "t0_r0 = fma(" in format_functions(k.llir), target
+        got = float(np.asarray(k(A=ucf.from_scipy(m, format="csr"), x=x)))
+        assert got == want, target
+        np.testing.assert_allclose(got, (m @ x).sum(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("target", TARGETS)

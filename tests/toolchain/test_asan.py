@@ -286,26 +286,6 @@ def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedu
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
-@pytest.mark.parametrize("case", list(MATS))
-@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("dcsr", "csc")])
-def test_chain_workspaces_stay_in_bounds(asan_cc, tmp_path, case, fa, fb):
-    """The default's workspaces of a chain (w(k) = C@x, then w1(j) = B@w, outside the
-    loop over i) stay inside their buffers, on rectangular and empty operands."""
-    A = MATS[case]
-    B = np.roll(A, 1, axis=0).T.copy()
-    C = A.copy()
-    x = np.arange(1, A.shape[1] + 1, dtype=np.float64)
-    k = ucf.compile(
-        "y(i) = A(i,j)*B(j,k)*C(k,l)*x(l)", formats={"A": fa, "B": fb, "C": fa}, target="c"
-    )
-    assert "precomputed into workspace w1" in k.cin, k.cin
-    ops = {"A": _tensor(A, fa), "B": _tensor(B, fb), "C": _tensor(C, fa), "x": _tensor(x, "U")}
-    n, m = A.shape
-    extents = {"i": n, "j": m, "k": n, "l": m}
-    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), extents, ops)
-    np.testing.assert_array_equal(out.to_numpy(), A @ (B @ (C @ x)))
-
-
 @pytest.mark.parametrize("cols", [40, 300])
 def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
     """Rows of C longer than 32 entries (up to every column) take the bucketed or the

@@ -385,6 +385,11 @@ class Lowerer(
             parallel_out,
             entries=dict(self.entries),
             workspaces=[ws for ws, _ in self.workspaces],
+            filled={
+                wh.ws.vals.name: frozenset((wh.ws.var, *wh.ws.more))
+                for wh in self.wheres
+                if wh.ws.list is None
+            },
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
@@ -421,7 +426,7 @@ class Lowerer(
             if wh.parent == here and wh.depth == d:
                 return self._where(wh, st)
         remaining = order[d:]
-        out_vars = [st.ws.var] if st.ws else self.out_vars
+        out_vars = [st.ws.var, *st.ws.more] if st.ws else self.out_vars
         out_bound = all(v in order[:d] for v in out_vars)
         listing = st.ws is not None and st.ws.list is not None
         if self.assembling and st.pending is None and not listing and not st.temp:

@@ -110,7 +110,9 @@ class Workspace:
 
     name: str
     var: str  # the original index variable it is indexed by
-    index: Var  # the variable it is indexed with (the original or a split's inner one)
+    # the position it is indexed with: the variable (the original or a split's inner
+    # one), or, over several variables, their row-major position
+    index: ir.Expr
     size: ir.Expr
     vals: Array
     flags: Array | None = None
@@ -127,6 +129,8 @@ class Workspace:
     # The consumer merges this list with another workspace's (``w(j) + v(j)``): counting
     # their union needs both in order, so the assemble pass sorts it too.
     merged: bool = False
+    # Its further variables (``W(j,l)``: ``("l",)``), each a dense dimension after ``var``.
+    more: tuple[str, ...] = ()
 
     def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
         """The arrays a pass allocates, with their lengths.  The assemble pass only
