@@ -70,6 +70,7 @@ from ucf.lower.lattice import (
 )
 from ucf.lower.nest import Nest
 from ucf.lower.placement import PlacementMixin
+from ucf.lower.product_bound import product_bound, product_operands
 from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
@@ -180,7 +181,8 @@ class Lowerer(
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.bounded = self._bound_operands()  # the output in one pass: see there
-        if self.bounded:
+        self.product = product_operands(self)  # ... or a product's: see there
+        if self.bounded or self.product:
             self.local = None
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
@@ -319,6 +321,14 @@ class Lowerer(
                 self._bound(),
                 doc="Bound the entries of the output: those of the operands together.",
             )
+        elif self.product:
+            a, b = (self.operands[n] for n in self.product)
+            assemble = ir.Function(
+                f"{self.name}_assemble",
+                self._params(True),
+                product_bound(a, b, self.extents[self.out_level_vars[1]], self._counts_array()),
+                doc="Bound the entries of the output: the products of the operands' entries.",
+            )
         elif self.sparse_out:
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
@@ -344,7 +354,7 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        one_pass = bool(self.bounded)
+        one_pass = bool(self.bounded or self.product)
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
