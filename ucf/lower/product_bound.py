@@ -26,9 +26,14 @@ from ucf.lower.state import Operand
 #: Above this many products, the assemble pass counts the output exactly (its arrays
 #: at the bound would reserve 1.5 GiB of address space with 32-bit indices).
 CAP = 1 << 27
+#: How ``k.cin`` says the output is built.
+NOTE = (
+    "arrays that hold one entry per product of the operands' entries (no pass counts "
+    "its entries first; above {cap} products, the assemble pass does)"
+)
 
 
-def product_operands(lowerer) -> tuple[int, int] | None:
+def operands(lowerer) -> tuple[int, int] | None:
     """(A, B), the operand numbers of ``C(i,k) = A(i,j) * B(j,k)`` where a serial kernel
     gathers C's rows in a workspace and A, B and C are stored as rows (a dense level,
     then a compressed one): the shape whose output a bound of products allows in one
@@ -77,7 +82,7 @@ def _indexed(op: Operand, variables: list[str]) -> bool:
     return _rows(op.fmt.levels) and [ix.single_variable for ix in op.level_idx] == variables
 
 
-def product_bound(a: Operand, b: Operand, n_k: ir.Expr, counts: Array) -> list[ir.Stmt]:
+def assemble(a: Operand, b: Operand, n_k: ir.Expr, counts: Array) -> list[ir.Stmt]:
     """The assemble pass: ``counts`` gets the bound of the output's entries (level 1) or,
     above ``CAP``, their exact count."""
     a_rows, b_rows = a.fmt.levels[1], b.fmt.levels[1]
@@ -86,9 +91,7 @@ def product_bound(a: Operand, b: Operand, n_k: ir.Expr, counts: Array) -> list[i
     p, j, total = (Var(v, I64) for v in ("pb", "jb", "bound"))
     first = ir.cast(a_rows.bounds(a_arrays, zero, None, a.dim(1))[0], I64)
     end = ir.cast(a_rows.bounds(a_arrays, n_i, None, a.dim(1))[0], I64)
-    b_begin, b_end = (
-        ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1))
-    )
+    b_begin, b_end = (ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1)))
     walk = [
         ir.Decl(total, zero),
         ir.For(
