@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.asan import run_under_asan
 from tests.helpers import TARGETS, arrival_operands, rand_sparse
 from ucf.lower import product_bound
 from ucf.toolchain import jit
@@ -119,11 +120,27 @@ def test_above_the_cap_the_assemble_pass_counts(target, monkeypatch, tmp_path):
     A, B = operands("overlap")
     k = compiled(SERIAL, target)
     assert "above 10 products" in k.cin
-    got = k(A=A, B=B)
+    got = k(A=sp.csr_matrix(A), B=sp.csr_matrix(B))
     got.validate()
     np.testing.assert_array_equal(got.to_numpy(), A @ B)
     crd = got.levels[1]["crd"]
     assert crd.base is None or crd.base.nbytes == crd.nbytes
+
+
+@pytest.mark.parametrize("case", ["overlap", "one long row", "empty"])
+def test_the_exact_count_stays_in_bounds(asan_cc, monkeypatch, tmp_path, case):
+    """The count above the cap marks columns in an array of its own: under ASan, with
+    every operand buffer exactly sized (the bound's walk is covered by the Gustavson
+    tests of tests/toolchain/test_asan.py)."""
+    monkeypatch.setattr(product_bound, "CAP", 0)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
+    A, B = operands(case)
+    k = compiled(SERIAL, "c")
+    ops = {"A": ucf.from_numpy(A, format="csr"), "B": ucf.from_numpy(B, format="csr")}
+    (n, m), p = A.shape, B.shape[1]
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (n, p), {"i": n, "j": m, "k": p}, ops)
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
 def test_parallel_rows_keep_two_passes_and_other_shapes_are_left_alone():
