@@ -23,6 +23,7 @@ from ucf.cin.diagonals import describe as describe_diagonals
 from ucf.cin.diagonals import diagonals
 from ucf.cin.extents import describe as describe_extents
 from ucf.cin.notation import CIN
+from ucf.cin.relabelled import relabelled
 from ucf.cin.scale_groups import group_sums
 from ucf.cin.split_operands import split_operands
 from ucf.codegen import cuda as cudagen
@@ -42,7 +43,7 @@ from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
-from ucf.passes import dismantle
+from ucf.passes import dismantle, first_write
 from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
@@ -129,7 +130,12 @@ def plan(
         else user_variables(front.user_stmt)
     )
     variables += tuple(dict.fromkeys(v for v, _, _ in (blocks or {}).values()))
-    if computed != requested:
+    copied = None
+    if default and module is None and blocking is None and not fixed:
+        copied = relabelled(cin, requested, fmts)
+    if copied is not None:
+        cin.notes.append(copied.note(out))
+    elif computed != requested:
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     if lowered.one_pass:
         cin.notes.append(
@@ -137,17 +143,19 @@ def plan(
         )
     compute = remove_dead_variables(lowered.compute)
     if module is None:
-        compute, tiles = register_block(compute)
+        compute, tiles, claims = register_block(compute)
         cin.notes += tiles
         if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
+        compute, firsts = first_write.apply(compute, claims)
         if writes_all:
             cin.notes.append(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        cin.notes += firsts
         compute, sums = split_sums(compute)
         cin.notes += sums
         compute = prefetch_rows(with_fma(compute))
@@ -188,6 +196,7 @@ def plan(
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
         one_pass=bool(lowered.one_pass),
+        copied=copied,
         schedule=None if schedule is None else "; ".join(map(str, commands)),
     )
 

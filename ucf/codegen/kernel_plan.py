@@ -15,6 +15,7 @@ from typing import Any
 
 from ucf.cin.blocking import Blocking
 from ucf.cin.notation import CIN
+from ucf.cin.relabelled import Relabelled
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.lang.ast import Statement
@@ -44,6 +45,9 @@ class Plan:
     writes_all: bool = False
     # The sparse output is appended in one pass, each value stored once (``Lowered``).
     one_pass: bool = False
+    # The default's output is an operand converted and relabelled (``ucf.cin.relabelled``):
+    # a call returns that instead of calling the kernel.
+    copied: Relabelled | None = None
     # The schedule the plan was built from, as text (kept light for the disk cache; ""
     # for the plain nest), the default model's choice where none was given; None for a
     # GPU default, which no schedule spells.

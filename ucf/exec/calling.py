@@ -114,7 +114,7 @@ class Calling:
             plan = self._plan
         free = frozenset()
         if in_place:
-            free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
+            free = scipy_operands.settle(given, operands, in_place, *self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
@@ -145,13 +145,15 @@ class Calling:
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
-    def _order_free(self, plan: Plan) -> Mapping[str, Format]:
-        """The operands this call's kernel reads correctly in any order
-        (``ucf.exec.order_free``); none where they go through a blocked, flattened or
-        static call."""
+    def _order_free(self, plan: Plan) -> tuple[Mapping[str, Format], ...]:
+        """The operands this call's kernel reads correctly in any order, those it reads
+        so past their first stored level (``ucf.exec.order_free``), and the structure
+        it reads each in; none where they go through a blocked, flattened or static
+        call."""
         if plan.blocking is not None or self._built.flat is not None or self._statics:
-            return {}
-        return binding(plan).order_free
+            return {}, {}, {}
+        b = binding(plan)
+        return b.order_free, b.tail_free, b.reads
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output
@@ -162,8 +164,10 @@ class Calling:
             extents = {**extents, **dict.fromkeys(plan.cin.diagonals, 1)}
         for bound in plan.cin.bounds.values():
             bound.check(extents)
-        slots: dict[str, Tensor] = {}
         b = binding(plan)
+        if plan.copied is not None and out is None:
+            return self._relabelled(given[plan.copied.tensor], plan, b.out_vars, extents)
+        slots: dict[str, Tensor] = {}
         for slot, fmt, dense, own, held in b.slots:
             t = given[slot.tensor]
             if slot.format.values is not None and not slot.format.values.plain:
@@ -260,6 +264,21 @@ class Calling:
             )
             self._local.replays = (again, *self._local.replays[: REMEMBERED - 1])
         return result
+
+    def _relabelled(self, t: Tensor, plan: Plan, out_vars: Any, extents: dict[str, int]) -> Tensor:
+        """The output of a copy that is its operand's conversion, relabelled
+        (``ucf.cin.relabelled``): ``t`` converted as the kernel would read it, to the
+        output's levels over ``t``'s modes, owning its arrays."""
+        copied = plan.copied
+        check_lossless(t.vals, self.dtype, copied.tensor)
+        self._warn_conversion(plan.cin.slots[0], t, self.dtype)
+        c = t.convert(copied.format, index_dtype=self.index_dtype, dtype=self.dtype)
+        mine = t.arrays
+        levels = [{k: _owned(a, mine) for k, a in lv.items()} for lv in c.levels]
+        shape = tuple(extents[v] for v in out_vars)
+        return Tensor(
+            shape, plan.output_format, levels, _owned(c.vals, mine), self.index_dtype, check=False
+        )
 
     def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:
         """Say once per kernel that an operand is converted on every call (no loop
@@ -473,3 +492,10 @@ def trimmed(t: Tensor) -> Tensor:
 def _pruned(a: np.ndarray) -> np.ndarray:
     """``a``, copied when it is a view of at most half of its allocation."""
     return a.copy() if 2 * a.nbytes <= getattr(a.base, "nbytes", 0) else a
+
+
+def _owned(a: np.ndarray, operand: list[np.ndarray]) -> np.ndarray:
+    """``a``, copied where it shares memory with one of the ``operand``'s arrays (a
+    conversion may keep those that come out unchanged: an output must not alias its
+    operand)."""
+    return a.copy() if any(np.may_share_memory(a, b) for b in operand) else a

@@ -87,7 +87,43 @@ def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray
     by_columns = scipy_target(fmt, t.shape, t.nnz, t.vals.dtype, source)
     if by_columns is None:
         return None
+    if source is (not by_columns) and COMPRESSED_TARGETS.get(fmt.structure) in ("csr", "csc"):
+        found = flipped(t, fmt, idt)
+        if found is not None:
+            return found
     return scipy_levels(canonical(t, by_columns), fmt, idt)
+
+
+def flipped(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] | None:
+    """CSR ``t`` as CSC ``fmt``, or CSC as CSR: scipy's ``csr_tocsc`` pass (what its
+    ``tocsc`` and ``tocsr`` run) called on ``t``'s own arrays, which were checked when
+    ``t`` was made. A transposed operand is converted on every call, and at thousands
+    of rows the wrappers around that pass (a scipy matrix built and checked, its
+    result another) cost as much as the pass. None where the wrappers' path is needed:
+    stored zeros to drop, arrays that do not hold exactly the entries from position 0,
+    an index dtype the pass does not take, or a scipy without the pass."""
+    try:
+        from scipy.sparse._sparsetools import csr_tocsc
+    except ImportError:  # a scipy that moved it: the wrappers' path
+        return None
+    pos, crd, vals = t.levels[1]["pos"], t.levels[1]["crd"], t.vals
+    if pos.dtype != crd.dtype or pos.dtype not in (np.int32, np.int64) or not vals.all():
+        return None
+    if pos[0] != 0 or not pos[-1] == crd.size == vals.size:
+        return None  # the pass reads pos[-1] entries from position 0 and writes as many
+    if not all(a.flags.c_contiguous for a in (pos, crd, vals)):
+        return None
+    outer, inner = fmt.level_dims(t.shape)
+    if np.dtype(idt).itemsize < pos.dtype.itemsize:  # else t's own index dtype holds them
+        for lvl, dim in enumerate((outer, inner)):
+            checks.fits(describe_level(fmt, lvl), "dimension", dim - 1, idt)
+        checks.fits(describe_level(fmt, 1), "position count", vals.size, idt)
+    indptr = np.empty(outer + 1, dtype=pos.dtype)
+    indices = np.empty(vals.size, dtype=crd.dtype)
+    data = np.empty_like(vals)
+    csr_tocsc(inner, outer, pos, crd, vals, indptr, indices, data)
+    levels = [{}, {"pos": indptr.astype(idt, copy=False), "crd": indices.astype(idt, copy=False)}]
+    return levels, data
 
 
 def scipy_target(
