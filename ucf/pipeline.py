@@ -139,8 +139,7 @@ def plan(
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     if lowered.one_pass:
         cin.notes.append(
-            f"output {out} is appended in one pass into arrays that hold the operands' "
-            "entries together, then trimmed (no pass counts its entries first)"
+            f"output {out} is appended in one pass into {lowered.one_pass}, then trimmed"
         )
     compute = remove_dead_variables(lowered.compute)
     if module is None:
@@ -199,7 +198,7 @@ def plan(
         integer_sums=lowered.integer_sums,
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
-        one_pass=lowered.one_pass,
+        one_pass=bool(lowered.one_pass),
         copied=copied,
         schedule=None if schedule is None else "; ".join(map(str, commands)),
     )

@@ -44,7 +44,7 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, sort, transforms
+from ucf.lower import elementwise, product_bound, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -180,7 +180,8 @@ class Lowerer(
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.bounded = self._bound_operands()  # the output in one pass: see there
-        if self.bounded:
+        self.product = product_bound.operands(self)  # ... or a product's: see there
+        if self.bounded or self.product:
             self.local = None
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
@@ -319,6 +320,16 @@ class Lowerer(
                 self._bound(),
                 doc="Bound the entries of the output: those of the operands together.",
             )
+        elif self.product:
+            a, b = (self.operands[n] for n in self.product)
+            assemble = ir.Function(
+                f"{self.name}_assemble",
+                self._params(True),
+                product_bound.assemble(
+                    a, b, self.extents[self.out_level_vars[1]], self._counts_array()
+                ),
+                doc="Bound the entries of the output: the products of the operands' entries.",
+            )
         elif self.sparse_out:
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
@@ -344,7 +355,13 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        one_pass = bool(self.bounded)
+        one_pass = ""
+        if self.bounded:
+            one_pass = (
+                "arrays that hold the operands' entries together (no pass counts its entries first)"
+            )
+        elif self.product:
+            one_pass = product_bound.NOTE.format(cap=product_bound.CAP)
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:

@@ -172,9 +172,10 @@ class Lowered:
     # its factors and the extents (names, or fixed sizes) of the loops it runs over.
     integer_sums: list = field(default_factory=list)
     # The sparse output is appended in one pass into arrays sized by the assemble pass's
-    # bound, every value stored once (``AssemblyMixin._bound_operands``): its values
-    # need no zeroing before the call.
-    one_pass: bool = False
+    # bound, every value stored once (``AssemblyMixin._bound_operands``,
+    # ``ucf.lower.product_bound``): its values need no zeroing before the call. The
+    # text says what bounds it ("": two passes, the first counting).
+    one_pass: str = ""
 
 
 @dataclass
