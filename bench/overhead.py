@@ -5,7 +5,8 @@ Run from the repository root:
     python bench/overhead.py                # a few seconds
     python bench/overhead.py --profile      # and the top of a cProfile of the calls
     python bench/overhead.py --first        # the first call of a fresh process (issue 34)
-    python bench/overhead.py --scipy        # SpMV on a scipy CSR against a ucf.Tensor
+    python bench/overhead.py --scipy        # SpMV on a scipy CSR against a ucf.Tensor,
+                                            # and on a scipy COO and a hypersparse CSR
     PYTHONHASHSEED=0 valgrind --tool=callgrind --dump-before=getppid \
         python bench/overhead.py --marked 2000
 
@@ -37,6 +38,9 @@ rotating, and the median batch's CPU time per call is reported. The targets (iss
 34): at 20,000 and 200,000 rows a scipy operand costs at most 1.15x the Tensor, and
 no more than scipy's ``m @ x``. With ``--marked N`` (``--scipy --marked 200`` under
 the callgrind command below) the three calls at 2,000 and 20,000 rows take a dump each.
+Then the other layouts' rows (``scipy_layouts``): a scipy COO passed to COO kernels
+(SpMV, SpMM N=16) and to a CSR SpMV (target 1.5x scipy's COO product each), and a
+1M x 1M CSR with 3000 entries passed to a DCSR SpMV (target: no slower than ``m @ x``).
 
 ``--marked N`` calls each ``k(...)`` case N times (also with the default schedule)
 and calls ``os.getppid()`` before the first case and after each: under callgrind's
@@ -308,13 +312,93 @@ def scipy_inputs(repeat: int, marked_calls: int = 0) -> int:
             if n >= 20_000 and label == "same":
                 verdicts.append((n, over, peer))
     print(f"load average {os.getloadavg()}")
+    layouts = scipy_layouts(repeat)
     for n, over, peer in verdicts:
         ok = over <= SCIPY_OVER_TENSOR
         print(f"target: {n} rows, scipy operand <= {SCIPY_OVER_TENSOR}x Tensor ", end="")
         print(f"({over:.2f}x): {'met' if ok else 'NOT met'}")
         print(f"target: {n} rows, scipy operand <= scipy's m @ x ({peer:.2f}x): ", end="")
         print("met" if peer <= 1.0 else "NOT met")
+    for label, ratio, target in layouts:
+        verdict = "met" if ratio <= target else "NOT met"
+        print(f"target: {label} <= {target}x ({ratio:.2f}x): {verdict}")
     return 0
+
+
+#: Issue 34's targets for the other scipy layouts: (row, its peer, target ratio).
+LAYOUT_TARGETS = {
+    "SpMV, scipy COO, coo kernel": ("COO m @ x", 1.5),
+    "SpMV, scipy COO, csr kernel": ("COO m @ x", 1.5),
+    "SpMM N=16, scipy COO, coo kernel": ("COO m @ X", 1.5),
+    "SpMV, 1M x 1M scipy CSR (3000 entries), dcsr kernel": ("m @ x", 1.0),
+}
+
+
+def scipy_layouts(repeat: int) -> list[tuple[str, float, float]]:
+    """The scipy COO and hypersparse rows (issue 34), 1 thread, median CPU time per call
+    of batches in turns: a COO with sorted rows (scipy's ``tocoo()`` of a CSR; 20,000
+    rows, 10 nonzeros a row) passed to kernels that read COO, against scipy's COO and
+    CSR products; and a 1M x 1M CSR holding 3000 entries passed to a DCSR SpMV, against
+    ``m @ x``. Returns (row, ratio to its peer, target) for the verdicts."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from spmv_spmm import uniform
+
+    ucf.set_num_threads(1)
+    n = 20_000
+    csr = uniform(n, 10, np.random.default_rng(n))
+    coo = csr.tocoo()
+    rng = np.random.default_rng(1)
+    x, X = rng.random(n), rng.random((n, 16))
+    spmv = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "coo"})
+    spmm = ucf.compile("Y(i,k) = A(i,j) * X(j,k)", formats={"A": "coo"})
+    spmv_csr = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    r = np.random.default_rng(3)
+    big = 1_000_000
+    entries = (r.random(3000), (r.integers(0, big, 3000), r.integers(0, big, 3000)))
+    hyper = sp.csr_matrix(entries, shape=(big, big))
+    hyper.sum_duplicates()
+    xh = r.random(big)
+    dcsr = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "dcsr"})
+    rows = {
+        "SpMV, scipy COO, coo kernel": {
+            "ucf": lambda: spmv(A=coo, x=x),
+            "COO m @ x": lambda: coo @ x,
+            "CSR m @ x": lambda: csr @ x,
+        },
+        "SpMV, scipy COO, csr kernel": {
+            "ucf": lambda: spmv_csr(A=coo, x=x),
+            "COO m @ x": lambda: coo @ x,
+            "CSR m @ x": lambda: csr @ x,
+        },
+        "SpMM N=16, scipy COO, coo kernel": {
+            "ucf": lambda: spmm(A=coo, X=X),
+            "COO m @ X": lambda: coo @ X,
+            "CSR m @ X": lambda: csr @ X,
+        },
+        "SpMV, 1M x 1M scipy CSR (3000 entries), dcsr kernel": {
+            "ucf": lambda: dcsr(A=hyper, x=xh),
+            "m @ x": lambda: hyper @ xh,
+        },
+    }
+    np.testing.assert_allclose(spmv(A=coo, x=x).to_numpy(), csr @ x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(spmm(A=coo, X=X).to_numpy(), csr @ X, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dcsr(A=hyper, x=xh).to_numpy(), hyper @ xh, rtol=1e-10, atol=1e-12)
+    print(f"\nscipy COO and hypersparse CSR, 1 thread; median of {repeat} batches (CPU time)")
+    print(f"load average {os.getloadavg()}")
+    verdicts = []
+    number = 20
+    for label, calls in rows.items():
+        batches = {key: (lambda f=f: [f() for _ in range(number)]) for key, f in calls.items()}
+        for batch in batches.values():
+            batch()
+        us = {key: v / number * 1e6 for key, v in _in_turns(batches, repeat).items()}
+        peers = "  ".join(f"{key} {v:.1f} µs" for key, v in us.items())
+        peer, target = LAYOUT_TARGETS[label]
+        ratio = us["ucf"] / us[peer]
+        print(f"{label}: {peers}  ucf/{peer} {ratio:.2f}")
+        verdicts.append((f"{label}, ucf / {peer}", ratio, target))
+    print(f"load average {os.getloadavg()}")
+    return verdicts
 
 
 def _in_turns(calls: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -172,3 +173,32 @@ def assert_exact(got, want) -> None:
         assert abs(got.to_scipy().tocsr() - want).max() <= 1e-12
     else:
         np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-12)
+
+
+def exact_fma(a: float, b: float, c: float) -> float:
+    """fl(a * b + c) in float64, from the exact value (Python's int division rounds
+    correctly)."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def documented_sum(terms: list[tuple[float, float]], parts: int) -> float:
+    """The sum of ``a * b`` over ``terms`` in the order docs/design.md gives: fewer than
+    4 * parts terms in one chain; else term t of the whole blocks into partial sum
+    t % parts, the partial sums folded in halves and added to the sum's start (0), then
+    the last terms in order."""
+    if len(terms) < 4 * parts:
+        total = 0.0
+        for a, b in terms:
+            total = exact_fma(a, b, total)
+        return total
+    whole = len(terms) // parts * parts
+    s = [0.0] * parts
+    for t, (a, b) in enumerate(terms[:whole]):
+        s[t % parts] = exact_fma(a, b, s[t % parts])
+    while len(s) > 1:
+        half = len(s) // 2
+        s = [s[q] + s[q + half] for q in range(half)]
+    total = 0.0 + s[0]
+    for a, b in terms[whole:]:
+        total = exact_fma(a, b, total)
+    return total

@@ -43,7 +43,7 @@ from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.lower.lowerer import Lowerer
 from ucf.lower.state import Lowered
-from ucf.passes import dismantle
+from ucf.passes import dismantle, first_write
 from ucf.passes.flat_positions import flatten_rows
 from ucf.passes.fma import with_fma
 from ucf.passes.partial_sums import split_sums
@@ -101,7 +101,7 @@ def plan(
     blocking, out = front.blocking, stmt.lhs.tensor
     commands = list(schedule or [])
     check_statement(commands, front.user_stmt, blocking)
-    gathered = [g for c in commands if isinstance(c, PrecomputeCommand) and (g := c.gathered)]
+    gathered = [g for c in commands if isinstance(c, PrecomputeCommand) for g in c.gathered]
     base = front.concretized(workspace=_precomputes(commands), gathered=gathered)
     module = None
     fixed = _static_views(front, static or {}, target)
@@ -140,22 +140,26 @@ def plan(
         cin.notes.append(f"output {out} is computed as '{computed}' and converted to '{requested}'")
     if lowered.one_pass:
         cin.notes.append(
-            f"output {out} is appended in one pass into arrays that hold the operands' "
-            "entries together, then trimmed (no pass counts its entries first)"
+            f"output {out} is appended in one pass into {lowered.one_pass}, then trimmed"
         )
     compute = remove_dead_variables(lowered.compute)
     if module is None:
-        compute, tiles = register_block(compute)
+        compute, tiles, claims = register_block(compute)
         cin.notes += tiles
         if any(s.format.fixed_width for s in cin.slots.values()):
             compute, groups = group_rows(compute)
             cin.notes += groups
+        elif cin.output_format.is_dense and all(s.format.is_dense for s in cin.slots.values()):
+            compute, groups = group_rows(compute, dense=True)
+            cin.notes += groups
         compute, writes_all = lowerer.zeroed(compute)
+        compute, firsts = first_write.apply(compute, claims)
         if writes_all:
             cin.notes.append(
                 f"output {out}: the kernel zeroes each slice ({', '.join(writes_all)}) "
                 "itself before computing into it, so the caller need not zero it"
             )
+        cin.notes += firsts
         compute, flat = flatten_rows(compute)
         cin.notes += flat
         compute, sums = split_sums(compute)
@@ -197,7 +201,7 @@ def plan(
         integer_sums=lowered.integer_sums,
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
-        one_pass=lowered.one_pass,
+        one_pass=bool(lowered.one_pass),
         copied=copied,
         schedule=None if schedule is None else "; ".join(map(str, commands)),
     )

@@ -5,8 +5,8 @@ and with the nest without register blocking (random floats, which round), over p
 panels (columns of B not a multiple of the tile), partial blocks, empty block rows, a
 single block row, one and two threads (a cache each), and caches too small for every
 panel (slots shared: panels evicted and packed again when next named). Every tile
-prefetches a share of the next block's panel (here however small the panels), which
-changes no value."""
+prefetches a share of the next block's panel, or of the rows of B it is packed from
+when it is not packed yet (here however small the panels), which changes no value."""
 
 from __future__ import annotations
 
@@ -87,9 +87,10 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
         for target in ("llvm", "c"):
             k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
             assert "packed once per call and thread for each k_blk" in k.cin
-            # each tile prefetches its share of the next block's panel (``ahead``)
+            # each tile prefetches its share of the next block's panel (``ahead``), or
+            # of the rows of B it is packed from when it is not packed yet
             fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
-            assert fetched == {"B_panel0"}
+            assert fetched == {"B_panel0", "B_vals"}
             got[target] = k(A=t, B=b).to_numpy()
         monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
         k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
@@ -175,3 +176,31 @@ def test_the_next_blocks_coordinate(why):
     want = ir.Bin("min", ir.add(p, ir.Const(1, "i64")), last)
     assert got == ir.Cast(ir.Load(crd, want), "i64")
     assert state.ahead("nothing declared") is None
+
+
+@pytest.mark.parametrize("why", [None, "no loop around", "gaps between rows", "row extent"])
+def test_the_next_stored_blocks_coordinate(why):
+    """``TileState.across``: at a row's last block, the next row's first (``crd[min(p +
+    1, pos[n] - 1)]``), where the block loop of row ``i + 1`` starts where row ``i``'s
+    ends; nothing where there is no loop around it, the rows' ranges leave gaps
+    (``pos[2 i]`` to ``pos[2 i + 1]``), or the outer loop's end is not a parameter."""
+    p, i = ir.Var("p", "i64"), ir.Var("i", "i64")
+    crd, pos = ir.Array("crd", "i32"), ir.Array("pos", "i32")
+    init = ir.Cast(ir.Load(crd, p), "i64")
+    loop = _block_loop([ir.Decl(ir.Var("k", "i64"), init)])
+    if why == "gaps between rows":
+        two = ir.mul(ir.Const(2, "i64"), i)
+        loop.start = ir.Cast(ir.Load(pos, two), "i64")
+        loop.end = ir.Cast(ir.Load(pos, ir.add(two, ir.Const(1, "i64"))), "i64")
+    end = ir.Var("m" if why == "row extent" else "n", "i64")
+    rows = ir.For(i, ir.Const(0, "i64"), end, [loop], parallel="CPUThread")
+    state = tiling.TileState(set(), {"pos", "crd", "n"})
+    state.loops = [loop] if why == "no loop around" else [rows, loop]
+    state.defs = {"k": init}
+    got = state.across("k")
+    if why is not None:
+        assert got is None
+        return
+    last = ir.Cast(ir.Load(pos, ir.add(ir.sub(end, ir.Const(1, "i64")), ir.Const(1, "i64"))), "i64")
+    want = ir.Bin("min", ir.add(p, ir.Const(1, "i64")), ir.sub(last, ir.Const(1, "i64")))
+    assert got == ir.Cast(ir.Load(crd, want), "i64")

@@ -1,13 +1,12 @@
 """Partial sums (ucf.passes.partial_sums): SpMV's rows and SDDMM's dot products over
 ``k`` summed in one vector's worth of chains. Against scipy and numpy on both CPU
 targets, over empty rows, rows of length 1 to 7 (the remainders), a single long row,
-and both layouts of SDDMM's D; bit for bit between the targets; and, in float64, bit
+and both layouts of SDDMM's D, and a scalar summed over every row (a chain per short
+row); bit for bit between the targets; and, in float64, bit
 for bit against the documented order replayed in exact rational arithmetic (each fused
 multiply-add rounded once from the exact value)."""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,42 +14,14 @@ import scipy.sparse as sp
 
 import ucf
 from tests.asan import run_under_asan
-from tests.helpers import TARGETS
+from tests.helpers import TARGETS, documented_sum, exact_fma
+from ucf.ir.printer import format_functions
 from ucf.ir.walk import loops
 from ucf.toolchain import jit
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
 PARTS = {"float32": 8, "float64": 4}
-
-
-def _fma(a: float, b: float, c: float) -> float:
-    """fl(a * b + c) in float64, from the exact value (Python's int division rounds
-    correctly)."""
-    return float(Fraction(a) * Fraction(b) + Fraction(c))
-
-
-def _documented(terms: list[tuple[float, float]], parts: int) -> float:
-    """The sum of ``a * b`` over ``terms`` in the order docs/design.md gives: fewer than
-    4 * parts terms in one chain; else term t of the whole blocks into partial sum
-    t % parts, the partial sums folded in halves and added to the sum's start (0), then
-    the last terms in order."""
-    if len(terms) < 4 * parts:
-        total = 0.0
-        for a, b in terms:
-            total = _fma(a, b, total)
-        return total
-    whole = len(terms) // parts * parts
-    s = [0.0] * parts
-    for t, (a, b) in enumerate(terms[:whole]):
-        s[t % parts] = _fma(a, b, s[t % parts])
-    while len(s) > 1:
-        half = len(s) // 2
-        s = [s[q] + s[q + half] for q in range(half)]
-    total = 0.0 + s[0]
-    for a, b in terms[whole:]:
-        total = _fma(a, b, total)
-    return total
 
 
 def _rows_matrix(rng, lengths: list[int], cols: int, dtype) -> sp.csr_matrix:
@@ -82,10 +53,45 @@ def test_spmv_rows_of_every_remainder(dtype):
         assert np.array_equal(got["llvm"], got["c"])
     if dtype == "float64":
         want = [
-            _documented(list(zip(m.data[a:b], x[m.indices[a:b]], strict=True)), PARTS[dtype])
+            documented_sum(list(zip(m.data[a:b], x[m.indices[a:b]], strict=True)), PARTS[dtype])
             for a, b in zip(m.indptr[:-1], m.indptr[1:], strict=True)
         ]
         assert np.array_equal(got["llvm"], np.array(want))
+
+
+def _carried(rows: list[list[tuple[float, float]]], parts: int) -> float:
+    """A scalar summed over every row (``s = A(i,j)*x(j)``) in the documented order: a
+    short row's terms in a chain of their own from 0, added to the sum after it; a long
+    row's partial sums folded and added to the sum, then its last terms in order."""
+    total = 0.0
+    for terms in rows:
+        if len(terms) < 4 * parts:
+            total += documented_sum(terms, parts)
+            continue
+        whole = len(terms) // parts * parts
+        total += documented_sum(terms[:whole], parts)
+        for a, b in terms[whole:]:
+            total = exact_fma(a, b, total)
+    return total
+
+
+def test_a_sum_carried_across_rows_keeps_a_chain_per_row():
+    """A sum over every row into one scalar: each short row's chain starts from 0, so the
+    rows overlap; bit for bit the documented order on both targets, and near scipy's."""
+    rng = np.random.default_rng(11)
+    m = _rows_matrix(rng, LENGTHS * 2, 80, np.float64)
+    x = rng.standard_normal(80)
+    rows = [
+        list(zip(m.data[a:b], x[m.indices[a:b]], strict=True))
+        for a, b in zip(m.indptr[:-1], m.indptr[1:], strict=True)
+    ]
+    want = _carried(rows, 4)
+    for target in [t if isinstance(t, str) else t.values[0] for t in TARGETS]:
+        k = ucf.compile("s = A(i,j) * x(j)", formats={"A": "csr"}, target=target)
+        assert "t0_r0 = fma(" in format_functions(k.llir), target
+        got = float(np.asarray(k(A=ucf.from_scipy(m, format="csr"), x=x)))
+        assert got == want, target
+        np.testing.assert_allclose(got, (m @ x).sum(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -96,7 +102,7 @@ def test_spmv_single_long_row(target):
     k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
     got = np.asarray(k(A=ucf.from_scipy(m, format="csr"), x=x))
     terms = list(zip(m.data, x[m.indices], strict=True))
-    assert got[0] == _documented(terms, 4)
+    assert got[0] == documented_sum(terms, 4)
     np.testing.assert_allclose(got, m @ x, rtol=1e-10)
 
 
@@ -132,7 +138,7 @@ def test_switched_off_is_one_chain(monkeypatch):
     assert "partial sums" not in k.cin
     total = 0.0
     for a, b in zip(m.data, x[m.indices], strict=True):
-        total = _fma(a, b, total)
+        total = exact_fma(a, b, total)
     assert np.asarray(k(A=ucf.from_scipy(m, format="csr"), x=x))[0] == total
     monkeypatch.setenv("UCF_PARTIAL_SUMS", "2")
     with pytest.raises(ucf.UcfError, match="UCF_PARTIAL_SUMS"):
@@ -197,7 +203,7 @@ def test_sddmm_documented_order():
     )
     rows = np.repeat(np.arange(3), np.diff(b.indptr))
     want = [
-        _documented([(v * c[i, q], d[q, j]) for q in range(kdim)], 4)
+        documented_sum([(v * c[i, q], d[q, j]) for q in range(kdim)], 4)
         for v, i, j in zip(b.data, rows, b.indices, strict=True)
     ]
     assert np.array_equal(got.to_scipy().data, np.array(want))

@@ -46,15 +46,15 @@ def vectors(k) -> set[str]:
 # (format of A, shape of A, columns of B and C, dtype, blocked): tiles of 4 rows x 2
 # vectors with a remainder and partial blocks; of 2 rows x 3 vectors (f64: 4 lanes);
 # a block of 3 rows (no row tiles: one row per tile, over k_in); fewer columns than
-# one tile; CSR and dense A, whose reduction loops are not a block's and stay as they
-# were.
+# one tile; CSR A, whose reduction loop is not a block's and stays as it was; dense A,
+# which the default blocks as a GEMM (ucf.schedule.dense_products), into tiles.
 CASES = [
     ("bcsr(4,4)", (13, 11), 53, np.float32, True),
     ("bcsr(2,3)", (9, 10), 29, np.float64, True),
     ("bcsr(3,2)", (7, 6), 37, np.float32, True),
     ("bcsr(4,4)", (8, 8), 7, np.float32, True),
     ("csr", (9, 14), 70, np.float32, False),
-    ("dense", (5, 7), 40, np.float64, False),
+    ("dense", (5, 7), 40, np.float64, True),
 ]
 IDS = [f"{f}-{s[0]}x{s[1]}x{n}-{np.dtype(d).name}" for f, s, n, d, _ in CASES]
 

@@ -1,6 +1,7 @@
-"""Chains of products (``y = A@B@x``, ``s = x'@A@B@z``, ``A@B@C@x``): the default forms
-each sub-product with one free variable once, in a workspace outside the loops it does
-not depend on (``ucf.schedule.contraction_order``), checked against numpy on both CPU
+"""Chains of products (``y = A@B@x``, ``s = x'@A@B@z``, ``A@B@C@x``, ``A@B@X``,
+``X@A@B``): the default forms each sub-product with one or two free variables once,
+in a workspace outside the loops it does not depend on
+(``ucf.schedule.contraction_order``), checked against numpy on both CPU
 targets over formats, rectangular shapes and empty rows; the plans of statements where
 it is not cheaper, or that have no such sub-product, are left alone."""
 
@@ -41,6 +42,10 @@ CHAINS = {
     "Y(i,l) = A(i,j)*B(j,k)*X(k,l)": (
         lambda o: o["A"] @ (o["B"] @ o["X"]),
         lambda m, r, n, l: {"A": (m, r), "B": (r, n), "X": (n, l)},
+    ),
+    "Y(i,l) = X(i,k)*A(k,j)*B(j,l)": (
+        lambda o: (o["X"] @ o["A"]) @ o["B"],
+        lambda m, r, n, l: {"X": (l, m), "A": (m, r), "B": (r, n)},
     ),
 }
 MATRICES = "ABC"
@@ -93,8 +98,9 @@ def test_chains_on_both_targets(expr, target):
     np.testing.assert_array_equal(got, CHAINS[expr][0](ops))
     again = ucf.compile(expr, formats=formats, schedule=k.schedule_used, target=target)
     assert again.source == k.source
-    if expr.startswith("Y("):  # B*X has two free variables: no one-dimensional workspace
-        assert "precomputed" not in k.cin, k.cin
+    if expr.startswith("Y("):  # B*X (X*A) has two free variables: a 2-D workspace
+        at = "w(j, l)" if "B(j,k)*X" in expr else "w(i, j)"
+        assert f"precomputed into workspace {at}" in k.cin, k.cin
 
 
 @pytest.mark.slow  # the emulator's compile: 12 s
@@ -164,6 +170,31 @@ def test_the_model_compares_the_estimates():
         kept = _first(expr, formats, stats)
         assert not any(str(c).startswith("precompute") for c in kept.commands), stats
         assert any("default: the plain nest" in w for w in kept.why), kept.why
+
+
+def test_a_sub_product_over_two_variables_goes_into_a_2d_workspace():
+    """A@B@X forms B@X into w(j,l), X@A@B forms X@A into w(i,j); a workspace larger than
+    MAX_WORKSPACE, or one whose zeroing costs more than it saves (X a sparse n x n
+    matrix), keeps the plain nest; so does a chain with no dense factor over its second
+    variable before a call."""
+    n, csr = 20000, {"A": "csr", "B": "csr"}
+    big = Stats({"i": n, "j": n, "k": n, "l": 8}, {"A": 10 * n, "B": 10 * n})
+    chosen = _first("Y(i,l) = A(i,j)*B(j,k)*X(k,l)", csr, big)
+    assert str(chosen.commands[0]) == "precompute(B(j, k)*X(k, l), {j,l}, {j,l}, w)"
+    assert any("w(j,l) = B(j, k)*X(k, l) once, outside the loops over i" in w for w in chosen.why)
+    assert not any(str(c).startswith("bound") for c in chosen.commands), chosen.commands
+    left = Stats({"i": 8, "j": n, "k": n, "l": n}, {"A": 10 * n, "B": 10 * n})
+    chosen = _first("Y(i,l) = X(i,k)*A(k,j)*B(j,l)", csr, left)
+    assert str(chosen.commands[0]) == "precompute(X(i, k)*A(k, j), {i,j}, {i,j}, w)"
+    square = Stats({v: n for v in "ijkl"}, {"A": 10 * n, "B": 10 * n, "X": 10 * n})
+    sparse_x = {**csr, "X": "csr"}
+    for stats, formats in [(square, sparse_x), (None, sparse_x)]:
+        kept = _first("Y(i,l) = A(i,j)*B(j,k)*X(k,l)", formats, stats)
+        assert not any(str(c).startswith("precompute") for c in kept.commands), kept.why
+    small = Stats({v: 300 for v in "ijkl"}, {"A": 3000, "B": 3000, "X": 3000})
+    assert 300 * 300 <= contraction_order.MAX_WORKSPACE
+    kept = _first("Y(i,l) = A(i,j)*B(j,k)*X(k,l)", sparse_x, small)
+    assert any("default: the plain nest" in w for w in kept.why), kept.why
 
 
 def test_a_longer_chain_is_searched_not_greedy():

@@ -286,26 +286,6 @@ def test_gustavson_workspace_stays_in_bounds(asan_cc, tmp_path, case, fa, schedu
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
-@pytest.mark.parametrize("case", list(MATS))
-@pytest.mark.parametrize("fa,fb", [("csr", "csr"), ("dcsr", "csc")])
-def test_chain_workspaces_stay_in_bounds(asan_cc, tmp_path, case, fa, fb):
-    """The default's workspaces of a chain (w(k) = C@x, then w1(j) = B@w, outside the
-    loop over i) stay inside their buffers, on rectangular and empty operands."""
-    A = MATS[case]
-    B = np.roll(A, 1, axis=0).T.copy()
-    C = A.copy()
-    x = np.arange(1, A.shape[1] + 1, dtype=np.float64)
-    k = ucf.compile(
-        "y(i) = A(i,j)*B(j,k)*C(k,l)*x(l)", formats={"A": fa, "B": fb, "C": fa}, target="c"
-    )
-    assert "precomputed into workspace w1" in k.cin, k.cin
-    ops = {"A": _tensor(A, fa), "B": _tensor(B, fb), "C": _tensor(C, fa), "x": _tensor(x, "U")}
-    n, m = A.shape
-    extents = {"i": n, "j": m, "k": n, "l": m}
-    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), extents, ops)
-    np.testing.assert_array_equal(out.to_numpy(), A @ (B @ (C @ x)))
-
-
 @pytest.mark.parametrize("cols", [40, 300])
 def test_gustavson_radix_sort_stays_in_bounds(asan_cc, tmp_path, cols):
     """Rows of C longer than 32 entries (up to every column) take the bucketed or the
@@ -527,7 +507,7 @@ def test_coordinate_split_blocks_stay_in_bounds(asan_cc, tmp_path, case, schedul
 def _scipy_in_place(m: sp.csr_array) -> ucf.Tensor:
     """A scipy CSR as a kernel call binds it (``ucf.exec.scipy_operands``): on its own
     arrays, bounds checked, order not."""
-    from ucf.format.scipy_layouts import in_place
+    from ucf.exec.scipy_operands import in_place
 
     t = in_place(m, "operand A")
     assert t is not None
@@ -586,3 +566,45 @@ def test_a_merge_over_an_unsorted_operand_stays_in_bounds(asan_cc, tmp_path):
     )
     ops = {"A": _scipy_in_place(m), "B": ucf.from_scipy(b)}
     run_under_asan(asan_cc, tmp_path, k, "csr", m.shape, {"i": 9, "j": 7}, ops)
+
+
+def _shuffled_coo(seed: int) -> sp.coo_array:
+    """A COO with sorted rows, its columns shuffled and repeated within rows, and an
+    empty first and last row: what a call reads in place for a COO kernel."""
+    m = _non_canonical(seed)
+    n = int(m.indptr[-1])
+    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr)).astype(np.int32)
+    keep = (rows > 0) & (rows < m.shape[0] - 1)
+    return sp.coo_array((m.data[:n][keep], (rows[keep], m.indices[:n][keep])), shape=m.shape)
+
+
+@pytest.mark.parametrize(
+    "expr,want",
+    [
+        ("y(i) = A(i,j) * x(j)", lambda a, x, z: a @ z),
+        ("y(j) = A(i,j) * x(i)", lambda a, x, z: a.T @ x),
+    ],
+)
+@pytest.mark.parametrize("layout", ["coo", "dcsr", "coo as csr"])
+def test_coo_and_dcsr_views_read_in_place_stay_in_bounds(asan_cc, tmp_path, expr, want, layout):
+    """A scipy COO bound in place (rows sorted, columns shuffled and repeated) for a
+    COO kernel, or as a CSR view for a CSR one, and a non-canonical CSR bound as a
+    DCSR view (rows found from indptr, entries past indptr[-1] cut off) for a DCSR
+    kernel: the kernel reads only their arrays under ASan, and gives scipy's answer."""
+    from ucf.exec.scipy_operands import bind, compressed_rows, hypersparse
+
+    m = _shuffled_coo(4) if layout.startswith("coo") else _non_canonical(5)
+    t = bind(m, "A")
+    assert t is not None
+    if layout == "dcsr":
+        t = hypersparse(t)
+    if layout == "coo as csr":
+        t, layout = compressed_rows(t), "csr"
+    a = m.toarray()
+    x = np.arange(1.0, m.shape[0] + 1)
+    z = np.arange(1.0, m.shape[1] + 1)
+    k = ucf.compile(expr, formats={"A": layout}, target="c", schedule="")
+    ops = {"A": t, "x": _tensor(x if "x(i)" in expr else z, "U")}
+    n = m.shape[1] if expr.startswith("y(j)") else m.shape[0]
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": m.shape[0], "j": m.shape[1]}, ops)
+    np.testing.assert_allclose(out.to_numpy(), want(a, x, z), rtol=1e-12)

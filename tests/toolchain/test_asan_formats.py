@@ -81,12 +81,16 @@ def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format=fmt), B=b)
 
 
-@pytest.mark.parametrize("held", [None, 1], ids=["every-panel", "one-slot"])
-def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path, held):  # noqa: F811
+@pytest.mark.parametrize(
+    "held, cols", [(None, 69), (1, 69), (None, 64)], ids=["every-panel", "one-slot", "no-tail"]
+)
+def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path, held, cols):  # noqa: F811
     """B's panels packed once per call into a cache of slots with tags: 5 block rows (one
     empty, the last partial) over 5 block columns (the last partial), 2 tiles of columns
     and a tail; every panel held, or one slot that every block column shares. Each tile
-    prefetches the next block's panel (however few bytes the panels hold)."""
+    prefetches the next block's panel (however few bytes the panels hold). Without the
+    tail (64 columns, whole tiles) the first block of each whole block row writes its
+    rows of C from zeroed registers, and the rest are zeroed (``first_write``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
     monkeypatch.setattr(panels, "NEAR_BYTES", 0)
     if held is not None:
@@ -94,9 +98,10 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
     rng = np.random.default_rng(5)
     a = _block_sparse(rng, (75, 37), (16, 8), 0.7)
     a[16:32] = 0
-    b = rng.standard_normal((37, 69)).astype(np.float32)
+    b = rng.standard_normal((37, cols)).astype(np.float32)
     k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, target="c", dtype="float32")
     assert "packed once per call and thread for each k_blk" in k.cin
+    assert "slice_covered" in k.c_source
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="bcsr(16,8)"), B=b)
 
 

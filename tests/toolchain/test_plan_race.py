@@ -155,7 +155,7 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
 
 def test_the_plans_race_only_where_they_do_different_work():
     """``same_work``: a plan for one thread that is the parallel plan without its
-    ``parallelize`` (an SpMV's, an SpGEMM's workspace kept) does not race; one with
+    ``parallelize`` (an SpMV's, a workspace kept) does not race; one with
     another pass over the sparse output (a sparse add's one pass) or other commands
     does."""
     par = Parallelize("i", Parallel("CPUThread", "NoRaces"))

@@ -20,7 +20,7 @@ import numpy as np
 from ucf.cin.notation import Slot
 from ucf.codegen.kernel_plan import Plan
 from ucf.errors import ArgumentError, OperandError
-from ucf.exec.order_free import order_free
+from ucf.exec.order_free import order_free, tail_free
 from ucf.format.format import Format
 from ucf.lang.ast import accesses
 
@@ -46,6 +46,11 @@ class Binding:
     # The operands it reads correctly in any order, repeats summed, and the structure it
     # reads each in (ucf.exec.order_free)
     order_free: Mapping[str, Format] = field(default_factory=dict)
+    # Those it reads correctly with the first stored level as its format says and the
+    # others in any order (ucf.exec.order_free.tail_free)
+    tail_free: Mapping[str, Format] = field(default_factory=dict)
+    # The structure the kernel reads each operand in, where it reads the operand itself
+    reads: Mapping[str, Format] = field(default_factory=dict)
 
 
 _BINDINGS: dict[int, Binding] = {}
@@ -92,6 +97,8 @@ def _derive(plan: Plan) -> Binding:
         ),
         params=params,
         order_free=order_free(plan),
+        tail_free=tail_free(plan),
+        reads={s.tensor: fmt for s, fmt, _, own, _ in slots.values() if own},
     )
 
 

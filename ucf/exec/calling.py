@@ -114,7 +114,7 @@ class Calling:
             plan = self._plan
         free = frozenset()
         if in_place:
-            free = scipy_operands.settle(given, operands, in_place, self._order_free(plan))
+            free = scipy_operands.settle(given, operands, in_place, *self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
@@ -145,13 +145,15 @@ class Calling:
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
 
-    def _order_free(self, plan: Plan) -> Mapping[str, Format]:
-        """The operands this call's kernel reads correctly in any order
-        (``ucf.exec.order_free``); none where they go through a blocked, flattened or
-        static call."""
+    def _order_free(self, plan: Plan) -> tuple[Mapping[str, Format], ...]:
+        """The operands this call's kernel reads correctly in any order, those it reads
+        so past their first stored level (``ucf.exec.order_free``), and the structure
+        it reads each in; none where they go through a blocked, flattened or static
+        call."""
         if plan.blocking is not None or self._built.flat is not None or self._statics:
-            return {}
-        return binding(plan).order_free
+            return {}, {}, {}
+        b = binding(plan)
+        return b.order_free, b.tail_free, b.reads
 
     def _run(self, given: dict[str, Tensor], extents: dict[str, int], out: Any) -> Tensor:
         """Convert the operands to the kernel's formats, call it, and finish the output

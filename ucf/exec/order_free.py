@@ -43,6 +43,22 @@ def order_free(plan: Plan) -> dict[str, Format]:
     stores. An operand stored in another
     structure is converted first, which relies on its order: the caller compares.
     Empty for a blocked or GPU plan, whose operands take other paths."""
+    return _free(plan, 0)
+
+
+def tail_free(plan: Plan) -> dict[str, Format]:
+    """The operands the plan reads correctly when the coordinates of their first stored
+    level are as the format says (sorted; unique if the level is) and those of the
+    levels below it in any order, repeats summed: as :func:`order_free`, with the first
+    stored level's coordinate array used in any way. A scipy COO whose rows are sorted
+    is such a COO whatever the order of its columns, and a DCSR built from a CSR's
+    ``indptr`` such a DCSR (``ucf.exec.scipy_operands``)."""
+    return _free(plan, 1)
+
+
+def _free(plan: Plan, skipped: int) -> dict[str, Format]:
+    """``order_free`` (``skipped`` 0), or ``tail_free`` (1: the first stored level's
+    coordinates are used in any way), for operands with more stored levels than that."""
     if plan.blocking is not None or plan.cuda_source or plan.cin.diagonals or plan.integer_sums:
         return {}
     functions = [f for f in (plan.assemble, plan.compute, *plan.helpers) if f is not None]
@@ -63,7 +79,7 @@ def order_free(plan: Plan) -> dict[str, Format]:
         stored = [lvl for lvl, kind in enumerate(fmt.levels) if kind.coordinate_array]
         if not plan.computed_format.is_dense and _places_output(plan, name, fmt, stored):
             continue
-        roles = {(fmt.levels[lvl].coordinate_array, name, lvl) for lvl in stored}
+        roles = {(fmt.levels[lvl].coordinate_array, name, lvl) for lvl in stored[skipped:]}
         if roles and all(_orderless(f, roles) for f in functions):
             free[name] = fmt.structure
     return free

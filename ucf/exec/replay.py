@@ -97,20 +97,25 @@ def _array_probe(name: Any, value: np.ndarray, died: Callable) -> tuple:
 
 
 def _compared(m: Any) -> bool:
-    """Whether a replay compares a scipy matrix (CSR and CSC, which a call reads in place)."""
-    return m.format in ("csr", "csc")
+    """Whether a replay compares a scipy matrix (CSR, CSC and COO, which a call reads in
+    place)."""
+    return m.format in ("csr", "csc", "coo")
 
 
 def _same_arrays(m: Any, t: Tensor) -> bool:
-    """Whether ``t`` holds exactly the arrays of the scipy matrix ``m``."""
-    held = t.arrays
-    return len(held) == 3 and {id(a) for a in held} == {id(m.indptr), id(m.indices), id(m.data)}
+    """Whether ``t`` holds exactly the arrays of the scipy matrix ``m`` (and for a COO,
+    the positions ``scipy_operands`` keeps beside its rows for as long as they live)."""
+    held = {id(a) for a in t.arrays}
+    own = {id(a) for a in scipy_operands.arrays(m)}
+    if m.format == "coo":
+        own.add(id(scipy_operands.starts(m.row)))
+    return held == own
 
 
 def _scipy_probe(name: str, m: Any, died: Callable, free: frozenset[str]) -> tuple:
     """A scipy matrix, its three arrays, and whether its order is checked on a replay
     (the kernel relies on it: ``name`` is not in ``free``)."""
-    arrays = tuple(weakref.ref(a, died) for a in (m.indptr, m.indices, m.data))
+    arrays = tuple(weakref.ref(a, died) for a in scipy_operands.arrays(m))
     return (name, weakref.ref(m, died), m.shape, arrays, name not in free)
 
 
@@ -215,13 +220,14 @@ class Probes:
                         return False
                 elif v.scales.scale is not scales[0]() or v.scales.zero_point is not scales[1]():
                     return False
-            for name, ref, shape, (indptr, indices, data), _ in self.scipy:
+            for name, ref, shape, (first, second, data), _ in self.scipy:
                 v = operands[name]
+                held = scipy_operands.arrays(v)
                 if (
                     ref() is not v
-                    or v.indptr is not indptr()
-                    or v.indices is not indices()
-                    or v.data is not data()
+                    or held[0] is not first()
+                    or held[1] is not second()
+                    or held[2] is not data()
                     or v.shape != shape
                 ):
                     return False
@@ -411,8 +417,7 @@ def _places(operands: dict[str, Any]) -> set[tuple[int, int]] | None:
         elif isinstance(value, Tensor):
             places.update((binding.address(a), a.nbytes) for a in value.arrays)
         elif is_scipy(value) and _compared(value):
-            arrays = (value.indptr, value.indices, value.data)
-            places.update((binding.address(a), a.nbytes) for a in arrays)
+            places.update((binding.address(a), a.nbytes) for a in scipy_operands.arrays(value))
         else:
             return None
     return places

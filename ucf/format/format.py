@@ -574,3 +574,4 @@ def _check_structure(fmt: Format, tensor: str) -> None:
 #: The formats scipy stores natively, for zero-copy interchange.
 CSR = Format((KINDS["U"], KINDS["C"]), (0, 1))
 CSC = Format((KINDS["U"], KINDS["C"]), (1, 0))
+DCSR = Format((KINDS["C"], KINDS["C"]), (0, 1))

@@ -21,9 +21,8 @@ from ucf.format.tensor import (
     held,
     pack,
     plain_values,
-    trusted,
 )
-from ucf.format.values import INDEX_DTYPES, VALUE_DTYPES, index_dtype_of
+from ucf.format.values import INDEX_DTYPES, index_dtype_of
 
 #: A CSR whose rows may be unsorted: scipy's own products leave them so.
 _UNSORTED_CSR = parse_format("UQ")
@@ -54,8 +53,8 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     CSR (CSC) input packed as CSR (CSC) with matching dtypes keeps
     ``indptr``/``indices``/``data`` as the tensor's own arrays.  Anything
     else is repacked on fresh arrays (in linear time through scipy's compressed
-    layouts where the target is one of ``ucf.format.convert.scipy_target``'s: a COO
-    operand is packed so on every kernel call); the input is never modified.
+    layouts where the target is one of ``ucf.format.convert.scipy_target``'s: a kernel
+    call packs so a COO operand whose rows are not sorted); the input is never modified.
     Repeated entries are summed and stored zeros kept.  The index dtype defaults to
     that of the input, and the format to
     CSC for a CSC matrix, CSR for any other matrix, COO beyond two dimensions.
@@ -97,7 +96,7 @@ def from_scipy(m: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
         checks.in_range(where, np.asarray(c.coords[mode]), d, what="index")
     if convert.scipy_target(fmt, shape, c.nnz, dt) is not None:
         # in bounds now, so scipy may compress it: rows sorted and repeats summed in
-        # linear time (a COO operand of a kernel call is packed so on every call)
+        # linear time (a kernel call packs so a COO operand whose rows are not sorted)
         return from_scipy(c.tocsr(), fmt, dtype, index_dtype_of(index_dtype))
     coords = np.stack([np.asarray(x, dtype=np.int64) for x in c.coords], axis=1)
     coords = coords.reshape(-1, len(shape))
@@ -197,76 +196,6 @@ def from_compressed(
     mins = indices.astype(np.int64)
     coords = np.stack([majors, mins] if kind == "csr" else [mins, majors], axis=1)
     return pack(shape, fmt, fmt.level_coords(coords), data.astype(dt), idt)
-
-
-def in_place(m: Any, where: str) -> Tensor | None:
-    """A scipy CSR or CSC matrix as a CSR or CSC Tensor on its own three arrays, checked
-    for what keeps a kernel's reads in bounds and nothing more: ``indptr`` starts at 0,
-    never decreases and ends within ``indices`` and ``data``, and every index it covers
-    is below the other dimension. The order of the indices within a row is not checked:
-    a kernel call checks it (:func:`in_place_canonical`) where its kernel relies on it
-    (``ucf.exec.scipy_operands``). None where :func:`from_scipy` would convert: another
-    layout, index arrays of two dtypes, values of a dtype ucf does not hold. ``where``
-    names the matrix in errors.
-
-    A call on the same matrix runs this every time, so it is written for speed: two
-    passes (``indptr``'s neighbours compared, and the indices' largest as unsigned,
-    ``checks.in_range``), and the messages of ``checks`` only where one fails."""
-    kind = m.format
-    if kind != "csr" and kind != "csc":
-        return None
-    indptr, indices, data = m.indptr, m.indices, m.data
-    idt = indptr.dtype
-    if (
-        type(indptr) is not np.ndarray
-        or type(indices) is not np.ndarray
-        or type(data) is not np.ndarray
-        or idt not in _INDEX_MAX
-        or indices.dtype != idt
-        or data.dtype not in VALUE_DTYPES
-        or indptr.ndim != 1
-        or indices.ndim != 1
-        or data.ndim != 1
-        or not indptr.flags.c_contiguous
-        or not indices.flags.c_contiguous
-        or not data.flags.c_contiguous
-        or len(m.shape) != 2
-    ):
-        return None
-    rows, cols = m.shape
-    major, minor = (rows, cols) if kind == "csr" else (cols, rows)
-    if minor - 1 > _INDEX_MAX[idt]:
-        return None  # from_scipy says why
-    if len(indptr) != major + 1 or indptr[0] != 0 or (indptr[1:] < indptr[:-1]).any():
-        # raises, saying what (the messages are built only for a matrix that fails)
-        checks.positions(f"{where}: scipy {kind} input (indptr)", indptr, major)
-    nnz = int(indptr[-1])
-    if len(indices) < nnz or len(data) < nnz:
-        raise FormatError(
-            f"{where}: scipy {kind} input: indptr[-1] = {nnz} but indices has "
-            f"{len(indices)} and data {len(data)} entries"
-        )
-    if len(indices) > nnz:
-        indices = indices[:nnz]
-    if len(data) > nnz:
-        data = data[:nnz]
-    if nnz and _LARGEST(indices.view(_UNSIGNED[idt])) >= minor:
-        checks.in_range(f"{where}: scipy {kind} input", indices, minor, what="index")
-    levels = [{}, {"pos": indptr, "crd": indices}]
-    return trusted((int(rows), int(cols)), CSR if kind == "csr" else CSC, levels, data, idt)
-
-
-#: What ``in_place`` reads per call, looked up once.
-_INDEX_MAX = {dt: int(np.iinfo(dt).max) for dt in INDEX_DTYPES}
-_UNSIGNED = {dt: np.dtype(dt.str.replace("i", "u")) for dt in INDEX_DTYPES}
-_LARGEST = np.maximum.reduce
-
-
-def in_place_canonical(t: Tensor) -> bool:
-    """Whether a Tensor from :func:`in_place` has its indices sorted and unique within
-    each row (column, for CSC), as its format says."""
-    level = t.levels[1]
-    return checks.increasing(level["pos"], level["crd"])
 
 
 def _shared_bsr(m: Any, fmt: Format, dt: np.dtype, index_dtype: Any) -> Tensor | None:

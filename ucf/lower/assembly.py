@@ -314,7 +314,7 @@ class AssemblyMixin:
                 steady = ir.Select(ir.Cmp("<", end, begin), begin, end)
                 # The assemble pass left the local level complete; a one-pass output's rows
                 # all closed their segments.
-                if lvl != self.local and not self.bounded:
+                if lvl != self.local and not (self.bounded or self.product):
                     stmts.append(
                         ir.For(q, Const(0, I64), parents, kind.close(arrays, q, steady, self.it))
                     )

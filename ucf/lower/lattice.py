@@ -136,9 +136,7 @@ def shared_reads(t: Term, alias: dict[int, int]) -> Term:
         if isinstance(v, Term):
             changed[f.name] = shared_reads(v, alias)
         elif isinstance(v, tuple) and any(isinstance(x, Term) for x in v):
-            changed[f.name] = tuple(
-                shared_reads(x, alias) if isinstance(x, Term) else x for x in v
-            )
+            changed[f.name] = tuple(shared_reads(x, alias) if isinstance(x, Term) else x for x in v)
     return replace(t, **changed)
 
 

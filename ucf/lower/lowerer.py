@@ -44,7 +44,7 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, sort, transforms
+from ucf.lower import elementwise, product_bound, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -182,7 +182,8 @@ class Lowerer(
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
         self.bounded = self._bound_operands()  # the output in one pass: see there
-        if self.bounded:
+        self.product = product_bound.operands(self)  # ... or a product's: see there
+        if self.bounded or self.product:
             self.local = None
         self.same_structure = self._same_structure()  # see there
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
@@ -344,6 +345,16 @@ class Lowerer(
                 self._bound(),
                 doc="Bound the entries of the output: those of the operands together.",
             )
+        elif self.product:
+            a, b = (self.operands[n] for n in self.product)
+            assemble = ir.Function(
+                f"{self.name}_assemble",
+                self._params(True),
+                product_bound.assemble(
+                    a, b, self.extents[self.out_level_vars[1]], self._counts_array()
+                ),
+                doc="Bound the entries of the output: the products of the operands' entries.",
+            )
         elif self.sparse_out:
             self.assembling = True
             # The assemble pass has no output storage; its dense levels' sizes are extents.
@@ -369,7 +380,13 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        one_pass = bool(self.bounded)
+        one_pass = ""
+        if self.bounded:
+            one_pass = (
+                "arrays that hold the operands' entries together (no pass counts its entries first)"
+            )
+        elif self.product:
+            one_pass = product_bound.NOTE.format(cap=product_bound.CAP)
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
@@ -410,6 +427,11 @@ class Lowerer(
             parallel_out,
             entries=dict(self.entries),
             workspaces=[ws for ws, _ in self.workspaces],
+            filled={
+                wh.ws.vals.name: frozenset((wh.ws.var, *wh.ws.more))
+                for wh in self.wheres
+                if wh.ws.list is None
+            },
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
@@ -446,7 +468,7 @@ class Lowerer(
             if wh.parent == here and wh.depth == d:
                 return self._where(wh, st)
         remaining = order[d:]
-        out_vars = [st.ws.var] if st.ws else self.out_vars
+        out_vars = [st.ws.var, *st.ws.more] if st.ws else self.out_vars
         out_bound = all(v in order[:d] for v in out_vars)
         listing = st.ws is not None and st.ws.list is not None
         if self.assembling and st.pending is None and not listing and not st.temp:

@@ -26,6 +26,9 @@ class Nest:
     entries: dict[str, tuple[Var, int]] = field(default_factory=dict)  # label -> (first, count)
     clipped: dict[str, tuple[ir.Expr, Var, ir.Expr]] = field(default_factory=dict)  # strip_mine
     workspaces: list[ir.Array] = field(default_factory=list)
+    # A dense workspace's values array -> its variables: a producer's loop over one of
+    # them writes entries of its own (``ucf.lower.parallel``).
+    filled: dict[str, frozenset[str]] = field(default_factory=dict)
     # The assemble pass of a sparse output stops once every appended coordinate is
     # placed, so loops further in (over dense trailing levels, or reductions) are absent.
     partial: bool = False

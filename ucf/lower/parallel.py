@@ -19,11 +19,18 @@ from ucf.ir.walk import (
     statements,
     substitute,
 )
-from ucf.lower.nest import Nest, has_load, take_entry
+from ucf.lower.nest import Nest, arrays_named, has_load, take_entry
 from ucf.schedule import Parallel
 
 
-def parallelize(nest: Nest, label: str, par: Parallel) -> None:
+def parallelize(
+    nest: Nest, label: str, par: Parallel, threaded: frozenset[str] = frozenset()
+) -> None:
+    """Share the loops labelled ``label`` out as ``par`` says. Where the label names a
+    precompute's producer and consumer both, a side inside a loop that runs on CPU
+    threads (one labelled in ``threaded``) is left to that loop's threads: the chain
+    ``y = A@(B@x)``'s producer over ``j`` runs in parallel, while its consumer sums over
+    ``j`` within each parallel ``i``."""
     cmd = f"parallelize({label}, {par})"
     if par.unit.startswith("GPU"):
         _mark_gpu(nest, label, par, cmd)
@@ -33,15 +40,34 @@ def parallelize(nest: Nest, label: str, par: Parallel) -> None:
             f"{cmd}: vector lanes cannot add atomically; CPUVector takes NoRaces, IgnoreRaces "
             "or ParallelReduction"
         )
-    for container, k, loop in nest.find_all(label, cmd):
+    found = nest.find_all(label, cmd)
+    sides = par.unit == "CPUThread" and _sides(nest, [loop for _, _, loop in found])
+    for container, k, loop in found:
+        if sides and _on_threads(nest, loop, threaded):
+            continue
         _parallelize_loop(nest, label, par, cmd, container, k, loop)
+
+
+def _sides(nest: Nest, found: list[ir.For]) -> bool:
+    """Whether ``found`` are a precompute's producer and consumer (each reads or writes
+    a workspace), not one loop, nor the cases of a sum of sparse operands."""
+    names = {ws.name for ws in nest.workspaces}
+    return len(found) > 1 and all(arrays_named(loop) & names for loop in found)
+
+
+def _on_threads(nest: Nest, loop: ir.For, threaded: frozenset[str]) -> bool:
+    """Whether ``loop`` runs inside a loop shared out over CPU threads."""
+    return any(
+        isinstance(s[k], ir.For) and (s[k].parallel == "CPUThread" or s[k].label in threaded)
+        for s, k in _path(nest.body, loop)[:-1]
+    )
 
 
 def _parallelize_loop(
     nest: Nest, label: str, par: Parallel, cmd: str, container: list, k: int, loop: ir.For
 ) -> None:
     origins = nest.prov.origins(label)
-    races = [v for v in origins if v not in nest.out_vars]
+    races = [v for v in origins if v not in nest.out_vars | _filled_by(nest, loop)]
     entry, k = take_entry(nest, label, container, k, loop.var)
     loop.body = [*entry, *loop.body]
     free = nest.parallel_out | nest.trailing_out
@@ -110,6 +136,16 @@ def _parallelize_loop(
         rel = nest.prov.rel.get(label)
         if rel is not None and rel.role == "outer" and _data_dependent(loop.body):
             loop.schedule = ("dynamic", 1)
+
+
+def _filled_by(nest: Nest, loop: ir.For) -> frozenset[str]:
+    """The variables of the dense workspace ``loop`` fills, where it is a precompute's
+    producer (it stores into that workspace and nothing else): each iteration over one
+    of them writes entries of its own, so they race no more than output variables."""
+    stored = {s.array.name for s in statements(loop.body) if isinstance(s, ir.Store)}
+    if len(stored) != 1 or nest.out_vals in stored:
+        return frozenset()
+    return nest.filled.get(next(iter(stored)), frozenset())
 
 
 def _mark_gpu(nest: Nest, label: str, par: Parallel, cmd: str) -> None:

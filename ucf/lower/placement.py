@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ucf.errors import ScheduleError
+from ucf.errors import ScheduleError, UnsupportedError
 from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
@@ -88,7 +88,8 @@ class PlacementMixin:
         the producer, so the consumer writes each output entry once.
         """
         prov = self.applied.provenance
-        cmd = f"precompute({pc.expr}, {pc.var}, {pc.wvar}, {pc.name})"
+        at, wat = (f"{{{','.join((v, *pc.more))}}}" if pc.more else v for v in (pc.var, pc.wvar))
+        cmd = f"precompute({pc.expr}, {at}, {wat}, {pc.name})"
         i = prov.origins(pc.var)[0]
         split = None
         rel = prov.rel.get(pc.var)
@@ -112,31 +113,40 @@ class PlacementMixin:
                 f"{cmd}: a workspace over a split's inner loop gathers one product; precompute "
                 f"the terms of {pc.expr} over {i} itself"
             )
-        size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
-        index = Var(i if split is None else pc.var, I64)
-        ws = Workspace(pc.name, i, index, size, Array(pc.name, self.vt, True))
+        dims = (i, *pc.more)
         sparse = self.sparse_out and scope.output
+        if pc.more and sparse:
+            raise UnsupportedError(
+                f"{cmd}: a workspace over several variables is dense, and the sparse "
+                f"output {self.cin.statement.lhs.tensor} is appended to from a "
+                f"workspace over one; precompute over {i} alone"
+            )
+        ws = self._workspace(pc, dims, split)
         if sparse:
             fmt = self._listed(ws)
-            arrays = {"crd": ws.list, "count": ws.count}
+            arrays = [{"crd": ws.list, "count": ws.count}]
         else:
-            fmt, arrays = Format.dense(1), {}
-        params = SlotParams([size], [arrays], ws.vals)
-        self.operands[W] = Operand(W, pc.name, fmt, [i], params, [Affine.var(i)])
+            fmt, arrays = Format.dense(len(dims)), [{} for _ in dims]
+        sizes = [self.extents[v] for v in dims] if pc.more else [ws.size]
+        params = SlotParams(sizes, arrays, ws.vals)
+        self.operands[W] = Operand(
+            W, pc.name, fmt, list(dims), params, [Affine.var(v) for v in dims]
+        )
         part_vars = [self._term_vars(t) for _, t, _ in match.parts]
         for (_, t, _), used in zip(match.parts, part_vars, strict=True):
-            if i not in used:
+            unused = [v for v in dims if v not in used]
+            if unused:
                 what = pc.expr if len(match.parts) == 1 else self._term_text(t)
-                raise ScheduleError(f"{cmd}: {what} does not use {i}")
+                raise ScheduleError(f"{cmd}: {what} does not use {unused[0]}")
         prod_vars = set().union(*part_vars)
         owned = {v for _, _, summed in match.parts for v in summed}
-        cons_vars = set(scope.out_vars) | {i} | self._free_vars(match.rest)
+        cons_vars = set(scope.out_vars) | set(dims) | self._free_vars(match.rest)
         order = scope.order
         reductions = set(self.cin.reduction_vars)
         depth = None
         for d in range(scope.start, len(order)):
             below = set(order[d:])
-            if i not in below or not (prod_vars & cons_vars & below) <= {i}:
+            if not set(dims) <= below or not (prod_vars & cons_vars & below) <= set(dims):
                 continue
             if match.factor and sparse and reductions & set(order[:d]):
                 continue
@@ -147,10 +157,11 @@ class PlacementMixin:
             depth = d
             break
         if depth is None:
+            named = " and ".join(dims)
             raise ScheduleError(
                 f"{cmd}: with the loop order {', '.join(order)} the producer and the consumer "
-                f"would share variables other than {i} below any placement; reorder the loops "
-                f"so that {i} and the variables only {pc.expr} uses are innermost"
+                f"would share variables other than {named} below any placement; reorder the "
+                f"loops so that {named} and the variables only {pc.expr} uses are innermost"
             )
         if sparse:
             below = [v for v in order[depth:] if v in cons_vars]
@@ -180,6 +191,23 @@ class PlacementMixin:
             match.rest, cons_order, depth, scope.out_vars, scope.output, summed
         )
         return Where(depth, parts, match.rest, cons_order, ws, split, W, key, pc.wvar)
+
+    def _workspace(self, pc, dims: tuple[str, ...], split) -> Workspace:
+        """The dense workspace of ``pc`` over ``dims``: as long as the variable's extent
+        (a split's inner size), or, over several variables, their extents' product,
+        indexed row-major."""
+        i = dims[0]
+        if not pc.more:
+            size: ir.Expr = self.extents[i] if split is None else Const(split[2], I64)
+            index = Var(i if split is None else pc.var, I64)
+            return Workspace(pc.name, i, index, size, Array(pc.name, self.vt, True))
+        size = index = None
+        for v in dims:
+            size = self.extents[v] if size is None else ir.mul(size, self.extents[v])
+            at = Var(v, I64)
+            index = at if index is None else ir.add(ir.mul(index, self.extents[v]), at)
+        vals = Array(pc.name, self.vt, True)
+        return Workspace(pc.name, i, index, size, vals, more=pc.more)
 
     def _listed(self, ws: Workspace) -> Format:
         """A sparse output's workspace: flags and the list of touched coordinates, sorted

@@ -189,7 +189,7 @@ def _bucketed(
     order, and sets ``done``. When the buckets are so uneven that the keys sharing one
     make more than ``INSERTION_PAIRS`` pairs per key, it leaves them to the radix sort."""
     lg, nb, shift = Var("lgb", _I64), Var("nbb", _I64), Var("shift", _I64)
-    pairs = Var("pairs", _I64)
+    pairs, used = Var("pairs", _I64), Var("used", _I64)
 
     def bucket(v: ir.Expr) -> ir.Expr:
         return ir.Bin(">>", ir.sub(v, lo), shift)
@@ -201,8 +201,12 @@ def _bucketed(
         ir.While(
             ir.Cmp(">=", ir.Bin(">>", span, shift), nb), [ir.Assign(shift, ir.add(shift, _c(1)))]
         ),
+        # The keys fill buckets 0 to span >> shift, a half to all of them: the counters
+        # above are never touched, and zeroing and summing only these took a tenth off
+        # the sort of SpGEMM's 100-key rows (span 100k, 194 of 256 buckets).
+        ir.Decl(used, ir.add(ir.Bin(">>", span, shift), _c(1))),
         ir.Decl(pairs, _c(0)),
-        *_counts(a, cnt, n, nb, bucket, "b", pairs),
+        *_counts(a, cnt, n, used, bucket, "b", pairs),
         ir.If(
             ir.Cmp("<=", pairs, ir.mul(n, _c(INSERTION_PAIRS))),
             [

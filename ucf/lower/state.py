@@ -110,7 +110,9 @@ class Workspace:
 
     name: str
     var: str  # the original index variable it is indexed by
-    index: Var  # the variable it is indexed with (the original or a split's inner one)
+    # the position it is indexed with: the variable (the original or a split's inner
+    # one), or, over several variables, their row-major position
+    index: ir.Expr
     size: ir.Expr
     vals: Array
     flags: Array | None = None
@@ -127,6 +129,8 @@ class Workspace:
     # The consumer merges this list with another workspace's (``w(j) + v(j)``): counting
     # their union needs both in order, so the assemble pass sorts it too.
     merged: bool = False
+    # Its further variables (``W(j,l)``: ``("l",)``), each a dense dimension after ``var``.
+    more: tuple[str, ...] = ()
 
     def allocations(self, assembling: bool) -> list[tuple[Array, ir.Expr]]:
         """The arrays a pass allocates, with their lengths.  The assemble pass only
@@ -168,9 +172,10 @@ class Lowered:
     # its factors and the extents (names, or fixed sizes) of the loops it runs over.
     integer_sums: list = field(default_factory=list)
     # The sparse output is appended in one pass into arrays sized by the assemble pass's
-    # bound, every value stored once (``AssemblyMixin._bound_operands``): its values
-    # need no zeroing before the call.
-    one_pass: bool = False
+    # bound, every value stored once (``AssemblyMixin._bound_operands``,
+    # ``ucf.lower.product_bound``): its values need no zeroing before the call. The
+    # text says what bounds it ("": two passes, the first counting).
+    one_pass: str = ""
 
 
 @dataclass

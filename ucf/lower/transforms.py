@@ -45,9 +45,10 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
             continue
         if transforms.applies(cmd):
             transforms.visit(cmd)
+    threaded = frozenset(v for v, par in parallel.items() if par.unit == "CPUThread")
     for label, par in parallel.items():
         if nest.has(label) or not nest.partial:
-            parallelize(nest, label, par)
+            parallelize(nest, label, par, threaded)
     _check_vector_nesting(nest.body, parallel)
     add_work_thresholds(nest.body)
 

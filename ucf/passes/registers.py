@@ -36,8 +36,8 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, substitute, with_blocks
-from ucf.passes import panels
+from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.passes import first_write, panels
 from ucf.passes.pairs import paired
 from ucf.passes.panels import named, red_steps
 from ucf.passes.tiling import (
@@ -87,20 +87,26 @@ MAX_REDUCTION = 64
 TILE_WORK = 16
 
 
-def register_block(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+def register_block(fn: ir.Function) -> tuple[ir.Function, list[str], list[first_write.Claim]]:
     """``fn`` with every nest of the shape above turned into a register-blocked one,
-    and a line per nest saying so (for ``k.cin``); ``fn`` as it is if not ``enabled``."""
+    a line per nest saying so (for ``k.cin``), and the nests whose tiles may start from
+    zeros (``first_write.apply``, once the output's zeroing is in place); ``fn`` as it is
+    if not ``enabled``."""
     if not enabled():
-        return fn, []
+        return fn, [], []
     taken = declared(fn.body) | {p.name for p in fn.params}
     extents = {p.role[1]: p.name for p in fn.params if p.role and p.role[0] == "extent"}
     rewriter = _Rewriter(taken, {p.name for p in fn.params}, extents)
     body = rewriter.block(fn.body)
-    return replace(fn, body=rewriter.allocated(body)), rewriter.notes
+    return replace(fn, body=rewriter.allocated(body)), rewriter.notes, rewriter.claims
 
 
 class _Rewriter(TileState):
     """The pass over one function: each matched nest becomes a micro-kernel."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.claims: list[first_write.Claim] = []
 
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -142,6 +148,10 @@ class _Rewriter(TileState):
     def tiled(self, nest: Nest, original: ir.For) -> list[ir.Stmt]:
         """The micro-kernel over whole tiles of ``j``, then ``original`` over the rest."""
         self.tiles += 1
+        hoisted: list[ir.Stmt] = []
+        in_original = nest.inner  # the j loop as ``original`` holds it
+        if nest.rows is not None:
+            nest, hoisted = self.hoisted(nest)
         j = nest.inner
         elem = nest.store.array.elem
         lanes = tile_bytes(elem) // SIZES[elem]
@@ -164,6 +174,7 @@ class _Rewriter(TileState):
         count = ir.Bin("/", span, w)
         pack: list[ir.Stmt] = []
         head: list[ir.Stmt] = []
+        zeros = None  # first_write's claim on the nest
         if nest.rows is None:
             micro = self.micro(nest, [{}], jv, lanes, {})
             tiles = ir.For(tile, Const(0, I64), count, [at, *micro])
@@ -200,7 +211,14 @@ class _Rewriter(TileState):
                 filling = [s for s in pack if not isinstance(s, ir.Decl)]
                 pack = [*places, ir.If(ir.Cmp(">", groups, Const(0, I64)), filling)]
             converted, fill = ({}, []) if kernel is not nest else self.converted(nest, renames)
-            micro = self.micro(kernel, renames, jv, lanes, packed, converted)
+            stride = _coefficient(_row_base(nest), nest.rows.var.name)
+            if trip is not None and not hoisted:  # a claim reads the nest where it starts
+                zeros = first_write.claim(
+                    self.fresh, self.loops, nest, original, _row_base(nest), stride, width
+                )
+            if zeros is not None:
+                self.claims.append(zeros)
+            micro = self.micro(kernel, renames, jv, lanes, packed, converted, zeros)
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured
@@ -218,7 +236,7 @@ class _Rewriter(TileState):
                     "/", ir.add(count, Const(per_chunk - 1, I64)), Const(per_chunk, I64)
                 )
                 tiles, pack = ir.For(chunk, Const(0, I64), chunks, [*pack, tiles]), []
-        rest = _with_start(original, j, end)
+        rest = _with_start(original, in_original, end)
         out: list[ir.Stmt] = [
             ir.Decl(end, ir.add(j.start, ir.mul(ir.Bin("/", span, w), w))),
             *pack,
@@ -231,7 +249,40 @@ class _Rewriter(TileState):
             out = [*head, *out, left]
         # Rows must be distinct places for their tiles to be distinct registers.
         stride = _coefficient(_row_base(nest), nest.rows.var.name)
-        return [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
+        guarded: list[ir.Stmt] = [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
+        # the flag of first_write, 0 until it finds the output's zeroing before the loop
+        flagged = guarded if zeros is None else [ir.Decl(zeros.flag, Const(0, I64)), *guarded]
+        return [*hoisted, *flagged]
+
+    def hoisted(self, nest: Nest) -> tuple[Nest, list[ir.Stmt]]:
+        """``nest`` without the declarations of its row loop that do not depend on the row
+        (a split reduction's block start ``k_base`` of dense GEMM, which the lowerer
+        declares at its first use, inside the rows), and those declarations under fresh
+        names, to come before the tiles: a tile's rows share them."""
+        dependent = _row_dependent(nest.rows, nest.row_decls)
+        mapping: dict[str, ir.Expr] = {}
+        hoisted: list[ir.Stmt] = []
+        kept: list[ir.Decl] = []
+        for d in nest.row_decls:
+            init = substitute(d.init, mapping)
+            if d.var.name in dependent:
+                kept.append(replace(d, init=init))
+            else:
+                var = Var(self.fresh(d.var.name), d.var.type)
+                hoisted.append(ir.Decl(var, init))
+                mapping[d.var.name] = var
+        if not hoisted:
+            return nest, []
+        moved = replace(
+            nest,
+            row_decls=kept,
+            red=substitute(nest.red, mapping),
+            red_decls=substitute(nest.red_decls, mapping),
+            inner=substitute(nest.inner, mapping),
+            store=substitute(nest.store, mapping),
+            base=substitute(nest.base, mapping),
+        )
+        return moved, hoisted
 
     def row_copies(self, nest: Nest, first: ir.Expr, rows: int):
         """Per row of a tile: the renaming of the row loop's variable and declarations,
@@ -298,14 +349,16 @@ class _Rewriter(TileState):
         lanes: int,
         packed: dict[ir.Expr, tuple[ir.Array, ir.Expr]],
         converted: dict[ir.Expr, tuple[ir.Array, int]] | None = None,
+        first: first_write.Claim | None = None,
     ) -> list[ir.Stmt]:
-        """Load the tile at ``jv`` for each row (``renames``), run the reduction loop
-        into it (the loads in ``packed`` from their panels, the factors in ``converted``
-        from their row group's buffer), store it."""
+        """Load the tile at ``jv`` for each row (``renames``; zeros where ``first``'s
+        flag is set), run the reduction loop into it (the loads in ``packed`` from their
+        panels, the factors in ``converted`` from their row group's buffer), store it."""
         store, j = nest.store, nest.inner.var.name
         vectors = VECTORS[len(renames)]
         acc: dict[tuple[int, int], Var] = {}
         head: list[ir.Stmt] = []
+        loads: list[ir.Stmt] = []
         tail: list[ir.Stmt] = []
         for r, mapping in enumerate(renames):
             base = substitute(nest.base, mapping)
@@ -313,8 +366,12 @@ class _Rewriter(TileState):
                 a = Var(self.fresh("acc"), ir.vector(store.array.elem, lanes))
                 at = ir.add(ir.add(base, jv), Const(v * lanes, I64))
                 acc[r, v] = a
-                head.append(ir.Decl(a, ir.VLoad(store.array, at, lanes)))
+                decl, load = first_write.tile_start(first, a, ir.VLoad(store.array, at, lanes))
+                head.append(decl)
+                loads += load
                 tail.append(ir.Store(store.array, at, a))
+        if first is not None:
+            head.append(ir.If(first_write.later(first), loads))
         decls: list[ir.Stmt] = []
         leaves: dict[ir.Expr, Var] = {}
 
@@ -370,7 +427,7 @@ def _match(s: ir.For) -> Nest | None:
     nest = _match_reduction(loop, decls) if _rows(s) else None
     if nest is not None:
         nest = replace(nest, rows=s, row_decls=decls)
-        row = {s.var.name} | {d.var.name for d in decls}
+        row = _row_dependent(s, decls)
         bounds = names([nest.red.start, nest.red.end, nest.inner.start, nest.inner.end])
         if not bounds & row and _coefficient(_row_base(nest), s.var.name) is not None:
             return nest
@@ -437,6 +494,17 @@ def _rows(s: ir.For, wide: bool = False) -> int:
         if trip >= rows and trip % rows == 0:
             return rows
     return 0
+
+
+def _row_dependent(rows: ir.For, decls: list[ir.Decl]) -> set[str]:
+    """The row loop's variable and the declarations of its body that read it, or load
+    (a load stays where the loop guards it: hoisted above a loop of no rows, it could
+    read past an array)."""
+    dependent = {rows.var.name}
+    for d in decls:
+        if names(d.init) & dependent or any(isinstance(n, ir.Load) for n in nodes(d.init)):
+            dependent.add(d.var.name)
+    return dependent
 
 
 def _row_base(nest: Nest) -> ir.Expr:

@@ -74,14 +74,17 @@ class _Level:
     trip: ir.Expr | None = None
 
 
-def group_rows(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+def group_rows(fn: ir.Function, dense: bool = False) -> tuple[ir.Function, list[str]]:
     """``fn`` with each parallel loop over rows of either shape run in groups, and a
     line per loop saying so (for ``k.cin``); ``fn`` as it is when register blocking is
-    off (``UCF_REGISTER_BLOCKING=0``)."""
+    off (``UCF_REGISTER_BLOCKING=0``). ``dense`` (every operand dense: GEMV, row sums
+    and maxima): rows summed into scalars only, serial loops too where each row writes
+    places of its own (``_apart``): the rows of a dense matrix all have its extent, and
+    one thread gains the independent chains as much as many do."""
     if not enabled():
         return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
-    rewriter = _Rewriter(taken, fn.params)
+    rewriter = _Rewriter(taken, fn.params, dense)
     return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
 
 
@@ -119,6 +122,24 @@ def _nest(body: list[ir.Stmt], local: set[str]) -> _Level | None:
         return None
     child = _nest(loop.body, local | {loop.var.name})
     return None if child is None else _Level(prefix, loop, suffix, child, False, end.right)
+
+
+def _apart(loop: ir.For) -> bool:
+    """Whether the rows of a serial loop are independent: every store writes at the
+    row's own place (``base + row``, ``base`` the same for every row) into an array the
+    loop does not read."""
+    if not serial_loop(loop):
+        return False
+    row = loop.var.name
+    stores = [n for n in nodes(loop.body) if isinstance(n, ir.Store)]
+    written = {n.array.name for n in stores}
+    if any(isinstance(n, ir.Load) and n.array.name in written for n in nodes(loop.body)):
+        return False
+    local = declared(loop.body)
+    return all(
+        not n.atomic and (base := unit_offset(n.index, row)) is not None and not names(base) & local
+        for n in stores
+    )
 
 
 def _straight(s: ir.Stmt) -> bool:
@@ -230,8 +251,9 @@ def _retarget(stmts: list[ir.Stmt], loop: ir.For, start: ir.Expr) -> list[ir.Stm
 
 
 class _Rewriter:
-    def __init__(self, taken: set[str], params: list[ir.Param]):
+    def __init__(self, taken: set[str], params: list[ir.Param], dense: bool = False):
         self.taken = taken
+        self.dense = dense
         self.notes: list[str] = []
         # Each dense tensor's values array, and the names of its extents by mode.
         self.tensors = {p.name: p.role[1] for p in params if p.role[:1] == ("vals",)}
@@ -250,7 +272,8 @@ class _Rewriter:
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for s in stmts:
-            grouped = self.grouped(s) if _row_loop(s) else None
+            rows = _row_loop(s) or (self.dense and _apart(s))
+            grouped = self.grouped(s) if rows else None
             out += [with_blocks(s, self.block)] if grouped is None else grouped
         return out
 
@@ -260,7 +283,7 @@ class _Rewriter:
         if nest is None:
             return None
         name = loop.label or row
-        tile = _tile(nest)
+        tile = None if self.dense else _tile(nest)
         packed = None if tile is None else self.packing(tile)
         if packed is not None:
             j = tile.inner.label or tile.inner.var.name

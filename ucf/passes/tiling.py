@@ -215,6 +215,33 @@ class TileState:
         step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), last)
         return substitute(init, {loop.var.name: step})
 
+    def across(self, name: str) -> ir.Expr | None:
+        """What ``name`` holds at the next step of the loop ``ahead`` finds, where that
+        loop's steps for consecutive steps of the loop around it are consecutive (its
+        start at the next outer step is its end: a block row's blocks, ``pA1`` from
+        ``pos[i]`` to ``pos[i + 1]``): at a row's last block, the next row's first (at
+        the very last, its own). None where ``ahead`` is, or the ranges are not so."""
+        if self.ahead(name) is None:
+            return None
+        init = self.defs[name]
+        loop = next(f for f in self.loops if f.var.name in names(init))
+        at = self.loops.index(loop)
+        if at == 0:
+            return None
+        outer = self.loops[at - 1]
+        v = outer.var.name
+        end, start = loop.end, loop.start
+        for _ in range(4):  # the declarations between the loops, resolved
+            local = {n: self.defs[n] for n in names([end, start]) if n in self.defs}
+            end, start = substitute(end, local), substitute(start, local)
+        if names([end, start]) - {v} - self.params or names(outer.end) - self.params:
+            return None
+        if substitute(start, {v: ir.add(outer.var, Const(1, I64))}) != end:
+            return None
+        last = substitute(end, {v: ir.sub(outer.end, Const(1, I64))})
+        step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), ir.sub(last, Const(1, I64)))
+        return substitute(init, {loop.var.name: step})
+
     def allocs(self) -> list[ir.Stmt]:
         return [
             ir.Alloc(p, n, p.name not in self.unzeroed)

@@ -23,7 +23,7 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import contraction_order, dense_gather, transposed_products
+from ucf.schedule import contraction_order, dense_gather, dense_products, transposed_products
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -33,6 +33,7 @@ from ucf.schedule.commands import (
     SplitCommand,
 )
 from ucf.schedule.gathering import distributed, is_product, terms, workspaces
+from ucf.schedule.multiply_adds import multiply_adds
 from ucf.schedule.records import Parallel
 
 #: A loop shared out over CPU threads, each iteration independent.
@@ -164,6 +165,10 @@ def propose(
         serial = _serial_reason(threads) or _NO_PARALLEL
         plain = "no workspace" if linear is None else "the plain loop order"
         choices.append(Choice([], [f"default: {plain}, since the checks refused it", serial]))
+    gemm, gemm_why = dense_products.plan(cin, stats.extents if stats else None, threads)
+    if gemm:
+        serial = _serial_reason(threads)
+        choices.insert(0, Choice(gemm, [*gemm_why, *([serial] if serial else [])]))
     return choices
 
 
@@ -196,12 +201,24 @@ def _choices(
     order, exact, exact_why = orders[0]
     work = _work(cin, stats)
     serial = _serial_reason(threads)
+    # A workspace over several variables is walked over them by its producer and its
+    # consumer both, and ``bound`` takes one loop: it would be refused.
+    spanned = {
+        v
+        for c in workspace
+        if isinstance(c, PrecomputeCommand) and c.more
+        for v in (c.var, *c.more)
+    }
+
+    def bounded(way: list[str], parallel: str | None):
+        return [] if way and way[-1] in spanned else _bound(cin, way, stats, parallel)
+
     choices = []
     if serial is None:
         for way, moves, moved_why in orders:
             for v, reason in _parallel_loops(cin, way, stats, threads):
                 par, how = _parallel(cin, v, stats, threads, work)
-                bound = _bound(cin, way, stats, v)
+                bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
                     cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
                     lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound if w]]
@@ -209,7 +226,7 @@ def _choices(
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
                     choices.append(Choice(cmds, lines))
     serial = serial or _NO_PARALLEL
-    bound = _bound(cin, order, stats, None)
+    bound = bounded(order, None)
     if bound:
         cmds = [*workspace, *exact, *[c for c, _ in bound]]
         choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound if w]]))
@@ -349,19 +366,10 @@ def _work(cin: CIN, stats: Stats | None) -> float | None:
     the product of its variables' extents thinned by each sparse operand's density."""
     if stats is None:
         return None
-    ext = stats.extents
     sparse = {cin.slots[n].tensor for n in cin.slots if not cin.slots[n].format.is_dense}
     total = 0.0
     for term in _additive_terms(peel(cin.statement.rhs)[1]):
-        found = accesses(term)
-        variables = {v for a in found for i in a.indices for v in i.variables}
-        work = float(math.prod(ext.get(v, 1) for v in variables | set(cin.output_vars)))
-        for a in found:
-            if a.tensor not in sparse or a.tensor not in stats.nnz:
-                continue
-            size = math.prod(ext.get(v, 1) for i in a.indices for v in i.variables)
-            work *= min(1.0, stats.nnz[a.tensor] / max(size, 1))
-        total += work
+        total += multiply_adds(accesses(term), stats, sparse, cin.output_vars)
     return total
 
 

@@ -38,8 +38,17 @@ class Schedule:
     def unroll(self, i: str, factor: int) -> Schedule:
         return self._add("unroll", i, factor)
 
-    def precompute(self, expr: str, i: str, iw: str, name: str | None = None) -> Schedule:
-        """``name`` None: ucf names the workspace (``w``, or ``w1``... if taken)."""
+    def precompute(
+        self,
+        expr: str,
+        i: str | tuple[str, ...],
+        iw: str | tuple[str, ...],
+        name: str | None = None,
+    ) -> Schedule:
+        """``name`` None: ucf names the workspace (``w``, or ``w1``... if taken); a tuple
+        of variables (``("j", "l")``) for a workspace over several, as ``{j,l}`` spells
+        them in the text."""
+        i, iw = (f"{{{','.join(v)}}}" if isinstance(v, tuple) else v for v in (i, iw))
         return self._add("precompute", expr, i, iw, *([name] if name else []))
 
     def parallelize(self, i: str, unit: str, *rest) -> Schedule:

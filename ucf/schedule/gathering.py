@@ -22,6 +22,7 @@ from ucf.format.format import Format
 from ucf.lang.ast import Access, Binary, Expr, Statement, Sum, accesses, text
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, PrecomputeCommand
+from ucf.schedule.multiply_adds import multiply_adds
 
 
 def terms(rhs: Expr) -> list[tuple[int, Expr]] | None:
@@ -172,19 +173,17 @@ def _work(cin: CIN, stats, products: list[Expr]) -> tuple[float | None, float | 
         return None, None
     ext = stats.extents
     formats = {cin.slots[n].tensor: cin.slots[n].format for n in cin.slots}
+    sparse = {t for t, f in formats.items() if not f.is_dense}
     outs = set(cin.output_vars)
     pairs = math.prod(ext.get(v, 1) for v in outs)
     work = 0.0
     per_pair = 1.0
     for p in products:
-        variables = {v for a in accesses(p) for i in a.indices for v in i.variables}
-        term = float(math.prod(ext.get(v, 1) for v in variables))
         for a in accesses(p):
-            if formats[a.tensor].is_dense or a.tensor not in stats.nnz:
+            if a.tensor not in sparse or a.tensor not in stats.nnz:
                 continue
             own = [v for i in a.indices for v in i.variables]
-            term *= min(1.0, stats.nnz[a.tensor] / max(math.prod(ext.get(v, 1) for v in own), 1))
             fixed = math.prod(ext.get(v, 1) for v in own if v in outs)
             per_pair += stats.nnz[a.tensor] / max(fixed, 1)
-        work += term
+        work += multiply_adds(accesses(p), stats, sparse)
     return work, pairs * per_pair

@@ -27,13 +27,15 @@ class Precompute:
     """``precompute(expr, i, iw, w)``: ``expr`` goes through a dense workspace ``w`` over ``iw``.
 
     ``statement`` is ``w(i) = expr`` over the original variable ``i``, parsed once
-    when the command is checked."""
+    when the command is checked; ``more`` holds a workspace's further variables
+    (``W(j,l)``: ``("l",)``), each its own dimension, in that order."""
 
     expr: str
     var: str
     wvar: str
     name: str
     statement: Statement
+    more: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

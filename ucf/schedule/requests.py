@@ -15,7 +15,7 @@ from ucf.schedule.provenance import Relation
 from ucf.schedule.records import Dismantle, Parallel, Precompute
 
 if TYPE_CHECKING:
-    pass
+    from ucf.cin.concretize import Gathered
 from ucf.schedule.nest_state import (
     ASSEMBLE_STRATEGIES,
     STRATEGIES,
@@ -30,24 +30,47 @@ from ucf.schedule.nest_state import (
 
 @dataclass(frozen=True)
 class PrecomputeCommand(Command):
-    """``precompute(expr, i, iw, w)``, or TACO's ``precompute(expr, i, iw)`` naming ``w``."""
+    """``precompute(expr, i, iw, w)``, or TACO's ``precompute(expr, i, iw)`` naming ``w``.
+
+    A workspace over several variables (``B(j,k)*X(k,l)`` of ``A@B@X`` into ``W(j,l)``)
+    names them in braces, as TACO's list does: ``precompute(expr, {j,l}, {j,l}, W)``;
+    ``more`` holds those after the first. They keep their names (a renamed workspace
+    variable is a split's inner loop, which tiles a one-dimensional workspace only)."""
 
     expr: str
     var: str
     wvar: str
     workspace: str | None = None
+    more: tuple[str, ...] = ()
     name: ClassVar[str] = "precompute"
     arity: ClassVar[tuple[int, ...] | None] = (3, 4)
-    forms: ClassVar[str] = "(expr, i, iw) or (expr, i, iw, w)"
+    forms: ClassVar[str] = "(expr, i, iw) or (expr, i, iw, w); several variables: {j,l}"
+
+    @classmethod
+    def converted(cls, name: str, args: tuple[str, ...]) -> Command:
+        shown = spelled(name, args)
+        expr, var, wvar, *rest = args
+        names, wnames = _names(var, shown), _names(wvar, shown)
+        if names != wnames and (len(names) > 1 or len(wnames) > 1):
+            raise ScheduleError(
+                f"{shown}: a workspace over several variables keeps their names; write the "
+                f"same list twice, {{{','.join(names)}}}"
+            )
+        if len(set(names)) != len(names):
+            raise ScheduleError(f"{shown}: a workspace variable is named twice")
+        return cls(expr, names[0], wnames[0], *rest, more=tuple(names[1:]))
 
     @property
     def args(self) -> tuple[str, ...]:
         named = (self.workspace,) if self.workspace is not None else ()
+        if self.more:
+            listed = f"{{{','.join((self.var, *self.more))}}}"
+            return (self.expr, listed, listed, *named)
         return (self.expr, self.var, self.wvar, *named)
 
     @property
     def variables(self) -> tuple[str, ...]:
-        return (self.var, self.wvar)
+        return (self.var, self.wvar, *self.more)
 
     def _name(self, nest: NestState) -> str:
         taken = {*nest.tensors, nest.output, *nest.loops, *nest.order}
@@ -59,6 +82,8 @@ class PrecomputeCommand(Command):
         reason = self.unknown(self.var, loops)
         if reason is None and self.wvar != self.var:
             reason = self.taken(self.wvar, loops)
+        for v in self.more:
+            reason = reason or self.unknown(v, loops)
         if reason is not None:
             return reason
         if ws in nest.tensors or ws == nest.output:
@@ -67,6 +92,12 @@ class PrecomputeCommand(Command):
             return f"{self}: an earlier precompute already names its workspace {ws}"
         if len(nest.prov.origins(self.var)) != 1:
             return f"{self}: {self.var} iterates several variables; use one"
+        derived = [v for v in (self.var, *self.more) if self.more and v in nest.prov.rel]
+        if derived:
+            return (
+                f"{self}: {nest.prov.describe(derived[0])}; a workspace over several "
+                "variables takes the statement's own index variables"
+            )
         try:
             self._statement(ws, nest)
         except UcfError as e:
@@ -76,7 +107,8 @@ class PrecomputeCommand(Command):
     def _statement(self, ws: str, nest: NestState):
         from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
 
-        return parse_statement(f"{ws}({nest.prov.origins(self.var)[0]}) = {self.expr}")
+        at = ",".join((nest.prov.origins(self.var)[0], *self.more))
+        return parse_statement(f"{ws}({at}) = {self.expr}")
 
     def record(self, nest: NestState) -> None:
         ws = self._name(nest)
@@ -84,20 +116,33 @@ class PrecomputeCommand(Command):
         if self.wvar != self.var:
             nest.loops[nest.loops.index(self.var)] = self.wvar
             nest.prov.add(self.wvar, Relation("workspace", (self.var,)))
-        nest.precompute.append(Precompute(self.expr, self.var, self.wvar, ws, statement))
+        nest.precompute.append(Precompute(self.expr, self.var, self.wvar, ws, statement, self.more))
 
     @property
-    def gathered(self) -> tuple[frozenset[str], str] | None:
-        """The texts of the expression's accesses and the workspace's variable, as the
-        loop order sees them before the schedule is applied (``ucf.cin.concretize``);
-        None where the expression does not parse (``check`` says why)."""
+    def gathered(self) -> tuple[Gathered, ...]:
+        """The texts of the expression's accesses with each of the workspace's variables,
+        as the loop order sees them before the schedule is applied
+        (``ucf.cin.concretize``); none where the expression does not parse (``check``
+        says why)."""
         from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
 
+        at = ",".join((self.var, *self.more))
         try:
-            statement = parse_statement(f"w__({self.var}) = {self.expr}")
+            statement = parse_statement(f"w__({at}) = {self.expr}")
         except UcfError:
-            return None
-        return frozenset(str(a) for a in accesses(statement.rhs)), self.var
+            return ()
+        texts = frozenset(str(a) for a in accesses(statement.rhs))
+        return tuple((texts, v) for v in (self.var, *self.more))
+
+
+def _names(arg: str, shown: str) -> list[str]:
+    """The variables of a precompute's ``{j,l}`` argument, or its one variable."""
+    if not arg.startswith("{"):
+        return [arg]
+    names = [n.strip() for n in arg.strip("{}").split(",")]
+    if not all(n.isidentifier() for n in names):
+        raise ScheduleError(f"{shown}: {arg} is no list of index variables")
+    return names
 
 
 @dataclass(frozen=True)

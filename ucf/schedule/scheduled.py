@@ -65,8 +65,9 @@ def scheduled(
                 )
     prov = applied.provenance
     gathered = [
-        (frozenset(str(a) for a in accesses(pc.statement.rhs)), prov.origins(pc.var)[0])
+        (frozenset(str(a) for a in accesses(pc.statement.rhs)), v)
         for pc in applied.precompute
+        for v in (prov.origins(pc.var)[0], *pc.more)
     ]
     new = concretize(stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free))
     new.loops = list(applied.loops)
@@ -81,7 +82,8 @@ def scheduled(
         if v in prov.rel:
             new.notes.append(prov.describe(v))
     for pc in applied.precompute:
-        new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({pc.wvar})")
+        at = ", ".join((pc.wvar, *pc.more))
+        new.notes.append(f"{pc.expr} is precomputed into workspace {pc.name}({at})")
     for v, par in applied.parallel.items():
         new.notes.append(f"loop {v} runs in parallel ({par})")
     if applied.assemble is not None:

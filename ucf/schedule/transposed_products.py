@@ -31,6 +31,7 @@ from ucf.lang.ast import Access, accesses, text
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, Convert, PrecomputeCommand, Reorder
 from ucf.schedule.gathering import is_product
+from ucf.schedule.multiply_adds import multiply_adds
 
 #: Converting an operand costs about this many steps per stored entry (a counting pass,
 #: a scatter, and a sort of each converted fiber).
@@ -156,10 +157,7 @@ def _estimates(cin: CIN, stats, sparse, inner, converted) -> tuple[float, float]
         return None
     ext = stats.extents
     found = accesses(peel(cin.statement.rhs)[1])
-    variables = {w for a in found for w in _vars(a)}
-    products = float(math.prod(ext.get(w, 1) for w in variables))
-    for a, _ in sparse:
-        products *= min(1.0, stats.nnz[a.tensor] / max(_size(a, ext), 1))
+    products = multiply_adds(found, stats, {a.tensor for a, _ in sparse})
     moved = sum(stats.nnz[t] for t in converted)
     linear = products + CONVERT_STEPS * moved
     if not inner:
@@ -176,7 +174,3 @@ def _estimates(cin: CIN, stats, sparse, inner, converted) -> tuple[float, float]
 
 def _vars(a: Access) -> set[str]:
     return {w for i in a.indices for w in i.variables}
-
-
-def _size(a: Access, ext: dict[str, int]) -> int:
-    return math.prod(ext.get(w, 1) for i in a.indices for w in i.variables)

@@ -11,6 +11,7 @@ import ctypes.util
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from functools import cache
 
 import llvmlite.binding as llvm
@@ -104,16 +105,8 @@ def _team_runtime() -> JitLibrary:
     kernel's object code links to: its object code comes from the disk cache after the
     first process, like a kernel's."""
     from ucf.codegen import llvm_team
-    from ucf.toolchain import cache
 
-    fields = {"runtime": llvm_team.ENTRY, "llvm": identity()}
-    name = f"{cache.key(fields)}.plan"
-    entry = cache.load(name, fields)
-    if isinstance(entry, dict) and isinstance(entry.get("object"), bytes):
-        library = _link(entry["object"])
-    else:
-        library = _link(_emit(llvm_team.runtime_ir()))
-        cache.store(name, fields, {"object": library.object_code})
+    library = runtime_module(llvm_team.ENTRY, llvm_team.runtime_ir)
     _RUNTIME.append(library)  # the engine must outlive every kernel that calls into it
     llvm.add_symbol(llvm_team.ENTRY, library.address(llvm_team.ENTRY))
     if os.environ.get("UCF_ADAPTIVE_TEAM", "").strip() == "0":
@@ -123,6 +116,23 @@ def _team_runtime() -> JitLibrary:
 
 
 _RUNTIME: list[JitLibrary] = []
+
+
+def runtime_module(label: str, ir_text: Callable[[], str]) -> JitLibrary:
+    """A module of ucf's own compiled functions (not a kernel), named ``label`` in the
+    disk cache: its object code comes from there after the first process, like a
+    kernel's, so only the first process pays LLVM for it. The caller keeps the
+    library for as long as it calls into it."""
+    from ucf.toolchain import cache
+
+    fields = {"runtime": label, "llvm": identity()}
+    name = f"{cache.key(fields)}.plan"
+    entry = cache.load(name, fields)
+    if isinstance(entry, dict) and isinstance(entry.get("object"), bytes):
+        return _link(entry["object"])
+    library = _link(_emit(ir_text()))
+    cache.store(name, fields, {"object": library.object_code})
+    return library
 
 
 def set_whole_team(on: bool) -> bool:

@@ -309,8 +309,8 @@ def same_work(parallel, solo) -> bool:
     the same commands but ``parallelize``, the same passes over a sparse output (both
     kernels' chosen plans, ``ucf.exec.kernel._Built``). Then a region timed against
     itself on one thread compares the two plans, and they need not race
-    (``LoopStates.unrace``). A sparse add's plan for one thread appends in one pass
-    where its parallel rows count first: those race."""
+    (``LoopStates.unrace``). A sparse add's or a Gustavson product's plan for one
+    thread appends in one pass where its parallel rows count first: those race."""
     from ucf.schedule.requests import Parallelize
 
     if solo.compiled is parallel.compiled:

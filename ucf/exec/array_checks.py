@@ -1,0 +1,383 @@
+"""Compiled passes over a scipy operand's index arrays: the checks every kernel call
+runs on a matrix it reads in place (``ucf.exec.scipy_operands``).
+
+A call on a scipy matrix checks on every call what keeps the kernel's reads in
+memory, since nothing stops the matrix changing in place between calls. In numpy
+that is a pass over ``indptr`` comparing neighbours into a temporary and another
+reducing it, then a pass over the indices for their largest; in a solver's loop
+on a 20,000-row SpMV those passes cost a tenth of the call. Here each check is one
+compiled function the optimizer vectorizes, reading each array once and writing
+nothing, called through ctypes. The functions only read; what a failed check means
+is said by the numpy checks of ``ucf.format.levels.checks``, run only then.
+
+The module is compiled once per machine and kept in the disk cache like a kernel
+(``ucf.toolchain.jit.runtime_module``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+#: What ``compressed`` returns: the arrays are fine, ``indptr`` does not start at 0 or
+#: decreases, it ends beyond the indices or values, an index is out of range.
+OK, BAD_POSITIONS, BAD_END, BAD_INDEX = range(4)
+#: The bits ``coordinates`` returns: a row out of range, a column out of range, rows
+#: that decrease somewhere.
+ROW_OUT, COL_OUT, ROWS_DECREASE = 1, 2, 4
+
+_TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def _widen(t: str, value: str, to: str) -> str:
+    """IR that makes ``value`` (of type ``t``) an i64 named ``to``: sign- or zero-
+    extended, or the value itself under another name."""
+    if t == "i64":
+        return f"  %{to} = add i64 {value}, 0\n"
+    return f"  %{to} = {{ext}} {t} {value} to i64\n"
+
+
+def _narrow(t: str, value: str, to: str) -> str:
+    """IR that makes the i64 ``value`` a ``t`` named ``to``."""
+    if t == "i64":
+        return f"  %{to} = add i64 {value}, 0\n"
+    return f"  %{to} = trunc i64 {value} to {t}\n"
+
+
+def _compressed_ir(t: str) -> str:
+    """``ucf_compressed_<t>(pos, major, crd, cap, minor)``: ``pos`` (``major + 1``
+    entries) starts at 0, never decreases and ends at most at ``cap``, and every index
+    ``crd[:pos[major]]`` read as unsigned is below ``minor``; ``OK`` or what fails."""
+    return (
+        f"""
+define i64 @ucf_compressed_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                               {t}* noalias nocapture readonly %crd, i64 %cap, i64 %minor) {{
+entry:
+  %p0 = load {t}, {t}* %pos
+  %nonzero = icmp ne {t} %p0, 0
+  br i1 %nonzero, label %bad_positions, label %rows
+rows:
+  %some_rows = icmp sgt i64 %major, 0
+  br i1 %some_rows, label %row, label %last
+row:
+  %k = phi i64 [0, %rows], [%k1, %row]
+  %down = phi i8 [0, %rows], [%down1, %row]
+  %a.at = getelementptr inbounds {t}, {t}* %pos, i64 %k
+  %a = load {t}, {t}* %a.at
+  %k1 = add nuw nsw i64 %k, 1
+  %b.at = getelementptr inbounds {t}, {t}* %pos, i64 %k1
+  %b = load {t}, {t}* %b.at
+  %lt = icmp slt {t} %b, %a
+  %lt8 = zext i1 %lt to i8
+  %down1 = or i8 %down, %lt8
+  %more_rows = icmp slt i64 %k1, %major
+  br i1 %more_rows, label %row, label %rows_end
+rows_end:
+  %decreased = icmp ne i8 %down1, 0
+  br i1 %decreased, label %bad_positions, label %last
+last:
+  %end.at = getelementptr inbounds {t}, {t}* %pos, i64 %major
+  %end = load {t}, {t}* %end.at
+"""
+        + _widen(t, "%end", "nnz").format(ext="sext")
+        + f"""  %beyond = icmp sgt i64 %nnz, %cap
+  br i1 %beyond, label %bad_end, label %indices
+indices:
+  %some = icmp sgt i64 %nnz, 0
+  br i1 %some, label %index, label %ok
+index:
+  %q = phi i64 [0, %indices], [%q1, %index]
+  %m = phi {t} [0, %indices], [%m1, %index]
+  %c.at = getelementptr inbounds {t}, {t}* %crd, i64 %q
+  %c = load {t}, {t}* %c.at
+  %gt = icmp ugt {t} %c, %m
+  %m1 = select i1 %gt, {t} %c, {t} %m
+  %q1 = add nuw nsw i64 %q, 1
+  %more = icmp slt i64 %q1, %nnz
+  br i1 %more, label %index, label %indices_end
+indices_end:
+"""
+        + _widen(t, "%m1", "largest").format(ext="zext")
+        + f"""  %out = icmp uge i64 %largest, %minor
+  br i1 %out, label %bad_index, label %ok
+ok:
+  ret i64 {OK}
+bad_positions:
+  ret i64 {BAD_POSITIONS}
+bad_end:
+  ret i64 {BAD_END}
+bad_index:
+  ret i64 {BAD_INDEX}
+}}
+"""
+    )
+
+
+def _coordinates_ir(t: str) -> str:
+    """``ucf_coordinates_<t>(row, col, n, rows, cols)``: the bits of ``ROW_OUT``,
+    ``COL_OUT`` and ``ROWS_DECREASE`` that hold of ``n`` (row, column) pairs, each read
+    as unsigned against its dimension; 0 when none does."""
+    return (
+        f"""
+define i64 @ucf_coordinates_{t}({t}* noalias nocapture readonly %row,
+                                {t}* noalias nocapture readonly %col, i64 %n, i64 %rows,
+                                i64 %cols) {{
+entry:
+  %some = icmp sgt i64 %n, 0
+  br i1 %some, label %first, label %none
+none:
+  ret i64 0
+first:
+  %r0 = load {t}, {t}* %row
+  br label %pair
+pair:
+  %q = phi i64 [0, %first], [%q1, %pair]
+  %prev = phi {t} [%r0, %first], [%r, %pair]
+  %mr = phi {t} [0, %first], [%mr1, %pair]
+  %mc = phi {t} [0, %first], [%mc1, %pair]
+  %down = phi i8 [0, %first], [%down1, %pair]
+  %r.at = getelementptr inbounds {t}, {t}* %row, i64 %q
+  %r = load {t}, {t}* %r.at
+  %c.at = getelementptr inbounds {t}, {t}* %col, i64 %q
+  %c = load {t}, {t}* %c.at
+  %rgt = icmp ugt {t} %r, %mr
+  %mr1 = select i1 %rgt, {t} %r, {t} %mr
+  %cgt = icmp ugt {t} %c, %mc
+  %mc1 = select i1 %cgt, {t} %c, {t} %mc
+  %lt = icmp slt {t} %r, %prev
+  %lt8 = zext i1 %lt to i8
+  %down1 = or i8 %down, %lt8
+  %q1 = add nuw nsw i64 %q, 1
+  %more = icmp slt i64 %q1, %n
+  br i1 %more, label %pair, label %done
+done:
+"""
+        + _widen(t, "%mr1", "largest_row").format(ext="zext")
+        + _widen(t, "%mc1", "largest_col").format(ext="zext")
+        + f"""  %row_out = icmp uge i64 %largest_row, %rows
+  %col_out = icmp uge i64 %largest_col, %cols
+  %decreased = icmp ne i8 %down1, 0
+  %b0 = select i1 %row_out, i64 {ROW_OUT}, i64 0
+  %b1 = select i1 %col_out, i64 {COL_OUT}, i64 0
+  %b2 = select i1 %decreased, i64 {ROWS_DECREASE}, i64 0
+  %b01 = or i64 %b0, %b1
+  %bits = or i64 %b01, %b2
+  ret i64 %bits
+}}
+"""
+    )
+
+
+def _nonempty_ir(t: str) -> str:
+    """``ucf_nonempty_<t>(pos, major, rows)``: writes to ``rows`` the segments of ``pos``
+    (``major + 1`` entries, never decreasing) that are not empty, in order, and
+    returns how many. A hypersparse matrix's ``indptr`` is mostly runs of one value,
+    so it is read in blocks of 16 segments, a block with no change skipped at once;
+    the segments of a block with one are looked at one by one."""
+    return f"""
+define i64 @ucf_nonempty_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                             {t}* noalias nocapture %rows) {{
+entry:
+  br label %block
+block:
+  %k = phi i64 [0, %entry], [%k16, %skip], [%k16, %each_end]
+  %n = phi i64 [0, %entry], [%n, %skip], [%n2, %each_end]
+  %k16 = add nuw nsw i64 %k, 16
+  %whole = icmp sle i64 %k16, %major
+  br i1 %whole, label %scan, label %tail
+scan:
+  %j = phi i64 [0, %block], [%j1, %scan]
+  %change = phi {t} [0, %block], [%change1, %scan]
+  %kj = add nuw nsw i64 %k, %j
+  %a.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj
+  %a = load {t}, {t}* %a.at
+  %kj1 = add nuw nsw i64 %kj, 1
+  %b.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj1
+  %b = load {t}, {t}* %b.at
+  %d = xor {t} %a, %b
+  %change1 = or {t} %change, %d
+  %j1 = add nuw nsw i64 %j, 1
+  %more = icmp ult i64 %j1, 16
+  br i1 %more, label %scan, label %scanned
+scanned:
+  %none = icmp eq {t} %change1, 0
+  br i1 %none, label %skip, label %each
+skip:
+  br label %block
+each:
+  %e = phi i64 [%k, %scanned], [%e1, %each_next]
+  %m = phi i64 [%n, %scanned], [%m1, %each_next]
+  %x.at = getelementptr inbounds {t}, {t}* %pos, i64 %e
+  %x = load {t}, {t}* %x.at
+  %e1 = add nuw nsw i64 %e, 1
+  %y.at = getelementptr inbounds {t}, {t}* %pos, i64 %e1
+  %y = load {t}, {t}* %y.at
+  %full = icmp ne {t} %x, %y
+  br i1 %full, label %keep, label %each_next
+keep:
+  %out.at = getelementptr inbounds {t}, {t}* %rows, i64 %m
+{_narrow(t, "%e", "et")}  store {t} %et, {t}* %out.at
+  %mk = add nuw nsw i64 %m, 1
+  br label %each_next
+each_next:
+  %m1 = phi i64 [%m, %each], [%mk, %keep]
+  %each_more = icmp ult i64 %e1, %k16
+  br i1 %each_more, label %each, label %each_end
+each_end:
+  %n2 = phi i64 [%m1, %each_next]
+  br label %block
+tail:
+  %more_tail = icmp slt i64 %k, %major
+  br i1 %more_tail, label %last, label %done
+last:
+  %f = phi i64 [%k, %tail], [%f1, %last_next]
+  %c = phi i64 [%n, %tail], [%c1, %last_next]
+  %u.at = getelementptr inbounds {t}, {t}* %pos, i64 %f
+  %u = load {t}, {t}* %u.at
+  %f1 = add nuw nsw i64 %f, 1
+  %v.at = getelementptr inbounds {t}, {t}* %pos, i64 %f1
+  %v = load {t}, {t}* %v.at
+  %used = icmp ne {t} %u, %v
+{_narrow(t, "%f", "ft")}  %w.at = getelementptr inbounds {t}, {t}* %rows, i64 %c
+  br i1 %used, label %put, label %last_next
+put:
+  store {t} %ft, {t}* %w.at
+  %cp = add nuw nsw i64 %c, 1
+  br label %last_next
+last_next:
+  %c1 = phi i64 [%c, %last], [%cp, %put]
+  %last_more = icmp slt i64 %f1, %major
+  br i1 %last_more, label %last, label %done_tail
+done_tail:
+  %c_end = phi i64 [%c1, %last_next]
+  ret i64 %c_end
+done:
+  ret i64 %n
+}}
+"""
+
+
+def _row_starts_ir(t: str) -> str:
+    """``ucf_row_starts_<t>(row, n, rows, out)``: the ``indptr`` (``rows + 1`` entries, to
+    ``out``) of ``n`` coordinates whose rows (``row``, below ``rows``) are sorted: each
+    row's first position (entries written from the last, so the first stays), then
+    an empty row given the start of the next, from the end: no branch per entry."""
+    n_t = _narrow(t, "%n", "n_t")
+    q_t = _narrow(t, "%q", "q_t")
+    r64 = _widen(t, "%r", "r64").format(ext="sext")
+    return f"""
+define void @ucf_row_starts_{t}({t}* noalias nocapture readonly %row, i64 %n, i64 %rows,
+                                {t}* noalias nocapture %out) {{
+entry:
+{n_t}  br label %fill
+fill:
+  %f = phi i64 [0, %entry], [%f1, %fill]
+  %f.at = getelementptr inbounds {t}, {t}* %out, i64 %f
+  store {t} %n_t, {t}* %f.at
+  %f1 = add nuw nsw i64 %f, 1
+  %fill_more = icmp sle i64 %f1, %rows
+  br i1 %fill_more, label %fill, label %scatter_check
+scatter_check:
+  %some = icmp sgt i64 %n, 0
+  br i1 %some, label %scatter, label %suffix_check
+scatter:
+  %p = phi i64 [%n, %scatter_check], [%q, %scatter]
+  %q = add nsw i64 %p, -1
+  %r.at = getelementptr inbounds {t}, {t}* %row, i64 %q
+  %r = load {t}, {t}* %r.at
+{r64}{q_t}  %w.at = getelementptr inbounds {t}, {t}* %out, i64 %r64
+  store {t} %q_t, {t}* %w.at
+  %scatter_more = icmp sgt i64 %q, 0
+  br i1 %scatter_more, label %scatter, label %suffix_check
+suffix_check:
+  %any_rows = icmp sgt i64 %rows, 0
+  br i1 %any_rows, label %suffix, label %done
+suffix:
+  %s = phi i64 [%rows, %suffix_check], [%s0, %suffix]
+  %next = phi {t} [%n_t, %suffix_check], [%low, %suffix]
+  %s0 = add nsw i64 %s, -1
+  %s.at = getelementptr inbounds {t}, {t}* %out, i64 %s0
+  %here = load {t}, {t}* %s.at
+  %less = icmp slt {t} %here, %next
+  %low = select i1 %less, {t} %here, {t} %next
+  store {t} %low, {t}* %s.at
+  %suffix_more = icmp sgt i64 %s0, 0
+  br i1 %suffix_more, label %suffix, label %done
+done:
+  ret void
+}}
+"""
+
+
+def _module_ir() -> str:
+    return "".join(
+        _compressed_ir(t) + _coordinates_ir(t) + _nonempty_ir(t) + _row_starts_ir(t)
+        for t in _TYPES.values()
+    )
+
+
+_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
+)
+_PAIRS = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
+)
+
+
+_NONEMPTY = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+
+
+_STARTS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+
+
+@cache
+def _functions() -> tuple[object, dict, dict, dict, dict]:
+    """The compiled module (held: its functions live as long as it does) and its
+    functions by index dtype."""
+    from ucf.toolchain.jit import runtime_module
+
+    library = runtime_module("ucf_array_checks", _module_ir)
+    compressed = {
+        dt: _SIGNATURE(library.address(f"ucf_compressed_{t}")) for dt, t in _TYPES.items()
+    }
+    pairs = {dt: _PAIRS(library.address(f"ucf_coordinates_{t}")) for dt, t in _TYPES.items()}
+    nonempty = {dt: _NONEMPTY(library.address(f"ucf_nonempty_{t}")) for dt, t in _TYPES.items()}
+    starts = {dt: _STARTS(library.address(f"ucf_row_starts_{t}")) for dt, t in _TYPES.items()}
+    return library, compressed, pairs, nonempty, starts
+
+
+def compressed(
+    indptr: np.ndarray, indices: np.ndarray, cap: int, minor: int, pos_at: int, crd_at: int
+) -> int:
+    """``OK`` if ``indptr`` (1-D, contiguous, of ``indices``' dtype, int32 or int64,
+    at address ``pos_at``) starts at 0, never decreases and ends at most at ``cap``, and
+    the indices it covers (at ``crd_at``) are below ``minor``; else what fails first."""
+    return _functions()[1][indptr.dtype](pos_at, len(indptr) - 1, crd_at, cap, minor)
+
+
+def coordinates(row: np.ndarray, row_at: int, col_at: int, n: int, rows: int, cols: int) -> int:
+    """The bits (``ROW_OUT``, ``COL_OUT``, ``ROWS_DECREASE``) that hold of the first
+    ``n`` entries of two index arrays of ``row``'s dtype (int32 or int64) at
+    ``row_at`` and ``col_at``; 0 when the pairs are in range and the rows sorted."""
+    return _functions()[2][row.dtype](row_at, col_at, n, rows, cols)
+
+
+def nonempty(indptr: np.ndarray, pos_at: int) -> np.ndarray:
+    """The segments of ``indptr`` (int32 or int64, contiguous, at address ``pos_at``,
+    starting at 0 and never decreasing: checked by ``compressed``) that hold an entry,
+    in order, in ``indptr``'s dtype."""
+    major = len(indptr) - 1
+    rows = np.empty(min(major, int(indptr[-1])), dtype=indptr.dtype)
+    if len(rows):
+        rows = rows[: _functions()[3][indptr.dtype](pos_at, major, rows.ctypes.data)]
+    return rows
+
+
+def row_starts(row: np.ndarray, row_at: int, rows: int) -> np.ndarray:
+    """The ``indptr`` of a COO's entries, for ``row`` (int32 or int64, contiguous, at
+    address ``row_at``) sorted and below ``rows``: checked by ``coordinates``."""
+    out = np.empty(rows + 1, dtype=row.dtype)
+    _functions()[4][row.dtype](row_at, len(row), rows, out.ctypes.data)
+    return out
