@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS
-from tests.passes.test_partial_sums import LENGTHS, _documented, _rows_matrix
+from tests.helpers import documented_sum as _documented
+from tests.passes.test_partial_sums import LENGTHS, _rows_matrix
 
 TOTAL = "s = A(i,j)"
 TARGET_NAMES = [t if isinstance(t, str) else t.values[0] for t in TARGETS]
@@ -69,11 +70,17 @@ def test_stored_zeros_and_column_sums():
     assert a.to_scipy().nnz == m.nnz
     for target in TARGET_NAMES:
         col = ucf.compile("y(j) = A(i,j)", formats={"A": "csr"}, target=target)
-        assert "flat pass: loop i" in col.cin
+        assert "flat pass" not in col.cin  # it scatters through a coordinate: rows stay
         np.testing.assert_allclose(col(A=a), np.asarray(m.sum(axis=0)).ravel(), rtol=1e-12)
         row = ucf.compile("y(i) = A(i,j)", formats={"A": "csr"}, target=target)
         assert "flat pass" not in row.cin  # each row's sum is stored in its row
         np.testing.assert_allclose(row(A=a), np.asarray(m.sum(axis=1)).ravel(), rtol=1e-12)
+
+
+def test_a_gather_through_coordinates_keeps_its_rows():
+    """``s = A(i,j)*x(j)`` reads x at A's coordinates: its rows keep their chains (a sum
+    carried across rows, tests/passes/test_partial_sums.py)."""
+    assert "flat pass" not in ucf.compile("s = A(i,j)*x(j)", formats={"A": "csr"}).cin
 
 
 def test_a_parallel_row_loop_keeps_its_rows():

@@ -29,7 +29,7 @@ from dataclasses import replace
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.printer import expr
-from ucf.ir.walk import assigned, declared, names, statements, substitute, with_blocks
+from ucf.ir.walk import assigned, declared, names, nodes, statements, substitute, with_blocks
 from ucf.passes.tiling import serial_loop
 
 
@@ -76,7 +76,7 @@ def _flat(s: ir.Stmt, pos: set[str], guards: set[int]) -> ir.If | None:
         inner = inner.then[0]
     if not serial_loop(inner) or not all(isinstance(d, ir.Decl) for d in lets):
         return None
-    if s.parallel is not None and not _independent(inner):
+    if not _own_positions(inner) or s.parallel is not None and not _independent(inner):
         return None
     values: dict[str, ir.Expr] = {}
     for d in lets:
@@ -126,32 +126,46 @@ def _parallel_rows(s: ir.Stmt) -> bool:
     )
 
 
-def _independent(inner: ir.For) -> bool:
-    """Whether the positions of ``inner`` may be shared out among threads as the rows
-    were: it carries nothing from one step to the next, and each step stores only at
-    its own position (``p``, or ``p - K`` for a ``K`` it does not compute), as a copy
-    of the operand's structure does (``C(i,j) = 2*A(i,j)``)."""
+def _own_positions(inner: ir.For) -> bool:
+    """Whether every load and store of ``inner``'s steps is at the step's own position
+    (``p``, or ``p - K`` for a ``K`` the loop does not compute) or at one place for all
+    steps: the values of the
+    walked tensor, its coordinates, an output of its structure. A step that gathers
+    through a coordinate (``x[A1_crd[p]]``) keeps its rows, whose sums the partial
+    sums give a chain each (a sum carried across rows, ``docs/design.md``)."""
     p = inner.var
+    mine = declared(inner.body) | {p.name}
     values: dict[str, ir.Expr] = {}
-    mine = declared(inner.body)
     for b in statements(inner.body):
         if isinstance(b, ir.Decl):
             values[b.var.name] = substitute(b.init, values)
-        elif isinstance(b, ir.Store):
-            at = substitute(b.index, values)
-            if (
-                b.accumulate
-                or b.atomic
-                or not (
-                    at == p
-                    or isinstance(at, ir.Bin)
+    for n in nodes(inner.body):
+        if isinstance(n, ir.Load | ir.Store):
+            at = substitute(n.index, values)
+            own = (
+                not (names(at) & mine)
+                or at == p
+                or (
+                    isinstance(at, ir.Bin)
                     and at.op == "-"
                     and at.left == p
-                    and not (names(at.right) & (mine | {p.name}))
+                    and not (names(at.right) & mine)
                 )
-            ):
+            )
+            if not own:
                 return False
-        elif not isinstance(b, ir.If):
+        elif isinstance(n, ir.VLoad | ir.Call):
+            return False
+    return True
+
+
+def _independent(inner: ir.For) -> bool:
+    """Whether the positions of ``inner`` may be shared out among threads as the rows
+    were: it carries nothing from one step to the next and adds into nothing (each step
+    stores only at its own position, ``_own_positions``), as a copy of the operand's
+    structure does (``C(i,j) = 2*A(i,j)``)."""
+    for b in statements(inner.body):
+        if isinstance(b, ir.Assign) or isinstance(b, ir.Store) and (b.accumulate or b.atomic):
             return False
     return True
 
