@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
+import ucf
 from tests.helpers import CC, TARGETS
+from ucf.toolchain.jit import num_threads
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,6 +41,15 @@ def _ucf_cache_dir(tmp_path_factory):
 @pytest.fixture(params=TARGETS)
 def target(request):
     return request.param
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Runs a test on one thread and on two, the thread count restored after it."""
+    before = num_threads()
+    ucf.set_num_threads(request.param)
+    yield request.param
+    ucf.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

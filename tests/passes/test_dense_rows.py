@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS, documented_sum, rand_dense
-from ucf.toolchain.jit import num_threads
 
 GEMV = "y(i) = A(i,j) * x(j)"
 REDUCTIONS = [
@@ -27,14 +26,6 @@ REDUCTIONS = [
 # (rows, columns): none, one, rows left out of every group of 4 and rows too short to
 # split (< 16 float64 terms), rows split with a remainder of terms, empty rows.
 SHAPES = [(0, 5), (1, 1), (7, 7), (9, 40), (33, 33), (37, 130), (6, 0)]
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = num_threads()
-    ucf.set_num_threads(request.param)
-    yield request.param
-    ucf.set_num_threads(before)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -60,6 +51,36 @@ def test_row_reductions_match_numpy(target, dtype, expr, ref):
             continue  # numpy refuses the max of nothing; ucf gives the identity
         a = rand_dense(rng, (m, n), dtype, low=-50, high=50)
         np.testing.assert_array_equal(np.asarray(k(A=a)), ref(a))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_partial_maxima_skip_nans_and_keep_infinities(target, dtype, op):
+    """Rows long enough to split (130 terms) with NaNs in every lane position, a NaN
+    first and last, infinities of both signs, rows all NaN or all of one infinity, and
+    zeros of both signs: the max (min) skips a NaN as one chain does (a row of NaNs
+    gives the identity), against numpy's ``nanmax`` (``nanmin``)."""
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((12, 130)).astype(dtype)
+    a[0, ::7] = np.nan
+    a[1, 0] = a[1, -1] = np.nan
+    a[2, 5], a[2, 77] = np.inf, -np.inf
+    a[3, :] = np.nan
+    a[4, :] = -np.inf
+    a[5, :] = np.inf
+    a[6, :] = 0.0
+    a[6, ::2] = -0.0
+    a[7, :] = -(np.abs(a[7]) + 1)  # all negative: a partial maximum must not start at 0
+    a[8, :] = np.abs(a[8]) + 1
+    a[9, :-1] = np.nan  # one number after 129 NaNs, in the remainder
+    identity = -np.inf if op == "max" else np.inf
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        want = (np.nanmax if op == "max" else np.nanmin)(a, axis=1)
+    want[3] = identity
+    k = ucf.compile(f"y(i) = {op}(j, A(i,j))", dtype=dtype, target=target)
+    assert f"the {op} over j" in k.cin
+    np.testing.assert_array_equal(np.asarray(k(A=a)), want)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

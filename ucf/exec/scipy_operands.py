@@ -86,6 +86,25 @@ def in_place(m: Any, where: str) -> Tensor | None:
     return trusted((int(m.shape[0]), int(m.shape[1])), fmt, levels, data, indptr.dtype)
 
 
+def _plain(first: Any, second: Any, data: Any) -> bool:
+    """Whether two index arrays and a value array are as a kernel reads them in place:
+    numpy arrays, one-dimensional and contiguous, the indices of one dtype a kernel
+    takes and the values of one it computes in; else the call packs the matrix. Every
+    call runs it, so it is written out rather than looped."""
+    return (
+        type(first) is np.ndarray
+        and type(second) is np.ndarray
+        and type(data) is np.ndarray
+        and first.dtype in _INDEX_MAX
+        and second.dtype == first.dtype
+        and data.dtype in VALUE_DTYPES
+        and first.ndim == second.ndim == data.ndim == 1
+        and first.flags.c_contiguous
+        and second.flags.c_contiguous
+        and data.flags.c_contiguous
+    )
+
+
 def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """A CSR or CSC matrix's ``indptr``, and its indices and values cut to ``indptr[-1]``,
     once ``indptr`` is found to start at 0, never decrease and end within ``indices``
@@ -98,21 +117,7 @@ def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
         return None
     indptr, indices, data = m.indptr, m.indices, m.data
     idt = indptr.dtype
-    if not (
-        type(indptr) is np.ndarray
-        and type(indices) is np.ndarray
-        and type(data) is np.ndarray
-        and idt in _INDEX_MAX
-        and indices.dtype == idt
-        and data.dtype in VALUE_DTYPES
-        and indptr.ndim == 1
-        and indices.ndim == 1
-        and data.ndim == 1
-        and indptr.flags.c_contiguous
-        and indices.flags.c_contiguous
-        and data.flags.c_contiguous
-        and len(m.shape) == 2
-    ):
+    if not (_plain(indptr, indices, data) and len(m.shape) == 2):
         return None
     rows, cols = m.shape
     major, minor = (rows, cols) if kind == "csr" else (cols, rows)
@@ -152,20 +157,7 @@ def _coordinates(m: Any, where: str) -> Tensor | None:
         return None
     row, col, data = m.row, m.col, m.data
     idt = row.dtype
-    if not (
-        type(row) is np.ndarray
-        and type(col) is np.ndarray
-        and type(data) is np.ndarray
-        and idt in _INDEX_MAX
-        and col.dtype == idt
-        and data.dtype in VALUE_DTYPES
-        and row.ndim == 1
-        and col.ndim == 1
-        and data.ndim == 1
-        and row.flags.c_contiguous
-        and col.flags.c_contiguous
-        and data.flags.c_contiguous
-    ):
+    if not _plain(row, col, data):
         return None
     rows, cols = int(m.shape[0]), int(m.shape[1])
     n = len(data)

@@ -18,10 +18,31 @@ instead: each row's distinct columns, marked in an array over k.
 
 from __future__ import annotations
 
+from typing import Protocol
+
+from ucf.cin.notation import CIN
+from ucf.format.format import Format
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
-from ucf.lower.lattice import Op, Opnd, presence
+from ucf.lower.lattice import Op, Opnd, Term, presence
 from ucf.lower.state import Operand
+from ucf.schedule import Applied
+
+
+class Lowering(Protocol):
+    """What :func:`operands` reads of a ``ucf.lower.lowerer.Lowerer`` (which imports this
+    module, so it is named by what it has)."""
+
+    cin: CIN
+    term: Term
+    reduces: dict
+    applied: Applied | None
+    operands: dict[int, Operand]
+    out_fmt: Format
+    out_level_vars: list[str | None]
+
+    def _fill(self, n: int) -> float: ...
+
 
 #: Above this many products, the assemble pass counts the output exactly (its arrays
 #: at the bound would reserve 1.5 GiB of address space with 32-bit indices).
@@ -33,7 +54,7 @@ NOTE = (
 )
 
 
-def operands(lowerer) -> tuple[int, int] | None:
+def operands(lowerer: Lowering) -> tuple[int, int] | None:
     """(A, B), the operand numbers of ``C(i,k) = A(i,j) * B(j,k)`` where a serial kernel
     gathers C's rows in a workspace and A, B and C are stored as rows (a dense level,
     then a compressed one): the shape whose output a bound of products allows in one

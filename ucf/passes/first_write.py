@@ -133,7 +133,9 @@ def apply(fn: ir.Function, claims: list[Claim]) -> tuple[ir.Function, list[str]]
     return replace(fn, body=block(fn.body)), notes
 
 
-def _covered(zero: ir.Stmt, after, by_loop: dict[str, Claim], taken: set[str]):
+def _covered(
+    zero: ir.Stmt, after: ir.Stmt, by_loop: dict[str, Claim], taken: set[str]
+) -> list[ir.Stmt] | None:
     """The statements that replace the zeroing loop ``zero`` and the loop over blocks
     ``after``, or None if they are not a slice's zeroing and a claimed loop after it."""
     if not (isinstance(zero, ir.For) and isinstance(after, ir.For) and len(zero.body) == 1):

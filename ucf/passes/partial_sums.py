@@ -161,7 +161,8 @@ def _split(s: ir.For, accs: list[Var], op: str, taken: set[str], carried: bool) 
     matrix (1.4x scipy's time at 20,000 rows of 10, bench/chains.py)."""
     parts = PARTS[accs[0].type]
     # Where each partial starts: 0 for a sum (the sum's value before the loop is added
-    # at the fold), the maximum's identity for a max (which ignores a NaN, as the scalar).
+    # at the fold), the maximum's identity for a max (which ignores a NaN, as the scalar;
+    # a zero present with both signs may come out with the other sign: docs/design.md).
     first = {"+": 0.0, "max": float("-inf"), "min": float("inf")}[op]
 
     def fresh(name: str) -> str:

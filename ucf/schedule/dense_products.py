@@ -72,6 +72,8 @@ def plan(cin: CIN, extents: dict[str, int] | None, threads: int) -> tuple[list[C
     outs = cin.output_vars
     if red != k or i not in outs or not outs or outs[-1] != j:
         return [], []
+    if cin.output_format.mode_order[-1] != len(outs) - 1:
+        return [], []  # j must be the output's unit stride too: the tiles store rows of it
     for n, a in enumerate(accesses(body)):
         fmt = cin.slots[n].format
         if j in {v for idx in a.indices for v in idx.variables} and (
