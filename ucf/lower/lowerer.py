@@ -197,7 +197,10 @@ class Lowerer(
         same plain variables level by level (``A(i,j)*A(i,j)``), mapped to the earlier
         one: they walk the same positions, so one iterator serves both, where two would
         merge a row with itself. Only outside nested sums (whose terms are kept apart),
-        and over unique levels (a merge of repeated coordinates pairs them up)."""
+        over unique levels (a merge of repeated coordinates pairs them up), and for a
+        tensor read as 0 where absent: ``A - A + B`` with ``fill=-inf`` is NaN where A is
+        absent, which the walk of one iterator lost (-inf; the ASan test of filled
+        operands)."""
         if self.reduces or (self.applied is not None and self.applied.precompute):
             return {}
         first: dict[tuple, int] = {}
@@ -205,7 +208,7 @@ class Lowerer(
         for n, op in self.operands.items():
             if any(ix.single_variable is None for ix in op.level_idx):
                 continue
-            if not all(op.fmt.unique(lvl) for lvl in range(op.fmt.order)):
+            if not all(op.fmt.unique(lvl) for lvl in range(op.fmt.order)) or self._fill(n):
                 continue
             key = (self.cin.slots[n].name, tuple(ix.single_variable for ix in op.level_idx))
             if key in first:
