@@ -93,9 +93,10 @@ def test_an_operand_read_twice_is_walked_once(target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("schedule", [None, "reorder(i,j)"])
 def test_an_operand_with_a_fill_read_twice_keeps_both_reads(target, schedule):
-    """``A - A + B`` with A read as -inf where absent is NaN there (-inf - -inf): one
-    walk of A for both reads gave -inf (the ASan test of filled operands caught it), so
-    a tensor with a fill keeps its two reads. Against numpy, every entry."""
+    """``A - A + B`` with A read as -inf where absent: two reads give IEEE's NaN there
+    (-inf - -inf), as before the shared walk and as tests/toolchain/test_asan.py holds
+    it; one walk folded it to -inf (docs/language.md's structural rule), so a tensor
+    with a fill keeps its two reads. Against numpy, every entry."""
     a = _matrix(30, 30, 9).toarray()
     a = np.where(a != 0, a, -np.inf)
     b = np.roll(_matrix(30, 30, 10).toarray(), 1, axis=1)

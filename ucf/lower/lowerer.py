@@ -198,9 +198,11 @@ class Lowerer(
         one: they walk the same positions, so one iterator serves both, where two would
         merge a row with itself. Only outside nested sums (whose terms are kept apart),
         over unique levels (a merge of repeated coordinates pairs them up), and for a
-        tensor read as 0 where absent: ``A - A + B`` with ``fill=-inf`` is NaN where A is
-        absent, which the walk of one iterator lost (-inf; the ASan test of filled
-        operands)."""
+        tensor read as 0 where absent: with ``fill=-inf``, ``A - A + B`` where A is
+        absent is NaN through two reads (IEEE's -inf - -inf, which the filled-operand
+        test in tests/toolchain/test_asan.py holds), and one walk folded it to -inf by
+        the structural rule of docs/language.md; so a shared walk would change answers
+        there, and such a tensor keeps its two reads."""
         if self.reduces or (self.applied is not None and self.applied.precompute):
             return {}
         first: dict[tuple, int] = {}
