@@ -130,3 +130,13 @@ def _node_fields(cls: type) -> tuple[str, ...]:
     if issubclass(cls, ir.Array | ir.Param):
         return ()
     return tuple(f.name for f in fields(cls))
+
+
+def fresh_name(name: str, taken: set[str]) -> str:
+    """``name`` with the first number from 0 that makes it a name not in ``taken``
+    (which then holds it): the scalars and arrays the passes add beside a kernel's own."""
+    k = 0
+    while f"{name}{k}" in taken:
+        k += 1
+    taken.add(f"{name}{k}")
+    return f"{name}{k}"

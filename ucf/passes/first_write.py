@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.ir.walk import declared, fresh_name, names, substitute, with_blocks
 from ucf.passes.tiling import Nest, loads_from
 
 
@@ -168,11 +168,7 @@ def _covered(
         cond = ir.Logic("and", cond, x)
     if names(cond) & (declared(after.body) | {after.var.name}):
         return None  # not known before the loop over blocks
-    k = 0
-    while f"slice_covered{k}" in taken:
-        k += 1
-    covered = Var(f"slice_covered{k}", I64)
-    taken.add(covered.name)
+    covered = Var(fresh_name("slice_covered", taken), I64)
     one, nil = Const(1, I64), Const(0, I64)
     first = ir.Logic("and", ir.Cmp("==", after.var, after.start), ir.Cmp("!=", covered, nil))
     body = [ir.Decl(c.flag, ir.Select(first, one, nil)) if s == marker else s for s in after.body]

@@ -33,7 +33,7 @@ from dataclasses import replace
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, substitute, with_blocks
+from ucf.ir.walk import declared, fresh_name, names, substitute, with_blocks
 from ucf.passes.tiling import SIZES, VECTOR_BYTES, lanewise, serial_loop, vector_of
 
 #: The element types whose sums are split, with their partial sums per vector.
@@ -166,11 +166,7 @@ def _split(s: ir.For, accs: list[Var], op: str, taken: set[str], carried: bool) 
     first = {"+": 0.0, "max": float("-inf"), "min": float("inf")}[op]
 
     def fresh(name: str) -> str:
-        k = 0
-        while f"{name}{k}" in taken:
-            k += 1
-        taken.add(f"{name}{k}")
-        return f"{name}{k}"
+        return fresh_name(name, taken)
 
     lo = Var(fresh(f"{s.var.name}_lo"), I64)
     n = Var(fresh(f"{s.var.name}_n"), I64)

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.ir.walk import declared, fresh_name, names, nodes, substitute, with_blocks
 
 #: Steps of the outer loop between the prefetch of a row and its walk: B's rows of 10
 #: entries measured alike at 2 and 3; farther ones would arrive before the rows between.
@@ -70,16 +70,8 @@ def _ahead(loop: ir.For, taken: set[str]) -> ir.For:
     }
     if not rows:
         return loop
-    at = Var(_fresh(f"{inner.var.name}_ahead", taken), I64)
+    at = Var(fresh_name(f"{inner.var.name}_ahead", taken), I64)
     step = ir.add(loop.var, Const(DISTANCE, I64))
     fetch = [ir.Decl(at, substitute(start, {p: step}))]
     fetch += [ir.Prefetch(array, at) for array in rows.values()]
     return replace(loop, body=[ir.If(ir.Cmp("<", step, loop.end), fetch), *loop.body])
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    n = 0
-    while f"{name}{n}" in taken:
-        n += 1
-    taken.add(f"{name}{n}")
-    return f"{name}{n}"

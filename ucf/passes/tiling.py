@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import assigned, names, nodes, substitute
+from ucf.ir.walk import assigned, fresh_name, names, nodes, substitute
 
 #: The width of a vector register the tiles are cut for (AVX2's; an AVX-512 machine
 #: runs two of them per register, a narrower one splits them).
@@ -184,11 +184,7 @@ class TileState:
         self.defs: dict[str, ir.Expr] = {}  # what each declaration met so far holds
 
     def fresh(self, name: str) -> str:
-        k = 0
-        while f"{name}{k}" in self.taken:
-            k += 1
-        self.taken.add(f"{name}{k}")
-        return f"{name}{k}"
+        return fresh_name(name, self.taken)
 
     def ahead(self, name: str) -> ir.Expr | None:
         """What the declaration ``name`` holds at the next step of the one enclosing

@@ -19,7 +19,7 @@ as the plain nest does: the split changes no result, bit for bit.
 from __future__ import annotations
 
 from ucf.cin.notation import CIN
-from ucf.lang.ast import accesses
+from ucf.lang.ast import accesses, fresh
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
 from ucf.schedule.gathering import is_product
@@ -90,7 +90,7 @@ def plan(cin: CIN, extents: dict[str, int] | None, threads: int) -> tuple[list[C
         rows = max(MIN_ROWS, min(rows, -(-per_thread // 8) * 8))
     i0, i1, k0, k1 = f"{i}0", f"{i}1", f"{k}0", f"{k}1"
     taken = set(order)
-    i0, i1, k0, k1 = (_free(v, taken) for v in (i0, i1, k0, k1))
+    i0, i1, k0, k1 = (fresh(v, taken) for v in (i0, i1, k0, k1))
     commands: list[Command] = [
         SplitCommand(k, k0, k1, DEPTH),
         SplitCommand(i, i0, i1, rows),
@@ -106,11 +106,3 @@ def plan(cin: CIN, extents: dict[str, int] | None, threads: int) -> tuple[list[C
         commands.append(Parallelize(i0, THREADS))
         why.append(f"default: parallel loop {i0}, the blocks of rows, shared out statically")
     return commands, why
-
-
-def _free(name: str, taken: set[str]) -> str:
-    """``name``, primed until no variable of the statement has it."""
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
