@@ -23,7 +23,13 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import contraction_order, dense_gather, dense_products, transposed_products
+from ucf.schedule import (
+    contraction_order,
+    dense_gather,
+    dense_products,
+    strided_operands,
+    transposed_products,
+)
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -156,11 +162,11 @@ def propose(
     gather = dense_gather.plan(cin, stats, ws_why) if linear is None and not chain else []
     if gather:
         plans = [(gather + w, order) for w, order in plans] or [(gather, list(cin.order))]
-    choices = [
-        c
-        for prefix, order in plans or [([], list(cin.order))]
-        for c in _choices(cin, order, prefix, ws_why, stats, threads)
-    ]
+    choices = []
+    for prefix, order in plans or [([], list(cin.order))]:
+        copy_why: list[str] = []
+        copies = strided_operands.plan(cin, order, stats, copy_why)
+        choices += _choices(cin, order, prefix, ws_why, stats, threads, (copies, copy_why))
     if plans:
         serial = _serial_reason(threads) or _NO_PARALLEL
         plain = "no workspace" if linear is None else "the plain loop order"
@@ -184,10 +190,15 @@ def _choices(
     ws_why: list[str],
     stats: Stats | None,
     threads: int,
+    copied: tuple[list[Command], list[str]] = ([], []),
 ) -> list[Choice]:
     """The proposals with ``workspace`` (the commands of a workspace or a linear plan,
     or none), which leave the loops in ``order``, best first: a parallel loop in each
-    place the model likes, then serial ones."""
+    place the model likes, then serial ones. ``copied``: the commands that copy dense
+    operands read against their storage (``convert``) and why, which go into every
+    proposal; they leave the loops as they are."""
+    copies, copy_why = copied
+    ws_why = [*ws_why, *copy_why]
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
     # above i_in), and the parallel loop must not depend on that.
@@ -220,7 +231,7 @@ def _choices(
                 par, how = _parallel(cin, v, stats, threads, work)
                 bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
-                    cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
+                    cmds = [*copies, *workspace, *moves, *hoist, *[c for c, _ in bound], *par]
                     lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound if w]]
                     if hoist:
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
@@ -228,11 +239,11 @@ def _choices(
     serial = serial or _NO_PARALLEL
     bound = bounded(order, None)
     if bound:
-        cmds = [*workspace, *exact, *[c for c, _ in bound]]
+        cmds = [*copies, *workspace, *exact, *[c for c, _ in bound]]
         choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound if w]]))
     if exact:
-        choices.append(Choice(exact, [*exact_why, serial]))
-    choices.append(Choice(workspace, [*ws_why, serial]))
+        choices.append(Choice([*copies, *exact], [*copy_why, *exact_why, serial]))
+    choices.append(Choice([*copies, *workspace], [*ws_why, serial]))
     return choices
 
 

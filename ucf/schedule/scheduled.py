@@ -107,19 +107,13 @@ def scheduled(
 
 
 def _freed(commands: list[Command], fmts: dict[str, Format]) -> set[str]:
-    """The operands ``convert`` frees from binding the loop order: sparse ones, each
-    named once (a dense operand binds no order; converting it says nothing)."""
+    """The operands ``convert`` names, each once: sparse ones it frees from binding
+    the loop order, dense ones it has read in the order the loops walk them."""
     free: set[str] = set()
     for c in commands:
         if not isinstance(c, Convert):
             continue
         if c.tensor in free:
             raise ScheduleError(f"{c}: {c.tensor} is converted already by an earlier convert")
-        fmt = fmts.get(c.tensor)
-        if fmt is None or fmt.is_dense:
-            raise ScheduleError(
-                f"{c}: {c.tensor} is dense; convert frees a sparse "
-                "operand's storage from binding the loop order, and a dense one binds none"
-            )
         free.add(c.tensor)
     return free
