@@ -56,11 +56,14 @@ def plan(cin: CIN, order: list[str], stats, why: list[str]) -> list[Command]:
         if slot.name != slot.tensor or a.tensor in sparse:
             continue
         walked = walked_layout(a, fmt, order)
-        if walked is None or walked.mode_order[-1] == fmt.mode_order[-1]:
-            continue  # as stored, or strided only in outer loops
-        if any(c.tensor == a.tensor for c in commands):
+        if walked is None or any(c.tensor == a.tensor for c in commands):
             continue
-        size = math.prod(stats.extents.get(v, 1) for i in a.indices for v in i.variables)
+        ext = [stats.extents.get(i.single_variable, 1) for i in a.indices]
+        # Modes of extent 1 take no room: D of one row is a vector either way.
+        inner = [[m for m in f.mode_order if ext[m] > 1][-1:] for f in (walked, fmt)]
+        if inner[0] == inner[1]:
+            continue  # as stored, or strided only in outer loops
+        size = math.prod(ext)
         if size < MIN_ENTRIES or reads < REUSE * size:
             continue
         commands.append(Convert(a.tensor))
