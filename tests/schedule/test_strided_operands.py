@@ -122,7 +122,7 @@ def test_a_user_schedule_is_kept(copies_pay):
     want = reference(b, c, d)
     for r in (got, again):
         np.testing.assert_allclose(r.to_scipy().toarray(), want, rtol=1e-12)
-    with pytest.raises(ScheduleError, match="walks dense operand C"):
+    with pytest.raises(ScheduleError, match="walk dense operand C"):
         ucf.compile(SDDMM, formats=fmts, schedule="convert(C)")
 
 

@@ -163,6 +163,7 @@ def concretize(
     gathered: Sequence[Gathered] = (),
     before: dict[str, set[str]] | None = None,
     freed: frozenset[str] = frozenset(),
+    walk: Sequence[str] | None = None,
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
@@ -172,7 +173,9 @@ def concretize(
     sums they gather from being computed inside their workspace's variable.
     ``before`` maps a variable to those every loop order binds before it (a
     block's place after its block: ``ucf.cin.blocking``). ``freed`` names the operands
-    a schedule's ``convert`` freed from binding the order, for the note on their copy.
+    a schedule's ``convert`` freed from binding the order, for the note on their copy;
+    a dense one is copied in the order ``walk`` gives its variables (the loop order's
+    where None).
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
@@ -293,11 +296,12 @@ def concretize(
                 + _dequantized(fmt, new)
             )
         elif fmt.is_dense and a.tensor in freed:
-            new = walked_layout(a, fmt, best)
+            new = walked_layout(a, fmt, walk or best)
             if new is None:
                 raise ScheduleError(
-                    f"convert({a.tensor}): the loop order {', '.join(best)} walks dense operand "
-                    f"{a.tensor} ('{fmt.name}') in its storage order already; convert reads a "
+                    f"convert({a.tensor}): the loops ({', '.join(walk or best)} innermost last) "
+                    f"walk dense operand {a.tensor} ('{fmt.name}') in its storage order "
+                    "already; convert reads a "
                     "dense operand in the order the loops walk it"
                 )
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")

@@ -164,9 +164,7 @@ def propose(
         plans = [(gather + w, order) for w, order in plans] or [(gather, list(cin.order))]
     choices = []
     for prefix, order in plans or [([], list(cin.order))]:
-        copy_why: list[str] = []
-        copies = strided_operands.plan(cin, order, stats, copy_why)
-        choices += _choices(cin, order, prefix, ws_why, stats, threads, (copies, copy_why))
+        choices += _choices(cin, order, prefix, ws_why, stats, threads)
     if plans:
         serial = _serial_reason(threads) or _NO_PARALLEL
         plain = "no workspace" if linear is None else "the plain loop order"
@@ -190,15 +188,15 @@ def _choices(
     ws_why: list[str],
     stats: Stats | None,
     threads: int,
-    copied: tuple[list[Command], list[str]] = ([], []),
 ) -> list[Choice]:
     """The proposals with ``workspace`` (the commands of a workspace or a linear plan,
     or none), which leave the loops in ``order``, best first: a parallel loop in each
-    place the model likes, then serial ones. ``copied``: the commands that copy dense
-    operands read against their storage (``convert``) and why, which go into every
-    proposal; they leave the loops as they are."""
-    copies, copy_why = copied
-    ws_why = [*ws_why, *copy_why]
+    place the model likes, then serial ones. Each copies the dense operands its loop
+    order reads against their storage (``ucf.schedule.strided_operands``)."""
+
+    def copied(way: list[str]) -> tuple[list[Command], list[str]]:
+        why: list[str] = []
+        return strided_operands.plan(cin, way, stats, why), why
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
     # above i_in), and the parallel loop must not depend on that.
@@ -227,23 +225,28 @@ def _choices(
     choices = []
     if serial is None:
         for way, moves, moved_why in orders:
+            copies, copy_why = copied(way)
             for v, reason in _parallel_loops(cin, way, stats, threads):
                 par, how = _parallel(cin, v, stats, threads, work)
                 bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
                     cmds = [*copies, *workspace, *moves, *hoist, *[c for c, _ in bound], *par]
-                    lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound if w]]
+                    lines = [*ws_why, *copy_why, *moved_why, reason, how]
+                    lines += [w for _, w in bound if w]
                     if hoist:
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
                     choices.append(Choice(cmds, lines))
     serial = serial or _NO_PARALLEL
     bound = bounded(order, None)
+    copies, copy_why = copied(order)
     if bound:
         cmds = [*copies, *workspace, *exact, *[c for c, _ in bound]]
-        choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound if w]]))
+        lines = [*ws_why, *copy_why, *exact_why, serial, *[w for _, w in bound if w]]
+        choices.append(Choice(cmds, lines))
     if exact:
         choices.append(Choice([*copies, *exact], [*copy_why, *exact_why, serial]))
-    choices.append(Choice([*copies, *workspace], [*ws_why, serial]))
+    copies, copy_why = copied(orders[-1][0])
+    choices.append(Choice([*copies, *workspace], [*ws_why, *copy_why, serial]))
     return choices
 
 

@@ -69,7 +69,15 @@ def scheduled(
         for pc in applied.precompute
         for v in (prov.origins(pc.var)[0], *pc.more)
     ]
-    new = concretize(stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free))
+    # A dense operand convert copies is laid out as the loops walk it: each variable
+    # where its innermost loop runs (a register tile's k_b_r inside j: j, k).
+    walk: list[str] = []
+    for loop in applied.loops:
+        for v in prov.origins(loop):
+            walk = [*(w for w in walk if w != v), v]
+    new = concretize(
+        stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free), walk=walk
+    )
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
