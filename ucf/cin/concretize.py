@@ -295,15 +295,7 @@ def concretize(
                 f"for the affine indices of {a}; it is converted to '{new}' before each call"
                 + _dequantized(fmt, new)
             )
-        elif fmt.is_dense and a.tensor in freed:
-            new = walked_layout(a, fmt, walk or best)
-            if new is None:
-                raise ScheduleError(
-                    f"convert({a.tensor}): the loops ({', '.join(walk or best)} innermost last) "
-                    f"walk dense operand {a.tensor} ('{fmt.name}') in its storage order "
-                    "already; convert reads a "
-                    "dense operand in the order the loops walk it"
-                )
+        elif fmt.is_dense and (new := walked_layout(a, fmt, walk or best)) and a.tensor in freed:
             name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
             slots[n] = Slot(name, a.tensor, new)
             notes.append(
@@ -313,6 +305,14 @@ def concretize(
             )
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
+    copied = {t for t, _ in converted}
+    for a in rhs:
+        if a.tensor in freed and formats[a.tensor].is_dense and a.tensor not in copied:
+            raise ScheduleError(
+                f"convert({a.tensor}): the loops ({', '.join(walk or best)} innermost last) "
+                f"walk dense operand {a.tensor} ('{formats[a.tensor].name}') in its storage "
+                "order already; convert reads a dense operand in the order the loops walk it"
+            )
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")
     return CIN(stmt, list(best), slots, output_format, notes)
 
