@@ -188,7 +188,8 @@ class Calling:
             check_lossless(t.vals, held, slot.tensor)
             self._warn_conversion(slot, t, held)
             if relayable(t.format, slot.format):  # a transposed copy, on the kernel's threads
-                vals = relaid(t.vals, t.shape, t.format, slot.format, held, num_threads())
+                buf = recycled.uninitialized(t.vals.shape, np.dtype(held))
+                vals = relaid(t.vals, t.shape, t.format, slot.format, held, num_threads(), buf)
                 slots[slot.name] = trusted(t.shape, slot.format, [{}] * t.order, vals)
                 continue
             slots[slot.name] = t.convert(slot.format, index_dtype=self.index_dtype, dtype=held)

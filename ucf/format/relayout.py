@@ -48,12 +48,14 @@ def relaid(
     fmt: Format,
     dtype: np.dtype,
     threads: int = 1,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The values of a dense tensor of ``shape`` stored as ``stored`` (``vals``, flat in
-    its level order), laid out as dense ``fmt`` in ``dtype``: a fresh flat array."""
+    its level order), laid out as dense ``fmt`` in ``dtype``: a flat array, ``out`` (of
+    as many elements, C-contiguous, its contents overwritten) where given, else fresh."""
     src = vals.reshape(stored.level_dims(shape))
     view = src.transpose([stored.mode_order.index(m) for m in fmt.mode_order])
-    out = np.empty(view.shape, dtype=dtype)
+    out = np.empty(view.shape, dtype=dtype) if out is None else out.reshape(view.shape)
     rows = view.shape[0] if view.ndim else 1
     if view.ndim == 0 or rows == 0:
         out[...] = view
