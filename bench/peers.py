@@ -15,7 +15,11 @@ Method: every contender's result is checked against scipy's (relative to the lar
 entry, 1e-9) before any timing, and a wrong one is reported and left out (TACO's SDDMM
 with a row-major D drops nonzeros). Then the contenders of a row run interleaved, one
 warm-up each and ``--repeat`` rounds, and the median is kept. Ratios are ucf's time over
-the peer's (below 1: ucf is faster). The targets of issue 38 print last, met or NOT met.
+the peer's (below 1: ucf is faster). Each timed call follows an untimed call of the
+same contender, so none is timed on the allocator state another left (MKL's SpMV
+page-faulted its per-call memory afresh after another contender's call, at 3x its time).
+MKL's handles are made per thread count (``mkl_sparse_optimize`` fixes the threads a
+handle runs on). The targets of issue 38 print last, met or NOT met.
 The kernel cache is a fresh directory, so compile time stays out and no old kernel is
 timed. Needs ``pip install -e '.[bench]'``.
 """
@@ -381,7 +385,11 @@ def run_row(row: Row, repeat: int, clock: Callable[[], float] = time.perf_counte
                 wrong[label] = why
             else:
                 contenders[label] = fn
-    times = timings(contenders, repeat, clock)
+    # Paired: MKL's inspector-executor takes memory on each call (SpMV on the banded and
+    # R-MAT rows: 330 and 515 minor page faults a call when it ran after another
+    # contender, none when after itself, and 3x the time), so each contender is timed
+    # on the second of two back-to-back calls.
+    times = timings(contenders, repeat, clock, paired=True)
     return {"median": {k: float(np.median(v)) for k, v in times.items()}, "wrong": wrong}
 
 
