@@ -116,7 +116,8 @@ def load_mkl() -> tuple[Any, str]:
     if "MKL_RT" not in os.environ:
         # a venv made with --system-site-packages has the wheel's libraries under its base
         found = sorted(
-            f for d in dict.fromkeys((sys.prefix, sys.base_prefix))
+            f
+            for d in dict.fromkeys((sys.prefix, sys.base_prefix))
             for f in Path(d, "lib").glob("libmkl_rt.so*")
         )
         if found:
