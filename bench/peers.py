@@ -363,9 +363,24 @@ def build_rows(names: list[str], quick: bool, kernels, mkl, gb, seed: int = 0) -
     return rows
 
 
-def run_row(row: Row, repeat: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+def cpu_over_wall(fn: Callable[[], Any], calls: int = 3) -> float:
+    """The median over ``calls`` of a call's process CPU time over its wall time: about
+    the threads it kept busy (below 1 where another process held the core)."""
+    ratios = []
+    for _ in range(calls):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        ratios.append((time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9))
+    return float(np.median(ratios))
+
+
+def run_row(
+    row: Row, repeat: int, clock: Callable[[], float] = time.perf_counter, threads: int = 0
+) -> dict:
     """Check every contender, then time the right ones interleaved on ``clock``: medians
-    in seconds, and what was wrong."""
+    in seconds, and what was wrong. With ``threads`` 1, a contender whose calls keep
+    more than one core busy (CPU time over 1.3x wall time) is reported in ``busy``:
+    its 1-thread time would be a many-thread one."""
     contenders = {"ucf": row.ucf}
     wrong: dict[str, str] = {}
     why = _wrong(row.ucf(), row.reference)
@@ -390,7 +405,14 @@ def run_row(row: Row, repeat: int, clock: Callable[[], float] = time.perf_counte
     # contender, none when after itself, and 3x the time), so each contender is timed
     # on the second of two back-to-back calls.
     times = timings(contenders, repeat, clock, paired=True)
-    return {"median": {k: float(np.median(v)) for k, v in times.items()}, "wrong": wrong}
+    busy = {}
+    if threads == 1:
+        busy = {k: r for k, fn in contenders.items() if (r := cpu_over_wall(fn)) > 1.3}
+    return {
+        "median": {k: float(np.median(v)) for k, v in times.items()},
+        "wrong": wrong,
+        "busy": busy,
+    }
 
 
 def best(result: dict, peer: str) -> tuple[str, float] | None:
@@ -490,10 +512,12 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows:
                     cpu = args.cpu_time and threads == 1
                     clock = time.process_time if cpu else time.perf_counter
-                    res = run_row(row, args.repeat, clock)
+                    res = run_row(row, args.repeat, clock, threads)
                     results.append((Ran.of(row), threads, res))
                     for k, v in res["wrong"].items():
                         print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
+                    for k, r in res["busy"].items():
+                        print(f"  {row.name}, 1 thread: {k} kept {r:.1f} cores busy (CPU/wall)")
             del rows
     print(f"load average at end: {os.getloadavg()[0]:.2f}\n")
     clock = "process CPU time at 1 thread, " if args.cpu_time else ""
