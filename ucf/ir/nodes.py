@@ -375,8 +375,9 @@ class Free(Stmt):
 
 @dataclass
 class Prefetch(Stmt):
-    """A hint to bring ``array[index]``'s cache line in for reading (never faults, so the
-    index may be any the array could hold); ``ucf.passes.prefetch``."""
+    """A hint to bring ``array[index]``'s cache line in for reading. It never faults, and
+    the backends compute its address without assuming it lies in the array, so the
+    index may be past the end (``ucf.passes.prefetch``, ``ucf.passes.streams``)."""
 
     array: Array
     index: Expr
