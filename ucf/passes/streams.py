@@ -89,7 +89,7 @@ def _block(
                 if arrays:
                     notes[
                         f"prefetch: {', '.join(arrays)} of loop {s.label or s.var.name} "
-                        f"fetched {DISTANCE} positions ahead, row after row"
+                        f"fetched {DISTANCE // 1024} KB ahead, row after row"
                     ] = None
                 s = walked
         elif s.BLOCKS:
