@@ -13,7 +13,10 @@ pass off and on (``UCF_STREAM_PREFETCH``): uniform 2.60 -> 1.64 ms, R-MAT 24.0 -
 its x is read in order). Prefetching the coordinates alone lost 20 % on banded;
 both streams the same bytes ahead, or more, cost it 1 to 2 %.
 
-Only streams that continue across rows are fetched: the loop's start is a ``pos``
+Only innermost walks are fetched, whose steps do little besides reading the streams
+(SpMV's, TTV's over ``k``): a walk whose steps run a loop (SpMM's over the columns,
+SpGEMM's over B's row, SDDMM's over ``k``) spends its time there. Only streams that
+continue across rows are fetched: the loop's start is a ``pos``
 load at a position that steps by one with an enclosing loop (the row), and the
 arrays fetched are those the loop loads at its own position (a row of B that SpGEMM
 walks at A's coordinate is not such a stream; ``ucf.passes.prefetch`` handles it).
@@ -30,7 +33,7 @@ from dataclasses import replace
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import names, nodes, substitute
+from ucf.ir.walk import names, nodes, statements, substitute
 from ucf.passes.tiling import SIZES, serial_loop
 
 #: Bytes between a stream's read and its prefetch (1024 float64 values, 2048 int32
@@ -79,7 +82,9 @@ def _block(
         if isinstance(s, ir.For):
             inner = (*rows, s.var.name)
             s = replace(s, body=_block(s.body, pos, env, inner, notes))
-            if serial_loop(s):
+            if serial_loop(s) and not any(
+                isinstance(t, ir.For | ir.While) for t in statements(s.body)
+            ):
                 fetch = _before(s, pos, env, rows)
                 out += fetch
                 walked = _within(s, pos, env, rows)
