@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["ucf warm"] = lambda t=t, c=team: counted(c, kernel, t, b)  # straight after "ucf"
         if args.threads > 1:  # every region on the whole team: was the adaptive team right?
             runs["ucf warm, whole team"] = lambda t=t: whole_team(kernel, t, b)
+            runs["ucf warm, 1 thread"] = lambda t=t: one_thread(kernel, t, b, args.threads)
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
@@ -133,11 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             + f" | {'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
         if args.threads > 1:
-            whole = med["ucf warm, whole team"]
+            cells = [
+                f"{med[k] * 1e3:.2f} ms ({flops / med[k] / 1e9:.0f} GFLOP/s, "
+                f"{flops / med[k] / 1e9 / peak:.0%})"
+                for k in ("ucf warm", "ucf warm, whole team", "ucf warm, 1 thread")
+            ]
+            speedup = med["ucf warm, 1 thread"] / med["ucf warm"]
             teams.append(
-                f"| {zero:.0%} | {team['timed']} | {team['lost']} | {med['ucf warm'] * 1e3:.2f} ms "
-                f"({flops / med['ucf warm'] / 1e9:.0f} GFLOP/s) | {whole * 1e3:.2f} ms "
-                f"({flops / whole / 1e9:.0f} GFLOP/s, {flops / whole / 1e9 / peak:.0%}) |"
+                f"| {zero:.0%} | {team['timed']} | {team['lost']} | {' | '.join(cells)} | "
+                f"{speedup:.2f}x |"
             )
         if "stream" in med:
             named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
@@ -174,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nThe adaptive team ({args.threads} threads): ucf's parallel regions in the "
             "ucf and ucf warm runs (warm-ups included), how many lost to one thread (each "
-            "put its loop on fewer threads for a while: a busy machine), and ucf warm again "
-            "with every region on the whole team\n"
+            "put its loop on fewer threads for a while: a busy machine); ucf warm again with "
+            "every region on the whole team, and on one thread (wall time, each right after "
+            "the one before it; shares of the peak on all threads)\n"
         )
-        print("| zero blocks | regions timed | lost | ucf warm | ucf warm, whole team |")
-        print("|---|---|---|---|---|")
+        print(
+            "| zero blocks | regions timed | lost | ucf warm | ucf warm, whole team | "
+            "ucf warm, 1 thread | speed-up of the threads |"
+        )
+        print("|---|---|---|---|---|---|---|")
         print("\n".join(teams))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print("| target | value | result |\n|---|---|---|")
@@ -205,6 +214,15 @@ def whole_team(kernel, a, b):
         return kernel(A=a, B=b)
     finally:
         set_whole_team(old)
+
+
+def one_thread(kernel, a, b, threads: int):
+    """``kernel(A=a, B=b)`` on one thread (then ``threads`` again)."""
+    ucf.set_num_threads(1)
+    try:
+        return kernel(A=a, B=b)
+    finally:
+        ucf.set_num_threads(threads)
 
 
 def roofline(
