@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{flops / med[k] / 1e9 / peak:.0%})"
                 for k in ("ucf warm", "ucf warm, whole team", "ucf warm, 1 thread")
             ]
-            speedup = med["ucf warm, 1 thread"] / med["ucf warm"]
+            gain = med["ucf warm, 1 thread"] / med["ucf warm"]
             teams.append(
                 f"| {zero:.0%} | {team['timed']} | {team['lost']} | {' | '.join(cells)} | "
-                f"{speedup:.2f}x |"
+                f"{gain:.2f}x |"
             )
         if "stream" in med:
             named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
