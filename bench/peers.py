@@ -48,6 +48,7 @@ import peer_libs as pl  # noqa: E402
 from spmv_spmm import banded, fresh_kernel_cache, rmat, timings, uniform  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.toolchain.jit import team_counters  # noqa: E402
 
 PEERS = ("taco", "graphblas", "mkl", "scipy")
 TOL = 1e-9
@@ -512,8 +513,17 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows:
                     cpu = args.cpu_time and threads == 1
                     clock = time.process_time if cpu else time.perf_counter
+                    before = team_counters()
                     res = run_row(row, args.repeat, clock, threads)
+                    after = team_counters()
                     results.append((Ran.of(row), threads, res))
+                    lost = after["lost"] - before["lost"]
+                    if threads > 1 and lost:
+                        timed = after["timed"] - before["timed"]
+                        print(
+                            f"  {row.name}, {threads} threads: ucf's team lost {lost} of its "
+                            f"{timed} timed regions to one thread (it shrank; ucf.toolchain.team)"
+                        )
                     for k, v in res["wrong"].items():
                         print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
                     for k, r in res["busy"].items():
