@@ -100,3 +100,21 @@ def test_spmv_streams_under_asan(asan_cc, tmp_path, lengths):
     n = len(lengths)
     out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": n, "j": cols}, ops)
     np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), [("dcsr", "float64"), ("csr", "float32")])
+def test_dcsr_and_float32_rows_are_streamed_and_keep_their_values(fmt, dtype, monkeypatch):
+    """DCSR's rows are positions of its first level, stepping by one too; float32 values
+    are fetched the same bytes ahead (twice the positions)."""
+    rng = np.random.default_rng(9)
+    m = _rows_matrix(rng, [0, 3, 0, 40, 7, 1, 0, 17], 60, np.dtype(dtype).type)
+    x = rng.standard_normal(60).astype(dtype)
+    a = ucf.from_scipy(m, format=fmt)
+    k = ucf.compile(SPMV, formats={"A": fmt}, dtype=dtype)
+    assert "prefetch: A1_crd, A_vals of loop j" in k.cin
+    monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
+    plain = ucf.compile(SPMV, formats={"A": fmt}, dtype=dtype)
+    y = np.asarray(k(A=a, x=x))
+    assert np.array_equal(y, np.asarray(plain(A=a, x=x)))
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(y, m @ x, rtol=tol, atol=tol)
