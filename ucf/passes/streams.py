@@ -34,7 +34,7 @@ from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, nodes, statements, substitute
-from ucf.passes.tiling import SIZES, serial_loop
+from ucf.passes.tiling import serial_loop
 
 #: Bytes between a stream's read and its prefetch (1024 float64 values, 2048 int32
 #: coordinates). C form of the kernel at 512 positions: banded +0 to 2 %; llvm, bytes
@@ -146,7 +146,7 @@ def _before(
 
 def _ahead(at: ir.Expr, array: ir.Array) -> ir.Expr:
     """The position ``DISTANCE`` bytes of ``array`` past ``at``."""
-    return ir.add(at, Const(DISTANCE // SIZES[array.elem], I64))
+    return ir.add(at, Const(DISTANCE // ir.ELEMENT_BYTES[array.elem], I64))
 
 
 def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], rows: tuple[str, ...]) -> ir.For:
