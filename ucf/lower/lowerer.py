@@ -70,13 +70,14 @@ from ucf.lower.lattice import (
     walk,
 )
 from ucf.lower.nest import Nest
+from ucf.lower.parallel import mark_independent
 from ucf.lower.placement import PlacementMixin
 from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
 from ucf.lower.zeroing import zero_slices
-from ucf.schedule import Applied
+from ucf.schedule import Applied, Provenance
 from ucf.schedule.commands import SplitCommand
 
 
@@ -416,16 +417,28 @@ class Lowerer(
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""
         if self.applied is None:
+            mark_independent(self._loop_nest(body, Provenance([])))
             return body
         for ws, size in self.workspaces:
             body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
+        nest = self._loop_nest(body, self.applied.provenance)
+        steps, parallel = self.steps, self.applied.parallel
+        if self.assembling and self.applied.query is not None:
+            steps, parallel = self.applied.query
+        steps = [c for c in steps if c not in self.consumed]
+        transforms.apply(nest, steps, parallel)
+        self.entries.clear()
+        return nest.body
+
+    def _loop_nest(self, body: list[ir.Stmt], provenance: Provenance) -> Nest:
+        """``body`` with what the loop transformations need to know of it."""
         parallel_out: set[str] = set()
         if self.local is not None:
             parallel_out = set(self.out_level_vars[: self.local])
-        nest = Nest(
+        return Nest(
             body,
-            self.applied.provenance,
+            provenance,
             set(self.out_vars),
             self.out_params.vals.name,
             self.sparse_out,
@@ -440,13 +453,6 @@ class Lowerer(
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
         )
-        steps, parallel = self.steps, self.applied.parallel
-        if self.assembling and self.applied.query is not None:
-            steps, parallel = self.applied.query
-        steps = [c for c in steps if c not in self.consumed]
-        transforms.apply(nest, steps, parallel)
-        self.entries.clear()
-        return nest.body
 
     def _function_body(self) -> list[ir.Stmt]:
         body: list[ir.Stmt] = (
