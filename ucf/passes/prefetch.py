@@ -157,7 +157,7 @@ def _slabs(loop: ir.For, taken: set[str], limit: ir.Expr) -> ir.For:
             ahead[c] = Var(fresh_name(f"{c}_ahead", taken), I64)
             init = substitute(coords[c], {p: step})
             fetch.append(ir.Decl(ahead[c], ir.cast(init, I64)))
-        per_line = max(LINE // _bytes(array.elem), 1)
+        per_line = max(LINE // ir.ELEMENT_BYTES[array.elem], 1)
         lines = ir.minimum(
             Bin("/", ir.add(stride, Const(per_line - 1, I64)), Const(per_line, I64)),
             Const(MAX_LINES, I64),
@@ -190,8 +190,3 @@ def _terms(e: ir.Expr) -> list[ir.Expr]:
     if isinstance(e, ir.Bin) and e.op == "+":
         return _terms(e.left) + _terms(e.right)
     return [e]
-
-
-def _bytes(elem: str) -> int:
-    """The bytes of one element of type ``elem`` (``f64``, ``i32``, ``u8``, ...)."""
-    return max(int("".join(ch for ch in elem if ch.isdigit()) or 8) // 8, 1)

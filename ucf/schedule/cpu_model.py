@@ -206,6 +206,7 @@ def _choices(
     def copied(way: list[str]) -> tuple[list[Command], list[str]]:
         why: list[str] = []
         return strided_operands.plan(cin, way, stats, why), why
+
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
     # above i_in), and the parallel loop must not depend on that.
