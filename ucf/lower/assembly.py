@@ -6,6 +6,7 @@ from ucf.format.format import Format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
+from ucf.lower import product_bound, row_chunks
 from ucf.lower.lattice import Term, operands, presence, reduces
 from ucf.lower.state import (
     SlotParams,
@@ -48,9 +49,10 @@ class AssemblyMixin:
         if self.out_fmt.fill:
             return []
         if self.cin.blocks or (
-            a is not None
-            and (a.parallel or a.precompute or a.fused or a.pos or a.assemble is not None)
+            a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None)
         ):
+            return []
+        if not row_chunks.shares_rows(a, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
@@ -110,22 +112,46 @@ class AssemblyMixin:
     def _bound(self) -> list[ir.Stmt]:
         """The assemble pass of a one-pass output (``_bound_operands``): the entries of the
         operands, summed, as the count of the output's compressed level."""
-        total: ir.Expr = Const(0, I64)
-        for n in self.bounded:
-            op = self.operands[n]
-            last = len(op.fmt.levels) - 1
-            parents: ir.Expr = Const(1, I64)
-            for lvl in range(last):
-                parents = ir.mul(parents, op.dim(lvl))
-            kind, arrays, dim = op.fmt.levels[last], op.params.levels[last], op.dim(last)
-            first = ir.cast(kind.bounds(arrays, Const(0, I64), None, dim)[0], I64)
-            end = ir.cast(kind.bounds(arrays, parents, None, dim)[0], I64)
-            total = ir.add(total, ir.sub(end, first))
+        parents: ir.Expr = Const(1, I64)
+        for lvl in range(self.out_fmt.order - 1):
+            parents = ir.mul(parents, self._level_dim(lvl))
         counts, last = self._counts_array(), self.out_fmt.order - 1
+        total = self._entries_before(parents)
         return [
             ir.Store(counts, Const(lvl, I64), total if lvl == last else Const(0, I64))
             for lvl in range(self.out_fmt.order)
         ]
+
+    def _entries_before(self, parent: ir.Expr) -> ir.Expr:
+        """The bounding operands' entries in the segments before ``parent`` (of their last
+        level, whose parents are the output's): the bound of the output's there."""
+        total: ir.Expr = Const(0, I64)
+        for n in self.bounded:
+            op = self.operands[n]
+            last = len(op.fmt.levels) - 1
+            kind, arrays, dim = op.fmt.levels[last], op.params.levels[last], op.dim(last)
+            first = ir.cast(kind.bounds(arrays, Const(0, I64), None, dim)[0], I64)
+            end = ir.cast(kind.bounds(arrays, parent, None, dim)[0], I64)
+            total = ir.add(total, ir.sub(end, first))
+        return total
+
+    def _chunked(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """A one-pass compute body whose rows run in parallel, in chunks that each append
+        into their own bounded region (``ucf.lower.row_chunks``)."""
+        if self.out_fmt.order != 2:
+            return body
+        kind, arrays = self.out_fmt.levels[1], self.out_params.levels[1]
+        out = (kind, arrays, self.it)
+        if self.product:
+            a, b = (self.operands[n] for n in self.product)
+            prelude = product_bound.rows(a, b, self.extents[self.out_level_vars[1]], out)
+
+            def prefix(r: ir.Expr) -> ir.Expr:
+                return ir.cast(kind.bounds(arrays, r, None, None)[0], I64)
+        else:
+            prelude, prefix = [], self._entries_before
+        row, vals = self.out_level_vars[0], self.out_params.vals
+        return row_chunks.rewrite(body, row, self.counters[1], prefix, prelude, out, vals)
 
     def _out_kind(self, v: str, st: State) -> LevelKind | None:
         """The kind of the output level loop ``v`` places a coordinate in, if any."""

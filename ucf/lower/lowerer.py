@@ -378,6 +378,8 @@ class Lowerer(
             )
             self.assembling = False
         body = self._scheduled(self._function_body())
+        if self.bounded or self.product:
+            body = self._chunked(body)
         if self.sparse_out:
             body = self._compute_start() + body + self._compute_finish()
         compute = ir.Function(
@@ -421,8 +423,12 @@ class Lowerer(
             body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
         parallel_out: set[str] = set()
+        chunked: frozenset[str] = frozenset()
         if self.local is not None:
             parallel_out = set(self.out_level_vars[: self.local])
+        elif (self.bounded or self.product) and self.out_fmt.order == 2:
+            # its rows run in chunks, each appending into a region of its own (``_chunked``)
+            parallel_out, chunked = {self.out_level_vars[0]}, frozenset({self.counters[1].name})
         nest = Nest(
             body,
             self.applied.provenance,
@@ -439,6 +445,7 @@ class Lowerer(
             },
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
+            chunked=chunked,
         )
         steps, parallel = self.steps, self.applied.parallel
         if self.assembling and self.applied.query is not None:

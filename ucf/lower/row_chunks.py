@@ -1,0 +1,201 @@
+"""The parallel plan of a one-pass output: rows in chunks balanced by the bound, each
+chunk appending into its own bounded region of the output's arrays, the regions then
+moved together.
+
+A one-pass output (a sparse add's, a Gustavson product's: ``AssemblyMixin._bound_operands``,
+``ucf.lower.product_bound``) is allocated at a bound of its entries and its rows are
+appended one after the other. Rows built in parallel used to need each row's count
+first, a second pass over the work: a sparse add on two threads then did twice the
+work of one and ran slower than the one-thread plan (issue 38: 20.9 against 16.3 ms),
+and SpGEMM gained nothing from its second thread (83.7 against 87.7 ms).
+
+Where ``prefix(r)`` bounds the entries of the rows before ``r`` (the operands' entries
+there, or the products of those rows), the rows from ``r`` on may start writing at
+``prefix(r)``: no row of an earlier chunk reaches it. So the rows are cut into
+``CHUNKS`` chunks of about equal bound (a binary search for each cut), the chunks are
+shared out over the threads, and each chunk appends its rows into the output from
+``prefix`` of its first row, exactly as the one-thread plan appends them (each row is
+built by the same code, so the results are bit for bit the one-thread plan's). A
+thread that takes the next chunk after its last one goes on where it stopped, so a
+team of one leaves no gap at all. Then, on one thread, every chunk that starts past
+the end of the one before is moved down (a forward copy: it only moves towards the
+start) and its rows' positions shifted: with two threads about half of the output
+moves, which costs about a twentieth of the kernel (a memory copy, against the
+products or merges that built it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ucf.format.format import Format
+from ucf.format.levels import LevelKind
+from ucf.ir import nodes as ir
+from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.ir.walk import substitute
+from ucf.schedule import Applied
+
+#: The chunks the rows are cut into: enough for the threads of a large machine to take
+#: several each (the llvm target hands a static loop out in a few pieces per thread).
+CHUNKS = 256
+
+
+def shares_rows(applied: Applied | None, out_vars: list[str | None], out_fmt: Format) -> bool:
+    """Whether a schedule's parallel loops leave a one-pass output possible: none, or
+    only the output's row variable (of a dense level above a compressed one), on CPU
+    threads, unsplit and outermost (the chunks then replace how the schedule shared
+    its rows out)."""
+    if applied is None or not applied.parallel:
+        return True
+    if out_fmt.order != 2:
+        return False
+    row = out_vars[0]
+    if list(applied.parallel) != [row] or applied.parallel[row].unit != "CPUThread":
+        return False
+    return bool(applied.loops) and applied.loops[0] == row
+
+
+def rewrite(
+    body: list[ir.Stmt],
+    row: str,
+    counter: Var,
+    prefix: Callable[[ir.Expr], ir.Expr],
+    prelude: list[ir.Stmt],
+    level: tuple[LevelKind, dict, str],
+    vals: Array,
+) -> list[ir.Stmt]:
+    """``body``, a one-pass compute function's, with its parallel loop over ``row`` run in
+    chunks (module docstring). ``counter`` is the output level's size that the rows
+    append at; ``prefix(r)`` bounds the entries of the rows before ``r`` once
+    ``prelude`` ran; ``level`` is the output's compressed level (its kind, arrays and
+    index type) and ``vals`` its values. A body without such a loop is returned as it
+    is."""
+    at = next(
+        (
+            k
+            for k, s in enumerate(body)
+            if isinstance(s, ir.For) and s.var.name == row and s.parallel == "CPUThread"
+        ),
+        None,
+    )
+    if at is None:
+        return body
+    loop = body[at]
+    assert isinstance(loop, ir.For)
+    kind, arrays, it = level
+    n = loop.end
+    rows, first, end = (Array(f"chunk_{x}", I64, True) for x in ("rows", "first", "end"))
+    c, cnt, last = Var("chunk", I64), Var("chunk_at", I64), Var("chunk_last", I64)
+    one = Const(1, I64)
+    chunk = ir.For(
+        c,
+        Const(0, I64),
+        Const(CHUNKS, I64),
+        [
+            ir.If(
+                ir.Cmp("!=", c, ir.add(last, one)),
+                [ir.Assign(cnt, prefix(ir.Load(rows, c)))],
+            ),
+            ir.Store(first, c, cnt),
+            ir.For(
+                loop.var,
+                ir.Load(rows, c),
+                ir.Load(rows, ir.add(c, one)),
+                substitute(loop.body, {counter.name: cnt}),
+                label=loop.label,
+            ),
+            ir.Store(end, c, cnt),
+            ir.Assign(last, c),
+        ],
+        parallel=loop.parallel,
+        label=loop.label,
+        strategy=loop.strategy,
+        prologue=[*loop.prologue, ir.Decl(last, Const(-2, I64)), ir.Decl(cnt, Const(0, I64))],
+        epilogue=loop.epilogue,
+        parallel_if=loop.parallel_if,
+    )
+    return [
+        *body[:at],
+        *prelude,
+        ir.Alloc(rows, Const(CHUNKS + 1, I64), zeroed=False),
+        ir.Alloc(first, Const(CHUNKS, I64), zeroed=False),
+        ir.Alloc(end, Const(CHUNKS, I64), zeroed=False),
+        *_cuts(rows, n, prefix),
+        chunk,
+        *_moved(rows, first, end, counter, level, vals),
+        ir.Free(rows),
+        ir.Free(first),
+        ir.Free(end),
+        *body[at + 1 :],
+    ]
+
+
+def _cuts(rows: Array, n: ir.Expr, prefix: Callable[[ir.Expr], ir.Expr]) -> list[ir.Stmt]:
+    """``rows[c]``: the first row whose prefix reaches ``c / CHUNKS`` of the whole bound
+    (a binary search; the prefix never falls), and ``rows[CHUNKS]`` the end."""
+    c, lo, hi, mid, goal = (Var(f"cut_{x}", I64) for x in ("c", "lo", "hi", "mid", "goal"))
+    total = Var("cut_total", I64)
+    one = Const(1, I64)
+    search = [
+        ir.Decl(goal, ir.Bin("/", ir.mul(total, c), Const(CHUNKS, I64))),
+        ir.Decl(lo, Const(0, I64)),
+        ir.Decl(hi, n),
+        ir.While(
+            ir.Cmp("<", lo, hi),
+            [
+                ir.Decl(mid, ir.Bin(">>", ir.add(lo, hi), one)),
+                ir.If(
+                    ir.Cmp("<", prefix(mid), goal),
+                    [ir.Assign(lo, ir.add(mid, one))],
+                    [ir.Assign(hi, mid)],
+                ),
+            ],
+        ),
+        ir.Store(rows, c, lo),
+    ]
+    return [
+        ir.Decl(total, prefix(n)),
+        ir.For(c, Const(0, I64), Const(CHUNKS, I64), search),
+        ir.Store(rows, Const(CHUNKS, I64), n),
+    ]
+
+
+def _moved(
+    rows: Array,
+    first: Array,
+    end: Array,
+    counter: Var,
+    level: tuple[LevelKind, dict, str],
+    vals: Array,
+) -> list[ir.Stmt]:
+    """Each chunk moved down to where the one before it ended, its rows' positions
+    shifted with it; ``counter`` ends as the output's entries."""
+    kind, arrays, it = level
+    c, p, r = Var("move_c", I64), Var("move_p", I64), Var("move_r", I64)
+    at, start, got = Var("move_at", I64), Var("move_start", I64), Var("move_got", I64)
+    shift = ir.sub(start, at)
+    to, source = ir.add(at, p), ir.add(start, p)
+    copy = [
+        *kind.append(arrays, to, kind.coordinate(arrays, source), it),
+        ir.Store(vals, to, ir.Load(vals, source)),
+    ]
+    row_end = ir.cast(kind.bounds(arrays, r, None, None)[1], I64)
+    shifted = kind.close(arrays, r, ir.sub(row_end, shift), it)
+    one = Const(1, I64)
+    move = [
+        ir.Decl(start, ir.Load(first, c)),
+        ir.Decl(got, ir.sub(ir.Load(end, c), start)),
+        ir.If(
+            ir.Cmp("!=", start, at),
+            [
+                ir.For(p, Const(0, I64), got, copy),
+                ir.For(r, ir.Load(rows, c), ir.Load(rows, ir.add(c, one)), shifted),
+            ],
+        ),
+        ir.Assign(at, ir.add(at, got)),
+    ]
+    return [
+        ir.Decl(at, Const(0, I64)),
+        ir.For(c, Const(0, I64), Const(CHUNKS, I64), move),
+        ir.Assign(counter, at),
+    ]
