@@ -145,11 +145,9 @@ def test_the_exact_count_stays_in_bounds(asan_cc, monkeypatch, tmp_path, case):
 
 def test_parallel_rows_append_in_one_pass_and_other_shapes_are_left_alone():
     """Rows built in parallel append in one pass too, in chunks of their own
-    (``ucf.lower.row_chunks``, tested there), unless the schedule splits them; a product
+    (``ucf.lower.row_chunks``, tested there); a product
     of a vector, or one that also adds, is no Gustavson product of rows."""
     assert ONE_PASS in compiled(PARALLEL, "llvm").cin
-    split = SERIAL + "; split(i,i0,i1,8); parallelize(i0,CPUThread,NoRaces)"
-    assert ONE_PASS not in compiled(split, "llvm").cin
     k = ucf.compile(
         "C(i,k) = A(i,j) * B(j,k) + D(i,k)",
         formats={"A": "csr", "B": "csr", "C": "csr", "D": "csr"},

@@ -163,3 +163,17 @@ def test_chunks_stay_in_their_regions_under_asan(asan_cc, monkeypatch, tmp_path,
     np.testing.assert_array_equal(out.to_numpy(), want)
     if case == "tight":
         assert len(out.vals) == np.count_nonzero(want)
+
+
+@pytest.mark.parametrize("expr", [ADD, PRODUCT])
+def test_rows_a_split_shares_out_run_in_chunks(expr, threads):
+    """Skewed rows go out in blocks of a split (as the default shares them); one-pass
+    rows run in chunks of about equal bound instead, and hold scipy's result."""
+    a, b = operands("power-law", expr)
+    split = "split(i,i_c,i_r,16); parallelize(i_c,CPUThread,NoRaces)"
+    schedule = split if expr == ADD else f"{GUSTAVSON}; {split}"
+    k = ucf.compile(expr, formats={t: "csr" for t in "ABC"}, schedule=schedule)
+    assert ONE_PASS in k.cin and "chunks of about equal bound" in k.cin
+    got = k(A=sp.csr_matrix(a), B=sp.csr_matrix(b))
+    got.validate()
+    np.testing.assert_array_equal(got.to_numpy(), reference(expr, a, b))

@@ -18,6 +18,7 @@ import ucf
 from tests.helpers import assert_exact
 from ucf.codegen import llvm_team
 from ucf.exec.kernel import forget_loaded
+from ucf.schedule.loops import SplitCommand
 from ucf.schedule.records import Parallel
 from ucf.schedule.requests import Parallelize, PrecomputeCommand
 from ucf.toolchain import jit, team
@@ -170,6 +171,11 @@ def test_the_plans_race_only_where_they_do_different_work():
     assert team.same_work(built([ws, par]), built([ws]))
     assert not team.same_work(built([par]), built([], one_pass=True))
     assert not team.same_work(built([ws, par]), built([]))
+    # one-pass rows run in chunks of their own, whatever split shared them out
+    split = SplitCommand("i", "i_c", "i_r", 64)
+    blocks = Parallelize("i_c", Parallel("CPUThread", "NoRaces"))
+    assert team.same_work(built([split, blocks], True), built([], True))
+    assert not team.same_work(built([split, blocks]), built([]))
     static = built(None)
     assert team.same_work(static, built(None, compiled=static.compiled))
     assert not team.same_work(built([par]), static)

@@ -44,7 +44,7 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, product_bound, sort, transforms
+from ucf.lower import elementwise, product_bound, row_chunks, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -175,6 +175,7 @@ class Lowerer(
         self.steps = list(applied.steps) if applied else []
         # A split of an original variable, in case its loop co-iterates (see _blocks).
         self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
+        self.parallel = applied.parallel if applied else {}
         self.consumed: set = set()  # steps this pass built itself; transforms skip them
         self.entries: dict[str, tuple[Var, int]] = {}
         # Set when a fused pos loop walks a non-unique level: its coordinates repeat.
@@ -185,6 +186,10 @@ class Lowerer(
         self.product = product_bound.operands(self)  # ... or a product's: see there
         if self.bounded or self.product:
             self.local = None
+            if applied is not None and applied.parallel and self.out_fmt.order == 2:
+                # rows in chunks of their own (``_chunked``), shared out unsplit
+                self.steps, self.parallel = row_chunks.unsplit(applied, self.out_level_vars[0])
+                self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
         self.same_structure = self._same_structure()  # see there
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
@@ -394,6 +399,8 @@ class Lowerer(
             )
         elif self.product:
             one_pass = product_bound.NOTE.format(cap=product_bound.CAP)
+        if one_pass and self.parallel:
+            one_pass += row_chunks.NOTE
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
@@ -447,7 +454,7 @@ class Lowerer(
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
             chunked=chunked,
         )
-        steps, parallel = self.steps, self.applied.parallel
+        steps, parallel = self.steps, self.parallel
         if self.assembling and self.applied.query is not None:
             steps, parallel = self.applied.query
         steps = [c for c in steps if c not in self.consumed]

@@ -33,26 +33,59 @@ from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.ir.walk import substitute
-from ucf.schedule import Applied
+from ucf.schedule import Applied, Command, Parallel
+from ucf.schedule.loops import Arrange, SplitCommand
 
+#: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
+NOTE = (
+    "; its rows run in parallel in {chunks} chunks of about equal bound (whatever blocks "
+    "the schedule shared them out in), each appending into a region of its own, the "
+    "regions moved together at the end"
+)
 #: The chunks the rows are cut into: enough for the threads of a large machine to take
 #: several each (the llvm target hands a static loop out in a few pieces per thread).
 CHUNKS = 256
+NOTE = NOTE.format(chunks=CHUNKS)
 
 
 def shares_rows(applied: Applied | None, out_vars: list[str | None], out_fmt: Format) -> bool:
     """Whether a schedule's parallel loops leave a one-pass output possible: none, or
-    only the output's row variable (of a dense level above a compressed one), on CPU
-    threads, unsplit and outermost (the chunks then replace how the schedule shared
-    its rows out)."""
+    only the output's row variable (of a dense level above a compressed one) on CPU
+    threads, outermost, itself or the outer loop of a split of it into blocks (as the
+    default shares skewed rows out). The chunks then replace how the schedule shared
+    the rows out (``unsplit``)."""
     if applied is None or not applied.parallel:
         return True
     if out_fmt.order != 2:
         return False
-    row = out_vars[0]
-    if list(applied.parallel) != [row] or applied.parallel[row].unit != "CPUThread":
-        return False
-    return bool(applied.loops) and applied.loops[0] == row
+    return unsplit(applied, out_vars[0]) is not None
+
+
+def unsplit(applied: Applied, row: str) -> tuple[list[Command], dict[str, Parallel]] | None:
+    """The steps and parallel loops of a schedule that shares out ``row``, with its rows
+    on CPU threads unsplit (the chunks balance them by their bound); None where it
+    shares out something else, or also transforms the split's loops."""
+    if len(applied.parallel) != 1:
+        return None
+    ((label, par),) = applied.parallel.items()
+    if par.unit != "CPUThread" or not applied.loops or applied.loops[0] != label:
+        return None
+    if label == row:
+        return list(applied.steps), {row: par}
+    splits = [c for c in applied.steps if isinstance(c, SplitCommand) and c.outer == label]
+    if len(splits) != 1 or splits[0].var != row or applied.loops[1] != splits[0].inner:
+        return None
+    inner = splits[0].inner
+    rest: list[Command] = []
+    for c in applied.steps:
+        if isinstance(c, Arrange):  # the final order, the split's loops as the row's
+            c = Arrange(tuple(row if v == label else v for v in c.order if v != inner))
+        elif {label, inner} & set(getattr(c, "variables", ())):
+            if c is not splits[0]:
+                return None
+            continue
+        rest.append(c)
+    return rest, {row: par}
 
 
 def rewrite(
