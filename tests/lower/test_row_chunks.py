@@ -137,16 +137,22 @@ def tight(expr: str) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-@pytest.mark.parametrize("expr", [ADD, PRODUCT])
-@pytest.mark.parametrize("case", ["tight", "power-law", "no entries"])
-@pytest.mark.parametrize("cap", [None, 0])
+@pytest.mark.parametrize(
+    "expr,case,cap",
+    [
+        (ADD, "tight", None),
+        (ADD, "power-law", None),
+        (PRODUCT, "tight", None),
+        (PRODUCT, "power-law", None),
+        (PRODUCT, "tight", 0),
+    ],
+)
 def test_chunks_stay_in_their_regions_under_asan(asan_cc, monkeypatch, tmp_path, expr, case, cap):
     """Built with OpenMP on two threads (the second starts its chunks at their bound's
     prefix) with every buffer exactly sized: no chunk writes past its region, and the
-    move leaves the product; ``cap`` 0 takes the exact count's prefix."""
+    move leaves the result; ``cap`` 0 takes the exact count's prefix. (A chunk started
+    one entry late fails here.)"""
     if cap is not None:
-        if expr == ADD:
-            pytest.skip("a sum's bound has no cap")
         monkeypatch.setattr(product_bound, "CAP", cap)
         monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
     a, b = tight(expr) if case == "tight" else operands(case, expr)

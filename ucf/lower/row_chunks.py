@@ -155,7 +155,7 @@ def rewrite(
         ir.Alloc(end, Const(CHUNKS, I64), zeroed=False),
         *_cuts(rows, n, prefix),
         chunk,
-        *_moved(rows, first, end, counter, level, vals),
+        *_moved(rows, first, end, counter, level, vals, loop),
         ir.Free(rows),
         ir.Free(first),
         ir.Free(end),
@@ -200,35 +200,98 @@ def _moved(
     counter: Var,
     level: tuple[LevelKind, dict, str],
     vals: Array,
+    loop: ir.For,
 ) -> list[ir.Stmt]:
     """Each chunk moved down to where the one before it ended, its rows' positions
-    shifted with it; ``counter`` ends as the output's entries."""
+    shifted with it, on the threads of ``loop``; ``counter`` ends as the output's
+    entries.
+
+    A chunk moved down by ``shift`` lands partly on the source of the chunks before it
+    (the tail of the previous chunk's entries, where the shift exceeds the gap before
+    it), so the chunks cannot simply move at once. Each first sets its first
+    ``min(shift, entries)`` entries aside in a stash and moves the rest down within
+    its own source (a forward copy); then, once every chunk has, each writes its stash
+    to its destination's start: every read of a source comes before any write that
+    leaves a chunk's own. The stash holds about the gaps' worth of entries where the
+    bound is close (a sum, a product of rows that rarely meet), up to the output where
+    it is far."""
     kind, arrays, it = level
-    c, p, r = Var("move_c", I64), Var("move_p", I64), Var("move_r", I64)
-    at, start, got = Var("move_at", I64), Var("move_start", I64), Var("move_got", I64)
-    shift = ir.sub(start, at)
-    to, source = ir.add(at, p), ir.add(start, p)
-    copy = [
-        *kind.append(arrays, to, kind.coordinate(arrays, source), it),
-        ir.Store(vals, to, ir.Load(vals, source)),
-    ]
-    row_end = ir.cast(kind.bounds(arrays, r, None, None)[1], I64)
-    shifted = kind.close(arrays, r, ir.sub(row_end, shift), it)
-    one = Const(1, I64)
-    move = [
+    shifts, stashes = (Array(f"move_{x}", I64, True) for x in ("shift", "stash"))
+    crd_aside, vals_aside = Array("aside_crd", it, True), Array("aside_vals", vals.elem, True)
+    one, zero = Const(1, I64), Const(0, I64)
+    at, aside = Var("move_at", I64), Var("move_aside", I64)
+    c, start, got = Var("move_c", I64), Var("move_start", I64), Var("move_got", I64)
+    plan = [
         ir.Decl(start, ir.Load(first, c)),
         ir.Decl(got, ir.sub(ir.Load(end, c), start)),
-        ir.If(
-            ir.Cmp("!=", start, at),
-            [
-                ir.For(p, Const(0, I64), got, copy),
-                ir.For(r, ir.Load(rows, c), ir.Load(rows, ir.add(c, one)), shifted),
-            ],
-        ),
+        ir.Store(shifts, c, ir.sub(start, at)),
+        ir.Store(stashes, c, aside),
+        ir.Assign(aside, ir.add(aside, ir.minimum(ir.sub(start, at), got))),
         ir.Assign(at, ir.add(at, got)),
     ]
+
+    def each(tag: str, work) -> ir.For:
+        """A parallel loop over the chunks that moved: ``work(c, start, shift, kept,
+        entries, stash)``, ``kept`` of the chunk's entries set aside from ``stash`` on."""
+        k, sh, st = Var(f"{tag}_c", I64), Var(f"{tag}_shift", I64), Var(f"{tag}_start", I64)
+        kept, got, at = Var(f"{tag}_kept", I64), Var(f"{tag}_got", I64), Var(f"{tag}_at", I64)
+        body = [
+            ir.Decl(st, ir.Load(first, k)),
+            ir.Decl(got, ir.sub(ir.Load(end, k), st)),
+            ir.Decl(kept, ir.minimum(sh, got)),
+            ir.Decl(at, ir.Load(stashes, k)),
+            *work(k, st, sh, kept, got, at),
+        ]
+        return ir.For(
+            k,
+            zero,
+            Const(CHUNKS, I64),
+            [ir.Decl(sh, ir.Load(shifts, k)), ir.If(ir.Cmp(">", sh, zero), body)],
+            parallel=loop.parallel,
+            strategy=loop.strategy,
+            parallel_if=loop.parallel_if,
+        )
+
+    def copy(to: ir.Expr, source: ir.Expr, into: bool = False, out_of: bool = False):
+        """An entry copied within the output, into the stash or out of it."""
+        crd = ir.Load(crd_aside, source) if out_of else kind.coordinate(arrays, source)
+        value = ir.Load(vals_aside if out_of else vals, source)
+        if into:
+            return [ir.Store(crd_aside, to, crd), ir.Store(vals_aside, to, value)]
+        return [*kind.append(arrays, to, crd, it), ir.Store(vals, to, value)]
+
+    def set_aside(k, st, sh, kept, got, at):
+        p, r = Var("aside_p", I64), Var("aside_r", I64)
+        row_end = ir.cast(kind.bounds(arrays, r, None, None)[1], I64)
+        return [
+            ir.For(p, zero, kept, copy(ir.add(at, p), ir.add(st, p), into=True)),
+            ir.For(p, kept, got, copy(ir.sub(ir.add(st, p), sh), ir.add(st, p))),
+            ir.For(
+                r,
+                ir.Load(rows, k),
+                ir.Load(rows, ir.add(k, one)),
+                kind.close(arrays, r, ir.sub(row_end, sh), it),
+            ),
+        ]
+
+    def put_back(k, st, sh, kept, got, at):
+        p = Var("back_p", I64)
+        return [ir.For(p, zero, kept, copy(ir.add(ir.sub(st, sh), p), ir.add(at, p), out_of=True))]
+
+    room = ir.Bin("max", aside, one)
     return [
-        ir.Decl(at, Const(0, I64)),
-        ir.For(c, Const(0, I64), Const(CHUNKS, I64), move),
+        ir.Alloc(shifts, Const(CHUNKS, I64), zeroed=False),
+        ir.Alloc(stashes, Const(CHUNKS, I64), zeroed=False),
+        ir.Decl(at, zero),
+        ir.Decl(aside, zero),
+        ir.For(c, zero, Const(CHUNKS, I64), plan),
+        ir.Alloc(crd_aside, room, zeroed=False),
+        ir.Alloc(vals_aside, room, zeroed=False),
+        each("aside", set_aside),
+        each("back", put_back),
+        ir.Free(crd_aside),
+        ir.Free(vals_aside),
+        ir.Free(shifts),
+        ir.Free(stashes),
         ir.Assign(counter, at),
     ]
