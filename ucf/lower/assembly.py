@@ -144,12 +144,19 @@ class AssemblyMixin:
         out = (kind, arrays, self.it)
         if self.product:
             a, b = (self.operands[n] for n in self.product)
-            prelude = product_bound.rows(a, b, self.extents[self.out_level_vars[1]], out)
+            n_k = self.extents[self.out_level_vars[1]]
+
+            def prelude(loop: ir.For) -> list[ir.Stmt]:
+                return product_bound.rows(a, b, n_k, out, loop)
 
             def prefix(r: ir.Expr) -> ir.Expr:
                 return ir.cast(kind.bounds(arrays, r, None, None)[0], I64)
         else:
-            prelude, prefix = [], self._entries_before
+            prefix = self._entries_before
+
+            def prelude(loop: ir.For) -> list[ir.Stmt]:
+                return []
+
         row, vals = self.out_level_vars[0], self.out_params.vals
         return row_chunks.rewrite(body, row, self.counters[1], prefix, prelude, out, vals)
 

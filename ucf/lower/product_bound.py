@@ -120,15 +120,23 @@ def assemble(a: Operand, b: Operand, n_k: ir.Expr, counts: Array) -> list[ir.Stm
     ]
 
 
-def rows(a: Operand, b: Operand, n_k: ir.Expr, out: Rows) -> list[ir.Stmt]:
+def rows(a: Operand, b: Operand, n_k: ir.Expr, out: Rows, shared: ir.For) -> list[ir.Stmt]:
     """For the parallel plan (``ucf.lower.row_chunks``): the output's positions get the
-    bound of the entries before each row, the products of the rows before it, or above
-    ``CAP`` (as the assemble pass sized the arrays) their exact count. ``out`` is the
-    output's compressed level: its kind, arrays and index type."""
-    return _bound(a, b, n_k, Var("bound", I64), out)
+    bound of the entries before each row, the products of the rows before it (each
+    row's counted on the threads of ``shared``, the loop over rows), or above ``CAP``
+    (as the assemble pass sized the arrays) their exact count. ``out`` is the output's
+    compressed level: its kind, arrays and index type."""
+    return _bound(a, b, n_k, Var("bound", I64), out, shared)
 
 
-def _bound(a: Operand, b: Operand, n_k: ir.Expr, total: Var, out: Rows | None) -> list[ir.Stmt]:
+def _bound(
+    a: Operand,
+    b: Operand,
+    n_k: ir.Expr,
+    total: Var,
+    out: Rows | None,
+    shared: ir.For | None = None,
+) -> list[ir.Stmt]:
     """``total`` = the products of the operands' entries, or above ``CAP`` the exact
     count of the output's entries; with ``out``, each row's segment closes at the
     running total. The exact count's array over k is allocated either way (to a
@@ -138,30 +146,52 @@ def _bound(a: Operand, b: Operand, n_k: ir.Expr, total: Var, out: Rows | None) -
     one = Const(1, I64)
     return [
         ir.Decl(total, Const(0, I64)),
-        *_products(a, b, total, out),
+        *_products(a, b, total, out, shared),
         ir.Alloc(seen, ir.Select(over, ir.Bin("max", n_k, one), one)),
         ir.If(over, _exact(a, b, seen, total, out)),
         ir.Free(seen),
     ]
 
 
-def _products(a: Operand, b: Operand, total: Var, out: Rows | None) -> list[ir.Stmt]:
+def _products(
+    a: Operand, b: Operand, total: Var, out: Rows | None, shared: ir.For | None
+) -> list[ir.Stmt]:
     """``total`` += the products of A's entries with B's rows, row by row of A; with
-    ``out``, each row's end closes its segment at the running total."""
+    ``out``, each row's products first close its segment (on the threads of ``shared``;
+    at most ``CAP + 1``, so they fit the index type), and then a running sum of them."""
     a_rows, b_rows = a.fmt.levels[1], b.fmt.levels[1]
     a_arrays, b_arrays = a.params.levels[1], b.params.levels[1]
-    i, p, j = (Var(v, I64) for v in ("ib", "pb", "jb"))
+    i, p, j, mine = (Var(v, I64) for v in ("ib", "pb", "jb", "rowb"))
     a_begin, a_end = (ir.cast(e, I64) for e in a_rows.bounds(a_arrays, i, None, a.dim(1)))
     b_begin, b_end = (ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1)))
+    into = total if out is None else mine
     step = [
         ir.Decl(j, ir.cast(a_rows.coordinate(a_arrays, p), I64)),
-        ir.Assign(total, ir.add(total, ir.sub(b_end, b_begin))),
+        ir.Assign(into, ir.add(into, ir.sub(b_end, b_begin))),
     ]
     row: list[ir.Stmt] = [ir.For(p, a_begin, a_end, step)]
-    if out is not None:
-        kind, arrays, it = out
-        row += kind.close(arrays, i, ir.minimum(total, Const(CAP + 1, I64)), it)
-    return [ir.For(i, Const(0, I64), a.dim(0), row)]
+    if out is None or shared is None:
+        assert out is None
+        return [ir.For(i, Const(0, I64), a.dim(0), row)]
+    kind, arrays, it = out
+    cap = Const(CAP + 1, I64)
+    row = [ir.Decl(mine, Const(0, I64)), *row, *kind.close(arrays, i, ir.minimum(mine, cap), it)]
+    count = ir.For(
+        i,
+        Const(0, I64),
+        a.dim(0),
+        row,
+        parallel=shared.parallel,
+        strategy=shared.strategy,
+        parallel_if=shared.parallel_if,
+    )
+    r = Var("rb", I64)
+    counted = ir.cast(kind.bounds(arrays, r, None, None)[1], I64)
+    running = [
+        ir.Assign(total, ir.add(total, counted)),
+        *kind.close(arrays, r, ir.minimum(total, cap), it),
+    ]
+    return [count, ir.For(r, Const(0, I64), a.dim(0), running)]
 
 
 def _exact(a: Operand, b: Operand, seen: Array, total: Var, out: Rows | None) -> list[ir.Stmt]:

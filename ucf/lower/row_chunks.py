@@ -93,16 +93,16 @@ def rewrite(
     row: str,
     counter: Var,
     prefix: Callable[[ir.Expr], ir.Expr],
-    prelude: list[ir.Stmt],
+    prelude: Callable[[ir.For], list[ir.Stmt]],
     level: tuple[LevelKind, dict, str],
     vals: Array,
 ) -> list[ir.Stmt]:
     """``body``, a one-pass compute function's, with its parallel loop over ``row`` run in
     chunks (module docstring). ``counter`` is the output level's size that the rows
     append at; ``prefix(r)`` bounds the entries of the rows before ``r`` once
-    ``prelude`` ran; ``level`` is the output's compressed level (its kind, arrays and
-    index type) and ``vals`` its values. A body without such a loop is returned as it
-    is."""
+    ``prelude(loop)`` ran (given the row loop, whose threads it may share); ``level``
+    is the output's compressed level (its kind, arrays and index type) and ``vals`` its
+    values. A body without such a loop is returned as it is."""
     at = next(
         (
             k
@@ -149,7 +149,7 @@ def rewrite(
     )
     return [
         *body[:at],
-        *prelude,
+        *prelude(loop),
         ir.Alloc(rows, Const(CHUNKS + 1, I64), zeroed=False),
         ir.Alloc(first, Const(CHUNKS, I64), zeroed=False),
         ir.Alloc(end, Const(CHUNKS, I64), zeroed=False),
