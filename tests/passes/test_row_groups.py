@@ -140,6 +140,41 @@ def test_threads(stmt, monkeypatch):
     np.testing.assert_array_equal(got["llvm"], got["c"])
 
 
+@pytest.mark.parametrize(
+    ("stmt", "fmt", "shape"),
+    [(SPMM, "nm(2,4)", (131, 64, 70)), (SPMV, "ell(16)", (20011, 40, None))],
+)
+def test_one_thread_keeps_the_groups(stmt, fmt, shape):
+    """The plan for one thread (a call large enough for a plan of its own) runs its
+    serial row loop in groups as the parallel plan does, since its rows are independent
+    all the same (``ucf.lower.parallel.mark_independent``): it lost the tiles before and
+    ran N:M SpMM 5x slower than on two threads. Same bits as the two-thread plan's."""
+    rows, cols, cols_b = shape
+    rng = np.random.default_rng(11)
+    if fmt.startswith("nm"):
+        a = _n_of_m(rng, rows, cols, 2, 4, "float32")
+    else:
+        a = _equal_rows(rng, rows, cols, 16, "float32")
+    other = rng.standard_normal((cols, cols_b) if cols_b else cols).astype(np.float32)
+    name = "B" if stmt == SPMM else "x"
+    got = {}
+    try:
+        for threads in (1, 2):
+            ucf.set_num_threads(threads)
+            for target in ("llvm", "c"):
+                k = ucf.compile(stmt, formats={"A": fmt}, dtype="float32", target=target)
+                at = ucf.from_numpy(a, format=fmt)
+                got[threads, target] = k(A=at, **{name: other}).to_numpy()
+                if threads == 1:
+                    assert "serial, since one thread is available" in k.cin
+                    assert "row groups" in k.cin
+    finally:
+        ucf.set_num_threads(2)
+    np.testing.assert_allclose(got[1, "llvm"], a @ other, rtol=1e-4, atol=1e-4)
+    for key in got:
+        np.testing.assert_array_equal(got[key], got[1, "llvm"])
+
+
 def test_int8_tiles_exact():
     """int8 N:M weights times uint8 activations into int32: the tiles (and B's uint8
     panels) are exact against numpy's integer product, on both targets."""

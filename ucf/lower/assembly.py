@@ -135,6 +135,16 @@ class AssemblyMixin:
             total = ir.add(total, ir.sub(end, first))
         return total
 
+    def _one_pass_note(self) -> str:
+        """What ``k.cin`` says of a one-pass output's arrays (empty: two passes)."""
+        note = ""
+        if self.bounded:
+            note = "arrays that hold the operands' entries together"
+            note += " (no pass counts its entries first)"
+        elif self.product:
+            note = product_bound.NOTE.format(cap=product_bound.CAP)
+        return note + row_chunks.NOTE if note and self.parallel else note
+
     def _chunked(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """A one-pass compute body whose rows run in parallel, in chunks that each append
         into their own bounded region (``ucf.lower.row_chunks``)."""

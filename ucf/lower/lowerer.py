@@ -70,13 +70,14 @@ from ucf.lower.lattice import (
     walk,
 )
 from ucf.lower.nest import Nest
+from ucf.lower.parallel import mark_independent
 from ucf.lower.placement import PlacementMixin
 from ucf.lower.state import Lowered, Operand, SlotParams, State
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
 from ucf.lower.zeroing import zero_slices
-from ucf.schedule import Applied
+from ucf.schedule import Applied, Provenance
 from ucf.schedule.commands import SplitCommand
 
 
@@ -392,15 +393,7 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        one_pass = ""
-        if self.bounded:
-            one_pass = (
-                "arrays that hold the operands' entries together (no pass counts its entries first)"
-            )
-        elif self.product:
-            one_pass = product_bound.NOTE.format(cap=product_bound.CAP)
-        if one_pass and self.parallel:
-            one_pass += row_chunks.NOTE
+        one_pass = self._one_pass_note()
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
@@ -425,10 +418,22 @@ class Lowerer(
     def _scheduled(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """Apply the loop transformations of the schedule to a built nest."""
         if self.applied is None:
+            mark_independent(self._loop_nest(body, Provenance([])))
             return body
         for ws, size in self.workspaces:
             body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
+        nest = self._loop_nest(body, self.applied.provenance)
+        steps, parallel = self.steps, self.parallel
+        if self.assembling and self.applied.query is not None:
+            steps, parallel = self.applied.query
+        steps = [c for c in steps if c not in self.consumed]
+        transforms.apply(nest, steps, parallel)
+        self.entries.clear()
+        return nest.body
+
+    def _loop_nest(self, body: list[ir.Stmt], provenance: Provenance) -> Nest:
+        """``body`` with what the loop transformations need to know of it."""
         parallel_out: set[str] = set()
         chunked: frozenset[str] = frozenset()
         if self.local is not None:
@@ -436,9 +441,9 @@ class Lowerer(
         elif (self.bounded or self.product) and self.out_fmt.order == 2:
             # its rows run in chunks, each appending into a region of its own (``_chunked``)
             parallel_out, chunked = {self.out_level_vars[0]}, frozenset({self.counters[1].name})
-        nest = Nest(
+        return Nest(
             body,
-            self.applied.provenance,
+            provenance,
             set(self.out_vars),
             self.out_params.vals.name,
             self.sparse_out,
@@ -454,13 +459,6 @@ class Lowerer(
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
             chunked=chunked,
         )
-        steps, parallel = self.steps, self.parallel
-        if self.assembling and self.applied.query is not None:
-            steps, parallel = self.applied.query
-        steps = [c for c in steps if c not in self.consumed]
-        transforms.apply(nest, steps, parallel)
-        self.entries.clear()
-        return nest.body
 
     def _function_body(self) -> list[ir.Stmt]:
         body: list[ir.Stmt] = (

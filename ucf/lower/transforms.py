@@ -26,7 +26,7 @@ from ucf.ir.walk import (
     substitute,
 )
 from ucf.lower.nest import I64, Nest, has_load, index_of, take_entry
-from ucf.lower.parallel import add_work_thresholds, parallelize
+from ucf.lower.parallel import add_work_thresholds, mark_independent, parallelize
 from ucf.schedule import Command, Parallel, Split
 from ucf.schedule.commands import Arrange, BoundCommand, Fuse, SplitCommand, Unroll
 
@@ -49,6 +49,8 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
     for label, par in parallel.items():
         if nest.has(label) or not nest.partial:
             parallelize(nest, label, par, threaded)
+    if not parallel:
+        mark_independent(nest)
     _check_vector_nesting(nest.body, parallel)
     add_work_thresholds(nest.body)
 

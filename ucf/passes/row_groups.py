@@ -89,10 +89,11 @@ def group_rows(fn: ir.Function, dense: bool = False) -> tuple[ir.Function, list[
 
 
 def _row_loop(s: ir.Stmt) -> bool:
-    """A loop whose iterations are independent: threads run them (``NoRaces``)."""
+    """A loop whose iterations are independent (``NoRaces``): threads run them, or one
+    thread does (``ucf.lower.parallel.mark_independent``)."""
     return (
         isinstance(s, ir.For)
-        and s.parallel == "CPUThread"
+        and s.parallel in ("CPUThread", None)
         and s.strategy == "NoRaces"
         and not (s.prologue or s.epilogue or s.reduction or s.unroll)
     )
