@@ -169,10 +169,12 @@ def _products(
         ir.Decl(j, ir.cast(a_rows.coordinate(a_arrays, p), I64)),
         ir.Assign(into, ir.add(into, ir.sub(b_end, b_begin))),
     ]
-    row: list[ir.Stmt] = [ir.For(p, a_begin, a_end, step)]
-    if out is None or shared is None:
+    if out is None or shared is None:  # the total alone: one walk over A's entries
         assert out is None
-        return [ir.For(i, Const(0, I64), a.dim(0), row)]
+        first = ir.cast(a_rows.bounds(a_arrays, Const(0, I64), None, a.dim(1))[0], I64)
+        end = ir.cast(a_rows.bounds(a_arrays, a.dim(0), None, a.dim(1))[0], I64)
+        return [ir.For(p, first, end, step)]
+    row: list[ir.Stmt] = [ir.For(p, a_begin, a_end, step)]
     kind, arrays, it = out
     cap = Const(CAP + 1, I64)
     row = [ir.Decl(mine, Const(0, I64)), *row, *kind.close(arrays, i, ir.minimum(mine, cap), it)]
