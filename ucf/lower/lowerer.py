@@ -44,7 +44,7 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, product_bound, row_chunks, sort, transforms
+from ucf.lower import elementwise, row_chunks, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -183,9 +183,8 @@ class Lowerer(
         self.repeats = False
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
-        self.bounded = self._bound_operands()  # the output in one pass: see there
-        self.product = product_bound.operands(self)  # ... or a product's: see there
-        if self.bounded or self.product:
+        self.one_pass = self._one_pass()  # the output in one pass: see there
+        if self.one_pass:
             self.local = None
             if applied is not None and applied.parallel and self.out_fmt.order == 2:
                 # rows in chunks of their own (``_chunked``), shared out unsplit
@@ -349,22 +348,12 @@ class Lowerer(
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
         assemble = None
-        if self.bounded:
+        if self.one_pass:
             assemble = ir.Function(
                 f"{self.name}_assemble",
                 self._params(True),
-                self._bound(),
-                doc="Bound the entries of the output: those of the operands together.",
-            )
-        elif self.product:
-            a, b = (self.operands[n] for n in self.product)
-            assemble = ir.Function(
-                f"{self.name}_assemble",
-                self._params(True),
-                product_bound.assemble(
-                    a, b, self.extents[self.out_level_vars[1]], self._counts_array()
-                ),
-                doc="Bound the entries of the output: the products of the operands' entries.",
+                self.one_pass.assemble(),
+                doc=self.one_pass.doc,
             )
         elif self.sparse_out:
             self.assembling = True
@@ -384,8 +373,7 @@ class Lowerer(
             )
             self.assembling = False
         body = self._scheduled(self._function_body())
-        if self.bounded or self.product:
-            body = self._chunked(body)
+        body = self._chunked(body)
         if self.sparse_out:
             body = self._compute_start() + body + self._compute_finish()
         compute = ir.Function(
@@ -438,7 +426,7 @@ class Lowerer(
         chunked: frozenset[str] = frozenset()
         if self.local is not None:
             parallel_out = set(self.out_level_vars[: self.local])
-        elif (self.bounded or self.product) and self.out_fmt.order == 2:
+        elif self.one_pass and self.out_fmt.order == 2:
             # its rows run in chunks, each appending into a region of its own (``_chunked``)
             parallel_out, chunked = {self.out_level_vars[0]}, frozenset({self.counters[1].name})
         return Nest(

@@ -27,6 +27,7 @@ products or merges that built it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ucf.format.format import Format
 from ucf.format.levels import LevelKind
@@ -35,6 +36,21 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.ir.walk import substitute
 from ucf.schedule import Applied, Command, Parallel
 from ucf.schedule.loops import Arrange, SplitCommand
+
+
+@dataclass(frozen=True)
+class OnePass:
+    """The bound of a one-pass output, one object for a sum's and a product's: what
+    ``k.cin`` says of its arrays (``note``), the assemble pass that writes the bound
+    into the counts (``assemble``, documented by ``doc``), and for rows in parallel
+    ``prefix(r)``, the bound of the rows before ``r``, once ``prelude(loop)`` ran."""
+
+    note: str
+    doc: str
+    assemble: Callable[[], list[ir.Stmt]]
+    prefix: Callable[[ir.Expr], ir.Expr]
+    prelude: Callable[[ir.For], list[ir.Stmt]]
+
 
 #: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
 NOTE = (
