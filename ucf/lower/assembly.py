@@ -114,9 +114,8 @@ class AssemblyMixin:
         """The bound of a one-pass output, if one covers it: the operands' entries
         together for a sum or element-wise product (``_bound_operands``), the count of
         products for a Gustavson product (``ucf.lower.product_bound``)."""
-        kind, arrays = self.out_fmt.levels[-1], self.out_params.levels[-1]
-        counts, last = self._counts_array(), self.out_fmt.order - 1
         found = self._bound_operands()
+        counts, last = self._counts_array(), self.out_fmt.order - 1
         if found:
             parents: ir.Expr = Const(1, I64)
             for lvl in range(last):
@@ -138,6 +137,7 @@ class AssemblyMixin:
             return None
         a, b = (self.operands[n] for n in pair)
         n_k = self.extents[self.out_level_vars[1]]
+        kind, arrays = self.out_fmt.levels[1], self.out_params.levels[1]
         out = (kind, arrays, self.it)
         return OnePass(
             product_bound.NOTE.format(cap=product_bound.CAP),
