@@ -17,11 +17,11 @@ shared out over the threads, and each chunk appends its rows into the output fro
 ``prefix`` of its first row, exactly as the one-thread plan appends them (each row is
 built by the same code, so the results are bit for bit the one-thread plan's). A
 thread that takes the next chunk after its last one goes on where it stopped, so a
-team of one leaves no gap at all. Then, on one thread, every chunk that starts past
-the end of the one before is moved down (a forward copy: it only moves towards the
-start) and its rows' positions shifted: with two threads about half of the output
-moves, which costs about a twentieth of the kernel (a memory copy, against the
-products or merges that built it).
+team of one leaves no gap at all. Then every chunk that starts past the end of the
+one before is moved down and its rows' positions shifted, the chunks in parallel
+(``_moved``): on the llvm target, whose static loops hand the chunks out a few pieces
+a thread, about 7/8 of the output moves on two threads, which cost 5 % more
+instructions than the serial plan for a sparse add and 8 % for SpGEMM (bench/README.md).
 """
 
 from __future__ import annotations
