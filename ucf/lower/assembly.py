@@ -172,10 +172,8 @@ class AssemblyMixin:
         if self.one_pass is None or self.out_fmt.order != 2:
             return body
         out = (self.out_fmt.levels[1], self.out_params.levels[1], self.it)
-        row, vals, bound = self.out_level_vars[0], self.out_params.vals, self.one_pass
-        return row_chunks.rewrite(
-            body, row, self.counters[1], bound.prefix, bound.prelude, out, vals
-        )
+        row, vals = self.out_level_vars[0], self.out_params.vals
+        return row_chunks.rewrite(body, row, self.counters[1], self.one_pass, out, vals)
 
     def _out_kind(self, v: str, st: State) -> LevelKind | None:
         """The kind of the output level loop ``v`` places a coordinate in, if any."""

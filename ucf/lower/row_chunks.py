@@ -52,16 +52,15 @@ class OnePass:
     prelude: Callable[[ir.For], list[ir.Stmt]]
 
 
-#: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
-NOTE = (
-    "; its rows run in parallel in {chunks} chunks of about equal bound (whatever blocks "
-    "the schedule shared them out in), each appending into a region of its own, the "
-    "regions moved together at the end"
-)
 #: The chunks the rows are cut into: enough for the threads of a large machine to take
 #: several each (the llvm target hands a static loop out in a few pieces per thread).
 CHUNKS = 256
-NOTE = NOTE.format(chunks=CHUNKS)
+#: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
+NOTE = (
+    f"; its rows run in parallel in {CHUNKS} chunks of about equal bound (whatever blocks "
+    "the schedule shared them out in), each appending into a region of its own, the "
+    "regions moved together at the end"
+)
 
 
 def shares_rows(applied: Applied | None, out_vars: list[str | None], out_fmt: Format) -> bool:
@@ -108,17 +107,16 @@ def rewrite(
     body: list[ir.Stmt],
     row: str,
     counter: Var,
-    prefix: Callable[[ir.Expr], ir.Expr],
-    prelude: Callable[[ir.For], list[ir.Stmt]],
+    bound: OnePass,
     level: tuple[LevelKind, dict, str],
     vals: Array,
 ) -> list[ir.Stmt]:
     """``body``, a one-pass compute function's, with its parallel loop over ``row`` run in
     chunks (module docstring). ``counter`` is the output level's size that the rows
-    append at; ``prefix(r)`` bounds the entries of the rows before ``r`` once
-    ``prelude(loop)`` ran (given the row loop, whose threads it may share); ``level``
-    is the output's compressed level (its kind, arrays and index type) and ``vals`` its
-    values. A body without such a loop is returned as it is."""
+    append at; ``bound.prefix(r)`` bounds the entries of the rows before ``r`` once
+    ``bound.prelude(loop)`` ran (given the row loop, whose threads it may share);
+    ``level`` is the output's compressed level (its kind, arrays and index type) and
+    ``vals`` its values. A body without such a loop is returned as it is."""
     at = next(
         (
             k
@@ -131,7 +129,7 @@ def rewrite(
         return body
     loop = body[at]
     assert isinstance(loop, ir.For)
-    kind, arrays, it = level
+    prefix = bound.prefix
     n = loop.end
     rows, first, end = (Array(f"chunk_{x}", I64, True) for x in ("rows", "first", "end"))
     c, cnt, last = Var("chunk", I64), Var("chunk_at", I64), Var("chunk_last", I64)
@@ -165,7 +163,7 @@ def rewrite(
     )
     return [
         *body[:at],
-        *prelude(loop),
+        *bound.prelude(loop),
         ir.Alloc(rows, Const(CHUNKS + 1, I64), zeroed=False),
         ir.Alloc(first, Const(CHUNKS, I64), zeroed=False),
         ir.Alloc(end, Const(CHUNKS, I64), zeroed=False),
