@@ -113,8 +113,12 @@ def load_mkl() -> tuple[Any, str]:
     on the same cores. The mkl wheel puts libmkl_rt in the environment's lib/, where
     sparse_dot_mkl does not look, hence MKL_RT."""
     os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
-    if "MKL_RT" not in os.environ:
-        found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+    if "MKL_RT" not in os.environ:  # a venv's own lib/, else its base Python's
+        found = [
+            p
+            for r in (sys.prefix, sys.base_prefix)
+            for p in sorted(Path(r, "lib").glob("libmkl_rt.so*"))
+        ]
         if found:
             os.environ["MKL_RT"] = str(found[0])
     try:
