@@ -145,6 +145,7 @@ class AssemblyMixin:
             lambda: product_bound.assemble(a, b, n_k, counts),
             lambda r: ir.cast(kind.bounds(arrays, r, None, None)[0], I64),
             lambda loop: product_bound.rows(a, b, n_k, out, loop),
+            emptied=True,
         )
 
     def _entries_before(self, found: list[int], parent: ir.Expr) -> ir.Expr:
@@ -333,7 +334,8 @@ class AssemblyMixin:
         stmts: list[ir.Stmt] = []
         parents: ir.Expr = Const(1, I64)
         for lvl, kind in enumerate(self.out_fmt.levels):
-            if self.one_pass and not kind.full:  # every row closes its segment: start the first
+            if self.one_pass and not self.one_pass.emptied and not kind.full:
+                # every row closes its segment: start the first
                 stmts += kind.close(
                     self.out_params.levels[lvl], Const(-1, I64), Const(0, I64), self.it
                 )
