@@ -64,9 +64,11 @@ def test_prefetch_changes_no_bit_and_llvm_equals_c(monkeypatch, tmp_path):
         assert np.array_equal(got[t].data, want.data)  # bit for bit
 
 
-def test_direct_inner_loops_get_no_prefetch():
+def test_direct_inner_loops_get_no_prefetch(monkeypatch):
     """CSR times dense, and a CSF walk (the inner start is the outer position, not a
-    coordinate loaded there): nothing to prefetch."""
+    coordinate loaded there): no row to prefetch (the stream prefetches of
+    ``ucf.passes.streams``, off here, fetch the CSF walk's streams)."""
+    monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
     spmm = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr"})
     ttv = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"})
     assert not any(fetched(f) for f in [*spmm.llir, *ttv.llir])
