@@ -5,15 +5,17 @@ Run from the repository root:
     python bench/sparse_add.py                       # the issue's size
     python bench/sparse_add.py --rows 100000         # a smoke test
 
-With one thread ucf's default appends the output in one pass into arrays that
-hold B's and C's entries together, then trims them, as scipy does; with rows in
-parallel (2 threads) a first pass counts each row's entries so the rows can be
-filled side by side. Both kernels and scipy are checked against each other, then
-timed in turns, round after round: with one thread by the calling thread's CPU
-time (neither ucf nor scipy starts a thread, and other processes' time slices on
-a shared machine then do not count), with two by wall time. The operands are ucf
-tensors converted once, as scipy's are its own CSR; a second ucf row passes the
-scipy matrices themselves (each call checks and wraps them).
+With one thread ucf's default appends the output in one pass into arrays that hold
+B's and C's entries together, then trims them, as scipy does; with rows in parallel
+(2 threads) it appends in one pass too, the rows in chunks of about equal bound,
+each into a region of its own, the regions moved together at the end
+(``ucf.lower.row_chunks``; a first pass counted each row's entries before). Both
+kernels and scipy are checked against each other, then timed in turns, round after
+round: with one thread by the calling thread's CPU time (neither ucf nor scipy
+starts a thread, and other processes' time slices on a shared machine then do not
+count), with two by wall time. The operands are ucf tensors converted once, as
+scipy's are its own CSR; a second ucf row passes the scipy matrices themselves (each
+call checks and wraps them).
 
 Target (issue 34): one thread, ucf's default at most 1.0x scipy's time.
 """

@@ -66,11 +66,14 @@ def _array(name: str, ty: str, data: np.ndarray, out: list[str]) -> None:
         out.append(f"  memcpy({name}, {name}_init, sizeof({name}_init));")
 
 
-def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, operands):
+def run_under_asan(
+    asan_cc, tmp_path, kernel, out_format, out_shape, extents, operands, threads: int = 1
+):
     """Run a saved kernel under ASan; return the output as a ucf.Tensor.
 
     ``operands`` must already be in the kernel's formats and dtypes (so no
-    repacking happens and the parameters name the operands themselves).
+    repacking happens and the parameters name the operands themselves). With
+    ``threads`` above 1 the kernel is built with OpenMP and runs on that many.
     """
     prefix = tmp_path / "kern"
     csrc, header = kernel.save(prefix, name="kernel")
@@ -175,6 +178,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
             str(driver),
             str(csrc),
             "-lm",
+            *(["-fopenmp"] if threads > 1 else []),
             "-o",
             str(exe),
         ],
@@ -186,7 +190,7 @@ def run_under_asan(asan_cc, tmp_path, kernel, out_format, out_shape, extents, op
         [str(exe)],
         capture_output=True,
         text=True,
-        env={"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0"},
+        env={"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0", "OMP_NUM_THREADS": str(threads)},
     )
     assert run.returncode == 0, run.stderr
     assert "AddressSanitizer" not in run.stderr, run.stderr

@@ -1,4 +1,4 @@
-"""A serial Gustavson product appended in one pass (``ucf.lower.product_bound``): the
+"""A Gustavson product appended in one pass (``ucf.lower.product_bound``): the
 output's arrays sized by the count of products, rows appended one after the other, the
 arrays trimmed once. Checked against scipy on empty rows, one long row, rows that
 overlap (many products, few entries: the trim copies), wide and narrow operands,
@@ -143,10 +143,11 @@ def test_the_exact_count_stays_in_bounds(asan_cc, monkeypatch, tmp_path, case):
     np.testing.assert_array_equal(out.to_numpy(), A @ B)
 
 
-def test_parallel_rows_keep_two_passes_and_other_shapes_are_left_alone():
-    """Rows built in parallel need each row's count first; a product of a vector, or one
-    that also adds, is no Gustavson product of rows."""
-    assert ONE_PASS not in compiled(PARALLEL, "llvm").cin
+def test_parallel_rows_append_in_one_pass_and_other_shapes_are_left_alone():
+    """Rows built in parallel append in one pass too, in chunks of their own
+    (``ucf.lower.row_chunks``, tested there); a product
+    of a vector, or one that also adds, is no Gustavson product of rows."""
+    assert ONE_PASS in compiled(PARALLEL, "llvm").cin
     k = ucf.compile(
         "C(i,k) = A(i,j) * B(j,k) + D(i,k)",
         formats={"A": "csr", "B": "csr", "C": "csr", "D": "csr"},
@@ -157,9 +158,10 @@ def test_parallel_rows_keep_two_passes_and_other_shapes_are_left_alone():
     assert ONE_PASS not in k.cin
 
 
-def test_the_default_on_one_thread_appends_in_one_pass():
+def test_the_default_appends_in_one_pass_on_one_thread_and_two():
     """The plan for one thread of the default SpGEMM is the serial workspace, in one
-    pass; at two threads the rows are counted first. Both give scipy's product."""
+    pass; at two threads its rows run in parallel, in one pass too. Both give scipy's
+    product."""
     rng = np.random.default_rng(4)
     a = sp.random(20000, 20000, 5e-4, "csr", random_state=rng)  # above REPLAN_WORK
     k = ucf.compile(STMT, formats={"A": "csr", "B": "csr", "C": "csr"})
@@ -170,8 +172,8 @@ def test_the_default_on_one_thread_appends_in_one_pass():
             for _ in range(3):
                 got = k(A=a, B=a)
                 assert abs(got.to_scipy() - a @ a).max() <= 1e-12
-            if threads == 1:
-                assert ONE_PASS in k.cin and "parallelize" not in k.schedule_used
+            assert ONE_PASS in k.cin
+            assert ("parallelize" in k.schedule_used) == (threads == 2)
     finally:
         ucf.set_num_threads(old)
 

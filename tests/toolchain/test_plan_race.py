@@ -1,8 +1,9 @@
 """The race of a kernel's parallel plan against its plan for one thread (issue 34: a
-busy machine). A region compares itself with itself on one thread; a sparse add's
-parallel plan does more work than its one-pass plan, so under a load that leaves each
-thread 2/3 of a core its regions win while the whole call loses. The call path races
-the two plans now and then and keeps the faster (``ucf.toolchain.team.LoopStates``)."""
+busy machine). A region compares itself with itself on one thread; a parallel plan
+that does more work than the plan for one thread (a count pass its one-pass plan
+has not) can win its regions under a load that leaves each thread 2/3 of a core while
+the whole call loses. The call path races the two plans now and then and keeps the
+faster (``ucf.toolchain.team.LoopStates``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import ucf
 from tests.helpers import assert_exact
 from ucf.codegen import llvm_team
 from ucf.exec.kernel import forget_loaded
+from ucf.schedule.loops import SplitCommand
 from ucf.schedule.records import Parallel
 from ucf.schedule.requests import Parallelize, PrecomputeCommand
 from ucf.toolchain import jit, team
@@ -77,7 +79,7 @@ def clock(monkeypatch):
 
 def test_a_parallel_plan_that_loses_as_a_whole_is_set_aside_and_retried(clock):
     """No region lost (the count never moves), yet the parallel plan takes 1.6 times the
-    plan for one thread's time per call (a sparse add's count and fill passes against
+    plan for one thread's time per call (count and fill passes against
     its one pass, each thread having 2/3 of a core): after the race the plan for one
     thread runs; the next race comes ``RACE_EVERY`` calls later and, while it keeps
     winning, twice as many calls later each time. When the machine is quiet again the
@@ -156,7 +158,7 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
 def test_the_plans_race_only_where_they_do_different_work():
     """``same_work``: a plan for one thread that is the parallel plan without its
     ``parallelize`` (an SpMV's, a workspace kept) does not race; one with
-    another pass over the sparse output (a sparse add's one pass) or other commands
+    another pass over the sparse output (one pass against a parallel plan's two) or other commands
     does."""
     par = Parallelize("i", Parallel("CPUThread", "NoRaces"))
     ws = PrecomputeCommand("A(i, j) * B(j, k)", "k", "k")
@@ -169,6 +171,11 @@ def test_the_plans_race_only_where_they_do_different_work():
     assert team.same_work(built([ws, par]), built([ws]))
     assert not team.same_work(built([par]), built([], one_pass=True))
     assert not team.same_work(built([ws, par]), built([]))
+    # one-pass rows run in chunks of their own, whatever split shared them out
+    split = SplitCommand("i", "i_c", "i_r", 64)
+    blocks = Parallelize("i_c", Parallel("CPUThread", "NoRaces"))
+    assert team.same_work(built([split, blocks], True), built([], True))
+    assert not team.same_work(built([split, blocks]), built([]))
     static = built(None)
     assert team.same_work(static, built(None, compiled=static.compiled))
     assert not team.same_work(built([par]), static)
@@ -192,6 +199,10 @@ def test_plans_of_the_same_work_race_no_more(clock):
 @pytest.mark.parametrize(
     "text,formats,races",
     [
+        # A sparse add appends in one pass on both plans (its parallel rows in chunks,
+        # ucf.lower.row_chunks): they do the same work and do not race; made to race,
+        # the calls follow the race through the full path.
+        ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, False),
         ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr", "C": "csr"}, True),
         # A dense output, on the remembered call: an SpMV's plans do the same work and do
         # not race; made to race, its calls follow the race too.
@@ -216,7 +227,7 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
 
     monkeypatch.setattr(team.LoopStates, "clocked", clocked)
     monkeypatch.setattr(team.LoopStates, "decide", lambda self, now: 0)
-    if races and "x(" in text:
+    if races:
         # LoopStates.stepped: the full path's check and the remembered call's
         monkeypatch.setattr(team, "same_work", lambda parallel, solo: False)
     rng = np.random.default_rng(45)

@@ -6,7 +6,9 @@ from ucf.format.format import Format
 from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
+from ucf.lower import product_bound, row_chunks
 from ucf.lower.lattice import Term, operands, presence, reduces
+from ucf.lower.row_chunks import OnePass
 from ucf.lower.state import (
     SlotParams,
     State,
@@ -48,9 +50,10 @@ class AssemblyMixin:
         if self.out_fmt.fill:
             return []
         if self.cin.blocks or (
-            a is not None
-            and (a.parallel or a.precompute or a.fused or a.pos or a.assemble is not None)
+            a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None)
         ):
+            return []
+        if not row_chunks.shares_rows(a, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
@@ -77,7 +80,7 @@ class AssemblyMixin:
         and its loop over a row carries no counter (``ucf.passes.flat_positions``
         then walks all the positions at once)."""
         a = self.applied
-        if self.local != self.out_fmt.order - 1 or self.bounded or self.cin.reduction_vars:
+        if self.local != self.out_fmt.order - 1 or self.one_pass or self.cin.reduction_vars:
             return None
         if self.reduces or self.out_fmt.fill or self.cin.blocks:
             return None
@@ -107,25 +110,71 @@ class AssemblyMixin:
         kind, arrays = op.fmt.levels[last], op.params.levels[last]
         return ir.cast(kind.bounds(arrays, Const(0, I64), None, op.dim(last))[0], I64)
 
-    def _bound(self) -> list[ir.Stmt]:
-        """The assemble pass of a one-pass output (``_bound_operands``): the entries of the
-        operands, summed, as the count of the output's compressed level."""
-        total: ir.Expr = Const(0, I64)
-        for n in self.bounded:
-            op = self.operands[n]
-            last = len(op.fmt.levels) - 1
+    def _one_pass(self) -> OnePass | None:
+        """The bound of a one-pass output, if one covers it: the operands' entries
+        together for a sum or element-wise product (``_bound_operands``), the count of
+        products for a Gustavson product (``ucf.lower.product_bound``)."""
+        found = self._bound_operands()
+        counts, last = self._counts_array(), self.out_fmt.order - 1
+        if found:
             parents: ir.Expr = Const(1, I64)
             for lvl in range(last):
-                parents = ir.mul(parents, op.dim(lvl))
+                parents = ir.mul(parents, self._level_dim(lvl))
+            total = self._entries_before(found, parents)
+            return OnePass(
+                "arrays that hold the operands' entries together (no pass counts its "
+                "entries first)",
+                "Bound the entries of the output: those of the operands together.",
+                lambda: [
+                    ir.Store(counts, Const(lvl, I64), total if lvl == last else Const(0, I64))
+                    for lvl in range(self.out_fmt.order)
+                ],
+                lambda r: self._entries_before(found, r),
+                lambda loop: [],
+            )
+        pair = product_bound.operands(self)
+        if pair is None:
+            return None
+        a, b = (self.operands[n] for n in pair)
+        n_k = self.extents[self.out_level_vars[1]]
+        kind, arrays = self.out_fmt.levels[1], self.out_params.levels[1]
+        out = (kind, arrays, self.it)
+        return OnePass(
+            product_bound.NOTE.format(cap=product_bound.CAP),
+            "Bound the entries of the output: the products of the operands' entries.",
+            lambda: product_bound.assemble(a, b, n_k, counts),
+            lambda r: ir.cast(kind.bounds(arrays, r, None, None)[0], I64),
+            lambda loop: product_bound.rows(a, b, n_k, out, loop),
+            emptied=True,
+        )
+
+    def _entries_before(self, found: list[int], parent: ir.Expr) -> ir.Expr:
+        """The entries of operands ``found`` in the segments before ``parent`` (of their
+        last level, whose parents are the output's): the bound of the output's there."""
+        total: ir.Expr = Const(0, I64)
+        for n in found:
+            op = self.operands[n]
+            last = len(op.fmt.levels) - 1
             kind, arrays, dim = op.fmt.levels[last], op.params.levels[last], op.dim(last)
             first = ir.cast(kind.bounds(arrays, Const(0, I64), None, dim)[0], I64)
-            end = ir.cast(kind.bounds(arrays, parents, None, dim)[0], I64)
+            end = ir.cast(kind.bounds(arrays, parent, None, dim)[0], I64)
             total = ir.add(total, ir.sub(end, first))
-        counts, last = self._counts_array(), self.out_fmt.order - 1
-        return [
-            ir.Store(counts, Const(lvl, I64), total if lvl == last else Const(0, I64))
-            for lvl in range(self.out_fmt.order)
-        ]
+        return total
+
+    def _one_pass_note(self) -> str:
+        """What ``k.cin`` says of a one-pass output's arrays (empty: two passes)."""
+        if self.one_pass is None:
+            return ""
+        return self.one_pass.note + (row_chunks.NOTE if self.parallel else "")
+
+    def _chunked(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
+        """A one-pass compute body whose rows run in parallel, in chunks that each append
+        into their own bounded region (``ucf.lower.row_chunks``)."""
+        if self.one_pass is None or self.out_fmt.order != 2:
+            return body
+        out = (self.out_fmt.levels[1], self.out_params.levels[1], self.it)
+        row, vals = self.out_level_vars[0], self.out_params.vals
+        return row_chunks.rewrite(body, row, self.counters[1], self.one_pass, out, vals)
 
     def _out_kind(self, v: str, st: State) -> LevelKind | None:
         """The kind of the output level loop ``v`` places a coordinate in, if any."""
@@ -285,7 +334,8 @@ class AssemblyMixin:
         stmts: list[ir.Stmt] = []
         parents: ir.Expr = Const(1, I64)
         for lvl, kind in enumerate(self.out_fmt.levels):
-            if self.bounded and not kind.full:  # every row closes its segment: start the first
+            if self.one_pass and not self.one_pass.emptied and not kind.full:
+                # every row closes its segment: start the first
                 stmts += kind.close(
                     self.out_params.levels[lvl], Const(-1, I64), Const(0, I64), self.it
                 )
@@ -314,7 +364,7 @@ class AssemblyMixin:
                 steady = ir.Select(ir.Cmp("<", end, begin), begin, end)
                 # The assemble pass left the local level complete; a one-pass output's rows
                 # all closed their segments.
-                if lvl != self.local and not (self.bounded or self.product):
+                if lvl != self.local and not self.one_pass:
                     stmts.append(
                         ir.For(q, Const(0, I64), parents, kind.close(arrays, q, steady, self.it))
                     )

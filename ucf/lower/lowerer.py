@@ -44,7 +44,7 @@ from ucf.ir.nodes import I64, Array, Const, Var
 from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, product_bound, sort, transforms
+from ucf.lower import elementwise, row_chunks, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -176,16 +176,20 @@ class Lowerer(
         self.steps = list(applied.steps) if applied else []
         # A split of an original variable, in case its loop co-iterates (see _blocks).
         self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
+        self.parallel = applied.parallel if applied else {}
         self.consumed: set = set()  # steps this pass built itself; transforms skip them
         self.entries: dict[str, tuple[Var, int]] = {}
         # Set when a fused pos loop walks a non-unique level: its coordinates repeat.
         self.repeats = False
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
-        self.bounded = self._bound_operands()  # the output in one pass: see there
-        self.product = product_bound.operands(self)  # ... or a product's: see there
-        if self.bounded or self.product:
+        self.one_pass = self._one_pass()  # the output in one pass: see there
+        if self.one_pass:
             self.local = None
+            if applied is not None and applied.parallel and self.out_fmt.order == 2:
+                # rows in chunks of their own (``_chunked``), shared out unsplit
+                self.steps, self.parallel = row_chunks.unsplit(applied, self.out_level_vars[0])
+                self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
         self.same_structure = self._same_structure()  # see there
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
@@ -344,22 +348,12 @@ class Lowerer(
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
         assemble = None
-        if self.bounded:
+        if self.one_pass:
             assemble = ir.Function(
                 f"{self.name}_assemble",
                 self._params(True),
-                self._bound(),
-                doc="Bound the entries of the output: those of the operands together.",
-            )
-        elif self.product:
-            a, b = (self.operands[n] for n in self.product)
-            assemble = ir.Function(
-                f"{self.name}_assemble",
-                self._params(True),
-                product_bound.assemble(
-                    a, b, self.extents[self.out_level_vars[1]], self._counts_array()
-                ),
-                doc="Bound the entries of the output: the products of the operands' entries.",
+                self.one_pass.assemble(),
+                doc=self.one_pass.doc,
             )
         elif self.sparse_out:
             self.assembling = True
@@ -379,6 +373,7 @@ class Lowerer(
             )
             self.assembling = False
         body = self._scheduled(self._function_body())
+        body = self._chunked(body)
         if self.sparse_out:
             body = self._compute_start() + body + self._compute_finish()
         compute = ir.Function(
@@ -386,13 +381,7 @@ class Lowerer(
         )
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
-        one_pass = ""
-        if self.bounded:
-            one_pass = (
-                "arrays that hold the operands' entries together (no pass counts its entries first)"
-            )
-        elif self.product:
-            one_pass = product_bound.NOTE.format(cap=product_bound.CAP)
+        one_pass = self._one_pass_note()
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
@@ -423,7 +412,7 @@ class Lowerer(
             body.insert(0, ir.Alloc(ws, size))
             body.append(ir.Free(ws))
         nest = self._loop_nest(body, self.applied.provenance)
-        steps, parallel = self.steps, self.applied.parallel
+        steps, parallel = self.steps, self.parallel
         if self.assembling and self.applied.query is not None:
             steps, parallel = self.applied.query
         steps = [c for c in steps if c not in self.consumed]
@@ -434,8 +423,12 @@ class Lowerer(
     def _loop_nest(self, body: list[ir.Stmt], provenance: Provenance) -> Nest:
         """``body`` with what the loop transformations need to know of it."""
         parallel_out: set[str] = set()
+        chunked: frozenset[str] = frozenset()
         if self.local is not None:
             parallel_out = set(self.out_level_vars[: self.local])
+        elif self.one_pass and self.out_fmt.order == 2:
+            # its rows run in chunks, each appending into a region of its own (``_chunked``)
+            parallel_out, chunked = {self.out_level_vars[0]}, frozenset({self.counters[1].name})
         return Nest(
             body,
             provenance,
@@ -452,6 +445,7 @@ class Lowerer(
             },
             partial=self.assembling,
             trailing_out=set(self.out_level_vars[self.last_appended + 1 :]),
+            chunked=chunked,
         )
 
     def _function_body(self) -> list[ir.Stmt]:

@@ -35,6 +35,9 @@ class Nest:
     # Output variables of dense levels below a sparse output's last compressed level:
     # loops over them write values at placed positions and append nothing.
     trailing_out: set[str] = field(default_factory=set)
+    # The counter a one-pass output's rows append at: a parallel loop over its rows may
+    # carry it, as the lowerer then runs them in chunks of their own (``row_chunks``).
+    chunked: frozenset[str] = frozenset()
 
     def has(self, label: str) -> bool:
         """Whether some loop of the nest is labelled ``label``."""

@@ -115,7 +115,7 @@ def _parallelize_loop(
             f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
             "sum; use Atomics"
         )
-    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs))
+    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs) - nest.chunked)
     if carried:
         raise ScheduleError(
             f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "

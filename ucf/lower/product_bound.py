@@ -22,8 +22,10 @@ from typing import Protocol
 
 from ucf.cin.notation import CIN
 from ucf.format.format import Format
+from ucf.format.levels import LevelKind
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
+from ucf.lower import row_chunks
 from ucf.lower.lattice import Op, Opnd, Term, presence
 from ucf.lower.state import Operand
 from ucf.schedule import Applied
@@ -47,6 +49,8 @@ class Lowering(Protocol):
 #: Above this many products, the assemble pass counts the output exactly (its arrays
 #: at the bound would reserve 1.5 GiB of address space with 32-bit indices).
 CAP = 1 << 27
+#: The output's compressed level: its kind, arrays and index type.
+Rows = tuple[LevelKind, dict, str]
 #: How ``k.cin`` says the output is built.
 NOTE = (
     "arrays that hold one entry per product of the operands' entries (no pass counts "
@@ -63,7 +67,9 @@ def operands(lowerer: Lowering) -> tuple[int, int] | None:
     term = lowerer.term
     if a is None or len(a.precompute) != 1:
         return None
-    if a.parallel or a.fused or a.pos or a.assemble is not None or lowerer.cin.blocks:
+    if a.fused or a.pos or a.assemble is not None or lowerer.cin.blocks:
+        return None
+    if not row_chunks.shares_rows(a, lowerer.out_level_vars, lowerer.out_fmt):
         return None
     if lowerer.out_fmt.fill or lowerer.reduces or len(lowerer.cin.reduction_vars) != 1:
         return None
@@ -106,35 +112,96 @@ def _indexed(op: Operand, variables: list[str]) -> bool:
 def assemble(a: Operand, b: Operand, n_k: ir.Expr, counts: Array) -> list[ir.Stmt]:
     """The assemble pass: ``counts`` gets the bound of the output's entries (level 1) or,
     above ``CAP``, their exact count."""
-    a_rows, b_rows = a.fmt.levels[1], b.fmt.levels[1]
-    a_arrays, b_arrays = a.params.levels[1], b.params.levels[1]
-    n_i, zero = a.dim(0), Const(0, I64)
-    p, j, total = (Var(v, I64) for v in ("pb", "jb", "bound"))
-    first = ir.cast(a_rows.bounds(a_arrays, zero, None, a.dim(1))[0], I64)
-    end = ir.cast(a_rows.bounds(a_arrays, n_i, None, a.dim(1))[0], I64)
-    b_begin, b_end = (ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1)))
-    walk = [
-        ir.Decl(total, zero),
-        ir.For(
-            p,
-            first,
-            end,
-            [
-                ir.Decl(j, ir.cast(a_rows.coordinate(a_arrays, p), I64)),
-                ir.Assign(total, ir.add(total, ir.sub(b_end, b_begin))),
-            ],
-        ),
-        ir.If(ir.Cmp(">", total, Const(CAP, I64)), _exact(a, b, n_k, total)),
+    total, zero = Var("bound", I64), Const(0, I64)
+    return [
+        *_bound(a, b, n_k, total, None),
+        ir.Store(counts, zero, zero),
+        ir.Store(counts, Const(1, I64), total),
     ]
-    return [*walk, ir.Store(counts, zero, zero), ir.Store(counts, Const(1, I64), total)]
 
 
-def _exact(a: Operand, b: Operand, n_k: ir.Expr, total: Var) -> list[ir.Stmt]:
-    """``total`` = the count of distinct (i, k) over the products: each row's columns
-    marked in ``seen`` with the row's number plus one, so no row clears it."""
+def rows(a: Operand, b: Operand, n_k: ir.Expr, out: Rows, shared: ir.For) -> list[ir.Stmt]:
+    """For the parallel plan (``ucf.lower.row_chunks``): the output's positions get the
+    bound of the entries before each row, the products of the rows before it (each
+    row's counted on the threads of ``shared``, the loop over rows), or above ``CAP``
+    (as the assemble pass sized the arrays) their exact count. ``out`` is the output's
+    compressed level: its kind, arrays and index type."""
+    return _bound(a, b, n_k, Var("bound", I64), out, shared)
+
+
+def _bound(
+    a: Operand,
+    b: Operand,
+    n_k: ir.Expr,
+    total: Var,
+    out: Rows | None,
+    shared: ir.For | None = None,
+) -> list[ir.Stmt]:
+    """``total`` = the products of the operands' entries, or above ``CAP`` the exact
+    count of the output's entries; with ``out``, each row's segment closes at the
+    running total. The exact count's array over k is allocated either way (to a
+    single element below ``CAP``): the llvm target hands every array to a parallel
+    loop after it, so none may be allocated in a branch."""
+    seen, over = Array("bound_seen", I64, True), ir.Cmp(">", total, Const(CAP, I64))
+    one = Const(1, I64)
+    return [
+        ir.Decl(total, Const(0, I64)),
+        *_products(a, b, total, out, shared),
+        ir.Alloc(seen, ir.Select(over, ir.Bin("max", n_k, one), one)),
+        ir.If(over, _exact(a, b, seen, total, out)),
+        ir.Free(seen),
+    ]
+
+
+def _products(
+    a: Operand, b: Operand, total: Var, out: Rows | None, shared: ir.For | None
+) -> list[ir.Stmt]:
+    """``total`` += the products of A's entries with B's rows, row by row of A; with
+    ``out``, each row's products first close its segment (on the threads of ``shared``;
+    at most ``CAP + 1``, so they fit the index type), and then a running sum of them."""
     a_rows, b_rows = a.fmt.levels[1], b.fmt.levels[1]
     a_arrays, b_arrays = a.params.levels[1], b.params.levels[1]
-    seen = Array("bound_seen", I64, True)
+    i, p, j, mine = (Var(v, I64) for v in ("ib", "pb", "jb", "rowb"))
+    a_begin, a_end = (ir.cast(e, I64) for e in a_rows.bounds(a_arrays, i, None, a.dim(1)))
+    b_begin, b_end = (ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1)))
+    into = total if out is None else mine
+    step = [
+        ir.Decl(j, ir.cast(a_rows.coordinate(a_arrays, p), I64)),
+        ir.Assign(into, ir.add(into, ir.sub(b_end, b_begin))),
+    ]
+    if out is None or shared is None:  # the total alone: one walk over A's entries
+        assert out is None
+        first = ir.cast(a_rows.bounds(a_arrays, Const(0, I64), None, a.dim(1))[0], I64)
+        end = ir.cast(a_rows.bounds(a_arrays, a.dim(0), None, a.dim(1))[0], I64)
+        return [ir.For(p, first, end, step)]
+    row: list[ir.Stmt] = [ir.For(p, a_begin, a_end, step)]
+    kind, arrays, it = out
+    cap = Const(CAP + 1, I64)
+    row = [ir.Decl(mine, Const(0, I64)), *row, *kind.close(arrays, i, ir.minimum(mine, cap), it)]
+    count = ir.For(
+        i,
+        Const(0, I64),
+        a.dim(0),
+        row,
+        parallel=shared.parallel,
+        strategy=shared.strategy,
+        parallel_if=shared.parallel_if,
+    )
+    r = Var("rb", I64)
+    counted = ir.cast(kind.bounds(arrays, r, None, None)[1], I64)
+    running = [
+        ir.Assign(total, ir.add(total, counted)),
+        *kind.close(arrays, r, ir.minimum(total, cap), it),
+    ]
+    return [count, ir.For(r, Const(0, I64), a.dim(0), running)]
+
+
+def _exact(a: Operand, b: Operand, seen: Array, total: Var, out: Rows | None) -> list[ir.Stmt]:
+    """``total`` = the count of distinct (i, k) over the products: each row's columns
+    marked in ``seen`` with the row's number plus one, so no row clears it; with
+    ``out``, each row's end closes its segment at the running count."""
+    a_rows, b_rows = a.fmt.levels[1], b.fmt.levels[1]
+    a_arrays, b_arrays = a.params.levels[1], b.params.levels[1]
     i, p, q, j, k = (Var(v, I64) for v in ("ie", "pe", "qe", "je", "ke"))
     a_begin, a_end = (ir.cast(e, I64) for e in a_rows.bounds(a_arrays, i, None, a.dim(1)))
     b_begin, b_end = (ir.cast(e, I64) for e in b_rows.bounds(b_arrays, j, None, b.dim(1)))
@@ -146,13 +213,12 @@ def _exact(a: Operand, b: Operand, n_k: ir.Expr, total: Var) -> list[ir.Stmt]:
             [ir.Store(seen, k, mark), ir.Assign(total, ir.add(total, Const(1, I64)))],
         ),
     ]
-    row = [
+    entry = [
         ir.Decl(j, ir.cast(a_rows.coordinate(a_arrays, p), I64)),
         ir.For(q, b_begin, b_end, inner),
     ]
-    return [
-        ir.Assign(total, Const(0, I64)),
-        ir.Alloc(seen, ir.Bin("max", n_k, Const(1, I64))),
-        ir.For(i, Const(0, I64), a.dim(0), [ir.For(p, a_begin, a_end, row)]),
-        ir.Free(seen),
-    ]
+    row: list[ir.Stmt] = [ir.For(p, a_begin, a_end, entry)]
+    if out is not None:
+        kind, arrays, it = out
+        row += kind.close(arrays, i, total, it)
+    return [ir.Assign(total, Const(0, I64)), ir.For(i, Const(0, I64), a.dim(0), row)]

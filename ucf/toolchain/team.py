@@ -29,26 +29,28 @@ happening, none needing an environment variable:
   of a kernel's work (each weighed by its last timed region) wait on one thread, the
   call path runs the plan the default model chose for one thread instead
   (``LoopStates.plan``): a serial plan can differ from a parallel one run alone (a
-  sparse add appends its rows in one pass, where parallel rows need a counting pass
-  first). A loop that is a small share of the work does not decide: an SDDMM's cheap
-  first region that lost to a sleeping worker's wake-up would otherwise put the whole
-  kernel on one thread on a quiet machine. When the wait is over the parallel plan
-  runs again and its loops try the larger team.
+  sparse add into an output of three levels counts its parallel rows first, where the
+  plan for one thread appends them in one pass). A loop that is a small share of the
+  work does not decide: an SDDMM's cheap first region that lost to a sleeping worker's
+  wake-up would otherwise put the whole kernel on one thread on a quiet machine. When
+  the wait is over the parallel plan runs again and its loops try the larger team.
 - **The plans race now and then.** A region compares itself with itself on one
   thread, not the parallel plan with the plan for one thread, which may do less work:
-  a sparse add's parallel plan counts, then fills (about 1.6 times the one-pass plan's
-  work), so with each of two threads getting 2/3 of a core its regions win (wall time
-  0.75 of their work on one thread) while the whole call takes 1.6 times the one-pass
-  plan's. So once a parallel loop was timed (below the work threshold the parallel
-  plan runs on one thread anyway), the call path races the two plans every so often
-  (an untimed call of the plan for one thread, which loads it, then ``RACE_CALLS``
-  calls of each in Thue-Morse order, whole-call wall times, medians compared) and
-  keeps the faster until the next race; the calls between races double while one plan
-  keeps winning (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its
-  parallel speed-up back at the next race and pays for a race in few of its calls.
-  When the first race reaches the plan for one thread and finds the parallel plan
-  without its parallel loops (an SpMV's, an SpGEMM's), the plans race no more
-  (``LoopStates.unrace``): the regions' own timing compares those two already.
+  a parallel plan that counts, then fills (a sparse add's did, about 1.6 times the
+  one-pass plan's work, before its rows appended in chunks: ``ucf.lower.row_chunks``),
+  with each of two threads getting 2/3 of a core wins its regions (wall time 0.75 of
+  their work on one thread) while the whole call takes 1.6 times the one-pass plan's.
+  So once a parallel loop was timed (below the work threshold the parallel plan runs
+  on one thread anyway), the call path races the two plans every so often (an untimed
+  call of the plan for one thread, which loads it, then ``RACE_CALLS`` calls of each
+  in Thue-Morse order, whole-call wall times, medians compared) and keeps the faster
+  until the next race; the calls between races double while one plan keeps winning
+  (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its parallel
+  speed-up back at the next race and pays for a race in few of its calls. When the
+  first race reaches the plan for one thread and finds the parallel plan without its
+  parallel loops (an SpMV's, an SpGEMM's, a sparse add's: ``same_work``), the plans
+  race no more (``LoopStates.unrace``): the regions' own timing compares those two
+  already.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
@@ -273,8 +275,8 @@ class LoopStates:
         Yes when the loops that lost with a larger team and wait on one thread hold
         most of the work of the kernel's timed loops (each weighed by its last timed
         region on one thread): the call is then mostly serial anyway, and the plan for
-        one thread runs it better (a sparse add appends its rows in one pass where
-        parallel rows count them first). A loop that is a small share of the work, such
+        one thread runs it better (it may append in one pass where parallel rows
+        count first). A loop that is a small share of the work, such
         as the cheap first region of an SDDMM that lost to a sleeping thread's
         wake-up, does not decide the plan. Loops never timed (below the work threshold)
         weigh nothing; a loop that won with a larger team, or whose wait is over (it
@@ -309,8 +311,12 @@ def same_work(parallel, solo) -> bool:
     the same commands but ``parallelize``, the same passes over a sparse output (both
     kernels' chosen plans, ``ucf.exec.kernel._Built``). Then a region timed against
     itself on one thread compares the two plans, and they need not race
-    (``LoopStates.unrace``). A sparse add's or a Gustavson product's plan for one
-    thread appends in one pass where its parallel rows count first: those race."""
+    (``LoopStates.unrace``). Where both append in one pass, a split whose blocks the
+    parallel plan shares out is no other work: its rows run in chunks of their own
+    (``ucf.lower.row_chunks``). A plan for one thread that appends in one pass where
+    the parallel rows count first (an output of more levels than a row's and a
+    column's) races."""
+    from ucf.schedule.loops import SplitCommand
     from ucf.schedule.requests import Parallelize
 
     if solo.compiled is parallel.compiled:
@@ -318,6 +324,10 @@ def same_work(parallel, solo) -> bool:
     if solo.commands is None or parallel.commands is None:
         return False
     kept = [c for c in parallel.commands if not isinstance(c, Parallelize)]
+    if parallel.compiled.plan.one_pass and solo.compiled.plan.one_pass:
+        # one-pass rows run in chunks of their own, whatever split shared them out
+        shared = {c.var for c in parallel.commands if isinstance(c, Parallelize)}
+        kept = [c for c in kept if not (isinstance(c, SplitCommand) and c.outer in shared)]
     return kept == list(solo.commands) and (
         parallel.compiled.plan.one_pass == solo.compiled.plan.one_pass
     )
