@@ -80,7 +80,7 @@ class AssemblyMixin:
         and its loop over a row carries no counter (``ucf.passes.flat_positions``
         then walks all the positions at once)."""
         a = self.applied
-        if self.local != self.out_fmt.order - 1 or self.one_pass or self.cin.reduction_vars:
+        if self.local != self.out_fmt.order - 1 or self.cin.reduction_vars:
             return None
         if self.reduces or self.out_fmt.fill or self.cin.blocks:
             return None

@@ -183,14 +183,15 @@ class Lowerer(
         self.repeats = False
         self.workspaces: list[tuple[Array, ir.Expr]] = []  # allocated arrays, lengths
         self.local = self._local_level()
-        self.one_pass = self._one_pass()  # the output in one pass: see there
+        self.same_structure = self._same_structure()  # see there
+        # the output in one pass (see there), where it is not the operand's structure
+        self.one_pass = None if self.same_structure is not None else self._one_pass()
         if self.one_pass:
             self.local = None
             if applied is not None and applied.parallel and self.out_fmt.order == 2:
                 # rows in chunks of their own (``_chunked``), shared out unsplit
                 self.steps, self.parallel = row_chunks.unsplit(applied, self.out_level_vars[0])
                 self.splits = {c.var: c for c in self.steps if isinstance(c, SplitCommand)}
-        self.same_structure = self._same_structure()  # see there
         self.use_acc = not (applied and self._interleaved(applied)) or self.sparse_out
         self.wheres = self._plan_wheres() if applied and applied.precompute else []
         # The sums of integer products: each one's factors and the extents it runs over.
