@@ -23,7 +23,7 @@ from tests.helpers import TARGETS, needs_cc
 from ucf.codegen import llvm as llvm_codegen
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.passes import pairs
+from ucf.passes import pairs, panels
 from ucf.toolchain.jit import num_threads
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
@@ -208,10 +208,25 @@ def test_wide_and_narrow_quad_tiles_against_numpy(monkeypatch, target, fmt, shap
             assert lanes == {16 if wide else 8}
             rows = 8 if wide and block[0] % 8 == 0 else 4
             assert f"tiles of {rows} rows (i_in) x {32 if wide else 16} j" in k.cin
+            assert "once per call and thread for each k_blk" in k.cin
         # the block rows ran in threads
         assert any(isinstance(x, ir.For) and x.parallel == "CPUThread" for x in nodes(k.llir))
     finally:
         ucf.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("quads")
+@pytest.mark.parametrize("slots", ["every", "one"])
+def test_quads_of_b_packed_once_per_block_column(monkeypatch, tmp_path, target, slots):
+    """B's words are packed into a per-thread cache, a slot per block column, and read by
+    every block of that column: exact whether every column has its slot or one slot
+    serves them all (each block then packs its column again, the tag telling)."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
+    if slots == "one":
+        monkeypatch.setattr(panels, "CACHE_BYTES", 1)
+    a, b = operands(np.random.default_rng(36), (48, 45), 40, (8, 9), "int8", "uint8", 0.6)
+    k = run("bcsr(8,9)", a, b, target, SERIAL)
+    assert "B_quads0 once per call and thread for each k_blk" in k.cin
 
 
 @pytest.mark.usefixtures("quads")
