@@ -43,6 +43,7 @@ from spmv_spmm import fresh_kernel_cache, timings  # noqa: E402
 from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.toolchain.jit import set_whole_team, team_counters  # noqa: E402
 
 #: Tiles of fma_peak's ``tile_8x2`` per thread and round (268 MFLOP a thread, about 1 ms).
 TILES = 1 << 14
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         + " | torch / ucf |"
     )
     print("|---|---|---|" + "---|---|" * len(widths) + "---|")
-    verdicts, bounds = [], []
+    verdicts, bounds, teams = [], [], []
     for zero, share, over_torch in TARGETS:
         a = block_sparse(rng, args.n, BLOCK, zero)
         t = ucf.from_numpy(a, format=blocked)
@@ -100,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = {f"peak{w}": (lambda f=f: f(iters, args.threads)) for w, f in loops.items()}
         if tile is not None:  # the register tile on a panel in L2 (AVX-512 hosts)
             runs["tile"] = lambda: tile(TILES, args.threads)
-        runs["ucf"] = lambda t=t: kernel(A=t, B=b)
-        runs["ucf warm"] = lambda t=t: kernel(A=t, B=b)  # straight after "ucf"
+        team = {"timed": 0, "lost": 0}  # ucf's parallel regions over both runs
+        runs["ucf"] = lambda t=t, c=team: counted(c, kernel, t, b)
+        runs["ucf warm"] = lambda t=t, c=team: counted(c, kernel, t, b)  # straight after "ucf"
+        if args.threads > 1:  # every region on the whole team: was the adaptive team right?
+            runs["ucf warm, whole team"] = lambda t=t: whole_team(kernel, t, b)
+            runs["ucf warm, 1 thread"] = lambda t=t: one_thread(kernel, t, b, args.threads)
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
@@ -128,6 +133,17 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(f"{peaks[w]:.0f} GFLOP/s | {ucf_gf / peaks[w]:.0%}" for w in widths)
             + f" | {'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
+        if args.threads > 1:
+            cells = [
+                f"{med[k] * 1e3:.2f} ms ({flops / med[k] / 1e9:.0f} GFLOP/s, "
+                f"{flops / med[k] / 1e9 / peak:.0%})"
+                for k in ("ucf warm", "ucf warm, whole team", "ucf warm, 1 thread")
+            ]
+            gain = med["ucf warm, 1 thread"] / med["ucf warm"]
+            teams.append(
+                f"| {zero:.0%} | {team['timed']} | {team['lost']} | {' | '.join(cells)} | "
+                f"{gain:.2f}x |"
+            )
         if "stream" in med:
             named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
             moved = t.vals.nbytes + named * BLOCK * args.n * 4 + args.n * args.n * 4
@@ -159,12 +175,54 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(bounds))
+    if teams:
+        print(
+            f"\nThe adaptive team ({args.threads} threads): ucf's parallel regions in the "
+            "ucf and ucf warm runs (warm-ups included), how many lost to one thread (each "
+            "put its loop on fewer threads for a while: a busy machine); ucf warm again with "
+            "every region on the whole team, and on one thread (wall time, each right after "
+            "the one before it; shares of the peak on all threads)\n"
+        )
+        print(
+            "| zero blocks | regions timed | lost | ucf warm | ucf warm, whole team | "
+            "ucf warm, 1 thread | speed-up of the threads |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(teams))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print("| target | value | result |\n|---|---|---|")
     for what, value, met in verdicts:
         verdict = "not measured" if met is None else "met" if met else "NOT met"
         print(f"| bcsr(32,32), {args.threads} threads, {what} | {value} | {verdict} |")
     return 0
+
+
+def counted(team: dict[str, int], kernel, a, b):
+    """``kernel(A=a, B=b)``, adding the parallel regions it timed and lost to ``team``."""
+    before = team_counters()
+    out = kernel(A=a, B=b)
+    after = team_counters()
+    for key in team:
+        team[key] += after[key] - before[key]
+    return out
+
+
+def whole_team(kernel, a, b):
+    """``kernel(A=a, B=b)`` with every parallel region on the whole team."""
+    old = set_whole_team(True)
+    try:
+        return kernel(A=a, B=b)
+    finally:
+        set_whole_team(old)
+
+
+def one_thread(kernel, a, b, threads: int):
+    """``kernel(A=a, B=b)`` on one thread (then ``threads`` again)."""
+    ucf.set_num_threads(1)
+    try:
+        return kernel(A=a, B=b)
+    finally:
+        ucf.set_num_threads(threads)
 
 
 def roofline(

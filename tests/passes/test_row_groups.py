@@ -194,3 +194,35 @@ def test_int8_tiles_exact():
         got = k(A=ucf.from_numpy(a, format="nm(2,4)@int8"), B=b).to_numpy()
         assert "row groups: C is accumulated in tiles" in k.cin
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("cols_b", "shape"), [(16, (6, 2)), (8, (12, 1)), (24, (4, 3))])
+def test_narrow_constant_rows_take_narrow_tiles(cols_b, shape, dtype):
+    """``bound`` gives j a constant trip count narrower than a tile of 4 vectors: the
+    tile takes the vectors it fills and more rows (float32 by 16 columns: 6 rows x 2
+    vectors), where its rows ran in the original nest before. The rows left over
+    (29 = 2 x 12 + 5) and, in float64, the columns past the tile run as before."""
+    rng = np.random.default_rng(cols_b)
+    a = _n_of_m(rng, 29, 40, 2, 4, dtype)
+    b = rng.standard_normal((40, cols_b)).astype(dtype)
+    got = {}
+    for target in ("llvm", "c"):
+        k = ucf.compile(
+            SPMM,
+            formats={"A": "nm(2,4)"},
+            dtype=dtype,
+            target=target,
+            schedule=f"bound(j, jb, {cols_b}, MaxExact)",
+        )
+        got[target] = k(A=ucf.from_numpy(a, format="nm(2,4)"), B=b).to_numpy()
+    lanes = 8 if dtype == "float32" else 4
+    rows, vectors = (
+        shape
+        if dtype == "float32"
+        else ((3, 4) if cols_b >= 16 else (12 // (cols_b // lanes), cols_b // lanes))
+    )
+    assert f"tiles of {rows} rows (i) x {vectors} vectors" in k.cin, k.cin
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got["llvm"], a @ b, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got["llvm"], got["c"])

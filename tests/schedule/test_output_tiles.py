@@ -62,3 +62,28 @@ def test_a_reduction_innermost_gets_no_tile():
     got = k(B=ucf.from_scipy(Bm, format="csr"), C=C, D=D).to_numpy()
     np.testing.assert_allclose(got, Bm.multiply(C @ D).toarray(), rtol=1e-12, atol=1e-12)
     assert "register tiles" not in k.cin
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("fmt", "cols", "tiled"), [("nm(2,4)", 256, False), ("ell(4)", 64, True)])
+def test_long_fixed_width_rows_run_in_row_groups(target, fmt, cols, tiled):
+    """A fixed-width operand with 64 or more entries a row takes no register tiles of
+    the bounded row (one chain of multiply-adds per vector over the whole row: N:M SpMM
+    by 32 to 256 columns ran 5-6x slower so); its rows run in groups instead. Short
+    rows (ELL with 4) keep the tiles."""
+    rng = np.random.default_rng(cols)
+    a = rng.standard_normal((1200, cols)) * (rng.random((1200, cols)) < 0.5)
+    if fmt.startswith("nm"):  # keep 2 of every 4
+        g = a.reshape(1200, -1, 4)
+        g[:, :, 2:] = 0
+    else:
+        a = np.zeros((1200, cols))
+        for i in range(1200):
+            a[i, rng.choice(cols, 4, replace=False)] = rng.standard_normal(4)
+    B = rng.standard_normal((cols, 64))
+    k = ucf.compile("C(i,k) = A(i,j)*B(j,k)", formats={"A": fmt}, target=target)
+    got = k(A=ucf.from_numpy(a, format=fmt), B=B).to_numpy()
+    np.testing.assert_allclose(got, a @ B, rtol=1e-12, atol=1e-12)
+    assert "bound(k)" in k.cin, k.cin
+    assert ("register tiles of" in k.cin) is tiled, k.cin
+    assert ("row groups" in k.cin) is not tiled, k.cin

@@ -186,6 +186,29 @@ def test_two_of_four_spmm(monkeypatch, asan_cc, tmp_path):  # noqa: F811
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="nm(2,4)"), B=b)
 
 
+@pytest.mark.parametrize("cols_b", [8, 16, 24])
+def test_two_of_four_narrow_tiles(monkeypatch, asan_cc, tmp_path, cols_b):  # noqa: F811
+    """A constant j narrower than a tile of 4 vectors (``bound``): tiles of 12 x 1,
+    6 x 2 or 4 x 3 vectors over 29 rows (5 left over) and partial N:M groups, serial
+    (the schedule names no parallel loop: its rows are marked independent)."""
+    rng = np.random.default_rng(cols_b)
+    a = np.zeros((29, 22), np.float32)
+    for r in range(29):
+        for g in range(0, 22, 4):
+            keep = rng.choice(np.arange(g, min(g + 4, 22)), size=min(2, 22 - g), replace=False)
+            a[r, keep] = rng.random(len(keep)) + 0.5
+    b = rng.random((22, cols_b)).astype(np.float32)
+    k = ucf.compile(
+        SPMM,
+        formats={"A": "nm(2,4)"},
+        target="c",
+        dtype="float32",
+        schedule=f"bound(j, jb, {cols_b}, MaxExact)",
+    )
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="nm(2,4)"), B=b)
+    assert "row groups" in k.cin
+
+
 def test_half_values_widened_as_loaded(monkeypatch, asan_cc, tmp_path):  # noqa: F811
     rng = np.random.default_rng(5)
     a = _block_sparse(rng, (12, 10), (4, 2), 0.5, np.float16)

@@ -211,6 +211,20 @@ def _tile(nest: _Level) -> _Tile | None:
     return _Tile(inner, store, base, levels[-2])
 
 
+def _shape(tile: _Tile) -> tuple[int, int]:
+    """Rows and vectors of ``j`` of a tile: ``TILE_ROWS`` x ``TILE_VECTORS``, or, where
+    ``j``'s trip count is a constant narrower than that (a bounded loop: SpMM by 16
+    float32 columns, whose rows else ran in the original nest, one chain of
+    multiply-adds each), the vectors it fills and as many more rows as keep the
+    accumulators' count."""
+    lanes = VECTOR_BYTES // SIZES[tile.store.array.elem]
+    span = ir.sub(tile.inner.end, tile.inner.start)
+    if isinstance(span, Const) and lanes <= span.value < TILE_VECTORS * lanes:
+        vectors = span.value // lanes
+        return TILE_ROWS * TILE_VECTORS // vectors, vectors
+    return TILE_ROWS, TILE_VECTORS
+
+
 @dataclass
 class _Packed:
     """The factor a tile reads along ``j``: its ``load``, which reads row ``row`` at
@@ -288,13 +302,14 @@ class _Rewriter:
         packed = None if tile is None else self.packing(tile)
         if packed is not None:
             j = tile.inner.label or tile.inner.var.name
+            rows, vectors = _shape(tile)
             self.notes.append(
                 f"row groups: {tile.store.array.name.removesuffix('_vals')} is accumulated in "
-                f"tiles of {TILE_ROWS} rows ({name}) x {TILE_VECTORS} vectors of {j}, held in "
+                f"tiles of {rows} rows ({name}) x {vectors} vectors of {j}, held in "
                 f"registers over the rows' entries; {packed.load.array.name} is copied tile by "
                 f"tile of {j} into contiguous panels first"
             )
-            return self.tiled(loop, nest, tile, packed)
+            return self.tiled(loop, nest, tile, packed, rows, vectors)
         if not _chains(nest, row):
             return None
         rows = CHAIN_ROWS
@@ -391,24 +406,26 @@ class _Rewriter:
         panel = ir.Array(f"{load.array.name}_panels_g{len(self.notes)}", load.array.elem)
         return _Packed(load, base.left, base.right, rows, panel)
 
-    def tiled(self, loop: ir.For, nest: _Level, tile: _Tile, packed: _Packed) -> list[ir.Stmt]:
+    def tiled(
+        self, loop: ir.For, nest: _Level, tile: _Tile, packed: _Packed, rows: int, vectors: int
+    ) -> list[ir.Stmt]:
         """The row loop as: the other factor copied into panels of whole tiles of ``j``
         (panel ``t`` holds every row's columns of tile ``t``, contiguous); a parallel
         loop over (tile, chunk of ``CHUNK`` groups of rows) pairs, tile by tile, so a
         thread reuses one panel from its L2 cache for many rows, each group
-        accumulating a tile in registers over every entry of its rows; then the
-        original loop over what no tile covers."""
+        accumulating a tile of ``rows`` x ``vectors`` in registers over every entry of
+        its rows; then the original loop over what no tile covers."""
         store, j = tile.store, tile.inner
         lanes = VECTOR_BYTES // SIZES[store.array.elem]
-        w = TILE_VECTORS * lanes
+        w = vectors * lanes
         width = Const(w, I64)
         span = ir.sub(j.end, j.start)
         whole = ir.Bin("/", span, width)
-        groups = ir.Bin("/", ir.sub(loop.end, loop.start), Const(TILE_ROWS, I64))
+        groups = ir.Bin("/", ir.sub(loop.end, loop.start), Const(rows, I64))
         chunks = ir.Bin("/", ir.add(groups, Const(CHUNK - 1, I64)), Const(CHUNK, I64))
         pair, at_tile = self.fresh(f"{loop.var.name}_tile"), self.fresh("j_tile")
         chunk, group, jv = self.fresh("chunk"), self.fresh("group"), self.fresh("j_vec")
-        decls, maps = self.rows(loop, group, TILE_ROWS)
+        decls, maps = self.rows(loop, group, rows)
         # The panels: panel t, row r, place c holds the factor at row r, column
         # j.start + t * w + c, copied a vector at a time.
         t, r = self.fresh("panel"), self.fresh("panel_row")
@@ -420,7 +437,7 @@ class _Rewriter:
                 ir.add(dst, Const(v * lanes, I64)),
                 ir.VLoad(packed.load.array, ir.add(src, Const(v * lanes, I64)), lanes),
             )
-            for v in range(TILE_VECTORS)
+            for v in range(vectors)
         ]
         pack = replace(
             loop,
@@ -442,7 +459,7 @@ class _Rewriter:
         tail: list[ir.Stmt] = []
         for k, m in enumerate(maps):
             base = substitute(tile.base, m)
-            for v in range(TILE_VECTORS):
+            for v in range(vectors):
                 a = replace(self.fresh("acc"), type=ir.vector(store.array.elem, lanes))
                 at = ir.add(ir.add(base, jv), Const(v * lanes, I64))
                 acc[k, v] = a
@@ -463,7 +480,7 @@ class _Rewriter:
             adds: list[ir.Stmt] = []
             for k, m in enumerate(inner_maps):
                 here = substitute(value, m)
-                for v in range(TILE_VECTORS):
+                for v in range(vectors):
                     # j counts from the tile's first column in the panel.
                     term = vector_of(here, j.var.name, Const(0, I64), v * lanes, lanes, leaf, {})
                     adds.append(ir.Assign(acc[k, v], ir.add_product(acc[k, v], term)))
@@ -484,7 +501,7 @@ class _Rewriter:
         size = ir.mul(ir.mul(whole, packed.rows), width)
         # What no tile covers, in one copy of the original loop: the columns after the
         # last whole tile in the grouped rows, every column in the rows left over.
-        grouped = ir.add(loop.start, ir.mul(groups, Const(TILE_ROWS, I64)))
+        grouped = ir.add(loop.start, ir.mul(groups, Const(rows, I64)))
         after = ir.add(j.start, ir.mul(whole, width))
         here = ir.Cmp("<", Var(loop.var.name, I64), grouped)
         first_row = ir.Select(ir.Cmp("<", after, j.end), loop.start, grouped)

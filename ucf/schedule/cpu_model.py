@@ -78,6 +78,15 @@ TILES = (32, 16)
 #: untiled row (MTTKRP R = 64 on the headroom suite's tensors, 2 threads: tiles of 16
 #: 1.3-2.3x faster than the untiled row on three of four, 5 % slower on the fourth).
 NESTED_TILE = 16
+#: Entries per row of a fixed-width operand (``ell(w)``, ``nm(n,m)``) from which the
+#: bounded loop takes no register tiles and its rows run in groups instead
+#: (``ucf.passes.row_groups``, which needs the plain order): a tile of one row adds
+#: the row's entries in one chain of dependent multiply-adds per vector, which the core
+#: overlaps with the next tile's only while the chain is short. One Zen 5 thread,
+#: float32: N:M SpMM 2000 x 512 (256 entries a row) by 32 to 256 columns ran 5-6x
+#: faster in groups (N = 256: 18.5 ms in tiles, 3.6 in groups); ELL(16) by 64 to 256
+#: columns 1.3x faster in groups, but 1.4x slower in float64 at 256 columns.
+LONG_ROW = 64
 
 
 @dataclass(frozen=True)
@@ -494,8 +503,22 @@ def _bound(cin: CIN, order: list[str], stats: Stats | None, parallel: str | None
             f"default: bound({v}) to {n}, the innermost loop's extent at this call, so its "
             "trip count is a constant",
         ),
-        *_register_tile(cin, order, f"{v}_b", n),
+        *([] if _long_fixed_rows(cin, stats) else _register_tile(cin, order, f"{v}_b", n)),
     ]
+
+
+def _long_fixed_rows(cin: CIN, stats: Stats) -> bool:
+    """Whether a fixed-width operand stores at least ``LONG_ROW`` entries a row (its
+    entries over the extent of its first stored mode's variable)."""
+    for k, a in enumerate(accesses(cin.statement.rhs)):
+        slot = cin.slots[k]
+        if not slot.format.fixed_width:
+            continue
+        row = a.indices[slot.format.mode_order[0]].single_variable
+        rows = stats.extents.get(row, 0) if row else 0
+        if rows and stats.nnz.get(slot.tensor, 0) >= LONG_ROW * rows:
+            return True
+    return False
 
 
 def _register_tile(cin: CIN, order: list[str], vb: str, n: int) -> list[tuple[Command, str]]:
