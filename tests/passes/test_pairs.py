@@ -298,6 +298,23 @@ def test_the_c_kernel_uses_vpdpbusd_on_a_vnni_cpu(monkeypatch, march, instructio
 
 
 @needs_cc
+@pytest.mark.skipif(
+    "+avxvnni" not in pairs.host_features().split(","), reason="runs AVX-VNNI's vpdpbusd"
+)
+@pytest.mark.usefixtures("quads")
+def test_a_wide_c_tile_in_avx_vnni_halves(monkeypatch):
+    """The 16-lane quads tile built for a CPU with AVX-VNNI but not AVX-512 VNNI (this
+    host without its AVX-512 VNNI): the C macro runs ``_mm256_dpbusd_avx_epi32`` on each
+    half, exactly."""
+    monkeypatch.setattr(pairs, "_avx512_vnni", lambda: True)
+    flags = "-O3 -march=native -mno-avx512vnni -Wall -Werror -ffp-contract=off -fopenmp -fPIC"
+    monkeypatch.setenv("UCF_CFLAGS", flags + " -shared")
+    a, b = operands(np.random.default_rng(37), (40, 45), 70, (8, 9), "int8", "uint8")
+    k = run("bcsr(8,9)", a, b, "c")
+    assert "ucf_quaddot_i32x16" in k.source and "{vex} vpdpbusd" in k.asm
+
+
+@needs_cc
 @pytest.mark.usefixtures("quads")
 def test_a_c_kernel_built_without_vnni_sums_alike(monkeypatch):
     """Built for an AVX2 CPU without VNNI (a saved kernel on such a host), the C macro's
