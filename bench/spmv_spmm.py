@@ -114,7 +114,12 @@ def load_mkl() -> tuple[Any, str]:
     sparse_dot_mkl does not look, hence MKL_RT."""
     os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
     if "MKL_RT" not in os.environ:
-        found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+        # a venv made with --system-site-packages has the wheel's libraries under its base
+        found = sorted(
+            f
+            for d in dict.fromkeys((sys.prefix, sys.base_prefix))
+            for f in Path(d, "lib").glob("libmkl_rt.so*")
+        )
         if found:
             os.environ["MKL_RT"] = str(found[0])
     try:
@@ -127,19 +132,26 @@ def load_mkl() -> tuple[Any, str]:
 
 
 def timings(
-    fns: dict[str, callable], repeat: int, clock: callable = time.perf_counter
+    fns: dict[str, callable],
+    repeat: int,
+    clock: callable = time.perf_counter,
+    paired: bool = False,
 ) -> dict[str, list[float]]:
     """Times of each callable on ``clock`` (wall time unless given): one untimed warm-up
     each, then ``repeat`` interleaved runs.
 
     Interleaving spreads the machine's slow phases over all contenders
-    instead of one.
+    instead of one. ``paired`` times each run right after an untimed call of the same
+    callable, so each finds the allocator as its own last call left it rather than as
+    the contender before it did.
     """
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, f in fns.items():
+            if paired:
+                f()
             t0 = clock()
             f()
             times[k].append(clock() - t0)

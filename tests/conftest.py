@@ -43,6 +43,17 @@ def target(request):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def _thread_count_restored():
+    """Every test leaves the thread count as it found it: fixtures that set one thread
+    without restoring it (tests/tuning's) changed what later tests of the same worker
+    compiled, and test_registers' work-threshold test failed after them."""
+    before = num_threads()
+    yield
+    if num_threads() != before:
+        ucf.set_num_threads(before)
+
+
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
     """Runs a test on one thread and on two, the thread count restored after it."""

@@ -50,6 +50,7 @@ from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
+from ucf.passes.streams import prefetch_streams
 from ucf.schedule import Applied, Command
 from ucf.schedule.apply import check_statement
 from ucf.schedule.candidates import Refused, first_passing, passing
@@ -164,7 +165,8 @@ def plan(
         cin.notes += flat
         compute, sums = split_sums(compute)
         cin.notes += sums
-        compute = prefetch_rows(with_fma(compute))
+        compute, streams = prefetch_streams(prefetch_rows(with_fma(compute)))
+        cin.notes += streams
     assemble = with_fma(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if assemble is not None and module is None:
         assemble = prefetch_rows(assemble)

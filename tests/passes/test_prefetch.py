@@ -64,9 +64,11 @@ def test_prefetch_changes_no_bit_and_llvm_equals_c(monkeypatch, tmp_path):
         assert np.array_equal(got[t].data, want.data)  # bit for bit
 
 
-def test_direct_inner_loops_get_no_prefetch():
+def test_direct_inner_loops_get_no_prefetch(monkeypatch):
     """CSR times dense, and a CSF walk (the inner start is the outer position, not a
-    coordinate loaded there): nothing to prefetch."""
+    coordinate loaded there): no row to prefetch (the stream prefetches of
+    ``ucf.passes.streams``, off here, fetch the CSF walk's streams)."""
+    monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
     spmm = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr"})
     ttv = ucf.compile("A(i,j) = B(i,j,k) * c(k)", formats={"B": "csf"})
     assert not any(fetched(f) for f in [*spmm.llir, *ttv.llir])
@@ -83,3 +85,59 @@ def test_prefetch_stays_in_bounds_under_asan(asan_cc, tmp_path):
     out = run_under_asan(asan_cc, tmp_path, k, "csr", (40, 40), {"i": 40, "j": 40, "k": 40}, ops)
     out.validate()
     np.testing.assert_allclose(out.to_numpy(), (a @ b).toarray(), rtol=1e-12, atol=1e-12)
+
+
+SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
+SDDMM_FORMATS = {"A": "csr", "B": "csr", "D": "UU:1,0"}
+
+
+def sddmm_operands(rng, kdim: int = 13):
+    b = short_rows(rng)
+    c, d = rng.standard_normal((40, kdim)), rng.standard_normal((kdim, 40))
+    return b, c, d, b.multiply(c @ d).toarray()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_sddmm_prefetches_the_columns_of_d_ahead(target):
+    """A dot product per stored entry of B: D's column at the coordinate 6 entries on,
+    into the next rows; the SpMM beside it (independent steps) gets none."""
+    rng = np.random.default_rng(11)
+    b, c, d, want = sddmm_operands(rng)
+    k = ucf.compile(SDDMM, formats=SDDMM_FORMATS, target=target)
+    assert fetched(k.llir[-1]) == {"D_vals"}
+    got = k(B=b, C=c, D=ucf.from_numpy(d, format="UU:1,0"))
+    np.testing.assert_allclose(got.to_scipy().toarray(), want, rtol=1e-12, atol=1e-12)
+
+
+@needs_cc
+def test_the_slab_prefetch_changes_no_bit(monkeypatch, tmp_path):
+    rng = np.random.default_rng(12)
+    b, c, d, _ = sddmm_operands(rng, 64)
+    dd = ucf.from_numpy(d, format="UU:1,0")
+    got = {
+        t: ucf.compile(SDDMM, formats=SDDMM_FORMATS, target=t)(B=b, C=c, D=dd).to_scipy().data
+        for t in ("llvm", "c")
+    }
+    monkeypatch.setattr("ucf.pipeline.prefetch_rows", lambda fn: fn)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    plain = ucf.compile(SDDMM, formats=SDDMM_FORMATS, target="c")
+    assert not fetched(plain.llir[-1])
+    want = plain(B=b, C=c, D=dd).to_scipy().data
+    for v in got.values():
+        assert np.array_equal(v, want)
+
+
+def test_the_slab_prefetch_stays_in_bounds_under_asan(asan_cc, tmp_path):
+    """Rows shorter than the distance and the last entries of B: the coordinate ahead is
+    read only below the end of B's last row."""
+    rng = np.random.default_rng(13)
+    b, c, d, want = sddmm_operands(rng, 9)
+    k = ucf.compile(SDDMM, formats=SDDMM_FORMATS, target="c")
+    assert fetched(k.llir[-1])
+    ops = {
+        "B": ucf.from_scipy(b, format="csr", index_dtype=np.int32),
+        "C": ucf.from_numpy(c),
+        "D": ucf.from_numpy(d, format="UU:1,0"),
+    }
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", (40, 40), {"i": 40, "j": 40, "k": 9}, ops)
+    np.testing.assert_allclose(out.to_scipy().toarray(), want, rtol=1e-12, atol=1e-12)

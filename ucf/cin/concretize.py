@@ -33,6 +33,24 @@ def level_vars(access: Access, fmt: Format, order: list[str]) -> list[str]:
     return [access.indices[m].base(position) for m in fmt.mode_order]
 
 
+def walked_layout(access: Access, fmt: Format, order: Sequence[str]) -> Format | None:
+    """The dense format that stores ``access``'s modes in the order the loop order
+    binds their variables (SDDMM's ``D(k,j)`` under loops ``i, j, k``: column-major,
+    ``UU:1,0``), where that is not ``fmt``'s own; None where the loops walk ``fmt`` as
+    stored, or an index is not a single variable (an affine one resolves at its base,
+    and a blocked or value-held format is not relaid)."""
+    if not fmt.is_dense or fmt.blocked or (fmt.values is not None and not fmt.values.plain):
+        return None
+    names = [i.single_variable for i in access.indices]
+    if None in names or len(set(names)) != len(names) or not set(names) <= set(order):
+        return None
+    pos = {v: k for k, v in enumerate(order)}
+    walked = tuple(sorted(range(len(names)), key=lambda m: pos[names[m]]))
+    if walked == fmt.mode_order:
+        return None
+    return fmt.with_mode_order(walked)
+
+
 def _level_sets(access: Access, fmt: Format) -> list[tuple[str, ...]]:
     return [access.indices[m].variables for m in fmt.mode_order]
 
@@ -145,6 +163,7 @@ def concretize(
     gathered: Sequence[Gathered] = (),
     before: dict[str, set[str]] | None = None,
     freed: frozenset[str] = frozenset(),
+    walk: Sequence[str] | None = None,
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
@@ -154,7 +173,9 @@ def concretize(
     sums they gather from being computed inside their workspace's variable.
     ``before`` maps a variable to those every loop order binds before it (a
     block's place after its block: ``ucf.cin.blocking``). ``freed`` names the operands
-    a schedule's ``convert`` freed from binding the order, for the note on their copy.
+    a schedule's ``convert`` freed from binding the order, for the note on their copy;
+    a dense one is copied in the order ``walk`` gives its variables (the loop order's
+    where None).
     """
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
@@ -274,8 +295,24 @@ def concretize(
                 f"for the affine indices of {a}; it is converted to '{new}' before each call"
                 + _dequantized(fmt, new)
             )
+        elif fmt.is_dense and (new := walked_layout(a, fmt, walk or best)) and a.tensor in freed:
+            name = converted.setdefault((a.tensor, new), f"{a.tensor}_as{len(converted) + 1}")
+            slots[n] = Slot(name, a.tensor, new)
+            notes.append(
+                f"operand {a.tensor} is stored as '{fmt.name}' but the loops read it along "
+                f"another mode (convert({a.tensor})); it is copied to '{new.name}' before each "
+                "call, on the kernel's threads"
+            )
         else:
             slots[n] = Slot(a.tensor, a.tensor, fmt)
+    copied = {t for t, _ in converted}
+    for a in rhs:
+        if a.tensor in freed and formats[a.tensor].is_dense and a.tensor not in copied:
+            raise ScheduleError(
+                f"convert({a.tensor}): the loops ({', '.join(walk or best)} innermost last) "
+                f"walk dense operand {a.tensor} ('{formats[a.tensor].name}') in its storage "
+                "order already; convert reads a dense operand in the order the loops walk it"
+            )
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")
     return CIN(stmt, list(best), slots, output_format, notes)
 

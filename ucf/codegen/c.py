@@ -250,7 +250,10 @@ class _Emitter(Visitor):
 
     @handles(ir.Prefetch)
     def prefetch(self, s: ir.Prefetch, depth: int) -> list[str]:
-        at = f"&{c_name(s.array.name)}[{self.expr(s.index)}]"
+        # In integers: the address may lie past the array (ucf.passes.streams), where
+        # pointer arithmetic would be undefined; a prefetch never faults.
+        a = c_name(s.array.name)
+        at = f"(const void*)((uintptr_t){a} + (uintptr_t)({self.expr(s.index)}) * sizeof(*{a}))"
         return [f"{_pad(depth)}__builtin_prefetch({at}, 0, 3);"]
 
     @handles(ir.Call)

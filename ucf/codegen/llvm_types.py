@@ -31,6 +31,6 @@ def is_float(ty: str) -> bool:
     return ir.element(ty) in FLOAT_WIDTH
 
 
-SIZES = {"i1": 1, "i32": 4, "i64": 8, "f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "u8": 1}
+SIZES = ir.ELEMENT_BYTES
 I8P = ll.PointerType(ll.IntType(8))
 I32 = ll.IntType(32)

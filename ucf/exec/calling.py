@@ -39,6 +39,7 @@ from ucf.exec.shapes import bound_extents, check_orders, plain_extents
 from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.quantize import check_sums, held_operand
+from ucf.format.relayout import relaid, relayable
 from ucf.format.tensor import Tensor, trusted
 from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
@@ -186,6 +187,11 @@ class Calling:
                 continue
             check_lossless(t.vals, held, slot.tensor)
             self._warn_conversion(slot, t, held)
+            if relayable(t.format, slot.format):  # a transposed copy, on the kernel's threads
+                buf = recycled.uninitialized(t.vals.shape, np.dtype(held))
+                vals = relaid(t.vals, t.shape, t.format, slot.format, held, num_threads(), buf)
+                slots[slot.name] = trusted(t.shape, slot.format, [{}] * t.order, vals)
+                continue
             slots[slot.name] = t.convert(slot.format, index_dtype=self.index_dtype, dtype=held)
         check_sums(plan.integer_sums, extents, slots)
         out_shape = tuple([extents[v] for v in b.out_vars])

@@ -37,6 +37,7 @@ from ucf.format.convert import relevel
 from ucf.format.encoding import check_scales, decode, encode
 from ucf.format.format import Format, parse_format
 from ucf.format.levels import checks
+from ucf.format.relayout import relaid, relayable
 from ucf.format.storage import (
     as_shape,
     check_levels,
@@ -388,6 +389,9 @@ class Tensor(ArrayLike):
                         checks.fits(describe_level(fmt, lvl), f"{name} value", int(arr.max()), idt)
                 levels.append({k: v.astype(idt) for k, v in lv.items()})
             return Tensor(self.shape, fmt, levels, out.vals, idt, check=False)
+        if relayable(self.format, fmt):
+            vals = relaid(self.numbers(), self.shape, self.format, fmt, dt)
+            return Tensor(self.shape, fmt, [{} for _ in fmt.levels], vals, idt, check=False)
         if self.format.is_dense or fmt.fill != self.format.fill:
             # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)

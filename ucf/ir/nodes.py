@@ -40,6 +40,20 @@ IR_TO_C = {
 }
 
 
+#: Bytes of one element of each type an array may hold.
+ELEMENT_BYTES = {
+    "i1": 1,
+    "i32": 4,
+    "i64": 8,
+    "f32": 4,
+    "f64": 8,
+    "f16": 2,
+    "bf16": 2,
+    "i8": 1,
+    "u8": 1,
+}
+
+
 #: Vector types are an element type and a lane count, ``f32x8``: only the register
 #: blocking of ``ucf.passes.registers`` makes them, for the CPU targets.
 VECTOR_ELEMENTS = ("f32", "f64", "i32", "i64", "i8", "u8")
@@ -375,8 +389,9 @@ class Free(Stmt):
 
 @dataclass
 class Prefetch(Stmt):
-    """A hint to bring ``array[index]``'s cache line in for reading (never faults, so the
-    index may be any the array could hold); ``ucf.passes.prefetch``."""
+    """A hint to bring ``array[index]``'s cache line in for reading. It never faults, and
+    the backends compute its address without assuming it lies in the array, so the
+    index may be past the end (``ucf.passes.prefetch``, ``ucf.passes.streams``)."""
 
     array: Array
     index: Expr

@@ -23,7 +23,13 @@ from ucf.cin.scale_groups import grouped_variables
 from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
-from ucf.schedule import contraction_order, dense_gather, dense_products, transposed_products
+from ucf.schedule import (
+    contraction_order,
+    dense_gather,
+    dense_products,
+    strided_operands,
+    transposed_products,
+)
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -165,11 +171,9 @@ def propose(
     gather = dense_gather.plan(cin, stats, ws_why) if linear is None and not chain else []
     if gather:
         plans = [(gather + w, order) for w, order in plans] or [(gather, list(cin.order))]
-    choices = [
-        c
-        for prefix, order in plans or [([], list(cin.order))]
-        for c in _choices(cin, order, prefix, ws_why, stats, threads)
-    ]
+    choices = []
+    for prefix, order in plans or [([], list(cin.order))]:
+        choices += _choices(cin, order, prefix, ws_why, stats, threads)
     if plans:
         serial = _serial_reason(threads) or _NO_PARALLEL
         plain = "no workspace" if linear is None else "the plain loop order"
@@ -196,7 +200,13 @@ def _choices(
 ) -> list[Choice]:
     """The proposals with ``workspace`` (the commands of a workspace or a linear plan,
     or none), which leave the loops in ``order``, best first: a parallel loop in each
-    place the model likes, then serial ones."""
+    place the model likes, then serial ones. Each copies the dense operands its loop
+    order reads against their storage (``ucf.schedule.strided_operands``)."""
+
+    def copied(way: list[str]) -> tuple[list[Command], list[str]]:
+        why: list[str] = []
+        return strided_operands.plan(cin, way, stats, why), why
+
     # Each order the model would like, then the one it has: integer sums inside the
     # output's loops may be refused by a blocked operand's storage (bcsr stores k_blk
     # above i_in), and the parallel loop must not depend on that.
@@ -225,23 +235,28 @@ def _choices(
     choices = []
     if serial is None:
         for way, moves, moved_why in orders:
+            copies, copy_why = copied(way)
             for v, reason in _parallel_loops(cin, way, stats, threads):
                 par, how = _parallel(cin, v, stats, threads, work)
                 bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
-                    cmds = [*workspace, *moves, *hoist, *[c for c, _ in bound], *par]
-                    lines = [*ws_why, *moved_why, reason, how, *[w for _, w in bound if w]]
+                    cmds = [*copies, *workspace, *moves, *hoist, *[c for c, _ in bound], *par]
+                    lines = [*ws_why, *copy_why, *moved_why, reason, how]
+                    lines += [w for _, w in bound if w]
                     if hoist:
                         lines.append(f"default: {v} moves outermost, so one parallel region runs")
                     choices.append(Choice(cmds, lines))
     serial = serial or _NO_PARALLEL
     bound = bounded(order, None)
+    copies, copy_why = copied(order)
     if bound:
-        cmds = [*workspace, *exact, *[c for c, _ in bound]]
-        choices.append(Choice(cmds, [*ws_why, *exact_why, serial, *[w for _, w in bound if w]]))
+        cmds = [*copies, *workspace, *exact, *[c for c, _ in bound]]
+        lines = [*ws_why, *copy_why, *exact_why, serial, *[w for _, w in bound if w]]
+        choices.append(Choice(cmds, lines))
     if exact:
-        choices.append(Choice(exact, [*exact_why, serial]))
-    choices.append(Choice(workspace, [*ws_why, serial]))
+        choices.append(Choice([*copies, *exact], [*copy_why, *exact_why, serial]))
+    copies, copy_why = copied(orders[-1][0])
+    choices.append(Choice([*copies, *workspace], [*ws_why, *copy_why, serial]))
     return choices
 
 

@@ -40,11 +40,17 @@ def multiply_adds(
 ) -> float:
     """The multiply-adds of the product of ``found`` over its variables and ``also``
     (the output's, where the product runs inside its loops): the extents' product,
-    thinned by the density of each access to a tensor in ``sparse``."""
+    thinned by the density of each access to a tensor in ``sparse``. Sparse accesses
+    over the same variables thin it once, by the sparser one's density: their
+    intersection is unknown, and the common case is one pattern twice (a masked
+    product's gradient ``grad_A(i,j) * B(i,j) * D(k,j)``, where ``grad_A`` holds B's
+    pattern), which a product of densities would put 1/density times too low."""
     found = list(found)
     variables = {v for a in found for i in a.indices for v in i.variables} | set(also)
     work = float(math.prod(stats.extents.get(v, 1) for v in variables))
+    thinned: dict[frozenset[str], float] = {}
     for a in found:
         if a.tensor in sparse:
-            work *= density(a, stats)
-    return work
+            over = frozenset(v for i in a.indices for v in i.variables)
+            thinned[over] = min(thinned.get(over, 1.0), density(a, stats))
+    return work * math.prod(thinned.values())

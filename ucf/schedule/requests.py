@@ -351,12 +351,16 @@ class Convert(Command):
     levels against their storage reads a copy of B converted to that order before each
     call (a ``ConversionWarning``, and a line in ``k.cin``), as an operand no loop order
     can follow is read already. The default uses it where reading a transposed operand
-    the other way round makes the work linear (``ucf.schedule.transposed_products``)."""
+    the other way round makes the work linear (``ucf.schedule.transposed_products``).
+    A dense B binds no order either way: ``convert(B)`` reads a copy of it stored in the
+    order the loops walk its modes (SDDMM's row-major ``D(k,j)`` under ``i, j, k`` read
+    column-major, so the dot product over k is contiguous), made before each call on
+    the kernel's threads (``ucf.schedule.strided_operands`` has the default's rule)."""
 
     tensor: str
     name: ClassVar[str] = "convert"
     arity: ClassVar[tuple[int, ...] | None] = (1,)
-    forms: ClassVar[str] = "(A), a sparse operand"
+    forms: ClassVar[str] = "(A), an operand"
 
     @property
     def args(self) -> tuple[str, ...]:

@@ -69,7 +69,15 @@ def scheduled(
         for pc in applied.precompute
         for v in (prov.origins(pc.var)[0], *pc.more)
     ]
-    new = concretize(stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free))
+    # A dense operand convert copies is laid out as the loops walk it: each variable
+    # where its innermost loop runs (a register tile's k_b_r inside j: j, k).
+    walk: list[str] = []
+    for loop in applied.loops:
+        for v in prov.origins(loop):
+            walk = [*(w for w in walk if w != v), v]
+    new = concretize(
+        stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free), walk=walk
+    )
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}
     new.parallel = dict(applied.parallel)
@@ -107,19 +115,13 @@ def scheduled(
 
 
 def _freed(commands: list[Command], fmts: dict[str, Format]) -> set[str]:
-    """The operands ``convert`` frees from binding the loop order: sparse ones, each
-    named once (a dense operand binds no order; converting it says nothing)."""
+    """The operands ``convert`` names, each once: sparse ones it frees from binding
+    the loop order, dense ones it has read in the order the loops walk them."""
     free: set[str] = set()
     for c in commands:
         if not isinstance(c, Convert):
             continue
         if c.tensor in free:
             raise ScheduleError(f"{c}: {c.tensor} is converted already by an earlier convert")
-        fmt = fmts.get(c.tensor)
-        if fmt is None or fmt.is_dense:
-            raise ScheduleError(
-                f"{c}: {c.tensor} is dense; convert frees a sparse "
-                "operand's storage from binding the loop order, and a dense one binds none"
-            )
         free.add(c.tensor)
     return free
