@@ -23,7 +23,8 @@ from tests.helpers import TARGETS, needs_cc
 from ucf.codegen import llvm as llvm_codegen
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.passes import pairs
+from ucf.passes import pairs, panels
+from ucf.toolchain.jit import num_threads
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 needs_avx2 = pytest.mark.skipif(not pairs.available(), reason="pairs are made on AVX2 hosts")
@@ -168,6 +169,66 @@ def test_quads_against_numpy(target, fmt, shape, n, a_type, b_type, kept, schedu
     assert "k_in runs in quads of steps" in k.cin and "(vpdpbusd)" in k.cin
 
 
+# (format of A, shape of A, columns of B): bcsr(32,32) with 80 = 2 tiles of 32 + 16
+# columns; bcsr(16,16) with partial blocks (the last block of k has 8 steps, two quads);
+# bcsr(4,8), 4 rows (fewer than a wide tile's 8: tiles of 4); blocks 7 wide (the last
+# quad short of a step) with a partial block row. A's second block row is empty in each.
+# 9 to 11 block rows: enough for two threads to share them (with fewer, the default
+# runs the rows of a block in threads, without tiles of rows).
+WIDE = [
+    ("bcsr(32,32)", (288, 64), 80),
+    ("bcsr(16,16)", (152, 40), 70),
+    ("bcsr(4,8)", (40, 30), 35),
+    ("bcsr(8,7)", (83, 33), 33),
+]
+
+
+@pytest.mark.usefixtures("quads")
+@pytest.mark.parametrize("wide", [True, False], ids=["512bit", "256bit"])
+@pytest.mark.parametrize("fmt, shape, n", WIDE, ids=[f for f, *_ in WIDE])
+def test_wide_and_narrow_quad_tiles_against_numpy(monkeypatch, target, fmt, shape, n, wide):
+    """Quads tiles of 16 int32 lanes (a host with AVX-512 VNNI) and of 8, forced whatever
+    this host is: exact against numpy on the llvm and c targets, on 1 and 2 threads.
+    Where the host lacks the instruction for the width, the JIT splits or expands it,
+    and the C macro too."""
+    monkeypatch.setattr(pairs, "_avx512_vnni", lambda: wide)
+    monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")  # the parallel loops start their threads
+    block = tuple(int(x) for x in fmt[5:-1].split(","))
+    a, b = operands(np.random.default_rng(35), shape, n, block, "int8", "uint8", 0.7)
+    a[block[0] : 2 * block[0]] = 0
+    formats = {"A": f"{fmt}@int8", "B": "dense@uint8"}
+    k = ucf.compile(SPMM, formats=formats, dtype="int32", target=target)
+    t, want = ucf.from_numpy(a, format=formats["A"]), a.astype(np.int64) @ b.astype(np.int64)
+    before = num_threads()
+    try:
+        for threads in (1, 2):
+            ucf.set_num_threads(threads)
+            np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+            lanes = {ir.lanes(x.type) for x in nodes(k.llir) if isinstance(x, ir.QuadDot)}
+            assert lanes == {16 if wide else 8}
+            rows = 8 if wide and block[0] % 8 == 0 else 4
+            assert f"tiles of {rows} rows (i_in) x {32 if wide else 16} j" in k.cin
+            assert "once per call and thread for each k_blk" in k.cin
+        # the block rows ran in threads
+        assert any(isinstance(x, ir.For) and x.parallel == "CPUThread" for x in nodes(k.llir))
+    finally:
+        ucf.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("quads")
+@pytest.mark.parametrize("slots", ["every", "one"])
+def test_quads_of_b_packed_once_per_block_column(monkeypatch, tmp_path, target, slots):
+    """B's words are packed into a per-thread cache, a slot per block column, and read by
+    every block of that column: exact whether every column has its slot or one slot
+    serves them all (each block then packs its column again, the tag telling)."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
+    if slots == "one":
+        monkeypatch.setattr(panels, "CACHE_BYTES", 1)
+    a, b = operands(np.random.default_rng(36), (48, 45), 40, (8, 9), "int8", "uint8", 0.6)
+    k = run("bcsr(8,9)", a, b, target, SERIAL)
+    assert "B_quads0 once per call and thread for each k_blk" in k.cin
+
+
 @pytest.mark.usefixtures("quads")
 @pytest.mark.parametrize("a_type, b_type", [("int8", "int8"), ("uint8", "uint8")])
 def test_other_signs_keep_pairs(a_type, b_type):
@@ -209,10 +270,13 @@ def test_the_jit_uses_vpdpbusd_on_a_vnni_cpu(cpu, features, instruction):
     a, b = operands(np.random.default_rng(33), (32, 32), 48, (32, 32), "int8", "uint8")
     k = run("bcsr(32,32)", a, b, "llvm")
     text = llvm_codegen.module(k.llir, features=features)
-    assert "llvm.x86.avx512.vpdpbusd.256" in text
+    # the tile is as wide as this host's (pairs.quad_bytes): a 512-bit one is two halves
+    # on a CPU with only the 256-bit form
+    wide = pairs.quad_bytes() == 64 and pairs.vnni512(features)
+    assert f"llvm.x86.avx512.vpdpbusd.{512 if wide else 256}" in text
     assert instruction in optimized_assembly(text, cpu)
     host = pairs.vnni(pairs.host_features())
-    assert ("llvm.x86.avx512.vpdpbusd.256" in k.source) == host
+    assert ("llvm.x86.avx512.vpdpbusd." in k.source) == host
     assert ("vpdpbusd" in k.asm) == host
 
 
@@ -234,6 +298,23 @@ def test_the_c_kernel_uses_vpdpbusd_on_a_vnni_cpu(monkeypatch, march, instructio
 
 
 @needs_cc
+@pytest.mark.skipif(
+    "+avxvnni" not in pairs.host_features().split(","), reason="runs AVX-VNNI's vpdpbusd"
+)
+@pytest.mark.usefixtures("quads")
+def test_a_wide_c_tile_in_avx_vnni_halves(monkeypatch):
+    """The 16-lane quads tile built for a CPU with AVX-VNNI but not AVX-512 VNNI (this
+    host without its AVX-512 VNNI): the C macro runs ``_mm256_dpbusd_avx_epi32`` on each
+    half, exactly."""
+    monkeypatch.setattr(pairs, "_avx512_vnni", lambda: True)
+    flags = "-O3 -march=native -mno-avx512vnni -Wall -Werror -ffp-contract=off -fopenmp -fPIC"
+    monkeypatch.setenv("UCF_CFLAGS", flags + " -shared")
+    a, b = operands(np.random.default_rng(37), (40, 45), 70, (8, 9), "int8", "uint8")
+    k = run("bcsr(8,9)", a, b, "c")
+    assert "ucf_quaddot_i32x16" in k.source and "{vex} vpdpbusd" in k.asm
+
+
+@needs_cc
 @pytest.mark.usefixtures("quads")
 def test_a_c_kernel_built_without_vnni_sums_alike(monkeypatch):
     """Built for an AVX2 CPU without VNNI (a saved kernel on such a host), the C macro's
@@ -242,5 +323,5 @@ def test_a_c_kernel_built_without_vnni_sums_alike(monkeypatch):
     monkeypatch.setenv("UCF_CFLAGS", flags)
     a, b = operands(np.random.default_rng(34), (24, 21), 35, (8, 8), "int8", "uint8")
     k = run("bcsr(8,8)", a, b, "c")
-    assert quadded(k) and "ucf_quaddot_i32x8" in k.source
+    assert quadded(k) and f"ucf_quaddot_i32x{pairs.quad_bytes() // 4}" in k.source
     assert "vpdpbusd" not in k.asm

@@ -19,7 +19,7 @@ import pytest
 import ucf
 from tests.asan import run_under_asan
 from ucf.exec.kernel import Kernel
-from ucf.passes import panels
+from ucf.passes import pairs, panels
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 SPMV = "y(i) = A(i,k) * x(k)"
@@ -129,6 +129,28 @@ def test_int8_blocks_times_uint8_in_pairs(monkeypatch, asan_cc, tmp_path, densit
     b = rng.integers(0, 256, (30, 19)).astype(np.uint8)
     fmts = {"A": "bcsr(6,6)@int8", "B": "dense@uint8"}
     k = ucf.compile(SPMM, formats=fmts, target="c", dtype="int32")
+    expected = a.astype(np.int64) @ b.astype(np.int64)
+    _check(monkeypatch, asan_cc, tmp_path, k, expected, A=ucf.from_numpy(a, format=fmts["A"]), B=b)
+
+
+def test_int8_blocks_times_uint8_in_wide_quads(monkeypatch, asan_cc, tmp_path):  # noqa: F811
+    """``bcsr@int8`` times ``dense@uint8`` in quads tiles of 16 int32 lanes (a host with
+    AVX-512 VNNI; forced here, whatever this host is) of 8 rows: partial blocks, an empty
+    block row, 70 columns (2 tiles of 32 and 6 left), blocks 7 wide (the last quad a
+    step short); B's words in a cache of one slot, which every block column shares."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
+    monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
+    monkeypatch.setattr(pairs, "available", lambda: (pairs.PMADDWD, pairs.VPDPBUSD))
+    monkeypatch.setattr(pairs, "_avx512_vnni", lambda: True)
+    rng, block = np.random.default_rng(5), (8, 7)
+    live = _block_sparse(rng, (37, 45), block, 0.7) != 0
+    a = np.where(live, rng.integers(-128, 128, live.shape), 0).astype(np.int8)
+    a[block[0] : 2 * block[0]] = 0
+    b = rng.integers(0, 256, (45, 70)).astype(np.uint8)
+    fmts = {"A": "bcsr(8,7)@int8", "B": "dense@uint8"}
+    k = ucf.compile(SPMM, formats=fmts, target="c", dtype="int32")
+    assert "ucf_quaddot_i32x16" in k.c_source
+    assert "once per call and thread for each k_blk" in k.cin
     expected = a.astype(np.int64) @ b.astype(np.int64)
     _check(monkeypatch, asan_cc, tmp_path, k, expected, A=ucf.from_numpy(a, format=fmts["A"]), B=b)
 

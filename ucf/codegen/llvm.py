@@ -33,7 +33,8 @@ def module(
     default, which the JIT compiles for): they decide whether ``ir.QuadDot`` is VNNI's
     instruction or its expansion."""
     mod = ll.Module(name=name)
-    vnni = pairs.vnni(pairs.host_features() if features is None else features)
+    features = pairs.host_features() if features is None else features
+    vnni = (pairs.vnni(features), pairs.vnni512(features))
     for fn in fns:
         _FunctionBuilder(mod, fn, openmp, vnni).build()
     return _loop_metadata(str(mod))
@@ -72,11 +73,16 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
     stmt = expr = Visitor.visit
 
     def __init__(
-        self, mod: ll.Module, fn: ir.Function | None, openmp: bool = True, vnni: bool = False
+        self,
+        mod: ll.Module,
+        fn: ir.Function | None,
+        openmp: bool = True,
+        vnni: tuple[bool, bool] = (False, False),
     ):
         self.mod = mod
         self.openmp = openmp
-        self.vnni = vnni  # the CPU runs vpdpbusd (ucf.passes.pairs.vnni)
+        # the CPU runs vpdpbusd on 256-bit vectors, and on 512-bit ones (ucf.passes.pairs)
+        self.vnni, self.vnni512 = vnni
         self.outlined = 0
         self.slots: dict[str, ll.AllocaInstr] = {}
         self.args: dict[str, ll.Value] = {}
@@ -393,27 +399,47 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
 
     @handles(ir.QuadDot)
     def quad_dot(self, e: ir.QuadDot) -> ll.Value:
-        """VNNI's ``vpdpbusd`` intrinsic on a CPU that has it (``llvm.x86.avx512.vpdpbusd.256``,
-        which LLVM selects as AVX-VNNI's VEX form when the CPU has only that); elsewhere
+        """VNNI's ``vpdpbusd`` intrinsic on a CPU that has it: ``llvm.x86.avx512.vpdpbusd.512``
+        for 16 lanes on AVX-512 VNNI, ``.256`` for 8 (which LLVM selects as AVX-VNNI's VEX
+        form when the CPU has only that), and 16 lanes as two of 8 on a CPU with only the
+        256-bit form (a kernel for another CPU than the host that cut the tile); elsewhere
         the definition, which LLVM 22 does not fold back into ``vpdpbusd``: the bytes
         widened (zero- and sign-), multiplied, the products of each lane's four bytes
         summed and added to the accumulator, the same values in int32."""
         n = ir.lanes(e.type)
         acc = self.expr(e.addend)
+        u, s = self.expr(e.unsigned), self.expr(e.signed)
+        if self.vnni512 and n == 16:
+            return self._vpdpbusd(acc, u, s, 16)
+        if self.vnni and n in (8, 16):
+            halves = [self._half(x, h, n) for x in (acc, u, s) for h in range(n // 8)]
+            sums = [self._vpdpbusd(*halves[h :: n // 8], 8) for h in range(n // 8)]
+            if n == 8:
+                return sums[0]
+            whole = ll.Constant(ll.VectorType(I32, n), list(range(n)))
+            return self.b.shuffle_vector(sums[0], sums[1], whole)
         nbytes = ll.VectorType(ll.IntType(8), 4 * n)
-        unsigned = self.b.bitcast(self.expr(e.unsigned), nbytes)
-        signed = self.b.bitcast(self.expr(e.signed), nbytes)
-        if self.vnni and n == 8:
-            vpdpbusd = self._extern(
-                "llvm.x86.avx512.vpdpbusd.256", ll_type(e.type), [ll_type(e.type), nbytes, nbytes]
-            )
-            return self.b.call(vpdpbusd, [acc, unsigned, signed])
+        unsigned, signed = self.b.bitcast(u, nbytes), self.b.bitcast(s, nbytes)
         wide = ll.VectorType(I32, 4 * n)
         products = self.b.mul(self.b.zext(unsigned, wide), self.b.sext(signed, wide))
         for part in range(4):
             lanes = ll.Constant(ll.VectorType(I32, n), [4 * lane + part for lane in range(n)])
             acc = self.b.add(acc, self.b.shuffle_vector(products, products, lanes))
         return acc
+
+    def _vpdpbusd(self, acc: ll.Value, u: ll.Value, s: ll.Value, n: int) -> ll.Value:
+        """The ``vpdpbusd`` intrinsic on ``n`` int32 lanes."""
+        nbytes, lanes = ll.VectorType(ll.IntType(8), 4 * n), ll.VectorType(I32, n)
+        name = f"llvm.x86.avx512.vpdpbusd.{32 * n}"
+        fn = self._extern(name, lanes, [lanes, nbytes, nbytes])
+        return self.b.call(fn, [acc, self.b.bitcast(u, nbytes), self.b.bitcast(s, nbytes)])
+
+    def _half(self, x: ll.Value, h: int, n: int) -> ll.Value:
+        """Lanes ``8h .. 8h + 7`` of an int32 vector of ``n`` lanes (the vector itself if 8)."""
+        if n == 8:
+            return x
+        lanes = ll.Constant(ll.VectorType(I32, 8), [8 * h + i for i in range(8)])
+        return self.b.shuffle_vector(x, x, lanes)
 
     @handles(ir.Bin)
     def binary(self, e: ir.Bin) -> ll.Value:

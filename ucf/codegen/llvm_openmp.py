@@ -68,7 +68,7 @@ class OpenMPLoops:
         ]
         entry.call(body_fn, fields)
         entry.ret_void()
-        inner = type(self)(self.mod, None, self.openmp, self.vnni)
+        inner = type(self)(self.mod, None, self.openmp, (self.vnni, self.vnni512))
         inner.func = body_fn
         inner.restrict = self.restrict
         inner._start_blocks()

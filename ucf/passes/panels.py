@@ -78,7 +78,7 @@ def packed(
     (``_shared``), its panel and the place in it of the tile's row at the reduction
     loop's step; and the statements that fill them, to run before the loop over groups
     (declarations first, which the loop reads).
-    Panels a cache of the call keeps (``_cache_key``) for any number of groups; panels of
+    Panels a cache of the call keeps (``cache_key``) for any number of groups; panels of
     one block for ``PACK_GROUPS`` groups (``WIDE_PACK_GROUPS`` for ``wide`` tiles;
     ``groups`` None: counted at the call, taken to be many).
 
@@ -98,7 +98,7 @@ def packed(
     factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
     if not factors:
         return {}, [], 0, []
-    cached = _cache_key(state, factors, steps, {j, red.var.name}, red)
+    cached = cache_key(state, factors, steps, {j, red.var.name}, red)
     least = WIDE_PACK_GROUPS if wide else PACK_GROUPS
     if cached is None and groups is not None and groups < least:
         return {}, [], 0, []
@@ -120,7 +120,7 @@ def packed(
         room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
         slots = ir.Bin("max", ir.Bin("min", ir.mul(extent, chunks), room), Const(1, I64))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
-        decls = [ir.Decl(slot, _place(key, slots)), ir.Decl(base, ir.mul(slot, length))]
+        decls = [ir.Decl(slot, place(key, slots)), ir.Decl(base, ir.mul(slot, length))]
 
     def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
         place = ir.mul(
@@ -184,7 +184,7 @@ def packed(
         # tokens) stay in L2, and there the prefetches are instructions for nothing.
         ahead = Var(state.fresh("panel_next"), I64)
         near = ir.add(ir.mul(following, chunks), chunk)
-        decls.append(ir.Decl(ahead, ir.mul(_place(near, slots), length)))
+        decls.append(ir.Decl(ahead, ir.mul(place(near, slots), length)))
         share = lines // groups * (LINE // elem)
         start = ir.add(
             ir.add(ahead, ir.mul(ir.sub(tile, lo), Const(depth * width, I64))),
@@ -212,7 +212,7 @@ def packed(
         if sources:
             ready = Var(state.fresh("panel_ready"), I64)
             key = ir.add(ir.mul(upcoming, chunks), chunk)
-            tagged = ir.Cmp("==", ir.Load(tags, _place(key, slots)), ir.add(key, Const(1, I64)))
+            tagged = ir.Cmp("==", ir.Load(tags, place(key, slots)), ir.add(key, Const(1, I64)))
             decls += [
                 ir.Decl(upcoming, following if across is None else across),
                 ir.Decl(ready, ir.Select(tagged, Const(1, I64), Const(0, I64))),
@@ -265,14 +265,14 @@ def _source_fetches(
     return out
 
 
-def _place(key: ir.Expr, slots: ir.Expr) -> ir.Expr:
+def place(key: ir.Expr, slots: ir.Expr) -> ir.Expr:
     """The slot of the cache a panel's key names. A coordinate is not negative, but a
     slot must be a place in the cache whatever the key: ``((key % slots) + slots) %
     slots``."""
     return ir.Bin("%", ir.add(ir.Bin("%", key, slots), slots), slots)
 
 
-def _cache_key(
+def cache_key(
     state: TileState,
     factors: list[ir.Expr],
     steps: dict[str, ir.Expr],

@@ -38,7 +38,7 @@ from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
 from ucf.passes import first_write, panels
-from ucf.passes.pairs import paired
+from ucf.passes.pairs import paired, quad_bytes, quads
 from ucf.passes.panels import named, red_steps
 from ucf.passes.tiling import (
     ACCUMULATE,
@@ -154,8 +154,9 @@ class _Rewriter(TileState):
             nest, hoisted = self.hoisted(nest)
         j = nest.inner
         elem = nest.store.array.elem
-        lanes = tile_bytes(elem) // SIZES[elem]
-        rows = 1 if nest.rows is None else _rows(nest.rows, tile_bytes(elem) == WIDE_BYTES)
+        size = quad_bytes() if quads(nest) else tile_bytes(elem)
+        lanes = size // SIZES[elem]
+        rows = 1 if nest.rows is None else _rows(nest.rows, size == WIDE_BYTES)
         width = VECTORS[rows] * lanes
         over = (
             "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
@@ -195,7 +196,7 @@ class _Rewriter(TileState):
                 ]
                 original, left = replace(original, end=done), replace(original, start=done)
             chunk = Var(self.fresh("j_chunk"), I64)
-            by_pairs = paired(self, nest, tile, count, width)
+            by_pairs = paired(self, nest, tile, count, width, lanes)
             if by_pairs is not None:
                 (kernel, packed, pack), per_chunk, fetch = by_pairs, 0, []
             else:

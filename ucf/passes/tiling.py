@@ -42,8 +42,8 @@ def tile_bytes(elem: str) -> int:
     """The width of the vectors of a register tile accumulating ``elem``:
     ``WIDE_BYTES`` for floats where the host has AVX-512F (the JIT compiles for the
     host, the C target with ``-march=native``), else ``VECTOR_BYTES``. Integer tiles keep
-    ``VECTOR_BYTES``, the width of the 8-bit multiplies of ``ucf.passes.pairs``. The
-    kernel cache keys on it."""
+    ``VECTOR_BYTES``, the width of ``pmaddwd``'s pairs; quads of ``ucf.passes.pairs`` take
+    ``pairs.quad_bytes`` instead. The kernel cache keys on it."""
     if elem in ir.FLOAT_TYPES and "+avx512f" in host_features().split(","):
         return WIDE_BYTES
     return VECTOR_BYTES

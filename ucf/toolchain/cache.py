@@ -48,7 +48,7 @@ def key(fields: dict[str, Any]) -> str:
 def _canonical(fields: dict[str, Any]) -> bytes:
     from ucf.lower.parallel import threshold
     from ucf.passes import partial_sums, streams
-    from ucf.passes.pairs import available
+    from ucf.passes.pairs import available, quad_bytes
     from ucf.passes.tiling import enabled, tile_bytes
 
     settings = {
@@ -59,6 +59,7 @@ def _canonical(fields: dict[str, Any]) -> bytes:
         "partial_sums": partial_sums.enabled(),
         "stream_prefetch": streams.enabled(),
         "tile_bytes": tile_bytes("f32"),
+        "quad_bytes": quad_bytes(),
     }
     return json.dumps({**settings, **fields}, sort_keys=True).encode()
 
