@@ -122,6 +122,20 @@ def test_a_user_schedule_is_kept(copies_pay):
         ucf.compile(SDDMM, formats=fmts, schedule="convert(C)")
 
 
+@pytest.mark.parametrize(
+    ("stmt", "d", "why"),
+    [
+        (SDDMM, "dense@bfloat16", "holds encoded values"),
+        ("A(i,j) = B(i,j) * C(i,k) * D(k+1,j)", "UU", "indexed by expressions"),
+    ],
+)
+def test_convert_says_why_it_cannot_copy(stmt, d, why):
+    """A dense operand convert does not copy is refused for that reason, not as one the
+    loops walk as stored (which they do not)."""
+    with pytest.raises(ScheduleError, match=why):
+        ucf.compile(stmt, formats={"A": "csr", "B": "csr", "D": d}, schedule="convert(D)")
+
+
 def test_bad_operands_are_named(copies_pay):
     rng = np.random.default_rng(3)
     b = mask((40, 30), 3)

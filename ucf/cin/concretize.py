@@ -307,7 +307,19 @@ def concretize(
             slots[n] = Slot(a.tensor, a.tensor, fmt)
     copied = {t for t, _ in converted}
     for a in rhs:
-        if a.tensor in freed and formats[a.tensor].is_dense and a.tensor not in copied:
+        fmt = formats[a.tensor]
+        if a.tensor in freed and fmt.is_dense and a.tensor not in copied:
+            if fmt.blocked or (fmt.values is not None and not fmt.values.plain):
+                raise ScheduleError(
+                    f"convert({a.tensor}): dense operand {a.tensor} ('{fmt.name}') is "
+                    "blocked or holds encoded values, and convert copies plain dense "
+                    "operands only"
+                )
+            if any(i.single_variable is None for i in a.indices):
+                raise ScheduleError(
+                    f"convert({a.tensor}): {a.tensor} is indexed by expressions, and convert "
+                    "copies a dense operand indexed by plain variables only"
+                )
             raise ScheduleError(
                 f"convert({a.tensor}): the loops ({', '.join(walk or best)} innermost last) "
                 f"walk dense operand {a.tensor} ('{formats[a.tensor].name}') in its storage "

@@ -41,9 +41,10 @@ class AssemblyMixin:
         they read as their fills, so the term is folded with those (``A - A`` of an
         operand filled with -inf is NaN there, stored at every position); an output whose
         fill is not 0 stores the zeros too, so no operand bounds it. The arrays are then
-        allocated to hold their entries together (``_bound``), the rows appended one
-        after the other, and trimmed once: no pass counts the entries first. A kernel
-        that builds rows in parallel needs each row's count first, so it keeps two."""
+        allocated to hold their entries together (``_one_pass``, ``_entries_before``),
+        the rows appended one after the other, and trimmed once: no pass counts the
+        entries first. Rows built in parallel append in chunks from the bound of the
+        rows before them (``ucf.lower.row_chunks``)."""
         a = self.applied
         if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
             return []

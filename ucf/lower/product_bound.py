@@ -1,5 +1,7 @@
-"""One pass for a serial Gustavson product: the output's rows appended into arrays
-sized by a bound, as a sparse add's are (``AssemblyMixin._bound_operands``).
+"""One pass for a Gustavson product: the output's rows appended into arrays sized by a
+bound, as a sparse add's are (``AssemblyMixin._bound_operands``); rows built in
+parallel append in chunks from the bound of the rows before them
+(``ucf.lower.row_chunks``).
 
 ``C(i,k) = A(i,j) * B(j,k)`` with A and B stored as compressed rows gathers each row
 of C in a workspace over k. Two passes (one to count each row's entries, then one to
@@ -59,7 +61,7 @@ NOTE = (
 
 
 def operands(lowerer: Lowering) -> tuple[int, int] | None:
-    """(A, B), the operand numbers of ``C(i,k) = A(i,j) * B(j,k)`` where a serial kernel
+    """(A, B), the operand numbers of ``C(i,k) = A(i,j) * B(j,k)`` where a kernel
     gathers C's rows in a workspace and A, B and C are stored as rows (a dense level,
     then a compressed one): the shape whose output a bound of products allows in one
     pass. None otherwise."""

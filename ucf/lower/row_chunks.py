@@ -137,7 +137,9 @@ def rewrite(
     assert isinstance(loop, ir.For)
     prefix = bound.prefix
     n = loop.end
-    rows, first, end = (Array(f"chunk_{x}", I64, True) for x in ("rows", "first", "end"))
+    rows, first, end, starts = (
+        Array(f"chunk_{x}", I64, True) for x in ("rows", "first", "end", "starts")
+    )
     c, cnt, last = Var("chunk", I64), Var("chunk_at", I64), Var("chunk_last", I64)
     one = Const(1, I64)
     chunk = ir.For(
@@ -147,7 +149,7 @@ def rewrite(
         [
             ir.If(
                 ir.Cmp("!=", c, ir.add(last, one)),
-                [ir.Assign(cnt, prefix(ir.Load(rows, c)))],
+                [ir.Assign(cnt, ir.Load(starts, c))],
             ),
             ir.Store(first, c, cnt),
             ir.For(
@@ -173,19 +175,27 @@ def rewrite(
         ir.Alloc(rows, Const(CHUNKS + 1, I64), zeroed=False),
         ir.Alloc(first, Const(CHUNKS, I64), zeroed=False),
         ir.Alloc(end, Const(CHUNKS, I64), zeroed=False),
-        *_cuts(rows, n, prefix),
+        ir.Alloc(starts, Const(CHUNKS, I64), zeroed=False),
+        *_cuts(rows, starts, n, prefix),
         chunk,
         *_moved(rows, first, end, counter, level, vals, loop),
         ir.Free(rows),
         ir.Free(first),
         ir.Free(end),
+        ir.Free(starts),
         *body[at + 1 :],
     ]
 
 
-def _cuts(rows: Array, n: ir.Expr, prefix: Callable[[ir.Expr], ir.Expr]) -> list[ir.Stmt]:
+def _cuts(
+    rows: Array, starts: Array, n: ir.Expr, prefix: Callable[[ir.Expr], ir.Expr]
+) -> list[ir.Stmt]:
     """``rows[c]``: the first row whose prefix reaches ``c / CHUNKS`` of the whole bound
-    (a binary search; the prefix never falls), and ``rows[CHUNKS]`` the end."""
+    (a binary search; the prefix never falls), and ``rows[CHUNKS]`` the end;
+    ``starts[c]``: the prefix of ``rows[c]``, where chunk ``c`` starts writing. Read
+    here, before the chunks run: a product's prefix is the output's own positions,
+    which the last row of chunk ``c - 1`` overwrites while chunk ``c`` would read them
+    (a data race, harmless in value but undefined behaviour)."""
     c, lo, hi, mid, goal = (Var(f"cut_{x}", I64) for x in ("c", "lo", "hi", "mid", "goal"))
     total = Var("cut_total", I64)
     one = Const(1, I64)
@@ -210,6 +220,9 @@ def _cuts(rows: Array, n: ir.Expr, prefix: Callable[[ir.Expr], ir.Expr]) -> list
         ir.Decl(total, prefix(n)),
         ir.For(c, Const(0, I64), Const(CHUNKS, I64), search),
         ir.Store(rows, Const(CHUNKS, I64), n),
+        ir.For(
+            c, Const(0, I64), Const(CHUNKS, I64), [ir.Store(starts, c, prefix(ir.Load(rows, c)))]
+        ),
     ]
 
 

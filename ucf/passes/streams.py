@@ -114,14 +114,16 @@ def _streamed(loop: ir.For, at: str) -> list[ir.Array]:
 
 
 def _starts_row(start: ir.Expr, pos: set[str], env: dict[str, ir.Expr], rows) -> bool:
-    """Whether ``start`` is a ``pos`` load at a place one enclosing loop steps by one:
-    the next row's positions then follow this row's."""
+    """Whether ``start`` is a ``pos`` load at a place the loop right around the walk
+    steps by one: the next row's positions then follow this row's (a loop further out
+    stepping it, with others between, would fetch the same lines at each of their
+    steps)."""
     start = substitute(start, env)
     while isinstance(start, ir.Cast):
         start = start.operand
     if not (isinstance(start, ir.Load) and start.array.name in pos):
         return False
-    return any(_steps_with(start.index, r) for r in rows)
+    return bool(rows) and _steps_with(start.index, rows[-1])
 
 
 def _steps_with(e: ir.Expr, var: str) -> bool:

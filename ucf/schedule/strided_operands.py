@@ -27,7 +27,7 @@ from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, Convert
 from ucf.schedule.gathering import is_product
-from ucf.schedule.multiply_adds import multiply_adds
+from ucf.schedule.multiply_adds import Stats, multiply_adds
 
 #: Copy an operand only if the statement reads each of its entries this many times on
 #: average: the copy reads and writes each once.
@@ -37,7 +37,7 @@ REUSE = 2.0
 MIN_ENTRIES = 1 << 16
 
 
-def plan(cin: CIN, order: list[str], stats, why: list[str]) -> list[Command]:
+def plan(cin: CIN, order: list[str], stats: Stats | None, why: list[str]) -> list[Command]:
     """``convert(D)`` for each dense operand that the loops in ``order`` read against
     its storage in their innermost mode, where the copy pays; the reasons go into
     ``why``. ``stats``: a call's ``Stats``, or None (then nothing is copied)."""
