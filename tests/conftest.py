@@ -56,11 +56,10 @@ def _thread_count_restored():
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
-    """Runs a test on one thread and on two, the thread count restored after it."""
-    before = num_threads()
+    """Runs a test on one thread and on two (``_thread_count_restored`` restores the
+    count after it)."""
     ucf.set_num_threads(request.param)
-    yield request.param
-    ucf.set_num_threads(before)
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -158,18 +158,15 @@ def test_one_thread_keeps_the_groups(stmt, fmt, shape):
     other = rng.standard_normal((cols, cols_b) if cols_b else cols).astype(np.float32)
     name = "B" if stmt == SPMM else "x"
     got = {}
-    try:
-        for threads in (1, 2):
-            ucf.set_num_threads(threads)
-            for target in ("llvm", "c"):
-                k = ucf.compile(stmt, formats={"A": fmt}, dtype="float32", target=target)
-                at = ucf.from_numpy(a, format=fmt)
-                got[threads, target] = k(A=at, **{name: other}).to_numpy()
-                if threads == 1:
-                    assert "serial, since one thread is available" in k.cin
-                    assert "row groups" in k.cin
-    finally:
-        ucf.set_num_threads(2)
+    for threads in (1, 2):
+        ucf.set_num_threads(threads)
+        for target in ("llvm", "c"):
+            k = ucf.compile(stmt, formats={"A": fmt}, dtype="float32", target=target)
+            at = ucf.from_numpy(a, format=fmt)
+            got[threads, target] = k(A=at, **{name: other}).to_numpy()
+            if threads == 1:
+                assert "serial, since one thread is available" in k.cin
+                assert "row groups" in k.cin
     np.testing.assert_allclose(got[1, "llvm"], a @ other, rtol=1e-4, atol=1e-4)
     for key in got:
         np.testing.assert_array_equal(got[key], got[1, "llvm"])

@@ -62,32 +62,31 @@ def prefetch_streams(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     if not pos or not enabled():
         return fn, []
     notes: dict[str, None] = {}
-    return replace(fn, body=_block(fn.body, pos, {}, (), notes)), list(notes)
+    return replace(fn, body=_block(fn.body, pos, {}, None, notes)), list(notes)
 
 
 def _block(
     stmts: list[ir.Stmt],
     pos: set[str],
     env: dict[str, ir.Expr],
-    rows: tuple[str, ...],
+    row: str | None,
     notes: dict[str, None],
 ) -> list[ir.Stmt]:
     """``stmts`` with their row walks prefetched; ``env`` holds the values of the
-    variables declared around them, ``rows`` the variables of the enclosing loops."""
+    variables declared around them, ``row`` the variable of the innermost loop around them."""
     out: list[ir.Stmt] = []
     env = dict(env)
     for s in stmts:
         if isinstance(s, ir.Decl):
             env[s.var.name] = substitute(s.init, env)
         if isinstance(s, ir.For):
-            inner = (*rows, s.var.name)
-            s = replace(s, body=_block(s.body, pos, env, inner, notes))
+            s = replace(s, body=_block(s.body, pos, env, s.var.name, notes))
             if serial_loop(s) and not any(
                 isinstance(t, ir.For | ir.While) for t in statements(s.body)
             ):
-                fetch = _before(s, pos, env, rows)
+                fetch = _before(s, pos, env, row)
                 out += fetch
-                walked = _within(s, pos, env, rows)
+                walked = _within(s, pos, env, row)
                 arrays = [f.array.name for f in fetch] or [
                     f.array.name for f in walked.body if isinstance(f, ir.Prefetch)
                 ]
@@ -98,7 +97,7 @@ def _block(
                     ] = None
                 s = walked
         elif s.BLOCKS:
-            s = replace(s, **{b: _block(getattr(s, b), pos, env, rows, notes) for b in s.BLOCKS})
+            s = replace(s, **{b: _block(getattr(s, b), pos, env, row, notes) for b in s.BLOCKS})
         out.append(s)
     return out
 
@@ -113,7 +112,7 @@ def _streamed(loop: ir.For, at: str) -> list[ir.Array]:
     return list(found.values())
 
 
-def _starts_row(start: ir.Expr, pos: set[str], env: dict[str, ir.Expr], rows) -> bool:
+def _starts_row(start: ir.Expr, pos: set[str], env: dict[str, ir.Expr], row: str | None) -> bool:
     """Whether ``start`` is a ``pos`` load at a place the loop right around the walk
     steps by one: the next row's positions then follow this row's (a loop further out
     stepping it, with others between, would fetch the same lines at each of their
@@ -123,7 +122,7 @@ def _starts_row(start: ir.Expr, pos: set[str], env: dict[str, ir.Expr], rows) ->
         start = start.operand
     if not (isinstance(start, ir.Load) and start.array.name in pos):
         return False
-    return bool(rows) and _steps_with(start.index, rows[-1])
+    return row is not None and _steps_with(start.index, row)
 
 
 def _steps_with(e: ir.Expr, var: str) -> bool:
@@ -136,12 +135,10 @@ def _steps_with(e: ir.Expr, var: str) -> bool:
     return False
 
 
-def _before(
-    loop: ir.For, pos: set[str], env: dict[str, ir.Expr], rows: tuple[str, ...]
-) -> list[ir.Stmt]:
+def _before(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None) -> list[ir.Stmt]:
     """A prefetch of each stream a row's position loop reads, ``DISTANCE`` past its
     start, once before the loop (a row of 10 reads about one line of each)."""
-    if not _starts_row(loop.start, pos, env, rows):
+    if not _starts_row(loop.start, pos, env, row):
         return []
     return [ir.Prefetch(a, _ahead(loop.start, a)) for a in _streamed(loop, loop.var.name)]
 
@@ -151,7 +148,7 @@ def _ahead(at: ir.Expr, array: ir.Array) -> ir.Expr:
     return ir.add(at, Const(DISTANCE // ir.ELEMENT_BYTES[array.elem], I64))
 
 
-def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], rows: tuple[str, ...]) -> ir.For:
+def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None) -> ir.For:
     """A blocked walk of a row's positions (``at = lo + b * c`` first in the body, ``lo``
     a row's start) with a prefetch of each stream at ``at + DISTANCE`` in every step."""
     first = loop.body[0] if loop.body else None
@@ -169,7 +166,7 @@ def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], rows: tuple[st
         and any(isinstance(c, Const) and 1 < c.value <= MAX_BLOCK for c in (step.left, step.right))
     ):
         return loop
-    if not _starts_row(base, pos, env, rows):
+    if not _starts_row(base, pos, env, row):
         return loop
     arrays = _streamed(loop, first.var.name)
     if not arrays:
