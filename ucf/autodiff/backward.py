@@ -187,9 +187,10 @@ class Backward:
     ) -> Tensor:
         """The gradient of ``wrt`` given the output's gradient ``grad`` (see
         ``output_gradient``) and the forward call's operands (a dynamic operand dense,
-        with its mask in ``masks``; without one, its nonzeros). A sparse operand's gradient shares its index arrays; any
-        other is a new dense tensor. ``hoisted`` keeps the hoisted sums computed, for
-        the other operands' gradients of the same call."""
+        with its mask in ``masks``; without one, its nonzeros). A sparse operand's
+        gradient shares its index arrays; any other is a new dense tensor. ``hoisted``
+        keeps the hoisted sums computed, for the other operands' gradients of the same
+        call."""
         d = self.derived(wrt)
         x = operands[wrt]
         grad = self.output_gradient(grad, operands)
@@ -244,9 +245,18 @@ class Backward:
         output does not store are harmless: the output is zero there whatever the
         operands' values, so every term of every gradient is zero there too."""
         out = self.statement.lhs
-        shape = tuple(grad.shape) if hasattr(grad, "shape") else np.shape(grad)
-        want = self._output_shape(operands)
-        if len(shape) != len(want) or any(w not in (None, s) for s, w in zip(shape, want, strict=True)):
+        shape = getattr(grad, "shape", None)
+        if shape is None:
+            a = np.asarray(grad)
+            if a.dtype == object:
+                raise OperandError(
+                    f"the gradient of output {out} is a {foreign_type(grad)}; expected a ucf "
+                    "Tensor, numpy array, scipy.sparse matrix or torch tensor"
+                )
+            shape = a.shape
+        shape, want = tuple(shape), self._output_shape(operands)
+        fits = len(shape) == len(want)
+        if not fits or any(w not in (None, s) for s, w in zip(shape, want, strict=True)):
             fixed = ", ".join("?" if w is None else str(w) for w in want)
             raise ShapeError(
                 f"the gradient of output {out} is a {foreign_type(grad)} of shape {shape}; "
@@ -345,9 +355,11 @@ def writable(fmt: Format) -> Format:
     return fmt.with_structure(tuple(kinds), fmt.maps).structure
 
 
-def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
+def on_pattern(x: Tensor, result: Tensor, drop_outside: bool = False) -> np.ndarray:
     """``result``'s values at ``x``'s stored positions, in ``x``'s order (zero where
-    ``result`` stores nothing): its own values when both store the same positions."""
+    ``result`` stores nothing): its own values when both store the same positions.
+    ``result``'s entries outside them are a bug, unless ``drop_outside`` (an output's
+    gradient from torch, which may store any positions) drops them."""
     if result.format.structure == x.format.structure and all(
         all(np.array_equal(a[k], b[k]) for k in a)
         for a, b in zip(x.levels, result.levels, strict=True)
@@ -361,11 +373,19 @@ def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
     rk = np.ravel_multi_index(rc.T, dims) if len(rc) else np.zeros(0, np.int64)
     order = np.argsort(xk, kind="stable")
     at = np.searchsorted(xk[order], rk)
-    if len(rk) and (np.any(at >= len(xk)) or np.any(xk[order[np.minimum(at, len(xk) - 1)]] != rk)):
-        # The pattern is a factor of every term, so this is a bug, not a user's error.
-        raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+    rvals = result.vals[: len(rk)]
     vals = np.zeros(len(x.vals), dtype=result.vals.dtype)
-    vals[order[at]] = result.vals[: len(rk)]
+    if len(xk) == 0:
+        if len(rk) and not drop_outside:
+            raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+        return vals
+    inside = (at < len(xk)) & (xk[order[np.minimum(at, len(xk) - 1)]] == rk)
+    if not inside.all():
+        if not drop_outside:
+            # The pattern is a factor of every term, so this is a bug, not a user's error.
+            raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+        at, rvals = at[inside], rvals[inside]
+    vals[order[at]] = rvals
     return vals
 
 
