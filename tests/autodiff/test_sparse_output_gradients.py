@@ -44,8 +44,14 @@ def torch_reference(B, C, D, G):
     return gB.numpy() * (B != 0), gC.numpy(), gD.numpy()
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
-@pytest.mark.parametrize("out", ["csr", "coo", "dense"])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "out, target",
+    [("csr", "llvm"), ("coo", "llvm"), ("dense", "llvm"), ("csr", "c")]
+    + [pytest.param(o, "c", marks=SLOW) for o in ("coo", "dense")],
+)
 def test_sddmm_gradients_against_torch(out, target):
     B, C, D, G = operands()
     Bs = ucf.from_numpy(B, format="csr")
@@ -102,6 +108,47 @@ def test_a_wrong_gradient_is_refused_by_name():
         dense("C", np.ones((9, 8)), ops)
 
 
+@pytest.mark.parametrize(
+    "text, formats",
+    [
+        ("A(i,j) = B(i,j) * C(i,j)", {"A": "csr", "B": "csr"}),
+        ("A(i,j) = B(i,j) * C(i,j) - B(i,j)", {"A": "coo", "B": "coo"}),
+        ("A(i,j) = B(i,j) * C(i,k) * D(k,j)", {"A": "csc", "B": "csc"}),
+        ("A(i,j) = tanh(B(i,j)) * C(i,k) * D(k,j)", {"A": "csr", "B": "csr"}),
+        ("y(i) = B(i,j) * x(j)", {"y": "C", "B": "dcsr"}),
+    ],
+)
+def test_sparse_outputs_of_other_statements(text, formats):
+    """Every operand's gradient against torch's, given the output's gradient at its
+    stored positions (the reference's is zero elsewhere)."""
+    from tests.autodiff.test_derive import torch_eval
+    from ucf.lang.ast import accesses
+    from ucf.lang.parser import parse_statement
+
+    stmt = parse_statement(text)
+    dims = {"i": 8, "j": 7, "k": 3}
+    rng = np.random.default_rng(7)
+    operands, masked = {}, {}
+    for a in accesses(stmt.rhs):
+        shape = tuple(dims[str(i)] for i in a.indices)
+        x = rng.standard_normal(shape)
+        if a.tensor in formats:
+            x[rng.random(shape) < 0.5] = 0
+        operands[a.tensor] = ucf.from_numpy(x, format=formats.get(a.tensor, "dense"))
+        masked[a.tensor] = torch.tensor(x, requires_grad=True)
+    k = ucf.compile(text, formats)
+    out = k(**operands)
+    g = rng.standard_normal(len(out.vals))
+    grad = ucf.Tensor(out.shape, out.format, out.levels, g)
+    want = torch_eval(stmt, masked, dims)
+    want.backward(torch.tensor(grad.to_numpy()))
+    back = ucf.gradients(k)
+    for n, t in operands.items():
+        got = back(n, grad, operands)
+        ref = masked[n].grad.numpy() * (t.to_numpy() != 0 if n in formats else 1)
+        np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-10, atol=1e-12, err_msg=n)
+
+
 # ------------------------------------------------------------------------ torch
 
 
@@ -115,8 +162,11 @@ def _losses(V, W):
     }
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
-@pytest.mark.parametrize("out", ["csr", "coo", None])
+@pytest.mark.parametrize(
+    "out, target",
+    [("csr", "llvm"), ("coo", "llvm"), (None, "llvm"), ("csr", "c")]
+    + [pytest.param(o, "c", marks=SLOW) for o in ("coo", None)],
+)
 def test_torch_einsum_with_a_sparse_output(out, target):
     B, C, D, _ = operands(seed=2)
     V = torch.randn(7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -166,11 +216,12 @@ def _large(n, nnz_row, K, seed=0):
     return B, rng.standard_normal((n, K)), np.asfortranarray(rng.standard_normal((K, n)))
 
 
-def test_sddmm_gradients_at_100k_rows_in_bounded_memory():
-    """At 100k x 100k a dense gradient of A would be 80 GB; the sparse one is 8 MB.
-    Every array the gradients allocate stays far below one dense row block of it."""
-    n, K = 100_000, 4
-    B, C, D = _large(n, 10, K)
+@pytest.mark.parametrize("per_row, K", [(3, 2), pytest.param(10, 8, marks=SLOW)])
+def test_sddmm_gradients_at_100k_rows_in_bounded_memory(per_row, K):
+    """At 100k x 100k a dense gradient of A would be 80 GB; the sparse one is a few MB,
+    and so is every array the gradients allocate."""
+    n = 100_000
+    B, C, D = _large(n, per_row, K)
     k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
     back = ucf.gradients(k)
     Bt = ucf.from_scipy(B)
