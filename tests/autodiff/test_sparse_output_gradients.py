@@ -17,6 +17,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ucf
 
@@ -147,6 +149,39 @@ def test_sparse_outputs_of_other_statements(text, formats):
         got = back(n, grad, operands)
         ref = masked[n].grad.numpy() * (t.to_numpy() != 0 if n in formats else 1)
         np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-10, atol=1e-12, err_msg=n)
+
+
+_KERNELS: dict = {}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 12),
+    m=st.integers(1, 12),
+    K=st.integers(1, 5),
+    density=st.floats(0, 1),
+    out=st.sampled_from(["csr", "coo"]),
+    seed=st.integers(0, 2**16),
+)
+def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
+    """Shapes, densities (empty and full rows included) and output formats at random;
+    each gradient against numpy's, given the output's gradient on its positions."""
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((n, m)) * (rng.random((n, m)) < density)
+    C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
+    if out not in _KERNELS:  # one kernel and its gradients' per format, for every example
+        k = ucf.compile(SDDMM, {"A": out, "B": "csr"})
+        _KERNELS[out] = k, ucf.gradients(k)
+    k, back = _KERNELS[out]
+    Bs = ucf.from_numpy(B, format="csr")
+    A = k(B=Bs, C=C, D=D)
+    g = rng.standard_normal(len(A.vals))
+    grad = ucf.Tensor(A.shape, A.format, A.levels, g)
+    G = grad.to_numpy()
+    ops = {"B": Bs, "C": C, "D": D}
+    np.testing.assert_allclose(back("B", grad, ops).to_numpy(), G * (C @ D) * (B != 0), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(back("C", grad, ops)), (G * B) @ D.T, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(back("D", grad, ops)), ((G * B).T @ C).T, atol=1e-12)
 
 
 # ------------------------------------------------------------------------ torch
