@@ -127,8 +127,8 @@ def main() -> None:
     )
     print("\ntarget rows:")
     nnz = len(A.vals)
-    fits = forward_peak < D.nbytes
-    print(f"  forward copies no Fortran-ordered D (peak < D's size): {'met' if fits else 'NOT met'}")
+    fits = "met" if forward_peak < D.nbytes else "NOT met"
+    print(f"  forward copies no Fortran-ordered D (peak < D's size): {fits}")
     for w, r in results.items():
         if r is None:
             print(f"  grad_{w} runs at {n} rows: NOT met")
