@@ -17,6 +17,11 @@ cache line, and the caller zeroes all of it first, where a row the loops finish 
 zeroed by the kernel while it is in cache. A sparse operand over every
 output variable (the mask of
 ``A(i,k)*A(i,j)*B(k,j)``) visits only its own entries, so nothing is changed then.
+Where the plain order scatters so but follows storage already (``C.T @ S``, the
+gradient of an SDDMM's D: ``i, k, j`` walks each sparse row once per ``k``), the
+output's leading variables that no sparse operand reads move innermost while the
+output fits in cache, so the sparse operands are walked once, or outermost beyond
+(``_one_walk``).
 """
 
 from __future__ import annotations
