@@ -18,7 +18,10 @@ was read sparse, the kernels read it as a dense rows × rows array: 800 MB at 10
 rows, a FormatError (its position count does not fit int32) at 100k; a failure is
 printed, not raised. Last, one forward call's peak allocation: a Fortran-ordered D
 is read in place where the kernel reads it column-major (it was copied to C order,
-then relaid). The target rows print met or NOT met.
+then relaid). The target rows print met or NOT met. ``--plans`` adds grad_D's kernel
+against the plans the default ran before it walked the sparse operands once (``i, k,
+j``, and ``k, i, j`` parallel over k), given as schedules: CPU-time medians (both
+threads counted), interleaved.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ import numpy as np
 import scipy.sparse as sp
 
 import ucf
+from ucf.toolchain.jit import num_threads
 
 SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
+#: The gradient of D as ``ucf.gradients`` derives it, and the plans its default ran before.
+GRAD_D = "grad_D(k,j) = grad_A(i,j) * B(i,j) * C(i,k)"
+EARLIER = {"i, k, j": "reorder(i,k,j)", "k, i, j": "reorder(k,i,j)"}
 #: Targets: every gradient allocates at most this many bytes per stored entry of A
 #: (the dense gradient of A alone would be rows² * 8), and takes at most this many
 #: times scipy's (which forms G∘B and multiplies).
@@ -63,6 +70,37 @@ def scipy_gradient(w, B, C, D, g):
     return GB @ D.T if w == "C" else (GB.T @ C).T
 
 
+def plans(Bt, C, grad, repeat: int) -> None:
+    """grad_D's default kernel against the earlier plans, CPU-time medians, interleaved."""
+    formats = {"grad_A": "csr", "B": "csr"}
+    par = "; parallelize(k,CPUThread,NoRaces)" if num_threads() > 1 else ""
+    kernels = {"default": ucf.compile(GRAD_D, formats)}
+    for name, schedule in EARLIER.items():
+        extra = par if name.startswith("k") else ""
+        kernels[name] = ucf.compile(GRAD_D, formats, schedule=schedule + extra)
+    cpu: dict[str, list[float]] = {name: [] for name in kernels}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        for k in kernels.values():
+            k(grad_A=grad, B=Bt, C=C)
+        for _ in range(max(repeat, 3)):
+            for name, k in kernels.items():
+                t = time.process_time()
+                k(grad_A=grad, B=Bt, C=C)
+                cpu[name].append(time.process_time() - t)
+    mine = statistics.median(cpu["default"])
+    print(f"grad_D plans, CPU time: default {mine * 1e3:.2f} ms", end="")
+    for name in EARLIER:
+        t = statistics.median(cpu[name])
+        print(
+            f"; {name}{' parallel' if par and name.startswith('k') else ''} {t * 1e3:.2f} ms "
+            f"({t / mine:.2f}x)",
+            end="",
+        )
+    print()
+    print("  " + kernels["default"].cin.splitlines()[1].strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000)
@@ -70,6 +108,9 @@ def main() -> None:
     parser.add_argument("--K", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--plans", action="store_true", help="grad_D's default against its earlier plans"
+    )
     args = parser.parse_args()
     if args.threads:
         ucf.set_num_threads(args.threads)
@@ -115,6 +156,8 @@ def main() -> None:
             f"grad_{w}: {ours_ms:8.2f} ms (scipy {theirs_ms:8.2f} ms, {ours_ms / theirs_ms:.2f}x), "
             f"peak allocated {peak / 2**20:8.1f} MiB, max |error| {err:.1e}"
         )
+    if args.plans:
+        plans(Bt, C, grad, args.repeat)
     # The forward call with D Fortran-ordered: the default's convert(D) reads it in place.
     k(B=Bt, C=C, D=D)
     tracemalloc.start()
