@@ -60,7 +60,7 @@ def cases(n: int) -> list[tuple]:
             csr,
             dict(A=a, x=x),
             lambda: a @ x + a.T @ x,
-            "converted",
+            "scattering",
         ),
         (
             "SpMM X^T given",
