@@ -56,7 +56,8 @@ def walked(
             continue
         own = accesses(pc.statement.rhs)
         used = {v for a in own for i in a.indices for v in i.variables}
-        sparse = [a for a in own if not formats[a.tensor].is_dense]
+        # an earlier workspace (``w(k)``) is dense and no operand
+        sparse = [a for a in own if a.tensor in formats and not formats[a.tensor].is_dense]
         if (used & rest) - {pc.var} or any(texts[str(a)] != 1 for a in sparse):
             continue
         if not any(_out_of_order(a, formats[a.tensor], pos) for a in sparse):
