@@ -338,6 +338,8 @@ def draw_case(
     for n, idx in tensors.items():
         sizes = tuple(d.choice([0, 1, 2, 3]) if apart else block[v] for v in idx)
         formats[n] = draw_operand_format(d, len(idx), sizes)
+    if flipped and d.boolean(0.5):  # the scatter's own shape: A compressed, x and y dense
+        formats = {"A": d.choice(["UC:0,1", "UC:1,0", "CC:0,1"]), "B": "U:0", "C": "U:0"}
     seed = d.integer(0, 2**32 - 1)
     density = d.choice([0.0, 0.3, 0.7, 1.0])
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"
