@@ -50,14 +50,14 @@ class AssemblyMixin:
             return []
         if self.out_fmt.fill:
             return []
-        if self.cin.blocks or (
-            a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None)
-        ):
+        if self.cin.blocks or (a is not None and (a.fused or a.pos or a.assemble is not None)):
             return []
         if not row_chunks.shares_rows(a, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
+            if n >= len(self.rhs_accesses):
+                continue  # a workspace, of operands' entries that are counted here
             levels = op.fmt.levels
             if (
                 [ix.single_variable for ix in op.level_idx] != self.out_level_vars
