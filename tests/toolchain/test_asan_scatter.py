@@ -25,3 +25,24 @@ def test_a_producer_scattering_a_transposed_read(asan_cc, tmp_path, case):
     ops = {"A": _tensor(A, "csr"), "x": _tensor(x, "U")}
     out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": n, "j": n}, ops)
     np.testing.assert_array_equal(out.to_numpy(), A @ x + A.T @ x)
+
+
+@pytest.mark.parametrize("case", list(MATS))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_intersection_workspace_appended_in_one_pass(asan_cc, tmp_path, case, threads):
+    """``A.*B + M`` by default: A.*B gathered into a row workspace, the output appended
+    in one pass into arrays bounded by the operands' entries (``ucf.schedule.intersections``),
+    rows in chunks on two threads."""
+    A = MATS[case]
+    B, M = np.roll(A, 1, axis=1) + A, np.roll(A, 1, axis=0) * 3
+    k = ucf.compile(
+        "C(i,j) = A(i,j)*B(i,j) + M(i,j)",
+        formats={"A": "csr", "B": "csr", "M": "csr", "C": "csr"},
+        target="c",
+    )
+    assert "intersected" in k.cin and "one pass" in k.cin
+    ops = {n: _tensor(v, "csr") for n, v in {"A": A, "B": B, "M": M}.items()}
+    extents = {"i": A.shape[0], "j": A.shape[1]}
+    out = run_under_asan(asan_cc, tmp_path, k, "csr", A.shape, extents, ops, threads=threads)
+    out.validate()
+    np.testing.assert_array_equal(out.to_numpy(), A * B + M)

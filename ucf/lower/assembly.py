@@ -44,7 +44,9 @@ class AssemblyMixin:
         allocated to hold their entries together (``_one_pass``, ``_entries_before``),
         the rows appended one after the other, and trimmed once: no pass counts the
         entries first. Rows built in parallel append in chunks from the bound of the
-        rows before them (``ucf.lower.row_chunks``)."""
+        rows before them (``ucf.lower.row_chunks``). A precompute's workspaces count
+        nothing of their own: what they gather is of the operands' entries (no sum runs),
+        and the consumer appends each entry once, as the plain nest does."""
         a = self.applied
         if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
             return []
