@@ -76,7 +76,7 @@ def cases(n: int) -> list[tuple]:
             {"A": "csr", "B": "csr", "M": "csr", "C": "csr"},
             dict(A=a, B=b, M=m),
             lambda: a.multiply(b) + m,
-            "loop order",
+            "intersected",
         ),
     ]
 
