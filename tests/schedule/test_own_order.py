@@ -88,3 +88,19 @@ def test_a_producer_sharing_a_loop_that_walks_against_storage_is_refused_or_conv
     name as before (the consumer still sums over j outside the workspace)."""
     with pytest.raises(ucf.ScheduleError, match="precompute that term too"):
         ucf.compile(BOTH, formats={"A": "csr"}, schedule="precompute(A(j,i)*x(j), i, i, w)")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_repeated_index_in_a_blocked_operand_is_left_to_the_loop_order(target):
+    """Statement fuzzer (test_fuzz_c): a precompute whose operand repeats a variable
+    (``A(j,j)``, blocked) walks nothing in an order of its own; it was a KeyError."""
+    rng = np.random.default_rng(9)
+    a, b = rand_sparse(rng, (4, 4), 0.6), rand_sparse(rng, (4, 4), 0.6)
+    k = ucf.compile(
+        "X(i,j) = (((A(j,j)) * (A(i,i))) * (A(j,j))) * (B(i,j))",
+        formats={"A": "bdcsr(2,3)", "B": "CU:0,1"},
+        target=target,
+    )
+    d = np.diag(a)
+    want = d[None, :] * d[:, None] * d[None, :] * b
+    np.testing.assert_allclose(k(A=a, B=b).to_numpy(), want, rtol=1e-12)

@@ -60,6 +60,8 @@ def walked(
         sparse = [a for a in own if a.tensor in formats and not formats[a.tensor].is_dense]
         if (used & rest) - {pc.var} or any(texts[str(a)] != 1 for a in sparse):
             continue
+        if not all(_plain(a, pos) for a in sparse):
+            continue  # an affine or repeated index, a variable the loops do not bind
         if not any(_out_of_order(a, formats[a.tensor], pos) for a in sparse):
             continue
         if follows(sparse, formats, sorted(used, key=pos.__getitem__)) is None:
@@ -83,6 +85,12 @@ def follows(
         if not any(_out_of_order(a, formats[a.tensor], pos) for a in sparse):
             return perm
     return None
+
+
+def _plain(a: Access, pos: dict[str, int]) -> bool:
+    """Whether every index of ``a`` is its own variable, one the loop order binds."""
+    names = [i.single_variable for i in a.indices]
+    return None not in names and len(set(names)) == len(names) and set(names) <= set(pos)
 
 
 def _out_of_order(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
