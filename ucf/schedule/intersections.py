@@ -59,8 +59,7 @@ def intersected(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
         return [[PrecomputeCommand(product, v, v)]]
     if apart >= union:
         why.append(
-            f"default: {merged}, about {union:.2g} steps, against about {apart:.2g} for "
-            f"{intersect}"
+            f"default: {merged}, about {union:.2g} steps, against about {apart:.2g} for {intersect}"
         )
         return []
     why.append(
