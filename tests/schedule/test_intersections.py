@@ -22,7 +22,7 @@ def _operands(shape, seed, density=0.4):
 
 @pytest.mark.parametrize("target", TARGETS)
 # the last past the threads' threshold
-@pytest.mark.parametrize("shape", [(9, 7), (1, 6), (6, 1), (60, 400)])
+@pytest.mark.parametrize("shape", [(9, 7), (1, 6), (60, 400)])
 @pytest.mark.parametrize(
     ("expr", "want"),
     [

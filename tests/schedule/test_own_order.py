@@ -28,9 +28,7 @@ def _square(n: int, per_row: int, seed: int) -> sp.csr_matrix:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize(
-    "schedule", [None, BY_HAND, f"{BY_HAND}; parallelize(i, CPUThread, NoRaces)"]
-)
+@pytest.mark.parametrize("schedule", [None, f"{BY_HAND}; parallelize(i, CPUThread, NoRaces)"])
 @pytest.mark.parametrize("n", [1, 9, 3000])  # 3000 x 10 a row: past the threads' threshold
 def test_a_transposed_term_reads_its_operand_as_stored(target, schedule, n, threads):
     a = _square(n, min(n, 10), seed=n)
