@@ -33,6 +33,7 @@ class _Lease:
     takes the array from ``__array_interface__`` and keeps this object as its base."""
 
     def __init__(self, buffer: np.ndarray, shape: tuple[int, ...], dtype: np.dtype):
+        self.nbytes = buffer.nbytes  # what a view's owner holds (``calling._pruned``)
         self.__array_interface__ = {
             "shape": shape,
             "typestr": dtype.str,
