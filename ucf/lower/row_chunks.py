@@ -61,6 +61,9 @@ class OnePass:
 #: The chunks the rows are cut into: enough for the threads of a large machine to take
 #: several each (the llvm target hands a static loop out in a few pieces per thread).
 CHUNKS = 256
+#: The chunks a thread takes at a time when they are moved: the chunks that move are the
+#: later threads' (a static share would give the first thread none of them).
+MOVED_PIECE = 8
 #: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
 NOTE = (
     f"; its rows run in parallel in {CHUNKS} chunks of about equal bound (whatever blocks "
@@ -165,6 +168,7 @@ def rewrite(
         parallel=loop.parallel,
         label=loop.label,
         strategy=loop.strategy,
+        schedule=("blocks", 0),
         prologue=[*loop.prologue, ir.Decl(last, Const(-2, I64)), ir.Decl(cnt, Const(0, I64))],
         epilogue=loop.epilogue,
         parallel_if=loop.parallel_if,
@@ -282,6 +286,7 @@ def _moved(
             [ir.Decl(sh, ir.Load(shifts, k)), ir.If(ir.Cmp(">", sh, zero), body)],
             parallel=loop.parallel,
             strategy=loop.strategy,
+            schedule=("dynamic", MOVED_PIECE),
             parallel_if=loop.parallel_if,
         )
 
