@@ -53,9 +53,7 @@ def case_operands(case: str, expr: str):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("expr", [ADD, PRODUCT])
 @pytest.mark.parametrize("case", CASES)
-def test_poisoned_pool_gives_scipys_result_and_the_serial_bits(
-    pooled, target, expr, case, threads
-):
+def test_poisoned_pool_gives_scipys_result_and_the_serial_bits(pooled, target, expr, case, threads):
     a, b = case_operands(case, expr)
     ops = {"A": sp.csr_matrix(a), "B": sp.csr_matrix(b)}
     fmt = {t: "csr" for t in "ABC"}

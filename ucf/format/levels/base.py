@@ -223,9 +223,7 @@ class LevelKind:
         """Statements recording that parent position ``parent``'s children end at ``end``."""
         raise FormatError(f"a {self.name} level is not appended to")
 
-    def allocate(
-        self, parent_count: int, count: int, dim: int, idt: np.dtype, empty: Callable
-    ):
+    def allocate(self, parent_count: int, count: int, dim: int, idt: np.dtype, empty: Callable):
         """Arrays for an output level, and its number of positions (``count`` is what the
         assemble pass counted, or bounded, for an appended level). The kernel writes
         every entry it keeps, so they need not be zeroed: ``empty(shape, dtype)`` makes
