@@ -390,10 +390,10 @@ class Calling:
         a sparse add of 3.2M entries 5 ms a call, more than a tenth of it).
 
         What the kernel writes whole comes from ``ucf.exec.recycled``: a large output
-        whose last user dropped it is taken again still mapped. Freshly mapped memory
-        cost SpGEMM 100k (120 MB of output) up to 260 ms of system time a call on the
-        2-core VM it was measured on (issue 38), against about 80 ms for the whole
-        product, and what the call met depended on what ran before it."""
+        whose last user dropped it is taken again still mapped. SpGEMM 100k's 120 MB of
+        output, freshly mapped, cost it 0-194 ms of system time a call on the 2-core VM
+        of issue 38, by how long ago (and by whom) memory was freed, against about 80
+        ms for the whole product on one thread; from the pool, none."""
         fmt = self._plan.computed_format
         levels = []
         parent = 1
