@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ucf
 from tests.helpers import TARGETS, needs_cc, rand_sparse
@@ -107,3 +109,29 @@ def test_each_thread_takes_one_block_of_chunks_and_the_moves_go_in_pieces():
     assert src.rfind("omp for schedule(static)", 0, chunks) > src.rfind("omp parallel", 0, chunks)
     moves = src.count(f"schedule(dynamic, {row_chunks.MOVED_PIECE})")
     assert moves == 2
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(
+    rows=st.integers(0, 600),
+    cols=st.integers(1, 60),
+    density=st.floats(0.0, 0.3),
+    seed=st.integers(0, 2**16),
+    expr=st.sampled_from([ADD, PRODUCT]),
+)
+def test_fuzzed_shapes_from_a_poisoned_pool_on_two_threads(rows, cols, density, seed, expr):
+    """Random shapes and densities (rows fewer than the chunks, or many; empty ones), each
+    call on two threads taking poisoned buffers: scipy's result."""
+    rng = np.random.default_rng(seed)
+    a = rand_sparse(rng, (rows, cols), density, empty_rows=rows // 4, signed=False)
+    b = rand_sparse(rng, (rows, cols) if expr == ADD else (cols, 50), density, signed=False)
+    k = ucf.compile(expr, formats={t: "csr" for t in "ABC"}, schedule=PARALLEL[expr])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recycled, "MIN_BYTES", 1)
+        mp.setattr(recycled, "_idle", {})
+        ucf.set_num_threads(2)
+        k(A=sp.csr_matrix(a), B=sp.csr_matrix(b))  # its arrays go back to the pool
+        poison(recycled._idle)
+        got = k(A=sp.csr_matrix(a), B=sp.csr_matrix(b))
+        got.validate()
+        np.testing.assert_array_equal(got.to_numpy(), reference(expr, a, b))
