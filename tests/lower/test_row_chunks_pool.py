@@ -7,7 +7,8 @@ their last user left in them. Here every array is pooled (``MIN_BYTES`` 1) and e
 pooled buffer is filled with garbage before the call that takes it, so a kernel that
 read a position or value it had not written would give a wrong result: checked
 against scipy and bit for bit against the one-thread plan, on llvm and c, one thread
-and two, over empty rows, one long row, fewer rows than chunks and no entries."""
+and two, over empty rows, one long row, fewer rows than chunks and no entries, random
+shapes (hypothesis), and an output of an operand's structure."""
 
 from __future__ import annotations
 
@@ -135,3 +136,18 @@ def test_fuzzed_shapes_from_a_poisoned_pool_on_two_threads(rows, cols, density, 
         got = k(A=sp.csr_matrix(a), B=sp.csr_matrix(b))
         got.validate()
         np.testing.assert_array_equal(got.to_numpy(), reference(expr, a, b))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_operands_structure_from_a_poisoned_pool(pooled, target, threads):
+    """An output of an operand's structure (``C(i,j) = 2*A(i,j)``: its positions copied,
+    every value stored by the compute pass) takes poisoned buffers too."""
+    m = sp.csr_matrix(operands("empty rows", ADD)[0])
+    k = ucf.compile("C(i,j) = 2*A(i,j)", formats={"A": "csr", "C": "csr"}, target=target)
+    k(A=m)
+    for _ in range(2):
+        assert poison(pooled) > 0
+        got = k(A=m)
+        got.validate()
+        np.testing.assert_array_equal(got.to_numpy(), 2 * m.toarray())
+        del got
