@@ -209,6 +209,29 @@ def test_two_of_four_narrow_tiles(monkeypatch, asan_cc, tmp_path, cols_b):  # no
     assert "row groups" in k.cin
 
 
+def test_two_of_four_narrower_tiles(monkeypatch, asan_cc, tmp_path):  # noqa: F811
+    """float32 by 47 columns, 15 past the last whole tile: narrower tiles of 1 vector,
+    then of 4, 2 and 1 lanes (``row_groups.tiled``), over 29 rows that leave a
+    different number out of each tile's groups."""
+    dtype, cols_b = "float32", 47
+    rng = np.random.default_rng(cols_b)
+    a = np.zeros((29, 22), dtype)
+    for r in range(29):
+        for g in range(0, 22, 4):
+            keep = rng.choice(np.arange(g, min(g + 4, 22)), size=min(2, 22 - g), replace=False)
+            a[r, keep] = rng.random(len(keep)) + 0.5
+    b = rng.random((22, cols_b)).astype(dtype)
+    k = ucf.compile(
+        SPMM,
+        formats={"A": "nm(2,4)"},
+        target="c",
+        dtype=dtype,
+        schedule=f"bound(j, jb, {cols_b}, MaxExact)",
+    )
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="nm(2,4)"), B=b)
+    assert "the 15 columns after the whole tiles in narrower tiles" in k.cin
+
+
 def test_half_values_widened_as_loaded(monkeypatch, asan_cc, tmp_path):  # noqa: F811
     rng = np.random.default_rng(5)
     a = _block_sparse(rng, (12, 10), (4, 2), 0.5, np.float16)
