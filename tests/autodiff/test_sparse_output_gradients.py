@@ -278,3 +278,21 @@ def test_sddmm_gradients_at_100k_rows_in_bounded_memory(per_row, K):
     rows = np.repeat(np.arange(n), np.diff(B.indptr))
     want_B = g * np.einsum("ek,ke->e", C[rows], D[:, B.indices])
     np.testing.assert_allclose(gB.vals, want_B, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=SLOW)])
+@pytest.mark.parametrize("threads", [1, 2], indirect=True)
+def test_a_column_major_operands_gradient_is_column_major(target, threads):
+    """D declared ``UU:1,0``: its gradient comes back in that mode order (each stored
+    entry of A adds K contiguous values), equal to torch's."""
+    B, C, D, G = operands(n=11, m=8, K=5, seed=3)
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr", "D": "UU:1,0"}, target=target)
+    Bs = sp.csr_matrix(B)
+    A = k(B=Bs, C=C, D=np.asfortranarray(D))
+    lv = A.levels[1]
+    g = G[np.repeat(np.arange(B.shape[0]), np.diff(lv["pos"])), lv["crd"]]
+    grad = ucf.Tensor(A.shape, A.format, A.levels, g)
+    got = ucf.gradients(k)("D", grad, {"B": Bs, "C": C, "D": np.asfortranarray(D)})
+    assert got.format.mode_order == (1, 0)
+    _, _, want = torch_reference(B, C, D, G * (B != 0))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)

@@ -6,12 +6,14 @@ statement, so it gets its own default schedule (or one given by operand) and
 lands in the kernel cache. Formats follow the forward call's: the output's
 gradient is read in the output's format (a sparse output's gradient is sparse,
 so each kernel iterates its stored positions and never an array of the output's
-full shape); every dense operand's gradient is dense; a sparse operand's
-gradient is computed in the operand's own format from its pattern (ones at its
-stored positions, sharing its index arrays), and comes back on the operand's
-index arrays with new values; a dynamic operand's gradient is dense, computed
-over its live micro-tiles only (the pattern is the kernel's dynamic operand,
-under the forward call's mask), and zero elsewhere.
+full shape); every dense operand's gradient is dense, in the operand's mode order
+(``"D": "UU:1,0"`` gives the gradient of an SDDMM's D column-major, each stored entry
+then adding K contiguous values); a sparse operand's gradient is computed in the
+operand's own format from its pattern (ones at its stored positions, sharing its
+index arrays), and comes back on the operand's index arrays with new values; a
+dynamic operand's gradient is dense, computed over its live micro-tiles only (the
+pattern is the kernel's dynamic operand, under the forward call's mask), and zero
+elsewhere.
 """
 
 from __future__ import annotations
@@ -104,6 +106,11 @@ class Backward:
         if d.pattern is not None and wrt not in self.dynamic:
             fmts[d.pattern] = self.formats[wrt]
             fmts[d.statement.lhs.tensor] = writable(self.formats[wrt])
+        elif wrt not in self.dynamic and _transposed(self.formats[wrt]):
+            # A dense operand stored in another mode order gets its gradient in that
+            # order: grad_D(k,j) of an SDDMM, D column-major, adds K contiguous values
+            # per stored entry rather than K values a row apart.
+            fmts[d.statement.lhs.tensor] = self.formats[wrt]
         return fmts, dynamic
 
     def kernel(self, wrt: str) -> Any:
@@ -340,6 +347,11 @@ def gradients(kernel: Any) -> Backward:
         dtype=kernel.dtype,
         index_dtype=kernel.index_dtype,
     )
+
+
+def _transposed(fmt: Format) -> bool:
+    """Whether a dense format stores its modes in another order than their own."""
+    return fmt.is_dense and fmt.mode_order != tuple(sorted(fmt.mode_order))
 
 
 def writable(fmt: Format) -> Format:
