@@ -7,7 +7,10 @@ reports that size's peak memory:
     /usr/bin/time -v python bench/sddmm_gradients.py --rows 100000
 
 ``A(i,j) = B(i,j) * C(i,k) * D(k,j)`` with B and A in CSR (``--nnz-row`` entries a
-row at random columns), C row-major and D column-major (``--K`` columns / rows),
+row at random columns), C row-major and D column-major (``--K`` columns / rows;
+``--D-format``: D's declared format, ``UU:1,0`` by default, so its gradient comes back
+column-major, each stored entry of A adding K contiguous values; ``UU`` declares it
+row-major, read in place all the same, and its gradient row-major),
 float64, on the default thread count. The output's gradient is a tensor on A's
 index arrays with random values; ``ucf.gradients`` computes those of B (on B's
 pattern), C and D, each checked against scipy (``grad_C = (G∘B) Dᵀ``, ``grad_D =
@@ -70,9 +73,9 @@ def scipy_gradient(w, B, C, D, g):
     return GB @ D.T if w == "C" else (GB.T @ C).T
 
 
-def plans(Bt, C, grad, repeat: int) -> None:
+def plans(Bt, C, grad, repeat: int, d_format: str) -> None:
     """grad_D's default kernel against the earlier plans, CPU-time medians, interleaved."""
-    formats = {"grad_A": "csr", "B": "csr"}
+    formats = {"grad_A": "csr", "B": "csr", "grad_D": d_format}
     par = "; parallelize(k,CPUThread,NoRaces)" if num_threads() > 1 else ""
     kernels = {"default": ucf.compile(GRAD_D, formats)}
     for name, schedule in EARLIER.items():
@@ -106,6 +109,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--nnz-row", type=int, default=10)
     parser.add_argument("--K", type=int, default=8)
+    parser.add_argument("--D-format", default="UU:1,0", help="D's declared format (UU:1,0)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
@@ -117,7 +121,7 @@ def main() -> None:
     n = args.rows
     B, C, D = operands(n, args.nnz_row, args.K)
     Bt = ucf.from_scipy(B)
-    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr", "D": args.D_format})
     A = k(B=Bt, C=C, D=D)
     g = np.random.default_rng(1).standard_normal(len(A.vals))
     grad = ucf.Tensor(A.shape, A.format, A.levels, g)
@@ -157,7 +161,7 @@ def main() -> None:
             f"peak allocated {peak / 2**20:8.1f} MiB, max |error| {err:.1e}"
         )
     if args.plans:
-        plans(Bt, C, grad, args.repeat)
+        plans(Bt, C, grad, args.repeat, args.D_format)
     # The forward call with D Fortran-ordered: the default's convert(D) reads it in place.
     k(B=Bt, C=C, D=D)
     tracemalloc.start()
