@@ -19,7 +19,6 @@ from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
 from ucf.passes import panels, registers, tiling
 from ucf.schedule import cpu_model
-from ucf.toolchain import jit
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 BLOCK = (16, 8)
@@ -80,26 +79,20 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
     a, b = operands(case)
     fmt = f"bcsr({BLOCK[0]},{BLOCK[1]})"
     t = ucf.from_numpy(a, format=fmt)
-    old = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(threads)
-        got = {}
-        for target in ("llvm", "c"):
-            k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
-            assert "packed once per call and thread for each k_blk" in k.cin
-            # each tile prefetches its share of the next block's panel (``ahead``), or
-            # of the rows of B it is packed from when it is not packed yet
-            fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
-            assert fetched == {"B_panel0", "B_vals"}
-            got[target] = k(A=t, B=b).to_numpy()
-        monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
-        k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
-        assert not any(isinstance(n, ir.Alloc) for n in nodes(k.llir))
-        plain = k(A=t, B=b).to_numpy()
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    ucf.set_num_threads(threads)
+    got = {}
+    for target in ("llvm", "c"):
+        k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
+        assert "packed once per call and thread for each k_blk" in k.cin
+        # each tile prefetches its share of the next block's panel (``ahead``), or
+        # of the rows of B it is packed from when it is not packed yet
+        fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
+        assert fetched == {"B_panel0", "B_vals"}
+        got[target] = k(A=t, B=b).to_numpy()
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
+    assert not any(isinstance(n, ir.Alloc) for n in nodes(k.llir))
+    plain = k(A=t, B=b).to_numpy()
     np.testing.assert_array_equal(got["llvm"], got["c"])
     np.testing.assert_array_equal(got["llvm"], plain)
     want = a.astype(np.float64) @ b.astype(np.float64)
