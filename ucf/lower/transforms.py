@@ -49,8 +49,7 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
     for label, par in parallel.items():
         if nest.has(label) or not nest.partial:
             parallelize(nest, label, par, threaded)
-    if not parallel:
-        mark_independent(nest)
+    mark_independent(nest)
     _check_vector_nesting(nest.body, parallel)
     add_work_thresholds(nest.body)
 
