@@ -43,6 +43,7 @@ from spmv_spmm import fresh_kernel_cache, timings  # noqa: E402
 from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.exec.kernel import SHRUNK  # noqa: E402
 from ucf.toolchain.jit import set_whole_team, team_counters  # noqa: E402
 
 #: Tiles of fma_peak's ``tile_8x2`` per thread and round (268 MFLOP a thread, about 1 ms).
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = {f"peak{w}": (lambda f=f: f(iters, args.threads)) for w, f in loops.items()}
         if tile is not None:  # the register tile on a panel in L2 (AVX-512 hosts)
             runs["tile"] = lambda: tile(TILES, args.threads)
-        team = {"timed": 0, "lost": 0}  # ucf's parallel regions over both runs
+        team = {"timed": 0, "lost": 0, "solo": 0}  # ucf's regions and calls, both runs
         runs["ucf"] = lambda t=t, c=team: counted(c, kernel, t, b)
         runs["ucf warm"] = lambda t=t, c=team: counted(c, kernel, t, b)  # straight after "ucf"
         if args.threads > 1:  # every region on the whole team: was the adaptive team right?
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             gain = med["ucf warm, 1 thread"] / med["ucf warm"]
             teams.append(
-                f"| {zero:.0%} | {team['timed']} | {team['lost']} | {' | '.join(cells)} | "
+                f"| {zero:.0%} | {team['timed']} | {team['lost']} | {team['solo']} | "
+                f"{' | '.join(cells)} | "
                 f"{gain:.2f}x |"
             )
         if "stream" in med:
@@ -179,15 +181,17 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nThe adaptive team ({args.threads} threads): ucf's parallel regions in the "
             "ucf and ucf warm runs (warm-ups included), how many lost to one thread (each "
-            "put its loop on fewer threads for a while: a busy machine); ucf warm again with "
+            "put its loop on fewer threads for a while: a busy machine), and the calls that "
+            "ran the plan for one thread instead (while the loops wait on one thread); ucf "
+            "warm again with "
             "every region on the whole team, and on one thread (wall time, each right after "
             "the one before it; shares of the peak on all threads)\n"
         )
         print(
-            "| zero blocks | regions timed | lost | ucf warm | ucf warm, whole team | "
-            "ucf warm, 1 thread | speed-up of the threads |"
+            "| zero blocks | regions timed | lost | calls on one thread | ucf warm | "
+            "ucf warm, whole team | ucf warm, 1 thread | speed-up of the threads |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         print("\n".join(teams))
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print("| target | value | result |\n|---|---|---|")
@@ -198,12 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def counted(team: dict[str, int], kernel, a, b):
-    """``kernel(A=a, B=b)``, adding the parallel regions it timed and lost to ``team``."""
+    """``kernel(A=a, B=b)``, adding the parallel regions it timed and lost to ``team``,
+    and to ``team["solo"]`` one if the call ran the plan for one thread."""
     before = team_counters()
     out = kernel(A=a, B=b)
     after = team_counters()
-    for key in team:
+    for key in before:
         team[key] += after[key] - before[key]
+    team["solo"] += SHRUNK in kernel._local.built.why
     return out
 
 

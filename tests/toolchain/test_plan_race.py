@@ -159,12 +159,15 @@ def test_the_plans_race_only_where_they_do_different_work():
     """``same_work``: a plan for one thread that is the parallel plan without its
     ``parallelize`` (an SpMV's, a workspace kept) does not race; one with
     another pass over the sparse output (one pass against a parallel plan's two) or other commands
-    does."""
+    does. A split whose blocks the parallel plan shares out is no other work where both
+    append in one pass or both write a dense output (bcsr SpMM's block rows in dynamic
+    chunks), and is where both fill a sparse output in two passes."""
     par = Parallelize("i", Parallel("CPUThread", "NoRaces"))
     ws = PrecomputeCommand("A(i, j) * B(j, k)", "k", "k")
+    dense, sparse = SimpleNamespace(is_dense=True), SimpleNamespace(is_dense=False)
 
-    def built(commands, one_pass=False, compiled=None):
-        plan = SimpleNamespace(one_pass=one_pass)
+    def built(commands, one_pass=False, compiled=None, out=sparse):
+        plan = SimpleNamespace(one_pass=one_pass, computed_format=out)
         return SimpleNamespace(commands=commands, compiled=compiled or SimpleNamespace(plan=plan))
 
     assert team.same_work(built([par]), built([]))
@@ -176,6 +179,10 @@ def test_the_plans_race_only_where_they_do_different_work():
     blocks = Parallelize("i_c", Parallel("CPUThread", "NoRaces"))
     assert team.same_work(built([split, blocks], True), built([], True))
     assert not team.same_work(built([split, blocks]), built([]))
+    assert team.same_work(built([split, blocks], out=dense), built([], out=dense))
+    assert not team.same_work(built([split, blocks], out=dense), built([]))
+    other = SplitCommand("j", "j_c", "j_r", 8)  # a split of another loop is other work
+    assert not team.same_work(built([other, split, blocks], out=dense), built([], out=dense))
     static = built(None)
     assert team.same_work(static, built(None, compiled=static.compiled))
     assert not team.same_work(built([par]), static)
@@ -271,3 +278,35 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
     ran = "".join(call() for _ in range(1 + 2 * RACE_CALLS + 8))
     assert ran.endswith("PPPP")
     assert "".join(call() for _ in range(RACE_EVERY - 8)) == "P" * (RACE_EVERY - 8)
+
+
+def test_block_rows_in_chunks_race_no_more(monkeypatch):
+    """bcsr SpMM whose block rows are uneven runs them in dynamic chunks (a split the
+    plan for one thread has not): the same work into a dense output, so the plans do not
+    race and no call runs on one thread while its regions win (on main each race ran 5
+    calls of the plan for one thread, a quarter of a short benchmark's calls). Every
+    call's result is the first's bit for bit, and numpy's to rounding."""
+    if jit.openmp_runtime() is None:
+        pytest.skip("no libgomp")
+    monkeypatch.setattr(team.LoopStates, "decide", lambda self, now: 0)
+    rng = np.random.default_rng(46)
+    n, bs = 512, 32
+    rows = n // bs
+    # block row r stores r + 1 blocks: a static split gives one thread 2.8x the other's
+    keep = np.arange(rows)[None, :] <= np.arange(rows)[:, None]
+    a = (np.kron(keep, np.ones((bs, bs))) * rng.random((n, n))).astype(np.float32)
+    b = rng.random((n, 64), dtype=np.float32)
+    t = ucf.from_numpy(a, format="bcsr(32,32)")
+    ucf.set_num_threads(2)
+    forget_loaded()
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "bcsr(32,32)"}, dtype="float32")
+    first = k(A=t, B=b).to_numpy().copy()
+    np.testing.assert_allclose(first, a @ b, rtol=1e-4)
+    commands = k._local.built.commands
+    assert any(isinstance(c, SplitCommand) for c in commands), commands
+    ran = ""
+    for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS + 2 * RACE_EVERY):
+        out = k(A=t, B=b).to_numpy()
+        assert np.array_equal(out, first)
+        ran += "P" if any(isinstance(c, Parallelize) for c in k._local.built.commands) else "S"
+    assert ran == "P" * len(ran)

@@ -48,9 +48,9 @@ happening, none needing an environment variable:
   (``RACE_EVERY`` to ``RACE_EVERY_MAX``), so a quiet machine gets its parallel
   speed-up back at the next race and pays for a race in few of its calls. When the
   first race reaches the plan for one thread and finds the parallel plan without its
-  parallel loops (an SpMV's, an SpGEMM's, a sparse add's: ``same_work``), the plans
-  race no more (``LoopStates.unrace``): the regions' own timing compares those two
-  already.
+  parallel loops (an SpMV's, an SpGEMM's, a sparse add's, bcsr SpMM's block rows in
+  chunks: ``same_work``), the plans race no more (``LoopStates.unrace``): the regions'
+  own timing compares those two already.
 
 The C target's kernels are plain OpenMP (they are standalone C): the spin and the
 thread count apply to them, the shrinking team does not.
@@ -311,11 +311,13 @@ def same_work(parallel, solo) -> bool:
     the same commands but ``parallelize``, the same passes over a sparse output (both
     kernels' chosen plans, ``ucf.exec.kernel._Built``). Then a region timed against
     itself on one thread compares the two plans, and they need not race
-    (``LoopStates.unrace``). Where both append in one pass, a split whose blocks the
-    parallel plan shares out is no other work: its rows run in chunks of their own
-    (``ucf.lower.row_chunks``). A plan for one thread that appends in one pass where
-    the parallel rows count first (an output of more levels than a row's and a
-    column's) races."""
+    (``LoopStates.unrace``). A split whose blocks the parallel plan shares out is no
+    other work where both append in one pass (their rows run in chunks of their own:
+    ``ucf.lower.row_chunks``) or both write a dense output (the blocks run the rows in
+    their order: the default's dynamic chunks of skewed or heavy rows, such as bcsr
+    SpMM's block rows, which raced on a quiet machine and ran 5 of every race's calls
+    on one thread). A plan for one thread that appends in one pass where the parallel
+    rows count first (an output of more levels than a row's and a column's) races."""
     from ucf.schedule.loops import SplitCommand
     from ucf.schedule.requests import Parallelize
 
@@ -324,8 +326,12 @@ def same_work(parallel, solo) -> bool:
     if solo.commands is None or parallel.commands is None:
         return False
     kept = [c for c in parallel.commands if not isinstance(c, Parallelize)]
-    if parallel.compiled.plan.one_pass and solo.compiled.plan.one_pass:
-        # one-pass rows run in chunks of their own, whatever split shared them out
+    one, other = parallel.compiled.plan, solo.compiled.plan
+    if (one.one_pass and other.one_pass) or (
+        one.computed_format.is_dense and other.computed_format.is_dense
+    ):
+        # rows in chunks of their own (one pass) or in the order of the split's blocks
+        # (a dense output): the same work, whatever split shared them out
         shared = {c.var for c in parallel.commands if isinstance(c, Parallelize)}
         kept = [c for c in kept if not (isinstance(c, SplitCommand) and c.outer in shared)]
     return kept == list(solo.commands) and (
