@@ -36,8 +36,8 @@ class AssemblyMixin:
     def _appends_rows(self) -> bool:
         """Whether the output's entries may be appended row by row as its operands'
         are met (``_bound_operands``, ``_same_structure``): only its last level is
-        sparse, nothing is summed, it has no fill and no blocks, and no precompute,
-        fused, pos or assemble command reshapes the nest."""
+        sparse, nothing is summed, it has no fill and no blocks, and no fused, pos or
+        assemble command reshapes the nest."""
         a = self.applied
         return not (
             self.local != self.out_fmt.order - 1
@@ -45,7 +45,7 @@ class AssemblyMixin:
             or self.cin.reduction_vars
             or self.out_fmt.fill
             or self.cin.blocks
-            or (a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None))
+            or (a is not None and (a.fused or a.pos or a.assemble is not None))
         )
 
     def _stored_like_output(self, op: Operand) -> bool:
@@ -70,13 +70,17 @@ class AssemblyMixin:
         allocated to hold their entries together (``_one_pass``, ``_entries_before``),
         the rows appended one after the other, and trimmed once: no pass counts the
         entries first. Rows built in parallel append in chunks from the bound of the
-        rows before them (``ucf.lower.row_chunks``)."""
+        rows before them (``ucf.lower.row_chunks``). A precompute's workspaces count
+        nothing of their own: what they gather is of the operands' entries (no sum runs),
+        and the consumer appends each entry once, as the plain nest does."""
         if not self._appends_rows():
             return []
         if not row_chunks.shares_rows(self.applied, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
+            if n >= len(self.rhs_accesses):
+                continue  # a workspace, of operands' entries that are counted here
             if not self._stored_like_output(op):
                 return []
             found.append(n)
@@ -94,7 +98,7 @@ class AssemblyMixin:
         compute pass reads that instead of the positions the assemble pass wrote,
         and its loop over a row carries no counter (``ucf.passes.flat_positions``
         then walks all the positions at once)."""
-        if not self._appends_rows():
+        if not self._appends_rows() or (self.applied is not None and self.applied.precompute):
             return None
         read = operands(self.term)  # A(i,j)*A(i,j) reads one (``_same_reads``)
         sparse = [n for n, op in self.operands.items() if n in read and not op.dense]
