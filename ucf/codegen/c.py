@@ -251,7 +251,8 @@ class _Emitter(Visitor):
     def pick(self, s: ir.Pick, depth: int) -> list[str]:
         # not restrict: the chosen array may be the team's, which other threads write
         t, first, second = IR_TO_C[s.array.elem], c_name(s.first.name), c_name(s.second.name)
-        return [f"{_pad(depth)}{t}* {c_name(s.array.name)} = {self.expr(s.cond)} ? {first} : {second};"]
+        chosen = f"{self.expr(s.cond)} ? {first} : {second}"
+        return [f"{_pad(depth)}{t}* {c_name(s.array.name)} = {chosen};"]
 
     @handles(ir.FetchAdd)
     def fetch_add(self, s: ir.FetchAdd, depth: int) -> list[str]:
