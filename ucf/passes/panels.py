@@ -168,15 +168,16 @@ def packed(
     # a tag per slot; in the team's cache, after them a count of the threads that
     # claimed each slot's panel
     tags = _buffer(state, "panel_tags", "i64", ir.mul(slots, Const(2 if team else 1, I64)), fits)
-    shared = (
-        f"in one cache of the team if its panels take {TEAM_BYTES >> 20} MB or less, else "
+    mb = CACHE_BYTES >> 20
+    where = (
+        f"team for each {coordinate.name}, in one cache the team shares (where the panels "
+        f"exceed {TEAM_BYTES >> 20} MB, a cache of {mb} MB a thread)"
         if team
-        else "in "
+        else f"thread for each {coordinate.name}, in a cache of {mb} MB a thread"
     )
     state.notes.append(
-        f"registers: {copied} packed once per call for each {coordinate.name}, {shared}a "
-        f"cache of {CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that "
-        f"{coordinate.name}"
+        f"registers: {copied} packed once per call and {where}, and read by every {loop} loop "
+        f"of that {coordinate.name}"
     )
     # a tag holds the key of the panel in its slot, plus one (0: empty); a key is not
     # negative, but one that were could not match an empty slot's 0
