@@ -305,10 +305,23 @@ def draw_case(
         if d.boolean(0.25):  # A(i,j)*A(i,j): one walk serves both reads
             idx = tuple(tensors[n])
         reads.insert(d.integer(0, len(reads)), (n, idx))
+    flipped = nvars >= 2 and d.boolean(0.06)
+    if flipped:
+        # a sum of terms reading one matrix in two orders (A@x + A.T@y): the default
+        # walks each term's operands as stored in loops of its own, scattering the
+        # second into a workspace (ucf.schedule.own_order)
+        u, v = vars_[0], vars_[1]
+        extents[v] = extents[u]
+        tensors = {"A": [u, v], "B": [v], "C": [v]}
+        reads = [("A", (u, v)), ("B", (v,)), ("A", (v, u)), ("C", (v,))]
     used = sorted({v for _, idx in reads for v in idx}, key=VARS.index)
     extents = {v: extents[v] for v in used}
     out_vars = permutation(d, used)[: d.integer(0, len(used))]
     tree = draw_tree(d, reads, functions)
+    if flipped:
+        out_vars = [u] if d.boolean(0.8) else []
+        left, right = (("*", ("acc", *reads[k]), ("acc", *reads[k + 1])) for k in (0, 2))
+        tree = (d.choice("+-"), left, right)
     if lang or d.integer(0, 3) == 0:
         tree = add_reduction(d, tree, out_vars)
     mode = d.integer(0, 19) if plans and not lang else 99
@@ -325,6 +338,8 @@ def draw_case(
     for n, idx in tensors.items():
         sizes = tuple(d.choice([0, 1, 2, 3]) if apart else block[v] for v in idx)
         formats[n] = draw_operand_format(d, len(idx), sizes)
+    if flipped and d.boolean(0.5):  # the scatter's own shape: A compressed, x and y dense
+        formats = {"A": d.choice(["UC:0,1", "UC:1,0", "CC:0,1"]), "B": "U:0", "C": "U:0"}
     seed = d.integer(0, 2**32 - 1)
     density = d.choice([0.0, 0.3, 0.7, 1.0])
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"

@@ -204,6 +204,7 @@ def plan(
         openmp=_openmp_for(cin, openmp),
         writes_all=bool(writes_all),
         one_pass=bool(lowered.one_pass),
+        same_structure=lowered.same_structure,
         copied=copied,
         schedule=None if schedule is None else "; ".join(map(str, commands)),
     )

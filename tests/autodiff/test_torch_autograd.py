@@ -193,8 +193,6 @@ def test_einsum_refuses_what_it_cannot_run():
         ucf.torch.einsum("y(i) = A(i,j) * x(j)", A=A, x=np.ones(4))
     with pytest.raises(ucf.OperandError, match="masks= gives a mask for A"):
         ucf.torch.einsum("y(i) = A(i,j) * x(j)", masks={"A": A != 0}, A=A, x=x)
-    with pytest.raises(ucf.UnsupportedError, match="sparse format"):
-        ucf.torch.einsum("y(i) = A(i,j) * x(j)", formats={"y": "C"}, A=A, x=x)
 
 
 # ------------------------------------------------------------------ custom ops

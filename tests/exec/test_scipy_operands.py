@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.helpers import TARGETS
 from ucf.exec.order_free import order_free
 from ucf.format.levels.checks import increasing
 from ucf.toolchain import jit
@@ -245,3 +246,45 @@ def test_increasing_agrees_with_each_row(rows, wide):
     crd = np.array([c for r in rows for c in r], dtype=idt)
     want = all(all(b > a for a, b in zip(r, r[1:], strict=False)) for r in rows)
     assert increasing(pos, crd) == want
+
+
+@pytest.mark.parametrize("idt", [np.int32, np.int64])
+def test_the_compiled_order_check_agrees_with_numpys(idt):
+    """``array_checks.increasing`` against ``checks.increasing`` on segments sorted or
+    not, with repeats, empty ones (first, last, runs of them) and none at all."""
+    from ucf.exec import array_checks
+
+    rng = np.random.default_rng(12)
+    for _ in range(400):
+        lens = rng.integers(0, 5, rng.integers(0, 9))
+        pos = np.concatenate([[0], np.cumsum(lens)]).astype(idt)
+        crd = rng.integers(0, 7, int(pos[-1]) + rng.integers(0, 3)).astype(idt)
+        if rng.random() < 0.6:  # every segment sorted and unique
+            for k in range(len(lens)):
+                crd[pos[k] : pos[k + 1]] = np.sort(rng.choice(12, lens[k], replace=False))
+            if rng.random() < 0.5 and pos[-1] > 1:  # but one pair that falls inside one
+                q = rng.integers(1, int(pos[-1]))
+                crd[q] = crd[q - 1]
+        got = array_checks.increasing(pos, pos.ctypes.data, crd.ctypes.data)
+        assert got == increasing(pos, crd[: int(pos[-1])]), (pos, crd)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_output_of_the_operands_structure_stores_every_value(target, monkeypatch):
+    """``2*A`` takes A's positions and is allocated unzeroed: every value is stored,
+    explicit zeros of A's included (the call's unzeroed arrays start as NaN here)."""
+    from types import SimpleNamespace
+
+    from ucf.exec import calling
+
+    def garbage(shape, dtype=float):
+        return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype=dtype)
+
+    monkeypatch.setattr(calling, "np", SimpleNamespace(**{**vars(np), "empty": garbage}))
+    n = 300
+    a = sp.random(n, n, density=0.05, format="csr", random_state=3)
+    a.data[::7] = 0.0  # stored zeros stay stored
+    k = ucf.compile("C(i,j) = 2*A(i,j)", formats={"A": "csr", "C": "csr"}, target=target)
+    got = k(A=a)
+    assert got.levels[1]["crd"].tolist() == a.indices.tolist()
+    np.testing.assert_array_equal(got.vals, 2 * a.data)

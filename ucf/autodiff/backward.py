@@ -4,7 +4,9 @@ which formats, and how a call feeds it.
 Each derived statement (``ucf.autodiff.derive``) is compiled like any other
 statement, so it gets its own default schedule (or one given by operand) and
 lands in the kernel cache. Formats follow the forward call's: the output's
-gradient and every dense operand's gradient are dense; a sparse operand's
+gradient is read in the output's format (a sparse output's gradient is sparse,
+so each kernel iterates its stored positions and never an array of the output's
+full shape); every dense operand's gradient is dense; a sparse operand's
 gradient is computed in the operand's own format from its pattern (ones at its
 stored positions, sharing its index arrays), and comes back on the operand's
 index arrays with new values; a dynamic operand's gradient is dense, computed
@@ -20,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
-from ucf.errors import FormatError, OperandError, UnsupportedError
+from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError
 from ucf.format.format import Format
+from ucf.format.storage import foreign_type
 from ucf.format.tensor import Tensor, trusted
 from ucf.lang.ast import Statement, accesses, index_variables
 
@@ -29,7 +32,8 @@ from ucf.lang.ast import Statement, accesses, index_variables
 class Backward:
     """The gradients of ``statement``'s operands, each a derived statement and a kernel.
 
-    ``formats`` are the forward call's (Format objects, dense where absent),
+    ``formats`` are the forward call's (Format objects, dense where absent; the
+    output's, when given sparse, is the format its gradient is read in),
     ``dynamic`` maps a dynamic operand to its micro-tile shape, and ``schedules``
     may give a derived statement a schedule by operand (the default model's
     otherwise)."""
@@ -53,6 +57,9 @@ class Backward:
             )
         self.orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
         self.formats = {n: formats.get(n) or Format.dense(k) for n, k in self.orders.items()}
+        out = formats.get(statement.lhs.tensor)
+        #: The output's format when sparse: its gradient is read in it (``output_gradient``).
+        self.output_format = out if out is not None and not out.is_dense else None
         self.dynamic = dict(dynamic or {})
         self.target, self.index_dtype = target, np.dtype(index_dtype)
         self.schedules = dict(schedules or {})
@@ -92,6 +99,8 @@ class Backward:
                 dynamic[once[0]] = self.dynamic[once[0]]
         for n in dynamic:
             fmts.pop(n, None)
+        if self.output_format is not None:
+            fmts[d.grad] = self.output_format
         if d.pattern is not None and wrt not in self.dynamic:
             fmts[d.pattern] = self.formats[wrt]
             fmts[d.statement.lhs.tensor] = writable(self.formats[wrt])
@@ -176,13 +185,15 @@ class Backward:
         extents: Mapping[str, int] | None = None,
         hoisted: dict[str, Any] | None = None,
     ) -> Tensor:
-        """The gradient of ``wrt`` given the output's gradient ``grad`` and the forward
-        call's operands (a dynamic operand dense, with its mask in ``masks``; without
-        one, its nonzeros). A sparse operand's gradient shares its index arrays; any
-        other is a new dense tensor. ``hoisted`` keeps the hoisted sums computed, for
-        the other operands' gradients of the same call."""
+        """The gradient of ``wrt`` given the output's gradient ``grad`` (see
+        ``output_gradient``) and the forward call's operands (a dynamic operand dense,
+        with its mask in ``masks``; without one, its nonzeros). A sparse operand's
+        gradient shares its index arrays; any other is a new dense tensor. ``hoisted``
+        keeps the hoisted sums computed, for the other operands' gradients of the same
+        call."""
         d = self.derived(wrt)
         x = operands[wrt]
+        grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
@@ -222,6 +233,56 @@ class Backward:
         if d.pattern is None or wrt in self.dynamic:
             return result
         return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
+
+    def output_gradient(self, grad: Any, operands: Mapping[str, Any]) -> Any:
+        """``grad`` as the kernels read the output's gradient, after checking its shape
+        against the output's (as far as ``operands`` fix it).
+
+        A dense output's gradient is passed on as given. A sparse output's is read in
+        the output's format: a ``Tensor`` in it (the forward result's index arrays with
+        new values) as it is, anything else (another format, scipy.sparse, a torch or
+        numpy array) converted into it by its stored entries. Entries at positions the
+        output does not store are harmless: the output is zero there whatever the
+        operands' values, so every term of every gradient is zero there too."""
+        out = self.statement.lhs
+        shape = getattr(grad, "shape", None)
+        if shape is None:
+            a = np.asarray(grad)
+            if a.dtype == object:
+                raise OperandError(
+                    f"the gradient of output {out} is a {foreign_type(grad)}; expected a ucf "
+                    "Tensor, numpy array, scipy.sparse matrix or torch tensor"
+                )
+            shape = a.shape
+        shape, want = tuple(shape), self._output_shape(operands)
+        fits = len(shape) == len(want)
+        if not fits or any(w not in (None, s) for s, w in zip(shape, want, strict=True)):
+            fixed = ", ".join("?" if w is None else str(w) for w in want)
+            raise ShapeError(
+                f"the gradient of output {out} is a {foreign_type(grad)} of shape {shape}; "
+                f"{out.tensor}'s shape from the operands is ({fixed})"
+            )
+        if self.output_format is None:
+            return grad
+        from ucf.format.interop import as_tensor
+
+        return as_tensor(
+            grad,
+            self.output_format,
+            name=f"grad_{out.tensor} (the gradient of output {out})",
+            dtype=self.dtype,
+            index_dtype=self.index_dtype,
+        )
+
+    def _output_shape(self, operands: Mapping[str, Any]) -> tuple[int | None, ...]:
+        """The output's extent in each mode that a plain index of an operand fixes."""
+        bound: dict[str, int] = {}
+        for a in accesses(self.statement.rhs):
+            shape = getattr(operands.get(a.tensor), "shape", ())
+            for m, idx in enumerate(a.indices):
+                if idx.single_variable is not None and m < len(shape):
+                    bound.setdefault(idx.single_variable, int(shape[m]))
+        return tuple(bound.get(i.single_variable) for i in self.statement.lhs.indices)
 
     def _pattern(self, wrt: str, x: Tensor) -> Any:
         if wrt in self.dynamic:
@@ -268,8 +329,8 @@ def gradients(kernel: Any) -> Backward:
     if not isinstance(kernel, Kernel | DynamicKernel):
         raise OperandError(f"gradients takes a compiled kernel (ucf.compile), got {kernel!r}")
     statement = kernel.statement
-    orders = {a.tensor: len(a.indices) for a in accesses(statement.rhs)}
-    formats = {n: f for n, f in kernel.parsed_formats.items() if n in orders}
+    names = {statement.lhs.tensor, *(a.tensor for a in accesses(statement.rhs))}
+    formats = {n: f for n, f in kernel.parsed_formats.items() if n in names}
     dynamic = {kernel.name: kernel.granularity} if isinstance(kernel, DynamicKernel) else None
     return Backward(
         statement,
@@ -294,9 +355,11 @@ def writable(fmt: Format) -> Format:
     return fmt.with_structure(tuple(kinds), fmt.maps).structure
 
 
-def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
+def on_pattern(x: Tensor, result: Tensor, drop_outside: bool = False) -> np.ndarray:
     """``result``'s values at ``x``'s stored positions, in ``x``'s order (zero where
-    ``result`` stores nothing): its own values when both store the same positions."""
+    ``result`` stores nothing): its own values when both store the same positions.
+    ``result``'s entries outside them are a bug, unless ``drop_outside`` (an output's
+    gradient from torch, which may store any positions) drops them."""
     if result.format.structure == x.format.structure and all(
         all(np.array_equal(a[k], b[k]) for k in a)
         for a, b in zip(x.levels, result.levels, strict=True)
@@ -310,11 +373,19 @@ def on_pattern(x: Tensor, result: Tensor) -> np.ndarray:
     rk = np.ravel_multi_index(rc.T, dims) if len(rc) else np.zeros(0, np.int64)
     order = np.argsort(xk, kind="stable")
     at = np.searchsorted(xk[order], rk)
-    if len(rk) and (np.any(at >= len(xk)) or np.any(xk[order[np.minimum(at, len(xk) - 1)]] != rk)):
-        # The pattern is a factor of every term, so this is a bug, not a user's error.
-        raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+    rvals = result.vals[: len(rk)]
     vals = np.zeros(len(x.vals), dtype=result.vals.dtype)
-    vals[order[at]] = result.vals[: len(rk)]
+    if len(xk) == 0:
+        if len(rk) and not drop_outside:
+            raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+        return vals
+    inside = (at < len(xk)) & (xk[order[np.minimum(at, len(xk) - 1)]] == rk)
+    if not inside.all():
+        if not drop_outside:
+            # The pattern is a factor of every term, so this is a bug, not a user's error.
+            raise RuntimeError("a gradient came back with entries outside its operand's pattern")
+        at, rvals = at[inside], rvals[inside]
+    vals[order[at]] = rvals
     return vals
 
 

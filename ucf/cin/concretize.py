@@ -11,7 +11,7 @@ ordering, and say so in the CIN.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ucf.cin.notation import CIN, Slot
@@ -164,6 +164,7 @@ def concretize(
     before: dict[str, set[str]] | None = None,
     freed: frozenset[str] = frozenset(),
     walk: Sequence[str] | None = None,
+    walked: Mapping[int, str] | None = None,
 ) -> CIN:
     """The loop order and operand storage for a statement.
 
@@ -175,8 +176,11 @@ def concretize(
     block's place after its block: ``ucf.cin.blocking``). ``freed`` names the operands
     a schedule's ``convert`` freed from binding the order, for the note on their copy;
     a dense one is copied in the order ``walk`` gives its variables (the loop order's
-    where None).
+    where None). ``walked`` maps the accesses (by number) that a precompute's producer
+    walks as stored in loops of its own (``ucf.schedule.own_order``) to its workspace:
+    they bind no loop order and are read as stored.
     """
+    walked = dict(walked or {})
     rhs = accesses(stmt.rhs)
     check_indices(stmt)
     workspace = workspace or bool(gathered)
@@ -199,7 +203,8 @@ def concretize(
                 raise UnsupportedError(
                     f"access {a}: a repeated index variable in a sparse operand is not supported"
                 )
-            hard.append((n, chain))
+            if n not in walked:
+                hard.append((n, chain))
     out_chain = _level_sets(stmt.lhs, output_format)
     sparse_out = not output_format.is_dense
     appended = appended_vars(stmt.lhs, output_format)
@@ -264,7 +269,14 @@ def concretize(
     converted: dict[tuple[str, Format], str] = {}
     for n, a in enumerate(rhs):
         fmt = formats[a.tensor]
-        if not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
+        if n in walked:
+            slots[n] = Slot(a.tensor, a.tensor, fmt)
+            notes.append(
+                f"operand {a.tensor} is read as stored ('{fmt.name}') in {a}: the producer of "
+                f"workspace {walked[n]} runs its loops in {a.tensor}'s level order, scattering "
+                f"into {walked[n]}, so it is not converted"
+            )
+        elif not fmt.is_dense and _violations(_level_sets(a, fmt), pos, strict=True):
             new = _regrouped(fmt, _reordered(a, fmt, pos))
             new = _searchable(a, new) or new
             if _violations(_level_sets(a, new), pos, strict=True):
@@ -326,7 +338,7 @@ def concretize(
                 "order already; convert reads a dense operand in the order the loops walk it"
             )
     notes.insert(0, f"loop order {', '.join(best) or '(none)'}")
-    return CIN(stmt, list(best), slots, output_format, notes)
+    return CIN(stmt, list(best), slots, output_format, notes, walked=walked)
 
 
 Chain = list[tuple[str, ...]]  # the variables of each level's index, outer to inner

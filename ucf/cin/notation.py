@@ -42,6 +42,9 @@ class CIN:
     blocks: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     # An offset of a sparse operand's repeated variable (ucf.cin.diagonals) -> the variable
     diagonals: dict[str, str] = field(default_factory=dict)
+    # Accesses (by number) a precompute's producer walks as stored in loops of its own
+    # (``ucf.schedule.own_order``) -> the workspace
+    walked: dict[int, str] = field(default_factory=dict)
 
     @property
     def reduction_vars(self) -> list[str]:

@@ -45,6 +45,8 @@ class Plan:
     writes_all: bool = False
     # The sparse output is appended in one pass, each value stored once (``Lowered``).
     one_pass: bool = False
+    # The sparse output has an operand's structure (``Lowered``): every value is stored.
+    same_structure: bool = False
     # The default's output is an operand converted and relabelled (``ucf.cin.relabelled``):
     # a call returns that instead of calling the kernel.
     copied: Relabelled | None = None

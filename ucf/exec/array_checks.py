@@ -311,9 +311,85 @@ done:
 """
 
 
+def _increasing_ir(t: str) -> str:
+    """``ucf_increasing_<t>(pos, major, crd)``: 1 when ``crd`` strictly increases within
+    every segment of ``pos`` (checked by ``compressed``: it starts at 0, never decreases
+    and ends within ``crd``), else 0. The neighbours of the whole array that fall are
+    counted, then the segment starts where they may: one pass over ``crd`` with no
+    branch (it vectorizes), and one over ``pos`` whose reads are always in bounds (an
+    index that is no segment's start reads the pair at 1)."""
+    return (
+        f"""
+define i64 @ucf_increasing_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                               {t}* noalias nocapture readonly %crd) {{
+entry:
+  %end.at = getelementptr inbounds {t}, {t}* %pos, i64 %major
+  %end = load {t}, {t}* %end.at
+"""
+        + _widen(t, "%end", "n").format(ext="sext")
+        + f"""  %some = icmp sgt i64 %n, 1
+  br i1 %some, label %pairs, label %yes
+pairs:
+  %q = phi i64 [1, %entry], [%q1, %pairs]
+  %falls = phi i64 [0, %entry], [%falls1, %pairs]
+  %c.at = getelementptr inbounds {t}, {t}* %crd, i64 %q
+  %c = load {t}, {t}* %c.at
+  %qm = add nsw i64 %q, -1
+  %b.at = getelementptr inbounds {t}, {t}* %crd, i64 %qm
+  %b = load {t}, {t}* %b.at
+  %le = icmp sle {t} %c, %b
+  %le64 = zext i1 %le to i64
+  %falls1 = add i64 %falls, %le64
+  %q1 = add nuw nsw i64 %q, 1
+  %more = icmp slt i64 %q1, %n
+  br i1 %more, label %pairs, label %starts
+starts:
+  %inner = icmp sgt i64 %major, 1
+  br i1 %inner, label %row, label %compare
+row:
+  %k = phi i64 [1, %starts], [%k1, %row]
+  %found = phi i64 [0, %starts], [%found1, %row]
+  %s.at = getelementptr inbounds {t}, {t}* %pos, i64 %k
+  %s = load {t}, {t}* %s.at
+  %k1 = add nuw nsw i64 %k, 1
+  %e.at = getelementptr inbounds {t}, {t}* %pos, i64 %k1
+  %e = load {t}, {t}* %e.at
+  %filled = icmp slt {t} %s, %e
+  %inside = icmp sgt {t} %s, 0
+  %start = and i1 %filled, %inside
+"""
+        + _widen(t, "%s", "s64").format(ext="sext")
+        + f"""  %at = select i1 %start, i64 %s64, i64 1
+  %x.at = getelementptr inbounds {t}, {t}* %crd, i64 %at
+  %x = load {t}, {t}* %x.at
+  %atm = add nsw i64 %at, -1
+  %w.at = getelementptr inbounds {t}, {t}* %crd, i64 %atm
+  %w = load {t}, {t}* %w.at
+  %drop = icmp sle {t} %x, %w
+  %counted = and i1 %start, %drop
+  %c64 = zext i1 %counted to i64
+  %found1 = add i64 %found, %c64
+  %more_rows = icmp slt i64 %k1, %major
+  br i1 %more_rows, label %row, label %compare
+compare:
+  %expected = phi i64 [0, %starts], [%found1, %row]
+  %same = icmp eq i64 %falls1, %expected
+  %r = zext i1 %same to i64
+  ret i64 %r
+yes:
+  ret i64 1
+}}
+"""
+    )
+
+
 def _module_ir() -> str:
     return "".join(
-        _compressed_ir(t) + _coordinates_ir(t) + _nonempty_ir(t) + _row_starts_ir(t)
+        _compressed_ir(t)
+        + _coordinates_ir(t)
+        + _nonempty_ir(t)
+        + _row_starts_ir(t)
+        + _increasing_ir(t)
         for t in _TYPES.values()
     )
 
@@ -333,7 +409,7 @@ _STARTS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
 
 
 @cache
-def _functions() -> tuple[object, dict, dict, dict, dict]:
+def _functions() -> tuple[object, dict, dict, dict, dict, dict]:
     """The compiled module (held: its functions live as long as it does) and its
     functions by index dtype."""
     from ucf.toolchain.jit import runtime_module
@@ -345,7 +421,8 @@ def _functions() -> tuple[object, dict, dict, dict, dict]:
     pairs = {dt: _PAIRS(library.address(f"ucf_coordinates_{t}")) for dt, t in _TYPES.items()}
     nonempty = {dt: _NONEMPTY(library.address(f"ucf_nonempty_{t}")) for dt, t in _TYPES.items()}
     starts = {dt: _STARTS(library.address(f"ucf_row_starts_{t}")) for dt, t in _TYPES.items()}
-    return library, compressed, pairs, nonempty, starts
+    increasing = {dt: _NONEMPTY(library.address(f"ucf_increasing_{t}")) for dt, t in _TYPES.items()}
+    return library, compressed, pairs, nonempty, starts, increasing
 
 
 def compressed(
@@ -381,3 +458,10 @@ def row_starts(row: np.ndarray, row_at: int, rows: int) -> np.ndarray:
     out = np.empty(rows + 1, dtype=row.dtype)
     _functions()[4][row.dtype](row_at, len(row), rows, out.ctypes.data)
     return out
+
+
+def increasing(indptr: np.ndarray, pos_at: int, crd_at: int) -> bool:
+    """Whether the indices (at ``crd_at``) strictly increase within every segment of
+    ``indptr`` (int32 or int64, contiguous, at ``pos_at``, as the indices are; checked
+    by ``compressed``): sorted and unique, scipy's canonical format."""
+    return bool(_functions()[5][indptr.dtype](pos_at, len(indptr) - 1, crd_at))

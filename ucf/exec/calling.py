@@ -96,6 +96,7 @@ class Calling:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given: dict[str, Tensor] = {}
         in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
+        local.fortran = frozenset()
         for n in names:
             # A static operand is compared with the compiled one as it comes: canonical.
             t = None if self._statics else scipy_operands.bind(operands[n], n)
@@ -216,7 +217,8 @@ class Calling:
             counted = self._allocate_sparse(out_shape, counts)
             self._invoke(plan.assemble, extents, slots, counted, counts=counts)
             pos = counted.levels[plan.local_level]["pos"]
-            result = self._allocate_sparse(out_shape, counts)
+            # an operand's structure: the compute pass stores every value
+            result = self._allocate_sparse(out_shape, counts, zeroed=not plan.same_structure)
             result.levels[plan.local_level]["pos"] = pos
         self._invoke(plan.compute, extents, slots, result, counts=counts)
         result = trimmed(result)
@@ -296,12 +298,15 @@ class Calling:
             f"convert it once beforehand, e.g. with ucf.from_numpy(..., format='{fmt.name}') "
             f"or .convert('{fmt.name}')"
         )
-        if slot.name != slot.tensor:
+        # A converted slot may read the operand's own format (a Fortran-ordered array read
+        # column-major); a Fortran-ordered array is copied as silently as C-order copies were.
+        moved = t.format.structure != fmt.structure and slot.tensor not in self._local.fortran
+        if moved and slot.name != slot.tensor:
             reasons.append(
                 f"is read as '{fmt.name}', since the kernel's loop order does not follow its format"
             )
             fixes.append(convert)
-        elif t.format.structure != fmt.structure:
+        elif moved:
             reasons.append(f"is stored as '{t.format.name}' but the kernel reads '{fmt.name}'")
             fixes.append(convert)
         elif not fmt.is_dense and t.index_dtype != self.index_dtype:
@@ -326,18 +331,28 @@ class Calling:
         """Wrap a ready numpy array without validation: dense storage has no invariants.
         A Tensor is taken as it is (``as_tensor`` would return it unchanged, slower). An
         array of another value dtype than the kernel's (uint8 activations of an int32
-        kernel) is wrapped so too: ``as_tensor`` would keep its dtype as well."""
+        kernel) is wrapped so too: ``as_tensor`` would keep its dtype as well.
+
+        A Fortran-ordered array is dense storage with its modes reversed, and is wrapped
+        so: a kernel reading that order reads it in place, and one reading another copies
+        it once (``relaid``), where a C-order copy first would be relaid a second time.
+        The copy is as silent as the C-order copy always was (``local.fortran``)."""
         if isinstance(value, Tensor):
             return value
         if (
             isinstance(value, np.ndarray)
             and (value.dtype == self.dtype or value.dtype in VALUE_DTYPES)
-            and value.flags.c_contiguous
             and value.ndim > 0
         ):
             shape = value.shape
-            vals = value if len(shape) == 1 else value.reshape(-1)
-            return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
+            if value.flags.c_contiguous:
+                vals = value if len(shape) == 1 else value.reshape(-1)
+                return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
+            if value.flags.f_contiguous:
+                self._local.fortran |= {name}
+                reversed_modes = Format.dense(len(shape), range(len(shape) - 1, -1, -1))
+                vals = value.T.reshape(-1)
+                return trusted(shape, reversed_modes, [{} for _ in shape], vals)
         return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):

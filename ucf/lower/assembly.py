@@ -44,20 +44,22 @@ class AssemblyMixin:
         allocated to hold their entries together (``_one_pass``, ``_entries_before``),
         the rows appended one after the other, and trimmed once: no pass counts the
         entries first. Rows built in parallel append in chunks from the bound of the
-        rows before them (``ucf.lower.row_chunks``)."""
+        rows before them (``ucf.lower.row_chunks``). A precompute's workspaces count
+        nothing of their own: what they gather is of the operands' entries (no sum runs),
+        and the consumer appends each entry once, as the plain nest does."""
         a = self.applied
         if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
             return []
         if self.out_fmt.fill:
             return []
-        if self.cin.blocks or (
-            a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None)
-        ):
+        if self.cin.blocks or (a is not None and (a.fused or a.pos or a.assemble is not None)):
             return []
         if not row_chunks.shares_rows(a, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
+            if n >= len(self.rhs_accesses):
+                continue  # a workspace, of operands' entries that are counted here
             levels = op.fmt.levels
             if (
                 [ix.single_variable for ix in op.level_idx] != self.out_level_vars

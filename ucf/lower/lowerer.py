@@ -383,7 +383,8 @@ class Lowerer(
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
         one_pass = self._one_pass_note()
-        return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass)
+        same = self.same_structure is not None
+        return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass, same)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:
         """The compute function zeroing its dense output itself, a slice at a time

@@ -24,6 +24,7 @@ from ucf.lang.affine import Affine
 from ucf.lang.reductions import peel, temporary
 from ucf.lower.lattice import Func, Lit, Negate, Op, Opnd, Reduce, Temp, Term, operands, reduces
 from ucf.lower.state import Operand, Scope, SlotParams, Where, Workspace
+from ucf.schedule import own_order
 from ucf.schedule.commands import BoundCommand, SplitCommand
 
 
@@ -180,7 +181,7 @@ class PlacementMixin:
             # once per value of it (``3*A(k)`` in ``X(k) = A(k) + B(i,k,j)`` over 3 j's),
             # so its producer loops over those variables too (statement fuzzer, seed 71
             # case 311: A(k) gathered into w(k) once lost the j loop).
-            loops = side(used | set(summed))
+            loops = self._own_order(cmd, t, side(used | set(summed)), depth)
             parts.append((t, loops))
             scopes[(k, f"prod{m}")] = Scope(t, loops, depth, [i], False)
         # A later precompute may gather a sum the consumer still holds, whose loops then
@@ -191,6 +192,27 @@ class PlacementMixin:
             match.rest, cons_order, depth, scope.out_vars, scope.output, summed
         )
         return Where(depth, parts, match.rest, cons_order, ws, split, W, key, pc.wvar)
+
+    def _own_order(self, cmd: str, t: Term, loops: tuple[str, ...], depth: int) -> tuple:
+        """A producer's loops, those below the where ordered to walk the sparse accesses
+        it reads as stored in an order of its own (``cin.walked``: the loop order does
+        not bind them, ``ucf.schedule.own_order``); refused where the loops it shares
+        with the rest of the nest, above the where, already walk one out of order."""
+        walked = [n for n in operands(t) if n in self.cin.walked]
+        if not walked:
+            return loops
+        slots = self.cin.slots
+        sparse = [self.rhs_accesses[n] for n in walked]
+        fmts = {self.rhs_accesses[n].tensor: slots[n].format for n in walked}
+        below = own_order.follows(sparse, fmts, loops[depth:])
+        whole = None if below is None else (*loops[:depth], *below)
+        if whole is None or own_order.follows(sparse, fmts, whole) != whole:
+            raise ScheduleError(
+                f"{cmd}: its producer would walk {sparse[0]} out of its storage order "
+                f"below the loops {', '.join(loops[:depth]) or '(none)'} it shares with the "
+                "rest of the nest; precompute every term that reads it in another order"
+            )
+        return whole
 
     def _workspace(self, pc, dims: tuple[str, ...], split) -> Workspace:
         """The dense workspace of ``pc`` over ``dims``: as long as the variable's extent

@@ -176,6 +176,9 @@ class Lowered:
     # ``ucf.lower.product_bound``): its values need no zeroing before the call. The
     # text says what bounds it ("": two passes, the first counting).
     one_pass: str = ""
+    # The output has an operand's structure, position for position
+    # (``AssemblyMixin._same_structure``): the compute pass stores every value.
+    same_structure: bool = False
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
+from ucf.ir.walk import loops as walk_loops
 from ucf.lower import sort
-from ucf.lower.lattice import Term, restrict
+from ucf.lower.lattice import Term, operands, restrict
 from ucf.lower.state import (
     BITS_SLACK,
     State,
@@ -57,7 +58,13 @@ class WorkspacesMixin:
             prod.order = order
             prod.ws = ws
             prod.scope = (*st.scope, (k, f"prod{m}"))
-            produce += self._at_depth(term, prod)
+            built = self._at_depth(term, prod)
+            if any(n in self.cin.walked for n in operands(part)):
+                # loops in an order of their own (``_own_order``), which the schedule's
+                # final arrangement of the nest's loops must leave alone
+                for _, loop in walk_loops(built):
+                    loop.label = ""
+            produce += built
         if ws.sort_tmp is not None and (not self.assembling or ws.merged):
             produce += self._in_order(ws)
         cons = st.copy()

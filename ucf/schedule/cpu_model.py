@@ -39,6 +39,7 @@ from ucf.schedule.commands import (
     SplitCommand,
 )
 from ucf.schedule.gathering import distributed, is_product, terms, workspaces
+from ucf.schedule.intersections import intersected
 from ucf.schedule.multiply_adds import multiply_adds
 from ucf.schedule.records import Parallel
 
@@ -296,7 +297,7 @@ def _workspaces(
     stmt = cin.statement
     if terms(stmt.rhs) is not None:
         if list(storage_order) == list(cin.order):
-            return distributed(cin, stats, why)
+            return distributed(cin, stats, why) or intersected(cin, stats, why)
         return workspaces(cin, stats, why)
     if cin.output_format.is_dense:
         return []

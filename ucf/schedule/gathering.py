@@ -112,6 +112,11 @@ def workspaces(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
 MERGE_STEPS = 2.0
 
 
+#: Converting a sparse operand on every call (a transposing copy: count, place, copy)
+#: costs about this many steps of a loop over one fiber per stored entry.
+CONVERT_STEPS = 4.0
+
+
 def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
     """The plan that distributes the statement's outer sum over its terms when the terms
     read different sparse operands: ``y(i) = A(i,j)*x(j) + B(i,j)*x(j)`` co-iterates
@@ -120,8 +125,11 @@ def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
     the output's innermost variable in turn (summed in another order than the
     co-iterated loop, as for a sparse output's sum of products). A product the user
     factored (``(A(i,j) + B(i,j))*x(j)``) is not a sum of terms and is left alone.
+    Terms that read one operand in two orders (``A(i,j)*x(j) + A(j,i)*x(j)``: the plain
+    nest converts A on every call) get the plan too: with a dense output, each term's
+    producer walks its operand as stored (``ucf.schedule.own_order``).
     Appends to ``why`` the line that says which was chosen; none when the terms share
-    their sparse operands."""
+    their sparse operands in one order."""
     stmt = cin.statement
     found = terms(stmt.rhs)
     v = row_variable(stmt, cin.output_format)
@@ -132,7 +140,8 @@ def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
     reads = [
         frozenset(a.tensor for a in accesses(t) if not formats[a.tensor].is_dense) for _, t in found
     ]
-    if len(set(reads)) < 2 or not all(reads):
+    flipped = _flipped(cin, [t for _, t in found])
+    if not flipped and (len(set(reads)) < 2 or not all(reads)):
         return []
     spelled = [text(t) for _, t in found]
     plan = [PrecomputeCommand(t, v, v) for t in spelled]
@@ -140,10 +149,17 @@ def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
     merged = (
         f"one loop over {over} co-iterating {' and '.join(', '.join(sorted(r)) for r in reads)}"
     )
+    if flipped:
+        merged += (
+            f", {', '.join(flipped)} converted on every call (the terms read "
+            f"{'it' if len(flipped) == 1 else 'them'} in two orders)"
+        )
     apart = (
         f"sum({over}) distributed over the terms, each precomputed over {v} with its own "
         f"loop ({'; '.join(spelled)})"
     )
+    if flipped and cin.output_format.is_dense:
+        apart += ", each walking its operands as stored"
     products, _ = _work(cin, stats, [t for _, t in found])
     if products is None:
         why.append(
@@ -153,6 +169,7 @@ def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
         return [plan]
     pairs = math.prod(stats.extents.get(w, 1) for w in cin.output_vars)
     apart_steps, merged_steps = products + len(found) * pairs, MERGE_STEPS * products
+    merged_steps += CONVERT_STEPS * sum(stats.nnz.get(t, 0) for t in flipped)
     if apart_steps >= merged_steps:
         why.append(
             f"default: {merged}, about {merged_steps:.2g} steps, against about "
@@ -164,6 +181,17 @@ def distributed(cin: CIN, stats, why: list[str]) -> list[list[Command]]:
         f"about {merged_steps:.2g}"
     )
     return [plan]
+
+
+def _flipped(cin: CIN, products: list[Expr]) -> list[str]:
+    """The sparse operands the unscheduled nest converts that more than one term reads:
+    terms that read one operand in two orders."""
+    converted = {s.tensor for s in cin.slots.values() if s.name != s.tensor}
+    readers: dict[str, int] = {}
+    for p in products:
+        for t in {a.tensor for a in accesses(p)}:
+            readers[t] = readers.get(t, 0) + 1
+    return sorted(t for t in converted if readers.get(t, 0) > 1)
 
 
 def _work(cin: CIN, stats, products: list[Expr]) -> tuple[float | None, float | None]:

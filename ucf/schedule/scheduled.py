@@ -10,6 +10,7 @@ from ucf.cin.notation import CIN
 from ucf.errors import ScheduleError
 from ucf.format.format import Format
 from ucf.lang.ast import accesses
+from ucf.schedule import own_order
 from ucf.schedule.apply import Applied, apply_schedule
 from ucf.schedule.nest_state import Command
 from ucf.schedule.requests import Convert
@@ -75,8 +76,16 @@ def scheduled(
     for loop in applied.loops:
         for v in prov.origins(loop):
             walk = [*(w for w in walk if w != v), v]
+    apart = own_order.walked(stmt, applied.precompute, prov, order, fmts, computed.is_dense)
     new = concretize(
-        stmt, fmts, computed, order=order, gathered=gathered, freed=frozenset(free), walk=walk
+        stmt,
+        fmts,
+        computed,
+        order=order,
+        gathered=gathered,
+        freed=frozenset(free),
+        walk=walk,
+        walked=apart,
     )
     new.loops = list(applied.loops)
     new.origins = {v: applied.provenance.origins(v) for v in applied.loops}

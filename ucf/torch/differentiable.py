@@ -19,6 +19,7 @@ import numpy as np
 from ucf.autodiff.backward import Backward
 from ucf.errors import OperandError, UnsupportedError, boundary
 from ucf.format.format import Format, parse_format
+from ucf.format.tensor import Tensor
 from ucf.format.torch_layouts import need_torch
 from ucf.lang.ast import Statement, accesses
 from ucf.lang.parser import parse_statement
@@ -63,11 +64,15 @@ class Compiled:
             )
         return self._backward
 
-    def forward(self, operands: Mapping[str, ops.Operand], masks: Mapping[str, Any]) -> Any:
+    def run(self, operands: Mapping[str, ops.Operand], masks: Mapping[str, Any]) -> Tensor:
+        """The forward kernel's result, a ucf Tensor (in the output's format)."""
         args = {n: operands[n].read for n in self.names}
         if self.dynamic:
-            return self.kernel(masks=dict(masks), **args).to_torch()
-        return self.kernel(**args).to_torch()
+            return self.kernel(masks=dict(masks), **args)
+        return self.kernel(**args)
+
+    def forward(self, operands: Mapping[str, ops.Operand], masks: Mapping[str, Any]) -> Any:
+        return self.run(operands, masks).to_torch()
 
     def gradient(
         self,
@@ -76,10 +81,17 @@ class Compiled:
         operands: Mapping[str, ops.Operand],
         masks: Mapping[str, Any],
         hoisted: dict | None = None,
+        output: Tensor | None = None,
     ) -> Any:
         """Operand ``name``'s gradient in its layout; ``hoisted`` shares the sums the
-        gradients of one backward call read (``ucf.autodiff.Backward``)."""
-        g = np.ascontiguousarray(grad.detach().numpy(), dtype=self.backward.dtype)
+        gradients of one backward call read (``ucf.autodiff.Backward``). ``output`` is
+        the forward result when it is sparse: the output's gradient is then taken at its
+        stored positions (``ops.output_gradient``), never densified."""
+        dtype = self.backward.dtype
+        if output is not None:
+            g: Any = ops.output_gradient(grad, output, dtype)
+        else:
+            g = np.ascontiguousarray(grad.detach().numpy(), dtype=dtype)
         reads = {n: operands[n].read for n in self.names}
         found = self.backward(name, g, reads, masks, hoisted=hoisted)
         return ops.gradient(operands[name], found)
@@ -141,12 +153,7 @@ def prepare(
                 f"(tensors: {', '.join(orders)})"
             )
     fmts = {n: parse_format(f, order=orders[n], tensor=n) for n, f in given.items()}
-    if out in fmts and not fmts[out].is_dense:
-        raise UnsupportedError(
-            f"output {out} has the sparse format '{given[out]}'; ucf.torch returns a dense "
-            "tensor: drop it from formats"
-        )
-    fmts.pop(out, None)
+    out_format = fmts.pop(out, None)
     dyn = _dynamic(dynamic, names, fmts)
     mask_arrays = _masks(masks, dyn)
     unknown = sorted(set(tensors) - set(names))
@@ -164,6 +171,8 @@ def prepare(
     idx = ops.index_dtype(tensors)
     read = {n: ops.read(n, tensors[n], fmts.get(n), n in dyn, dtype, idx) for n in names}
     kernel_formats = {n: op.read.format for n, op in read.items() if n not in dyn}
+    if out_format is not None and not out_format.is_dense:
+        kernel_formats[out] = out_format
     found = compiled(stmt, statement, kernel_formats, schedule, dyn, target, dtype, idx)
     return found, read, mask_arrays
 
@@ -206,7 +215,10 @@ def _function() -> Any:
             kernels, operands, masks = call
             ctx.call = call
             ctx.save_for_backward(*tensors)  # torch then refuses in-place changes
-            return kernels.forward(operands, masks)
+            result = kernels.run(operands, masks)
+            # A sparse result's positions are where its gradient is taken.
+            ctx.output = None if result.format.is_dense else result
+            return result.to_torch()
 
         @staticmethod
         @torch.autograd.function.once_differentiable
@@ -214,7 +226,7 @@ def _function() -> Any:
             kernels, operands, masks = ctx.call
             hoisted: dict = {}
             grads = [
-                kernels.gradient(n, grad, operands, masks, hoisted) if need else None
+                kernels.gradient(n, grad, operands, masks, hoisted, ctx.output) if need else None
                 for n, need in zip(operands, ctx.needs_input_grad[1:], strict=True)
             ]
             return (None, *grads)
@@ -238,8 +250,11 @@ def einsum(
     target: str = "llvm",
     **tensors: Any,
 ) -> Any:
-    """Run ``stmt`` on torch tensors and return a new dense torch tensor, differentiable
-    in every operand that requires a gradient.
+    """Run ``stmt`` on torch tensors and return a new torch tensor, differentiable in
+    every operand that requires a gradient: dense, or of the torch layout of the
+    output's format when ``formats`` gives the output a sparse one (``csr`` a
+    sparse_csr tensor; see ``Tensor.to_torch``), whose gradient, sparse or strided,
+    is taken at the output's stored positions only.
 
     ``formats`` gives an operand's format: a strided tensor given a sparse one is read
     in it (its pattern is its nonzeros) and its gradient is zero off that pattern; a

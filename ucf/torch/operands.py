@@ -8,6 +8,9 @@ the call gives it. A dynamic operand is read dense, with a mask. Gradients come
 back as the operand came: a strided operand gets a strided gradient (zero off
 its pattern when it was read sparse, or off its live tiles when dynamic), a
 sparse one a tensor of its layout on its own index arrays, with new values.
+
+A sparse output's gradient, as torch hands it back (sparse of any pattern, or
+strided), is taken at the output's stored positions only (``output_gradient``).
 """
 
 from __future__ import annotations
@@ -100,6 +103,26 @@ def read_values(name: str, pattern: Tensor, values: Any, dtype: np.dtype) -> Ope
         )
     t = trusted(pattern.shape, pattern.format, pattern.levels, vals, pattern.index_dtype)
     return Operand(name, values, t, t, values=True)
+
+
+def output_gradient(grad: Any, output: Tensor, dtype: np.dtype) -> Tensor:
+    """The gradient torch hands back for the sparse result ``output``, on ``output``'s
+    index arrays: a strided one read at its stored positions (no copy of the whole
+    array: torch's gradient of a sum is a broadcast view), a sparse one's entries there
+    (zero where it stores none; what it stores elsewhere multiplies a structural zero
+    of the output, so it is dropped)."""
+    torch = _torch()
+    g = grad.detach()
+    if g.layout == torch.strided:
+        cols, count = output.columns()
+        coords = output.format.mode_coords(cols, count)
+        vals = np.asarray(g.numpy()[tuple(coords.T)], dtype=dtype)
+    else:
+        if g.layout == torch.sparse_coo:
+            g = g.coalesce()
+        found = from_torch(g, dtype=dtype, index_dtype=output.index_dtype)
+        vals = on_pattern(output, found, drop_outside=True)
+    return trusted(output.shape, output.format, output.levels, vals, output.index_dtype)
 
 
 def gradient(op: Operand, g: Tensor) -> Any:

@@ -1,0 +1,280 @@
+"""The gradient of a sparse output is sparse, on the output's positions.
+
+A sampled product (SDDMM, ``A(i,j) = B(i,j) * C(i,k) * D(k,j)``) with its output
+in CSR or COO has a gradient that lives where ``A`` stores entries; its kernels
+read it in ``A``'s format, so ``grad_C`` is an SpMM over it and never an array of
+``A``'s full shape. Checked against torch autograd on dense tensors (the pattern
+as zeros of ``B``), through ``ucf.gradients`` and through ``ucf.torch.einsum``
+(whose sparse result gets its gradient back from torch sparse or strided), and
+against scipy at 100k rows, where a dense gradient would not fit.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ucf
+
+torch = pytest.importorskip("torch")
+import ucf.torch  # noqa: E402  (after the skip)
+
+SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's sparse-beta notes
+
+
+def operands(n=9, m=7, K=3, seed=0):
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((n, m))
+    B[rng.random((n, m)) < 0.6] = 0
+    B[2] = 0  # an empty row
+    return B, rng.standard_normal((n, K)), rng.standard_normal((K, m)), rng.standard_normal((n, m))
+
+
+def torch_reference(B, C, D, G):
+    """Gradients of sum(G * A) by torch autograd on dense tensors; B's masked to its
+    pattern (the gradient of a sparse operand lives on its stored entries)."""
+    Bt, Ct, Dt = (torch.tensor(x, requires_grad=True) for x in (B, C, D))
+    A = Bt * (Ct @ Dt)
+    gB, gC, gD = torch.autograd.grad((A * torch.tensor(G)).sum(), (Bt, Ct, Dt))
+    return gB.numpy() * (B != 0), gC.numpy(), gD.numpy()
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "out, target",
+    [("csr", "llvm"), ("coo", "llvm"), ("dense", "llvm"), ("csr", "c")]
+    + [pytest.param(o, "c", marks=SLOW) for o in ("coo", "dense")],
+)
+def test_sddmm_gradients_against_torch(out, target):
+    B, C, D, G = operands()
+    Bs = ucf.from_numpy(B, format="csr")
+    k = ucf.compile(SDDMM, {"A": out, "B": "csr"}, target=target)
+    A = k(B=Bs, C=C, D=D)
+    back = ucf.gradients(k)
+    if out == "dense":
+        grad = G
+    else:  # the output's gradient on the forward result's index arrays
+        cols, count = A.columns()
+        at = tuple(A.format.mode_coords(cols, count).T)
+        grad = ucf.Tensor(A.shape, A.format, A.levels, G[at])
+        assert back.output_format.structure == A.format.structure
+        assert f"grad_A: {back.output_format}" in back.text()
+        # Off the output's positions the gradient reaches nothing: zero them in the reference.
+        G = np.where(B != 0, G, 0)
+    want = torch_reference(B, C, D, G)
+    ops = {"B": Bs, "C": C, "D": D}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ucf.ConversionWarning)  # read in place, no conversion
+        got = [back(w, grad, ops) for w in "BCD"]
+    assert got[0].levels is Bs.levels
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.to_numpy(), w, rtol=1e-10, atol=1e-12)
+
+
+def test_a_sparse_outputs_gradient_in_any_form():
+    """Dense numpy, scipy and another format are converted into the output's format;
+    entries where the output stores nothing change nothing."""
+    B, C, D, G = operands(seed=1)
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
+    back = ucf.gradients(k)
+    ops = {"B": sp.csr_matrix(B), "C": C, "D": D}
+    want = torch_reference(B, C, D, np.where(B != 0, G, 0))[1]
+    for grad in (G, sp.coo_matrix(G), ucf.from_numpy(G, format="coo")):
+        np.testing.assert_allclose(np.asarray(back("C", grad, ops)), want, rtol=1e-10)
+
+
+def test_a_wrong_gradient_is_refused_by_name():
+    B, C, D, G = operands()
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
+    back = ucf.gradients(k)
+    ops = {"B": sp.csr_matrix(B), "C": C, "D": D}
+    with pytest.raises(ucf.ShapeError, match=r"gradient of output A\(i, j\).*\(10, 7\).*\(9, 7\)"):
+        back("C", np.ones((10, 7)), ops)
+    with pytest.raises(ucf.ShapeError, match="scipy.*coo_matrix of shape \\(7, 9\\)"):
+        back("C", sp.coo_matrix(G.T), ops)
+    with pytest.raises(ucf.ShapeError, match="of shape \\(9,\\)"):
+        back("D", np.ones(9), ops)
+    with pytest.raises(ucf.OperandError, match="gradient of output A.* is a object"):
+        back("C", object(), ops)
+    dense = ucf.gradients(ucf.compile(SDDMM, {"B": "csr"}))
+    with pytest.raises(ucf.ShapeError, match="gradient of output A"):
+        dense("C", np.ones((9, 8)), ops)
+
+
+@pytest.mark.parametrize(
+    "text, formats",
+    [
+        ("A(i,j) = B(i,j) * C(i,j)", {"A": "csr", "B": "csr"}),
+        ("A(i,j) = B(i,j) * C(i,j) - B(i,j)", {"A": "coo", "B": "coo"}),
+        ("A(i,j) = B(i,j) * C(i,k) * D(k,j)", {"A": "csc", "B": "csc"}),
+        ("A(i,j) = tanh(B(i,j)) * C(i,k) * D(k,j)", {"A": "csr", "B": "csr"}),
+        ("y(i) = B(i,j) * x(j)", {"y": "C", "B": "dcsr"}),
+    ],
+)
+def test_sparse_outputs_of_other_statements(text, formats):
+    """Every operand's gradient against torch's, given the output's gradient at its
+    stored positions (the reference's is zero elsewhere)."""
+    from tests.autodiff.test_derive import torch_eval
+    from ucf.lang.ast import accesses
+    from ucf.lang.parser import parse_statement
+
+    stmt = parse_statement(text)
+    dims = {"i": 8, "j": 7, "k": 3}
+    rng = np.random.default_rng(7)
+    operands, masked = {}, {}
+    for a in accesses(stmt.rhs):
+        shape = tuple(dims[str(i)] for i in a.indices)
+        x = rng.standard_normal(shape)
+        if a.tensor in formats:
+            x[rng.random(shape) < 0.5] = 0
+        operands[a.tensor] = ucf.from_numpy(x, format=formats.get(a.tensor, "dense"))
+        masked[a.tensor] = torch.tensor(x, requires_grad=True)
+    k = ucf.compile(text, formats)
+    out = k(**operands)
+    g = rng.standard_normal(len(out.vals))
+    grad = ucf.Tensor(out.shape, out.format, out.levels, g)
+    want = torch_eval(stmt, masked, dims)
+    want.backward(torch.tensor(grad.to_numpy()))
+    back = ucf.gradients(k)
+    for n, t in operands.items():
+        got = back(n, grad, operands)
+        ref = masked[n].grad.numpy() * (t.to_numpy() != 0 if n in formats else 1)
+        np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-10, atol=1e-12, err_msg=n)
+
+
+_KERNELS: dict = {}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 12),
+    m=st.integers(1, 12),
+    K=st.integers(1, 5),
+    density=st.floats(0, 1),
+    out=st.sampled_from(["csr", "coo"]),
+    seed=st.integers(0, 2**16),
+)
+def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
+    """Shapes, densities (empty and full rows included) and output formats at random;
+    each gradient against numpy's, given the output's gradient on its positions."""
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((n, m)) * (rng.random((n, m)) < density)
+    C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
+    if out not in _KERNELS:  # one kernel and its gradients' per format, for every example
+        k = ucf.compile(SDDMM, {"A": out, "B": "csr"})
+        _KERNELS[out] = k, ucf.gradients(k)
+    k, back = _KERNELS[out]
+    Bs = ucf.from_numpy(B, format="csr")
+    A = k(B=Bs, C=C, D=D)
+    g = rng.standard_normal(len(A.vals))
+    grad = ucf.Tensor(A.shape, A.format, A.levels, g)
+    G = grad.to_numpy()
+    ops = {"B": Bs, "C": C, "D": D}
+    np.testing.assert_allclose(back("B", grad, ops).to_numpy(), G * (C @ D) * (B != 0), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(back("C", grad, ops)), (G * B) @ D.T, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(back("D", grad, ops)), ((G * B).T @ C).T, atol=1e-12)
+
+
+# ------------------------------------------------------------------------ torch
+
+
+def _losses(V, W):
+    """Losses whose gradient torch hands back sparse CSR (torch.sparse.mm, to_dense)
+    or strided (the matmul operator), each with its dense equivalent."""
+    return {
+        "sparse.mm": (lambda A: (torch.sparse.mm(A, V) ** 2).sum(), lambda A: ((A @ V) ** 2).sum()),
+        "to_dense": (lambda A: (A.to_dense() * W).sum(), lambda A: (A * W).sum()),
+        "matmul": (lambda A: (A @ V).sum(), lambda A: (A @ V).sum()),
+    }
+
+
+@pytest.mark.parametrize(
+    "out, target",
+    [("csr", "llvm"), ("coo", "llvm"), (None, "llvm"), ("csr", "c")]
+    + [pytest.param(o, "c", marks=SLOW) for o in ("coo", None)],
+)
+def test_torch_einsum_with_a_sparse_output(out, target):
+    B, C, D, _ = operands(seed=2)
+    V = torch.randn(7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    W = torch.randn(9, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    for name, (loss, dense_loss) in _losses(V, W).items():
+        if out == "coo" and name == "sparse.mm":
+            continue  # torch's COO mm takes another path; covered by the other two
+        Bs = torch.tensor(B).to_sparse_csr().requires_grad_()
+        Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+        formats = {"A": out} if out else None
+        A = ucf.torch.einsum(SDDMM, formats=formats, target=target, B=Bs, C=Ct, D=Dt)
+        want_layout = {"csr": torch.sparse_csr, "coo": torch.sparse_coo, None: torch.strided}
+        assert A.layout == want_layout[out]
+        if out is None and name == "sparse.mm":
+            continue
+        got = torch.autograd.grad(loss(A), (Bs, Ct, Dt))
+        Bd, Cd, Dd = (torch.tensor(x, requires_grad=True) for x in (B, C, D))
+        want = torch.autograd.grad(dense_loss(Bd * (Cd @ Dd)), (Bd, Cd, Dd))
+        assert got[0].layout == torch.sparse_csr
+        assert torch.equal(got[0].col_indices(), Bs.col_indices())
+        torch.testing.assert_close(got[0].to_dense(), want[0] * torch.tensor(B != 0), msg=name)
+        torch.testing.assert_close(got[1], want[1], msg=name)
+        torch.testing.assert_close(got[2], want[2], msg=name)
+
+
+def test_torch_gradient_outside_the_outputs_positions_is_dropped():
+    """A sparse gradient that stores more positions than the output (every one here)
+    gives what its entries at the output's positions give."""
+    B, C, D, G = operands(seed=5)
+    Bs = torch.tensor(B).to_sparse_csr()
+    Ct = torch.tensor(C, requires_grad=True)
+    A = ucf.torch.einsum(SDDMM, formats={"A": "csr"}, B=Bs, C=Ct, D=torch.tensor(D))
+    (got,) = torch.autograd.grad(A, Ct, grad_outputs=torch.tensor(G).to_sparse_csr())
+    want = torch_reference(B, C, D, np.where(B != 0, G, 0))[1]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-10)
+
+
+# ------------------------------------------------------------------------ large
+
+
+def _large(n, nnz_row, K, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), nnz_row)
+    B = sp.csr_matrix((rng.standard_normal(n * nnz_row), (rows, rng.integers(0, n, n * nnz_row))))
+    B.sum_duplicates()
+    B.resize(n, n)
+    return B, rng.standard_normal((n, K)), np.asfortranarray(rng.standard_normal((K, n)))
+
+
+@pytest.mark.parametrize("per_row, K", [(3, 2), pytest.param(10, 8, marks=SLOW)])
+def test_sddmm_gradients_at_100k_rows_in_bounded_memory(per_row, K):
+    """At 100k x 100k a dense gradient of A would be 80 GB; the sparse one is a few MB,
+    and so is every array the gradients allocate."""
+    n = 100_000
+    B, C, D = _large(n, per_row, K)
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
+    back = ucf.gradients(k)
+    Bt = ucf.from_scipy(B)
+    A = k(B=Bt, C=C, D=D)
+    g = np.random.default_rng(1).standard_normal(A.nnz)
+    grad = ucf.Tensor(A.shape, A.format, A.levels, g)
+    ops = {"B": Bt, "C": C, "D": D}
+    for w in "BCD":  # compile outside the measured window
+        back.kernel(w)
+    tracemalloc.start()
+    gB, gC, gD = (back(w, grad, ops) for w in "BCD")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20, f"gradients allocated {peak / 2**20:.0f} MiB at their peak"
+    Gs = sp.csr_matrix((g, B.indices, B.indptr), shape=B.shape)  # A stores B's positions
+    assert np.array_equal(A.levels[1]["crd"], B.indices)
+    np.testing.assert_allclose(np.asarray(gC), (Gs.multiply(B)) @ D.T, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gD), ((Gs.multiply(B)).T @ C).T, rtol=1e-9, atol=1e-12)
+    rows = np.repeat(np.arange(n), np.diff(B.indptr))
+    want_B = g * np.einsum("ek,ke->e", C[rows], D[:, B.indices])
+    np.testing.assert_allclose(gB.vals, want_B, rtol=1e-9, atol=1e-12)
