@@ -238,7 +238,7 @@ def packed(
         fetch = [ir.If(ir.Cmp(">", held, Const(NEAR_BYTES, I64)), fetch)]
     filled = [*fill, ir.Store(tags, slot, tag, release=team)]
     if team:
-        filled = _claimed(state, fits, tags, slot, slots, tag, filled)
+        filled = _claimed(state, fits, tags, slot, slots, filled)
     return panels, [*decls, ir.If(absent, filled)], per_chunk, fetch
 
 
@@ -272,22 +272,24 @@ def _claimed(
     tags: ir.Array,
     slot: ir.Expr,
     slots: ir.Expr,
-    tag: ir.Expr,
     filled: list[ir.Stmt],
 ) -> list[ir.Stmt]:
     """``filled`` (the packing of a panel, then its tag's release) run by the first
     thread of the team to claim the slot; any other waits until the tag is published.
     The two threads of a team otherwise each pack nearly every panel of B: bcsr(32,32)
-    SpMM 1024^3 float32, C harness of the kernel's loops, per-thread CPU time at load 8,
-    packed once for the team the sum of both threads' time fell 13 % (90 % zero
-    blocks) and 4 % (50 %), the larger thread's 7 % and 2 % (bench/README.md). A
-    thread's own cache (``fits`` false) packs what it finds missing, as it always did.
+    SpMM 1024^3 float32, ucf's C kernel in a harness, per-thread CPU time at load 8-11,
+    packed once for the team the sum of both threads' time fell 7-8 % (90 % zero
+    blocks) and 4-5 % (50 %); the llvm kernel's process CPU time 4 % at both
+    (bench/README.md). A thread's own cache (``fits`` false) packs what it finds
+    missing, as it always did.
     Each slot holds one panel for the call, so a published slot is never written again."""
     mine, old = Var(state.fresh("panel_mine"), I64), Var(state.fresh("panel_claims"), I64)
     one, zero = Const(1, I64), Const(0, I64)
     first = ir.Select(ir.Cmp("==", old, zero), one, zero)
     claim = [ir.FetchAdd(old, tags, ir.add(slots, slot), one), ir.Assign(mine, first)]
-    wait = ir.While(ir.Cmp("!=", ir.Load(tags, slot, acquire=True), tag), [])
+    # until the slot's claimant publishes it: its own panel, unless a coordinate out of
+    # range (a C caller's unchecked input) shares the slot, which then must not hang
+    wait = ir.While(ir.Cmp("==", ir.Load(tags, slot, acquire=True), zero), [])
     return [ir.Decl(mine, one), ir.If(fits, claim), ir.If(ir.Cmp("!=", mine, zero), filled, [wait])]
 
 
