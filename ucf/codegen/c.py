@@ -314,6 +314,7 @@ class _Emitter(Visitor):
         if s.parallel != "CPUThread":
             return self.loop_lines(s, depth)
         kind, chunk = s.schedule
+        kind = "static" if kind == "blocks" else kind  # OpenMP's static: one block a thread
         sched = f"schedule({kind}, {chunk})" if chunk else f"schedule({kind})"
         when = "" if s.parallel_if is None else f" if({self.expr(s.parallel_if)})"
         if not (s.prologue or s.epilogue):

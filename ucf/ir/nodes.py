@@ -343,7 +343,9 @@ class For(Stmt):
     parallel: str | None = None  # None, or a unit name such as "CPUThread"
     label: str = ""  # the schedule's name for this loop (an index variable, original or derived)
     strategy: str = ""  # race strategy of a parallel loop
-    schedule: tuple[str, int] = ("static", 0)  # OpenMP-style (kind, chunk; 0 = even blocks)
+    # OpenMP-style (kind, chunk; 0 = even blocks); kind "blocks": static, one contiguous
+    # block per thread also on the llvm target (``OpenMPLoops.static_block``)
+    schedule: tuple[str, int] = ("static", 0)
     unroll: int = 0  # unroll count the backend compiler is told to use
     reduction: list[Var] = field(default_factory=list)  # scalars summed across threads/lanes
     prologue: list[Stmt] = field(default_factory=list)  # per-thread setup of a parallel loop
