@@ -48,6 +48,7 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 import peer_libs as pl  # noqa: E402
+from call_costs import cpu_over_wall, memory_per_call  # noqa: E402
 from spmv_spmm import banded, fresh_kernel_cache, rmat, timings, uniform  # noqa: E402
 
 import ucf  # noqa: E402
@@ -63,6 +64,9 @@ SDDMM_HAND = {
     "chunks": "split(i, i0, i1, 64); parallelize(i0, CPUThread, NoRaces)",
 }
 TOL = 1e-9
+#: Rows whose contenders' minor faults and system time a call are printed: their outputs
+#: are large and built anew on every call (``call_costs``).
+MEMORY_ROWS = ("spgemm", "spgemm UQ", "add")
 
 
 @dataclass
@@ -384,17 +388,6 @@ def build_rows(names: list[str], quick: bool, kernels, mkl, gb, seed: int = 0) -
     return rows
 
 
-def cpu_over_wall(fn: Callable[[], Any], calls: int = 3) -> float:
-    """The median over ``calls`` of a call's process CPU time over its wall time: about
-    the threads it kept busy (below 1 where another process held the core)."""
-    ratios = []
-    for _ in range(calls):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        ratios.append((time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9))
-    return float(np.median(ratios))
-
-
 def run_row(
     row: Row, repeat: int, clock: Callable[[], float] = time.perf_counter, threads: int = 0
 ) -> dict:
@@ -429,10 +422,14 @@ def run_row(
     busy = {}
     if threads == 1:
         busy = {k: r for k, fn in contenders.items() if (r := cpu_over_wall(fn)) > 1.3}
+    memory = {}
+    if row.name in MEMORY_ROWS:
+        memory = {k: memory_per_call(fn) for k, fn in contenders.items()}
     return {
         "median": {k: float(np.median(v)) for k, v in times.items()},
         "wrong": wrong,
         "busy": busy,
+        "memory": memory,
     }
 
 
@@ -561,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     for k, v in res["wrong"].items():
                         print(f"  {row.name}, {threads} threads: {k} is wrong ({v}); not timed")
+                    if res["memory"]:
+                        costs = ", ".join(
+                            f"{k} {f:.0f} / {ms:.1f}" for k, (f, ms) in res["memory"].items()
+                        )
+                        what = f"{row.name}, {threads} thread{'s' * (threads > 1)}"
+                        print(f"  {what}: minor faults / system ms a call: {costs}")
                     for k, r in res["busy"].items():
                         print(f"  {row.name}, 1 thread: {k} kept {r:.1f} cores busy (CPU/wall)")
             del rows

@@ -50,11 +50,12 @@ from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
 from ucf.passes.registers import register_block
 from ucf.passes.row_groups import group_rows
+from ucf.passes.short_sums import unbranch_short_sums
 from ucf.passes.streams import prefetch_streams
 from ucf.schedule import Applied, Command
 from ucf.schedule.apply import check_statement
 from ucf.schedule.candidates import Refused, first_passing, passing
-from ucf.schedule.commands import PrecomputeCommand
+from ucf.schedule.commands import Branchless, PrecomputeCommand
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gathering import gathering
 from ucf.schedule.gpu_model import propose_gpu
@@ -167,6 +168,9 @@ def plan(
         cin.notes += sums
         compute, streams = prefetch_streams(prefetch_rows(with_fma(compute)))
         cin.notes += streams
+        widths = {c.var: c.width for c in commands if isinstance(c, Branchless)}
+        compute, short = unbranch_short_sums(compute, widths)
+        cin.notes += short
     assemble = with_fma(remove_dead_variables(lowered.assemble)) if lowered.assemble else None
     if assemble is not None and module is None:
         assemble = prefetch_rows(assemble)

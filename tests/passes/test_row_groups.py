@@ -223,3 +223,34 @@ def test_narrow_constant_rows_take_narrow_tiles(cols_b, shape, dtype):
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got["llvm"], a @ b, rtol=tol, atol=tol)
     np.testing.assert_array_equal(got["llvm"], got["c"])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "left"),
+    [("float32", left) for left in (1, 13, 31)] + [("float64", left) for left in (2, 10, 15)],
+)
+def test_columns_after_the_tiles_take_narrower_tiles(dtype, left):
+    """A constant j ``left`` columns past its last whole tile (4 vectors): those columns
+    take narrower tiles, whole vectors then halves, quarters... down to scalars, each
+    over the rows the tile before grouped (29 rows: 27 in the first tiles, fewer in the
+    later ones, the rest in the original loop). Between them the widths take narrower
+    tiles of 1, 2 and 3 vectors, and of 4, 2 and 1 lanes."""
+    lanes = 8 if dtype == "float32" else 4
+    cols_b = 4 * lanes + left
+    rng = np.random.default_rng(left)
+    a = _n_of_m(rng, 29, 40, 2, 4, dtype)
+    b = rng.standard_normal((40, cols_b)).astype(dtype)
+    got = {}
+    for target in ("llvm", "c"):
+        k = ucf.compile(
+            SPMM,
+            formats={"A": "nm(2,4)"},
+            dtype=dtype,
+            target=target,
+            schedule=f"bound(j, jb, {cols_b}, MaxExact)",
+        )
+        got[target] = k(A=ucf.from_numpy(a, format="nm(2,4)"), B=b).to_numpy()
+        assert f"the {left} columns after the whole tiles in narrower tiles" in k.cin, k.cin
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got["llvm"], a @ b, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got["llvm"], got["c"])

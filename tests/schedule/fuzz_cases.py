@@ -241,6 +241,7 @@ COMMANDS = (
     "bound",
     "unroll",
     "precompute",
+    "branchless",
 )
 MAX_COMMANDS = 6
 WORKSPACES = ("w", "w2")  # up to two precomputes per schedule
@@ -590,6 +591,8 @@ def draw_schedule(
                 continue
             v = d.choice(bounded)
             commands.append(f"unroll({v}, {d.choice((2, 4, 3))})")
+        elif kind == "branchless":  # a no-op unless the loop is a short sum
+            commands.append(f"branchless({d.choice(loops)}, {d.choice((2, 4, 8))})")
         elif kind == "precompute" and precomputes < len(WORKSPACES):
             precomputes += 1
             ops = runs.accesses

@@ -82,7 +82,7 @@ class OpenMPLoops:
         if s.schedule[0] == "dynamic":
             inner.dynamic_chunks(s, lo_all, hi_all)
         else:
-            inner.static_block(s, lo_all, hi_all)
+            inner.static_block(s, lo_all, hi_all, 1 if s.schedule[0] == "blocks" else None)
         inner.block(s.epilogue)
         for r in s.reduction:
             op = "fadd" if is_float(r.type) else "add"
@@ -108,16 +108,22 @@ class OpenMPLoops:
             ir.For(s.var, ir.Var("omp.lo", i64), ir.Var("omp.hi", i64), s.body, unroll=s.unroll)
         )
 
-    def static_block(self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value) -> None:
+    def static_block(
+        self, s: ir.For, lo_all: ll.Value, hi_all: ll.Value, per_thread: int | None = None
+    ) -> None:
         """Even shares of the range, handed out as ``CHUNKS_PER_THREAD`` chunks per thread
         from one counter rather than one block per thread: a thread that starts late (the
         OS woke it late, or another process holds its core) leaves its chunks to the
         threads already running, so the region waits for it about one chunk, not half
-        the loop (issue 34: a busy machine; the wake-up after the bounded spin too)."""
+        the loop (issue 34: a busy machine; the wake-up after the bounded spin too).
+        A ``blocks`` loop (``per_thread`` 1) gets one block per thread from the counter:
+        each thread's iterations follow each other, as the rows of a one-pass output's
+        chunks want (``ucf.lower.row_chunks``), and a thread that finds the next block
+        still there takes it too, right after its own."""
         ib = self.b
         i64 = TYPES["i64"]
         nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), i64)
-        pieces = ib.mul(nth, ll.Constant(i64, CHUNKS_PER_THREAD))
+        pieces = ib.mul(nth, ll.Constant(i64, per_thread or CHUNKS_PER_THREAD))
         count = ib.sub(hi_all, lo_all)
         one = ll.Constant(i64, 1)
         chunk = ib.sdiv(ib.sub(ib.add(count, pieces), one), pieces)

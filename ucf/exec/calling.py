@@ -402,7 +402,13 @@ class Calling:
         """The output's arrays for ``counts`` entries per level. The kernel writes every
         position and coordinate it keeps; its values are zeroed unless ``zeroed`` is False
         (a one-pass output stores each value once: zeroing a bound it may not fill cost
-        a sparse add of 3.2M entries 5 ms a call, more than a tenth of it)."""
+        a sparse add of 3.2M entries 5 ms a call, more than a tenth of it).
+
+        What the kernel writes whole comes from ``ucf.exec.recycled``: a large output
+        whose last user dropped it is taken again still mapped. SpGEMM 100k's 120 MB of
+        output, freshly mapped, cost it 0-194 ms of system time a call on the 2-core VM
+        of issue 38, by how long ago (and by whom) memory was freed, against about 80
+        ms for the whole product on one thread; from the pool, none."""
         fmt = self._plan.computed_format
         levels = []
         parent = 1
@@ -416,12 +422,14 @@ class Calling:
                     f"{lvl} than {self.index_dtype} positions hold (at least {top}); compile "
                     "with index_dtype='int64'"
                 )
-            arrays, parent = kind.allocate(parent, count, dim, self.index_dtype)
+            arrays, parent = kind.allocate(
+                parent, count, dim, self.index_dtype, recycled.uninitialized
+            )
             levels.append(arrays)
         # a dense level below a stored coordinate holds every place, also those the
         # kernel leaves because their value is the output's fill: they start as it
         if not zeroed:
-            vals = np.empty(parent, dtype=self.dtype)
+            vals = recycled.uninitialized((parent,), self.dtype)
         elif fmt.fill:
             vals = np.full(parent, fmt.fill, dtype=self.dtype)
         else:

@@ -12,17 +12,20 @@ and SpGEMM gained nothing from its second thread (83.7 against 87.7 ms).
 Where ``prefix(r)`` bounds the entries of the rows before ``r`` (the operands' entries
 there, or the products of those rows), the rows from ``r`` on may start writing at
 ``prefix(r)``: no row of an earlier chunk reaches it. So the rows are cut into
-``CHUNKS`` chunks of about equal bound (a binary search for each cut), the chunks are
-shared out over the threads, and each chunk appends its rows into the output from
-``prefix`` of its first row, exactly as the one-thread plan appends them (each row is
-built by the same code, so the results are bit for bit the one-thread plan's). A
-thread that takes the next chunk after its last one goes on where it stopped, so a
-team of one leaves no gap at all. Then every chunk that starts past the end of the
-one before is moved down and its rows' positions shifted, the chunks in parallel
-(``_moved``): on the llvm target, whose static loops hand the chunks out a few pieces
-a thread, about 7/8 of the output moves on two threads: with it the parallel plan
-ran about 7 % more instructions than the serial plan, for a sparse add and SpGEMM
-alike (bench/README.md), where counting the rows first cost 135 % and 18 %.
+``CHUNKS`` chunks of about equal bound (a binary search for each cut), each thread
+takes one block of them (schedule kind ``blocks``), and each chunk appends its rows
+into the output from ``prefix`` of its first row, exactly as the one-thread plan
+appends them (each row is built by the same code, so the results are bit for bit the
+one-thread plan's). A thread that takes the next chunk after its last one goes on
+where it stopped, so a team of one leaves no gap at all, and a thread that finds the
+next block still there (its owner started late) takes it with no gap either. Then
+every chunk that starts past the end of the one before is moved down and its rows'
+positions shifted, the chunks in parallel in dynamic pieces (``_moved``): on two
+threads the second block, about half the output. (The llvm target's static loops
+used to hand the chunks out four pieces a thread, and about 7/8 of the output moved;
+with it the parallel plan ran about 7 % more instructions than the serial plan, for
+a sparse add and SpGEMM alike, bench/README.md, where counting the rows first cost
+135 % and 18 %.)
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ class OnePass:
 #: The chunks the rows are cut into: enough for the threads of a large machine to take
 #: several each (the llvm target hands a static loop out in a few pieces per thread).
 CHUNKS = 256
+#: The chunks a thread takes at a time when they are moved: the chunks that move are the
+#: later threads' (a static share would give the first thread none of them).
+MOVED_PIECE = 8
 #: What ``k.cin`` adds to the note of a one-pass output whose rows run in parallel.
 NOTE = (
     f"; its rows run in parallel in {CHUNKS} chunks of about equal bound (whatever blocks "
@@ -165,6 +171,7 @@ def rewrite(
         parallel=loop.parallel,
         label=loop.label,
         strategy=loop.strategy,
+        schedule=("blocks", 0),
         prologue=[*loop.prologue, ir.Decl(last, Const(-2, I64)), ir.Decl(cnt, Const(0, I64))],
         epilogue=loop.epilogue,
         parallel_if=loop.parallel_if,
@@ -282,6 +289,7 @@ def _moved(
             [ir.Decl(sh, ir.Load(shifts, k)), ir.If(ir.Cmp(">", sh, zero), body)],
             parallel=loop.parallel,
             strategy=loop.strategy,
+            schedule=("dynamic", MOVED_PIECE),
             parallel_if=loop.parallel_if,
         )
 

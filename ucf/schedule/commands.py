@@ -16,7 +16,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ucf.errors import ScheduleError
-from ucf.schedule.loops import Arrange, BoundCommand, Fuse, Pos, Reorder, SplitCommand, Unroll
+from ucf.schedule.loops import (
+    Arrange,
+    BoundCommand,
+    Branchless,
+    Fuse,
+    Pos,
+    Reorder,
+    SplitCommand,
+    Unroll,
+)
 from ucf.schedule.nest_state import (
     ASSEMBLE_STRATEGIES,
     BOUND_KINDS,
@@ -44,6 +53,7 @@ __all__ = [
     "Arrange",
     "AssembleCommand",
     "BoundCommand",
+    "Branchless",
     "Command",
     "Condense",
     "Convert",
@@ -79,6 +89,7 @@ COMMANDS: dict[str, type[Command]] = {
     "pos": Pos,
     "bound": BoundCommand,
     "unroll": Unroll,
+    "branchless": Branchless,
     "precompute": PrecomputeCommand,
     "parallelize": Parallelize,
     "assemble": AssembleCommand,

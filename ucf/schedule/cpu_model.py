@@ -27,6 +27,7 @@ from ucf.schedule import (
     contraction_order,
     dense_gather,
     dense_products,
+    short_fibers,
     strided_operands,
     transposed_products,
 )
@@ -258,6 +259,11 @@ def _choices(
         choices.append(Choice([*copies, *exact], [*copy_why, *exact_why, serial]))
     copies, copy_why = copied(orders[-1][0])
     choices.append(Choice([*copies, *workspace], [*ws_why, *copy_why, serial]))
+    # Short fibers run branch-free in every proposal, then the last as it was.
+    short, short_why = short_fibers.plan(cin, order, stats)
+    if short:
+        shorter = [Choice([*c.commands, *short], [*c.why, *short_why]) for c in choices]
+        choices = [*shorter, choices[-1]]
     return choices
 
 

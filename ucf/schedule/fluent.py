@@ -38,6 +38,9 @@ class Schedule:
     def unroll(self, i: str, factor: int) -> Schedule:
         return self._add("unroll", i, factor)
 
+    def branchless(self, i: str, width: int) -> Schedule:
+        return self._add("branchless", i, width)
+
     def precompute(
         self,
         expr: str,

@@ -1,5 +1,5 @@
-"""The commands that reshape loops: reorder, split and divide, fuse, pos, bound and
-unroll (and ``arrange``, the final order the checker appends). The lowerer applies
+"""The commands that reshape loops: reorder, split and divide, fuse, pos, bound,
+unroll and branchless (and ``arrange``, the final order the checker appends). The lowerer applies
 them to the labelled LLIR loops (``ucf.lower.transforms``).
 """
 
@@ -334,3 +334,40 @@ class Unroll(Command):
 
     def record(self, nest: NestState) -> None:
         nest.steps.append(self)
+
+
+#: The widest ``branchless`` loop: every step of it runs for a loop of one term.
+MAX_BRANCHLESS = 8
+
+
+@dataclass(frozen=True)
+class Branchless(Command):
+    """``branchless(k, width)``: where the loop over ``k`` sums 1 to ``width`` terms into
+    a scalar, it runs ``width`` steps with no branch on its trip count
+    (``ucf.passes.short_sums``); other trip counts, and loops that are not such sums,
+    run as they are."""
+
+    var: str
+    width: int
+    name: ClassVar[str] = "branchless"
+    arity: ClassVar[tuple[int, ...] | None] = (2,)
+
+    @classmethod
+    def converted(cls, name: str, args: tuple[str, ...]) -> Command:
+        width = positive(args[1], "the width", spelled(name, args))
+        if not 2 <= width <= MAX_BRANCHLESS:
+            raise ScheduleError(
+                f"{spelled(name, args)}: the width is 2 to {MAX_BRANCHLESS} steps, got {width}"
+            )
+        return cls(args[0], width)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return (self.var, str(self.width))
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return (self.var,)
+
+    def check(self, nest: NestState) -> str | None:
+        return self.unknown(self.var, nest.loops)

@@ -223,10 +223,11 @@ class LevelKind:
         """Statements recording that parent position ``parent``'s children end at ``end``."""
         raise FormatError(f"a {self.name} level is not appended to")
 
-    def allocate(self, parent_count: int, count: int, dim: int, idt: np.dtype):
+    def allocate(self, parent_count: int, count: int, dim: int, idt: np.dtype, empty: Callable):
         """Arrays for an output level, and its number of positions (``count`` is what the
         assemble pass counted, or bounded, for an appended level). The kernel writes
-        every entry it keeps, so they need not be zeroed."""
+        every entry it keeps, so they need not be zeroed: ``empty(shape, dtype)`` makes
+        each (``ucf.exec.recycled.uninitialized``: still mapped where it can)."""
         raise NotImplementedError
 
     def trimmed(self, arrays: dict[str, np.ndarray], parent_count: int) -> dict[str, np.ndarray]:

@@ -83,10 +83,10 @@ class Compressed(LevelKind):
         one = ir.const_like(parent, 1)
         return [ir.Store(arrays["pos"], ir.add(parent, one), ir.cast(end, index_type))]
 
-    def allocate(self, parent_count, count, dim, idt):
+    def allocate(self, parent_count, count, dim, idt, empty):
         # Uninitialized: the kernel's passes write every position they keep (the assemble
         # pass or the compute pass starts by emptying each segment).
-        arrays = {"pos": np.empty(parent_count + 1, dtype=idt), "crd": np.empty(count, dtype=idt)}
+        arrays = {"pos": empty((parent_count + 1,), idt), "crd": empty((count,), idt)}
         return arrays, count
 
     def trimmed(self, arrays, parent_count):

@@ -40,7 +40,7 @@ class Dense(LevelKind):
             at_first,
         )
 
-    def allocate(self, parent_count, count, dim, idt):
+    def allocate(self, parent_count, count, dim, idt, empty):
         return {}, parent_count * dim
 
     def size(self, arrays, parent_count, dim):

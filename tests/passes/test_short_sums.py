@@ -1,0 +1,105 @@
+"""Branch-free short sums (``branchless(k, w)``, ucf.passes.short_sums): TTV's fibers and
+SpMV's rows of every length from 0 past the width, against numpy and scipy on both CPU
+targets, bit for bit equal to the loop without the command (the same terms in the same
+order); the default's choice on short and long fibers; bad widths; ASan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ucf
+from tests.asan import run_under_asan
+from ucf.errors import ScheduleError
+
+TTV = "A(i,j) = B(i,j,k) * c(k)"
+SPMV = "y(i) = A(i,j) * x(j)"
+#: Row lengths: empty, every length to past the widest width, a long row.
+LENGTHS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 40, 3, 2]
+
+
+def _rows(rng, lengths, cols: int, dtype) -> sp.csr_matrix:
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    indices = np.concatenate([np.sort(rng.choice(cols, n, replace=False)) for n in lengths])
+    data = rng.standard_normal(int(indptr[-1])).astype(dtype)
+    return sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(len(lengths), cols))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("width", [2, 4, 8])
+def test_spmv_rows_of_every_length(width, dtype):
+    rng = np.random.default_rng(width)
+    m = _rows(rng, LENGTHS, 50, dtype)
+    x = rng.standard_normal(50).astype(dtype)
+    a = ucf.from_scipy(m, format="csr")
+    got = {}
+    for target in ("llvm", "c"):
+        k = ucf.compile(SPMV, formats={"A": "csr"}, dtype=dtype, target=target,
+                        schedule=f"branchless(j, {width})")  # fmt: skip
+        got[target] = np.asarray(k(A=a, x=x).to_numpy())
+        assert f"branchless: the sum over j into t0 runs {width} steps" in k.cin, k.cin
+        plain = ucf.compile(SPMV, formats={"A": "csr"}, dtype=dtype, target=target, schedule="")
+        np.testing.assert_array_equal(got[target], plain(A=a, x=x).to_numpy())
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got["llvm"], m.astype(np.float64) @ x, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got["llvm"], got["c"])
+
+
+def _tensor(rng, dims, nnz):
+    keys = np.unique(rng.integers(0, np.prod(dims), nnz))
+    coords = np.stack(np.unravel_index(keys, dims), axis=1)
+    return coords, rng.standard_normal(len(keys))
+
+
+def test_ttv_default_on_short_fibers():
+    """Fibers of k holding 2.5 entries on average, c small: the default runs them
+    branch-free (the peer run's TTV, scaled down), on one and two threads; the result
+    is numpy's, and the same bits as the plain loop's."""
+    rng = np.random.default_rng(38)
+    dims = (800, 300, 40)
+    coords, vals = _tensor(rng, dims, 620_000)
+    c = rng.standard_normal(dims[2])
+    want = np.zeros(dims[:2])
+    np.add.at(want, (coords[:, 0], coords[:, 1]), vals * c[coords[:, 2]])
+    b = ucf.from_coo(coords, vals, dims, format="CCC")
+    plain = ucf.compile(TTV, formats={"B": "CCC"}, schedule="")(B=b, c=c).to_numpy()
+    for threads in (1, 2):
+        ucf.set_num_threads(threads)
+        k = ucf.compile(TTV, formats={"B": "CCC"})
+        got = k(B=b, c=c).to_numpy()
+        assert "branchless(k, 4)" in k.schedule_used, k.cin
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(got, plain)
+
+
+@pytest.mark.parametrize(("per_row", "cols"), [(10, 1000), (2, 1 << 16)])
+def test_default_keeps_the_loop(per_row, cols):
+    """Rows of 10 (most take the loop anyway), and short rows gathering from an x of
+    512 KB (the branch-free steps wait on its misses): no branchless."""
+    rng = np.random.default_rng(per_row)
+    m = sp.random(20_000, cols, density=per_row / cols, format="csr", random_state=rng)
+    x = rng.standard_normal(cols)
+    k = ucf.compile(SPMV, formats={"A": "csr"})
+    got = k(A=ucf.from_scipy(m), x=x).to_numpy()
+    np.testing.assert_allclose(got, m @ x, rtol=1e-12, atol=1e-12)
+    assert "branchless" not in k.cin, k.cin
+
+
+@pytest.mark.parametrize("text", ["branchless(j, 1)", "branchless(j, 9)", "branchless(j, x)"])
+def test_bad_widths(text):
+    with pytest.raises(ScheduleError, match="branchless"):
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule=text)
+
+
+def test_under_asan(asan_cc, tmp_path):
+    """The steps past a row's end read at its last position: nothing outside the arrays,
+    where the last rows are short (1 and 2 entries) and the first empty."""
+    rng = np.random.default_rng(7)
+    m = _rows(rng, [0, 3, 7, 1, 4, 2, 1, 2], 12, np.float64)
+    x = rng.standard_normal(12)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target="c", schedule="branchless(j, 4)")
+    ops = {"A": ucf.from_scipy(m, format="csr"), "x": ucf.from_numpy(x)}
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (8,), {"i": 8, "j": 12}, ops)
+    np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12)
+    assert "branchless" in k.cin
