@@ -22,7 +22,6 @@ from ucf.lang.ast import Access, Binary, Call, Literal, Neg, Sum, accesses
 from ucf.lang.functions import FUNCTIONS
 from ucf.lang.parser import parse_statement
 from ucf.tesa import nm_split
-from ucf.toolchain.jit import num_threads
 
 torch = pytest.importorskip("torch")
 
@@ -31,10 +30,7 @@ torch = pytest.importorskip("torch")
 def _one_thread():
     """Kernels on one thread: these tests are about gradients, and two test workers on two
     cores make threads that wait for each other slow every small call."""
-    before = num_threads()
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(before)
 
 
 TORCH_FN = {

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import ucf
-from ucf.toolchain.jit import num_threads
 
 torch = pytest.importorskip("torch")
 from torch.autograd import gradcheck  # noqa: E402
@@ -30,10 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # torch's sparse
 def _one_thread():
     """Kernels on one thread: these tests are about gradients, and two test workers on two
     cores make threads that wait for each other slow every small call."""
-    before = num_threads()
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(before)
 
 
 MM = "C(i,k) = A(i,j) * B(j,k)"

@@ -24,8 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def two_threads():
     ucf.set_num_threads(2)
-    yield
-    ucf.set_num_threads(2)
 
 
 @pytest.fixture

@@ -136,10 +136,7 @@ def test_the_thread_count_reaches_kernels_called_from_other_threads():
         np.testing.assert_allclose(k(A=A, x=x).to_numpy(), A @ x)
         return lib.omp_get_max_threads()
 
-    try:
-        for n in (1, 3):
-            ucf.set_num_threads(n)
-            with ThreadPoolExecutor(2) as pool:
-                assert set(pool.map(lambda _: call(), range(4))) == {n}
-    finally:
-        ucf.set_num_threads(2)
+    for n in (1, 3):
+        ucf.set_num_threads(n)
+        with ThreadPoolExecutor(2) as pool:
+            assert set(pool.map(lambda _: call(), range(4))) == {n}

@@ -16,7 +16,6 @@ import ucf
 from tests.helpers import TARGETS
 from ucf.exec.order_free import order_free
 from ucf.format.levels.checks import increasing
-from ucf.toolchain import jit
 
 
 def unsorted(seed: int, n: int = 30, m: int = 25, repeats: bool = True) -> sp.csr_array:
@@ -85,16 +84,10 @@ def test_scheduled_kernels_read_an_unsorted_operand_in_place(threads, expr, form
     rng = np.random.default_rng(12)
     b = sp.random(50, 40, density=0.2, format="csr", random_state=rng)
     x = rng.random(60 if expr.startswith("y(j)") else 50)
-    old = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(threads)
-        k = ucf.compile(expr, formats={"A": "csr", **formats}, schedule=schedule)
-        ops = {"A": m, "x": x} if "x(" in expr else {"A": m, "B": b}
-        got = k(**ops)
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    ucf.set_num_threads(threads)
+    k = ucf.compile(expr, formats={"A": "csr", **formats}, schedule=schedule)
+    ops = {"A": m, "x": x} if "x(" in expr else {"A": m, "B": b}
+    got = k(**ops)
     assert "A" in order_free(k._plan), k.cin
     want = {"y(i)": lambda: m @ x, "y(j)": lambda: m.T @ x, "C(i,": lambda: (m @ b).toarray()}
     np.testing.assert_allclose(got.to_numpy(), want[expr[:4]](), rtol=1e-12, atol=1e-12)

@@ -19,7 +19,6 @@ import ucf
 from tests.asan import run_under_asan
 from tests.helpers import TARGETS, arrival_operands, rand_sparse
 from ucf.lower import product_bound
-from ucf.toolchain import jit
 
 STMT = "C(i,k) = A(i,j) * B(j,k)"
 SERIAL = "precompute(A(i,j)*B(j,k),k,k,w)"
@@ -165,17 +164,13 @@ def test_the_default_appends_in_one_pass_on_one_thread_and_two():
     rng = np.random.default_rng(4)
     a = sp.random(20000, 20000, 5e-4, "csr", random_state=rng)  # above REPLAN_WORK
     k = ucf.compile(STMT, formats={"A": "csr", "B": "csr", "C": "csr"})
-    old = jit.num_threads()
-    try:
-        for threads in (1, 2):
-            ucf.set_num_threads(threads)
-            for _ in range(3):
-                got = k(A=a, B=a)
-                assert abs(got.to_scipy() - a @ a).max() <= 1e-12
-            assert ONE_PASS in k.cin
-            assert ("parallelize" in k.schedule_used) == (threads == 2)
-    finally:
-        ucf.set_num_threads(old)
+    for threads in (1, 2):
+        ucf.set_num_threads(threads)
+        for _ in range(3):
+            got = k(A=a, B=a)
+            assert abs(got.to_scipy() - a @ a).max() <= 1e-12
+        assert ONE_PASS in k.cin
+        assert ("parallelize" in k.schedule_used) == (threads == 2)
 
 
 @settings(max_examples=30, deadline=None)

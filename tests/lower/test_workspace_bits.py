@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 import ucf
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.toolchain import jit
 
 SPGEMM = "C(i,j) = A(i,k)*B(k,j)"
 
@@ -153,24 +152,18 @@ def test_two_threads_keep_their_own_bitmap_mode(target):
     """Each thread's rows switch among the bitmap's paths by their own previous row (the
     mode lives in the thread's flags): rows of mixed densities shared out to 2 threads,
     by the default and by a dynamic schedule, stay exact and sorted."""
-    old = jit._threads.get("requested")
     ucf.set_num_threads(2)
-    try:
-        a = _rows(600, 300, [1, 40, 3, 120, 0, 9], 7)
-        b = _rows(300, 5000, [2, 60, 5], 8)
-        want = a @ b
-        for schedule in (
-            None,
-            "precompute(A(i,k)*B(k,j),j,j,w); parallelize(i, CPUThread, NoRaces)",
-        ):
-            k = ucf.compile(
-                SPGEMM,
-                formats={"A": "csr", "B": "csr", "C": "csr"},
-                schedule=schedule,
-                target=target,
-            )
-            _check(k(A=a, B=b), want, "csr")
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    a = _rows(600, 300, [1, 40, 3, 120, 0, 9], 7)
+    b = _rows(300, 5000, [2, 60, 5], 8)
+    want = a @ b
+    for schedule in (
+        None,
+        "precompute(A(i,k)*B(k,j),j,j,w); parallelize(i, CPUThread, NoRaces)",
+    ):
+        k = ucf.compile(
+            SPGEMM,
+            formats={"A": "csr", "B": "csr", "C": "csr"},
+            schedule=schedule,
+            target=target,
+        )
+        _check(k(A=a, B=b), want, "csr")

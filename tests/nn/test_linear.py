@@ -15,7 +15,6 @@ import pytest
 
 import ucf
 from ucf.format.tensor import held
-from ucf.toolchain.jit import num_threads
 
 torch = pytest.importorskip("torch")
 from torch.autograd import gradcheck  # noqa: E402
@@ -31,10 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def one_thread():
     """Parallel loops on one thread: two test workers share two cores, and threads that
     wait for each other on a busy machine make small kernels slow."""
-    before = num_threads()
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(before)
 
 
 def dense_weight(layer: ucf.nn.SparseLinear) -> torch.Tensor:

@@ -103,6 +103,25 @@ def test_groups_change_no_bit(monkeypatch, dtype, expr):
         assert np.array_equal(got["llvm"], ops["A"].max(axis=1))
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_rows_inside_a_sum_are_grouped(target, monkeypatch):
+    """A loop over rows inside one that sums (``y(i) = A(b,i,j) * x(j)`` over b, i, j):
+    for each b its rows are independent (``ucf.lower.parallel.mark_independent`` marks
+    a loop wherever it stands), so they run 4 at a time; against numpy, and bit for bit
+    the kernel without groups."""
+    rng = np.random.default_rng(5)
+    a, x = rng.standard_normal((3, 37, 40)), rng.standard_normal(40)
+    expr, schedule = "y(i) = A(b,i,j) * x(j)", "reorder(b,i,j)"
+    k = ucf.compile(expr, schedule=schedule, target=target)
+    got = np.asarray(k(A=a, x=x))
+    assert "row groups: 4 rows (i)" in k.cin
+    np.testing.assert_allclose(got, np.einsum("bij,j->i", a, x), rtol=1e-12)
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    plain = ucf.compile(expr, schedule=schedule, target=target)
+    assert "row groups" not in plain.cin
+    assert np.array_equal(got, np.asarray(plain(A=a, x=x)))
+
+
 def test_partial_maxima_are_in_kcin():
     k = ucf.compile(REDUCTIONS[0][0])
     assert "partial sums: the max over j into max_j_g0, max_j_g1" in k.cin, k.cin

@@ -14,7 +14,6 @@ import pytest
 
 import ucf
 from ucf.passes import first_write
-from ucf.toolchain import jit
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 #: Columns of B: a multiple of every tile's width, and one more than that.
@@ -56,15 +55,9 @@ def test_first_blocks_write_their_slices(block, dtype, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
     plain = ucf.compile(SPMM, formats={"A": fmt}, dtype=name, target="llvm")
     monkeypatch.delenv("UCF_REGISTER_BLOCKING")
-    old = jit._threads.get("requested")
-    try:
-        for threads in (1, 2):
-            ucf.set_num_threads(threads)
-            compare(kernels, plain, fmt, block, dtype, rng, threads)
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    for threads in (1, 2):
+        ucf.set_num_threads(threads)
+        compare(kernels, plain, fmt, block, dtype, rng, threads)
 
 
 def compare(kernels, plain, fmt, block, dtype, rng, threads):

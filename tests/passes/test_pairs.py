@@ -24,7 +24,6 @@ from ucf.codegen import llvm as llvm_codegen
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
 from ucf.passes import pairs, panels
-from ucf.toolchain.jit import num_threads
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 needs_avx2 = pytest.mark.skipif(not pairs.available(), reason="pairs are made on AVX2 hosts")
@@ -199,20 +198,16 @@ def test_wide_and_narrow_quad_tiles_against_numpy(monkeypatch, target, fmt, shap
     formats = {"A": f"{fmt}@int8", "B": "dense@uint8"}
     k = ucf.compile(SPMM, formats=formats, dtype="int32", target=target)
     t, want = ucf.from_numpy(a, format=formats["A"]), a.astype(np.int64) @ b.astype(np.int64)
-    before = num_threads()
-    try:
-        for threads in (1, 2):
-            ucf.set_num_threads(threads)
-            np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
-            lanes = {ir.lanes(x.type) for x in nodes(k.llir) if isinstance(x, ir.QuadDot)}
-            assert lanes == {16 if wide else 8}
-            rows = 8 if wide and block[0] % 8 == 0 else 4
-            assert f"tiles of {rows} rows (i_in) x {32 if wide else 16} j" in k.cin
-            assert "once per call and thread for each k_blk" in k.cin
-        # the block rows ran in threads
-        assert any(isinstance(x, ir.For) and x.parallel == "CPUThread" for x in nodes(k.llir))
-    finally:
-        ucf.set_num_threads(before)
+    for threads in (1, 2):
+        ucf.set_num_threads(threads)
+        np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+        lanes = {ir.lanes(x.type) for x in nodes(k.llir) if isinstance(x, ir.QuadDot)}
+        assert lanes == {16 if wide else 8}
+        rows = 8 if wide and block[0] % 8 == 0 else 4
+        assert f"tiles of {rows} rows (i_in) x {32 if wide else 16} j" in k.cin
+        assert "once per call and thread for each k_blk" in k.cin
+    # the block rows ran in threads
+    assert any(isinstance(x, ir.For) and x.parallel == "CPUThread" for x in nodes(k.llir))
 
 
 @pytest.mark.usefixtures("quads")

@@ -19,7 +19,6 @@ from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
 from ucf.passes import panels, registers, tiling
 from ucf.schedule import cpu_model
-from ucf.toolchain import jit
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 BLOCK = (16, 8)
@@ -56,11 +55,13 @@ def slots_of(n: int) -> int:
     return n * BLOCK[1] * 2 * tile_width() * 4
 
 
-# (case, panels the cache holds: None for the default, which holds them all; 0 for fewer
-# bytes than a panel, whose tiles of columns are then packed and run one at a time;
-# threads, each with a cache of its own)
+# (case, panels the cache holds: None for the default, the team's cache, which holds
+# them all; "own" for each thread's, which holds them all too; a number for each
+# thread's holding that many; 0 for fewer bytes than a panel, whose tiles of columns
+# are then packed and run one at a time; threads)
 CASES = [
     ("spread", None, 2),
+    ("spread", "own", 2),
     ("spread", 2, 1),
     ("spread", 1, 2),
     ("spread", 0, 1),
@@ -75,31 +76,28 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
     monkeypatch.setattr(panels, "NEAR_BYTES", 0)  # prefetch the next panel however small
-    if held is not None:
+    if held is not None:  # a cache of each thread's own
+        monkeypatch.setattr(panels, "TEAM_BYTES", 0)
+    if isinstance(held, int):
         monkeypatch.setattr(panels, "CACHE_BYTES", max(1, slots_of(held)))
     a, b = operands(case)
     fmt = f"bcsr({BLOCK[0]},{BLOCK[1]})"
     t = ucf.from_numpy(a, format=fmt)
-    old = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(threads)
-        got = {}
-        for target in ("llvm", "c"):
-            k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
-            assert "packed once per call and thread for each k_blk" in k.cin
-            # each tile prefetches its share of the next block's panel (``ahead``), or
-            # of the rows of B it is packed from when it is not packed yet
-            fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
-            assert fetched == {"B_panel0", "B_vals"}
-            got[target] = k(A=t, B=b).to_numpy()
-        monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
-        k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
-        assert not any(isinstance(n, ir.Alloc) for n in nodes(k.llir))
-        plain = k(A=t, B=b).to_numpy()
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    ucf.set_num_threads(threads)
+    got = {}
+    for target in ("llvm", "c"):
+        k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", target=target)
+        # the loop is parallel: the team's cache, or each thread's own at the call
+        assert "packed once per call and team for each k_blk" in k.cin
+        # each tile prefetches its share of the next block's panel (``ahead``), or
+        # of the rows of B it is packed from when it is not packed yet
+        fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
+        assert fetched == {"B_panel0", "B_vals"}
+        got[target] = k(A=t, B=b).to_numpy()
+    monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
+    k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")
+    assert not any(isinstance(n, ir.Alloc) for n in nodes(k.llir))
+    plain = k(A=t, B=b).to_numpy()
     np.testing.assert_array_equal(got["llvm"], got["c"])
     np.testing.assert_array_equal(got["llvm"], plain)
     want = a.astype(np.float64) @ b.astype(np.float64)
@@ -109,19 +107,33 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
 def test_the_cache_is_bounded(monkeypatch, tmp_path):
     """A thread's panels: one per block column while they fit in ``CACHE_BYTES``; at
     most ``CACHE_BYTES`` for any B (a panel of all of j for 10^6 rows and columns of B
-    would be 256 MB)."""
+    would be 256 MB). In a parallel loop the team's cache holds every panel while they
+    fit in ``TEAM_BYTES`` (and the threads' own none), beyond it none (and each
+    thread's own as many as fit in ``CACHE_BYTES``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    small, huge = {"n_k_blk": 5}, {"n_k_blk": 10**6 // 8, "n_j": 10**6}
     for dtype, size in (("float32", 4), ("float64", 8)):
-        k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype=dtype)
-        alloc = next(
-            n for n in nodes(k.llir) if isinstance(n, ir.Alloc) and n.array.name == "B_panel0"
-        )
-        assert not alloc.zeroed  # every read follows the packing
         width = tile_width() * 4 // size
-        held = _evaluate(alloc.size, {"n_k_blk": 5, "n_j": 2 * width + 5})
-        assert held == 5 * BLOCK[1] * 2 * width
-        huge = _evaluate(alloc.size, {"n_k_blk": 10**6 // 8, "n_j": 10**6})
-        assert panels.CACHE_BYTES // 2 < huge * size <= panels.CACHE_BYTES
+        small["n_j"] = 2 * width + 5
+        every = 5 * BLOCK[1] * 2 * width
+        for schedule in (
+            "reorder(i_blk,k_blk,i_in,k_in,j)",
+            "parallelize(i_blk, CPUThread, NoRaces)",
+        ):
+            k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, dtype=dtype, schedule=schedule)
+            allocs = {n.array.name: n for n in nodes(k.llir) if isinstance(n, ir.Alloc)}
+            own = allocs["B_panel0" if schedule.startswith("reorder") else "B_panel1"]
+            assert not own.zeroed  # every read follows the packing
+            held = _evaluate(own.size, huge)
+            assert panels.CACHE_BYTES // 2 < held * size <= panels.CACHE_BYTES
+            if schedule.startswith("reorder"):
+                assert "B_panel_team0" not in allocs
+                assert _evaluate(own.size, small) == every
+                continue
+            team = allocs["B_panel_team0"]
+            assert not team.zeroed
+            assert (_evaluate(own.size, small), _evaluate(team.size, small)) == (0, every)
+            assert _evaluate(team.size, huge) == 0
 
 
 def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:
@@ -130,7 +142,11 @@ def _evaluate(e: ir.Expr, env: dict[str, int]) -> int:
         return int(e.value)
     if isinstance(e, ir.Var):
         return env[e.name]
+    if isinstance(e, ir.Select):
+        chosen = e.if_true if _evaluate(e.cond, env) else e.if_false
+        return _evaluate(chosen, env)
     ops = {
+        "<=": lambda x, y: x <= y,
         "+": lambda x, y: x + y,
         "*": lambda x, y: x * y,
         "/": lambda x, y: x // y,

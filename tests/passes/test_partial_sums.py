@@ -17,7 +17,6 @@ from tests.asan import run_under_asan
 from tests.helpers import TARGETS, documented_sum, exact_fma
 from ucf.ir.printer import format_functions
 from ucf.ir.walk import loops
-from ucf.toolchain import jit
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SDDMM = "A(i,j) = B(i,j) * C(i,k) * D(k,j)"
@@ -115,17 +114,11 @@ def test_spmv_on_threads_sums_alike():
     serial = np.asarray(ucf.compile(SPMV, formats={"A": "csr"})(A=a, x=x))
     np.testing.assert_allclose(serial, m @ x, rtol=1e-12, atol=1e-12)
     schedule = "split(i, i0, i1, 8); parallelize(i0, CPUThread, NoRaces)"
-    old = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(2)
-        for target in [t if isinstance(t, str) else t.values[0] for t in TARGETS]:
-            k = ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule, target=target)
-            assert "partial sums: the sum over j" in k.cin
-            assert np.array_equal(np.asarray(k(A=a, x=x)), serial), target
-    finally:
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    ucf.set_num_threads(2)
+    for target in [t if isinstance(t, str) else t.values[0] for t in TARGETS]:
+        k = ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule, target=target)
+        assert "partial sums: the sum over j" in k.cin
+        assert np.array_equal(np.asarray(k(A=a, x=x)), serial), target
 
 
 def test_switched_off_is_one_chain(monkeypatch):

@@ -93,11 +93,19 @@ def test_both_targets_round_alike():
     np.testing.assert_allclose(got[0], a @ b, rtol=1e-5, atol=1e-4)
 
 
+#: The panels of a parallel loop: the team's cache, allocated before it, then each
+#: thread's own (``ucf.passes.panels``).
+TEAM_CACHE = ["B_panel_team0", "panel_tags_team0", "B_panel1", "panel_tags1"]
+
+
 def panels(k) -> set[str]:
-    """The names of the kernel's packed panels."""
-    return {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Alloc)} & {
-        n.array.name for n in nodes(k.llir) if isinstance(n, ir.Store)
-    }
+    """The names of the kernel's packed panels (a parallel loop's threads write the
+    team's or their own, as each picks)."""
+    written = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Store)}
+    for n in nodes(k.llir):
+        if isinstance(n, ir.Pick) and n.array.name in written:
+            written |= {n.first.name, n.second.name}
+    return {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Alloc)} & written
 
 
 # A block's rows of B are the same wherever its block column comes, so the float cases
@@ -141,15 +149,18 @@ def test_packed_panels_against_numpy(
     assert (loop.parallel is None) == serial
     packed = b_type != "uint8"
     kind = "quads" if pairs.VPDPBUSD in pairs.available() else "pairs"
+    cached = ["B_panel0", "panel_tags0"]
+    if not serial:  # the team's cache, allocated before the loop, then each thread's own
+        cached = TEAM_CACHE
     want = (
-        ["B_panel0", "panel_tags0"]
+        cached
         if packed
         else [f"A_{kind}0", f"B_{kind}0", "quads_tags0"]
         if b_type == "uint8" and pairs.available()
         else []
     )
     assert panels(k) == set(want)
-    note = "B_vals into B_panel0 packed once per call and thread for each k_blk"
+    note = f"B_vals into B_panel0 packed once per call and {'thread' if serial else 'team'}"
     assert (note in k.cin) == packed
     held = [s.array.name for s in [*k.llir[-1].body, *loop.prologue] if isinstance(s, ir.Alloc)]
     assert held == want
@@ -173,7 +184,7 @@ def test_packed_panels_round_alike_on_both_targets(rows, monkeypatch):
         return k(A=t, B=b).to_numpy(), k
 
     (llvm, k), (c, _) = run("llvm"), run("c")
-    assert panels(k) == {"B_panel0", "panel_tags0"}
+    assert panels(k) == set(TEAM_CACHE)  # the loop over block rows is parallel
     np.testing.assert_array_equal(llvm, c)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("UCF_REGISTER_BLOCKING", "0")

@@ -96,10 +96,7 @@ def test_two_workspaces_per_thread(target, threads):
     text = format_functions(k.llir)
     assert text.index("per-thread") < text.index("alloc w1") < text.index("alloc w2")
     ucf.set_num_threads(threads)
-    try:
-        got = k(B=B, C=C, D=D, E=E).to_numpy()
-    finally:
-        ucf.set_num_threads(2)
+    got = k(B=B, C=C, D=D, E=E).to_numpy()
     np.testing.assert_allclose(got, (B @ C) * (D @ E), rtol=1e-12)
 
 

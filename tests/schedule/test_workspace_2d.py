@@ -12,7 +12,6 @@ import pytest
 import ucf
 from tests.helpers import TARGETS, rand_dense, rand_sparse
 from ucf.ir.printer import format_functions
-from ucf.toolchain import jit
 
 RIGHT = "Y(i,l) = A(i,j)*B(j,k)*X(k,l)"
 LEFT = "Y(i,l) = X(i,k)*A(k,j)*B(j,l)"
@@ -125,16 +124,10 @@ def test_the_default_on_two_threads(target, monkeypatch):
     monkeypatch.setenv("UCF_WORK_THRESHOLD", "0")
     ops = _operands(RIGHT, 40, 30, 20, 3, seed=5)
     formats = {"A": "csr", "B": "csr"}
-    before = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(2)
-        k = ucf.compile(RIGHT, formats=formats, target=target)
-        tensors = {n: ucf.from_numpy(a, format=formats.get(n, "UU")) for n, a in ops.items()}
-        np.testing.assert_array_equal(k(**tensors).to_numpy(), _want(RIGHT, ops))
-    finally:
-        jit._threads.pop("requested", None)
-        if before is not None:
-            ucf.set_num_threads(before)
+    ucf.set_num_threads(2)
+    k = ucf.compile(RIGHT, formats=formats, target=target)
+    tensors = {n: ucf.from_numpy(a, format=formats.get(n, "UU")) for n, a in ops.items()}
+    np.testing.assert_array_equal(k(**tensors).to_numpy(), _want(RIGHT, ops))
     assert "precomputed into workspace w(j, l)" in k.cin, k.cin
     assert "loop i runs in parallel" in k.cin, k.cin
 
@@ -163,19 +156,11 @@ def test_a_chain_producer_on_threads(target, expr, precompute, order, monkeypatc
     b = rand_sparse(rng, (30, 20), 0.3, empty_rows=2)
     x = rand_dense(rng, (20, 3) if expr == RIGHT else (20,))
     formats = {"A": "csr", "B": "csr"}
-    before = jit._threads.get("requested")
-    try:
-        ucf.set_num_threads(2)
-        k = ucf.compile(
-            expr, formats=formats, schedule="; ".join((precompute, *order)), target=target
-        )
-        ops = {"A": ucf.from_numpy(a, format="csr"), "B": ucf.from_numpy(b, format="csr")}
-        ops["X" if expr == RIGHT else "x"] = x
-        np.testing.assert_array_equal(k(**ops).to_numpy(), a @ (b @ x))
-    finally:
-        jit._threads.pop("requested", None)
-        if before is not None:
-            ucf.set_num_threads(before)
+    ucf.set_num_threads(2)
+    k = ucf.compile(expr, formats=formats, schedule="; ".join((precompute, *order)), target=target)
+    ops = {"A": ucf.from_numpy(a, format="csr"), "B": ucf.from_numpy(b, format="csr")}
+    ops["X" if expr == RIGHT else "x"] = x
+    np.testing.assert_array_equal(k(**ops).to_numpy(), a @ (b @ x))
     text = format_functions(k.llir)
     assert text.count("for parallel(CPUThread") == 2, text  # the producer's j, the consumer's i
 

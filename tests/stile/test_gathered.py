@@ -15,7 +15,6 @@ from tests.asan import driver_under_asan
 from tests.helpers import tile_mask
 from ucf.stile import gather_step, kernels
 from ucf.stile.tile_index import _function as index_function
-from ucf.toolchain.jit import num_threads
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 #: test_dynamic checks 1x64 and 32x64 against numpy (the condensed kernels run there).
@@ -388,15 +387,11 @@ def test_choose_stile_chooses_the_compute_tile_depth_too(monkeypatch):
     rng = np.random.default_rng(12)
     samples = [tile_mask(rng, (128, 96), (32, 1), 0.5) for _ in range(2)]
     b = rng.random((96, 16), dtype=np.float32)
-    threads = num_threads()
     ucf.set_num_threads(1)  # see test_choose_stile_prefers_the_tile_that_covers_least_work
-    try:
-        choice = ucf.choose_stile(samples, [(32, 1), (1, 8)], {"B": b}, depths=[16])
-        spmv = ucf.choose_stile(
-            samples, [(32, 1)], {"x": b[:, 0]}, statement="y(i) = A(i,k) * x(k)", depths=[8]
-        )
-    finally:
-        ucf.set_num_threads(threads)
+    choice = ucf.choose_stile(samples, [(32, 1), (1, 8)], {"B": b}, depths=[16])
+    spmv = ucf.choose_stile(
+        samples, [(32, 1)], {"x": b[:, 0]}, statement="y(i) = A(i,k) * x(k)", depths=[8]
+    )
     assert choice.depths == {(32, 1): 16, (1, 8): 16}
     assert choice.depth == choice.depths[choice.granularity]
     assert spmv.depth is None and spmv.depths == {(32, 1): None}

@@ -43,11 +43,11 @@ def _recorded(monkeypatch, kernel: Kernel, **operands):
     return (*seen[0], result)
 
 
-def _check(monkeypatch, asan_cc, tmp_path, kernel, expected, rtol=1e-5, **operands):  # noqa: F811
+def _check(monkeypatch, asan_cc, tmp_path, kernel, expected, rtol=1e-5, threads=1, **operands):  # noqa: F811
     extents, slots, output, result = _recorded(monkeypatch, kernel, **operands)
     np.testing.assert_allclose(np.asarray(result), expected, rtol=rtol, atol=rtol)
     under = run_under_asan(
-        asan_cc, tmp_path, kernel, "dense", output.shape, extents, slots
+        asan_cc, tmp_path, kernel, "dense", output.shape, extents, slots, threads
     ).vals.reshape(output.shape)
     np.testing.assert_allclose(under, np.asarray(output.vals).reshape(output.shape), rtol=rtol)
 
@@ -87,7 +87,8 @@ def test_blocked_spmm(monkeypatch, asan_cc, tmp_path, fmt, case):  # noqa: F811
 def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path, held, cols):  # noqa: F811
     """B's panels packed once per call into a cache of slots with tags: 5 block rows (one
     empty, the last partial) over 5 block columns (the last partial), 2 tiles of columns
-    and a tail; every panel held, or one slot that every block column shares. Each tile
+    and a tail; every panel held (in the team's cache: the loop over block rows is
+    parallel), or one slot of a thread's own that every block column shares. Each tile
     prefetches the next block's panel (however few bytes the panels hold). Without the
     tail (64 columns, whole tiles) the first block of each whole block row writes its
     rows of C from zeroed registers, and the rest are zeroed (``first_write``)."""
@@ -95,14 +96,36 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
     monkeypatch.setattr(panels, "NEAR_BYTES", 0)
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
+        monkeypatch.setattr(panels, "TEAM_BYTES", 0)  # each thread's own cache
     rng = np.random.default_rng(5)
     a = _block_sparse(rng, (75, 37), (16, 8), 0.7)
     a[16:32] = 0
     b = rng.standard_normal((37, cols)).astype(np.float32)
     k = ucf.compile(SPMM, formats={"A": "bcsr(16,8)"}, target="c", dtype="float32")
-    assert "packed once per call and thread for each k_blk" in k.cin
+    assert "packed once per call and team for each k_blk" in k.cin
     assert "slice_covered" in k.c_source
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="bcsr(16,8)"), B=b)
+
+
+def test_two_threads_share_the_panels_in_bounds(monkeypatch, asan_cc, tmp_path):  # noqa: F811
+    """The team's cache of panels on two threads (work above the loop's threshold for
+    a team): 16 block rows, the first 4 full, over 8 block columns (the last partial),
+    the threads claiming and waiting for each other's panels."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(6)
+    a = _block_sparse(rng, (256, 61), (16, 8), 0.5)
+    a[:64] = rng.random((64, 61)) + 0.5
+    b = rng.standard_normal((61, 133)).astype(np.float32)
+    k = ucf.compile(
+        SPMM,
+        formats={"A": "bcsr(16,8)"},
+        target="c",
+        dtype="float32",
+        schedule="split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)",
+    )
+    assert "packed once per call and team for each k_blk" in k.cin
+    operands = {"A": ucf.from_numpy(a, format="bcsr(16,8)"), "B": b}
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, threads=2, **operands)
 
 
 @pytest.mark.parametrize("density", [0.4, 0.0], ids=["partial", "empty"])

@@ -253,35 +253,31 @@ def test_calls_follow_the_race_and_stay_exact(text, formats, races, monkeypatch)
         assert_exact(k(**ops), want)
         return "P" if "runs in parallel" in k.cin else "S"
 
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    try:
-        forget_loaded()  # the plan's team states fresh, not left by another test's calls
-        k = ucf.compile(text, formats=formats)
-        if not races:  # a remembered call of the plan for one thread, as a bench has
-            ucf.set_num_threads(1)
-            call()
-            ucf.set_num_threads(2)
-        assert call() == "P"
-        if not any(s[0] for s in k._built.compiled.teams.states):
-            pytest.skip("no parallel loop was timed: the call is below the work threshold")
-        # The first call loads the plan, and its team states; the first race comes at
-        # the RACE_FIRST-th call after, and the plan for one thread runs after it.
-        ran = "".join(call() for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS))
-        if not races:
-            ran += "".join(call() for _ in range(2 * RACE_EVERY))
-            assert ran == "P" * len(ran)
-            return
-        raced = "".join("S" if p else "P" for p in RACED)
-        assert ran == "P" * (RACE_FIRST - 1) + "S" + raced + "S"  # opened on one thread
-        assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
-        assert "the plan for one thread for now" in k.cin
-        faster[0] = 0  # the machine is quiet again: the parallel plan wins the next race
-        ran = "".join(call() for _ in range(1 + 2 * RACE_CALLS + 8))
-        assert ran.endswith("PPPP")
-        assert "".join(call() for _ in range(RACE_EVERY - 8)) == "P" * (RACE_EVERY - 8)
-    finally:
-        ucf.set_num_threads(old)
+    forget_loaded()  # the plan's team states fresh, not left by another test's calls
+    k = ucf.compile(text, formats=formats)
+    if not races:  # a remembered call of the plan for one thread, as a bench has
+        ucf.set_num_threads(1)
+        call()
+        ucf.set_num_threads(2)
+    assert call() == "P"
+    if not any(s[0] for s in k._built.compiled.teams.states):
+        pytest.skip("no parallel loop was timed: the call is below the work threshold")
+    # The first call loads the plan, and its team states; the first race comes at
+    # the RACE_FIRST-th call after, and the plan for one thread runs after it.
+    ran = "".join(call() for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS))
+    if not races:
+        ran += "".join(call() for _ in range(2 * RACE_EVERY))
+        assert ran == "P" * len(ran)
+        return
+    raced = "".join("S" if p else "P" for p in RACED)
+    assert ran == "P" * (RACE_FIRST - 1) + "S" + raced + "S"  # opened on one thread
+    assert "".join(call() for _ in range(RACE_EVERY - 4)) == "S" * (RACE_EVERY - 4)
+    assert "the plan for one thread for now" in k.cin
+    faster[0] = 0  # the machine is quiet again: the parallel plan wins the next race
+    ran = "".join(call() for _ in range(1 + 2 * RACE_CALLS + 8))
+    assert ran.endswith("PPPP")
+    assert "".join(call() for _ in range(RACE_EVERY - 8)) == "P" * (RACE_EVERY - 8)
 
 
 def test_block_rows_in_chunks_race_no_more(monkeypatch):
@@ -301,20 +297,16 @@ def test_block_rows_in_chunks_race_no_more(monkeypatch):
     a = (np.kron(keep, np.ones((bs, bs))) * rng.random((n, n))).astype(np.float32)
     b = rng.random((n, 64), dtype=np.float32)
     t = ucf.from_numpy(a, format="bcsr(32,32)")
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    try:
-        forget_loaded()
-        k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "bcsr(32,32)"}, dtype="float32")
-        first = k(A=t, B=b).to_numpy().copy()
-        np.testing.assert_allclose(first, a @ b, rtol=1e-4)
-        commands = k._local.built.commands
-        assert any(isinstance(c, SplitCommand) for c in commands), commands
-        ran = ""
-        for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS + 2 * RACE_EVERY):
-            out = k(A=t, B=b).to_numpy()
-            assert np.array_equal(out, first)
-            ran += "P" if any(isinstance(c, Parallelize) for c in k._local.built.commands) else "S"
-        assert ran == "P" * len(ran)
-    finally:
-        ucf.set_num_threads(old)
+    forget_loaded()
+    k = ucf.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "bcsr(32,32)"}, dtype="float32")
+    first = k(A=t, B=b).to_numpy().copy()
+    np.testing.assert_allclose(first, a @ b, rtol=1e-4)
+    commands = k._local.built.commands
+    assert any(isinstance(c, SplitCommand) for c in commands), commands
+    ran = ""
+    for _ in range(RACE_FIRST + 1 + 2 * RACE_CALLS + 2 * RACE_EVERY):
+        out = k(A=t, B=b).to_numpy()
+        assert np.array_equal(out, first)
+        ran += "P" if any(isinstance(c, Parallelize) for c in k._local.built.commands) else "S"
+    assert ran == "P" * len(ran)

@@ -66,10 +66,8 @@ def parallel():
         entry(region, None, threads, 0, ctypes.addressof(state))
         return sorted(seen)
 
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    yield run, state
-    ucf.set_num_threads(old)
+    return run, state
 
 
 def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
@@ -188,7 +186,6 @@ def test_kernels_are_right_while_another_thread_burns_a_core(target, monkeypatch
                 if not np.allclose(got, want):
                     wrong.append(text)
 
-    old = jit.num_threads()
     ucf.set_num_threads(2)
     burner = threading.Thread(target=burn)
     caller = threading.Thread(target=call)
@@ -199,7 +196,6 @@ def test_kernels_are_right_while_another_thread_burns_a_core(target, monkeypatch
     finally:
         stop.set()
         burner.join()
-        ucf.set_num_threads(old)
     assert wrong == []
 
 
@@ -276,33 +272,29 @@ def test_a_team_shrunk_to_one_runs_the_one_thread_plan(text, formats):
 
     # Regions on the whole team leave the loops' states as the test writes them, whatever
     # the machine's load.
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    try:
-        with whole_team():
-            k = ucf.compile(text, formats=formats)
-            call()
-            assert "runs in parallel" in call()
-            teams = k._built.compiled.teams
-            assert teams is not None and teams.states and not _alone(teams)
-            end = time.monotonic_ns() + 600 * 10**9  # no stall of a loaded machine ends it
-            for state in teams.states:  # as ucf_parallel leaves a loop that lost
-                state[0], state[1], state[3] = 1, end, 1000
-            jit.team_counter("lost").value += 1  # and counts it
-            assert _alone(teams)
-            for _ in range(2):
-                cin = call()
-                assert "runs in parallel" not in cin and "one thread is available" in cin
-                assert "the plan for one thread for now" in cin
-            if "B(" in text:
-                assert "appended in one pass" in cin
-            for state in teams.states:  # the wait is over (written, not slept through)
-                state[1] = time.monotonic_ns() - 1
-            jit.team_counter("lost").value += 1  # so that plan() looks again
-            # The parallel plan tries again.
-            assert not _alone(teams) and "runs in parallel" in call()
-    finally:
-        ucf.set_num_threads(old)
+    with whole_team():
+        k = ucf.compile(text, formats=formats)
+        call()
+        assert "runs in parallel" in call()
+        teams = k._built.compiled.teams
+        assert teams is not None and teams.states and not _alone(teams)
+        end = time.monotonic_ns() + 600 * 10**9  # no stall of a loaded machine ends it
+        for state in teams.states:  # as ucf_parallel leaves a loop that lost
+            state[0], state[1], state[3] = 1, end, 1000
+        jit.team_counter("lost").value += 1  # and counts it
+        assert _alone(teams)
+        for _ in range(2):
+            cin = call()
+            assert "runs in parallel" not in cin and "one thread is available" in cin
+            assert "the plan for one thread for now" in cin
+        if "B(" in text:
+            assert "appended in one pass" in cin
+        for state in teams.states:  # the wait is over (written, not slept through)
+            state[1] = time.monotonic_ns() - 1
+        jit.team_counter("lost").value += 1  # so that plan() looks again
+        # The parallel plan tries again.
+        assert not _alone(teams) and "runs in parallel" in call()
 
 
 def _alone(loops: team.LoopStates) -> bool:
@@ -389,22 +381,18 @@ def test_a_remembered_call_watches_team_states_only_where_they_decide():
     A = sp.random(50_000, 50_000, density=8 / 50_000, format="csr", random_state=rng)
     x = rng.random(50_000)
     ops = {"A": ucf.from_scipy(A, format="csr"), "x": x}
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    try:
-        with whole_team():
-            for schedule in ("parallelize(i,CPUThread,NoRaces)", None):
-                k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
-                for _ in range(3):
-                    np.testing.assert_allclose(k(**ops).to_numpy(), A @ x, rtol=1e-12)
-                teams = k._local.replays[0].teams
-                if schedule is not None:
-                    assert teams is None
-                else:
-                    assert "runs in parallel" in k.cin
-                    assert teams is k._built.compiled.teams and teams.states
-    finally:
-        ucf.set_num_threads(old)
+    with whole_team():
+        for schedule in ("parallelize(i,CPUThread,NoRaces)", None):
+            k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule)
+            for _ in range(3):
+                np.testing.assert_allclose(k(**ops).to_numpy(), A @ x, rtol=1e-12)
+            teams = k._local.replays[0].teams
+            if schedule is not None:
+                assert teams is None
+            else:
+                assert "runs in parallel" in k.cin
+                assert teams is k._built.compiled.teams and teams.states
 
 
 def test_a_cheap_loop_that_lost_keeps_the_parallel_plan():
@@ -427,23 +415,19 @@ def test_a_cheap_loop_that_lost_keeps_the_parallel_plan():
         assert abs(k(**ops).to_scipy().tocsr() - want).max() <= 1e-9
         return k.cin
 
-    old = jit.num_threads()
     ucf.set_num_threads(2)
-    try:
-        with whole_team():
-            text = "C(i,j) = A(i,j) * U(i,k) * V(j,k)"
-            k = ucf.compile(text, formats={"A": "csr", "C": "csr"})
-            assert "runs in parallel" in call()
-            states = k._built.compiled.teams.states
-            assert len(states) == 2
-            end = time.monotonic_ns() + 600 * 10**9
-            for s in states:  # every loop won on two threads
-                s[0], s[1], s[3] = 2, 0, 4_000_000
-            states[0][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 14_000]  # the cheap one lost
-            jit.team_counter("lost").value += 1
-            assert "runs in parallel" in call()
-            states[-1][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 4_000_000]  # the main one too
-            jit.team_counter("lost").value += 1
-            assert "the plan for one thread for now" in call()
-    finally:
-        ucf.set_num_threads(old)
+    with whole_team():
+        text = "C(i,j) = A(i,j) * U(i,k) * V(j,k)"
+        k = ucf.compile(text, formats={"A": "csr", "C": "csr"})
+        assert "runs in parallel" in call()
+        states = k._built.compiled.teams.states
+        assert len(states) == 2
+        end = time.monotonic_ns() + 600 * 10**9
+        for s in states:  # every loop won on two threads
+            s[0], s[1], s[3] = 2, 0, 4_000_000
+        states[0][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 14_000]  # the cheap one lost
+        jit.team_counter("lost").value += 1
+        assert "runs in parallel" in call()
+        states[-1][:] = [1, end, 2 * llvm_team.BACKOFF_NS, 4_000_000]  # the main one too
+        jit.team_counter("lost").value += 1
+        assert "the plan for one thread for now" in call()

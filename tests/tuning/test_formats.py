@@ -35,8 +35,6 @@ def cache_dir(tmp_path_factory):
 def one_thread(cache_dir, monkeypatch):
     monkeypatch.setenv("UCF_CACHE_DIR", str(cache_dir))
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(2)
 
 
 def block_diagonal(blocks: int, size: int = 8, density: float = 0.9) -> sp.csr_matrix:

@@ -25,8 +25,6 @@ SPGEMM = "C(i,k) = A(i,j) * B(j,k)"
 def one_thread(tmp_path, monkeypatch):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(2)
 
 
 def vector(n=300, seed=0):

@@ -33,8 +33,7 @@ def spmm(tmp_path, monkeypatch):
     objective = Objective(CSC_SPMM, fmts, "llvm", "float64", "int32", ops, None, {}, {})
     objective.reference = measure.comparable(objective.rebase())
     objective.extents = {"i": 10**6, "j": 10**6, "k": 10**6}
-    yield objective, A, B, ops
-    ucf.set_num_threads(2)
+    return objective, A, B, ops
 
 
 def test_a_nest_whose_first_call_was_stopped_is_not_run_again(spmm, monkeypatch):

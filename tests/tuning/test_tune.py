@@ -30,8 +30,6 @@ def one_thread():
     """Trials on one thread: on a loaded machine, parallel kernels of these tiny inputs
     spend their time waiting for threads, which makes a test slow, not a tuner wrong."""
     ucf.set_num_threads(1)
-    yield
-    ucf.set_num_threads(2)
 
 
 @pytest.fixture

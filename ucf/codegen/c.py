@@ -225,6 +225,9 @@ class _Emitter(Visitor):
     def store(self, s: ir.Store, depth: int) -> list[str]:
         pad = _pad(depth)
         op = "+=" if s.accumulate else "="
+        if s.release:
+            at = f"&{c_name(s.array.name)}[{self.expr(s.index)}]"
+            return [f"{pad}__atomic_store_n({at}, {self.expr(s.value)}, __ATOMIC_RELEASE);"]
         atomic = [f'{pad}UCF_OMP("omp atomic")'] if s.atomic else []
         store = f"{pad}{self.place(s.array, s.index, s.value.type)} {op} {self.expr(s.value)};"
         return [*atomic, store]
@@ -243,6 +246,19 @@ class _Emitter(Visitor):
             f"{pad}char* {raw} = (char*){get};",
             f"{pad}{t}* restrict {name} = ({t}*)({raw} + ((-(uintptr_t){raw}) & {align - 1}));",
         ]
+
+    @handles(ir.Pick)
+    def pick(self, s: ir.Pick, depth: int) -> list[str]:
+        # not restrict: the chosen array may be the team's, which other threads write
+        t, first, second = IR_TO_C[s.array.elem], c_name(s.first.name), c_name(s.second.name)
+        chosen = f"{self.expr(s.cond)} ? {first} : {second}"
+        return [f"{_pad(depth)}{t}* {c_name(s.array.name)} = {chosen};"]
+
+    @handles(ir.FetchAdd)
+    def fetch_add(self, s: ir.FetchAdd, depth: int) -> list[str]:
+        at = f"&{c_name(s.array.name)}[{self.expr(s.index)}]"
+        add = f"__atomic_fetch_add({at}, {self.expr(s.value)}, __ATOMIC_ACQ_REL)"
+        return [f"{_pad(depth)}{c_type(s.var.type)} {c_name(s.var.name)} = {add};"]
 
     @handles(ir.Free)
     def free(self, s: ir.Free, depth: int) -> list[str]:
@@ -333,7 +349,8 @@ class _Emitter(Visitor):
 
     @handles(ir.Load)
     def load(self, e: ir.Load) -> str:
-        return f"{c_name(e.array.name)}[{self.expr(e.index)}]"
+        at = f"{c_name(e.array.name)}[{self.expr(e.index)}]"
+        return f"__atomic_load_n(&{at}, __ATOMIC_ACQUIRE)" if e.acquire else at
 
     @handles(ir.VLoad)
     def vload(self, e: ir.VLoad) -> str:

@@ -148,6 +148,9 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         ptr = self.element_ptr(s.array, s.index, ir.lanes(s.value.type))
         value = self.expr(s.value)
         align = SIZES[s.array.elem]
+        if s.release:
+            b.store_atomic(value, ptr, "release", align)
+            return
         if s.atomic:
             op = "fadd" if is_float(s.array.elem) else "add"
             b.atomic_rmw(op, ptr, value, "monotonic")
@@ -189,6 +192,17 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
         start = b.gep(raw, [skip])
         self.args[s.array.name] = b.bitcast(start, ll.PointerType(t), name=s.array.name)
+
+    @handles(ir.Pick)
+    def pick(self, s: ir.Pick) -> None:
+        first, second = self.args[s.first.name], self.args[s.second.name]
+        self.args[s.array.name] = self.b.select(self.expr(s.cond), first, second)
+
+    @handles(ir.FetchAdd)
+    def fetch_add(self, s: ir.FetchAdd) -> None:
+        ptr = self.element_ptr(s.array, s.index, 1)
+        old = self.b.atomic_rmw("add", ptr, self.expr(s.value), "acq_rel")
+        self.b.store(old, self.slot(s.var))
 
     @handles(ir.Free)
     def free(self, s: ir.Free) -> None:
@@ -292,6 +306,8 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
     @handles(ir.Load)
     def load(self, e: ir.Load) -> ll.Value:
         ptr = self.b.gep(self.args[e.array.name], [self.expr(e.index)], inbounds=True)
+        if e.acquire:
+            return self.b.load_atomic(ptr, "acquire", SIZES[e.array.elem])
         return self.b.load(ptr)
 
     @handles(ir.VLoad)

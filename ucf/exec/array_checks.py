@@ -175,15 +175,16 @@ def _nonempty_ir(t: str) -> str:
     (``major + 1`` entries, never decreasing) that are not empty, in order, and
     returns how many. A hypersparse matrix's ``indptr`` is mostly runs of one value,
     so it is read in blocks of 16 segments, a block with no change skipped at once;
-    the segments of a block with one are looked at one by one."""
+    the segments of a block with one, and those after the last whole block, are
+    looked at one by one (``_segments_ir``)."""
     return f"""
 define i64 @ucf_nonempty_{t}({t}* noalias nocapture readonly %pos, i64 %major,
                              {t}* noalias nocapture %rows) {{
 entry:
   br label %block
 block:
-  %k = phi i64 [0, %entry], [%k16, %skip], [%k16, %each_end]
-  %n = phi i64 [0, %entry], [%n, %skip], [%n2, %each_end]
+  %k = phi i64 [0, %entry], [%k16, %scanned], [%k16, %each.next]
+  %n = phi i64 [0, %entry], [%n, %scanned], [%each.m1, %each.next]
   %k16 = add nuw nsw i64 %k, 16
   %whole = icmp sle i64 %k16, %major
   br i1 %whole, label %scan, label %tail
@@ -203,60 +204,43 @@ scan:
   br i1 %more, label %scan, label %scanned
 scanned:
   %none = icmp eq {t} %change1, 0
-  br i1 %none, label %skip, label %each
-skip:
-  br label %block
-each:
-  %e = phi i64 [%k, %scanned], [%e1, %each_next]
-  %m = phi i64 [%n, %scanned], [%m1, %each_next]
-  %x.at = getelementptr inbounds {t}, {t}* %pos, i64 %e
-  %x = load {t}, {t}* %x.at
-  %e1 = add nuw nsw i64 %e, 1
-  %y.at = getelementptr inbounds {t}, {t}* %pos, i64 %e1
-  %y = load {t}, {t}* %y.at
-  %full = icmp ne {t} %x, %y
-  br i1 %full, label %keep, label %each_next
-keep:
-  %out.at = getelementptr inbounds {t}, {t}* %rows, i64 %m
-{_narrow(t, "%e", "et")}  store {t} %et, {t}* %out.at
-  %mk = add nuw nsw i64 %m, 1
-  br label %each_next
-each_next:
-  %m1 = phi i64 [%m, %each], [%mk, %keep]
-  %each_more = icmp ult i64 %e1, %k16
-  br i1 %each_more, label %each, label %each_end
-each_end:
-  %n2 = phi i64 [%m1, %each_next]
-  br label %block
+  br i1 %none, label %block, label %each
+{_segments_ir(t, "each", "scanned", "%k16", "block")}
 tail:
   %more_tail = icmp slt i64 %k, %major
   br i1 %more_tail, label %last, label %done
-last:
-  %f = phi i64 [%k, %tail], [%f1, %last_next]
-  %c = phi i64 [%n, %tail], [%c1, %last_next]
-  %u.at = getelementptr inbounds {t}, {t}* %pos, i64 %f
-  %u = load {t}, {t}* %u.at
-  %f1 = add nuw nsw i64 %f, 1
-  %v.at = getelementptr inbounds {t}, {t}* %pos, i64 %f1
-  %v = load {t}, {t}* %v.at
-  %used = icmp ne {t} %u, %v
-{_narrow(t, "%f", "ft")}  %w.at = getelementptr inbounds {t}, {t}* %rows, i64 %c
-  br i1 %used, label %put, label %last_next
-put:
-  store {t} %ft, {t}* %w.at
-  %cp = add nuw nsw i64 %c, 1
-  br label %last_next
-last_next:
-  %c1 = phi i64 [%c, %last], [%cp, %put]
-  %last_more = icmp slt i64 %f1, %major
-  br i1 %last_more, label %last, label %done_tail
-done_tail:
-  %c_end = phi i64 [%c1, %last_next]
-  ret i64 %c_end
+{_segments_ir(t, "last", "tail", "%major", "done")}
 done:
-  ret i64 %n
+  %count = phi i64 [%n, %tail], [%last.m1, %last.next]
+  ret i64 %count
 }}
 """
+
+
+def _segments_ir(t: str, loop: str, entry: str, end: str, done: str) -> str:
+    """The blocks of a loop ``loop`` of ``ucf_nonempty``, entered from block ``entry``:
+    each segment ``%k`` up to ``end`` (exclusive) of ``pos`` that is not empty is
+    written to ``rows`` at ``%n`` on; it goes on to ``done`` with the count so far in
+    ``%<loop>.m1``."""
+    return f"""{loop}:
+  %{loop}.e = phi i64 [%k, %{entry}], [%{loop}.e1, %{loop}.next]
+  %{loop}.m = phi i64 [%n, %{entry}], [%{loop}.m1, %{loop}.next]
+  %{loop}.x.at = getelementptr inbounds {t}, {t}* %pos, i64 %{loop}.e
+  %{loop}.x = load {t}, {t}* %{loop}.x.at
+  %{loop}.e1 = add nuw nsw i64 %{loop}.e, 1
+  %{loop}.y.at = getelementptr inbounds {t}, {t}* %pos, i64 %{loop}.e1
+  %{loop}.y = load {t}, {t}* %{loop}.y.at
+  %{loop}.full = icmp ne {t} %{loop}.x, %{loop}.y
+  br i1 %{loop}.full, label %{loop}.keep, label %{loop}.next
+{loop}.keep:
+  %{loop}.at = getelementptr inbounds {t}, {t}* %rows, i64 %{loop}.m
+{_narrow(t, f"%{loop}.e", f"{loop}.et")}  store {t} %{loop}.et, {t}* %{loop}.at
+  %{loop}.mk = add nuw nsw i64 %{loop}.m, 1
+  br label %{loop}.next
+{loop}.next:
+  %{loop}.m1 = phi i64 [%{loop}.m, %{loop}], [%{loop}.mk, %{loop}.keep]
+  %{loop}.more = icmp ult i64 %{loop}.e1, {end}
+  br i1 %{loop}.more, label %{loop}, label %{done}"""
 
 
 def _row_starts_ir(t: str) -> str:

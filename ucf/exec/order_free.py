@@ -141,11 +141,7 @@ def _statements(stmts: list[ir.Stmt], arrays: set[str], tainted: set[str]) -> No
         elif not isinstance(s, ir.Free | ir.Comment):
             # A call, an atomic claim, a GPU statement: anything of the arrays or of a
             # value taken from them reaching it is a use this module does not follow.
-            for node in walk.nodes(s):
-                if isinstance(node, ir.Array) and node.name in arrays:
-                    raise _Relies
-                if isinstance(node, ir.Var) and node.name in tainted:
-                    raise _Relies
+            _untouched(s, arrays, tainted)
         for block in walk.blocks(s):
             _statements(block, arrays, tainted)
 
@@ -196,9 +192,15 @@ def _taint(e, arrays: set[str], tainted: set[str]) -> bool:
         return any([_taint(x, arrays, tainted) for x in (e.left, e.right, e.addend)])
     # Anything else (a GPU expression, a packed dot product): refused if a coordinate
     # or a coordinate array reaches it at all.
-    for node in walk.nodes(e):
-        if isinstance(node, ir.Array) and node.name in arrays:
-            raise _Relies
-        if isinstance(node, ir.Var) and node.name in tainted:
-            raise _Relies
+    _untouched(e, arrays, tainted)
     return False
+
+
+def _untouched(node, arrays: set[str], tainted: set[str]) -> None:
+    """Raises ``_Relies`` where one of ``arrays``, or a variable computed from them
+    (``tainted``), appears anywhere in ``node``."""
+    for n in walk.nodes(node):
+        if isinstance(n, ir.Array) and n.name in arrays:
+            raise _Relies
+        if isinstance(n, ir.Var) and n.name in tainted:
+            raise _Relies

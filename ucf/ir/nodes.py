@@ -102,8 +102,12 @@ class Array:
 
 @dataclass(frozen=True)
 class Load(Expr):
+    """``array[index]``; ``acquire``: an atomic load that sees every write made before
+    the ``release`` store it reads (a panel's tag, ``ucf.passes.panels``)."""
+
     array: Array
     index: Expr
+    acquire: bool = False
 
     @property
     def type(self) -> str:
@@ -314,13 +318,14 @@ class Store(Stmt):
     value: Expr
     accumulate: bool = False
     atomic: bool = False  # the add must not race with other threads' adds
+    release: bool = False  # an atomic store publishing the writes before it (``Load.acquire``)
 
 
 @dataclass
 class FetchAdd(Stmt):
     """Declares ``var`` holding ``array[index]`` and adds ``value`` there, as one atomic
     step: the old value tells concurrent threads apart, so each may claim a slot of
-    its own (CUDA's ``atomicAdd``; only the CUDA printer has it)."""
+    its own (CUDA's ``atomicAdd``; on CPUs, a thread claims a shared panel to pack)."""
 
     var: Var
     array: Array
@@ -382,6 +387,18 @@ class Alloc(Stmt):
     array: Array
     size: Expr
     zeroed: bool = True
+
+
+@dataclass
+class Pick(Stmt):
+    """Names ``first`` as ``array`` where ``cond`` holds, else ``second``: a parallel
+    loop's per-thread setup choosing the team's shared panels or its own at run time
+    (``ucf.passes.panels``). Nothing is allocated or freed under the new name."""
+
+    array: Array
+    cond: Expr
+    first: Array
+    second: Array
 
 
 @dataclass

@@ -46,6 +46,7 @@ class _Printer(Visitor):
     @handles(ir.Store)
     def store(self, s: ir.Store, depth: int) -> list[str]:
         op = ("atomic " if s.atomic else "") + ("store+=" if s.accumulate else "store")
+        op = "store release" if s.release else op
         return [f"{_pad(depth)}{op} {s.array.name}[{expr(s.index)}], {expr(s.value)}"]
 
     @handles(ir.For)
@@ -85,6 +86,16 @@ class _Printer(Visitor):
         kind = "alloc" if s.zeroed else "alloc uninitialized"
         return [f"{_pad(depth)}{kind} {s.array.name}: {s.array.elem}[{expr(s.size)}]"]
 
+    @handles(ir.Pick)
+    def pick(self, s: ir.Pick, depth: int) -> list[str]:
+        chosen = f"{expr(s.cond)} ? {s.first.name} : {s.second.name}"
+        return [f"{_pad(depth)}let {s.array.name} = {chosen}"]
+
+    @handles(ir.FetchAdd)
+    def fetch_add(self, s: ir.FetchAdd, depth: int) -> list[str]:
+        add = f"fetch_add {s.array.name}[{expr(s.index)}], {expr(s.value)}"
+        return [f"{_pad(depth)}let {s.var.name}: {s.var.type} = {add}"]
+
     @handles(ir.Free)
     def free(self, s: ir.Free, depth: int) -> list[str]:
         return [f"{_pad(depth)}free {s.array.name}"]
@@ -122,7 +133,7 @@ class _Printer(Visitor):
 
     @handles(ir.Load)
     def load(self, e: ir.Load) -> str:
-        return f"{e.array.name}[{expr(e.index)}]"
+        return f"{'acquire ' if e.acquire else ''}{e.array.name}[{expr(e.index)}]"
 
     @handles(ir.VLoad)
     def vload(self, e: ir.VLoad) -> str:

@@ -10,6 +10,7 @@ from ucf.lower import product_bound, row_chunks
 from ucf.lower.lattice import Term, operands, presence, reduces
 from ucf.lower.row_chunks import OnePass
 from ucf.lower.state import (
+    Operand,
     SlotParams,
     State,
 )
@@ -32,6 +33,31 @@ class AssemblyMixin:
             return sparse[0]
         return None
 
+    def _appends_rows(self) -> bool:
+        """Whether the output's entries may be appended row by row as its operands'
+        are met (``_bound_operands``, ``_same_structure``): only its last level is
+        sparse, nothing is summed, it has no fill and no blocks, and no fused, pos or
+        assemble command reshapes the nest."""
+        a = self.applied
+        return not (
+            self.local != self.out_fmt.order - 1
+            or self.reduces
+            or self.cin.reduction_vars
+            or self.out_fmt.fill
+            or self.cin.blocks
+            or (a is not None and (a.fused or a.pos or a.assemble is not None))
+        )
+
+    def _stored_like_output(self, op: Operand) -> bool:
+        """Whether operand ``op`` is stored as the output is: dense levels above one
+        compressed level, indexed by the output's variables in its level order."""
+        levels = op.fmt.levels
+        return (
+            [ix.single_variable for ix in op.level_idx] == self.out_level_vars
+            and all(k.full for k in levels[:-1])
+            and levels[-1].segment_array is not None
+        )
+
     def _bound_operands(self) -> list[int]:
         """The operands whose stored entries bound the output's, when a serial kernel may
         append the output in one pass, as scipy adds sparse matrices: a sum or product of
@@ -47,25 +73,15 @@ class AssemblyMixin:
         rows before them (``ucf.lower.row_chunks``). A precompute's workspaces count
         nothing of their own: what they gather is of the operands' entries (no sum runs),
         and the consumer appends each entry once, as the plain nest does."""
-        a = self.applied
-        if self.local != self.out_fmt.order - 1 or self.reduces or self.cin.reduction_vars:
+        if not self._appends_rows():
             return []
-        if self.out_fmt.fill:
-            return []
-        if self.cin.blocks or (a is not None and (a.fused or a.pos or a.assemble is not None)):
-            return []
-        if not row_chunks.shares_rows(a, self.out_level_vars, self.out_fmt):
+        if not row_chunks.shares_rows(self.applied, self.out_level_vars, self.out_fmt):
             return []
         found = []
         for n, op in self.operands.items():
             if n >= len(self.rhs_accesses):
                 continue  # a workspace, of operands' entries that are counted here
-            levels = op.fmt.levels
-            if (
-                [ix.single_variable for ix in op.level_idx] != self.out_level_vars
-                or not all(k.full for k in levels[:-1])
-                or levels[-1].segment_array is None
-            ):
+            if not self._stored_like_output(op):
                 return []
             found.append(n)
         if not found or presence(self.term, dict.fromkeys(found, False), self._fill) is not False:
@@ -82,25 +98,14 @@ class AssemblyMixin:
         compute pass reads that instead of the positions the assemble pass wrote,
         and its loop over a row carries no counter (``ucf.passes.flat_positions``
         then walks all the positions at once)."""
-        a = self.applied
-        if self.local != self.out_fmt.order - 1 or self.cin.reduction_vars:
-            return None
-        if self.reduces or self.out_fmt.fill or self.cin.blocks:
-            return None
-        if a is not None and (a.precompute or a.fused or a.pos or a.assemble is not None):
+        if not self._appends_rows() or (self.applied is not None and self.applied.precompute):
             return None
         read = operands(self.term)  # A(i,j)*A(i,j) reads one (``_same_reads``)
         sparse = [n for n, op in self.operands.items() if n in read and not op.dense]
         if len(sparse) != 1 or list(self.cin.order) != self.out_level_vars:
             return None
         op = self.operands[sparse[0]]
-        levels = op.fmt.levels
-        if (
-            [ix.single_variable for ix in op.level_idx] != self.out_level_vars
-            or not all(k.full for k in levels[:-1])
-            or levels[-1].segment_array is None
-            or op.fmt.fill
-        ):
+        if not self._stored_like_output(op) or op.fmt.fill:
             return None
         if presence(self.term, {sparse[0]: False}, self._fill) is not False:
             return None

@@ -67,7 +67,7 @@ def _parallelize_loop(
     nest: Nest, label: str, par: Parallel, cmd: str, container: list, k: int, loop: ir.For
 ) -> None:
     origins = nest.prov.origins(label)
-    races = [v for v in origins if v not in nest.out_vars | _filled_by(nest, loop)]
+    races = _races(nest, label, loop)
     entry, k = take_entry(nest, label, container, k, loop.var)
     loop.body = [*entry, *loop.body]
     free = nest.parallel_out | nest.trailing_out
@@ -115,19 +115,9 @@ def _parallelize_loop(
             f"{cmd}: iterations of {label} add straight into {into[0]}, not into a scalar "
             "sum; use Atomics"
         )
-    carried = sorted(set(assigned(loop.body) - declared(loop.body)) - set(accs) - nest.chunked)
-    if carried:
-        raise ScheduleError(
-            f"{cmd}: the loop carries {', '.join(carried)} from one iteration to the next "
-            "(a sparse iterator co-iterated with a dense dimension), so it cannot be "
-            "parallelized"
-        )
-    if loop.unroll:
-        raise ScheduleError(
-            f"{cmd}: {label} is also unrolled {loop.unroll} times; OpenMP takes over a "
-            "parallel loop, so it cannot be unrolled too (unroll a loop inside it: split it "
-            "and unroll the inner loop)"
-        )
+    ordered = _ordered(nest, label, loop, frozenset(accs))
+    if ordered is not None:
+        raise ScheduleError(f"{cmd}: {ordered}")
     loop.parallel = par.unit
     loop.strategy = par.strategy
     if par.unit == "CPUThread":
@@ -139,28 +129,55 @@ def _parallelize_loop(
 
 
 def mark_independent(nest: Nest) -> None:
-    """Mark each outermost loop over an output variable whose iterations are independent
-    (``NoRaces`` would hold: each writes output entries of its own, carries nothing,
-    and fills no workspace that the next iteration reuses) with that strategy, though
-    it stays serial. ``ucf.passes.row_groups`` then runs its rows in lock step as it
-    does a parallel loop's: without this, the plan for one thread of an N:M SpMM lost
-    its register tiles and ran 5x slower than the plan for two."""
+    """Mark each serial loop over an output variable whose iterations are independent
+    (``parallelize(..., NoRaces)``'s checks pass: ``_races``, ``_ordered``; and it fills
+    no workspace that the next iteration reuses) with that strategy, though it stays
+    serial. ``ucf.passes.row_groups`` then runs its rows in lock step as it does a
+    parallel loop's: without this, the plan for one thread of an N:M SpMM lost its
+    register tiles and ran 5x slower than the plan for two. A loop inside another
+    (``y(i) = A(b,i,j) * x(j)`` over ``b, i, j``) is marked as an outermost one is:
+    the rule is the loop's own, wherever it stands."""
     if nest.sparse_out:
         return
     spaces = {ws.name for ws in nest.workspaces}
-    for s in nest.body:
+    for _, s in loops(nest.body):
         if not (isinstance(s, ir.For) and s.parallel is None and s.label in nest.out_vars):
             continue
         stored = {n.array.name for n in statements(s.body) if isinstance(n, ir.Store)}
-        if (
-            s.label in nest.entries
-            or stored & spaces
-            or s.unroll
-            or any(v not in nest.out_vars for v in nest.prov.origins(s.label))
-            or assigned(s.body) - declared(s.body)
-        ):
+        if s.label in nest.entries or stored & spaces or _races(nest, s.label, s):
             continue
-        s.strategy = "NoRaces"
+        if _ordered(nest, s.label, s) is None:
+            s.strategy = "NoRaces"
+
+
+def _races(nest: Nest, label: str, loop: ir.For) -> list[str]:
+    """The variables ``label`` iterates whose iterations may write the same entries: all
+    but the output's and, where ``loop`` is a precompute's producer, its workspace's."""
+    own = nest.out_vars | _filled_by(nest, loop)
+    return [v for v in nest.prov.origins(label) if v not in own]
+
+
+def _ordered(
+    nest: Nest, label: str, loop: ir.For, summed: frozenset[str] = frozenset()
+) -> str | None:
+    """Why the iterations of ``loop`` must run one after another whatever the strategy
+    (the end of a ``ScheduleError`` that ``parallelize`` raises, naming ``label``), or
+    None: it carries a variable from one iteration to the next (``summed``, running
+    sums a strategy reduces, and the chunks of a sparse output aside), or it is
+    unrolled."""
+    carried = sorted(assigned(loop.body) - declared(loop.body) - summed - nest.chunked)
+    if carried:
+        return (
+            f"the loop carries {', '.join(carried)} from one iteration to the next (a sparse "
+            "iterator co-iterated with a dense dimension), so it cannot be parallelized"
+        )
+    if loop.unroll:
+        return (
+            f"{label} is also unrolled {loop.unroll} times; OpenMP takes over a parallel loop, "
+            "so it cannot be unrolled too (unroll a loop inside it: split it and unroll the "
+            "inner loop)"
+        )
+    return None
 
 
 def _filled_by(nest: Nest, loop: ir.For) -> frozenset[str]:

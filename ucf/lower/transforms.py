@@ -49,8 +49,7 @@ def apply(nest: Nest, steps: list[Command], parallel: dict[str, Parallel]) -> No
     for label, par in parallel.items():
         if nest.has(label) or not nest.partial:
             parallelize(nest, label, par, threaded)
-    if not parallel:
-        mark_independent(nest)
+    mark_independent(nest)
     _check_vector_nesting(nest.body, parallel)
     add_work_thresholds(nest.body)
 
@@ -455,12 +454,6 @@ def _fuse_loops(nest: Nest, i: str, j: str, f: str, what: str) -> None:
     prefix, inner = _split_prefix(outer, what)
     if inner.label != j:
         raise ScheduleError(f"{what}: the loop directly inside {i} is not {j}")
-    if isinstance(inner, ir.While) or inner.var.name != j or outer.var.name != i:
-        who = i if outer.var.name != i else j
-        raise ScheduleError(
-            f"{what}: the loop over {who} walks a sparse operand's positions; fuse dense loops, "
-            f"or add pos({f}, {f}pos, T) after the fuse to walk T's nonzeros across both"
-        )
     needed: set[str] = set()
     reads([inner.start, inner.end], needed)
     split = _hoist(prefix, needed, {i} | assigned(outer.body))

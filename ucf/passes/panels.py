@@ -54,6 +54,10 @@ PACK_ELEMENT = 4
 #: larger): bcsr(32,32) SpMM with a 1024x1024 float32 B takes 32 panels of 128 KB, 4 MB
 #: a thread; B up to 16 MB (2048x2048 float32) is packed once per thread and call.
 CACHE_BYTES = 16 << 20
+#: The most the cache a team of threads shares holds, in bytes: one slot per panel of
+#: the call, so a slot is packed once and never evicted while another thread reads it.
+#: Larger, each thread keeps a cache of its own (``CACHE_BYTES``) as on one thread.
+TEAM_BYTES = 2 * CACHE_BYTES
 
 #: A cache line, in bytes: the step of the prefetches of the next block's panel.
 LINE = 64
@@ -110,7 +114,7 @@ def packed(
     length = ir.mul(Const(depth * width, I64), ir.Bin("min", whole, Const(per_chunk, I64)))
     chunks = ir.Bin("/", ir.add(whole, Const(per_chunk - 1, I64)), Const(per_chunk, I64))
     lo = ir.mul(chunk, Const(per_chunk, I64))  # the chunk's first tile
-    slot = base = None
+    slot = base = fits = None
     decls: list[ir.Stmt] = []
     if cached is not None:
         coordinate, extent = cached
@@ -118,7 +122,11 @@ def packed(
         # slots: as many as the panels of the call, as the cache holds, at least one
         bytes_ = ir.Bin("max", ir.mul(length, Const(elem, I64)), Const(1, I64))
         room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
-        slots = ir.Bin("max", ir.Bin("min", ir.mul(extent, chunks), room), Const(1, I64))
+        every = ir.mul(extent, chunks)  # the panels of the call
+        if state.in_team():  # one cache for the team where every panel has a slot
+            fits = ir.Cmp("<=", ir.mul(every, bytes_), Const(TEAM_BYTES, I64))
+            room = ir.Select(fits, every, room)
+        slots = ir.Bin("max", ir.Bin("min", every, room), Const(1, I64))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
         decls = [ir.Decl(slot, place(key, slots)), ir.Decl(base, ir.mul(slot, length))]
 
@@ -133,10 +141,10 @@ def packed(
     first = ir.add(nest.inner.start, ir.mul(ir.add(lo, at), Const(width, I64)))
     for factor in factors:
         load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
-        panel = ir.Array(state.fresh(f"{load.array.name.removesuffix('_vals')}_panel"), factor.type)
-        state.panels.append(panel)
-        state.sizes.append(length if slot is None else ir.mul(slots, length))
-        state.unzeroed.add(panel.name)  # read only where filled (its block's, or tagged)
+        size = length if slot is None else ir.mul(slots, length)
+        stem = f"{load.array.name.removesuffix('_vals')}_panel"
+        # read only where filled (its block's, or tagged)
+        panel = _buffer(state, stem, factor.type, size, fits, zeroed=False)
         panels[factor] = (panel, row(ir.sub(tile, lo), red.var))
         source = substitute(substitute(factor, steps), {red.var.name: step})
         for v in range(0, width, lanes):
@@ -156,18 +164,25 @@ def packed(
             f"registers: {copied} packed before each {loop} loop, for its {counted}groups of rows"
         )
         return panels, fill, per_chunk, []
-    tags = ir.Array(state.fresh("panel_tags"), "i64")
-    state.panels.append(tags)
-    state.sizes.append(slots)
+    team = fits is not None
+    # a tag per slot; in the team's cache, after them a count of the threads that
+    # claimed each slot's panel
+    tags = _buffer(state, "panel_tags", "i64", ir.mul(slots, Const(2 if team else 1, I64)), fits)
+    mb = CACHE_BYTES >> 20
+    where = (
+        f"team for each {coordinate.name}, in one cache the team shares (where the panels "
+        f"exceed {TEAM_BYTES >> 20} MB, a cache of {mb} MB a thread)"
+        if team
+        else f"thread for each {coordinate.name}, in a cache of {mb} MB a thread"
+    )
     state.notes.append(
-        f"registers: {copied} packed once per call and thread for each {coordinate.name}, in a "
-        f"cache of {CACHE_BYTES >> 20} MB a thread, and read by every {loop} loop of that "
-        f"{coordinate.name}"
+        f"registers: {copied} packed once per call and {where}, and read by every {loop} loop "
+        f"of that {coordinate.name}"
     )
     # a tag holds the key of the panel in its slot, plus one (0: empty); a key is not
     # negative, but one that were could not match an empty slot's 0
     tag = ir.add(key, Const(1, I64))
-    stale = ir.Cmp("!=", ir.Load(tags, slot), tag)
+    stale = ir.Cmp("!=", ir.Load(tags, slot, acquire=team), tag)
     absent = ir.Logic("or", ir.Cmp("<", key, Const(0, I64)), stale)
     fetch: list[ir.Stmt] = []
     following = state.ahead(coordinate.name)
@@ -212,7 +227,8 @@ def packed(
         if sources:
             ready = Var(state.fresh("panel_ready"), I64)
             key = ir.add(ir.mul(upcoming, chunks), chunk)
-            tagged = ir.Cmp("==", ir.Load(tags, place(key, slots)), ir.add(key, Const(1, I64)))
+            near_tag = ir.Load(tags, place(key, slots), acquire=team)
+            tagged = ir.Cmp("==", near_tag, ir.add(key, Const(1, I64)))
             decls += [
                 ir.Decl(upcoming, following if across is None else across),
                 ir.Decl(ready, ir.Select(tagged, Const(1, I64), Const(0, I64))),
@@ -220,7 +236,61 @@ def packed(
             fetch = [ir.If(ir.Cmp("!=", ready, Const(0, I64)), fetch, sources)]
         held = ir.mul(ir.mul(slots, length), Const(elem, I64))
         fetch = [ir.If(ir.Cmp(">", held, Const(NEAR_BYTES, I64)), fetch)]
-    return panels, [*decls, ir.If(absent, [*fill, ir.Store(tags, slot, tag)])], per_chunk, fetch
+    filled = [*fill, ir.Store(tags, slot, tag, release=team)]
+    if team:
+        filled = _claimed(state, fits, tags, slot, slots, filled)
+    return panels, [*decls, ir.If(absent, filled)], per_chunk, fetch
+
+
+def _buffer(
+    state: TileState, stem: str, elem: str, size: ir.Expr, fits: ir.Expr | None, zeroed=True
+) -> ir.Array:
+    """A cache's array of ``size`` elements: a thread's own (``fits`` None, or false at the
+    call), or one the team shares (``fits`` true at the call), allocated before the
+    parallel loop and chosen by each thread in its setup."""
+    array = ir.Array(state.fresh(stem), elem)
+    if not zeroed:
+        state.unzeroed.add(array.name)
+    if fits is None:
+        state.panels.append(array)
+        state.sizes.append(size)
+        return array
+    team, own = ir.Array(state.fresh(f"{stem}_team"), elem), ir.Array(state.fresh(stem), elem)
+    if not zeroed:
+        state.unzeroed |= {team.name, own.name}
+    none = Const(0, I64)
+    state.team.append((team, ir.Select(fits, size, none)))
+    state.panels.append(own)
+    state.sizes.append(ir.Select(fits, none, size))
+    state.picks.append(ir.Pick(array, fits, team, own))
+    return array
+
+
+def _claimed(
+    state: TileState,
+    fits: ir.Expr,
+    tags: ir.Array,
+    slot: ir.Expr,
+    slots: ir.Expr,
+    filled: list[ir.Stmt],
+) -> list[ir.Stmt]:
+    """``filled`` (the packing of a panel, then its tag's release) run by the first
+    thread of the team to claim the slot; any other waits until the tag is published.
+    The two threads of a team otherwise each pack nearly every panel of B: bcsr(32,32)
+    SpMM 1024^3 float32, ucf's C kernel in a harness, per-thread CPU time at load 8-11,
+    packed once for the team the sum of both threads' time fell 7-8 % (90 % zero
+    blocks) and 4-5 % (50 %); the llvm kernel's process CPU time 4 % at both
+    (bench/README.md). A thread's own cache (``fits`` false) packs what it finds
+    missing, as it always did.
+    Each slot holds one panel for the call, so a published slot is never written again."""
+    mine, old = Var(state.fresh("panel_mine"), I64), Var(state.fresh("panel_claims"), I64)
+    one, zero = Const(1, I64), Const(0, I64)
+    first = ir.Select(ir.Cmp("==", old, zero), one, zero)
+    claim = [ir.FetchAdd(old, tags, ir.add(slots, slot), one), ir.Assign(mine, first)]
+    # until the slot's claimant publishes it: its own panel, unless a coordinate out of
+    # range (a C caller's unchecked input) shares the slot, which then must not hang
+    wait = ir.While(ir.Cmp("==", ir.Load(tags, slot, acquire=True), zero), [])
+    return [ir.Decl(mine, one), ir.If(fits, claim), ir.If(ir.Cmp("!=", mine, zero), filled, [wait])]
 
 
 def _source_fetches(

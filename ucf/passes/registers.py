@@ -117,20 +117,22 @@ class _Rewriter(TileState):
             if nest is not None:
                 out += self.tiled(nest, s)
             elif isinstance(s, ir.For) and s.parallel == "CPUThread":
-                outer, tiled = (self.panels, self.sizes), self.tiles
-                self.panels, self.sizes = [], []
+                outer, tiled = (self.panels, self.sizes, self.team, self.picks), self.tiles
+                self.panels, self.sizes, self.team, self.picks = [], [], [], []
                 loop = self.inside(s)
+                out += self.team_allocs()  # the team's panels, before the threads start
                 out.append(
                     replace(
                         loop,
-                        prologue=[*loop.prologue, *self.allocs()],
+                        prologue=[*loop.prologue, *self.allocs(), *self.picks],
                         epilogue=[*loop.epilogue, *self.frees()],
                         parallel_if=(
                             _cheaper(loop.parallel_if) if self.tiles > tiled else loop.parallel_if
                         ),
                     )
                 )
-                self.panels, self.sizes = outer
+                out += [ir.Free(p) for p, _ in self.team]
+                self.panels, self.sizes, self.team, self.picks = outer
             else:
                 out.append(self.inside(s))
         return out

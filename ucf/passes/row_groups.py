@@ -79,9 +79,9 @@ def group_rows(fn: ir.Function, dense: bool = False) -> tuple[ir.Function, list[
     """``fn`` with each parallel loop over rows of either shape run in groups, and a
     line per loop saying so (for ``k.cin``); ``fn`` as it is when register blocking is
     off (``UCF_REGISTER_BLOCKING=0``). ``dense`` (every operand dense: GEMV, row sums
-    and maxima): rows summed into scalars only, serial loops too where each row writes
-    places of its own (``_apart``): the rows of a dense matrix all have its extent, and
-    one thread gains the independent chains as much as many do."""
+    and maxima): rows summed into scalars only. Serial loops whose rows are independent
+    are grouped too (``ucf.lower.parallel.mark_independent`` marks them): one thread
+    gains the independent chains as much as many do."""
     if not enabled():
         return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
@@ -124,24 +124,6 @@ def _nest(body: list[ir.Stmt], local: set[str]) -> _Level | None:
         return None
     child = _nest(loop.body, local | {loop.var.name})
     return None if child is None else _Level(prefix, loop, suffix, child, False, end.right)
-
-
-def _apart(loop: ir.For) -> bool:
-    """Whether the rows of a serial loop are independent: every store writes at the
-    row's own place (``base + row``, ``base`` the same for every row) into an array the
-    loop does not read."""
-    if not serial_loop(loop):
-        return False
-    row = loop.var.name
-    stores = [n for n in nodes(loop.body) if isinstance(n, ir.Store)]
-    written = {n.array.name for n in stores}
-    if any(isinstance(n, ir.Load) and n.array.name in written for n in nodes(loop.body)):
-        return False
-    local = declared(loop.body)
-    return all(
-        not n.atomic and (base := unit_offset(n.index, row)) is not None and not names(base) & local
-        for n in stores
-    )
 
 
 def _straight(s: ir.Stmt) -> bool:
@@ -309,8 +291,7 @@ class _Rewriter:
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for s in stmts:
-            rows = _row_loop(s) or (self.dense and _apart(s))
-            grouped = self.grouped(s) if rows else None
+            grouped = self.grouped(s) if _row_loop(s) else None
             out += [with_blocks(s, self.block)] if grouped is None else grouped
         return out
 

@@ -169,7 +169,9 @@ class TileState:
     """What a rewrite into tiles keeps while it walks a function: the names taken, the
     function's parameters and its extents (by index variable), a note per rewritten nest
     (for ``k.cin``), and the panels of the nests rewritten so far, allocated at the top
-    of the function or, inside a parallel loop, in its per-thread setup."""
+    of the function or, inside a parallel loop, in its per-thread setup; there, the
+    panels the team shares (``team``, allocated before the loop) and each thread's
+    choice between them and its own (``picks``, ``ucf.passes.panels``)."""
 
     def __init__(self, taken: set[str], params: set[str], extents: dict[str, str] | None = None):
         self.taken = taken
@@ -179,6 +181,8 @@ class TileState:
         self.panels: list[ir.Array] = []
         self.sizes: list[ir.Expr] = []
         self.unzeroed: set[str] = set()  # panels every read of which follows a write
+        self.team: list[tuple[ir.Array, ir.Expr]] = []
+        self.picks: list[ir.Stmt] = []
         self.tiles = 0  # nests rewritten so far
         self.loops: list[ir.For] = []  # the loops around the statement being rewritten
         self.defs: dict[str, ir.Expr] = {}  # what each declaration met so far holds
@@ -246,6 +250,13 @@ class TileState:
 
     def frees(self) -> list[ir.Stmt]:
         return [ir.Free(p) for p in self.panels]
+
+    def in_team(self) -> bool:
+        """Whether the statement being rewritten runs inside a parallel loop of threads."""
+        return any(f.parallel == "CPUThread" for f in self.loops)
+
+    def team_allocs(self) -> list[ir.Stmt]:
+        return [ir.Alloc(p, n, p.name not in self.unzeroed) for p, n in self.team]
 
     def allocated(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """``body`` with the panels of nests outside parallel loops allocated around it."""

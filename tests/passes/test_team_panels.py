@@ -1,0 +1,67 @@
+"""The panel cache a team of threads shares (``ucf.passes.panels``): in a parallel loop
+the first thread to name a block column packs its panel of B, and any other thread
+that names it meanwhile waits for the panel's tag. Two threads on the whole team, many
+calls of a skewed matrix (the first block rows full, so both threads want the same
+panels at once; then rows of one block, and empty ones), bit for bit the plan on one
+thread, on llvm and c, with static halves and with dynamic chunks of one block row, and
+against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucf
+from tests.helpers import needs_cc
+from ucf.ir import nodes as ir
+from ucf.ir.walk import nodes
+from ucf.toolchain import jit
+
+SPMM = "C(i,j) = A(i,k) * B(k,j)"
+SERIAL = "reorder(i_blk,k_blk,i_in,k_in,j)"
+PARALLEL = [
+    "parallelize(i_blk, CPUThread, NoRaces)",
+    "split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)",
+]
+
+
+def skewed(rng, block: int, dtype) -> np.ndarray:
+    """12 block rows over 16 block columns: 4 full rows, 4 of one block each (in turn
+    over the columns), 4 empty; random values, which round."""
+    live = np.zeros((12, 16), dtype=bool)
+    live[:4] = True
+    live[4 + np.arange(4), (5 * np.arange(4)) % 16] = True
+    mask = np.kron(live, np.ones((block, block)))
+    return (mask * rng.standard_normal(mask.shape)).astype(dtype)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_two_threads_share_the_panels_bit_for_bit(dtype):
+    rng = np.random.default_rng(38)
+    block = 16
+    fmt = f"bcsr({block},{block})"
+    a = skewed(rng, block, dtype)
+    b = rng.standard_normal((a.shape[1], 200)).astype(dtype)
+    t = ucf.from_numpy(a, format=fmt)
+    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
+    try:
+        ucf.set_num_threads(1)
+        one = ucf.compile(SPMM, formats={"A": fmt}, dtype=dtype, schedule=SERIAL)
+        want = one(A=t, B=b).to_numpy()
+        ucf.set_num_threads(2)
+        for target in ("llvm", "c"):
+            for schedule in PARALLEL:
+                k = ucf.compile(
+                    SPMM, formats={"A": fmt}, dtype=dtype, schedule=schedule, target=target
+                )
+                assert "packed once per call and team for each k_blk" in k.cin
+                assert any(isinstance(n, ir.FetchAdd) for n in nodes(k.llir))
+                for _ in range(40):
+                    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+    finally:
+        jit.set_whole_team(fixed)
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+    np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
