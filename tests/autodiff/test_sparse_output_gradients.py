@@ -296,3 +296,32 @@ def test_a_column_major_operands_gradient_is_column_major(target, threads):
     assert got.format.mode_order == (1, 0)
     _, _, want = torch_reference(B, C, D, G * (B != 0))
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("out", ["csr", "coo", "dcsr"])
+def test_an_output_value_that_is_zero_keeps_its_gradient(out):
+    """A row of C all zeros makes A's values 0 on B's whole row; the output keeps those
+    entries in every format (COO dropped them on its conversion from the computed
+    CSR, and with them the gradient of C's row: found by a read-only review)."""
+    B, C, D, G = operands(seed=5)
+    C[1] = 0
+    Bs = torch.tensor(B).to_sparse_csr()
+    Ct = torch.tensor(C, requires_grad=True)
+    A = ucf.torch.einsum(SDDMM, formats={"A": out}, B=Bs, C=Ct, D=torch.tensor(D))
+    (got,) = torch.autograd.grad(A, Ct, grad_outputs=torch.tensor(G))
+    Cd = torch.tensor(C, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.tensor(B) * (Cd @ torch.tensor(D)), Cd, torch.tensor(G))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+    kernel = ucf.compile(SDDMM, {"A": out, "B": "csr"})
+    stored = kernel(B=ucf.from_numpy(B, format="csr"), C=C, D=D).to_scipy()
+    assert stored.nnz == np.count_nonzero(B)  # the zeros of C's row 1 too
+
+
+def test_a_conversion_keeps_stored_zeros_when_asked():
+    """``Tensor.convert(keep_zeros=True)`` keeps what scipy's ``tocoo`` keeps."""
+    m = sp.csr_matrix((np.array([1.0, 0.0, 2.0]), np.array([0, 2, 1]), np.array([0, 2, 3])))
+    t = ucf.from_scipy(m, "csr")
+    assert t.convert("coo").to_scipy().nnz == 2
+    kept = t.convert("coo", keep_zeros=True).to_scipy()
+    assert kept.nnz == m.tocoo().nnz == 3
+    np.testing.assert_array_equal(kept.toarray(), m.toarray())

@@ -223,7 +223,8 @@ class Calling:
         self._invoke(plan.compute, extents, slots, result, counts=counts)
         result = trimmed(result)
         if plan.output_format != plan.computed_format:
-            result = result.convert(plan.output_format)
+            # the entries it computed, zeros too, as a CSR output keeps them
+            result = result.convert(plan.output_format, keep_zeros=True)
         return result
 
     def _run_flat(

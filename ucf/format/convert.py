@@ -43,12 +43,15 @@ COMPRESSED_TARGETS = {
 }
 
 
-def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> tuple[Levels, np.ndarray]:
+def relevel(
+    t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype, keep_zeros: bool = False
+) -> tuple[Levels, np.ndarray]:
     """The levels and values of ``t`` (plain values, not dense) in format ``fmt`` (plain,
     same fill) with values of ``dt`` and indices of ``idt``; stored fill values are
-    dropped. They may be ``t``'s own arrays where these come out unchanged (as scipy's
-    ``tocoo`` shares CSR's)."""
-    found = via_scipy(t, fmt, idt) if t.order == 2 and not fmt.fill else None
+    dropped unless ``keep_zeros`` (a kernel's output keeps the entries it computed,
+    whatever format it is converted to). They may be ``t``'s own arrays where these
+    come out unchanged (as scipy's ``tocoo`` shares CSR's)."""
+    found = via_scipy(t, fmt, idt, keep_zeros) if t.order == 2 and not fmt.fill else None
     if found is not None:
         levels, vals = found
         return levels, vals.astype(dt, copy=False)
@@ -56,7 +59,7 @@ def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> tuple[Levels
     cols, count = t.columns()
     vals = t.numbers()
     modes = mode_columns(src, cols, count)
-    keep = vals != fmt.fill
+    keep = np.full(vals.shape, True) if keep_zeros else vals != fmt.fill
     if src.blocked:  # the padding of partial blocks lies outside the shape
         for mode, d in enumerate(t.shape):
             keep &= modes[mode] < d
@@ -76,7 +79,9 @@ def relevel(t: Tensor, fmt: Format, dt: np.dtype, idt: np.dtype) -> tuple[Levels
     return pack_levels(t.shape, fmt, lc, vals, idt, sorted_unique=True)
 
 
-def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] | None:
+def via_scipy(
+    t: Tensor, fmt: Format, idt: np.dtype, keep_zeros: bool = False
+) -> tuple[Levels, np.ndarray] | None:
     """The levels and values of matrix ``t`` in ``fmt`` when scipy converts to it (csr,
     csc, dcsr, dcsc, coo, and blocks bcsr, bcsc); None for other formats, and for values
     scipy's sparse arrays cannot hold (float16). scipy converts between its layouts in
@@ -91,7 +96,7 @@ def via_scipy(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray
         found = flipped(t, fmt, idt)
         if found is not None:
             return found
-    return scipy_levels(canonical(t, by_columns), fmt, idt)
+    return scipy_levels(canonical(t, by_columns, keep_zeros), fmt, idt)
 
 
 def flipped(t: Tensor, fmt: Format, idt: np.dtype) -> tuple[Levels, np.ndarray] | None:
@@ -177,16 +182,17 @@ def scipy_levels(
     return [outer, {"pos": pos, "crd": crd}], m.data
 
 
-def canonical(t: Tensor, by_columns: bool) -> sp.csr_array | sp.csc_array:
+def canonical(t: Tensor, by_columns: bool, keep_zeros: bool = False) -> sp.csr_array | sp.csc_array:
     """Matrix ``t`` as scipy's compressed rows (``by_columns``: columns), indices sorted
-    and no stored zeros; ``t``'s own arrays when they are that already (never written)."""
+    and no stored zeros (unless ``keep_zeros``); ``t``'s own arrays when they are that
+    already (never written)."""
     m = t.to_scipy()
     if all(kind.ordered for kind in t.format.levels):
         m.has_canonical_format = True  # as validation found it: sorted, no repeats
     m = m.tocsc() if by_columns else m.tocsr()
     if not m.has_sorted_indices:  # an unordered (Q) source's
         m = m.sorted_indices()
-    if not m.data.all():  # stored zeros are dropped; never from t's own arrays
+    if not keep_zeros and not m.data.all():  # stored zeros dropped; never from t's own
         m = m.copy()
         m.eliminate_zeros()
     return m

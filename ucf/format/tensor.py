@@ -356,14 +356,24 @@ class Tensor(ArrayLike):
         fmt = replace(self.format, values=VALUES[dt.name]) if self.format.values else self.format
         return Tensor(self.shape, fmt, levels, self.vals.astype(dt), self.index_dtype, check=False)
 
-    def convert(self, format: Any = None, index_dtype: Any = None, dtype: Any = None) -> Tensor:
+    def convert(
+        self,
+        format: Any = None,
+        index_dtype: Any = None,
+        dtype: Any = None,
+        *,
+        keep_zeros: bool = False,
+    ) -> Tensor:
         """Repack in another format, index dtype or value dtype; ``self`` if nothing changes.
 
         Stored zeros (stored fill values) are dropped when the format changes:
         otherwise converting a dense tensor to a sparse format would store every
-        element. The result may share arrays with ``self`` where they come out
-        unchanged (CSR to COO keeps the column indices and values, as scipy's
-        ``tocoo`` does). Linear in the entries (see ``ucf.format.convert``).
+        element. ``keep_zeros`` keeps those a sparse tensor stores (as scipy's
+        conversions do): a kernel's sparse output keeps every entry it computed in
+        any format, so its gradient reads them all (``ucf.autodiff``). The result
+        may share arrays with ``self`` where they come out unchanged (CSR to COO
+        keeps the column indices and values, as scipy's ``tocoo`` does). Linear in
+        the entries (see ``ucf.format.convert``).
         """
         fmt = self.format if format is None else parse_format(format, order=self.order)
         idt = self.index_dtype if index_dtype is None else index_dtype_of(index_dtype)
@@ -395,7 +405,7 @@ class Tensor(ArrayLike):
         if self.format.is_dense or fmt.fill != self.format.fill:
             # Where the fills differ, every absent entry becomes a value to store.
             return from_numpy(self.to_numpy(), fmt, dt, idt)
-        levels, vals = relevel(self, fmt, dt, idt)
+        levels, vals = relevel(self, fmt, dt, idt, keep_zeros)
         return Tensor(self.shape, fmt, levels, vals, idt, check=False)
 
     def _convert_held(self, fmt: Format, idt: np.dtype, dtype: Any) -> Tensor:
