@@ -96,10 +96,11 @@ class Calling:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given: dict[str, Tensor] = {}
         in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
+        falls: dict[str, int] = {}  # their falling neighbours, counted with their bounds
         local.fortran = frozenset()
         for n in names:
             # A static operand is compared with the compiled one as it comes: canonical.
-            t = None if self._statics else scipy_operands.bind(operands[n], n)
+            t = None if self._statics else scipy_operands.bind(operands[n], n, falls)
             if t is None:
                 t = self._as_operand(operands[n], n)
             else:
@@ -116,7 +117,9 @@ class Calling:
             plan = self._plan
         free = frozenset()
         if in_place:
-            free = scipy_operands.settle(given, operands, in_place, *self._order_free(plan))
+            free = scipy_operands.settle(
+                given, operands, in_place, falls, *self._order_free(plan)
+            )
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
