@@ -256,7 +256,7 @@ def test_compiled_checks_agree_with_numpy(data, wide, major, minor):
     if want == array_checks.OK:
         n = int(pos[-1])  # the falling neighbours counted in the same pass, and the order
         assert falls == int((crd[1:n] <= crd[: max(n - 1, 0)]).sum())
-        sorted_ = all((np.diff(crd[a:b]) > 0).all() for a, b in zip(pos[:-1], pos[1:]))
+        sorted_ = all((np.diff(crd[a:b]) > 0).all() for a, b in zip(pos[:-1], pos[1:], strict=True))
         at = (pos, pos.ctypes.data, crd.ctypes.data)
         assert array_checks.increasing(*at, falls) == array_checks.increasing(*at) == sorted_
         rows = array_checks.nonempty(pos, pos.ctypes.data)
