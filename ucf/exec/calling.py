@@ -117,9 +117,7 @@ class Calling:
             plan = self._plan
         free = frozenset()
         if in_place:
-            free = scipy_operands.settle(
-                given, operands, in_place, falls, *self._order_free(plan)
-            )
+            free = scipy_operands.settle(given, operands, in_place, falls, *self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
