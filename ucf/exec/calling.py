@@ -414,8 +414,9 @@ class Calling:
         levels = []
         parent = 1
         top = np.iinfo(self.index_dtype).max
+        order = fmt.mode_order  # a property, computed on each reading
         for lvl, kind in enumerate(fmt.levels):
-            dim = shape[fmt.mode_order[lvl]]
+            dim = shape[order[lvl]]
             count = int(counts[lvl])
             if not 0 <= count <= top:  # the assemble pass counted past its index type
                 raise OperandError(
@@ -435,7 +436,8 @@ class Calling:
             vals = np.full(parent, fmt.fill, dtype=self.dtype)
         else:
             vals = np.zeros(parent, dtype=self.dtype)
-        return Tensor(shape, fmt, levels, vals, index_dtype=self.index_dtype, check=False)
+        # parts already as a Tensor holds them (a Format, dicts, the kernel's index dtype)
+        return trusted(tuple(map(int, shape)), fmt, levels, vals, self.index_dtype)
 
     def _invoke(
         self,
@@ -516,7 +518,7 @@ def trimmed(t: Tensor) -> Tensor:
         count = kind.size(arrays, count, t.shape[m])
         levels.append(arrays)
     vals = _pruned(t.vals[:count])
-    return Tensor(t.shape, t.format, levels, vals, index_dtype=t.index_dtype, check=False)
+    return trusted(t.shape, t.format, levels, vals, t.index_dtype)
 
 
 def _pruned(a: np.ndarray) -> np.ndarray:
