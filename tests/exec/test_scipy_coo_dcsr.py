@@ -251,8 +251,14 @@ def test_compiled_checks_agree_with_numpy(data, wide, major, minor):
         want = array_checks.BAD_INDEX
     else:
         want = array_checks.OK
-    assert array_checks.compressed(pos, crd, cap, minor, pos.ctypes.data, crd.ctypes.data) == want
+    code, falls = array_checks.compressed(pos, crd, cap, minor, pos.ctypes.data, crd.ctypes.data)
+    assert code == want
     if want == array_checks.OK:
+        n = int(pos[-1])  # the falling neighbours counted in the same pass, and the order
+        assert falls == int((crd[1:n] <= crd[: max(n - 1, 0)]).sum())
+        sorted_ = all((np.diff(crd[a:b]) > 0).all() for a, b in zip(pos[:-1], pos[1:], strict=True))
+        at = (pos, pos.ctypes.data, crd.ctypes.data)
+        assert array_checks.increasing(*at, falls) == array_checks.increasing(*at) == sorted_
         rows = array_checks.nonempty(pos, pos.ctypes.data)
         np.testing.assert_array_equal(rows, np.flatnonzero(np.diff(pos)))
     row = np.array(data.draw(st.lists(st.integers(-1, 5), max_size=30)), dtype=idt).reshape(-1)
@@ -304,6 +310,9 @@ for dt in (np.int32, np.int64):
     for pos in ([0, 2, 9], [0, 2, 3], [0, 3, 1], [1, 2, 3], [0, -5, 3]):
         p = at_end(pos, dt)
         ac.compressed(p, crd, len(crd), 3, p.ctypes.data, crd.ctypes.data)
+    for pos in ([0, 2, 3], [0, 0, 3], [0, 3, 3]):  # the order, at segment starts only
+        p = at_end(pos, dt)
+        assert ac.increasing(p, p.ctypes.data, crd.ctypes.data, 0)
     p = at_end([0] * 40 + [1, 2, 2, 3], dt)
     rows = ac.nonempty(p, p.ctypes.data)
     assert rows.tolist() == [39, 40, 42], rows

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -86,22 +87,39 @@ last:
   br i1 %beyond, label %bad_end, label %indices
 indices:
   %some = icmp sgt i64 %nnz, 0
-  br i1 %some, label %index, label %ok
+  br i1 %some, label %first, label %ok
+first:
+  %c0 = load {t}, {t}* %crd
+  %one = icmp sgt i64 %nnz, 1
+  br i1 %one, label %index, label %indices_end
 index:
-  %q = phi i64 [0, %indices], [%q1, %index]
-  %m = phi {t} [0, %indices], [%m1, %index]
+  %q = phi i64 [1, %first], [%q1, %index]
+  %m = phi {t} [%c0, %first], [%m1, %index]
+  %f = phi i64 [0, %first], [%f1, %index]
   %c.at = getelementptr inbounds {t}, {t}* %crd, i64 %q
   %c = load {t}, {t}* %c.at
   %gt = icmp ugt {t} %c, %m
   %m1 = select i1 %gt, {t} %c, {t} %m
+  %qm = add nsw i64 %q, -1
+  %before.at = getelementptr inbounds {t}, {t}* %crd, i64 %qm
+  %before = load {t}, {t}* %before.at
+  %le = icmp sle {t} %c, %before
+  %le64 = zext i1 %le to i64
+  %f1 = add i64 %f, %le64
   %q1 = add nuw nsw i64 %q, 1
   %more = icmp slt i64 %q1, %nnz
   br i1 %more, label %index, label %indices_end
 indices_end:
+  %largest.t = phi {t} [%c0, %first], [%m1, %index]
+  %falls = phi i64 [0, %first], [%f1, %index]
 """
-        + _widen(t, "%m1", "largest").format(ext="zext")
+        + _widen(t, "%largest.t", "largest").format(ext="zext")
         + f"""  %out = icmp uge i64 %largest, %minor
-  br i1 %out, label %bad_index, label %ok
+  br i1 %out, label %bad_index, label %sound
+sound:
+  %counted = shl i64 %falls, 2
+  %code = or i64 %counted, {OK}
+  ret i64 %code
 ok:
   ret i64 {OK}
 bad_positions:
@@ -299,9 +317,8 @@ def _increasing_ir(t: str) -> str:
     """``ucf_increasing_<t>(pos, major, crd)``: 1 when ``crd`` strictly increases within
     every segment of ``pos`` (checked by ``compressed``: it starts at 0, never decreases
     and ends within ``crd``), else 0. The neighbours of the whole array that fall are
-    counted, then the segment starts where they may: one pass over ``crd`` with no
-    branch (it vectorizes), and one over ``pos`` whose reads are always in bounds (an
-    index that is no segment's start reads the pair at 1)."""
+    counted (one pass over ``crd`` with no branch: it vectorizes), then those at the
+    segment starts (``ucf_start_falls``): the order holds when they are the same."""
     return (
         f"""
 define i64 @ucf_increasing_{t}({t}* noalias nocapture readonly %pos, i64 %major,
@@ -326,13 +343,36 @@ pairs:
   %falls1 = add i64 %falls, %le64
   %q1 = add nuw nsw i64 %q, 1
   %more = icmp slt i64 %q1, %n
-  br i1 %more, label %pairs, label %starts
-starts:
+  br i1 %more, label %pairs, label %compare
+compare:
+  %expected = call i64 @ucf_start_falls_{t}({t}* %pos, i64 %major, {t}* %crd)
+  %same = icmp eq i64 %falls1, %expected
+  %r = zext i1 %same to i64
+  ret i64 %r
+yes:
+  ret i64 1
+}}
+"""
+    )
+
+
+def _start_falls_ir(t: str) -> str:
+    """``ucf_start_falls_<t>(pos, major, crd)``: how many segments of ``pos`` (checked
+    by ``compressed``) start with an index at most the one before it, the last of an
+    earlier segment. One pass over ``pos`` whose reads are always in bounds (an index
+    that is no segment's start reads the pair at 1); with the count of all the
+    neighbours in ``crd`` that fall (``compressed`` finds it), it says whether
+    every segment strictly increases."""
+    return (
+        f"""
+define i64 @ucf_start_falls_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                                {t}* noalias nocapture readonly %crd) {{
+entry:
   %inner = icmp sgt i64 %major, 1
-  br i1 %inner, label %row, label %compare
+  br i1 %inner, label %row, label %none
 row:
-  %k = phi i64 [1, %starts], [%k1, %row]
-  %found = phi i64 [0, %starts], [%found1, %row]
+  %k = phi i64 [1, %entry], [%k1, %row]
+  %found = phi i64 [0, %entry], [%found1, %row]
   %s.at = getelementptr inbounds {t}, {t}* %pos, i64 %k
   %s = load {t}, {t}* %s.at
   %k1 = add nuw nsw i64 %k, 1
@@ -354,14 +394,11 @@ row:
   %c64 = zext i1 %counted to i64
   %found1 = add i64 %found, %c64
   %more_rows = icmp slt i64 %k1, %major
-  br i1 %more_rows, label %row, label %compare
-compare:
-  %expected = phi i64 [0, %starts], [%found1, %row]
-  %same = icmp eq i64 %falls1, %expected
-  %r = zext i1 %same to i64
-  ret i64 %r
-yes:
-  ret i64 1
+  br i1 %more_rows, label %row, label %done
+done:
+  ret i64 %found1
+none:
+  ret i64 0
 }}
 """
     )
@@ -374,6 +411,7 @@ def _module_ir() -> str:
         + _nonempty_ir(t)
         + _row_starts_ir(t)
         + _increasing_ir(t)
+        + _start_falls_ir(t)
         for t in _TYPES.values()
     )
 
@@ -393,29 +431,38 @@ _STARTS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
 
 
 @cache
-def _functions() -> tuple[object, dict, dict, dict, dict, dict]:
+def _functions() -> tuple[object, dict, dict, dict, dict, dict, dict]:
     """The compiled module (held: its functions live as long as it does) and its
     functions by index dtype."""
     from ucf.toolchain.jit import runtime_module
 
     library = runtime_module("ucf_array_checks", _module_ir)
-    compressed = {
-        dt: _SIGNATURE(library.address(f"ucf_compressed_{t}")) for dt, t in _TYPES.items()
-    }
-    pairs = {dt: _PAIRS(library.address(f"ucf_coordinates_{t}")) for dt, t in _TYPES.items()}
-    nonempty = {dt: _NONEMPTY(library.address(f"ucf_nonempty_{t}")) for dt, t in _TYPES.items()}
-    starts = {dt: _STARTS(library.address(f"ucf_row_starts_{t}")) for dt, t in _TYPES.items()}
-    increasing = {dt: _NONEMPTY(library.address(f"ucf_increasing_{t}")) for dt, t in _TYPES.items()}
-    return library, compressed, pairs, nonempty, starts, increasing
+
+    def each(kind: Any, name: str) -> dict:
+        return {dt: kind(library.address(f"ucf_{name}_{t}")) for dt, t in _TYPES.items()}
+
+    return (
+        library,
+        each(_SIGNATURE, "compressed"),
+        each(_PAIRS, "coordinates"),
+        each(_NONEMPTY, "nonempty"),
+        each(_STARTS, "row_starts"),
+        each(_NONEMPTY, "increasing"),
+        each(_NONEMPTY, "start_falls"),
+    )
 
 
 def compressed(
     indptr: np.ndarray, indices: np.ndarray, cap: int, minor: int, pos_at: int, crd_at: int
-) -> int:
+) -> tuple[int, int]:
     """``OK`` if ``indptr`` (1-D, contiguous, of ``indices``' dtype, int32 or int64,
     at address ``pos_at``) starts at 0, never decreases and ends at most at ``cap``, and
-    the indices it covers (at ``crd_at``) are below ``minor``; else what fails first."""
-    return _functions()[1][indptr.dtype](pos_at, len(indptr) - 1, crd_at, cap, minor)
+    the indices it covers (at ``crd_at``) are below ``minor``; else what fails first.
+    With ``OK``, how many neighbours among those indices fall (are at most the one
+    before), counted in the same pass: :func:`increasing` takes it, so a call that
+    checks the order too reads the indices once."""
+    got = _functions()[1][indptr.dtype](pos_at, len(indptr) - 1, crd_at, cap, minor)
+    return got & 3, got >> 2
 
 
 def coordinates(row: np.ndarray, row_at: int, col_at: int, n: int, rows: int, cols: int) -> int:
@@ -444,8 +491,13 @@ def row_starts(row: np.ndarray, row_at: int, rows: int) -> np.ndarray:
     return out
 
 
-def increasing(indptr: np.ndarray, pos_at: int, crd_at: int) -> bool:
+def increasing(indptr: np.ndarray, pos_at: int, crd_at: int, falls: int | None = None) -> bool:
     """Whether the indices (at ``crd_at``) strictly increase within every segment of
     ``indptr`` (int32 or int64, contiguous, at ``pos_at``, as the indices are; checked
-    by ``compressed``): sorted and unique, scipy's canonical format."""
-    return bool(_functions()[5][indptr.dtype](pos_at, len(indptr) - 1, crd_at))
+    by ``compressed``): sorted and unique, scipy's canonical format. ``falls``, the
+    count ``compressed`` gave for these very arrays in this call, spares the pass over
+    the indices: only the segment starts are read."""
+    major = len(indptr) - 1
+    if falls is None:
+        return bool(_functions()[5][indptr.dtype](pos_at, major, crd_at))
+    return falls == _functions()[6][indptr.dtype](pos_at, major, crd_at)

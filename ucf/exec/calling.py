@@ -96,10 +96,11 @@ class Calling:
             raise OperandError(f"missing operand {missing[0]} for {stmt}")
         given: dict[str, Tensor] = {}
         in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
+        falls: dict[str, int] = {}  # their falling neighbours, counted with their bounds
         local.fortran = frozenset()
         for n in names:
             # A static operand is compared with the compiled one as it comes: canonical.
-            t = None if self._statics else scipy_operands.bind(operands[n], n)
+            t = None if self._statics else scipy_operands.bind(operands[n], n, falls)
             if t is None:
                 t = self._as_operand(operands[n], n)
             else:
@@ -116,7 +117,7 @@ class Calling:
             plan = self._plan
         free = frozenset()
         if in_place:
-            free = scipy_operands.settle(given, operands, in_place, *self._order_free(plan))
+            free = scipy_operands.settle(given, operands, in_place, falls, *self._order_free(plan))
         if plan.blocking is not None:
             result = blocked_call.run(self._run, plan, given, extents, out, self.dtype)
         elif self._built.flat is not None:
@@ -414,8 +415,9 @@ class Calling:
         levels = []
         parent = 1
         top = np.iinfo(self.index_dtype).max
+        order = fmt.mode_order  # a property, computed on each reading
         for lvl, kind in enumerate(fmt.levels):
-            dim = shape[fmt.mode_order[lvl]]
+            dim = shape[order[lvl]]
             count = int(counts[lvl])
             if not 0 <= count <= top:  # the assemble pass counted past its index type
                 raise OperandError(
@@ -435,7 +437,8 @@ class Calling:
             vals = np.full(parent, fmt.fill, dtype=self.dtype)
         else:
             vals = np.zeros(parent, dtype=self.dtype)
-        return Tensor(shape, fmt, levels, vals, index_dtype=self.index_dtype, check=False)
+        # parts already as a Tensor holds them (a Format, dicts, the kernel's index dtype)
+        return trusted(tuple(map(int, shape)), fmt, levels, vals, self.index_dtype)
 
     def _invoke(
         self,
@@ -516,7 +519,7 @@ def trimmed(t: Tensor) -> Tensor:
         count = kind.size(arrays, count, t.shape[m])
         levels.append(arrays)
     vals = _pruned(t.vals[:count])
-    return Tensor(t.shape, t.format, levels, vals, index_dtype=t.index_dtype, check=False)
+    return trusted(t.shape, t.format, levels, vals, t.index_dtype)
 
 
 def _pruned(a: np.ndarray) -> np.ndarray:

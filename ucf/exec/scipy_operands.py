@@ -58,29 +58,36 @@ COO = COO_ROWS.structure
 _INDEX_MAX = {dt: int(np.iinfo(dt).max) for dt in INDEX_DTYPES}
 
 
-def bind(value: Any, name: str) -> Tensor | None:
+def bind(value: Any, name: str, falls: dict[str, int] | None = None) -> Tensor | None:
     """A scipy CSR, CSC or COO operand as a Tensor on its own arrays, its bounds
     checked and its order not (see :func:`settle`); None for anything else, and for a
-    COO whose rows are not sorted, which ``as_tensor`` packs."""
+    COO whose rows are not sorted, which ``as_tensor`` packs. For a CSR or CSC,
+    ``falls[name]`` is set to the count of falling neighbours among its indices, found
+    by the same pass as their bounds: :func:`settle` takes it for their order."""
     if not is_scipy(value):
         return None
     kind = value.format
     if kind == "csr" or kind == "csc":
-        return in_place(value, f"operand {name}")
+        return in_place(value, f"operand {name}", falls, name)
     if kind == "coo":
         return _coordinates(value, f"operand {name}")
     return None
 
 
-def in_place(m: Any, where: str) -> Tensor | None:
+def in_place(
+    m: Any, where: str, falls: dict[str, int] | None = None, name: str = ""
+) -> Tensor | None:
     """A scipy CSR or CSC matrix as a CSR or CSC Tensor on its own three arrays, checked
     for what keeps a kernel's reads in bounds and nothing more (:func:`_checked`). None
     where ``from_scipy`` would convert: another layout, index arrays of two dtypes,
-    values of a dtype ucf does not hold. ``where`` names the matrix in errors."""
+    values of a dtype ucf does not hold. ``where`` names the matrix in errors; the
+    count of its falling neighbours goes to ``falls[name]`` when ``falls`` is given."""
     found = _checked(m, where)
     if found is None:
         return None
-    indptr, indices, data = found
+    indptr, indices, data, count = found
+    if falls is not None:
+        falls[name] = count
     levels = [{}, {"pos": indptr, "crd": indices}]
     fmt = CSR if m.format == "csr" else CSC
     return trusted((int(m.shape[0]), int(m.shape[1])), fmt, levels, data, indptr.dtype)
@@ -105,10 +112,11 @@ def _plain(first: Any, second: Any, data: Any) -> bool:
     )
 
 
-def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """A CSR or CSC matrix's ``indptr``, and its indices and values cut to ``indptr[-1]``,
     once ``indptr`` is found to start at 0, never decrease and end within ``indices``
-    and ``data``, and every index it covers below the other dimension; None as for
+    and ``data``, and every index it covers below the other dimension, with the count
+    of neighbouring indices that fall (for ``array_checks.increasing``); None as for
     :func:`in_place`. A call on the same matrix runs this every time, so it is one
     compiled pass over each array (``array_checks.compressed``), and the messages of
     ``checks`` only where one fails."""
@@ -127,7 +135,9 @@ def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
     if len(indptr) != major + 1:
         checks.positions(f"{whole} (indptr)", indptr, major)  # raises, saying so
     cap = min(len(indices), len(data))
-    found = array_checks.compressed(indptr, indices, cap, minor, address(indptr), address(indices))
+    found, falls = array_checks.compressed(
+        indptr, indices, cap, minor, address(indptr), address(indices)
+    )
     if found == array_checks.BAD_POSITIONS:
         checks.positions(f"{whole} (indptr)", indptr, major)
     nnz = int(indptr[-1])
@@ -144,7 +154,7 @@ def _checked(m: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
         checks.in_range(whole, indices, minor, what="index")
     if found != array_checks.OK:  # the matrix changed while it was checked
         raise FormatError(f"{whole}: its arrays changed while they were checked")
-    return indptr, indices, data
+    return indptr, indices, data, falls
 
 
 def _coordinates(m: Any, where: str) -> Tensor | None:
@@ -207,16 +217,19 @@ def arrays(m: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.indptr, m.indices, m.data
 
 
-def canonical(t: Tensor) -> bool:
+def canonical(t: Tensor, falls: int | None = None) -> bool:
     """Whether a CSR or CSC Tensor from :func:`in_place` has its indices sorted and
-    unique within each row (column, for CSC), as its format says."""
+    unique within each row (column, for CSC), as its format says. ``falls`` is the
+    count of falling neighbours the bounds check of this call found in its indices
+    (:func:`bind`), which spares reading them again."""
     level = t.levels[1]
-    return _increasing(level["pos"], level["crd"])
+    return _increasing(level["pos"], level["crd"], falls)
 
 
-def _increasing(pos: np.ndarray, crd: np.ndarray) -> bool:
+def _increasing(pos: np.ndarray, crd: np.ndarray, falls: int | None = None) -> bool:
     """``checks.increasing`` in one compiled pass (``array_checks.increasing``) on the
-    arrays a scipy matrix read in place holds (``_plain``, checked by ``compressed``)."""
+    arrays a scipy matrix read in place holds (``_plain``, checked by ``compressed``);
+    with ``falls`` (see :func:`canonical`), a pass over the segment starts only."""
     compiled = (
         type(pos) is np.ndarray
         and type(crd) is np.ndarray
@@ -228,13 +241,14 @@ def _increasing(pos: np.ndarray, crd: np.ndarray) -> bool:
     )
     if not compiled:
         return checks.increasing(pos, crd)
-    return array_checks.increasing(pos, address(pos), address(crd))
+    return array_checks.increasing(pos, address(pos), address(crd), falls)
 
 
 def settle(
     given: dict[str, Tensor],
     operands: dict[str, Any],
     bound: list[str],
+    falls: Mapping[str, int],
     free: Mapping[str, Format],
     tail: Mapping[str, Format],
     reads: Mapping[str, Format],
@@ -246,7 +260,8 @@ def settle(
     ``ucf.from_scipy`` would. A COO (its rows sorted) stays as it is where the kernel
     reads it so and relies on no order past its rows (``tail``: ``tail_free``); a CSR
     the kernel reads as DCSR (``reads``) is handed over as one on its own arrays, and
-    a COO it reads as CSR as one on its own columns and values.
+    a COO it reads as CSR as one on its own columns and values. ``falls`` holds what
+    :func:`bind` counted for each CSR and CSC (see :func:`canonical`).
     The operands left unchecked are returned: a replay of the call leaves them so."""
     unchecked = []
     for name in bound:
@@ -264,11 +279,11 @@ def settle(
                     continue
             given[name] = as_tensor(operands[name], name=name)
         elif structure == CSR and reads.get(name) == DCSR:
-            if tail.get(name) == DCSR or canonical(t):
+            if tail.get(name) == DCSR or canonical(t, falls.get(name)):
                 given[name] = hypersparse(t)
             else:
                 given[name] = as_tensor(operands[name], name=name)
-        elif not canonical(t):
+        elif not canonical(t, falls.get(name)):
             given[name] = as_tensor(operands[name], name=name)
     return frozenset(unchecked)
 
@@ -309,4 +324,4 @@ def recheck(value: Any, name: str, ordered: bool) -> bool:
     found = _checked(value, f"operand {name}")
     if found is None:
         raise FormatError(f"operand {name}: its arrays changed kind since the last call")
-    return not ordered or _increasing(found[0], found[1])
+    return not ordered or _increasing(found[0], found[1], found[3])

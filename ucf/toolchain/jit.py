@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import threading
 import warnings
@@ -125,12 +126,15 @@ def runtime_module(label: str, ir_text: Callable[[], str]) -> JitLibrary:
     library for as long as it calls into it."""
     from ucf.toolchain import cache
 
-    fields = {"runtime": label, "llvm": identity()}
+    # the IR's digest in the key: a changed module never links a stale object
+    text = ir_text()
+    ir = hashlib.sha256(text.encode()).hexdigest()
+    fields = {"runtime": label, "llvm": identity(), "ir": ir}
     name = f"{cache.key(fields)}.plan"
     entry = cache.load(name, fields)
     if isinstance(entry, dict) and isinstance(entry.get("object"), bytes):
         return _link(entry["object"])
-    library = _link(_emit(ir_text()))
+    library = _link(_emit(text))
     cache.store(name, fields, {"object": library.object_code})
     return library
 
