@@ -314,6 +314,15 @@ def draw_case(
         extents[v] = extents[u]
         tensors = {"A": [u, v], "B": [v], "C": [v]}
         reads = [("A", (u, v)), ("B", (v,)), ("A", (v, u)), ("C", (v,))]
+    merged = nvars >= 2 and not flipped and d.boolean(0.05)
+    if merged:
+        # a product of two matrices beside two more (A.*B + C + D): the default
+        # intersects the product into a workspace (ucf.schedule.intersections) that
+        # a flat loop merges with the other three, where an unmatched workspace must
+        # read 0, not an earlier row's value
+        u, v = vars_[0], vars_[1]
+        tensors = {n: [u, v] for n in "ABCD"}
+        reads = [(n, (u, v)) for n in "ABCD"]
     used = sorted({v for _, idx in reads for v in idx}, key=VARS.index)
     extents = {v: extents[v] for v in used}
     out_vars = permutation(d, used)[: d.integer(0, len(used))]
@@ -322,6 +331,11 @@ def draw_case(
         out_vars = [u] if d.boolean(0.8) else []
         left, right = (("*", ("acc", *reads[k]), ("acc", *reads[k + 1])) for k in (0, 2))
         tree = (d.choice("+-"), left, right)
+    if merged:
+        out_vars = [u, v]
+        terms = [("*", ("acc", *reads[0]), ("acc", *reads[1])), ("acc", *reads[2])]
+        terms.insert(d.integer(0, 2), ("acc", *reads[3]))
+        tree = (d.choice("+-"), (d.choice("+-"), terms[0], terms[1]), terms[2])
     if lang or d.integer(0, 3) == 0:
         tree = add_reduction(d, tree, out_vars)
     mode = d.integer(0, 19) if plans and not lang else 99
@@ -340,6 +354,8 @@ def draw_case(
         formats[n] = draw_operand_format(d, len(idx), sizes)
     if flipped and d.boolean(0.5):  # the scatter's own shape: A compressed, x and y dense
         formats = {"A": d.choice(["UC:0,1", "UC:1,0", "CC:0,1"]), "B": "U:0", "C": "U:0"}
+    if merged and d.boolean(0.5):  # the review's shape: every matrix in rows, compressed
+        formats = {n: d.choice(["UC:0,1", "CC:0,1"]) for n in "ABCD"}
     seed = d.integer(0, 2**32 - 1)
     density = d.choice([0.0, 0.3, 0.7, 1.0])
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"

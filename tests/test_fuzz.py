@@ -93,7 +93,8 @@ def test_reference_reads_a_tensor_twice_and_its_diagonal():
 def test_the_draw_reaches_every_new_shape():
     """Over a few hundred draws: tensors read twice, repeated variables, unequal and
     per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans, max/min reductions,
-    fills, empty ranges, a sum reading one matrix in two orders."""
+    fills, empty ranges, a sum reading one matrix in two orders, a product of two
+    matrices beside two more."""
     drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
     twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
     repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
@@ -105,7 +106,11 @@ def test_the_draw_reaches_every_new_shape():
     fills = [c for c in drawn if "fill=" in " ".join([*c.formats.values(), c.out_format or ""])]
     empty = [c for c in drawn if 0 in c.extents.values()]
     flipped = [c for c in drawn if "A(j,i)" in c.expr.replace(" ", "")]
-    for found in (twice, repeated, nm, blocked, tiles, plans, maxmin, fills, empty, flipped):
+    merged = [
+        c for c in drawn if "D" in c.tensors and "(A(i,j))*(B(i,j))" in c.expr.replace(" ", "")
+    ]
+    shapes = (twice, repeated, nm, blocked, tiles, plans, maxmin, fills, empty, flipped, merged)
+    for found in shapes:
         assert len(found) >= 5
     assert {c.target for c in drawn} == {"llvm", "c"}
 

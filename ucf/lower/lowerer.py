@@ -530,14 +530,17 @@ class Lowerer(
     def _value(self, t: Term, st: State) -> ir.Expr:
         if isinstance(t, Opnd):
             op = self.operands[t.n]
+            alive = st.alive.get(t.n)
             if t.n >= len(self.rhs_accesses):
                 ws = self.wheres[t.n - len(self.rhs_accesses)].ws
-                return ir.Load(ws.vals, ws.index)
+                value = ir.Load(ws.vals, ws.index)
+                # in a flat loop an unmatched workspace holds an earlier row's value
+                # (it is reset only where this row writes it): it reads as 0 there
+                return value if alive is None else ir.Select(alive, value, Const(0, value.type))
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
                 return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
             value = self._held(op, st.pos[t.n], st)
-            alive = st.alive.get(t.n)
             if alive is None:
                 return value
             fill = self._fill(t.n)
