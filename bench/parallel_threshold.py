@@ -1,4 +1,4 @@
-"""Where parallel loops start to pay: the data behind ``ucf.lower.parallel.WORK_THRESHOLD``.
+"""Where parallel loops start to pay: the data behind ``ucf.lower.work.WORK_THRESHOLD``.
 
 Run from the repository root:
 
@@ -35,7 +35,7 @@ for _p in (str(HERE.parent), str(HERE)):
 import spmv_spmm as base  # noqa: E402
 
 import ucf  # noqa: E402
-from ucf.lower import parallel  # noqa: E402
+from ucf.lower.work import threshold  # noqa: E402
 
 PAR = "parallelize(i,CPUThread,NoRaces)"
 N = 16
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [10, 100, 1000, 10_000]
     ucf.set_num_threads(args.threads)
     print(
-        f"{args.threads} threads, work threshold {parallel.threshold()}; "
+        f"{args.threads} threads, work threshold {threshold()}; "
         f"times are µs per call, best of {args.repeat}"
     )
     print(

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import ucf
 from ucf.codegen.c import _Emitter
 from ucf.ir import nodes as ir
-from ucf.lower.parallel import WORK_THRESHOLD
+from ucf.lower.work import WORK_THRESHOLD
 
 PAR = "parallelize(i,CPUThread,NoRaces)"
 ROOT = Path(__file__).resolve().parents[2]

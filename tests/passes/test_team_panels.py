@@ -8,6 +8,8 @@ against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,48 @@ def test_two_threads_share_the_panels_bit_for_bit(dtype):
         if old is not None:
             ucf.set_num_threads(old)
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def _wait_loop(source: str, start: str, end: str) -> str:
+    """The text of the wait for a panel's tag: from the acquire load the loop tests to
+    the end of its body (``end``, first seen after ``start``)."""
+    at = source.index(start)
+    return source[at : source.index(end, at)]
+
+
+@needs_cc
+def test_the_wait_for_a_panel_pauses_and_then_yields():
+    """A thread that waits for the panel another thread of its team packs pauses each
+    turn (x86) and yields its core past ``panels.SPINS`` turns: on a busy machine the
+    packer may be the thread the OS descheduled (issue 34). On both targets; a kernel
+    of one thread (no team cache) has neither."""
+    from ucf.codegen.llvm import _x86
+    from ucf.passes.panels import SPINS
+
+    fmt = "bcsr(16,16)"
+    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
+    try:
+        ucf.set_num_threads(2)
+        kernels = {
+            t: ucf.compile(SPMM, formats={"A": fmt}, schedule=PARALLEL[0], target=t)
+            for t in ("llvm", "c")
+        }
+        ucf.set_num_threads(1)
+        alone = ucf.compile(SPMM, formats={"A": fmt}, schedule=SERIAL, target="c")
+    finally:
+        jit.set_whole_team(fixed)
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+    body = _wait_loop(kernels["llvm"].source, "while.body:", 'br label %"while.cond"')
+    assert ('call void @"llvm.x86.sse2.pause"()' in body) == _x86()
+    assert re.search(rf'icmp sgt i64 %"[^"]+", {SPINS}', body)
+    assert 'call i32 @"sched_yield"()' in body
+    c = kernels["c"].source
+    assert "#include <sched.h>" in c
+    loop = _wait_loop(c, "__ATOMIC_ACQUIRE) == INT64_C(0))) {", "\n              }")
+    pause = "#if defined(__x86_64__) || defined(__i386__)\n"
+    assert pause in loop and "__builtin_ia32_pause();" in loop
+    assert f"> INT64_C({SPINS})" in loop and "sched_yield();" in loop
+    for text in (alone.source, alone.c_source):
+        assert "pause" not in text and "sched_yield" not in text

@@ -20,6 +20,7 @@ from ucf.codegen.c_vectors import (
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import IR_TO_C
 from ucf.ir.visit import Visitor, handles
+from ucf.ir.walk import statements
 
 _C_RESERVED = {
     "auto",
@@ -154,9 +155,18 @@ def source(fns: list[ir.Function]) -> str:
         *quad_dots(fns),
         *vector_fmas(fns),
         *vector_minmax(fns),
+        *waits(fns),
     ]
     out.append(functions(fns))
     return "\n".join(out)
+
+
+def waits(fns: list[ir.Function]) -> list[str]:
+    """``<sched.h>`` for kernels that yield while they wait (``ir.Yield``); other
+    kernels' text stays as it was."""
+    if any(isinstance(s, ir.Yield) for fn in fns for s in statements(fn.body)):
+        return ["#include <sched.h>"]
+    return []
 
 
 def functions(fns: list[ir.Function]) -> str:
@@ -271,6 +281,18 @@ class _Emitter(Visitor):
         a = c_name(s.array.name)
         at = f"(const void*)((uintptr_t){a} + (uintptr_t)({self.expr(s.index)}) * sizeof(*{a}))"
         return [f"{_pad(depth)}__builtin_prefetch({at}, 0, 3);"]
+
+    @handles(ir.Pause)
+    def pause(self, s: ir.Pause, depth: int) -> list[str]:
+        return [
+            "#if defined(__x86_64__) || defined(__i386__)",
+            f"{_pad(depth)}__builtin_ia32_pause();",
+            "#endif",
+        ]
+
+    @handles(ir.Yield)
+    def yield_(self, s: ir.Yield, depth: int) -> list[str]:
+        return [f"{_pad(depth)}sched_yield();"]
 
     @handles(ir.Call)
     def call(self, s: ir.Call, depth: int) -> list[str]:

@@ -11,6 +11,7 @@ targets round identically.
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from llvmlite import ir as ll
 
@@ -63,6 +64,15 @@ def _loop_metadata(text: str) -> str:
 
     text = _LOOP_HINT.sub(rewrite, text)
     return text.rstrip("\n") + "\n" + "".join(line + "\n" for line in extra)
+
+
+@cache
+def _x86() -> bool:
+    """Whether the process the JIT compiles for is x86 (``ucf.toolchain.jit`` gives each
+    module the process's triple)."""
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple().split("-")[0] in ("x86_64", "i386", "i486", "i586", "i686")
 
 
 class _FunctionBuilder(OpenMPLoops, Visitor):
@@ -219,6 +229,17 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         f = self._extern("llvm.prefetch.p0", ll.VoidType(), [I8P, i32, i32, i32])
         at = self.b.bitcast(self.b.gep(self.args[s.array.name], [self.expr(s.index)]), I8P)
         self.b.call(f, [at, ll.Constant(i32, 0), ll.Constant(i32, 3), ll.Constant(i32, 1)])
+
+    @handles(ir.Pause)
+    def pause(self, s: ir.Pause) -> None:
+        """x86's ``pause`` where the JIT compiles for x86 (the process's triple); no
+        instruction elsewhere, where the intrinsic does not exist."""
+        if _x86():
+            self.b.call(self._extern("llvm.x86.sse2.pause", ll.VoidType(), []), [])
+
+    @handles(ir.Yield)
+    def yield_(self, s: ir.Yield) -> None:
+        self.b.call(self._extern("sched_yield", I32, []), [])
 
     @handles(ir.Call)
     def call(self, s: ir.Call) -> None:

@@ -138,7 +138,7 @@ def _statements(stmts: list[ir.Stmt], arrays: set[str], tainted: set[str]) -> No
         elif isinstance(s, ir.Alloc):
             if _taint(s.size, arrays, tainted):
                 raise _Relies
-        elif not isinstance(s, ir.Free | ir.Comment):
+        elif not isinstance(s, ir.Free | ir.Comment | ir.Pause | ir.Yield):
             # A call, an atomic claim, a GPU statement: anything of the arrays or of a
             # value taken from them reaching it is a use this module does not follow.
             _untouched(s, arrays, tainted)

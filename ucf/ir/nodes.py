@@ -417,6 +417,19 @@ class Prefetch(Stmt):
 
 
 @dataclass
+class Pause(Stmt):
+    """A spin-wait hint (x86's ``pause``; nothing elsewhere): one turn of a loop that
+    waits for another thread, which then draws less power and leaves the core's other
+    hardware thread its share (``ucf.passes.panels``)."""
+
+
+@dataclass
+class Yield(Stmt):
+    """``sched_yield()``: a waiting thread gives its core to another runnable one, such
+    as the descheduled thread it waits for on a busy machine (``ucf.passes.panels``)."""
+
+
+@dataclass
 class Call(Stmt):
     """A call of another function of the same module (a helper such as the sort)."""
 

@@ -104,6 +104,14 @@ class _Printer(Visitor):
     def prefetch(self, s: ir.Prefetch, depth: int) -> list[str]:
         return [f"{_pad(depth)}prefetch {s.array.name}[{expr(s.index)}]"]
 
+    @handles(ir.Pause)
+    def pause(self, s: ir.Pause, depth: int) -> list[str]:
+        return [f"{_pad(depth)}pause"]
+
+    @handles(ir.Yield)
+    def yield_(self, s: ir.Yield, depth: int) -> list[str]:
+        return [f"{_pad(depth)}sched_yield"]
+
     @handles(ir.Call)
     def call(self, s: ir.Call, depth: int) -> list[str]:
         args = ", ".join(a.name if isinstance(a, ir.Array) else expr(a) for a in s.args)

@@ -26,7 +26,8 @@ from ucf.ir.walk import (
     substitute,
 )
 from ucf.lower.nest import I64, Nest, has_load, index_of, take_entry
-from ucf.lower.parallel import add_work_thresholds, mark_independent, parallelize
+from ucf.lower.parallel import mark_independent, parallelize
+from ucf.lower.work import add_work_thresholds
 from ucf.schedule import Command, Parallel, Split
 from ucf.schedule.commands import Arrange, BoundCommand, Fuse, SplitCommand, Unroll
 

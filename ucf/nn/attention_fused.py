@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ucf.lower import parallel
+from ucf.lower import work
 from ucf.lower.attention_backward import backward_function
 from ucf.lower.attention_forward import forward_function
 from ucf.nn.attention_masks import AttentionMask
@@ -80,7 +80,7 @@ def forward(target: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, amask: Att
     """The output and what the backward pass needs."""
     dtype = q.dtype.name
     gq, gk = amask.granularity
-    call, _ = _forward(target, dtype, gq, gk, parallel.threshold())
+    call, _ = _forward(target, dtype, gq, gk, work.threshold())
     b, h, sq, _ = q.shape
     out = np.empty((b, h, sq, v.shape[3]), dtype)
     row_max = np.empty((b, h, sq), dtype)
@@ -95,7 +95,7 @@ def backward(target: str, saved: Saved, q, k, v, dO: np.ndarray, scale):
     """The gradients of q, k and v."""
     dtype = q.dtype.name
     gq, gk = saved.amask.granularity
-    call, _ = _backward(target, dtype, gq, gk, parallel.threshold())
+    call, _ = _backward(target, dtype, gq, gk, work.threshold())
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     args, keep = _common(saved.amask, q, k, v, scale)
     arrays = (saved.out, dO, saved.row_max, saved.row_sum, dq, dk, dv)

@@ -79,7 +79,7 @@ MAX_REDUCTION = 64
 
 
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
-#: threshold of parallel loops was measured on (``ucf.lower.parallel.WORK_THRESHOLD``,
+#: threshold of parallel loops was measured on (``ucf.lower.work.WORK_THRESHOLD``,
 #: serial SpMV and SpMM): a parallel loop around tiles starts its threads only
 #: at this many times the threshold. bcsr(32,32) SpMM at 1024 with 16 blocks (16e6
 #: multiply-adds) took 1.9 ms serial, and 5.6 to 10 ms on 2 threads of a loaded 2-core

@@ -55,7 +55,7 @@ MAX_CHUNK = 4096
 #: Below this many multiply-adds a call keeps the plan compiled before any call: a plan of
 #: its own would cost a compile (a tenth of a second, once: the disk cache keeps it) to
 #: save microseconds. Since parallel loops start from 1 << 14 units of work
-#: (``ucf.lower.parallel.WORK_THRESHOLD``), calls from here up run on two threads, where
+#: (``ucf.lower.work.WORK_THRESHOLD``), calls from here up run on two threads, where
 #: SpMV of 400k-500k nonzeros in uneven rows (R-MAT, arrowhead, a few dense rows) split
 #: statically took 1.27-1.40x the time of chunks of rows (bench/autoschedule.py).
 REPLAN_WORK = 1 << 18
@@ -280,7 +280,7 @@ def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[Comm
     region in each costs little. In place when they run once (a batch of 1): moving
     ``v`` out gains nothing, and would put that loop between ``v`` and the compressed
     level below it, whose entries the runtime work threshold counts
-    (``ucf.lower.parallel.work_estimate``)."""
+    (``ucf.lower.work.work_estimate``)."""
     if order[0] == v:
         return [[]]
     outside = order[: order.index(v)]
@@ -416,7 +416,7 @@ def _additive_terms(e) -> list:
 def _serial_reason(threads: int) -> str | None:
     """Serial code when only one thread would run it. Small inputs need no serial
     plan: every parallel loop starts its threads only above a work threshold
-    (``ucf.lower.parallel.work_threshold``), checked when the kernel runs."""
+    (``ucf.lower.work.work_threshold``), checked when the kernel runs."""
     if threads <= 1:
         return "default: serial, since one thread is available (ucf.set_num_threads)"
     return None

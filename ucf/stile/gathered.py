@@ -37,7 +37,7 @@ from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
 from ucf.lang import ast
-from ucf.lower import parallel
+from ucf.lower import work
 from ucf.schedule.commands import Command, Condense
 from ucf.stile import gather_step, kernels, tile_index
 
@@ -257,7 +257,7 @@ class Condensed:
         self.statement, self.name, self.shape = stmt, name, shape
         self.dtype, self.target, self.granularity = dtype, target, granularity
         elem, idx = ir.NUMPY_TO_IR[dtype.name], ir.NUMPY_TO_IR[index_dtype.name]
-        threshold = parallel.threshold()
+        threshold = work.threshold()
         if shape.kind == "matmul":
             bh, bw = granularity[-2:]
             self.function = kernels.function(elem, idx, bh, bw, shape.depth, threshold)

@@ -35,7 +35,7 @@ from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 from ucf.ir import nodes as ir
 from ucf.ir.gpu_nodes import Launch, Module, Special
-from ucf.lower import parallel
+from ucf.lower import work
 
 #: Where the index builds from LLIR on the CPU, and where dynamic kernels run.
 TARGETS = ("llvm", "c")
@@ -578,7 +578,7 @@ def build(
         run = _compiled_cuda(*types, mask.ndim, emulate)
         run(mask, *mask.shape, *granularity, flags, pos, np.empty(max(rows, 1), dtype=idt), crd)
     else:
-        call, _ = _compiled(target, *types, granularity, parallel.threshold())
+        call, _ = _compiled(target, *types, granularity, work.threshold())
         call(mask.ctypes.data, *mask.shape, flags.ctypes.data, pos.ctypes.data, crd.ctypes.data)
     n = int(pos[-1])
     levels = [*({} for _ in grid[:-1]), {"pos": pos, "crd": crd[:n]}]

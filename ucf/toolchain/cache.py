@@ -46,7 +46,7 @@ def key(fields: dict[str, Any]) -> str:
 
 
 def _canonical(fields: dict[str, Any]) -> bytes:
-    from ucf.lower.parallel import threshold
+    from ucf.lower.work import threshold
     from ucf.passes import partial_sums, streams
     from ucf.passes.pairs import available, quad_bytes
     from ucf.passes.tiling import enabled, tile_bytes
