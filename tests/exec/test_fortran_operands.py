@@ -61,3 +61,19 @@ def test_fortran_operands_read_row_major_are_copied_silently(target):
     np.testing.assert_allclose(got, np.einsum("ijk,k->ij", A, x), rtol=1e-12)
     sliced = np.asfortranarray(rng.standard_normal((8, 5, 4)))[::2]  # neither C nor F
     np.testing.assert_allclose(np.asarray(k(A=sliced, x=x)), np.einsum("ijk,k->ij", sliced, x))
+
+
+@pytest.mark.parametrize(
+    ("out", "said"),
+    [
+        (np.zeros((3, 3), order="F"), r"got an array not C-contiguous \(Fortran-ordered\)"),
+        (np.zeros((3, 6))[:, ::2], r"got an array not C-contiguous \(strided\)"),
+        (np.zeros((3, 3), dtype=np.float32), "got float32"),
+    ],
+)
+def test_an_out_array_it_cannot_write_is_refused_with_why(out, said):
+    """An ``out=`` the kernel cannot write in place names what is wrong with it (a
+    Fortran-ordered float64 array was refused as 'got float64')."""
+    k = ucf.compile("C(i,j) = A(i,k)*B(k,j)", {"A": "csr"})
+    with pytest.raises(ucf.OperandError, match=said):
+        k(A=np.eye(3), B=np.ones((3, 3)), out=out)

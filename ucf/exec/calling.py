@@ -387,9 +387,17 @@ class Calling:
                 or not arr.flags.c_contiguous
                 or not same_format(fmt.structure, Format.dense(arr.ndim))
             ):
+                if arr.dtype != self.dtype:
+                    got = f"{arr.dtype}"
+                elif not arr.flags.c_contiguous:
+                    got = "an array not C-contiguous (" + (
+                        "Fortran-ordered)" if arr.flags.f_contiguous else "strided)"
+                    )
+                else:  # the kernel writes its output in another layout
+                    got = f"a C-ordered array, where the kernel writes '{fmt}'"
                 raise OperandError(
                     f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
-                    f"format '{fmt}'), got {arr.dtype}"
+                    f"format '{fmt}'), got {got}"
                 )
             t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
         if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
