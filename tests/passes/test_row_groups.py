@@ -36,13 +36,13 @@ def _equal_rows(rng, rows: int, cols: int, w: int, dtype) -> np.ndarray:
     return a.astype(dtype)
 
 
-def _run(stmt: str, fmt: str, dtype: str, a: np.ndarray, other: np.ndarray):
+def _run(stmt: str, fmt: str, dtype: str, a: np.ndarray, other: np.ndarray, schedule=None):
     """The result on each CPU target, and the kernels' notes."""
     ucf.set_num_threads(2)
     name = "B" if "B" in stmt else "x"
     got, notes = {}, ""
     for target in ("llvm", "c"):
-        k = ucf.compile(stmt, formats={"A": fmt}, dtype=dtype, target=target)
+        k = ucf.compile(stmt, formats={"A": fmt}, dtype=dtype, target=target, schedule=schedule)
         got[target] = k(A=ucf.from_numpy(a, format=fmt), **{name: other}).to_numpy()
         notes += k.cin
     return got, notes
@@ -203,23 +203,14 @@ def test_narrow_constant_rows_take_narrow_tiles(cols_b, shape, dtype):
     rng = np.random.default_rng(cols_b)
     a = _n_of_m(rng, 29, 40, 2, 4, dtype)
     b = rng.standard_normal((40, cols_b)).astype(dtype)
-    got = {}
-    for target in ("llvm", "c"):
-        k = ucf.compile(
-            SPMM,
-            formats={"A": "nm(2,4)"},
-            dtype=dtype,
-            target=target,
-            schedule=f"bound(j, jb, {cols_b}, MaxExact)",
-        )
-        got[target] = k(A=ucf.from_numpy(a, format="nm(2,4)"), B=b).to_numpy()
+    got, notes = _run(SPMM, "nm(2,4)", dtype, a, b, f"bound(j, jb, {cols_b}, MaxExact)")
     lanes = 8 if dtype == "float32" else 4
     rows, vectors = (
         shape
         if dtype == "float32"
         else ((3, 4) if cols_b >= 16 else (12 // (cols_b // lanes), cols_b // lanes))
     )
-    assert f"tiles of {rows} rows (i) x {vectors} vectors" in k.cin, k.cin
+    assert f"tiles of {rows} rows (i) x {vectors} vectors" in notes, notes
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got["llvm"], a @ b, rtol=tol, atol=tol)
     np.testing.assert_array_equal(got["llvm"], got["c"])
@@ -240,17 +231,8 @@ def test_columns_after_the_tiles_take_narrower_tiles(dtype, left):
     rng = np.random.default_rng(left)
     a = _n_of_m(rng, 29, 40, 2, 4, dtype)
     b = rng.standard_normal((40, cols_b)).astype(dtype)
-    got = {}
-    for target in ("llvm", "c"):
-        k = ucf.compile(
-            SPMM,
-            formats={"A": "nm(2,4)"},
-            dtype=dtype,
-            target=target,
-            schedule=f"bound(j, jb, {cols_b}, MaxExact)",
-        )
-        got[target] = k(A=ucf.from_numpy(a, format="nm(2,4)"), B=b).to_numpy()
-        assert f"the {left} columns after the whole tiles in narrower tiles" in k.cin, k.cin
+    got, notes = _run(SPMM, "nm(2,4)", dtype, a, b, f"bound(j, jb, {cols_b}, MaxExact)")
+    assert f"the {left} columns after the whole tiles in narrower tiles" in notes, notes
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got["llvm"], a @ b, rtol=tol, atol=tol)
     np.testing.assert_array_equal(got["llvm"], got["c"])
