@@ -325,3 +325,18 @@ def test_a_conversion_keeps_stored_zeros_when_asked():
     kept = t.convert("coo", keep_zeros=True).to_scipy()
     assert kept.nnz == m.tocoo().nnz == 3
     np.testing.assert_array_equal(kept.toarray(), m.toarray())
+
+
+@pytest.mark.parametrize("out", ["csr", "coo"])
+def test_gradcheck_through_a_sparse_output(out):
+    """``torch.autograd.gradcheck`` (float64 finite differences) of C and D through an
+    SDDMM whose output is torch sparse, made dense by torch after it."""
+    B, C, D, _ = operands(n=5, m=4, seed=3)
+    Bs = torch.tensor(B).to_sparse_csr()
+    Ct = torch.tensor(C, requires_grad=True)
+    Dt = torch.tensor(D, requires_grad=True)
+
+    def f(C, D):
+        return ucf.torch.einsum(SDDMM, formats={"A": out}, B=Bs, C=C, D=D).to_dense()
+
+    assert torch.autograd.gradcheck(f, (Ct, Dt))
