@@ -3,8 +3,8 @@
     python bench/spmv_modes.py                   # 10 fresh processes, 12 rounds each
     python bench/spmv_modes.py --processes 20 --rounds 15
 
-Each process builds the banded matrix of bench/peers.py (2M rows, 15 diagonals, seed
-38) and times ucf's default 2-thread SpMV as peers.py does: each timed call right
+Each process builds a banded matrix of bench/peers.py's shape (2M rows, 15 diagonals)
+and times ucf's default 2-thread SpMV as peers.py does: each timed call right
 after an untimed one, in rounds that alternate "alone" (ucf's calls back to back) and
 "after scipy" (two scipy ``A @ x`` first, as in peers.py, where scipy is the contender
 before ucf). Beside each timed call's wall time it reads what no other process's load
@@ -130,6 +130,7 @@ def child(rounds: int) -> dict:
     y = np.asarray(k(A=at, x=x))
     thp = [_thp_kb(v) for v in (*at.arrays, x, y)]
     return {
+        "utc": time.strftime("%H:%M:%S", time.gmtime()),
         "load": [round(load, 2), round(os.getloadavg()[0], 2)],
         "one_thread_cpu_ms": round(one, 2),
         "calls": calls,
@@ -157,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs = []
     print(
-        "| process | load | alone ms | after scipy ms | after scipy: CPU ms caller / other "
+        "| process | UTC | load | alone ms | after scipy ms | after scipy: CPU ms caller / other "
         "| kinds of the after-scipy calls | 1 thread CPU ms | 2-thread read GB/s | huge pages "
-        "| y-x mod 4K |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| y-x mod 4K |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for p in range(args.processes):
         out = subprocess.run(
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         counts = ", ".join(f"{kinds.count(s)} {s}" for s in sorted(set(kinds)))
         bw = run["pair_gbps"]
         print(
-            f"| {p} | {run['load'][0]:.1f}-{run['load'][1]:.1f} | {np.median(alone[:, 0]):.2f} "
+            f"| {p} | {run['utc']} | {run['load'][0]:.1f}-{run['load'][1]:.1f} "
+            f"| {np.median(alone[:, 0]):.2f} "
             f"| {np.median(after[:, 0]):.2f} | {np.median(after[:, 1]):.2f} / "
             f"{np.median(after[:, 2]):.2f} | {counts} | {run['one_thread_cpu_ms']:.2f} "
             f"| {'-' if bw is None else f'{bw:.0f}'} | {run['thp_share']:.0%} "
