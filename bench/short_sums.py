@@ -1,0 +1,145 @@
+"""``branchless(k, 4)`` (ucf.passes.short_sums) on both CPU targets, and the default's gate
+(ucf.schedule.short_fibers) on fibers with empty ones among them (issue 38).
+
+    python bench/short_sums.py                  # every row, 1 thread, 9 rounds
+    python bench/short_sums.py --rows ttv --repeat 15
+
+Rows:
+- ``ttv``: the peer run's TTV (``bench/peers.py``: B 2000 x 1000 x 1000 CSF with 5M
+  random entries, fibers of k holding 2.7 on average, c of 8 KB), the sum over k branch-free
+  and as the plain loop, on llvm and c. Target: c branch-free at most 0.75x its plain
+  loop (the select a blend of bits, not a branch), and within 1.15x of llvm branch-free.
+- ``empty``: TTV over B stored ``DDC`` (every fiber of k present, most of them empty):
+  a fraction ``e`` of the fibers empty, the others of Poisson length with mean ``m``
+  (at least 1). The default's gate reads the mean over non-empty fibers; each row prints
+  branch-free over the loop and what the default chose, which must be the faster.
+
+Each contender runs once untimed, then the contenders of a row interleave ``--repeat``
+rounds in process CPU time (one thread), and the median is kept. The kernel cache is
+a fresh directory, so compile time stays out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from peers import tensor3  # noqa: E402
+from spmv_spmm import fresh_kernel_cache  # noqa: E402
+
+import ucf  # noqa: E402
+
+TTV = "A(i,j) = B(i,j,k) * c(k)"
+#: c branch-free over its plain loop, at most; and over llvm branch-free.
+LOOP, LLVM = 0.75, 1.15
+
+
+def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, float]:
+    """Median process CPU seconds of each call, the calls interleaved."""
+    for f in calls.values():
+        f()
+    times: dict[str, list[float]] = {n: [] for n in calls}
+    for _ in range(repeat):
+        for n, f in calls.items():
+            t = time.process_time()
+            f()
+            times[n].append(time.process_time() - t)
+    return {n: float(np.median(v)) for n, v in times.items()}
+
+
+def ttv_row(repeat: int) -> list[tuple[str, str, bool]]:
+    rng = np.random.default_rng(38)
+    dims = (2000, 1000, 1000)
+    coords, vals = tensor3(rng, dims, 5_000_000)
+    c = rng.random(dims[2])
+    b = ucf.from_coo(coords, vals, dims, format="CCC")
+    want = np.zeros(dims[:2])
+    np.add.at(want, (coords[:, 0], coords[:, 1]), vals * c[coords[:, 2]])
+    calls = {}
+    for target in ("llvm", "c"):
+        for name, sched in (("branch-free", "branchless(k, 4)"), ("loop", "")):
+            k = ucf.compile(TTV, formats={"B": "CCC"}, target=target, schedule=sched)
+            np.testing.assert_allclose(k(B=b, c=c).to_numpy(), want, rtol=1e-12, atol=1e-12)
+            calls[f"{target} {name}"] = lambda k=k: k(B=b, c=c)
+    got = interleaved(calls, repeat)
+    print("\n| ttv, 1 thread | ms |\n|---|---|")
+    for n, t in got.items():
+        print(f"| {n} | {t * 1e3:.2f} |")
+    c_loop = got["c branch-free"] / got["c loop"]
+    c_llvm = got["c branch-free"] / got["llvm branch-free"]
+    return [
+        ("ttv c: branch-free over its loop", f"{c_loop:.2f} (<= {LOOP})", c_loop <= LOOP),
+        ("ttv branch-free: c over llvm", f"{c_llvm:.2f} (<= {LLVM})", c_llvm <= LLVM),
+    ]
+
+
+def fibers_with_empty(rng, dims, empty: float, mean: float):
+    """A DDC 3-tensor: a fraction ``empty`` of its (i, j) fibers empty, the others
+    holding 1 + Poisson(mean - 1) random k each."""
+    n = dims[0] * dims[1]
+    lengths = np.where(rng.random(n) < empty, 0, 1 + rng.poisson(mean - 1, n))
+    lengths = np.minimum(lengths, dims[2])
+    pos = np.concatenate(([0], np.cumsum(lengths)))
+    crd = np.concatenate([np.sort(rng.choice(dims[2], m, replace=False)) for m in lengths])
+    fiber = np.repeat(np.arange(n), lengths)
+    coords = np.stack([fiber // dims[1], fiber % dims[1], crd], axis=1)
+    return coords, rng.random(int(pos[-1]))
+
+
+def empty_rows(repeat: int) -> list[tuple[str, str, bool]]:
+    rng = np.random.default_rng(7)
+    dims = (1000, 1000, 1000)
+    c = rng.random(dims[2])
+    print("\n| empty | mean (all) | mean (non-empty) | branch-free / loop | default |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for empty, mean in ((0.0, 2.5), (0.5, 2.5), (0.8, 2.5), (0.5, 5.0), (0.8, 6.0)):
+        coords, vals = fibers_with_empty(rng, dims, empty, mean)
+        b = ucf.from_coo(coords, vals, dims, format="DDC")
+        default = ucf.compile(TTV, formats={"B": "DDC"})
+        default(B=b, c=c)
+        chose = "branchless" in default.schedule_used
+        calls = {}
+        for name, sched in (("branch-free", "branchless(k, 4)"), ("loop", "")):
+            k = ucf.compile(TTV, formats={"B": "DDC"}, schedule=sched)
+            calls[name] = lambda k=k, b=b: k(B=b, c=c)
+        got = interleaved(calls, repeat)
+        ratio = got["branch-free"] / got["loop"]
+        every = len(vals) / (dims[0] * dims[1])
+        stored = len(vals) / max(1, len(np.unique(coords[:, 0] * dims[1] + coords[:, 1])))
+        print(f"| {empty} | {every:.2f} | {stored:.2f} | {ratio:.2f} | "
+              f"{'branchless' if chose else 'loop'} |")  # fmt: skip
+        right = chose == (ratio < 1.0) or abs(ratio - 1.0) < 0.05
+        what = f"empty {empty}, mean {mean}: the default takes the faster"
+        rows.append((what, "branchless" if chose else "loop", right))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", nargs="+", default=["ttv", "empty"])
+    ap.add_argument("--repeat", type=int, default=9)
+    args = ap.parse_args()
+    ucf.set_num_threads(1)
+    targets = []
+    with fresh_kernel_cache("ucf-short-sums-"):
+        if "ttv" in args.rows:
+            targets += ttv_row(args.repeat)
+        if "empty" in args.rows:
+            targets += empty_rows(args.repeat)
+    print("\n| target | value | result |\n|---|---|---|")
+    for what, value, met in targets:
+        print(f"| {what} | {value} | {'met' if met else 'NOT met'} |")
+
+
+if __name__ == "__main__":
+    main()
