@@ -7,12 +7,15 @@
 Rows:
 - ``ttv``: the peer run's TTV (``bench/peers.py``: B 2000 x 1000 x 1000 CSF with 5M
   random entries, fibers of k holding 2.7 on average, c of 8 KB), the sum over k branch-free
-  and as the plain loop, on llvm and c. Target: c branch-free at most 0.75x its plain
-  loop (the select a blend of bits, not a branch), and within 1.15x of llvm branch-free.
-- ``empty``: TTV over B stored ``UUC`` (every fiber of k present, most of them empty):
-  a fraction ``e`` of the fibers empty, the others of Poisson length with mean ``m``
-  (at least 1). The default's gate reads the mean over non-empty fibers; each row prints
-  branch-free over the loop and what the default chose, which must be the faster.
+  and as the plain loop, on llvm and c. Targets: c branch-free at most 0.75x its plain
+  loop (the select a blend of bits, not a branch), and c's ratio to its loop within
+  1.15x of llvm's (the blend gains about what LLVM's select gains).
+- ``empty``: TTV over B 1000 x 1000 x 1000, a fraction ``e`` of its (i, j) fibers
+  empty, the others of 1 + Poisson(m - 1) entries, stored ``UUC`` (the loop visits
+  every fiber, the empty ones too) and ``CCC`` (it visits the stored ones only). The
+  default's gate reads the mean over the fibers the loop visits; each row prints
+  branch-free over the loop and what the default chose, which must be the faster
+  (within 5 %), except where that mean lies just above the gate's (``MARGIN``).
 
 Each contender runs once untimed, then the contenders of a row interleave ``--repeat``
 rounds in process CPU time (one thread), and the median is kept. The kernel cache is
@@ -37,13 +40,18 @@ from peers import tensor3  # noqa: E402
 from spmv_spmm import fresh_kernel_cache  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.schedule.short_fibers import MEAN  # noqa: E402
 
 TTV = "A(i,j) = B(i,j,k) * c(k)"
-#: c branch-free over its plain loop, at most; and over llvm branch-free.
+#: c branch-free over its plain loop, at most; and that ratio over llvm's.
 LOOP, LLVM = 0.75, 1.15
 #: The ``empty`` rows' fractions of empty fibers and mean lengths of the others.
+#: (Fewer than 2^18 entries are not re-planned per call: ``REPLAN_WORK``.)
 CASES = [(0.0, 2.5), (0.0, 4.0), (0.0, 5.0), (0.0, 6.0), (0.5, 2.5), (0.5, 5.0), (0.5, 8.0),
-         (0.8, 2.5), (0.8, 6.0), (0.8, 10.0), (0.95, 2.5), (0.95, 10.0)]  # fmt: skip
+         (0.8, 2.5), (0.8, 6.0), (0.8, 10.0), (0.95, 10.0)]  # fmt: skip
+#: Visited fibers' means this close above the gate's ``MEAN`` print no target: which side
+#: of it wins is the threshold's margin, not the rule's.
+MARGIN = 1.5
 
 
 def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, float]:
@@ -78,10 +86,11 @@ def ttv_row(repeat: int) -> list[tuple[str, str, bool]]:
     for n, t in got.items():
         print(f"| {n} | {t * 1e3:.2f} |")
     c_loop = got["c branch-free"] / got["c loop"]
-    c_llvm = got["c branch-free"] / got["llvm branch-free"]
+    llvm_loop = got["llvm branch-free"] / got["llvm loop"]
+    gain = c_loop / llvm_loop
     return [
         ("ttv c: branch-free over its loop", f"{c_loop:.2f} (<= {LOOP})", c_loop <= LOOP),
-        ("ttv branch-free: c over llvm", f"{c_llvm:.2f} (<= {LLVM})", c_llvm <= LLVM),
+        ("ttv: that over llvm's", f"{c_loop:.2f} / {llvm_loop:.2f} (<= {LLVM})", gain <= LLVM),
     ]
 
 
@@ -120,6 +129,9 @@ def empty_rows(repeat: int, formats: list[str]) -> list[tuple[str, str, bool]]:
             ratio = got["branch-free"] / got["loop"]
             took = "branchless" if chose else "loop"
             print(f"| {fmt} | {empty} | {every:.2f} | {stored:.2f} | {ratio:.2f} | {took} |")
+            visited = stored if fmt.startswith("C") else every  # UUC visits the empty ones
+            if MEAN < visited <= MEAN + MARGIN:
+                continue
             # Within 5 %, either is right.
             right = chose == (ratio < 1.0) or abs(ratio - 1.0) < 0.05
             rows.append((f"{fmt}, empty {empty}, mean {mean}: the default the faster", took, right))

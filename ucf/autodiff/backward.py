@@ -8,7 +8,8 @@ gradient is read in the output's format (a sparse output's gradient is sparse,
 so each kernel iterates its stored positions and never an array of the output's
 full shape); every dense operand's gradient is dense, in the operand's mode order
 (``"D": "UU:1,0"`` gives the gradient of an SDDMM's D column-major, each stored entry
-then adding K contiguous values); a sparse operand's gradient is computed in the
+then adding K contiguous values; a row-major D's is written so too and copied
+row-major once, ``scattered_last``); a sparse operand's gradient is computed in the
 operand's own format from its pattern (ones at its stored positions, sharing its
 index arrays), and comes back on the operand's index arrays with new values; a
 dynamic operand's gradient is dense, computed over its live micro-tiles only (the
