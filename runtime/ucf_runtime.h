@@ -45,8 +45,7 @@ UCF_MINMAX(double, f64)
     U m = (U)0 - (U)c;                                                          \
     __asm__("" : "+r"(m));                                                      \
     ucf_blend_##S##_m mask = (ucf_blend_##S##_m){0} + m;                        \
-    ucf_blend_##S##_v x = (ucf_blend_##S##_v){0} + a;                           \
-    ucf_blend_##S##_v y = (ucf_blend_##S##_v){0} + b;                           \
+    ucf_blend_##S##_v x = {a}, y = {b}; /* not {0} + a: 0.0 + -0.0 is 0.0 */    \
     return ((ucf_blend_##S##_v)(((ucf_blend_##S##_m)x & mask) |                 \
                                 ((ucf_blend_##S##_m)y & ~mask)))[0];            \
   }

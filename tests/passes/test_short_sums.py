@@ -139,11 +139,16 @@ def test_c_blends_bit_for_bit(dtype):
     np.testing.assert_array_equal(c.view(bits)[number], llvm.view(bits)[number])
 
 
-def test_blend_compiles_without_a_branch():
-    """``ucf_blend_f32`` and ``ucf_blend_f64`` (ucf_runtime.h) compile, with the kernels'
-    flags, to code without a jump or a conditional move: a blend of the bits."""
+def test_blend_keeps_the_bits_without_a_branch(tmp_path):
+    """``ucf_blend_f32`` and ``ucf_blend_f64`` (ucf_runtime.h), built with the kernels'
+    flags: no jump or conditional move in their code, and each returns the bits of the
+    value it keeps, -0.0, infinities and NaN payloads included (a first form made the
+    vectors as ``{0} + a``, which turned -0.0 into 0.0: a kept sum never is -0.0, so
+    the kernels' tests cannot see it)."""
+    import ctypes
+
     from ucf.codegen.c import source
-    from ucf.toolchain.cc import assembly
+    from ucf.toolchain.cc import assembly, build_shared
 
     body = source([]) + "\n".join(
         f"{t} keep_{s}(bool c, {t} a, {t} b) {{ return ucf_blend_{s}(c, a, b); }}"
@@ -155,3 +160,17 @@ def test_blend_compiles_without_a_branch():
         fn = fn[: fn.index("ret")]
         ops = [line.split()[0] for line in fn.splitlines() if line.strip()]
         assert not [op for op in ops if op.startswith(("j", "cmov"))], fn
+    so = tmp_path / "blend.so"
+    so.write_bytes(build_shared(body))
+    lib = ctypes.CDLL(str(so))
+    for s, ct, dt, it in (("f32", ctypes.c_float, np.float32, np.int32),
+                          ("f64", ctypes.c_double, np.float64, np.int64)):  # fmt: skip
+        keep = getattr(lib, f"keep_{s}")
+        keep.restype, keep.argtypes = ct, [ctypes.c_bool, ct, ct]
+        values = np.array([-0.0, 0.0, 1.5, -np.inf, np.inf, np.nan, -np.nan], dtype=dt)
+        values = np.append(values, (values[-1:].view(it) | 5).view(dt))  # another payload
+        for a in values:
+            for b in values:
+                for c, want in ((True, a), (False, b)):
+                    got = np.array(keep(c, a, b), dtype=dt)
+                    assert got.view(it) == want.view(it), (s, c, a, b)
