@@ -59,7 +59,7 @@ def fibers(stats: Stats, tensor: str, others: list[str], stored: bool = True) ->
     over every (i, j) (1.2 to 2.5) had made branch-free. Where a level above is dense
     (B stored UUC) the empty fibers are visited, and each costs a branch in either
     form, so they count: branch-free 0.74-0.85x at m = 2.5 with 50 to 95 % empty,
-    0.87-1.01x at m = 5 to 10 with 50 to 80 % empty (the mean over the non-empty
+    0.87-1.02x at m = 5 to 10 with 50 to 80 % empty (the mean over the non-empty
     fibers would have refused those at 0.87 and 0.95)."""
     if stored and tensor in stats.fibers:
         return stats.fibers[tensor]
