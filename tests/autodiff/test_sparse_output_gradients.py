@@ -227,6 +227,22 @@ def test_torch_einsum_with_a_sparse_output(out, target):
         torch.testing.assert_close(got[2], want[2], msg=name)
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_torch_sparse_sum_of_a_coo_output(target):
+    """torch.sparse.sum's gradient is a coalesced COO tensor on the output's positions
+    whose values are one value broadcast (stride 0): read, not refused as malformed.
+    B is torch's CSR, so the output's indices are int64, as the gradient's are, and the
+    gradient's arrays would be taken as they stand."""
+    B, C, D, _ = operands(seed=6)
+    Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    Bs = torch.tensor(B).to_sparse_csr()
+    A = ucf.torch.einsum(SDDMM, {"A": "coo"}, target=target, B=Bs, C=Ct, D=Dt)
+    got = torch.autograd.grad(torch.sparse.sum(A), (Ct, Dt))
+    want = torch_reference(B, C, D, (B != 0).astype(float))[1:]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-10, atol=1e-12)
+
+
 def test_torch_gradient_outside_the_outputs_positions_is_dropped():
     """A sparse gradient that stores more positions than the output (every one here)
     gives what its entries at the output's positions give."""

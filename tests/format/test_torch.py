@@ -139,6 +139,32 @@ def test_coalesced_coo_shares_its_index_rows_and_values():
 # ------------------------------------------------------------------ copies that must be right
 
 
+@pytest.mark.parametrize(
+    "what",
+    ["broadcast values", "strided values", "transposed indices", "three modes, broadcast"],
+)
+def test_coalesced_coo_whose_arrays_are_views_is_copied(what):
+    """A coalesced COO tensor whose values or indices are a view that is not contiguous
+    (the gradient torch.sparse.sum hands back is one value broadcast, stride 0) is read
+    by copying those, not refused as malformed."""
+    idx = torch.tensor([[0, 1, 1], [1, 0, 2]])
+    shape: tuple[int, ...] = (2, 3)
+    vals = torch.arange(1.0, 4.0, dtype=torch.float64)
+    if what == "broadcast values":
+        vals = torch.tensor([2.5], dtype=torch.float64).expand(3)
+    elif what == "strided values":
+        vals = torch.arange(1.0, 7.0, dtype=torch.float64)[::2]
+    elif what == "transposed indices":
+        idx = idx.T.contiguous().T
+    else:
+        idx, shape = torch.tensor([[0, 1, 1], [1, 0, 0], [0, 2, 3]]), (2, 2, 4)
+        vals = torch.tensor([-1.5], dtype=torch.float64).expand(3)
+    t = torch.sparse_coo_tensor(idx, vals, shape, is_coalesced=True)
+    u = ucf.from_torch(t)
+    np.testing.assert_array_equal(u.to_numpy(), t.to_dense().numpy())
+    u.validate()
+
+
 def test_non_contiguous_strided_is_copied_correctly():
     t = random_dense((6, 5), seed=9)
     u = ucf.from_torch(t.T)

@@ -165,11 +165,13 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 
 def _from_coo(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, where: str) -> Tensor:
     """COO: a coalesced tensor is already sorted and unique, so its index rows are the
-    levels' ``crd`` arrays as they stand."""
+    levels' ``crd`` arrays as they stand, where they are contiguous. torch's values may
+    be a view that is not: the gradient ``torch.sparse.sum`` hands back is one value
+    broadcast (stride 0) over a coalesced pattern; those are copied."""
     order = t.dim()
     fmt = parse_format("coo" if format is None else format, order=order)
-    vals = _values(torch, t._values(), dtype, where, fmt)
-    idx = t._indices().numpy()
+    vals = np.ascontiguousarray(_values(torch, t._values(), dtype, where, fmt))
+    idx = np.ascontiguousarray(t._indices().numpy())
     idt = np.dtype(np.int64) if index_dtype is None else index_dtype_of(index_dtype)
     if (
         t.is_coalesced()
