@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.fuzz_common import Draw, RandomDraw
 
 torch = pytest.importorskip("torch")
 import ucf.torch  # noqa: E402  (after the skip)
@@ -253,6 +254,76 @@ def test_torch_gradient_outside_the_outputs_positions_is_dropped():
     (got,) = torch.autograd.grad(A, Ct, grad_outputs=torch.tensor(G).to_sparse_csr())
     want = torch_reference(B, C, D, np.where(B != 0, G, 0))[1]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10)
+
+
+#: Losses over ucf.torch.einsum's sparse output A, each with its dense twin, and the
+#: torch layouts of A it applies to (what torch supports). torch hands their gradient
+#: back strided, as CSR, or as a coalesced COO: torch.sparse.sum's is one value
+#: broadcast (stride 0), on int64 indices where B was a torch sparse tensor.
+TORCH_LOSSES = {
+    "sparse.sum": ("coo", lambda A, V, W: torch.sparse.sum(A)),
+    "sparse.sum(dim)": ("coo", lambda A, V, W: (torch.sparse.sum(A, dim=1).to_dense() ** 2).sum()),
+    "A * A": ("coo", lambda A, V, W: torch.sparse.sum(A * A)),
+    "sparse.mm": ("csr coo", lambda A, V, W: (torch.sparse.mm(A, V) ** 2).sum()),
+    "to_dense": ("csr coo csc", lambda A, V, W: (A.to_dense() * W).sum()),
+    "matmul": ("csr coo csc", lambda A, V, W: ((A @ V) ** 2).sum()),
+}
+DENSE_LOSSES = {
+    "to_dense": lambda A, V, W: (A * W).sum(),
+    "matmul": lambda A, V, W: ((A @ V) ** 2).sum(),
+    "sparse.mm": lambda A, V, W: ((A @ V) ** 2).sum(),
+    "sparse.sum": lambda A, V, W: A.sum(),
+    "sparse.sum(dim)": lambda A, V, W: (A.sum(dim=1) ** 2).sum(),
+    "A * A": lambda A, V, W: (A * A).sum(),
+}
+
+
+def draw_torch_case(d: Draw) -> dict:
+    """A random SDDMM through ucf.torch.einsum: a loss, an output format torch supports
+    it on, how B comes (strided with a format, torch CSR or COO: int32 or int64
+    indices), shapes and density."""
+    loss = d.choice(list(TORCH_LOSSES))
+    return {
+        "loss": loss,
+        "out": d.choice(TORCH_LOSSES[loss][0].split()),
+        "B": d.choice(["csr", "coo", "strided"]),
+        "shape": (d.integer(1, 8), d.integer(1, 8), d.integer(1, 4)),
+        "density": d.choice([0.7, 0.3, 1.0, 0.0]),
+        "seed": d.integer(0, 2**16),
+    }
+
+
+#: The draws the torch fuzz runs (seeded: each case reruns as it failed).
+TORCH_CASES = [draw_torch_case(RandomDraw(f"torch:{n}")) for n in range(30)]
+
+
+def test_the_torch_draw_reaches_every_loss():
+    """The fuzz's draws hold each loss, and torch.sparse.sum's broadcast gradient on
+    int64 indices (B a torch sparse tensor) more than once."""
+    assert {c["loss"] for c in TORCH_CASES} == set(TORCH_LOSSES)
+    assert sum(c["loss"] == "sparse.sum" and c["B"] != "strided" for c in TORCH_CASES) >= 2
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=lambda c: f"{c['loss']}-{c['out']}-{c['B']}")
+def test_torch_losses_fuzzed(case):
+    """C's and D's gradients through a random loss of the sparse output against torch
+    autograd on dense tensors."""
+    n, m, K = case["shape"]
+    rng = np.random.default_rng(case["seed"])
+    B = rng.standard_normal((n, m)) * (rng.random((n, m)) < case["density"])
+    C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
+    V, W = torch.tensor(rng.standard_normal((m, 2))), torch.tensor(rng.standard_normal((n, m)))
+    given = {"strided": torch.tensor, "csr": lambda b: torch.tensor(b).to_sparse_csr()}
+    Bt = given.get(case["B"], lambda b: torch.tensor(b).to_sparse())(B)
+    formats = {"A": case["out"], **({"B": "csr"} if case["B"] == "strided" else {})}
+    Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    A = ucf.torch.einsum(SDDMM, formats, B=Bt, C=Ct, D=Dt)
+    got = torch.autograd.grad(TORCH_LOSSES[case["loss"]][1](A, V, W), (Ct, Dt), allow_unused=True)
+    Cd, Dd = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    dense = DENSE_LOSSES[case["loss"]](torch.tensor(B) * (Cd @ Dd), V, W)
+    want = torch.autograd.grad(dense, (Cd, Dd))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.zeros_like(w) if g is None else g, w, msg=str(case))
 
 
 # ------------------------------------------------------------------------ large
