@@ -172,6 +172,31 @@ def test_non_contiguous_strided_is_copied_correctly():
     np.testing.assert_array_equal(u.to_numpy(), t.T.numpy())
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+def test_compressed_indices_that_are_views_are_copied(layout):
+    """Compressed indices sliced from a larger tensor (strided views) are copied into
+    the levels, which kernels read by address: a BSR tensor's were taken as they stood,
+    unchecked, and a kernel with int64 indices read the memory between them
+    (segfault)."""
+    pos = torch.tensor([0, 9, 1, 9, 3, 9])[::2]  # [0, 1, 3]
+    crd = torch.tensor([1, 9, 0, 9, 1, 9])[::2]  # [1, 0, 1]
+    vals = torch.arange(1.0, 13.0, dtype=torch.float64)
+    build = {
+        "csr": lambda: torch.sparse_csr_tensor(pos, crd, vals[:3], (2, 2)),
+        "csc": lambda: torch.sparse_csc_tensor(pos, crd, vals[:3], (2, 2)),
+        "bsr": lambda: torch.sparse_bsr_tensor(pos, crd, vals.reshape(3, 2, 2), (4, 4)),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on unchecked invariants
+        t = build[layout]()
+    u = ucf.from_torch(t)
+    assert all(a.flags.c_contiguous for level in u.levels for a in level.values())
+    dense = t.to_dense().numpy()
+    x = np.arange(1.0, dense.shape[1] + 1)
+    k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": u.format}, index_dtype="int64")
+    np.testing.assert_array_equal(k(A=u, x=x).to_numpy(), dense @ x)
+
+
 def test_uncoalesced_coo_sums_duplicates_like_torch():
     g = torch.Generator().manual_seed(10)
     idx = torch.randint(0, 4, (2, 30), generator=g)

@@ -193,7 +193,10 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     own = _bsr_format(rows, cols)
     fmt = own if format is None else parse_format(format, order=2)
     vals = _values(torch, blocks, dtype, where, fmt)
-    crow, col = t.crow_indices().numpy(), t.col_indices().numpy()
+    # the level's own arrays below, unchecked, which a kernel reads by address: a view
+    # with strides (indices sliced from a larger tensor) is copied
+    crow = np.ascontiguousarray(t.crow_indices().numpy())
+    col = np.ascontiguousarray(t.col_indices().numpy())
     grid = (t.shape[0] // rows, t.shape[1] // cols)
     nnzb = checks.positions(f"{where} (crow_indices)", crow, grid[0])
     checks.in_range(f"{where} (col_indices)", col, grid[1], what="block column")
