@@ -280,17 +280,46 @@ DENSE_LOSSES = {
 
 def draw_torch_case(d: Draw) -> dict:
     """A random SDDMM through ucf.torch.einsum: a loss, an output format torch supports
-    it on, how B comes (strided with a format, torch CSR or COO: int32 or int64
-    indices), shapes and density."""
+    it on, how B comes (strided with a format, torch CSR, COO or BSR: int32 or int64
+    indices; a sparse one now and then on strided views of its arrays), shapes and
+    density."""
     loss = d.choice(list(TORCH_LOSSES))
+    given = d.choice(["csr", "coo", "strided", "bsr"])
+    n, m = d.integer(1, 8), d.integer(1, 8)
+    if given == "bsr":  # whole 2 x 2 blocks
+        n, m = 2 * ((n + 1) // 2), 2 * ((m + 1) // 2)
     return {
         "loss": loss,
         "out": d.choice(TORCH_LOSSES[loss][0].split()),
-        "B": d.choice(["csr", "coo", "strided"]),
-        "shape": (d.integer(1, 8), d.integer(1, 8), d.integer(1, 4)),
+        "B": given,
+        "views": given != "strided" and d.boolean(0.5),
+        "shape": (n, m, d.integer(1, 4)),
         "density": d.choice([0.7, 0.3, 1.0, 0.0]),
         "seed": d.integer(0, 2**16),
     }
+
+
+def _spread(a):
+    """``a`` as a view of a tensor twice its size (every other element): strided."""
+    return torch.stack([a, torch.zeros_like(a)], dim=-1)[..., 0]
+
+
+def _torch_operand(B: np.ndarray, given: str, views: bool):
+    """B as the case gives it; on views of its arrays where ``views``."""
+    t = torch.tensor(B)
+    if given == "strided":
+        return t
+    if given == "csr":
+        s = t.to_sparse_csr()
+        parts = (s.crow_indices(), s.col_indices(), s.values())
+        return torch.sparse_csr_tensor(*map(_spread, parts), B.shape) if views else s
+    if given == "bsr":
+        s = t.to_sparse_bsr((2, 2))
+        parts = (s.crow_indices(), s.col_indices(), s.values())
+        return torch.sparse_bsr_tensor(*map(_spread, parts), B.shape) if views else s
+    s = t.to_sparse()
+    parts = (s.indices(), s.values())
+    return torch.sparse_coo_tensor(*map(_spread, parts), B.shape, is_coalesced=True) if views else s
 
 
 #: The draws the torch fuzz runs (seeded: each case reruns as it failed).
@@ -298,13 +327,16 @@ TORCH_CASES = [draw_torch_case(RandomDraw(f"torch:{n}")) for n in range(30)]
 
 
 def test_the_torch_draw_reaches_every_loss():
-    """The fuzz's draws hold each loss, and torch.sparse.sum's broadcast gradient on
-    int64 indices (B a torch sparse tensor) more than once."""
+    """The fuzz's draws hold each loss, and more than once torch.sparse.sum's broadcast
+    gradient on int64 indices (B a torch sparse tensor) and a BSR B on strided views."""
     assert {c["loss"] for c in TORCH_CASES} == set(TORCH_LOSSES)
     assert sum(c["loss"] == "sparse.sum" and c["B"] != "strided" for c in TORCH_CASES) >= 2
+    assert sum(c["B"] == "bsr" and c["views"] for c in TORCH_CASES) >= 2
 
 
-@pytest.mark.parametrize("case", TORCH_CASES, ids=lambda c: f"{c['loss']}-{c['out']}-{c['B']}")
+@pytest.mark.parametrize(
+    "case", TORCH_CASES, ids=lambda c: f"{c['loss']}-{c['out']}-{c['B']}{'-views' * c['views']}"
+)
 def test_torch_losses_fuzzed(case):
     """C's and D's gradients through a random loss of the sparse output against torch
     autograd on dense tensors."""
@@ -313,8 +345,9 @@ def test_torch_losses_fuzzed(case):
     B = rng.standard_normal((n, m)) * (rng.random((n, m)) < case["density"])
     C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
     V, W = torch.tensor(rng.standard_normal((m, 2))), torch.tensor(rng.standard_normal((n, m)))
-    given = {"strided": torch.tensor, "csr": lambda b: torch.tensor(b).to_sparse_csr()}
-    Bt = given.get(case["B"], lambda b: torch.tensor(b).to_sparse())(B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on unchecked invariants
+        Bt = _torch_operand(B, case["B"], case["views"])
     formats = {"A": case["out"], **({"B": "csr"} if case["B"] == "strided" else {})}
     Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
     A = ucf.torch.einsum(SDDMM, formats, B=Bt, C=Ct, D=Dt)

@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.fuzz_common import Draw, RandomDraw
 
 torch = pytest.importorskip("torch")
 
@@ -195,6 +196,76 @@ def test_compressed_indices_that_are_views_are_copied(layout):
     x = np.arange(1.0, dense.shape[1] + 1)
     k = ucf.compile("y(i) = A(i,j) * x(j)", formats={"A": u.format}, index_dtype="int64")
     np.testing.assert_array_equal(k(A=u, x=x).to_numpy(), dense @ x)
+
+
+def _viewed(t, which: str):
+    """``t`` (CSR, CSC, COO or BSR) rebuilt on strided views of its index arrays
+    (``which``: 'pos', 'crd', 'vals' or 'all'), each every other element of a tensor
+    twice its size."""
+
+    def spread(a, part):
+        return (
+            torch.stack([a, torch.zeros_like(a)], dim=-1)[..., 0] if which in (part, "all") else a
+        )
+
+    if t.layout == torch.sparse_coo:
+        idx, vals = spread(t.indices(), "crd"), spread(t.values(), "vals")
+        return torch.sparse_coo_tensor(idx, vals, t.shape, is_coalesced=True)
+    if t.layout == torch.sparse_csc:
+        pos, crd, build = t.ccol_indices(), t.row_indices(), torch.sparse_csc_tensor
+    else:
+        pos, crd = t.crow_indices(), t.col_indices()
+        build = torch.sparse_bsr_tensor if t.layout == torch.sparse_bsr else torch.sparse_csr_tensor
+    return build(spread(pos, "pos"), spread(crd, "crd"), spread(t.values(), "vals"), t.shape)
+
+
+def draw_viewed(d: Draw) -> dict:
+    """A torch sparse matrix on views of its arrays, read by a kernel in place."""
+    return {
+        "layout": d.choice(["bsr", "csr", "csc", "coo"]),
+        "which": d.choice(["all", "pos", "crd", "vals"]),
+        "index_dtype": d.choice(["int64", "int32"]),
+        "blocks": (d.integer(1, 4), d.integer(1, 5)),
+        "density": d.choice([0.5, 0.0, 1.0]),
+        "seed": d.integer(0, 2**16),
+    }
+
+
+#: The seeded draws (each reruns as it failed).
+VIEWED = [draw_viewed(RandomDraw(f"viewed:{n}")) for n in range(24)]
+
+
+def test_the_viewed_draw_reaches_bsr_read_in_place():
+    """A BSR matrix on views of its indices, read by an int64 kernel in place, is drawn
+    more than once."""
+    reach = [c for c in VIEWED if c["layout"] == "bsr" and c["which"] in ("all", "pos", "crd")]
+    assert sum(c["index_dtype"] == "int64" for c in reach) >= 2
+    assert {c["layout"] for c in VIEWED} == {"bsr", "csr", "csc", "coo"}
+
+
+@pytest.mark.parametrize("case", VIEWED, ids=lambda c: f"{c['layout']}-{c['which']}")
+def test_views_of_every_layout_read_in_place(case):
+    """A kernel in the tensor's own format and index dtype reads it where it can: its
+    arrays must be C-contiguous, views copied (a BSR's indices were not: segfault)."""
+    rows, cols = case["blocks"]
+    g = torch.Generator().manual_seed(case["seed"])
+    dense = torch.rand(2 * rows, 3 * cols, dtype=torch.float64, generator=g)
+    dense[dense > case["density"]] = 0
+    if case["layout"] == "bsr":
+        t = dense.to_sparse_bsr((2, 3))
+    else:
+        t = LAYOUTS[case["layout"]](dense)
+        t = t.coalesce() if t.layout == torch.sparse_coo else t
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on unchecked invariants
+        v = _viewed(t, case["which"])
+    u = ucf.from_torch(v, index_dtype=case["index_dtype"])
+    assert all(a.flags.c_contiguous for level in u.levels for a in level.values())
+    x = np.arange(1.0, dense.shape[1] + 1)
+    k = ucf.compile(
+        "y(i) = A(i,j) * x(j)", formats={"A": u.format}, index_dtype=case["index_dtype"]
+    )
+    np.testing.assert_allclose(k(A=u, x=x).to_numpy(), dense.numpy() @ x, rtol=1e-13)
 
 
 def test_uncoalesced_coo_sums_duplicates_like_torch():
