@@ -63,20 +63,28 @@ def _loop(
     carried: tuple[tuple[str, str, str, str], ...],
     body: str,
     exit: str,
+    skip: str | None,
     compare: str = "slt",
 ) -> str:
     """The counted loop the checks share: block ``label``, entered from block
     ``entry``, runs ``body`` for ``%counter`` from ``bounds[0]`` while ``%counter1``
     (the next, defined after the body) is below ``bounds[1]`` (``compare``), then
-    goes to ``exit``. Each of ``carried`` (name, type, first value, next value) is a
-    value the body updates. Written once, so each check says only what it reads and
-    what it keeps."""
+    goes to ``exit``; with ``skip``, it ends block ``entry`` with the test that goes
+    there instead when the loop would not run once. Each of ``carried`` (name, type,
+    first value, next value) is a value the body updates. Written once, so each check
+    says only what it reads and what it keeps."""
     phis = "".join(
         f"  %{name} = phi {ty} [{first}, %{entry}], [{after}, %{label}]\n"
         for name, ty, first, after in ((counter, "i64", bounds[0], f"%{counter}1"), *carried)
     )
+    guard = (
+        f"  %{label}.any = icmp sgt i64 {bounds[1]}, {bounds[0]}\n"
+        f"  br i1 %{label}.any, label %{label}, label %{skip}\n"
+        if skip
+        else ""
+    )
     return (
-        f"{label}:\n{phis}{body}  %{counter}1 = add nuw nsw i64 %{counter}, 1\n"
+        f"{guard}{label}:\n{phis}{body}  %{counter}1 = add nuw nsw i64 %{counter}, 1\n"
         f"  %{label}.more = icmp {compare} i64 %{counter}1, {bounds[1]}\n"
         f"  br i1 %{label}.more, label %{label}, label %{exit}\n"
     )
@@ -90,6 +98,15 @@ def _segment(t: str, at: str, after: str, first: str, last: str) -> str:
         + f"  %{after} = add nuw nsw i64 {at}, 1\n"
         + _load(t, "pos", f"%{after}", last)
     )
+
+
+def _each_segment(
+    t: str, entry: str, start: str, carried: tuple, body: str, exit: str, skip: str
+) -> str:
+    """A loop ``row`` (``_loop``) over the segments ``%k`` of ``pos`` from ``start`` to
+    ``%major``, each one's bounds read into ``%a`` and ``%b`` before ``body``."""
+    bounds = _segment(t, "%k", "k.up", "a", "b")
+    return _loop("row", entry, "k", (start, "%major"), carried, bounds + body, exit, skip)
 
 
 def _falls(t: str, count: str) -> str:
@@ -110,6 +127,13 @@ def _compressed_ir(t: str) -> str:
     """``ucf_compressed_<t>(pos, major, crd, cap, minor)``: ``pos`` (``major + 1``
     entries) starts at 0, never decreases and ends at most at ``cap``, and every index
     ``crd[:pos[major]]`` read as unsigned is below ``minor``; ``OK`` or what fails."""
+    decreases = f"""  %lt = icmp slt {t} %b, %a
+  %lt8 = zext i1 %lt to i8
+  %down1 = or i8 %down, %lt8
+"""
+    rows = _each_segment(
+        t, "rows", "0", (("down", "i8", "0", "%down1"),), decreases, "rows_end", "last"
+    )
     return (
         f"""
 define i64 @ucf_compressed_{t}({t}* noalias nocapture readonly %pos, i64 %major,
@@ -119,23 +143,7 @@ entry:
   %nonzero = icmp ne {t} %p0, 0
   br i1 %nonzero, label %bad_positions, label %rows
 rows:
-  %some_rows = icmp sgt i64 %major, 0
-  br i1 %some_rows, label %row, label %last
-"""
-        + _loop(
-            "row",
-            "rows",
-            "k",
-            ("0", "%major"),
-            (("down", "i8", "0", "%down1"),),
-            _segment(t, "%k", "k.up", "a", "b")
-            + f"""  %lt = icmp slt {t} %b, %a
-  %lt8 = zext i1 %lt to i8
-  %down1 = or i8 %down, %lt8
-""",
-            "rows_end",
-        )
-        + f"""rows_end:
+{rows}rows_end:
   %decreased = icmp ne i8 %down1, 0
   br i1 %decreased, label %bad_positions, label %last
 last:
@@ -150,8 +158,6 @@ indices:
   br i1 %some, label %first, label %ok
 first:
   %c0 = load {t}, {t}* %crd
-  %one = icmp sgt i64 %nnz, 1
-  br i1 %one, label %index, label %indices_end
 """
         + _loop(
             "index",
@@ -164,6 +170,7 @@ first:
   %m1 = select i1 %gt, {t} %c, {t} %m
 """
             + _falls(t, "f"),
+            "indices_end",
             "indices_end",
         )
         + f"""indices_end:
@@ -230,6 +237,7 @@ first:
   %down1 = or i8 %down, %lt8
 """,
             "done",
+            None,
         )
         + """done:
 """
@@ -268,6 +276,7 @@ def _nonempty_ir(t: str) -> str:
   %change1 = or {t} %change, %d
 """,
         "scanned",
+        None,
         "ult",
     )
     return f"""
@@ -385,9 +394,6 @@ entry:
   %end = load {t}, {t}* %end.at
 """
         + _widen(t, "%end", "n").format(ext="sext")
-        + """  %some = icmp sgt i64 %n, 1
-  br i1 %some, label %pairs, label %yes
-"""
         + _loop(
             "pairs",
             "entry",
@@ -396,6 +402,7 @@ entry:
             (("falls", "i64", "0", "%falls1"),),
             _load(t, "crd", "%q", "c") + _falls(t, "falls"),
             "compare",
+            "yes",
         )
         + f"""compare:
   %expected = call i64 @ucf_start_falls_{t}({t}* %pos, i64 %major, {t}* %crd)
@@ -416,44 +423,35 @@ def _start_falls_ir(t: str) -> str:
     that is no segment's start reads the pair at 1); with the count of all the
     neighbours in ``crd`` that fall (``compressed`` finds it), it says whether
     every segment strictly increases."""
-    return (
-        f"""
-define i64 @ucf_start_falls_{t}({t}* noalias nocapture readonly %pos, i64 %major,
-                                {t}* noalias nocapture readonly %crd) {{
-entry:
-  %inner = icmp sgt i64 %major, 1
-  br i1 %inner, label %row, label %none
-"""
-        + _loop(
-            "row",
-            "entry",
-            "k",
-            ("1", "%major"),
-            (("found", "i64", "0", "%found1"),),
-            _segment(t, "%k", "k.up", "s", "e")
-            + f"""  %filled = icmp slt {t} %s, %e
-  %inside = icmp sgt {t} %s, 0
+    starts_falling = (
+        f"""  %filled = icmp slt {t} %a, %b
+  %inside = icmp sgt {t} %a, 0
   %start = and i1 %filled, %inside
 """
-            + _widen(t, "%s", "s64").format(ext="sext")
-            + "  %at = select i1 %start, i64 %s64, i64 1\n"
-            + _load(t, "crd", "%at", "x")
-            + "  %atm = add nsw i64 %at, -1\n"
-            + _load(t, "crd", "%atm", "w")
-            + f"""  %drop = icmp sle {t} %x, %w
+        + _widen(t, "%a", "a64").format(ext="sext")
+        + "  %at = select i1 %start, i64 %a64, i64 1\n"
+        + _load(t, "crd", "%at", "x")
+        + "  %atm = add nsw i64 %at, -1\n"
+        + _load(t, "crd", "%atm", "w")
+        + f"""  %drop = icmp sle {t} %x, %w
   %counted = and i1 %start, %drop
   %c64 = zext i1 %counted to i64
   %found1 = add i64 %found, %c64
-""",
-            "done",
-        )
-        + """done:
+"""
+    )
+    rows = _each_segment(
+        t, "entry", "1", (("found", "i64", "0", "%found1"),), starts_falling, "done", "none"
+    )
+    return f"""
+define i64 @ucf_start_falls_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                                {t}* noalias nocapture readonly %crd) {{
+entry:
+{rows}done:
   ret i64 %found1
 none:
   ret i64 0
-}
+}}
 """
-    )
 
 
 def _module_ir() -> str:
