@@ -21,6 +21,7 @@ from ucf.schedule.commands import (
 )
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Assemble, Bound, Dismantle, Parallel, Precompute
+from ucf.schedule.storage_order import misordered
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -181,15 +182,17 @@ def _assemble(cmd: AssembleCommand, output: tuple[str, bool], earlier: Assemble 
 
 
 def _check_chains(order: list[str], chains: dict[str, list[str]]) -> None:
-    pos = {v: k for k, v in enumerate(order)}
+    """Refuses a loop order that does not walk a tensor the kernel reads as stored in
+    its levels' order (``ucf.schedule.storage_order``), naming the two levels."""
     for who, chain in chains.items():
-        for a, b in zip(chain, chain[1:], strict=False):
-            if pos[a] > pos[b]:
-                raise ScheduleError(
-                    f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
-                    f"{who} stores {a} above {b}; reorder the loops or store {who} "
-                    "in another mode order"
-                )
+        pair = misordered(order, chain)
+        if pair is not None:
+            a, b = pair
+            raise ScheduleError(
+                f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
+                f"{who} stores {a} above {b}; reorder the loops or store {who} "
+                "in another mode order"
+            )
 
 
 class _Query:
