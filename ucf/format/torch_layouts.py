@@ -103,7 +103,8 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     a coalesced COO tensor (whose 2-entry root ``pos`` alone is new). Anything
     else copies: another format, dtype or index dtype, a non-contiguous strided
     tensor, unsorted indices, an uncoalesced COO tensor (duplicates are summed, as
-    torch's ``coalesce`` does). Autograd history is dropped (``detach``).
+    torch's ``coalesce`` does), index or value arrays that are strided views.
+    Autograd history is dropped (``detach``).
 
     A format holding bfloat16, int4 or quantized values (``'csr@qint8:0'``) converts
     the numbers as :func:`ucf.from_numpy` does (a bfloat16 tensor is widened to
