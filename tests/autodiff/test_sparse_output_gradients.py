@@ -93,6 +93,34 @@ def test_a_sparse_outputs_gradient_in_any_form():
         np.testing.assert_allclose(np.asarray(back("C", grad, ops)), want, rtol=1e-10)
 
 
+@pytest.mark.parametrize("given_as", ["scipy", "unsorted", "repeats", "numpy", "torch"])
+def test_a_sparse_operands_gradient_as_the_forward_call_took_it(given_as):
+    """B's gradient where B came as scipy (sorted or not, repeats summed), numpy or torch
+    (it raised AttributeError: no levels): on the entries the forward call read."""
+    B, C, D, G = operands(seed=7)
+    rows = np.repeat(np.arange(B.shape[0]), B.shape[1])
+    cols = np.tile(np.arange(B.shape[1]), B.shape[0])
+    keep = B.ravel() != 0
+    given = {
+        "scipy": lambda: sp.csr_matrix(B),
+        "unsorted": lambda: sp.coo_matrix(
+            (B.ravel()[keep][::-1], (rows[keep][::-1], cols[keep][::-1])), B.shape
+        ).tocsr(copy=False),
+        "repeats": lambda: sp.coo_matrix(
+            (np.tile(B.ravel()[keep] / 2, 2), (np.tile(rows[keep], 2), np.tile(cols[keep], 2))),
+            B.shape,
+        ).tocsr(),
+        "numpy": lambda: B,
+        "torch": lambda: torch.tensor(B),
+    }[given_as]()
+    if given_as == "unsorted":
+        given.has_sorted_indices = False
+    back = ucf.gradients(ucf.compile(SDDMM, {"A": "csr", "B": "csr"}))
+    got = back("B", G, {"B": given, "C": C, "D": D})
+    want = torch_reference(B, C, D, np.where(B != 0, G, 0))[0]
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-10, atol=1e-12)
+
+
 def test_a_wrong_gradient_is_refused_by_name():
     B, C, D, G = operands()
     k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
@@ -163,10 +191,12 @@ _KERNELS: dict = {}
     density=st.floats(0, 1),
     out=st.sampled_from(["csr", "coo"]),
     seed=st.integers(0, 2**16),
+    given_as=st.sampled_from(["scipy", "ucf", "scipy coo", "numpy"]),
 )
-def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
-    """Shapes, densities (empty and full rows included) and output formats at random;
-    each gradient against numpy's, given the output's gradient on its positions."""
+def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed, given_as):
+    """Shapes, densities (empty and full rows included), output formats and how B is
+    given (as the forward call takes it) at random; each gradient against numpy's,
+    given the output's gradient on its positions."""
     rng = np.random.default_rng(seed)
     B = rng.standard_normal((n, m)) * (rng.random((n, m)) < density)
     C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
@@ -174,7 +204,12 @@ def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
         k = ucf.compile(SDDMM, {"A": out, "B": "csr"})
         _KERNELS[out] = k, ucf.gradients(k)
     k, back = _KERNELS[out]
-    Bs = ucf.from_numpy(B, format="csr")
+    Bs = {
+        "ucf": lambda: ucf.from_numpy(B, format="csr"),
+        "scipy": lambda: sp.csr_matrix(B),
+        "scipy coo": lambda: sp.coo_matrix(B),
+        "numpy": lambda: B,
+    }[given_as]()
     A = k(B=Bs, C=C, D=D)
     g = rng.standard_normal(len(A.vals))
     grad = ucf.Tensor(A.shape, A.format, A.levels, g)

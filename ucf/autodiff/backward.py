@@ -200,6 +200,12 @@ class Backward:
         call."""
         d = self.derived(wrt)
         x = operands[wrt]
+        if not isinstance(x, Tensor) and self.keeps_pattern(wrt) and wrt not in self.dynamic:
+            # a scipy matrix or an array given for a sparse operand, as the forward call
+            # takes it: its gradient lives on the entries that call read, in its format
+            from ucf.format.interop import as_tensor
+
+            x = as_tensor(x, self.formats[wrt], wrt, index_dtype=self.index_dtype)
         grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
