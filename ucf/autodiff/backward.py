@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
-from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError
+from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format.format import Format
 from ucf.format.storage import foreign_type
 from ucf.format.tensor import Tensor, trusted
@@ -183,6 +183,7 @@ class Backward:
         return "\n".join(parts)
 
     # ---------------------------------------------------------------------- calling
+    @boundary
     def __call__(
         self,
         wrt: str,
