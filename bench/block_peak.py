@@ -15,8 +15,8 @@ thread only: steadier on a loaded machine).
 The roofline table bounds the call on this machine. Its bytes are the least any
 kernel moves: A's stored blocks (values and coordinates) and the rows of B its block
 columns name, read once, and C, written once. Its bandwidths are measured on the same
-threads (bench/bandwidth.py): in the rounds, right after torch, B and A's values read
-(torch's sum) and a C-sized array written (``fill_``), so at the operands' own sizes,
+threads (bench/bandwidth.py): in the rounds, right after torch, B read (torch's
+``sum``) and a C-sized array written (``fill_``), so at the operands' own sizes,
 which this CPU's 32 MB L3 holds, as ucf finds them here ("L3"); and before the rounds,
 256 MB arrays read and written (the faster of plain stores and glibc's non-temporal
 memset), for operands that come from DRAM ("DRAM"). Best runs, as for the peak. The
@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
-            # L3's rates at the operands' sizes: B and A's values read, one recycled
-            # C-sized array written, as ucf's output is
-            vals, dst = torch.from_numpy(t.vals), torch.empty_like(tb)
-            runs["read"] = lambda v=vals: (float(tb.sum()), float(v.sum()))
+            # L3's rates at the operands' sizes: B read, one recycled C-sized array
+            # written, as ucf's output is
+            dst = torch.empty_like(tb)
+            runs["read"] = lambda: float(tb.sum())
             runs["write"] = lambda d=dst: d.fill_(1.0)
         got = timings(runs, args.repeat, clock)
         med = {k: float(np.median(v)) for k, v in got.items()}
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             reads = stored + named * BLOCK * args.n * 4
             writes = args.n * args.n * 4
             near = {
-                "read": (tb.nbytes + vals.nbytes) / min(got["read"]) / 1e9,
+                "read": tb.nbytes / min(got["read"]) / 1e9,
                 "write": dst.nbytes / min(got["write"]) / 1e9,
             }
             rate = None
