@@ -16,8 +16,10 @@ and a bound takes the best):
   faults, and the OS zeroes it, before the store lands): what a newly allocated
   output costs;
 - memset: glibc's ``memset`` on the recycled array, split between the threads
-  (``ctypes`` releases the GIL): past its threshold (a share of the L3) glibc writes
-  with non-temporal stores, which skip the read for ownership;
+  (``ctypes`` releases the GIL). Its large-size path writes past the caches without
+  reading for ownership (``rep stosb`` on glibc 2.36, whose non-temporal threshold
+  is 288 MB here; newer glibc uses non-temporal stores): what non-temporal stores of
+  an output would move, against the plain stores above;
 - copy: torch's ``copy_`` between two recycled arrays, counted as the bytes read
   plus the bytes written.
 

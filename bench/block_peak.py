@@ -16,13 +16,13 @@ The roofline table bounds the call on this machine. Its bytes are the least any
 kernel moves: A's stored blocks (values and coordinates) and the rows of B its block
 columns name, read once, and C, written once. Its bandwidths are measured on the same
 threads (bench/bandwidth.py): in the rounds, right after torch, B read (torch's
-``sum``) and a C-sized array written (``fill_``), so at the operands' own sizes,
-which this CPU's 32 MB L3 holds, as ucf finds them here ("L3"); and before the rounds,
-256 MB arrays read and written (the faster of plain stores and glibc's non-temporal
-memset), for operands that come from DRAM ("DRAM"). Best runs, as for the peak. The
-best a call can do is the larger of the memory time and the FLOPs at the peak
-(memory and arithmetic fully overlapped), and their sum (not overlapped) is what a
-kernel reaches that streams its operands and computes at the peak one after the
+``sum``) and a C-sized array written (``fill_``), so at the operands' own sizes, which
+this CPU's 32 MB L3 holds, as ucf finds them here ("L3"); and before the rounds, 256 MB
+arrays read and written (the faster of plain stores and glibc's memset, which writes
+past the caches), for operands that come from DRAM ("DRAM"). Best runs, as for the
+peak. The best a call can do is the larger of the memory time and the FLOPs at the
+peak (memory and arithmetic fully overlapped), and their sum (not overlapped) is what
+a kernel reaches that streams its operands and computes at the peak one after the
 other; each is given as the share of the peak attainable under it, beside ucf's
 measured share. "ucf warm" is the call again straight after itself, its operands in
 the caches: what the cold operands cost is its difference from "ucf".
