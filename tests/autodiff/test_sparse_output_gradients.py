@@ -137,6 +137,9 @@ def test_a_wrong_gradient_is_refused_by_name():
     dense = ucf.gradients(ucf.compile(SDDMM, {"B": "csr"}))
     with pytest.raises(ucf.ShapeError, match="gradient of output A"):
         dense("C", np.ones((9, 8)), ops)
+    # a forward operand left out (it was an InternalError: KeyError)
+    with pytest.raises(ucf.OperandError, match=r"gradient of D .* without C \(operands of"):
+        back("D", G, {"B": ops["B"], "D": D})
 
 
 @pytest.mark.parametrize(

@@ -200,6 +200,12 @@ class Backward:
         keeps the hoisted sums computed, for the other operands' gradients of the same
         call."""
         d = self.derived(wrt)
+        missing = [n for n in self.orders if n not in operands]
+        if missing:
+            raise OperandError(
+                f"the gradient of {wrt} is given the forward call's operands without "
+                f"{', '.join(missing)} (operands of {self.statement}: {', '.join(self.orders)})"
+            )
         x = operands[wrt]
         if not isinstance(x, Tensor) and self.keeps_pattern(wrt) and wrt not in self.dynamic:
             # a scipy matrix or an array given for a sparse operand, as the forward call
