@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
-from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError
+from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format.format import Format
 from ucf.format.storage import foreign_type
 from ucf.format.tensor import Tensor, trusted
@@ -203,6 +203,7 @@ class Backward:
         return "\n".join(parts)
 
     # ---------------------------------------------------------------------- calling
+    @boundary
     def __call__(
         self,
         wrt: str,
@@ -219,7 +220,19 @@ class Backward:
         keeps the hoisted sums computed, for the other operands' gradients of the same
         call."""
         d = self.derived(wrt)
+        missing = [n for n in self.orders if n not in operands]
+        if missing:
+            raise OperandError(
+                f"the gradient of {wrt} is given the forward call's operands without "
+                f"{', '.join(missing)} (operands of {self.statement}: {', '.join(self.orders)})"
+            )
         x = operands[wrt]
+        if not isinstance(x, Tensor) and self.keeps_pattern(wrt) and wrt not in self.dynamic:
+            # a scipy matrix or an array given for a sparse operand, as the forward call
+            # takes it: its gradient lives on the entries that call read, in its format
+            from ucf.format.interop import as_tensor
+
+            x = as_tensor(x, self.formats[wrt], wrt, index_dtype=self.index_dtype)
         grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
