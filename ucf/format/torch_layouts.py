@@ -210,7 +210,10 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     sorted_rows = checks.increasing(crow, col)
     if sorted_rows and fmt.structure == own and idt == crow.dtype == col.dtype:
         levels = [{}, {"pos": crow, "crd": col}, {}, {}]
-        return Tensor(tuple(t.shape), fmt, levels, vals.reshape(-1), idt, check=False)
+        # vals too: blocks sliced from a larger tensor, evenly strided, reshape to a
+        # strided view (SpMV read every other value of one: a wrong answer)
+        flat = np.ascontiguousarray(vals).reshape(-1)
+        return Tensor(tuple(t.shape), fmt, levels, flat, idt, check=False)
     block_rows = np.repeat(np.arange(grid[0], dtype=np.int64), np.diff(crow))
     r = block_rows[:, None, None] * rows + np.arange(rows)[None, :, None]
     c = col.astype(np.int64)[:, None, None] * cols + np.arange(cols)[None, None, :]
