@@ -1,4 +1,4 @@
-"""Why 2-thread banded SpMV takes ~6.3 ms in one process and ~9 ms in another (issue 38).
+"""Why 2-thread banded SpMV takes ~6.3 ms in one run and ~9 ms in another (issue 38).
 
     python bench/spmv_modes.py                   # 10 fresh processes, 12 rounds each
     python bench/spmv_modes.py --processes 20 --rounds 15
@@ -25,7 +25,9 @@ A slow call then says which kind it is:
   call on one thread.
 
 On a loaded machine most calls are "one waited" (another process has the core); the
-classes say something about ucf only where the machine is quiet.
+classes say something about ucf only where the machine is quiet. On 2026-11-29 at
+23:28 the slow calls were "both ran" at 9.0-9.2 ms while two threads read 42 GB/s
+together (bench/README.md, "Banded SpMV on two threads").
 """
 
 from __future__ import annotations
