@@ -362,6 +362,10 @@ def build_rows(names: list[str], quick: bool, kernels, mkl, gb, seed: int = 0) -
     if "spmv" in names:
         for name, m in (
             ("uniform", uniform(200_000 // s, 10, rng)),
+            # At 2 threads ucf streams 392 MB a call here (61 GB/s at 6.4 ms), MKL's
+            # diagonal storage 272 MB: when the machine gives less memory bandwidth ucf
+            # loses most (0.88 of MKL's time at 18:32, 1.11 at 21:13, when every
+            # memory-bound contender was slower). bench/spmv_modes.py; bench/README.md.
             ("banded", banded(2_000_000 // s, 15, rng)),
             ("rmat", rmat(20 if not quick else 15, 16, rng)),
         ):
