@@ -6,7 +6,8 @@ extents, measuring statistics, choosing a plan and building the argument
 list then repeat work whose answer cannot have changed, and cost tens of
 microseconds against a kernel of a few. A call that bound every operand as it
 is (no conversion: a blocked kernel's split operands are then views of the
-user's arrays) and wrote a dense output in place is remembered per thread, the last
+user's arrays) and wrote a dense output in place, or a sparse output with an
+operand's structure (``ucf.exec.operand_structure``), is remembered per thread, the last
 ``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
 argument list when each operand is the same object with the same shape, strides
 and dtype (a numpy array), or holds the same arrays in the same format (a
