@@ -13,14 +13,19 @@ per multiply-add of the stored blocks. ``--cpu-time`` times in process CPU time 
 thread only: steadier on a loaded machine).
 
 The roofline table bounds the call on this machine. Its bytes are the least any
-kernel moves: A's stored blocks, the rows of B its block columns name, and C. Each
-round also streams them right after torch, as ucf runs (B copied into a C-sized
-tensor by torch on the same threads, A's values summed): the time that takes is the
-memory's bound, the FLOPs at the measured peak the arithmetic's. The best a call can
-do is the larger of the two (memory and arithmetic fully overlapped), and their sum
-(not overlapped) is what a kernel reaches that streams its operands and computes at
-the peak one after the other. "ucf warm" is the call again straight after itself, its
-operands in the caches: what the cold operands cost is its difference from "ucf".
+kernel moves: A's stored blocks (values and coordinates) and the rows of B its block
+columns name, read once, and C, written once. Its bandwidths are measured on the same
+threads (bench/bandwidth.py): in the rounds, right after torch, B read (torch's
+``sum``) and a C-sized array written (``fill_``), so at the operands' own sizes, which
+this CPU's 32 MB L3 holds, as ucf finds them here ("L3"); and before the rounds, 256 MB
+arrays read and written (the faster of plain stores and glibc's memset, which writes
+past the caches), for operands that come from DRAM ("DRAM"). Best runs, as for the
+peak. The best a call can do is the larger of the memory time and the FLOPs at the
+peak (memory and arithmetic fully overlapped), and their sum (not overlapped) is what
+a kernel reaches that streams its operands and computes at the peak one after the
+other; each is given as the share of the peak attainable under it, beside ucf's
+measured share. "ucf warm" is the call again straight after itself, its operands in
+the caches: what the cold operands cost is its difference from "ucf".
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+import bandwidth  # noqa: E402
 import fma_peak  # noqa: E402
 from spmv_spmm import fresh_kernel_cache, timings  # noqa: E402
 from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
@@ -48,6 +54,9 @@ from ucf.toolchain.jit import set_whole_team, team_counters  # noqa: E402
 
 #: Tiles of fma_peak's ``tile_8x2`` per thread and round (268 MFLOP a thread, about 1 ms).
 TILES = 1 << 14
+
+#: The arrays that measure DRAM's bandwidth: eight times this CPU's L3.
+FAR_BYTES = 256 << 20
 
 #: (zero blocks, share of the FMA peak, speedup over torch dense or None)
 TARGETS = [(0.9, 0.60, 7.0), (0.5, 0.75, None)]
@@ -80,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     blocked = f"bcsr({BLOCK},{BLOCK})"
     kernel = ucf.compile(SPMM, formats={"A": blocked}, dtype="float32")
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    far = {}  # DRAM's GB/s on these threads, before the rounds (256 MB would evict B)
+    if torch is not None:
+        far = bandwidth.rates(
+            FAR_BYTES, args.threads, max(5, args.repeat // 3), ("read", "write, recycled", "memset")
+        )
     print(
         f"bcsr(32,32) SpMM {args.n}^3 float32, {args.threads} threads, median of "
         f"{args.repeat}{', process CPU time' if args.cpu_time else ''}\n"
@@ -92,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|" + "---|---|" * len(widths) + "---|")
     verdicts, bounds, teams = [], [], []
+    attain: dict[str, tuple[float, float]] = {}
     for zero, share, over_torch in TARGETS:
         a = block_sparse(rng, args.n, BLOCK, zero)
         t = ucf.from_numpy(a, format=blocked)
@@ -111,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         if torch is not None:
             ta = torch.from_numpy(a)
             runs["torch"] = lambda ta=ta: ta @ tb
-            # into one C-sized tensor, as ucf's output is one recycled array
-            vals, dst = torch.from_numpy(t.vals), torch.empty_like(tb)
-            runs["stream"] = lambda v=vals, d=dst: (d.copy_(tb), v.sum())
+            # L3's rates at the operands' sizes: B read, one recycled C-sized array
+            # written, as ucf's output is
+            dst = torch.empty_like(tb)
+            runs["read"] = lambda: float(tb.sum())
+            runs["write"] = lambda d=dst: d.fill_(1.0)
         got = timings(runs, args.repeat, clock)
         med = {k: float(np.median(v)) for k, v in got.items()}
         # the peak loops touch no memory: only the machine's load slows them, so their
@@ -146,18 +163,41 @@ def main(argv: list[str] | None = None) -> int:
                 f"{' | '.join(cells)} | "
                 f"{gain:.2f}x |"
             )
-        if "stream" in med:
+        if "read" in got:
             named = int(a.reshape(m, BLOCK, m, BLOCK).any(axis=(1, 3)).any(axis=0).sum())
-            moved = t.vals.nbytes + named * BLOCK * args.n * 4 + args.n * args.n * 4
+            stored = t.vals.nbytes + sum(x.nbytes for lv in t.levels for x in lv.values())
+            reads = stored + named * BLOCK * args.n * 4
+            writes = args.n * args.n * 4
+            near = {
+                "read": tb.nbytes / min(got["read"]) / 1e9,
+                "write": dst.nbytes / min(got["write"]) / 1e9,
+            }
             rate = None
             if "tile" in got:  # like the peak loop, it touches no memory: its best run
                 rate = fma_peak.TILE_FLOPS * TILES * args.threads / min(got["tile"]) / 1e9
-            bounds.append(roofline(zero, moved, med, flops, peak, rate))
+            levels = {
+                "L3": near,
+                "DRAM": {"read": far["read"], "write": max(far["write, recycled"], far["memset"])},
+            }
+            for level, bw in levels.items():
+                memory = reads / (bw["read"] * 1e9) + writes / (bw["write"] * 1e9)
+                bounds.append(
+                    roofline(zero, level, reads, writes, bw, memory, med, flops, peak, rate)
+                )
+                attain[level] = (
+                    flops / max(memory, flops / (peak * 1e9)) / 1e9 / peak,
+                    flops / (memory + flops / (peak * 1e9)) / 1e9 / peak,
+                )
+        bound = "; ".join(
+            f"{level}: {best:.0%} overlapped, {summed:.0%} not"
+            for level, (best, summed) in attain.items()
+        )
         verdicts.append(
             (
                 f"{zero:.0%} zero blocks: >= {share:.0%} of the "
                 f"{max(widths, key=peaks.get)}-bit FMA peak",
-                f"{ucf_gf / peak:.0%}",
+                f"{ucf_gf / peak:.0%}"
+                + (f" (attainable under the roofline: {bound})" if bound else ""),
                 ucf_gf / peak >= share,
             )
         )
@@ -170,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     if bounds:
         print(f"\nRoofline ({args.threads} threads): each time as GFLOP/s and share of the peak\n")
         print(
-            "| zero blocks | bytes (A + B's named rows + C) | streamed after torch | memory "
-            "bound | FMA bound (at the peak) | best: the larger | not overlapped: the sum | "
-            "register tile in L2 (not memory) | not overlapped, at the tile's rate | ucf | "
-            "ucf warm |"
+            "| zero blocks | operands in | read (A + B's named rows) / written (C) | read / "
+            "write bandwidth | memory time | FMA time (at the peak) | bound: the larger | "
+            "not overlapped: the sum | not overlapped, at the register tile's rate (in L2) | "
+            "ucf | ucf warm |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(bounds))
@@ -233,28 +273,30 @@ def one_thread(kernel, a, b, threads: int):
 
 def roofline(
     zero: float,
-    moved: int,
+    level: str,
+    reads: int,
+    writes: int,
+    bw: dict[str, float],
+    memory: float,
     med: dict[str, float],
     flops: float,
     peak: float,
     tile: float | None,
 ) -> str:
-    """A row of the roofline table: each time with its GFLOP/s and its share of the
-    peak (``peak`` in GFLOP/s; ``tile`` the register tile's GFLOP/s, None if not run)."""
+    """A row of the roofline table at one memory ``level``: the bytes read and written at
+    its bandwidths ``bw`` (GB/s) take ``memory`` seconds; each time with its GFLOP/s and
+    its share of the peak (``peak`` in GFLOP/s; ``tile`` the register tile's GFLOP/s,
+    None if not run)."""
 
     def cell(seconds: float) -> str:
         rate = flops / seconds / 1e9
         return f"{seconds * 1e3:.3f} ms ({rate:.0f} GFLOP/s, {rate / peak:.0%})"
 
-    memory, arithmetic = med["stream"], flops / (peak * 1e9)
-    tiled = (
-        "- | -"
-        if tile is None
-        else (f"{cell(flops / (tile * 1e9))} | {cell(memory + flops / (tile * 1e9))}")
-    )
+    arithmetic = flops / (peak * 1e9)
+    tiled = "-" if tile is None else cell(memory + flops / (tile * 1e9))
     return (
-        f"| {zero:.0%} | {moved / 2**20:.1f} MB | {memory * 1e3:.3f} ms "
-        f"({moved / memory / 1e9:.0f} GB/s) | {cell(memory)} | {cell(arithmetic)} | "
+        f"| {zero:.0%} | {level} | {reads / 2**20:.1f} MB / {writes / 2**20:.1f} MB | "
+        f"{bw['read']:.0f} / {bw['write']:.0f} GB/s | {cell(memory)} | {cell(arithmetic)} | "
         f"{cell(max(memory, arithmetic))} | {cell(memory + arithmetic)} | {tiled} | "
         f"{cell(med['ucf'])} | {cell(med['ucf warm'])} |"
     )

@@ -7,6 +7,7 @@ copies any other array it cannot read as stored. Results against numpy and scipy
 
 from __future__ import annotations
 
+import threading
 import tracemalloc
 import warnings
 
@@ -77,3 +78,39 @@ def test_an_out_array_it_cannot_write_is_refused_with_why(out, said):
     k = ucf.compile("C(i,j) = A(i,k)*B(k,j)", {"A": "csr"})
     with pytest.raises(ucf.OperandError, match=said):
         k(A=np.eye(3), B=np.ones((3, 3)), out=out)
+
+
+def test_two_threads_at_once_one_fortran_array_one_relaid_tensor():
+    """Whether a relayout is said rides on the operand itself: a thread passing a
+    Fortran-ordered array (silent) beside one passing a Tensor stored in another mode
+    order (said, once) on one kernel at the same time; each result against numpy."""
+    rng = np.random.default_rng(2)
+    A = np.asfortranarray(rng.standard_normal((6, 5, 4)))
+    x = rng.standard_normal(4)
+    want = np.einsum("ijk,k->ij", A, x)
+    stored = ucf.from_numpy(np.ascontiguousarray(A), format="UUU:0,2,1")
+    k = ucf.compile("y(i,j) = A(i,j,k) * x(k)")
+    start = threading.Barrier(2)
+    results: dict[str, list] = {"array": [], "tensor": []}
+
+    def calls(kind, a):
+        start.wait()
+        for _ in range(200):
+            results[kind].append(np.asarray(k(A=a, x=x)))
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [
+            threading.Thread(target=calls, args=("array", A)),
+            threading.Thread(target=calls, args=("tensor", stored)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    conversions = [str(w.message) for w in said if issubclass(w.category, ucf.ConversionWarning)]
+    assert len(conversions) == 1 and "stored as 'UUU:0,2,1'" in conversions[0], conversions
+    for kind in results:
+        assert len(results[kind]) == 200
+        for got in results[kind]:
+            np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -109,8 +109,8 @@ def panels(k) -> set[str]:
 
 
 # A block's rows of B are the same wherever its block column comes, so the float cases
-# pack them once per call and thread into a cache of panels (``ucf.passes.panels``), with
-# any number of groups of rows.
+# pack them once per call and thread (in a parallel loop, team) into a cache of panels
+# (``ucf.passes.panels``), with any number of groups of rows; the 8-bit ones B's words.
 # (format of A, shape of A, columns of B and C, dtype of the values, of B, of C, whether
 # a schedule keeps the loops serial): partial blocks in both modes with a remainder of
 # j, in a parallel loop (the panel is each thread's) and in a serial one (the
@@ -152,13 +152,11 @@ def test_packed_panels_against_numpy(
     cached = ["B_panel0", "panel_tags0"]
     if not serial:  # the team's cache, allocated before the loop, then each thread's own
         cached = TEAM_CACHE
-    want = (
-        cached
-        if packed
-        else [f"A_{kind}0", f"B_{kind}0", "quads_tags0"]
-        if b_type == "uint8" and pairs.available()
-        else []
-    )
+    # B's words likewise (A's are each thread's)
+    words = [f"A_{kind}0", f"B_{kind}0", "quads_tags0"]
+    if not serial:
+        words = [f"B_{kind}_team0", "quads_tags_team0", f"A_{kind}0", f"B_{kind}1", "quads_tags1"]
+    want = cached if packed else words if b_type == "uint8" and pairs.available() else []
     assert panels(k) == set(want)
     note = f"B_vals into B_panel0 packed once per call and {'thread' if serial else 'team'}"
     assert (note in k.cin) == packed

@@ -69,6 +69,43 @@ def test_two_threads_share_the_panels_bit_for_bit(dtype):
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
+@needs_cc
+@pytest.mark.parametrize("b_type", ["uint8", "int8"], ids=["quads", "pairs"])
+def test_two_threads_share_the_8bit_words_bit_for_bit(b_type):
+    """The words of 8-bit B that int8 block products pack (``ucf.passes.pairs``: quads
+    for int8 x uint8 where the CPU has VNNI, else pairs) go into the team's cache too:
+    the skewed matrix on two threads, 40 calls a configuration, llvm and c, static halves
+    and dynamic chunks, exactly numpy's int64 product."""
+    rng = np.random.default_rng(39)
+    block = 16
+    fmt, info = f"bcsr({block},{block})@int8", np.iinfo(b_type)
+    a = np.where(skewed(rng, block, np.float32) != 0, rng.integers(-128, 128, (192, 256)), 0)
+    a = a.astype(np.int8)
+    b = rng.integers(info.min, info.max + 1, (a.shape[1], 96)).astype(b_type)
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    formats = {"A": fmt, "B": f"dense@{b_type}"}
+    t = ucf.from_numpy(a, format=fmt)
+    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
+    try:
+        ucf.set_num_threads(2)
+        for target in ("llvm", "c"):
+            for schedule in PARALLEL:
+                k = ucf.compile(
+                    SPMM, formats=formats, dtype="int32", schedule=schedule, target=target
+                )
+                if not any(isinstance(n, ir.PairDot | ir.QuadDot) for n in nodes(k.llir)):
+                    pytest.skip("no 8-bit words on this CPU (AVX2)")
+                assert "once per call and team (where the words exceed" in k.cin
+                assert any(isinstance(n, ir.FetchAdd) for n in nodes(k.llir))
+                for _ in range(40):
+                    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+    finally:
+        jit.set_whole_team(fixed)
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+
+
 def _wait_loop(source: str, start: str, end: str) -> str:
     """The text of the wait for a panel's tag: from the acquire load the loop tests to
     the end of its body (``end``, first seen after ``start``)."""

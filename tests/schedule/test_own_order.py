@@ -102,3 +102,47 @@ def test_a_repeated_index_in_a_blocked_operand_is_left_to_the_loop_order(target)
     d = np.diag(a)
     want = d[None, :] * d[:, None] * d[None, :] * b
     np.testing.assert_allclose(k(A=a, B=b).to_numpy(), want, rtol=1e-12)
+
+
+TACO_SPELLING = "precompute(A(j,i)*x(j), i, iw, w); reorder(j, iw)"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_taco_producer_reorder_refused_where_it_would_move_other_terms(target):
+    """TACO's ``precompute(A(j,i)*x(j), i, iw, w); reorder(j, iw)`` reorders only w's
+    producer; ucf's ``iw`` takes i's place in the whole nest, so on BOTH the reorder
+    would move the other term's loop over j too: refused naming what was written and
+    the spelling that runs the producer in A's order; that spelling, against scipy."""
+    written = f"precompute(A(i,j)*x(j), i, i, v); {TACO_SPELLING}"
+    with pytest.raises(ucf.ScheduleError) as refused:
+        ucf.compile(BOTH, formats={"A": "csr"}, schedule=written, target=target)
+    said = str(refused.value)
+    assert said.startswith("reorder(j, iw) after precompute(A(j,i)*x(j), i, iw, w): ")
+    assert "the loop over j of A(i, j)" in said
+    assert "write precompute(A(j,i)*x(j), i, i, w) and no reorder" in said
+    assert "spelled reorder(j, i) before the precompute" in said
+    a = _square(40, 5, seed=11)
+    x = rand_dense(np.random.default_rng(12), 40)
+    k = ucf.compile(BOTH, formats={"A": "csr"}, schedule=BY_HAND, target=target)
+    assert "converted to" not in k.cin and "scattering into w" in k.cin
+    np.testing.assert_allclose(k(A=a, x=x).to_numpy(), a @ x + a.T @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("statement", "want"),
+    [
+        ("y(i) = A(j,i)*x(j)", lambda a, x, z: a.T @ x),
+        ("y(i) = A(j,i)*x(j) + z(i)", lambda a, x, z: a.T @ x + z),
+    ],
+)
+def test_taco_producer_reorder_accepted_where_the_readings_agree(statement, want, target):
+    """With nothing but the producer's term looping over j, reordering the whole nest is
+    TACO's meaning too: j outside iw, A walked as stored by rows, scattering into w."""
+    a = _square(30, 4, seed=13)
+    rng = np.random.default_rng(14)
+    x, z = rand_dense(rng, 30), rand_dense(rng, 30)
+    k = ucf.compile(statement, formats={"A": "csr"}, schedule=TACO_SPELLING, target=target)
+    assert "loop order j, i" in k.cin and "converted to" not in k.cin
+    operands = {"A": a, "x": x} | ({"z": z} if "z(i)" in statement else {})
+    np.testing.assert_allclose(k(**operands).to_numpy(), want(a, x, z), rtol=1e-12)

@@ -11,6 +11,7 @@ the Python call's, which must match numpy."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -163,6 +164,7 @@ def test_int8_blocks_times_uint8_in_wide_quads(monkeypatch, asan_cc, tmp_path): 
     step short); B's words in a cache of one slot, which every block column shares."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
     monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
+    monkeypatch.setattr(panels, "TEAM_BYTES", 0)  # each thread's cache, in a team too
     monkeypatch.setattr(pairs, "available", lambda: (pairs.PMADDWD, pairs.VPDPBUSD))
     monkeypatch.setattr(pairs, "_avx512_vnni", lambda: True)
     rng, block = np.random.default_rng(5), (8, 7)
@@ -173,9 +175,41 @@ def test_int8_blocks_times_uint8_in_wide_quads(monkeypatch, asan_cc, tmp_path): 
     fmts = {"A": "bcsr(8,7)@int8", "B": "dense@uint8"}
     k = ucf.compile(SPMM, formats=fmts, target="c", dtype="int32")
     assert "ucf_quaddot_i32x16" in k.c_source
-    assert "once per call and thread for each k_blk" in k.cin
+    assert re.search(
+        r"once per call and (thread|team \(where the words exceed 0 MB, thread\)) for each k_blk",
+        k.cin,
+    )
     expected = a.astype(np.int64) @ b.astype(np.int64)
     _check(monkeypatch, asan_cc, tmp_path, k, expected, A=ucf.from_numpy(a, format=fmts["A"]), B=b)
+
+
+@pytest.mark.parametrize("quads", [True, False], ids=["quads", "pairs"])
+def test_two_threads_share_the_8bit_words_in_bounds(monkeypatch, asan_cc, tmp_path, quads):  # noqa: F811
+    """int8 x uint8 block products on two threads with B's words in the team's cache
+    (quads as on a VNNI host, or pairs, forced whatever this host is): 16 block rows,
+    the first 4 full, over 8 block columns (the last partial), the threads claiming and
+    waiting for each other's words."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
+    extra = (pairs.VPDPBUSD,) if quads else ()
+    monkeypatch.setattr(pairs, "available", lambda: (pairs.PMADDWD, *extra))
+    rng = np.random.default_rng(7)
+    live = _block_sparse(rng, (256, 61), (16, 8), 0.5) != 0
+    live[:64] = True
+    a = np.where(live, rng.integers(-128, 128, live.shape), 0).astype(np.int8)
+    b = rng.integers(0, 256, (61, 133)).astype(np.uint8)
+    fmts = {"A": "bcsr(16,8)@int8", "B": "dense@uint8"}
+    k = ucf.compile(
+        SPMM,
+        formats=fmts,
+        target="c",
+        dtype="int32",
+        schedule="split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)",
+    )
+    assert "once per call and team (where the words exceed" in k.cin
+    assert ("ucf_quaddot" in k.c_source) == quads
+    expected = a.astype(np.int64) @ b.astype(np.int64)
+    operands = {"A": ucf.from_numpy(a, format=fmts["A"]), "B": b}
+    _check(monkeypatch, asan_cc, tmp_path, k, expected, threads=2, **operands)
 
 
 @pytest.mark.parametrize("width", [1, 5])

@@ -47,10 +47,93 @@ def _narrow(t: str, value: str, to: str) -> str:
     return f"  %{to} = trunc i64 {value} to {t}\n"
 
 
+def _load(t: str, array: str, at: str, name: str) -> str:
+    """IR that reads ``array[at]`` (a ``t``) into ``%name``, its address ``%name.at``."""
+    return (
+        f"  %{name}.at = getelementptr inbounds {t}, {t}* %{array}, i64 {at}\n"
+        f"  %{name} = load {t}, {t}* %{name}.at\n"
+    )
+
+
+def _loop(
+    label: str,
+    entry: str,
+    counter: str,
+    bounds: tuple[str, str],
+    carried: tuple[tuple[str, str, str, str], ...],
+    body: str,
+    exit: str,
+    skip: str | None,
+    compare: str = "slt",
+) -> str:
+    """The counted loop the checks share: block ``label``, entered from block
+    ``entry``, runs ``body`` for ``%counter`` from ``bounds[0]`` while ``%counter1``
+    (the next, defined after the body) is below ``bounds[1]`` (``compare``), then
+    goes to ``exit``; with ``skip``, it ends block ``entry`` with the test that goes
+    there instead when the loop would not run once. Each of ``carried`` (name, type,
+    first value, next value) is a value the body updates. Written once, so each check
+    says only what it reads and what it keeps."""
+    phis = "".join(
+        f"  %{name} = phi {ty} [{first}, %{entry}], [{after}, %{label}]\n"
+        for name, ty, first, after in ((counter, "i64", bounds[0], f"%{counter}1"), *carried)
+    )
+    guard = (
+        f"  %{label}.any = icmp sgt i64 {bounds[1]}, {bounds[0]}\n"
+        f"  br i1 %{label}.any, label %{label}, label %{skip}\n"
+        if skip
+        else ""
+    )
+    return (
+        f"{guard}{label}:\n{phis}{body}  %{counter}1 = add nuw nsw i64 %{counter}, 1\n"
+        f"  %{label}.more = icmp {compare} i64 %{counter}1, {bounds[1]}\n"
+        f"  br i1 %{label}.more, label %{label}, label %{exit}\n"
+    )
+
+
+def _segment(t: str, at: str, after: str, first: str, last: str) -> str:
+    """IR that reads a segment's bounds: ``pos[at]`` into ``%first`` and ``pos[at + 1]``
+    (its index ``%after``) into ``%last``."""
+    return (
+        _load(t, "pos", at, first)
+        + f"  %{after} = add nuw nsw i64 {at}, 1\n"
+        + _load(t, "pos", f"%{after}", last)
+    )
+
+
+def _each_segment(
+    t: str, entry: str, start: str, carried: tuple, body: str, exit: str, skip: str
+) -> str:
+    """A loop ``row`` (``_loop``) over the segments ``%k`` of ``pos`` from ``start`` to
+    ``%major``, each one's bounds read into ``%a`` and ``%b`` before ``body``."""
+    bounds = _segment(t, "%k", "k.up", "a", "b")
+    return _loop("row", entry, "k", (start, "%major"), carried, bounds + body, exit, skip)
+
+
+def _falls(t: str, count: str) -> str:
+    """The end of a loop's body over ``crd`` at ``%q`` (from 1), ``crd[q]`` read into
+    ``%c``: ``%<count>1`` is ``%count`` plus 1 when ``%c`` is at most the index before
+    it. Counted with no branch, so the pass vectorizes."""
+    return (
+        "  %qm = add nsw i64 %q, -1\n"
+        + _load(t, "crd", "%qm", "before")
+        + f"""  %le = icmp sle {t} %c, %before
+  %le64 = zext i1 %le to i64
+  %{count}1 = add i64 %{count}, %le64
+"""
+    )
+
+
 def _compressed_ir(t: str) -> str:
     """``ucf_compressed_<t>(pos, major, crd, cap, minor)``: ``pos`` (``major + 1``
     entries) starts at 0, never decreases and ends at most at ``cap``, and every index
     ``crd[:pos[major]]`` read as unsigned is below ``minor``; ``OK`` or what fails."""
+    decreases = f"""  %lt = icmp slt {t} %b, %a
+  %lt8 = zext i1 %lt to i8
+  %down1 = or i8 %down, %lt8
+"""
+    rows = _each_segment(
+        t, "rows", "0", (("down", "i8", "0", "%down1"),), decreases, "rows_end", "last"
+    )
     return (
         f"""
 define i64 @ucf_compressed_{t}({t}* noalias nocapture readonly %pos, i64 %major,
@@ -60,22 +143,7 @@ entry:
   %nonzero = icmp ne {t} %p0, 0
   br i1 %nonzero, label %bad_positions, label %rows
 rows:
-  %some_rows = icmp sgt i64 %major, 0
-  br i1 %some_rows, label %row, label %last
-row:
-  %k = phi i64 [0, %rows], [%k1, %row]
-  %down = phi i8 [0, %rows], [%down1, %row]
-  %a.at = getelementptr inbounds {t}, {t}* %pos, i64 %k
-  %a = load {t}, {t}* %a.at
-  %k1 = add nuw nsw i64 %k, 1
-  %b.at = getelementptr inbounds {t}, {t}* %pos, i64 %k1
-  %b = load {t}, {t}* %b.at
-  %lt = icmp slt {t} %b, %a
-  %lt8 = zext i1 %lt to i8
-  %down1 = or i8 %down, %lt8
-  %more_rows = icmp slt i64 %k1, %major
-  br i1 %more_rows, label %row, label %rows_end
-rows_end:
+{rows}rows_end:
   %decreased = icmp ne i8 %down1, 0
   br i1 %decreased, label %bad_positions, label %last
 last:
@@ -90,26 +158,22 @@ indices:
   br i1 %some, label %first, label %ok
 first:
   %c0 = load {t}, {t}* %crd
-  %one = icmp sgt i64 %nnz, 1
-  br i1 %one, label %index, label %indices_end
-index:
-  %q = phi i64 [1, %first], [%q1, %index]
-  %m = phi {t} [%c0, %first], [%m1, %index]
-  %f = phi i64 [0, %first], [%f1, %index]
-  %c.at = getelementptr inbounds {t}, {t}* %crd, i64 %q
-  %c = load {t}, {t}* %c.at
-  %gt = icmp ugt {t} %c, %m
+"""
+        + _loop(
+            "index",
+            "first",
+            "q",
+            ("1", "%nnz"),
+            (("m", t, "%c0", "%m1"), ("f", "i64", "0", "%f1")),
+            _load(t, "crd", "%q", "c")
+            + f"""  %gt = icmp ugt {t} %c, %m
   %m1 = select i1 %gt, {t} %c, {t} %m
-  %qm = add nsw i64 %q, -1
-  %before.at = getelementptr inbounds {t}, {t}* %crd, i64 %qm
-  %before = load {t}, {t}* %before.at
-  %le = icmp sle {t} %c, %before
-  %le64 = zext i1 %le to i64
-  %f1 = add i64 %f, %le64
-  %q1 = add nuw nsw i64 %q, 1
-  %more = icmp slt i64 %q1, %nnz
-  br i1 %more, label %index, label %indices_end
-indices_end:
+"""
+            + _falls(t, "f"),
+            "indices_end",
+            "indices_end",
+        )
+        + f"""indices_end:
   %largest.t = phi {t} [%c0, %first], [%m1, %index]
   %falls = phi i64 [0, %first], [%f1, %index]
 """
@@ -150,27 +214,32 @@ none:
 first:
   %r0 = load {t}, {t}* %row
   br label %pair
-pair:
-  %q = phi i64 [0, %first], [%q1, %pair]
-  %prev = phi {t} [%r0, %first], [%r, %pair]
-  %mr = phi {t} [0, %first], [%mr1, %pair]
-  %mc = phi {t} [0, %first], [%mc1, %pair]
-  %down = phi i8 [0, %first], [%down1, %pair]
-  %r.at = getelementptr inbounds {t}, {t}* %row, i64 %q
-  %r = load {t}, {t}* %r.at
-  %c.at = getelementptr inbounds {t}, {t}* %col, i64 %q
-  %c = load {t}, {t}* %c.at
-  %rgt = icmp ugt {t} %r, %mr
+"""
+        + _loop(
+            "pair",
+            "first",
+            "q",
+            ("0", "%n"),
+            (
+                ("prev", t, "%r0", "%r"),
+                ("mr", t, "0", "%mr1"),
+                ("mc", t, "0", "%mc1"),
+                ("down", "i8", "0", "%down1"),
+            ),
+            _load(t, "row", "%q", "r")
+            + _load(t, "col", "%q", "c")
+            + f"""  %rgt = icmp ugt {t} %r, %mr
   %mr1 = select i1 %rgt, {t} %r, {t} %mr
   %cgt = icmp ugt {t} %c, %mc
   %mc1 = select i1 %cgt, {t} %c, {t} %mc
   %lt = icmp slt {t} %r, %prev
   %lt8 = zext i1 %lt to i8
   %down1 = or i8 %down, %lt8
-  %q1 = add nuw nsw i64 %q, 1
-  %more = icmp slt i64 %q1, %n
-  br i1 %more, label %pair, label %done
-done:
+""",
+            "done",
+            None,
+        )
+        + """done:
 """
         + _widen(t, "%mr1", "largest_row").format(ext="zext")
         + _widen(t, "%mc1", "largest_col").format(ext="zext")
@@ -195,6 +264,21 @@ def _nonempty_ir(t: str) -> str:
     so it is read in blocks of 16 segments, a block with no change skipped at once;
     the segments of a block with one, and those after the last whole block, are
     looked at one by one (``_segments_ir``)."""
+    scan = _loop(
+        "scan",
+        "block",
+        "j",
+        ("0", "16"),
+        (("change", t, "0", "%change1"),),
+        "  %kj = add nuw nsw i64 %k, %j\n"
+        + _segment(t, "%kj", "kj1", "a", "b")
+        + f"""  %d = xor {t} %a, %b
+  %change1 = or {t} %change, %d
+""",
+        "scanned",
+        None,
+        "ult",
+    )
     return f"""
 define i64 @ucf_nonempty_{t}({t}* noalias nocapture readonly %pos, i64 %major,
                              {t}* noalias nocapture %rows) {{
@@ -206,21 +290,7 @@ block:
   %k16 = add nuw nsw i64 %k, 16
   %whole = icmp sle i64 %k16, %major
   br i1 %whole, label %scan, label %tail
-scan:
-  %j = phi i64 [0, %block], [%j1, %scan]
-  %change = phi {t} [0, %block], [%change1, %scan]
-  %kj = add nuw nsw i64 %k, %j
-  %a.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj
-  %a = load {t}, {t}* %a.at
-  %kj1 = add nuw nsw i64 %kj, 1
-  %b.at = getelementptr inbounds {t}, {t}* %pos, i64 %kj1
-  %b = load {t}, {t}* %b.at
-  %d = xor {t} %a, %b
-  %change1 = or {t} %change, %d
-  %j1 = add nuw nsw i64 %j, 1
-  %more = icmp ult i64 %j1, 16
-  br i1 %more, label %scan, label %scanned
-scanned:
+{scan}scanned:
   %none = icmp eq {t} %change1, 0
   br i1 %none, label %block, label %each
 {_segments_ir(t, "each", "scanned", "%k16", "block")}
@@ -240,15 +310,11 @@ def _segments_ir(t: str, loop: str, entry: str, end: str, done: str) -> str:
     each segment ``%k`` up to ``end`` (exclusive) of ``pos`` that is not empty is
     written to ``rows`` at ``%n`` on; it goes on to ``done`` with the count so far in
     ``%<loop>.m1``."""
+    bounds = _segment(t, f"%{loop}.e", f"{loop}.e1", f"{loop}.x", f"{loop}.y")
     return f"""{loop}:
   %{loop}.e = phi i64 [%k, %{entry}], [%{loop}.e1, %{loop}.next]
   %{loop}.m = phi i64 [%n, %{entry}], [%{loop}.m1, %{loop}.next]
-  %{loop}.x.at = getelementptr inbounds {t}, {t}* %pos, i64 %{loop}.e
-  %{loop}.x = load {t}, {t}* %{loop}.x.at
-  %{loop}.e1 = add nuw nsw i64 %{loop}.e, 1
-  %{loop}.y.at = getelementptr inbounds {t}, {t}* %pos, i64 %{loop}.e1
-  %{loop}.y = load {t}, {t}* %{loop}.y.at
-  %{loop}.full = icmp ne {t} %{loop}.x, %{loop}.y
+{bounds}  %{loop}.full = icmp ne {t} %{loop}.x, %{loop}.y
   br i1 %{loop}.full, label %{loop}.keep, label %{loop}.next
 {loop}.keep:
   %{loop}.at = getelementptr inbounds {t}, {t}* %rows, i64 %{loop}.m
@@ -328,23 +394,17 @@ entry:
   %end = load {t}, {t}* %end.at
 """
         + _widen(t, "%end", "n").format(ext="sext")
-        + f"""  %some = icmp sgt i64 %n, 1
-  br i1 %some, label %pairs, label %yes
-pairs:
-  %q = phi i64 [1, %entry], [%q1, %pairs]
-  %falls = phi i64 [0, %entry], [%falls1, %pairs]
-  %c.at = getelementptr inbounds {t}, {t}* %crd, i64 %q
-  %c = load {t}, {t}* %c.at
-  %qm = add nsw i64 %q, -1
-  %b.at = getelementptr inbounds {t}, {t}* %crd, i64 %qm
-  %b = load {t}, {t}* %b.at
-  %le = icmp sle {t} %c, %b
-  %le64 = zext i1 %le to i64
-  %falls1 = add i64 %falls, %le64
-  %q1 = add nuw nsw i64 %q, 1
-  %more = icmp slt i64 %q1, %n
-  br i1 %more, label %pairs, label %compare
-compare:
+        + _loop(
+            "pairs",
+            "entry",
+            "q",
+            ("1", "%n"),
+            (("falls", "i64", "0", "%falls1"),),
+            _load(t, "crd", "%q", "c") + _falls(t, "falls"),
+            "compare",
+            "yes",
+        )
+        + f"""compare:
   %expected = call i64 @ucf_start_falls_{t}({t}* %pos, i64 %major, {t}* %crd)
   %same = icmp eq i64 %falls1, %expected
   %r = zext i1 %same to i64
@@ -363,45 +423,35 @@ def _start_falls_ir(t: str) -> str:
     that is no segment's start reads the pair at 1); with the count of all the
     neighbours in ``crd`` that fall (``compressed`` finds it), it says whether
     every segment strictly increases."""
-    return (
-        f"""
-define i64 @ucf_start_falls_{t}({t}* noalias nocapture readonly %pos, i64 %major,
-                                {t}* noalias nocapture readonly %crd) {{
-entry:
-  %inner = icmp sgt i64 %major, 1
-  br i1 %inner, label %row, label %none
-row:
-  %k = phi i64 [1, %entry], [%k1, %row]
-  %found = phi i64 [0, %entry], [%found1, %row]
-  %s.at = getelementptr inbounds {t}, {t}* %pos, i64 %k
-  %s = load {t}, {t}* %s.at
-  %k1 = add nuw nsw i64 %k, 1
-  %e.at = getelementptr inbounds {t}, {t}* %pos, i64 %k1
-  %e = load {t}, {t}* %e.at
-  %filled = icmp slt {t} %s, %e
-  %inside = icmp sgt {t} %s, 0
+    starts_falling = (
+        f"""  %filled = icmp slt {t} %a, %b
+  %inside = icmp sgt {t} %a, 0
   %start = and i1 %filled, %inside
 """
-        + _widen(t, "%s", "s64").format(ext="sext")
-        + f"""  %at = select i1 %start, i64 %s64, i64 1
-  %x.at = getelementptr inbounds {t}, {t}* %crd, i64 %at
-  %x = load {t}, {t}* %x.at
-  %atm = add nsw i64 %at, -1
-  %w.at = getelementptr inbounds {t}, {t}* %crd, i64 %atm
-  %w = load {t}, {t}* %w.at
-  %drop = icmp sle {t} %x, %w
+        + _widen(t, "%a", "a64").format(ext="sext")
+        + "  %at = select i1 %start, i64 %a64, i64 1\n"
+        + _load(t, "crd", "%at", "x")
+        + "  %atm = add nsw i64 %at, -1\n"
+        + _load(t, "crd", "%atm", "w")
+        + f"""  %drop = icmp sle {t} %x, %w
   %counted = and i1 %start, %drop
   %c64 = zext i1 %counted to i64
   %found1 = add i64 %found, %c64
-  %more_rows = icmp slt i64 %k1, %major
-  br i1 %more_rows, label %row, label %done
-done:
+"""
+    )
+    rows = _each_segment(
+        t, "entry", "1", (("found", "i64", "0", "%found1"),), starts_falling, "done", "none"
+    )
+    return f"""
+define i64 @ucf_start_falls_{t}({t}* noalias nocapture readonly %pos, i64 %major,
+                                {t}* noalias nocapture readonly %crd) {{
+entry:
+{rows}done:
   ret i64 %found1
 none:
   ret i64 0
 }}
 """
-    )
 
 
 def _module_ir() -> str:

@@ -48,6 +48,16 @@ from ucf.toolchain.jit import apply_num_threads, num_threads
 from ucf.toolchain.team import SOLO, TIMED
 
 
+class _FortranArray(Tensor):
+    """A Fortran-ordered numpy operand as ``Calling._as_operand`` wraps it: dense storage
+    with its modes reversed. A kernel that reads it in another layout relays it as
+    silently as it copies any numpy array it cannot read as stored, where a Tensor the
+    user stored column-major is said to be converted (``_warn_conversion``). The
+    operand itself says so, in whichever thread calls: no per-call state does."""
+
+    __slots__ = ()
+
+
 class Calling:
     """The call path of :class:`ucf.exec.kernel.Kernel`; see its docstring for the state."""
 
@@ -97,7 +107,6 @@ class Calling:
         given: dict[str, Tensor] = {}
         in_place: list[str] = []  # scipy operands read on their own arrays, order unchecked
         falls: dict[str, int] = {}  # their falling neighbours, counted with their bounds
-        local.fortran = frozenset()
         for n in names:
             # A static operand is compared with the compiled one as it comes: canonical.
             t = None if self._statics else scipy_operands.bind(operands[n], n, falls)
@@ -342,7 +351,7 @@ class Calling:
         )
         # A converted slot may read the operand's own format (a Fortran-ordered array read
         # column-major); a Fortran-ordered array is copied as silently as C-order copies were.
-        moved = t.format.structure != fmt.structure and slot.tensor not in self._local.fortran
+        moved = t.format.structure != fmt.structure and not isinstance(t, _FortranArray)
         if moved and slot.name != slot.tensor:
             reasons.append(
                 f"is read as '{fmt.name}', since the kernel's loop order does not follow its format"
@@ -378,7 +387,7 @@ class Calling:
         A Fortran-ordered array is dense storage with its modes reversed, and is wrapped
         so: a kernel reading that order reads it in place, and one reading another copies
         it once (``relaid``), where a C-order copy first would be relaid a second time.
-        The copy is as silent as the C-order copy always was (``local.fortran``)."""
+        The copy is as silent as the C-order copy always was (``_FortranArray``)."""
         if isinstance(value, Tensor):
             return value
         if (
@@ -391,10 +400,11 @@ class Calling:
                 vals = value if len(shape) == 1 else value.reshape(-1)
                 return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
             if value.flags.f_contiguous:
-                self._local.fortran |= {name}
                 reversed_modes = Format.dense(len(shape), range(len(shape) - 1, -1, -1))
                 vals = value.T.reshape(-1)
-                return trusted(shape, reversed_modes, [{} for _ in shape], vals)
+                t = trusted(shape, reversed_modes, [{} for _ in shape], vals)
+                t.__class__ = _FortranArray  # said by the operand itself: _warn_conversion
+                return t
         return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):

@@ -574,7 +574,6 @@ class _PerThread(threading.local):
     replays: tuple[Replay | FlatReplay, ...] = ()
     call: tuple | None = None  # the last dense call: function, arguments, output at, slots
     raced: tuple | None = None  # a raced call's team states, plan and start (ns)
-    fortran: frozenset[str] = frozenset()  # this call's Fortran-ordered numpy operands
 
 
 def _text(choice: cpu_model.Choice) -> str:

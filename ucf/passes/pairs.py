@@ -166,13 +166,11 @@ def paired(
     a_panel = _panel(rewriter, fixed, kind, _i64(trip_count(rows) * per_row))
     length = ir.mul(_i64(per_row * width), ir.Bin("/", span, _i64(width)))
     cached = panels.cache_key(rewriter, [varying], {}, {j, red.var.name}, red)
-    slots = _i64(1)
+    slots, fits = _i64(1), None
     if cached is not None:  # as many slots as the coordinate has values, as the cache holds
-        room = ir.Bin(
-            "/", _i64(panels.CACHE_BYTES), ir.Bin("max", ir.mul(length, _i64(4)), _i64(1))
-        )
-        slots = ir.Bin("max", ir.Bin("min", cached[1], room), _i64(1))
-    b_panel = _panel(rewriter, varying, kind, ir.mul(slots, length))
+        fits, slots = panels.cache_slots(rewriter, cached[1], ir.mul(length, _i64(4)))
+    # a cached panel is read only where filled (the tagged slot's)
+    b_panel = _panel(rewriter, varying, kind, ir.mul(slots, length), fits, cached is None)
 
     def steps_of(p: Var) -> list[tuple[ir.Expr, ir.Expr | None]]:
         """The group's steps, each after the first clamped to the last one, with whether
@@ -227,9 +225,11 @@ def paired(
     fill_b: list[ir.Stmt] = [ir.For(q, _i64(0), groups, [ir.For(t, _i64(0), count, copies)])]
     where = f"before each {rows.label or rows.var.name} loop"
     if cached is not None:
-        fill_b = _cached(rewriter, fill_b, b_panel, cached[0], slot, slots, base, length)
+        fill_b = _cached(rewriter, fill_b, cached[0], slot, slots, base, length, fits)
+        mb = panels.TEAM_BYTES >> 20
+        who = "thread" if fits is None else f"team (where the words exceed {mb} MB, thread)"
         where = (
-            f"once per call and thread for each {cached[0].name} ({varying.array.name}), "
+            f"once per call and {who} for each {cached[0].name} ({varying.array.name}), "
             f"before each {rows.label or rows.var.name} loop ({fixed.array.name})"
         )
 
@@ -260,32 +260,26 @@ def paired(
 def _cached(
     rewriter: TileState,
     fill: list[ir.Stmt],
-    panel: ir.Array,
     coordinate: Var,
     slot: Var,
     slots: ir.Expr,
     base: Var,
     length: ir.Expr,
+    fits: ir.Expr | None,
 ) -> list[ir.Stmt]:
-    """``fill``, which packs the words of B at ``coordinate`` into its slot of ``panel``
-    (at ``base``), run only where the slot's tag does not name that coordinate yet (a
-    tag per slot, 0 while empty, as ``ucf.passes.panels`` keeps the float panels): the
-    declarations of the slot and its place, then the fill and the tag's store. Every
-    block of a call that names the coordinate reads the same words, so each is packed
-    once per call and thread: at 90 % zero blocks a block column of bcsr(32,32) SpMM
-    at 1024 serves about 3 blocks."""
-    tags = ir.Array(rewriter.fresh("quads_tags"), "i64")
-    rewriter.panels.append(tags)
-    rewriter.sizes.append(slots)
-    rewriter.unzeroed.add(panel.name)  # read only where filled (the tagged slot's)
-    tag = ir.add(coordinate, _i64(1))
-    absent = ir.Logic(
-        "or", ir.Cmp("<", coordinate, _i64(0)), ir.Cmp("!=", ir.Load(tags, slot), tag)
-    )
+    """``fill``, which packs the words of B at ``coordinate`` into its slot of the panel
+    (at ``base``), run only where the slot's tag does not name that coordinate yet, as
+    ``ucf.passes.panels`` keeps the float panels: the declarations of the slot and its
+    place, then the fill and the tag's store. Every block of a call that names the
+    coordinate reads the same words, so each is packed once per call (at 90 % zero
+    blocks a block column of bcsr(32,32) SpMM at 1024 serves about 3 blocks): in a
+    parallel loop by the first thread of the team to name it (``fits`` true at the
+    call: the team's cache holds every coordinate's words), else by each thread."""
+    tags = panels.tag_buffer(rewriter, "quads_tags", slots, fits)
     return [
         ir.Decl(slot, panels.place(coordinate, slots)),
         ir.Decl(base, ir.mul(slot, length)),
-        ir.If(absent, [*fill, ir.Store(tags, slot, tag)]),
+        panels.tagged(rewriter, fill, coordinate, tags, slot, slots, fits),
     ]
 
 
@@ -319,13 +313,18 @@ def _factors(nest: Nest) -> tuple[ir.Load, ir.Load] | None:
     return fixed, varying
 
 
-def _panel(rewriter: TileState, load: ir.Load, kind: str, size: ir.Expr) -> ir.Array:
-    """A new panel of int32 words for the pairs or quads of ``load``'s values, each
-    thread's."""
-    panel = ir.Array(rewriter.fresh(f"{load.array.name.removesuffix('_vals')}_{kind}"), "i32")
-    rewriter.panels.append(panel)
-    rewriter.sizes.append(size)
-    return panel
+def _panel(
+    rewriter: TileState,
+    load: ir.Load,
+    kind: str,
+    size: ir.Expr,
+    fits: ir.Expr | None = None,
+    zeroed: bool = True,
+) -> ir.Array:
+    """A new panel of int32 words for the pairs or quads of ``load``'s values: each
+    thread's, or the team's where ``fits`` (``panels.buffer``)."""
+    stem = f"{load.array.name.removesuffix('_vals')}_{kind}"
+    return panels.buffer(rewriter, stem, "i32", size, fits, zeroed)
 
 
 def _word(parts: list[ir.Expr]) -> ir.Expr:

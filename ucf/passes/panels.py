@@ -126,14 +126,8 @@ def packed(
     if cached is not None:
         coordinate, extent = cached
         key = ir.add(ir.mul(coordinate, chunks), chunk)
-        # slots: as many as the panels of the call, as the cache holds, at least one
-        bytes_ = ir.Bin("max", ir.mul(length, Const(elem, I64)), Const(1, I64))
-        room = ir.Bin("/", Const(CACHE_BYTES, I64), bytes_)
         every = ir.mul(extent, chunks)  # the panels of the call
-        if state.in_team():  # one cache for the team where every panel has a slot
-            fits = ir.Cmp("<=", ir.mul(every, bytes_), Const(TEAM_BYTES, I64))
-            room = ir.Select(fits, every, room)
-        slots = ir.Bin("max", ir.Bin("min", every, room), Const(1, I64))
+        fits, slots = cache_slots(state, every, ir.mul(length, Const(elem, I64)))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
         decls = [ir.Decl(slot, place(key, slots)), ir.Decl(base, ir.mul(slot, length))]
 
@@ -151,7 +145,7 @@ def packed(
         size = length if slot is None else ir.mul(slots, length)
         stem = f"{load.array.name.removesuffix('_vals')}_panel"
         # read only where filled (its block's, or tagged)
-        panel = _buffer(state, stem, factor.type, size, fits, zeroed=False)
+        panel = buffer(state, stem, factor.type, size, fits, zeroed=False)
         panels[factor] = (panel, row(ir.sub(tile, lo), red.var))
         source = substitute(substitute(factor, steps), {red.var.name: step})
         for v in range(0, width, lanes):
@@ -172,9 +166,7 @@ def packed(
         )
         return panels, fill, per_chunk, []
     team = fits is not None
-    # a tag per slot; in the team's cache, after them a count of the threads that
-    # claimed each slot's panel
-    tags = _buffer(state, "panel_tags", "i64", ir.mul(slots, Const(2 if team else 1, I64)), fits)
+    tags = tag_buffer(state, "panel_tags", slots, fits)
     mb = CACHE_BYTES >> 20
     where = (
         f"team for each {coordinate.name}, in one cache the team shares (where the panels "
@@ -186,11 +178,7 @@ def packed(
         f"registers: {copied} packed once per call and {where}, and read by every {loop} loop "
         f"of that {coordinate.name}"
     )
-    # a tag holds the key of the panel in its slot, plus one (0: empty); a key is not
-    # negative, but one that were could not match an empty slot's 0
-    tag = ir.add(key, Const(1, I64))
-    stale = ir.Cmp("!=", ir.Load(tags, slot, acquire=team), tag)
-    absent = ir.Logic("or", ir.Cmp("<", key, Const(0, I64)), stale)
+    guard = tagged(state, fill, key, tags, slot, slots, fits)
     fetch: list[ir.Stmt] = []
     following = state.ahead(coordinate.name)
     lines = depth * width * elem // LINE
@@ -233,23 +221,68 @@ def packed(
         )
         if sources:
             ready = Var(state.fresh("panel_ready"), I64)
-            key = ir.add(ir.mul(upcoming, chunks), chunk)
-            near_tag = ir.Load(tags, place(key, slots), acquire=team)
-            tagged = ir.Cmp("==", near_tag, ir.add(key, Const(1, I64)))
+            next_key = ir.add(ir.mul(upcoming, chunks), chunk)
+            near_tag = ir.Load(tags, place(next_key, slots), acquire=team)
+            published = ir.Cmp("==", near_tag, ir.add(next_key, Const(1, I64)))
             decls += [
                 ir.Decl(upcoming, following if across is None else across),
-                ir.Decl(ready, ir.Select(tagged, Const(1, I64), Const(0, I64))),
+                ir.Decl(ready, ir.Select(published, Const(1, I64), Const(0, I64))),
             ]
             fetch = [ir.If(ir.Cmp("!=", ready, Const(0, I64)), fetch, sources)]
         held = ir.mul(ir.mul(slots, length), Const(elem, I64))
         fetch = [ir.If(ir.Cmp(">", held, Const(NEAR_BYTES, I64)), fetch)]
+    return panels, [*decls, guard], per_chunk, fetch
+
+
+def cache_slots(
+    state: TileState, every: ir.Expr, nbytes: ir.Expr
+) -> tuple[ir.Expr | None, ir.Expr]:
+    """Whether the team shares the cache of ``every`` panels of ``nbytes`` each (a test
+    at the call; None outside a parallel loop of threads, where each thread keeps its
+    own), and its slots: as many as the panels of the call, as the cache holds
+    (``CACHE_BYTES`` a thread; in the team's, ``TEAM_BYTES``, every panel), at least one."""
+    nbytes = ir.Bin("max", nbytes, Const(1, I64))
+    room = ir.Bin("/", Const(CACHE_BYTES, I64), nbytes)
+    fits = None
+    if state.in_team():  # one cache for the team where every panel has a slot
+        fits = ir.Cmp("<=", ir.mul(every, nbytes), Const(TEAM_BYTES, I64))
+        room = ir.Select(fits, every, room)
+    return fits, ir.Bin("max", ir.Bin("min", every, room), Const(1, I64))
+
+
+def tag_buffer(state: TileState, stem: str, slots: ir.Expr, fits: ir.Expr | None) -> ir.Array:
+    """The tags of a cache of ``slots`` slots (see ``cache_slots``): one per slot, and in
+    the team's cache after them a count of the threads that claimed each slot's panel."""
+    size = ir.mul(slots, Const(1 if fits is None else 2, I64))
+    return buffer(state, stem, "i64", size, fits)
+
+
+def tagged(
+    state: TileState,
+    fill: list[ir.Stmt],
+    key: ir.Expr,
+    tags: ir.Array,
+    slot: ir.Expr,
+    slots: ir.Expr,
+    fits: ir.Expr | None,
+) -> ir.Stmt:
+    """``fill`` (the packing of the panel of ``key`` into its ``slot``), run only where the
+    slot's tag does not name the key yet, then the tag's store; in the team's cache
+    (``fits`` not None) by the first thread to claim the slot, while any other waits
+    for the tag (``_claimed``)."""
+    team = fits is not None
+    # a tag holds the key of the panel in its slot, plus one (0: empty); a key is not
+    # negative, but one that were could not match an empty slot's 0
+    tag = ir.add(key, Const(1, I64))
+    stale = ir.Cmp("!=", ir.Load(tags, slot, acquire=team), tag)
+    absent = ir.Logic("or", ir.Cmp("<", key, Const(0, I64)), stale)
     filled = [*fill, ir.Store(tags, slot, tag, release=team)]
     if team:
         filled = _claimed(state, fits, tags, slot, slots, filled)
-    return panels, [*decls, ir.If(absent, filled)], per_chunk, fetch
+    return ir.If(absent, filled)
 
 
-def _buffer(
+def buffer(
     state: TileState, stem: str, elem: str, size: ir.Expr, fits: ir.Expr | None, zeroed=True
 ) -> ir.Array:
     """A cache's array of ``size`` elements: a thread's own (``fits`` None, or false at the

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ucf.cin.blocking import Blocking
-from ucf.errors import ScheduleError
-from ucf.lang.ast import Statement
+from ucf.errors import ScheduleError, UcfError
+from ucf.lang.ast import Statement, accesses
 from ucf.schedule.commands import (
     Arrange,
     AssembleCommand,
     Command,
     NestState,
     Parallelize,
+    PrecomputeCommand,
+    Reorder,
     SplitCommand,
     Unroll,
     closest,
@@ -21,6 +24,7 @@ from ucf.schedule.commands import (
 )
 from ucf.schedule.provenance import Provenance, Relation
 from ucf.schedule.records import Assemble, Bound, Dismantle, Parallel, Precompute
+from ucf.schedule.storage_order import misordered
 
 if TYPE_CHECKING:
     from ucf.format.format import Format
@@ -109,6 +113,11 @@ def check_statement(
         reason = cmd.check_statement(stmt)
         if reason is not None:
             raise ScheduleError(reason)
+    for k, cmd in enumerate(commands):
+        if isinstance(cmd, Reorder):
+            for pc in commands[:k]:
+                if isinstance(pc, PrecomputeCommand):
+                    _check_producer_reorder(cmd, pc, stmt)
     if blocking is None:
         return
     for cmd in commands:
@@ -119,6 +128,52 @@ def check_statement(
                     f"{cmd}: {v} is stored in blocks of {blocking.sizes[v]}, so its loops are "
                     f"{outer} (the block) and {inner} (the place in it); schedule those"
                 )
+
+
+def _check_producer_reorder(cmd: Reorder, pc: PrecomputeCommand, stmt: Statement) -> None:
+    """TACO's ``precompute(e, i, iw, w); reorder(j, iw)`` reorders the loops of ``w``'s
+    producer only. ucf's ``iw`` takes ``i``'s place in the whole nest (a renamed
+    workspace variable is what a split's inner loop tiles), so the same reorder moves
+    every term's loops: refused where the two differ, a loop it moves being one the
+    rest of the statement runs too, with the spellings that say either meaning."""
+    if pc.wvar == pc.var or pc.wvar not in cmd.order:
+        return
+    from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
+
+    try:
+        own = Counter(str(a) for a in accesses(parse_statement(f"w__ = {pc.expr}").rhs))
+    except UcfError:
+        return  # the precompute's own check says why
+    rest = []
+    for a in (stmt.lhs, *accesses(stmt.rhs)):
+        if own[str(a)] > 0:
+            own[str(a)] -= 1
+        else:
+            rest.append(a)
+    if +own:
+        return  # not the statement's accesses: the precompute's own check says so
+    moved = [
+        (v, a)
+        for v in cmd.order
+        if v != pc.wvar
+        for a in rest
+        if any(v in i.variables for i in a.indices)
+    ]
+    if not moved:
+        return
+    v, other = moved[0]
+    ws = pc.workspace or "the workspace"
+    kept = PrecomputeCommand(pc.expr, pc.var, pc.var, pc.workspace)
+    whole = Reorder(tuple(pc.var if u == pc.wvar else u for u in cmd.order))
+    raise ScheduleError(
+        f"{cmd} after {pc}: {pc.wvar} takes {pc.var}'s place in the whole loop nest, so "
+        f"the reorder would move the loop over {v} of {other} too, where TACO's moves "
+        f"only the loops of {ws}'s producer. To run that producer in an order of its own, "
+        f"write {kept} and no reorder: a producer over the whole of {pc.var} walks its "
+        "operands as stored by itself where it shares no other loop with the rest of the "
+        "statement (precompute the rest too; k.cin says so). ucf's reading, the whole "
+        f"nest reordered, is spelled {whole} before the precompute"
+    )
 
 
 def _check_dismantle(applied: Applied) -> None:
@@ -181,15 +236,17 @@ def _assemble(cmd: AssembleCommand, output: tuple[str, bool], earlier: Assemble 
 
 
 def _check_chains(order: list[str], chains: dict[str, list[str]]) -> None:
-    pos = {v: k for k, v in enumerate(order)}
+    """Refuses a loop order that does not walk a tensor the kernel reads as stored in
+    its levels' order (``ucf.schedule.storage_order``), naming the two levels."""
     for who, chain in chains.items():
-        for a, b in zip(chain, chain[1:], strict=False):
-            if pos[a] > pos[b]:
-                raise ScheduleError(
-                    f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
-                    f"{who} stores {a} above {b}; reorder the loops or store {who} "
-                    "in another mode order"
-                )
+        pair = misordered(order, chain)
+        if pair is not None:
+            a, b = pair
+            raise ScheduleError(
+                f"reorder: loop order {', '.join(order)} visits {b} before {a}, but "
+                f"{who} stores {a} above {b}; reorder the loops or store {who} "
+                "in another mode order"
+            )
 
 
 class _Query:

@@ -12,7 +12,8 @@ the workspace keeps the order of ``j`` either way.
 ``walked`` picks the accesses such a producer walks as stored (the loop order then
 binds them no more, and nothing is converted); the lowerer (``ucf.lower.placement``)
 orders the producer's loops to follow them and refuses a placement where loops it
-shares with the rest of the nest would not.
+shares with the rest of the nest would not. What "walks as stored" means is
+``ucf.schedule.storage_order``'s rule.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ucf.format.format import Format
 from ucf.lang.ast import Access, Statement, accesses
 from ucf.schedule.provenance import Provenance
 from ucf.schedule.records import Precompute
+from ucf.schedule.storage_order import levels, walks_as_stored
 
 
 def walked(
@@ -62,7 +64,7 @@ def walked(
             continue
         if not all(_plain(a, pos) for a in sparse):
             continue  # an affine or repeated index, a variable the loops do not bind
-        if not any(_out_of_order(a, formats[a.tensor], pos) for a in sparse):
+        if walks_as_stored(order, [levels(a, formats[a.tensor]) for a in sparse]):
             continue
         if follows(sparse, formats, sorted(used, key=pos.__getitem__)) is None:
             continue
@@ -76,25 +78,16 @@ def follows(
     sparse: Sequence[Access], formats: dict[str, Format], variables: Sequence[str]
 ) -> tuple[str, ...] | None:
     """The order of ``variables`` (the first in their given order that does) that walks
-    every access of ``sparse`` in its levels' order, or None; each index a plain
-    variable."""
-    if any(i.single_variable is None for a in sparse for i in a.indices):
+    every access of ``sparse`` as stored (``walks_as_stored``), or None, also where an
+    index is not a plain variable."""
+    chains = [levels(a, formats[a.tensor]) for a in sparse]
+    if None in chains:
         return None
-    for perm in itertools.permutations(variables):
-        pos = {v: k for k, v in enumerate(perm)}
-        if not any(_out_of_order(a, formats[a.tensor], pos) for a in sparse):
-            return perm
-    return None
+    perms = itertools.permutations(variables)
+    return next((perm for perm in perms if walks_as_stored(perm, chains)), None)
 
 
 def _plain(a: Access, pos: dict[str, int]) -> bool:
     """Whether every index of ``a`` is its own variable, one the loop order binds."""
     names = [i.single_variable for i in a.indices]
     return None not in names and len(set(names)) == len(names) and set(names) <= set(pos)
-
-
-def _out_of_order(a: Access, fmt: Format, pos: dict[str, int]) -> bool:
-    """Whether the loop order ``pos`` walks ``a``'s levels out of order (or two at one
-    loop)."""
-    at = [pos[a.indices[m].single_variable] for m in fmt.mode_order]
-    return any(p >= q for p, q in zip(at, at[1:], strict=False))

@@ -53,6 +53,7 @@ from ucf.format.format import Format
 from ucf.lang.ast import Access, Binary, accesses, text
 from ucf.lang.parser import parse_statement
 from ucf.lang.reductions import peel
+from ucf.schedule import storage_order
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -209,10 +210,9 @@ def problem(statement: str, formats: dict[str, Format], extents: dict[str, int])
     sparse = {}
     for a in every:
         fmt = fmts[a.tensor]
-        if fmt.is_dense or any(i.single_variable is None for i in a.indices):
-            continue
-        levels = tuple(a.indices[m].single_variable for m in fmt.mode_order)
-        sparse[a.tensor] = (levels, tuple(k.full for k in fmt.levels))
+        chain = None if fmt.is_dense else storage_order.levels(a, fmt)
+        if chain is not None:
+            sparse[a.tensor] = (chain, tuple(k.full for k in fmt.levels))
     inputs = {n: f for n, f in fmts.items() if n != out}
     base = []
     gathered = gathering(stmt, fmts[out])
@@ -236,27 +236,21 @@ def problem(statement: str, formats: dict[str, Format], extents: dict[str, int])
         sparse_output=not fmts[out].is_dense,
         appended=frozenset(v for v, f in zip(*sparse.get(out, ((), ())), strict=True) if not f),
         workspaces=_workspaces(stmt, outputs),
-        converts=not _follows(base[0], chains),
+        converts=not storage_order.walks_as_stored(base[0], chains),
         taken=frozenset({*variables, *(a.tensor for a in every)}),
         places=places,
     )
 
 
-def _follows(order, chains) -> bool:
-    """Whether ``order`` visits every chain's variables in the chain's order."""
-    at = {v: k for k, v in enumerate(order)}
-    return all(at[a] < at[b] for chain in chains for a, b in itertools.pairwise(chain) if a != b)
-
-
 def _orders(variables, chains, default) -> tuple[tuple[str, ...], ...]:
-    """The default order, then permutations that visit every chain's variables in the
-    chain's order."""
+    """The default order, then permutations that walk every sparse operand as stored
+    (``storage_order.walks_as_stored``)."""
 
     found = [default]  # legal even when it converts an operand: ucf chose it
     for order in itertools.permutations(variables):
         if len(found) >= MAX_ORDERS:
             break
-        if order != default and _follows(order, chains):
+        if order != default and storage_order.walks_as_stored(order, chains):
             found.append(order)
     return tuple(found)
 
