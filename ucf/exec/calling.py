@@ -268,7 +268,7 @@ class Calling:
         if plan.output_format != plan.computed_format:
             # the entries it computed, zeros too, as a CSR output keeps them
             return result.convert(plan.output_format, keep_zeros=True)
-        if self.target != "cuda" and operand_structure.rebuilds(result, plan.computed_format, lvl):
+        if self.target != "cuda" and operand_structure.rebuilds(result):
             src = slots[plan.same_structure].levels[lvl]["pos"]
             roles = [p.role for p in plan.compute.params]
             rebuilt = operand_structure.Rebuilt(
