@@ -15,7 +15,11 @@ float64, on the default thread count. The output's gradient is a tensor on A's
 index arrays with random values; ``ucf.gradients`` computes those of B (on B's
 pattern), C and D, each checked against scipy (``grad_C = (G∘B) Dᵀ``, ``grad_D =
 ((G∘B)ᵀ C)ᵀ``, ``grad_B = G∘(C D)`` at B's entries) and timed, medians of
-``--repeat`` calls interleaved with scipy's of the same gradient (``--threads``:
+``--repeat`` calls interleaved with scipy's of the same gradient, each timed call
+after an untimed one of the same contender, so that none is timed on the allocator
+state the other left (grad_D with D row-major, one thread, load 6: 8.5 ms wall right
+after scipy's call, 4.9 after its own, in the same CPU time; scipy's 7.7 and 4.6
+likewise). ``--threads``:
 ucf's thread count, its default otherwise). Before the gradient of a sparse output
 was read sparse, the kernels read it as a dense rows × rows array: 800 MB at 10k
 rows, a FormatError (its position count does not fit int32) at 100k; a failure is
@@ -141,9 +145,11 @@ def main() -> None:
                 tracemalloc.stop()
                 ours, theirs = [], []
                 for _ in range(args.repeat):
+                    back(w, grad, ops)  # untimed: see ``--repeat``
                     t = time.perf_counter()
                     back(w, grad, ops)
                     ours.append(time.perf_counter() - t)
+                    scipy_gradient(w, B, C, D, g)
                     t = time.perf_counter()
                     want = scipy_gradient(w, B, C, D, g)
                     theirs.append(time.perf_counter() - t)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.fuzz_common import Draw, RandomDraw
 
 torch = pytest.importorskip("torch")
 import ucf.torch  # noqa: E402  (after the skip)
@@ -92,6 +93,34 @@ def test_a_sparse_outputs_gradient_in_any_form():
         np.testing.assert_allclose(np.asarray(back("C", grad, ops)), want, rtol=1e-10)
 
 
+@pytest.mark.parametrize("given_as", ["scipy", "unsorted", "repeats", "numpy", "torch"])
+def test_a_sparse_operands_gradient_as_the_forward_call_took_it(given_as):
+    """B's gradient where B came as scipy (sorted or not, repeats summed), numpy or torch
+    (it raised AttributeError: no levels): on the entries the forward call read."""
+    B, C, D, G = operands(seed=7)
+    rows = np.repeat(np.arange(B.shape[0]), B.shape[1])
+    cols = np.tile(np.arange(B.shape[1]), B.shape[0])
+    keep = B.ravel() != 0
+    given = {
+        "scipy": lambda: sp.csr_matrix(B),
+        "unsorted": lambda: sp.coo_matrix(
+            (B.ravel()[keep][::-1], (rows[keep][::-1], cols[keep][::-1])), B.shape
+        ).tocsr(copy=False),
+        "repeats": lambda: sp.coo_matrix(
+            (np.tile(B.ravel()[keep] / 2, 2), (np.tile(rows[keep], 2), np.tile(cols[keep], 2))),
+            B.shape,
+        ).tocsr(),
+        "numpy": lambda: B,
+        "torch": lambda: torch.tensor(B),
+    }[given_as]()
+    if given_as == "unsorted":
+        given.has_sorted_indices = False
+    back = ucf.gradients(ucf.compile(SDDMM, {"A": "csr", "B": "csr"}))
+    got = back("B", G, {"B": given, "C": C, "D": D})
+    want = torch_reference(B, C, D, np.where(B != 0, G, 0))[0]
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-10, atol=1e-12)
+
+
 def test_a_wrong_gradient_is_refused_by_name():
     B, C, D, G = operands()
     k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"})
@@ -108,6 +137,9 @@ def test_a_wrong_gradient_is_refused_by_name():
     dense = ucf.gradients(ucf.compile(SDDMM, {"B": "csr"}))
     with pytest.raises(ucf.ShapeError, match="gradient of output A"):
         dense("C", np.ones((9, 8)), ops)
+    # a forward operand left out (it was an InternalError: KeyError)
+    with pytest.raises(ucf.OperandError, match=r"gradient of D .* without C \(operands of"):
+        back("D", G, {"B": ops["B"], "D": D})
 
 
 @pytest.mark.parametrize(
@@ -162,10 +194,12 @@ _KERNELS: dict = {}
     density=st.floats(0, 1),
     out=st.sampled_from(["csr", "coo"]),
     seed=st.integers(0, 2**16),
+    given_as=st.sampled_from(["scipy", "ucf", "scipy coo", "numpy"]),
 )
-def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
-    """Shapes, densities (empty and full rows included) and output formats at random;
-    each gradient against numpy's, given the output's gradient on its positions."""
+def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed, given_as):
+    """Shapes, densities (empty and full rows included), output formats and how B is
+    given (as the forward call takes it) at random; each gradient against numpy's,
+    given the output's gradient on its positions."""
     rng = np.random.default_rng(seed)
     B = rng.standard_normal((n, m)) * (rng.random((n, m)) < density)
     C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
@@ -173,7 +207,12 @@ def test_sddmm_gradients_fuzzed_against_numpy(n, m, K, density, out, seed):
         k = ucf.compile(SDDMM, {"A": out, "B": "csr"})
         _KERNELS[out] = k, ucf.gradients(k)
     k, back = _KERNELS[out]
-    Bs = ucf.from_numpy(B, format="csr")
+    Bs = {
+        "ucf": lambda: ucf.from_numpy(B, format="csr"),
+        "scipy": lambda: sp.csr_matrix(B),
+        "scipy coo": lambda: sp.coo_matrix(B),
+        "numpy": lambda: B,
+    }[given_as]()
     A = k(B=Bs, C=C, D=D)
     g = rng.standard_normal(len(A.vals))
     grad = ucf.Tensor(A.shape, A.format, A.levels, g)
@@ -227,6 +266,22 @@ def test_torch_einsum_with_a_sparse_output(out, target):
         torch.testing.assert_close(got[2], want[2], msg=name)
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_torch_sparse_sum_of_a_coo_output(target):
+    """torch.sparse.sum's gradient is a coalesced COO tensor on the output's positions
+    whose values are one value broadcast (stride 0): read, not refused as malformed.
+    B is torch's CSR, so the output's indices are int64, as the gradient's are, and the
+    gradient's arrays would be taken as they stand."""
+    B, C, D, _ = operands(seed=6)
+    Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    Bs = torch.tensor(B).to_sparse_csr()
+    A = ucf.torch.einsum(SDDMM, {"A": "coo"}, target=target, B=Bs, C=Ct, D=Dt)
+    got = torch.autograd.grad(torch.sparse.sum(A), (Ct, Dt))
+    want = torch_reference(B, C, D, (B != 0).astype(float))[1:]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-10, atol=1e-12)
+
+
 def test_torch_gradient_outside_the_outputs_positions_is_dropped():
     """A sparse gradient that stores more positions than the output (every one here)
     gives what its entries at the output's positions give."""
@@ -237,6 +292,109 @@ def test_torch_gradient_outside_the_outputs_positions_is_dropped():
     (got,) = torch.autograd.grad(A, Ct, grad_outputs=torch.tensor(G).to_sparse_csr())
     want = torch_reference(B, C, D, np.where(B != 0, G, 0))[1]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10)
+
+
+#: Losses over ucf.torch.einsum's sparse output A, each with its dense twin, and the
+#: torch layouts of A it applies to (what torch supports). torch hands their gradient
+#: back strided, as CSR, or as a coalesced COO: torch.sparse.sum's is one value
+#: broadcast (stride 0), on int64 indices where B was a torch sparse tensor.
+TORCH_LOSSES = {
+    "sparse.sum": ("coo", lambda A, V, W: torch.sparse.sum(A)),
+    "sparse.sum(dim)": ("coo", lambda A, V, W: (torch.sparse.sum(A, dim=1).to_dense() ** 2).sum()),
+    "A * A": ("coo", lambda A, V, W: torch.sparse.sum(A * A)),
+    "sparse.mm": ("csr coo", lambda A, V, W: (torch.sparse.mm(A, V) ** 2).sum()),
+    "to_dense": ("csr coo csc", lambda A, V, W: (A.to_dense() * W).sum()),
+    "matmul": ("csr coo csc", lambda A, V, W: ((A @ V) ** 2).sum()),
+}
+DENSE_LOSSES = {
+    "to_dense": lambda A, V, W: (A * W).sum(),
+    "matmul": lambda A, V, W: ((A @ V) ** 2).sum(),
+    "sparse.mm": lambda A, V, W: ((A @ V) ** 2).sum(),
+    "sparse.sum": lambda A, V, W: A.sum(),
+    "sparse.sum(dim)": lambda A, V, W: (A.sum(dim=1) ** 2).sum(),
+    "A * A": lambda A, V, W: (A * A).sum(),
+}
+
+
+def draw_torch_case(d: Draw) -> dict:
+    """A random SDDMM through ucf.torch.einsum: a loss, an output format torch supports
+    it on, how B comes (strided with a format, torch CSR, COO or BSR: int32 or int64
+    indices; a sparse one now and then on strided views of its arrays), shapes and
+    density."""
+    loss = d.choice(list(TORCH_LOSSES))
+    given = d.choice(["csr", "coo", "strided", "bsr"])
+    n, m = d.integer(1, 8), d.integer(1, 8)
+    if given == "bsr":  # whole 2 x 2 blocks
+        n, m = 2 * ((n + 1) // 2), 2 * ((m + 1) // 2)
+    return {
+        "loss": loss,
+        "out": d.choice(TORCH_LOSSES[loss][0].split()),
+        "B": given,
+        "views": given != "strided" and d.boolean(0.5),
+        "shape": (n, m, d.integer(1, 4)),
+        "density": d.choice([0.7, 0.3, 1.0, 0.0]),
+        "seed": d.integer(0, 2**16),
+    }
+
+
+def _spread(a):
+    """``a`` as a view of a tensor twice its size (every other element): strided."""
+    return torch.stack([a, torch.zeros_like(a)], dim=-1)[..., 0]
+
+
+def _torch_operand(B: np.ndarray, given: str, views: bool):
+    """B as the case gives it; on views of its arrays where ``views``."""
+    t = torch.tensor(B)
+    if given == "strided":
+        return t
+    if given == "csr":
+        s = t.to_sparse_csr()
+        parts = (s.crow_indices(), s.col_indices(), s.values())
+        return torch.sparse_csr_tensor(*map(_spread, parts), B.shape) if views else s
+    if given == "bsr":
+        s = t.to_sparse_bsr((2, 2))
+        parts = (s.crow_indices(), s.col_indices(), s.values())
+        return torch.sparse_bsr_tensor(*map(_spread, parts), B.shape) if views else s
+    s = t.to_sparse()
+    parts = (s.indices(), s.values())
+    return torch.sparse_coo_tensor(*map(_spread, parts), B.shape, is_coalesced=True) if views else s
+
+
+#: The draws the torch fuzz runs (seeded: each case reruns as it failed).
+TORCH_CASES = [draw_torch_case(RandomDraw(f"torch:{n}")) for n in range(30)]
+
+
+def test_the_torch_draw_reaches_every_loss():
+    """The fuzz's draws hold each loss, and more than once torch.sparse.sum's broadcast
+    gradient on int64 indices (B a torch sparse tensor) and a BSR B on strided views."""
+    assert {c["loss"] for c in TORCH_CASES} == set(TORCH_LOSSES)
+    assert sum(c["loss"] == "sparse.sum" and c["B"] != "strided" for c in TORCH_CASES) >= 2
+    assert sum(c["B"] == "bsr" and c["views"] for c in TORCH_CASES) >= 2
+
+
+@pytest.mark.parametrize(
+    "case", TORCH_CASES, ids=lambda c: f"{c['loss']}-{c['out']}-{c['B']}{'-views' * c['views']}"
+)
+def test_torch_losses_fuzzed(case):
+    """C's and D's gradients through a random loss of the sparse output against torch
+    autograd on dense tensors."""
+    n, m, K = case["shape"]
+    rng = np.random.default_rng(case["seed"])
+    B = rng.standard_normal((n, m)) * (rng.random((n, m)) < case["density"])
+    C, D = rng.standard_normal((n, K)), rng.standard_normal((K, m))
+    V, W = torch.tensor(rng.standard_normal((m, 2))), torch.tensor(rng.standard_normal((n, m)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on unchecked invariants
+        Bt = _torch_operand(B, case["B"], case["views"])
+    formats = {"A": case["out"], **({"B": "csr"} if case["B"] == "strided" else {})}
+    Ct, Dt = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    A = ucf.torch.einsum(SDDMM, formats, B=Bt, C=Ct, D=Dt)
+    got = torch.autograd.grad(TORCH_LOSSES[case["loss"]][1](A, V, W), (Ct, Dt), allow_unused=True)
+    Cd, Dd = torch.tensor(C, requires_grad=True), torch.tensor(D, requires_grad=True)
+    dense = DENSE_LOSSES[case["loss"]](torch.tensor(B) * (Cd @ Dd), V, W)
+    want = torch.autograd.grad(dense, (Cd, Dd))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.zeros_like(w) if g is None else g, w, msg=str(case))
 
 
 # ------------------------------------------------------------------------ large
@@ -282,20 +440,30 @@ def test_sddmm_gradients_at_100k_rows_in_bounded_memory(per_row, K):
 
 @pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=SLOW)])
 @pytest.mark.parametrize("threads", [1, 2], indirect=True)
-def test_a_column_major_operands_gradient_is_column_major(target, threads):
-    """D declared ``UU:1,0``: its gradient comes back in that mode order (each stored
-    entry of A adds K contiguous values), equal to torch's."""
+@pytest.mark.parametrize("layout", ["UU:1,0", "UU"])
+def test_an_operands_gradient_comes_in_its_layout(target, threads, layout):
+    """D declared ``UU:1,0`` or ``UU``: its gradient comes back in that mode order, equal
+    to torch's. Column-major, each stored entry of A adds K contiguous values; row-major,
+    the kernel writes it so too (K values a row apart were 2.5x slower), then copies it
+    row-major once, which ``cin`` says."""
     B, C, D, G = operands(n=11, m=8, K=5, seed=3)
-    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr", "D": "UU:1,0"}, target=target)
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr", "D": layout}, target=target)
     Bs = sp.csr_matrix(B)
-    A = k(B=Bs, C=C, D=np.asfortranarray(D))
+    d = np.asfortranarray(D) if layout == "UU:1,0" else D
+    A = k(B=Bs, C=C, D=d)
     lv = A.levels[1]
     g = G[np.repeat(np.arange(B.shape[0]), np.diff(lv["pos"])), lv["crd"]]
     grad = ucf.Tensor(A.shape, A.format, A.levels, g)
-    got = ucf.gradients(k)("D", grad, {"B": Bs, "C": C, "D": np.asfortranarray(D)})
-    assert got.format.mode_order == (1, 0)
+    back = ucf.gradients(k)
+    got = back("D", grad, {"B": Bs, "C": C, "D": d})
+    assert got.format.mode_order == ((1, 0) if layout == "UU:1,0" else (0, 1))
+    view = np.asarray(got)
+    assert np.shares_memory(view, got.vals) is (layout == "UU")  # row-major: a view
     _, _, want = torch_reference(B, C, D, G * (B != 0))
-    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(view, want, rtol=1e-12, atol=1e-12)
+    relaid = "grad_D written as 'UU:1,0'" in back.cin
+    assert relaid is (layout == "UU"), back.cin
+    assert back.relaid("C") is None  # grad_C(i,k): k, which no sparse operand reads, is last
 
 
 @pytest.mark.parametrize("out", ["csr", "coo", "dcsr"])

@@ -203,3 +203,21 @@ def test_partial_tiles_do_not_reach_a_function_of_other_operands(tile):
     s = (b * mask).sum(1)
     want = np.maximum(a[None, :, None], s[:, None, :] + c).sum()
     assert k(B=b, C=c, a=a, masks={"B": mask}).to_numpy() == want
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fmt", ["bcsr(1,2)@qint8:1", "bcsr(2,3)@qint8:1", "bcsr(1,2)@qint8"])
+def test_quantized_matrix_and_its_transpose_read_the_same_numbers(fmt, target):
+    """``A(i,j) * x(j) - A(j,i) * z(j)`` with A quantized in blocks: the transposed read
+    is re-packed and read dequantized, and must see the numbers the first read computes
+    from the quantized values (a float32 copy differed in the last bits)."""
+    rng = np.random.default_rng(11)
+    a = rand_sparse(rng, (6, 6), 0.6, high=5) * rng.random((6, 6))
+    x, z = rng.random(6), rng.random(6)
+    t = ucf.from_numpy(a, format=fmt)
+    stored = t.astype(np.float64).to_numpy()  # q * scale, exact in float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ucf.ConversionWarning)
+        k = ucf.compile("y(i) = A(i,j) * x(j) - A(j,i) * z(j)", {"A": fmt}, target=target)
+        got = k(A=t, x=x, z=z).to_numpy()
+    np.testing.assert_allclose(got, stored @ x - stored.T @ z, rtol=1e-13, atol=1e-15)

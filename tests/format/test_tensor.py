@@ -566,9 +566,11 @@ def test_validate_is_fast_on_large_inputs():
     n, width = 200_000, 20
     pos = (np.arange(n + 1, dtype=np.int64) * width).astype(np.int32)
     crd = np.tile(np.arange(width, dtype=np.int32), n)
-    t0 = time.perf_counter()
+    # The process's CPU time, not the wall clock: a loaded machine's time slices taken
+    # by others do not count (vectorized checks take ~0.05 s, a Python loop minutes).
+    t0 = time.process_time()
     Tensor((n, width), "csr", [{}, {"pos": pos, "crd": crd}], np.ones(n * width))
-    assert time.perf_counter() - t0 < 2.0
+    assert time.process_time() - t0 < 2.0
 
 
 # --------------------------------------------------------------------------- conversion

@@ -103,3 +103,74 @@ def test_under_asan(asan_cc, tmp_path):
     out = run_under_asan(asan_cc, tmp_path, k, "U", (8,), {"i": 8, "j": 12}, ops)
     np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12)
     assert "branchless" in k.cin
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_c_blends_bit_for_bit(dtype):
+    """The c target keeps a step's sum by blending its bits (``ucf_blend_f64``), not by a
+    branch: on each target the same bits as the plain loop, where the terms hold -0.0,
+    infinities and NaN; and the same values on llvm and c, with every bit equal but a
+    NaN's sign (where a NaN made of inf - inf meets a NaN of the data, x86 keeps the
+    first operand's, and GCC and LLVM order the operands of an add differently: the
+    plain loops differ there as well)."""
+    rng = np.random.default_rng(3)
+    m = _rows(rng, LENGTHS * 3, 40, dtype)
+    m.data[::7] = -0.0
+    m.data[3::13] = np.inf
+    m.data[5::17] = -np.inf
+    m.data[8::29] = np.nan
+    x = rng.standard_normal(40).astype(dtype)
+    x[[1, 9]] = -0.0
+    a = ucf.from_scipy(m, format="csr")
+    bits = "int32" if dtype == "float32" else "int64"
+    got = {}
+    for target in ("llvm", "c"):
+        for sched in ("branchless(j, 4)", ""):
+            k = ucf.compile(SPMV, formats={"A": "csr"}, dtype=dtype, target=target, schedule=sched)
+            got[target, sched] = np.asarray(k(A=a, x=x).to_numpy())
+            if target == "c" and sched:
+                assert f"ucf_blend_{'f32' if dtype == 'float32' else 'f64'}(" in k.c_source
+        plain, short = got[target, ""].view(bits), got[target, "branchless(j, 4)"].view(bits)
+        np.testing.assert_array_equal(short, plain, err_msg=target)
+    llvm, c = got["llvm", ""], got["c", ""]
+    assert np.isnan(llvm).any() and np.isinf(llvm).any() and (llvm.view(bits) < 0).any()
+    np.testing.assert_array_equal(c, llvm)  # NaN where NaN
+    number = ~np.isnan(llvm)
+    np.testing.assert_array_equal(c.view(bits)[number], llvm.view(bits)[number])
+
+
+def test_blend_keeps_the_bits_without_a_branch(tmp_path):
+    """``ucf_blend_f32`` and ``ucf_blend_f64`` (ucf_runtime.h), built with the kernels'
+    flags: no jump or conditional move in their code, and each returns the bits of the
+    value it keeps, -0.0, infinities and NaN payloads included (a first form made the
+    vectors as ``{0} + a``, which turned -0.0 into 0.0: a kept sum never is -0.0, so
+    the kernels' tests cannot see it)."""
+    import ctypes
+
+    from ucf.codegen.c import source
+    from ucf.toolchain.cc import assembly, build_shared
+
+    body = source([]) + "\n".join(
+        f"{t} keep_{s}(bool c, {t} a, {t} b) {{ return ucf_blend_{s}(c, a, b); }}"
+        for t, s in (("float", "f32"), ("double", "f64"))
+    )
+    asm = assembly(body)
+    for s in ("f32", "f64"):
+        fn = asm[asm.index(f"keep_{s}:") :]
+        fn = fn[: fn.index("ret")]
+        ops = [line.split()[0] for line in fn.splitlines() if line.strip()]
+        assert not [op for op in ops if op.startswith(("j", "cmov"))], fn
+    so = tmp_path / "blend.so"
+    so.write_bytes(build_shared(body))
+    lib = ctypes.CDLL(str(so))
+    for s, ct, dt, it in (("f32", ctypes.c_float, np.float32, np.int32),
+                          ("f64", ctypes.c_double, np.float64, np.int64)):  # fmt: skip
+        keep = getattr(lib, f"keep_{s}")
+        keep.restype, keep.argtypes = ct, [ctypes.c_bool, ct, ct]
+        values = np.array([-0.0, 0.0, 1.5, -np.inf, np.inf, np.nan, -np.nan], dtype=dt)
+        values = np.append(values, (values[-1:].view(it) | 5).view(dt))  # another payload
+        for a in values:
+            for b in values:
+                for c, want in ((True, a), (False, b)):
+                    got = np.array(keep(c, a, b), dtype=dt)
+                    assert got.view(it) == want.view(it), (s, c, a, b)

@@ -111,7 +111,9 @@ def test_the_plans_against_scipy(target, threads, expr, K):
 @pytest.mark.parametrize("threads", [1, 2], indirect=True)
 def test_a_call_that_pays_gets_the_walk(threads):
     """The default kernel at a size that gets a plan of its own: the gradient of D of
-    ``ucf.gradients`` on an SDDMM with a CSR output, against scipy."""
+    ``ucf.gradients`` on an SDDMM with a CSR output, against scipy. D is row-major, so
+    its gradient is written column-major (``ucf.autodiff.backward.scattered_last``),
+    where walking A's entries once is the storage order itself."""
     n, K = 6000, 7
     b = sp.random(n, n, density=10 / n, format="csr", random_state=np.random.default_rng(2))
     b.sort_indices()
@@ -125,4 +127,5 @@ def test_a_call_that_pays_gets_the_walk(threads):
     got = np.asarray(back("D", grad, {"B": b, "C": C, "D": D}))
     gb = sp.csr_matrix((g * b.data, b.indices, b.indptr), shape=b.shape)
     np.testing.assert_allclose(got, (gb.T @ C).T, rtol=1e-10, atol=1e-10)
-    assert "once in storage order" in back.kernel("D").cin, back.kernel("D").cin
+    assert "loop order i, j, k" in back.kernel("D").cin, back.kernel("D").cin
+    assert back.relaid("D") is not None and got.flags.c_contiguous

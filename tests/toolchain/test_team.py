@@ -47,10 +47,12 @@ def parallel():
     def body(_):
         seen.append(lib.omp_get_num_threads())
         if won[0] and lib.omp_get_num_threads() > 1:
-            # A region that wins: 0.1 s of the caller's wall time, 0.03 s of CPU time on
-            # the other thread, 0.13 s on one thread, done in about 0.1 s.
+            # A region that wins: 0.2 s of the caller's wall time, 0.03 s of CPU time on
+            # the other thread, 0.23 s on one thread, done in about 0.2 s. It wins while
+            # the other thread gets 0.03 s of CPU within 0.9 * 0.23 s: 15 % of a core, which
+            # a loaded machine (load 11 on 2 cores: about 18 % each) mostly grants.
             if lib.omp_get_thread_num() == 0:
-                time.sleep(0.1)
+                time.sleep(0.2)
             else:
                 start = time.thread_time()
                 while time.thread_time() - start < 0.03:
@@ -83,22 +85,37 @@ def test_a_region_that_waits_for_a_late_thread_shrinks_its_team(parallel):
     assert run(sleep=0.05) == [2, 2]  # then one region tries the whole team: lost again
     assert state[0] == 1 and state[2] == 2 * max(wait, llvm_team.BACKOFF_NS)  # doubled
     # A probe that wins halves the wait. Whether a region wins depends on the other
-    # thread getting 30 ms of CPU within about 117 ms: a loaded machine can deny it, and
-    # the probe then loses and doubles the wait; so probe until one wins.
-    for _ in range(8):
+    # thread getting 30 ms of CPU within about 207 ms: a loaded machine can deny it, and
+    # the probe then loses and doubles the wait, up to MAX_BACKOFF_NS (after 9 losses in
+    # a row: 2 ms doubled to 1.024 s is capped); so probe until one wins.
+    for _ in range(12):
         _until_the_wait_ends(state)
         wait = state[2]
         assert run(win=True) == [2, 2]
         if state[0] == 2:
             break
-        assert state[2] == 2 * wait  # it lost: the wait doubled
+        assert state[2] == min(2 * wait, llvm_team.MAX_BACKOFF_NS)  # it lost: doubled
     else:
-        pytest.fail("no probe won in 8 tries")
+        pytest.fail("no probe won in 12 tries")
     halved = wait // 2 if wait // 2 >= llvm_team.BACKOFF_NS else 0
     assert state[2] == halved  # the whole team, the wait halved
     assert run(win=True) == [2, 2]
     if state[0] == 2:  # a region that is not a probe and wins leaves the wait alone
         assert state[2] == halved
+
+
+def test_a_wait_that_keeps_doubling_stops_at_its_cap(parallel):
+    """A loop that keeps losing waits at most MAX_BACKOFF_NS: a loaded machine reaches
+    the cap in 9 losses (the probe loop above may meet it); written here, not slept
+    through."""
+    run, state = parallel
+    state[0], state[1], state[2] = 1, 0, 3 * llvm_team.MAX_BACKOFF_NS // 4
+    assert run(sleep=0.05) == [2, 2]  # a probe (the wait is over) that loses
+    assert state[0] == 1 and state[2] == llvm_team.MAX_BACKOFF_NS
+    start = state[1] - 3 * llvm_team.MAX_BACKOFF_NS // 4  # it waits what it was told
+    assert start <= time.monotonic_ns()
+    state[1] = 0
+    assert run(sleep=0.05) == [2, 2] and state[2] == llvm_team.MAX_BACKOFF_NS
 
 
 def _within_the_wait(run, state, timed: int) -> None:

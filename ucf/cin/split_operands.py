@@ -51,8 +51,12 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         )
         split.scales = t.scales
         return split
-    if not t.plain and b.formats[name].values is None:  # read dequantized
-        return split_operand(b, name, t.astype(t.dtype))
+    if not t.plain and b.formats[name].values is None:
+        # Read dequantized, each number the exact product of its integer and float32
+        # scale (float64 holds it): a kernel computes that product from the quantized
+        # values in its own precision, so its other reads of t see the same numbers,
+        # where a float32 copy rounded them (issue 38's red-team, fuzz seed 114).
+        return split_operand(b, name, t.astype(np.float64))
     if not t.plain:  # its numbers split, held again as they were
         return split_held(t, b.formats[name], split_operand(b, name, t.astype(t.dtype)), name)
     if t.format.is_dense:

@@ -446,6 +446,9 @@ class _Emitter(Visitor):
 
     @handles(ir.Select)
     def select(self, e: ir.Select) -> str:
+        if e.branchless and e.type in ("f32", "f64"):
+            args = f"{self.expr(e.cond)}, {self.expr(e.if_true)}, {self.expr(e.if_false)}"
+            return f"ucf_blend_{e.type}({args})"
         return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
 
     @handles(ir.Math)

@@ -103,7 +103,8 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
     a coalesced COO tensor (whose 2-entry root ``pos`` alone is new). Anything
     else copies: another format, dtype or index dtype, a non-contiguous strided
     tensor, unsorted indices, an uncoalesced COO tensor (duplicates are summed, as
-    torch's ``coalesce`` does). Autograd history is dropped (``detach``).
+    torch's ``coalesce`` does), index or value arrays that are strided views.
+    Autograd history is dropped (``detach``).
 
     A format holding bfloat16, int4 or quantized values (``'csr@qint8:0'``) converts
     the numbers as :func:`ucf.from_numpy` does (a bfloat16 tensor is widened to
@@ -165,11 +166,13 @@ def from_torch(t: Any, format: Any = None, dtype: Any = None, index_dtype: Any =
 
 def _from_coo(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, where: str) -> Tensor:
     """COO: a coalesced tensor is already sorted and unique, so its index rows are the
-    levels' ``crd`` arrays as they stand."""
+    levels' ``crd`` arrays as they stand, where they are contiguous. torch's values may
+    be a view that is not: the gradient ``torch.sparse.sum`` hands back is one value
+    broadcast (stride 0) over a coalesced pattern; those are copied."""
     order = t.dim()
     fmt = parse_format("coo" if format is None else format, order=order)
-    vals = _values(torch, t._values(), dtype, where, fmt)
-    idx = t._indices().numpy()
+    vals = np.ascontiguousarray(_values(torch, t._values(), dtype, where, fmt))
+    idx = np.ascontiguousarray(t._indices().numpy())
     idt = np.dtype(np.int64) if index_dtype is None else index_dtype_of(index_dtype)
     if (
         t.is_coalesced()
@@ -191,7 +194,10 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     own = _bsr_format(rows, cols)
     fmt = own if format is None else parse_format(format, order=2)
     vals = _values(torch, blocks, dtype, where, fmt)
-    crow, col = t.crow_indices().numpy(), t.col_indices().numpy()
+    # the level's own arrays below, unchecked, which a kernel reads by address: a view
+    # with strides (indices sliced from a larger tensor) is copied
+    crow = np.ascontiguousarray(t.crow_indices().numpy())
+    col = np.ascontiguousarray(t.col_indices().numpy())
     grid = (t.shape[0] // rows, t.shape[1] // cols)
     nnzb = checks.positions(f"{where} (crow_indices)", crow, grid[0])
     checks.in_range(f"{where} (col_indices)", col, grid[1], what="block column")
@@ -204,7 +210,10 @@ def _from_bsr(torch: Any, t: Any, format: Any, dtype: Any, index_dtype: Any, whe
     sorted_rows = checks.increasing(crow, col)
     if sorted_rows and fmt.structure == own and idt == crow.dtype == col.dtype:
         levels = [{}, {"pos": crow, "crd": col}, {}, {}]
-        return Tensor(tuple(t.shape), fmt, levels, vals.reshape(-1), idt, check=False)
+        # vals too: blocks sliced from a larger tensor, evenly strided, reshape to a
+        # strided view (SpMV read every other value of one: a wrong answer)
+        flat = np.ascontiguousarray(vals).reshape(-1)
+        return Tensor(tuple(t.shape), fmt, levels, flat, idt, check=False)
     block_rows = np.repeat(np.arange(grid[0], dtype=np.int64), np.diff(crow))
     r = block_rows[:, None, None] * rows + np.arange(rows)[None, :, None]
     c = col.astype(np.int64)[:, None, None] * cols + np.arange(cols)[None, None, :]

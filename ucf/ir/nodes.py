@@ -249,11 +249,18 @@ class Cast(Expr):
 @dataclass(frozen=True)
 class Select(Expr):
     """``cond ? if_true : if_false``, evaluating only the chosen side (as C does), so a
-    side may load from a position that is valid only when it is chosen."""
+    side may load from a position that is valid only when it is chosen.
+
+    ``branchless``: both sides are already evaluated (they load nothing), and the
+    targets must not branch on ``cond`` (``ucf.passes.short_sums``, whose condition is
+    unpredictable): LLVM's ``select``, and for floats on the C target a blend of the
+    bits (``ucf_blend_f64`` in ucf_runtime.h), since GCC turns a float ``?:`` into a
+    branch again."""
 
     cond: Expr
     if_true: Expr
     if_false: Expr
+    branchless: bool = False
 
     @property
     def type(self) -> str:

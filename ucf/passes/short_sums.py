@@ -22,8 +22,9 @@ ones, run as before.
 Only cheap bodies are copied (loads, adds, multiplies, conversions: no division,
 whose integer form may trap on a discarded step, no mathematical function, whose cost
 the copies would multiply), and only float sums: an integer sum's discarded step may
-overflow, which C leaves undefined. The c target writes the select as ``?:``, which
-GCC turns back into branches (TTV: 0.99x the loop's time there).
+overflow, which C leaves undefined. The selects are ``branchless``: the c target
+writes them as a blend of the bits (``ucf_blend_f64``), since GCC turned a float
+``?:`` back into branches (TTV: 0.95x the loop's time there; blended, 0.54x).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def _unbranched(loop: ir.For, acc: Var, width: int, taken: set[str]) -> list[ir.
                 continue
             term = Var(fresh_name(f"{acc.name}_q", taken), acc.type)
             steps.append(ir.Decl(term, value))
-            kept = ir.Select(ir.Cmp("<", Const(q, I64), n), term, acc)
+            kept = ir.Select(ir.Cmp("<", Const(q, I64), n), term, acc, branchless=True)
             steps.append(ir.Assign(acc, kept))
     short = ir.Logic("and", ir.Cmp(">=", n, Const(1, I64)), ir.Cmp("<=", n, Const(width, I64)))
     return [ir.Decl(n, ir.sub(loop.end, loop.start)), ir.If(short, steps, [loop])]

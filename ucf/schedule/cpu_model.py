@@ -103,12 +103,18 @@ class Stats:
     variable, stored entries per operand, and per sparse operand the longest
     row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
     threads, the largest share of its entries a static split of its rows gives
-    one thread over the mean share (``ucf.schedule.stats.segments``)."""
+    one thread over the mean share (``ucf.schedule.stats.segments``). ``fibers``: per
+    sparse operand whose last level is segmented, its segments (the fibers a loop over
+    that level visits, empty ones included where a level above is dense, none that
+    is not stored); ``itemsize``: per operand, the bytes of one stored value as called
+    (``ucf.schedule.short_fibers`` reads both)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
     imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    fibers: dict[str, int] = field(default_factory=dict)
+    itemsize: dict[str, int] = field(default_factory=dict)
 
     def share(self, tensor: str, threads: int) -> float:
         """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
@@ -132,6 +138,8 @@ class Stats:
                     if self.share(t, threads) > HEAVY_BALANCED
                 )
             ),
+            tuple(sorted(self.itemsize.items())),
+            tuple(sorted((t, short_fibers.short(self, t)) for t in self.fibers)),
         )
 
 

@@ -21,8 +21,9 @@ _SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
 
 
 def measure(given: dict[str, Tensor], extents: dict[str, int]) -> Stats:
-    """Extents per variable, and per sparse operand its stored entries, spread and
-    imbalance."""
+    """Extents per variable, per sparse operand its stored entries, spread, imbalance
+    and the segments of its last level, and per operand the bytes of a value (all
+    read off the arrays' sizes but the spread and imbalance)."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
     filled = {n: segments(t) for n, t in sparse.items()}
     return Stats(
@@ -30,6 +31,8 @@ def measure(given: dict[str, Tensor], extents: dict[str, int]) -> Stats:
         {n: int(t.vals.size) for n, t in sparse.items()},
         {n: spread for n, (spread, _) in filled.items()},
         {n: shares for n, (_, shares) in filled.items() if shares},
+        {n: t.levels[-1]["pos"].size - 1 for n, t in sparse.items() if "pos" in t.levels[-1]},
+        {n: t.vals.itemsize for n, t in given.items()},
     )
 
 
