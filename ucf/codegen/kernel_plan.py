@@ -45,8 +45,9 @@ class Plan:
     writes_all: bool = False
     # The sparse output is appended in one pass, each value stored once (``Lowered``).
     one_pass: bool = False
-    # The sparse output has an operand's structure (``Lowered``): every value is stored.
-    same_structure: bool = False
+    # The slot of the operand whose structure the sparse output has (``Lowered``; ""
+    # for none): every value is stored, and the positions are that operand's.
+    same_structure: str = ""
     # The default's output is an operand converted and relabelled (``ucf.cin.relabelled``):
     # a call returns that instead of calling the kernel.
     copied: Relabelled | None = None

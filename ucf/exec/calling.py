@@ -24,7 +24,7 @@ from ucf.errors import (
     boundary,
     warn_user,
 )
-from ucf.exec import blocked_call, padded_conv, recycled, scipy_operands
+from ucf.exec import blocked_call, operand_structure, padded_conv, recycled, scipy_operands
 from ucf.exec.binding import (
     arguments,
     binding,
@@ -152,7 +152,16 @@ class Calling:
             threads = local.stats[1] if self._adaptive else num_threads()  # as _choose chose
             teams = self._watched(built, threads)
             new = Replay(
-                operands, out, call[:3], threads, built, result, plan.call_zeroes, teams, free
+                operands,
+                out,
+                call[:3],
+                threads,
+                built,
+                result,
+                plan.call_zeroes,
+                teams,
+                free,
+                call[4],
             )
             local.replays = (new, *local.replays[: REMEMBERED - 1])
         return result
@@ -211,7 +220,7 @@ class Calling:
             result = self._dense_output(out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
             if self.target != "cuda":  # replayable: see __call__
-                self._local.call = (fn, args, b.out_vals_at, slots)
+                self._local.call = (fn, args, b.out_vals_at, slots, None)
             return result
         if out is not None or stmt.op == "+=":
             raise OperandError(
@@ -219,6 +228,8 @@ class Calling:
                 "sparse output is not supported, write the sum as an expression instead"
             )
         counts = np.zeros(plan.computed_format.order, dtype=np.int64)
+        if plan.same_structure:  # no pass counts what an operand's positions say
+            return self._same_structure(plan, extents, slots, out_shape, counts)
         if plan.local_level is None:
             self._invoke(plan.assemble, extents, slots, None, counts=counts)
             result = self._allocate_sparse(out_shape, counts, zeroed=not plan.one_pass)
@@ -235,6 +246,35 @@ class Calling:
         if plan.output_format != plan.computed_format:
             # the entries it computed, zeros too, as a CSR output keeps them
             result = result.convert(plan.output_format, keep_zeros=True)
+        return result
+
+    def _same_structure(
+        self,
+        plan: Plan,
+        extents: dict[str, int],
+        slots: dict[str, Tensor],
+        shape: tuple[int, ...],
+        counts: np.ndarray,
+    ) -> Tensor:
+        """The sparse output with an operand's structure (``ucf.exec.operand_structure``):
+        its positions copied from the operand's, the compute pass alone run, nothing to
+        trim; remembered for a replay where it is the format the user asked for."""
+        lvl = plan.local_level
+        pos = operand_structure.positions(slots[plan.same_structure].levels[lvl]["pos"])
+        counts[lvl] = pos[-1]
+        result = self._allocate_sparse(shape, counts, zeroed=False)
+        result.levels[lvl]["pos"] = pos
+        fn, args = self._invoke(plan.compute, extents, slots, result, counts=counts)
+        if plan.output_format != plan.computed_format:
+            # the entries it computed, zeros too, as a CSR output keeps them
+            return result.convert(plan.output_format, keep_zeros=True)
+        if self.target != "cuda" and operand_structure.rebuilds(result):
+            src = slots[plan.same_structure].levels[lvl]["pos"]
+            roles = [p.role for p in plan.compute.params]
+            rebuilt = operand_structure.Rebuilt(
+                src, lvl, counts, roles, result, plan.statement.lhs.tensor
+            )
+            self._local.call = (fn, args, binding(plan).out_vals_at, slots, rebuilt)
         return result
 
     def _run_flat(

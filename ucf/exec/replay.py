@@ -6,7 +6,8 @@ extents, measuring statistics, choosing a plan and building the argument
 list then repeat work whose answer cannot have changed, and cost tens of
 microseconds against a kernel of a few. A call that bound every operand as it
 is (no conversion: a blocked kernel's split operands are then views of the
-user's arrays) and wrote a dense output in place is remembered per thread, the last
+user's arrays) and wrote a dense output in place, or a sparse output with an
+operand's structure (``ucf.exec.operand_structure``), is remembered per thread, the last
 ``REMEMBERED`` of them (ping-pong buffers alternate); a call replays one's
 argument list when each operand is the same object with the same shape, strides
 and dtype (a numpy array), or holds the same arrays in the same format (a
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ucf.exec import binding, recycled, scipy_operands
+from ucf.exec.operand_structure import Rebuilt
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor, trusted
 from ucf.toolchain.trampoline import Packed
@@ -74,7 +76,22 @@ def _values(arenas: dict, n: int, dtype: np.dtype, zero: bool) -> tuple[np.ndarr
             got = arena.take(n)
         return got
     vals = np.zeros(n, dtype=dtype) if zero else recycled.uninitialized((n,), dtype)
-    return vals, vals.ctypes.data
+    return vals, _address(vals)
+
+
+def _uninitialized(n: int, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """``n`` elements holding anything, and their address."""
+    return _values(_ARENAS.__dict__, n, dtype, False)
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of a new array's memory: that of a ctypes view of its buffer costs a
+    sixth of ``a.ctypes.data`` (0.25 against 1.5 µs); numpy's for an empty array, whose
+    buffer is too small to view."""
+    return ctypes.addressof(_BYTE.from_buffer(a)) if a.nbytes else a.ctypes.data
+
+
+_BYTE = ctypes.c_char
 
 
 #: Calls remembered per kernel and thread: enough for alternating buffers and an
@@ -240,7 +257,9 @@ class Probes:
 
 
 class Replay:
-    """A dense-output call's argument list, with the output's address left open."""
+    """A call's argument list, with the output's address left open: a dense output's
+    values, or a sparse output with an operand's structure (``sparse``: its positions,
+    coordinates and values, ``ucf.exec.operand_structure``)."""
 
     __slots__ = (
         "probes",
@@ -257,6 +276,7 @@ class Replay:
         "size",
         "dtype",
         "teams",
+        "sparse",
     )
 
     def __init__(
@@ -270,15 +290,20 @@ class Replay:
         zero: bool,
         teams: Any = None,
         free: frozenset[str] = frozenset(),
+        sparse: Rebuilt | None = None,
     ) -> None:
         """``call`` is the compiled function, its arguments and the output's index in
         them; ``built`` the plan the call ran (given back to ``k.cin`` on a replay);
         ``teams`` the team states (``ucf.toolchain.team.LoopStates``) whose shrinking to
         one thread makes a call run the plan for one thread instead (None: it keeps
         its plan, and a replay reads no team state); ``free`` the scipy operands whose
-        order the kernel does not rely on (see ``Probes``)."""
+        order the kernel does not rely on (see ``Probes``); ``sparse`` how a sparse
+        output is made again."""
         self.teams = teams
         self.probes = Probes(operands, out, threads, free)
+        self.sparse = sparse
+        if sparse is not None:
+            sparse.watch(self.probes.dead.append)
         self.fn, self.args, self.out_at = call
         self.packed, self.runs = None, 0
         self.built, self.zero = built, zero
@@ -291,25 +316,28 @@ class Replay:
     def run(self, out: np.ndarray | None) -> Tensor:
         """Call the function again, into ``out`` or into a new output, zeroed first unless
         the kernel writes every element."""
-        if out is None:
+        packed, sparse = self.packed, self.sparse
+        args = self.args if packed is None else packed.args
+        if sparse is not None:
+            result, address = sparse.output(args, _uninitialized, self.dtype)
+        elif out is None:
             vals, address = _values(_ARENAS.__dict__, self.size, self.dtype, self.zero)
         else:
             vals = out if self.probes.out_flat else out.reshape(-1)
             if self.zero:
                 vals.fill(0)
             address = self.probes.out_address
-        packed = self.packed
+        args[self.out_at] = address
         if packed is not None:
-            packed.args[self.out_at] = address
             packed.call(packed.address, packed.args_at)
         else:
-            args = self.args
-            args[self.out_at] = address
             self.fn(*args)
             self.runs += 1
             if self.runs == PACK_AFTER:
                 signature = [t is ctypes.c_void_p for t in self.fn.argtypes]
                 self.packed = Packed(self.fn, signature, args)
+        if sparse is not None:
+            return result
         return trusted(self.shape, self.format, [{} for _ in range(self.levels)], vals)
 
 

@@ -383,7 +383,7 @@ class Lowerer(
         sorts = any(wh.ws.sort_tmp for wh in self.wheres)
         helpers = [sort.sort_function()] if sorts else []
         one_pass = self._one_pass_note()
-        same = self.same_structure is not None
+        same = "" if self.same_structure is None else self.cin.slots[self.same_structure].name
         return Lowered(compute, assemble, helpers, self.local, self.integer_sums, one_pass, same)
 
     def zeroed(self, compute: ir.Function) -> tuple[ir.Function, tuple[str, ...]]:

@@ -176,9 +176,10 @@ class Lowered:
     # ``ucf.lower.product_bound``): its values need no zeroing before the call. The
     # text says what bounds it ("": two passes, the first counting).
     one_pass: str = ""
-    # The output has an operand's structure, position for position
-    # (``AssemblyMixin._same_structure``): the compute pass stores every value.
-    same_structure: bool = False
+    # The slot of the operand whose structure the output has, position for position
+    # (``AssemblyMixin._same_structure``; "" for none): the compute pass stores every
+    # value, and a call copies that operand's positions instead of counting them.
+    same_structure: str = ""
 
 
 @dataclass
