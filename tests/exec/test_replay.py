@@ -28,20 +28,6 @@ def case():
     return k, m, A, x, z
 
 
-@pytest.fixture
-def replays(monkeypatch):
-    """How many calls were replayed."""
-    count = []
-    run = replay_module.Replay.run
-
-    def counting(self, out):
-        count.append(1)
-        return run(self, out)
-
-    monkeypatch.setattr(replay_module.Replay, "run", counting)
-    return count
-
-
 def test_in_place_updates_are_read_and_outputs_are_fresh(case, replays):
     k, m, A, x, z = case
     m0 = m.copy()  # A shares m's arrays

@@ -19,20 +19,6 @@ from ucf.exec import replay as replay_module
 CALLS = replay_module.PACK_AFTER + 3  # past the packed trampoline's start
 
 
-@pytest.fixture
-def replays(monkeypatch):
-    """How many calls were replayed."""
-    count = []
-    run = replay_module.Replay.run
-
-    def counting(self, out):
-        count.append(1)
-        return run(self, out)
-
-    monkeypatch.setattr(replay_module.Replay, "run", counting)
-    return count
-
-
 def _matrix(rows: int, cols: int, seed: int, layout: str = "csr") -> sp.spmatrix:
     """A random matrix with an empty first, second and last row and stored zeros."""
     m = sp.random(rows, cols, density=0.2, format="lil", random_state=seed)

@@ -37,6 +37,31 @@ def skewed(rng, block: int, dtype) -> np.ndarray:
     return (mask * rng.standard_normal(mask.shape)).astype(dtype)
 
 
+def _on_two_threads(formats, dtype, operands, want, note: str, skip_unless=None) -> None:
+    """40 calls of each parallel schedule on llvm and c, two threads on the whole team,
+    each bit for bit ``want``; every kernel says ``note`` in its cin and claims panels
+    with an atomic add. ``skip_unless(k)`` says whether this CPU builds what is tested."""
+    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
+    try:
+        ucf.set_num_threads(2)
+        for target in ("llvm", "c"):
+            for schedule in PARALLEL:
+                k = ucf.compile(
+                    SPMM, formats=formats, dtype=dtype, schedule=schedule, target=target
+                )
+                if skip_unless is not None and not skip_unless(k):
+                    pytest.skip("no 8-bit words on this CPU (AVX2)")
+                assert note in k.cin
+                assert any(isinstance(n, ir.FetchAdd) for n in nodes(k.llir))
+                for _ in range(40):
+                    np.testing.assert_array_equal(k(**operands).to_numpy(), want)
+    finally:
+        jit.set_whole_team(fixed)
+        jit._threads.pop("requested", None)
+        if old is not None:
+            ucf.set_num_threads(old)
+
+
 @needs_cc
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_two_threads_share_the_panels_bit_for_bit(dtype):
@@ -46,26 +71,11 @@ def test_two_threads_share_the_panels_bit_for_bit(dtype):
     a = skewed(rng, block, dtype)
     b = rng.standard_normal((a.shape[1], 200)).astype(dtype)
     t = ucf.from_numpy(a, format=fmt)
-    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
-    try:
-        ucf.set_num_threads(1)
-        one = ucf.compile(SPMM, formats={"A": fmt}, dtype=dtype, schedule=SERIAL)
-        want = one(A=t, B=b).to_numpy()
-        ucf.set_num_threads(2)
-        for target in ("llvm", "c"):
-            for schedule in PARALLEL:
-                k = ucf.compile(
-                    SPMM, formats={"A": fmt}, dtype=dtype, schedule=schedule, target=target
-                )
-                assert "packed once per call and team for each k_blk" in k.cin
-                assert any(isinstance(n, ir.FetchAdd) for n in nodes(k.llir))
-                for _ in range(40):
-                    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
-    finally:
-        jit.set_whole_team(fixed)
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    ucf.set_num_threads(1)  # conftest restores the count
+    want = ucf.compile(SPMM, formats={"A": fmt}, dtype=dtype, schedule=SERIAL)(A=t, B=b)
+    want = want.to_numpy()
+    note = "packed once per call and team for each k_blk"
+    _on_two_threads({"A": fmt}, dtype, {"A": t, "B": b}, want, note)
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
@@ -85,25 +95,12 @@ def test_two_threads_share_the_8bit_words_bit_for_bit(b_type):
     want = a.astype(np.int64) @ b.astype(np.int64)
     formats = {"A": fmt, "B": f"dense@{b_type}"}
     t = ucf.from_numpy(a, format=fmt)
-    old, fixed = jit._threads.get("requested"), jit.set_whole_team(True)
-    try:
-        ucf.set_num_threads(2)
-        for target in ("llvm", "c"):
-            for schedule in PARALLEL:
-                k = ucf.compile(
-                    SPMM, formats=formats, dtype="int32", schedule=schedule, target=target
-                )
-                if not any(isinstance(n, ir.PairDot | ir.QuadDot) for n in nodes(k.llir)):
-                    pytest.skip("no 8-bit words on this CPU (AVX2)")
-                assert "once per call and team (where the words exceed" in k.cin
-                assert any(isinstance(n, ir.FetchAdd) for n in nodes(k.llir))
-                for _ in range(40):
-                    np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
-    finally:
-        jit.set_whole_team(fixed)
-        jit._threads.pop("requested", None)
-        if old is not None:
-            ucf.set_num_threads(old)
+    note = "once per call and team (where the words exceed"
+
+    def words(k) -> bool:
+        return any(isinstance(n, ir.PairDot | ir.QuadDot) for n in nodes(k.llir))
+
+    _on_two_threads(formats, "int32", {"A": t, "B": b}, want, note, words)
 
 
 def _wait_loop(source: str, start: str, end: str) -> str:
