@@ -106,7 +106,7 @@ def plan(
     gathered = [g for c in commands if isinstance(c, PrecomputeCommand) for g in c.gathered]
     base = front.concretized(workspace=_precomputes(commands), gathered=gathered)
     module = None
-    fixed = _static_views(front, static or {}, target)
+    fixed = _static_views(front, static or {}, target, vt)
     if target == "cuda":
         cin, lowered, module = _cuda_schedule(
             base, commands, schedule is None, requested, fmts, vt, it, front.shown
@@ -214,7 +214,7 @@ def plan(
     )
 
 
-def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[str, Any]:
+def _static_views(front: _Front, static: dict[str, Any], target: str, vt: str) -> dict[str, Any]:
     """The static operands as the kernel's statement reads them: in a blocked kernel,
     in the split shape, as a call passes them (``ucf.cin.split_operands``: a blocked
     one on its own arrays, a plain one over a blocked variable re-packed)."""
@@ -225,7 +225,8 @@ def _static_views(front: _Front, static: dict[str, Any], target: str) -> dict[st
         return dict(static)
     with warnings.catch_warnings():  # a re-packed operand warns on every call instead
         warnings.simplefilter("ignore", ConversionWarning)
-        return split_operands(b, static)
+        dtype = np.dtype(next(n for n, t in ir.NUMPY_TO_IR.items() if t == vt))
+        return split_operands(b, static, dtype)
 
 
 def _dismantled(

@@ -221,3 +221,26 @@ def test_quantized_matrix_and_its_transpose_read_the_same_numbers(fmt, target):
         k = ucf.compile("y(i) = A(i,j) * x(j) - A(j,i) * z(j)", {"A": fmt}, target=target)
         got = k(A=t, x=x, z=z).to_numpy()
     np.testing.assert_allclose(got, stored @ x - stored.T @ z, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_quantized_transpose_in_a_float32_kernel_reads_float32(target):
+    """In a float32 kernel the re-packed read is dequantized to float32 (the rounding of
+    the product the kernel's own reads compute): no float64 copy for the call to warn
+    about and round again."""
+    rng = np.random.default_rng(12)
+    a = rand_sparse(rng, (6, 6), 0.6, high=5) * rng.random((6, 6))
+    x, z = rng.random(6).astype(np.float32), rng.random(6).astype(np.float32)
+    t = ucf.from_numpy(a, format="bcsr(1,2)@qint8:1")
+    stored = t.astype(np.float64).to_numpy()
+    k = ucf.compile(
+        "y(i) = A(i,j) * x(j) - A(j,i) * z(j)",
+        {"A": "bcsr(1,2)@qint8:1"},
+        dtype="float32",
+        target=target,
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = k(A=t, x=x, z=z).to_numpy()
+    assert not [w for w in seen if "float64 values" in str(w.message)], seen
+    np.testing.assert_allclose(got, stored @ x - stored.T @ z, rtol=1e-5)

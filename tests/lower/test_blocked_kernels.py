@@ -312,9 +312,9 @@ def test_a_dense_operand_is_reshaped_in_place_when_the_blocks_divide_it():
     x = ucf.from_numpy(np.arange(12.0))
     k = ucf.compile("y(i) = A(i,k)*x(k)", formats={"A": "bcsr(2,3)"})
     b = k._plan.blocking
-    assert np.shares_memory(split_operand(b, "x", x).vals, x.vals)
+    assert np.shares_memory(split_operand(b, "x", x, np.dtype(np.float64)).vals, x.vals)
     odd = ucf.from_numpy(np.arange(11.0))
-    padded = split_operand(b, "x", odd)
+    padded = split_operand(b, "x", odd, np.dtype(np.float64))
     assert padded.shape == (4, 3) and not np.shares_memory(padded.vals, odd.vals)
     np.testing.assert_array_equal(padded.to_numpy().ravel(), [*range(11), 0])
 

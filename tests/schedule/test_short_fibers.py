@@ -6,6 +6,8 @@ for each rule, both ways, then calls whose ``k.cin`` says why."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -16,6 +18,7 @@ from ucf.format.format import parse_format
 from ucf.schedule.cpu_model import Stats
 
 TTV = "A(i,j) = B(i,j,k) * c(k)"
+DTYPES = ("float32", "float64")
 SPMV = "y(i) = A(i,j) * x(j)"
 
 
@@ -93,16 +96,36 @@ def test_calls_say_why(present, mean, chosen):
 
 
 def test_float32_call_counts_four_bytes():
-    """SpMV in float32 with x of 48k: 192 KB gathered, branch-free (float64: 384 KB, not)."""
+    """SpMV in float32 with x of 48k: 192 KB gathered, branch-free (float64: 384 KB, not),
+    whichever dtype x is given in."""
     rng = np.random.default_rng(1)
     rows, cols = 150_000, 48_000
     m = sp.random(rows, cols, density=2 / cols, format="csr", random_state=rng)
-    for dtype, chosen in (("float32", True), ("float64", False)):
-        a, x = m.astype(dtype), rng.standard_normal(cols).astype(dtype)
+    # x given in the other dtype: the kernel casts it, and reads the kernel's bytes
+    cases = [(d, given, d == "float32") for d in ("float32", "float64") for given in DTYPES]
+    for dtype, given, chosen in cases:
+        a, x = m.astype(dtype), rng.standard_normal(cols).astype(given)
         k = ucf.compile(SPMV, formats={"A": "csr"}, dtype=dtype)
         got = k(A=ucf.from_scipy(a), x=x).to_numpy()
         tol = 1e-5 if dtype == "float32" else 1e-12
-        np.testing.assert_allclose(got, a.astype(np.float64) @ x, rtol=tol, atol=tol)
+        want = a.astype(np.float64) @ x.astype(dtype).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
         assert ("branchless" in k.schedule_used) is chosen, k.cin
         if chosen:
             assert f"takes {4 * cols} bytes" in k.cin, k.cin
+
+
+def test_a_converted_operand_counts_the_fibers_the_kernel_walks():
+    """A CSR kernel given A as CSC walks a CSR copy of rows of 2 entries: branch-free
+    as for A given CSR (counting the CSC's 40 columns of 7500 entries had refused it)."""
+    rng = np.random.default_rng(1)
+    m = sp.random(150_000, 40, density=2 / 40, format="csr", random_state=rng)
+    x = rng.standard_normal(40)
+    for given in ("csr", "csc"):
+        k = ucf.compile(SPMV, formats={"A": "csr"})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ucf.ConversionWarning)
+            got = k(A=ucf.from_scipy(m.asformat(given)), x=x).to_numpy()
+        np.testing.assert_allclose(got, m @ x, rtol=1e-12, atol=1e-12)
+        assert "branchless" in k.schedule_used, (given, k.cin)
+        assert "hold 2.0 entries" in k.cin, k.cin

@@ -20,18 +20,19 @@ from ucf.format.quantize import split_held
 from ucf.format.tensor import Tensor, from_coo, trusted
 
 
-def split_operands(b: Blocking, given: dict[str, Tensor]) -> dict[str, Tensor]:
+def split_operands(b: Blocking, given: dict[str, Tensor], dtype: np.dtype) -> dict[str, Tensor]:
     """The split statement's operands: each view of each tensor in ``given`` (the
-    user's, by name) cut in its own split."""
+    user's, by name) cut in its own split, for a kernel computing in ``dtype``."""
     return {
-        view: split_operand(b, view, given[tensor])
+        view: split_operand(b, view, given[tensor], dtype)
         for view, tensor in b.sources.items()
         if tensor in given
     }
 
 
-def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
-    """``t``, the user's tensor that the view ``name`` reads, in the view's split shape."""
+def split_operand(b: Blocking, name: str, t: Tensor, dtype: np.dtype) -> Tensor:
+    """``t``, the user's tensor that the view ``name`` reads, in the view's split shape,
+    for a kernel computing in ``dtype``."""
     blocks = b.modes[name]
     if not any(blocks):
         return t
@@ -52,13 +53,15 @@ def split_operand(b: Blocking, name: str, t: Tensor) -> Tensor:
         split.scales = t.scales
         return split
     if not t.plain and b.formats[name].values is None:
-        # Read dequantized, each number the exact product of its integer and float32
-        # scale (float64 holds it): a kernel computes that product from the quantized
-        # values in its own precision, so its other reads of t see the same numbers,
-        # where a float32 copy rounded them (issue 38's red-team, fuzz seed 114).
-        return split_operand(b, name, t.astype(np.float64))
+        # Read dequantized, each number the product of its integer and scale in the
+        # kernel's precision, as the kernel computes it from the quantized values of its
+        # other reads of t: a float32 copy rounded what a float64 kernel holds exactly
+        # (fuzz seeds 114 and 115).
+        exact = dtype if dtype == np.float64 else t.dtype
+        return split_operand(b, name, t.astype(exact), dtype)
     if not t.plain:  # its numbers split, held again as they were
-        return split_held(t, b.formats[name], split_operand(b, name, t.astype(t.dtype)), name)
+        split = split_operand(b, name, t.astype(t.dtype), dtype)
+        return split_held(t, b.formats[name], split, name)
     if t.format.is_dense:
         pad = [(0, -n % blk if blk else 0) for n, blk in zip(t.shape, blocks, strict=True)]
         dense = np.asarray(t)  # a view of a row-major tensor's values, else a copy

@@ -29,7 +29,7 @@ def run(
 ) -> Tensor:
     """``call`` (the kernel's own run) on the split operands, output joined back."""
     b: Blocking = plan.blocking
-    split = split_operands(b, given)
+    split = split_operands(b, given, dtype)
     name = plan.statement.lhs.tensor
     shape = tuple(extents[idx.single_variable] for idx in plan.statement.lhs.indices)
     target = None
@@ -46,7 +46,7 @@ def run(
         # An output no block splits (a scalar) is the user's array itself.
         if any(b.modes[name]):
             whole = Tensor.from_numpy(np.ascontiguousarray(dense))
-            out = np.asarray(split_operand(b, name, whole))
+            out = np.asarray(split_operand(b, name, whole, dtype))
         else:  # (np.ascontiguousarray would make a 0-d array 1-d)
             out = dense if dense.flags.c_contiguous else np.ascontiguousarray(dense)
     result = call(split, b.split_extents(extents), out)

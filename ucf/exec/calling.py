@@ -238,8 +238,7 @@ class Calling:
             counted = self._allocate_sparse(out_shape, counts)
             self._invoke(plan.assemble, extents, slots, counted, counts=counts)
             pos = counted.levels[plan.local_level]["pos"]
-            # an operand's structure: the compute pass stores every value
-            result = self._allocate_sparse(out_shape, counts, zeroed=not plan.same_structure)
+            result = self._allocate_sparse(out_shape, counts)
             result.levels[plan.local_level]["pos"] = pos
         self._invoke(plan.compute, extents, slots, result, counts=counts)
         result = trimmed(result)

@@ -270,7 +270,7 @@ class Kernel(Calling):
         plan a remembered call already asked the team states for (a second ask would
         count the call twice, and could answer otherwise)."""
         threads = num_threads()
-        st = stats.measure(given, extents)
+        st = stats.measure(given, extents, self._formats, self.dtype)
         built = self._chosen(st, threads)
         teams = self._watched(built, threads)
         plan = 0 if teams is None else teams.plan() if asked is None else asked
@@ -572,7 +572,7 @@ class _PerThread(threading.local):
     built: _Built | None = None
     stats: tuple | None = None  # the last call's operand statistics and thread count
     replays: tuple[Replay | FlatReplay, ...] = ()
-    call: tuple | None = None  # the last dense call: function, arguments, output at, slots
+    call: tuple | None = None  # the last call: function, arguments, output at, slots, rebuilt
     raced: tuple | None = None  # a raced call's team states, plan and start (ns)
 
 

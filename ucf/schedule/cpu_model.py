@@ -106,8 +106,8 @@ class Stats:
     one thread over the mean share (``ucf.schedule.stats.segments``). ``fibers``: per
     sparse operand whose last level is segmented, its segments (the fibers a loop over
     that level visits, empty ones included where a level above is dense, none that
-    is not stored); ``itemsize``: per operand, the bytes of one stored value as called
-    (``ucf.schedule.short_fibers`` reads both)."""
+    is not stored) where the kernel reads it as stored; ``itemsize``: per operand, the
+    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)

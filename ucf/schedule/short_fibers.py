@@ -77,7 +77,7 @@ def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command]
     """``branchless(v, WIDTH)`` for the innermost loop ``v`` of ``order`` where it sums
     (``v`` is not an output variable) over a compressed level of one sparse operand
     whose fibers are short, and every dense operand read at ``v`` is small (its
-    values' bytes as called); with the reason. Nothing without a call's ``Stats``."""
+    values' bytes as the kernel reads them); with the reason. Nothing without a call's ``Stats``."""
     if stats is None or not order:
         return [], []
     v = order[-1]

@@ -9,9 +9,11 @@ not read it again.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 
 import numpy as np
 
+from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.schedule.cpu_model import MAX_SHARES, Stats
 
@@ -20,19 +22,34 @@ from ucf.schedule.cpu_model import MAX_SHARES, Stats
 _SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
 
 
-def measure(given: dict[str, Tensor], extents: dict[str, int]) -> Stats:
+def measure(
+    given: dict[str, Tensor],
+    extents: dict[str, int],
+    formats: Mapping[str, Format],
+    dtype: np.dtype,
+) -> Stats:
     """Extents per variable, per sparse operand its stored entries, spread, imbalance
     and the segments of its last level, and per operand the bytes of a value (all
-    read off the arrays' sizes but the spread and imbalance)."""
+    read off the arrays' sizes but the spread and imbalance), for a kernel declaring
+    ``formats`` and computing in ``dtype``.
+
+    The segments only of an operand the kernel reads as stored (a converted copy has
+    other fibers), and a value's bytes as the kernel reads it: a stored value type's
+    (``csr@float16``), else the kernel's, to which plain values are cast."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
     filled = {n: segments(t) for n, t in sparse.items()}
+    as_stored = {
+        n: t
+        for n, t in sparse.items()
+        if n in formats and formats[n].structure == t.format.structure and "pos" in t.levels[-1]
+    }
     return Stats(
         dict(extents),
         {n: int(t.vals.size) for n, t in sparse.items()},
         {n: spread for n, (spread, _) in filled.items()},
         {n: shares for n, (_, shares) in filled.items() if shares},
-        {n: t.levels[-1]["pos"].size - 1 for n, t in sparse.items() if "pos" in t.levels[-1]},
-        {n: t.vals.itemsize for n, t in given.items()},
+        {n: t.levels[-1]["pos"].size - 1 for n, t in as_stored.items()},
+        {n: t.vals.itemsize if t.format.values else dtype.itemsize for n, t in given.items()},
     )
 
 
