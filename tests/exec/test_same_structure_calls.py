@@ -160,3 +160,16 @@ def test_an_order_broken_in_place_is_packed_as_on_a_first_call(replays):
     m.sort_indices()
     k(A=m), k(A=m)
     assert len(replays) == 3
+
+
+def test_out_and_plus_equals_into_a_sparse_output_say_which():
+    """``out=`` for a sparse output, and ``+=`` into one, are refused, each named as
+    written (``out=`` with a plain ``=`` had been called a '+=')."""
+    m = sp.random(5, 5, density=0.4, format="csr", random_state=0)
+    k = ucf.compile("C(i,j) = 2*A(i,j)", {"A": "csr", "C": "csr"})
+    with pytest.raises(ucf.OperandError, match=r"out= is not supported") as e:
+        k(A=m, out=np.zeros((5, 5)))
+    assert "+=" not in str(e.value)
+    k = ucf.compile("C(i,j) += A(i,j)", {"A": "csr", "C": "csr"})
+    with pytest.raises(ucf.OperandError, match=r"'\+=' into it is not supported"):
+        k(A=m)

@@ -223,10 +223,13 @@ class Calling:
                 self._local.call = (fn, args, b.out_vals_at, slots, None)
             return result
         if out is not None or stmt.op == "+=":
-            raise OperandError(
-                f"output {outname} is sparse ('{plan.output_format}'); '+=' into a given "
-                "sparse output is not supported, write the sum as an expression instead"
+            why = (
+                "'+=' into it is not supported; write the sum as an expression instead"
+                if stmt.op == "+="
+                else "out= is not supported, since its arrays are sized for each call; "
+                "use the returned tensor"
             )
+            raise OperandError(f"output {outname} is sparse ('{plan.output_format}'): {why}")
         counts = np.zeros(plan.computed_format.order, dtype=np.int64)
         if plan.same_structure:  # no pass counts what an operand's positions say
             return self._same_structure(plan, extents, slots, out_shape, counts)
