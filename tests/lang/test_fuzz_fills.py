@@ -118,3 +118,34 @@ def test_fuzz_default_model_parallel_choices(case):
 @given(cases(("c",)))
 def test_fuzz_c(case):
     check(case)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize(
+    ("term", "fa", "fb"),
+    [("2*A(i) + B(i)", -INF, INF), ("2*A(i) + B(i)", INF, -INF), ("A(i) - B(i)", -INF, -INF)],
+)
+def test_two_fills_that_absorb_into_different_values(target, op, term, fa, fb):
+    """Where one operand alone is stored, the other's fill decides the term, and may
+    differ from where neither is (``2*A + B`` with fills -inf and inf: +inf where A alone
+    is stored, -inf where neither is). Those coordinates must be visited: the loop had
+    walked the intersection and returned -inf where numpy's max is inf (found by the
+    hypothesis fuzz above in a CI run)."""
+    rng = np.random.default_rng(40)
+    fmts = {"A": f"C:0 fill={fa}", "B": f"C:0 fill={fb}"}
+    k = ucf.compile(f"X = {op}(i, {term})", fmts, target=target)
+    tested = 0
+    for _ in range(60):
+        n = int(rng.integers(1, 7))
+        a = np.where(rng.random(n) < 0.5, rng.integers(-5, 6, n).astype(float), fa)
+        b = np.where(rng.random(n) < 0.5, rng.integers(-5, 6, n).astype(float), fb)
+        with np.errstate(invalid="ignore"):
+            terms = 2 * a + b if term.startswith("2") else a - b
+        if np.isnan(terms).any():  # IEEE's NaN: the structural rule decides there
+            continue
+        tested += 1
+        ops = {"A": ucf.from_numpy(a, format=fmts["A"]), "B": ucf.from_numpy(b, format=fmts["B"])}
+        got = float(k(**ops).to_numpy())
+        assert got == getattr(np, op)(terms), (a, b, got)
+    assert tested >= 10

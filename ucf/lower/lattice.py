@@ -296,13 +296,25 @@ def _binary(op: str, left, right) -> tuple[list[Point], float | None]:
     their points), and where one alone does unless the other's background absorbs
     ``op`` (0 in a product drops the other side's points, -inf in a sum does too)."""
     (lp, a), (rp, b) = left, right
+    value = algebra.binary(op, a, b)
+    alone_left, alone_right = _alone(op, a, b, value)
     both = [Point(x.iters | y.iters, x.full and y.full) for x in lp for y in rp]
-    points = both + ([] if algebra.absorbing(op, b) else lp)
-    points += [] if algebra.absorbing(op, a) else rp
+    points = both + (lp if alone_left else []) + (rp if alone_right else [])
     if op == "/":
         points = lp  # the divisor is never absent: sparse divisors are refused
-    value = algebra.binary(op, a, b)
     return _varying(points, value), value
+
+
+def _alone(op: str, a: float | None, b: float | None, value: float | None) -> tuple[bool, bool]:
+    """Whether ``left op right`` must be visited where the left side alone differs from
+    its background ``a``, and where the right alone does from ``b``. Not where the
+    absent side's background absorbs ``op`` into the result's background ``value``. Two
+    absorbing backgrounds may disagree: in ``2*A + B`` with A ``fill=-inf`` and B
+    ``fill=inf`` the background is -inf (the left decides), but where A alone is
+    stored the sum is +inf, which a max must see (tests/lang/test_fuzz_fills.py)."""
+    left = not (algebra.absorbing(op, b) and algebra.binary(op, None, b) == value)
+    right = not (algebra.absorbing(op, a) and algebra.binary(op, a, None) == value)
+    return left, right
 
 
 def walk(t: Term):
@@ -397,9 +409,10 @@ def _binary_differs(op: str, left, right) -> tuple[ir.Expr | bool, float | None]
     if op == "/":
         return dl, value
     result = _both(dl, dr)
-    if not algebra.absorbing(op, b):
+    alone_left, alone_right = _alone(op, a, b, value)
+    if alone_left:
         result = _either(result, dl)
-    if not algebra.absorbing(op, a):
+    if alone_right:
         result = _either(result, dr)
     return result, value
 
