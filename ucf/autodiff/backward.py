@@ -271,10 +271,13 @@ class Backward:
             shapes = {v: extent(s) for v, s in d.extents} if d.extents else None
             result = kernel(shapes=shapes, **args)
         if d.pattern is None or wrt in self.dynamic:
-            if self.relaid(wrt) is None:
+            if wrt in self.dynamic:
                 return result
-            # Written in scattered_last's order: one transposing copy into the declared one.
             declared = self.formats[wrt]
+            if result.format.mode_order == declared.mode_order:
+                return result
+            # Written in scattered_last's order (``relaid``): one transposing copy into
+            # the declared one.
             vals = np.ascontiguousarray(np.asarray(result).transpose(declared.mode_order))
             return trusted(result.shape, declared, [{} for _ in result.shape], vals.reshape(-1))
         return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)

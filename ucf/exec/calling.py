@@ -262,7 +262,8 @@ class Calling:
         its positions copied from the operand's, the compute pass alone run, nothing to
         trim; remembered for a replay where it is the format the user asked for."""
         lvl = plan.local_level
-        pos = operand_structure.positions(slots[plan.same_structure].levels[lvl]["pos"])
+        src = slots[plan.same_structure].levels[lvl]["pos"]
+        pos = operand_structure.positions(src)
         counts[lvl] = pos[-1]
         result = self._allocate_sparse(shape, counts, zeroed=False)
         result.levels[lvl]["pos"] = pos
@@ -271,7 +272,6 @@ class Calling:
             # the entries it computed, zeros too, as a CSR output keeps them
             return result.convert(plan.output_format, keep_zeros=True)
         if self.target != "cuda" and operand_structure.rebuilds(result):
-            src = slots[plan.same_structure].levels[lvl]["pos"]
             roles = [p.role for p in plan.compute.params]
             rebuilt = operand_structure.Rebuilt(
                 src, lvl, counts, roles, result, plan.statement.lhs.tensor

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ucf.cin.blocking import Blocking
-from ucf.errors import ScheduleError, UcfError
+from ucf.errors import ScheduleError
 from ucf.lang.ast import Statement, accesses
 from ucf.schedule.commands import (
     Arrange,
@@ -138,12 +138,10 @@ def _check_producer_reorder(cmd: Reorder, pc: PrecomputeCommand, stmt: Statement
     rest of the statement runs too, with the spellings that say either meaning."""
     if pc.wvar == pc.var or pc.wvar not in cmd.order:
         return
-    from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
-
-    try:
-        own = Counter(str(a) for a in accesses(parse_statement(f"w__ = {pc.expr}").rhs))
-    except UcfError:
+    read = pc.read()
+    if read is None:
         return  # the precompute's own check says why
+    own = Counter(str(a) for a in read)
     rest = []
     for a in (stmt.lhs, *accesses(stmt.rhs)):
         if own[str(a)] > 0:

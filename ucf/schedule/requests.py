@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ucf.cin.invariance import check_condense
 from ucf.errors import ScheduleError, UcfError, UnsupportedError
-from ucf.lang.ast import Statement, accesses
+from ucf.lang.ast import Access, Statement, accesses
 from ucf.schedule.provenance import Relation
 from ucf.schedule.records import Dismantle, Parallel, Precompute
 
@@ -124,15 +124,22 @@ class PrecomputeCommand(Command):
         as the loop order sees them before the schedule is applied
         (``ucf.cin.concretize``); none where the expression does not parse (``check``
         says why)."""
+        read = self.read()
+        if read is None:
+            return ()
+        texts = frozenset(str(a) for a in read)
+        return tuple((texts, v) for v in (self.var, *self.more))
+
+    def read(self) -> tuple[Access, ...] | None:
+        """The expression's accesses, in order (repeats too), before the schedule is
+        applied; None where it does not parse (``check`` says why)."""
         from ucf.lang.parser import parse_statement  # lark: not on a cached kernel's path
 
         at = ",".join((self.var, *self.more))
         try:
-            statement = parse_statement(f"w__({at}) = {self.expr}")
+            return tuple(accesses(parse_statement(f"w__({at}) = {self.expr}").rhs))
         except UcfError:
-            return ()
-        texts = frozenset(str(a) for a in accesses(statement.rhs))
-        return tuple((texts, v) for v in (self.var, *self.more))
+            return None
 
 
 def _names(arg: str, shown: str) -> list[str]:
