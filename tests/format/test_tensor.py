@@ -10,10 +10,11 @@ import pytest
 import scipy.sparse as sp
 
 from ucf.errors import FormatError, OperandError, ShapeError, UcfError
+from ucf.format.construction import from_coo, from_numpy, zeros
 from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
 from ucf.format.scipy_layouts import from_scipy
-from ucf.format.tensor import Tensor, from_coo, from_numpy, zeros
+from ucf.format.tensor import Tensor
 
 VALUE_DTYPES = [np.float64, np.float32, np.int64, np.int32]
 

@@ -36,11 +36,12 @@ from ucf.exec.binding import (
 )
 from ucf.exec.replay import REMEMBERED, FlatReplay, Replay, replayable
 from ucf.exec.shapes import bound_extents, check_orders, plain_extents
+from ucf.format.construction import trusted
 from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.quantize import check_sums, held_operand
 from ucf.format.relayout import relaid, relayable
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.format.values import VALUE_DTYPES, check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
