@@ -12,7 +12,7 @@ import pytest
 import ucf
 from tests.helpers import CC
 from ucf.codegen import c as cgen
-from ucf.exec.calling import trimmed
+from ucf.exec.outputs import trimmed
 
 CTYPE = {"i32": "int32_t", "i64": "int64_t", "f64": "double", "f32": "float"}
 CTYPE |= {"i8": "int8_t", "u8": "uint8_t", "f16": "_Float16"}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import ucf
 from ucf import pipeline
 from ucf.exec.kernel import Kernel, forget_loaded
-from ucf.format import tensor
+from ucf.format import construction
 
 A = sp.random(12, 9, density=0.3, format="csr", random_state=0)
 X = np.arange(9.0)
@@ -48,7 +48,7 @@ def test_a_bug_while_calling_names_the_statement(monkeypatch):
 
 
 def test_a_bug_in_packing_is_internal(monkeypatch):
-    monkeypatch.setattr(tensor, "pack", boom)
+    monkeypatch.setattr(construction, "pack", boom)
     with pytest.raises(ucf.InternalError, match="from_numpy.*format='csr'"):
         ucf.from_numpy(np.eye(3), format="csr")
 

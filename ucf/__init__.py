@@ -33,12 +33,13 @@ if TYPE_CHECKING:  # what _LAZY provides, for type checkers and editors
     from ucf.autodiff import gradients
     from ucf.cin.invariance import condensable, invariance
     from ucf.exec.kernel import Kernel
+    from ucf.format.construction import from_coo, from_dlpack, from_numpy
     from ucf.format.format import Format, parse_format
     from ucf.format.io import read, write
     from ucf.format.pictures import show
     from ucf.format.quantize import quantize
     from ucf.format.scipy_layouts import from_scipy
-    from ucf.format.tensor import Tensor, from_coo, from_dlpack, from_numpy
+    from ucf.format.tensor import Tensor
     from ucf.format.torch_layouts import from_torch
     from ucf.nn.attention import attention
     from ucf.schedule import Schedule
@@ -62,9 +63,9 @@ _LAZY = {
     "quantize": "ucf.format.quantize",
     "from_scipy": "ucf.format.scipy_layouts",
     "Tensor": "ucf.format.tensor",
-    "from_coo": "ucf.format.tensor",
-    "from_dlpack": "ucf.format.tensor",
-    "from_numpy": "ucf.format.tensor",
+    "from_coo": "ucf.format.construction",
+    "from_dlpack": "ucf.format.construction",
+    "from_numpy": "ucf.format.construction",
     "from_torch": "ucf.format.torch_layouts",
     "Schedule": "ucf.schedule",
     "invariance": "ucf.cin.invariance",

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import OperandError, ShapeError, UcfError, UnsupportedError, boundary
+from ucf.format.construction import from_coo
 from ucf.format.format import parse_format
 from ucf.format.interop import as_tensor
-from ucf.format.tensor import Tensor, from_coo
+from ucf.format.tensor import Tensor
 from ucf.format.values import value_dtype
 from ucf.lang.ast import Sum, accesses
 from ucf.lang.parser import parse_statement

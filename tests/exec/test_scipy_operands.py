@@ -268,12 +268,12 @@ def test_an_output_of_the_operands_structure_stores_every_value(target, monkeypa
     explicit zeros of A's included (the call's unzeroed arrays start as NaN here)."""
     from types import SimpleNamespace
 
-    from ucf.exec import calling
+    from ucf.exec import outputs
 
     def garbage(shape, dtype=float):
         return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype=dtype)
 
-    monkeypatch.setattr(calling, "np", SimpleNamespace(**{**vars(np), "empty": garbage}))
+    monkeypatch.setattr(outputs, "np", SimpleNamespace(**{**vars(np), "empty": garbage}))
     n = 300
     a = sp.random(n, n, density=0.05, format="csr", random_state=3)
     a.data[::7] = 0.0  # stored zeros stay stored

@@ -10,7 +10,8 @@ import scipy.sparse as sp
 
 from ucf.errors import FormatError, OperandError, UcfError
 from ucf.format import io
-from ucf.format.tensor import Tensor, from_numpy
+from ucf.format.construction import from_numpy
+from ucf.format.tensor import Tensor
 
 
 def random_array(shape, density=0.4, seed=0, dtype=np.float64):

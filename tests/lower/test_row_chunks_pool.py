@@ -1,4 +1,4 @@
-"""One-pass outputs in pooled memory (``ucf.exec.recycled``, ``Calling._allocate_sparse``)
+"""One-pass outputs in pooled memory (``ucf.exec.recycled``, ``ucf.exec.outputs.sparse_output``)
 and the chunks' shares (``ucf.lower.row_chunks``: one block of chunks per thread, the
 moves in dynamic pieces).
 

@@ -163,7 +163,7 @@ def test_dynamic_operand_on_the_right_and_a_vector():
 def test_an_untiled_kernel_converts_a_scipy_operand_once(monkeypatch):
     """1 x 1 tiles need no split: the operands checked for their extents go on to the
     kernel as they are, so a scipy B becomes a Tensor once per call."""
-    from ucf.exec import calling
+    from ucf.exec import operand_intake
     from ucf.format import interop
 
     rng = np.random.default_rng(11)
@@ -179,7 +179,7 @@ def test_an_untiled_kernel_converts_a_scipy_operand_once(monkeypatch):
         return as_tensor(value, *args, **kwargs)
 
     monkeypatch.setattr(interop, "as_tensor", counting)
-    monkeypatch.setattr(calling, "as_tensor", counting)
+    monkeypatch.setattr(operand_intake, "as_tensor", counting)
     np.testing.assert_allclose(np.asarray(kern(A=a, B=b)), a @ b.toarray())
     assert converted.count(True) == 1
 

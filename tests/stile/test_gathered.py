@@ -14,7 +14,7 @@ import ucf.stile.gathered
 from tests.asan import driver_under_asan
 from tests.helpers import tile_mask
 from ucf.stile import gather_step, kernels
-from ucf.stile.tile_index import _function as index_function
+from ucf.stile.index_kernel import _function as index_function
 
 MATMUL = "C(i,n) = A(i,k) * B(k,n)"
 #: test_dynamic checks 1x64 and 32x64 against numpy (the condensed kernels run there).

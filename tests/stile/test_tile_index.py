@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 import ucf
 from tests.asan import driver_under_asan
-from ucf.stile.tile_index import _function
+from ucf.stile.index_kernel import _function
 
 MATMUL = "C(m,n) = A(m,k)*B(k,n)"
 BATCH = "C(b,m,n) = A(b,m,k)*B(b,k,n)"

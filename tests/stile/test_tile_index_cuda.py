@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 import ucf
 from ucf.resources import runtime_dir
-from ucf.stile import tile_index
+from ucf.stile import tile_index_cuda
 from ucf.toolchain.cuda_build import EMULATION_FLAGS, nvcc_check, nvcc_path
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
@@ -122,7 +122,7 @@ def test_the_cuda_index_drives_an_spmm_against_numpy(target):
 
 def test_the_slot_claims_are_atomic_fetch_adds():
     """The generated text claims slots with the old value atomicAdd returns: no sort."""
-    source = tile_index.cuda_source("u8", "i32", 2)
+    source = tile_index_cuda.cuda_source("u8", "i32", 2)
     assert "int32_t slot = ucf_atomic_add(&next[" in source
     assert "int32_t old = ucf_atomic_add(&flags[" in source
     assert "sort" not in source
@@ -138,7 +138,7 @@ def test_the_slot_claims_are_atomic_fetch_adds():
     ],
 )
 def test_the_cuda_index_compiles_with_nvcc(mask_type, idx, order):
-    nvcc_check(tile_index.cuda_source(mask_type, idx, order), "sm_80")
+    nvcc_check(tile_index_cuda.cuda_source(mask_type, idx, order), "sm_80")
 
 
 def test_bad_input_gives_ucf_errors():
@@ -211,7 +211,9 @@ int main() {
         + "\n}\n"
     )
     src = tmp_path / "tile_index.cu"
-    src.write_text("\n".join(tile_index.cuda_source("u8", "i32", r) for r in (1, 2, 3)) + driver)
+    src.write_text(
+        "\n".join(tile_index_cuda.cuda_source("u8", "i32", r) for r in (1, 2, 3)) + driver
+    )
     exe = tmp_path / "stile"
     flags = [f for f in EMULATION_FLAGS if f not in ("-shared", "-fPIC", "-O2")]
     cmd = [cxx, *flags, "-g", "-O1", "-fsanitize=address", f"-I{runtime_dir()}"]

@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
-from ucf.exec.kernel import export_name
+from ucf.exec.inspection import export_name
 
 CC, CXX = shutil.which("cc"), shutil.which("g++")
 pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler")

@@ -26,9 +26,10 @@ import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
+from ucf.format.construction import trusted
 from ucf.format.format import Format
 from ucf.format.storage import foreign_type
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.lang.ast import Statement, accesses, index_variables
 
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from ucf.cin.blocking import Blocking
 from ucf.errors import ConversionWarning, warn_user
+from ucf.format.construction import from_coo, trusted
 from ucf.format.format import Format
 from ucf.format.quantize import split_held
-from ucf.format.tensor import Tensor, from_coo, trusted
+from ucf.format.tensor import Tensor
 
 
 def split_operands(b: Blocking, given: dict[str, Tensor], dtype: np.dtype) -> dict[str, Tensor]:

@@ -15,8 +15,9 @@ import numpy as np
 from ucf.cin.blocking import Blocking
 from ucf.cin.split_operands import same_levels, split_operand, split_operands
 from ucf.errors import OperandError
+from ucf.format.construction import from_coo, trusted
 from ucf.format.format import Format
-from ucf.format.tensor import Tensor, from_coo, trusted
+from ucf.format.tensor import Tensor
 
 
 def run(

@@ -4,13 +4,14 @@ and the compiled function invoked with its arguments, replaying the last call's
 argument list where the operands are the very same (``ucf.exec.replay``).
 
 ``Calling`` is part of :class:`ucf.exec.kernel.Kernel`; the building half (compiling,
-the cache, the default model's plans) is there.
+the cache, the default model's plans) is there. How an operand is taken as the user
+passed it, and what a call says about converting it, is ``ucf.exec.operand_intake``'s;
+the output's memory is ``ucf.exec.outputs``'.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,12 +19,7 @@ from typing import Any
 import numpy as np
 
 from ucf.codegen.kernel_plan import Plan
-from ucf.errors import (
-    ConversionWarning,
-    OperandError,
-    boundary,
-    warn_user,
-)
+from ucf.errors import OperandError, boundary
 from ucf.exec import blocked_call, operand_structure, padded_conv, recycled, scipy_operands
 from ucf.exec.binding import (
     arguments,
@@ -34,28 +30,20 @@ from ucf.exec.binding import (
     same_format,
     unknown_operand,
 )
+from ucf.exec.operand_intake import as_operand, warn_conversion
+from ucf.exec.outputs import dense_output, owned, sparse_output, trimmed
 from ucf.exec.replay import REMEMBERED, FlatReplay, Replay, replayable
 from ucf.exec.shapes import bound_extents, check_orders, plain_extents
+from ucf.format.construction import trusted
 from ucf.format.format import Format
-from ucf.format.interop import as_tensor
 from ucf.format.quantize import check_sums, held_operand
 from ucf.format.relayout import relaid, relayable
-from ucf.format.tensor import Tensor, trusted
-from ucf.format.values import VALUE_DTYPES, check_lossless
+from ucf.format.tensor import Tensor
+from ucf.format.values import check_lossless
 from ucf.ir import nodes as ir
 from ucf.lang.ast import accesses
 from ucf.toolchain.jit import apply_num_threads, num_threads
 from ucf.toolchain.team import SOLO, TIMED
-
-
-class _FortranArray(Tensor):
-    """A Fortran-ordered numpy operand as ``Calling._as_operand`` wraps it: dense storage
-    with its modes reversed. A kernel that reads it in another layout relays it as
-    silently as it copies any numpy array it cannot read as stored, where a Tensor the
-    user stored column-major is said to be converted (``_warn_conversion``). The
-    operand itself says so, in whichever thread calls: no per-call state does."""
-
-    __slots__ = ()
 
 
 class Calling:
@@ -111,7 +99,7 @@ class Calling:
             # A static operand is compared with the compiled one as it comes: canonical.
             t = None if self._statics else scipy_operands.bind(operands[n], n, falls)
             if t is None:
-                t = self._as_operand(operands[n], n)
+                t = as_operand(operands[n], n, self.dtype)
             else:
                 in_place.append(n)
             given[n] = t
@@ -206,7 +194,7 @@ class Calling:
                 slots[slot.name] = t  # already the kernel's format and dtypes
                 continue
             check_lossless(t.vals, held, slot.tensor)
-            self._warn_conversion(slot, t, held)
+            warn_conversion(slot, t, held, self.index_dtype, self._warned)
             if relayable(t.format, slot.format):  # a transposed copy, on the kernel's threads
                 buf = recycled.uninitialized(t.vals.shape, np.dtype(held))
                 vals = relaid(t.vals, t.shape, t.format, slot.format, held, num_threads(), buf)
@@ -217,7 +205,7 @@ class Calling:
         out_shape = tuple([extents[v] for v in b.out_vars])
         outname = stmt.lhs.tensor
         if b.dense_output:
-            result = self._dense_output(out, out_shape)
+            result = dense_output(plan, self.dtype, out, out_shape)
             fn, args = self._invoke(plan.compute, extents, slots, result)
             if self.target != "cuda":  # replayable: see __call__
                 self._local.call = (fn, args, b.out_vals_at, slots, None)
@@ -235,13 +223,15 @@ class Calling:
             return self._same_structure(plan, extents, slots, out_shape, counts)
         if plan.local_level is None:
             self._invoke(plan.assemble, extents, slots, None, counts=counts)
-            result = self._allocate_sparse(out_shape, counts, zeroed=not plan.one_pass)
+            result = sparse_output(
+                plan, self.dtype, self.index_dtype, out_shape, counts, zeroed=not plan.one_pass
+            )
         else:
             # The assemble pass turns its per-segment counts into the level's pos.
-            counted = self._allocate_sparse(out_shape, counts)
+            counted = sparse_output(plan, self.dtype, self.index_dtype, out_shape, counts)
             self._invoke(plan.assemble, extents, slots, counted, counts=counts)
             pos = counted.levels[plan.local_level]["pos"]
-            result = self._allocate_sparse(out_shape, counts)
+            result = sparse_output(plan, self.dtype, self.index_dtype, out_shape, counts)
             result.levels[plan.local_level]["pos"] = pos
         self._invoke(plan.compute, extents, slots, result, counts=counts)
         result = trimmed(result)
@@ -265,7 +255,7 @@ class Calling:
         src = slots[plan.same_structure].levels[lvl]["pos"]
         pos = operand_structure.positions(src)
         counts[lvl] = pos[-1]
-        result = self._allocate_sparse(shape, counts, zeroed=False)
+        result = sparse_output(plan, self.dtype, self.index_dtype, shape, counts, zeroed=False)
         result.levels[lvl]["pos"] = pos
         fn, args = self._invoke(plan.compute, extents, slots, result, counts=counts)
         if plan.output_format != plan.computed_format:
@@ -300,7 +290,7 @@ class Calling:
         computed = self._run(inner, flat.extents(extents), None)
         call, self._local.call = self._local.call, None
         shape = tuple(extents[i.single_variable] for i in flat.conv.stmt.lhs.indices)
-        result = self._dense_output(out, shape, self._static.compiled.plan)
+        result = dense_output(self._static.compiled.plan, self.dtype, out, shape)
         result.vals.reshape(shape)[...] = flat.crop(computed.vals, computed.shape, extents)
         if (
             operands is not None
@@ -332,82 +322,14 @@ class Calling:
         output's levels over ``t``'s modes, owning its arrays."""
         copied = plan.copied
         check_lossless(t.vals, self.dtype, copied.tensor)
-        self._warn_conversion(plan.cin.slots[0], t, self.dtype)
+        warn_conversion(plan.cin.slots[0], t, self.dtype, self.index_dtype, self._warned)
         c = t.convert(copied.format, index_dtype=self.index_dtype, dtype=self.dtype)
         mine = t.arrays
-        levels = [{k: _owned(a, mine) for k, a in lv.items()} for lv in c.levels]
+        levels = [{k: owned(a, mine) for k, a in lv.items()} for lv in c.levels]
         shape = tuple(extents[v] for v in out_vars)
         return Tensor(
-            shape, plan.output_format, levels, _owned(c.vals, mine), self.index_dtype, check=False
+            shape, plan.output_format, levels, owned(c.vals, mine), self.index_dtype, check=False
         )
-
-    def _warn_conversion(self, slot: Any, t: Tensor, held: np.dtype) -> None:
-        """Say once per kernel that an operand is converted on every call (no loop
-        order follows its format, or its format or index dtype differs from the
-        kernel's), or rounded (a narrower value dtype)."""
-        name, fmt = slot.tensor, slot.format
-        reasons, fixes = [], []
-        convert = (
-            f"convert it once beforehand, e.g. with ucf.from_numpy(..., format='{fmt.name}') "
-            f"or .convert('{fmt.name}')"
-        )
-        # A converted slot may read the operand's own format (a Fortran-ordered array read
-        # column-major); a Fortran-ordered array is copied as silently as C-order copies were.
-        moved = t.format.structure != fmt.structure and not isinstance(t, _FortranArray)
-        if moved and slot.name != slot.tensor:
-            reasons.append(
-                f"is read as '{fmt.name}', since the kernel's loop order does not follow its format"
-            )
-            fixes.append(convert)
-        elif moved:
-            reasons.append(f"is stored as '{t.format.name}' but the kernel reads '{fmt.name}'")
-            fixes.append(convert)
-        elif not fmt.is_dense and t.index_dtype != self.index_dtype:
-            reasons.append(f"has {t.index_dtype} indices but the kernel reads {self.index_dtype}")
-            fixes.append(
-                f"compile with index_dtype='{t.index_dtype}' to read them in place, or convert "
-                f"once with .convert(index_dtype='{self.index_dtype}')"
-            )
-        if not np.can_cast(t.dtype, held, "safe"):
-            reasons.append(f"has {t.dtype} values, rounded to the {held} the kernel reads")
-            fixes.append(f"pass {held} values, or compile with dtype='{t.dtype}'")
-        key = (name, *reasons)
-        if reasons and key not in self._warned:
-            self._warned.add(key)
-            warn_user(
-                f"ucf: operand {name} {' and '.join(reasons)}; it is converted on every "
-                f"call (to avoid the cost: {'; '.join(fixes)})",
-                ConversionWarning,
-            )
-
-    def _as_operand(self, value: Any, name: str) -> Tensor:
-        """Wrap a ready numpy array without validation: dense storage has no invariants.
-        A Tensor is taken as it is (``as_tensor`` would return it unchanged, slower). An
-        array of another value dtype than the kernel's (uint8 activations of an int32
-        kernel) is wrapped so too: ``as_tensor`` would keep its dtype as well.
-
-        A Fortran-ordered array is dense storage with its modes reversed, and is wrapped
-        so: a kernel reading that order reads it in place, and one reading another copies
-        it once (``relaid``), where a C-order copy first would be relaid a second time.
-        The copy is as silent as the C-order copy always was (``_FortranArray``)."""
-        if isinstance(value, Tensor):
-            return value
-        if (
-            isinstance(value, np.ndarray)
-            and (value.dtype == self.dtype or value.dtype in VALUE_DTYPES)
-            and value.ndim > 0
-        ):
-            shape = value.shape
-            if value.flags.c_contiguous:
-                vals = value if len(shape) == 1 else value.reshape(-1)
-                return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
-            if value.flags.f_contiguous:
-                reversed_modes = Format.dense(len(shape), range(len(shape) - 1, -1, -1))
-                vals = value.T.reshape(-1)
-                t = trusted(shape, reversed_modes, [{} for _ in shape], vals)
-                t.__class__ = _FortranArray  # said by the operand itself: _warn_conversion
-                return t
-        return as_tensor(value, name=name)
 
     def _extents(self, given: dict[str, Tensor], out: Any, shapes: Mapping[str, Any] | None):
         plan = self._plan
@@ -416,89 +338,6 @@ class Calling:
             if found is not None:
                 return found
         return bound_extents(plan.statement, plan.variables, given, out, shapes)
-
-    def _dense_output(self, out: Any, shape: tuple[int, ...], plan: Plan | None = None) -> Tensor:
-        plan = plan or self._plan
-        fmt = plan.computed_format
-        size = math.prod(shape)
-        if out is None:
-            if plan.statement.op == "+=":
-                raise OperandError(f"'+=' needs the output: pass out= for {plan.statement.lhs}")
-            # a scalar's empty shape has size 1
-            if plan.call_zeroes:
-                vals = np.zeros(size, dtype=self.dtype)
-            else:
-                vals = recycled.uninitialized((size,), self.dtype)
-            return trusted(shape, fmt, [{} for _ in shape], vals)
-        if isinstance(out, Tensor):
-            t = out
-        else:
-            arr = np.asarray(out)
-            if (
-                arr.dtype != self.dtype
-                or not arr.flags.c_contiguous
-                or not same_format(fmt.structure, Format.dense(arr.ndim))
-            ):
-                if arr.dtype != self.dtype:
-                    got = f"{arr.dtype}"
-                elif not arr.flags.c_contiguous:
-                    got = "an array not C-contiguous (" + (
-                        "Fortran-ordered)" if arr.flags.f_contiguous else "strided)"
-                    )
-                else:  # the kernel writes its output in another layout
-                    got = f"a C-ordered array, where the kernel writes '{fmt}'"
-                raise OperandError(
-                    f"out must be a C-contiguous {self.dtype} numpy array (or a ucf.Tensor in "
-                    f"format '{fmt}'), got {got}"
-                )
-            t = trusted(shape, fmt, [{} for _ in shape], arr.reshape(-1))
-        if not same_format(t.format.structure, fmt.structure) or t.dtype != self.dtype:
-            raise OperandError(f"out must have format '{fmt}' and dtype {self.dtype}")
-        if plan.call_zeroes:
-            t.vals[:] = 0
-        return t
-
-    def _allocate_sparse(
-        self, shape: tuple[int, ...], counts: np.ndarray, zeroed: bool = True
-    ) -> Tensor:
-        """The output's arrays for ``counts`` entries per level. The kernel writes every
-        position and coordinate it keeps; its values are zeroed unless ``zeroed`` is False
-        (a one-pass output stores each value once: zeroing a bound it may not fill cost
-        a sparse add of 3.2M entries 5 ms a call, more than a tenth of it).
-
-        What the kernel writes whole comes from ``ucf.exec.recycled``: a large output
-        whose last user dropped it is taken again still mapped. SpGEMM 100k's 120 MB of
-        output, freshly mapped, cost it 0-194 ms of system time a call on the 2-core VM
-        of issue 38, by how long ago (and by whom) memory was freed, against about 80
-        ms for the whole product on one thread; from the pool, none."""
-        fmt = self._plan.computed_format
-        levels = []
-        parent = 1
-        top = np.iinfo(self.index_dtype).max
-        order = fmt.mode_order  # a property, computed on each reading
-        for lvl, kind in enumerate(fmt.levels):
-            dim = shape[order[lvl]]
-            count = int(counts[lvl])
-            if not 0 <= count <= top:  # the assemble pass counted past its index type
-                raise OperandError(
-                    f"output {self._plan.statement.lhs.tensor} has more entries at level "
-                    f"{lvl} than {self.index_dtype} positions hold (at least {top}); compile "
-                    "with index_dtype='int64'"
-                )
-            arrays, parent = kind.allocate(
-                parent, count, dim, self.index_dtype, recycled.uninitialized
-            )
-            levels.append(arrays)
-        # a dense level below a stored coordinate holds every place, also those the
-        # kernel leaves because their value is the output's fill: they start as it
-        if not zeroed:
-            vals = recycled.uninitialized((parent,), self.dtype)
-        elif fmt.fill:
-            vals = np.full(parent, fmt.fill, dtype=self.dtype)
-        else:
-            vals = np.zeros(parent, dtype=self.dtype)
-        # parts already as a Tensor holds them (a Format, dicts, the kernel's index dtype)
-        return trusted(tuple(map(int, shape)), fmt, levels, vals, self.index_dtype)
 
     def _invoke(
         self,
@@ -565,30 +404,3 @@ def _remembered(replays, operands: dict[str, Any], out: Any, threads: int):
 def cfunc(fn: ir.Function, address: int):
     types = [ctypes.c_void_p if p.is_array else ctypes.c_int64 for p in fn.params]
     return ctypes.CFUNCTYPE(None, *types)(address)
-
-
-def trimmed(t: Tensor) -> Tensor:
-    """The output with its arrays cut to the sizes the compute pass finished with:
-    dropping entries whose segments below stayed empty leaves room at the ends, and a
-    one-pass output fills only part of its bound. An array that keeps at most half of
-    what was allocated is copied, as scipy prunes, so a result does not hold on to the
-    bound's memory (two identical patterns added: half of it)."""
-    levels, count = [], 1
-    for kind, arrays, m in zip(t.format.levels, t.levels, t.format.mode_order, strict=True):
-        arrays = {name: _pruned(a) for name, a in kind.trimmed(arrays, count).items()}
-        count = kind.size(arrays, count, t.shape[m])
-        levels.append(arrays)
-    vals = _pruned(t.vals[:count])
-    return trusted(t.shape, t.format, levels, vals, t.index_dtype)
-
-
-def _pruned(a: np.ndarray) -> np.ndarray:
-    """``a``, copied when it is a view of at most half of its allocation."""
-    return a.copy() if 2 * a.nbytes <= getattr(a.base, "nbytes", 0) else a
-
-
-def _owned(a: np.ndarray, operand: list[np.ndarray]) -> np.ndarray:
-    """``a``, copied where it shares memory with one of the ``operand``'s arrays (a
-    conversion may keep those that come out unchanged: an output must not alias its
-    operand)."""
-    return a.copy() if any(np.may_share_memory(a, b) for b in operand) else a

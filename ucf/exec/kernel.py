@@ -7,12 +7,10 @@ dtypes; operands in other formats (or numpy/scipy objects) are packed first.
 from __future__ import annotations
 
 import ctypes
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,17 +28,17 @@ from ucf.errors import (
 )
 from ucf.exec import decisions, padded_conv
 from ucf.exec.calling import Calling, cfunc
+from ucf.exec.inspection import Inspection
 from ucf.exec.replay import FlatReplay, Replay
 from ucf.exec.static import Static, prepare
 from ucf.format.format import Format, parse_formats
 from ucf.format.tensor import Tensor
 from ucf.ir import nodes as ir
-from ucf.lang.ast import Statement, statement_orders
+from ucf.lang.ast import statement_orders
 from ucf.schedule import Command, Schedule, cpu_model, stats
 from ucf.schedule.candidates import Refused, first_passing
 from ucf.schedule.text import as_commands, spelled
 from ucf.toolchain import cache
-from ucf.toolchain.export import beside, save_c
 from ucf.toolchain.jit import num_threads, openmp_runtime, team_counter
 from ucf.toolchain.team import SOLO, TIMED, LoopStates
 
@@ -63,16 +61,6 @@ SMALL = (
 )
 #: ``schedule=TUNED`` takes the schedule ``ucf.tune`` stored for the operands' shape class.
 TUNED = "tuned"
-
-
-def describe(k: Any, expr: str, schedule: str | None) -> str:
-    """A kernel's repr: what it was compiled from, in the words ``ucf.compile`` takes."""
-    formats = ", ".join(f"{n!r}: {f!r}" for n, f in sorted(k.formats.items()))
-    shown = "default: chosen per call" if schedule is None else repr(schedule)
-    return (
-        f"{type(k).__name__}({expr!r}, formats={{{formats}}}, target={k.target!r}, "
-        f"dtype={k.dtype}, schedule={shown})"
-    )
 
 
 def forget_loaded() -> None:
@@ -104,7 +92,7 @@ class _Built(NamedTuple):
     commands: list[Command] | None = None  # the schedule it was built with
 
 
-class Kernel(Calling):
+class Kernel(Calling, Inspection):
     """A compiled statement; call it with operands as keyword arguments."""
 
     @boundary
@@ -432,110 +420,6 @@ class Kernel(Calling):
             result[f.name] = fn
         return result, library
 
-    # ------------------------------------------------------------ inspection
-    def __repr__(self) -> str:
-        return describe(self, self._expr, self.schedule)
-
-    @property
-    def cin(self) -> str:
-        """The kernel's loop nest and every decision made for it: with no schedule
-        given, those of the kernel the last call in this thread ran."""
-        return "\n".join([str(self._plan.cin), *(f"  # {w}" for w in self._built.why)])
-
-    @property
-    def schedule_used(self) -> str | None:
-        """The schedule text of the kernel the last call in this thread ran (before any
-        call, the kernel compiled first): the one given, or the one the default model
-        chose for these operands (``""``: the plain loop nest). ``ucf.compile`` with it
-        builds that kernel, except where the default runs a convolution on a padded,
-        flattened input (``ucf.exec.padded_conv``), which no schedule of the statement
-        spells: then it is the model's schedule for the statement as written, the
-        kernel the default would run unflattened. None for target cuda's default."""
-        if self._built.flat is None or self._local.stats is None:
-            return self._plan.schedule
-        from ucf import pipeline
-
-        st, threads = self._local.stats
-        choices = pipeline.proposals(
-            self._expr, self._formats, st, threads, self.formats, self._blocks
-        )
-        return choices[0].text
-
-    @property
-    def source(self) -> str:
-        if self.target == "cuda":
-            return self._plan.cuda_source
-        return self._plan.llvm_ir if self.target == "llvm" else self._plan.c_source
-
-    @property
-    def c_source(self) -> str:
-        return self._plan.c_source
-
-    @property
-    def asm(self) -> str:
-        """The host machine code of the kernel, as assembly: what the JIT runs (llvm),
-        or what the C compiler emits with the kernel's flags (c). Reading it shows
-        whether a loop vectorized, or used an instruction such as AVX-512 VNNI's."""
-        if self.target == "llvm":
-            from ucf.toolchain import jit
-
-            return jit.assembly(self._plan.llvm_ir)
-        if self.target == "c":
-            from ucf.toolchain import cc
-
-            return cc.assembly(self._plan.c_source)
-        raise UcfError("target cuda has no host assembly; read k.source (nvcc compiles it)")
-
-    @property
-    def llir(self) -> list[ir.Function]:
-        return [f for f in (self._plan.assemble, self._plan.compute) if f is not None]
-
-    @property
-    def parsed_formats(self) -> dict[str, Format]:
-        """The formats given, parsed (``formats`` keeps them as spelled, for messages)."""
-        return dict(self._formats)
-
-    @property
-    def statement(self) -> Statement:
-        return self._user_plan.statement
-
-    @property
-    def _user_plan(self) -> Plan:
-        """The plan of the user's statement: the last call's, unless that ran a
-        flattened convolution (``ucf.exec.padded_conv``), whose operands differ."""
-        return self._plan if self._built.flat is None else self._static.compiled.plan
-
-    @boundary
-    def save(
-        self,
-        prefix: str | Path,
-        name: str | None = None,
-        lib: str | None = None,
-        abi: str = "ucf",
-    ) -> tuple[Path, ...]:
-        """Write ``prefix.c`` and ``prefix.h``, and copy ``ucf.h`` beside them:
-        standalone, the header documents the ABI (docs/abi.md). Returns the
-        paths of the .c and .h files (and of the library, with ``lib``).
-
-        The exported functions are called ``name``, ``name_assemble`` and
-        ``name_check`` (``name`` defaults to the prefix's file name made a C
-        identifier), so several kernels link into one program. ``lib`` "static"
-        or "shared" also builds ``libNAME.a`` or ``libNAME.so`` beside them with
-        the system C compiler (``UCF_CC``). ``abi="taco"`` writes the kernel
-        behind TACO's ``compute``/``assemble`` on ``taco_tensor_t`` instead.
-        Target cuda writes ``prefix.cu`` instead of ``prefix.c``, and copies the
-        runtime headers it includes next to it."""
-        prefix = Path(prefix)
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        name = export_name(name or beside(prefix, "").name)
-        if self.target == "cuda":
-            from ucf.toolchain.cuda_build import save_cuda
-
-            if abi != "ucf" or lib is not None:
-                raise UcfError("target cuda exports .cu source only: no abi='taco' and no lib")
-            return save_cuda(self._plan, prefix, name)
-        return save_c(self._user_plan, prefix, name, abi, lib)
-
 
 def _front(
     expr: str, formats: Mapping[str, Any] | None, shown: dict[str, str], dtype: Any
@@ -578,10 +462,3 @@ class _PerThread(threading.local):
 
 def _text(choice: cpu_model.Choice) -> str:
     return choice.text
-
-
-def export_name(text: str) -> str:
-    """``text`` as a C identifier for exported functions: other characters become
-    ``_``, and a leading digit gets a ``k`` in front."""
-    ident = re.sub(r"\W", "_", text, flags=re.ASCII) or "kernel"
-    return "k" + ident if ident[0].isdigit() else ident

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.construction import trusted
+from ucf.format.tensor import Tensor
 
 
 def positions(src: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:

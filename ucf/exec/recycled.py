@@ -10,7 +10,7 @@ next call of the same size takes it with the old values in it: the caller zeroes
 it does not write, which runs at memory speed. A kernel that writes every element of its
 dense output (``ucf.lower.zeroing``) takes its output from here too, and zeroes nothing,
 and so do a sparse output's positions, coordinates and a one-pass output's values
-(``Calling._allocate_sparse``), which the kernel writes as far as it keeps them.
+(``ucf.exec.outputs.sparse_output``), which the kernel writes as far as it keeps them.
 
 Fresh memory can cost far more than its faults: on the 2-core VM of issue 38, whose
 guest reports freed memory to its host, 120 MB allocated and written right after the
@@ -43,7 +43,7 @@ class _Lease:
     takes the array from ``__array_interface__`` and keeps this object as its base."""
 
     def __init__(self, buffer: np.ndarray, shape: tuple[int, ...], dtype: np.dtype):
-        self.nbytes = buffer.nbytes  # what a view's owner holds (``calling._pruned``)
+        self.nbytes = buffer.nbytes  # what a view's owner holds (``outputs._pruned``)
         self.__array_interface__ = {
             "shape": shape,
             "typestr": dtype.str,

@@ -38,8 +38,9 @@ import numpy as np
 
 from ucf.exec import binding, recycled, scipy_operands
 from ucf.exec.operand_structure import Rebuilt
+from ucf.format.construction import trusted
 from ucf.format.scipy_layouts import is_scipy
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.toolchain.trampoline import Packed
 
 

@@ -45,11 +45,12 @@ import numpy as np
 from ucf.errors import FormatError
 from ucf.exec import array_checks
 from ucf.exec.binding import address
+from ucf.format.construction import trusted
 from ucf.format.format import CSC, CSR, DCSR, Format
 from ucf.format.interop import as_tensor
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import COO_ROWS, is_scipy
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.format.values import INDEX_DTYPES, VALUE_DTYPES
 
 #: The structure of a scipy COO bound in place (a CSR may also be bound as a DCSR).

@@ -11,8 +11,10 @@ import numpy as np
 
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format import torch_layouts
+from ucf.format.construction import from_dlpack, from_numpy
 from ucf.format.scipy_layouts import from_scipy, has_scipy_layout, is_scipy
-from ucf.format.tensor import Tensor, foreign_type, from_dlpack, from_numpy
+from ucf.format.storage import foreign_type
+from ucf.format.tensor import Tensor
 from ucf.format.values import index_dtype_of
 
 

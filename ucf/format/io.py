@@ -17,9 +17,10 @@ from typing import IO, Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, ShapeError, UcfError, boundary
+from ucf.format.construction import from_coo, from_numpy
 from ucf.format.interop import as_tensor
 from ucf.format.scipy_layouts import from_scipy
-from ucf.format.tensor import Tensor, from_coo, from_numpy
+from ucf.format.tensor import Tensor
 
 SUFFIXES = (".mtx", ".tns", ".npy", ".npz")
 

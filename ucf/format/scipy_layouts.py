@@ -9,19 +9,11 @@ import numpy as np
 
 from ucf.errors import FormatError, OperandError, boundary
 from ucf.format import convert
+from ucf.format.construction import from_numpy, pack, plain_values
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
-from ucf.format.storage import zero_filled
-from ucf.format.tensor import (
-    INTERCHANGE,
-    Tensor,
-    as_shape,
-    foreign_type,
-    from_numpy,
-    held,
-    pack,
-    plain_values,
-)
+from ucf.format.storage import as_shape, foreign_type, zero_filled
+from ucf.format.tensor import BUILDERS, Tensor, held
 from ucf.format.values import INDEX_DTYPES, index_dtype_of
 
 #: A CSR whose rows may be unsorted: scipy's own products leave them so.
@@ -299,5 +291,5 @@ def is_scipy(obj: Any) -> bool:
 _SCIPY_TYPES: dict[type, bool] = {}
 
 
-INTERCHANGE["from_scipy"] = from_scipy
-INTERCHANGE["to_scipy"] = to_scipy
+BUILDERS["from_scipy"] = from_scipy
+BUILDERS["to_scipy"] = to_scipy

@@ -19,19 +19,12 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import MissingDependencyError, OperandError, UnsupportedError, boundary
+from ucf.format.construction import from_coo, from_numpy, plain_values
 from ucf.format.format import CSC, CSR, Format, parse_format
 from ucf.format.levels import checks
 from ucf.format.scipy_layouts import from_compressed
-from ucf.format.storage import zero_filled
-from ucf.format.tensor import (
-    INTERCHANGE,
-    Tensor,
-    foreign_type,
-    from_coo,
-    from_numpy,
-    held,
-    plain_values,
-)
+from ucf.format.storage import foreign_type, zero_filled
+from ucf.format.tensor import BUILDERS, Tensor, held
 from ucf.format.values import VALUES, index_dtype_of, value_dtype
 
 #: torch's value dtypes that ucf kernels read, by name (torch.float64 -> "float64").
@@ -280,4 +273,4 @@ def to_torch(tensor: Tensor) -> Any:
     return torch.sparse_coo_tensor(indices, values, size=size, check_invariants=False).coalesce()
 
 
-INTERCHANGE["to_torch"] = to_torch
+BUILDERS["to_torch"] = to_torch

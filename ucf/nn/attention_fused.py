@@ -19,7 +19,7 @@ from ucf.lower import work
 from ucf.lower.attention_backward import backward_function
 from ucf.lower.attention_forward import forward_function
 from ucf.nn.attention_masks import AttentionMask
-from ucf.stile.tile_index import compiled_function
+from ucf.stile.index_kernel import compiled_function
 
 _ELEM = {"float32": "f32", "float64": "f64"}
 

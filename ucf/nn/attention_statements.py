@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from ucf.format.construction import from_numpy
 from ucf.format.format import Format
-from ucf.format.tensor import Tensor, from_numpy
+from ucf.format.tensor import Tensor
 from ucf.nn.attention_masks import AttentionMask
 from ucf.stile.tile_index import build as stile_build
 

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from ucf.autodiff.backward import on_pattern
+from ucf.format.construction import trusted
 from ucf.format.format import Format
-from ucf.format.tensor import Tensor, held, trusted
+from ucf.format.tensor import Tensor, held
 from ucf.nn.plans import DynamicPlan, StaticPlan, dense
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from ucf.errors import OperandError, boundary
+from ucf.format.construction import from_numpy, trusted
 from ucf.format.format import parse_format
-from ucf.format.tensor import Tensor, from_numpy, trusted
+from ucf.format.tensor import Tensor
 from ucf.nn import autograd, masks
 from ucf.nn.plans import DynamicPlan, StaticPlan
 from ucf.tesa.policy import VALUES, with_width  # how bits store values, as TeSA's plans do

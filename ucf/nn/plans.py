@@ -33,8 +33,9 @@ import numpy as np
 from ucf.autodiff import derive
 from ucf.autodiff.backward import writable
 from ucf.exec.kernel import Kernel
+from ucf.format.construction import trusted
 from ucf.format.format import Format
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.lang.parser import parse_statement
 from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
 from ucf.schedule.records import Parallel

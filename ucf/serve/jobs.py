@@ -181,8 +181,8 @@ def parse_example(text: str, order: int, name: str, limits: Limits) -> np.ndarra
 
 def _pictures(tensors: list[dict], examples: dict[str, str], limits: Limits) -> dict:
     """Each tensor's fibertree in its format, on its example."""
+    from ucf.format.construction import from_numpy
     from ucf.format.fibertree import svg
-    from ucf.format.tensor import from_numpy
 
     pictures = {}
     for k, t in enumerate(tensors):
@@ -269,8 +269,8 @@ def run(
     """Run the kernel on random (or uploaded) operands; check it against numpy and
     time it against scipy (or numpy), best of several runs as ``ucf demo`` does."""
     from ucf.demo import best_ms
+    from ucf.format.construction import from_numpy
     from ucf.format.format import parse_format
-    from ucf.format.tensor import from_numpy
     from ucf.lang.parser import parse_statement
 
     stmt = parse_statement(statement)

@@ -39,7 +39,8 @@ from ucf.ir import nodes as ir
 from ucf.lang import ast
 from ucf.lower import work
 from ucf.schedule.commands import Command, Condense
-from ucf.stile import gather_step, kernels, tile_index
+from ucf.stile import gather_step, kernels
+from ucf.stile.index_kernel import compiled_function
 
 #: The compute types the micro-kernel has.
 DTYPES = ("float32", "float64")
@@ -265,7 +266,7 @@ class Condensed:
             self.function = kernels.rows_function(
                 elem, idx, granularity[-1], shape.depth, threshold
             )
-        self._call, self._library = tile_index.compiled_function(target, self.function)
+        self._call, self._library = compiled_function(target, self.function)
         self._warned: set[str] = set()
 
     @property

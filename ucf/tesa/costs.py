@@ -29,8 +29,8 @@ def measured_costs(
 
 def _cost(shape: tuple[int, int], dtype: str, repeat: int) -> float:
     from ucf.exec.kernel import Kernel
+    from ucf.format.construction import from_numpy
     from ucf.format.format import Format
-    from ucf.format.tensor import from_numpy
     from ucf.toolchain import cache
     from ucf.toolchain.jit import num_threads
 

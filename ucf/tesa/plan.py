@@ -264,7 +264,7 @@ class ProgramPlan:
 
     def _split(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """The parts of the operands in ``values``, each in its part's format."""
-        from ucf.format.tensor import from_numpy
+        from ucf.format.construction import from_numpy
 
         return {
             p.name: from_numpy(np.where(p.mask, values[p.tensor], 0), format=p.format)

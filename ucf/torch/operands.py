@@ -22,8 +22,10 @@ import numpy as np
 
 from ucf.autodiff.backward import on_pattern
 from ucf.errors import OperandError
+from ucf.format.construction import trusted
 from ucf.format.format import Format
-from ucf.format.tensor import Tensor, foreign_type, trusted
+from ucf.format.storage import foreign_type
+from ucf.format.tensor import Tensor
 from ucf.format.torch_layouts import from_torch
 
 
