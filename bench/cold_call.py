@@ -49,6 +49,7 @@ from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
 from ucf.exec import recycled  # noqa: E402
+from ucf.ir import nodes as ir  # noqa: E402
 
 #: The sweep that evicts the call's lines: twice this CPU's 32 MB L3.
 SWEEP_BYTES = 64 << 20
@@ -82,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     fma_peak.widths(dll)[256](steps, args.threads)
     steps = max(1, int(steps * pause / (time.perf_counter() - t0)))
-    panels = Panels(4 * args.n * args.n + 64)  # the team's or a thread's: 32 slots of 128 KB
+    # the team's or a thread's: 32 slots of 128 KB, and the 64 bytes of ir.ALIGN, and where
+    # that takes a huge page the huge page more that ir.Alloc.huge asks malloc for
+    nbytes = 4 * args.n * args.n + ir.ALIGN
+    panels = Panels(nbytes + (ir.HUGE_BYTES if nbytes >= ir.HUGE_BYTES else 0))
 
     def call():
         return kernel(A=t, B=b)
