@@ -191,7 +191,7 @@ def huge_pages(fns: list[ir.Function]) -> list[str]:
         "#if defined(__linux__) && defined(MADV_HUGEPAGE)",
         f"  size_t whole = (size_t)(bytes & ~({big} - 1));",
         "  madvise(start, whole, MADV_HUGEPAGE);",
-        f"  madvise(start, whole, {ir.MADV_COLLAPSE}); /* MADV_COLLAPSE */",
+        f"  madvise(start, whole, {ir.MADV_COLLAPSE}); /* MADV_COLLAPSE, not in older headers */",
         "#endif",
         "  return start;",
         "}",
