@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         torch = None
     blocked = f"bcsr({BLOCK},{BLOCK})"
     kernel = ucf.compile(SPMM, formats={"A": blocked}, dtype="float32")
-    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    print(f"{fma_peak.cpu_name()}; load average at start: {os.getloadavg()[0]:.2f}")
     far = {}  # DRAM's GB/s on these threads, before the rounds (256 MB would evict B)
     if torch is not None:
         far = bandwidth.rates(

@@ -138,6 +138,23 @@ float tile_8x2(long tiles, int threads) {
 TILE_FLOPS = 2 * 8 * 32 * 32
 
 
+def cpu_name() -> str:
+    """The CPU as /proc/cpuinfo names it, with its family and model: the hosts this runs
+    on change between sessions, and the peak with them (AMD family 25 is Zen 3, without
+    AVX-512, and Zen 4, whose 512-bit FMAs take two passes, so both loops peak alike;
+    family 26 is Zen 5, whose 512-bit loop runs twice the 256-bit one)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU unknown"
+    found = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        found.setdefault(key.strip(), value.strip())
+    name = found.get("model name", "CPU unknown")
+    return f"{name} (family {found.get('cpu family', '?')}, model {found.get('model', '?')})"
+
+
 def build() -> ctypes.CDLL:
     """The kernel as a shared library in a temporary directory."""
     cc = shlex.split(os.environ.get("UCF_CC", "cc"))
@@ -217,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     dll = build()
-    print(f"load average: {os.getloadavg()[0]:.2f}")
+    print(f"{cpu_name()}; load average: {os.getloadavg()[0]:.2f}")
     found = widths(dll)
     print("| threads | " + " | ".join(f"{w}-bit FMA" for w in found) + " | peak |")
     print("|---|" + "---|" * (len(found) + 1))

@@ -146,3 +146,35 @@ def test_the_wait_for_a_panel_pauses_and_then_yields():
     assert f"> INT64_C({SPINS})" in loop and "sched_yield();" in loop
     for text in (alone.source, alone.c_source):
         assert "pause" not in text and "sched_yield" not in text
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", [1, 2])
+def test_panels_of_2mb_or_more_take_huge_pages_bit_for_bit(threads):
+    """A cache of panels of a huge page or more (``ir.Alloc.huge``: 16 block columns of
+    16 rows of 2048 float32, 2 MB) starts on a huge page's boundary and asks Linux for
+    transparent huge pages, on both targets; the results are bit for bit the plan on one
+    thread's and match numpy, on one thread (a thread's own cache) and two (the team's)."""
+    rng = np.random.default_rng(40)
+    fmt = "bcsr(16,16)"
+    a = skewed(rng, 16, np.float32)
+    b = rng.standard_normal((a.shape[1], 2048)).astype(np.float32)
+    t = ucf.from_numpy(a, format=fmt)
+    ucf.set_num_threads(1)  # conftest restores the count
+    want = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32", schedule=SERIAL)(A=t, B=b)
+    want = want.to_numpy()
+    np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    fixed = jit.set_whole_team(True)
+    try:
+        ucf.set_num_threads(threads)
+        for target in ("llvm", "c"):
+            schedule = SERIAL if threads == 1 else PARALLEL[1]
+            k = ucf.compile(
+                SPMM, formats={"A": fmt}, dtype="float32", schedule=schedule, target=target
+            )
+            assert any(isinstance(n, ir.Alloc) and n.huge for n in nodes(k.llir))
+            assert ("ucf_huge_start" in k.source) if target == "c" else ('@"madvise"' in k.source)
+            for _ in range(5):
+                np.testing.assert_array_equal(k(A=t, B=b).to_numpy(), want)
+    finally:
+        jit.set_whole_team(fixed)

@@ -129,6 +129,31 @@ def test_two_threads_share_the_panels_in_bounds(monkeypatch, asan_cc, tmp_path):
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, threads=2, **operands)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_huge_page_panels_in_bounds(monkeypatch, asan_cc, tmp_path, threads):  # noqa: F811
+    """A cache of panels that takes huge pages (``ir.Alloc.huge``) starts up to a huge
+    page past what malloc gave, which was asked for a huge page more: in bounds, with
+    the huge page made 4 KB so that these panels (a few tens of KB) take them, on one
+    thread (a thread's own cache) and two (the team's)."""
+    from ucf.ir import nodes as ir
+
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # HUGE_BYTES not in the key
+    monkeypatch.setattr(ir, "HUGE_BYTES", 4096)
+    rng = np.random.default_rng(7)
+    a = _block_sparse(rng, (256, 61), (16, 8), 0.5)
+    a[:64] = rng.random((64, 61)) + 0.5
+    b = rng.standard_normal((61, 133)).astype(np.float32)
+    schedule = "reorder(i_blk,k_blk,i_in,k_in,j)"  # no parallel loop: a thread's own cache
+    if threads == 2:
+        schedule = "split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)"
+    k = ucf.compile(
+        SPMM, formats={"A": "bcsr(16,8)"}, target="c", dtype="float32", schedule=schedule
+    )
+    assert "ucf_huge_start(" in k.c_source
+    operands = {"A": ucf.from_numpy(a, format="bcsr(16,8)"), "B": b}
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, threads=threads, **operands)
+
+
 @pytest.mark.parametrize("density", [0.4, 0.0], ids=["partial", "empty"])
 def test_quantized_blocks_converted_once_per_row_group(monkeypatch, asan_cc, tmp_path, density):  # noqa: F811
     """``bcsr@qint8:1`` (a scale per block) times float32: the dequantized block is the

@@ -156,6 +156,7 @@ def source(fns: list[ir.Function]) -> str:
         *vector_fmas(fns),
         *vector_minmax(fns),
         *waits(fns),
+        *huge_pages(fns),
     ]
     out.append(functions(fns))
     return "\n".join(out)
@@ -167,6 +168,34 @@ def waits(fns: list[ir.Function]) -> list[str]:
     if any(isinstance(s, ir.Yield) for fn in fns for s in statements(fn.body)):
         return ["#include <sched.h>"]
     return []
+
+
+def huge_pages(fns: list[ir.Function]) -> list[str]:
+    """``ucf_huge_start`` for kernels that allocate a workspace that may take huge pages
+    (``ir.Alloc.huge``); other kernels' text stays as it was."""
+    if not any(isinstance(s, ir.Alloc) and s.huge for fn in fns for s in statements(fn.body)):
+        return []
+    big = f"INT64_C({ir.HUGE_BYTES})"
+    return [
+        "#if defined(__linux__)",
+        "#include <sys/mman.h>",
+        "#endif",
+        "/* The start of a workspace of `bytes` that malloc gave at `raw` (ir.Alloc.huge):",
+        " * on a 64-byte boundary, or where it takes a huge page or more (malloc was asked",
+        " * for one more) on a huge page's boundary, its whole huge pages made transparent",
+        " * huge pages: marked so, and collapsed now (Linux 6.1 on), as malloc reuses memory",
+        " * already mapped in small pages. An OS without either refuses it. */",
+        "static inline char* ucf_huge_start(char* raw, int64_t bytes) {",
+        f"  if (bytes < {big}) return raw + ((-(uintptr_t)raw) & {ir.ALIGN - 1});",
+        f"  char* start = raw + ((-(uintptr_t)raw) & ({big} - 1));",
+        "#if defined(__linux__) && defined(MADV_HUGEPAGE)",
+        f"  size_t whole = (size_t)(bytes & ~({big} - 1));",
+        "  madvise(start, whole, MADV_HUGEPAGE);",
+        f"  madvise(start, whole, {ir.MADV_COLLAPSE}); /* MADV_COLLAPSE, not in older headers */",
+        "#endif",
+        "  return start;",
+        "}",
+    ]
 
 
 def functions(fns: list[ir.Function]) -> str:
@@ -251,6 +280,13 @@ class _Emitter(Visitor):
         # first boundary on.
         raw, align = f"ucf_raw_{name}", ir.ALIGN
         count = f"ucf_max_i64({size}, 1) + {align} / sizeof({t})"
+        if s.huge and not s.zeroed:
+            nbytes, big = f"ucf_bytes_{name}", f"INT64_C({ir.HUGE_BYTES})"
+            return [
+                f"{pad}int64_t {nbytes} = ({count}) * (int64_t)sizeof({t});",
+                f"{pad}char* {raw} = (char*)malloc({nbytes} + ({nbytes} >= {big} ? {big} : 0));",
+                f"{pad}{t}* restrict {name} = ({t}*)ucf_huge_start({raw}, {nbytes});",
+            ]
         get = f"calloc({count}, sizeof({t}))" if s.zeroed else f"malloc(({count}) * sizeof({t}))"
         return [
             f"{pad}char* {raw} = (char*){get};",

@@ -11,6 +11,7 @@ targets round identically.
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
 
 from llvmlite import ir as ll
@@ -192,16 +193,35 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         # ir.ALIGN bytes more than asked (calloc aligns to 16 only), the array from
         # the first boundary on (a GEP, so the pointer keeps calloc's provenance).
         size = b.add(size, ll.Constant(i64, ir.ALIGN // elem))
+        nbytes, mask = b.mul(size, ll.Constant(i64, elem)), ll.Constant(i64, ir.ALIGN - 1)
         if s.zeroed:
             calloc = self._extern("calloc", I8P, [i64, i64])
             raw = b.call(calloc, [size, ll.Constant(i64, elem)])
+        elif s.huge:  # a huge page more where it takes one, the array from its boundary
+            big = b.icmp_signed(">=", nbytes, ll.Constant(i64, ir.HUGE_BYTES))
+            pad = b.select(big, ll.Constant(i64, ir.HUGE_BYTES), ll.Constant(i64, 0))
+            raw = b.call(self._extern("malloc", I8P, [i64]), [b.add(nbytes, pad)])
+            mask = b.select(big, ll.Constant(i64, ir.HUGE_BYTES - 1), mask)
         else:
-            malloc = self._extern("malloc", I8P, [i64])
-            raw = b.call(malloc, [b.mul(size, ll.Constant(i64, elem))])
+            raw = b.call(self._extern("malloc", I8P, [i64]), [nbytes])
         self.raw[s.array.name] = raw
-        skip = b.and_(b.neg(b.ptrtoint(raw, i64)), ll.Constant(i64, ir.ALIGN - 1))
-        start = b.gep(raw, [skip])
+        start = b.gep(raw, [b.and_(b.neg(b.ptrtoint(raw, i64)), mask)])
+        if s.huge and not s.zeroed and sys.platform.startswith("linux"):
+            self.advise_huge(start, nbytes)
         self.args[s.array.name] = b.bitcast(start, ll.PointerType(t), name=s.array.name)
+
+    def advise_huge(self, start: ll.Value, nbytes: ll.Value) -> None:
+        """The whole huge pages of ``nbytes`` from ``start`` made transparent huge pages
+        (``ir.Alloc.huge``): marked so (``MADV_HUGEPAGE``), and collapsed now
+        (``MADV_COLLAPSE``: malloc reuses memory already mapped in small pages, which
+        the mark alone leaves so until the OS's background scan). An OS without either
+        refuses it, and the array stays as it is."""
+        b, i64 = self.b, TYPES["i64"]
+        whole = b.and_(nbytes, ll.Constant(i64, ~(ir.HUGE_BYTES - 1)))
+        madvise = self._extern("madvise", I32, [I8P, i64, I32])
+        with b.if_then(b.icmp_signed(">", whole, ll.Constant(i64, 0))):
+            for advice in (ir.MADV_HUGEPAGE, ir.MADV_COLLAPSE):
+                b.call(madvise, [start, whole, ll.Constant(I32, advice)])
 
     @handles(ir.Pick)
     def pick(self, s: ir.Pick) -> None:

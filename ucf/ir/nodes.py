@@ -383,17 +383,26 @@ class If(Stmt):
 #: a 32-byte load at 16 past a line split every other time, and the c target's
 #: condensed MoE kernel ran 1.4x as long).
 ALIGN = 64
+#: The size of a transparent huge page on x86-64 Linux (``Alloc.huge``).
+HUGE_BYTES = 2 << 20
+#: Linux's ``madvise`` advice by number (the llvm target has no headers): the range may
+#: take huge pages, and (Linux 6.1 on) its pages are made huge now.
+MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
 @dataclass
 class Alloc(Stmt):
     """A local array (a workspace) of ``size`` elements, starting on an ``ALIGN``-byte
     boundary; zero-filled unless ``zeroed`` is False (a panel every read of which
-    follows a write: filling megabytes of zeros each call is not free)."""
+    follows a write: filling megabytes of zeros each call is not free). ``huge`` (not
+    zeroed only): where it takes ``HUGE_BYTES`` or more, it starts on a ``HUGE_BYTES``
+    boundary and, on Linux, its whole huge pages are made transparent huge pages
+    (``madvise``; why: ``ucf.passes.panels``)."""
 
     array: Array
     size: Expr
     zeroed: bool = True
+    huge: bool = False
 
 
 @dataclass

@@ -244,7 +244,7 @@ class TileState:
 
     def allocs(self) -> list[ir.Stmt]:
         return [
-            ir.Alloc(p, n, p.name not in self.unzeroed)
+            ir.Alloc(p, n, p.name not in self.unzeroed, huge=p.name in self.unzeroed)
             for p, n in zip(self.panels, self.sizes, strict=True)
         ]
 
@@ -256,7 +256,10 @@ class TileState:
         return any(f.parallel == "CPUThread" for f in self.loops)
 
     def team_allocs(self) -> list[ir.Stmt]:
-        return [ir.Alloc(p, n, p.name not in self.unzeroed) for p, n in self.team]
+        return [
+            ir.Alloc(p, n, p.name not in self.unzeroed, huge=p.name in self.unzeroed)
+            for p, n in self.team
+        ]
 
     def allocated(self, body: list[ir.Stmt]) -> list[ir.Stmt]:
         """``body`` with the panels of nests outside parallel loops allocated around it."""
