@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
 from tests import statement_fuzz
 from tests.fuzz_common import HypothesisDraw, RandomDraw
-from tests.helpers import needs_cc
+from tests.helpers import EXPLORE, needs_cc
 from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
 from ucf.schedule import cpu_model
 
@@ -115,20 +115,20 @@ def test_the_draw_reaches_every_new_shape():
     assert {c.target for c in drawn} == {"llvm", "c"}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(cases())
 def test_fuzz_llvm(case):
     check(case)
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(EXPLORE, max_examples=400)
 @given(cases())
 def test_fuzz_llvm_long(case):
     check(case)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(cases(plans=False))
 def test_fuzz_default_model_parallel_choices(case):
     """The default model's parallel choices (hoisted loops, chunks, ``bound``) on the
@@ -143,7 +143,7 @@ def test_fuzz_default_model_parallel_choices(case):
 
 
 @needs_cc
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15)
 @given(cases(("c",)))
 def test_fuzz_c(case):
     check(case)

@@ -92,7 +92,7 @@ def test_a_parallel_row_loop_keeps_its_rows():
     assert "flat pass" not in k.cin
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=12),
     seed=st.integers(0, 2**16),
