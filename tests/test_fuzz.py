@@ -94,7 +94,7 @@ def test_the_draw_reaches_every_new_shape():
     """Over a few hundred draws: tensors read twice, repeated variables, unequal and
     per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans, max/min reductions,
     fills, empty ranges, a sum reading one matrix in two orders, a product of two
-    matrices beside two more."""
+    matrices beside two more, and clashes of two fills under a max or min."""
     drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
     twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
     repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
@@ -109,7 +109,9 @@ def test_the_draw_reaches_every_new_shape():
     merged = [
         c for c in drawn if "D" in c.tensors and "(A(i,j))*(B(i,j))" in c.expr.replace(" ", "")
     ]
+    clashes = [c for c in drawn if c.cover and {"max", "min"} & statement_fuzz.reductions(c.tree)]
     shapes = (twice, repeated, nm, blocked, tiles, plans, maxmin, fills, empty, flipped, merged)
+    shapes += (clashes,)
     for found in shapes:
         assert len(found) >= 5
     assert {c.target for c in drawn} == {"llvm", "c"}
