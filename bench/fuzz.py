@@ -3,12 +3,13 @@
 ```sh
 python bench/fuzz.py --cases 10000 --out bench/fuzz-repros/
 python bench/fuzz.py --fuzzer statements --cases 10000
+python bench/fuzz.py --fuzzer fills --cases 5000
 python bench/fuzz.py --cases 2000 --workers 2 --targets llvm --kernels SpMV,SpGEMM
 python bench/fuzz.py --case 4711 --seed 0     # rerun one case of an earlier run
 python bench/fuzz.py --fuzzer statements --first 5000 --cases 5000   # its second half
 ```
 
-Two generators, the ones the test suite draws from:
+Two generators, the ones the test suite draws from (three ways to draw):
 
 - ``--fuzzer schedules`` (the default, ``tests/schedule/fuzz_cases.py``): random schedules
   (reorder, split, divide, fuse, pos, bound, unroll, precompute, parallelize) over
@@ -20,9 +21,13 @@ Two generators, the ones the test suite draws from:
   products, functions, explicit sum/max/min reductions; tensors read under several
   index lists and with repeated variables) in random formats, some with fills or an
   empty range, some with a dynamic operand or run as a TeSA plan, checked against a
-  numpy evaluation of the reduction rule.
+  numpy evaluation of the reduction rule; some are a clash, two operands whose fills
+  absorb the operator between them and disagree, under a max or min;
+- ``--fuzzer fills``: the statement generator asked for the language's reductions and
+  fills in every case, as ``tests/lang/test_fuzz_fills.py`` draws them (no plans, a
+  quarter of the cases a clash).
 
-Both run on the llvm and c targets. Case ``n`` of seed ``s`` is drawn from
+All run on the llvm and c targets. Case ``n`` of seed ``s`` is drawn from
 ``random.Random("s:n")``, so any case can be rerun alone. Each case runs in a worker
 subprocess; a crash or a hang is a failure, not the end of the run (with
 ``UCF_CFLAGS=... -fsanitize=address`` and ``LD_PRELOAD`` of the ASan runtime, an
@@ -57,14 +62,14 @@ from tests.fuzz_common import Outcome, WorkerPool  # noqa: E402
 from tests.schedule import fuzz_cases as sf  # noqa: E402
 
 COLUMNS = ("ok", "refused", "racy", "wrong", "error", "crash", "hang")
-FUZZERS = {"schedules": sf, "statements": statement_fuzz}
+FUZZERS = {"schedules": sf, "statements": statement_fuzz, "fills": statement_fuzz}
 
 
 def draw(fuzzer: str, seed: int, n: int, targets: list[str], kernels: list[str]):
     d = sf.RandomDraw(f"{seed}:{n}")
-    if fuzzer == "statements":
-        return statement_fuzz.draw_case(d, targets)
-    return sf.draw_case(d, targets, kernels)
+    if fuzzer == "schedules":
+        return sf.draw_case(d, targets, kernels)
+    return statement_fuzz.draw_case(d, targets, lang=fuzzer == "fills")
 
 
 def signature(case, outcome: Outcome) -> str:
@@ -141,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         "--fuzzer",
         choices=sorted(FUZZERS),
         default="schedules",
-        help="random schedules over kernels (default), or random statements",
+        help="random schedules over kernels (default), random statements, or random "
+        "statements with a reduction and fills in every case",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "fuzz-repros", help="repro folder")
     ap.add_argument("--budget", type=int, default=80, help="runs to minimize each failure")

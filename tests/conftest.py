@@ -6,10 +6,15 @@ import os
 import subprocess
 
 import pytest
+from hypothesis import settings
 
 import ucf
 from tests.helpers import CC, TARGETS
 from ucf.toolchain.jit import num_threads
+
+# The suite's hypothesis profile (tests/helpers.py): the same examples every run.
+# ``--hypothesis-profile=explore`` (hypothesis' pytest plugin) replaces it.
+settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session", autouse=True)

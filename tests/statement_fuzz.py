@@ -18,6 +18,16 @@ formats. Sparse operands and outputs may read absent entries as a fill value
 fixed-width format, which must be refused by name (``refused``). Some cases instead
 make one operand dynamic (``fuzz_plans``) or run the statement as a TeSA plan.
 
+Some cases are a clash: two operands whose fills both absorb the operator that joins
+them and disagree on its value (``2*A(i) + B(i)`` with fills -inf and inf, ``A - B``
+with the same infinity, ``A * B`` with 0 and an infinity, a ``max``/``min`` of two
+infinities), under a ``max`` or ``min`` reduction. Where one operand alone is stored
+the other's fill decides the term, which a loop that skips those coordinates gets
+wrong (the wrong answer fixed in 3e9ff98). Where neither is stored IEEE arithmetic
+makes NaN, and a NaN in a reduced range leaves the whole result uncompared, which is
+what hid that bug from the random fills: so a clash's data stores one of the two
+operands at every coordinate (``Case.cover``).
+
 The reference reads the reduction rule straight from its definition, on dense arrays
 with numpy broadcasting: a variable missing from the output is summed over the
 smallest additive term (the whole right-hand side, or an operand of ``+``/``-``)
@@ -72,6 +82,7 @@ class Case:
     target: str = "llvm"
     dynamic: dict | None = None  # fuzz_plans.run_dynamic's spec
     tesa: dict | None = None  # fuzz_plans.draw_tesa's spec
+    cover: list[str] | None = None  # [A, B]: B stored wherever A is not (a clash)
 
     def __post_init__(self) -> None:
         self.tree = _tuples(self.tree)
@@ -222,6 +233,26 @@ def random_format(
     return f"{letters}:{','.join(maps)}"
 
 
+def draw_clash(d: Draw, vars_: list[str]) -> tuple[dict, tuple, dict]:
+    """Two operands of one index list joined by an operator their fills both absorb,
+    with fills that disagree on its value (the module's docstring): the tensors, the
+    term and each operand's fill."""
+    idx = permutation(d, vars_)[: d.integer(1, min(2, len(vars_)))]
+    op = d.choice(["+", "-", "*", "max", "min"])
+    inf = d.choice([-1.0, 1.0]) * np.inf
+    if op == "*":
+        fills = d.choice([(0.0, inf), (inf, 0.0)])
+    elif op in BINARY:
+        fills = (inf, d.choice([-1.0, 1.0]) * np.inf)
+    else:
+        fills = (inf, -inf if op == "+" else inf)
+    left, right = (("acc", n, tuple(idx)) for n in "AB")
+    if d.boolean(0.3):
+        left = ("*", ("lit", d.choice([2, -1, 0.5])), left)
+    term = ("fn", op, (left, right)) if op in BINARY else (op, left, right)
+    return {"A": list(idx), "B": list(idx)}, term, dict(zip("AB", fills, strict=True))
+
+
 def draw_operand_format(d: Draw, order: int, blocks: tuple[int, ...]) -> str:
     """A random format (``random_format``), now and then ``nm(n,m)`` or a named blocked
     format whose two block sizes differ."""
@@ -315,6 +346,10 @@ def draw_case(
         tensors = {"A": [u, v], "B": [v], "C": [v]}
         reads = [("A", (u, v)), ("B", (v,)), ("A", (v, u)), ("C", (v,))]
     merged = nvars >= 2 and not flipped and d.boolean(0.05)
+    clash = not (flipped or merged) and d.boolean(0.25 if lang else 0.05)
+    if clash:
+        tensors, clashing, clash_fills = draw_clash(d, vars_)
+        reads = [("A", tuple(tensors["A"])), ("B", tuple(tensors["B"]))]
     if merged:
         # a product of two matrices beside two more (A.*B + C + D): the default
         # intersects the product into a workspace (ucf.schedule.intersections) that
@@ -324,7 +359,7 @@ def draw_case(
         tensors = {n: [u, v] for n in "ABCD"}
         reads = [(n, (u, v)) for n in "ABCD"]
     used = sorted({v for _, idx in reads for v in idx}, key=VARS.index)
-    extents = {v: extents[v] for v in used}
+    extents = {v: max(extents[v], 2) if clash else extents[v] for v in used}
     out_vars = permutation(d, used)[: d.integer(0, len(used))]
     tree = draw_tree(d, reads, functions)
     if flipped:
@@ -336,9 +371,14 @@ def draw_case(
         terms = [("*", ("acc", *reads[0]), ("acc", *reads[1])), ("acc", *reads[2])]
         terms.insert(d.integer(0, 2), ("acc", *reads[3]))
         tree = (d.choice("+-"), (d.choice("+-"), terms[0], terms[1]), terms[2])
-    if lang or d.integer(0, 3) == 0:
+    if clash:  # reduced by max or min over at least one of its variables
+        out_vars = out_vars[: len(used) - 1]
+        own = [v for v in used if v not in out_vars]
+        reduced = tuple(permutation(d, own)[: d.integer(1, len(own))])
+        tree = (d.choice(["max", "min"]), reduced, clashing)
+    elif lang or d.integer(0, 3) == 0:
         tree = add_reduction(d, tree, out_vars)
-    mode = d.integer(0, 19) if plans and not lang else 99
+    mode = d.integer(0, 19) if plans and not (lang or clash) else 99
     once = [n for n in tensors if sum(1 for r, _ in reads if r == n) == 1]
     mode = "dynamic" if mode < 2 and once else "tesa" if mode < 4 else "kernel"
     if mode == "kernel" and d.integer(0, 19) == 0:
@@ -356,12 +396,18 @@ def draw_case(
         formats = {"A": d.choice(["UC:0,1", "UC:1,0", "CC:0,1"]), "B": "U:0", "C": "U:0"}
     if merged and d.boolean(0.5):  # the review's shape: every matrix in rows, compressed
         formats = {n: d.choice(["UC:0,1", "CC:0,1"]) for n in "ABCD"}
+    if clash:  # formats that carry a fill: the last level compressed, no blocks
+        for n in "AB":
+            letters, maps = random_format(d, len(tensors[n])).split(":")
+            formats[n] = f"{letters[:-1]}C:{maps}"
     seed = d.integer(0, 2**32 - 1)
-    density = d.choice([0.0, 0.3, 0.7, 1.0])
+    # a clash is about the coordinates where one operand alone is stored
+    density = d.choice([0.3, 0.5, 0.7] if clash else [0.0, 0.3, 0.7, 1.0])
     lhs = f"X({','.join(out_vars)})" if out_vars else "X"
     case = Case(
         f"{lhs} = {render(tree)}", tree, tensors, out_vars, extents, formats, None, seed, density
     )
+    case.cover = ["A", "B"] if clash else None
     arrays = case_arrays(case)
     case.formats = {n: fixed_width(f, arrays[n]) for n, f in formats.items()}
     case.target = d.choice(targets)
@@ -374,7 +420,11 @@ def draw_case(
         case.formats = {n: "" for n in tensors}
         case.tesa = draw_tesa(d, {n: arrays[n].shape for n in tensors})
     else:
-        case.formats = {n: draw_fill(d, f, lang) for n, f in case.formats.items()}
+        if clash:
+            case.formats = {n: f"{f} fill={clash_fills[n]:g}" for n, f in case.formats.items()}
+            case.formats = {n: f.replace(" fill=0", "") for n, f in case.formats.items()}
+        else:
+            case.formats = {n: draw_fill(d, f, lang) for n, f in case.formats.items()}
         if sparse_output and out_vars and d.boolean(0.5):
             blocks = tuple(block[v] for v in out_vars)
             out_format = random_format(d, len(out_vars), blocks, unordered=True)
@@ -392,9 +442,13 @@ def case_arrays(case: Case) -> dict[str, np.ndarray]:
     for n, idx in case.tensors.items():
         shape = tuple(case.extents[v] for v in idx)
         a = rand_sparse(rng, shape, case.density, empty_rows=0, high=4)
-        fmt = case.formats.get(n, "")
-        a = fit_nm(fmt.partition(" fill=")[0], a)
-        arrays[n] = np.where(a == 0, fill_of(fmt), a) if fill_of(fmt) else a
+        arrays[n] = fit_nm(case.formats.get(n, "").partition(" fill=")[0], a)
+    if case.cover:  # the second stored wherever the first is not
+        first, second = (arrays[n] for n in case.cover)
+        second[(first == 0) & (second == 0)] = 1 + rng.integers(0, 3)
+    for n, a in arrays.items():
+        fill = fill_of(case.formats.get(n, ""))
+        arrays[n] = np.where(a == 0, fill, a) if fill else a
     return arrays
 
 

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
 from tests import statement_fuzz
 from tests.fuzz_common import HypothesisDraw, RandomDraw
-from tests.helpers import needs_cc
+from tests.helpers import EXPLORE, needs_cc
 from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
 from ucf.schedule import cpu_model
 
@@ -94,7 +94,7 @@ def test_the_draw_reaches_every_new_shape():
     """Over a few hundred draws: tensors read twice, repeated variables, unequal and
     per-tensor blocks, nm(n,m), dynamic tiles over 1, TeSA plans, max/min reductions,
     fills, empty ranges, a sum reading one matrix in two orders, a product of two
-    matrices beside two more."""
+    matrices beside two more, and clashes of two fills under a max or min."""
     drawn = [draw_case(RandomDraw(f"reach:{n}"), ("llvm", "c")) for n in range(400)]
     twice = [c for c in drawn if len(statement_fuzz.leaves(c.tree)) > len(c.tensors)]
     repeated = [c for c in drawn if any(len(set(i)) < len(i) for i in c.tensors.values())]
@@ -109,26 +109,28 @@ def test_the_draw_reaches_every_new_shape():
     merged = [
         c for c in drawn if "D" in c.tensors and "(A(i,j))*(B(i,j))" in c.expr.replace(" ", "")
     ]
+    clashes = [c for c in drawn if c.cover and {"max", "min"} & statement_fuzz.reductions(c.tree)]
     shapes = (twice, repeated, nm, blocked, tiles, plans, maxmin, fills, empty, flipped, merged)
+    shapes += (clashes,)
     for found in shapes:
         assert len(found) >= 5
     assert {c.target for c in drawn} == {"llvm", "c"}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(cases())
 def test_fuzz_llvm(case):
     check(case)
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(EXPLORE, max_examples=400)
 @given(cases())
 def test_fuzz_llvm_long(case):
     check(case)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(cases(plans=False))
 def test_fuzz_default_model_parallel_choices(case):
     """The default model's parallel choices (hoisted loops, chunks, ``bound``) on the
@@ -143,7 +145,7 @@ def test_fuzz_default_model_parallel_choices(case):
 
 
 @needs_cc
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15)
 @given(cases(("c",)))
 def test_fuzz_c(case):
     check(case)

@@ -350,3 +350,26 @@ def test_every_package_ships_in_the_wheel():
     assert on_disk | set(mapped) == listed
     for name, folder in mapped.items():
         assert (folder / "__init__.py").exists(), name
+
+
+#: Hypothesis settings a test file must leave to the profile (as keyword arguments).
+RANDOMNESS = re.compile(r"\b(derandomize|database|deadline)=")
+
+
+def test_the_suite_draws_the_same_hypothesis_examples_every_run(request):
+    """One hypothesis profile for the whole suite (tests/helpers.py): derandomized and
+    without a database unless ``--hypothesis-profile`` asks for another, and no test
+    file sets randomness or timing of its own (the fills fuzz, drawn at random, once
+    failed a CI run on a shape nobody had seen)."""
+    from hypothesis import settings
+
+    if not request.config.getoption("--hypothesis-profile"):
+        assert settings.get_current_profile_name() == "ci"
+        assert settings.default.derandomize and settings.default.database is None
+    tests = ROOT.parent / "tests"
+    own = [
+        p for p in tests.rglob("*.py") if p.name != "helpers.py" and "hypothesis" in p.read_text()
+    ]
+    assert len(own) > 20  # the scan reads the files that use hypothesis
+    setting = [p.name for p in own if RANDOMNESS.search(_code(p))]
+    assert not setting

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -115,13 +115,7 @@ KERNELS = [
 ]
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@settings(max_examples=150)
 @given(which=st.sampled_from(range(len(KERNELS))), schedule=schedules())
 def test_random_schedules_raise_only_ucf_errors(which, schedule):
     expr, formats, operands, want = KERNELS[which]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -255,7 +255,7 @@ def expressions(draw, depth=0):
     return f"({left} {kind} {right})"
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8)
 @given(rhs=expressions(), fmt=st.sampled_from([None, "csr", "bcsr(2,2)"]))
 def test_random_statements_against_torch(rhs, fmt):
     text = f"y(i) = {rhs} + b(i)"

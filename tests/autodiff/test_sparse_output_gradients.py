@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -186,7 +186,7 @@ def test_sparse_outputs_of_other_statements(text, formats):
 _KERNELS: dict = {}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12)
 @given(
     n=st.integers(1, 12),
     m=st.integers(1, 12),

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -98,7 +98,7 @@ def test_a_float32_kernel_rounds_as_it_reads():
     np.testing.assert_array_equal(got.to_numpy(), a.toarray().T.astype(np.float32))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(
     st.permutations("ijk"),
     st.sampled_from(["csf", "UUC", "UCC", "coo"]),

@@ -230,7 +230,7 @@ def _indptr(draw, major: int, bad: bool) -> list[int]:
     return pos
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(data=st.data(), wide=st.booleans(), major=st.integers(0, 40), minor=st.integers(0, 7))
 def test_compiled_checks_agree_with_numpy(data, wide, major, minor):
     """``compressed``, ``coordinates`` and ``nonempty`` against numpy on random arrays,

@@ -227,7 +227,7 @@ def test_unsorted_csc_read_in_place_or_converted(kernel_format):
         np.testing.assert_allclose(k(A=m, x=x).to_numpy(), a @ x, rtol=1e-12, atol=1e-12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     rows=st.lists(st.lists(st.integers(0, 6), max_size=5), min_size=1, max_size=6),
     wide=st.booleans(),

@@ -90,7 +90,7 @@ def scipy_layout(a: np.ndarray, target: str):
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     st.integers(0, 2**32 - 1),
     st.tuples(st.integers(0, 9), st.integers(0, 9)),
@@ -120,7 +120,7 @@ def test_matrices_convert_between_every_pair(seed, shape, density, src, dst, sid
             np.testing.assert_array_equal(g, w)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     st.integers(0, 2**32 - 1),
     st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5)),
@@ -248,7 +248,7 @@ def test_fixed_width_formats_convert_both_ways(src, dst):
         assert u.nnz == np.count_nonzero(a)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=40)
 @given(
     rows=st.integers(0, 9),
     cols=st.integers(0, 9),

@@ -80,7 +80,7 @@ def test_each_node_hangs_from_its_parent():
     assert xs == sorted(xs) and len(set(xs)) == len(xs)  # leaves apart, in order
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     shape=st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 4)),
     fmt=st.sampled_from(["csf", "UCC", "CSS", "UUC", "CUU", "UCU:2,0,1"]),

@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
-from tests.helpers import TARGETS, needs_cc, rand_sparse
+from tests.helpers import EXPLORE, TARGETS, needs_cc, rand_sparse
 from tests.lang.conv_reference import (
     affine_einsum,
     affine_einsum_loops,
@@ -556,16 +556,13 @@ def check_random_case(case) -> None:
     assert_exact(k(shapes=shapes, **ops), expected)
 
 
-RANDOM_CASES = dict(
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+#: Loop orders are drawn by rejection (a filter on permutations).
+SKIPS = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 
 
 @pytest.mark.parametrize("dims", [1, 2])
 @pytest.mark.parametrize("scheduled", [False, True], ids=["default", "reorder"])
-@settings(max_examples=20, **RANDOM_CASES)
+@settings(max_examples=20, suppress_health_check=SKIPS)
 @given(data=st.data())
 def test_random_affine_accesses(dims, scheduled, data):
     check_random_case(data.draw(affine_cases(dims, scheduled)))
@@ -574,7 +571,7 @@ def test_random_affine_accesses(dims, scheduled, data):
 @pytest.mark.slow
 @pytest.mark.parametrize("dims", [1, 2])
 @pytest.mark.parametrize("scheduled", [False, True], ids=["default", "reorder"])
-@settings(max_examples=200, **RANDOM_CASES)
+@settings(EXPLORE, max_examples=200, suppress_health_check=SKIPS)
 @given(data=st.data())
 def test_many_random_affine_accesses(dims, scheduled, data):
     check_random_case(data.draw(affine_cases(dims, scheduled)))

@@ -148,6 +148,33 @@ def test_an_infinite_fill_decides_which_operand_drives(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_where_fills_meet_as_ieee_nan_the_result_is_nan_or_the_absorbing_value(target):
+    """docs/language.md: where absorbing fills meet (``-inf + inf``), a skipped
+    coordinate holds the structural value, the left operand's, and a visited one IEEE's
+    NaN; everywhere else the result is numpy's."""
+    a = np.array([1.0, -INF, -INF, 2.0])  # fill -inf: stored at 0 and 3
+    b = np.array([INF, 3.0, INF, 4.0])  # fill inf: stored at 1 and 3
+    c = np.full(4, -INF)  # fill -inf: stored nowhere
+    fmts = {"A": "C:0 fill=-inf", "B": "C:0 fill=inf", "C": "C:0 fill=-inf"}
+    ops = {n: ucf.from_numpy(v, fmts[n]) for n, v in zip("ABC", (a, b, c), strict=True)}
+    with np.errstate(invalid="ignore"):
+        cases = [
+            ("X(i) = A(i) + B(i)", -INF, a + b),
+            ("X(i) = B(i) + A(i)", INF, b + a),
+            ("X(i) = (A(i) + B(i)) + C(i)", -INF, a + b + c),
+        ]
+    for expr, left, want in cases:
+        read = [n for n in fmts if f"{n}(" in expr]
+        k = ucf.compile(expr, {n: fmts[n] for n in read}, target=target)
+        got = k(**{n: ops[n] for n in read}).to_numpy()
+        ieee = np.isnan(want)
+        np.testing.assert_array_equal(got[~ieee], want[~ieee], err_msg=expr)
+        assert all(np.isnan(g) or g == left for g in got[ieee]), (expr, got)
+        if len(read) == 2:  # neither stored at 2: skipped, the left operand's infinity
+            assert got[2] == left, expr
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("blocks", ["UU:0/2,0%2", "UC:0/2,0%2"])
 def test_a_partial_block_stops_at_the_extent_beside_an_infinite_fill(target, blocks):
     """A's last block of 2 over an extent of 3 holds a place past the end; the fill of B

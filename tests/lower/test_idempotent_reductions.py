@@ -103,7 +103,7 @@ def cases(draw):
     )
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@settings(max_examples=30)
 @given(cases(), st.sampled_from(["llvm", "c"]))
 def test_extremes_against_numpy(case, target):
     op, axis, fmt, body, fill, n, m, density, nan, seed = case

@@ -173,7 +173,7 @@ def test_the_default_appends_in_one_pass_on_one_thread_and_two():
         assert ("parallelize" in k.schedule_used) == (threads == 2)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     n=st.integers(1, 30),
     m=st.integers(1, 30),

@@ -112,7 +112,7 @@ def test_each_thread_takes_one_block_of_chunks_and_the_moves_go_in_pieces():
     assert moves == 2
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@settings(max_examples=25)
 @given(
     rows=st.integers(0, 600),
     cols=st.integers(1, 60),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -131,7 +131,7 @@ def test_llvm_and_c_agree_exactly():
 _KERNEL = {}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(
     rows=st.integers(0, 40),
     inner=st.integers(1, 40),

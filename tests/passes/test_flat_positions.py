@@ -18,6 +18,7 @@ from tests.asan import run_under_asan
 from tests.helpers import TARGETS
 from tests.helpers import documented_sum as _documented
 from tests.passes.test_partial_sums import LENGTHS, _rows_matrix
+from tests.statement_fuzz import Case, check
 
 TOTAL = "s = A(i,j)"
 TARGET_NAMES = [t if isinstance(t, str) else t.values[0] for t in TARGETS]
@@ -92,7 +93,7 @@ def test_a_parallel_row_loop_keeps_its_rows():
     assert "flat pass" not in k.cin
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=12),
     seed=st.integers(0, 2**16),
@@ -101,6 +102,33 @@ def test_total_hypothesis(lengths, seed):
     m = _rows_matrix(np.random.default_rng(seed), lengths, 45, np.float64)
     k = ucf.compile(TOTAL, formats={"A": "csr"})
     assert _scalar(k(A=ucf.from_scipy(m, format="csr"))) == _flat_sum(m.data)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dropped_guard_is_never_taken_for_a_loop(target, threads):
+    """Flattening an outer loop drops the guard of the loop flattened below it; its id,
+    freed, went to a loop made later, which the pass then took for a guard (an
+    AttributeError in ``Kernel.__init__``: the statement fuzz, seed 1 case 272, against
+    its numpy reference)."""
+    A = ("acc", "A", ("k", "i", "l"))
+    tree = ("-", ("*", ("lit", -1), A), ("fn", "max", (A, ("acc", "A", ("j", "i", "l")))))
+    expr = "X(j) = ((-1) * (A(k,i,l))) - (max(A(k,i,l), A(j,i,l)))"
+    extents = {"i": 3, "j": 1, "k": 1, "l": 1}
+    formats = {"A": "CCCF1:1,0/1,2,0%1"}
+    check(
+        Case(
+            expr,
+            tree,
+            {"A": ["j", "i", "l"]},
+            ["j"],
+            extents,
+            formats,
+            "CU:0/1,0%1",
+            153798012,
+            0.7,
+            target,
+        )
+    )
 
 
 def test_total_under_asan(asan_cc, tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -236,7 +236,7 @@ def test_other_kernels_get_no_chain_plan(expr, formats):
         assert contraction_order.plan(base, known, []) == []
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15)
 @given(
     expr=st.sampled_from(list(CHAINS)),
     fa=st.sampled_from(["csr", "csc", "dcsr", "dense"]),

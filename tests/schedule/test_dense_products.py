@@ -87,7 +87,7 @@ def test_other_statements_keep_their_default(expr, formats):
         np.testing.assert_allclose(np.asarray(k(A=a, B=b)), a @ b, rtol=1e-12, atol=1e-12)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)
 @given(
     st.integers(0, 40),
     st.integers(0, 80),

@@ -5,7 +5,8 @@ The generator, the numpy reference and the worker pool live in
 case must give the right answer or be refused with a ``ucf.UcfError``; a
 wrong answer, any other exception, a crash or a hang fails the test with a
 standalone repro script in the message.  Hypothesis runs derandomized and
-without a database, so CI sees the same cases every time.
+without a database (the suite's profile, tests/helpers.py), so CI sees the same
+cases every time; the slow test explores at random.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import needs_cc, rand_dense, rand_sparse
+from tests.helpers import EXPLORE, needs_cc, rand_dense, rand_sparse
 from tests.schedule import fuzz_cases
 from tests.schedule.cases import SPMM, SPMV
 from tests.schedule.cases import check as check_kernel
@@ -35,15 +36,8 @@ from tests.schedule.fuzz_cases import (
     run_case,
 )
 
-
-def fuzz_settings(examples: int):
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+#: A case draws many choices (hypothesis' buffer can run out on one).
+SKIPS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +51,16 @@ def check(pool: WorkerPool, case: Case) -> None:
     assert not outcome.failed, f"{outcome.status}; repro:\n{repro(case, outcome)}"
 
 
-# The default suite's share of the fuzzing (derandomized: the same cases every run); the
-# slow test below and bench/fuzz.py run many more.
-@fuzz_settings(400)
+# The default suite's share of the fuzzing (the same cases every run: tests/helpers.py);
+# the slow test below and bench/fuzz.py explore at random.
+@settings(max_examples=400, suppress_health_check=SKIPS)
 @given(case=cases(("llvm",)))
 def test_random_schedules_llvm(pool, case):
     check(pool, case)
 
 
 @needs_cc
-@fuzz_settings(200)
+@settings(max_examples=200, suppress_health_check=SKIPS)
 @given(case=cases(("c",)))
 def test_random_schedules_c(pool, case):
     check(pool, case)
@@ -74,7 +68,7 @@ def test_random_schedules_c(pool, case):
 
 @pytest.mark.slow
 @needs_cc
-@fuzz_settings(3000)
+@settings(EXPLORE, max_examples=3000, suppress_health_check=SKIPS)
 @given(case=cases(("llvm", "c")))
 def test_random_schedules_long(pool, case):
     check(pool, case)
@@ -247,7 +241,6 @@ def random_case(draw):
 
 @settings(
     max_examples=15,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=random_case())

@@ -37,7 +37,7 @@ def _walked_as_stored(shape, mode_order, at) -> bool:
     return bool(np.array_equal(stored, walked))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.data())
 def test_the_rule_is_sorting_by_the_loops(data):
     order = data.draw(st.integers(2, 3))

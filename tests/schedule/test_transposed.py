@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
@@ -208,7 +208,7 @@ def test_distributing_compares_the_estimates():
     assert any("co-iterating A and B, about" in w for w in kept.why)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30)
 @given(
     st.permutations("ij"),
     st.permutations("jk"),

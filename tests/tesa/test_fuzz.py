@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
-from tests.helpers import TARGETS
+from tests.helpers import EXPLORE, TARGETS
 
 # statement, the reference on dense arrays, and the shapes of the other operands from
 # A's (m, n) and a third extent p.
@@ -105,18 +105,8 @@ def check(target: str, case) -> None:
     np.testing.assert_array_equal(got, expected, err_msg=f"{expr} with A {fmt}, {case}")
 
 
-def fuzz(examples: int):
-    return settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-
-
 @pytest.mark.parametrize("target", TARGETS)
-@fuzz(12)
+@settings(max_examples=12)
 @given(case=cases())
 def test_tesa_formats_against_numpy(target, case):
     check(target, case)
@@ -124,7 +114,7 @@ def test_tesa_formats_against_numpy(target, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@fuzz(400)
+@settings(EXPLORE, max_examples=400)
 @given(case=cases())
 def test_tesa_formats_against_numpy_long(target, case):
     check(target, case)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
-from tests.helpers import needs_cc
+from tests.helpers import EXPLORE, needs_cc
 from ucf.format.format import Format, parse_format
 from ucf.lang.parser import parse_statement
 from ucf.tesa.policy import with_width
@@ -543,11 +543,7 @@ def chains(draw) -> tuple[str, dict, list[str], list]:
     return "\n".join(lines), shapes, weights, steps
 
 
-def plan_fuzz(examples: int):
-    return settings(max_examples=examples, derandomize=True, database=None, deadline=None)
-
-
-@plan_fuzz(8)
+@settings(max_examples=8)
 @given(chain=chains(), plain=st.booleans())
 def test_random_chains_match_numpy(chain, plain):
     """Plans of random chains of layers, transposed or not as their parts allow,
@@ -556,7 +552,7 @@ def test_random_chains_match_numpy(chain, plain):
 
 
 @pytest.mark.slow
-@plan_fuzz(150)
+@settings(EXPLORE, max_examples=150)
 @given(chain=chains(), plain=st.booleans())
 def test_random_chains_match_numpy_long(chain, plain):
     check_chain(chain, plain)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.special
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ucf
+from tests.helpers import EXPLORE
 from ucf.lang.functions import FUNCTIONS
 
 M = ucf.TeSA.from_mask
@@ -343,14 +344,14 @@ def scrambling_agrees(case) -> None:
     assert masks(scrambled) == masks(exact), text
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6)
 @given(einsums())
 def test_scrambling_agrees_with_the_exact_rules(case):
     scrambling_agrees(case)
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(EXPLORE, max_examples=60)
 @given(einsums())
 def test_scrambling_agrees_with_the_exact_rules_long(case):
     scrambling_agrees(case)

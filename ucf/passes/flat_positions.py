@@ -38,13 +38,16 @@ def flatten_rows(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     ``k.cin``)."""
     pos = {p.name for p in fn.params if p.is_array and p.role[:1] == ("pos",)}
     notes: list[str] = []
-    return replace(fn, body=_block(fn.body, pos, notes, set())), notes
+    return replace(fn, body=_block(fn.body, pos, notes, {})), notes
 
 
 def _block(
-    stmts: list[ir.Stmt], pos: set[str], notes: list[str], guards: set[int]
+    stmts: list[ir.Stmt], pos: set[str], notes: list[str], guards: dict[int, ir.If]
 ) -> list[ir.Stmt]:
-    """``guards``: the ids of the guards this pass put around the loops it wrote."""
+    """``guards``: the guards this pass put around the loops it wrote, by id, and held:
+    a guard an outer loop's flattening drops would otherwise free its id for the next
+    statement made, and a loop given it was taken for a guard (``'For' object has no
+    attribute 'then'``, the statement fuzz's seed 1 case 272)."""
     out: list[ir.Stmt] = []
     for s in _counted(stmts):
         s = with_blocks(s, lambda b: _block(b, pos, notes, guards))
@@ -53,7 +56,7 @@ def _block(
             out.append(s)
             continue
         out.append(flat)
-        guards.add(id(flat))
+        guards[id(flat)] = flat
         inner = flat.then[0]
         notes.append(
             f"flat pass: loop {s.label or s.var.name} only strings together the position "
@@ -64,7 +67,7 @@ def _block(
     return out
 
 
-def _flat(s: ir.Stmt, pos: set[str], guards: set[int]) -> ir.If | None:
+def _flat(s: ir.Stmt, pos: set[str], guards: dict[int, ir.If]) -> ir.If | None:
     """``if (a < b) for p in [E(a), E(b)) body`` for ``for i in [a, b) {lets; for p in
     [E(i), E(i+1)) body}``, when ``body`` reads neither ``i`` nor the lets."""
     if not (serial_loop(s) or _parallel_rows(s)) or not s.body:
