@@ -226,8 +226,8 @@ def _choices(
         wanted = integer_order(cin, order)
         if not wanted[1]:
             wanted = dense_inside(cin, order)
-        if not wanted[1]:
-            wanted = unit_loops.above_reductions(cin, order, stats)
+            unit = unit_loops.above_reductions(cin, wanted[0], stats)
+            wanted = unit if unit[1] else wanted
         if wanted[1]:
             orders.insert(0, wanted)
     order, exact, exact_why = orders[0]
