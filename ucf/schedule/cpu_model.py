@@ -282,7 +282,9 @@ def pays(cin: CIN, stats: Stats | None) -> bool:
     """Whether a call with ``stats`` is worth a plan of its own (``REPLAN_WORK``); cheap,
     so a kernel asks before anything is concretized."""
     work = _work(cin, stats)
-    return work is None or work >= REPLAN_WORK
+    if work is None or work >= REPLAN_WORK:
+        return True
+    return stats is not None and unit_loops.pays_below(cin, stats, work)
 
 
 def _placements(order: list[str], v: str, stats: Stats | None) -> list[list[Command]]:

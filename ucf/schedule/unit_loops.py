@@ -21,6 +21,16 @@ from typing import TYPE_CHECKING
 
 from ucf.schedule.commands import Command, Reorder
 
+#: A call of at least this many multiply-adds with a loop of extent 1 below the outermost
+#: gets a plan of its own even under ``cpu_model.REPLAN_WORK``: the plan compiled before
+#: any call runs that loop with a trip count it reads at run time, at every step of the
+#: loops around it, where a plan of its own bounds it away or moves it above the sums.
+#: The gradients of an SDDMM at K = 1, 10k rows of 10 (100k multiply-adds), one thread,
+#: CPU time, load 8: grad_C 0.447 ms -> 0.165 (scipy 0.127), grad_B 0.665 -> 0.515
+#: (scipy 0.396), grad_D 0.196 -> 0.150 (scipy 0.154). The compile (a tenth of a second,
+#: once: the disk cache keeps the plan) is paid back within a few hundred calls.
+UNIT_REPLAN_WORK = 1 << 14
+
 if TYPE_CHECKING:
     from ucf.cin.notation import CIN
     from ucf.schedule.cpu_model import Stats
@@ -50,3 +60,10 @@ def above_reductions(
         f"{sums}, so each output entry sums in a register"
     )
     return new, [Reorder(tuple(new))], [why]
+
+
+def pays_below(cin: CIN, stats: Stats, work: float) -> bool:
+    """Whether a call under ``cpu_model.REPLAN_WORK`` still gets a plan of its own: at
+    least ``UNIT_REPLAN_WORK`` multiply-adds, and a loop below the outermost of extent 1."""
+    inner = list(cin.order)[1:]
+    return work >= UNIT_REPLAN_WORK and any(stats.extents.get(v) == 1 for v in inner)
