@@ -154,3 +154,28 @@ def test_a_dense_operand_in_another_order_is_still_converted():
     k = ucf.compile("y(j) = D(k,j)", {"D": "UU:1,0"})
     with pytest.warns(ucf.ConversionWarning):
         np.testing.assert_allclose(np.asarray(k(D=x)), x.sum(axis=0))
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("same", [True, False])
+def test_bs_gradient_on_the_outputs_positions(target, same):
+    """Where the output's gradient stores exactly B's positions (the forward result's,
+    copies of B's index arrays), B's gradient runs without the pattern, one sparse operand
+    and no counting pass (``ucf.autodiff.on_positions``); with a position fewer it keeps
+    the pattern. Both against torch autograd."""
+    B, C, D, G = operands(K=2, seed=5)
+    Bs = ucf.from_numpy(B, format="csr")
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"}, target=target)
+    A = k(B=Bs, C=C, D=D)
+    cols, count = A.columns()
+    at = tuple(A.format.mode_coords(cols, count).T)
+    G = np.where(B != 0, G, 0)
+    grad = ucf.Tensor(A.shape, A.format, A.levels, G[at])
+    if not same:  # one stored entry fewer: G is zero there
+        G[at[0][0], at[1][0]] = 0
+        grad = ucf.from_numpy(G, format="csr")
+    back = ucf.gradients(k)
+    got = back("B", grad, {"B": Bs, "C": C, "D": D})
+    assert got.levels is Bs.levels
+    np.testing.assert_allclose(got.to_numpy(), torch_reference(B, C, D, G)[0], rtol=1e-10)
+    assert ("B" in back._positions._kernels) == same

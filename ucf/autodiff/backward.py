@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
+from ucf.autodiff.on_positions import OnPositions
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format.format import Format
 from ucf.format.storage import foreign_type
@@ -73,6 +74,7 @@ class Backward:
         #: The last pattern by operand (``_pattern``): it holds the operand's levels, so
         #: no other operand's can be those objects while it is kept.
         self._patterns: dict[str, Tensor] = {}
+        self._positions = OnPositions(self)
         #: ``kernel_formats`` by operand: fixed by the formats, asked on every call.
         self._formats: dict[str, tuple[dict[str, Format], dict[str, tuple[int, ...]]]] = {}
         #: Where the output's extents come from: per output mode, the (operand, mode)
@@ -259,6 +261,8 @@ class Backward:
         grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
+        if self._positions.applies(wrt) and self._positions.same(wrt, x, grad):
+            return self._positions(wrt, x, grad, operands)  # no pattern: see on_positions
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
         _, dynamic = self.kernel_formats(wrt)
         # A dynamic operand the kernel does not read as its dynamic one is read masked.
