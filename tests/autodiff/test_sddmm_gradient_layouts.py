@@ -2,7 +2,7 @@
 for each layout of D and K = 1 (bench/sddmm_gradients.py times them against scipy).
 
 At K = 1 the plan of a call's own moves the output loop of C's gradient, ``grad_C(i,k)
-= grad_A(i,j) * D(k,j) * B(i,j)``, above the sum over j (``ucf.schedule.unit_loops``),
+= grad_A(i,j) * D(k,j) * B(i,j)``, outermost, above the sum over j (``ucf.schedule.unit_loops``),
 and a ``(1, n)`` D, C- and Fortran-ordered at once, is read in place where the kernel
 reads it ``UU:1,0`` (``ucf.format.relayout.same_layout``; it was copied on every call
 with a ConversionWarning). Checked against torch autograd in float64 (the pattern as
@@ -81,14 +81,16 @@ def _first(expr: str, stats: Stats, threads: int):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_an_output_loop_of_one_step_runs_above_the_sum(threads):
-    """K = 1: C's gradient sums each entry over j in a register (``i, k, j``); at K = 8
-    the row of K entries stays innermost, where each stored entry serves all of it."""
+    """K = 1: C's gradient sums each entry over j in a register (``k, i, j``, k of one
+    step outermost); at K = 8 the row of K entries stays innermost, where each stored
+    entry serves all of it."""
     nnz = {"grad_A": 10**6, "B": 10**6}
     one = _first(GRAD_C, Stats({"i": 10**5, "j": 10**5, "k": 1}, nnz), threads)
-    assert "reorder(i, k, j)" in one.text, one.text
+    assert "reorder(k, i, j)" in one.text, one.text
     assert any("extent 1 at this call" in w for w in one.why)
     eight = _first(GRAD_C, Stats({"i": 10**5, "j": 10**5, "k": 8}, nnz), threads)
-    assert "reorder(i, k, j)" not in eight.text, eight.text
+    assert "reorder(k, i, j)" not in eight.text, eight.text
+    assert not any("extent 1" in w for w in eight.why)
 
 
 @pytest.mark.parametrize("target", ["llvm", "c"])

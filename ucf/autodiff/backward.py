@@ -262,7 +262,8 @@ class Backward:
         if d.statement is None:
             return self._zero(wrt, x)
         if self._positions.applies(wrt) and self._positions.same(wrt, x, grad):
-            return self._positions(wrt, x, grad, operands)  # no pattern: see on_positions
+            result = self._positions(wrt, grad, operands)  # no pattern: see on_positions
+            return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
         _, dynamic = self.kernel_formats(wrt)
         # A dynamic operand the kernel does not read as its dynamic one is read masked.

@@ -20,23 +20,22 @@ are kept, so a training loop that passes the same ones compares them by identity
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ucf.autodiff.derive import derive
-from ucf.format.tensor import Tensor, trusted
+from ucf.format.tensor import Tensor
 from ucf.lang.ast import accesses
-
-if TYPE_CHECKING:
-    from ucf.autodiff.backward import Backward
 
 
 class OnPositions:
     """For each sparse operand whose gradient can skip its pattern, the derived statement
     without it and its kernel, and the last positions found equal to the operand's."""
 
-    def __init__(self, back: Backward):
+    def __init__(self, back: Any):
+        """``back``: the ``ucf.autodiff.backward.Backward`` whose gradients these are (it
+        imports this module)."""
         self.back = back
         self._kernels: dict[str, Any] = {}
         self._applies: dict[str, bool] = {}
@@ -83,17 +82,15 @@ class OnPositions:
             return True
         return False
 
-    def __call__(self, wrt: str, x: Tensor, grad: Tensor, operands: dict[str, Any]) -> Tensor:
-        """``wrt``'s gradient on ``x``'s positions, ``grad`` storing exactly them."""
-        from ucf.autodiff.backward import on_pattern
-
+    def __call__(self, wrt: str, grad: Tensor, operands: dict[str, Any]) -> Tensor:
+        """``wrt``'s gradient on ``grad``'s positions, which ``same`` found to be ``wrt``'s
+        (the caller puts its values on the operand's index arrays)."""
         kernel, d = self._kernel(wrt)
         args = {
             a.tensor: operands[a.tensor] for a in accesses(d.statement.rhs) if a.tensor != d.grad
         }
         args[d.grad] = grad
-        result = kernel(**args)
-        return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
+        return kernel(**args)
 
     def _kernel(self, wrt: str) -> tuple[Any, Any]:
         if wrt not in self._kernels:
