@@ -70,10 +70,13 @@ class OnPositions:
             return False
         if grad.format.structure != x.format.structure or grad.index_dtype != x.index_dtype:
             return False
-        mine = tuple(a for level in x.levels for a in level.values())
-        theirs = tuple(a for level in grad.levels for a in level.values())
-        if len(mine) != len(theirs) or len(x.vals) != len(grad.vals):
+        if len(x.vals) != len(grad.vals) or any(
+            a.keys() != b.keys() for a, b in zip(x.levels, grad.levels, strict=True)
+        ):
             return False
+        mine = tuple(level[k] for level in x.levels for k in level)
+        pairs = zip(x.levels, grad.levels, strict=True)
+        theirs = tuple(g[k] for level, g in pairs for k in level)
         kept = self._same.get(wrt)
         if kept is not None and _identical(kept[0], mine) and _identical(kept[1], theirs):
             return True
