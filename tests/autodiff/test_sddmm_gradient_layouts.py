@@ -181,3 +181,26 @@ def test_bs_gradient_on_the_outputs_positions(target, same):
     assert got.levels is Bs.levels
     np.testing.assert_allclose(got.to_numpy(), torch_reference(B, C, D, G)[0], rtol=1e-10)
     assert ("B" in back._positions._kernels) == same
+
+
+def test_a_call_under_replan_work_with_k_of_1_gets_a_plan_of_its_own():
+    """2,000 rows of 10 at K = 1 (20,000 multiply-adds, under ``REPLAN_WORK``): the loop
+    of one step would run with a trip count read at every stored entry in the plan
+    compiled before any call (``ucf.schedule.unit_loops.pays_below``)."""
+    rng = np.random.default_rng(4)
+    n = 2000
+    rows, cols = np.repeat(np.arange(n), 10), rng.integers(0, n, 10 * n)
+    B = np.zeros((n, n))
+    B[rows, cols] = rng.standard_normal(10 * n)
+    C, D = rng.standard_normal((n, 1)), np.asfortranarray(rng.standard_normal((1, n)))
+    Bs = ucf.from_numpy(B, format="csr")
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr", "D": "UU:1,0"})
+    A = k(B=Bs, C=C, D=D)
+    back = ucf.gradients(k)
+    g = ucf.Tensor(A.shape, A.format, A.levels, rng.standard_normal(len(A.vals)))
+    got = back("C", g, {"B": Bs, "C": C, "D": D})
+    G = np.zeros((n, n))
+    cols_a, count = A.columns()
+    G[tuple(A.format.mode_coords(cols_a, count).T)] = g.vals
+    np.testing.assert_allclose(np.asarray(got), (G * B) @ D.T, rtol=1e-10, atol=1e-12)
+    assert "extent 1 at this call" in back.kernel("C").cin

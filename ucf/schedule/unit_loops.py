@@ -74,6 +74,11 @@ def above_reductions(
 
 def pays_below(cin: CIN, stats: Stats, work: float) -> bool:
     """Whether a call under ``cpu_model.REPLAN_WORK`` still gets a plan of its own: at
-    least ``UNIT_REPLAN_WORK`` multiply-adds, and a loop below the outermost of extent 1."""
-    inner = list(cin.order)[1:]
+    least ``UNIT_REPLAN_WORK`` multiply-adds, and a loop below the outermost of extent 1,
+    in a statement over no blocked format (one block of ``bcsr(32,32)``, ``i_blk`` and
+    ``k_blk`` of extent 1, is the micro-kernel's business, ``ucf.passes.pairs``, which
+    tests/passes/test_pairs.py checks on the plan compiled before any call)."""
+    if cin.blocks or any(s.format.blocked for s in cin.slots.values()):
+        return False
+    inner = [v for v in list(cin.order)[1:] if v not in cin.nested_vars]
     return work >= UNIT_REPLAN_WORK and any(stats.extents.get(v) == 1 for v in inner)
