@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ucf.autodiff.derive import Derived, derive
+from ucf.autodiff.on_positions import OnPositions
 from ucf.errors import FormatError, OperandError, ShapeError, UnsupportedError, boundary
 from ucf.format.construction import trusted
 from ucf.format.format import Format
@@ -71,6 +72,24 @@ class Backward:
         self._kernels: dict[str, Any] = {}
         self._prelude: dict[str, list[Any]] = {}
         self._ones: dict[tuple, np.ndarray] = {}
+        #: The last pattern by operand (``_pattern``): it holds the operand's levels, so
+        #: no other operand's can be those objects while it is kept.
+        self._patterns: dict[str, Tensor] = {}
+        self._positions = OnPositions(self)
+        #: ``kernel_formats`` by operand: fixed by the formats, asked on every call.
+        self._formats: dict[str, tuple[dict[str, Format], dict[str, tuple[int, ...]]]] = {}
+        #: Where the output's extents come from: per output mode, the (operand, mode)
+        #: pairs that a plain index of the same variable reads (``_output_shape``).
+        out_vars = [i.single_variable for i in statement.lhs.indices]
+        self._bound_by = [
+            [
+                (a.tensor, m)
+                for a in accesses(statement.rhs)
+                for m, idx in enumerate(a.indices)
+                if v is not None and idx.single_variable == v
+            ]
+            for v in out_vars
+        ]
 
     # ------------------------------------------------------------------ derivation
     def keeps_pattern(self, wrt: str) -> bool:
@@ -89,7 +108,13 @@ class Backward:
 
     def kernel_formats(self, wrt: str) -> tuple[dict[str, Format], dict[str, tuple[int, ...]]]:
         """The formats of the derived statement's tensors, and its dynamic operand: the
-        pattern of a dynamic ``wrt``, else a dynamic operand the statement reads once."""
+        pattern of a dynamic ``wrt``, else a dynamic operand the statement reads once.
+        Made once per operand (the caller must not change them)."""
+        if wrt not in self._formats:
+            self._formats[wrt] = self._kernel_formats(wrt)
+        return self._formats[wrt]
+
+    def _kernel_formats(self, wrt: str) -> tuple[dict[str, Format], dict[str, tuple[int, ...]]]:
         d = self.derived(wrt)
         assert d.statement is not None
         read = [a.tensor for a in accesses(d.statement.rhs)]
@@ -237,6 +262,9 @@ class Backward:
         grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
+        if self._positions.applies(wrt) and self._positions.same(wrt, x, grad):
+            result = self._positions(wrt, grad, operands)  # no pattern: see on_positions
+            return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}
         _, dynamic = self.kernel_formats(wrt)
         # A dynamic operand the kernel does not read as its dynamic one is read masked.
@@ -313,6 +341,13 @@ class Backward:
             )
         if self.output_format is None:
             return grad
+        if (
+            isinstance(grad, Tensor)
+            and grad.format == self.output_format
+            and grad.vals.dtype == self.dtype
+            and grad.index_dtype == self.index_dtype
+        ):
+            return grad  # the forward result's index arrays with new values: as it is
         from ucf.format.interop import as_tensor
 
         return as_tensor(
@@ -324,19 +359,39 @@ class Backward:
         )
 
     def _output_shape(self, operands: Mapping[str, Any]) -> tuple[int | None, ...]:
-        """The output's extent in each mode that a plain index of an operand fixes."""
-        bound: dict[str, int] = {}
-        for a in accesses(self.statement.rhs):
-            shape = getattr(operands.get(a.tensor), "shape", ())
-            for m, idx in enumerate(a.indices):
-                if idx.single_variable is not None and m < len(shape):
-                    bound.setdefault(idx.single_variable, int(shape[m]))
-        return tuple(bound.get(i.single_variable) for i in self.statement.lhs.indices)
+        """The output's extent in each mode that a plain index of an operand fixes (the
+        first operand read with that variable, in the statement's order)."""
+        found: list[int | None] = []
+        for pairs in self._bound_by:
+            extent = None
+            for tensor, m in pairs:
+                shape = getattr(operands.get(tensor), "shape", ())
+                if m < len(shape):
+                    extent = int(shape[m])
+                    break
+            found.append(extent)
+        return tuple(found)
 
     def _pattern(self, wrt: str, x: Tensor) -> Any:
+        """Ones on ``x``'s positions: the same Tensor while ``x`` holds the same levels,
+        so that a call on the same operands replays (``ucf.exec.replay``: it compares
+        operands by identity; a new pattern each call ran the whole binding path, about
+        half the call at 300 rows)."""
         if wrt in self.dynamic:
             return self._ones_array(tuple(np.shape(x)))
-        return trusted(x.shape, x.format, x.levels, self._ones_array((len(x.vals),)), x.index_dtype)
+        kept = self._patterns.get(wrt)
+        if (
+            kept is not None
+            and kept.levels is x.levels
+            and kept.shape == x.shape
+            and kept.format == x.format
+            and kept.index_dtype == x.index_dtype
+            and len(kept.vals) == len(x.vals)
+        ):
+            return kept
+        ones = self._ones_array((len(x.vals),))
+        self._patterns[wrt] = kept = trusted(x.shape, x.format, x.levels, ones, x.index_dtype)
+        return kept
 
     def _ones_array(self, shape: tuple[int, ...]) -> np.ndarray:
         """Ones of ``shape`` in the kernel's dtype, made once per shape: a pattern's values
@@ -443,7 +498,7 @@ def on_pattern(x: Tensor, result: Tensor, drop_outside: bool = False) -> np.ndar
     ``result``'s entries outside them are a bug, unless ``drop_outside`` (an output's
     gradient from torch, which may store any positions) drops them."""
     if result.format.structure == x.format.structure and all(
-        all(np.array_equal(a[k], b[k]) for k in a)
+        all(a[k] is b[k] or np.array_equal(a[k], b[k]) for k in a)
         for a, b in zip(x.levels, result.levels, strict=True)
     ):
         return result.vals

@@ -37,7 +37,7 @@ from ucf.exec.shapes import bound_extents, check_orders, plain_extents
 from ucf.format.construction import trusted
 from ucf.format.format import Format
 from ucf.format.quantize import check_sums, held_operand
-from ucf.format.relayout import relaid, relayable
+from ucf.format.relayout import relaid, relayable, same_layout
 from ucf.format.tensor import Tensor
 from ucf.format.values import check_lossless
 from ucf.ir import nodes as ir
@@ -193,9 +193,13 @@ class Calling:
             ):
                 slots[slot.name] = t  # already the kernel's format and dtypes
                 continue
+            relayout = relayable(t.format, slot.format)
+            if relayout and t.vals.dtype == held and same_layout(t.format, slot.format, t.shape):
+                slots[slot.name] = trusted(t.shape, slot.format, [{}] * t.order, t.vals)
+                continue  # the modes that differ in order have extent 1: no copy
             check_lossless(t.vals, held, slot.tensor)
             warn_conversion(slot, t, held, self.index_dtype, self._warned)
-            if relayable(t.format, slot.format):  # a transposed copy, on the kernel's threads
+            if relayout:  # a transposed copy, on the kernel's threads
                 buf = recycled.uninitialized(t.vals.shape, np.dtype(held))
                 vals = relaid(t.vals, t.shape, t.format, slot.format, held, num_threads(), buf)
                 slots[slot.name] = trusted(t.shape, slot.format, [{}] * t.order, vals)

@@ -41,6 +41,18 @@ def relayable(stored: Format, fmt: Format) -> bool:
     )
 
 
+def same_layout(stored: Format, fmt: Format, shape: tuple[int, ...]) -> bool:
+    """Whether a ``relayable`` pair lays a tensor of ``shape`` out alike: their mode
+    orders agree once the modes of extent 1 are dropped, which no order places apart
+    (SDDMM's D of K = 1 rows, ``(1, n)``, is C- and Fortran-ordered at once: read as
+    ``UU:1,0`` it was copied on every call, and the call could not be replayed), or
+    when it holds nothing."""
+    if 0 in shape:
+        return True
+    moving = [m for m in stored.mode_order if shape[m] > 1]
+    return moving == [m for m in fmt.mode_order if shape[m] > 1]
+
+
 def relaid(
     vals: np.ndarray,
     shape: tuple[int, ...],
