@@ -204,3 +204,29 @@ def test_a_call_under_replan_work_with_k_of_1_gets_a_plan_of_its_own():
     G[tuple(A.format.mode_coords(cols_a, count).T)] = g.vals
     np.testing.assert_allclose(np.asarray(got), (G * B) @ D.T, rtol=1e-10, atol=1e-12)
     assert "extent 1 at this call" in back.kernel("C").cin
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_bs_gradient_after_its_positions_are_written_in_place(target):
+    """Positions found equal to B's on one call are compared again on the next: the
+    output gradient's column indices written in place (one entry moved to a column B
+    does not store) take the pattern's kernel, as a fresh ``ucf.gradients`` would; the
+    result against torch autograd."""
+    B, C, D, _ = operands(K=2, seed=6)
+    Bs = ucf.from_numpy(B, format="csr")
+    k = ucf.compile(SDDMM, {"A": "csr", "B": "csr"}, target=target)
+    A = k(B=Bs, C=C, D=D)
+    pos, crd = A.levels[1]["pos"], A.levels[1]["crd"].copy()
+    vals = np.random.default_rng(6).standard_normal(len(A.vals))
+    grad = ucf.Tensor(A.shape, A.format, [A.levels[0], {"pos": pos, "crd": crd}], vals)
+    back = ucf.gradients(k)
+    back("B", grad, {"B": Bs, "C": C, "D": D})
+    row = next(r for r in range(B.shape[0]) if 0 < np.count_nonzero(B[r]) < B.shape[1])
+    lo, hi = pos[row], pos[row + 1]
+    crd[lo] = next(c for c in range(B.shape[1]) if B[row, c] == 0)
+    order = lo + np.argsort(crd[lo:hi], kind="stable")
+    crd[lo:hi], vals[lo:hi] = crd[order], vals[order]  # the row kept in column order
+    got = back("B", grad, {"B": Bs, "C": C, "D": D})
+    G = np.zeros(B.shape)
+    G[np.repeat(np.arange(B.shape[0]), np.diff(pos)), crd] = vals
+    np.testing.assert_allclose(got.to_numpy(), torch_reference(B, C, D, G)[0], rtol=1e-10)

@@ -262,7 +262,7 @@ class Backward:
         grad = self.output_gradient(grad, operands)
         if d.statement is None:
             return self._zero(wrt, x)
-        if self._positions.applies(wrt) and self._positions.same(wrt, x, grad):
+        if self._positions.applies(wrt) and self._positions.same(x, grad):
             result = self._positions(wrt, grad, operands)  # no pattern: see on_positions
             return trusted(x.shape, x.format, x.levels, on_pattern(x, result), x.index_dtype)
         masks = {n: _mask(operands[n], (masks or {}).get(n)) for n in self.dynamic}

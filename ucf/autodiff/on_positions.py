@@ -13,9 +13,10 @@ pass (``ucf.lower.assembly``'s same structure). The gradient of B at 10k rows of
 1, one thread, CPU time, load 6.5: 0.444 ms a kernel call with the pattern, 0.250
 without; 100k rows: 6.71 and 3.86 ms.
 
-The positions are compared on every call (the same arrays, or equal ones: the forward
-result's index arrays are its own copies of the operand's); the last arrays found equal
-are kept, so a training loop that passes the same ones compares them by identity.
+The positions are compared on every call, by value unless they are the very arrays
+(the forward result's index arrays are its own copies of the operand's): arrays found
+equal once may be written in place before the next call, and a gradient computed on the
+operand's positions from other ones would be wrong.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ucf.lang.ast import accesses
 
 class OnPositions:
     """For each sparse operand whose gradient can skip its pattern, the derived statement
-    without it and its kernel, and the last positions found equal to the operand's."""
+    without it and its kernel."""
 
     def __init__(self, back: Any):
         """``back``: the ``ucf.autodiff.backward.Backward`` whose gradients these are (it
@@ -39,7 +40,6 @@ class OnPositions:
         self.back = back
         self._kernels: dict[str, Any] = {}
         self._applies: dict[str, bool] = {}
-        self._same: dict[str, tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
 
     def applies(self, wrt: str) -> bool:
         """Whether ``wrt``'s gradient may be computed on the output gradient's positions
@@ -64,7 +64,7 @@ class OnPositions:
         d = b.derived(wrt)
         return d.pattern is not None and not (d.prelude or d.ranges or d.extents)
 
-    def same(self, wrt: str, x: Tensor, grad: Any) -> bool:
+    def same(self, x: Tensor, grad: Any) -> bool:
         """Whether ``grad`` stores exactly ``x``'s positions, in ``x``'s order."""
         if not isinstance(grad, Tensor) or grad.shape != x.shape:
             return False
@@ -74,16 +74,11 @@ class OnPositions:
             a.keys() != b.keys() for a, b in zip(x.levels, grad.levels, strict=True)
         ):
             return False
-        mine = tuple(level[k] for level in x.levels for k in level)
-        pairs = zip(x.levels, grad.levels, strict=True)
-        theirs = tuple(g[k] for level, g in pairs for k in level)
-        kept = self._same.get(wrt)
-        if kept is not None and _identical(kept[0], mine) and _identical(kept[1], theirs):
-            return True
-        if all(a is b or np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True)):
-            self._same[wrt] = (mine, theirs)
-            return True
-        return False
+        return all(
+            level[k] is g[k] or np.array_equal(level[k], g[k])
+            for level, g in zip(x.levels, grad.levels, strict=True)
+            for k in level
+        )
 
     def __call__(self, wrt: str, grad: Tensor, operands: dict[str, Any]) -> Tensor:
         """``wrt``'s gradient on ``grad``'s positions, which ``same`` found to be ``wrt``'s
@@ -106,7 +101,3 @@ class OnPositions:
             k = Kernel(str(d.statement), fmts, None, b.target, b.dtype, b.index_dtype)
             self._kernels[wrt] = (k, d)
         return self._kernels[wrt]
-
-
-def _identical(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
