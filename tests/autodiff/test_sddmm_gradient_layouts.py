@@ -93,6 +93,18 @@ def test_an_output_loop_of_one_step_runs_above_the_sum(threads):
     assert not any("extent 1" in w for w in eight.why)
 
 
+def test_an_output_loop_stored_by_a_sparse_operand_stays_below_its_sum():
+    """SpMM into one column with C in csr: C stores k below j, so k of one step cannot go
+    above the sum over j without breaking C's walk; the model does not propose it (a
+    proposal ``reorder`` refuses is dropped with a note, and with it any other move it
+    carried)."""
+    expr, fmts = "A(i,k) = B(i,j) * C(j,k)", {"B": "csr", "C": "csr"}
+    stats = Stats({"i": 10**5, "j": 10**5, "k": 1}, {"B": 10**6, "C": 5 * 10**4})
+    parsed = {n: parse_format(f) for n, f in fmts.items()}
+    choices = pipeline.proposals(expr, parsed, stats, threads=2)
+    assert not any("refused" in w for c in choices for w in c.why), choices[0].why
+
+
 @pytest.mark.parametrize("target", ["llvm", "c"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from ucf.lang.ast import accesses
 from ucf.schedule.commands import Command, Reorder
+from ucf.schedule.storage_order import levels, walks_as_stored
 
 #: A call of at least this many multiply-adds with a loop of extent 1 below the outermost
 #: gets a plan of its own even under ``cpu_model.REPLAN_WORK``: the plan compiled before
@@ -50,7 +52,8 @@ def above_reductions(
 ) -> tuple[list[str], list[Command], list[str]]:
     """The loop order, commands and reasons that move the dense output's loops of extent
     1 at this call outermost, out of the reductions, when no other output loop runs below
-    one.
+    one and every sparse operand is still walked as stored (``reorder`` refuses an order
+    that is not, and the proposal would take ``dense_inside``'s move with it).
     ``(order, [], [])`` where nothing moves (or the extents are unknown)."""
     if stats is None or not cin.output_format.is_dense:
         return order, [], []
@@ -64,6 +67,13 @@ def above_reductions(
     ):
         return order, [], []
     new = [*below, *order[:first], *(v for v in order[first:] if v not in outs)]
+    chains = [
+        levels(a, cin.slots[n].format)
+        for n, a in enumerate(accesses(cin.statement.rhs))
+        if not cin.slots[n].format.is_dense
+    ]
+    if not walks_as_stored(new, [c for c in chains if c is not None]):
+        return order, [], []  # a sparse operand stores a loop moved out below a sum's
     sums = ", ".join(v for v in order[first:] if v not in outs)
     why = (
         f"default: {', '.join(below)} (extent 1 at this call) outermost, above the reductions "
