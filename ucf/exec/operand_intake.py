@@ -19,7 +19,7 @@ from ucf.format.construction import trusted
 from ucf.format.format import Format
 from ucf.format.interop import as_tensor
 from ucf.format.tensor import Tensor
-from ucf.format.values import INDEX_DTYPES, VALUE_DTYPES
+from ucf.format.values import VALUE_DTYPES
 
 
 class FortranArray(Tensor):
@@ -31,14 +31,6 @@ class FortranArray(Tensor):
     says so, in whichever thread calls: no per-call state does."""
 
     __slots__ = ()
-
-    def __init__(self, value: np.ndarray) -> None:
-        """``value`` (Fortran-contiguous, order 1 or more), trusted as ``trusted`` trusts
-        its parts: dense storage has no invariants to check."""
-        order = value.ndim
-        self.shape, self.format = value.shape, Format.dense(order, range(order - 1, -1, -1))
-        self.levels, self.vals = [{} for _ in range(order)], value.T.reshape(-1)
-        self.index_dtype, self.scales = INDEX_DTYPES[0], None
 
 
 def as_operand(value: Any, name: str, dtype: np.dtype) -> Tensor:
@@ -63,7 +55,9 @@ def as_operand(value: Any, name: str, dtype: np.dtype) -> Tensor:
             vals = value if len(shape) == 1 else value.reshape(-1)
             return trusted(shape, Format.dense(len(shape)), [{} for _ in shape], vals)
         if value.flags.f_contiguous:
-            return FortranArray(value)
+            fmt = Format.dense(len(shape), range(len(shape) - 1, -1, -1))
+            vals = value.T.reshape(-1)
+            return trusted(shape, fmt, [{} for _ in shape], vals, kind=FortranArray)
     return as_tensor(value, name=name)
 
 

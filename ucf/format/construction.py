@@ -157,12 +157,14 @@ def trusted(
     levels: list[dict[str, np.ndarray]],
     vals: np.ndarray,
     index_dtype: np.dtype = INDEX_DTYPES[0],
+    kind: type[Tensor] = Tensor,
 ) -> Tensor:
-    """A Tensor from parts that are already what ``Tensor(..., check=False)`` would make
-    of them (a tuple of ints, a Format, a dict per level, numpy arrays, a supported
-    index dtype); nothing is normalized or checked. A kernel call wraps each dense
-    operand and its output this way, where normalizing cost more than the kernel."""
-    t = Tensor.__new__(Tensor)
+    """A Tensor (of class ``kind``, a subclass that adds no state) from parts that are
+    already what ``Tensor(..., check=False)`` would make of them (a tuple of ints, a
+    Format, a dict per level, numpy arrays, a supported index dtype); nothing is
+    normalized or checked. A kernel call wraps each dense operand and its output this
+    way, where normalizing cost more than the kernel."""
+    t = kind.__new__(kind)
     t.shape, t.format, t.levels, t.vals, t.index_dtype = shape, fmt, levels, vals, index_dtype
     t.scales = None
     return t
