@@ -40,7 +40,10 @@ RACED = [race_plan(n) for n in range(2 * RACE_CALLS)]
 def _loops(timed: bool = True, fixed: int = 0):
     """LoopStates over two loops of function f written by the test (both timed once and
     won on two threads, unless ``timed`` is false), with a counter of lost regions and
-    a fixed-team flag of the test's own."""
+    a fixed-team flag of the test's own. LoopStates views the loops' arrays without
+    owning them, as it views a kernel library's: the caller keeps ``arrays`` bound for
+    as long as it uses the LoopStates (a ``for _ in`` that rebinds ``_`` frees them,
+    and the race then reads freed memory)."""
     arrays = [(ctypes.c_int64 * 4)(2 if timed else 0, 0, 0, 5000) for _ in range(2)]
     lookup = {llvm_team.state_name("f", n + 1): ctypes.addressof(a) for n, a in enumerate(arrays)}
     lost, flag = ctypes.c_int64(0), ctypes.c_int64(fixed)
@@ -84,7 +87,7 @@ def test_a_parallel_plan_that_loses_as_a_whole_is_set_aside_and_retried(clock):
     thread runs; the next race comes ``RACE_EVERY`` calls later and, while it keeps
     winning, twice as many calls later each time. When the machine is quiet again the
     parallel plan wins its race and runs from then on."""
-    loops, _, lost = _loops()
+    loops, arrays, lost = _loops()
     assert _between(loops, RACE_FIRST - 1) == {0}
     assert _race(loops, 16, 10) == RACED
     assert _between(loops, RACE_EVERY - 1) == {SOLO}
@@ -104,7 +107,7 @@ def test_on_a_quiet_machine_the_parallel_plan_stays_and_races_ever_less(clock):
     double up to ``RACE_EVERY_MAX``, so a quiet machine races in few of its calls. A race
     is decided by medians: one slow call of the parallel plan (a busy moment) and one
     fast call of the plan for one thread do not decide it."""
-    loops, _, _ = _loops()
+    loops, arrays, _ = _loops()
     _between(loops, RACE_FIRST - 1)
     every, raced, calls = RACE_EVERY, 0, RACE_FIRST - 1
     while calls < 20 * RACE_EVERY_MAX:
@@ -142,7 +145,7 @@ def test_a_race_with_calls_missing_waits_for_them(clock):
     """A call asked for its plan twice (a remembered call whose plan for one thread is
     not remembered yet goes on to the full path) or not clocked (it raised) leaves the
     race where it was: the next call runs the same plan."""
-    loops, _, _ = _loops()
+    loops, arrays, _ = _loops()
     _between(loops, RACE_FIRST - 1)
     assert loops.plan() == SOLO | WARM
     for want in RACED[:-1]:
