@@ -50,6 +50,39 @@ def format_targets(formats, on_c) -> list:
     return out
 
 
+def pairwise(rows: list[tuple]) -> list[tuple]:
+    """Rows of ``rows`` that together hold every pair of values that two of its columns
+    take together anywhere in ``rows``: a covering array, picked greedily (the row
+    covering the most pairs not yet covered, the first of equals), in ``rows``' order.
+    A wrong answer that needs two operands' formats to meet shows in one of these."""
+
+    def pairs(row):
+        return {(a, row[a], b, row[b]) for a in range(len(row)) for b in range(a + 1, len(row))}
+
+    left = set().union(*map(pairs, rows)) if rows else set()
+    kept = []
+    while left:
+        best = max(rows, key=lambda r: len(pairs(r) & left))
+        kept.append(best)
+        left -= pairs(best)
+    return [r for r in rows if r in kept]
+
+
+def combo_targets(rows: list[tuple]) -> list:
+    """(*row, target) params for a product of formats (or any columns): every row on
+    llvm, the rows of ``pairwise(rows)`` on c too, and the others on c in the slow run
+    only. The c target's compiles (gcc) are what cost; c against llvm on every row is
+    the slow run's, and the fuzzers' (bench/fuzz.py)."""
+    on_c = set(pairwise(rows))
+    out = []
+    for row in rows:
+        name = "-".join(map(str, row))
+        out.append(pytest.param(*row, "llvm", id=f"{name}-llvm"))
+        marks = [needs_cc] if row in on_c else [needs_cc, pytest.mark.slow]
+        out.append(pytest.param(*row, "c", marks=marks, id=f"{name}-c"))
+    return out
+
+
 def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):
     """``n`` small integer-valued entries (exact in every dtype), never zero."""
     v = rng.integers(low, high, size=n)

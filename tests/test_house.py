@@ -5,6 +5,7 @@ only formats asking which level kind they hold: a new kind plugs in as one modul
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.helpers import combo_targets, pairwise
 from ucf.format.levels import KINDS
 from ucf.format.levels.compressed import Compressed
 
@@ -373,3 +375,20 @@ def test_the_suite_draws_the_same_hypothesis_examples_every_run(request):
     assert len(own) > 20  # the scan reads the files that use hypothesis
     setting = [p.name for p in own if RANDOMNESS.search(_code(p))]
     assert not setting
+
+
+def test_the_c_target_runs_a_covering_array_of_a_format_product():
+    """``combo_targets``: every row on llvm; on c in the default suite, rows that hold
+    every pair of values two columns take together (``pairwise``), far fewer than all."""
+    rows = [(*f, s) for s in ("csr", "UU") for f in itertools.product("ab", "xyz", "pq")]
+    kept = pairwise(rows)
+
+    def pairs(row):
+        return {(a, row[a], b, row[b]) for a, b in itertools.combinations(range(len(row)), 2)}
+
+    assert set().union(*map(pairs, kept)) == set().union(*map(pairs, rows))
+    assert len(kept) < len(rows) // 2
+    params = combo_targets(rows)
+    on_c = [p for p in params if p.values[-1] == "c"]
+    slow = [p for p in on_c if any(m.name == "slow" for m in p.marks)]
+    assert len(params) == 2 * len(rows) and len(on_c) - len(slow) == len(kept)

@@ -3,7 +3,9 @@ all of its occurrences, as in TACO (``A(i,j)*x(j) + b(i)`` is ``A @ x + b``).
 
 Every reference is numpy: one ``np.einsum`` per term, written out by hand, on
 random data with fixed seeds, over every U/C format combination of the
-operands and both CPU targets.
+operands on both CPU targets; where the combinations number in the hundreds, on llvm
+each and on c those that hold every pair of two operands' formats (``combo_targets``),
+the rest on c in the slow run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import TARGETS, nonzero_coords, rand_sparse, stored_coords, uc_combos
+from tests.helpers import (
+    TARGETS,
+    combo_targets,
+    nonzero_coords,
+    rand_sparse,
+    stored_coords,
+    uc_combos,
+)
 
 SEED = 20261124
 
@@ -90,10 +99,11 @@ def test_row_sums_plus_a_vector(target, fb, fc, fy):
         assert stored_coords(got) == nonzero_coords(structural)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb,fc", combos(2, 2, 2))
-@pytest.mark.parametrize("fs", ["csr", "dcsr", "UU"])
-def test_sparse_sum_of_terms_with_different_reductions(target, fa, fb, fc, fs):
+@pytest.mark.parametrize(
+    "fa,fb,fc,fs,target",
+    combo_targets([(*f, fs) for fs in ("csr", "dcsr", "UU") for f in combos(2, 2, 2)]),
+)
+def test_sparse_sum_of_terms_with_different_reductions(fa, fb, fc, fs, target):
     """``S(i,j) = A(i,j) + B(i,k)*C(k,j)``: A plus the product, stored exactly where
     A has an entry or some k meets a stored B(i,k) and C(k,j)."""
     rng = rng_for("sparse-sum", fa, fb, fc, fs)
