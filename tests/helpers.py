@@ -4,6 +4,7 @@ stored-coordinate sets. Fixtures live in ``tests/conftest.py``."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 from fractions import Fraction
 
@@ -68,19 +69,20 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
     return [r for r in rows if r in kept]
 
 
-def combo_targets(rows: list[tuple]) -> list:
-    """(*row, target) params for a product of formats (or any columns): every row on
-    llvm, the rows of ``pairwise(rows)`` on c too, and the others on c in the slow run
-    only. The c target's compiles (gcc) are what cost; c against llvm on every row is
-    the slow run's, and the fuzzers' (bench/fuzz.py)."""
-    on_c = set(pairwise(rows))
-    out = []
+def product_params(*lists, c_subset=None) -> list:
+    """(target, *row) params over the product of ``lists``: every row on llvm; on c the
+    rows ``c_subset`` keeps (a predicate on the row; None keeps ``pairwise``'s, which for
+    two lists is every row), the others on c in the slow run only. The c target's
+    compiles (gcc) are what cost; c against llvm on every row is the slow run's, and the
+    fuzzers' (bench/fuzz.py)."""
+    rows = list(itertools.product(*lists))
+    on_c = set(pairwise(rows)) if c_subset is None else {r for r in rows if c_subset(r)}
+    params = []
     for row in rows:
-        name = "-".join(map(str, row))
-        out.append(pytest.param(*row, "llvm", id=f"{name}-llvm"))
+        params.append(pytest.param("llvm", *row))
         marks = [needs_cc] if row in on_c else [needs_cc, pytest.mark.slow]
-        out.append(pytest.param(*row, "c", marks=marks, id=f"{name}-c"))
-    return out
+        params.append(pytest.param("c", *row, marks=marks))
+    return params
 
 
 def rand_values(rng, n, dtype=np.float64, low=1, high=10, signed=True):

@@ -4,7 +4,7 @@ all of its occurrences, as in TACO (``A(i,j)*x(j) + b(i)`` is ``A @ x + b``).
 Every reference is numpy: one ``np.einsum`` per term, written out by hand, on
 random data with fixed seeds, over every U/C format combination of the
 operands on both CPU targets; where the combinations number in the hundreds, on llvm
-each and on c those that hold every pair of two operands' formats (``combo_targets``),
+each and on c those that hold every pair of two operands' formats (``product_params``),
 the rest on c in the slow run.
 """
 
@@ -19,8 +19,8 @@ import pytest
 import ucf
 from tests.helpers import (
     TARGETS,
-    combo_targets,
     nonzero_coords,
+    product_params,
     rand_sparse,
     stored_coords,
     uc_combos,
@@ -100,10 +100,9 @@ def test_row_sums_plus_a_vector(target, fb, fc, fy):
 
 
 @pytest.mark.parametrize(
-    "fa,fb,fc,fs,target",
-    combo_targets([(*f, fs) for fs in ("csr", "dcsr", "UU") for f in combos(2, 2, 2)]),
+    "target,fa,fb,fc,fs", product_params(*(uc_combos(2),) * 3, ["csr", "dcsr", "UU"])
 )
-def test_sparse_sum_of_terms_with_different_reductions(fa, fb, fc, fs, target):
+def test_sparse_sum_of_terms_with_different_reductions(target, fa, fb, fc, fs):
     """``S(i,j) = A(i,j) + B(i,k)*C(k,j)``: A plus the product, stored exactly where
     A has an entry or some k meets a stored B(i,k) and C(k,j)."""
     rng = rng_for("sparse-sum", fa, fb, fc, fs)

@@ -9,7 +9,6 @@ the operands' stored patterns imply (union for ``+``/``-``, intersection for
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import subprocess
 import zlib
@@ -23,6 +22,7 @@ from tests.helpers import (
     matrix_formats,
     needs_cc,
     nonzero_coords,
+    product_params,
     rand_sparse,
     stored_coords,
     target_param,
@@ -84,21 +84,6 @@ def check_pattern(result, expected_ind, exact=True):
 
 def has_singleton(fmt: str, order: int) -> bool:
     return "S" in ucf.parse_format(fmt, order=order).letters
-
-
-def product_params(*lists, c_subset=None, slow_c=True):
-    """Cartesian product of ``lists`` x targets.
-
-    llvm gets the full product; C gets ``c_subset`` (a predicate on the tuple)
-    and the rest of the product is marked slow.
-    """
-    params = []
-    for combo in itertools.product(*lists):
-        params.append(pytest.param("llvm", *combo))
-        keep = c_subset is None or c_subset(combo)
-        marks = [needs_cc] + ([] if keep or not slow_c else [slow])
-        params.append(pytest.param("c", *combo, marks=marks))
-    return params
 
 
 MAT = matrix_formats()  # 8 formats: UU/UC/CU/CC x both mode orders
@@ -167,9 +152,7 @@ def test_sddmm(target, fb, fcd):
 
 
 @slow
-@pytest.mark.parametrize(
-    "target,fb,fc,fd", product_params(["UU", "UC", "CC"], MAT, MAT, slow_c=False)
-)
+@pytest.mark.parametrize("target,fb,fc,fd", product_params(["UU", "UC", "CC"], MAT, MAT))
 def test_sddmm_exhaustive(target, fb, fc, fd):
     rng = rng_for("sddmm-x", fb, fc, fd)
     B = rand_sparse(rng, (5, 6), 0.4)
