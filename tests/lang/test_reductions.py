@@ -62,8 +62,9 @@ def assert_equal(result, expected):
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fx,fz", combos(2, 1, 1))
+@pytest.mark.parametrize(
+    "target,fa,fx,fz", product_params(uc_combos(2), uc_combos(1), uc_combos(1))
+)
 def test_gemv_with_scalars(target, fa, fx, fz):
     rng = rng_for("gemv", fa, fx, fz)
     A, x, z = rand_sparse(rng, (7, 5)), rand_sparse(rng, (5,)), rand_sparse(rng, (7,))
@@ -74,8 +75,9 @@ def test_gemv_with_scalars(target, fa, fx, fz):
     assert_equal(got, 2.0 * np.einsum("ij,j->i", A, x) - 3.0 * z)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb,fx", combos(2, 2, 1))
+@pytest.mark.parametrize(
+    "target,fa,fb,fx", product_params(uc_combos(2), uc_combos(2), uc_combos(1))
+)
 def test_two_products_summed_over_different_variables(target, fa, fb, fx):
     rng = rng_for("two", fa, fb, fx)
     A, B = rand_sparse(rng, (6, 5)), rand_sparse(rng, (6, 4))
@@ -85,8 +87,9 @@ def test_two_products_summed_over_different_variables(target, fa, fb, fx):
     assert_equal(got, np.einsum("ij,j->i", A, x) + np.einsum("ik,k->i", B, z))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fb,fc,fy", combos(2, 1, 1))
+@pytest.mark.parametrize(
+    "target,fb,fc,fy", product_params(uc_combos(2), uc_combos(1), uc_combos(1))
+)
 def test_row_sums_plus_a_vector(target, fb, fc, fy):
     rng = rng_for("rowsum", fb, fc, fy)
     B, c = rand_sparse(rng, (6, 5), empty_rows=2), rand_sparse(rng, (6,), 0.5)
@@ -137,8 +140,9 @@ def test_vector_union_of_row_sums(target, fa, fb):
     assert stored_coords(got) == nonzero_coords(rows)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb,fc", combos(2, 2, 2))
+@pytest.mark.parametrize(
+    "target,fa,fb,fc", product_params(uc_combos(2), uc_combos(2), uc_combos(2))
+)
 def test_nested_parentheses(target, fa, fb, fc):
     rng = rng_for("nested", fa, fb, fc)
     A, B, C = rand_sparse(rng, (5, 4)), rand_sparse(rng, (5, 4)), rand_sparse(rng, (5, 3))
