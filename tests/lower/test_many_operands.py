@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import TARGETS, nonzero_coords, rand_sparse, stored_coords
+from tests.helpers import TARGETS, nonzero_coords, product_params, rand_sparse, stored_coords
 
 NAMES = "BCDEFG"
 
@@ -30,10 +30,10 @@ def stored(a, fmt):
     return ind
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("n", [3, 4, 6])
-@pytest.mark.parametrize("fmt", ["CCC", "UCC", "CUC", "UUC"])
-@pytest.mark.parametrize("out", ["UUU", "CCC", "UCC"])
+@pytest.mark.parametrize(
+    "target,n,fmt,out",
+    product_params([3, 4, 6], ["CCC", "UCC", "CUC", "UUC"], ["UUU", "CCC", "UCC"]),
+)
 def test_sum_of_many_sparse_tensors(target, n, fmt, out):
     arrays = tensors(n, (4, 5, 6), 0.2, n)
     rhs = " + ".join(f"{x}(i,j,k)" for x in arrays)
