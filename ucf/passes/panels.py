@@ -214,9 +214,9 @@ def packed(
     guard = tagged(state, fill, key, tags, slot, slots, fits)
     if in_place is not None:
         state.notes.append(
-            f"registers: {copied} read in place instead, where the blocks stored are at most "
-            f"{IN_PLACE_USES} a {coordinate.name} and the panels exceed {NEAR_BYTES >> 20} MB "
-            "(decided at the call)"
+            f"registers: {', '.join(named(x) for x in panels)} read in place, not packed, "
+            f"where the call stores at most {IN_PLACE_USES} blocks a {coordinate.name} and "
+            f"the panels exceed {NEAR_BYTES >> 20} MB"
         )
         guard = ir.If(packs, [guard])
     fetch: list[ir.Stmt] = []
@@ -284,8 +284,9 @@ def _in_place(
     """The blocks stored over the call (``TileState.stored``) where the tiles may read
     the factors in place: each a load (read as the nest reads it), with the prefetch of
     the next block's rows they need (``_source_fetches``: the reduction's trip count
-    whole in ``groups``, the next block known across block rows); else None."""
-    if not groups or not all(isinstance(f, ir.Load) for f in factors):
+    whole in ``groups``, the next block known across block rows); else None, and where
+    ``IN_PLACE_USES`` is 0."""
+    if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
         return None
     trip = trip_count(nest.red)
     coordinate, _ = cached
