@@ -21,7 +21,13 @@ NOTE = "read in place, not packed"
 #: 300 x 520 over blocks of 32 (10 x 17 block rows and columns, both partial) times
 #: 520 x 600 (18 tiles of 32 columns and a tail of 24): 17 panels of 72 KB, 1.2 MB.
 M, K, N = 300, 520, 600
-SCHEDULES = {1: "reorder(i_blk,k_blk,i_in,k_in,j)", 2: "parallelize(i_blk, CPUThread, NoRaces)"}
+#: One thread; two, the block rows halved statically; two, in dynamic chunks of one
+#: (the default's plan on two threads).
+SCHEDULES = [
+    "reorder(i_blk,k_blk,i_in,k_in,j)",
+    "parallelize(i_blk, CPUThread, NoRaces)",
+    "split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)",
+]
 
 
 def blocks(rng, zero: float) -> np.ndarray:
@@ -31,31 +37,29 @@ def blocks(rng, zero: float) -> np.ndarray:
     return (mask * rng.standard_normal((M, K))).astype(np.float32)
 
 
-def compiled(monkeypatch, tmp_path, target: str, threads: int, uses: int):
+def compiled(monkeypatch, tmp_path, target: str, schedule: str, uses: int):
     """The kernel with ``IN_PLACE_USES`` at ``uses`` (0: it always packs), in a kernel
-    cache of its own (the constant is not in the cache's key), on one thread or the
-    block rows in parallel; a schedule of its own, so that no call compiles a plan of
-    its own later (with whatever ``IN_PLACE_USES`` then holds)."""
+    cache of its own (the constant is not in the cache's key), under ``schedule``: a
+    schedule of its own, so that no call compiles a plan of its own later (with
+    whatever ``IN_PLACE_USES`` then holds)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / f"cache-{target}-{uses}"))
     monkeypatch.setattr(panels, "IN_PLACE_USES", uses)
-    return ucf.compile(
-        SPMM, formats={"A": FMT}, dtype="float32", target=target, schedule=SCHEDULES[threads]
-    )
+    return ucf.compile(SPMM, formats={"A": FMT}, dtype="float32", target=target, schedule=schedule)
 
 
 @needs_cc
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=["serial", "static", "chunks"])
 @pytest.mark.parametrize("target", ["llvm", "c"])
-def test_in_place_or_packed_bit_for_bit(monkeypatch, tmp_path, target, threads):
+def test_in_place_or_packed_bit_for_bit(monkeypatch, tmp_path, target, schedule):
     """90 % and 100 % zero blocks (1.7 and 0 blocks a block column) read B in place, 50 %
     and none (8.5, 17) pack; each equals the kernel that packs at every density, and
     numpy. On two threads the whole team runs every call."""
     rng = np.random.default_rng(85)
     fixed = jit.set_whole_team(True)
     try:
-        ucf.set_num_threads(threads)  # conftest restores the count
-        k = compiled(monkeypatch, tmp_path, target, threads, panels.IN_PLACE_USES)
-        packing = compiled(monkeypatch, tmp_path, target, threads, 0)
+        ucf.set_num_threads(1 if schedule == SCHEDULES[0] else 2)  # conftest restores it
+        k = compiled(monkeypatch, tmp_path, target, schedule, panels.IN_PLACE_USES)
+        packing = compiled(monkeypatch, tmp_path, target, schedule, 0)
         assert NOTE in k.cin and NOTE not in packing.cin
         for zero in (0.0, 0.5, 0.9, 1.0):
             # a B of its own: the panels a call packed and freed hold no other call's

@@ -284,13 +284,13 @@ def _in_place(
     """The blocks stored over the call (``TileState.stored``) where the tiles may read
     the factors in place: each a load (read as the nest reads it), with the prefetch of
     the next block's rows they need (``_source_fetches``: the reduction's trip count
-    whole in ``groups``, the next block known across block rows); else None, and where
+    whole in ``groups``, the next block known, ``TileState.ahead``); else None, and where
     ``IN_PLACE_USES`` is 0."""
     if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
         return None
     trip = trip_count(nest.red)
     coordinate, _ = cached
-    if trip is None or trip % groups or state.across(coordinate.name) is None:
+    if trip is None or trip % groups or state.ahead(coordinate.name) is None:
         return None
     return state.stored(coordinate.name)
 
