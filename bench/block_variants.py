@@ -12,10 +12,12 @@ its statements (an assertion fails, naming the statement, if ucf's source no lon
 it), so every variant keeps ucf's tiles, first-block zeros, team cache and prefetches
 except where it says:
 
-- ``base``: ucf's kernel as generated;
+- ``base``: ucf's kernel as generated where it packs every panel
+  (``panels.IN_PLACE_USES`` 0);
 - ``in place``: the tiles read B's rows where they are (no panel is packed; the
   prefetch of the next block's B rows, which ucf emits for a panel not yet packed,
-  runs before every block);
+  runs before every block): what ucf's kernel does where the call stores at most
+  ``IN_PLACE_USES`` blocks a block column;
 - ``scratch``: the panels as generated, and each block row's slice of C (32 rows of
   C's columns) accumulated in a buffer of the thread's, the row's last block storing
   its tiles into C with streaming stores;
@@ -56,6 +58,7 @@ from spmv_spmm import fresh_kernel_cache  # noqa: E402
 from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.passes import panels  # noqa: E402
 
 VARIANTS = ("base", "in place", "scratch", "both", "both, plain stores")
 
@@ -247,7 +250,9 @@ static double h85_tc(void) {
 
 
 def sources(schedule: str) -> str:
-    """The variants' C, one function each, from ucf's source of the 2-thread kernel."""
+    """The variants' C, one function each, from ucf's source of the 2-thread kernel
+    that packs at every density (``panels.IN_PLACE_USES`` 0)."""
+    panels.IN_PLACE_USES = 0
     ucf.set_num_threads(2)
     k = ucf.compile(SPMM, formats={"A": f"bcsr({BLOCK},{BLOCK})"}, dtype="float32", target="c")
     head, body = k.c_source.split("void kernel(", 1)
