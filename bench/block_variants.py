@@ -60,7 +60,17 @@ from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 import ucf  # noqa: E402
 from ucf.passes import panels  # noqa: E402
 
-VARIANTS = ("base", "in place", "scratch", "both", "both, plain stores")
+VARIANTS = (
+    "base",
+    "in place",
+    "scratch",
+    "both",
+    "both, plain stores",
+    "ucf, chunks, packing",
+    "ucf, chunks",
+)
+#: The default's plan on two threads: dynamic chunks of one block row.
+CHUNKS = "split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)"
 
 #: The tile's load of B from its panel, and the same place of B itself.
 PANEL_LOAD = (
@@ -141,9 +151,8 @@ def timed(kernel: str, name: str, schedule: str) -> str:
     without the closing barrier, each thread's CPU time in the region kept in
     ``h85_tcpu``."""
     kernel = must_replace(kernel, "void kernel(", f"void {name}(", 1)
-    kernel = must_replace(
-        kernel, "omp for schedule(static)", f"omp for schedule({schedule}) nowait"
-    )
+    kernel = must_replace(kernel, 'UCF_OMP("omp for schedule(', 'UCF_OMP("omp for schedule(', 1)
+    kernel = re.sub(r"omp for schedule\([^)]*\)", f"omp for schedule({schedule}) nowait", kernel)
     kernel = must_replace(
         kernel,
         "  {\n    int64_t ucf_bytes_B_panel1",
@@ -175,7 +184,7 @@ static void* load(const char* dir, const char* name, size_t* n, size_t off) {
   char p[4096]; snprintf(p, sizeof p, "%%s/%%s", dir, name);
   FILE* f = fopen(p, "rb"); if (!f) { perror(p); exit(2); }
   fseek(f, 0, SEEK_END); *n = ftell(f); fseek(f, 0, SEEK_SET);
-  char* b = aligned_alloc(64, (*n + off + 127) / 64 * 64) ; b += off;
+  char* b = aligned_alloc(4096, (*n + off + 4095) / 4096 * 4096); b += off;
   if (fread(b, 1, *n, f) != *n) exit(2); fclose(f); return b;
 }
 static double now(clockid_t c) {
@@ -186,13 +195,14 @@ static int cmp(const void* a, const void* b) {
 }
 int main(int argc, char** argv) {
   const char* dir = argv[1]; int rounds = atoi(argv[2]), cold = atoi(argv[3]);
+  size_t c_off = (size_t)atoi(argv[4]);
   size_t n, nb;
   float* B = load(dir, "B.bin", &n, 16);
   int32_t* pos = load(dir, "pos.bin", &n, 0);
   int32_t* crd = load(dir, "crd.bin", &nb, 0); nb /= 4;
   float* vals = load(dir, "vals.bin", &n, 0);
   float* ref = load(dir, "ref.bin", &n, 0);
-  float* C = aligned_alloc(64, 1024 * 1024 * 4);
+  float* C = (float*)((char*)aligned_alloc(4096, 1024 * 1024 * 4 + 4096) + c_off);
   size_t sweep_n = (64 << 20) / 4; float* sweep = aligned_alloc(64, sweep_n * 4);
   memset(sweep, 0, sweep_n * 4);
   kfn ks[] = {%(names)s}; int K = sizeof ks / sizeof *ks;
@@ -249,14 +259,27 @@ static double h85_tc(void) {
 """
 
 
-def sources(schedule: str) -> str:
-    """The variants' C, one function each, from ucf's source of the 2-thread kernel
-    that packs at every density (``panels.IN_PLACE_USES`` 0)."""
-    panels.IN_PLACE_USES = 0
-    ucf.set_num_threads(2)
-    k = ucf.compile(SPMM, formats={"A": f"bcsr({BLOCK},{BLOCK})"}, dtype="float32", target="c")
-    head, body = k.c_source.split("void kernel(", 1)
-    body = "void kernel(" + body
+def generated(uses: int, schedule: str | None, cache: Path) -> tuple[str, str]:
+    """ucf's C source of the 2-thread kernel with ``panels.IN_PLACE_USES`` at ``uses`` (0:
+    it packs at every density), under ``schedule`` (None: the plan before any call,
+    the block rows halved statically), as its header and its kernel; in a kernel cache
+    of its own (the constant is not in the cache's key)."""
+    os.environ["UCF_CACHE_DIR"] = str(cache / f"{uses}-{schedule is None}")
+    panels.IN_PLACE_USES, uses = uses, panels.IN_PLACE_USES
+    try:
+        ucf.set_num_threads(2)
+        formats = {"A": f"bcsr({BLOCK},{BLOCK})"}
+        k = ucf.compile(SPMM, formats=formats, dtype="float32", target="c", schedule=schedule)
+        head, body = k.c_source.split("void kernel(", 1)
+    finally:
+        panels.IN_PLACE_USES = uses
+    return head, "void kernel(" + body
+
+
+def sources(schedule: str, cache: Path) -> str:
+    """The variants' C, one function each: from ucf's source of the 2-thread kernel that
+    packs at every density, and ucf's kernels on the default's plan of two threads."""
+    head, body = generated(0, None, cache)
     out = [head, PRELUDE]
     for i, name in enumerate(VARIANTS):
         if name == "base":
@@ -267,8 +290,11 @@ def sources(schedule: str) -> str:
             text = scratch(timed(body, f"k{i}", schedule))
         elif name == "both":
             text = scratch(timed(in_place(body), f"k{i}", schedule))
-        else:
+        elif name == "both, plain stores":
             text = scratch(timed(in_place(body), f"k{i}", schedule), stream=False)
+        else:
+            uses = 0 if name.endswith("packing") else panels.IN_PLACE_USES
+            text = timed(generated(uses, CHUNKS, cache)[1], f"k{i}", schedule)
         out.append(text)
     return "\n".join(out)
 
@@ -279,9 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=41)
     ap.add_argument("--schedule", default="static", help="the OpenMP schedule of block rows")
+    ap.add_argument(
+        "--c-offset",
+        type=int,
+        default=0,
+        help="C's bytes past a 4 KB boundary (B's are 16, as numpy's allocation puts them)",
+    )
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="block-variants-"))
-    (tmp / "kernels.c").write_text(sources(args.schedule))
+    (tmp / "kernels.c").write_text(sources(args.schedule, tmp / "cache"))
     names = [f"k{i}" for i in range(len(VARIANTS))]
     (tmp / "main.c").write_text(
         DRIVER
@@ -321,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             for cold in (1, 0):
                 env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "passive"}
                 run = subprocess.run(
-                    [str(exe), str(data), str(args.repeat), str(cold)],
+                    [str(exe), str(data), str(args.repeat), str(cold), str(args.c_offset)],
                     env=env,
                     capture_output=True,
                     text=True,

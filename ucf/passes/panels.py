@@ -284,13 +284,16 @@ def _in_place(
     """The blocks stored over the call (``TileState.stored``) where the tiles may read
     the factors in place: each a load (read as the nest reads it), with the prefetch of
     the next block's rows they need (``_source_fetches``: the reduction's trip count
-    whole in ``groups``, the next block known, ``TileState.ahead``); else None, and where
-    ``IN_PLACE_USES`` is 0."""
+    whole in ``groups``), reaching across block rows (``TileState.across``); else None,
+    and where ``IN_PLACE_USES`` is 0. Without ``across`` a row's first block finds its
+    rows of B cold: on the default's plan for two threads (dynamic chunks of one block
+    row, whose next row no thread knows) in place measured 0.96-1.07x the time of
+    packing (bench/README.md)."""
     if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
         return None
     trip = trip_count(nest.red)
     coordinate, _ = cached
-    if trip is None or trip % groups or state.ahead(coordinate.name) is None:
+    if trip is None or trip % groups or state.across(coordinate.name) is None:
         return None
     return state.stored(coordinate.name)
 
