@@ -85,8 +85,8 @@ LINE = 64
 #: kernel, B and C evicted before each call, one Zen 4 thread, process CPU time):
 #: 3.3 blocks a block column (90 % zero blocks) read in place 0.90x the time where B's
 #: and C's rows lie apart in the 4 KB an L1 way spans, 1.0x where they share it; 15.7
-#: (50 %) 1.10x, so those pack. Without the prefetch of the next block's B rows it
-#: needs, in place took 1.19x.
+#: (50 %) 0.99x apart and 1.10x sharing, so those pack. Without the prefetch of the
+#: next block's B rows it needs, in place took 1.14-1.24x.
 IN_PLACE_USES = 4
 #: A thread's panels up to this many bytes stay in its L2 (1 MB a core on Zen 5), and
 #: the next block's panel is not prefetched.
@@ -287,7 +287,7 @@ def _in_place(
     whole in ``groups``), reaching across block rows (``TileState.across``); else None,
     and where ``IN_PLACE_USES`` is 0. Without ``across`` a row's first block finds its
     rows of B cold: on the default's plan for two threads (dynamic chunks of one block
-    row, whose next row no thread knows) in place measured 0.96-1.07x the time of
+    row, whose next row no thread knows) in place measured 0.96-1.03x the time of
     packing (bench/README.md)."""
     if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
         return None
