@@ -60,17 +60,7 @@ from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 import ucf  # noqa: E402
 from ucf.passes import panels  # noqa: E402
 
-VARIANTS = (
-    "base",
-    "in place",
-    "scratch",
-    "both",
-    "both, plain stores",
-    "ucf, chunks, packing",
-    "ucf, chunks",
-)
-#: The default's plan on two threads: dynamic chunks of one block row.
-CHUNKS = "split(i_blk, i_blk_c, i_blk_r, 1); parallelize(i_blk_c, CPUThread, NoRaces)"
+VARIANTS = ("base", "in place", "scratch", "both", "both, plain stores")
 
 #: The tile's load of B from its panel, and the same place of B itself.
 PANEL_LOAD = (
@@ -259,27 +249,15 @@ static double h85_tc(void) {
 """
 
 
-def generated(uses: int, schedule: str | None, cache: Path) -> tuple[str, str]:
-    """ucf's C source of the 2-thread kernel with ``panels.IN_PLACE_USES`` at ``uses`` (0:
-    it packs at every density), under ``schedule`` (None: the plan before any call,
-    the block rows halved statically), as its header and its kernel; in a kernel cache
-    of its own (the constant is not in the cache's key)."""
-    os.environ["UCF_CACHE_DIR"] = str(cache / f"{uses}-{schedule is None}")
-    panels.IN_PLACE_USES, uses = uses, panels.IN_PLACE_USES
-    try:
-        ucf.set_num_threads(2)
-        formats = {"A": f"bcsr({BLOCK},{BLOCK})"}
-        k = ucf.compile(SPMM, formats=formats, dtype="float32", target="c", schedule=schedule)
-        head, body = k.c_source.split("void kernel(", 1)
-    finally:
-        panels.IN_PLACE_USES = uses
-    return head, "void kernel(" + body
-
-
-def sources(schedule: str, cache: Path) -> str:
-    """The variants' C, one function each: from ucf's source of the 2-thread kernel that
-    packs at every density, and ucf's kernels on the default's plan of two threads."""
-    head, body = generated(0, None, cache)
+def sources(schedule: str) -> str:
+    """The variants' C, one function each, from ucf's source of the 2-thread kernel
+    that packs at every density (``panels.IN_PLACE_USES`` 0; the kernel cache is the
+    run's own, so no kernel compiled with another value is taken)."""
+    panels.IN_PLACE_USES = 0
+    ucf.set_num_threads(2)
+    k = ucf.compile(SPMM, formats={"A": f"bcsr({BLOCK},{BLOCK})"}, dtype="float32", target="c")
+    head, body = k.c_source.split("void kernel(", 1)
+    body = "void kernel(" + body
     out = [head, PRELUDE]
     for i, name in enumerate(VARIANTS):
         if name == "base":
@@ -290,11 +268,8 @@ def sources(schedule: str, cache: Path) -> str:
             text = scratch(timed(body, f"k{i}", schedule))
         elif name == "both":
             text = scratch(timed(in_place(body), f"k{i}", schedule))
-        elif name == "both, plain stores":
-            text = scratch(timed(in_place(body), f"k{i}", schedule), stream=False)
         else:
-            uses = 0 if name.endswith("packing") else panels.IN_PLACE_USES
-            text = timed(generated(uses, CHUNKS, cache)[1], f"k{i}", schedule)
+            text = scratch(timed(in_place(body), f"k{i}", schedule), stream=False)
         out.append(text)
     return "\n".join(out)
 
@@ -313,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="block-variants-"))
-    (tmp / "kernels.c").write_text(sources(args.schedule, tmp / "cache"))
+    (tmp / "kernels.c").write_text(sources(args.schedule))
     names = [f"k{i}" for i in range(len(VARIANTS))]
     (tmp / "main.c").write_text(
         DRIVER
