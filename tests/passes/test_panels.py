@@ -223,12 +223,12 @@ def test_the_next_stored_blocks_coordinate(why):
     assert got == ir.Cast(ir.Load(crd, want), "i64")
 
 
-@pytest.mark.parametrize("why", [None, "split rows", "gaps between rows", "no extent"])
+@pytest.mark.parametrize("why", [None, "no loop around", "gaps between rows", "row extent"])
 def test_the_blocks_stored(why):
     """``TileState.stored``: the blocks of all rows, ``pos[n - 1 + 1] - pos[0]``, for the
-    loop ``p`` from ``pos[i]`` to ``pos[i + 1]`` with ``i`` of extent ``n``, also where
-    ``i`` is declared from a split's two loops (the default's chunks on two threads);
-    nothing where the rows' ranges leave gaps or ``i`` has no extent."""
+    loop ``p`` from ``pos[i]`` to ``pos[i + 1]`` inside ``i`` from 0 to ``n``; nothing
+    where ``across`` finds nothing (no loop around, gaps between the rows' ranges, an
+    outer end that is not a parameter)."""
     p, i = ir.Var("p", "i64"), ir.Var("i", "i64")
     crd, pos = ir.Array("crd", "i32"), ir.Array("pos", "i32")
     init = ir.Cast(ir.Load(crd, p), "i64")
@@ -237,21 +237,16 @@ def test_the_blocks_stored(why):
         two = ir.mul(ir.Const(2, "i64"), i)
         loop.start = ir.Cast(ir.Load(pos, two), "i64")
         loop.end = ir.Cast(ir.Load(pos, ir.add(two, ir.Const(1, "i64"))), "i64")
-    extents = {} if why == "no extent" else {"i": "n"}
-    state = tiling.TileState(set(), {"pos", "crd", "n"}, extents)
+    end = ir.Var("m" if why == "row extent" else "n", "i64")
+    rows = ir.For(i, ir.Const(0, "i64"), end, [loop], parallel="CPUThread")
+    state = tiling.TileState(set(), {"pos", "crd", "n"})
+    state.loops = [loop] if why == "no loop around" else [rows, loop]
     state.defs = {"k": init}
-    if why == "split rows":  # i = i_c + i_r, each row of a chunk of one
-        c, r = ir.Var("i_c", "i64"), ir.Var("i_r", "i64")
-        state.defs["i"] = ir.add(c, r)
-        rows = ir.For(r, ir.Const(0, "i64"), ir.Const(1, "i64"), [loop])
-        state.loops = [ir.For(c, ir.Const(0, "i64"), ir.Var("n", "i64"), [rows]), rows, loop]
-    else:
-        state.loops = [ir.For(i, ir.Const(0, "i64"), ir.Var("n", "i64"), [loop]), loop]
     got = state.stored("k")
-    if why in ("gaps between rows", "no extent"):
+    if why is not None:
         assert got is None
         return
-    last = ir.sub(ir.Var("n", "i64"), ir.Const(1, "i64"))
-    end = ir.Cast(ir.Load(pos, ir.add(last, ir.Const(1, "i64"))), "i64")
-    assert got == ir.sub(end, ir.Cast(ir.Load(pos, ir.Const(0, "i64")), "i64"))
+    last = ir.add(ir.sub(end, ir.Const(1, "i64")), ir.Const(1, "i64"))
+    want = ir.Cast(ir.Load(pos, last), "i64")
+    assert got == ir.sub(want, ir.Cast(ir.Load(pos, ir.Const(0, "i64")), "i64"))
     assert state.stored("nothing declared") is None

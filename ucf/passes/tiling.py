@@ -230,32 +230,22 @@ class TileState:
         return substitute(self.defs[name], {loop.var.name: step})
 
     def stored(self, name: str) -> ir.Expr | None:
-        """The steps of the one enclosing loop ``name`` reads, over the whole call, as an
-        expression of the function's parameters: the blocks stored in all block rows,
-        ``pos[n] - pos[0]`` for ``pA1`` from ``pos[i]`` to ``pos[i + 1]`` with ``i`` an
-        index variable of extent ``n``, however the loops over ``i`` are split. None
-        unless the loop's range is so: its start at ``i + 1`` its end at ``i``."""
-        init = self.defs.get(name)
-        loops = [f for f in self.loops if init is not None and f.var.name in names(init)]
-        if len(loops) != 1:
+        """The steps the loop ``across`` walks take over all steps of the loop around it,
+        as an expression of the function's parameters: the blocks stored in all block
+        rows, ``pos[n - 1 + 1] - pos[0]`` for ``pA1`` from ``pos[i]`` to ``pos[i + 1]``
+        and ``i`` from 0 to ``n``. None where ``across`` is, or the outer loop's start
+        is not known from the parameters."""
+        found = self._consecutive(name)
+        if found is None:
             return None
-        end, start = loops[0].end, loops[0].start
-        for _ in range(4):  # the declarations between, down to an index variable
-            local = {
-                n: self.defs[n]
-                for n in names([end, start])
-                if n in self.defs and n not in self.extents
-            }
-            end, start = substitute(end, local), substitute(start, local)
-        free = names([end, start]) - self.params
-        if len(free) != 1 or next(iter(free)) not in self.extents:
+        _, outer, start, end = found
+        if names(outer.start) - self.params:
             return None
-        (v,) = free
-        index = Var(v, I64)
-        if substitute(start, {v: ir.add(index, Const(1, I64))}) != end:
-            return None
-        last = ir.sub(Var(self.extents[v], I64), Const(1, I64))
-        return ir.sub(substitute(end, {v: last}), substitute(start, {v: Const(0, I64)}))
+        v = outer.var.name
+        return ir.sub(
+            substitute(end, {v: ir.sub(outer.end, Const(1, I64))}),
+            substitute(start, {v: outer.start}),
+        )
 
     def _consecutive(self, name: str) -> tuple[ir.For, ir.For, ir.Expr, ir.Expr] | None:
         """For ``across``: the loop ``ahead`` finds, the loop around it, and its start and
