@@ -111,6 +111,7 @@ def test_the_cache_is_bounded(monkeypatch, tmp_path):
     fit in ``TEAM_BYTES`` (and the threads' own none), beyond it none (and each
     thread's own as many as fit in ``CACHE_BYTES``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(panels, "IN_PLACE_USES", 0)  # the sizes of packed panels, no test of A
     small, huge = {"n_k_blk": 5}, {"n_k_blk": 10**6 // 8, "n_j": 10**6}
     for dtype, size in (("float32", 4), ("float64", 8)):
         width = tile_width() * 4 // size
@@ -220,3 +221,32 @@ def test_the_next_stored_blocks_coordinate(why):
     last = ir.Cast(ir.Load(pos, ir.add(ir.sub(end, ir.Const(1, "i64")), ir.Const(1, "i64"))), "i64")
     want = ir.Bin("min", ir.add(p, ir.Const(1, "i64")), ir.sub(last, ir.Const(1, "i64")))
     assert got == ir.Cast(ir.Load(crd, want), "i64")
+
+
+@pytest.mark.parametrize("why", [None, "no loop around", "gaps between rows", "row extent"])
+def test_the_blocks_stored(why):
+    """``TileState.stored``: the blocks of all rows, ``pos[n - 1 + 1] - pos[0]``, for the
+    loop ``p`` from ``pos[i]`` to ``pos[i + 1]`` inside ``i`` from 0 to ``n``; nothing
+    where ``across`` finds nothing (no loop around, gaps between the rows' ranges, an
+    outer end that is not a parameter)."""
+    p, i = ir.Var("p", "i64"), ir.Var("i", "i64")
+    crd, pos = ir.Array("crd", "i32"), ir.Array("pos", "i32")
+    init = ir.Cast(ir.Load(crd, p), "i64")
+    loop = _block_loop([ir.Decl(ir.Var("k", "i64"), init)])
+    if why == "gaps between rows":
+        two = ir.mul(ir.Const(2, "i64"), i)
+        loop.start = ir.Cast(ir.Load(pos, two), "i64")
+        loop.end = ir.Cast(ir.Load(pos, ir.add(two, ir.Const(1, "i64"))), "i64")
+    end = ir.Var("m" if why == "row extent" else "n", "i64")
+    rows = ir.For(i, ir.Const(0, "i64"), end, [loop], parallel="CPUThread")
+    state = tiling.TileState(set(), {"pos", "crd", "n"})
+    state.loops = [loop] if why == "no loop around" else [rows, loop]
+    state.defs = {"k": init}
+    got = state.stored("k")
+    if why is not None:
+        assert got is None
+        return
+    last = ir.add(ir.sub(end, ir.Const(1, "i64")), ir.Const(1, "i64"))
+    want = ir.Cast(ir.Load(pos, last), "i64")
+    assert got == ir.sub(want, ir.Cast(ir.Load(pos, ir.Const(0, "i64")), "i64"))
+    assert state.stored("nothing declared") is None

@@ -95,6 +95,7 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
     rows of C from zeroed registers, and the rest are zeroed (``first_write``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
     monkeypatch.setattr(panels, "NEAR_BYTES", 0)
+    monkeypatch.setattr(panels, "IN_PLACE_USES", 0)  # packed, however few blocks a column
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
         monkeypatch.setattr(panels, "TEAM_BYTES", 0)  # each thread's own cache
@@ -106,6 +107,31 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
     assert "packed once per call and team for each k_blk" in k.cin
     assert "slice_covered" in k.c_source
     _check(monkeypatch, asan_cc, tmp_path, k, a @ b, A=ucf.from_numpy(a, format="bcsr(16,8)"), B=b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_b_read_in_place_in_bounds(monkeypatch, asan_cc, tmp_path, threads):  # noqa: F811
+    """B's rows read in place instead of packed (``panels.IN_PLACE_USES``), with the next
+    block's rows prefetched across block rows: 16 block rows over 8 block columns (the
+    last partial), 16 to 32 blocks (at most 4 a column, and work enough for a team),
+    4 tiles of columns and a tail, on one thread and on the team of two; the panels'
+    bytes bound made 0 so that these small panels qualify."""
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # NEAR_BYTES not in the key
+    monkeypatch.setattr(panels, "NEAR_BYTES", 0)
+    rng = np.random.default_rng(8)
+    a = _block_sparse(rng, (256, 61), (16, 8), 0.2)
+    a[16:32] = 0
+    t = ucf.from_numpy(a, format="bcsr(16,8)")
+    assert 16 <= len(t.arrays[1]) <= 32
+    b = rng.standard_normal((61, 133)).astype(np.float32)
+    schedule = "reorder(i_blk,k_blk,i_in,k_in,j)"
+    if threads == 2:  # the plan on two threads before any call: block rows halved
+        schedule = "parallelize(i_blk, CPUThread, NoRaces)"
+    k = ucf.compile(
+        SPMM, formats={"A": "bcsr(16,8)"}, target="c", dtype="float32", schedule=schedule
+    )
+    assert "read in place, not packed" in k.cin
+    _check(monkeypatch, asan_cc, tmp_path, k, a @ b, threads=threads, A=t, B=b)
 
 
 def test_two_threads_share_the_panels_in_bounds(monkeypatch, asan_cc, tmp_path):  # noqa: F811

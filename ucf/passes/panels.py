@@ -78,6 +78,16 @@ SPINS = 1024
 
 #: A cache line, in bytes: the step of the prefetches of the next block's panel.
 LINE = 64
+#: Blocks per panel of the call at most (the blocks stored over the block columns) for
+#: which the tiles read B's rows in place instead of packing the panels, where those
+#: panels exceed ``NEAR_BYTES``: packing a panel read by few blocks costs more than
+#: the panel saves. bcsr(32,32) SpMM 1024^3 float32 (bench/block_variants.py, ucf's C
+#: kernel, B and C evicted before each call, one Zen 4 thread, process CPU time):
+#: 3.3 blocks a block column (90 % zero blocks) read in place 0.90x the time where B's
+#: and C's rows lie apart in the 4 KB an L1 way spans, 1.0x where they share it; 15.7
+#: (50 %) 0.99x apart and 1.10x sharing, so those pack. Without the prefetch of the
+#: next block's B rows it needs, in place took 1.14-1.24x.
+IN_PLACE_USES = 4
 #: A thread's panels up to this many bytes stay in its L2 (1 MB a core on Zen 5), and
 #: the next block's panel is not prefetched.
 NEAR_BYTES = 1 << 20
@@ -94,7 +104,9 @@ def packed(
     wide: bool,
     chunk: Var,
     group: Var,
-) -> tuple[dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt], int, list[ir.Stmt]]:
+) -> tuple[
+    dict[ir.Expr, tuple[ir.Array, ir.Expr]], list[ir.Stmt], int, list[ir.Stmt], ir.Expr | None
+]:
     """The panels of the nest's factors that every group of rows shares: per factor
     (``_shared``), its panel and the place in it of the tile's row at the reduction
     loop's step; and the statements that fill them, to run before the loop over groups
@@ -109,20 +121,22 @@ def packed(
     caller loops over chunks around the groups of rows; one chunk unless ``j`` runs over
     some 100,000 float32 columns). Its length must be known where it is allocated (from
     the function's parameters). The last value is what each tile of a ``group`` of rows
-    runs first: prefetches of the cached panel of the next block (``ahead``)."""
+    runs first: prefetches of the cached panel of the next block (``ahead``). The fifth
+    is where the tiles read the factors in place instead (``IN_PLACE_USES``; tested at the
+    call, None where they never do): no panel is packed then."""
     j, red = nest.inner.var.name, nest.red
     span = ir.sub(nest.inner.end, nest.inner.start)
     if not names(span) <= state.params:
-        return {}, [], 0, []
+        return {}, [], 0, [], None
     steps = red_steps(nest)
     rowwise = {nest.rows.var.name} | {d.var.name for d in nest.row_decls}
     factors = _shared(nest.store.value, j, red.var.name, rowwise, steps)
     if not factors:
-        return {}, [], 0, []
+        return {}, [], 0, [], None
     cached = cache_key(state, factors, steps, {j, red.var.name}, red)
     least = WIDE_PACK_GROUPS if wide else PACK_GROUPS
     if cached is None and groups is not None and groups < least:
-        return {}, [], 0, []
+        return {}, [], 0, [], None
     depth = trip_bound(red)
     elem = max(SIZES.get(f.type, 8) for f in factors)
     per_chunk = max(1, CACHE_BYTES // (depth * width * elem))
@@ -147,12 +161,21 @@ def packed(
         )
         return place if base is None else ir.add(base, place)
 
+    stored = None if cached is None else _in_place(state, factors, nest, cached, groups)
+    in_place = packs = None
+    if stored is not None:
+        held = ir.mul(ir.mul(slots, length), Const(elem, I64))
+        near, many = Const(NEAR_BYTES, I64), ir.mul(Const(IN_PLACE_USES, I64), every)
+        in_place = ir.Logic("and", ir.Cmp(">", held, near), ir.Cmp("<=", stored, many))
+        packs = ir.Logic("or", ir.Cmp("<=", held, near), ir.Cmp(">", stored, many))
     panels: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
     copies: list[ir.Stmt] = []
     first = ir.add(nest.inner.start, ir.mul(ir.add(lo, at), Const(width, I64)))
     for factor in factors:
         load = next(n for n in nodes(factor) if isinstance(n, ir.Load))
         size = length if slot is None else ir.mul(slots, length)
+        if in_place is not None:  # no panel is written: one element for the allocation
+            size = ir.Select(in_place, Const(1, I64), size)
         stem = f"{load.array.name.removesuffix('_vals')}_panel"
         # read only where filled (its block's, or tagged)
         panel = buffer(state, stem, factor.type, size, fits, zeroed=False)
@@ -174,7 +197,7 @@ def packed(
         state.notes.append(
             f"registers: {copied} packed before each {loop} loop, for its {counted}groups of rows"
         )
-        return panels, fill, per_chunk, []
+        return panels, fill, per_chunk, [], None
     team = fits is not None
     tags = tag_buffer(state, "panel_tags", slots, fits)
     mb = CACHE_BYTES >> 20
@@ -189,6 +212,13 @@ def packed(
         f"of that {coordinate.name}"
     )
     guard = tagged(state, fill, key, tags, slot, slots, fits)
+    if in_place is not None:
+        state.notes.append(
+            f"registers: {', '.join(named(x) for x in panels)} read in place, not packed, "
+            f"where the call stores at most {IN_PLACE_USES} blocks a {coordinate.name} and "
+            f"the panels exceed {NEAR_BYTES >> 20} MB"
+        )
+        guard = ir.If(packs, [guard])
     fetch: list[ir.Stmt] = []
     following = state.ahead(coordinate.name)
     lines = depth * width * elem // LINE
@@ -241,7 +271,31 @@ def packed(
             fetch = [ir.If(ir.Cmp("!=", ready, Const(0, I64)), fetch, sources)]
         held = ir.mul(ir.mul(slots, length), Const(elem, I64))
         fetch = [ir.If(ir.Cmp(">", held, Const(NEAR_BYTES, I64)), fetch)]
-    return panels, [*decls, guard], per_chunk, fetch
+    return panels, [*decls, guard], per_chunk, fetch, in_place
+
+
+def _in_place(
+    state: TileState,
+    factors: list[ir.Expr],
+    nest: Nest,
+    cached: tuple[Var, ir.Expr],
+    groups: int | None,
+) -> ir.Expr | None:
+    """The blocks stored over the call (``TileState.stored``) where the tiles may read
+    the factors in place: each a load (read as the nest reads it), with the prefetch of
+    the next block's rows they need (``_source_fetches``: the reduction's trip count
+    whole in ``groups``), reaching across block rows (``TileState.across``); else None,
+    and where ``IN_PLACE_USES`` is 0. Without ``across`` a row's first block finds its
+    rows of B cold: on the default's plan for two threads (dynamic chunks of one block
+    row, whose next row no thread knows) in place measured 0.96-1.03x the time of
+    packing (bench/README.md)."""
+    if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
+        return None
+    trip = trip_count(nest.red)
+    coordinate, _ = cached
+    if trip is None or trip % groups or state.across(coordinate.name) is None:
+        return None
+    return state.stored(coordinate.name)
 
 
 def cache_slots(

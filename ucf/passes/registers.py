@@ -199,11 +199,12 @@ class _Rewriter(TileState):
                 original, left = replace(original, end=done), replace(original, start=done)
             chunk = Var(self.fresh("j_chunk"), I64)
             by_pairs = paired(self, nest, tile, count, width, lanes)
+            in_place = None  # where the tiles read the factors instead of their panels
             if by_pairs is not None:
                 (kernel, packed, pack), per_chunk, fetch = by_pairs, 0, []
             else:
                 wide = rows == WIDE_ROWS
-                kernel, (packed, pack, per_chunk, fetch) = (
+                kernel, (packed, pack, per_chunk, fetch, in_place) = (
                     nest,
                     panels.packed(
                         self, nest, tile, count, width, lanes, shared, wide, chunk, group
@@ -222,6 +223,9 @@ class _Rewriter(TileState):
             if zeros is not None:
                 self.claims.append(zeros)
             micro = self.micro(kernel, renames, jv, lanes, packed, converted, zeros)
+            if in_place is not None:
+                direct = self.micro(kernel, renames, jv, lanes, {}, converted, zeros)
+                micro = [ir.If(in_place, direct, micro)]
             # Tiles inside the rows: one group sweeps its rows of the output along j,
             # and the rows of the other factor in step. The other order (each tile of
             # j serving every group, to reuse the other factor's tile from L1) measured

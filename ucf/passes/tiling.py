@@ -221,6 +221,36 @@ class TileState:
         start at the next outer step is its end: a block row's blocks, ``pA1`` from
         ``pos[i]`` to ``pos[i + 1]``): at a row's last block, the next row's first (at
         the very last, its own). None where ``ahead`` is, or the ranges are not so."""
+        found = self._consecutive(name)
+        if found is None:
+            return None
+        loop, outer, start, end = found
+        last = substitute(end, {outer.var.name: ir.sub(outer.end, Const(1, I64))})
+        step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), ir.sub(last, Const(1, I64)))
+        return substitute(self.defs[name], {loop.var.name: step})
+
+    def stored(self, name: str) -> ir.Expr | None:
+        """The steps the loop ``across`` walks take over all steps of the loop around it,
+        as an expression of the function's parameters: the blocks stored in all block
+        rows, ``pos[n - 1 + 1] - pos[0]`` for ``pA1`` from ``pos[i]`` to ``pos[i + 1]``
+        and ``i`` from 0 to ``n``. None where ``across`` is, or the outer loop's start
+        is not known from the parameters."""
+        found = self._consecutive(name)
+        if found is None:
+            return None
+        _, outer, start, end = found
+        if names(outer.start) - self.params:
+            return None
+        v = outer.var.name
+        return ir.sub(
+            substitute(end, {v: ir.sub(outer.end, Const(1, I64))}),
+            substitute(start, {v: outer.start}),
+        )
+
+    def _consecutive(self, name: str) -> tuple[ir.For, ir.For, ir.Expr, ir.Expr] | None:
+        """For ``across``: the loop ``ahead`` finds, the loop around it, and its start and
+        end in that loop's variable and the parameters; None unless its ranges follow
+        each other from one outer step to the next."""
         if self.ahead(name) is None:
             return None
         init = self.defs[name]
@@ -238,9 +268,7 @@ class TileState:
             return None
         if substitute(start, {v: ir.add(outer.var, Const(1, I64))}) != end:
             return None
-        last = substitute(end, {v: ir.sub(outer.end, Const(1, I64))})
-        step = ir.Bin("min", ir.add(loop.var, Const(1, I64)), ir.sub(last, Const(1, I64)))
-        return substitute(init, {loop.var.name: step})
+        return loop, outer, start, end
 
     def allocs(self) -> list[ir.Stmt]:
         return [
