@@ -21,11 +21,12 @@ factors that do not vary with ``k`` broadcast), and they are stored after it. Ea
 element still sums its terms in the same order, each a fused multiply-add as
 ``ucf.passes.fma`` makes them, so the result is bit for bit the original's.
 
-The vectors are ``tiling.tile_bytes`` wide, halved until they divide ``n`` (scalars at
-an odd ``n``), and the row takes at most half the vector registers (16 of AVX-512's 32,
-8 of AVX2's 16): a longer row stays as it was. The output's buffer is distinct from
-every operand's (the kernels' pointers are ``noalias``), so no load of an operand can
-see the row's stores.
+The vectors are ``tiling.tile_bytes`` wide, halved until they divide ``n``; the row is
+held in scalars at an odd ``n``, or where the value is not lane by lane over ``k`` (a
+row-major operand read down a column). The row takes at most half the vector registers
+(16 of AVX-512's 32, 8 of AVX2's 16): a longer row stays as it was. The output's
+buffer is distinct from every operand's (the kernels' pointers are ``noalias``), so no
+load of an operand can see the row's stores.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ucf.passes.tiling import (
     SIZES,
     WIDE_BYTES,
     accumulation,
+    lanewise,
     serial_loop,
     tile_bytes,
     trip_count,
@@ -94,7 +96,7 @@ def _held(
     if names(base) & changed or _accesses(loop.body, store.array.name) != 1:
         return None
     elem = store.array.elem
-    lanes = tile_bytes(elem) // SIZES[elem]
+    lanes = tile_bytes(elem) // SIZES[elem] if lanewise(store.value, row.var.name, "") else 1
     while n % lanes:
         lanes //= 2
     registers = 32 if tile_bytes(elem) == WIDE_BYTES else 16

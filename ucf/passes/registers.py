@@ -47,6 +47,7 @@ from ucf.passes.tiling import (
     TileState,
     accumulation,
     enabled,
+    lanewise,
     loads_from,
     serial_loop,
     tile_bytes,
@@ -451,6 +452,8 @@ def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
     store, base = found
     local = {s.var.name} | {d.var.name for d in decls}
     if names([base, inner.start, inner.end]) & local:
+        return None
+    if not lanewise(store.value, inner.var.name, store.array.name):
         return None
     if any(loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
         return None

@@ -122,10 +122,11 @@ def unit_offset(e: ir.Expr, v: str) -> ir.Expr | None:
 
 
 def accumulation(inner: ir.For) -> tuple[ir.Store, ir.Expr] | None:
-    """The store that ends ``inner``'s body, adding lane by lane over its variable ``j``
-    into a row of the output (``base + j``), with the declarations before it substituted,
+    """The store that ends ``inner``'s body, adding into a row of the output at its
+    variable ``j`` (``base + j``), with the declarations before it substituted,
     and that base; None unless the body is declarations then such a store (non-atomic,
-    into an ``ACCUMULATE`` type)."""
+    into an ``ACCUMULATE`` type, of a value that does not read the output). Whether the
+    value is ``lanewise`` is the caller's to ask."""
     if not serial_loop(inner) or not inner.body:
         return None
     mapping: dict[str, ir.Expr] = {}
@@ -144,7 +145,7 @@ def accumulation(inner: ir.For) -> tuple[ir.Store, ir.Expr] | None:
     base = unit_offset(store.index, j)
     if base is None or elem not in ACCUMULATE or store.value.type != elem:
         return None
-    if not lanewise(store.value, j, store.array.name):
+    if loads_from(store.value, store.array.name):
         return None
     return store, base
 
