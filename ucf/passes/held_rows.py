@@ -40,6 +40,7 @@ from ucf.passes.tiling import (
     SIZES,
     WIDE_BYTES,
     accumulation,
+    enabled,
     lanewise,
     serial_loop,
     tile_bytes,
@@ -51,7 +52,10 @@ from ucf.passes.tiling import (
 
 def hold_rows(fn: ir.Function) -> tuple[ir.Function, list[str]]:
     """``fn`` with each row of the shape above held in registers, and a line per row
-    held (for ``k.cin``)."""
+    held (for ``k.cin``); ``fn`` as it is where ``UCF_REGISTER_BLOCKING=0``
+    (``tiling.enabled``) turns the register passes off."""
+    if not enabled():
+        return fn, []
     taken = declared(fn.body) | {p.name for p in fn.params}
     notes: list[str] = []
     body = _block(fn.body, taken, notes)
