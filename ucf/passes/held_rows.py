@@ -97,7 +97,7 @@ def _held(
     changed = declared(loop.body) | assigned(loop.body)
     if isinstance(loop, ir.For):
         changed.add(loop.var.name)
-    if names(base) & changed or _accesses(loop.body, store.array.name) != 1:
+    if names(base) & changed or _accesses([loop], store.array.name) != 1:
         return None
     elem = store.array.elem
     lanes = tile_bytes(elem) // SIZES[elem] if lanewise(store.value, row.var.name, "") else 1
@@ -157,8 +157,8 @@ def _held(
 
 
 def _accesses(stmts: list[ir.Stmt], array: str) -> int:
-    """How many loads and stores of ``array`` the statements hold; a call counts as many
-    as there are, since it may reach any array."""
+    """How many loads and stores of ``array`` the statements hold; 2 where they call a
+    function, which may reach any array."""
     count = 0
     for n in nodes(stmts):
         if isinstance(n, ir.Call):
