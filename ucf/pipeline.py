@@ -46,6 +46,7 @@ from ucf.lower.state import Lowered
 from ucf.passes import dismantle, first_write
 from ucf.passes.flat_positions import flatten_rows
 from ucf.passes.fma import with_fma
+from ucf.passes.held_rows import hold_rows
 from ucf.passes.partial_sums import split_sums
 from ucf.passes.prefetch import prefetch_rows
 from ucf.passes.registers import register_block
@@ -162,6 +163,8 @@ def plan(
                 "itself before computing into it, so the caller need not zero it"
             )
         cin.notes += firsts
+        compute, held = hold_rows(compute)  # after the zeroing, which it may start from
+        cin.notes += held
         compute, flat = flatten_rows(compute)
         cin.notes += flat
         compute, sums = split_sums(compute)

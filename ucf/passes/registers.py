@@ -41,11 +41,11 @@ from ucf.passes import first_write, panels
 from ucf.passes.pairs import paired, quad_bytes, quads
 from ucf.passes.panels import named, red_steps
 from ucf.passes.tiling import (
-    ACCUMULATE,
     SIZES,
     WIDE_BYTES,
     Nest,
     TileState,
+    accumulation,
     enabled,
     lanewise,
     loads_from,
@@ -53,7 +53,6 @@ from ucf.passes.tiling import (
     tile_bytes,
     trip_bound,
     trip_count,
-    unit_offset,
     vector_of,
 )
 
@@ -451,28 +450,14 @@ def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
     if opened is None:
         return None
     decls, inner = opened
-    if not serial_loop(inner) or not inner.body:
+    found = accumulation(inner)
+    if found is None:
         return None
-    mapping: dict[str, ir.Expr] = {}
-    for d in inner.body[:-1]:
-        if not isinstance(d, ir.Decl):
-            return None
-        mapping[d.var.name] = substitute(d.init, mapping)
-    store = inner.body[-1]
-    if not isinstance(store, ir.Store) or not store.accumulate or store.atomic:
-        return None
-    store = replace(
-        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
-    )
-    j = inner.var.name
-    elem = store.array.elem
-    base = unit_offset(store.index, j)
-    if base is None or elem not in ACCUMULATE or store.value.type != elem:
-        return None
+    store, base = found
     local = {s.var.name} | {d.var.name for d in decls}
     if names([base, inner.start, inner.end]) & local:
         return None
-    if not lanewise(store.value, j, store.array.name):
+    if not lanewise(store.value, inner.var.name, store.array.name):
         return None
     if any(loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
         return None

@@ -121,6 +121,35 @@ def unit_offset(e: ir.Expr, v: str) -> ir.Expr | None:
     return None
 
 
+def accumulation(inner: ir.For) -> tuple[ir.Store, ir.Expr] | None:
+    """The store that ends ``inner``'s body, adding into a row of the output at its
+    variable ``j`` (``base + j``), with the declarations before it substituted,
+    and that base; None unless the body is declarations then such a store (non-atomic,
+    into an ``ACCUMULATE`` type, of a value that does not read the output). Whether the
+    value is ``lanewise`` is the caller's to ask."""
+    if not serial_loop(inner) or not inner.body:
+        return None
+    mapping: dict[str, ir.Expr] = {}
+    for d in inner.body[:-1]:
+        if not isinstance(d, ir.Decl):
+            return None
+        mapping[d.var.name] = substitute(d.init, mapping)
+    store = inner.body[-1]
+    if not isinstance(store, ir.Store) or not store.accumulate or store.atomic:
+        return None
+    store = replace(
+        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
+    )
+    j = inner.var.name
+    elem = store.array.elem
+    base = unit_offset(store.index, j)
+    if base is None or elem not in ACCUMULATE or store.value.type != elem:
+        return None
+    if loads_from(store.value, store.array.name):
+        return None
+    return store, base
+
+
 def loads_from(e: ir.Expr, array: str) -> bool:
     return any(isinstance(n, ir.Load) and n.array.name == array for n in nodes(e))
 

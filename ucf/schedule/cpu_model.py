@@ -242,8 +242,14 @@ def _choices(
         for v in (c.var, *c.more)
     }
 
-    def bounded(way: list[str], parallel: str | None):
-        return [] if way and way[-1] in spanned else _bound(cin, way, stats, parallel)
+    def bounded(way: list[str], parallel: str | None) -> list[list[tuple[Command, str]]]:
+        """The bound of ``way``'s innermost loop with its register tile, then the bound
+        alone, for a tile whose reorder is refused (the gradient of an SDDMM's C at
+        K = 64: ``j`` co-iterates two sparse rows and cannot move inside the tile's
+        outer loop; the bound then holds the row in registers, ``ucf.passes.held_rows``).
+        Empty when nothing is bounded."""
+        bound = [] if way and way[-1] in spanned else _bound(cin, way, stats, parallel)
+        return [bound, bound[:1]] if len(bound) > 1 else [bound] if bound else []
 
     choices = []
     if serial is None:
@@ -251,18 +257,19 @@ def _choices(
             copies, copy_why = copied(way)
             for v, reason in _parallel_loops(cin, way, stats, threads):
                 par, how = _parallel(cin, v, stats, threads, work)
-                bound = bounded(way, v)
                 for hoist in _placements(way, v, stats):
-                    cmds = [*copies, *workspace, *moves, *hoist, *[c for c, _ in bound], *par]
-                    lines = [*ws_why, *copy_why, *moved_why, reason, how]
-                    lines += [w for _, w in bound if w]
-                    if hoist:
-                        lines.append(f"default: {v} moves outermost, so one parallel region runs")
-                    choices.append(Choice(cmds, lines))
+                    for bound in bounded(way, v) or [[]]:
+                        cmds = [*copies, *workspace, *moves, *hoist, *[c for c, _ in bound], *par]
+                        lines = [*ws_why, *copy_why, *moved_why, reason, how]
+                        lines += [w for _, w in bound if w]
+                        if hoist:
+                            lines.append(
+                                f"default: {v} moves outermost, so one parallel region runs"
+                            )
+                        choices.append(Choice(cmds, lines))
     serial = serial or _NO_PARALLEL
-    bound = bounded(order, None)
     copies, copy_why = copied(order)
-    if bound:
+    for bound in bounded(order, None):
         cmds = [*copies, *workspace, *exact, *[c for c, _ in bound]]
         lines = [*ws_why, *copy_why, *exact_why, serial, *[w for _, w in bound if w]]
         choices.append(Choice(cmds, lines))
