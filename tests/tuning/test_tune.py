@@ -17,7 +17,7 @@ from ucf.exec import tuned
 from ucf.schedule import parse_schedule
 from ucf.tuning import format_space, measure, space
 from ucf.tuning.measure import Objective, median_time
-from ucf.tuning.study import default_storage
+from ucf.tuning.study_storage import default_storage
 
 optuna = pytest.importorskip("optuna")
 
@@ -319,7 +319,7 @@ def test_the_command_line(cache, tmp_path, capsys):
 
 
 def test_study_names_fit_the_database():
-    from ucf.tuning.study import MAX_NAME, study_name
+    from ucf.tuning.study_storage import MAX_NAME, study_name
 
     key = tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", "i=8;A~8")
     assert len(study_name(key)) < MAX_NAME and key["statement"] in study_name(key)
