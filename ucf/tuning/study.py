@@ -32,7 +32,7 @@ from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.schedule.candidates import passing
 from ucf.schedule.text import as_commands
-from ucf.tuning import final, format_space, probe, space
+from ucf.tuning import final, format_space, probe, search_problem, space
 from ucf.tuning.deps import need
 from ucf.tuning.measure import Objective, comparable, spelled_formats
 from ucf.tuning.parallel_trials import Progress, in_processes, on_dask
@@ -223,10 +223,12 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     candidates = [walked] if walked != objective.formats else []
     for name, options in objective.choices.items():
         candidates += [{**walked, name: o} for o in options if format_space.structured(o)]
-    problems: dict[int, space.Problem] = {}  # by candidate, found by the check
+    problems: dict[int, search_problem.Problem] = {}  # by candidate, found by the check
 
     def check(formats: dict[str, Format]) -> None:
-        problems[id(formats)] = space.problem(objective.statement, formats, objective.extents)
+        problems[id(formats)] = search_problem.problem(
+            objective.statement, formats, objective.extents
+        )
 
     # formats ucf refuses are left out: their trial would fail the same way, pruned
     for formats in passing(candidates, check, refuses=_refused):
@@ -241,7 +243,9 @@ def _refused(_formats: dict[str, Format], error: Exception) -> bool:
     return isinstance(error, UcfError)
 
 
-def _defaults(objective: Objective, formats: dict[str, Format], p: space.Problem) -> dict[str, Any]:
+def _defaults(
+    objective: Objective, formats: dict[str, Format], p: search_problem.Problem
+) -> dict[str, Any]:
     params = space.default_params(p, objective.scope(formats))
     params.update({f"format_{n}": str(formats[n]) for n in objective.choices})
     return params
