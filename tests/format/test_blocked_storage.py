@@ -9,7 +9,8 @@ import scipy.sparse as sp
 
 import ucf
 from tests.helpers import rand_sparse
-from ucf.format.format import LevelMap, parse_format
+from ucf.format.format import parse_format
+from ucf.format.level_map import LevelMap
 
 BCSR = "UCUU:0/{bh},1/{bw},0%{bh},1%{bw}"
 

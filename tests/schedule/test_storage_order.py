@@ -1,7 +1,7 @@
 """The one rule for "does this loop order walk each tensor as stored"
 (``ucf.schedule.storage_order``): against a reference of its own (sorting a tensor's
 coordinates by the loop order in numpy), and its three users against each other: the
-tuner's orders (``ucf.tuning.space``), a precompute producer's order of its own
+tuner's orders (``ucf.tuning.search_problem``), a precompute producer's order of its own
 (``ucf.schedule.own_order.follows``) and ``reorder``'s refusal
 (``ucf.schedule.apply``), with a kernel's result against numpy."""
 
@@ -23,7 +23,7 @@ from ucf.lang.ast import accesses
 from ucf.lang.parser import parse_statement
 from ucf.schedule import own_order
 from ucf.schedule.storage_order import levels, misordered, walks_as_stored
-from ucf.tuning import space
+from ucf.tuning import search_problem
 
 
 def _walked_as_stored(shape, mode_order, at) -> bool:
@@ -71,7 +71,7 @@ CASES = [
 @pytest.mark.parametrize(("statement", "spelled"), CASES)
 def test_tuner_producer_and_reorder_agree(statement, spelled):
     fmts = parsed_formats(statement, spelled)
-    problem = space.problem(statement, fmts, {})
+    problem = search_problem.problem(statement, fmts, {})
     sparse = [a for a in accesses(parse_statement(statement).rhs) if a.tensor in spelled]
     chains = [levels(a, fmts[a.tensor]) for a in sparse]
     kept = [p for p in itertools.permutations(problem.variables) if walks_as_stored(p, chains)]

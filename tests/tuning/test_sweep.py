@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import ucf
 from tests.helpers import parsed_formats
 from ucf.schedule import parse_schedule
-from ucf.tuning import space
+from ucf.tuning import search_problem, space
 from ucf.tuning.sweep import every_schedule
 
 pytest.importorskip("optuna")
@@ -41,7 +41,7 @@ def sum2_operands(n=40, seed=3):
 def test_a_sweep_tries_every_schedule_of_the_space_once():
     A, a, x = vector()
     found = every_schedule(
-        space.problem(ELEMENTWISE, parsed_formats(ELEMENTWISE, {"A": "C"}), {"i": 300})
+        search_problem.problem(ELEMENTWISE, parsed_formats(ELEMENTWISE, {"A": "C"}), {"i": 300})
     )
     assert "" in found and "parallelize(i, CPUThread, NoRaces)" in found
     result = ucf.tune(
@@ -63,7 +63,7 @@ def test_a_sweep_tries_every_schedule_of_the_space_once():
 def test_a_sum_of_products_space_offers_one_workspace_and_one_per_term():
     ops, expect = sum2_operands()
     fmts = dict.fromkeys("ABCDE", "csr")
-    p = space.problem(SUM2, parsed_formats(SUM2, fmts), {v: 40 for v in "ijkl"})
+    p = search_problem.problem(SUM2, parsed_formats(SUM2, fmts), {v: 40 for v in "ijkl"})
     order = ",".join(p.base[1])  # ucf's order with a workspace: Gustavson's
     places = p.placeable(p.base[1])
     spelled = {space.spell(p, {"order": order, f"precompute[{order}]": w}) for w in places}

@@ -13,7 +13,7 @@ import ucf
 from tests.helpers import parsed_formats
 from tests.tuning.test_tune import CSC_SPMM, QUADRATIC, SPMV, spmv_operands
 from ucf.schedule import parse_schedule
-from ucf.tuning import measure, probe, space
+from ucf.tuning import measure, probe, search_problem
 from ucf.tuning.measure import Objective
 
 optuna = pytest.importorskip("optuna")
@@ -140,7 +140,7 @@ def test_the_default_is_timed_again_after_every_rebase_timed_trials(tmp_path, mo
         return 1e-3
 
     monkeypatch.setattr(objective, "measure", fake)
-    schedules = every_schedule(space.problem(SPMV, fmts, objective.extents))
+    schedules = every_schedule(search_problem.problem(SPMV, fmts, objective.extents))
     for params in schedules.values():
         try:
             objective(FixedTrial(params))

@@ -15,9 +15,9 @@ import ucf
 from tests.helpers import parsed_formats
 from ucf.exec import tuned
 from ucf.schedule import parse_schedule
-from ucf.tuning import format_space, measure, space
+from ucf.tuning import format_space, measure, search_problem, space
 from ucf.tuning.measure import Objective, median_time
-from ucf.tuning.study import default_storage
+from ucf.tuning.study_storage import default_storage
 
 optuna = pytest.importorskip("optuna")
 
@@ -53,7 +53,7 @@ def test_tune_is_at_least_as_fast_as_the_default(cache):
     A, x = spmv_operands()
     result = ucf.tune(SPMV, formats={"A": "csr"}, trials=5, seed=0, progress=False, A=A, x=x)
     first = result.study.trials[0]
-    problem = space.problem(SPMV, parsed_formats(SPMV, {"A": "csr"}), {"i": 200, "j": 200})
+    problem = search_problem.problem(SPMV, parsed_formats(SPMV, {"A": "csr"}), {"i": 200, "j": 200})
     assert first.params == {
         k: v for k, v in space.default_params(problem).items() if k in first.params
     }
@@ -101,7 +101,7 @@ def test_a_workspace_is_found_for_a_sparse_output(cache, tmp_path):
     assert tuned.lookup(key) == (None if result.is_default else result.schedule)
     path = result.plot(tmp_path / "tune.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    p = space.problem(SPGEMM, parsed_formats(SPGEMM, fmts), {"i": 60, "j": 50, "k": 40})
+    p = search_problem.problem(SPGEMM, parsed_formats(SPGEMM, fmts), {"i": 60, "j": 50, "k": 40})
     assert p.base[0] == ("i", "k", "j") and ("i", "j", "k") in p.orders
     assert "A(i, j)*B(j, k)@k" in p.placeable(("i", "j", "k"))
     # over i, the workspace would share k with the rest of the statement
@@ -319,7 +319,7 @@ def test_the_command_line(cache, tmp_path, capsys):
 
 
 def test_study_names_fit_the_database():
-    from ucf.tuning.study import MAX_NAME, study_name
+    from ucf.tuning.study_storage import MAX_NAME, study_name
 
     key = tuned.make_key(SPMV, {"A": "csr"}, "float64", "int32", "llvm", "i=8;A~8")
     assert len(study_name(key)) < MAX_NAME and key["statement"] in study_name(key)
@@ -369,7 +369,7 @@ QUADRATIC = "reorder(j, k, i); precompute(A(i, j)*B(j, k), i, i, w)"
 
 
 def test_no_workspace_repeats_under_a_summed_dense_loop():
-    p = space.problem(
+    p = search_problem.problem(
         CSC_SPMM, parsed_formats(CSC_SPMM, {"A": "csc"}), {"i": 1000, "j": 1000, "k": 32}
     )
     assert p.placeable(("j", "k", "i")) == [] and p.placeable(("j", "i", "k")) == []
@@ -377,7 +377,7 @@ def test_no_workspace_repeats_under_a_summed_dense_loop():
     assert p.placeable(("k", "j", "i")) == ["A(i, j)*B(j, k)@i"]
     # MTTKRP: a row of B*D under (i, k), where k walks B's stored fibers, is TACO's
     mttkrp = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
-    q = space.problem(
+    q = search_problem.problem(
         mttkrp, parsed_formats(mttkrp, {"B": "csf"}), {"i": 50, "j": 8, "k": 50, "l": 50}
     )
     assert "B(i, k, l)*D(l, j)@j" in q.placeable(("i", "k", "l", "j"))
@@ -402,7 +402,7 @@ def test_a_trial_that_runs_too_long_is_stopped_and_pruned(cache, monkeypatch):
 def test_seed_schedules_are_the_hand_schedules_that_win():
     """bench/parallel.py's winners over ucf's default (SpMM: N bound, rows in blocks of
     16 to 256; SpMV: blocks of up to 8192 rows) are in the seeds, each once."""
-    spmm = space.problem(
+    spmm = search_problem.problem(
         CSC_SPMM, parsed_formats(CSC_SPMM, {"A": "csr"}), {"i": 50_000, "j": 50_000, "k": 32}
     )
     texts = [space.spell(spmm, d) for d in space.seed_params(spmm, 2)]
@@ -410,7 +410,9 @@ def test_seed_schedules_are_the_hand_schedules_that_win():
     for rows in (16, 64, 256):
         hand = f"bound(k, kb, 32, MaxExact); split(i, i0, i1, {rows}); "
         assert hand + "parallelize(i0, CPUThread, NoRaces)" in texts
-    spmv = space.problem(SPMV, parsed_formats(SPMV, {"A": "csr"}), {"i": 50_000, "j": 50_000})
+    spmv = search_problem.problem(
+        SPMV, parsed_formats(SPMV, {"A": "csr"}), {"i": 50_000, "j": 50_000}
+    )
     texts = [space.spell(spmv, d) for d in space.seed_params(spmv, 2)]
     assert "split(i, i0, i1, 8192); parallelize(i0, CPUThread, NoRaces)" in texts
     # one thread: no parallel seed, and the bound one
@@ -426,13 +428,13 @@ def test_register_tiles_compute_what_numpy_does(target):
     rng = np.random.default_rng(7)
     A = sp.random(300, 200, density=0.05, format="csr", random_state=7)
     B = rng.random((200, 32))
-    spmm = space.problem(
+    spmm = search_problem.problem(
         CSC_SPMM, parsed_formats(CSC_SPMM, {"A": "csr"}), {"i": 300, "j": 200, "k": 32}
     )
     mttkrp = "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)"
     T = sp.random(40 * 30, 20, density=0.05, random_state=8).toarray().reshape(40, 30, 20)
     C, D = rng.random((30, 32)), rng.random((20, 32))
-    m = space.problem(
+    m = search_problem.problem(
         mttkrp, parsed_formats(mttkrp, {"B": "csf"}), {"i": 40, "k": 30, "l": 20, "j": 32}
     )
     texts = set()

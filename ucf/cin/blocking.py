@@ -21,7 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from ucf.errors import UnsupportedError
-from ucf.format.format import Format, LevelMap
+from ucf.format.format import Format
+from ucf.format.level_map import LevelMap
 from ucf.lang import ast
 from ucf.lang.affine import Affine
 from ucf.lang.reductions import sums

@@ -10,7 +10,8 @@ compiled function the optimizer vectorizes, reading each array once and writing
 nothing, called through ctypes. The functions only read; what a failed check means
 is said by the numpy checks of ``ucf.format.levels.checks``, run only then.
 
-The module is compiled once per machine and kept in the disk cache like a kernel
+The IR is written with the pieces of ``ucf.exec.array_pass_ir``. The module is
+compiled once per machine and kept in the disk cache like a kernel
 (``ucf.toolchain.jit.runtime_module``).
 """
 
@@ -22,6 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from ucf.exec.array_pass_ir import (
+    count_falls,
+    counted_loop,
+    each_segment,
+    loaded,
+    narrowed,
+    segment_bounds,
+    widened,
+)
+
 #: What ``compressed`` returns: the arrays are fine, ``indptr`` does not start at 0 or
 #: decreases, it ends beyond the indices or values, an index is out of range.
 OK, BAD_POSITIONS, BAD_END, BAD_INDEX = range(4)
@@ -32,97 +43,6 @@ ROW_OUT, COL_OUT, ROWS_DECREASE = 1, 2, 4
 _TYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
 
-def _widen(t: str, value: str, to: str) -> str:
-    """IR that makes ``value`` (of type ``t``) an i64 named ``to``: sign- or zero-
-    extended, or the value itself under another name."""
-    if t == "i64":
-        return f"  %{to} = add i64 {value}, 0\n"
-    return f"  %{to} = {{ext}} {t} {value} to i64\n"
-
-
-def _narrow(t: str, value: str, to: str) -> str:
-    """IR that makes the i64 ``value`` a ``t`` named ``to``."""
-    if t == "i64":
-        return f"  %{to} = add i64 {value}, 0\n"
-    return f"  %{to} = trunc i64 {value} to {t}\n"
-
-
-def _load(t: str, array: str, at: str, name: str) -> str:
-    """IR that reads ``array[at]`` (a ``t``) into ``%name``, its address ``%name.at``."""
-    return (
-        f"  %{name}.at = getelementptr inbounds {t}, {t}* %{array}, i64 {at}\n"
-        f"  %{name} = load {t}, {t}* %{name}.at\n"
-    )
-
-
-def _loop(
-    label: str,
-    entry: str,
-    counter: str,
-    bounds: tuple[str, str],
-    carried: tuple[tuple[str, str, str, str], ...],
-    body: str,
-    exit: str,
-    skip: str | None,
-    compare: str = "slt",
-) -> str:
-    """The counted loop the checks share: block ``label``, entered from block
-    ``entry``, runs ``body`` for ``%counter`` from ``bounds[0]`` while ``%counter1``
-    (the next, defined after the body) is below ``bounds[1]`` (``compare``), then
-    goes to ``exit``; with ``skip``, it ends block ``entry`` with the test that goes
-    there instead when the loop would not run once. Each of ``carried`` (name, type,
-    first value, next value) is a value the body updates. Written once, so each check
-    says only what it reads and what it keeps."""
-    phis = "".join(
-        f"  %{name} = phi {ty} [{first}, %{entry}], [{after}, %{label}]\n"
-        for name, ty, first, after in ((counter, "i64", bounds[0], f"%{counter}1"), *carried)
-    )
-    guard = (
-        f"  %{label}.any = icmp sgt i64 {bounds[1]}, {bounds[0]}\n"
-        f"  br i1 %{label}.any, label %{label}, label %{skip}\n"
-        if skip
-        else ""
-    )
-    return (
-        f"{guard}{label}:\n{phis}{body}  %{counter}1 = add nuw nsw i64 %{counter}, 1\n"
-        f"  %{label}.more = icmp {compare} i64 %{counter}1, {bounds[1]}\n"
-        f"  br i1 %{label}.more, label %{label}, label %{exit}\n"
-    )
-
-
-def _segment(t: str, at: str, after: str, first: str, last: str) -> str:
-    """IR that reads a segment's bounds: ``pos[at]`` into ``%first`` and ``pos[at + 1]``
-    (its index ``%after``) into ``%last``."""
-    return (
-        _load(t, "pos", at, first)
-        + f"  %{after} = add nuw nsw i64 {at}, 1\n"
-        + _load(t, "pos", f"%{after}", last)
-    )
-
-
-def _each_segment(
-    t: str, entry: str, start: str, carried: tuple, body: str, exit: str, skip: str
-) -> str:
-    """A loop ``row`` (``_loop``) over the segments ``%k`` of ``pos`` from ``start`` to
-    ``%major``, each one's bounds read into ``%a`` and ``%b`` before ``body``."""
-    bounds = _segment(t, "%k", "k.up", "a", "b")
-    return _loop("row", entry, "k", (start, "%major"), carried, bounds + body, exit, skip)
-
-
-def _falls(t: str, count: str) -> str:
-    """The end of a loop's body over ``crd`` at ``%q`` (from 1), ``crd[q]`` read into
-    ``%c``: ``%<count>1`` is ``%count`` plus 1 when ``%c`` is at most the index before
-    it. Counted with no branch, so the pass vectorizes."""
-    return (
-        "  %qm = add nsw i64 %q, -1\n"
-        + _load(t, "crd", "%qm", "before")
-        + f"""  %le = icmp sle {t} %c, %before
-  %le64 = zext i1 %le to i64
-  %{count}1 = add i64 %{count}, %le64
-"""
-    )
-
-
 def _compressed_ir(t: str) -> str:
     """``ucf_compressed_<t>(pos, major, crd, cap, minor)``: ``pos`` (``major + 1``
     entries) starts at 0, never decreases and ends at most at ``cap``, and every index
@@ -131,7 +51,7 @@ def _compressed_ir(t: str) -> str:
   %lt8 = zext i1 %lt to i8
   %down1 = or i8 %down, %lt8
 """
-    rows = _each_segment(
+    rows = each_segment(
         t, "rows", "0", (("down", "i8", "0", "%down1"),), decreases, "rows_end", "last"
     )
     return (
@@ -150,7 +70,7 @@ last:
   %end.at = getelementptr inbounds {t}, {t}* %pos, i64 %major
   %end = load {t}, {t}* %end.at
 """
-        + _widen(t, "%end", "nnz").format(ext="sext")
+        + widened(t, "%end", "nnz").format(ext="sext")
         + f"""  %beyond = icmp sgt i64 %nnz, %cap
   br i1 %beyond, label %bad_end, label %indices
 indices:
@@ -159,17 +79,17 @@ indices:
 first:
   %c0 = load {t}, {t}* %crd
 """
-        + _loop(
+        + counted_loop(
             "index",
             "first",
             "q",
             ("1", "%nnz"),
             (("m", t, "%c0", "%m1"), ("f", "i64", "0", "%f1")),
-            _load(t, "crd", "%q", "c")
+            loaded(t, "crd", "%q", "c")
             + f"""  %gt = icmp ugt {t} %c, %m
   %m1 = select i1 %gt, {t} %c, {t} %m
 """
-            + _falls(t, "f"),
+            + count_falls(t, "f"),
             "indices_end",
             "indices_end",
         )
@@ -177,7 +97,7 @@ first:
   %largest.t = phi {t} [%c0, %first], [%m1, %index]
   %falls = phi i64 [0, %first], [%f1, %index]
 """
-        + _widen(t, "%largest.t", "largest").format(ext="zext")
+        + widened(t, "%largest.t", "largest").format(ext="zext")
         + f"""  %out = icmp uge i64 %largest, %minor
   br i1 %out, label %bad_index, label %sound
 sound:
@@ -215,7 +135,7 @@ first:
   %r0 = load {t}, {t}* %row
   br label %pair
 """
-        + _loop(
+        + counted_loop(
             "pair",
             "first",
             "q",
@@ -226,8 +146,8 @@ first:
                 ("mc", t, "0", "%mc1"),
                 ("down", "i8", "0", "%down1"),
             ),
-            _load(t, "row", "%q", "r")
-            + _load(t, "col", "%q", "c")
+            loaded(t, "row", "%q", "r")
+            + loaded(t, "col", "%q", "c")
             + f"""  %rgt = icmp ugt {t} %r, %mr
   %mr1 = select i1 %rgt, {t} %r, {t} %mr
   %cgt = icmp ugt {t} %c, %mc
@@ -241,8 +161,8 @@ first:
         )
         + """done:
 """
-        + _widen(t, "%mr1", "largest_row").format(ext="zext")
-        + _widen(t, "%mc1", "largest_col").format(ext="zext")
+        + widened(t, "%mr1", "largest_row").format(ext="zext")
+        + widened(t, "%mc1", "largest_col").format(ext="zext")
         + f"""  %row_out = icmp uge i64 %largest_row, %rows
   %col_out = icmp uge i64 %largest_col, %cols
   %decreased = icmp ne i8 %down1, 0
@@ -264,14 +184,14 @@ def _nonempty_ir(t: str) -> str:
     so it is read in blocks of 16 segments, a block with no change skipped at once;
     the segments of a block with one, and those after the last whole block, are
     looked at one by one (``_segments_ir``)."""
-    scan = _loop(
+    scan = counted_loop(
         "scan",
         "block",
         "j",
         ("0", "16"),
         (("change", t, "0", "%change1"),),
         "  %kj = add nuw nsw i64 %k, %j\n"
-        + _segment(t, "%kj", "kj1", "a", "b")
+        + segment_bounds(t, "%kj", "kj1", "a", "b")
         + f"""  %d = xor {t} %a, %b
   %change1 = or {t} %change, %d
 """,
@@ -310,7 +230,7 @@ def _segments_ir(t: str, loop: str, entry: str, end: str, done: str) -> str:
     each segment ``%k`` up to ``end`` (exclusive) of ``pos`` that is not empty is
     written to ``rows`` at ``%n`` on; it goes on to ``done`` with the count so far in
     ``%<loop>.m1``."""
-    bounds = _segment(t, f"%{loop}.e", f"{loop}.e1", f"{loop}.x", f"{loop}.y")
+    bounds = segment_bounds(t, f"%{loop}.e", f"{loop}.e1", f"{loop}.x", f"{loop}.y")
     return f"""{loop}:
   %{loop}.e = phi i64 [%k, %{entry}], [%{loop}.e1, %{loop}.next]
   %{loop}.m = phi i64 [%n, %{entry}], [%{loop}.m1, %{loop}.next]
@@ -318,7 +238,7 @@ def _segments_ir(t: str, loop: str, entry: str, end: str, done: str) -> str:
   br i1 %{loop}.full, label %{loop}.keep, label %{loop}.next
 {loop}.keep:
   %{loop}.at = getelementptr inbounds {t}, {t}* %rows, i64 %{loop}.m
-{_narrow(t, f"%{loop}.e", f"{loop}.et")}  store {t} %{loop}.et, {t}* %{loop}.at
+{narrowed(t, f"%{loop}.e", f"{loop}.et")}  store {t} %{loop}.et, {t}* %{loop}.at
   %{loop}.mk = add nuw nsw i64 %{loop}.m, 1
   br label %{loop}.next
 {loop}.next:
@@ -332,9 +252,9 @@ def _row_starts_ir(t: str) -> str:
     ``out``) of ``n`` coordinates whose rows (``row``, below ``rows``) are sorted: each
     row's first position (entries written from the last, so the first stays), then
     an empty row given the start of the next, from the end: no branch per entry."""
-    n_t = _narrow(t, "%n", "n_t")
-    q_t = _narrow(t, "%q", "q_t")
-    r64 = _widen(t, "%r", "r64").format(ext="sext")
+    n_t = narrowed(t, "%n", "n_t")
+    q_t = narrowed(t, "%q", "q_t")
+    r64 = widened(t, "%r", "r64").format(ext="sext")
     return f"""
 define void @ucf_row_starts_{t}({t}* noalias nocapture readonly %row, i64 %n, i64 %rows,
                                 {t}* noalias nocapture %out) {{
@@ -393,14 +313,14 @@ entry:
   %end.at = getelementptr inbounds {t}, {t}* %pos, i64 %major
   %end = load {t}, {t}* %end.at
 """
-        + _widen(t, "%end", "n").format(ext="sext")
-        + _loop(
+        + widened(t, "%end", "n").format(ext="sext")
+        + counted_loop(
             "pairs",
             "entry",
             "q",
             ("1", "%n"),
             (("falls", "i64", "0", "%falls1"),),
-            _load(t, "crd", "%q", "c") + _falls(t, "falls"),
+            loaded(t, "crd", "%q", "c") + count_falls(t, "falls"),
             "compare",
             "yes",
         )
@@ -428,18 +348,18 @@ def _start_falls_ir(t: str) -> str:
   %inside = icmp sgt {t} %a, 0
   %start = and i1 %filled, %inside
 """
-        + _widen(t, "%a", "a64").format(ext="sext")
+        + widened(t, "%a", "a64").format(ext="sext")
         + "  %at = select i1 %start, i64 %a64, i64 1\n"
-        + _load(t, "crd", "%at", "x")
+        + loaded(t, "crd", "%at", "x")
         + "  %atm = add nsw i64 %at, -1\n"
-        + _load(t, "crd", "%atm", "w")
+        + loaded(t, "crd", "%atm", "w")
         + f"""  %drop = icmp sle {t} %x, %w
   %counted = and i1 %start, %drop
   %c64 = zext i1 %counted to i64
   %found1 = add i64 %found, %c64
 """
     )
-    rows = _each_segment(
+    rows = each_segment(
         t, "entry", "1", (("found", "i64", "0", "%found1"),), starts_falling, "done", "none"
     )
     return f"""

@@ -5,6 +5,9 @@ coordinate ``i`` (``0``), the block it falls in (``0/32``: ``i // 32``) or its
 place in the block (``0%32``: ``i % 32``). Plain maps give CSR, CSC and every
 permuted format; blocked maps give BCSR as plain levels with no special case
 (MLIR's ``(i, j) -> (i floordiv 32, j floordiv 32, i mod 32, j mod 32)``).
+Level maps are ``ucf.format.level_map``'s; the names and pieces format text is
+written in are read in ``ucf.format.spelling``, and ``parse_format`` here makes a
+``Format`` of them.
 """
 
 from __future__ import annotations
@@ -19,71 +22,21 @@ from typing import Any
 import numpy as np
 
 from ucf.errors import FormatError, OperandError, boundary
-from ucf.format import taco_letters
+from ucf.format.level_map import LevelMap
 from ucf.format.levels import KINDS, LevelKind
+from ucf.format.spelling import (
+    ALIASES,
+    BLOCK_ALIASES,
+    NAMED,
+    check_maps,
+    letters_fit_better,
+    level_kinds,
+    named_levels,
+    parse_level_map,
+)
 from ucf.format.values import Values, parse_values, reject_nonnumeric, value_dtype
 
-ALIASES = {
-    "dense": None,  # expands to one U per mode
-    "csr": "UC",
-    "csc": "UC:1,0",
-    "dcsr": "CC",
-    "dcsc": "CC:1,0",
-    "coo": None,  # C followed by S for every further mode
-    "csf": None,  # C for every mode
-}
-
-#: Blocked formats by name, ``bcsr(bh, bw)`` etc.: blocks of bh x bw, stored row-major
-#: inside; ``bcsc`` orders the blocks by column (as torch's ``sparse_bsc``).
-BLOCK_ALIASES = {
-    "bcsr": "UCUU:0/{h},1/{w},0%{h},1%{w}",
-    "bcsc": "UCUU:1/{w},0/{h},0%{h},1%{w}",
-    "bdcsr": "CCUU:0/{h},1/{w},0%{h},1%{w}",
-}
-#: Fixed-width formats by name (see ``ucf.format.levels.fixed``), each its parameter
-#: names and its levels: every mode dense but the last. ``ell(w)`` keeps w coordinates
-#: of the last mode per row (ELL); ``nm(n, m)`` cuts the last mode into groups of m and
-#: keeps n places of each (N:M sparsity, 2:4 is ``nm(2,4)``). ``{u}`` stands for the
-#: dense levels, ``{modes}`` for their maps and ``{last}`` for the last mode.
-WIDTH_ALIASES = {
-    "ell": (("w",), "{u}F{w}"),
-    "nm": (("n", "m"), "{u}UF{n}:{modes}{last}/{m},{last}%{m}"),
-}
-_NAMED = re.compile(r"\s*([A-Za-z]+)\s*\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)\s*")
 _FILL = re.compile(r"(.*?)\s+fill\s*=\s*(\S*)\s*", re.DOTALL)
-_LEVEL = re.compile(r"(.)(\d*)")
-
-
-@dataclass(frozen=True)
-class LevelMap:
-    """What one level stores of mode ``mode``'s coordinate ``i``: ``(i // div) % mod``
-    (``mod`` 0: no modulo). Within a mode, the levels' maps form a mixed-radix
-    split of ``i``, outer to inner, so ``i`` is the sum of each level's
-    coordinate times its ``div``."""
-
-    mode: int
-    div: int = 1
-    mod: int = 0
-
-    @property
-    def plain(self) -> bool:
-        return self.div == 1 and self.mod == 0
-
-    def coordinate(self, i):
-        """The level coordinate of mode coordinate(s) ``i`` (ints or numpy arrays)."""
-        q = i // self.div if self.div != 1 else i
-        return q % self.mod if self.mod else q
-
-    def size(self, extent: int) -> int:
-        """The level's dimension when its mode has ``extent``: blocks round up."""
-        return self.mod if self.mod else -(-extent // self.div)
-
-    def __str__(self) -> str:
-        return (
-            f"{self.mode}"
-            + (f"/{self.div}" if self.div != 1 else "")
-            + (f"%{self.mod}" if self.mod else "")
-        )
 
 
 @dataclass(frozen=True)
@@ -409,11 +362,11 @@ def parse_format(text: str | Format, order: int | None = None, tensor: str = "")
 def _parse(text: str, order: int | None, tensor: str) -> Format:
     who = f" for tensor {tensor}" if tensor else ""
     src = text.strip()
-    named = _NAMED.fullmatch(src)
+    named = NAMED.fullmatch(src)
     if named is not None:
-        src = _named(named.group(1).lower(), named.group(2), order, text, who)
+        src = named_levels(named.group(1).lower(), named.group(2), order, text, who)
     alias = src.lower()
-    if alias in ALIASES and not _letters_fit_better(alias, src, order):
+    if alias in ALIASES and not letters_fit_better(alias, src, order):
         if ALIASES[alias] is not None:
             src = ALIASES[alias]
         else:
@@ -426,139 +379,17 @@ def _parse(text: str, order: int | None, tensor: str) -> Format:
     letters = letters.strip().upper()
     if not letters and order == 0 and not modes:
         return Format((), ())
-    kinds = _kinds(letters, text, who)
+    kinds = level_kinds(letters, text, who)
     if modes.strip():
-        maps = tuple(_level_map(item, text, who) for item in modes.split(","))
+        maps = tuple(parse_level_map(item, text, who) for item in modes.split(","))
     else:
         maps = tuple(LevelMap(m) for m in range(len(kinds)))
     if len(maps) != len(kinds):
         raise FormatError(
             f"bad format '{text}'{who}: {len(kinds)} levels but {len(maps)} entries after ':'"
         )
-    _check_maps(maps, text, who)
+    check_maps(maps, text, who)
     return Format(kinds, maps)
-
-
-def _named(name: str, args: str, order: int | None, text: str, who: str) -> str:
-    """The levels behind ``bcsr(2,3)``, ``ell(4)`` or ``nm(2,4)`` (for a tensor of ``order``)."""
-    values = [int(a) for a in args.split(",")]
-    if name in BLOCK_ALIASES and len(values) == 2:
-        if min(values) < 1:
-            raise FormatError(f"bad format '{text}'{who}: block sizes must be positive")
-        return BLOCK_ALIASES[name].format(h=values[0], w=values[1])
-    params, levels = WIDTH_ALIASES.get(name, ((), ""))
-    if not params or len(values) != len(params):
-        known = [f"{n}(bh, bw)" for n in BLOCK_ALIASES]
-        known += [f"{n}({', '.join(p)})" for n, (p, _) in WIDTH_ALIASES.items()]
-        raise FormatError(
-            f"bad format '{text}'{who}: unknown format '{name}' with {len(values)} "
-            f"parameter(s) (one of {', '.join(known)})"
-        )
-    given = dict(zip(params, values, strict=True))
-    if min(values) < 1:
-        raise FormatError(f"bad format '{text}'{who}: {', '.join(params)} must be positive")
-    if given.get("n", 0) > given.get("m", 1):
-        raise FormatError(
-            f"bad format '{text}'{who}: n = {given['n']} nonzeros cannot exceed the group "
-            f"size m = {given['m']}"
-        )
-    n = 2 if order is None else order
-    if n < 1:
-        raise FormatError(f"bad format '{text}'{who}: '{name}' needs a tensor of order 1 or more")
-    modes = "".join(f"{m}," for m in range(n - 1))
-    return levels.format(u="U" * (n - 1), modes=modes, last=n - 1, **given)
-
-
-def _stored() -> str:
-    """The letters of the kinds tensors are stored in (a kernel's own, such as a
-    workspace's list, are left out)."""
-    return ", ".join(letter for letter, kind in KINDS.items() if kind.stored)
-
-
-def _kinds(letters: str, text: str, who: str) -> tuple[LevelKind, ...]:
-    """The level kinds ``letters`` spells, each a letter with any number it takes (``UF4``)."""
-    kinds = []
-    for token in _LEVEL.finditer(letters):
-        letter, number = token.groups()
-        if letter not in KINDS or not KINDS[letter].stored:
-            raise FormatError(
-                f"bad format '{text}'{who}: level kind {letter!r} is not one of "
-                f"{_stored()} (or an alias: {', '.join(ALIASES)}, or "
-                f"{', '.join(f'{n}(...)' for n in [*BLOCK_ALIASES, *WIDTH_ALIASES])})"
-                + taco_letters.hint(text.strip())
-            )
-        kind = KINDS[letter]
-        if number:
-            try:
-                kind = kind.with_parameter(int(number))
-            except FormatError as e:
-                raise FormatError(f"bad format '{text}'{who}: {e}") from None
-        elif kind.parameter is not None:
-            raise FormatError(
-                f"bad format '{text}'{who}: level kind {letter!r} ({kind.name}) takes its "
-                f"{kind.parameter} after the letter, e.g. '{letter}4'"
-            )
-        kinds.append(kind)
-    if not kinds:
-        raise FormatError(
-            f"bad format '{text}'{who}: level kind '(empty)' is not one of "
-            f"{_stored()} (or an alias: {', '.join(ALIASES)})"
-        )
-    return tuple(kinds)
-
-
-_MAP = re.compile(r"\s*(\d+)\s*(?:/\s*(\d+))?\s*(?:%\s*(\d+))?\s*")
-
-
-def _level_map(item: str, text: str, who: str) -> LevelMap:
-    """``m``, ``m/b`` (the block of size b), ``m%b`` (the place in it) or ``m/b%c``."""
-    match = _MAP.fullmatch(item)
-    if match is None:
-        raise FormatError(
-            f"bad format '{text}'{who}: '{item.strip()}' after ':' is not a mode ('0'), a "
-            "block index ('0/32') or an offset in a block ('0%32')"
-        )
-    mode, div, mod = match.groups()
-    lm = LevelMap(int(mode), int(div or 1), int(mod or 0))
-    if lm.div < 1 or (mod is not None and lm.mod < 1):
-        raise FormatError(f"bad format '{text}'{who}: block sizes in '{lm}' must be positive")
-    return lm
-
-
-def _letters_fit_better(alias: str, src: str, order: int | None) -> bool:
-    """Whether ``src`` should be read as level letters rather than as the alias it also
-    spells: ``CSC`` for an order-3 tensor is compressed, singleton, compressed, since
-    the alias ``csc`` is a matrix format."""
-    fixed = ALIASES[alias]
-    if fixed is None or order is None:
-        return False
-    levels = len(fixed.partition(":")[0])
-    return levels != order and len(src) == order and all(c in KINDS for c in src.upper())
-
-
-def _check_maps(maps: tuple[LevelMap, ...], text: str, who: str) -> None:
-    """Each mode 0..n-1 appears, and its levels split its coordinate in mixed radix:
-    the outermost ``m/b0``, then ``m/b1%(b0/b1)`` ..., the innermost ``m%bk``."""
-    modes = sorted({m.mode for m in maps})
-    if modes != list(range(len(modes))):
-        raise FormatError(
-            f"bad format '{text}'{who}: the modes after ':' ({', '.join(map(str, modes))}) "
-            f"are not 0..{len(modes) - 1}"
-        )
-    for mode in modes:
-        chain = [m for m in maps if m.mode == mode]
-        for k, m in enumerate(chain):
-            last = k == len(chain) - 1
-            above = chain[k - 1].div if k else 0
-            ok = (m.div == 1 or not last) and (not k or above % m.div == 0)
-            if not ok or m.mod != (above // m.div if k else 0):
-                shown = ",".join(map(str, chain))
-                raise FormatError(
-                    f"bad format '{text}'{who}: the levels of mode {mode} ({shown}) do not "
-                    f"split its coordinate into blocks: write '{mode}' alone, or "
-                    f"'{mode}/b' before '{mode}%b' (nested: '{mode}/b', '{mode}/c%(b/c)', "
-                    f"'{mode}%c')"
-                )
 
 
 def _check_structure(fmt: Format, tensor: str) -> None:

@@ -19,7 +19,7 @@ iteration, its own. In detail:
   digit, so a ``thread_block_tile<G>`` is exactly one group. A warp's digit
   steps by 32 lanes, padding the loops inside it. A group loop with more
   iterations than lanes is the exception to binding: each lane runs a share
-  of them itself, into a private partial sum where it can (``_share``).
+  of them itself, into a private partial sum where it can (``ucf.lower.gpu_lanes``).
 - Code between GPU loops runs in every thread that reaches it. Scalars are
   therefore private, and a running sum carried across GPU loops is a partial
   sum per thread, combined where the sum is stored: ``Atomics`` adds each
@@ -43,80 +43,28 @@ from dataclasses import replace
 
 from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
-from ucf.ir.gpu_nodes import GROUP_CALLS, Launch, Module, Scope, Special
+from ucf.ir.gpu_nodes import Launch, Module, Scope, Special
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import (
     assigned,
-    blocks,
     declared,
     names,
     nodes,
     reads,
-    statements,
     walk,
 )
+from ucf.lower.gpu_bounds import fold_constant, inline_definitions, single_definitions
+from ucf.lower.gpu_lanes import lane, share_iterations
 from ucf.lower.gpu_loops import (
     MAX_THREADS,
     WARP,
     GpuLoop,
     has_gpu,
     is_gpu,
-    several_entries,
 )
-from ucf.lower.gpu_predication import Predicator, collective
 from ucf.lower.gpu_reductions import Reductions
 from ucf.lower.transforms import catches_up
 from ucf.schedule import Parallel
-
-
-# --------------------------------------------------------------------- constants
-def _defs(fn: ir.Function) -> dict[str, ir.Expr]:
-    """Declarations of variables declared exactly once: enough to fold loop bounds."""
-    seen: dict[str, list[ir.Expr]] = {}
-    for s in statements(fn.body):
-        if isinstance(s, ir.Decl):
-            seen.setdefault(s.var.name, []).append(s.init)
-        elif isinstance(s, ir.For):
-            seen.setdefault(s.var.name, []).extend([None, None])
-    return {k: v[0] for k, v in seen.items() if len(v) == 1}
-
-
-def _fold(e: ir.Expr, defs: dict[str, ir.Expr], upper: bool = False) -> int | None:
-    """The value of an integer expression when it is constant; with ``upper``, a
-    constant upper bound through ``min`` (a clipped split's inner bound)."""
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, Var):
-        d = defs.get(e.name)
-        return None if d is None else _fold(d, defs, upper)
-    if isinstance(e, ir.Cast):
-        return _fold(e.operand, defs, upper)
-    if isinstance(e, ir.Bin):
-        a, b = _fold(e.left, defs, upper), _fold(e.right, defs, upper)
-        if e.op == "min" and upper:
-            known = [x for x in (a, b) if x is not None]
-            return min(known) if known else None
-        if a is None or b is None:
-            return None
-        if e.op in ("+", "-", "*", "min", "max"):
-            return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
-        if e.op in ("/", "%") and b > 0 and a >= 0:
-            return a // b if e.op == "/" else a % b
-    return None
-
-
-def _inline(e: ir.Expr, defs: dict[str, ir.Expr]) -> ir.Expr:
-    """``e`` with the named variables replaced by their definitions, transitively."""
-    from ucf.ir.walk import substitute
-
-    for _ in range(64):
-        names: set[str] = set()
-        reads(e, names)
-        todo = {n: defs[n] for n in names if n in defs}
-        if not todo:
-            return e
-        e = substitute(e, todo)
-    raise ScheduleError("a GPU loop bound is defined circularly")  # pragma: no cover
 
 
 # --------------------------------------------------------------------- entry
@@ -124,7 +72,7 @@ def lower(fn: ir.Function, parallel: dict[str, Parallel], races: dict[str, list[
     """Outline every GPU nest of ``fn`` into a kernel; ``races[label]`` lists the reduction
     variables a parallel loop iterates (iterations may add into the same entries)."""
     fn = copy.deepcopy(fn)
-    defs = _defs(fn)
+    defs = single_definitions(fn)
     state = _Outliner(fn, parallel, races, defs)
     if not has_gpu(fn.body):
         body = state.single_thread()
@@ -209,7 +157,7 @@ class _Outliner:
         sums = Reductions(stmts, by_id, group, self.races).run()
         self._check_carried(loops, sums)
         if group is not None:
-            self._share(group, by_id)
+            share_iterations(group, by_id, self.defs)
         body = self._bind(stmts, by_id)
         return self._kernel(body, grid, nthreads)
 
@@ -235,7 +183,7 @@ class _Outliner:
         grid = []
         for dim, g in zip("xyz", blocks_, strict=False):
             g.dim = dim
-            extent = _inline(ir.sub(g.loop.end, g.loop.start), local)
+            extent = inline_definitions(ir.sub(g.loop.end, g.loop.start), local)
             bad = sorted(names(extent) & (set(made) | changed))
             if bad:
                 raise ScheduleError(
@@ -277,8 +225,8 @@ class _Outliner:
         return group
 
     def _slot(self, g: GpuLoop) -> None:
-        start = _fold(g.loop.start, self.defs)
-        end = _fold(g.loop.end, self.defs, upper=True)
+        start = fold_constant(g.loop.start, self.defs)
+        end = fold_constant(g.loop.end, self.defs, upper=True)
         if start is None or end is None:
             raise ScheduleError(
                 f"{g.cmd}: the loop over {g.label} has no trip count known when the kernel is "
@@ -322,113 +270,6 @@ class _Outliner:
                     "be parallelized"
                 )
 
-    def _extended(self, group: GpuLoop, by_id: dict[int, GpuLoop], span: int) -> list[ir.Stmt]:
-        """The group loop's body for the iteration a lane is bound to, when the lanes take
-        ``span`` iterations together: out-of-range iterations are guarded, and inside the
-        group they are predicated instead, so that every lane reaches each collective."""
-        loop = group.loop
-        guard = self._guard(group, span)
-        if not any(collective(s) for s in loop.body):
-            return loop.body if guard is None else [ir.If(guard, loop.body)]
-        variant = {loop.var.name} | assigned(loop.body)
-        return Predicator(variant, by_id, group).block(loop.body, guard)
-
-    def _guard(self, group: GpuLoop, span: int) -> ir.Expr | None:
-        """The test that an iteration is in range, unless the loop has ``span`` of them."""
-        loop = group.loop
-        full = _fold(ir.sub(loop.end, loop.start), self.defs)
-        return None if full is not None and full >= span else ir.Cmp("<", loop.var, loop.end)
-
-    def _share(self, group: GpuLoop, by_id: dict[int, GpuLoop]) -> None:
-        """Give each lane its iterations of the group loop: one, bound to the lane, or a
-        share of them when the loop is wider than the group.
-
-        Where the group reduces stores whose destination only changes with the loop's
-        own iterations (not with a serial loop inside it, such as a column loop), each
-        lane keeps a private partial sum and the group reduces once, after the loop
-        (``_private``): for a wider loop, and for a loop whose stores sit in a serial
-        loop (the nonzeros of a row). Otherwise the lanes take the iterations ``G`` at
-        a time, in lockstep, and each step reduces as a group of one iteration per
-        lane would (a reduction of running sums then already happens after the loop).
-        """
-        loop = group.loop
-        wide = group.width > group.group
-        steady, moving, looped = _group_calls(loop.body, frozenset())
-        group.shared = wide or bool(steady and not moving and looped)
-        if steady and not moving and group.shared:
-            self._private(group, steady)
-        elif wide:
-            steps = -(-group.width // group.group)
-            body = self._extended(group, by_id, steps * group.group)
-            loop.body = self._strided(group, body)
-        else:  # lane l runs iteration l; the padding lanes of a warp run none
-            loop.body = self._extended(group, by_id, max(group.group, group.modulus))
-
-    def _strided(self, group: GpuLoop, body: list[ir.Stmt]) -> list[ir.Stmt]:
-        """Lane ``l`` runs iterations ``l``, ``l + G``, ...: at each step the lanes read
-        consecutive iterations (coalesced loads). ``body`` is one guarded iteration."""
-        loop = group.loop
-        lanes = Const(group.group, I64)
-        steps: ir.Expr = Const(-(-group.width // group.group), I64)
-        if group.modulus > group.group:  # a warp's padding: whole tiles of idle lanes
-            steps = ir.Select(ir.Cmp("<", _lane(loop), lanes), steps, Const(0, I64))
-        step = Var(f"{loop.var.name}_step", I64)
-        first = ir.Decl(loop.var, ir.add(loop.start, ir.add(ir.mul(step, lanes), _lane(loop))))
-        return [ir.For(step, Const(0, I64), steps, [first, *body])]
-
-    def _private(self, group: GpuLoop, calls: list[ir.Call]) -> None:
-        """Each lane sums its share of the iterations privately, then the group reduces.
-
-        For ``Segment`` a lane takes consecutive iterations (Sgap's "g nonzeros per
-        thread") and keeps one partial sum per run of equal destinations: when the
-        destination changes, the finished run is added atomically (a neighbouring lane
-        or group may share that row), and the lane's last run goes to
-        ``segReduceGroup``, which combines it with the lanes next to it. For
-        ``ParallelReduction`` every iteration adds into one destination, so a lane
-        keeps one sum; the iterations are strided for coalesced loads, and
-        ``atomicAddGroup`` adds the tile's total once.
-        """
-        loop = group.loop
-        name = loop.var.name
-        segment = group.par.strategy == "Segment"
-        if not segment:
-            variant = _variant(loop)
-            if any(names(c.args[1]) & variant for c in calls):
-                raise several_entries(group)
-        before: list[ir.Stmt] = []
-        after: list[ir.Stmt] = []
-        sums: dict[int, list[ir.Stmt]] = {}
-        for n, call in enumerate(calls, 1):
-            array, index, value, size = call.args
-            cur = Var(f"{name}_cur{n}", I64)
-            acc = Var(f"{name}_acc{n}", array.elem)
-            zero = Const(0, array.elem)
-            before += [ir.Decl(cur, Const(-1, I64)), ir.Decl(acc, zero)]
-            after.append(ir.Call(call.name, [array, cur, acc, size]))
-            add = ir.Assign(acc, ir.add(acc, value))
-            if not segment:
-                sums[id(call)] = [ir.Assign(cur, index), add]
-                continue
-            at = Var(f"{name}_at{n}", I64)
-            flush = ir.Store(array, cur, acc, accumulate=True, atomic=True)
-            finished = [ir.If(ir.Cmp(">=", cur, Const(0, I64)), [flush]), ir.Assign(acc, zero)]
-            sums[id(call)] = [
-                ir.Decl(at, index),
-                ir.If(ir.Cmp("!=", at, cur), finished),
-                ir.Assign(cur, at),
-                add,
-            ]
-        body = _replace(loop.body, sums)
-        share = -(-group.width // group.group)
-        if segment:
-            first = ir.add(loop.start, ir.mul(_lane(loop), Const(share, I64)))
-            last = ir.minimum(ir.add(first, Const(share, I64)), loop.end)
-            lanes = [ir.For(loop.var, first, last, body)]
-        else:
-            guard = self._guard(group, share * group.group)
-            lanes = self._strided(group, body if guard is None else [ir.If(guard, body)])
-        loop.body = [*before, *lanes, *after]
-
     # ------------------------------------------------------------ kernel
     def _bind(self, stmts: list[ir.Stmt], by_id: dict[int, GpuLoop]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -445,7 +286,7 @@ class _Outliner:
                     index = ir.Bin("/", tid, Const(g.stride, I64)) if g.stride > 1 else tid
                 bind = ir.Decl(s.var, ir.add(s.start, index))
                 if g.shared:
-                    bind = ir.Decl(_lane(s), index)
+                    bind = ir.Decl(lane(s), index)
                 if g.unit == "GPUBlock" or g.group:
                     out.append(Scope([bind, *body]))
                 else:
@@ -486,63 +327,6 @@ class _Outliner:
             args.append(v)
         self.kernels.append(ir.Function(kname, params, body, doc=f"GPU kernel {kname}."))
         return Launch(kname, grid, threads, args)
-
-
-def _lane(loop: ir.For) -> Var:
-    """The lane of a group whose loop has more iterations than lanes."""
-    return Var(f"{loop.var.name}_lane", I64)
-
-
-def _group_calls(
-    stmts: list[ir.Stmt], inner: frozenset[str]
-) -> tuple[list[ir.Call], list[ir.Call], bool]:
-    """The group collectives in ``stmts``, split by whether one private sum per lane can
-    stand for each: its destination must not change within the serial loops around it
-    (``inner`` holds the names those loops vary). GPU loops only bind an index. The flag
-    says whether a collective of the first kind sits in a serial loop, where a private
-    sum saves a reduction per iteration."""
-    steady: list[ir.Call] = []
-    moving: list[ir.Call] = []
-    looped = False
-    for s in stmts:
-        if isinstance(s, ir.Call) and s.name in GROUP_CALLS:
-            moves = bool(names(s.args[1]) & inner)
-            (moving if moves else steady).append(s)
-            looped = looped or (bool(inner) and not moves)
-        varies = inner
-        if isinstance(s, ir.While) or (isinstance(s, ir.For) and not is_gpu(s)):
-            varies = inner | declared(s.body) | assigned(s.body)
-            varies |= {s.var.name} if isinstance(s, ir.For) else set()
-        for block in blocks(s):
-            a, b, c = _group_calls(block, varies)
-            steady += a
-            moving += b
-            looped = looped or c
-    return steady, moving, looped
-
-
-def _replace(stmts: list[ir.Stmt], new: dict[int, list[ir.Stmt]]) -> list[ir.Stmt]:
-    """``stmts`` with each statement whose id is in ``new`` replaced by its statements."""
-    out: list[ir.Stmt] = []
-    for s in stmts:
-        if id(s) in new:
-            out += new[id(s)]
-            continue
-        if isinstance(s, ir.If):
-            s = replace(s, then=_replace(s.then, new), orelse=_replace(s.orelse, new))
-        elif isinstance(s, ir.For | ir.While):
-            s.body = _replace(s.body, new)  # in place: GPU loops are known by identity
-        out.append(s)
-    return out
-
-
-def _variant(loop: ir.For) -> set[str]:
-    """Names in the loop's body whose value differs between its iterations."""
-    variant = {loop.var.name} | assigned(loop.body)
-    for s in statements(loop.body):
-        if isinstance(s, ir.Decl) and names(s.init) & variant:
-            variant.add(s.var.name)
-    return variant
 
 
 def _pow2(n: int) -> bool:

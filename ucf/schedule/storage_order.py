@@ -7,7 +7,7 @@ under ``j`` then ``i``. A schedule's ``reorder`` is refused where it breaks that
 an operand the kernel reads as stored (``ucf.schedule.apply``); a precompute's
 producer that can keep it in an order of its own walks its operands so
 (``ucf.schedule.own_order``); and the tuner offers the orders that keep it for every
-sparse operand (``ucf.tuning.space``). All three ask ``misordered`` of each tensor's
+sparse operand (``ucf.tuning.search_problem``). All three ask ``misordered`` of each tensor's
 ``levels``, so they cannot drift apart.
 """
 

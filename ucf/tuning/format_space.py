@@ -13,7 +13,7 @@ from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.lang.ast import Access, accesses
 from ucf.lang.parser import parse_statement
-from ucf.tuning.space import problem
+from ucf.tuning.search_problem import problem
 from ucf.tuning.structure import offers
 
 

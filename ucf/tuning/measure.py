@@ -41,7 +41,7 @@ from ucf.format.format import Format
 from ucf.format.tensor import Tensor
 from ucf.schedule.commands import Command, Parallelize
 from ucf.schedule.text import as_commands, spelled
-from ucf.tuning import probe, space
+from ucf.tuning import probe, search_problem, space
 from ucf.tuning.probe import clock, reason
 
 #: Samples per timing, and the least time one sample spends calling the kernel.
@@ -178,7 +178,7 @@ class Variant:
     """The operands stored in one choice of input formats, and that choice's space."""
 
     formats: dict[str, Format]
-    problem: space.Problem
+    problem: search_problem.Problem
     operands: dict[str, Tensor]
     conversion: float  # seconds to convert the given operands into these formats
 
@@ -268,7 +268,7 @@ class Objective:
             start = now()
             operands.update({n: self.operands[n].convert(formats[n]) for n in changed})
             seconds = now() - start if changed else 0.0
-            problem = space.problem(self.statement, formats, self.extents)
+            problem = search_problem.problem(self.statement, formats, self.extents)
             self._variants[scope] = Variant(dict(formats), problem, operands, seconds)
         return self._variants[scope]
 

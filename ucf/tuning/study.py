@@ -9,18 +9,16 @@ study is ucf's default schedule (and, formats searched, the next ones are its
 default in each blocked or fixed-width format offered), and the best few found are timed
 again in turns with the default before one is returned (``ucf.tuning.final``), so it is
 never slower. The best schedule
-is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``.
+is recorded in ``ucf.exec.tuned`` for ``schedule="tuned"``. Studies are kept as
+``ucf.tuning.study_storage`` says; trials beyond this process run in
+``ucf.tuning.parallel_trials``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sys
-import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,19 +32,14 @@ from ucf.lang.ast import accesses, statement_orders
 from ucf.lang.parser import parse_statement
 from ucf.schedule.candidates import passing
 from ucf.schedule.text import as_commands
-from ucf.toolchain import cache
-from ucf.tuning import final, format_space, probe, space
+from ucf.tuning import final, format_space, probe, search_problem, space
 from ucf.tuning.deps import need
 from ucf.tuning.measure import Objective, comparable, spelled_formats
+from ucf.tuning.parallel_trials import Progress, in_processes, on_dask
 from ucf.tuning.result import Tuned
+from ucf.tuning.study_storage import default_storage, open_storage, sampler, study_name
 from ucf.tuning.sweep import every_schedule
 
-#: The study database in the cache directory.
-DATABASE = "tune.db"
-#: Seconds a process waits for another's write to the SQLite file.
-SQLITE_TIMEOUT = 60
-#: The longest study name Optuna's database takes.
-MAX_NAME = 512
 #: The share of a new study's trials that may go to seed schedules.
 SEED_SHARE = 0.25
 
@@ -230,10 +223,12 @@ def _first(objective: Objective, trials: int) -> list[dict[str, Any]]:
     candidates = [walked] if walked != objective.formats else []
     for name, options in objective.choices.items():
         candidates += [{**walked, name: o} for o in options if format_space.structured(o)]
-    problems: dict[int, space.Problem] = {}  # by candidate, found by the check
+    problems: dict[int, search_problem.Problem] = {}  # by candidate, found by the check
 
     def check(formats: dict[str, Format]) -> None:
-        problems[id(formats)] = space.problem(objective.statement, formats, objective.extents)
+        problems[id(formats)] = search_problem.problem(
+            objective.statement, formats, objective.extents
+        )
 
     # formats ucf refuses are left out: their trial would fail the same way, pruned
     for formats in passing(candidates, check, refuses=_refused):
@@ -248,62 +243,15 @@ def _refused(_formats: dict[str, Format], error: Exception) -> bool:
     return isinstance(error, UcfError)
 
 
-def _defaults(objective: Objective, formats: dict[str, Format], p: space.Problem) -> dict[str, Any]:
+def _defaults(
+    objective: Objective, formats: dict[str, Format], p: search_problem.Problem
+) -> dict[str, Any]:
     params = space.default_params(p, objective.scope(formats))
     params.update({f"format_{n}": str(formats[n]) for n in objective.choices})
     return params
 
 
 # ------------------------------------------------------------------ studies
-def default_storage() -> str:
-    """The URL of the study database in the kernel cache directory."""
-    return f"sqlite:///{cache.cache_dir() / DATABASE}"
-
-
-def _storage(optuna, storage: Any) -> Any:
-    """An SQLite URL as Optuna's storage, its file in write-ahead-log mode and synced at
-    checkpoints only: Optuna commits a dozen times a trial, and a sync per commit (10 ms
-    on this machine's disk) cost a 50-trial study 9 s. A crash may lose the last trials,
-    never the file."""
-    if not (isinstance(storage, str) and storage.startswith("sqlite")):
-        return storage
-    from sqlalchemy import event
-
-    rdb = optuna.storages.RDBStorage(
-        storage, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT}}
-    )
-    event.listen(rdb.engine, "connect", _sqlite_pragmas)
-    rdb.engine.dispose()  # connections opened while Optuna set the file up get the pragmas too
-    return rdb
-
-
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
-def _sampler(optuna, seed: int | None, trials: int) -> Any:
-    startup = max(3, min(10, trials // 3))
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
-
-
-def study_name(key: dict[str, Any], choices: Mapping[str, Any] | None = None) -> str:
-    """The study of ``key``: its JSON, readable in Optuna's tools, cut to fit the
-    storage's 512 characters (a digest keeps cut names apart). A search over formats
-    has parameters of its own, so it is a study of its own, and so is each set of
-    format ``choices`` (they depend on the operands' structure, not only on the key,
-    and Optuna refuses a parameter whose choices change within a study)."""
-    fields = {**key, "space": space.SPACE_VERSION}
-    if choices:
-        fields["formats_searched"] = {n: [str(f) for f in c] for n, c in sorted(choices.items())}
-    name = json.dumps(fields, sort_keys=True)
-    if len(name) <= MAX_NAME:
-        return name
-    return f"{name[: MAX_NAME - 20]} #{hashlib.sha256(name.encode()).hexdigest()[:16]}"
-
-
 def _run(
     optuna, objective, key, trials, n_jobs, client, storage, seed, timeout, progress, sweep=None
 ):
@@ -312,11 +260,11 @@ def _run(
     url = default_storage() if storage is None else storage
     name = study_name(key, objective.choices)
     study = optuna.create_study(
-        storage=_storage(optuna, url),
+        storage=open_storage(optuna, url),
         study_name=name,
         direction="minimize",
         load_if_exists=True,
-        sampler=_sampler(optuna, seed, trials),
+        sampler=sampler(optuna, seed, trials),
     )
     study.set_user_attr("key", key)
     before = len(study.trials)
@@ -327,149 +275,21 @@ def _run(
         first = [] if before else _first(objective, trials)  # none left waiting in the study
     if seed is not None:  # a resumed study draws new points, not the first run's again
         seed += before
-    bar = _Progress(trials, progress, study)
+    bar = Progress(trials, progress, study)
     try:
         if client is not None:
-            _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
+            on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar)
             return study
         for params in first:
             study.enqueue_trial(params)
         if n_jobs > 1:
-            _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
+            in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar)
         else:
-            study.sampler = _sampler(optuna, seed, trials)
+            study.sampler = sampler(optuna, seed, trials)
             study.optimize(objective, n_trials=trials, timeout=timeout, callbacks=[bar.trial])
     finally:
         bar.close()
     return study
-
-
-def _shares(trials: int, workers: int) -> list[int]:
-    return [n for r in range(workers) if (n := trials // workers + (r < trials % workers))]
-
-
-@dataclass(frozen=True)
-class _OnDask:
-    """The Dask storage ``name``, opened where a task runs (building it there keeps its
-    'experimental' warning out of every worker's log)."""
-
-    name: str
-
-    def open(self) -> Any:
-        from optuna_integration.dask import DaskStorage
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", need("optuna").exceptions.ExperimentalWarning)
-            return DaskStorage(name=self.name, register=False)
-
-
-def optimize(storage: Any, name: str, objective: Objective, trials: int, seed, timeout) -> None:
-    """Run ``trials`` trials of the study ``name`` in this (worker) process."""
-    optuna = need("optuna")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = storage.open() if isinstance(storage, _OnDask) else _storage(optuna, storage)
-    study = optuna.load_study(
-        study_name=name, storage=storage, sampler=_sampler(optuna, seed, trials)
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConversionWarning)
-        try:
-            study.optimize(objective, n_trials=trials, timeout=timeout)
-        finally:
-            objective.close()
-
-
-def _in_processes(optuna, study, url, name, objective, trials, n_jobs, seed, timeout, bar):
-    """Worker processes share the study through its storage. They are spawned, not
-    forked: a forked child of a process that has run OpenMP threads can hang."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [
-            pool.submit(
-                optimize, url, name, objective, n, None if seed is None else seed + r, timeout
-            )
-            for r, n in enumerate(_shares(trials, n_jobs))
-        ]
-        bar.follow(study, futures)
-
-
-def _on_dask(optuna, study, first, objective, trials, client, seed, timeout, bar):
-    """Tasks on the cluster share a copy of the study held on the scheduler by Optuna's
-    Dask storage, and the new trials are copied back into ``study`` afterwards: the
-    study's own storage (a file on this machine, say) need not be reachable from the
-    cluster. Each worker compiles through the kernel cache of its own machine."""
-    need("optuna_integration", "tune on Dask")
-    from optuna_integration.dask import DaskStorage
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        shared = DaskStorage(client=client)
-    remote = optuna.create_study(storage=shared, study_name=study.study_name, direction="minimize")
-    done = [t for t in study.get_trials() if t.state.is_finished()]
-    remote.add_trials(done)
-    for params in first:
-        remote.enqueue_trial(params)
-    workers = len(client.scheduler_info()["workers"]) or 1
-    futures = [
-        client.submit(
-            optimize,
-            _OnDask(shared.name),
-            study.study_name,
-            objective,
-            n,
-            None if seed is None else seed + r,
-            timeout,
-            pure=False,
-        )
-        for r, n in enumerate(_shares(trials, workers))
-    ]
-    try:
-        bar.follow(remote, futures)
-    finally:
-        new = remote.get_trials()[len(done) :]
-        study.add_trials([t for t in new if t.state.is_finished()])
-
-
-class _Progress:
-    """A tqdm bar of finished trials and the best time so far (none without a terminal)."""
-
-    def __init__(self, total: int, show: bool | None, study: Any):
-        if show is None:
-            show = sys.stderr.isatty()
-        self._bar = None
-        if show:
-            tqdm = need("tqdm", "the tuning progress bar")
-            self._bar = tqdm.tqdm(total=total, desc="ucf.tune", unit="trial")
-        self._done = self._finished(study)
-
-    @staticmethod
-    def _finished(study: Any) -> int:
-        return sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
-
-    def trial(self, study: Any, _trial: Any = None) -> None:
-        if self._bar is None:
-            return
-        finished = self._finished(study)
-        self._bar.update(max(0, min(finished - self._done, self._bar.total - self._bar.n)))
-        self._done = finished
-        best = [t.value for t in study.get_trials(deepcopy=False) if t.value is not None]
-        if best:
-            self._bar.set_postfix_str(f"best {min(best) * 1e6:.1f} us")
-
-    def follow(self, study: Any, futures: list) -> None:
-        """Update while ``futures`` run, then raise what a worker raised."""
-        while not all(f.done() for f in futures):
-            time.sleep(0.5)
-            self.trial(study)
-        for f in futures:
-            f.result()
-        self.trial(study)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 def _result(study: Any, objective: Objective) -> Tuned:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ucf.schedule.text import spelled
-from ucf.tuning.space import Problem, suggest
+from ucf.tuning.search_problem import Problem
+from ucf.tuning.space import suggest
 
 
 def every_schedule(p: Problem, limit: int | None = None) -> dict[str, dict[str, Any]] | None:
