@@ -23,8 +23,8 @@ from ucf.schedule.loops import (
     Fuse,
     Pos,
     Reorder,
-    Streams,
     SplitCommand,
+    Streams,
     Unroll,
 )
 from ucf.schedule.nest_state import (

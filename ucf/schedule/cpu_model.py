@@ -27,6 +27,7 @@ from ucf.schedule import (
     contraction_order,
     dense_gather,
     dense_products,
+    far_streams,
     short_fibers,
     strided_operands,
     transposed_products,
@@ -108,7 +109,9 @@ class Stats:
     sparse operand whose last level is segmented, its segments (the fibers a loop over
     that level visits, empty ones included where a level above is dense, none that
     is not stored) where the kernel reads it as stored; ``itemsize``: per operand, the
-    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both)."""
+    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both);
+    ``reach``: per matrix read as stored, how far its entries lie from the diagonal
+    (``ucf.schedule.stats.reach``, read by ``ucf.schedule.far_streams``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
@@ -116,6 +119,7 @@ class Stats:
     imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
     fibers: dict[str, int] = field(default_factory=dict)
     itemsize: dict[str, int] = field(default_factory=dict)
+    reach: dict[str, float] = field(default_factory=dict)
 
     def share(self, tensor: str, threads: int) -> float:
         """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
@@ -141,6 +145,7 @@ class Stats:
             ),
             tuple(sorted(self.itemsize.items())),
             tuple(sorted((t, short_fibers.short(self, t)) for t in self.fibers)),
+            tuple(sorted((t, int(r).bit_length()) for t, r in self.reach.items())),
         )
 
 
@@ -275,6 +280,11 @@ def _choices(
     if short:
         shorter = [Choice([*c.commands, *short], [*c.why, *short_why]) for c in choices]
         choices = [*shorter, choices[-1]]
+    # Streams gathered far apart go into the L2 likewise.
+    far, far_why = far_streams.plan(cin, order, stats)
+    if far:
+        farther = [Choice([*c.commands, *far], [*c.why, *far_why]) for c in choices]
+        choices = [*farther, choices[-1]]
     return choices
 
 

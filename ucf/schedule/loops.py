@@ -1,6 +1,6 @@
 """The commands that reshape loops: reorder, split and divide, fuse, pos, bound,
-unroll, branchless and streams (and ``arrange``, the final order the checker appends). The lowerer applies
-them to the labelled LLIR loops (``ucf.lower.transforms``).
+unroll, branchless and streams (and ``arrange``, the final order the checker appends).
+The lowerer applies them to the labelled LLIR loops (``ucf.lower.transforms``).
 """
 
 from __future__ import annotations

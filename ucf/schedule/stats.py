@@ -20,6 +20,10 @@ from ucf.schedule.cpu_model import MAX_SHARES, Stats
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
 # reused id apart.
 _SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
+# id(crd) -> (a weak reference to crd, its matrix's reach), likewise.
+_REACHES: dict[int, tuple[weakref.ref, float]] = {}
+#: The stored entries a matrix's reach is the median over.
+REACH_SAMPLES = 1025
 
 
 def measure(
@@ -29,13 +33,13 @@ def measure(
     dtype: np.dtype,
 ) -> Stats:
     """Extents per variable, per sparse operand its stored entries, spread, imbalance
-    and the segments of its last level, and per operand the bytes of a value (all
-    read off the arrays' sizes but the spread and imbalance), for a kernel declaring
-    ``formats`` and computing in ``dtype``.
+    and the segments of its last level, per matrix its reach, and per operand the
+    bytes of a value (all read off the arrays' sizes but the spread, imbalance and
+    reach), for a kernel declaring ``formats`` and computing in ``dtype``.
 
-    The segments only of an operand the kernel reads as stored (a converted copy has
-    other fibers), and a value's bytes as the kernel reads it: a stored value type's
-    (``csr@float16``), else the kernel's, to which plain values are cast."""
+    The segments and reach only of an operand the kernel reads as stored (a converted
+    copy has other fibers), and a value's bytes as the kernel reads it: a stored value
+    type's (``csr@float16``), else the kernel's, to which plain values are cast."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
     filled = {n: segments(t) for n, t in sparse.items()}
     as_stored = {
@@ -43,6 +47,7 @@ def measure(
         for n, t in sparse.items()
         if n in formats and formats[n].structure == t.format.structure and "pos" in t.levels[-1]
     }
+    reaches = {n: reach(t) for n, t in as_stored.items()}
     return Stats(
         dict(extents),
         {n: int(t.vals.size) for n, t in sparse.items()},
@@ -50,6 +55,7 @@ def measure(
         {n: shares for n, (_, shares) in filled.items() if shares},
         {n: t.levels[-1]["pos"].size - 1 for n, t in as_stored.items()},
         {n: t.vals.itemsize if t.format.values else dtype.itemsize for n, t in given.items()},
+        {n: r for n, r in reaches.items() if r is not None},
     )
 
 
@@ -108,3 +114,36 @@ _THREADS_OF_CUT = np.repeat(_SHARE_THREADS, _SHARE_THREADS + 1)
 # difference between two groups (across their boundary) starts, to be skipped.
 _STARTS = np.concatenate(([0], np.cumsum(_SHARE_THREADS + 1)[:-1]))
 _GROUPS = np.ravel(np.column_stack((_STARTS, _STARTS + _SHARE_THREADS)))[:-1]
+
+
+def reach(t: Tensor) -> float | None:
+    """How far a matrix's stored entries lie from its diagonal: the median, over
+    ``REACH_SAMPLES`` entries spread evenly over its storage, of ``|c - r * C / R|``,
+    ``r`` an entry's place in the dense outer level (of ``R``) and ``c`` its coordinate
+    in the compressed inner one (of ``C``): in columns for CSR, rows for CSC. Kept per
+    ``crd`` array; None for a tensor that is not one dense level over one compressed
+    level, or stores nothing.
+
+    It says whether a walk of the rows reads the vector gathered at the coordinates
+    near the place the rows before it did (a banded matrix: a few columns; the uniform
+    random one of bench/peers.py: a quarter of them), which the default's
+    ``streams`` reads (``ucf.schedule.far_streams``). It reads ``pos`` and ``crd`` at
+    ``REACH_SAMPLES`` places."""
+    levels = t.levels
+    if len(levels) != 2 or levels[0] or set(levels[1]) != {"pos", "crd"}:
+        return None
+    pos, crd = levels[1]["pos"], levels[1]["crd"]
+    hit = _REACHES.get(id(crd))
+    if hit is not None and hit[0]() is crd:
+        return hit[1]
+    stored = int(pos[-1]) if pos.size else 0
+    if stored <= 0:
+        return None
+    outer, inner = (t.shape[m] for m in t.format.mode_order)
+    at = np.linspace(0, stored - 1, min(REACH_SAMPLES, stored)).astype(np.int64)
+    rows = np.searchsorted(pos, at, side="right") - 1
+    value = float(np.median(np.abs(crd[at] - rows * (inner / max(outer, 1)))))
+    if len(_REACHES) > 256:
+        _REACHES.clear()
+    _REACHES[id(crd)] = (weakref.ref(crd), value)
+    return value

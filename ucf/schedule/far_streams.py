@@ -1,0 +1,85 @@
+"""The default for a row walk whose gathers land far apart: ``streams(j, 2)``.
+
+SpMV's walk over a row reads the row's coordinates and values in order, and the
+vector ``x`` at the coordinates. ``ucf.passes.streams`` fetches the two streams 8 KB
+ahead; into the L1 (x86's ``prefetcht0``), that pays where ``x``'s reads hit the
+cache: banded SpMV, 2M rows of 15, one Zen 4 thread, 0.75-0.80x scipy's time with the
+prefetch into the L1, 0.86-0.93x with none, 1.4-1.7x into the L2 only. Where the
+reads of ``x`` land at random in more than the L1 and L2 hold, the L1 prefetches
+cost more than they save: the uniform matrix of bench/peers.py (200k rows of 10, x of
+1.6 MB) ran at 1.04-1.16x scipy's time with them, 0.97-1.03x with none and
+0.68-0.80x with the streams fetched into the L2 only (``prefetcht1``; the L1 then
+takes the lines as the row reads them). Hand-written C kernels, gcc -O3, process CPU
+time, load 2.5-4, bench/README.md ("The streams into the L2").
+
+Which matrix a call gets is not known when a kernel is compiled, so the default
+decides per call, from how far the walked matrix's entries lie from its diagonal
+(its reach, ``ucf.schedule.stats.reach``) in bytes of the operands read at the
+coordinate, and from those operands' size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from ucf.cin.notation import CIN
+from ucf.lang.ast import accesses
+from ucf.schedule.commands import Command, Streams
+from ucf.schedule.short_fibers import ITEMSIZE
+
+#: The least reach, in bytes of what is read at the walk's coordinate, of a walk whose
+#: streams go into the L2: half of the entries lie further from the diagonal than this.
+#: A banded matrix's reach is a few columns, a 2-D five-point stencil's one.
+REACH = 1 << 12
+#: The least bytes of the operands read at the coordinate: smaller, they stay in the
+#: L1 and L2 whatever the order of the reads (uniform rows of 10 with x of 32 KB, A
+#: from memory: 0.79x scipy with the L1 prefetch, 0.86x into the L2; x of 128 KB:
+#: 0.80x and 0.81x; 512 KB: 0.91x and 0.85x).
+GATHERED = 1 << 16
+
+
+class Stats(Protocol):
+    """What the gate reads of a call's statistics (``ucf.schedule.cpu_model.Stats``,
+    which imports this)."""
+
+    extents: dict[str, int]
+    itemsize: dict[str, int]
+    reach: dict[str, float]
+
+
+def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command], list[str]]:
+    """``streams(v, 2)`` for the innermost loop ``v`` of ``order`` where it sums (``v``
+    is not an output variable) over the compressed level of one matrix whose reach, in
+    bytes of the dense operands read at ``v``, is at least ``REACH``, and those operands
+    take at least ``GATHERED`` bytes; with the reason. Nothing without a call's
+    ``Stats``."""
+    if stats is None or not order:
+        return [], []
+    v = order[-1]
+    if any(v in idx.variables for idx in cin.statement.lhs.indices):
+        return [], []
+    walked, width, gathered = None, 0, 0
+    for n, a in enumerate(accesses(cin.statement.rhs)):
+        slot = cin.slots[n]
+        fmt, tensor = slot.format, slot.tensor
+        names = [idx.single_variable for idx in a.indices]
+        if v not in names:
+            continue
+        if fmt.is_dense:
+            size = stats.itemsize.get(tensor, ITEMSIZE)
+            width += size * math.prod(stats.extents.get(w, 0) for w in names if w and w != v)
+            gathered += size * math.prod(stats.extents.get(w, 0) for w in names if w)
+            continue
+        if walked is not None or names[fmt.mode_order[-1]] != v or slot.name != tensor:
+            return [], []
+        walked = tensor
+    reach = stats.reach.get(walked) if walked else None
+    if reach is None or reach * width < REACH or gathered < GATHERED:
+        return [], []
+    why = (
+        f"default: streams({v}, 2), since half of {walked}'s entries lie {reach:.0f} or "
+        f"more places from its diagonal and what is read at {v} takes {gathered} bytes, "
+        f"so its reads miss the L1 and its streams go into the L2"
+    )
+    return [Streams(v, 2)], [why]
