@@ -110,8 +110,9 @@ class Stats:
     that level visits, empty ones included where a level above is dense, none that
     is not stored) where the kernel reads it as stored; ``itemsize``: per operand, the
     bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both);
-    ``reach``: per matrix read as stored, how far its entries lie from the diagonal
-    (``ucf.schedule.stats.reach``, read by ``ucf.schedule.far_streams``)."""
+    ``gathers``: per matrix read as stored, how far its entries lie from the diagonal
+    and over how many columns (``ucf.schedule.stats.gathers``, read by
+    ``ucf.schedule.far_streams``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
@@ -119,7 +120,7 @@ class Stats:
     imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
     fibers: dict[str, int] = field(default_factory=dict)
     itemsize: dict[str, int] = field(default_factory=dict)
-    reach: dict[str, float] = field(default_factory=dict)
+    gathers: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def share(self, tensor: str, threads: int) -> float:
         """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
@@ -145,7 +146,7 @@ class Stats:
             ),
             tuple(sorted(self.itemsize.items())),
             tuple(sorted((t, short_fibers.short(self, t)) for t in self.fibers)),
-            tuple(sorted((t, int(r).bit_length()) for t, r in self.reach.items())),
+            tuple(sorted((t, *(int(g).bit_length() for g in v)) for t, v in self.gathers.items())),
         )
 
 

@@ -13,9 +13,11 @@ takes the lines as the row reads them). Hand-written C kernels, gcc -O3, process
 time, load 2.5-4, bench/README.md ("The streams into the L2").
 
 Which matrix a call gets is not known when a kernel is compiled, so the default
-decides per call, from how far the walked matrix's entries lie from its diagonal
-(its reach, ``ucf.schedule.stats.reach``) in bytes of the operands read at the
-coordinate, and from those operands' size.
+decides per call, from where the walked matrix's entries lie
+(``ucf.schedule.stats.gathers``): how far from its diagonal (a banded matrix's rows
+read ``x`` near where the rows before them did) and over how many columns (R-MAT's
+crowd into a few, whose part of ``x`` stays in the cache), in bytes of the operands
+read at the coordinate.
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from ucf.schedule.short_fibers import ITEMSIZE
 #: streams go into the L2: half of the entries lie further from the diagonal than this.
 #: A banded matrix's reach is a few columns, a 2-D five-point stencil's one.
 REACH = 1 << 12
-#: The least bytes of the operands read at the coordinate: smaller, they stay in the
-#: L1 and L2 whatever the order of the reads (uniform rows of 10 with x of 32 KB, A
-#: from memory: 0.79x scipy with the L1 prefetch, 0.86x into the L2; x of 128 KB:
-#: 0.80x and 0.81x; 512 KB: 0.91x and 0.85x).
-GATHERED = 1 << 16
+#: The least bytes of the columns the entries are spread over (``stats.gathers``), in
+#: what is read at the coordinate: fewer, they stay in the L1 and L2 whatever the
+#: order of the reads. Uniform rows of 10 with x of 32 KB, A from memory: 0.79x scipy
+#: with the L1 prefetch, 0.86x into the L2; x of 128 KB: 0.80x and 0.81x; 512 KB:
+#: 0.91x and 0.85x. R-MAT's entries (scale 20) crowd into 12k columns, 99 KB of x:
+#: 0.88-0.92x scipy with the L1 prefetch, 0.95-0.96x into the L2 (ucf's kernels).
+SPREAD = 1 << 18
 
 
 class Stats(Protocol):
@@ -45,21 +49,21 @@ class Stats(Protocol):
 
     extents: dict[str, int]
     itemsize: dict[str, int]
-    reach: dict[str, float]
+    gathers: dict[str, tuple[float, float]]
 
 
 def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command], list[str]]:
     """``streams(v, 2)`` for the innermost loop ``v`` of ``order`` where it sums (``v``
-    is not an output variable) over the compressed level of one matrix whose reach, in
-    bytes of the dense operands read at ``v``, is at least ``REACH``, and those operands
-    take at least ``GATHERED`` bytes; with the reason. Nothing without a call's
-    ``Stats``."""
+    is not an output variable) over the compressed level of one matrix whose entries
+    lie ``REACH`` bytes or more from its diagonal (the median) and over ``SPREAD`` bytes
+    or more of columns, in bytes of the dense operands read at ``v``; with the reason.
+    Nothing without a call's ``Stats``."""
     if stats is None or not order:
         return [], []
     v = order[-1]
     if any(v in idx.variables for idx in cin.statement.lhs.indices):
         return [], []
-    walked, width, gathered = None, 0, 0
+    walked, width = None, 0
     for n, a in enumerate(accesses(cin.statement.rhs)):
         slot = cin.slots[n]
         fmt, tensor = slot.format, slot.tensor
@@ -67,19 +71,19 @@ def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command]
         if v not in names:
             continue
         if fmt.is_dense:
-            size = stats.itemsize.get(tensor, ITEMSIZE)
-            width += size * math.prod(stats.extents.get(w, 0) for w in names if w and w != v)
-            gathered += size * math.prod(stats.extents.get(w, 0) for w in names if w)
+            others = math.prod(stats.extents.get(w, 0) for w in names if w and w != v)
+            width += stats.itemsize.get(tensor, ITEMSIZE) * others
             continue
         if walked is not None or names[fmt.mode_order[-1]] != v or slot.name != tensor:
             return [], []
         walked = tensor
-    reach = stats.reach.get(walked) if walked else None
-    if reach is None or reach * width < REACH or gathered < GATHERED:
+    lie = stats.gathers.get(walked) if walked else None
+    if lie is None or lie[0] * width < REACH or lie[1] * width < SPREAD:
         return [], []
+    reach, columns = lie
     why = (
-        f"default: streams({v}, 2), since half of {walked}'s entries lie {reach:.0f} or "
-        f"more places from its diagonal and what is read at {v} takes {gathered} bytes, "
-        f"so its reads miss the L1 and its streams go into the L2"
+        f"default: streams({v}, 2), since half of {walked}'s entries lie {reach:.0f} or more "
+        f"places from its diagonal, spread over about {columns:.0f} of them, {columns * width:.0f} "
+        f"bytes of what is read at {v}: those reads miss the L1, and its streams go into the L2"
     )
     return [Streams(v, 2)], [why]

@@ -20,10 +20,10 @@ from ucf.schedule.cpu_model import MAX_SHARES, Stats
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
 # reused id apart.
 _SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
-# id(crd) -> (a weak reference to crd, its matrix's reach), likewise.
-_REACHES: dict[int, tuple[weakref.ref, float]] = {}
-#: The stored entries a matrix's reach is the median over.
-REACH_SAMPLES = 1025
+# id(crd) -> (a weak reference to crd, where its matrix's entries lie), likewise.
+_GATHERS: dict[int, tuple[weakref.ref, tuple[float, float]]] = {}
+#: The stored entries sampled for where a matrix's entries lie (``gathers``).
+REACH_SAMPLES = 4097
 
 
 def measure(
@@ -33,11 +33,11 @@ def measure(
     dtype: np.dtype,
 ) -> Stats:
     """Extents per variable, per sparse operand its stored entries, spread, imbalance
-    and the segments of its last level, per matrix its reach, and per operand the
+    and the segments of its last level, per matrix where its entries lie, and per operand the
     bytes of a value (all read off the arrays' sizes but the spread, imbalance and
-    reach), for a kernel declaring ``formats`` and computing in ``dtype``.
+    where the entries lie), for a kernel declaring ``formats`` and computing in ``dtype``.
 
-    The segments and reach only of an operand the kernel reads as stored (a converted
+    The segments and entries' places only of an operand the kernel reads as stored (a converted
     copy has other fibers), and a value's bytes as the kernel reads it: a stored value
     type's (``csr@float16``), else the kernel's, to which plain values are cast."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
@@ -47,7 +47,7 @@ def measure(
         for n, t in sparse.items()
         if n in formats and formats[n].structure == t.format.structure and "pos" in t.levels[-1]
     }
-    reaches = {n: reach(t) for n, t in as_stored.items()}
+    lie = {n: gathers(t) for n, t in as_stored.items()}
     return Stats(
         dict(extents),
         {n: int(t.vals.size) for n, t in sparse.items()},
@@ -55,7 +55,7 @@ def measure(
         {n: shares for n, (_, shares) in filled.items() if shares},
         {n: t.levels[-1]["pos"].size - 1 for n, t in as_stored.items()},
         {n: t.vals.itemsize if t.format.values else dtype.itemsize for n, t in given.items()},
-        {n: r for n, r in reaches.items() if r is not None},
+        {n: g for n, g in lie.items() if g is not None},
     )
 
 
@@ -116,24 +116,31 @@ _STARTS = np.concatenate(([0], np.cumsum(_SHARE_THREADS + 1)[:-1]))
 _GROUPS = np.ravel(np.column_stack((_STARTS, _STARTS + _SHARE_THREADS)))[:-1]
 
 
-def reach(t: Tensor) -> float | None:
-    """How far a matrix's stored entries lie from its diagonal: the median, over
-    ``REACH_SAMPLES`` entries spread evenly over its storage, of ``|c - r * C / R|``,
-    ``r`` an entry's place in the dense outer level (of ``R``) and ``c`` its coordinate
-    in the compressed inner one (of ``C``): in columns for CSR, rows for CSC. Kept per
-    ``crd`` array; None for a tensor that is not one dense level over one compressed
-    level, or stores nothing.
+def gathers(t: Tensor) -> tuple[float, float] | None:
+    """Where a matrix's stored entries lie, as (reach, columns), from ``REACH_SAMPLES``
+    entries spread evenly over its storage, ``r`` an entry's place in the dense outer
+    level (of ``R``) and ``c`` its coordinate in the compressed inner one (of ``C``;
+    in columns for CSR, rows for CSC):
 
-    It says whether a walk of the rows reads the vector gathered at the coordinates
-    near the place the rows before it did (a banded matrix: a few columns; the uniform
-    random one of bench/peers.py: a quarter of them), which the default's
-    ``streams`` reads (``ucf.schedule.far_streams``). It reads ``pos`` and ``crd`` at
-    ``REACH_SAMPLES`` places."""
+    - reach: the median of ``|c - r * C / R|``, how far the entries lie from the
+      diagonal (a banded matrix: a few columns; bench/peers.py's uniform one: a
+      quarter of them);
+    - columns: how many coordinates the entries are spread over, ``1 / sum(p * p)``
+      with ``p`` the share of the entries at each coordinate, estimated from the pairs
+      of sampled entries at the same one (at most ``C``): all the columns for the
+      uniform matrix, about 1 % of them for R-MAT, whose entries crowd into a few.
+
+    A walk of the rows reads the vector gathered at the coordinates near where the
+    rows before it did if the reach is short, and from a part small enough to stay in
+    the cache if the columns are few; the default's ``streams`` reads both
+    (``ucf.schedule.far_streams``). Kept per ``crd`` array; None for a tensor that is
+    not one dense level over one compressed level, or stores nothing. It reads ``pos``
+    and ``crd`` at ``REACH_SAMPLES`` places."""
     levels = t.levels
     if len(levels) != 2 or levels[0] or set(levels[1]) != {"pos", "crd"}:
         return None
     pos, crd = levels[1]["pos"], levels[1]["crd"]
-    hit = _REACHES.get(id(crd))
+    hit = _GATHERS.get(id(crd))
     if hit is not None and hit[0]() is crd:
         return hit[1]
     stored = int(pos[-1]) if pos.size else 0
@@ -142,8 +149,12 @@ def reach(t: Tensor) -> float | None:
     outer, inner = (t.shape[m] for m in t.format.mode_order)
     at = np.linspace(0, stored - 1, min(REACH_SAMPLES, stored)).astype(np.int64)
     rows = np.searchsorted(pos, at, side="right") - 1
-    value = float(np.median(np.abs(crd[at] - rows * (inner / max(outer, 1)))))
-    if len(_REACHES) > 256:
-        _REACHES.clear()
-    _REACHES[id(crd)] = (weakref.ref(crd), value)
-    return value
+    coords = crd[at].astype(np.int64)
+    reach = float(np.median(np.abs(coords - rows * (inner / max(outer, 1)))))
+    _, counts = np.unique(coords, return_counts=True)
+    same = float(np.sum(counts * (counts - 1)))
+    columns = min(at.size * (at.size - 1) / same, float(inner)) if same else float(inner)
+    if len(_GATHERS) > 256:
+        _GATHERS.clear()
+    _GATHERS[id(crd)] = (weakref.ref(crd), (reach, columns))
+    return reach, columns
