@@ -126,3 +126,81 @@ def test_dcsr_and_float32_rows_are_streamed_and_keep_their_values(fmt, dtype, mo
     assert np.array_equal(y, np.asarray(plain(A=a, x=x)))
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(y, m @ x, rtol=tol, atol=tol)
+
+
+def test_streams_into_the_l2_keep_every_value(threads):
+    """``streams(j, 2)``: the same prefetches at level 2 (``prefetcht1``), the values the
+    same bits as at level 1 and as without prefetches, on both targets, over empty rows,
+    rows of 1 to 7, a single long row and power-law rows."""
+    rng = np.random.default_rng(83)
+    operands = [(name, m, rng.standard_normal(m.shape[1])) for name, m in _matrices(rng).items()]
+    par = "parallelize(i, CPUThread, NoRaces); " if threads > 1 else ""
+    got: dict[str, dict[str, np.ndarray]] = {}
+    for target in ("llvm", "c"):
+        far = ucf.compile(SPMV, formats={"A": "csr"}, target=target, schedule=f"{par}streams(j, 2)")
+        near = ucf.compile(
+            SPMV, formats={"A": "csr"}, target=target, schedule=f"{par}streams(j, 1)"
+        )
+        assert {p.level for p in _prefetches(far)} == {2}
+        assert {p.level for p in _prefetches(near)} == {1}
+        assert len(_prefetches(far)) == len(_prefetches(near)) == 4
+        assert "fetched 8 KB ahead into the L2, row after row" in far.cin
+        assert "fetched 8 KB ahead, row after row" in near.cin
+        for name, m, x in operands:
+            a = ucf.from_scipy(m, format="csr")
+            y = np.asarray(far(A=a, x=x))
+            np.testing.assert_allclose(y, m @ x, rtol=1e-12, atol=1e-12, err_msg=name)
+            assert np.array_equal(y, np.asarray(near(A=a, x=x))), name
+            got.setdefault(name, {})[target] = y
+    for name, y in got.items():
+        assert np.array_equal(y["llvm"], y["c"]), name
+
+
+@pytest.mark.parametrize(("level", "locality"), [(1, 3), (2, 2)])
+def test_the_level_in_each_target(level, locality):
+    """llvm.prefetch's and __builtin_prefetch's locality: 3 into the L1 (prefetcht0),
+    2 into the L2 (prefetcht1); the host assembly says which instruction."""
+    llvm = ucf.compile(SPMV, formats={"A": "csr"}, schedule=f"streams(j, {level})")
+    c = ucf.compile(SPMV, formats={"A": "csr"}, target="c", schedule=f"streams(j, {level})")
+    assert llvm.source.count(f"i32 0, i32 {locality}, i32 1)") == 4
+    assert c.source.count(f", 0, {locality});") == 4
+    for k in (llvm, c):
+        assert f"prefetcht{3 - locality}\t" in k.asm or f"prefetcht{3 - locality} " in k.asm
+
+
+def test_streams_on_a_loop_without_streams_changes_nothing():
+    """SpMM walks A's rows with a loop over the columns in each step: no stream
+    prefetch, with or without the command."""
+    spmm = "C(i,k) = A(i,j) * B(j,k)"
+    plain = ucf.compile(spmm, formats={"A": "csr"}, target="c", schedule="")
+    far = ucf.compile(spmm, formats={"A": "csr"}, target="c", schedule="streams(j, 2)")
+    assert plain.source == far.source
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("streams(j, 3)", r"streams\(j, 3\): the cache level is 1 .* or 2 .*, got 3"),
+        ("streams(j, 0)", r"streams\(j, 0\): the cache level must be a positive integer"),
+        ("streams(j)", r"streams takes 2 arguments, got 1"),
+        ("streams(q, 2)", r"streams\(q, 2\): unknown index variable 'q'"),
+    ],
+)
+def test_streams_refusals(schedule, message):
+    with pytest.raises(ucf.ScheduleError, match=message):
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule)
+
+
+@pytest.mark.parametrize("lengths", [[0, 7, 1, 40, 4, 0, 21], [3]])
+def test_spmv_streams_into_the_l2_under_asan(asan_cc, tmp_path, lengths):
+    """Level 2's prefetches land past the arrays as level 1's do: ASan sees no access."""
+    rng = np.random.default_rng(len(lengths) + 83)
+    cols = 48
+    m = _rows_matrix(rng, lengths, cols, np.float64)
+    x = rng.standard_normal(cols)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target="c", schedule="streams(j, 2)")
+    assert ", 0, 2);" in k.source
+    ops = {"A": ucf.from_scipy(m, format="csr"), "x": ucf.from_numpy(x)}
+    n = len(lengths)
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": n, "j": cols}, ops)
+    np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12, atol=1e-12)
