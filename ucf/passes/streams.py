@@ -20,7 +20,12 @@ continue across rows are fetched: the loop's start is a ``pos``
 load at a position that steps by one with an enclosing loop (the row), and the
 arrays fetched are those the loop loads at its own position (a row of B that SpGEMM
 walks at A's coordinate is not such a stream; ``ucf.passes.prefetch`` handles it).
-The values computed are unchanged: a prefetch only moves a line. A prefetch never
+The lines go into every cache level (``prefetcht0``), or into the L2 and beyond for a
+loop the ``streams(j, 2)`` command names (``prefetcht1``): where the reads of ``x``
+miss the L1 and L2 (the uniform matrix above, on a Zen 4 core), the L1 prefetches cost
+more than they save, and the default gives such walks level 2
+(``ucf.schedule.far_streams``). The values computed are unchanged: a prefetch only
+moves a line. A prefetch never
 faults, and its address is computed without assuming it lies in the array
 (``ir.Prefetch``), so the rows near the end fetch past it harmlessly.
 """
