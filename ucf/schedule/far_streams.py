@@ -26,9 +26,8 @@ import math
 from typing import Protocol
 
 from ucf.cin.notation import CIN
-from ucf.lang.ast import accesses
 from ucf.schedule.commands import Command, Streams
-from ucf.schedule.short_fibers import ITEMSIZE
+from ucf.schedule.short_fibers import ITEMSIZE, walk
 
 #: The least reach, in bytes of what is read at the walk's coordinate, of a walk whose
 #: streams go into the L2: half of the entries lie further from the diagonal than this.
@@ -54,36 +53,26 @@ class Stats(Protocol):
 
 def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command], list[str]]:
     """``streams(v, 2)`` for the innermost loop ``v`` of ``order`` where it sums (``v``
-    is not an output variable) over the compressed level of one matrix whose entries
-    lie ``REACH`` bytes or more from its diagonal (the median) and over ``SPREAD`` bytes
-    or more of columns, in bytes of the dense operands read at ``v``; with the reason.
-    Nothing without a call's ``Stats``."""
-    if stats is None or not order:
+    is not an output variable) over the compressed level of one matrix, read as
+    stored, whose entries lie ``REACH`` bytes or more from its diagonal (the median)
+    and over ``SPREAD`` bytes or more of columns, in bytes of the dense operands read
+    at ``v``; with the reason. Nothing without a call's ``Stats``."""
+    w = walk(cin, order) if stats is not None else None
+    lie = stats.gathers.get(w.tensor) if w is not None and w.stored else None
+    if lie is None:
         return [], []
-    v = order[-1]
-    if any(v in idx.variables for idx in cin.statement.lhs.indices):
-        return [], []
-    walked, width = None, 0
-    for n, a in enumerate(accesses(cin.statement.rhs)):
-        slot = cin.slots[n]
-        fmt, tensor = slot.format, slot.tensor
-        names = [idx.single_variable for idx in a.indices]
-        if v not in names:
-            continue
-        if fmt.is_dense:
-            others = math.prod(stats.extents.get(w, 0) for w in names if w and w != v)
-            width += stats.itemsize.get(tensor, ITEMSIZE) * others
-            continue
-        if walked is not None or names[fmt.mode_order[-1]] != v or slot.name != tensor:
-            return [], []
-        walked = tensor
-    lie = stats.gathers.get(walked) if walked else None
-    if lie is None or lie[0] * width < REACH or lie[1] * width < SPREAD:
-        return [], []
-    reach, columns = lie
-    why = (
-        f"default: streams({v}, 2), since half of {walked}'s entries lie {reach:.0f} or more "
-        f"places from its diagonal, spread over about {columns:.0f} of them, {columns * width:.0f} "
-        f"bytes of what is read at {v}: those reads miss the L1, and its streams go into the L2"
+    width = sum(
+        stats.itemsize.get(t, ITEMSIZE)
+        * math.prod(stats.extents.get(x, 0) for x in names if x and x != w.var)
+        for t, names in w.dense
     )
-    return [Streams(v, 2)], [why]
+    reach, columns = lie
+    if reach * width < REACH or columns * width < SPREAD:
+        return [], []
+    why = (
+        f"default: streams({w.var}, 2), since half of {w.tensor}'s entries lie {reach:.0f} "
+        f"or more places from its diagonal, spread over about {columns:.0f} of them, "
+        f"{columns * width:.0f} bytes of what is read at {w.var}: those reads miss the L1, "
+        f"and its streams go into the L2"
+    )
+    return [Streams(w.var, 2)], [why]
