@@ -56,7 +56,7 @@ from ucf.passes.streams import prefetch_streams
 from ucf.schedule import Applied, Command
 from ucf.schedule.apply import check_statement
 from ucf.schedule.candidates import Refused, first_passing, passing
-from ucf.schedule.commands import Branchless, PrecomputeCommand
+from ucf.schedule.commands import Branchless, PrecomputeCommand, Streams
 from ucf.schedule.cpu_model import Choice, Stats, propose
 from ucf.schedule.gathering import gathering
 from ucf.schedule.gpu_model import propose_gpu
@@ -169,7 +169,8 @@ def plan(
         cin.notes += flat
         compute, sums = split_sums(compute)
         cin.notes += sums
-        compute, streams = prefetch_streams(prefetch_rows(with_fma(compute)))
+        levels = {c.var: c.level for c in commands if isinstance(c, Streams)}
+        compute, streams = prefetch_streams(prefetch_rows(with_fma(compute)), levels)
         cin.notes += streams
         widths = {c.var: c.width for c in commands if isinstance(c, Branchless)}
         compute, short = unbranch_short_sums(compute, widths)

@@ -2,11 +2,14 @@
 lines ahead. Against scipy on both CPU targets at 1 and 2 threads, over empty rows, rows
 of 1 to 7 (the remainders of a split chain), a single long row and power-law rows;
 bit for bit between the targets and against the kernel without the pass (a prefetch
-moves a line, never a value); where the prefetches go (a row's own streams, not the
-rows SpGEMM walks at A's coordinates); and under AddressSanitizer, where every
-prefetch of these small matrices points past the arrays' ends."""
+moves a line, never a value), into the L1 or, with ``streams(j, 2)``, the L2; where the
+prefetches go (a row's own streams, not the rows SpGEMM walks at A's coordinates); and
+under AddressSanitizer, where every prefetch of these small matrices points past the
+arrays' ends."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -44,12 +47,16 @@ def _prefetches(k) -> list[ir.Prefetch]:
     return [n for f in k.llir for n in nodes(f.body) if isinstance(n, ir.Prefetch)]
 
 
-def test_spmv_with_streams_matches_scipy_and_itself_without(threads, monkeypatch):
+@pytest.mark.parametrize("level", [None, 2])
+def test_spmv_with_streams_matches_scipy_and_itself_without(threads, level, monkeypatch):
+    """The default's prefetches, and those into the L2 (``streams(j, 2)``, ``level`` 2)."""
     rng = np.random.default_rng(38)
     operands = [(name, m, rng.standard_normal(m.shape[1])) for name, m in _matrices(rng).items()]
+    par = "parallelize(i, CPUThread, NoRaces)" if threads > 1 else ""
+    schedule = None if level is None else "; ".join(filter(None, [par, f"streams(j, {level})"]))
     got: dict[str, dict[str, np.ndarray]] = {}
     for target in ("llvm", "c"):
-        k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
+        k = ucf.compile(SPMV, formats={"A": "csr"}, target=target, schedule=schedule)
         monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
         plain = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
         monkeypatch.delenv("UCF_STREAM_PREFETCH")
@@ -59,6 +66,8 @@ def test_spmv_with_streams_matches_scipy_and_itself_without(threads, monkeypatch
             np.testing.assert_allclose(y, m @ x, rtol=1e-12, atol=1e-12, err_msg=name)
             assert np.array_equal(y, np.asarray(plain(A=a, x=x))), name
             got.setdefault(name, {})[target] = y
+        if level is not None:
+            assert {p.level for p in _prefetches(k)} == {level}
         assert "prefetch: A1_crd, A_vals of loop j" in k.cin
         assert "prefetch:" not in plain.cin
     for name, y in got.items():
@@ -126,3 +135,64 @@ def test_dcsr_and_float32_rows_are_streamed_and_keep_their_values(fmt, dtype, mo
     assert np.array_equal(y, np.asarray(plain(A=a, x=x)))
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(y, m @ x, rtol=tol, atol=tol)
+
+
+def test_streams_into_the_l2_are_the_same_prefetches():
+    """``streams(j, 2)``: the prefetches of level 1, at level 2 (``prefetcht1``)."""
+    far = ucf.compile(SPMV, formats={"A": "csr"}, schedule="streams(j, 2)")
+    near = ucf.compile(SPMV, formats={"A": "csr"}, schedule="streams(j, 1)")
+    assert {p.level for p in _prefetches(far)} == {2}
+    assert {p.level for p in _prefetches(near)} == {1}
+    assert [replace(p, level=1) for p in _prefetches(far)] == _prefetches(near)
+    assert "fetched 8 KB ahead into the L2, row after row" in far.cin
+    assert "fetched 8 KB ahead, row after row" in near.cin
+
+
+@pytest.mark.parametrize(("level", "locality"), [(1, 3), (2, 2)])
+def test_the_level_in_each_target(level, locality):
+    """llvm.prefetch's and __builtin_prefetch's locality: 3 into the L1 (prefetcht0),
+    2 into the L2 (prefetcht1); the host assembly says which instruction."""
+    llvm = ucf.compile(SPMV, formats={"A": "csr"}, schedule=f"streams(j, {level})")
+    c = ucf.compile(SPMV, formats={"A": "csr"}, target="c", schedule=f"streams(j, {level})")
+    assert llvm.source.count(f"i32 0, i32 {locality}, i32 1)") == 4
+    assert c.source.count(f", 0, {locality});") == 4
+    for k in (llvm, c):
+        assert f"prefetcht{3 - locality}\t" in k.asm or f"prefetcht{3 - locality} " in k.asm
+
+
+def test_streams_on_a_loop_without_streams_changes_nothing():
+    """SpMM walks A's rows with a loop over the columns in each step: no stream
+    prefetch, with or without the command."""
+    spmm = "C(i,k) = A(i,j) * B(j,k)"
+    plain = ucf.compile(spmm, formats={"A": "csr"}, target="c", schedule="")
+    far = ucf.compile(spmm, formats={"A": "csr"}, target="c", schedule="streams(j, 2)")
+    assert plain.source == far.source
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("streams(j, 3)", r"streams\(j, 3\): the cache level is 1 .* or 2 .*, got 3"),
+        ("streams(j, 0)", r"streams\(j, 0\): the cache level must be a positive integer"),
+        ("streams(j)", r"streams takes 2 arguments, got 1"),
+        ("streams(q, 2)", r"streams\(q, 2\): unknown index variable 'q'"),
+    ],
+)
+def test_streams_refusals(schedule, message):
+    with pytest.raises(ucf.ScheduleError, match=message):
+        ucf.compile(SPMV, formats={"A": "csr"}, schedule=schedule)
+
+
+@pytest.mark.parametrize("lengths", [[0, 7, 1, 40, 4, 0, 21], [3]])
+def test_spmv_streams_into_the_l2_under_asan(asan_cc, tmp_path, lengths):
+    """Level 2's prefetches land past the arrays as level 1's do: ASan sees no access."""
+    rng = np.random.default_rng(len(lengths) + 83)
+    cols = 48
+    m = _rows_matrix(rng, lengths, cols, np.float64)
+    x = rng.standard_normal(cols)
+    k = ucf.compile(SPMV, formats={"A": "csr"}, target="c", schedule="streams(j, 2)")
+    assert ", 0, 2);" in k.source
+    ops = {"A": ucf.from_scipy(m, format="csr"), "x": ucf.from_numpy(x)}
+    n = len(lengths)
+    out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": n, "j": cols}, ops)
+    np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12, atol=1e-12)

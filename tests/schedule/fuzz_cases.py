@@ -242,6 +242,7 @@ COMMANDS = (
     "unroll",
     "precompute",
     "branchless",
+    "streams",
 )
 MAX_COMMANDS = 6
 WORKSPACES = ("w", "w2")  # up to two precomputes per schedule
@@ -593,6 +594,8 @@ def draw_schedule(
             commands.append(f"unroll({v}, {d.choice((2, 4, 3))})")
         elif kind == "branchless":  # a no-op unless the loop is a short sum
             commands.append(f"branchless({d.choice(loops)}, {d.choice((2, 4, 8))})")
+        elif kind == "streams":  # a no-op unless the loop walks a row's positions
+            commands.append(f"streams({d.choice(loops)}, {d.choice((1, 2))})")
         elif kind == "precompute" and precomputes < len(WORKSPACES):
             precomputes += 1
             ops = runs.accesses

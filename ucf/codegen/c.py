@@ -316,7 +316,7 @@ class _Emitter(Visitor):
         # pointer arithmetic would be undefined; a prefetch never faults.
         a = c_name(s.array.name)
         at = f"(const void*)((uintptr_t){a} + (uintptr_t)({self.expr(s.index)}) * sizeof(*{a}))"
-        return [f"{_pad(depth)}__builtin_prefetch({at}, 0, 3);"]
+        return [f"{_pad(depth)}__builtin_prefetch({at}, 0, {s.locality});"]
 
     @handles(ir.Pause)
     def pause(self, s: ir.Pause, depth: int) -> list[str]:

@@ -241,14 +241,14 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
 
     @handles(ir.Prefetch)
     def prefetch(self, s: ir.Prefetch) -> None:
-        """``llvm.prefetch`` for reading, kept in all cache levels, of data (as C's
-        ``__builtin_prefetch(p, 0, 3)``). The address is not ``inbounds``: a prefetch may
+        """``llvm.prefetch`` for reading, into the cache level asked for, of data (as
+        C's ``__builtin_prefetch(p, 0, locality)``). The address is not ``inbounds``: a prefetch may
         point past the array (``ucf.passes.streams``), which an ``inbounds`` address
         would make poison."""
         i32 = ll.IntType(32)
         f = self._extern("llvm.prefetch.p0", ll.VoidType(), [I8P, i32, i32, i32])
         at = self.b.bitcast(self.b.gep(self.args[s.array.name], [self.expr(s.index)]), I8P)
-        self.b.call(f, [at, ll.Constant(i32, 0), ll.Constant(i32, 3), ll.Constant(i32, 1)])
+        self.b.call(f, [at, ll.Constant(i32, 0), ll.Constant(i32, s.locality), ll.Constant(i32, 1)])
 
     @handles(ir.Pause)
     def pause(self, s: ir.Pause) -> None:

@@ -424,12 +424,21 @@ class Free(Stmt):
 
 @dataclass
 class Prefetch(Stmt):
-    """A hint to bring ``array[index]``'s cache line in for reading. It never faults, and
-    the backends compute its address without assuming it lies in the array, so the
-    index may be past the end (``ucf.passes.prefetch``, ``ucf.passes.streams``)."""
+    """A hint to bring ``array[index]``'s cache line in for reading, into cache ``level``
+    and those beyond it (1: every level, x86's ``prefetcht0``; 2: the L2 but not the L1,
+    ``prefetcht1``). It never faults, and the backends compute its address without
+    assuming it lies in the array, so the index may be past the end
+    (``ucf.passes.prefetch``, ``ucf.passes.streams``)."""
 
     array: Array
     index: Expr
+    level: int = 1
+
+    @property
+    def locality(self) -> int:
+        """``level`` as LLVM's ``llvm.prefetch`` and GCC's ``__builtin_prefetch`` spell it:
+        3 for level 1, 2 for level 2."""
+        return 4 - self.level
 
 
 @dataclass

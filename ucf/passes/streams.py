@@ -20,7 +20,12 @@ continue across rows are fetched: the loop's start is a ``pos``
 load at a position that steps by one with an enclosing loop (the row), and the
 arrays fetched are those the loop loads at its own position (a row of B that SpGEMM
 walks at A's coordinate is not such a stream; ``ucf.passes.prefetch`` handles it).
-The values computed are unchanged: a prefetch only moves a line. A prefetch never
+The lines go into every cache level (``prefetcht0``), or into the L2 and beyond for a
+loop the ``streams(j, 2)`` command names (``prefetcht1``): where the reads of ``x``
+miss the L1 and L2 (the uniform matrix above, on a Zen 4 core), the L1 prefetches cost
+more than they save, and the default gives such walks level 2
+(``ucf.schedule.far_streams``). The values computed are unchanged: a prefetch only
+moves a line. A prefetch never
 faults, and its address is computed without assuming it lies in the array
 (``ir.Prefetch``), so the rows near the end fetch past it harmlessly.
 """
@@ -55,14 +60,17 @@ def enabled() -> bool:
     return text == "1"
 
 
-def prefetch_streams(fn: ir.Function) -> tuple[ir.Function, list[str]]:
+def prefetch_streams(
+    fn: ir.Function, levels: dict[str, int] | None = None
+) -> tuple[ir.Function, list[str]]:
     """``fn`` with the position streams of its row walks prefetched ``DISTANCE`` ahead,
-    and a note per loop (for ``k.cin``)."""
+    into the cache level ``levels`` gives a loop's label (the ``streams`` command),
+    else 1, and a note per loop (for ``k.cin``)."""
     pos = {p.name for p in fn.params if p.is_array and p.role[:1] == ("pos",)}
     if not pos or not enabled():
         return fn, []
     notes: dict[str, None] = {}
-    return replace(fn, body=_block(fn.body, pos, {}, None, notes)), list(notes)
+    return replace(fn, body=_block(fn.body, pos, {}, None, notes, levels or {})), list(notes)
 
 
 def _block(
@@ -71,6 +79,7 @@ def _block(
     env: dict[str, ir.Expr],
     row: str | None,
     notes: dict[str, None],
+    levels: dict[str, int],
 ) -> list[ir.Stmt]:
     """``stmts`` with their row walks prefetched; ``env`` holds the values of the
     variables declared around them, ``row`` the variable of the innermost loop around them."""
@@ -80,24 +89,29 @@ def _block(
         if isinstance(s, ir.Decl):
             env[s.var.name] = substitute(s.init, env)
         if isinstance(s, ir.For):
-            s = replace(s, body=_block(s.body, pos, env, s.var.name, notes))
+            s = replace(s, body=_block(s.body, pos, env, s.var.name, notes, levels))
             if serial_loop(s) and not any(
                 isinstance(t, ir.For | ir.While) for t in statements(s.body)
             ):
-                fetch = _before(s, pos, env, row)
+                label = s.label or s.var.name
+                level = levels.get(label, 1)
+                fetch = _before(s, pos, env, row, level)
                 out += fetch
-                walked = _within(s, pos, env, row)
+                walked = _within(s, pos, env, row, level)
                 arrays = [f.array.name for f in fetch] or [
                     f.array.name for f in walked.body if isinstance(f, ir.Prefetch)
                 ]
                 if arrays:
+                    into = " into the L2" if level == 2 else ""
                     notes[
-                        f"prefetch: {', '.join(arrays)} of loop {s.label or s.var.name} "
-                        f"fetched {DISTANCE // 1024} KB ahead, row after row"
+                        f"prefetch: {', '.join(arrays)} of loop {label} "
+                        f"fetched {DISTANCE // 1024} KB ahead{into}, row after row"
                     ] = None
                 s = walked
         elif s.BLOCKS:
-            s = replace(s, **{b: _block(getattr(s, b), pos, env, row, notes) for b in s.BLOCKS})
+            s = replace(
+                s, **{b: _block(getattr(s, b), pos, env, row, notes, levels) for b in s.BLOCKS}
+            )
         out.append(s)
     return out
 
@@ -135,12 +149,16 @@ def _steps_with(e: ir.Expr, var: str) -> bool:
     return False
 
 
-def _before(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None) -> list[ir.Stmt]:
-    """A prefetch of each stream a row's position loop reads, ``DISTANCE`` past its
-    start, once before the loop (a row of 10 reads about one line of each)."""
+def _before(
+    loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None, level: int
+) -> list[ir.Stmt]:
+    """A prefetch into cache ``level`` of each stream a row's position loop reads,
+    ``DISTANCE`` past its start, once before the loop (a row of 10 reads about one line
+    of each)."""
     if not _starts_row(loop.start, pos, env, row):
         return []
-    return [ir.Prefetch(a, _ahead(loop.start, a)) for a in _streamed(loop, loop.var.name)]
+    streamed = _streamed(loop, loop.var.name)
+    return [ir.Prefetch(a, _ahead(loop.start, a), level) for a in streamed]
 
 
 def _ahead(at: ir.Expr, array: ir.Array) -> ir.Expr:
@@ -148,9 +166,12 @@ def _ahead(at: ir.Expr, array: ir.Array) -> ir.Expr:
     return ir.add(at, Const(DISTANCE // ir.ELEMENT_BYTES[array.elem], I64))
 
 
-def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None) -> ir.For:
+def _within(
+    loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | None, level: int
+) -> ir.For:
     """A blocked walk of a row's positions (``at = lo + b * c`` first in the body, ``lo``
-    a row's start) with a prefetch of each stream at ``at + DISTANCE`` in every step."""
+    a row's start) with a prefetch into cache ``level`` of each stream at
+    ``at + DISTANCE`` in every step."""
     first = loop.body[0] if loop.body else None
     if not isinstance(first, ir.Decl):
         return loop
@@ -171,5 +192,5 @@ def _within(loop: ir.For, pos: set[str], env: dict[str, ir.Expr], row: str | Non
     arrays = _streamed(loop, first.var.name)
     if not arrays:
         return loop
-    fetch = [ir.Prefetch(a, _ahead(first.var, a)) for a in arrays]
+    fetch = [ir.Prefetch(a, _ahead(first.var, a), level) for a in arrays]
     return replace(loop, body=[first, *fetch, *loop.body[1:]])

@@ -24,6 +24,7 @@ from ucf.schedule.loops import (
     Pos,
     Reorder,
     SplitCommand,
+    Streams,
     Unroll,
 )
 from ucf.schedule.nest_state import (
@@ -65,6 +66,7 @@ __all__ = [
     "PrecomputeCommand",
     "Reorder",
     "SplitCommand",
+    "Streams",
     "Unroll",
     "closest",
     "command",
@@ -90,6 +92,7 @@ COMMANDS: dict[str, type[Command]] = {
     "bound": BoundCommand,
     "unroll": Unroll,
     "branchless": Branchless,
+    "streams": Streams,
     "precompute": PrecomputeCommand,
     "parallelize": Parallelize,
     "assemble": AssembleCommand,

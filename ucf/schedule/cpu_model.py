@@ -27,6 +27,7 @@ from ucf.schedule import (
     contraction_order,
     dense_gather,
     dense_products,
+    far_streams,
     short_fibers,
     strided_operands,
     transposed_products,
@@ -108,7 +109,10 @@ class Stats:
     sparse operand whose last level is segmented, its segments (the fibers a loop over
     that level visits, empty ones included where a level above is dense, none that
     is not stored) where the kernel reads it as stored; ``itemsize``: per operand, the
-    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both)."""
+    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both);
+    ``gathers``: per matrix read as stored, how far its entries lie from the diagonal
+    and over how many columns (``ucf.schedule.stats.gathers``, read by
+    ``ucf.schedule.far_streams``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int] = field(default_factory=dict)
@@ -116,6 +120,7 @@ class Stats:
     imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
     fibers: dict[str, int] = field(default_factory=dict)
     itemsize: dict[str, int] = field(default_factory=dict)
+    gathers: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def share(self, tensor: str, threads: int) -> float:
         """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
@@ -141,6 +146,7 @@ class Stats:
             ),
             tuple(sorted(self.itemsize.items())),
             tuple(sorted((t, short_fibers.short(self, t)) for t in self.fibers)),
+            tuple(sorted((t, *(int(g).bit_length() for g in v)) for t, v in self.gathers.items())),
         )
 
 
@@ -277,11 +283,12 @@ def _choices(
         choices.append(Choice([*copies, *exact], [*copy_why, *exact_why, serial]))
     copies, copy_why = copied(orders[-1][0])
     choices.append(Choice([*copies, *workspace], [*ws_why, *copy_why, serial]))
-    # Short fibers run branch-free in every proposal, then the last as it was.
-    short, short_why = short_fibers.plan(cin, order, stats)
-    if short:
-        shorter = [Choice([*c.commands, *short], [*c.why, *short_why]) for c in choices]
-        choices = [*shorter, choices[-1]]
+    # Short fibers run branch-free, then streams gathered far apart go into the L2, in
+    # every proposal, and then the last as it was.
+    for extra, why in (short_fibers.plan(cin, order, stats), far_streams.plan(cin, order, stats)):
+        if extra:
+            more = [Choice([*c.commands, *extra], [*c.why, *why]) for c in choices]
+            choices = [*more, choices[-1]]
     return choices
 
 

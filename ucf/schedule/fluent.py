@@ -41,6 +41,9 @@ class Schedule:
     def branchless(self, i: str, width: int) -> Schedule:
         return self._add("branchless", i, width)
 
+    def streams(self, i: str, level: int) -> Schedule:
+        return self._add("streams", i, level)
+
     def precompute(
         self,
         expr: str,

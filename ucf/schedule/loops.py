@@ -1,6 +1,6 @@
 """The commands that reshape loops: reorder, split and divide, fuse, pos, bound,
-unroll and branchless (and ``arrange``, the final order the checker appends). The lowerer applies
-them to the labelled LLIR loops (``ucf.lower.transforms``).
+unroll, branchless and streams (and ``arrange``, the final order the checker appends).
+The lowerer applies them to the labelled LLIR loops (``ucf.lower.transforms``).
 """
 
 from __future__ import annotations
@@ -364,6 +364,45 @@ class Branchless(Command):
     @property
     def args(self) -> tuple[str, ...]:
         return (self.var, str(self.width))
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return (self.var,)
+
+    def check(self, nest: NestState) -> str | None:
+        return self.unknown(self.var, nest.loops)
+
+
+#: The cache levels ``streams`` fetches into: 1, the L1 and beyond (x86's
+#: ``prefetcht0``); 2, the L2 and beyond (``prefetcht1``).
+STREAM_LEVELS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Streams(Command):
+    """``streams(j, level)``: the position streams that the walk over ``j`` reads (a
+    row's coordinates and values, fetched ahead row after row by
+    ``ucf.passes.streams``) go into cache ``level`` (1, every level, as without the
+    command; 2, the L2 but not the L1); a loop with no such streams is left as it is."""
+
+    var: str
+    level: int
+    name: ClassVar[str] = "streams"
+    arity: ClassVar[tuple[int, ...] | None] = (2,)
+
+    @classmethod
+    def converted(cls, name: str, args: tuple[str, ...]) -> Command:
+        level = positive(args[1], "the cache level", spelled(name, args))
+        if level not in STREAM_LEVELS:
+            raise ScheduleError(
+                f"{spelled(name, args)}: the cache level is 1 (the L1 and beyond) or 2 "
+                f"(the L2 and beyond), got {level}"
+            )
+        return cls(args[0], level)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return (self.var, str(self.level))
 
     @property
     def variables(self) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ peer run's tensor (fibers of 2.5 on average, c of 8 KB): 0.48x.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 from ucf.cin.notation import CIN
@@ -73,17 +74,32 @@ def short(stats: Stats, tensor: str, others: list[str] = ()) -> bool:
     return bool(n) and stats.nnz.get(tensor, 0) <= MEAN * n
 
 
-def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command], list[str]]:
-    """``branchless(v, WIDTH)`` for the innermost loop ``v`` of ``order`` where it sums
-    (``v`` is not an output variable) over a compressed level of one sparse operand
-    whose fibers are short, and every dense operand read at ``v`` is small (its
-    values' bytes as the kernel reads them); with the reason. Nothing without a call's ``Stats``."""
-    if stats is None or not order:
-        return [], []
+@dataclass(frozen=True)
+class Walk:
+    """The innermost loop of a sum over the last level of one sparse operand: its
+    variable, the operand (its name, its index variables in the order written, whether
+    the kernel reads it as stored, whether that level is full), and the dense operands
+    read at the variable, each with its index variables."""
+
+    var: str
+    tensor: str
+    names: list[str | None]
+    stored: bool
+    full: bool
+    dense: list[tuple[str, list[str | None]]]
+
+
+def walk(cin: CIN, order: list[str]) -> Walk | None:
+    """The walk of ``order``'s innermost loop, where it sums (its variable is not an
+    output variable) over the last level of exactly one sparse operand; else None.
+    The defaults for short fibers (here) and far streams (``ucf.schedule.far_streams``)
+    read it."""
+    if not order:
+        return None
     v = order[-1]
     if any(v in idx.variables for idx in cin.statement.lhs.indices):
-        return [], []
-    walked, gathered = None, 0
+        return None
+    walked, dense = None, []
     for n, a in enumerate(accesses(cin.statement.rhs)):
         slot = cin.slots[n]
         fmt, tensor = slot.format, slot.tensor
@@ -91,19 +107,33 @@ def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command]
         if v not in names:
             continue
         if fmt.is_dense:
-            size = math.prod(stats.extents.get(w, 0) for w in names if w)
-            gathered += stats.itemsize.get(tensor, ITEMSIZE) * size
+            dense.append((tensor, names))
             continue
-        last = fmt.mode_order[-1]
-        if walked is not None or names[last] != v or fmt.levels[-1].full:
-            return [], []
-        visited = fibers(stats, tensor, [w for w in names if w != v], slot.name == tensor)
-        walked = (tensor, stats.nnz.get(tensor, 0) / visited) if visited else None
-    if walked is None or walked[1] > MEAN or gathered > GATHERED:
+        if walked is not None or names[fmt.mode_order[-1]] != v:
+            return None
+        walked = (tensor, names, slot.name == tensor, fmt.levels[-1].full)
+    return None if walked is None else Walk(v, *walked, dense)
+
+
+def plan(cin: CIN, order: list[str], stats: Stats | None) -> tuple[list[Command], list[str]]:
+    """``branchless(v, WIDTH)`` for the innermost loop ``v`` of ``order`` where it sums
+    (``v`` is not an output variable) over a compressed level of one sparse operand
+    whose fibers are short, and every dense operand read at ``v`` is small (its
+    values' bytes as the kernel reads them); with the reason. Nothing without a call's ``Stats``."""
+    w = walk(cin, order) if stats is not None else None
+    if w is None or w.full:
+        return [], []
+    gathered = sum(
+        stats.itemsize.get(t, ITEMSIZE) * math.prod(stats.extents.get(x, 0) for x in names if x)
+        for t, names in w.dense
+    )
+    visited = fibers(stats, w.tensor, [x for x in w.names if x != w.var], w.stored)
+    mean = stats.nnz.get(w.tensor, 0) / visited if visited else None
+    if mean is None or mean > MEAN or gathered > GATHERED:
         return [], []
     why = (
-        f"default: branchless({v}, {WIDTH}), since the fibers of {v} in {walked[0]} hold "
-        f"{walked[1]:.1f} entries on average (over the fibers the loop visits) and what is "
-        f"read at {v} takes {gathered} bytes"
+        f"default: branchless({w.var}, {WIDTH}), since the fibers of {w.var} in {w.tensor} "
+        f"hold {mean:.1f} entries on average (over the fibers the loop visits) and what is "
+        f"read at {w.var} takes {gathered} bytes"
     )
-    return [Branchless(v, WIDTH)], [why]
+    return [Branchless(w.var, WIDTH)], [why]

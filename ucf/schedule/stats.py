@@ -20,6 +20,10 @@ from ucf.schedule.cpu_model import MAX_SHARES, Stats
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
 # reused id apart.
 _SPREADS: dict[int, tuple[weakref.ref, tuple[float, tuple[float, ...]]]] = {}
+# id(crd) -> (a weak reference to crd, where its matrix's entries lie), likewise.
+_GATHERS: dict[int, tuple[weakref.ref, tuple[float, float]]] = {}
+#: The stored entries sampled for where a matrix's entries lie (``gathers``).
+REACH_SAMPLES = 4097
 
 
 def measure(
@@ -29,13 +33,13 @@ def measure(
     dtype: np.dtype,
 ) -> Stats:
     """Extents per variable, per sparse operand its stored entries, spread, imbalance
-    and the segments of its last level, and per operand the bytes of a value (all
-    read off the arrays' sizes but the spread and imbalance), for a kernel declaring
-    ``formats`` and computing in ``dtype``.
+    and the segments of its last level, per matrix where its entries lie, and per operand the
+    bytes of a value (all read off the arrays' sizes but the spread, imbalance and
+    where the entries lie), for a kernel declaring ``formats`` and computing in ``dtype``.
 
-    The segments only of an operand the kernel reads as stored (a converted copy has
-    other fibers), and a value's bytes as the kernel reads it: a stored value type's
-    (``csr@float16``), else the kernel's, to which plain values are cast."""
+    The segments and entries' places only of an operand the kernel reads as stored (a converted
+    copy has other fibers), and a value's bytes as the kernel reads it: a stored value
+    type's (``csr@float16``), else the kernel's, to which plain values are cast."""
     sparse = {n: t for n, t in given.items() if not t.format.is_dense}
     filled = {n: segments(t) for n, t in sparse.items()}
     as_stored = {
@@ -43,6 +47,7 @@ def measure(
         for n, t in sparse.items()
         if n in formats and formats[n].structure == t.format.structure and "pos" in t.levels[-1]
     }
+    lie = {n: gathers(t) for n, t in as_stored.items()}
     return Stats(
         dict(extents),
         {n: int(t.vals.size) for n, t in sparse.items()},
@@ -50,6 +55,7 @@ def measure(
         {n: shares for n, (_, shares) in filled.items() if shares},
         {n: t.levels[-1]["pos"].size - 1 for n, t in as_stored.items()},
         {n: t.vals.itemsize if t.format.values else dtype.itemsize for n, t in given.items()},
+        {n: g for n, g in lie.items() if g is not None},
     )
 
 
@@ -108,3 +114,47 @@ _THREADS_OF_CUT = np.repeat(_SHARE_THREADS, _SHARE_THREADS + 1)
 # difference between two groups (across their boundary) starts, to be skipped.
 _STARTS = np.concatenate(([0], np.cumsum(_SHARE_THREADS + 1)[:-1]))
 _GROUPS = np.ravel(np.column_stack((_STARTS, _STARTS + _SHARE_THREADS)))[:-1]
+
+
+def gathers(t: Tensor) -> tuple[float, float] | None:
+    """Where a matrix's stored entries lie, as (reach, columns), from ``REACH_SAMPLES``
+    entries spread evenly over its storage, ``r`` an entry's place in the dense outer
+    level (of ``R``) and ``c`` its coordinate in the compressed inner one (of ``C``;
+    in columns for CSR, rows for CSC):
+
+    - reach: the median of ``|c - r * C / R|``, how far the entries lie from the
+      diagonal (a banded matrix: a few columns; bench/peers.py's uniform one: a
+      quarter of them);
+    - columns: how many coordinates the entries are spread over, ``1 / sum(p * p)``
+      with ``p`` the share of the entries at each coordinate, estimated from the pairs
+      of sampled entries at the same one (at most ``C``): all the columns for the
+      uniform matrix, about 1 % of them for R-MAT, whose entries crowd into a few.
+
+    A walk of the rows reads the vector gathered at the coordinates near where the
+    rows before it did if the reach is short, and from a part small enough to stay in
+    the cache if the columns are few; the default's ``streams`` reads both
+    (``ucf.schedule.far_streams``). Kept per ``crd`` array; None for a tensor that is
+    not one dense level over one compressed level, or stores nothing. It reads ``pos``
+    and ``crd`` at ``REACH_SAMPLES`` places."""
+    levels = t.levels
+    if len(levels) != 2 or levels[0] or set(levels[1]) != {"pos", "crd"}:
+        return None
+    pos, crd = levels[1]["pos"], levels[1]["crd"]
+    hit = _GATHERS.get(id(crd))
+    if hit is not None and hit[0]() is crd:
+        return hit[1]
+    stored = int(pos[-1]) if pos.size else 0
+    if stored <= 0:
+        return None
+    outer, inner = (t.shape[m] for m in t.format.mode_order)
+    at = np.linspace(0, stored - 1, min(REACH_SAMPLES, stored)).astype(np.int64)
+    rows = np.searchsorted(pos, at, side="right") - 1
+    coords = crd[at].astype(np.int64)
+    reach = float(np.median(np.abs(coords - rows * (inner / max(outer, 1)))))
+    _, counts = np.unique(coords, return_counts=True)
+    same = float(np.sum(counts * (counts - 1)))
+    columns = min(at.size * (at.size - 1) / same, float(inner)) if same else float(inner)
+    if len(_GATHERS) > 256:
+        _GATHERS.clear()
+    _GATHERS[id(crd)] = (weakref.ref(crd), (reach, columns))
+    return reach, columns
