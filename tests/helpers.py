@@ -52,13 +52,15 @@ def format_targets(formats, on_c) -> list:
 
 
 def pairwise(rows: list[tuple]) -> list[tuple]:
-    """Rows of ``rows`` that together hold every pair of values that two of its columns
-    take together anywhere in ``rows``: a covering array, picked greedily (the row
-    covering the most pairs not yet covered, the first of equals), in ``rows``' order.
-    A wrong answer that needs two operands' formats to meet shows in one of these."""
+    """Rows of ``rows`` that together hold every value of each column, and every pair of
+    values that two of its columns take together anywhere in ``rows``: a covering array,
+    picked greedily (the row covering the most not yet covered, the first of equals), in
+    ``rows``' order. A wrong answer that needs two operands' formats to meet shows in one
+    of these; rows of one column are all kept."""
 
     def pairs(row):
-        return {(a, row[a], b, row[b]) for a in range(len(row)) for b in range(a + 1, len(row))}
+        n = len(row)
+        return {(a, row[a], b, row[b]) for a in range(n) for b in range(a, n)}
 
     left = set().union(*map(pairs, rows)) if rows else set()
     kept = []
@@ -72,7 +74,7 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
 def product_params(*lists, c_subset=None) -> list:
     """(target, *row) params over the product of ``lists``: every row on llvm; on c the
     rows ``c_subset`` keeps (a predicate on the row; None keeps ``pairwise``'s, which for
-    two lists is every row), the others on c in the slow run only. The c target's
+    one or two lists is every row), the others on c in the slow run only. The c target's
     compiles (gcc) are what cost; c against llvm on every row is the slow run's, and the
     fuzzers' (bench/fuzz.py)."""
     rows = list(itertools.product(*lists))

@@ -379,7 +379,8 @@ def test_the_suite_draws_the_same_hypothesis_examples_every_run(request):
 
 def test_the_c_target_runs_a_covering_array_of_a_format_product():
     """``product_params``: every row on llvm; on c in the default suite, rows that hold
-    every pair of values two columns take together (``pairwise``), far fewer than all."""
+    every pair of values two columns take together (``pairwise``), far fewer than all
+    for three lists or more, and every row for one or two."""
     lists = ("ab", "xyz", "pq", ["csr", "UU"])
     rows = list(itertools.product(*lists))
     kept = pairwise(rows)
@@ -393,3 +394,7 @@ def test_the_c_target_runs_a_covering_array_of_a_format_product():
     on_c = [p for p in params if p.values[0] == "c"]
     slow = [p for p in on_c if any(m.name == "slow" for m in p.marks)]
     assert len(params) == 2 * len(rows) and len(on_c) - len(slow) == len(kept)
+    for lists in ((["csr", "coo", "UU"],), (["csr", "coo"], ["UU", "CC"])):  # every row
+        rows = list(itertools.product(*lists))
+        assert pairwise(rows) == rows
+        assert not any(p.marks[1:] for p in product_params(*lists))  # none slow
