@@ -141,8 +141,10 @@ def test_grad_c_under_asan(asan_cc, tmp_path, monkeypatch, K):
 
 
 def test_spmm_adding_under_asan(asan_cc, tmp_path, monkeypatch):
-    """The row loaded before the loop and stored after it: only where the loop runs
-    (rows 0 and 36 are empty, the first and last of C)."""
+    """The row loaded before the loop and stored after it, in bounds on exactly-sized
+    buffers with the first and last rows of C empty (0 and 36). The guard that skips an
+    empty row's load and store is not what keeps this in bounds (C's row exists either
+    way); it keeps the kernel from writing a row the nest never wrote."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
     A, B, _ = _spmm_operands(K=8, seed=2)
     k = ucf.compile(

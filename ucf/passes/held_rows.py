@@ -144,7 +144,7 @@ def _held(
         replace(loop, body=body),
         *(ir.Store(store.array, p, a) for p, a in zip(places, acc, strict=True)),
     ]
-    if not zeroed:  # the row is read only where the loop runs: it may not exist otherwise
+    if not zeroed:  # the row loaded and stored only where the loop runs, as the nest wrote it
         entered = loop.cond if isinstance(loop, ir.While) else ir.Cmp("<", loop.start, loop.end)
         held = [ir.If(entered, held)]
     label = row.label or k

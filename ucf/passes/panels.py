@@ -154,6 +154,7 @@ def packed(
         fits, slots = cache_slots(state, every, ir.mul(length, Const(elem, I64)))
         slot, base = Var(state.fresh("panel_slot"), I64), Var(state.fresh("panel_at"), I64)
         decls = [ir.Decl(slot, place(key, slots)), ir.Decl(base, ir.mul(slot, length))]
+        panel_bytes = ir.mul(ir.mul(slots, length), Const(elem, I64))
 
     def row(t: ir.Expr, k: ir.Expr) -> ir.Expr:
         place = ir.mul(
@@ -164,10 +165,10 @@ def packed(
     stored = None if cached is None else _in_place(state, factors, nest, cached, groups)
     in_place = packs = None
     if stored is not None:
-        held = ir.mul(ir.mul(slots, length), Const(elem, I64))
-        near, many = Const(NEAR_BYTES, I64), ir.mul(Const(IN_PLACE_USES, I64), every)
-        in_place = ir.Logic("and", ir.Cmp(">", held, near), ir.Cmp("<=", stored, many))
-        packs = ir.Logic("or", ir.Cmp("<=", held, near), ir.Cmp(">", stored, many))
+        # blocks per block column: each of the column's panels (one a chunk) serves them all
+        near, many = Const(NEAR_BYTES, I64), ir.mul(Const(IN_PLACE_USES, I64), extent)
+        in_place = ir.Logic("and", ir.Cmp(">", panel_bytes, near), ir.Cmp("<=", stored, many))
+        packs = ir.Logic("or", ir.Cmp("<=", panel_bytes, near), ir.Cmp(">", stored, many))
     panels: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
     copies: list[ir.Stmt] = []
     first = ir.add(nest.inner.start, ir.mul(ir.add(lo, at), Const(width, I64)))
@@ -269,8 +270,7 @@ def packed(
                 ir.Decl(ready, ir.Select(published, Const(1, I64), Const(0, I64))),
             ]
             fetch = [ir.If(ir.Cmp("!=", ready, Const(0, I64)), fetch, sources)]
-        held = ir.mul(ir.mul(slots, length), Const(elem, I64))
-        fetch = [ir.If(ir.Cmp(">", held, Const(NEAR_BYTES, I64)), fetch)]
+        fetch = [ir.If(ir.Cmp(">", panel_bytes, Const(NEAR_BYTES, I64)), fetch)]
     return panels, [*decls, guard], per_chunk, fetch, in_place
 
 
