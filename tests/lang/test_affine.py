@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ucf
-from tests.helpers import EXPLORE, TARGETS, needs_cc, rand_sparse
+from tests.helpers import EXPLORE, TARGETS, needs_cc, product_params, rand_sparse
 from tests.lang.conv_reference import (
     affine_einsum,
     affine_einsum_loops,
@@ -155,11 +155,10 @@ def paper_reference(a, b, stride):
     return affine_einsum(["i"], acc, {"A": a, "B": b}, ext)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("fa", ["U", "C"])
-@pytest.mark.parametrize("fb", ["U", "C"])
-@pytest.mark.parametrize("schedule", [None, "", "reorder(i,k)", "reorder(k,i)"])
+@pytest.mark.parametrize(
+    "target,stride,fa,fb,schedule",
+    product_params([1, 2], "UC", "UC", [None, "", "reorder(i,k)", "reorder(k,i)"]),
+)
 def test_paper_1d(target, stride, fa, fb, schedule):
     formats = {"A": fa, "B": fb}
     k = ucf.compile(PAPER[stride], formats=formats, schedule=schedule, target=target)
