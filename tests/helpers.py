@@ -71,6 +71,15 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
     return [r for r in rows if r in kept]
 
 
+def covered(*lists) -> list:
+    """Params over the product of ``lists`` for a test whose every row is costly (a build
+    under ASan): the rows of ``pairwise`` in the default suite, the others in the slow
+    run only."""
+    rows = list(itertools.product(*lists))
+    kept = set(pairwise(rows))
+    return [pytest.param(*r, marks=[] if r in kept else [pytest.mark.slow]) for r in rows]
+
+
 def product_params(*lists, c_subset=None) -> list:
     """(target, *row) params over the product of ``lists``: every row on llvm; on c the
     rows ``c_subset`` keeps (a predicate on the row; None keeps ``pairwise``'s, which for

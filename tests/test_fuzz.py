@@ -117,7 +117,7 @@ def test_the_draw_reaches_every_new_shape():
     assert {c.target for c in drawn} == {"llvm", "c"}
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(cases())
 def test_fuzz_llvm(case):
     check(case)

@@ -114,7 +114,7 @@ def test_reference_reduces_as_numpy_and_an_empty_range_to_its_identity():
         np.testing.assert_array_equal(reference(empty, {"A": np.zeros((2, 0))}), [identity] * 2)
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(cases())
 @example(clash(*FOUND[0], "llvm"))
 @example(clash(*FOUND[1], "llvm"))

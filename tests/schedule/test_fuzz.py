@@ -53,14 +53,14 @@ def check(pool: WorkerPool, case: Case) -> None:
 
 # The default suite's share of the fuzzing (the same cases every run: tests/helpers.py);
 # the slow test below and bench/fuzz.py explore at random.
-@settings(max_examples=200, suppress_health_check=SKIPS)
+@settings(max_examples=100, suppress_health_check=SKIPS)
 @given(case=cases(("llvm",)))
 def test_random_schedules_llvm(pool, case):
     check(pool, case)
 
 
 @needs_cc
-@settings(max_examples=200, suppress_health_check=SKIPS)
+@settings(max_examples=100, suppress_health_check=SKIPS)
 @given(case=cases(("c",)))
 def test_random_schedules_c(pool, case):
     check(pool, case)

@@ -208,7 +208,7 @@ def test_distributing_compares_the_estimates():
     assert any("co-iterating A and B, about" in w for w in kept.why)
 
 
-@settings(max_examples=30)
+@settings(max_examples=15)
 @given(
     st.permutations("ij"),
     st.permutations("jk"),

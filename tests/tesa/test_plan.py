@@ -543,7 +543,7 @@ def chains(draw) -> tuple[str, dict, list[str], list]:
     return "\n".join(lines), shapes, weights, steps
 
 
-@settings(max_examples=8)
+@settings(max_examples=4)
 @given(chain=chains(), plain=st.booleans())
 def test_random_chains_match_numpy(chain, plain):
     """Plans of random chains of layers, transposed or not as their parts allow,

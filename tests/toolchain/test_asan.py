@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 import ucf
 from tests.asan import run_under_asan
-from tests.helpers import arrival_operands, rand_sparse
+from tests.helpers import arrival_operands, covered, rand_sparse
 
 
 def _tensor(a, fmt, idt=np.int32, dtype=np.float64):
@@ -52,10 +52,11 @@ def test_spmv_csr(asan_cc, tmp_path, case, idt):
     np.testing.assert_array_equal(k(**ops).to_numpy(), A @ x)
 
 
-@pytest.mark.parametrize("case", list(MATS))
-@pytest.mark.parametrize("other", ["same", "nnz0", "shifted"])
-@pytest.mark.parametrize("out_format", ["csr", "dcsr"])
-@pytest.mark.parametrize("schedule", [None, "reorder(i,j)"])  # a serial csr one: one pass
+# schedule None or a serial csr one (one pass); the default suite covers every pair
+@pytest.mark.parametrize(
+    "case,other,out_format,schedule",
+    covered(list(MATS), ["same", "nnz0", "shifted"], ["csr", "dcsr"], [None, "reorder(i,j)"]),
+)
 def test_sparse_add_csr(asan_cc, tmp_path, case, other, out_format, schedule):
     A = MATS[case]
     B = {"same": A, "nnz0": np.zeros_like(A), "shifted": np.roll(A, 1, axis=1) * 2}[other]
