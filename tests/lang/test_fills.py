@@ -341,3 +341,21 @@ def test_a_dense_level_of_a_filled_output_starts_as_the_fill(target):
     )
     got = k(A=a, B=ucf.from_numpy(b, "UC:1,0 fill=inf")).to_numpy()
     np.testing.assert_array_equal(got, -(a[:, None] + b))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known wrong answer (fills fuzz seed 139 case 676): a vector stored in blocks "
+    "beside two operands whose fills clash gives +inf; not fixed yet",
+)
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_blocked_vector_beside_clashing_fills(target):
+    """``max(i, A(i) + (B(i) + C(i)))`` with A in blocks of one, B stored everywhere with
+    fill +inf, C stored at one entry with fill -inf: numpy says -2 (the other entries are
+    -inf). With A as ``U`` or ``C`` ucf agrees; in blocks it returns B's fill. Strict, so
+    that the fix turns this test red until the mark is removed."""
+    a, b, c = np.array([-1.0, 3, 2]), np.array([-1.0, -3, -1]), np.array([-np.inf, -np.inf, -3])
+    formats = {"A": "UC:0/1,0%1", "B": "C:0 fill=inf", "C": "C:0 fill=-inf"}
+    k = ucf.compile("X = max(i, A(i) + (B(i) + C(i)))", formats=formats, target=target)
+    ops = {n: ucf.from_numpy(v, format=formats[n]) for n, v in zip("ABC", (a, b, c), strict=True)}
+    assert k(**ops).to_numpy() == np.max(a + b + c)
