@@ -195,12 +195,11 @@ def test_the_next_blocks_coordinate(why):
     assert state.ahead("nothing declared") is None
 
 
-@pytest.mark.parametrize("why", [None, "no loop around", "gaps between rows", "row extent"])
-def test_the_next_stored_blocks_coordinate(why):
-    """``TileState.across``: at a row's last block, the next row's first (``crd[min(p +
-    1, pos[n] - 1)]``), where the block loop of row ``i + 1`` starts where row ``i``'s
-    ends; nothing where there is no loop around it, the rows' ranges leave gaps
-    (``pos[2 i]`` to ``pos[2 i + 1]``), or the outer loop's end is not a parameter."""
+def _rows_of_blocks(why: str | None) -> tuple[tiling.TileState, ir.Var, ir.Array, ir.Array, ir.Var]:
+    """The state of a block loop ``p`` over ``pos[i]`` to ``pos[i + 1]`` (``k`` declared
+    from ``crd[p]``) inside rows ``i`` from 0 to ``n``, spoilt as ``why`` says (no loop
+    around, gaps between the rows' ranges, an outer end that is not a parameter): the
+    state, ``p``, ``crd``, ``pos`` and the rows' end."""
     p, i = ir.Var("p", "i64"), ir.Var("i", "i64")
     crd, pos = ir.Array("crd", "i32"), ir.Array("pos", "i32")
     init = ir.Cast(ir.Load(crd, p), "i64")
@@ -214,6 +213,16 @@ def test_the_next_stored_blocks_coordinate(why):
     state = tiling.TileState(set(), {"pos", "crd", "n"})
     state.loops = [loop] if why == "no loop around" else [rows, loop]
     state.defs = {"k": init}
+    return state, p, crd, pos, end
+
+
+@pytest.mark.parametrize("why", [None, "no loop around", "gaps between rows", "row extent"])
+def test_the_next_stored_blocks_coordinate(why):
+    """``TileState.across``: at a row's last block, the next row's first (``crd[min(p +
+    1, pos[n] - 1)]``), where the block loop of row ``i + 1`` starts where row ``i``'s
+    ends; nothing where there is no loop around it, the rows' ranges leave gaps
+    (``pos[2 i]`` to ``pos[2 i + 1]``), or the outer loop's end is not a parameter."""
+    state, p, crd, pos, end = _rows_of_blocks(why)
     got = state.across("k")
     if why is not None:
         assert got is None
@@ -229,19 +238,7 @@ def test_the_blocks_stored(why):
     loop ``p`` from ``pos[i]`` to ``pos[i + 1]`` inside ``i`` from 0 to ``n``; nothing
     where ``across`` finds nothing (no loop around, gaps between the rows' ranges, an
     outer end that is not a parameter)."""
-    p, i = ir.Var("p", "i64"), ir.Var("i", "i64")
-    crd, pos = ir.Array("crd", "i32"), ir.Array("pos", "i32")
-    init = ir.Cast(ir.Load(crd, p), "i64")
-    loop = _block_loop([ir.Decl(ir.Var("k", "i64"), init)])
-    if why == "gaps between rows":
-        two = ir.mul(ir.Const(2, "i64"), i)
-        loop.start = ir.Cast(ir.Load(pos, two), "i64")
-        loop.end = ir.Cast(ir.Load(pos, ir.add(two, ir.Const(1, "i64"))), "i64")
-    end = ir.Var("m" if why == "row extent" else "n", "i64")
-    rows = ir.For(i, ir.Const(0, "i64"), end, [loop], parallel="CPUThread")
-    state = tiling.TileState(set(), {"pos", "crd", "n"})
-    state.loops = [loop] if why == "no loop around" else [rows, loop]
-    state.defs = {"k": init}
+    state, p, crd, pos, end = _rows_of_blocks(why)
     got = state.stored("k")
     if why is not None:
         assert got is None
