@@ -58,16 +58,16 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
     ``rows``' order. A wrong answer that needs two operands' formats to meet shows in one
     of these; rows of one column are all kept."""
 
-    def pairs(row):
-        n = len(row)
-        return {(a, row[a], b, row[b]) for a in range(n) for b in range(a, n)}
-
-    left = set().union(*map(pairs, rows)) if rows else set()
-    kept = []
+    covers = {
+        row: {(a, row[a], b, row[b]) for a in range(len(row)) for b in range(a, len(row))}
+        for row in rows
+    }
+    left = set().union(*covers.values())
+    kept = set()
     while left:
-        best = max(rows, key=lambda r: len(pairs(r) & left))
-        kept.append(best)
-        left -= pairs(best)
+        best = max(covers, key=lambda r: len(covers[r] & left))
+        kept.add(best)
+        left -= covers[best]
     return [r for r in rows if r in kept]
 
 
