@@ -26,7 +26,12 @@ the other's fill decides the term, which a loop that skips those coordinates get
 wrong (the wrong answer fixed in 3e9ff98). Where neither is stored IEEE arithmetic
 makes NaN, and a NaN in a reduced range leaves the whole result uncompared, which is
 what hid that bug from the random fills: so a clash's data stores one of the two
-operands at every coordinate (``Case.cover``).
+operands at every coordinate (``Case.cover``), or stores one of them everywhere, which
+keeps the result finite where that one's fill would decide the reduction. Half the
+clashes join a third operand, mostly stored in blocks, by ``+`` or ``*``
+(``C(i) + (A(i) + B(i))``): a loop over blocks visits every block, and a case that does
+nothing there once let its coordinates fall through to the case where neither clashing
+operand matched (fills seed 139 case 676, tests/lang/test_fills.py).
 
 The reference reads the reduction rule straight from its definition, on dense arrays
 with numpy broadcasting: a variable missing from the output is summed over the
@@ -82,7 +87,7 @@ class Case:
     target: str = "llvm"
     dynamic: dict | None = None  # fuzz_plans.run_dynamic's spec
     tesa: dict | None = None  # fuzz_plans.draw_tesa's spec
-    cover: list[str] | None = None  # [A, B]: B stored wherever A is not (a clash)
+    cover: list[str] | None = None  # the last stored wherever none of the others is
 
     def __post_init__(self) -> None:
         self.tree = _tuples(self.tree)
@@ -350,6 +355,13 @@ def draw_case(
     if clash:
         tensors, clashing, clash_fills = draw_clash(d, vars_)
         reads = [("A", tuple(tensors["A"])), ("B", tuple(tensors["B"]))]
+        third = d.boolean(0.5)
+        if third:  # a third operand joined to the clash (module docstring)
+            tensors["C"] = list(tensors["A"])
+            c = ("acc", "C", tuple(tensors["C"]))
+            op = d.choice(["+", "*"])
+            clashing = (op, c, clashing) if d.boolean(0.5) else (op, clashing, c)
+            reads.append(("C", tuple(tensors["C"])))
     if merged:
         # a product of two matrices beside two more (A.*B + C + D): the default
         # intersects the product into a workspace (ucf.schedule.intersections) that
@@ -400,6 +412,9 @@ def draw_case(
         for n in "AB":
             letters, maps = random_format(d, len(tensors[n])).split(":")
             formats[n] = f"{letters[:-1]}C:{maps}"
+        if third:  # mostly in blocks: the loop over them visits every block
+            sizes = tuple(d.choice([1, 2, 3]) for _ in tensors["C"])
+            formats["C"] = "" if d.boolean(0.2) else random_format(d, len(sizes), sizes)
     seed = d.integer(0, 2**32 - 1)
     # a clash is about the coordinates where one operand alone is stored
     density = d.choice([0.3, 0.5, 0.7] if clash else [0.0, 0.3, 0.7, 1.0])
@@ -407,7 +422,9 @@ def draw_case(
     case = Case(
         f"{lhs} = {render(tree)}", tree, tensors, out_vars, extents, formats, None, seed, density
     )
-    case.cover = ["A", "B"] if clash else None
+    # one of the two stored wherever the other is not, or (the result then finite
+    # where that one's fill would decide the reduction) stored everywhere
+    case.cover = (["A", "B"] if d.boolean(0.5) else [d.choice("AB")]) if clash else None
     arrays = case_arrays(case)
     case.formats = {n: fixed_width(f, arrays[n]) for n, f in formats.items()}
     case.target = d.choice(targets)
@@ -421,7 +438,10 @@ def draw_case(
         case.tesa = draw_tesa(d, {n: arrays[n].shape for n in tensors})
     else:
         if clash:
-            case.formats = {n: f"{f} fill={clash_fills[n]:g}" for n, f in case.formats.items()}
+            case.formats = {
+                n: f"{f} fill={clash_fills.get(n, 0.0):g}" if f else f
+                for n, f in case.formats.items()
+            }
             case.formats = {n: f.replace(" fill=0", "") for n, f in case.formats.items()}
         else:
             case.formats = {n: draw_fill(d, f, lang) for n, f in case.formats.items()}
@@ -443,9 +463,12 @@ def case_arrays(case: Case) -> dict[str, np.ndarray]:
         shape = tuple(case.extents[v] for v in idx)
         a = rand_sparse(rng, shape, case.density, empty_rows=0, high=4)
         arrays[n] = fit_nm(case.formats.get(n, "").partition(" fill=")[0], a)
-    if case.cover:  # the second stored wherever the first is not
-        first, second = (arrays[n] for n in case.cover)
-        second[(first == 0) & (second == 0)] = 1 + rng.integers(0, 3)
+    if case.cover:  # the last stored wherever none of the others is
+        *others, last = (arrays[n] for n in case.cover)
+        hole = last == 0
+        for other in others:
+            hole &= other == 0
+        last[hole] = 1 + rng.integers(0, 3)
     for n, a in arrays.items():
         fill = fill_of(case.formats.get(n, ""))
         arrays[n] = np.where(a == 0, fill, a) if fill else a

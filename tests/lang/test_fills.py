@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import TARGETS, needs_cc
+from tests.helpers import TARGETS, needs_cc, product_params
 
 INF = np.inf
 
@@ -343,19 +343,58 @@ def test_a_dense_level_of_a_filled_output_starts_as_the_fill(target):
     np.testing.assert_array_equal(got, -(a[:, None] + b))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known wrong answer (fills fuzz seed 139 case 676): a vector stored in blocks "
-    "beside two operands whose fills clash gives +inf; not fixed yet",
-)
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_blocked_vector_beside_clashing_fills(target):
     """``max(i, A(i) + (B(i) + C(i)))`` with A in blocks of one, B stored everywhere with
-    fill +inf, C stored at one entry with fill -inf: numpy says -2 (the other entries are
-    -inf). With A as ``U`` or ``C`` ucf agrees; in blocks it returns B's fill. Strict, so
-    that the fix turns this test red until the mark is removed."""
-    a, b, c = np.array([-1.0, 3, 2]), np.array([-1.0, -3, -1]), np.array([-np.inf, -np.inf, -3])
+    fill +inf, C stored at one entry with fill -inf (fills fuzz seed 139 case 676):
+    numpy says -2. The blocks make the loop over them visit every block, and the case
+    where B alone matched did nothing (C's fill makes the term -inf, max's identity);
+    dropped from the chain of cases, its blocks fell through to the case where neither
+    matched and read B's fill, +inf."""
+    a, b, c = np.array([-1.0, 3, 2]), np.array([-1.0, -3, -1]), np.array([-INF, -INF, -3])
     formats = {"A": "UC:0/1,0%1", "B": "C:0 fill=inf", "C": "C:0 fill=-inf"}
     k = ucf.compile("X = max(i, A(i) + (B(i) + C(i)))", formats=formats, target=target)
     ops = {n: ucf.from_numpy(v, format=formats[n]) for n, v in zip("ABC", (a, b, c), strict=True)}
     assert k(**ops).to_numpy() == np.max(a + b + c)
+
+
+CLASH_SHAPES = [
+    ("A(i) + (B(i) + C(i))", lambda a, b, c: a + (b + c)),
+    ("(B(i) + C(i)) + A(i)", lambda a, b, c: (b + c) + a),
+    ("A(i) * (B(i) + C(i))", lambda a, b, c: a * (b + c)),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "reduction", "fills", "a_format", "shape"),
+    product_params(
+        ["max", "min"],
+        [(INF, -INF), (-INF, INF)],
+        ["UC:0/1,0%1", "UC:0/2,0%2", "UU:0/3,0%3", "U", "C"],
+        range(len(CLASH_SHAPES)),
+    ),
+)
+def test_a_third_operand_beside_clashing_fills(target, reduction, fills, a_format, shape):
+    """The family of the case above: a third operand (blocked, dense or compressed)
+    joined to two whose infinite fills clash, under max and min, against numpy. The
+    operand whose fill would decide the reduction alone (+inf under max) is stored
+    everywhere, the other at random, so the result is finite, and IEEE arithmetic never
+    meets inf - inf: numpy needs no reading of ucf's structural rule. A holds no zero
+    (an absent 0 times an infinity would be NaN in numpy), and in a product no negative
+    entry (which would turn a -inf that max ignores into a +inf that decides it)."""
+    expr, numpy_term = CLASH_SHAPES[shape]
+    rng = np.random.default_rng(1000 + shape)
+    n = 11
+    a = rng.integers(-4, 5, n).astype(np.float64)
+    a[a == 0] = 1.0
+    if "*" in expr:
+        a = np.abs(a)  # a product keeps the sign of the infinities that decide it
+    decisive = INF if reduction == "max" else -INF
+    live = [np.ones(n, bool) if f == decisive else rng.random(n) < 0.5 for f in fills]
+    b, c = (np.where(m, rng.integers(-4, 5, n), f) for m, f in zip(live, fills, strict=True))
+    formats = {"A": a_format, "B": f"C:0 fill={fills[0]:g}", "C": f"C:0 fill={fills[1]:g}"}
+    k = ucf.compile(f"X = {reduction}(i, {expr})", formats=formats, target=target)
+    ops = {m: ucf.from_numpy(v, format=formats[m]) for m, v in zip("ABC", (a, b, c), strict=True)}
+    want = getattr(np, reduction)(numpy_term(a, b, c))
+    assert np.isfinite(want)
+    assert k(**ops).to_numpy() == want
