@@ -48,7 +48,8 @@ def cases(targets=("llvm",)):
 def test_the_draw_reaches_fills_and_every_reduction():
     """Over a hundred draws: max, min and sum reductions, each fill on operands and
     outputs, fills that must be refused (a blocked or fixed-width format), empty
-    ranges, and clashes whose data stores one of the two operands everywhere."""
+    ranges, and clashes whose data stores one of the two operands at every coordinate
+    (or one of them everywhere), some beside a third operand stored in blocks."""
     drawn = [draw_case(RandomDraw(f"lang:{n}"), lang=True) for n in range(100)]
     for op in ("max", "min", "sum"):
         assert sum(op in reductions(c.tree) for c in drawn) >= 5, op
@@ -63,9 +64,14 @@ def test_the_draw_reaches_fills_and_every_reduction():
     assert all(not c.tesa and not c.dynamic for c in drawn)
     clashes = [c for c in drawn if c.cover]
     assert len(clashes) >= 10
-    for c in clashes:  # one of the two stored at every coordinate
-        a, b = (case_arrays(c)[n] for n in c.cover)
-        assert not ((a == fill_of(c.formats["A"])) & (b == fill_of(c.formats["B"]))).any()
+    for c in clashes:  # one of the two stored at every coordinate, or the one everywhere
+        arrays = case_arrays(c)
+        absent = [arrays[n] == fill_of(c.formats[n]) for n in c.cover]
+        assert not np.logical_and.reduce(absent).any(), c.cover
+    assert sum(len(c.cover) == 1 for c in clashes) >= 3
+    assert sum(len(c.cover) == 2 for c in clashes) >= 3
+    thirds = [c.formats["C"] for c in clashes if "C" in c.tensors]
+    assert sum("/" in f for f in thirds) >= 3  # a third operand in blocks
 
 
 def _case(expr, tree, tensors, extents, formats=None) -> Case:
