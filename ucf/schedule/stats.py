@@ -69,7 +69,7 @@ class Stats:
             threads,
             tuple(sorted(self.extents.items())),
             tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
-            tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
+            tuple(sorted((t, skewed(s)) for t, s in self.spread.items())),
             tuple(
                 sorted(
                     (t, self.share(t, threads) > BALANCED)
@@ -83,11 +83,17 @@ class Stats:
         )
 
 
+def skewed(skew: float) -> bool:
+    """Whether rows whose longest is ``skew`` times the mean are too uneven for a static
+    split, whatever a static split's shares."""
+    return skew > SKEWED
+
+
 def uneven(skew: float, share: float, heavy: bool) -> bool:
     """Whether rows whose longest is ``skew`` times the mean, and whose static split gives
     some thread ``share`` times its share, go in chunks rather than a static split;
     ``heavy``: every row holds a chunk's work."""
-    return not (skew <= SKEWED and share <= (HEAVY_BALANCED if heavy else BALANCED))
+    return skewed(skew) or share > (HEAVY_BALANCED if heavy else BALANCED)
 
 
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
