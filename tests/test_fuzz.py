@@ -27,7 +27,7 @@ from tests import statement_fuzz
 from tests.fuzz_common import HypothesisDraw, RandomDraw
 from tests.helpers import EXPLORE, needs_cc
 from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
-from ucf.schedule import cpu_model
+from ucf.schedule import cpu_model, parallel_loops, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,9 +137,9 @@ def test_fuzz_default_model_parallel_choices(case):
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
     ucf.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpu_model, "CHUNK_WORK", 2)
-        mp.setattr(cpu_model, "CHUNKS_PER_THREAD", 1)
-        mp.setattr(cpu_model, "SKEWED", 0.0)
+        mp.setattr(parallel_loops, "CHUNK_WORK", 2)
+        mp.setattr(parallel_loops, "CHUNKS_PER_THREAD", 1)
+        mp.setattr(stats, "SKEWED", 0.0)
         mp.setattr(cpu_model, "REPLAN_WORK", 0)
         check(case)
 

@@ -57,10 +57,11 @@ from ucf.schedule import Applied, Command
 from ucf.schedule.apply import check_statement
 from ucf.schedule.candidates import Refused, first_passing, passing
 from ucf.schedule.commands import Branchless, PrecomputeCommand, Streams
-from ucf.schedule.cpu_model import Choice, Stats, propose
+from ucf.schedule.cpu_model import Choice, propose
 from ucf.schedule.gathering import gathering
 from ucf.schedule.gpu_model import propose_gpu
 from ucf.schedule.scheduled import scheduled
+from ucf.schedule.stats import Stats
 
 
 def plan(

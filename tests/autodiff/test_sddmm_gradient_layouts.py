@@ -21,7 +21,7 @@ import ucf
 from ucf import pipeline
 from ucf.format.format import parse_format
 from ucf.schedule import cpu_model
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 
 torch = pytest.importorskip("torch")
 import ucf.torch  # noqa: E402  (after the skip)

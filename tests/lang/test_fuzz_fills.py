@@ -32,7 +32,7 @@ from tests.statement_fuzz import (
     reference,
     render,
 )
-from ucf.schedule import cpu_model
+from ucf.schedule import cpu_model, parallel_loops, stats
 
 INF = np.inf
 
@@ -142,9 +142,9 @@ def test_fuzz_default_model_parallel_choices(case):
     fuzzer's small inputs: its thresholds are lowered so that every case gets them."""
     ucf.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpu_model, "CHUNK_WORK", 2)
-        mp.setattr(cpu_model, "CHUNKS_PER_THREAD", 1)
-        mp.setattr(cpu_model, "SKEWED", 0.0)
+        mp.setattr(parallel_loops, "CHUNK_WORK", 2)
+        mp.setattr(parallel_loops, "CHUNKS_PER_THREAD", 1)
+        mp.setattr(stats, "SKEWED", 0.0)
         mp.setattr(cpu_model, "REPLAN_WORK", 0)
         check(case)
 

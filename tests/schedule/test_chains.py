@@ -19,7 +19,7 @@ from ucf import pipeline
 from ucf.format.format import parse_format
 from ucf.ir.printer import format_functions
 from ucf.schedule import contraction_order
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 
 # statement -> (numpy's value, the operands' shapes from (m, r, n, l))
 CHAINS = {

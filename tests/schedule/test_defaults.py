@@ -18,7 +18,7 @@ from tests.helpers import (
 )
 from tests.schedule.cases import DOT, dense, names, pack
 from ucf.schedule import cpu_model
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import MAX_SHARES, SKEWED, Stats
 
 SPMV = "y(i) = A(i,j) * x(j)"
 SPMM = "C(i,k) = A(i,j) * B(j,k)"
@@ -173,7 +173,7 @@ def test_imbalance_is_the_static_split_of_the_rows():
         spread, shares = segments(ucf.from_scipy(m, format="csr"))
         lengths = np.diff(m.indptr)
         assert spread == pytest.approx(lengths.max() / lengths.mean())
-        assert len(shares) == cpu_model.MAX_SHARES - 1
+        assert len(shares) == MAX_SHARES - 1
         for threads in (2, 3, 7, 64):
             assert shares[threads - 2] == pytest.approx(static_shares(m, threads))
 
@@ -183,7 +183,7 @@ def test_rows_sorted_by_length_go_in_chunks(target):
     two threads would get 1.5x its share: the rows go in dynamically scheduled chunks."""
     rng = np.random.default_rng(15)
     A, x = rows_sorted_by_length(rng, 20000, 3000, 8), rng.random(3000)
-    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < cpu_model.SKEWED
+    assert np.diff(A.indptr).max() / np.diff(A.indptr).mean() < SKEWED
     k = ucf.compile(SPMV, formats={"A": "csr"}, target=target)
     assert np.allclose(k(A=A, x=x).to_numpy(), A @ x)
     share = f"gives one of 2 threads {static_shares(A, 2):.2f}x its share"

@@ -15,7 +15,7 @@ from tests.asan import run_under_asan
 from tests.helpers import TARGETS
 from ucf import pipeline
 from ucf.format.format import parse_format
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 
 SPMV = "y(i) = A(i,j)*x(j)"
 GATHERED = "the sparse vector x is gathered into a dense workspace over j"

@@ -13,8 +13,7 @@ import scipy.sparse as sp
 import ucf
 from ucf import pipeline
 from ucf.format.format import parse_format
-from ucf.schedule.cpu_model import Stats
-from ucf.schedule.stats import gathers
+from ucf.schedule.stats import Stats, gathers
 
 SPMV = "y(i) = A(i,j) * x(j)"
 ROWS = 200_000

@@ -15,7 +15,7 @@ import ucf
 from tests.helpers import TARGETS, rand_sparse
 from ucf import pipeline
 from ucf.format.format import parse_format
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 from ucf.schedule.transposed_products import MAX_SCATTERED
 
 GRAD_D = "grad_D(k,j) = G(i,j) * B(i,j) * C(i,k)"

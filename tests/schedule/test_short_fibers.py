@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import ucf
 from ucf import pipeline
 from ucf.format.format import parse_format
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 
 TTV = "A(i,j) = B(i,j,k) * c(k)"
 DTYPES = ("float32", "float64")

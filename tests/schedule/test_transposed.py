@@ -19,7 +19,7 @@ from tests.helpers import TARGETS, rand_sparse
 from ucf import pipeline
 from ucf.errors import ScheduleError
 from ucf.format.format import parse_format
-from ucf.schedule.cpu_model import Stats
+from ucf.schedule.stats import Stats
 
 # statement, scipy's spelling, A's shape and B's shape as (rows of C, inner, columns of C)
 PRODUCTS = {

@@ -24,27 +24,27 @@ The recursion is split by what each step handles, one mixin per module:
 - ``placement``: where each ``precompute`` goes;
 - ``workspaces``: the wheres of ``precompute``;
 - ``fused``: ``pos`` over fused levels;
-- ``held``: stored values widened to numbers, and sums of quantized products.
+- ``held``: stored values widened to numbers, and sums of quantized products;
+- ``leaf_values``: the right-hand side's value at the innermost loop.
 
 They share the state set up in :meth:`Lowerer.__init__` (``cin``, ``operands``,
 ``extents``, the output's parameters, the schedule) and the per-walk
-:class:`ucf.lower.state.State`.
+:class:`ucf.lower.state.State`. What it refuses before building anything is checked
+in ``supported``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import replace
 
 from ucf.cin.notation import CIN
-from ucf.errors import ScheduleError, UnsupportedError
+from ucf.errors import ScheduleError
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Array, Const, Var
-from ucf.lang.affine import Affine
 from ucf.lang.ast import accesses
 from ucf.lang.reductions import peel, temporary
-from ucf.lower import elementwise, row_chunks, sort, transforms
+from ucf.lower import row_chunks, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
 from ucf.lower.coiterate import CoiterationMixin
@@ -53,26 +53,22 @@ from ucf.lower.fused import FusedMixin
 from ucf.lower.held import HeldMixin
 from ucf.lower.iterators import IteratorsMixin
 from ucf.lower.lattice import (
-    Func,
     Lit,
     Negate,
     Op,
     Opnd,
-    Temp,
     Term,
     from_ast,
-    has_division,
-    operands,
     reduces,
     shared_reads,
-    subterms,
     top_reduces,
-    walk,
 )
+from ucf.lower.leaf_values import LeafValuesMixin
 from ucf.lower.nest import Nest
 from ucf.lower.parallel import mark_independent
 from ucf.lower.placement import PlacementMixin
 from ucf.lower.state import Lowered, Operand, SlotParams, State
+from ucf.lower.supported import check_supported
 from ucf.lower.temporaries import TemporariesMixin
 from ucf.lower.windows import WindowsMixin
 from ucf.lower.workspaces import WorkspacesMixin
@@ -93,6 +89,7 @@ class Lowerer(
     WorkspacesMixin,
     FusedMixin,
     HeldMixin,
+    LeafValuesMixin,
 ):
     """Lowers one CIN; ``lower()`` returns the kernel functions."""
 
@@ -115,7 +112,7 @@ class Lowerer(
         self.temps = {k: Var(temporary(r.vars, r.op), value_type) for k, r in self.reduces.items()}
         self.rhs_accesses = accesses(stmt.rhs)
         self.applied = applied
-        self._check_supported()
+        check_supported(cin, self.term, value_type, applied)
         fixed = cin.fixed
         self.extents: dict[str, ir.Expr] = {
             v: Const(fixed[v], I64) if v in fixed else Var(f"n_{v}", I64) for v in cin.order
@@ -267,84 +264,6 @@ class Lowerer(
                 if o not in seen:
                     seen.append(o)
         return False
-
-    # ---------------------------------------------------------------- checks
-    def _check_supported(self) -> None:
-        stmt = self.cin.statement
-        if len(set(self.cin.output_vars)) != len(self.cin.output_vars):
-            raise UnsupportedError(f"output {stmt.lhs}: a repeated index variable is not supported")
-        _check_divisors(self.term, self.cin)
-        if self.vt in ir.INT_TYPES and has_division(self.term):
-            raise UnsupportedError("division is not supported in integer kernels")
-        for t in walk(self.term):
-            if isinstance(t, Func):
-                elementwise.check(t.fn, self.vt)
-        self._check_fills()
-
-    def _check_fills(self) -> None:
-        """Refuse, by tensor, the fill values the rules of ``ucf.lower.lattice`` do not
-        carry through this statement."""
-        stmt = self.cin.statement
-        filled = [(n, s) for n, s in self.cin.slots.items() if s.format.fill]
-        out_fill = self.cin.output_format.fill
-        if out_fill:
-            filled.append((-1, None))
-        for n, slot in filled:
-            name = slot.tensor if slot else stmt.lhs.tensor
-            fill = slot.format.fill if slot else out_fill
-            where = (
-                f"tensor {name} (format '{(slot.format if slot else self.cin.output_format).name}')"
-            )
-            if self.vt in ir.INT_TYPES and math.isinf(fill):
-                raise UnsupportedError(
-                    f"{where} reads absent entries as {fill}, which a {self.vt} kernel cannot "
-                    "hold; compute in float32 or float64"
-                )
-            access = self.rhs_accesses[n]
-            if slot and any(ix.single_variable is None for ix in access.indices):
-                if any(v in self.cin.diagonals for ix in access.indices for v in ix.variables):
-                    raise UnsupportedError(
-                        f"{where}: reading {name} with a repeated index variable (a diagonal) "
-                        f"is not supported when its fill value is not 0; store {name} with "
-                        "fill 0 (the default) or dense"
-                    )
-                raise UnsupportedError(
-                    f"{where}: an operand with a fill value other than 0 and an affine index "
-                    f"({access}) is not supported"
-                )
-            if self.applied is not None and self.applied.precompute:
-                raise UnsupportedError(
-                    f"precompute in {stmt}: {where} has a fill value other than 0, which a "
-                    "precompute's zeroed workspace does not carry"
-                )
-        padded = [
-            s
-            for n, s in self.cin.slots.items()
-            if s.format.fixed_width
-            and any(
-                v in self.cin.blocks for ix in self.rhs_accesses[n].indices for v in ix.variables
-            )
-        ]
-        if filled and padded:
-            name = filled[0][1].tensor if filled[0][1] else stmt.lhs.tensor
-            split = sorted({b for b, _, _ in self.cin.blocks.values()})
-            raise UnsupportedError(
-                f"{stmt.text or stmt}: tensor {padded[0].tensor} has a fixed-width level, "
-                f"and {' and '.join(split)} {'runs' if len(split) == 1 else 'run'} in blocks "
-                "(of its format, or of another tensor's "
-                "on a variable they share): its padding entries, also past a partial block's "
-                f"end, would meet {name}'s fill value other than 0 (0 times an infinite fill "
-                f"is NaN); store {padded[0].tensor} without a fixed-width level, or the "
-                "blocked tensor unblocked"
-            )
-        if out_fill and self.cin.reduction_vars:
-            raise UnsupportedError(
-                f"{stmt}: the output {stmt.lhs.tensor} reads absent entries as {out_fill}, but "
-                f"the statement sums over {', '.join(self.cin.reduction_vars)}, and a sum that "
-                "meets no entry is 0; write the sum into an output whose fill is 0"
-            )
-
-    # ------------------------------------------------------------ parameters
 
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
@@ -513,71 +432,3 @@ class Lowerer(
             # the second operand when a comparison involves NaN), as numpy's nanmax does.
             return [ir.Assign(st.acc, ir.Bin(st.acc_op, value, st.acc)), *flag]
         return [self._store_output(st, value)]
-
-    def _fill(self, n: int) -> float:
-        """The value operand ``n`` reads as where it is absent (a workspace: 0)."""
-        slot = self.cin.slots.get(n)
-        return slot.format.fill if slot is not None else 0.0
-
-    @staticmethod
-    def _affine(a: Affine) -> ir.Expr:
-        """An index's value from the loop variables that are bound where it is read."""
-        e: ir.Expr = Const(a.const, I64)
-        for v, c in a.terms:
-            e = ir.add(e, ir.mul(Const(c, I64), Var(v, I64)))
-        return e
-
-    def _value(self, t: Term, st: State) -> ir.Expr:
-        if isinstance(t, Opnd):
-            op = self.operands[t.n]
-            alive = st.alive.get(t.n)
-            if t.n >= len(self.rhs_accesses):
-                ws = self.wheres[t.n - len(self.rhs_accesses)].ws
-                value = ir.Load(ws.vals, ws.index)
-                # in a flat loop an unmatched workspace holds an earlier row's value
-                # (it is reset only where this row writes it): it reads as 0 there
-                return value if alive is None else ir.Select(alive, value, Const(0, value.type))
-            if op.dense:
-                coords = [self._affine(ix) for ix in op.level_idx]
-                return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
-            value = self._held(op, st.pos[t.n], st)
-            if alive is None:
-                return value
-            fill = self._fill(t.n)
-            absent = ir.cast(Const(fill, "f64"), value.type) if fill else Const(0, value.type)
-            return ir.Select(alive, value, absent)
-        if isinstance(t, Lit):
-            return ir.cast(Const(t.value, "f64" if isinstance(t.value, float) else I64), self.vt)
-        if isinstance(t, Negate):
-            return ir.Neg(self._value(t.operand, st))
-        if isinstance(t, Temp):
-            return self.rescaled.get(t.id, self.temps[t.id])
-        if isinstance(t, Func):
-            return elementwise.apply(t.fn, [self._value(a, st) for a in t.args])
-        assert isinstance(t, Op), f"{t} reached a leaf uncomputed"
-        return ir.Bin(t.op, self._value(t.left, st), self._value(t.right, st))
-
-    # ------------------------------------------------------------------ loops
-
-    # ------------------------------------------------- coordinate-space split
-
-    # ------------------------------------------------------- affine accesses
-
-    # -------------------------------------------------------------- precompute
-
-    # ------------------------------------------------------------- fused pos
-
-
-def _check_divisors(t: Term, cin: CIN) -> None:
-    """A sparse divisor would divide by its implicit zeros; refuse rather than guess."""
-    for c in subterms(t):
-        _check_divisors(c, cin)
-    if isinstance(t, Op):
-        if t.op == "/":
-            for n in operands(t.right):
-                slot = cin.slots[n]
-                if not slot.format.is_dense:
-                    raise UnsupportedError(
-                        f"division by sparse tensor {slot.tensor} (format '{slot.format}') would "
-                        "divide by its implicit zeros; store the divisor dense"
-                    )

@@ -24,7 +24,8 @@ Each output element still sums its terms in the same order, each a fused multipl
 as in the ungrouped kernel (``ucf.passes.fma``), so the result is bit for bit the
 ungrouped kernel's. Columns after the last whole tile take narrower tiles where
 their count is a constant (a ``bound`` loop); rows that fill no group, and columns
-of a loop whose trip count varies, run in the original nest.
+of a loop whose trip count varies, run in the original nest. Which loops and nests
+have either shape is read in ``ucf.passes.row_nests``.
 """
 
 from __future__ import annotations
@@ -34,16 +35,8 @@ from dataclasses import dataclass, fields, replace
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
-from ucf.passes.tiling import (
-    ACCUMULATE,
-    SIZES,
-    VECTOR_BYTES,
-    enabled,
-    lanewise,
-    serial_loop,
-    unit_offset,
-    vector_of,
-)
+from ucf.passes.row_nests import Level, Tile, chains, nest_of, row_loop, tile_of
+from ucf.passes.tiling import SIZES, VECTOR_BYTES, enabled, unit_offset, vector_of
 
 #: Rows per group of a scalar sum: independent add chains in flight (latency 3-4
 #: cycles, two adders).
@@ -56,23 +49,6 @@ TILE_VECTORS = 4
 MAX_UNROLL = 4
 #: Groups of rows per chunk a thread takes with one tile of columns.
 CHUNK = 16
-
-
-@dataclass
-class _Level:
-    """One loop of a row's nest: the declarations before it, the loop, the statements
-    after it, and the level of the loop's body (None: the body holds no loop). A
-    ``shared`` loop has the same bounds in every row, so the rows of a group share its
-    variable; otherwise its trip count ``trip`` is the same, and each row's variable is
-    its own start plus a shared count. A level without a loop is the innermost body,
-    held in ``suffix``."""
-
-    prefix: list[ir.Decl]
-    loop: ir.For | None
-    suffix: list[ir.Stmt]
-    child: _Level | None = None
-    shared: bool = True
-    trip: ir.Expr | None = None
 
 
 def group_rows(fn: ir.Function, dense: bool = False) -> tuple[ir.Function, list[str]]:
@@ -89,112 +65,7 @@ def group_rows(fn: ir.Function, dense: bool = False) -> tuple[ir.Function, list[
     return replace(fn, body=rewriter.block(fn.body)), rewriter.notes
 
 
-def _row_loop(s: ir.Stmt) -> bool:
-    """A loop whose iterations are independent (``NoRaces``): threads run them, or one
-    thread does (``ucf.lower.parallel.mark_independent``)."""
-    return (
-        isinstance(s, ir.For)
-        and s.parallel in ("CPUThread", None)
-        and s.strategy == "NoRaces"
-        and not (s.prologue or s.epilogue or s.reduction or s.unroll)
-    )
-
-
-def _nest(body: list[ir.Stmt], local: set[str]) -> _Level | None:
-    """``body`` as declarations, one loop whose trip count does not depend on the
-    ``local`` variables (those that differ between rows), and statements after it,
-    down to a body without loops; None if it is not."""
-    body = [s for s in body if not isinstance(s, ir.Comment)]
-    at = next((k for k, s in enumerate(body) if isinstance(s, ir.For)), None)
-    if at is None:
-        return _Level([], None, body) if all(_straight(s) for s in body) else None
-    prefix, loop, suffix = body[:at], body[at], body[at + 1 :]
-    if not all(isinstance(s, ir.Decl) for s in prefix) or not all(_straight(s) for s in suffix):
-        return None
-    if not serial_loop(loop):
-        return None
-    local = local | {d.var.name for d in prefix}
-    if not names([loop.start, loop.end]) & local:
-        child = _nest(loop.body, local)
-        return None if child is None else _Level(prefix, loop, suffix, child)
-    end = loop.end
-    if not (isinstance(end, ir.Bin) and end.op == "+" and end.left == loop.start):
-        return None
-    if names(end.right) & local:
-        return None
-    child = _nest(loop.body, local | {loop.var.name})
-    return None if child is None else _Level(prefix, loop, suffix, child, False, end.right)
-
-
-def _straight(s: ir.Stmt) -> bool:
-    """A statement without nested statements that a row may run on its own."""
-    return isinstance(s, ir.Decl | ir.Assign | ir.Store) and not getattr(s, "atomic", False)
-
-
-def _levels(nest: _Level) -> list[_Level]:
-    out = [nest]
-    while out[-1].child is not None:
-        out.append(out[-1].child)
-    return out
-
-
-def _chains(nest: _Level, row: str) -> bool:
-    """Whether the innermost body sums into a variable of the row's own (a chain of
-    dependent adds), and every assignment is to such a variable."""
-    levels = _levels(nest)
-    if len(levels) < 2:
-        return False
-    own = {row} | {d.var.name for lv in levels for d in lv.prefix}
-    own |= {s.var.name for lv in levels for s in lv.suffix if isinstance(s, ir.Decl)}
-    assigns = [s for lv in levels for s in lv.suffix if isinstance(s, ir.Assign)]
-    return bool(assigns) and all(a.var.name in own for a in assigns)
-
-
-@dataclass
-class _Tile:
-    """A row's nest whose innermost loop ``inner`` accumulates ``store`` (its own
-    declarations substituted) at ``base + j``, inside loops that leave ``base`` as it
-    is."""
-
-    inner: ir.For
-    store: ir.Store
-    base: ir.Expr
-    level: _Level  # the level whose loop is ``inner``
-
-
-def _tile(nest: _Level) -> _Tile | None:
-    levels = _levels(nest)
-    if len(levels) < 3 or any(lv.suffix for lv in levels[:-2]):
-        return None
-    inner, body = levels[-2].loop, levels[-1].suffix
-    if not levels[-2].shared or levels[-2].suffix or not body:
-        return None
-    mapping: dict[str, ir.Expr] = {}
-    for d in body[:-1]:
-        if not isinstance(d, ir.Decl):
-            return None
-        mapping[d.var.name] = substitute(d.init, mapping)
-    store = body[-1]
-    if not isinstance(store, ir.Store) or not store.accumulate:
-        return None
-    store = replace(
-        store, index=substitute(store.index, mapping), value=substitute(store.value, mapping)
-    )
-    j, elem = inner.var.name, store.array.elem
-    base = unit_offset(store.index, j)
-    if base is None or elem not in ACCUMULATE or store.value.type != elem:
-        return None
-    # What the reduction loops declare must not move the tile, nor bound the loop over j.
-    reduction = {lv.loop.var.name for lv in levels[:-2]}
-    reduction |= {d.var.name for lv in levels[1:-1] for d in lv.prefix}
-    if names([base, inner.start, inner.end]) & reduction:
-        return None
-    if not lanewise(store.value, j, store.array.name):
-        return None
-    return _Tile(inner, store, base, levels[-2])
-
-
-def _shape(tile: _Tile) -> tuple[int, int]:
+def _shape(tile: Tile) -> tuple[int, int]:
     """Rows and vectors of ``j`` of a tile: ``TILE_ROWS`` x ``TILE_VECTORS``, or, where
     ``j``'s trip count is a constant narrower than that (a bounded loop: SpMM by 16
     float32 columns, whose rows else ran in the original nest, one chain of
@@ -291,17 +162,17 @@ class _Rewriter:
     def block(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for s in stmts:
-            grouped = self.grouped(s) if _row_loop(s) else None
+            grouped = self.grouped(s) if row_loop(s) else None
             out += [with_blocks(s, self.block)] if grouped is None else grouped
         return out
 
     def grouped(self, loop: ir.For) -> list[ir.Stmt] | None:
         row = loop.var.name
-        nest = _nest(loop.body, {row})
+        nest = nest_of(loop.body, {row})
         if nest is None:
             return None
         name = loop.label or row
-        tile = None if self.dense else _tile(nest)
+        tile = None if self.dense else tile_of(nest)
         packed = None if tile is None else self.packing(tile)
         if packed is not None:
             j = tile.inner.label or tile.inner.var.name
@@ -313,7 +184,7 @@ class _Rewriter:
                 f"tile of {j} into contiguous panels first"
             )
             return self.tiled(loop, nest, tile, packed, rows, vectors)
-        if not _chains(nest, row):
+        if not chains(nest, row):
             return None
         rows = CHAIN_ROWS
         self.notes.append(f"row groups: {rows} rows ({name}) sum their entries side by side")
@@ -351,7 +222,7 @@ class _Rewriter:
             out.append(s)
         return out
 
-    def jam(self, nest: _Level, maps: list[dict], hook=None, at=None) -> list[ir.Stmt]:
+    def jam(self, nest: Level, maps: list[dict], hook=None, at=None) -> list[ir.Stmt]:
         """``nest`` for every row of a group in lock step (``maps`` rename each row's
         variables, and grow with its declarations); at the level ``at``, after its
         declarations, ``hook(maps)`` gives the statements instead of its loop."""
@@ -384,7 +255,7 @@ class _Rewriter:
         out.append(replace(loop, var=var, start=start, end=end, body=body))
         return out + [s for m in maps for s in self.copy(nest.suffix, m)]
 
-    def packing(self, tile: _Tile) -> _Packed | None:
+    def packing(self, tile: Tile) -> _Packed | None:
         """How the one factor that varies with ``j`` is copied into panels: its load
         must read row ``r`` of a dense array at ``r * stride + j``, ``stride`` the
         extent of one of its modes (the others give the number of rows)."""
@@ -410,7 +281,7 @@ class _Rewriter:
         return _Packed(load, base.left, base.right, rows, panel)
 
     def tiled(
-        self, loop: ir.For, nest: _Level, tile: _Tile, packed: _Packed, rows: int, vectors: int
+        self, loop: ir.For, nest: Level, tile: Tile, packed: _Packed, rows: int, vectors: int
     ) -> list[ir.Stmt]:
         """The row loop as tile passes (``tile_pass``): the whole tiles of ``j``; where
         ``j``'s trip count is a constant, the columns after them in narrower tiles with
@@ -460,8 +331,8 @@ class _Rewriter:
     def tile_pass(
         self,
         loop: ir.For,
-        nest: _Level,
-        tile: _Tile,
+        nest: Level,
+        tile: Tile,
         packed: _Packed,
         shape: tuple[int, int, int],
         end: ir.Expr,

@@ -23,7 +23,7 @@ from ucf.lang.ast import accesses, fresh
 from ucf.lang.reductions import peel
 from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
 from ucf.schedule.gathering import is_product
-from ucf.schedule.records import Parallel
+from ucf.schedule.parallel_loops import THREADS
 
 #: Steps of ``k`` a tile adds before its ``C`` goes back to memory: ``DEPTH`` rows of
 #: ``B`` (256 KB of float32 at 1000 columns) make the panel, which stays in the L2 cache
@@ -42,8 +42,6 @@ MIN_ROWS = 32
 MIN_COLUMNS = 32
 #: ... and rows: a group of the tiles (``registers.ROWS``).
 MIN_TILE_ROWS = 4
-
-THREADS = Parallel("CPUThread", "NoRaces")
 
 
 def plan(cin: CIN, extents: dict[str, int] | None, threads: int) -> tuple[list[Command], list[str]]:

@@ -43,8 +43,7 @@ SPREAD = 1 << 18
 
 
 class Stats(Protocol):
-    """What the gate reads of a call's statistics (``ucf.schedule.cpu_model.Stats``,
-    which imports this)."""
+    """What the gate reads of a call's statistics (``ucf.schedule.stats.Stats``)."""
 
     extents: dict[str, int]
     itemsize: dict[str, int]

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 
 class Stats(Protocol):
-    """What the estimate reads of a call's statistics (``ucf.schedule.cpu_model.Stats``,
-    which imports the models that import this)."""
+    """What the estimate reads of a call's statistics (``ucf.schedule.stats.Stats``)."""
 
     extents: dict[str, int]
     nnz: dict[str, int]

@@ -37,7 +37,7 @@ ITEMSIZE = 8
 
 
 class Stats(Protocol):
-    """What the gate reads of a call's statistics (``ucf.schedule.cpu_model.Stats``,
+    """What the gate reads of a call's statistics (``ucf.schedule.stats.Stats``,
     which imports this)."""
 
     extents: dict[str, int]

@@ -1,21 +1,100 @@
-"""The operand statistics the default schedule reads at a call (``ucf.schedule.cpu_model``).
+"""The operand statistics the default schedule reads at a call (``ucf.schedule.cpu_model``):
+what they hold, how a call's key reads them, and how they are measured.
 
 They must cost next to nothing: extents and stored-entry counts are already at
 hand, and the statistics that read an array, how unevenly rows are filled, are
 kept per ``pos`` array, so calling a kernel again on the same operand does
-not read it again.
+not read it again. The thresholds of uneven rows live here, beside the key that
+buckets the statistics by them: calls the key does not tell apart must get the
+same schedule, so the key and the decision (``uneven``) read the same values.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ucf.format.format import Format
 from ucf.format.tensor import Tensor
-from ucf.schedule.cpu_model import MAX_SHARES, Stats
+from ucf.schedule import short_fibers
+
+#: Rows are shared out in chunks only when some row is this many times the mean...
+SKEWED = 4.0
+#: ... or a static split would give some thread this many times its share of entries...
+BALANCED = 1.1
+#: ... or this many times, when every row holds a chunk's work
+#: (``ucf.schedule.parallel_loops.CHUNK_WORK``; a block row of bcsr SpMM): handing out
+#: rows one at a time then costs nothing next to running them.
+HEAVY_BALANCED = 1.02
+#: The thread counts the imbalance is measured for (2 to this); more threads read this one.
+MAX_SHARES = 64
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What a call knows about its operands before running: extents per index
+    variable, stored entries per operand, and per sparse operand the longest
+    row over the mean row (1.0 for even rows) and, for 2, 3, ... ``MAX_SHARES``
+    threads, the largest share of its entries a static split of its rows gives
+    one thread over the mean share (``segments``). ``fibers``: per
+    sparse operand whose last level is segmented, its segments (the fibers a loop over
+    that level visits, empty ones included where a level above is dense, none that
+    is not stored) where the kernel reads it as stored; ``itemsize``: per operand, the
+    bytes of one value as the kernel reads it (``ucf.schedule.short_fibers`` reads both);
+    ``gathers``: per matrix read as stored, how far its entries lie from the diagonal
+    and over how many columns (``gathers``, read by ``ucf.schedule.far_streams``)."""
+
+    extents: dict[str, int]
+    nnz: dict[str, int] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)
+    imbalance: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    fibers: dict[str, int] = field(default_factory=dict)
+    itemsize: dict[str, int] = field(default_factory=dict)
+    gathers: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def share(self, tensor: str, threads: int) -> float:
+        """The imbalance of ``tensor`` split statically over ``threads`` (1.0 unknown)."""
+        shares = self.imbalance.get(tensor, ())
+        if threads < 2 or not shares:
+            return 1.0
+        return shares[min(threads, MAX_SHARES) - 2]
+
+    def key(self, threads: int) -> tuple:
+        """The statistics as far as the model looks at them: calls with the same key
+        get the same schedule."""
+        return (
+            threads,
+            tuple(sorted(self.extents.items())),
+            tuple(sorted((t, max(n, 1).bit_length()) for t, n in self.nnz.items())),
+            tuple(sorted((t, skewed(s)) for t, s in self.spread.items())),
+            tuple(
+                sorted(
+                    (t, self.share(t, threads) > BALANCED)
+                    for t in self.imbalance
+                    if self.share(t, threads) > HEAVY_BALANCED
+                )
+            ),
+            tuple(sorted(self.itemsize.items())),
+            tuple(sorted((t, short_fibers.short(self, t)) for t in self.fibers)),
+            tuple(sorted((t, *(int(g).bit_length() for g in v)) for t, v in self.gathers.items())),
+        )
+
+
+def skewed(skew: float) -> bool:
+    """Whether rows whose longest is ``skew`` times the mean are too uneven for a static
+    split, whatever a static split's shares."""
+    return skew > SKEWED
+
+
+def uneven(skew: float, share: float, heavy: bool) -> bool:
+    """Whether rows whose longest is ``skew`` times the mean, and whose static split gives
+    some thread ``share`` times its share, go in chunks rather than a static split;
+    ``heavy``: every row holds a chunk's work."""
+    return skewed(skew) or share > (HEAVY_BALANCED if heavy else BALANCED)
+
 
 # id(pos) -> (a weak reference to pos, (its spread, its imbalance)); the reference tells a
 # reused id apart.

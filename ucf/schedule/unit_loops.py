@@ -41,8 +41,7 @@ if TYPE_CHECKING:
 
 
 class Stats(Protocol):
-    """What the rules read of a call's statistics (``ucf.schedule.cpu_model.Stats``, whose
-    module imports this one)."""
+    """What the rules read of a call's statistics (``ucf.schedule.stats.Stats``)."""
 
     extents: dict[str, int]
 
