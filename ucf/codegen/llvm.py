@@ -263,7 +263,7 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         self.hint(s, b.branch(cond))
         b.position_at_end(exit_)
 
-    def hint(self, s: ir.For | ir.While, latch: ll.Instruction) -> None:
+    def hint(self, s: ir.For, latch: ll.Instruction) -> None:
         """Give the loop ``s``, whose latch is ``latch``, its hints (``llvm_loops``)."""
         found = llvm_loops.hints(s)
         if found:
@@ -283,7 +283,7 @@ class _FunctionBuilder(OpenMPLoops, Visitor):
         b.cbranch(self.expr(s.cond), body, exit_)
         b.position_at_end(body)
         self.block(s.body)
-        self.hint(s, b.branch(cond))
+        b.branch(cond)
         b.position_at_end(exit_)
 
     @handles(ir.If)
