@@ -106,7 +106,7 @@ def test_the_switch_is_checked(monkeypatch):
 
 @pytest.mark.parametrize("lengths", [[0, 7, 1, 40, 4, 0, 21], [0, 0], [3]])
 def test_spmv_streams_under_asan(asan_cc, tmp_path, lengths):
-    """Every prefetch here lands past the arrays (a few dozen entries, 8 KB ahead), on
+    """Every prefetch here lands past the arrays (a few dozen entries, 6 KB ahead), on
     short rows and in a long row's blocks: ASan must see no access."""
     rng = np.random.default_rng(len(lengths))
     cols = 48
@@ -145,8 +145,8 @@ def test_streams_into_the_l2_are_the_same_prefetches():
     assert {p.level for p in _prefetches(far)} == {2}
     assert {p.level for p in _prefetches(near)} == {1}
     assert [replace(p, level=1) for p in _prefetches(far)] == _prefetches(near)
-    assert "fetched 8 KB ahead into the L2, row after row" in far.cin
-    assert "fetched 8 KB ahead, row after row" in near.cin
+    assert "fetched 6 KB ahead into the L2, row after row" in far.cin
+    assert "fetched 6 KB ahead, row after row" in near.cin
 
 
 @pytest.mark.parametrize(("level", "locality"), [(1, 3), (2, 2)])

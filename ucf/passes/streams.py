@@ -41,11 +41,14 @@ from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, nodes, statements, substitute
 from ucf.passes.tiling import serial_loop
 
-#: Bytes between a stream's read and its prefetch (1024 float64 values, 2048 int32
-#: coordinates). llvm, on uniform / banded / R-MAT, of the time without (process CPU
-#: time, load 7): 2 KB ahead 0.63 / 1.18 / 0.98; 4 KB 0.58 / 1.02 / 0.91; 8 KB 0.63 /
-#: 1.01 / 0.91. A hand-written C kernel 512 positions ahead: 0.64 / 0.98 / 0.92.
-DISTANCE = 8192
+#: Bytes between a stream's read and its prefetch (768 float64 values, 1536 int32
+#: coordinates). llvm, on uniform / banded / R-MAT, of the time without (a Zen 5 core,
+#: 48 KB of L1, process CPU time, load 7): 2 KB ahead 0.63 / 1.18 / 0.98; 4 KB 0.58 /
+#: 1.02 / 0.91; 8 KB 0.63 / 1.01 / 0.91. On a Zen 4 core (32 KB of L1), banded's
+#: loop aligned (``LINE``), one thread: 4 KB 0.93, 5 KB 0.90, 6 KB 0.89-0.90, 16 KB
+#: 1.2 of 8 KB's time; two threads 6 KB 0.91; uniform and R-MAT alike within the noise
+#: (bench/README.md, "Where banded SpMV's row loop lies").
+DISTANCE = 6144
 #: The bytes a walk whose streams go into the L1 is aligned to (``ir.For.align``): a
 #: line of code. Such a walk's reads of ``x`` hit the cache, so its loop runs as fast
 #: as the core's front end delivers it, and LLVM places an innermost loop at 16 bytes:
