@@ -58,7 +58,7 @@ DISTANCE = 6144
 #: row loop lies"). A walk whose streams go into the L2 (the uniform matrix's, whose
 #: gathers miss the L1 and L2) keeps LLVM's placement: its loop inside a line ran
 #: 1.07-1.13x the time of its loop across two (the cause, without hardware counters,
-#: not found).
+#: not found). 0 leaves every walk to LLVM's placement (bench/banded_spmv.py).
 LINE = 64
 #: The largest number of positions one step of a blocked loop covers for it to be
 #: fetched in the loop (the partial sums' blocks of 4 float64, 8 float32).
@@ -117,12 +117,13 @@ def _block(
                 ]
                 if arrays:
                     into = " into the L2" if level == 2 else ""
-                    line = f"; loop {label} starts a {LINE}-byte line of code" if level == 1 else ""
+                    aligned = level == 1 and LINE > 0
+                    line = f"; loop {label} starts a {LINE}-byte line of code" if aligned else ""
                     notes[
                         f"prefetch: {', '.join(arrays)} of loop {label} "
                         f"fetched {DISTANCE // 1024} KB ahead{into}, row after row{line}"
                     ] = None
-                    if level == 1:
+                    if aligned:
                         walked = replace(walked, align=LINE)
                 s = walked
         elif s.BLOCKS:
