@@ -2,10 +2,11 @@
 lines ahead. Against scipy on both CPU targets at 1 and 2 threads, over empty rows, rows
 of 1 to 7 (the remainders of a split chain), a single long row and power-law rows;
 bit for bit between the targets and against the kernel without the pass (a prefetch
-moves a line, never a value), into the L1 or, with ``streams(j, 2)``, the L2; where the
-prefetches go (a row's own streams, not the rows SpGEMM walks at A's coordinates); and
-under AddressSanitizer, where every prefetch of these small matrices points past the
-arrays' ends."""
+moves a line, never a value), into the L1 or, with ``streams(j, 2)``, the L2; the walks
+fetched into the L1 starting a line of code on the llvm target; where the prefetches
+go (a row's own streams, not the rows SpGEMM walks at A's coordinates); and under
+AddressSanitizer, where every prefetch of these small matrices points past the arrays'
+ends."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.passes.test_partial_sums import LENGTHS, _rows_matrix
 from ucf.errors import UcfError
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.passes.streams import DISTANCE
+from ucf.passes.streams import DISTANCE, LINE
 
 SPMV = "y(i) = A(i,j) * x(j)"
 
@@ -105,7 +106,7 @@ def test_the_switch_is_checked(monkeypatch):
 
 @pytest.mark.parametrize("lengths", [[0, 7, 1, 40, 4, 0, 21], [0, 0], [3]])
 def test_spmv_streams_under_asan(asan_cc, tmp_path, lengths):
-    """Every prefetch here lands past the arrays (a few dozen entries, 8 KB ahead), on
+    """Every prefetch here lands past the arrays (a few dozen entries, 6 KB ahead), on
     short rows and in a long row's blocks: ASan must see no access."""
     rng = np.random.default_rng(len(lengths))
     cols = 48
@@ -144,8 +145,8 @@ def test_streams_into_the_l2_are_the_same_prefetches():
     assert {p.level for p in _prefetches(far)} == {2}
     assert {p.level for p in _prefetches(near)} == {1}
     assert [replace(p, level=1) for p in _prefetches(far)] == _prefetches(near)
-    assert "fetched 8 KB ahead into the L2, row after row" in far.cin
-    assert "fetched 8 KB ahead, row after row" in near.cin
+    assert "fetched 6 KB ahead into the L2, row after row" in far.cin
+    assert "fetched 6 KB ahead, row after row" in near.cin
 
 
 @pytest.mark.parametrize(("level", "locality"), [(1, 3), (2, 2)])
@@ -196,3 +197,27 @@ def test_spmv_streams_into_the_l2_under_asan(asan_cc, tmp_path, lengths):
     n = len(lengths)
     out = run_under_asan(asan_cc, tmp_path, k, "U", (n,), {"i": n, "j": cols}, ops)
     np.testing.assert_allclose(out.to_numpy(), m @ x, rtol=1e-12, atol=1e-12)
+
+
+def _aligned(k) -> list[ir.For]:
+    return [n for f in k.llir for n in nodes(f.body) if isinstance(n, ir.For) and n.align]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_walk_into_the_l1_starts_a_line_of_code(threads, monkeypatch):
+    """The walks fetched into the L1 (a short row's, a long row's blocks) start a 64-byte
+    line of code on the llvm target (``llvm.loop.align``, ``.p2align 6`` in the host
+    assembly, where LLVM would put an innermost loop at 16 bytes); walks fetched into the
+    L2, and kernels without the stream prefetches, keep LLVM's placement."""
+    par = "parallelize(i, CPUThread, NoRaces); " if threads > 1 else ""
+    near = ucf.compile(SPMV, formats={"A": "csr"}, schedule=f"{par}streams(j, 1)")
+    far = ucf.compile(SPMV, formats={"A": "csr"}, schedule=f"{par}streams(j, 2)")
+    assert [loop.align for loop in _aligned(near)] == [LINE, LINE]
+    assert near.source.count(f'!"llvm.loop.align", i32 {LINE}') == 2
+    assert near.asm.count(".p2align\t6") == 2
+    assert "starts a 64-byte line of code" in near.cin
+    assert not _aligned(far) and "llvm.loop.align" not in far.source
+    assert ".p2align\t6" not in far.asm and "line of code" not in far.cin
+    monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
+    plain = ucf.compile(SPMV, formats={"A": "csr"}, schedule=par.rstrip("; "))
+    assert not _aligned(plain) and ".p2align\t6" not in plain.asm

@@ -10,12 +10,12 @@ targets round identically.
 
 from __future__ import annotations
 
-import re
 import sys
 from functools import cache
 
 from llvmlite import ir as ll
 
+from ucf.codegen import llvm_loops
 from ucf.codegen.llvm_expressions import Expressions
 from ucf.codegen.llvm_openmp import OpenMPLoops
 from ucf.codegen.llvm_types import I8P, I32, SIZES, TYPES, is_float, ll_type
@@ -36,32 +36,7 @@ def module(
     vnni = (pairs.vnni(features), pairs.vnni512(features))
     for fn in fns:
         _FunctionBuilder(mod, fn, openmp, vnni).build()
-    return _loop_metadata(str(mod))
-
-
-_LOOP_HINT = re.compile(r'^(!\d+) = !\{ !"ucf\.loop\.(\w+)\.(\d+)\.(\d+)" \}$', re.M)
-
-
-def _loop_metadata(text: str) -> str:
-    """Turn placeholder nodes into LLVM's self-referential loop metadata.
-
-    llvmlite cannot build a ``distinct`` node that names itself, which is what
-    ``!llvm.loop`` requires, so loops carry a placeholder string node that is
-    rewritten here into unroll-count or vectorize-enable hints.
-    """
-    extra: list[str] = []
-
-    def rewrite(m: re.Match) -> str:
-        node, kind, serial, amount = m.groups()
-        hint = f"!{900000 + int(serial)}"
-        if kind == "unroll":
-            extra.append(f'{hint} = !{{!"llvm.loop.unroll.count", i32 {amount}}}')
-        else:
-            extra.append(f'{hint} = !{{!"llvm.loop.vectorize.enable", i1 true}}')
-        return f"{node} = distinct !{{{node}, {hint}}}"
-
-    text = _LOOP_HINT.sub(rewrite, text)
-    return text.rstrip("\n") + "\n" + "".join(line + "\n" for line in extra)
+    return llvm_loops.rewrite(str(mod))
 
 
 @cache
@@ -283,19 +258,17 @@ class _FunctionBuilder(OpenMPLoops, Expressions, Visitor):
         b.position_at_end(body)
         self.block(s.body)
         b.store(b.add(b.load(var), ll.Constant(TYPES["i64"], 1)), var)
-        latch = b.branch(cond)
-        hint = None
-        if s.unroll:
-            hint = ("unroll", s.unroll)
-        elif s.parallel == "CPUVector":
-            hint = ("vectorize", 1)
-        if hint:
-            serial = len(self.mod.metadata)
-            tag = f"ucf.loop.{hint[0]}.{serial}.{hint[1]}"
+        self.hint(s, b.branch(cond))
+        b.position_at_end(exit_)
+
+    def hint(self, s: ir.For, latch: ll.Instruction) -> None:
+        """Give the loop ``s``, whose latch is ``latch``, its hints (``llvm_loops``)."""
+        found = llvm_loops.hints(s)
+        if found:
+            tag = llvm_loops.tag(len(self.mod.metadata), found)
             latch.set_metadata(
                 "llvm.loop", self.mod.add_metadata([ll.MetaDataString(self.mod, tag)])
             )
-        b.position_at_end(exit_)
 
     @handles(ir.While)
     def while_loop(self, s: ir.While) -> None:

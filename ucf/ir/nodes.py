@@ -354,6 +354,7 @@ class For(Stmt):
     # block per thread also on the llvm target (``OpenMPLoops.static_block``)
     schedule: tuple[str, int] = ("static", 0)
     unroll: int = 0  # unroll count the backend compiler is told to use
+    align: int = 0  # bytes the loop's first instruction is aligned to (0: the backend's choice)
     reduction: list[Var] = field(default_factory=list)  # scalars summed across threads/lanes
     prologue: list[Stmt] = field(default_factory=list)  # per-thread setup of a parallel loop
     epilogue: list[Stmt] = field(default_factory=list)  # per-thread teardown

@@ -59,6 +59,8 @@ class _Printer(Visitor):
             attrs.append("reduce(" + ", ".join(r.name for r in s.reduction) + ")")
         if s.unroll:
             attrs.append(f"unroll({s.unroll})")
+        if s.align:
+            attrs.append(f"align({s.align})")
         if s.parallel_if is not None:
             attrs.append(f"if({expr(s.parallel_if)})")
         label = f"  # {s.label}" if s.label and s.label != s.var.name else ""

@@ -25,7 +25,7 @@ loop the ``streams(j, 2)`` command names (``prefetcht1``): where the reads of ``
 miss the L1 and L2 (the uniform matrix above, on a Zen 4 core), the L1 prefetches cost
 more than they save, and the default gives such walks level 2
 (``ucf.schedule.far_streams``). The values computed are unchanged: a prefetch only
-moves a line. A prefetch never
+moves a line. A walk fetched into the L1 also starts a line of code (``LINE``). A prefetch never
 faults, and its address is computed without assuming it lies in the array
 (``ir.Prefetch``), so the rows near the end fetch past it harmlessly.
 """
@@ -41,11 +41,25 @@ from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, nodes, statements, substitute
 from ucf.passes.tiling import serial_loop
 
-#: Bytes between a stream's read and its prefetch (1024 float64 values, 2048 int32
-#: coordinates). llvm, on uniform / banded / R-MAT, of the time without (process CPU
-#: time, load 7): 2 KB ahead 0.63 / 1.18 / 0.98; 4 KB 0.58 / 1.02 / 0.91; 8 KB 0.63 /
-#: 1.01 / 0.91. A hand-written C kernel 512 positions ahead: 0.64 / 0.98 / 0.92.
-DISTANCE = 8192
+#: Bytes between a stream's read and its prefetch (768 float64 values, 1536 int32
+#: coordinates). llvm, on uniform / banded / R-MAT, of the time without (a Zen 5 core,
+#: 48 KB of L1, process CPU time, load 7): 2 KB ahead 0.63 / 1.18 / 0.98; 4 KB 0.58 /
+#: 1.02 / 0.91; 8 KB 0.63 / 1.01 / 0.91. On a Zen 4 core (32 KB of L1), banded's
+#: loop aligned (``LINE``), one thread: 4 KB 0.93, 5 KB 0.90, 6 KB 0.89-0.90, 16 KB
+#: 1.2 of 8 KB's time; two threads 6 KB 0.91; uniform and R-MAT alike within the noise
+#: (bench/README.md, "Where banded SpMV's row loop lies").
+DISTANCE = 6144
+#: The bytes a walk whose streams go into the L1 is aligned to (``ir.For.align``): a
+#: line of code. Such a walk's reads of ``x`` hit the cache, so its loop runs as fast
+#: as the core's front end delivers it, and LLVM places an innermost loop at 16 bytes:
+#: banded SpMV's loop over a row (24 bytes) lay across two 64-byte lines, fetched
+#: twice an iteration, 18.7-19.1 ms on one Zen 4 thread; the same assembly within a
+#: line 15.8-16.1 (process CPU time, load 10, bench/README.md "Where banded SpMV's
+#: row loop lies"). A walk whose streams go into the L2 (the uniform matrix's, whose
+#: gathers miss the L1 and L2) keeps LLVM's placement: its loop inside a line ran
+#: 1.07-1.13x the time of its loop across two (the cause, without hardware counters,
+#: not found). 0 leaves every walk to LLVM's placement (bench/banded_spmv.py).
+LINE = 64
 #: The largest number of positions one step of a blocked loop covers for it to be
 #: fetched in the loop (the partial sums' blocks of 4 float64, 8 float32).
 MAX_BLOCK = 16
@@ -103,10 +117,14 @@ def _block(
                 ]
                 if arrays:
                     into = " into the L2" if level == 2 else ""
+                    aligned = level == 1 and LINE > 0
+                    line = f"; loop {label} starts a {LINE}-byte line of code" if aligned else ""
                     notes[
                         f"prefetch: {', '.join(arrays)} of loop {label} "
-                        f"fetched {DISTANCE // 1024} KB ahead{into}, row after row"
+                        f"fetched {DISTANCE // 1024} KB ahead{into}, row after row{line}"
                     ] = None
+                    if aligned:
+                        walked = replace(walked, align=LINE)
                 s = walked
         elif s.BLOCKS:
             s = replace(

@@ -1,7 +1,7 @@
 """The default for a row walk whose gathers land far apart: ``streams(j, 2)``.
 
 SpMV's walk over a row reads the row's coordinates and values in order, and the
-vector ``x`` at the coordinates. ``ucf.passes.streams`` fetches the two streams 8 KB
+vector ``x`` at the coordinates. ``ucf.passes.streams`` fetches the two streams 6 KB
 ahead; into the L1 (x86's ``prefetcht0``), that pays where ``x``'s reads hit the
 cache: banded SpMV, 2M rows of 15, one Zen 4 thread, 0.75-0.80x scipy's time with the
 prefetch into the L1, 0.86-0.93x with none, 1.4-1.7x into the L2 only. Where the
