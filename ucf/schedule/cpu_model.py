@@ -33,6 +33,7 @@ from ucf.schedule import (
     transposed_products,
     unit_loops,
 )
+from ucf.schedule.block_rows import reads_in_place
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -501,6 +502,8 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     heavy = per_row >= CHUNK_WORK
     if skew <= SKEWED and share <= (HEAVY_BALANCED if heavy else BALANCED):
         return plain, static
+    if heavy and skew <= SKEWED and any(reads_in_place(cin, v, stats, t, work) for t in mine):
+        return plain, f"{static}: its block rows read B in place across rows (block_rows)"
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads and not heavy:
