@@ -1,6 +1,7 @@
 """The default's split of bcsr SpMM's block rows on two threads (``ucf.schedule.block_rows``):
 where the call stores few blocks a block column and B's panels are large, so that the
-tiles read B in place, the block rows keep the static split (a thread's rows follow each
+tiles read B in place, the block rows keep the static split (unless it gives a thread
+over ``block_rows.SHARE`` of its share) (a thread's rows follow each
 other, and each block prefetches the next one's rows of B across rows); elsewhere heavy
 block rows unevenly split still go in dynamic chunks of one. Either way every block row
 is summed in the same order: the result is bit for bit the one-thread kernel's, and
@@ -22,8 +23,9 @@ FMT = "bcsr(32,32)"
 M, K = 300, 520
 #: Blocks stored in each block row: the first half of the rows holds more, so a static
 #: split gives one of two threads over 1.02x its share (heavy rows then go in chunks).
-FEW = [4, 4, 3, 3, 3, 1, 1, 1, 1, 1]  # 22 blocks: 1.3 a block column
-MANY = [10, 10, 10, 10, 10, 7, 7, 7, 7, 7]  # 85 blocks: 5 a block column
+FEW = [3, 3, 3, 3, 2, 2, 2, 2, 2, 2]  # 24 blocks: 1.4 a block column; 1.17x the share
+MANY = [10, 10, 10, 10, 10, 7, 7, 7, 7, 7]  # 85 blocks: 5 a block column; 1.18x
+UNEVEN = [4, 4, 3, 3, 3, 1, 1, 1, 1, 1]  # 22 blocks: 1.3 a block column; 1.55x
 STATIC = "shared out statically"
 CHUNKS = "dynamically scheduled chunks of 1 "
 
@@ -50,8 +52,9 @@ def split(k: ucf.Kernel) -> str:
         (FEW, 600, STATIC),  # 17 panels of 75 KB: 1.3 MB, over NEAR_BYTES: in place
         (MANY, 600, CHUNKS),  # 5 blocks a block column: packed
         (FEW, 200, CHUNKS),  # 17 panels of 25 KB: packed (they stay in L2)
+        (UNEVEN, 600, CHUNKS),  # in place, but a static split over block_rows.SHARE
     ],
-    ids=["few-wide", "many-wide", "few-narrow"],
+    ids=["few-wide", "many-wide", "few-narrow", "uneven-wide"],
 )
 def test_block_rows_split_by_what_the_tiles_read(monkeypatch, tmp_path, target, per_row, n, plan):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))

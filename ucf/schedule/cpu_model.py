@@ -1,15 +1,14 @@
 """The default schedule: decisions from the statement, the formats and cheap
 statistics of the operands, when the user gives no schedule.
 
-Each decision is a scheduling command plus one line saying why, so ``k.cin``
-explains the kernel it got. The model proposes; ``ucf.pipeline`` checks each
-proposal with the same checker a user's schedule goes through and takes the
-first that passes, so a wrong guess costs a fallback, never a wrong kernel.
+Each decision is a scheduling command plus one line saying why, so ``k.cin`` explains
+the kernel it got. The model proposes; ``ucf.pipeline`` checks each proposal with the
+same checker a user's schedule goes through and takes the first that passes, so a wrong
+guess costs a fallback, never a wrong kernel.
 
-The statistics are what a call can see for almost nothing: every variable's
-extent, each operand's number of stored entries, and how unevenly a sparse
-operand's rows are filled. Without them (compiling before any call) the
-model assumes large extents and even rows.
+The statistics are what a call can see for almost nothing: every variable's extent, each
+operand's number of stored entries, and how unevenly a sparse operand's rows are filled.
+Without them (compiling before any call) the model assumes large extents and even rows.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from ucf.format.format import Format
 from ucf.lang.ast import Binary, Sum, accesses, text
 from ucf.lang.reductions import peel
 from ucf.schedule import (
+    block_rows,
     contraction_order,
     dense_gather,
     dense_products,
@@ -33,7 +33,6 @@ from ucf.schedule import (
     transposed_products,
     unit_loops,
 )
-from ucf.schedule.block_rows import reads_in_place
 from ucf.schedule.commands import (
     BoundCommand,
     Command,
@@ -89,13 +88,12 @@ TILES = (32, 16)
 #: untiled row (MTTKRP R = 64 on the headroom suite's tensors, 2 threads: tiles of 16
 #: 1.3-2.3x faster than the untiled row on three of four, 5 % slower on the fourth).
 NESTED_TILE = 16
-#: Entries per row of a fixed-width operand (``ell(w)``, ``nm(n,m)``) from which the
-#: bounded loop takes no register tiles and its rows run in groups instead
-#: (``ucf.passes.row_groups``, which needs the plain order): a tile of one row adds
-#: the row's entries in one chain of dependent multiply-adds per vector, which the core
-#: overlaps with the next tile's only while the chain is short. One Zen 5 thread,
-#: float32: N:M SpMM 2000 x 512 (256 entries a row) by 32 to 256 columns ran 5-6x
-#: faster in groups (N = 256: 18.5 ms in tiles, 3.6 in groups); ELL(16) by 64 to 256
+#: Entries per row of a fixed-width operand (``ell(w)``, ``nm(n,m)``) from which the bounded loop
+#: takes no register tiles and its rows run in groups instead (``ucf.passes.row_groups``, which
+#: needs the plain order): a tile of one row adds the row's entries in one chain of dependent
+#: multiply-adds per vector, which the core overlaps with the next tile's only while the chain is
+#: short. One Zen 5 thread, float32: N:M SpMM 2000 x 512 (256 entries a row) by 32 to 256 columns
+#: ran 5-6x faster in groups (N = 256: 18.5 ms in tiles, 3.6 in groups); ELL(16) by 64 to 256
 #: columns 1.3x faster in groups, but 1.4x slower in float64 at 256 columns.
 LONG_ROW = 64
 
@@ -140,7 +138,7 @@ class Stats:
             tuple(sorted((t, s > SKEWED) for t, s in self.spread.items())),
             tuple(
                 sorted(
-                    (t, self.share(t, threads) > BALANCED)
+                    (t, *(self.share(t, threads) > b for b in (BALANCED, block_rows.SHARE)))
                     for t in self.imbalance
                     if self.share(t, threads) > HEAVY_BALANCED
                 )
@@ -483,10 +481,10 @@ def _parallel_loops(cin: CIN, order: list[str], stats: Stats | None, threads: in
 
 def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float | None):
     """The commands that run ``v`` in parallel. Rows of even length are shared out
-    statically; when some row is much longer than the mean, or a static split would
-    give some thread much more than its share, they go in dynamically scheduled chunks
-    sized so each holds enough work and the long rows still balance. Rows that each hold
-    a chunk's work go one at a time at a smaller imbalance already."""
+    statically; when some row is much longer than the mean, or a static split would give
+    some thread much more than its share, they go in dynamically scheduled chunks sized so
+    each holds enough work and the long rows still balance. Rows that each hold a chunk's
+    work go one at a time at a smaller imbalance already, unless ``block_rows`` keeps them."""
     plain = [Parallelize(v, THREADS)]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
@@ -500,10 +498,9 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     )
     per_row = max(work / rows, 1.0)
     heavy = per_row >= CHUNK_WORK
-    if skew <= SKEWED and share <= (HEAVY_BALANCED if heavy else BALANCED):
-        return plain, static
-    if heavy and skew <= SKEWED and any(reads_in_place(cin, v, stats, t, work) for t in mine):
-        return plain, f"{static}: its block rows read B in place across rows (block_rows)"
+    kept = heavy and block_rows.static_rows(cin, v, stats, mine, work, threads)
+    if skew <= SKEWED and (share <= (HEAVY_BALANCED if heavy else BALANCED) or kept):
+        return plain, static + (block_rows.WHY if kept else "")
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads and not heavy:
