@@ -42,7 +42,10 @@ NEAR_BYTES = 1 << 20
 #: blocks. In ``Stats.key``, so calls either side of it get plans of their own.
 SHARE = 1.25
 #: What ``k.cin`` adds to the static split's reason where ``static_rows`` kept it.
-WHY = ": its block rows read B in place and prefetch it across rows (block_rows)"
+WHY = (
+    ": a thread's block rows follow each other, so its tiles read B in place, or pack it,"
+    " with the next stored block's rows prefetched across rows (block_rows)"
+)
 
 
 class Stats(Protocol):
@@ -59,10 +62,11 @@ def static_rows(
     cin: CIN, rows: str, stats: Stats, tensors: list[str], work: float, threads: int
 ) -> bool:
     """Whether the block rows ``rows`` of one of the sparse ``tensors`` (``work``
-    multiply-adds in all) keep a static split on ``threads``: the tiles read the dense
-    factor in place (at most ``IN_PLACE_USES`` blocks a block column, the factor's
-    panels, its rows for every block column, over ``NEAR_BYTES``: what
-    ``ucf.passes.panels.packed`` tests at the call), and the split within ``SHARE``."""
+    multiply-adds in all) keep a static split on ``threads``: at most ``IN_PLACE_USES``
+    blocks a block column and the dense factor's panels (its rows for every block
+    column) over ``NEAR_BYTES``, the test ``ucf.passes.panels.packed`` makes at the call
+    (where the factor is a computation, TeSA's ``relu(T)``, the tiles pack it, and still
+    prefetch the next block's rows of it across rows), and the split within ``SHARE``."""
     sizes = {outer: size for _, outer, size in cin.blocks.values()}
     if rows not in sizes or len(sizes) != 2:
         return False

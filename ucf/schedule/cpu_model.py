@@ -500,7 +500,7 @@ def _parallel(cin: CIN, v: str, stats: Stats | None, threads: int, work: float |
     heavy = per_row >= CHUNK_WORK
     kept = heavy and block_rows.static_rows(cin, v, stats, mine, work, threads)
     if skew <= SKEWED and (share <= (HEAVY_BALANCED if heavy else BALANCED) or kept):
-        return plain, static + (block_rows.WHY if kept else "")
+        return plain, static + (block_rows.WHY if kept and share > HEAVY_BALANCED else "")
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads and not heavy:
