@@ -12,9 +12,9 @@ one block row that heavy block rows otherwise get (``cpu_model._parallel``), whe
 thread knows its next row: each row's first block then packs its panel from B's rows
 cold. bcsr(32,32) SpMM 1024^3 float32, 90 % zero blocks (3.3 blocks a block column), two
 threads, ucf's llvm kernels alternated in one process with passive waits (so CPU time is
-work): the static plan took 0.90x the CPU time of chunks of one block row with B evicted
-before each call, 0.82x straight after itself; at 50 % zero blocks (16 blocks a block
-column: every panel packed, no in place) both the same (bench/README.md, h89).
+work): the static plan took 0.90-0.91x the CPU time of chunks of one block row with B
+evicted before each call, 0.82-0.88x straight after itself (three runs); at 50 % zero
+blocks (16 blocks a block column: every panel packed) both the same (bench/README.md, h89).
 """
 
 from __future__ import annotations
