@@ -13,7 +13,7 @@ it), so every variant keeps ucf's tiles, first-block zeros, team cache and prefe
 except where it says:
 
 - ``base``: ucf's kernel as generated where it packs every panel
-  (``panels.IN_PLACE_USES`` 0);
+  (``block_rows.IN_PLACE_USES`` 0);
 - ``in place``: the tiles read B's rows where they are (no panel is packed; the
   prefetch of the next block's B rows, which ucf emits for a panel not yet packed,
   runs before every block): what ucf's kernel does where the call stores at most
@@ -58,7 +58,7 @@ from spmv_spmm import fresh_kernel_cache  # noqa: E402
 from tesa_formats import BLOCK, SPMM, block_sparse  # noqa: E402
 
 import ucf  # noqa: E402
-from ucf.passes import panels  # noqa: E402
+from ucf.schedule import block_rows  # noqa: E402
 
 VARIANTS = ("base", "in place", "scratch", "both", "both, plain stores")
 
@@ -251,9 +251,9 @@ static double h85_tc(void) {
 
 def sources(schedule: str) -> str:
     """The variants' C, one function each, from ucf's source of the 2-thread kernel
-    that packs at every density (``panels.IN_PLACE_USES`` 0; the kernel cache is the
+    that packs at every density (``block_rows.IN_PLACE_USES`` 0; the kernel cache is the
     run's own, so no kernel compiled with another value is taken)."""
-    panels.IN_PLACE_USES = 0
+    block_rows.IN_PLACE_USES = 0
     ucf.set_num_threads(2)
     k = ucf.compile(SPMM, formats={"A": f"bcsr({BLOCK},{BLOCK})"}, dtype="float32", target="c")
     head, body = k.c_source.split("void kernel(", 1)

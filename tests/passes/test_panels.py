@@ -18,7 +18,7 @@ from tests.helpers import needs_cc
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
 from ucf.passes import panels, registers, tiling
-from ucf.schedule import cpu_model
+from ucf.schedule import block_rows, cpu_model
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 BLOCK = (16, 8)
@@ -75,7 +75,7 @@ CASES = [
 def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))  # CACHE_BYTES is not in the key
     monkeypatch.setattr(cpu_model, "REPLAN_WORK", 1 << 40)  # the plan parallel over i_blk
-    monkeypatch.setattr(panels, "NEAR_BYTES", 0)  # prefetch the next panel however small
+    monkeypatch.setattr(block_rows, "NEAR_BYTES", 0)  # prefetch the next panel however small
     if held is not None:  # a cache of each thread's own
         monkeypatch.setattr(panels, "TEAM_BYTES", 0)
     if isinstance(held, int):
@@ -111,7 +111,7 @@ def test_the_cache_is_bounded(monkeypatch, tmp_path):
     fit in ``TEAM_BYTES`` (and the threads' own none), beyond it none (and each
     thread's own as many as fit in ``CACHE_BYTES``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(panels, "IN_PLACE_USES", 0)  # the sizes of packed panels, no test of A
+    monkeypatch.setattr(block_rows, "IN_PLACE_USES", 0)  # the sizes of packed panels, no test of A
     small, huge = {"n_k_blk": 5}, {"n_k_blk": 10**6 // 8, "n_j": 10**6}
     for dtype, size in (("float32", 4), ("float64", 8)):
         width = tile_width() * 4 // size

@@ -1,5 +1,5 @@
-"""B's rows read in place where packing its panels would not pay (``panels.IN_PLACE_USES``:
-few blocks stored a block column, panels beyond ``panels.NEAR_BYTES``), decided at the
+"""B's rows read in place where packing its panels would not pay (``block_rows.IN_PLACE_USES``:
+few blocks stored a block column, panels beyond ``block_rows.NEAR_BYTES``), decided at the
 call: the same kernel packs at one density and reads in place at another. Ragged extents
 (partial blocks, a tail of columns after the tiles), 0 to 100 % zero blocks, llvm and c,
 one thread and two (the team's cache), against numpy and bit for bit against the kernel
@@ -12,7 +12,7 @@ import pytest
 
 import ucf
 from tests.helpers import needs_cc
-from ucf.passes import panels
+from ucf.schedule import block_rows
 from ucf.toolchain import jit
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
@@ -43,7 +43,7 @@ def compiled(monkeypatch, tmp_path, target: str, schedule: str, uses: int):
     schedule of its own, so that no call compiles a plan of its own later (with
     whatever ``IN_PLACE_USES`` then holds)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / f"cache-{target}-{uses}"))
-    monkeypatch.setattr(panels, "IN_PLACE_USES", uses)
+    monkeypatch.setattr(block_rows, "IN_PLACE_USES", uses)
     return ucf.compile(SPMM, formats={"A": FMT}, dtype="float32", target=target, schedule=schedule)
 
 
@@ -58,7 +58,7 @@ def test_in_place_or_packed_bit_for_bit(monkeypatch, tmp_path, target, schedule)
     fixed = jit.set_whole_team(True)
     try:
         ucf.set_num_threads(1 if schedule == SCHEDULES[0] else 2)  # conftest restores it
-        k = compiled(monkeypatch, tmp_path, target, schedule, panels.IN_PLACE_USES)
+        k = compiled(monkeypatch, tmp_path, target, schedule, block_rows.IN_PLACE_USES)
         packing = compiled(monkeypatch, tmp_path, target, schedule, 0)
         # in chunks of a block row the next row's first block is not known: it packs
         assert (NOTE in k.cin) == (schedule != SCHEDULES[2]) and NOTE not in packing.cin

@@ -21,6 +21,7 @@ import ucf
 from tests.asan import run_under_asan
 from ucf.exec.kernel import Kernel
 from ucf.passes import pairs, panels
+from ucf.schedule import block_rows
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
 SPMV = "y(i) = A(i,k) * x(k)"
@@ -94,8 +95,8 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
     tail (64 columns, whole tiles) the first block of each whole block row writes its
     rows of C from zeroed registers, and the rest are zeroed (``first_write``)."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # CACHE_BYTES not in the key
-    monkeypatch.setattr(panels, "NEAR_BYTES", 0)
-    monkeypatch.setattr(panels, "IN_PLACE_USES", 0)  # packed, however few blocks a column
+    monkeypatch.setattr(block_rows, "NEAR_BYTES", 0)
+    monkeypatch.setattr(block_rows, "IN_PLACE_USES", 0)  # packed, however few blocks a column
     if held is not None:
         monkeypatch.setattr(panels, "CACHE_BYTES", 1)  # a slot: fewer bytes than a panel
         monkeypatch.setattr(panels, "TEAM_BYTES", 0)  # each thread's own cache
@@ -111,13 +112,13 @@ def test_blocked_spmm_panels_packed_once_per_call(monkeypatch, asan_cc, tmp_path
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_b_read_in_place_in_bounds(monkeypatch, asan_cc, tmp_path, threads):  # noqa: F811
-    """B's rows read in place instead of packed (``panels.IN_PLACE_USES``), with the next
+    """B's rows read in place instead of packed (``block_rows.IN_PLACE_USES``), with the next
     block's rows prefetched across block rows: 16 block rows over 8 block columns (the
     last partial), 16 to 32 blocks (at most 4 a column, and work enough for a team),
     4 tiles of columns and a tail, on one thread and on the team of two; the panels'
     bytes bound made 0 so that these small panels qualify."""
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))  # NEAR_BYTES not in the key
-    monkeypatch.setattr(panels, "NEAR_BYTES", 0)
+    monkeypatch.setattr(block_rows, "NEAR_BYTES", 0)
     rng = np.random.default_rng(8)
     a = _block_sparse(rng, (256, 61), (16, 8), 0.2)
     a[16:32] = 0

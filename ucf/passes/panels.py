@@ -40,6 +40,7 @@ from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
 from ucf.ir.walk import names, nodes, substitute
 from ucf.passes.tiling import SIZES, Nest, TileState, trip_bound, trip_count, vector_of
+from ucf.schedule import block_rows
 
 #: Groups of rows that must share the other factor's rows before they are packed into a
 #: panel for each block: the copy costs about one more pass over those rows. On bcsr(32,32)
@@ -78,19 +79,6 @@ SPINS = 1024
 
 #: A cache line, in bytes: the step of the prefetches of the next block's panel.
 LINE = 64
-#: Blocks per panel of the call at most (the blocks stored over the block columns) for
-#: which the tiles read B's rows in place instead of packing the panels, where those
-#: panels exceed ``NEAR_BYTES``: packing a panel read by few blocks costs more than
-#: the panel saves. bcsr(32,32) SpMM 1024^3 float32 (bench/block_variants.py, ucf's C
-#: kernel, B and C evicted before each call, one Zen 4 thread, process CPU time):
-#: 3.3 blocks a block column (90 % zero blocks) read in place 0.90x the time where B's
-#: and C's rows lie apart in the 4 KB an L1 way spans, 1.0x where they share it; 15.7
-#: (50 %) 0.99x apart and 1.10x sharing, so those pack. Without the prefetch of the
-#: next block's B rows it needs, in place took 1.14-1.24x.
-IN_PLACE_USES = 4
-#: A thread's panels up to this many bytes stay in its L2 (1 MB a core on Zen 5), and
-#: the next block's panel is not prefetched.
-NEAR_BYTES = 1 << 20
 
 
 def packed(
@@ -122,8 +110,8 @@ def packed(
     some 100,000 float32 columns). Its length must be known where it is allocated (from
     the function's parameters). The last value is what each tile of a ``group`` of rows
     runs first: prefetches of the cached panel of the next block (``ahead``). The fifth
-    is where the tiles read the factors in place instead (``IN_PLACE_USES``; tested at the
-    call, None where they never do): no panel is packed then."""
+    is where the tiles read the factors in place instead (``block_rows.IN_PLACE_USES``;
+    tested at the call, None where they never do): no panel is packed then."""
     j, red = nest.inner.var.name, nest.red
     span = ir.sub(nest.inner.end, nest.inner.start)
     if not names(span) <= state.params:
@@ -166,7 +154,10 @@ def packed(
     in_place = packs = None
     if stored is not None:
         # blocks per block column: each of the column's panels (one a chunk) serves them all
-        near, many = Const(NEAR_BYTES, I64), ir.mul(Const(IN_PLACE_USES, I64), extent)
+        near, many = (
+            Const(block_rows.NEAR_BYTES, I64),
+            ir.mul(Const(block_rows.IN_PLACE_USES, I64), extent),
+        )
         in_place = ir.Logic("and", ir.Cmp(">", panel_bytes, near), ir.Cmp("<=", stored, many))
         packs = ir.Logic("or", ir.Cmp("<=", panel_bytes, near), ir.Cmp(">", stored, many))
     panels: dict[ir.Expr, tuple[ir.Array, ir.Expr]] = {}
@@ -216,8 +207,8 @@ def packed(
     if in_place is not None:
         state.notes.append(
             f"registers: {', '.join(named(x) for x in panels)} read in place, not packed, "
-            f"where the call stores at most {IN_PLACE_USES} blocks a {coordinate.name} and "
-            f"the panels exceed {NEAR_BYTES >> 20} MB"
+            f"where the call stores at most {block_rows.IN_PLACE_USES} blocks a "
+            f"{coordinate.name} and the panels exceed {block_rows.NEAR_BYTES >> 20} MB"
         )
         guard = ir.If(packs, [guard])
     fetch: list[ir.Stmt] = []
@@ -231,7 +222,7 @@ def packed(
         # A panel not yet packed is prefetched too: its lines are about to be written.
         # bcsr(32,32) SpMM 1024^3, one thread, each call after torch's matmul: 0.93 to
         # 0.98x the time at 90 % zero blocks, 0.91 to 0.98x at 50 %. Only where a thread's panels
-        # exceed ``NEAR_BYTES``: smaller ones (the TeSA plan's X panels, 512 KB for 128
+        # exceed ``block_rows.NEAR_BYTES``: smaller ones (the TeSA plan's X panels, 512 KB for 128
         # tokens) stay in L2, and there the prefetches are instructions for nothing.
         ahead = Var(state.fresh("panel_next"), I64)
         near = ir.add(ir.mul(following, chunks), chunk)
@@ -270,7 +261,7 @@ def packed(
                 ir.Decl(ready, ir.Select(published, Const(1, I64), Const(0, I64))),
             ]
             fetch = [ir.If(ir.Cmp("!=", ready, Const(0, I64)), fetch, sources)]
-        fetch = [ir.If(ir.Cmp(">", panel_bytes, Const(NEAR_BYTES, I64)), fetch)]
+        fetch = [ir.If(ir.Cmp(">", panel_bytes, Const(block_rows.NEAR_BYTES, I64)), fetch)]
     return panels, [*decls, guard], per_chunk, fetch, in_place
 
 
@@ -285,11 +276,15 @@ def _in_place(
     the factors in place: each a load (read as the nest reads it), with the prefetch of
     the next block's rows they need (``_source_fetches``: the reduction's trip count
     whole in ``groups``), reaching across block rows (``TileState.across``); else None,
-    and where ``IN_PLACE_USES`` is 0. Without ``across`` a row's first block finds its
+    and where ``block_rows.IN_PLACE_USES`` is 0. Without ``across`` a row's first block finds its
     rows of B cold: on the default's plan for two threads (dynamic chunks of one block
     row, whose next row no thread knows) in place measured 0.96-1.03x the time of
     packing (bench/README.md)."""
-    if IN_PLACE_USES < 1 or not groups or not all(isinstance(f, ir.Load) for f in factors):
+    if (
+        block_rows.IN_PLACE_USES < 1
+        or not groups
+        or not all(isinstance(f, ir.Load) for f in factors)
+    ):
         return None
     trip = trip_count(nest.red)
     coordinate, _ = cached

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 
 from ucf.cin.notation import CIN
 from ucf.lang.ast import accesses
+from ucf.schedule import block_rows
 from ucf.schedule.commands import Command, Parallelize, Reorder, SplitCommand
 from ucf.schedule.records import Parallel
-from ucf.schedule.stats import Stats, uneven
+from ucf.schedule.stats import Stats, skewed, uneven
 
 #: A loop shared out over CPU threads, each iteration independent.
 THREADS = Parallel("CPUThread", "NoRaces")
@@ -104,7 +105,8 @@ def shared_out(
     statically; when some row is much longer than the mean, or a static split would
     give some thread much more than its share, they go in dynamically scheduled chunks
     sized so each holds enough work and the long rows still balance. Rows that each hold
-    a chunk's work go one at a time at a smaller imbalance already."""
+    a chunk's work go one at a time at a smaller imbalance already, unless ``block_rows``
+    keeps them."""
     plain: list[Command] = [Parallelize(v, THREADS)]
     if stats is None or work is None:
         return plain, f"default: {v} is shared out statically (extents are unknown before a call)"
@@ -120,6 +122,8 @@ def shared_out(
     heavy = per_row >= CHUNK_WORK
     if not uneven(skew, share, heavy):
         return plain, static
+    if heavy and not skewed(skew) and block_rows.static_rows(cin, v, stats, mine, work, threads):
+        return plain, static + block_rows.WHY
     chunk = min(CHUNK_WORK / per_row, rows / (CHUNKS_PER_THREAD * threads), MAX_CHUNK)
     chunk = 1 << max(int(math.log2(max(chunk, 1.0))), 0)
     if chunk <= 1 and rows <= 64 * threads and not heavy:

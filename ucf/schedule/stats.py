@@ -19,7 +19,7 @@ import numpy as np
 
 from ucf.format.format import Format
 from ucf.format.tensor import Tensor
-from ucf.schedule import short_fibers
+from ucf.schedule import block_rows, short_fibers
 
 #: Rows are shared out in chunks only when some row is this many times the mean...
 SKEWED = 4.0
@@ -72,7 +72,7 @@ class Stats:
             tuple(sorted((t, skewed(s)) for t, s in self.spread.items())),
             tuple(
                 sorted(
-                    (t, self.share(t, threads) > BALANCED)
+                    (t, *(self.share(t, threads) > b for b in (BALANCED, block_rows.SHARE)))
                     for t in self.imbalance
                     if self.share(t, threads) > HEAVY_BALANCED
                 )
