@@ -2,8 +2,9 @@
 
 * 1-D, 2-D and 3-D convolutions, channels-first (``O(n,m,p,..) = I(n,c,p+r,..) *
   F(m,c,r,..)``) and channels-last (``O(n,p,..,m) = I(n,p+r,..,c) * F(r,..,c,m)``),
-  with strides 1 and 2, dilation 2, padding 1, and grouped convolutions with
-  the group as an explicit mode.
+  with strides 1 and 2, dilation 2, padding 1 (a covering array of the combinations
+  by default, every one in the slow run), and grouped convolutions with the group as
+  an explicit mode.
 * Every U/C choice of the 2-D filter's four levels and of the input's
   innermost level, with and without schedules (reorder, split, parallelize),
   on LLVM, and a sample on C.
@@ -24,7 +25,14 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import needs_cc, nonzero_coords, rand_sparse, stored_coords, uc_combos
+from tests.helpers import (
+    needs_cc,
+    nonzero_coords,
+    pairwise,
+    rand_sparse,
+    stored_coords,
+    uc_combos,
+)
 from tests.lang.conv_reference import conv, conv_grouped, conv_output_size, submanifold
 
 SEED = 20240918
@@ -99,9 +107,15 @@ GEOMETRIES = [(1, 0, 1), (2, 0, 1), (1, 1, 1), (1, 0, 2), (2, 1, 1), (2, 1, 2)]
 
 
 def conv_params():
+    """Every row on llvm, those of a covering array (``pairwise``: 18 of 72, every pair of
+    dimension, layout, geometry and inner format) by default and the rest in the slow
+    run; a sample on c."""
+    rows = list(itertools.product((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC"))
+    kept = set(pairwise(rows))
     params = []
-    for d, layout, geom, inner in itertools.product((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC"):
-        params.append(pytest.param("llvm", d, layout, geom, inner))
+    for d, layout, geom, inner in rows:
+        marks = [] if (d, layout, geom, inner) in kept else [pytest.mark.slow]
+        params.append(pytest.param("llvm", d, layout, geom, inner, marks=marks))
         if inner == "C" and geom in ((1, 0, 1), (2, 1, 2)):
             params.append(c_param("c", d, layout, geom, inner))
     return params
