@@ -73,8 +73,9 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
 
 def covered(*lists) -> list:
     """Params over the product of ``lists`` for a test whose every row is costly (a build
-    under ASan): the rows of ``pairwise`` in the default suite, the others in the slow
-    run only."""
+    under ASan) or whose rows are too many (test_conv's on llvm: ``covered(["llvm"],
+    ...)``): the rows of ``pairwise`` in the default suite, the others in the slow run
+    only."""
     rows = list(itertools.product(*lists))
     kept = set(pairwise(rows))
     return [pytest.param(*r, marks=[] if r in kept else [pytest.mark.slow]) for r in rows]

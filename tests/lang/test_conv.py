@@ -27,9 +27,9 @@ import pytest
 
 import ucf
 from tests.helpers import (
+    covered,
     needs_cc,
     nonzero_coords,
-    pairwise,
     rand_sparse,
     stored_coords,
     uc_combos,
@@ -111,12 +111,9 @@ def conv_params():
     """Every row on llvm, those of a covering array (``pairwise``: 18 of 72, every pair of
     dimension, layout, geometry and inner format) by default and the rest in the slow
     run; a sample on c."""
-    rows = list(itertools.product((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC"))
-    kept = set(pairwise(rows))
-    params = []
-    for d, layout, geom, inner in rows:
-        marks = [] if (d, layout, geom, inner) in kept else [pytest.mark.slow]
-        params.append(pytest.param("llvm", d, layout, geom, inner, marks=marks))
+    lists = ((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC")
+    params = covered(["llvm"], *lists)
+    for d, layout, geom, inner in itertools.product(*lists):
         if inner == "C" and geom in ((1, 0, 1), (2, 1, 2)):
             params.append(c_param("c", d, layout, geom, inner))
     return params
@@ -158,12 +155,7 @@ def filter_params():
     """On llvm every filter format with each inner format of the input and each schedule
     (a covering array: 32 of the 64 rows by default, the rest in the slow run); a sample
     on c."""
-    rows = list(itertools.product(FILTERS, "UC", ["default", "m-outer"]))
-    kept = set(pairwise(rows))
-    params = []
-    for ff, inner, sched in rows:
-        marks = [] if (ff, inner, sched) in kept else [pytest.mark.slow]
-        params.append(pytest.param("llvm", ff, inner, sched, marks=marks))
+    params = covered(["llvm"], FILTERS, "UC", ["default", "m-outer"])
     for ff, inner in [("UCUU", "C"), ("CCCC", "C"), ("UUUC", "U"), ("CUCU", "C")]:
         params.append(c_param("c", ff, inner, "split-parallel"))
     return params
