@@ -112,8 +112,11 @@ def conv_params():
     dimension, layout, geometry and inner format) by default and the rest in the slow
     run; a sample on c."""
     lists = ((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC")
-    params = covered(["llvm"], *lists)
-    for d, layout, geom, inner in itertools.product(*lists):
+    params = []  # each c row after its llvm row: the ids (geom<index>) stay as they were
+    for llvm, (d, layout, geom, inner) in zip(
+        covered(["llvm"], *lists), itertools.product(*lists), strict=True
+    ):
+        params.append(llvm)
         if inner == "C" and geom in ((1, 0, 1), (2, 1, 2)):
             params.append(c_param("c", d, layout, geom, inner))
     return params
