@@ -73,24 +73,29 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
 
 def covered(*lists) -> list:
     """Params over the product of ``lists`` for a test whose every row is costly (a build
-    under ASan): the rows of ``pairwise`` in the default suite, the others in the slow
-    run only."""
+    under ASan) or whose rows are too many (test_conv's on llvm: ``covered(["llvm"],
+    ...)``): the rows of ``pairwise`` in the default suite, the others in the slow run
+    only."""
     rows = list(itertools.product(*lists))
     kept = set(pairwise(rows))
     return [pytest.param(*r, marks=[] if r in kept else [pytest.mark.slow]) for r in rows]
 
 
-def product_params(*lists, c_subset=None) -> list:
+def product_params(*lists, c_subset=None, every_llvm_row=True) -> list:
     """(target, *row) params over the product of ``lists``: every row on llvm; on c the
     rows ``c_subset`` keeps (a predicate on the row; None keeps ``pairwise``'s, which for
     one or two lists is every row), the others on c in the slow run only. The c target's
     compiles (gcc) are what cost; c against llvm on every row is the slow run's, and the
-    fuzzers' (bench/fuzz.py)."""
+    fuzzers' (bench/fuzz.py). Without ``every_llvm_row`` llvm too runs ``pairwise``'s
+    rows by default and the others in the slow run: for a product so large that its llvm
+    rows alone cost a minute of the suite."""
     rows = list(itertools.product(*lists))
-    on_c = set(pairwise(rows)) if c_subset is None else {r for r in rows if c_subset(r)}
+    kept = set(pairwise(rows))
+    on_c = kept if c_subset is None else {r for r in rows if c_subset(r)}
     params = []
     for row in rows:
-        params.append(pytest.param("llvm", *row))
+        marks = [] if every_llvm_row or row in kept else [pytest.mark.slow]
+        params.append(pytest.param("llvm", *row, marks=marks))
         marks = [needs_cc] if row in on_c else [needs_cc, pytest.mark.slow]
         params.append(pytest.param("c", *row, marks=marks))
     return params

@@ -378,9 +378,10 @@ def test_the_suite_draws_the_same_hypothesis_examples_every_run(request):
 
 
 def test_the_c_target_runs_a_covering_array_of_a_format_product():
-    """``product_params``: every row on llvm; on c in the default suite, rows that hold
-    every pair of values two columns take together (``pairwise``), far fewer than all
-    for three lists or more, and every row for one or two."""
+    """``product_params``: every row on llvm (unless told otherwise, then the same rows
+    as c); on c in the default suite, rows that hold every pair of values two columns
+    take together (``pairwise``), far fewer than all for three lists or more, and every
+    row for one or two."""
     lists = ("ab", "xyz", "pq", ["csr", "UU"])
     rows = list(itertools.product(*lists))
     kept = pairwise(rows)
@@ -394,6 +395,10 @@ def test_the_c_target_runs_a_covering_array_of_a_format_product():
     on_c = [p for p in params if p.values[0] == "c"]
     slow = [p for p in on_c if any(m.name == "slow" for m in p.marks)]
     assert len(params) == 2 * len(rows) and len(on_c) - len(slow) == len(kept)
+    # without every llvm row, llvm's default rows are the covering array's too
+    params = product_params(*lists, every_llvm_row=False)
+    default = [p.values for p in params if not any(m.name == "slow" for m in p.marks)]
+    assert default == [(t, *r) for r in kept for t in ("llvm", "c")]
     for lists in ((["csr", "coo", "UU"],), (["csr", "coo"], ["UU", "CC"])):  # every row
         rows = list(itertools.product(*lists))
         assert pairwise(rows) == rows

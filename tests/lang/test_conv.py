@@ -2,11 +2,13 @@
 
 * 1-D, 2-D and 3-D convolutions, channels-first (``O(n,m,p,..) = I(n,c,p+r,..) *
   F(m,c,r,..)``) and channels-last (``O(n,p,..,m) = I(n,p+r,..,c) * F(r,..,c,m)``),
-  with strides 1 and 2, dilation 2, padding 1, and grouped convolutions with
-  the group as an explicit mode.
+  with strides 1 and 2, dilation 2, padding 1 (a covering array of the combinations
+  by default, every one in the slow run), and grouped convolutions with the group as
+  an explicit mode.
 * Every U/C choice of the 2-D filter's four levels and of the input's
   innermost level, with and without schedules (reorder, split, parallelize),
-  on LLVM, and a sample on C.
+  on LLVM (every pair of the three by default, all in the slow run), and a sample
+  on C.
 * Masked (submanifold) convolutions in 2-D and 3-D: the output's compressed
   level must store exactly the mask's coordinates, with the reference values
   there, for empty, single-point and random point sets.
@@ -24,7 +26,14 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import needs_cc, nonzero_coords, rand_sparse, stored_coords, uc_combos
+from tests.helpers import (
+    covered,
+    needs_cc,
+    nonzero_coords,
+    rand_sparse,
+    stored_coords,
+    uc_combos,
+)
 from tests.lang.conv_reference import conv, conv_grouped, conv_output_size, submanifold
 
 SEED = 20240918
@@ -99,9 +108,15 @@ GEOMETRIES = [(1, 0, 1), (2, 0, 1), (1, 1, 1), (1, 0, 2), (2, 1, 1), (2, 1, 2)]
 
 
 def conv_params():
-    params = []
-    for d, layout, geom, inner in itertools.product((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC"):
-        params.append(pytest.param("llvm", d, layout, geom, inner))
+    """Every row on llvm, those of a covering array (``pairwise``: 18 of 72, every pair of
+    dimension, layout, geometry and inner format) by default and the rest in the slow
+    run; a sample on c."""
+    lists = ((1, 2, 3), ("NCHW", "NHWC"), GEOMETRIES, "UC")
+    params = []  # each c row after its llvm row: the ids (geom<index>) stay as they were
+    for llvm, (d, layout, geom, inner) in zip(
+        covered(["llvm"], *lists), itertools.product(*lists), strict=True
+    ):
+        params.append(llvm)
         if inner == "C" and geom in ((1, 0, 1), (2, 1, 2)):
             params.append(c_param("c", d, layout, geom, inner))
     return params
@@ -140,9 +155,10 @@ FILTERS = uc_combos(4)  # UUUU ... CCCC
 
 
 def filter_params():
-    params = []
-    for ff, inner, sched in itertools.product(FILTERS, "UC", ["default", "m-outer"]):
-        params.append(pytest.param("llvm", ff, inner, sched))
+    """On llvm every filter format with each inner format of the input and each schedule
+    (a covering array: 32 of the 64 rows by default, the rest in the slow run); a sample
+    on c."""
+    params = covered(["llvm"], FILTERS, "UC", ["default", "m-outer"])
     for ff, inner in [("UCUU", "C"), ("CCCC", "C"), ("UUUC", "U"), ("CUCU", "C")]:
         params.append(c_param("c", ff, inner, "split-parallel"))
     return params
