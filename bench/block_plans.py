@@ -6,7 +6,7 @@ their schedule, called in turn in one process.
     OMP_WAIT_POLICY=passive python bench/block_plans.py --repeat 61
 
 Plans: dynamic chunks of one block row (the default's where a static split of heavy
-block rows is uneven), the static split (on the llvm target ``CHUNKS_PER_THREAD`` runs
+block rows is uneven), the static split (on the llvm target ``llvm_openmp.CHUNKS_PER_THREAD`` runs
 of consecutive block rows a thread from one counter; what the default keeps where the
 tiles read B in place, ``ucf.schedule.block_rows``), and dynamic chunks of four block
 rows. Each round calls every plan once, in turn (the order rotating), each call after a

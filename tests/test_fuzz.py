@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import ucf
 from tests import statement_fuzz
+from tests.asan import ASAN_FLAGS
 from tests.fuzz_common import HypothesisDraw, RandomDraw
 from tests.helpers import EXPLORE, needs_cc
 from tests.statement_fuzz import Case, check, draw_case, einsum_reference, reference
@@ -165,8 +166,7 @@ def test_fuzz_c_under_asan(tmp_path):
     env = dict(os.environ)
     env["LD_PRELOAD"] = libasan
     env["ASAN_OPTIONS"] = "detect_leaks=0"
-    env["UCF_CFLAGS"] = "-O1 -g -fsanitize=address -fno-omit-frame-pointer -fPIC -shared "
-    env["UCF_CFLAGS"] += "-fopenmp -ffp-contract=off"
+    env["UCF_CFLAGS"] = " ".join([*ASAN_FLAGS, "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off"])
     for fuzzer, cases in (("statements", 300), ("schedules", 300)):
         run = subprocess.run(
             [sys.executable, str(ROOT / "bench" / "fuzz.py"), "--fuzzer", fuzzer]

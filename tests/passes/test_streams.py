@@ -145,8 +145,9 @@ def test_streams_into_the_l2_are_the_same_prefetches():
     assert {p.level for p in _prefetches(far)} == {2}
     assert {p.level for p in _prefetches(near)} == {1}
     assert [replace(p, level=1) for p in _prefetches(far)] == _prefetches(near)
-    assert "fetched 6 KB ahead into the L2, row after row" in far.cin
-    assert "fetched 6 KB ahead, row after row" in near.cin
+    ahead = f"fetched {DISTANCE // 1024} KB ahead"
+    assert f"{ahead} into the L2, row after row" in far.cin
+    assert f"{ahead}, row after row" in near.cin
 
 
 @pytest.mark.parametrize(("level", "locality"), [(1, 3), (2, 2)])
@@ -215,7 +216,7 @@ def test_a_walk_into_the_l1_starts_a_line_of_code(threads, monkeypatch):
     assert [loop.align for loop in _aligned(near)] == [LINE, LINE]
     assert near.source.count(f'!"llvm.loop.align", i32 {LINE}') == 2
     assert near.asm.count(".p2align\t6") == 2
-    assert "starts a 64-byte line of code" in near.cin
+    assert f"starts a {LINE}-byte line of code" in near.cin
     assert not _aligned(far) and "llvm.loop.align" not in far.source
     assert ".p2align\t6" not in far.asm and "line of code" not in far.cin
     monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import needs_cc
+from tests.helpers import TARGETS
 from ucf.toolchain import jit
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
@@ -44,8 +44,7 @@ def split(k: ucf.Kernel) -> str:
     return next(line for line in k.cin.splitlines() if "default: i_blk " in line)
 
 
-@needs_cc
-@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(
     ("per_row", "n", "plan"),
     [

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import ucf
 from ucf import pipeline
 from ucf.format.format import parse_format
+from ucf.passes.streams import DISTANCE
 from ucf.schedule.stats import Stats, gathers
 
 SPMV = "y(i) = A(i,j) * x(j)"
@@ -138,5 +139,5 @@ def test_calls_say_why_and_keep_the_values(target, threads, monkeypatch):
         np.testing.assert_allclose(y, m @ x, rtol=1e-12, atol=1e-12)
         assert np.array_equal(y, np.asarray(plain(A=a, x=x)))
         assert ("streams(j, 2)" in (k.schedule_used or "")) is far
-        assert ("fetched 6 KB ahead into the L2" in k.cin) is far
+        assert (f"fetched {DISTANCE // 1024} KB ahead into the L2" in k.cin) is far
         assert ("default: streams(j, 2), since half of A's entries lie" in k.cin) is far

@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
+from tests.asan import ASAN_FLAGS
 from ucf.resources import runtime_dir
 from ucf.stile import tile_index_cuda
 from ucf.toolchain.cuda_build import EMULATION_FLAGS, nvcc_check, nvcc_path
@@ -216,7 +217,7 @@ int main() {
     )
     exe = tmp_path / "stile"
     flags = [f for f in EMULATION_FLAGS if f not in ("-shared", "-fPIC", "-O2")]
-    cmd = [cxx, *flags, "-g", "-O1", "-fsanitize=address", f"-I{runtime_dir()}"]
+    cmd = [cxx, *flags, *ASAN_FLAGS, f"-I{runtime_dir()}"]
     build = subprocess.run(
         [*cmd, "-x", "c++", str(src), "-o", str(exe)], capture_output=True, text=True
     )

@@ -8,6 +8,9 @@
 - ``apply``: the checker, from commands to an ``Applied``;
 - ``text`` and ``fluent``: the two spellings, which build the same command objects;
 - ``cpu_model``, ``gpu_model``, ``stats``: the default schedules and what they read;
+  ``parallel_loops`` (the CPU's parallel loop, static or in chunks), ``innermost_bound``
+  (its bound and register tiles) and ``block_rows`` (bcsr block rows that keep a static
+  split) are parts of the CPU model;
   ``gathering`` (sums of products) and ``transposed_products`` (operands read the
   other way round) are the CPU model's plans for what the plain loop order does badly;
 - ``candidates``: candidates tried in turn, refusals kept for ``k.cin``.

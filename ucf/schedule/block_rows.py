@@ -6,7 +6,7 @@ Where a call stores few blocks a block column (``IN_PLACE_USES``) and B's panels
 exceed a thread's L2 (``NEAR_BYTES``), the tiles read B's rows in place instead of
 packing panels, and each block prefetches the next stored block's rows of B across block
 rows (``TileState.across``). That needs a thread's block rows to follow each other: a
-static split (on the llvm target ``CHUNKS_PER_THREAD`` runs of consecutive block rows a
+static split (on the llvm target ``llvm_openmp.CHUNKS_PER_THREAD`` runs of consecutive block rows a
 thread, handed out from one counter; on c one run a thread), not the dynamic chunks of
 one block row that heavy block rows otherwise get (``parallel_loops.shared_out``), where no
 thread knows its next row: each row's first block then packs its panel from B's rows
@@ -66,7 +66,11 @@ def static_rows(
     blocks a block column and the dense factor's panels (its rows for every block
     column) over ``NEAR_BYTES``, the test ``ucf.passes.panels.packed`` makes at the call
     (where the factor is a computation, TeSA's ``relu(T)``, the tiles pack it, and still
-    prefetch the next block's rows of it across rows), and the split within ``SHARE``."""
+    prefetch the next block's rows of it across rows), and the split within ``SHARE``.
+    ``Stats.key`` buckets stored entries by bit length only, so calls on either side of
+    the ``IN_PLACE_USES`` threshold within one bucket share the split the first decided:
+    a plan that may run slower, never a wrong one, since the panels pass decides in place
+    or packed at each call."""
     sizes = {outer: size for _, outer, size in cin.blocks.values()}
     if rows not in sizes or len(sizes) != 2:
         return False

@@ -2,7 +2,7 @@
 
 The contraction order of a chain (``contraction_order``), a sum of products' row
 workspaces (``gathering``), transposed products (``transposed_products``) and the
-parallel loop's grain (``cpu_model``) each compare plans by how many multiply-adds a
+parallel loop's grain (``parallel_loops``) each compare plans by how many multiply-adds a
 product of accesses takes: the product of its variables' extents, each sparse
 operand thinning it by the fraction of its entries it stores. One estimate, so the
 models agree on what a plan costs.
