@@ -440,11 +440,10 @@ def draw_case(
         case.tesa = draw_tesa(d, {n: arrays[n].shape for n in tensors})
     else:
         if clash:
-            case.formats = {
-                n: f"{f} fill={clash_fills.get(n, 0.0):g}" if f else f
+            case.formats = {  # the third operand and a fill of 0 carry none
+                n: f"{f} fill={clash_fills[n]:g}" if clash_fills.get(n) else f
                 for n, f in case.formats.items()
             }
-            case.formats = {n: f.replace(" fill=0", "") for n, f in case.formats.items()}
         else:
             case.formats = {n: draw_fill(d, f, lang) for n, f in case.formats.items()}
         if sparse_output and out_vars and d.boolean(0.5):
@@ -466,11 +465,8 @@ def case_arrays(case: Case) -> dict[str, np.ndarray]:
         a = rand_sparse(rng, shape, case.density, empty_rows=0, high=4)
         arrays[n] = fit_nm(case.formats.get(n, "").partition(" fill=")[0], a)
     if case.cover:  # the last stored wherever none of the others is
-        *others, last = (arrays[n] for n in case.cover)
-        hole = last == 0
-        for other in others:
-            hole &= other == 0
-        last[hole] = 1 + rng.integers(0, 3)
+        hole = np.logical_and.reduce([arrays[n] == 0 for n in case.cover])
+        arrays[case.cover[-1]][hole] = 1 + rng.integers(0, 3)
     for n, a in arrays.items():
         fill = fill_of(case.formats.get(n, ""))
         arrays[n] = np.where(a == 0, fill, a) if fill else a

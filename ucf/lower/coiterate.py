@@ -236,33 +236,31 @@ class CoiterationMixin:
         ``absent``, read as zero in a branch.
         """
         all_here = set(iters) | live | set(absent)
-        cases: list[tuple[frozenset[int], Term | None, frozenset[int]]] = []
+        # (matching set, absent set, restricted term, the match flags the branch tests)
+        cases: list[tuple[tuple[int, ...], set[int], Term | None, frozenset[int]]] = []
         for size in range(len(live), -1, -1):
             if size == 0 and not full:
                 break
             for subset in itertools.combinations(sorted(live), size):
                 gone = all_here - set(subset)
                 tested = frozenset(n for n in subset if n in matches)
-                cases.append(
-                    (frozenset(subset), restrict(term, gone, self._fill, st.target), tested)
-                )
+                cases.append((subset, gone, restrict(term, gone, self._fill, st.target), tested))
         chain: list[tuple[ir.Expr, list[ir.Stmt]]] = []
-        for k, (subset, sub, tested) in enumerate(cases):
+        for k, (subset, gone, sub, tested) in enumerate(cases):
             if sub is None:
                 # A case that does nothing still claims its matches when a later case
                 # tests fewer of them: dropped, its coordinates would fall through to
                 # that case and read present operands as absent (fills +inf and -inf
                 # disagree about A + B + C where only C is absent).
-                if not any(t <= tested for _, s, t in cases[k + 1 :] if s is not None):
+                if not any(t <= tested for *_, s, t in cases[k + 1 :] if s is not None):
                     continue
                 body: list[ir.Stmt] = []
             else:
-                body = self._case_body(
-                    sub, st, iters, located, coord, sorted(subset), gone=all_here - subset
-                )
+                body = self._case_body(sub, st, iters, located, coord, subset, gone)
             cond: ir.Expr = Const(True, "i1")
-            for n in sorted(tested):
-                cond = ir.land(cond, matches[n])
+            for n in subset:
+                if n in tested:
+                    cond = ir.land(cond, matches[n])
             chain.append((cond, body))
         stmts: list[ir.Stmt] = []
         for cond, body in reversed(chain):
