@@ -110,7 +110,7 @@ def _held(
     places = [ir.add(start, Const(v * lanes, I64)) for v in range(n // lanes)]
     typ = elem if lanes == 1 else ir.vector(elem, lanes)
     acc = [Var(fresh_name("row", taken), typ) for _ in places]
-    zeroed = _zeroed(before, store.array.name, base)
+    zeroed = _zeroed(before, store.array.name, base, row)
     if zeroed:
         first = [Const(0.0 if elem in ir.FLOAT_TYPES else 0, elem)] * len(places)
         if lanes > 1:
@@ -168,10 +168,10 @@ def _accesses(stmts: list[ir.Stmt], array: str) -> int:
     return count
 
 
-def _zeroed(before: list[ir.Stmt], array: str, base: ir.Expr) -> bool:
+def _zeroed(before: list[ir.Stmt], array: str, base: ir.Expr, row: ir.For) -> bool:
     """Whether the last statement of ``before`` other than declarations is a loop from 0
-    storing zeros at ``base`` on in ``array`` (``ucf.lower.zeroing``'s slice): the row
-    then starts from zeros, and exists."""
+    storing zeros at ``base`` on in ``array`` (``ucf.lower.zeroing``'s slice) as far as
+    ``row`` adds (``_covers``): the row then starts from zeros, and exists."""
     rest = [s for s in before if not isinstance(s, ir.Decl | ir.Comment)]
     if not rest or not isinstance(rest[-1], ir.For) or not serial_loop(rest[-1]):
         return False
@@ -185,7 +185,22 @@ def _zeroed(before: list[ir.Stmt], array: str, base: ir.Expr) -> bool:
         and isinstance(put.value, Const)
         and put.value.value == 0
         and unit_offset(put.index, z.var.name) == base
+        and _covers(z.end, base, row)
     )
+
+
+def _covers(end: ir.Expr, base: ir.Expr, row: ir.For) -> bool:
+    """Whether zeros stored from ``base`` to ``base + end`` reach every place ``base + k``
+    the row loop (of constant bounds) adds into: ``end`` is a constant no less than the
+    loop's end, or ``base`` is a multiple of ``end`` (``i * C_dim1``, zeros to
+    ``C_dim1``), so that the zeros fill slice ``i`` of slices ``end`` apart, which the
+    row loop, adding into its own slice, stays in (``bound(k, kb, 8, MaxExact)``'s
+    loop of 8 in a row of ``C_dim1``, which each call checks is 8). A zeroing that
+    stopped short would leave the rest of the row as it was, which the row held from
+    zeros would overwrite."""
+    if isinstance(base, ir.Bin) and base.op == "*" and end in (base.left, base.right):
+        return True
+    return isinstance(end, Const) and row.start.value >= 0 and row.end.value <= end.value
 
 
 def _replaced(stmts: list[ir.Stmt], row: ir.For, by: list[ir.Stmt]) -> list[ir.Stmt]:
