@@ -1,8 +1,11 @@
-"""A condition of ``ucf.passes.held_rows`` that no compiled statement reaches today,
-on IR built by hand: a row starts from zeros only where the zeroing loop before it
-reaches every place the row adds into (``bound(k, kb, 8, MaxExact)``'s row is zeroed
-to the output's extent, which each call checks is 8). It keeps the pass right if the
-code before it changes."""
+"""Two conditions of ``ucf.passes.held_rows`` that no compiled statement reaches today,
+on IR built by hand: a row is held only where its loop touches the output nowhere
+else (the lowerer puts every access of the output inside loops over its variables, so
+the loop that walks a row's entries holds none but the row's; a call, the workspaces'
+sort, comes after a row's loops), and it starts from zeros only where the zeroing loop
+before it reaches every place the row adds into (``bound(k, kb, 8, MaxExact)``'s row
+is zeroed to the output's extent, which each call checks is 8). Both keep the pass
+right if the code before it changes."""
 
 from __future__ import annotations
 
@@ -58,3 +61,21 @@ def test_a_row_starts_from_zeros_only_where_they_reach_it(end, zeros):
     assert starts
     loaded = [any(isinstance(n, ir.Load | ir.VLoad) for n in nodes(e)) for e in starts]
     assert loaded == [not zeros] * len(starts), starts
+
+
+@pytest.mark.parametrize(
+    "beside",
+    [
+        [],
+        [ir.Store(C, ROW, Const(1.0, "f64"))],  # C(i,0) = 1 at each entry
+        [ir.Decl(Var("first", "f64"), ir.Load(C, ROW))],  # C(i,0) read at each entry
+        [ir.Call("sort", [C, ROW])],  # a call, which may reach any array
+    ],
+    ids=["nothing", "store", "load", "call"],
+)
+def test_a_loop_that_touches_the_output_elsewhere_holds_no_row(beside):
+    """Held in registers, the row would miss that store (its registers overwrite it
+    after the loop) or that load (it would read the row as it was before the loop)."""
+    fn = kernel([zeroing(C_DIM1)], beside)
+    held, notes = hold_rows(fn)
+    assert (held, bool(notes)) == ((fn, False) if beside else (held, True))
