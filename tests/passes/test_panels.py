@@ -17,7 +17,7 @@ import ucf
 from tests.helpers import needs_cc
 from ucf.ir import nodes as ir
 from ucf.ir.walk import nodes
-from ucf.passes import panels, registers, tiling
+from ucf.passes import panels, register_nests, tiling
 from ucf.schedule import block_rows, cpu_model
 
 SPMM = "C(i,j) = A(i,k) * B(k,j)"
@@ -27,8 +27,8 @@ BLOCK = (16, 8)
 def tile_width() -> int:
     """Columns of a register tile of float32 on this host."""
     wide = tiling.tile_bytes("f32") == tiling.WIDE_BYTES
-    rows = registers.WIDE_ROWS if wide else registers.ROWS
-    return registers.VECTORS[rows] * tiling.tile_bytes("f32") // 4
+    rows = register_nests.WIDE_ROWS if wide else register_nests.ROWS
+    return register_nests.VECTORS[rows] * tiling.tile_bytes("f32") // 4
 
 
 def operands(case: str):

@@ -50,7 +50,7 @@ from ucf.schedule import block_rows
 #: without it, and there packing measured 4 to 11% slower; choosing at run time would
 #: take a second micro-kernel in the code (about 0.25 s more compile per kernel).
 PACK_GROUPS = 4
-#: ... of ``registers.WIDE_ROWS`` (half the loads of B per multiply-add): that block row
+#: ... of ``register_nests.WIDE_ROWS`` (half the loads of B per multiply-add): that block row
 #: ran 200 GFLOP/s reading B in place, 145 packing its panel first (250 with it packed
 #: already).
 WIDE_PACK_GROUPS = 8

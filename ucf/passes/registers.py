@@ -13,7 +13,8 @@ of constant trip count over rows (a block's ``i_in``), and rewrites them as a
 micro-kernel: a tile of ``ROWS`` rows by a few vectors of ``j`` is loaded into
 registers, the whole reduction loop adds into it (each factor that does not vary
 with ``j`` loaded once and broadcast), and the tile is stored once.  The ``j`` that
-do not fill a tile run in the original nest.
+do not fill a tile run in the original nest. Which nests match, and the tiles' shape:
+``ucf.passes.register_nests``.
 
 When several groups of rows share the other factor's rows (a block's ``B(k_blk, k_in, j)``),
 those rows are read from a panel packed as BLAS packs its B panel (``ucf.passes.panels``):
@@ -36,46 +37,30 @@ from dataclasses import replace
 
 from ucf.ir import nodes as ir
 from ucf.ir.nodes import I64, Const, Var
-from ucf.ir.walk import declared, names, nodes, substitute, with_blocks
+from ucf.ir.walk import declared, names, substitute, with_blocks
 from ucf.passes import first_write, panels
 from ucf.passes.pairs import paired, quad_bytes, quads
 from ucf.passes.panels import named, red_steps
+from ucf.passes.register_nests import (
+    VECTORS,
+    WIDE_ROWS,
+    coefficient,
+    nest_of,
+    row_base,
+    row_dependent,
+    tile_rows,
+)
 from ucf.passes.tiling import (
     SIZES,
     WIDE_BYTES,
     Nest,
     TileState,
-    accumulation,
     enabled,
-    lanewise,
-    loads_from,
-    serial_loop,
     tile_bytes,
     trip_bound,
     trip_count,
     vector_of,
 )
-
-#: Rows of a tile when a loop of constant trip count runs over the output's rows; and
-#: with AVX-512's 32 vector registers: 8 x 2 vectors keep 16 multiply-adds in flight.
-#: One bcsr(32,32) block row on a packed 1024-column panel (C micro-benchmark, one Zen 5
-#: thread) ran 4 x 2 tiles at 170 GFLOP/s, 4 x 4 at 190, 8 x 2 at 235 to 250 (of 284).
-ROWS, WIDE_ROWS = 4, 8
-
-
-#: Vectors per row of a tile, by its rows: accumulators, the vectors of the factor
-#: that varies with ``j`` and a broadcast fit in the 16 vector registers of x86-64
-#: (AVX-512's 32 for ``WIDE_ROWS``).
-VECTORS = {1: 4, 2: 3, ROWS: 2, WIDE_ROWS: 2}
-
-
-#: The longest reduction loop a tile runs over: the loop must have a constant trip count
-#: (a block's dense places), so the rows of the factor that varies with ``j`` it walks
-#: stay in the L1 cache for the tiles that follow. Over a sparse or long reduction
-#: (CSR's row, a dense k) each tile would walk it again, reading a few bytes of each
-#: row it names, and the original loop, streaming whole rows, is faster.
-MAX_REDUCTION = 64
-
 
 #: How many times cheaper a multiply-add in a tile is than one of the loops the work
 #: threshold of parallel loops was measured on (``ucf.lower.work.WORK_THRESHOLD``,
@@ -112,7 +97,7 @@ class _Rewriter(TileState):
         for s in stmts:
             if isinstance(s, ir.Decl):  # what a panel's coordinate holds (``ahead``)
                 self.defs[s.var.name] = s.init
-            nest = _match(s) if isinstance(s, ir.For) else None
+            nest = nest_of(s) if isinstance(s, ir.For) else None
             if nest is not None:
                 out += self.tiled(nest, s)
             elif isinstance(s, ir.For) and s.parallel == "CPUThread":
@@ -157,7 +142,7 @@ class _Rewriter(TileState):
         elem = nest.store.array.elem
         size = quad_bytes() if quads(nest) else tile_bytes(elem)
         lanes = size // SIZES[elem]
-        rows = 1 if nest.rows is None else _rows(nest.rows, size == WIDE_BYTES)
+        rows = 1 if nest.rows is None else tile_rows(nest.rows, size == WIDE_BYTES)
         width = VECTORS[rows] * lanes
         over = (
             "" if nest.rows is None else f"{rows} rows ({nest.rows.label or nest.rows.var.name}) x "
@@ -214,10 +199,10 @@ class _Rewriter(TileState):
                 filling = [s for s in pack if not isinstance(s, ir.Decl)]
                 pack = [*places, ir.If(ir.Cmp(">", groups, Const(0, I64)), filling)]
             converted, fill = ({}, []) if kernel is not nest else self.converted(nest, renames)
-            stride = _coefficient(_row_base(nest), nest.rows.var.name)
+            stride = coefficient(row_base(nest), nest.rows.var.name)
             if trip is not None and not hoisted:  # a claim reads the nest where it starts
                 zeros = first_write.claim(
-                    self.fresh, self.loops, nest, original, _row_base(nest), stride, width
+                    self.fresh, self.loops, nest, original, row_base(nest), stride, width
                 )
             if zeros is not None:
                 self.claims.append(zeros)
@@ -254,7 +239,7 @@ class _Rewriter(TileState):
         if head:
             out = [*head, *out, left]
         # Rows must be distinct places for their tiles to be distinct registers.
-        stride = _coefficient(_row_base(nest), nest.rows.var.name)
+        stride = coefficient(row_base(nest), nest.rows.var.name)
         guarded: list[ir.Stmt] = [ir.If(ir.Cmp(">=", stride, span), out, [nest.rows])]
         # the flag of first_write, 0 until it finds the output's zeroing before the loop
         flagged = guarded if zeros is None else [ir.Decl(zeros.flag, Const(0, I64)), *guarded]
@@ -265,7 +250,7 @@ class _Rewriter(TileState):
         (a split reduction's block start ``k_base`` of dense GEMM, which the lowerer
         declares at its first use, inside the rows), and those declarations under fresh
         names, to come before the tiles: a tile's rows share them."""
-        dependent = _row_dependent(nest.rows, nest.row_decls)
+        dependent = row_dependent(nest.rows, nest.row_decls)
         mapping: dict[str, ir.Expr] = {}
         hoisted: list[ir.Stmt] = []
         kept: list[ir.Decl] = []
@@ -421,92 +406,6 @@ def _cheaper(cond: ir.Expr | None) -> ir.Expr | None:
     return cond
 
 
-def _match(s: ir.For) -> Nest | None:
-    """``s`` as a nest this pass blocks: a loop over rows around a reduction loop, or
-    a reduction loop alone."""
-    if not serial_loop(s):
-        return None
-    opened = _opens(s)
-    if opened is None:
-        return None
-    decls, loop = opened
-    nest = _match_reduction(loop, decls) if _rows(s) else None
-    if nest is not None:
-        nest = replace(nest, rows=s, row_decls=decls)
-        row = _row_dependent(s, decls)
-        bounds = names([nest.red.start, nest.red.end, nest.inner.start, nest.inner.end])
-        if not bounds & row and _coefficient(_row_base(nest), s.var.name) is not None:
-            return nest
-    return _match_reduction(s, [])
-
-
-def _match_reduction(s: ir.For, outer_decls: list[ir.Decl]) -> Nest | None:
-    """``s`` as a reduction loop around an accumulating ``j`` loop."""
-    trip = trip_bound(s)
-    # one step (the offset of a repeated variable, ucf.cin.diagonals) gains nothing
-    if not serial_loop(s) or trip is None or trip > MAX_REDUCTION or trip < 2:
-        return None
-    opened = _opens(s)
-    if opened is None:
-        return None
-    decls, inner = opened
-    found = accumulation(inner)
-    if found is None:
-        return None
-    store, base = found
-    local = {s.var.name} | {d.var.name for d in decls}
-    if names([base, inner.start, inner.end]) & local:
-        return None
-    if not lanewise(store.value, inner.var.name, store.array.name):
-        return None
-    if any(loads_from(d.init, store.array.name) for d in [*decls, *outer_decls]):
-        return None
-    return Nest(None, [], s, decls, inner, store, base)
-
-
-def _opens(s: ir.For) -> tuple[list[ir.Decl], ir.For] | None:
-    """The body of ``s`` as declarations followed by one loop."""
-    body = [x for x in s.body if not isinstance(x, ir.Comment)]
-    if not body or not isinstance(body[-1], ir.For):
-        return None
-    if not all(isinstance(x, ir.Decl) for x in body[:-1]):
-        return None
-    return body[:-1], body[-1]
-
-
-def _rows(s: ir.For, wide: bool = False) -> int:
-    """Rows per tile of a loop over rows: ``ROWS`` (``WIDE_ROWS`` first for AVX-512
-    vectors), or 2, dividing its constant trip count; 0 if none does. A trip count known
-    only at the call (the rows of a dense factor, ``t`` of ``X(t,d) * W(d,h)``) takes
-    ``ROWS``, and its last rows run untiled."""
-    trip = trip_count(s)
-    if trip is None:
-        return ROWS
-    for rows in (WIDE_ROWS, ROWS, 2) if wide else (ROWS, 2):
-        if trip >= rows and trip % rows == 0:
-            return rows
-    return 0
-
-
-def _row_dependent(rows: ir.For, decls: list[ir.Decl]) -> set[str]:
-    """The row loop's variable and the declarations of its body that read it, or load
-    (a load stays where the loop guards it: hoisted above a loop of no rows, it could
-    read past an array)."""
-    dependent = {rows.var.name}
-    for d in decls:
-        if names(d.init) & dependent or any(isinstance(n, ir.Load) for n in nodes(d.init)):
-            dependent.add(d.var.name)
-    return dependent
-
-
-def _row_base(nest: Nest) -> ir.Expr:
-    """The store's base with the row loop's declarations substituted."""
-    mapping: dict[str, ir.Expr] = {}
-    for d in nest.row_decls:
-        mapping[d.var.name] = substitute(d.init, mapping)
-    return substitute(nest.base, mapping)
-
-
 def _with_start(s: ir.For, inner: ir.For, start: ir.Expr) -> ir.For:
     """``s`` with its loop ``inner`` starting at ``start``."""
     if s is inner:
@@ -514,25 +413,6 @@ def _with_start(s: ir.For, inner: ir.For, start: ir.Expr) -> ir.For:
     return replace(
         s, body=[_with_start(x, inner, start) if isinstance(x, ir.For) else x for x in s.body]
     )
-
-
-def _coefficient(e: ir.Expr, v: str) -> ir.Expr | None:
-    """``c`` such that ``e`` is ``c * v`` plus terms without ``v``, or None."""
-    if v not in names(e):
-        return None
-    if isinstance(e, Var):
-        return Const(1, I64)
-    if isinstance(e, ir.Bin) and e.op in "+-*":
-        left, right = v in names(e.left), v in names(e.right)
-        if left and right:
-            return None
-        if e.op == "*":
-            c = _coefficient(e.left if left else e.right, v)
-            return None if c is None else ir.mul(c, e.right if left else e.left)
-        if left:
-            return _coefficient(e.left, v)
-        return _coefficient(e.right, v) if e.op == "+" else None
-    return None
 
 
 def _broadcast(e: ir.Expr, j: str) -> list[ir.Expr]:

@@ -27,7 +27,7 @@ from ucf.schedule.parallel_loops import THREADS
 
 #: Steps of ``k`` a tile adds before its ``C`` goes back to memory: ``DEPTH`` rows of
 #: ``B`` (256 KB of float32 at 1000 columns) make the panel, which stays in the L2 cache
-#: while every group of rows reads it. Within ``registers.MAX_REDUCTION``.
+#: while every group of rows reads it. Within ``register_nests.MAX_REDUCTION``.
 DEPTH = 64
 #: Rows of ``C`` per block (``i1``): the groups of rows that share one packed panel.
 #: 1000^3 float32 on one thread: 53 GFLOP/s with blocks of 64 rows (the panel packed 16
@@ -40,7 +40,7 @@ MIN_ROWS = 32
 #: of 16 float32 with AVX-512). Narrower outputs fill no tile, and the blocked nest
 #: without tiles ran 2.5-5x slower than the plain one (20000 x 128 x 8, one thread).
 MIN_COLUMNS = 32
-#: ... and rows: a group of the tiles (``registers.ROWS``).
+#: ... and rows: a group of the tiles (``register_nests.ROWS``).
 MIN_TILE_ROWS = 4
 
 
