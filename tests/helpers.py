@@ -74,11 +74,17 @@ def pairwise(rows: list[tuple]) -> list[tuple]:
 def covered(*lists) -> list:
     """Params over the product of ``lists`` for a test whose every row is costly (a build
     under ASan) or whose rows are too many (test_conv's on llvm: ``covered(["llvm"],
-    ...)``): the rows of ``pairwise`` in the default suite, the others in the slow run
-    only."""
+    ...)``; formats by targets, the target last as a stacked ``TARGETS`` decorator names
+    it: ``covered(uc_combos(3), uc_combos(2), ["llvm", "c"])``): the rows of ``pairwise``
+    in the default suite, the others in the slow run only. A row on the c target skips
+    without a C compiler."""
     rows = list(itertools.product(*lists))
     kept = set(pairwise(rows))
-    return [pytest.param(*r, marks=[] if r in kept else [pytest.mark.slow]) for r in rows]
+    params = []
+    for r in rows:
+        marks = [] if r in kept else [pytest.mark.slow]
+        params.append(pytest.param(*r, marks=[*marks, needs_cc] if "c" in r else marks))
+    return params
 
 
 def product_params(*lists, c_subset=None, every_llvm_row=True) -> list:

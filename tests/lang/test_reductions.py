@@ -7,7 +7,10 @@ operands on both CPU targets; where the combinations number in the hundreds, on 
 each and on c those that hold every pair of two operands' formats (``product_params``),
 the rest on c in the slow run. The 192 of a sum of terms with different reductions run
 that covering array on llvm too (16 rows, a minute of the suite's CPU less), all of them
-in the slow run.
+in the slow run, as do the 64 of nested parentheses; the tests over two operands'
+formats on both targets run a covering array of formats and target by default (every
+pair of formats on one target or the other, each format on both), every row in the
+slow run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 import ucf
 from tests.helpers import (
     TARGETS,
+    covered,
     nonzero_coords,
     product_params,
     rand_sparse,
@@ -131,8 +135,7 @@ def test_sparse_sum_of_terms_with_different_reductions(target, fa, fb, fc, fs):
     assert stored_coords(got) == nonzero_coords(structural)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb", combos(2, 2))
+@pytest.mark.parametrize("fa,fb,target", covered(uc_combos(2), uc_combos(2), ["llvm", "c"]))
 def test_vector_union_of_row_sums(target, fa, fb):
     """A sparse vector output of two terms that each sum over their own variable."""
     rng = rng_for("union", fa, fb)
@@ -144,7 +147,8 @@ def test_vector_union_of_row_sums(target, fa, fb):
 
 
 @pytest.mark.parametrize(
-    "target,fa,fb,fc", product_params(uc_combos(2), uc_combos(2), uc_combos(2))
+    "target,fa,fb,fc",
+    product_params(uc_combos(2), uc_combos(2), uc_combos(2), every_llvm_row=False),
 )
 def test_nested_parentheses(target, fa, fb, fc):
     rng = rng_for("nested", fa, fb, fc)
@@ -156,8 +160,7 @@ def test_nested_parentheses(target, fa, fb, fc):
     assert_equal(got, np.einsum("ij,j->i", A + B, x) - np.einsum("ik,k->i", C, z + w))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fb,fc", combos(2, 1))
+@pytest.mark.parametrize("fb,fc,target", covered(uc_combos(2), uc_combos(1), ["llvm", "c"]))
 def test_a_product_of_a_sum_is_summed_as_a_whole(target, fb, fc):
     """j occurs in B and in x, so the whole product is summed: B @ x + c * sum(x)."""
     rng = rng_for("whole", fb, fc)
@@ -166,8 +169,7 @@ def test_a_product_of_a_sum_is_summed_as_a_whole(target, fb, fc):
     assert_equal(got, np.einsum("ij,j->i", B, x) + c * np.einsum("j->", x))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb", combos(2, 1))
+@pytest.mark.parametrize("fa,fb,target", covered(uc_combos(2), uc_combos(1), ["llvm", "c"]))
 def test_minus_and_unary_minus(target, fa, fb):
     rng = rng_for("minus", fa, fb)
     A, x, b = rand_sparse(rng, (6, 5)), rand_sparse(rng, (5,)), rand_sparse(rng, (6,))
@@ -176,8 +178,7 @@ def test_minus_and_unary_minus(target, fa, fb):
     assert_equal(got, -np.einsum("ij,j->i", A, x) + b + np.einsum("ik->i", A))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fx,fw", combos(3, 2))
+@pytest.mark.parametrize("fx,fw,target", covered(uc_combos(3), uc_combos(2), ["llvm", "c"]))
 def test_order_three_term_plus_matrix(target, fx, fw):
     rng = rng_for("ttv", fx, fw)
     X, v, W = rand_sparse(rng, (3, 4, 5)), rand_sparse(rng, (5,), 0.8), rand_sparse(rng, (3, 4))
@@ -198,8 +199,7 @@ def test_explicit_sum_inside_a_function(target, fa):
     assert_equal(got, np.maximum(np.einsum("ij,j->i", A, x), 0) + b)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("fa,fb", combos(2, 2))
+@pytest.mark.parametrize("fa,fb,target", covered(uc_combos(2), uc_combos(2), ["llvm", "c"]))
 def test_product_of_two_explicit_sums(target, fa, fb):
     rng = rng_for("sums", fa, fb)
     A, B = rand_sparse(rng, (6, 4)), rand_sparse(rng, (6, 5))
