@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import ucf
-from tests.helpers import pairwise, product_params
+from tests.helpers import covered, pairwise, product_params
 from ucf.format.levels import KINDS
 from ucf.format.levels.compressed import Compressed
 
@@ -403,3 +403,16 @@ def test_the_c_target_runs_a_covering_array_of_a_format_product():
         rows = list(itertools.product(*lists))
         assert pairwise(rows) == rows
         assert not any(p.marks[1:] for p in product_params(*lists))  # none slow
+
+
+def test_covered_rows_on_the_c_target_skip_without_a_c_compiler():
+    """``covered`` over formats and the target (last, as a stacked ``TARGETS`` names
+    it): the default rows hold every pair of values, and each row on c, and only
+    those, carries the C compiler's skip."""
+    lists = (["UU", "UC", "CC"], ["U", "C"], ["llvm", "c"])
+    params = covered(*lists)
+    assert [p.values for p in params] == list(itertools.product(*lists))
+    default = [p.values for p in params if not any(m.name == "slow" for m in p.marks)]
+    assert default == pairwise(list(itertools.product(*lists)))
+    for p in params:
+        assert any(m.name == "skipif" for m in p.marks) == (p.values[-1] == "c")
