@@ -136,6 +136,7 @@ def timings(
     repeat: int,
     clock: callable = time.perf_counter,
     paired: bool = False,
+    around: dict[str, tuple[callable, callable]] | None = None,
 ) -> dict[str, list[float]]:
     """Times of each callable on ``clock`` (wall time unless given): one untimed warm-up
     each, then ``repeat`` interleaved runs.
@@ -143,19 +144,33 @@ def timings(
     Interleaving spreads the machine's slow phases over all contenders
     instead of one. ``paired`` times each run right after an untimed call of the same
     callable, so each finds the allocator as its own last call left it rather than as
-    the contender before it did.
+    the contender before it did. ``around`` gives, by name, two callables run right
+    before and right after each run of that callable (its warm-up too), outside its
+    time: a benchmark's own bookkeeping of the run (block_peak.py's team counters).
     """
-    for f in fns.values():
+    around = around or {}
+    none = (_nothing, _nothing)
+    for k, f in fns.items():
+        first, then = around.get(k, none)
+        first()
         f()
+        then()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, f in fns.items():
             if paired:
                 f()
+            first, then = around.get(k, none)
+            first()
             t0 = clock()
             f()
             times[k].append(clock() - t0)
+            then()
     return times
+
+
+def _nothing() -> None:
+    """What ``timings`` runs around a callable that ``around`` does not name."""
 
 
 def best_of(fns: dict[str, callable], repeat: int) -> dict[str, float]:

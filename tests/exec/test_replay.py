@@ -330,3 +330,75 @@ def test_positional_operands_and_masks_are_refused_after_replays(case, replays):
         k(A=A, x=x, z=z, shapes=[1])
     np.testing.assert_allclose(k(A=A, x=x, z=z, shapes={}).to_numpy(), m @ x + z)
     assert len(replays) == 2
+
+
+def _address(t) -> int:
+    return t.vals.__array_interface__["data"][0]
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """How many replays took a new dense output."""
+    count = []
+    values = replay_module._values
+
+    def counting(*args):
+        count.append(1)
+        return values(*args)
+
+    monkeypatch.setattr(replay_module, "_values", counting)
+    return count
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dropped_result_is_written_again_and_a_held_one_never(target, replays, taken):
+    """A replay keeps the dense output it returned and writes it again where the caller
+    let go of it, taking no new one; a result, its values or a view of them still held
+    get a new output and keep their values."""
+    rng = np.random.default_rng(11)
+    n = 4 * replay_module._Arena.SIZE // 16  # over the arenas' outputs
+    m = sp.random(n, 20, density=0.3, format="csr", random_state=6)
+    A = ucf.from_scipy(m)
+    x, z = rng.standard_normal(20), rng.standard_normal(n)
+    k = ucf.compile(STMT, {"A": "csr"}, target=target)
+    k(A=A, x=x, z=z)
+    k(A=A, x=x, z=z)  # replayed: the replay keeps its output
+    where = _address(k(A=A, x=x, z=z))
+    again = k(A=A, x=x, z=z)
+    assert _address(again) == where
+    assert len(replays) == 3 and len(taken) == 1
+    np.testing.assert_allclose(again.to_numpy(), m @ x + z)
+    expected = again.vals.copy()
+    for hold in (lambda r: r, lambda r: r.vals, lambda r: r.vals[3:7]):
+        held = hold(again)
+        del again
+        x *= 2.0
+        again = k(A=A, x=x, z=z)
+        np.testing.assert_allclose(again.to_numpy(), m @ x + z)
+        mine = held if isinstance(held, np.ndarray) else held.vals
+        assert not np.shares_memory(again.vals, mine)
+        np.testing.assert_array_equal(mine, expected[3:7] if mine.size == 4 else expected)
+        expected = again.vals.copy()
+        del held, mine
+    assert len(taken) == 4
+    swapped = again.vals  # values swapped for others: the kept ones are not written again
+    again.vals = np.zeros_like(swapped)
+    del again
+    x *= 2.0
+    np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    np.testing.assert_array_equal(swapped, expected)
+    assert len(replays) == 7 and len(taken) == 5
+
+
+def test_outputs_over_keep_bytes_or_zeroed_first_are_not_kept(case, replays, taken, monkeypatch):
+    k, m, A, x, z = case
+    monkeypatch.setattr(replay_module, "KEEP_BYTES", 8 * 30 - 1)
+    for _ in range(4):
+        np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+    assert len(replays) == len(taken) == 3
+    # a kernel that does not write every element: zeroed afresh at every call
+    scatter = ucf.compile("y(j) = A(i,j) * x(i)", {"A": "csr"})
+    w = np.random.default_rng(3).standard_normal(30)
+    for _ in range(4):
+        np.testing.assert_allclose(scatter(A=A, x=w).to_numpy(), m.T @ w)
+    assert all(r.zero and r.kept is None for r in scatter._local.replays)

@@ -91,8 +91,10 @@ def test_cached_panels_against_numpy(case, held, threads, monkeypatch, tmp_path)
         assert "packed once per call and team for each k_blk" in k.cin
         # each tile prefetches its share of the next block's panel (``ahead``), or
         # of the rows of B it is packed from when it is not packed yet
-        fetched = {n.array.name for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
-        assert fetched == {"B_panel0", "B_vals"}
+        # into the L2 only for the panel (``PANEL_LEVEL``), every level for B's rows
+        fetched = {(n.array.name, n.level) for n in nodes(k.llir) if isinstance(n, ir.Prefetch)}
+        assert fetched == {("B_panel0", panels.PANEL_LEVEL), ("B_vals", 1)}
+        assert panels.PANEL_LEVEL == 2
         got[target] = k(A=t, B=b).to_numpy()
     monkeypatch.setenv("UCF_REGISTER_BLOCKING", "0")
     k = ucf.compile(SPMM, formats={"A": fmt}, dtype="float32")

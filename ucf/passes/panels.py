@@ -79,6 +79,12 @@ SPINS = 1024
 
 #: A cache line, in bytes: the step of the prefetches of the next block's panel.
 LINE = 64
+#: The cache the next block's panel is prefetched into (``ir.Prefetch.level``: 2, the L2
+#: and not the L1). bcsr(32,32) SpMM 1024^3 float32, 50 % zero blocks, ucf's C kernel in
+#: bench/block_variants.py's harness, one Zen 4 thread, CPU time, medians of 15-21 (load
+#: 9): 0.97-0.98x the time of prefetching into the L1 too, B evicted first or not; two
+#: threads, the larger thread: 0.99-1.00x cold, 0.97x warm (bench/README.md, h91).
+PANEL_LEVEL = 2
 
 
 def packed(
@@ -217,8 +223,10 @@ def packed(
     if following is not None and groups and lines % groups == 0:
         # Each tile of each group of rows prefetches its share of the same tile of the
         # next block's panel (16 lines of 4 KB for 4 groups of 8 float32 rows): spread
-        # over this block, the next one's panel is in L1 and L2 when it starts, instead
-        # of coming from L3 (32 panels of 128 KB, a thread's 4 MB cache, exceed L2).
+        # over this block, the next one's panel is in L2 when it starts, instead of
+        # coming from L3 (32 panels of 128 KB, a thread's 4 MB cache, exceed L2). Into
+        # the L2 only (``PANEL_LEVEL``): 128 KB fetched into a 32 KB L1 evicts the lines
+        # this block's tiles read.
         # A panel not yet packed is prefetched too: its lines are about to be written.
         # bcsr(32,32) SpMM 1024^3, one thread, each call after torch's matmul: 0.93 to
         # 0.98x the time at 90 % zero blocks, 0.91 to 0.98x at 50 %. Only where a thread's panels
@@ -234,7 +242,8 @@ def packed(
         )
         for p, _ in panels.values():
             fetch += [
-                ir.Prefetch(p, ir.add(start, Const(o, I64))) for o in range(0, share, LINE // elem)
+                ir.Prefetch(p, ir.add(start, Const(o, I64)), PANEL_LEVEL)
+                for o in range(0, share, LINE // elem)
             ]
         # A next panel not packed yet: its source rows instead, the group's share of the
         # tile's (8 rows of 128 bytes of B for 4 groups of 8 float32 rows), so the copy
