@@ -27,12 +27,13 @@ class CoiterationMixin:
     #: a lattice of n operands has up to 2**n points and 3**n cases, nested per level.
     FLAT = 3
     #: The case bodies (each a copy of the loops below its merge) one lowering builds
-    #: before it starts again with ``one_body``. A case chain copies the nest below it
-    #: once per case, so nested merges multiply: a sum of operands each absent from some
-    #: level (a repeated variable's guarded operand, at every level of a blocked
-    #: format) built 1,400 copies and 18k lines of C (gcc: 3 minutes). The common
-    #: kernels build under 20.
-    CASES = 256
+    #: before it starts again with ``one_body``. A chain copies the nest below it once
+    #: per case, so nested merges multiply: a sum of four operands, two read with a
+    #: repeated variable (located and guarded at every level of blocked formats), built
+    #: 1,713 (fills fuzz seed 120 case 279: 90k lines of LLVM IR, gcc 3 minutes on the
+    #: C). The common kernels build at most 25; about 2 % of the fuzzers' statements
+    #: more than 64 (bench/README.md, "Case chains").
+    CASES = 64
     #: Set once the chains outgrow ``CASES``: every merge takes one body with match
     #: flags (``_one_body``), guarded operands included.
     one_body = False
