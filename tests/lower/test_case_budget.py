@@ -135,3 +135,27 @@ def test_the_generated_size_is_bounded(target, terms):
     assert "one body with match flags" in k.cin
     spmv = ucf.compile("y(i) = A(i,j) * x(j) + B(i,i)", formats={"A": "csr", "B": "csr"})
     assert "one body" not in spmv.cin
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_one_body_writes_the_chains_pattern(target, monkeypatch, tmp_path):
+    """A sparse output under one body per merge stores what the chains store: where
+    A's row (dense below its compressed rows) is not stored, A reads as absent across
+    the row, so the row holds B's entries only, not a fill at every column; both passes
+    (the count and the writes) take one body."""
+    monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(5)
+    a = np.where(rng.random((6, 5)) < 0.5, rng.integers(1, 5, (6, 5)), 0.0)
+    a[[1, 4]] = 0.0  # rows A does not store
+    b = np.where(rng.random((6, 5)) < 0.4, rng.integers(1, 5, (6, 5)), 0.0)
+    formats = {"A": "CU", "B": "csr", "X": "csr"}
+    k = ucf.compile("X(i,j) = A(i,j) + B(i,j)", formats=formats, target=target)
+    assert "one body with match flags" in k.cin
+    got = k(A=ucf.from_numpy(a, format="CU"), B=ucf.from_numpy(b, format="csr"))
+    np.testing.assert_array_equal(got.to_numpy(), a + b)
+    stored = np.zeros(a.shape, bool)
+    coords, _ = got.to_coo()
+    stored[tuple(np.asarray(coords).T)] = True
+    rows = a.any(axis=1)
+    np.testing.assert_array_equal(stored, rows[:, None] | (b != 0))

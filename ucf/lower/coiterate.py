@@ -296,18 +296,23 @@ class CoiterationMixin:
         """``_cases`` as one body, entered where the term is present for the match flags:
         each operand in ``live`` reads as absent (its fill) below where its flag is false,
         and those in ``absent`` everywhere. The code then grows with the operands and
-        the loops, not with the cases' product over nested loops (``ucf.lower.budget``)."""
+        the loops, not with the cases' product over nested loops (``CASES``)."""
         sub = restrict(term, set(absent), self._fill, st.target) if absent else term
         if sub is None:
             return []
         flags = {n: matches[n] for n in live if n in matches}
-        present = presence(sub, flags, self._fill, st.target)
-        if present is False:
-            return []
         alive = {}
         for n, flag in flags.items():
             outer = st.alive.get(n)  # a guarded operand's flag says nothing of the levels above
             alive[n] = flag if n in iters or outer is None else ir.land(outer, flag)
+        if self.one_body:
+            # An operand that did not match above is absent here too: without its flag
+            # the body would also run where it alone is present, and write its fill into
+            # a sparse output's pattern where the chains write nothing.
+            flags = {n: st.alive[n] for n in operands(sub) if n in st.alive} | alive
+        present = presence(sub, flags, self._fill, st.target)
+        if present is False:
+            return []
         self._count_case()
         body = self._case_body(sub, st, iters, located, coord, sorted(live), absent, alive)
         return body if present is True else [ir.If(present, body)]

@@ -267,6 +267,24 @@ class Lowerer(
 
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
+        """The kernel's functions; built again with one body per merge (``one_body``)
+        when a pass's case chains grow past ``CASES`` copies of the loops below them
+        (both passes alike: the assemble pass counts the entries the compute pass
+        writes)."""
+        sums = len(self.integer_sums)
+        try:
+            return self._lower()
+        except TooManyCases:
+            self.assembling = False
+            del self.integer_sums[sums:]
+            self.one_body = True
+            self.cin.notes.append(
+                f"co-iteration: the merges' cases would copy the loops below them more than "
+                f"{self.CASES} times, so each merge takes one body with match flags"
+            )
+            return self._lower()
+
+    def _lower(self) -> Lowered:
         assemble = None
         if self.one_pass:
             assemble = ir.Function(
@@ -370,21 +388,6 @@ class Lowerer(
         )
 
     def _function_body(self) -> list[ir.Stmt]:
-        """The kernel's loops; built again with one body per merge (``one_body``) when
-        the case chains grow past ``CASES`` copies of the loops below them."""
-        sums = len(self.integer_sums)
-        try:
-            return self._loops()
-        except TooManyCases:
-            del self.integer_sums[sums:]
-            self.one_body = True
-            self.cin.notes.append(
-                f"co-iteration: the merges' cases would copy the loops below them more than "
-                f"{self.CASES} times, so each merge takes one body with match flags"
-            )
-            return self._loops()
-
-    def _loops(self) -> list[ir.Stmt]:
         self.cases_built = 0
         body: list[ir.Stmt] = (
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
