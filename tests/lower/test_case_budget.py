@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import ucf
-from tests.helpers import TARGETS, product_params
+from tests.fuzz_common import RandomDraw
+from tests.helpers import TARGETS, needs_cc, product_params
+from tests.statement_fuzz import check, draw_case
 from ucf.lower.coiterate import CoiterationMixin
 
 pytestmark = pytest.mark.filterwarnings("ignore::ucf.ConversionWarning")  # C's order
@@ -159,3 +161,16 @@ def test_one_body_writes_the_chains_pattern(target, monkeypatch, tmp_path):
     stored[tuple(np.asarray(coords).T)] = True
     rows = a.any(axis=1)
     np.testing.assert_array_equal(stored, rows[:, None] | (b != 0))
+
+
+@needs_cc  # the draws take either target
+@pytest.mark.parametrize("lang", [True, False], ids=["fills", "statements"])
+def test_fuzz_draws_with_every_merge_one_body(lang, monkeypatch, tmp_path):
+    """The statement fuzzer's draws (``tests/statement_fuzz``: its numpy reference, its
+    refusals) with ``CASES = 0``, so that one body serves every merge, not only the
+    rare statements past the budget: 12 draws a run here, 600 in the session that
+    built it (fills and statements: 0 failed)."""
+    monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    for n in range(12):
+        check(draw_case(RandomDraw(f"one body:{n}"), ["llvm", "c"], lang=lang))
