@@ -174,3 +174,32 @@ def test_fuzz_draws_with_every_merge_one_body(lang, monkeypatch, tmp_path):
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     for n in range(12):
         check(draw_case(RandomDraw(f"one body:{n}"), ["llvm", "c"], lang=lang))
+
+
+@pytest.mark.parametrize(
+    ("target", "a_format", "one_body"), product_params(["CU", "UU", "UC", "dense"], [False, True])
+)
+def test_a_guarded_operand_reads_as_absent_past_its_extent(
+    target, a_format, one_body, monkeypatch, tmp_path
+):
+    """``A(i,j+k)`` is guarded where j+k passes A's columns, where it reads as 0 (the
+    padding numpy's reference holds); under one body its flag must say so, as the chains'
+    cases do. A stores every column of its stored rows (a value past the extent would
+    read the next row's), and no row 2; a numpy array (dense) reads past its row too."""
+    if one_body:
+        monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+        monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    n, m, w = 5, 4, 3
+    a = rng.integers(1, 5, (n, m)).astype(np.float64)
+    a[2] = 0.0
+    b = np.where(rng.random((n, m)) < 0.5, rng.integers(-4, 5, (n, m)), 0.0)
+    formats = {"B": "csr"} | ({} if a_format == "dense" else {"A": a_format})
+    k = ucf.compile("X(i,k) = sum(j, A(i,j+k) + B(i,j))", formats=formats, target=target)
+    assert ("one body with match flags" in k.cin) == one_body
+    stored = a if a_format == "dense" else ucf.from_numpy(a, format=a_format)
+    ops = {"A": stored, "B": ucf.from_numpy(b, format="csr")}
+    got = k(shapes={"k": w}, **ops).to_numpy()
+    padded = np.pad(a, ((0, 0), (0, w)))
+    want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
+    np.testing.assert_array_equal(got, want)
