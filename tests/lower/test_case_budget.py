@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import ucf
+from tests.asan import run_under_asan
 from tests.fuzz_common import RandomDraw
 from tests.helpers import TARGETS, needs_cc, product_params
 from tests.statement_fuzz import check, draw_case
@@ -203,3 +204,23 @@ def test_a_guarded_operand_reads_as_absent_past_its_extent(
     padded = np.pad(a, ((0, 0), (0, w)))
     want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("a_format", ["UU", "CU"])
+def test_one_body_reads_in_bounds_under_asan(a_format, asan_cc, monkeypatch, tmp_path):
+    """The guarded case above under one body, run under ASan with every operand array
+    exactly sized: A's last row read past its columns would be out of bounds."""
+    monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(4)
+    n, m, w = 4, 3, 3
+    a = rng.integers(1, 5, (n, m)).astype(np.float64)
+    b = np.where(rng.random((n, m)) < 0.5, rng.integers(-4, 5, (n, m)), 0.0)
+    formats = {"A": a_format, "B": "csr", "X": "UU"}
+    k = ucf.compile("X(i,k) = sum(j, A(i,j+k) + B(i,j))", formats=formats, target="c")
+    assert "one body with match flags" in k.cin
+    ops = {"A": ucf.from_numpy(a, format=a_format), "B": ucf.from_numpy(b, format="csr")}
+    out = run_under_asan(asan_cc, tmp_path, k, "UU", (n, w), {"i": n, "j": m, "k": w}, ops)
+    padded = np.pad(a, ((0, 0), (0, w)))
+    want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
+    np.testing.assert_array_equal(out.to_numpy(), want)
