@@ -216,6 +216,7 @@ def test_one_body_reads_in_bounds_under_asan(a_format, asan_cc, monkeypatch, tmp
     n, m, w = 4, 3, 3
     a = rng.integers(1, 5, (n, m)).astype(np.float64)
     b = np.where(rng.random((n, m)) < 0.5, rng.integers(-4, 5, (n, m)), 0.0)
+    b[-1] = 1.0  # B enters the body at every column of A's last row
     formats = {"A": a_format, "B": "csr", "X": "UU"}
     k = ucf.compile("X(i,k) = sum(j, A(i,j+k) + B(i,j))", formats=formats, target="c")
     assert "one body with match flags" in k.cin
