@@ -169,8 +169,8 @@ def test_one_body_writes_the_chains_pattern(target, monkeypatch, tmp_path):
 def test_fuzz_draws_with_every_merge_one_body(lang, monkeypatch, tmp_path):
     """The statement fuzzer's draws (``tests/statement_fuzz``: its numpy reference, its
     refusals) with ``CASES = 0``, so that one body serves every merge, not only the
-    rare statements past the budget: 12 draws a run here, 600 in the session that
-    built it (fills and statements: 0 failed)."""
+    rare statements past the budget: 12 draws a run here; 1,600 in the session that
+    built it (fills and statements), and 300 with ``CASES = 3``: 0 failed."""
     monkeypatch.setattr(CoiterationMixin, "CASES", 0)
     monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
     for n in range(12):
