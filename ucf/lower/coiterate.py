@@ -26,6 +26,18 @@ class CoiterationMixin:
     #: Co-iterating this many sparse operands or more takes one loop with match flags:
     #: a lattice of n operands has up to 2**n points and 3**n cases, nested per level.
     FLAT = 3
+    #: The case bodies (each a copy of the loops below its merge) one lowering builds
+    #: before it starts again with ``one_body``. A chain copies the nest below it once
+    #: per case, so nested merges multiply: a sum of four operands, two read with a
+    #: repeated variable (located and guarded at every level of blocked formats), built
+    #: 1,713 (fills fuzz seed 120 case 279: 90k lines of LLVM IR, gcc 3 minutes on the
+    #: C). The common kernels build at most 25; about 2 % of the fuzzers' statements
+    #: more than 64 (bench/README.md, "Case chains").
+    CASES = 64
+    #: Set once the chains outgrow ``CASES``: every merge takes one body with match
+    #: flags (``_one_body``), guarded operands included.
+    one_body = False
+    cases_built = 0
 
     def _loop(self, term: Term, st: State) -> list[ir.Stmt]:
         v = st.order[st.depth]
@@ -75,7 +87,7 @@ class CoiterationMixin:
             whole = full and split is None and self._loop_end(v) is self.extents[v]
             self.whole_loops[label] = self.whole_loops.get(label, True) and whole
         if self._flat(v, iters, guards, st):
-            stmts += self._flat_loop(term, st, iters, located, coord, label, full)
+            stmts += self._flat_loop(term, st, iters, located, coord, label, full, guards)
         elif drives:
             # One iterator drives: a counted loop over its positions, which vectorizes.
             it = next(iter(iters.values()))
@@ -235,6 +247,8 @@ class CoiterationMixin:
         Iterators and guarded operands outside the matching set, and those in
         ``absent``, read as zero in a branch.
         """
+        if self._flat_cases(st):
+            return self._one_body(term, st, iters, located, coord, live, matches, absent)
         all_here = set(iters) | live | set(absent)
         # (matching set, absent set, restricted term, the match flags the branch tests)
         cases: list[tuple[tuple[int, ...], set[int], Term | None, frozenset[int]]] = []
@@ -256,6 +270,7 @@ class CoiterationMixin:
                     continue
                 body: list[ir.Stmt] = []
             else:
+                self._count_case()
                 body = self._case_body(sub, st, iters, located, coord, subset, gone)
             cond: ir.Expr = Const(True, "i1")
             for n in subset:
@@ -270,6 +285,38 @@ class CoiterationMixin:
                 stmts = [ir.If(cond, body, stmts)]
         return stmts
 
+    def _count_case(self) -> None:
+        self.cases_built += 1
+        if self.cases_built > self.CASES and not self.one_body:
+            raise TooManyCases
+
+    def _one_body(
+        self, term, st, iters, located, coord, live: set[int], matches, absent=()
+    ) -> list[ir.Stmt]:
+        """``_cases`` as one body, entered where the term is present for the match flags:
+        each operand in ``live`` reads as absent (its fill) below where its flag is false,
+        and those in ``absent`` everywhere. The code then grows with the operands and
+        the loops, not with the cases' product over nested loops (``CASES``)."""
+        sub = restrict(term, set(absent), self._fill, st.target) if absent else term
+        if sub is None:
+            return []
+        flags = {n: matches[n] for n in live if n in matches}
+        alive = {}
+        for n, flag in flags.items():
+            outer = st.alive.get(n)  # a guarded operand's flag says nothing of the levels above
+            alive[n] = flag if n in iters or outer is None else ir.land(outer, flag)
+        if self.one_body:
+            # An operand that did not match above is absent here too: without its flag
+            # the body would also run where it alone is present, and write its fill into
+            # a sparse output's pattern where the chains write nothing.
+            flags = {n: st.alive[n] for n in operands(sub) if n in st.alive} | alive
+        present = presence(sub, flags, self._fill, st.target)
+        if present is False:
+            return []
+        self._count_case()
+        body = self._case_body(sub, st, iters, located, coord, sorted(live), absent, alive)
+        return body if present is True else [ir.If(present, body)]
+
     def _case_body(
         self, term, st, iters, located, coord, subset, gone=frozenset(), alive: dict | None = None
     ) -> list[ir.Stmt]:
@@ -281,6 +328,8 @@ class CoiterationMixin:
         inner.absent = st.absent | frozenset(gone)
         stmts: list[ir.Stmt] = []
         for n in subset:
+            if alive is not None and n in alive:
+                inner.alive[n] = alive[n]
             if n not in iters:
                 continue  # a guarded operand: located below, or read as dense
             it = iters[n]
@@ -288,8 +337,6 @@ class CoiterationMixin:
             inner.levels[n] += 1
             inner.pos[n] = it.pos
             inner.seg_end[n] = it.seg if not it.unique else None
-            if alive is not None:
-                inner.alive[n] = alive[n]
         for n in located:
             stmts.append(self._locate(n, st, inner))
         if st.ws is None and self._out_kind(coord.name, st) is not None:
@@ -340,14 +387,19 @@ class CoiterationMixin:
 
     def _flat(self, v: str, iters: dict, guards: dict, st: State) -> bool:
         return (
-            len(iters) >= self.FLAT
-            and not guards
+            len(iters) >= (2 if self._flat_cases(st) else self.FLAT)
+            and (not guards or self._flat_cases(st))
             and st.ws is None
             and v not in self.pos_map
             and all(it.unique and it.stride == 1 for it in iters.values())
         )
 
-    def _flat_loop(self, term, st, iters, located, coord, label, full) -> list[ir.Stmt]:
+    def _flat_cases(self, st: State) -> bool:
+        """Whether this loop's cases take one body (``one_body``); a precompute's
+        workspace keeps its chain."""
+        return self.one_body and st.ws is None
+
+    def _flat_loop(self, term, st, iters, located, coord, label, full, guards) -> list[ir.Stmt]:
         """One loop over the union of the iterators' coordinates, whatever the lattice.
 
         Each iteration finds which iterators match the coordinate and enters the
@@ -361,8 +413,9 @@ class CoiterationMixin:
         for it in iters.values():
             stmts += it.init
         live = {n: ir.Cmp("<", it.pos, it.end) for n, it in iters.items()}
-        body: list[ir.Stmt] = []
-        matches: dict[int, ir.Expr] = {}
+        flags = self._guard_flags(guards, guards)
+        body: list[ir.Stmt] = [*flags.values()]
+        matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
         if not full:
             beyond = Const(2**62, I64)
             for n, it in iters.items():
@@ -379,9 +432,7 @@ class CoiterationMixin:
                 ok = ir.Cmp("==", it.coord, coord)
             body.append(ir.Decl(m, ok))
             matches[n] = m
-        inner = self._case_body(term, st, iters, located, coord, list(iters), alive=matches)
-        present = presence(term, matches, self._fill, st.target)
-        body += inner if present is True else [ir.If(present, inner)]
+        body += self._one_body(term, st, iters, located, coord, set(matches), matches)
         for n, it in iters.items():
             body.append(ir.If(matches[n], [ir.Assign(it.pos, ir.add(it.pos, Const(1, I64)))]))
         if full:
@@ -391,6 +442,10 @@ class CoiterationMixin:
             ]
         live_term = presence(term, live, self._fill, st.target)
         return [*stmts, ir.While(live_term, body, label=label)]
+
+
+class TooManyCases(Exception):
+    """The case chains outgrew ``CoiterationMixin.CASES``: lower again with one body."""
 
 
 def _one_case(cases: list[ir.Stmt], drivers: list[ir.Expr]) -> list[ir.Stmt]:

@@ -46,8 +46,9 @@ class LeafValuesMixin:
                 return value if alive is None else ir.Select(alive, value, Const(0, value.type))
             if op.dense:
                 coords = [self._affine(ix) for ix in op.level_idx]
-                return self._held(op, self._dense_index(op.params, op.fmt, coords), st)
-            value = self._held(op, st.pos[t.n], st)
+                value = self._held(op, self._dense_index(op.params, op.fmt, coords), st)
+            else:
+                value = self._held(op, st.pos[t.n], st)
             if alive is None:
                 return value
             fill = self._fill(t.n)

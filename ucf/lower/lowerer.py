@@ -47,7 +47,7 @@ from ucf.lang.reductions import peel, temporary
 from ucf.lower import row_chunks, sort, transforms
 from ucf.lower.abi import ParamsMixin
 from ucf.lower.assembly import AssemblyMixin
-from ucf.lower.coiterate import CoiterationMixin
+from ucf.lower.coiterate import CoiterationMixin, TooManyCases
 from ucf.lower.coordinate_split import BlocksMixin
 from ucf.lower.fused import FusedMixin
 from ucf.lower.held import HeldMixin
@@ -267,6 +267,24 @@ class Lowerer(
 
     # ------------------------------------------------------------------ entry
     def lower(self) -> Lowered:
+        """The kernel's functions; built again with one body per merge (``one_body``)
+        when a pass's case chains grow past ``CASES`` copies of the loops below them
+        (both passes alike: the assemble pass counts the entries the compute pass
+        writes)."""
+        sums = len(self.integer_sums)
+        try:
+            return self._lower()
+        except TooManyCases:
+            self.assembling = False
+            del self.integer_sums[sums:]
+            self.one_body = True
+            self.cin.notes.append(
+                f"co-iteration: the merges' cases would copy the loops below them more than "
+                f"{self.CASES} times, so each merge takes one body with match flags"
+            )
+            return self._lower()
+
+    def _lower(self) -> Lowered:
         assemble = None
         if self.one_pass:
             assemble = ir.Function(
@@ -370,6 +388,7 @@ class Lowerer(
         )
 
     def _function_body(self) -> list[ir.Stmt]:
+        self.cases_built = 0
         body: list[ir.Stmt] = (
             [ir.Decl(c, Const(0, I64)) for c in self.counters] if self.sparse_out else []
         )
