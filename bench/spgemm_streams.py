@@ -1,6 +1,6 @@
-"""SpGEMM with its row-bound walk prefetched and aligned as the default does, against
-the walk as it was before banded SpMV's settings (issue 38: did SpGEMM on two threads
-get slower when ``ucf.passes.streams`` moved to 6 KB and aligned its walks?).
+"""SpGEMM's row-bound walk as the default compiles it against the same walk aligned to a
+line of code (main d8cde82) and as before banded SpMV's settings (issue 38: did SpGEMM
+on two threads get slower when ``ucf.passes.streams`` moved to 6 KB and aligned its walks?).
 
     OMP_WAIT_POLICY=passive UCF_ADAPTIVE_TEAM=0 python bench/spgemm_streams.py
     OMP_WAIT_POLICY=passive python bench/spgemm_streams.py --rounds 30
@@ -12,8 +12,11 @@ A's row): that walk over A's row is the one the streams pass fetches and aligns;
 one thread no walk is fetched, so the contenders' kernels are the same code, and their
 spread is the noise floor. Contenders, each compiled into a kernel cache of its own
 with ``DISTANCE`` and ``LINE`` as bench/banded_spmv.py's ``VARIANTS`` set them:
-``default``, ``8 KB, LLVM's placement`` (the kernel before the change),
-``6 KB, LLVM's placement`` and ``8 KB, aligned`` (one change at a time).
+``default``, ``8 KB, LLVM's placement`` (aca419b's kernel), ``6 KB, LLVM's placement``
+and ``8 KB, aligned``; and ``6 KB, count walk aligned``: the default with the walks
+of coordinates only aligned too (main d8cde82's kernel, before ``streams._aligns``
+left them to LLVM). Since that change the count walk is aligned in none but the last,
+so ``default`` and ``6 KB, LLVM's placement`` are the same code.
 
 Every contender of both thread counts and both outputs runs once untimed, then
 ``--rounds`` rounds; in each, every contender (in an order rotated by one each round)
@@ -24,7 +27,7 @@ the wall time, and the parallel regions ucf's team lost (``ucf.toolchain.team``;
 ``UCF_ADAPTIVE_TEAM=0`` keeps every region on both threads). Printed per contender:
 median and best CPU and wall time, and the median and quartiles over rounds of its
 CPU time over the ``default`` contender's in the same round (the machine's slow
-phases cancel).
+phases cancel), and in how many rounds that ratio was above 1.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import hashlib
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +52,41 @@ from banded_spmv import VARIANTS, walk_settings  # noqa: E402
 from spmv_spmm import fresh_kernel_cache, uniform  # noqa: E402
 
 import ucf  # noqa: E402
+from ucf.passes import streams  # noqa: E402
 from ucf.toolchain.jit import team_counters  # noqa: E402
 
 SPGEMM = "C(i,k) = A(i,j) * B(j,k)"
 
 
-def contender(a, want, out: str, threads: int, distance: int, line: int):
+#: The contenders' settings: ``DISTANCE``, ``LINE``, and whether a walk of coordinates
+#: only starts a line too.
+CONTENDERS = {
+    **{name: (*v, False) for name, v in VARIANTS.items()},
+    "6 KB, count walk aligned": (6144, 64, True),
+}
+
+
+@contextmanager
+def count_walk_aligned(on: bool) -> Iterator[None]:
+    """While compiling, every walk fetched into the L1 starts a line, as on main d8cde82."""
+    saved = streams._aligns
+    if on:
+        streams._aligns = lambda arrays, crd, level: level == 1 and streams.LINE > 0
+    try:
+        yield
+    finally:
+        streams._aligns = saved
+
+
+def contender(a, want, out: str, threads: int, distance: int, line: int, counts: bool):
     """A call of the default SpGEMM compiled for ``threads`` with the walks' settings
     given, checked against scipy; ``digest`` names its generated code."""
     ucf.set_num_threads(threads)
-    with walk_settings(distance, line), fresh_kernel_cache("ucf-spgemm-streams-"):
+    with (
+        walk_settings(distance, line),
+        count_walk_aligned(counts),
+        fresh_kernel_cache("ucf-spgemm-streams-"),
+    ):
         k = ucf.compile(SPGEMM, formats={"A": "csr", "B": "csr", "C": out})
         got = k(A=a, B=a).to_scipy()
     diff = abs(got - want)
@@ -75,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--outputs", nargs="+", default=["csr", "UQ"])
+    ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     args = ap.parse_args(argv)
     m = uniform(100_000, 10, np.random.default_rng([38, 2]))  # peers.py's spgemm operand
     a = ucf.from_scipy(m, format="csr")
@@ -83,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         (threads, out, name): contender(a, want, out, threads, *v)
         for threads in args.threads
         for out in args.outputs
-        for name, v in VARIANTS.items()
+        for name, v in CONTENDERS.items()
+        if name in args.contenders
     }
     keys = list(calls)
     env = {v: os.environ.get(v, "-") for v in ("OMP_WAIT_POLICY", "UCF_ADAPTIVE_TEAM")}
@@ -110,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| threads | C | contender | code | CPU median | CPU best | wall median | wall best "
-        "| CPU / default's (quartiles) | regions lost |"
+        "| CPU / default's (quartiles) | rounds above 1 | regions lost |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for k in keys:
         threads, out, name = k
         ratio = np.array(cpu[k]) / np.array(cpu[(threads, out, "default")])
@@ -121,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {threads} | {out} | {name} | {calls[k].digest} "
             f"| {np.median(cpu[k]) * 1e3:.2f} | {min(cpu[k]) * 1e3:.2f} "
             f"| {np.median(wall[k]) * 1e3:.2f} | {min(wall[k]) * 1e3:.2f} "
-            f"| {q2:.3f} ({q1:.3f}-{q3:.3f}) | {lost[k]} |"
+            f"| {q2:.3f} ({q1:.3f}-{q3:.3f}) | {int((ratio > 1).sum())} of {len(ratio)} "
+            f"| {lost[k]} |"
         )
     return 0
 
