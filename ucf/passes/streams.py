@@ -96,10 +96,10 @@ def _aligns(arrays: list[str], crd: set[str], level: int) -> bool:
     (SpMV's, TTV's). A walk that streams only coordinates counts a sparse output's rows
     before the kernel fills them (SpGEMM's bound on two threads: the sum of B's row
     lengths over A's row) and keeps LLVM's placement: its loop is a small share of the
-    kernel (1.0 ms of process CPU time in a call of 160 on bench/peers.py's operand,
-    aligned or not), and its padding moved the fill loops compiled after it by 48 bytes,
-    which cost that call 2-3 % (bench/README.md, "SpGEMM's count walk and the line of
-    code")."""
+    kernel (1.0 ms of process CPU time, aligned or not, in a call of 140-170 on
+    bench/peers.py's operand), and its 48 bytes of padding moved the fill loops compiled
+    after it, which cost the sorted call 2-4 % (bench/README.md, "SpGEMM's count walk
+    and the line of code")."""
     return level == 1 and LINE > 0 and not set(arrays) <= crd
 
 
