@@ -32,6 +32,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -65,17 +67,24 @@ def matrix(name: str, rng):
     }[name]()
 
 
-def ucf_kernel(a, x, want: np.ndarray, distance: int, line: int):
-    """A call of the default kernel compiled with the walks' settings given; its
-    ``walk`` says what the kernel's prefetch note says, after the timings too."""
+@contextmanager
+def walk_settings(distance: int, line: int) -> Iterator[None]:
+    """``ucf.passes.streams``'s ``DISTANCE`` and ``LINE`` set to these while the block
+    compiles (into a kernel cache of its own: the cache does not key on them)."""
     saved = streams.DISTANCE, streams.LINE
     streams.DISTANCE, streams.LINE = distance, line
     try:
-        with fresh_kernel_cache("ucf-banded-spmv-"):
-            k = ucf.compile(SPMV, formats={"A": "csr"})
-            np.testing.assert_allclose(np.asarray(k(A=a, x=x)), want, rtol=1e-12, atol=1e-12)
+        yield
     finally:
         streams.DISTANCE, streams.LINE = saved
+
+
+def ucf_kernel(a, x, want: np.ndarray, distance: int, line: int):
+    """A call of the default kernel compiled with the walks' settings given; its
+    ``walk`` says what the kernel's prefetch note says, after the timings too."""
+    with walk_settings(distance, line), fresh_kernel_cache("ucf-banded-spmv-"):
+        k = ucf.compile(SPMV, formats={"A": "csr"})
+        np.testing.assert_allclose(np.asarray(k(A=a, x=x)), want, rtol=1e-12, atol=1e-12)
     call = lambda: k(A=a, x=x)  # noqa: E731
     call.walk = lambda: " ".join(
         line.split(" fetched ")[1] for line in k.cin.splitlines() if "# prefetch:" in line

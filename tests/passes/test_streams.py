@@ -3,7 +3,8 @@ lines ahead. Against scipy on both CPU targets at 1 and 2 threads, over empty ro
 of 1 to 7 (the remainders of a split chain), a single long row and power-law rows;
 bit for bit between the targets and against the kernel without the pass (a prefetch
 moves a line, never a value), into the L1 or, with ``streams(j, 2)``, the L2; the walks
-fetched into the L1 starting a line of code on the llvm target; where the prefetches
+fetched into the L1 starting a line of code on the llvm target, unless they stream
+coordinates only (SpGEMM's count of its rows' bounds); where the prefetches
 go (a row's own streams, not the rows SpGEMM walks at A's coordinates); and under
 AddressSanitizer, where every prefetch of these small matrices points past the arrays'
 ends."""
@@ -25,6 +26,7 @@ from ucf.ir.walk import nodes
 from ucf.passes.streams import DISTANCE, LINE
 
 SPMV = "y(i) = A(i,j) * x(j)"
+SPGEMM = "C(i,k) = A(i,j) * B(j,k)"
 
 
 def _power_law(rng, rows: int, cols: int) -> sp.csr_matrix:
@@ -222,3 +224,24 @@ def test_a_walk_into_the_l1_starts_a_line_of_code(threads, monkeypatch):
     monkeypatch.setenv("UCF_STREAM_PREFETCH", "0")
     plain = ucf.compile(SPMV, formats={"A": "csr"}, schedule=par.rstrip("; "))
     assert not _aligned(plain) and ".p2align\t6" not in plain.asm
+
+
+@pytest.mark.parametrize("out", ["csr", "UQ"])
+def test_a_walk_of_coordinates_only_keeps_llvms_placement(out):
+    """SpGEMM on two threads counts each row's bound (the sum of B's row lengths over A's
+    row) in a walk that streams A's coordinates only: it is fetched into the L1 but
+    keeps LLVM's placement (its padding moved the fill loops after it, 2-3 % of the
+    call), while SpMV's walk of values and coordinates starts a line; C matches scipy."""
+    rng = np.random.default_rng(7)
+    m = sp.random(3000, 3000, density=0.003, format="csr", random_state=rng)
+    a = ucf.from_scipy(m, format="csr")
+    ucf.set_num_threads(2)  # conftest restores it
+    k = ucf.compile(SPGEMM, formats={"A": "csr", "B": "csr", "C": out})
+    got = k(A=a, B=a).to_scipy()
+    spmv = ucf.compile(SPMV, formats={"A": "csr"})
+    spmv(A=a, x=ucf.from_numpy(rng.random(3000)))
+    np.testing.assert_allclose(got.toarray(), (m @ m).toarray(), rtol=1e-12, atol=1e-12)
+    assert [p.array.name for p in _prefetches(k)].count("A1_crd") == 1
+    assert "prefetch: A1_crd of loop" in k.cin and "line of code" not in k.cin
+    assert not _aligned(k) and "llvm.loop.align" not in k.source
+    assert _aligned(spmv) and {loop.align for loop in _aligned(spmv)} == {LINE}

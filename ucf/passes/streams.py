@@ -25,7 +25,8 @@ loop the ``streams(j, 2)`` command names (``prefetcht1``): where the reads of ``
 miss the L1 and L2 (the uniform matrix above, on a Zen 4 core), the L1 prefetches cost
 more than they save, and the default gives such walks level 2
 (``ucf.schedule.far_streams``). The values computed are unchanged: a prefetch only
-moves a line. A walk fetched into the L1 also starts a line of code (``LINE``). A prefetch never
+moves a line. A walk fetched into the L1 also starts a line of code (``LINE``), unless it
+streams coordinates only (``_aligns``). A prefetch never
 faults, and its address is computed without assuming it lies in the array
 (``ir.Prefetch``), so the rows near the end fetch past it harmlessly.
 """
@@ -83,27 +84,44 @@ def prefetch_streams(
     pos = {p.name for p in fn.params if p.is_array and p.role[:1] == ("pos",)}
     if not pos or not enabled():
         return fn, []
+    crd = {p.name for p in fn.params if p.is_array and p.role[:1] == ("crd",)}
     notes: dict[str, None] = {}
-    return replace(fn, body=_block(fn.body, pos, {}, None, notes, levels or {})), list(notes)
+    body = _block(fn.body, (pos, crd), {}, None, notes, levels or {})
+    return replace(fn, body=body), list(notes)
+
+
+def _aligns(arrays: list[str], crd: set[str], level: int) -> bool:
+    """Whether a walk fetching ``arrays`` into cache ``level`` starts a line of code
+    (``LINE``): a walk into the L1 that streams values, whose loop is its kernel's work
+    (SpMV's, TTV's). A walk that streams only coordinates counts a sparse output's rows
+    before the kernel fills them (SpGEMM's bound on two threads: the sum of B's row
+    lengths over A's row) and keeps LLVM's placement: its loop is a small share of the
+    kernel (1.0 ms of process CPU time, aligned or not, in a call of 140-170 on
+    bench/peers.py's operand), and its 48 bytes of padding moved the fill loops compiled
+    after it, which cost the sorted call 2-4 % (bench/README.md, "SpGEMM's count walk
+    and the line of code")."""
+    return level == 1 and LINE > 0 and not set(arrays) <= crd
 
 
 def _block(
     stmts: list[ir.Stmt],
-    pos: set[str],
+    arrays: tuple[set[str], set[str]],
     env: dict[str, ir.Expr],
     row: str | None,
     notes: dict[str, None],
     levels: dict[str, int],
 ) -> list[ir.Stmt]:
-    """``stmts`` with their row walks prefetched; ``env`` holds the values of the
-    variables declared around them, ``row`` the variable of the innermost loop around them."""
+    """``stmts`` with their row walks prefetched; ``arrays``: the kernel's ``pos`` and
+    ``crd`` arrays; ``env`` holds the values of the variables declared around them,
+    ``row`` the variable of the innermost loop around them."""
+    pos, crd = arrays
     out: list[ir.Stmt] = []
     env = dict(env)
     for s in stmts:
         if isinstance(s, ir.Decl):
             env[s.var.name] = substitute(s.init, env)
         if isinstance(s, ir.For):
-            s = replace(s, body=_block(s.body, pos, env, s.var.name, notes, levels))
+            s = replace(s, body=_block(s.body, arrays, env, s.var.name, notes, levels))
             if serial_loop(s) and not any(
                 isinstance(t, ir.For | ir.While) for t in statements(s.body)
             ):
@@ -112,15 +130,15 @@ def _block(
                 fetch = _before(s, pos, env, row, level)
                 out += fetch
                 walked = _within(s, pos, env, row, level)
-                arrays = [f.array.name for f in fetch] or [
+                fetched = [f.array.name for f in fetch] or [
                     f.array.name for f in walked.body if isinstance(f, ir.Prefetch)
                 ]
-                if arrays:
+                if fetched:
                     into = " into the L2" if level == 2 else ""
-                    aligned = level == 1 and LINE > 0
+                    aligned = _aligns(fetched, crd, level)
                     line = f"; loop {label} starts a {LINE}-byte line of code" if aligned else ""
                     notes[
-                        f"prefetch: {', '.join(arrays)} of loop {label} "
+                        f"prefetch: {', '.join(fetched)} of loop {label} "
                         f"fetched {DISTANCE // 1024} KB ahead{into}, row after row{line}"
                     ] = None
                     if aligned:
@@ -128,7 +146,7 @@ def _block(
                 s = walked
         elif s.BLOCKS:
             s = replace(
-                s, **{b: _block(getattr(s, b), pos, env, row, notes, levels) for b in s.BLOCKS}
+                s, **{b: _block(getattr(s, b), arrays, env, row, notes, levels) for b in s.BLOCKS}
             )
         out.append(s)
     return out
