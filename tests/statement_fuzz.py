@@ -217,13 +217,22 @@ def add_reduction(d: Draw, tree: tuple, out_vars: list[str]) -> tuple:
 
 
 def random_format(
-    d: Draw, order: int, blocks: tuple[int, ...] = (), fixed: bool = False, unordered: bool = False
+    d: Draw,
+    order: int,
+    blocks: tuple[int, ...] = (),
+    fixed: bool = False,
+    unordered: bool = False,
+    singleton: bool = False,
 ) -> str:
     """U/C levels in a random mode order; a mode with a block size in ``blocks`` may be
     stored in blocks (its block among the outer levels, its place among the inner).
     ``fixed``: the last level may be fixed-width, written ``F`` until the data gives
     its width (:func:`fixed_width`). ``unordered``: it may be unordered (``Q``, an
-    output's: appended in whatever order the kernel produces)."""
+    output's: appended in whatever order the kernel produces). ``singleton``: the
+    levels below some level may be singletons (``S``), that level compressed and not
+    unique, as COO stores (``CS``, ``UCS``, ``CSS``): a merge of such iterators runs a
+    loop per lattice point, and ends them at different points (the one-body bug of
+    the case budget hid there, since the fuzzer drew U and C only)."""
     if order == 0:
         return ""
     perm = permutation(d, list(range(order)))
@@ -231,7 +240,10 @@ def random_format(
     maps = [f"{m}/{blocks[m]}" if m in blocked else str(m) for m in perm]
     maps += [f"{m}%{blocks[m]}" for m in blocked]
     letters = "".join(d.choice("UC") for _ in maps)
-    if fixed and d.integer(0, 4) == 0:
+    if singleton and len(maps) >= 2 and d.integer(0, 4) == 0:
+        top = d.integer(1, len(maps) - 1)  # the first singleton level
+        letters = letters[: top - 1] + "C" + "S" * (len(maps) - top)
+    elif fixed and d.integer(0, 4) == 0:
         letters = letters[:-1] + "F"
     elif unordered and d.integer(0, 4) == 0:
         letters = letters[:-1] + "Q"
@@ -267,7 +279,7 @@ def draw_operand_format(d: Draw, order: int, blocks: tuple[int, ...]) -> str:
         return f"nm({d.integer(1, m)},{m})"
     if pick == 1 and order == 2:
         return f"{d.choice(('bcsr', 'bcsc', 'bdcsr'))}({d.integer(1, 3)},{d.integer(1, 3)})"
-    return random_format(d, order, blocks, fixed=True)
+    return random_format(d, order, blocks, fixed=True, singleton=True)
 
 
 def fill_of(fmt: str) -> float:

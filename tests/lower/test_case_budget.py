@@ -225,3 +225,98 @@ def test_one_body_reads_in_bounds_under_asan(a_format, asan_cc, monkeypatch, tmp
     padded = np.pad(a, ((0, 0), (0, w)))
     want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
     np.testing.assert_array_equal(out.to_numpy(), want)
+
+
+def _ending_rows(seed: int, names: str, shape=(7, 6)) -> dict[str, np.ndarray]:
+    """Small integers, about a third stored, operand number ``n`` empty from row
+    ``rows - 1 - n`` on: merged operands end at different rows."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, name in enumerate(names):
+        a = np.where(rng.random(shape) < 0.3, rng.integers(1, 5, shape), 0).astype(np.float64)
+        a[shape[0] - 1 - n :] = 0.0
+        out[name] = a
+    return out
+
+
+@pytest.mark.parametrize(
+    ("target", "formats", "out"),
+    product_params(
+        [("coo",) * 4, ("CS",) * 4, ("dcsr", "coo", "dcsr", "coo")],
+        ["dense", "csr"],
+    ),
+)
+def test_ended_non_unique_operands_read_as_absent(target, formats, out):
+    """A sum of four matrices, some stored as COO (a non-unique level above a singleton),
+    is past the budget and takes one body per merge. Non-unique iterators merge in a loop
+    per lattice point, and in a tail loop the ones already ended are neither matched
+    nor unmatched there: one body read them at their last position (rows full of another
+    row's values) until they were taken as absent, as the chains take them (found by a
+    review; the fuzzer drew no singleton level then). Operands end at different rows."""
+    ops = _ending_rows(1, "ABCD")
+    fm = dict(zip("ABCD", formats, strict=True)) | ({"X": out} if out != "dense" else {})
+    k = ucf.compile("X(i,j) = A(i,j) + B(i,j) + C(i,j) + D(i,j)", formats=fm, target=target)
+    assert "one body with match flags" in k.cin
+    got = k(**{n: ucf.from_numpy(a, format=fm[n]) for n, a in ops.items()})
+    np.testing.assert_array_equal(got.to_numpy(), sum(ops.values()))
+
+
+@pytest.mark.parametrize(
+    ("target", "expr"),
+    product_params(
+        ["X(i,j) = A(i,j) + B(i,j)", "X(i,j) = A(i,j) * B(i,j) + C(i,j)", "y(i) = A(i,j) - B(i,j)"]
+    ),
+)
+def test_every_merge_one_body_over_coo(target, expr, monkeypatch, tmp_path):
+    """The same with ``CASES = 0``, every merge one body, over COO operands and smaller
+    statements (a sum, a product beside a sum, a row reduction)."""
+    monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+    monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    ops = _ending_rows(2, "ABC")
+    names = sorted({c for c in expr.split("=", 1)[1] if c in "ABC"})
+    k = ucf.compile(expr, formats=dict.fromkeys(names, "coo"), target=target)
+    got = k(**{n: ucf.from_numpy(ops[n], format="coo") for n in names}).to_numpy()
+    a, b, c = (ops[n] for n in "ABC")
+    want = {"X(i,j) = A(i,j) + B(i,j)": a + b, "y(i) = A(i,j) - B(i,j)": (a - b).sum(axis=1)}
+    np.testing.assert_array_equal(got, want.get(expr, a * b + c))
+
+
+@pytest.mark.parametrize(
+    ("target", "a_format", "budget"), product_params(["dense", "UU", "CU"], [0, None])
+)
+def test_a_guard_in_a_merge_reads_the_coordinate_after_it_is_declared(
+    target, a_format, budget, monkeypatch, tmp_path
+):
+    """``A(i,j+k) * B(i,j) + C(i,j)``: A is guarded inside a merge of B and C that is not
+    full (the product makes j's loop follow B and C), so the guard reads j, which the
+    merge declares as its operands' nearest coordinate; it read j before that (LLIR's
+    "reads variable j before declaring it", gcc's "'j' undeclared"), with ``CASES = 0``
+    and, at the default budget, with C, D and E merged beside B."""
+    terms = (
+        "A(i,j+k) * B(i,j) + C(i,j)"
+        if budget == 0
+        else "A(i,j+k) * B(i,j) + C(i,j) + D(i,j) + E(i,j)"
+    )
+    if budget == 0:
+        monkeypatch.setattr(CoiterationMixin, "CASES", 0)
+        monkeypatch.setenv("UCF_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    n, m, w = 5, 6, 3
+    a = rng.integers(1, 5, (n, m)).astype(np.float64)
+    names = [t[0] for t in terms.split(" ") if t[:1] in "BCDE"]
+    ops = {x: np.where(rng.random((n, m)) < 0.5, rng.integers(-4, 5, (n, m)), 0.0) for x in names}
+    formats = dict.fromkeys(names, "csr") | ({} if a_format == "dense" else {"A": a_format})
+    k = ucf.compile(f"X(i,k) = sum(j, {terms})", formats=formats, target=target)
+    assert "one body with match flags" in k.cin
+    stored = {x: ucf.from_numpy(v, format="csr") for x, v in ops.items()}
+    got = k(
+        A=a if a_format == "dense" else ucf.from_numpy(a, format=a_format),
+        shapes={"k": w},
+        **stored,
+    )
+    padded = np.pad(a, ((0, 0), (0, w)))
+    rest = sum(v for x, v in ops.items() if x != "B")
+    want = np.stack(
+        [(padded[:, s : s + m] * ops["B"] + rest).sum(axis=1) for s in range(w)], axis=1
+    )
+    np.testing.assert_array_equal(got.to_numpy(), want)

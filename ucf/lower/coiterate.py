@@ -296,8 +296,11 @@ class CoiterationMixin:
         """``_cases`` as one body, entered where the term is present for the match flags:
         each operand in ``live`` reads as absent (its fill) below where its flag is false,
         and those in ``absent`` everywhere. The code then grows with the operands and
-        the loops, not with the cases' product over nested loops (``CASES``)."""
-        sub = restrict(term, set(absent), self._fill, st.target) if absent else term
+        the loops, not with the cases' product over nested loops (``CASES``). An
+        iterator that is not ``live`` has ended (a point loop's tail, past a non-unique
+        level's merge) and reads as absent too, as in ``_cases``: its position is stale."""
+        gone = set(absent) | (set(iters) - live)
+        sub = restrict(term, gone, self._fill, st.target) if gone else term
         if sub is None:
             return []
         flags = {n: matches[n] for n in live if n in matches}
@@ -314,7 +317,7 @@ class CoiterationMixin:
         if present is False:
             return []
         self._count_case()
-        body = self._case_body(sub, st, iters, located, coord, sorted(live), absent, alive)
+        body = self._case_body(sub, st, iters, located, coord, sorted(live), gone, alive)
         return body if present is True else [ir.If(present, body)]
 
     def _case_body(
@@ -414,7 +417,7 @@ class CoiterationMixin:
             stmts += it.init
         live = {n: ir.Cmp("<", it.pos, it.end) for n, it in iters.items()}
         flags = self._guard_flags(guards, guards)
-        body: list[ir.Stmt] = [*flags.values()]
+        body: list[ir.Stmt] = []
         matches: dict[int, ir.Expr] = {n: f.var for n, f in flags.items()}
         if not full:
             beyond = Const(2**62, I64)
@@ -424,6 +427,7 @@ class CoiterationMixin:
             for n in sorted(iters)[1:]:
                 nearest = ir.minimum(nearest, iters[n].coord)
             body.append(ir.Decl(coord, nearest))
+        body += flags.values()  # a guard reads the coordinate, declared above when not full
         for n, it in iters.items():
             m = Var(f"{it.coord.name}_hit", "i1")
             if full:

@@ -277,6 +277,7 @@ class Lowerer(
         except TooManyCases:
             self.assembling = False
             del self.integer_sums[sums:]
+            self.entries.clear()
             self.one_body = True
             self.cin.notes.append(
                 f"co-iteration: the merges' cases would copy the loops below them more than "
