@@ -402,3 +402,29 @@ def test_outputs_over_keep_bytes_or_zeroed_first_are_not_kept(case, replays, tak
     for _ in range(4):
         np.testing.assert_allclose(scatter(A=A, x=w).to_numpy(), m.T @ w)
     assert all(r.zero and r.kept is None for r in scatter._local.replays)
+
+
+def test_a_threads_kept_outputs_are_bounded_oldest_first(monkeypatch):
+    """Each kernel's replay keeps its last output, but one thread's replays keep at most
+    ``KEPT_BYTES`` together: a third kernel's output lets go of the one kept longest ago
+    (a program of many kernels would otherwise hold an output for each), and that
+    kernel's next call takes a new output and is right."""
+    n = 4 * replay_module._Arena.SIZE // 16  # over the arenas' outputs
+    monkeypatch.setattr(replay_module, "KEPT_BYTES", 2 * 8 * n)
+    m = sp.random(n, 20, density=0.3, format="csr", random_state=7)
+    A = ucf.from_scipy(m)
+    rng = np.random.default_rng(12)
+    x, z = rng.standard_normal(20), rng.standard_normal(n)
+    kernels = [ucf.compile(STMT, {"A": "csr"}) for _ in range(3)]
+    kept = []
+    for k in kernels:
+        for _ in range(2):  # the second call is replayed and keeps its output
+            np.testing.assert_allclose(k(A=A, x=x, z=z).to_numpy(), m @ x + z)
+        kept.append([r.kept is not None for r in k._local.replays])
+    assert kept == [[True], [True], [True]]  # each kept when it ran
+    now = [[r.kept is not None for r in k._local.replays] for k in kernels]
+    assert now == [[False], [True], [True]]
+    x *= 2.0
+    np.testing.assert_allclose(kernels[0](A=A, x=x, z=z).to_numpy(), m @ x + z)
+    now = [[r.kept is not None for r in k._local.replays] for k in kernels]
+    assert now == [[True], [False], [True]]

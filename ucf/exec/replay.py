@@ -30,7 +30,10 @@ base, so the slice's references would not count it) and the next replay writes t
 Tensor again where the caller let go of it and of every view of its values (their
 reference counts say so): a loop that drops each result gets it back with no output
 taken from the pool (``ucf.exec.recycled``) or given back to it. A result still held
-gets a new output, as before.
+gets a new output, as before. A weak reference to a dropped result does not die, then,
+and shows what a later call wrote. A thread's replays keep at most ``KEPT_BYTES`` of
+outputs together, those kept longest ago let go first, as the pool is bounded: without
+the bound a program of many kernels held an output for each.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ucf.exec.operand_structure import Rebuilt
 from ucf.format.construction import trusted
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
+from ucf.format.values import INDEX_DTYPES
 from ucf.toolchain.trampoline import Packed
 
 
@@ -113,6 +117,10 @@ PACK_AFTER = 16
 #: from the pool and giving it back costs tens of microseconds where the call's Python
 #: finds its objects out of the caches (bcsr SpMM 1024^3 after torch's matmul, h91).
 KEEP_BYTES = 16 << 20
+
+#: The most bytes of outputs one thread's replays keep together (``_keep``): the pool's
+#: bound (``recycled.IDLE_BYTES``), since a kept output is one the pool would hold.
+KEPT_BYTES = recycled.IDLE_BYTES
 
 #: The given output's name among the arrays compared: no keyword argument's.
 _OUT = object()
@@ -290,6 +298,7 @@ class Replay:
         "teams",
         "sparse",
         "kept",
+        "__weakref__",  # this thread's keepers (``_keep``)
     )
 
     def __init__(
@@ -360,7 +369,7 @@ class Replay:
             and vals.nbytes <= KEEP_BYTES
             and not isinstance(vals.base, np.ndarray)  # not a slice: views name vals
         ):
-            self.kept = (result, vals, address)
+            _keep(self, (result, vals, address))
         return result
 
     def _call(self, packed: Packed | None, args: list[Any]) -> None:
@@ -442,6 +451,24 @@ def _let_go(kept: tuple[Tensor, np.ndarray, int]) -> bool:
     )
 
 
+def _keep(replay: Replay, kept: tuple[Tensor, np.ndarray, int]) -> None:
+    """``replay`` keeps ``kept``; the replays of this thread that kept theirs longest ago
+    let go of them while the thread's kept bytes exceed ``KEPT_BYTES``."""
+    keepers = _KEEPERS.__dict__.setdefault("replays", {})  # id -> weak reference, oldest first
+    keepers.pop(id(replay), None)
+    keepers[id(replay)] = weakref.ref(replay)
+    replay.kept = kept
+    total = 0
+    for key in reversed(list(keepers)):
+        other = keepers[key]()
+        if other is not None and other.kept is not None:
+            total += other.kept[1].nbytes
+            if total <= KEPT_BYTES:
+                continue
+            other.kept = None
+        del keepers[key]
+
+
 def _alone() -> int:
     """``sys.getrefcount`` of an object that only a tuple holds, read as ``_let_go``
     reads it: measured, since interpreters differ in the references they count."""
@@ -454,11 +481,13 @@ def _alone() -> int:
 #: (the Tensor's slot).
 _ALONE = _alone()
 #: The index dtype a replayed dense output carries (``trusted``'s default).
-_INDEX = trusted.__defaults__[0]
+_INDEX = INDEX_DTYPES[0]
 
 
 #: Each thread's arenas by dtype (threads must not share one: taking is not atomic).
 _ARENAS = threading.local()
+#: Each thread's replays that keep an output (``_keep``).
+_KEEPERS = threading.local()
 
 
 def replayable(
