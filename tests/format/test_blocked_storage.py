@@ -25,6 +25,12 @@ BCSR = "UCUU:0/{bh},1/{bw},0%{bh},1%{bw}"
         "UUUU:1/4,0/2,0%2,1%4",
         "CCCC:0/2,1/2,1%2,0%2",
         "UCC:0/4,1,0%4",
+        # singletons below a blocked level: the run of a non-unique level counts levels,
+        # not modes (a blocked COO kept one entry per block and dropped the rest)
+        "CSS:0/2,1,0%2",
+        "UCS:0/3,1,0%3",
+        "CCSS:0/2,1/3,0%2,1%3",
+        "UCSS:1/2,0/3,0%3,1%2",
     ],
 )
 def test_round_trip_through_numpy_and_coo(fmt, shape):
@@ -164,3 +170,18 @@ def test_a_format_is_named_as_users_spell_it(written, order, shown):
     fmt = parse_format(written, order=order)
     assert fmt.name == shown
     assert parse_format(fmt.name, order=order) == fmt
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("fmt", ["CS:0/2,0%2", "CS:0/3,0%3"])
+def test_a_blocked_coo_vector_reads_every_entry(fmt, target):
+    """A vector in blocks stored as COO (a non-unique block level, a singleton place in
+    the block): its block level is not unique, so a block with two entries holds two
+    positions, and kernels read both (the statement fuzzer's first singleton draws found
+    ``X(i) = A(i) - (B(i) - C(i))`` wrong with C so stored: one entry a block)."""
+    c = np.array([1.0, 0, 3, 4, 0, 0, 7, 8])
+    stored = ucf.from_numpy(c, format=fmt)
+    assert not stored.format.unique(0)
+    a = np.arange(8.0)
+    k = ucf.compile("X(i) = A(i) - C(i)", formats={"C": fmt}, target=target)
+    np.testing.assert_array_equal(k(A=a, C=stored).to_numpy(), a - c)

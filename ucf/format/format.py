@@ -208,13 +208,13 @@ class Format:
 
     def unique(self, level: int) -> bool:
         """A level is non-unique exactly when a singleton level hangs below it."""
-        return not (level + 1 < self.order and self.levels[level + 1].branchless)
+        return not (level + 1 < len(self.levels) and self.levels[level + 1].branchless)
 
     def run_end(self, level: int) -> int:
         """One past the last branchless level below ``level``: the levels that share its
         positions (a COO run ``C S S``)."""
         end = level + 1
-        while end < self.order and self.levels[end].branchless:
+        while end < len(self.levels) and self.levels[end].branchless:
             end += 1
         return end
 
