@@ -14,8 +14,9 @@ again"), and the predecessor's own median wall time. The predecessors:
 - the register-only FMA loop of bench/fma_peak.py (touches no memory at all);
 - torch's dense matmul, as block_peak.py runs it between the calls;
 - a read-and-write sweep of 64 MB (twice the L3), then optionally one part of the
-  call's memory written or read again: B (read), C (the output ucf's recycled pool
-  hands the call; written), or the panels (glibc's chunk of the panels' size: the call
+  call's memory written or read again: B (read), C (the output the call writes: the
+  last call's, which its replay kept, or the one ucf's recycled pool hands it; written),
+  or the panels (glibc's chunk of the panels' size: the call
   frees its panels on return and glibc hands that chunk to the next request of the
   size, the next call's; held over a call, that call faulted fresh pages in instead).
 
@@ -94,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     def sweep():
         big.__iadd__(1.0)
 
-    def output():  # the array the next call's output takes from the pool
-        return recycled._idle[args.n * args.n * 4][-1]
+    def output():  # the array the next call writes: the last one, which its replay kept
+        # (the caller let go of it; ucf.exec.replay), else the one the pool hands it
+        kept = [r.kept[1] for r in kernel._local.replays if getattr(r, "kept", None)]
+        return kept[0] if kept else recycled._idle[args.n * args.n * 4][-1]
 
     call()
     print(f"{fma_peak.cpu_name()}; load average {os.getloadavg()[0]:.2f}")
