@@ -57,14 +57,15 @@ def main() -> None:
     print("| statement | case bodies | lines of C | lines of LLVM IR | generate (CPU s) |")
     print("|---|---|---|---|---|")
     for name, expr, formats in rows():
-        # a fresh cache: the kernels' keys do not hold the budget
-        os.environ["UCF_CACHE_DIR"] = tempfile.mkdtemp(prefix="ucf-case-chains-")
         built[0] = 0
         start = time.process_time()
-        lines = [
-            ucf.compile(expr, formats=formats, target=t).source.count("\n")
-            for t in "c llvm".split()
-        ]
+        # a fresh cache, removed after: the kernels' keys do not hold the budget
+        with tempfile.TemporaryDirectory(prefix="ucf-case-chains-") as cache:
+            os.environ["UCF_CACHE_DIR"] = cache
+            lines = [
+                ucf.compile(expr, formats=formats, target=t).source.count("\n")
+                for t in "c llvm".split()
+            ]
         took = time.process_time() - start
         print(f"| {name} | {built[0] // 2} | {lines[0]} | {lines[1]} | {took:.2f} |", flush=True)
     print(f"load: {os.getloadavg()[0]:.1f}")
