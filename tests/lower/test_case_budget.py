@@ -69,6 +69,14 @@ def reference(terms: list[str], reduction: str, ops: dict[str, np.ndarray], sign
     return getattr(np, reduction)(sign * total, axis=3).sum(axis=2)
 
 
+def shifted_sums(a: np.ndarray, w: int, term) -> np.ndarray:
+    """``X(i,k) = sum(j, term(A(i,j+k)))`` for k below ``w``, in numpy: A read past its
+    columns as 0 (its padding), the guarded operand's absent value."""
+    m = a.shape[1]
+    padded = np.pad(a, ((0, 0), (0, w)))
+    return np.stack([term(padded[:, s : s + m]).sum(axis=1) for s in range(w)], axis=1)
+
+
 def run(expr: str, formats: dict, target: str, ops: dict) -> ucf.Kernel:
     k = ucf.compile(expr, formats=formats, target=target, emulate=target == "cuda")
     stored = {n: ucf.from_numpy(a, format=formats[n]) for n, a in ops.items() if n in formats}
@@ -201,8 +209,7 @@ def test_a_guarded_operand_reads_as_absent_past_its_extent(
     stored = a if a_format == "dense" else ucf.from_numpy(a, format=a_format)
     ops = {"A": stored, "B": ucf.from_numpy(b, format="csr")}
     got = k(shapes={"k": w}, **ops).to_numpy()
-    padded = np.pad(a, ((0, 0), (0, w)))
-    want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
+    want = shifted_sums(a, w, lambda shifted: shifted + b)
     np.testing.assert_array_equal(got, want)
 
 
@@ -222,8 +229,7 @@ def test_one_body_reads_in_bounds_under_asan(a_format, asan_cc, monkeypatch, tmp
     assert "one body with match flags" in k.cin
     ops = {"A": ucf.from_numpy(a, format=a_format), "B": ucf.from_numpy(b, format="csr")}
     out = run_under_asan(asan_cc, tmp_path, k, "UU", (n, w), {"i": n, "j": m, "k": w}, ops)
-    padded = np.pad(a, ((0, 0), (0, w)))
-    want = np.stack([(padded[:, s : s + m] + b).sum(axis=1) for s in range(w)], axis=1)
+    want = shifted_sums(a, w, lambda shifted: shifted + b)
     np.testing.assert_array_equal(out.to_numpy(), want)
 
 
@@ -314,9 +320,6 @@ def test_a_guard_in_a_merge_reads_the_coordinate_after_it_is_declared(
         shapes={"k": w},
         **stored,
     )
-    padded = np.pad(a, ((0, 0), (0, w)))
     rest = sum(v for x, v in ops.items() if x != "B")
-    want = np.stack(
-        [(padded[:, s : s + m] * ops["B"] + rest).sum(axis=1) for s in range(w)], axis=1
-    )
+    want = shifted_sums(a, w, lambda shifted: shifted * ops["B"] + rest)
     np.testing.assert_array_equal(got.to_numpy(), want)
