@@ -26,14 +26,14 @@ one by one.
 
 A replay keeps the dense output it returned (up to ``KEEP_BYTES``, where the kernel
 writes every element, and not an arena's slice: a view of a slice names the arena as its
-base, so the slice's references would not count it) and the next replay writes the same
-Tensor again where the caller let go of it and of every view of its values (their
-reference counts say so): a loop that drops each result gets it back with no output
-taken from the pool (``ucf.exec.recycled``) or given back to it. A result still held
-gets a new output, as before. A weak reference to a dropped result does not die, then,
-and shows what a later call wrote. A thread's replays keep at most ``KEPT_BYTES`` of
-outputs together, those kept longest ago let go first, as the pool is bounded: without
-the bound a program of many kernels held an output for each.
+base, so the slice's references would not count it) and the next replay writes its
+values again, in a new Tensor, where the caller let go of it and of every view of its
+values (their reference counts say so): a loop that drops each result gets its memory
+back with no output taken from the pool (``ucf.exec.recycled``) or given back to it. A
+result still held gets a new output, as before. A weak reference to a dropped result's
+values does not die, then, and shows what a later call wrote. A thread's replays keep
+at most ``KEPT_BYTES`` of outputs together, those kept longest ago let go first, as the
+pool is bounded: without the bound a program of many kernels held an output for each.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from ucf.exec.operand_structure import Rebuilt
 from ucf.format.construction import trusted
 from ucf.format.scipy_layouts import is_scipy
 from ucf.format.tensor import Tensor
-from ucf.format.values import INDEX_DTYPES
 from ucf.toolchain.trampoline import Packed
 
 
@@ -345,14 +344,9 @@ class Replay:
         elif out is None:
             kept = self.kept
             if kept is not None and _let_go(kept):
-                result, vals, address = kept
-                result.shape, result.format, result.vals = self.shape, self.format, vals
-                result.levels = [{} for _ in range(self.levels)]
-                result.index_dtype, result.scales = _INDEX, None
-                args[self.out_at] = address
-                self._call(packed, args)
-                return result
-            vals, address = _values(_ARENAS.__dict__, self.size, self.dtype, self.zero)
+                _, vals, address = kept  # written again, in a new Tensor as every output
+            else:
+                vals, address = _values(_ARENAS.__dict__, self.size, self.dtype, self.zero)
         else:
             vals = out if self.probes.out_flat else out.reshape(-1)
             if self.zero:
@@ -480,8 +474,6 @@ def _alone() -> int:
 #: values each have one reference more there (the local name), and the values another
 #: (the Tensor's slot).
 _ALONE = _alone()
-#: The index dtype a replayed dense output carries (``trusted``'s default).
-_INDEX = INDEX_DTYPES[0]
 
 
 #: Each thread's arenas by dtype (threads must not share one: taking is not atomic).
